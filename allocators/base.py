@@ -1,0 +1,132 @@
+"""The allocator surface the scheduler talks to, and the memory breakdown every allocator reports.
+
+The scheduler never reaches inside an allocator: it asks to admit a sequence, grow it, fork it or free it,
+and gets a result or None (no room, nothing changed). Sequences are named by integer ids the caller picks.
+
+Waste accounting needs one fact the policy may not use: a sequence's ``final_tokens`` (prompt plus the
+output it will really produce). It separates slots a sequence *will* fill (reservation) from slots it never
+fills (internal fragmentation). Only the oracle policy is allowed to size its slab from it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Copy = tuple[int, int]
+"""A copy-on-write copy of one block (or slab) from ``src`` to ``dst``, for the cost model to charge."""
+
+FREE_OWNER = -1
+"""`Allocator.memory_map` value of a slot that is free."""
+OVERHEAD_OWNER = -2
+"""`Allocator.memory_map` value of a slot held by the allocator itself (null block, buddy rounding)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Where the KV capacity is at one instant, in token slots (``anchors.md`` section 4).
+
+    The five shares ``token_states + reservation + internal_frag + external_frag + free`` sum exactly to
+    ``capacity``. ``used_blocks / total_blocks`` is block-level usage (vLLM's "KV cache usage"), which can read
+    far higher than token-level occupancy ``token_states / capacity``. ``shared_saved`` is the slots that
+    sequences reference but that exist only once thanks to sharing.
+    """
+
+    capacity: int
+    token_states: int
+    reservation: int
+    internal_frag: int
+    external_frag: int
+    free: int
+    used_blocks: int
+    total_blocks: int
+    shared_saved: int = 0
+
+    @property
+    def shares(self) -> dict[str, float]:
+        c = self.capacity
+        return {
+            "token_states": self.token_states / c,
+            "reservation": self.reservation / c,
+            "internal_frag": self.internal_frag / c,
+            "external_frag": self.external_frag / c,
+            "free": self.free / c,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What `Allocator.admit` did: ``cached_tokens`` prompt tokens were found in the prefix cache or a shared
+    prefix and need no prefill; ``copies`` are block copies the admission caused."""
+
+    cached_tokens: int = 0
+    copies: tuple[Copy, ...] = ()
+
+
+class Allocator(ABC):
+    """A KV memory manager over ``capacity`` token slots. Subclasses keep real identities: slabs or blocks
+    with ids, per-sequence block tables, reference counts and a free structure."""
+
+    name: str = ""
+    block_size: int = 1
+
+    def __init__(self, capacity: int) -> None:
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.capacity = capacity
+
+    @abstractmethod
+    def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
+        """A reason why this sequence could not be admitted even into an empty pool, or None if it could."""
+
+    def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        """Prompt tokens a new sequence would find cached (no side effects). Default: no cache."""
+        return 0
+
+    @abstractmethod
+    def admit(
+        self,
+        seq_id: int,
+        num_tokens: int,
+        *,
+        final_tokens: int,
+        max_total_tokens: int | None = None,
+        block_hashes: Sequence[int] = (),
+    ) -> Admission | None:
+        """Place a new sequence holding ``num_tokens`` tokens; None (and no change) if it does not fit now."""
+
+    @abstractmethod
+    def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
+        """Append ``num_tokens`` to a sequence; returns the copies it caused, or None (and no change)."""
+
+    @abstractmethod
+    def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
+        """Make ``child_id`` a copy of ``parent_id`` (shared where the allocator can share); None if no room."""
+
+    @abstractmethod
+    def free(self, seq_id: int) -> int:
+        """Release a sequence; returns the slots it no longer references."""
+
+    @abstractmethod
+    def num_tokens(self, seq_id: int) -> int:
+        """Tokens the sequence holds now."""
+
+    @abstractmethod
+    def headroom(self, seq_id: int) -> int:
+        """Tokens the sequence can still append without any allocator work (the simulator skips ahead by it)."""
+
+    @abstractmethod
+    def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
+        """The memory breakdown now. ``waiting``: a request is queued that memory cannot take, so free slots
+        count as external fragmentation rather than idle capacity."""
+
+    @abstractmethod
+    def memory_map(self) -> np.ndarray:
+        """Owner of every slot of the arena in physical order (seq id, `FREE_OWNER` or `OVERHEAD_OWNER`)."""
+
+    @abstractmethod
+    def check_invariants(self) -> None:
+        """Recompute all state from scratch and raise AssertionError on any inconsistency."""

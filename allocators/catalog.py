@@ -1,0 +1,168 @@
+"""Model and GPU catalog: the few numbers that decide how much KV memory exists and what a token costs.
+
+The catalog lives beside the allocators because both the simulator (capacity, step costs) and
+`gpu_validation` (tensor shapes) need it, and the dependency arrows in kvsim point into `allocators`.
+
+Values are taken from each model's published Hugging Face ``config.json`` and from the vendors' data
+sheets; the ``source`` field of each entry says which. Users add their own entries from a TOML file
+(`load_catalog_file`) without editing code.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer, described by the fields that size its weights and KV cache."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_params: float
+    max_seq_len: int
+    intermediate_size: int
+    vocab_size: int
+    dtype_bytes: int = 2
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "max_seq_len",
+                  "intermediate_size", "vocab_size", "dtype_bytes"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"model {self.name!r}: {f} must be positive, got {getattr(self, f)}")
+        if self.num_params <= 0:
+            raise ValueError(f"model {self.name!r}: num_params must be positive")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model {self.name!r}: num_heads must be a multiple of num_kv_heads")
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x dtype bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.num_params * self.dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One accelerator: memory as the driver reports it, and the peaks the roofline cost model scales."""
+
+    name: str
+    memory_bytes: int
+    hbm_bandwidth_gb_s: float
+    bf16_tflops: float
+    pcie_gb_s: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("memory_bytes", "hbm_bandwidth_gb_s", "bf16_tflops", "pcie_gb_s"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"gpu {self.name!r}: {f} must be positive")
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+
+_HF = "Hugging Face config.json of "
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec("opt-13b", 40, 5120, 40, 40, 128, 12.85e9, 2048, 20480, 50272, 2, _HF + "facebook/opt-13b"),
+        ModelSpec("opt-66b", 64, 9216, 72, 72, 128, 65.7e9, 2048, 36864, 50272, 2, _HF + "facebook/opt-66b"),
+        ModelSpec("opt-175b", 96, 12288, 96, 96, 128, 175e9, 2048, 49152, 50272, 2,
+                  "OPT paper (Zhang et al. 2022), Table 1"),
+        ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 6.74e9, 4096, 11008, 32000, 2,
+                  _HF + "meta-llama/Llama-2-7b-hf"),
+        ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13.0e9, 4096, 13824, 32000, 2,
+                  _HF + "meta-llama/Llama-2-13b-hf"),
+        ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 8.03e9, 8192, 14336, 128256, 2,
+                  _HF + "meta-llama/Meta-Llama-3-8B"),
+        ModelSpec("llama-3-70b", 80, 8192, 64, 8, 128, 70.6e9, 8192, 28672, 128256, 2,
+                  _HF + "meta-llama/Meta-Llama-3-70B"),
+        ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 7.24e9, 32768, 14336, 32000, 2,
+                  _HF + "mistralai/Mistral-7B-v0.1"),
+        ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 8.19e9, 40960, 12288, 151936, 2, _HF + "Qwen/Qwen3-8B"),
+    ]
+}
+
+_MIB = 1024**2
+
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in [
+        GpuSpec("a100-40gb", 40960 * _MIB, 1555, 312, 25, "NVIDIA A100 data sheet (SXM4 40GB)"),
+        GpuSpec("a100-80gb", 81920 * _MIB, 2039, 312, 25, "NVIDIA A100 data sheet (SXM4 80GB)"),
+        GpuSpec("h100-80gb", 81559 * _MIB, 3350, 989, 50, "NVIDIA H100 data sheet (SXM5), dense BF16"),
+        GpuSpec("h200", 143771 * _MIB, 4800, 989, 50, "NVIDIA H200 data sheet (SXM), dense BF16"),
+        GpuSpec("l4", 23034 * _MIB, 300, 121, 25, "NVIDIA L4 data sheet, dense BF16"),
+        GpuSpec("a10g", 23028 * _MIB, 600, 70, 25, "AWS G5 / NVIDIA A10G, dense BF16"),
+    ]
+}
+
+
+def _spec_from_table(cls: type, name: str, table: dict, path: Path) -> object:
+    known = {f.name for f in fields(cls)} - {"name"}
+    unknown = set(table) - known
+    if unknown:
+        raise ValueError(f"{path}: entry {name!r}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
+    try:
+        return cls(name=name.lower(), **table)
+    except TypeError as exc:  # a missing required field
+        raise ValueError(f"{path}: entry {name!r}: {exc}") from None
+
+
+def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
+    """Read extra models and GPUs from TOML: ``[models.NAME]`` and ``[gpus.NAME]`` tables.
+
+    GPU entries may give ``memory_gib`` instead of ``memory_bytes``. Returns only the new entries; use
+    `register_catalog_file` to merge them into the catalog.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read catalog file: {exc}") from None
+    models = {}
+    for name, table in data.get("models", {}).items():
+        models[name.lower()] = _spec_from_table(ModelSpec, name, dict(table), path)
+    gpus = {}
+    for name, table in data.get("gpus", {}).items():
+        table = dict(table)
+        if "memory_gib" in table:
+            table["memory_bytes"] = int(table.pop("memory_gib") * GIB)
+        gpus[name.lower()] = _spec_from_table(GpuSpec, name, table, path)
+    return models, gpus
+
+
+def register_catalog_file(path: str | Path) -> None:
+    """Add a file's models and GPUs to `MODELS` and `GPUS` (user entries win over built-ins)."""
+    models, gpus = load_catalog_file(path)
+    MODELS.update(models)
+    GPUS.update(gpus)
+
+
+def get_model(name: str) -> ModelSpec:
+    try:
+        return MODELS[name.lower()]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; valid choices: {', '.join(MODELS)}") from None
+
+
+def get_gpu(name: str) -> GpuSpec:
+    try:
+        return GPUS[name.lower()]
+    except KeyError:
+        raise KeyError(f"unknown gpu {name!r}; valid choices: {', '.join(GPUS)}") from None

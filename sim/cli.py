@@ -1,0 +1,31 @@
+"""The `kvsim` command line: one click group, one module per command under `sim/commands/`.
+
+Usage errors (bad names, negative sizes, unreadable traces) exit with code 2 and a one-line message;
+`fail` is the one place that turns a ValueError or KeyError into that.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+COMMAND_MODULES = ["capacity"]
+"""Modules under `sim.commands`; each exposes the click commands listed in its ``COMMANDS``."""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kvsim")
+def main() -> None:
+    """kvsim: simulate LLM KV-cache memory allocation (contiguous, paged, copy-on-write)."""
+
+
+def fail(message: object) -> None:
+    """Exit with code 2 and one line on stderr, as click does for usage errors."""
+    raise click.UsageError(str(message).strip("'\""))
+
+
+for _name in COMMAND_MODULES:
+    _module = importlib.import_module(f"sim.commands.{_name}")
+    for _command in _module.COMMANDS:
+        main.add_command(_command)

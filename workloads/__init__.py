@@ -1,0 +1,1 @@
+"""Requests in: trace readers, synthetic generators and presets. Knows nothing of allocators or time."""
