@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 
@@ -23,6 +24,24 @@ FREE_OWNER = -1
 """`Allocator.memory_map` value of a slot that is free."""
 OVERHEAD_OWNER = -2
 """`Allocator.memory_map` value of a slot held by the allocator itself (null block, buddy rounding)."""
+SHARED_OWNER = -3
+"""`Allocator.memory_map` value of a slot in a block that several sequences (or a registered prefix) share."""
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers (blocks needed for ``a`` tokens of ``b`` per block)."""
+    return -(-a // b)
+
+
+def validate_options(*, block_size: int, max_model_len: int, prefix_caching: bool, watermark: float) -> None:
+    """Raise ValueError with a one-line reason for a bad constructor option shared by every allocator."""
+    for name, value in (("block_size", block_size), ("max_model_len", max_model_len)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if prefix_caching not in (True, False):
+        raise ValueError(f"prefix_caching must be True or False, got {prefix_caching!r}")
+    if not 0.0 <= watermark < 1.0:
+        raise ValueError(f"watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +95,7 @@ class Allocator(ABC):
     def __init__(self, capacity: int) -> None:
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
-        self.capacity = capacity
+        self.capacity = int(capacity)
 
     @abstractmethod
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:

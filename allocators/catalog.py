@@ -10,9 +10,14 @@ sheets; the ``source`` field of each entry says which. Users add their own entri
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 GIB = 1024**3
 

@@ -1,1 +1,17 @@
-"""Requests in: trace readers, synthetic generators and presets. Knows nothing of allocators or time."""
+"""Requests in: trace readers, synthetic generators and presets. Knows nothing of allocators or time.
+
+The public surface: `Request`, `Workload`, `TraceError`, `load_trace`, `generate`, `load_preset`, `PRESETS`,
+`write_trace` and `trace_stats`.
+"""
+
+from workloads.errors import TraceError
+from workloads.frames import write_trace
+from workloads.generate import generate
+from workloads.presets import PRESETS, load_preset
+from workloads.readers import FORMATS, load_trace
+from workloads.request import Request
+from workloads.stats import trace_stats
+from workloads.workload import ClosedLoop, Workload
+
+__all__ = ["FORMATS", "PRESETS", "ClosedLoop", "Request", "TraceError", "Workload", "generate", "load_preset",
+           "load_trace", "trace_stats", "write_trace"]

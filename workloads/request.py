@@ -10,6 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from workloads.hashing import mix, mix_array
+
+_HASHES_SEED = 0x6B7673696D2D6873
+"""Namespace of identities built from ``prefix_hashes`` (distinct from group identities)."""
+_GROUP_SEED = 0x6B7673696D2D6770
+"""Namespace of identities built from ``prefix_group``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -41,6 +50,10 @@ class Request:
             raise ValueError(f"request {self.id}: use either n (parallel sampling) or beam_width, not both")
         if not 0 <= self.prefix_len <= self.prompt_tokens:
             raise ValueError(f"request {self.id}: prefix_len must be within the prompt")
+        if self.prefix_hash_tokens < 1:
+            raise ValueError(f"request {self.id}: prefix_hash_tokens must be >= 1")
+        if len(self.prefix_hashes) * self.prefix_hash_tokens >= self.prompt_tokens + self.prefix_hash_tokens:
+            raise ValueError(f"request {self.id}: more prefix_hashes than blocks of the prompt")
 
     @property
     def total_tokens(self) -> int:
@@ -50,3 +63,46 @@ class Request:
     def num_seqs(self) -> int:
         """Sequences the request runs as once decoding starts (samples or beams)."""
         return max(self.n, self.beam_width)
+
+    @property
+    def known_prefix_tokens(self) -> int:
+        """How many leading prompt tokens have a known identity (from hashes if any, else the group)."""
+        if self.prefix_hashes:
+            return min(len(self.prefix_hashes) * self.prefix_hash_tokens, self.prompt_tokens)
+        return self.prefix_len if self.prefix_group is not None else 0
+
+    def block_hashes(self, block_size: int) -> tuple[int, ...]:
+        """Chained hashes of the prompt's full blocks of ``block_size`` tokens whose identity is known.
+
+        Two requests get equal hashes for block ``j`` exactly when their first ``(j + 1) * block_size`` tokens
+        are known to be equal, so a hash stands for the block *and everything before it* (vLLM's chained
+        block hash). Identity comes from ``prefix_hashes`` when present, else from ``prefix_group``::
+
+            prefix_hashes (unit H=512):  | h0 ............ | h1 ............ | h2 ..(partial)  |prompt end
+            blocks (B=16):               |b0|b1|...              ...  |bk| (a block past the prompt end,
+                                                                             or crossing it, is not known)
+
+        Each unit's content is chained to its parents (``c_u = mix(c_{u-1}, h_u)``), and block ``j``, which
+        ends at token ``e = (j + 1) * B`` inside unit ``u``, hashes ``(c_u, e - u * H)``: the prefix up to ``e``
+        is unit ``u`` with all its parents plus ``e - u * H`` of its tokens. This handles B < H (sub-block k of
+        hash h) and B > H (a block spanning several units) alike, and vectorises over blocks. The last unit of
+        a request usually covers only up to the prompt length, so only blocks fully inside
+        ``known_prefix_tokens`` get a hash.
+        """
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        num_blocks = self.known_prefix_tokens // block_size
+        if num_blocks == 0:
+            return ()
+        ends = np.arange(1, num_blocks + 1, dtype=np.int64) * block_size
+        if self.prefix_hashes:
+            unit_size = self.prefix_hash_tokens
+            units = (ends - 1) // unit_size
+            chain = [0] * (int(units[-1]) + 1)
+            parent = _HASHES_SEED
+            for u in range(len(chain)):
+                parent = chain[u] = mix(parent, self.prefix_hashes[u])
+            hashed = mix_array(np.array(chain, dtype=np.uint64)[units], ends - units * unit_size)
+        else:
+            hashed = mix_array(mix(_GROUP_SEED, self.prefix_group), ends)
+        return tuple((hashed >> np.uint64(1)).tolist())

@@ -1,0 +1,99 @@
+"""The free-block queue of the paged allocators: an intrusive doubly linked list over block ids.
+
+Why a linked list and not a deque: with prefix caching a free block may still be *hit* by a new request
+(its hash survives until the block is handed out again), and a hit must take that block out of the middle
+of the queue in O(1). Why this order: the queue *is* the eviction order. New blocks are popped from the
+head (least recently freed); freed blocks are appended at the tail, so a cached block survives as long as
+possible. vLLM v1's ``FreeKVCacheBlockQueue`` makes the same choice.
+
+The links live in two int lists indexed by block id (``prev``/``next``), not in per-block objects, so
+popping or appending touches a handful of list slots and allocates nothing. Two sentinel ids (``num_blocks``
+for the head, ``num_blocks + 1`` for the tail) remove the empty-list special cases::
+
+    HEAD <-> b3 <-> b7 <-> b1 <-> TAIL      popleft() -> b3;  append(b9): ... b1 <-> b9 <-> TAIL
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+_NOT_QUEUED = -1
+
+
+class FreeBlockQueue:
+    """Free block ids in eviction order (head first). ``num_free`` is kept exact on every operation."""
+
+    __slots__ = ("_prev", "_next", "_head", "_tail", "num_free")
+
+    def __init__(self, num_blocks: int, block_ids: Iterable[int] = ()) -> None:
+        """A queue able to hold ids ``0 .. num_blocks-1``, initially holding ``block_ids`` in that order."""
+        self._head = num_blocks
+        self._tail = num_blocks + 1
+        self._prev = [_NOT_QUEUED] * (num_blocks + 2)
+        self._next = [_NOT_QUEUED] * (num_blocks + 2)
+        self._next[self._head] = self._tail
+        self._prev[self._tail] = self._head
+        self.num_free = 0
+        for block_id in block_ids:
+            self.append(block_id)
+
+    def __len__(self) -> int:
+        return self.num_free
+
+    def __contains__(self, block_id: int) -> bool:
+        return self._prev[block_id] != _NOT_QUEUED
+
+    def __iter__(self) -> Iterator[int]:
+        """Free ids from head (next to be evicted) to tail."""
+        nxt, tail = self._next, self._tail
+        block_id = nxt[self._head]
+        while block_id != tail:
+            yield block_id
+            block_id = nxt[block_id]
+
+    def popleft(self) -> int:
+        """Remove and return the head: the block to hand out (and evict from the cache) next."""
+        block_id = self._next[self._head]
+        if block_id == self._tail:
+            raise IndexError("no free blocks")
+        self.remove(block_id)
+        return block_id
+
+    def remove(self, block_id: int) -> None:
+        """Unlink a block from anywhere in the queue (a prefix-cache hit on a free block)."""
+        prev, nxt = self._prev, self._next
+        before, after = prev[block_id], nxt[block_id]
+        if before == _NOT_QUEUED:
+            raise ValueError(f"block {block_id} is not in the free queue")
+        nxt[before] = after
+        prev[after] = before
+        prev[block_id] = nxt[block_id] = _NOT_QUEUED
+        self.num_free -= 1
+
+    def append(self, block_id: int) -> None:
+        """Put a freed block at the tail: it is evicted last."""
+        prev, nxt, tail = self._prev, self._next, self._tail
+        if prev[block_id] != _NOT_QUEUED:
+            raise ValueError(f"block {block_id} is already in the free queue")
+        last = prev[tail]
+        nxt[last] = block_id
+        prev[block_id] = last
+        nxt[block_id] = tail
+        prev[tail] = block_id
+        self.num_free += 1
+
+    def check(self) -> list[int]:
+        """Walk the links both ways, assert they agree with each other and with ``num_free``; return the ids."""
+        forward = list(self)
+        backward = []
+        block_id = self._prev[self._tail]
+        while block_id != self._head:
+            backward.append(block_id)
+            block_id = self._prev[block_id]
+            assert len(backward) <= self.num_free, "free queue: backward walk longer than num_free"
+        assert forward == backward[::-1], "free queue: forward and backward links disagree"
+        assert len(forward) == self.num_free, f"free queue: {len(forward)} linked but num_free={self.num_free}"
+        assert len(set(forward)) == len(forward), "free queue: a block is linked twice"
+        linked = {b for b in range(len(self._prev) - 2) if self._prev[b] != _NOT_QUEUED}
+        assert linked == set(forward), "free queue: stale links on blocks outside the queue"
+        return forward

@@ -1,0 +1,306 @@
+"""The paged allocator: vLLM v1's KV cache manager (``anchors.md`` section 5), block for block.
+
+All ``capacity // block_size`` blocks exist from the start; block 0 is a reserved null block, so a pool of N
+blocks has N-1 usable (the null block and ``capacity % block_size`` are allocator overhead). Each sequence
+has a block table (a list of block ids, append-only); free blocks sit in a `FreeBlockQueue` whose order is
+the eviction order.
+
+Automatic prefix caching (``prefix_caching=True``): ``block_hashes`` given to `admit` are chained hashes of
+the prompt's full blocks. A full block is cached under its hash when it is allocated; a freed cached block
+keeps its hash, and can still be hit, until it is popped for reuse (lazy eviction). Hits are taken off the
+free queue before new blocks are popped, so a request never evicts its own hits, and a lookup never covers
+the last prompt token (its logits must be computed)::
+
+    prompt: |  block 0  |  block 1  |  block 2  |last|     hashes h0 h1 h2; 3 * 16 + 5 = 53 tokens
+    cache:  |  hit h0   |  hit h1   |  hit h2   |new |     cached_tokens = 48; one new block
+
+Reference counts count the sequences (and, in `PagedCowAllocator`, registered prefixes) holding a block.
+Only full blocks are ever shared here (prefix-cache hits); a fork copies every block.
+
+Hot path: `grow` touches only the sequence's record while the last block has room; block structures are
+touched when a block boundary is crossed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from allocators.base import (
+    FREE_OWNER,
+    OVERHEAD_OWNER,
+    SHARED_OWNER,
+    Admission,
+    Allocator,
+    Copy,
+    MemoryBreakdown,
+    cdiv,
+    validate_options,
+)
+from allocators.free_queue import FreeBlockQueue
+from allocators.placement import PLACEMENTS
+from allocators.prefix_cache import PrefixCache
+
+
+class SeqBlocks:
+    """One sequence: its block table, tokens, final length, and the two cached facts of its last block
+    (``room``: slots writable without allocator work; ``res``: slots it will still fill there)."""
+
+    __slots__ = ("table", "tokens", "final", "room", "res", "hashes", "num_hashed")
+
+    def __init__(self, table: list[int], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
+        self.table, self.tokens, self.final = table, tokens, final
+        self.room = self.res = 0
+        self.hashes = hashes
+        self.num_hashed = 0  # leading blocks whose hash has been settled (cached, hit or skipped)
+
+
+class PagedAllocator(Allocator):
+    """Fixed-size blocks allocated on demand (vLLM). ``fork`` copies every block (no sharing)."""
+
+    name = "paged"
+
+    def __init__(
+        self,
+        capacity_slots: int,
+        *,
+        block_size: int = 16,
+        max_model_len: int = 2048,
+        placement: str = "buddy",
+        prefix_caching: bool = False,
+        watermark: float = 0.0,
+    ) -> None:
+        super().__init__(capacity_slots)
+        validate_options(block_size=block_size, max_model_len=max_model_len, prefix_caching=prefix_caching,
+                         watermark=watermark)
+        if placement not in PLACEMENTS:  # unused by paged allocation, but a typo should not pass silently
+            raise ValueError(f"unknown placement {placement!r}; valid choices: {', '.join(PLACEMENTS)}")
+        self.block_size = int(block_size)
+        self.max_model_len = int(max_model_len)
+        self.prefix_caching = bool(prefix_caching)
+        self.num_blocks = self.capacity // self.block_size
+        if self.num_blocks < 2:
+            raise ValueError(f"{capacity_slots} slots hold {self.num_blocks} block(s) of {block_size}; the paged "
+                             "allocator needs at least 2 (block 0 is the reserved null block)")
+        self.num_usable_blocks = self.num_blocks - 1
+        self.watermark_blocks = int(watermark * self.num_blocks)
+        self.overhead_slots = self.block_size + self.capacity % self.block_size
+        self._ref = [0] * self.num_blocks  # holders of each block (sequences + prefix pins); null block 0
+        self._pins = [0] * self.num_blocks  # registered-prefix references (copy-on-write subclass)
+        self._cache = PrefixCache(self.num_blocks)
+        self._registry: dict[int, int] = {}  # registered-prefix hash -> block id (copy-on-write subclass)
+        self._free = FreeBlockQueue(self.num_blocks, range(1, self.num_blocks))
+        self._seqs: dict[int, SeqBlocks] = {}
+        self._num_token_slots = 0
+        self._reserved = 0
+        self._shared_saved = 0
+
+    # -- queries ---------------------------------------------------------------------------------------
+    def block_table(self, seq_id: int) -> tuple[int, ...]:
+        return tuple(self._seqs[seq_id].table)
+
+    def ref_count(self, block_id: int) -> int:
+        return self._ref[block_id]
+
+    def block_hash(self, block_id: int) -> int | None:
+        return self._cache.block_hash[block_id]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._free.num_free
+
+    def free_block_ids(self) -> list[int]:
+        """Free blocks in eviction order (next to be handed out first)."""
+        return list(self._free)
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._seqs[seq_id].tokens
+
+    def headroom(self, seq_id: int) -> int:
+        return self._seqs[seq_id].room
+
+    def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
+        """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""
+        hits: list[int] = []
+        for i in range(min(len(block_hashes), (num_tokens - 1) // self.block_size)):
+            h = block_hashes[i]
+            block = self._registry.get(h)
+            if block is None and self.prefix_caching:
+                block = self._cache.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        return len(self._lookup(block_hashes, num_tokens)) * self.block_size
+
+    def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
+        admit_limit = self.num_usable_blocks - self.watermark_blocks
+        if cdiv(num_tokens, self.block_size) > admit_limit:
+            return (f"{self.name}: {num_tokens} tokens need {cdiv(num_tokens, self.block_size)} blocks but at most "
+                    f"{admit_limit} can be admitted ({self.num_usable_blocks} usable, watermark "
+                    f"{self.watermark_blocks})")
+        need = cdiv(max(num_tokens, final_tokens), self.block_size)
+        if need > self.num_usable_blocks:
+            return (f"{self.name}: needs {need} blocks of {self.block_size} at its final length "
+                    f"{max(num_tokens, final_tokens)} but the pool has only {self.num_usable_blocks} usable")
+        return None
+
+    # -- state changes ---------------------------------------------------------------------------------
+    def _pop_block(self) -> int:
+        """Hand out the head of the free queue, evicting its cached hash (lazy eviction ends here)."""
+        block = self._free.popleft()
+        self._cache.evict(block)
+        self._ref[block] = 1
+        return block
+
+    def _settle_last_block(self, s: SeqBlocks) -> None:
+        """Recompute the exclusive last block's room and reservation after the table or tokens changed."""
+        self._reserved -= s.res
+        held = len(s.table) * self.block_size
+        s.room = held - s.tokens
+        s.res = max(0, min(s.final, held) - s.tokens)
+        self._reserved += s.res
+
+    def _cache_full_blocks(self, s: SeqBlocks) -> None:
+        full = min(s.tokens // self.block_size, len(s.hashes))
+        hashed = self._cache.block_hash
+        for i in range(s.num_hashed, full):
+            block = s.table[i]
+            if hashed[block] is None and not self._pins[block]:  # hits and registered blocks are known already
+                self._cache.insert(block, s.hashes[i])
+        s.num_hashed = max(s.num_hashed, full)
+
+    def admit(
+        self,
+        seq_id: int,
+        num_tokens: int,
+        *,
+        final_tokens: int,
+        max_total_tokens: int | None = None,
+        block_hashes: Sequence[int] = (),
+    ) -> Admission | None:
+        if seq_id in self._seqs:
+            raise ValueError(f"sequence {seq_id} is already allocated")
+        if num_tokens <= 0:
+            raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
+        hits = self._lookup(block_hashes, num_tokens)
+        num_new = cdiv(num_tokens, self.block_size) - len(hits)
+        ref = self._ref
+        num_evictable_hits = sum(1 for b in hits if ref[b] == 0)
+        if num_new + num_evictable_hits > self._free.num_free - self.watermark_blocks:
+            return None
+        bs = self.block_size
+        for b in hits:  # touch the hits first so that popping new blocks cannot evict them
+            if ref[b] == 0:
+                self._free.remove(b)
+                self._num_token_slots += bs
+            elif ref[b] > self._pins[b]:
+                self._shared_saved += bs
+            ref[b] += 1
+        table = hits + [self._pop_block() for _ in range(num_new)]
+        hashes = tuple(block_hashes) if self.prefix_caching else ()
+        s = SeqBlocks(table, num_tokens, final_tokens, hashes)
+        s.num_hashed = len(hits)
+        self._seqs[seq_id] = s
+        self._num_token_slots += num_tokens - len(hits) * bs
+        self._settle_last_block(s)
+        if hashes:
+            self._cache_full_blocks(s)
+        return Admission(cached_tokens=len(hits) * bs)
+
+    def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
+        s = self._seqs[seq_id]
+        if 0 < num_tokens < s.room:  # fast path: stays inside the last block, no block structure touched
+            s.room -= num_tokens
+            s.tokens += num_tokens
+            self._num_token_slots += num_tokens
+            res = s.res
+            if res:
+                used = res if res < num_tokens else num_tokens
+                s.res = res - used
+                self._reserved -= used
+            return ()
+        return self._grow_slow(seq_id, s, num_tokens)
+
+    def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
+        """Growth that fills the last block or crosses into new blocks (all or nothing)."""
+        if num_tokens <= 0:
+            if num_tokens == 0:
+                return ()
+            raise ValueError(f"sequence {seq_id}: cannot grow by {num_tokens} tokens")
+        num_new = cdiv(s.tokens + num_tokens, self.block_size) - len(s.table)
+        if num_new > self._free.num_free:
+            return None
+        s.table.extend(self._pop_block() for _ in range(num_new))
+        s.tokens += num_tokens
+        self._num_token_slots += num_tokens
+        self._settle_last_block(s)
+        if s.num_hashed < len(s.hashes):
+            self._cache_full_blocks(s)
+        return ()
+
+    def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
+        """Without copy-on-write the child gets private blocks and every parent block is copied."""
+        if child_id in self._seqs:
+            raise ValueError(f"sequence {child_id} is already allocated")
+        parent = self._seqs[parent_id]
+        if len(parent.table) > self._free.num_free:
+            return None
+        table = [self._pop_block() for _ in parent.table]
+        child = SeqBlocks(table, parent.tokens, final_tokens)
+        self._seqs[child_id] = child
+        self._num_token_slots += parent.tokens
+        self._settle_last_block(child)
+        return tuple(zip(parent.table, table, strict=True))
+
+    def free(self, seq_id: int) -> int:
+        s = self._seqs.pop(seq_id)
+        bs, ref, pins = self.block_size, self._ref, self._pins
+        self._reserved -= s.res
+        tail_fill = s.tokens - (len(s.table) - 1) * bs
+        for i in range(len(s.table) - 1, -1, -1):  # tail first: the chain's end is evicted first
+            b = s.table[i]
+            ref[b] -= 1
+            if ref[b] == 0:
+                self._free.append(b)
+                self._num_token_slots -= tail_fill if i == len(s.table) - 1 else bs
+            elif ref[b] > pins[b]:
+                self._shared_saved -= bs
+        return len(s.table) * bs
+
+    # -- accounting ------------------------------------------------------------------------------------
+    def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
+        bs = self.block_size
+        used = self.num_usable_blocks - self._free.num_free
+        free = self._free.num_free * bs
+        return MemoryBreakdown(
+            capacity=self.capacity,
+            token_states=self._num_token_slots,
+            reservation=self._reserved,
+            internal_frag=used * bs - self._num_token_slots - self._reserved,
+            external_frag=self.overhead_slots + (free if waiting else 0),
+            free=0 if waiting else free,
+            used_blocks=used,
+            total_blocks=self.num_usable_blocks,
+            shared_saved=self._shared_saved,
+        )
+
+    def memory_map(self) -> np.ndarray:
+        bs = self.block_size
+        owners = np.full(self.capacity, FREE_OWNER, dtype=np.int64)
+        owners[:bs] = OVERHEAD_OWNER
+        owners[self.num_blocks * bs:] = OVERHEAD_OWNER
+        for seq_id, s in self._seqs.items():
+            for b in s.table:
+                owners[b * bs:(b + 1) * bs] = seq_id if self._ref[b] == 1 else SHARED_OWNER
+        for b in self._registry.values():
+            owners[b * bs:(b + 1) * bs] = SHARED_OWNER
+        return owners
+
+    def check_invariants(self) -> None:
+        from allocators.paged_audit import audit_paged
+
+        audit_paged(self)

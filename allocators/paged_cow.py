@@ -1,0 +1,146 @@
+"""Paged allocation with copy-on-write sharing: parallel sampling, beam search and shared prefixes.
+
+`fork` shares every block of the parent (reference count + 1) instead of copying; the first sequence to
+write into a shared, partly filled last block gets a private copy of it first, reported as a ``(src, dst)``
+copy for the cost model to charge. Full blocks are immutable and stay shared until their last holder frees
+them. This is the paper's section 4.4; beam search is fork from the chosen parents plus free of the beams
+that lost.
+
+Shared prefixes (a system prompt or few-shot examples) are registered once with `register_prefix`: their
+blocks are allocated and pinned (the registry holds a reference), and every admission whose
+``block_hashes`` start with them shares those blocks without prefill, whether or not automatic prefix
+caching is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from allocators.base import Copy, cdiv
+from allocators.paged import PagedAllocator, SeqBlocks
+
+
+class PagedCowAllocator(PagedAllocator):
+    """`PagedAllocator` plus copy-on-write forks and pinned shared prefixes."""
+
+    name = "paged-cow"
+
+    def __init__(self, capacity_slots: int, **options: object) -> None:
+        """Same options as `PagedAllocator`."""
+        super().__init__(capacity_slots, **options)
+        self._partial: dict[int, list[int]] = {}  # shared, partly filled tail block -> its sequences
+        self._partial_res: dict[int, int] = {}  # reservation counted for each such block
+
+    def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
+        """Share all the parent's blocks; never needs a free block, so it always succeeds."""
+        if child_id in self._seqs:
+            raise ValueError(f"sequence {child_id} is already allocated")
+        parent = self._seqs[parent_id]
+        bs, ref = self.block_size, self._ref
+        for b in parent.table:
+            ref[b] += 1
+        self._shared_saved += len(parent.table) * bs
+        child = SeqBlocks(list(parent.table), parent.tokens, final_tokens, parent.hashes)
+        child.num_hashed = parent.num_hashed
+        self._seqs[child_id] = child
+        last = parent.table[-1]
+        if parent.tokens % bs:  # the tail is partly filled: freeze it for every sharer until one copies it
+            if last in self._partial:
+                self._reserved -= self._partial_res.pop(last)
+            else:
+                self._reserved -= parent.res
+                parent.res = parent.room = 0
+                self._partial[last] = [parent_id]
+            self._partial[last].append(child_id)
+            self._count_partial(last)
+        return ()
+
+    def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
+        last = s.table[-1]
+        if num_tokens <= 0 or last not in self._partial:
+            return super()._grow_slow(seq_id, s, num_tokens)
+        bs = self.block_size
+        if cdiv(s.tokens + num_tokens, bs) - len(s.table) + 1 > self._free.num_free:
+            return None
+        self._leave_partial(seq_id, last)  # copy the shared tail before writing into it
+        self._ref[last] -= 1
+        self._shared_saved -= bs
+        dst = self._pop_block()
+        s.table[-1] = dst
+        self._num_token_slots += s.tokens % bs
+        self._settle_last_block(s)
+        grown = super()._grow_slow(seq_id, s, num_tokens)
+        assert grown is not None, "free blocks were counted before copying"
+        return ((last, dst), *grown)
+
+    def free(self, seq_id: int) -> int:
+        tail = self._seqs[seq_id].table[-1]
+        if tail in self._partial:
+            self._leave_partial(seq_id, tail)
+        return super().free(seq_id)
+
+    def _leave_partial(self, seq_id: int, block: int) -> None:
+        """Take a sequence off a shared tail; the survivors' reservation is recomputed, and a sole survivor
+        owns the block again (its headroom returns)."""
+        sharers = self._partial[block]
+        sharers.remove(seq_id)
+        self._reserved -= self._partial_res.pop(block)
+        if len(sharers) == 1:
+            del self._partial[block]
+            survivor = self._seqs[sharers[0]]
+            survivor.res = 0
+            self._settle_last_block(survivor)
+        else:
+            self._count_partial(block)
+
+    def _count_partial(self, block: int) -> None:
+        """Reservation of a shared tail: the most any sharer will still fill into it."""
+        sharers = [self._seqs[i] for i in self._partial[block]]
+        held = len(sharers[0].table) * self.block_size
+        res = max(0, max(min(s.final, held) for s in sharers) - sharers[0].tokens)
+        self._partial_res[block] = res
+        self._reserved += res
+
+    def register_prefix(self, block_hashes: Sequence[int]) -> int | None:
+        """Allocate and pin the blocks of a shared prefix (chained hashes of its full blocks).
+
+        Hashes already registered (another prefix with the same start, or a repeat registration) are pinned
+        once more rather than stored twice. Returns the prefix length in tokens, or None (nothing changed)
+        when there are too few free blocks.
+        """
+        new = [h for h in dict.fromkeys(block_hashes) if h not in self._registry]
+        if len(new) > self._free.num_free:
+            return None
+        bs = self.block_size
+        for h in block_hashes:
+            block = self._registry.get(h)
+            if block is None:
+                block = self._pop_block()
+                self._registry[h] = block
+                self._num_token_slots += bs
+            else:
+                self._ref[block] += 1
+            self._pins[block] += 1
+        return len(block_hashes) * bs
+
+    def release_prefix(self, block_hashes: Sequence[int]) -> int:
+        """Drop one registration of a prefix; blocks nobody else holds go back to the free queue (tail
+        first). Returns the slots that stopped being pinned."""
+        missing = [h for h in block_hashes if h not in self._registry]
+        if missing:
+            raise KeyError(f"prefix hash {missing[0]} is not registered")
+        bs, ref = self.block_size, self._ref
+        for h in reversed(block_hashes):
+            block = self._registry[h]
+            self._pins[block] -= 1
+            ref[block] -= 1
+            if self._pins[block] == 0:
+                del self._registry[h]
+            if ref[block] == 0:
+                self._free.append(block)
+                self._num_token_slots -= bs
+        return len(block_hashes) * bs
+
+    @property
+    def registered_blocks(self) -> int:
+        return len(self._registry)

@@ -1,0 +1,73 @@
+"""Simulator speed: the Azure conversation trace and a large synthetic ShareGPT run (wall time, peak memory).
+
+Usage::
+
+    python benchmarks/bench_sim.py azure                 # Azure conv lengths, Poisson 4 req/s, Llama-2-7B
+    python benchmarks/bench_sim.py sharegpt -n 1000000   # the paper's ShareGPT lengths, preset rate
+    python benchmarks/bench_sim.py sharegpt -n 100000 --profile
+
+Peak memory is ``ru_maxrss`` of this process. Results and the commands that produced them are in
+``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import resource
+import time
+from pathlib import Path
+
+AZURE_CONV = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
+AZURE_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_conv_sample.csv"
+
+
+def load(name: str, num_requests: int | None, rate: float | None, seed: int):
+    import workloads
+
+    if name == "azure":
+        path = AZURE_CONV if AZURE_CONV.is_file() else AZURE_SAMPLE
+        return workloads.load_trace(path, arrivals=f"poisson:rate={rate or 4.0:g}", seed=seed)
+    return workloads.load_preset("sharegpt-paper", num_requests=num_requests, rate=rate, seed=seed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload", choices=["azure", "sharegpt"])
+    parser.add_argument("-n", "--num-requests", type=int, default=1_000_000)
+    parser.add_argument("--rate", type=float)
+    parser.add_argument("--allocator", default="paged")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+
+    from sim.config import SimConfig
+    from sim.runner import run_simulation
+
+    t0 = time.perf_counter()
+    workload = load(args.workload, args.num_requests, args.rate, args.seed)
+    t1 = time.perf_counter()
+    if args.workload == "azure":
+        config = SimConfig(allocator=args.allocator, model="llama-2-7b", gpu="a100-40gb", seed=args.seed)
+    else:
+        config = SimConfig(allocator=args.allocator, model="opt-13b", gpu="a100-40gb", kv_gib=12.0, seed=args.seed)
+    if args.profile:
+        profiler = cProfile.Profile()
+        result = profiler.runcall(run_simulation, config, workload)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    else:
+        result = run_simulation(config, workload)
+    t2 = time.perf_counter()
+    s = result.summary
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"workload {args.workload}: {len(workload)} requests ({s['workload_source']})")
+    print(f"load {t1 - t0:.2f} s, simulate {t2 - t1:.2f} s (summary wall_time_s {s['wall_time_s']:.2f}), "
+          f"peak RSS {peak_mib:.0f} MiB, {len(result.steps)} step rows")
+    print(f"completed {s['completed']}, rejected {s['rejected']}, preemptions {s['preemptions']}, "
+          f"sim time {s['sim_time_s']:.0f} s, mean running {s['mean_running']:.1f}, "
+          f"throughput {s['throughput_tok_s']:.0f} tok/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run every GPU check and a quick Llama-3-8B calibration, writing CSVs and the table into DIR.
+# Usage: gpu_validation/run_on_gpu.sh DIR [--device cpu] [--quick] [--no-compile-flex]
+# Needs python3 with torch (and triton for the Triton kernel); kvsim need not be installed.
+set -euo pipefail
+if [ $# -lt 1 ]; then
+    echo "usage: $0 DIR [run_all options]" >&2
+    exit 2
+fi
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+exec python3 -m gpu_validation.run_all "$@"

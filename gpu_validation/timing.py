@@ -1,0 +1,68 @@
+"""Timing one call the way a step would see it: warm-up, repeats, the median, caches cold.
+
+On a GPU each repeat is bracketed by CUDA events, and a 256 MiB buffer is overwritten before it (outside the
+events) so the call's inputs are not left over in L2 from the previous repeat: inside a real step, the
+other layers' weights flush L2 between two calls of one kernel. On CPU it is ``time.perf_counter`` around a
+call (torch CPU ops are synchronous) and no flush, since CPU caches are small against anything timed.
+The median is reported: one slow repeat (a page fault, a clock change) should not move a calibration.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+FLUSH_BYTES = 256 * 1024**2
+
+
+class Timer:
+    """Median seconds of ``fn()`` on ``device`` after ``warmup`` untimed calls."""
+
+    def __init__(self, device: str | torch.device, *, warmup: int = 3, repeats: int = 10) -> None:
+        if warmup < 0 or repeats < 1:
+            raise ValueError(f"need warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
+        self.device = torch.device(device)
+        self.warmup, self.repeats = warmup, repeats
+        self._flush = None
+        if self.device.type == "cuda":
+            self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        for _ in range(self.warmup):
+            fn()
+        if self._flush is None:
+            times = []
+            for _ in range(self.repeats):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times)
+        times = []
+        for _ in range(self.repeats):
+            self._flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
+
+
+def copy_bandwidth(device: str | torch.device, nbytes: int, timer: Timer) -> float:
+    """Bytes per second of a device-to-device copy of ``nbytes`` (read plus write counted)."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    seconds = timer(lambda: dst.copy_(src))
+    return 2 * nbytes / seconds
+
+
+def matmul_flops(device: str | torch.device, dtype: torch.dtype, n: int, timer: Timer) -> float:
+    """FLOP/s of an ``n x n x n`` matrix product, the best the device does on dense work."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    seconds = timer(lambda: a @ b)
+    return 2 * n**3 / seconds

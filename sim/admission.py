@@ -1,0 +1,253 @@
+"""Sequence-group mechanics under the scheduler: placing a group in memory, starting and stopping it.
+
+A group is placed, preempted and freed whole. Placement admits its first sequence with the prompt (plus, for
+a single sequence being recomputed, the tokens it had generated); a group that had already forked is
+re-placed as its ``n`` sequences (fork, then grow each by its generated tokens). When an allocator call
+finds no room, `until_fits` preempts the latest admitted group, as vLLM does, until the call succeeds or the
+group itself was the victim. Preemption either recomputes (free, requeue at the front, prefill prompt and
+generated tokens again) or swaps (free, park the slots in a CPU swap space, copy them back before resuming);
+a full swap space falls back to recompute. A group preempted while it was the only one running can never
+fit and is rejected, so nothing loops forever.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from allocators.base import Allocator, cdiv
+from sim.decode_set import DecodeSet
+from sim.sequence_group import REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
+
+
+class GroupMechanics:
+    """State shared by the scheduler's steps: queues, decode set, completion heap, counters."""
+
+    def __init__(self, alloc: Allocator, sink, *, continuous: bool = True, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 2048, chunked_prefill: bool = True, preemption: str = "recompute",
+                 swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
+                 rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8) -> None:
+        self.alloc = alloc
+        self.sink = sink  # receives finish(group, t) and reject(group, reason, t)
+        self.continuous = continuous
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens if continuous else 1 << 62
+        self.chunked = chunked_prefill and continuous
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.swap = preemption == "swap"
+        self.swap_slots, self.swap_used = swap_slots, 0
+        self.max_model_len = max_model_len
+        self.lazy = lazy
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.beam_keep_prob = beam_keep_prob
+        self.copy_block = max(1, alloc.block_size)
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []
+        self.running_seqs = 0
+        self.live: dict[int, SequenceGroup] = {}
+        self.owner: dict[int, SequenceGroup] = {}
+        self.decode = DecodeSet(lazy)
+        self.completions: list[tuple[int, int, int]] = []  # (last step, group index, epoch)
+        self.joiners: list[SequenceGroup] = []
+        self.step = 0
+        self.now = 0.0
+        self.memory_blocked = False
+        self.num_preemptions = 0
+        self.registered_prefixes: set[int] = set()
+        self._next_seq = 0
+        self.plan = None
+
+    # -- admission ---------------------------------------------------------------------------------------
+    def never_runs(self, group: SequenceGroup) -> str | None:
+        """Why a request can never run under this configuration, or None."""
+        if group.final_tokens > self.max_model_len:
+            return f"prompt + output = {group.final_tokens} tokens exceeds max_model_len {self.max_model_len}"
+        if group.num_seqs > self.max_num_seqs:
+            return f"needs {group.num_seqs} sequences but max_num_seqs is {self.max_num_seqs}"
+        if not self.chunked and self.continuous and group.prompt > self.max_num_batched_tokens:
+            return (f"prompt of {group.prompt} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens} "
+                    "with chunked prefill off")
+        return self.alloc.never_fits(group.prompt, final_tokens=group.final_tokens, max_total_tokens=group.max_total)
+
+    def prefill_need(self, group: SequenceGroup) -> int:
+        """Prefill tokens the group would compute if admitted now (prefix-cache hits excluded)."""
+        if group.state == SWAPPED:
+            return group.prefill_remaining
+        cached = self.alloc.num_cached_tokens(group.hashes, group.prompt) if group.hashes else 0
+        return group.prefill_target - min(cached, group.prefill_target - 1)
+
+    def new_seq(self, group: SequenceGroup) -> int:
+        seq_id = self._next_seq
+        self._next_seq += 1
+        self.owner[seq_id] = group
+        group.seq_ids.append(seq_id)
+        return seq_id
+
+    def place_group(self, group: SequenceGroup) -> bool:
+        """Put a waiting or swapped group's sequences in memory; False (nothing changed) if they do not fit."""
+        alloc, plan = self.alloc, self.plan
+        self.register_prefix(group)
+        multi = group.forked and group.num_seqs > 1
+        first = self.new_seq(group)
+        tokens = group.prompt + (0 if multi else group.generated)
+        admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
+                                block_hashes=group.hashes)
+        copies = 0
+        ok = admission is not None
+        if ok and multi:
+            for _ in range(group.num_seqs - 1):
+                made = alloc.fork(first, self._next_seq, final_tokens=group.final_tokens)
+                if made is None:
+                    ok = False
+                    break
+                self.new_seq(group)
+                copies += len(made)
+            for seq_id in group.seq_ids if ok and group.generated else ():
+                made = alloc.grow(seq_id, group.generated)
+                if made is None:
+                    ok = False
+                    break
+                copies += len(made)
+        if not ok:
+            for seq_id in group.seq_ids[1 if admission is None else 0:]:
+                alloc.free(seq_id)
+            for seq_id in group.seq_ids:
+                del self.owner[seq_id]
+            group.seq_ids = []
+            return False
+        plan.copies += copies
+        if group.state == SWAPPED:
+            plan.swap_blocks += cdiv(group.swapped_slots, self.copy_block)
+            self.swap_used -= group.swapped_slots
+            group.swapped_slots = 0
+        else:
+            group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
+        if group.admitted_s < 0:
+            group.admitted_s = self.now
+        group.state = RUNNING
+        group.epoch += 1
+        self.running.append(group)
+        self.running_seqs += group.num_seqs
+        return True
+
+    def register_prefix(self, group: SequenceGroup) -> None:
+        """Shared prefixes (a prefix group) are registered once with allocators that support it (paged-cow)."""
+        register = getattr(self.alloc, "register_prefix", None)
+        if register is None or not group.hashes or group.prefix_group is None:
+            return
+        if group.prefix_group not in self.registered_prefixes and register(group.hashes) is not None:
+            self.registered_prefixes.add(group.prefix_group)
+
+    # -- running -------------------------------------------------------------------------------------------
+    def schedule_chunk(self, group: SequenceGroup, chunk: int) -> None:
+        self.plan.chunks.append((group, chunk))
+        if chunk >= group.prefill_remaining:
+            self.start_decode(group, from_prefill=True)
+
+    def start_decode(self, group: SequenceGroup, *, from_prefill: bool) -> None:
+        """The group produces a token this step: fork its samples or beams if new, and give every sequence a
+        slot for the token. Joins the decode set (or, for beams, the eager per-step path)."""
+        alloc, plan, step = self.alloc, self.plan, self.step
+        if not group.forked and group.num_seqs > 1:
+            first = group.seq_ids[0]
+            for _ in range(group.num_seqs - 1):
+                child = self._next_seq  # registered only once the fork succeeded
+                made = self.until_fits(group, lambda c=child: alloc.fork(first, c, final_tokens=group.final_tokens))
+                if made is None:
+                    return
+                self.new_seq(group)
+                plan.copies += len(made)
+            group.forked = True
+        for seq_id in list(group.seq_ids):
+            made = self.until_fits(group, lambda s=seq_id: alloc.grow(s, 1))
+            if made is None:
+                return
+            plan.copies += len(made)
+        group.base = step - group.generated
+        if from_prefill:
+            self.joiners.append(group)
+        if not group.beam:
+            tokens = group.prompt + group.generated + 1
+            for seq_id in group.seq_ids:
+                self.decode.join(seq_id, tokens, alloc.headroom(seq_id), step + 1)
+        heapq.heappush(self.completions, (group.base + group.output - 1, group.index, group.epoch))
+
+    def until_fits(self, group: SequenceGroup, action: Callable[[], object]) -> object:
+        """Run an allocator call, preempting the latest admitted group while it returns None. Returns the
+        call's result, or None if ``group`` itself had to be preempted."""
+        while True:
+            result = action()
+            if result is not None:
+                return result
+            victim = self.running[-1]
+            self.preempt(victim)
+            if victim is group:
+                return None
+
+    def release(self, group: SequenceGroup) -> int:
+        """Free every sequence of the group; returns the slots released."""
+        slots = 0
+        decode, alloc = self.decode, self.alloc
+        for seq_id in group.seq_ids:
+            if seq_id in decode:
+                decode.leave(seq_id)
+            slots += alloc.free(seq_id)
+            del self.owner[seq_id]
+        group.seq_ids = []
+        return slots
+
+    def preempt(self, victim: SequenceGroup) -> None:
+        if victim.base >= 0:
+            victim.generated = self.step - victim.base
+            victim.base = -1
+        slots = self.release(victim)
+        self.running.remove(victim)
+        self.running_seqs -= victim.num_seqs
+        victim.epoch += 1
+        victim.preemptions += 1
+        self.num_preemptions += 1
+        self.plan.preempted += 1
+        if not self.running:
+            self.reject(victim, "needs more KV memory than the whole pool while running alone", self.now)
+            return
+        if self.swap and self.swap_used + slots <= self.swap_slots:
+            victim.state = SWAPPED
+            victim.swapped_slots = slots
+            self.swap_used += slots
+            self.plan.swap_blocks += cdiv(slots, self.copy_block)
+        else:
+            victim.state = WAITING
+            g = victim.generated
+            victim.prefill_target = victim.prompt + (g * victim.num_seqs if victim.forked else g)
+            victim.prefill_done = 0
+            if not self.chunked and self.continuous and victim.prefill_target > self.max_num_batched_tokens:
+                self.reject(victim, f"recompute needs {victim.prefill_target} prefill tokens, more than "
+                                    f"max_num_batched_tokens with chunked prefill off", self.now)
+                return
+        self.waiting.appendleft(victim)
+
+    def reject(self, group: SequenceGroup, reason: str, now: float) -> None:
+        group.state = REJECTED
+        self.live.pop(group.index, None)
+        self.sink.reject(group, reason, now)
+
+    # -- beam search -------------------------------------------------------------------------------------
+    def beam_running(self) -> bool:
+        return any(g.beam for g in self.running)
+
+    def beam_decoders(self, with_context: bool = False):
+        seqs = context = 0
+        step = self.step
+        for g in self.running:
+            if g.beam and g.base >= 0 and g not in self.joiners:
+                seqs += g.num_seqs
+                context += g.num_seqs * (g.prompt + step - g.base)
+        return (seqs, context) if with_context else seqs
+
+    def beam_step(self, group: SequenceGroup) -> None:
+        from sim.beam import beam_step
+
+        beam_step(self, group)

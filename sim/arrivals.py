@@ -1,0 +1,81 @@
+"""`ArrivalSource`: turns a workload's rows into `SequenceGroup`s at their arrival times.
+
+Open loop: rows arrive at their ``arrival_time_s``. Closed loop (`workloads.workload.ClosedLoop`): ``users``
+requests are in flight at once; when one finishes (or is rejected) the next row arrives ``think_time_s``
+later, so arrival times come from the simulation itself and are recorded as they happen.
+
+Prefix identities (``block_hashes``) are only computed when the allocator can use them (a paged allocator
+with prefix caching, or one with shared-prefix registration): building them costs a `Request` per row.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from sim.sequence_group import SequenceGroup
+
+
+class ArrivalSource:
+    """Delivers requests due at or before a time; knows the next arrival time."""
+
+    def __init__(self, workload, *, block_size: int, want_hashes: bool, start_s: float = 0.0) -> None:
+        self.workload = workload
+        self.size = len(workload)
+        self.cursor = 0
+        self.block_size = block_size
+        self.times = workload.arrival_time_s
+        self.closed = getattr(workload, "closed_loop", None)
+        self.want_hashes = want_hashes and self._has_identity(workload)
+        self.released: list[float] = []  # closed loop: heap of times a user sends its next request
+        if self.closed is not None:
+            self.released = [start_s] * min(self.closed.users, self.size)
+        self.arrival_s = np.array(self.times, dtype=np.float64)  # actual arrivals (closed loop fills them in)
+
+    @staticmethod
+    def _has_identity(workload) -> bool:
+        groups = getattr(workload, "prefix_group", None)
+        has_groups = groups is not None and bool((np.asarray(groups) >= 0).any())
+        return has_groups or bool(getattr(workload, "has_prefix_hashes", False))
+
+    def next_time(self) -> float | None:
+        if self.cursor >= self.size:
+            return None
+        if self.closed is not None:
+            return self.released[0] if self.released else None
+        return float(self.times[self.cursor])
+
+    def on_done(self, t: float) -> None:
+        """A request left the system (closed loop: its user thinks, then sends the next one)."""
+        if self.closed is not None and self.cursor + len(self.released) < self.size:
+            heapq.heappush(self.released, t + self.closed.think_time_s)
+
+    def deliver(self, now: float, sched) -> None:
+        """Hand every request due at or before ``now`` to the scheduler, in order."""
+        while self.cursor < self.size:
+            if self.closed is not None:
+                if not self.released or self.released[0] > now:
+                    return
+                t = heapq.heappop(self.released)
+            else:
+                t = float(self.times[self.cursor])
+                if t > now:
+                    return
+            i = self.cursor
+            self.cursor += 1
+            self.arrival_s[i] = t
+            sched.add(self.make_group(i, t), t)
+
+    def make_group(self, i: int, t: float) -> SequenceGroup:
+        w = self.workload
+        prompt, output = int(w.prompt_tokens[i]), int(w.output_tokens[i])
+        max_tokens, group_id = int(w.max_tokens[i]), int(w.prefix_group[i])
+        hashes: tuple[int, ...] = ()
+        if self.want_hashes:
+            hashes = w[i].block_hashes(self.block_size)
+        return SequenceGroup(
+            i, int(w.ids[i]), t, prompt, output, n=int(w.n[i]), beam_width=int(w.beam_width[i]),
+            max_total=prompt + max_tokens if max_tokens >= 0 else None, hashes=hashes,
+            prefix_group=group_id if group_id >= 0 else None,
+        )

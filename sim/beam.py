@@ -1,0 +1,54 @@
+"""Beam search as a memory process: every step each beam picks a parent, children fork, losers are freed.
+
+Which beams survive depends on token probabilities kvsim does not have, so the choice is a documented, seeded
+stochastic model: at each decode step beam ``i`` keeps its own lineage with probability ``beam_keep_prob``
+(``SimConfig.beam_keep_prob``, default 0.8), and otherwise continues a uniformly random beam among the ``k``
+(possibly itself). A beam that continues another is forked from it (sharing its blocks under copy-on-write)
+and its old sequence is freed; every beam then appends its token, which copies a shared last block on write.
+This reproduces the block sharing of the paper's Fig. 9: long shared prefixes, short divergent tails.
+
+Because the block tables change every step, beam groups are stepped token by token: while one runs, the
+engine takes no multi-step decode fast-forward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.sequence_group import RUNNING, SequenceGroup
+
+
+def choose_parents(rng: np.random.Generator, k: int, keep_prob: float) -> np.ndarray:
+    """Parent index of each of ``k`` beams for the next token (``i`` itself means no change)."""
+    keep = rng.random(k) < keep_prob
+    other = rng.integers(0, k, size=k)
+    return np.where(keep, np.arange(k), other)
+
+
+def beam_step(sched, group: SequenceGroup) -> None:
+    """Re-pick parents, fork and free, then give every beam a slot for this step's token. On a failed
+    allocator call the latest admitted group is preempted (`until_fits`); if that is ``group``, stop."""
+    alloc, plan = sched.alloc, sched.plan
+    parents = choose_parents(sched.rng, group.num_seqs, sched.beam_keep_prob).tolist()
+    old = list(group.seq_ids)
+    beams = list(old)
+    for j, parent in enumerate(parents):
+        if parent == j:
+            continue
+        child = sched._next_seq  # registered only once the fork succeeded
+        made = sched.until_fits(group, lambda p=old[parent], c=child: alloc.fork(p, c, final_tokens=group.final_tokens))
+        if made is None:
+            return
+        sched.new_seq(group)
+        plan.copies += len(made)
+        beams[j] = child
+    for j, parent in enumerate(parents):
+        if parent != j:
+            alloc.free(old[j])
+            del sched.owner[old[j]]
+    group.seq_ids = beams
+    for seq_id in beams:
+        made = sched.until_fits(group, lambda s=seq_id: alloc.grow(s, 1))
+        if made is None or group.state != RUNNING:
+            return
+        plan.copies += len(made)

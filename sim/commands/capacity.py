@@ -1,0 +1,147 @@
+"""``kvsim capacity``: how many tokens of KV memory a deployment has and how many requests really fit.
+
+The request count is not a formula: requests are admitted into a real allocator, each grown to its final
+length, until the allocator refuses. That way buddy rounding, the paged null block and partly filled last
+blocks all show up exactly as they would in the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def fill_to_capacity(allocator, prompt_len: int, output_len: int) -> int:
+    """Admit requests of ``prompt_len`` tokens and grow each by ``output_len`` until one does not fit;
+    returns how many fit (the one that did not is taken out again)."""
+    final = prompt_len + output_len
+    count = 0
+    while True:
+        if allocator.admit(count, prompt_len, final_tokens=final) is None:
+            return count
+        if output_len and allocator.grow(count, output_len) is None:
+            allocator.free(count)
+            return count
+        count += 1
+
+
+def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
+                    gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
+                    prompt_len: int | None, output_len: int | None, max_model_len: int | None) -> dict:
+    """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
+    from allocators import make_allocator
+    from allocators.capacity import kv_capacity
+    from allocators.catalog import get_gpu, get_model
+
+    spec = get_model(model)
+    gpu_spec = get_gpu(gpu)
+    max_len = spec.max_seq_len if max_model_len is None else max_model_len
+    if max_len <= 0:
+        raise ValueError(f"--max-model-len must be positive, got {max_len}")
+    if prompt_len is None and output_len is None:
+        prompt_len, output_len = max_len, 0
+    elif prompt_len is None:
+        prompt_len = max_len - output_len
+    elif output_len is None:
+        output_len = max_len - prompt_len
+    if prompt_len <= 0 or output_len < 0:
+        raise ValueError(f"--prompt-len must be positive and --output-len non-negative, got {prompt_len} and "
+                         f"{output_len} (--max-model-len {max_len})")
+    if prompt_len + output_len > max_len:
+        raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
+    cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
+                      kv_gib=kv_gib, kv_tokens=kv_tokens)
+    if cap.kv_tokens <= 0:
+        raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
+    alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
+                           placement=placement)
+    final = prompt_len + output_len
+    reason = alloc.never_fits(prompt_len, final_tokens=final)
+    count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
+    alloc.check_invariants()
+    shares = alloc.breakdown(waiting=True).shares
+    paged = allocator.startswith("paged")
+    return {
+        "model": spec.name,
+        "gpu": gpu_spec.name,
+        "tensor_parallel": tensor_parallel,
+        "kv_source": cap.source,
+        "kv_bytes": cap.kv_bytes,
+        "kv_gib": cap.kv_gib,
+        "kv_bytes_per_token": spec.kv_bytes_per_token,
+        "kv_capacity_tokens": cap.kv_tokens,
+        "kv_capacity_blocks": alloc.num_blocks if paged else None,
+        "usable_blocks": alloc.num_usable_blocks if paged else None,
+        "allocator": allocator,
+        "block_size": block_size if paged else None,
+        "placement": None if paged else placement,
+        "max_model_len": max_len,
+        "prompt_len": prompt_len,
+        "output_len": output_len,
+        "max_concurrent_requests": count,
+        "never_fits": reason,
+        "unusable_frac": 1.0 - shares["token_states"],
+        "breakdown": shares,
+    }
+
+
+def _print_text(r: dict) -> None:
+    where = {"kv_gib": "given by --kv-gib", "kv_tokens": "given by --kv-tokens"}.get(
+        r["kv_source"], f"derived from {r['tensor_parallel']} x {r['gpu']}")
+    click.echo(f"model {r['model']}: KV memory {r['kv_gib']:.2f} GiB ({where})")
+    click.echo(f"KV bytes per token: {r['kv_bytes_per_token']:,} ({r['kv_bytes_per_token'] / 1024:.1f} KiB)")
+    click.echo(f"KV capacity: {r['kv_capacity_tokens']:,} tokens")
+    if r["kv_capacity_blocks"] is not None:
+        click.echo(f"  {r['kv_capacity_blocks']:,} blocks of {r['block_size']} ({r['usable_blocks']:,} usable; "
+                   "block 0 is the null block)")
+    layout = f"block size {r['block_size']}" if r["placement"] is None else f"{r['placement']} placement"
+    click.echo(f"allocator {r['allocator']} ({layout}); requests of {r['prompt_len']} prompt + "
+               f"{r['output_len']} output tokens")
+    click.echo(f"max concurrent requests: {r['max_concurrent_requests']:,}")
+    if r["never_fits"]:
+        click.echo(f"  no request fits: {r['never_fits']}")
+    b = r["breakdown"]
+    click.echo(f"unusable memory at that load: {r['unusable_frac']:.2%} (reservation {b['reservation']:.2%}, "
+               f"internal fragmentation {b['internal_frag']:.2%}, external fragmentation and free "
+               f"{b['external_frag'] + b['free']:.2%})")
+
+
+@click.command("capacity")
+@click.option("--model", default="opt-13b", show_default=True, help="Model name from the catalog.")
+@click.option("--gpu", default="a100-40gb", show_default=True, help="GPU name from the catalog.")
+@click.option("--kv-gib", type=float, default=None, help="KV memory in GiB (instead of deriving it).")
+@click.option("--kv-tokens", type=int, default=None, help="KV memory in token slots (instead of deriving it).")
+@click.option("--tensor-parallel", type=int, default=1, show_default=True, help="GPUs the model is split over.")
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+              help="Share of GPU memory vLLM may use (weights + activations + KV).")
+@click.option("--allocator", default="paged", show_default=True, help="Allocator name (see ALLOCATORS).")
+@click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per block (paged).")
+@click.option("--placement", default="buddy", show_default=True, help="Slab placement (contiguous).")
+@click.option("--prompt-len", type=int, default=None,
+              help="Prompt tokens per request [default: the rest of --max-model-len, or all of it].")
+@click.option("--output-len", type=int, default=None,
+              help="Output tokens per request [default: the rest of --max-model-len, or 0].")
+@click.option("--max-model-len", type=int, default=None, help="Maximum sequence length [default: the model's].")
+@click.option("--catalog", "catalog_file", type=click.Path(dir_okay=False), default=None,
+              help="TOML file with extra [models.NAME] / [gpus.NAME] entries.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def capacity(catalog_file: str | None, as_json: bool, **options: object) -> None:
+    """KV capacity of a deployment and how many requests of a given length fit at once."""
+    from sim.cli import fail
+
+    try:
+        if catalog_file is not None:
+            from allocators.catalog import register_catalog_file
+
+            register_catalog_file(catalog_file)
+        report = capacity_report(**options)
+    except (ValueError, KeyError) as exc:
+        fail(exc.args[0] if exc.args else exc)
+    if as_json:
+        click.echo(json.dumps(report, sort_keys=True))
+    else:
+        _print_text(report)
+
+
+COMMANDS = [capacity]

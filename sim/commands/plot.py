@@ -1,0 +1,137 @@
+"""`kvsim plot`: draw a figure from `kvsim run --out` directories or from a `kvsim sweep` results table.
+
+Several run directories draw one figure comparing them (small multiples, bars side by side), keyed by each
+run's allocator. A path ending in ``.parquet`` or ``.csv`` is a sweep table and goes to the sweep figure.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency")
+"""Figures drawn from run directories; `SWEEP_KIND` is the one drawn from a sweep table."""
+SWEEP_KIND = "sweep"
+TABLE_SUFFIXES = (".parquet", ".csv")
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read: {exc}") from None
+
+
+def _read_table(run_dir: Path, name: str, kind: str):
+    import pandas as pd
+
+    path = run_dir / f"{name}.parquet"
+    if not path.is_file():
+        hint = " (record it with `kvsim run --memory-map`)" if name == "memory" else ""
+        raise ValueError(f"{run_dir}: no {path.name}, which the {kind!r} figure needs{hint}")
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise ValueError(f"{path}: cannot read: {exc}") from None
+
+
+def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Each run's summary and the named tables, keyed by allocator (or by directory name when two runs share
+    an allocator)."""
+    summaries: dict[str, dict] = {}
+    frames: dict[str, dict] = {}
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            raise ValueError(f"{run_dir}: not a run directory (expected `kvsim run --out` output or a sweep table)")
+        summary = _read_json(run_dir / "summary.json")
+        key = str(summary.get("allocator", run_dir.name))
+        if key in summaries:
+            key = run_dir.name
+        if key in summaries:
+            raise ValueError(f"{run_dir}: two runs are both named {key!r}")
+        summaries[key] = summary
+        frames[key] = {name: _read_table(run_dir, name, kind) for name in tables}
+    return summaries, frames
+
+
+def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
+    """The figure ``kind`` for the given runs."""
+    from sim import plots
+
+    needs = {"memory": ("steps",), "batch": ("steps",), "memory-map": ("memory",), "latency": ("requests",)}
+    summaries, frames = load_runs(run_dirs, needs.get(kind, ()), kind)
+    if kind == "memory":
+        if len(frames) == 1:
+            (name, tables), = frames.items()
+            return plots.plot_memory_over_time(tables["steps"], title=name)
+        return plots.plot_memory_comparison({k: t["steps"] for k, t in frames.items()})
+    if kind == "breakdown":
+        return plots.plot_breakdown(summaries)
+    if kind == "batch":
+        return plots.plot_batch_over_time({k: t["steps"] for k, t in frames.items()})
+    if kind == "batch-sizes":
+        return plots.plot_batch_sizes(summaries)
+    if kind == "memory-map":
+        if len(frames) == 1:
+            (name, tables), = frames.items()
+            return plots.plot_memory_map(tables["memory"], time_s=time_s, title=name)
+        return plots.plot_memory_maps({k: t["memory"] for k, t in frames.items()}, time_s=time_s)
+    return plots.plot_latency_cdf({k: t["requests"] for k, t in frames.items()})
+
+
+def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
+    from sim.plots.sweep import plot_sweep
+    from sim.sweep.store import load_results
+
+    if not table.exists():
+        raise ValueError(f"{table}: no such sweep table")
+    results = load_results(table)
+    options = {k: v for k, v in {"metric": metric, "x": x, "hue": hue}.items() if v is not None}
+    return plot_sweep(results, **options)
+
+
+@click.command("plot")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="RUN_DIR...")
+@click.option("--kind", type=click.Choice([*RUN_KINDS, SWEEP_KIND]), default=None,
+              help="Figure to draw (default: memory for runs, sweep for a sweep table).")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Image file (.png, .svg or .pdf); default RUN_DIR/KIND.png, or TABLE-METRIC.png.")
+@click.option("--time", "time_s", type=float, default=None,
+              help="memory-map: the instant to show, in simulated seconds (nearest snapshot; default middle).")
+@click.option("--metric", default=None, help="sweep: the summary column to plot.")
+@click.option("--x", "x", default=None, help="sweep: the swept field on the x axis.")
+@click.option("--hue", default=None, help="sweep: the field that tells lines apart.")
+@click.option("--dpi", type=click.IntRange(min=20, max=600), default=150, show_default=True)
+def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, time_s: float | None,
+                 metric: str | None, x: str | None, hue: str | None, dpi: int) -> None:
+    """Draw a figure from one or more `kvsim run --out` directories, or from a `kvsim sweep` table.
+
+    Kinds for runs: memory (shares of KV memory over time), breakdown (time-averaged shares, Fig. 2 style),
+    batch (running requests over time), batch-sizes (mean batch size, Fig. 13 style), memory-map (the arena
+    coloured by owner), latency (TTFT and TPOT CDFs). Several runs are drawn side by side.
+    """
+    from sim.cli import fail  # here, not at import: sim.cli imports this module while it loads
+
+    is_sweep = len(paths) == 1 and paths[0].suffix in TABLE_SUFFIXES
+    kind = kind or (SWEEP_KIND if is_sweep else "memory")
+    if (kind == SWEEP_KIND) != is_sweep:
+        fail("--kind sweep takes one sweep table (.parquet or .csv)" if kind == SWEEP_KIND
+             else f"--kind {kind} takes run directories, not a sweep table")
+    if out is None:
+        out = (paths[0].with_name(f"{paths[0].stem}-{metric or 'sweep'}.png") if is_sweep
+               else paths[0] / f"{kind}.png")
+    if out.suffix.lower() not in FIGURE_SUFFIXES:
+        fail(f"--out {out}: the image type comes from the suffix; use one of {', '.join(FIGURE_SUFFIXES)}")
+    try:
+        fig = draw_sweep(paths[0], metric, x, hue) if is_sweep else draw_runs(list(paths), kind, time_s)
+    except (ValueError, KeyError) as exc:
+        fail(exc)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    click.echo(f"wrote {out}")
+
+
+COMMANDS = [plot_command]

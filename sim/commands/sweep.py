@@ -1,0 +1,159 @@
+"""`kvsim sweep` (a grid of simulations into a results table) and `kvsim slo` (highest rate under a target).
+
+Grid flags are not declared one by one: any SimConfig field is an axis, spelled as its `kvsim run` flag
+(``--block-size 8,16,32``), so a field added to SimConfig is sweepable at once. ``--scheduler`` is the Dask
+scheduler's address here; sweep the simulator's own scheduler with ``--axis scheduler=continuous,static``
+or in the TOML file.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+GRID_HELP = """
+Grid flags: every SimConfig field, as --field-name V1,V2,... (for example --allocator paged,contiguous-max
+--block-size 8,16,32 --seed 0,1,2 --preset sharegpt-paper --trace FILE); a boolean flag alone means true;
+--axis NAME=V1,V2 names a field directly. --config FILE reads a TOML file with a [base] table of fields and an
+[axes] table of lists; flags override it.
+"""
+
+
+class GridCommand(click.Command):
+    """A command whose unknown ``--flags`` are grid axes; its help lists the configuration fields."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from sim.config import SimConfig
+        from sim.sweep.grid import config_field_types
+
+        formatter.write_paragraph()
+        formatter.write_text(GRID_HELP.strip())
+        names = ", ".join(name.replace("_", "-") for name in config_field_types(SimConfig))
+        formatter.write_paragraph()
+        formatter.write_text(f"Configuration fields: {names}.")
+
+
+_GRID_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+def _grid(ctx: click.Context, config_file: str | None) -> Any:
+    from sim.config import SimConfig
+    from sim.sweep.grid import Grid, grid_from_flags, load_grid_toml
+
+    grid = load_grid_toml(config_file, SimConfig) if config_file else Grid({}, {})
+    return grid.merged(grid_from_flags(list(ctx.args), SimConfig))
+
+
+def _executor_options(func: Any) -> Any:
+    func = click.option("--quiet", is_flag=True, help="No progress bar.")(func)
+    func = click.option("--scheduler", default=None, metavar="ADDRESS",
+                        help="Dask scheduler address (tcp://host:8786); default: a private local cluster.")(func)
+    func = click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+                        help="Local worker processes, or a Dask distributed cluster.")(func)
+    func = click.option("--workers", type=int, default=None,
+                        help="Parallel points (default: the number of cores; 1 runs in this process).")(func)
+    func = click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                        help="TOML file with [base] and [axes] tables.")(func)
+    return func
+
+
+def _workers(workers: int | None) -> int:
+    from sim.sweep.executors import default_workers
+
+    return default_workers() if workers is None else workers
+
+
+@click.command("sweep", cls=GridCommand, context_settings=_GRID_CONTEXT)
+@_executor_options
+@click.option("--out", default="sweep.parquet", show_default=True,
+              help="Results table (.parquet or .csv); finished points are kept and skipped on a rerun.")
+@click.pass_context
+def sweep(ctx: click.Context, config_file: str | None, workers: int | None, executor: str,
+          scheduler: str | None, quiet: bool, out: str) -> None:
+    """Run every point of a grid of configurations, one row per point into a results table."""
+    from sim.cli import fail
+    from sim.sweep.run import run_sweep
+
+    try:
+        grid = _grid(ctx, config_file)
+        report = run_sweep(grid, out, workers=_workers(workers), executor=executor, scheduler=scheduler,
+                           progress=not quiet and sys.stderr.isatty())
+    except (ValueError, RuntimeError) as exc:
+        fail(exc)
+    click.echo(f"{report.line()}; results in {out}")
+    failed = report.table[report.table["status"] != "ok"]
+    for _, row in failed.head(5).iterrows():
+        click.echo(f"failed {row['point_id']}: {row['error']}", err=True)
+    if len(failed) > 5:
+        click.echo(f"... and {len(failed) - 5} more failed points (status column of {out})", err=True)
+
+
+@click.command("slo", cls=GridCommand, context_settings=_GRID_CONTEXT)
+@_executor_options
+@click.option("--ttft-p99", type=float, default=None, help="Bound on p99 time to first token (s).")
+@click.option("--tpot-p50", type=float, default=None, help="Bound on median time per output token (s).")
+@click.option("--e2e-p50", type=float, default=None, help="Bound on median end-to-end latency (s).")
+@click.option("--normalized-latency", type=float, default=None,
+              help="Bound on normalized latency (s per output token, the paper's metric).")
+@click.option("--rate-min", type=float, default=0.5, show_default=True, help="First rate tried (req/s).")
+@click.option("--rate-max", type=float, default=1000.0, show_default=True, help="Highest rate tried (req/s).")
+@click.option("--growth", type=float, default=2.0, show_default=True, help="Bracketing factor per step.")
+@click.option("--tolerance", type=float, default=0.05, show_default=True,
+              help="Stop bisecting when high / low - 1 is at most this.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
+@click.option("--out", default=None, help="Also write the table (.parquet or .csv).")
+@click.option("--plot", "plot_file", default=None, help="Also save a plot of the sustained rates (.png, .pdf).")
+@click.pass_context
+def slo(ctx: click.Context, config_file: str | None, workers: int | None, executor: str, scheduler: str | None,
+        quiet: bool, ttft_p99: float | None, tpot_p50: float | None, e2e_p50: float | None,
+        normalized_latency: float | None, rate_min: float, rate_max: float, growth: float, tolerance: float,
+        as_json: bool, out: str | None, plot_file: str | None) -> None:
+    """Find, per configuration, the highest request rate that meets a latency target.
+
+    Brackets the rate by geometric growth from --rate-min, then bisects to --tolerance, with the same seed
+    at every rate. A run with any rejected or unfinished request fails the target, whatever its latency.
+    """
+    from sim.cli import fail
+    from sim.sweep.run import run_slo
+    from sim.sweep.slo import SLO_METRICS, SearchSettings, SloTarget
+
+    given = {"ttft_p99": ttft_p99, "tpot_p50": tpot_p50, "e2e_p50": e2e_p50,
+             "normalized_latency": normalized_latency}
+    try:
+        target = SloTarget({SLO_METRICS[k]: v for k, v in given.items() if v is not None})
+        settings = SearchSettings(rate_min, rate_max, growth, tolerance)
+        grid = _grid(ctx, config_file)
+        table = run_slo(grid, target, settings, workers=_workers(workers), executor=executor,
+                        scheduler=scheduler, progress=not quiet and sys.stderr.isatty())
+    except (ValueError, RuntimeError) as exc:
+        fail(exc)
+    varying = [name for name in grid.axes if len(grid.axes[name]) > 1]
+    if out:
+        _write_table(table, out)
+    if plot_file:
+        from sim.plots.sweep import plot_slo
+
+        fig = plot_slo(table, x=varying[0] if varying else "allocator", hue=varying[1] if len(varying) > 1 else None)
+        fig.savefig(plot_file, bbox_inches="tight")
+    if as_json:
+        click.echo(table.to_json(orient="records", indent=2))
+        return
+    shown = ["allocator", *varying, "status", "sustained_rate", "rate_ok", "rate_fail", "simulations", "fail_reason", "error"]
+    click.echo(f"target: {target.describe()}")
+    click.echo(table[[c for c in dict.fromkeys(shown) if c in table]].to_string(index=False))
+
+
+def _write_table(table: Any, out: str) -> None:
+    from sim.cli import fail
+
+    if out.endswith(".csv"):
+        table.to_csv(out, index=False)
+    elif out.endswith(".parquet"):
+        table.to_parquet(out, index=False)
+    else:
+        fail(f"--out {out}: use a .parquet or .csv file name")
+
+
+COMMANDS = [sweep, slo]

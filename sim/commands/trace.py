@@ -1,0 +1,138 @@
+"""``kvsim trace``: summarise a request trace (``stats``) or write a synthetic one (``generate``).
+
+Heavy imports (pandas, the readers) happen inside the commands so that ``kvsim --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+SPEC_HELP = """
+\b
+Spec grammar: KIND[:key=value[,key=value...]]
+\b
+--lengths (every kind also takes max_total=T, a cap on prompt + output):
+  fixed:prompt=P,output=O
+  uniform:prompt_min=A,prompt_max=B,output_min=C,output_max=D
+  lognormal:prompt_mean=M,prompt_cv=C,output_mean=M,output_cv=C  (pre-cap lognormal)
+  zipf:prompt_s=S,prompt_max=M,output_s=S,output_max=M
+  empirical:trace=FILE_OR_PRESET  (resample (prompt, output) pairs)
+\b
+--arrivals:
+  poisson:rate=R            gamma:rate=R,cv=C           constant:rate=R
+  trace[:rate=R][,path=FILE_OR_PRESET]  (a trace's own timestamps, time-scaled to R)
+  closed:users=N[,think_s=T]  (closed loop; arrivals all 0 plus a marker the simulator honours)
+\b
+Example: --lengths "lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,output_cv=1.0,max_total=2048"
+         --arrivals "gamma:rate=2,cv=3"
+"""
+
+
+def _fail(error: Exception) -> None:
+    from sim.cli import fail
+
+    fail(error)
+
+
+def _load(file: str, format_: str | None, skip_bad_rows: bool):
+    from pathlib import Path
+
+    from workloads import PRESETS, load_preset, load_trace
+
+    if file in PRESETS and not Path(file).exists():
+        return load_preset(file)
+    return load_trace(file, format=format_, skip_bad_rows=skip_bad_rows)
+
+
+def format_stats(stats: dict) -> str:
+    """The human-readable form of `workloads.trace_stats`."""
+    rate = f"{stats['rate_rps']:.3f} req/s" if stats["rate_rps"] else "n/a"
+    cv = f"{stats['interarrival_cv']:.2f}" if stats["interarrival_cv"] is not None else "n/a"
+    skipped = ", ".join(f"{n} {r}" for r, n in stats["skipped_reasons"].items()) or "none"
+    lines = [
+        f"{stats['name']}: {stats['rows']:,} requests; skipped rows: {stats['skipped_rows']} ({skipped})",
+        f"source: {stats['source']}",
+        f"duration {stats['duration_s']:.1f} s, rate {rate}, inter-arrival CV {cv}",
+        f"{'':15}{'mean':>10}{'p50':>10}{'p99':>10}{'max':>10}",
+    ]
+    for key in ("prompt_tokens", "output_tokens"):
+        s = stats[key]
+        lines.append(f"{key.replace('_', ' '):15}{s['mean']:>10.1f}{s['p50']:>10.1f}{s['p99']:>10.1f}{s['max']:>10.0f}")
+    if stats["prefix_reuse_share"] is not None:
+        lines.append(f"prefix reuse: {stats['prefix_reuse_share']:.1%} of {stats['prefix_reuse_basis']}")
+    if stats["closed_loop_users"]:
+        lines.append(f"closed loop of {stats['closed_loop_users']} users")
+    return "\n".join(lines)
+
+
+@click.group("trace")
+def trace() -> None:
+    """Read, summarise and generate request traces."""
+
+
+@trace.command("stats")
+@click.argument("file")
+@click.option("--format", "format_", default=None,
+              help="azure, mooncake, burstgpt, vidur or kvsim (default: detected from the columns).")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip bad rows (counted and reported) instead of failing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def stats(file: str, format_: str | None, skip_bad_rows: bool, as_json: bool) -> None:
+    """Rows, duration, rate, inter-arrival CV, token-length percentiles and prefix reuse of FILE.
+
+    FILE is a trace file (CSV, JSONL or Parquet) or a preset name (sharegpt-paper, alpaca-paper,
+    azure-code, azure-conv, mooncake-conv, sharegpt-etalon)."""
+    from workloads import trace_stats
+
+    try:
+        result = trace_stats(_load(file, format_, skip_bad_rows))
+    except ValueError as error:
+        _fail(error)
+        return
+    click.echo(json.dumps(result, indent=2) if as_json else format_stats(result))
+
+
+@trace.command("generate", epilog=SPEC_HELP)
+@click.option("--preset", default=None, help="A preset name instead of --lengths/--arrivals.")
+@click.option("--lengths", default=None, help="Length distribution spec (grammar below).")
+@click.option("--arrivals", default=None, help="Arrival process spec (grammar below).")
+@click.option("--num-requests", type=int, default=None, help="Requests to generate (presets: optional).")
+@click.option("--rate", type=float, default=None, help="Presets only: target request rate in req/s.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
+@click.option("--n", "n", type=int, default=1, show_default=True, help="Parallel samples per request.")
+@click.option("--beam-width", type=int, default=1, show_default=True, help="Beam width per request.")
+@click.option("--system-prompt-len", type=int, default=0, show_default=True,
+              help="Tokens of a shared system prompt.")
+@click.option("--system-prompt-frac", type=float, default=0.0, show_default=True,
+              help="Share of requests that carry the system prompt.")
+@click.option("--turns", type=int, default=1, show_default=True, help="Turns per multi-turn conversation.")
+@click.option("--turn-gap-s", type=float, default=30.0, show_default=True,
+              help="Least time between a conversation's turns.")
+@click.option("--out", required=True, help="Output file; format by extension: .csv, .jsonl, .parquet.")
+def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, beam_width, system_prompt_len,
+                     system_prompt_frac, turns, turn_gap_s, out) -> None:
+    """Write a synthetic workload (or a preset) in the canonical kvsim format."""
+    from workloads import generate, load_preset, write_trace
+
+    try:
+        if preset is not None:
+            if lengths or arrivals:
+                raise ValueError("give either --preset or --lengths/--arrivals, not both")
+            workload = load_preset(preset, num_requests=num_requests, rate=rate, seed=seed)
+        else:
+            if not (lengths and arrivals and num_requests):
+                raise ValueError("give --preset, or all of --lengths, --arrivals and --num-requests")
+            if rate is not None:
+                raise ValueError("--rate applies to presets; put the rate in --arrivals")
+            workload = generate(lengths, arrivals, num_requests, seed, n=n, beam_width=beam_width,
+                                system_prompt_len=system_prompt_len, system_prompt_frac=system_prompt_frac,
+                                turns=turns, turn_gap_s=turn_gap_s)
+        path = write_trace(workload, out)
+    except (ValueError, OSError) as error:
+        _fail(error)
+        return
+    click.echo(f"wrote {len(workload):,} requests to {path} ({workload.source})")
+
+
+COMMANDS = [trace]

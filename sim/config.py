@@ -1,0 +1,114 @@
+"""`SimConfig`: every knob of one simulation run, typed and validated on construction.
+
+Field names are a public interface: the CLI maps its flags onto them and sweeps build configurations by field
+name, so a bad value fails here, once, with a one-line reason, rather than deep inside a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+SCHEDULERS = ("continuous", "static")
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+@dataclass(slots=True)
+class SimConfig:
+    """One run: allocator and its options, deployment (model, GPU, KV size), scheduler, cost model, workload.
+
+    The workload is either ``trace`` (a file) or ``preset`` (a named generator); with neither, `sim.runner`
+    uses the embedded default (``sharegpt-paper``). ``rate`` re-times arrivals as Poisson at that many requests
+    per second and ``num_requests`` truncates or generates that many. ``kv_gib`` / ``kv_tokens`` give the KV
+    size directly; otherwise it is derived from the GPU as vLLM does (`allocators.capacity.kv_capacity`).
+    """
+
+    allocator: str = "paged"
+    model: str = "opt-13b"
+    gpu: str = "a100-40gb"
+    kv_gib: float | None = None
+    kv_tokens: int | None = None
+    tensor_parallel: int = 1
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    placement: str = "buddy"
+    max_model_len: int | None = None
+    scheduler: str = "continuous"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    chunked_prefill: bool = True
+    prefix_caching: bool = False
+    preemption: str = "recompute"
+    swap_space_gib: float = 4.0
+    watermark: float = 0.01
+    step_time: float | None = None
+    calibration: str | None = None
+    seed: int = 0
+    trace: str | None = None
+    preset: str | None = None
+    rate: float | None = None
+    num_requests: int | None = None
+    step_by_step: bool = False
+    beam_keep_prob: float = 0.8
+    memory_snapshots: int = 3
+    debug_invariants: int = 0
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, allow_none: bool = False) -> None:
+            value = getattr(self, name)
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+        def positive_float(name: str, allow_none: bool = False) -> None:
+            value = getattr(self, name)
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+        for name in ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+            positive_int(name)
+        for name in ("kv_tokens", "max_model_len", "num_requests"):
+            positive_int(name, allow_none=True)
+        for name in ("kv_gib", "step_time", "rate"):
+            positive_float(name, allow_none=True)
+        if self.kv_gib is not None and self.kv_tokens is not None:
+            raise ValueError("give at most one of kv_gib and kv_tokens")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                             f"({self.max_num_seqs}), as vLLM requires, so every running sequence can decode")
+        if not isinstance(self.swap_space_gib, (int, float)) or self.swap_space_gib < 0:
+            raise ValueError(f"swap_space_gib must be >= 0, got {self.swap_space_gib!r}")
+        if not 0 <= self.watermark < 1:
+            raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark!r}")
+        if not 0 <= self.beam_keep_prob <= 1:
+            raise ValueError(f"beam_keep_prob must be in [0, 1], got {self.beam_keep_prob!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.trace is not None and self.preset is not None:
+            raise ValueError("give a trace or a preset, not both")
+        if self.memory_snapshots < 0 or self.debug_invariants < 0:
+            raise ValueError("memory_snapshots and debug_invariants must be >= 0")
+        for name in ("allocator", "model", "gpu", "placement"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty name, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict, in field order (written as ``config.json``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> SimConfig:
+        """Inverse of `to_dict`; unknown keys are an error naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown SimConfig field(s) {unknown}; known: {sorted(known)}")
+        return cls(**values)

@@ -1,0 +1,235 @@
+"""How long one engine step takes: a roofline over the catalog, a constant, or a calibrated table.
+
+A step reads the weights once and the KV cache of every token it attends to, and does ``2 x params`` FLOPs
+per token plus attention. Its time is the larger of the compute time and the memory time at achievable
+fractions of the peaks, plus a fixed per-step overhead (scheduling, sampling, kernel launches)::
+
+    t = overhead + max(flops / (flops_frac * peak_flops), bytes / (bandwidth_frac * peak_bw))
+        + copy-on-write copies at HBM bandwidth + swap traffic over PCIe
+
+Default coefficients and their sources:
+
+- ``bandwidth_frac = 0.8``: decode GEMV and paged-attention kernels typically reach 75-85% of HBM peak.
+- ``flops_frac = 0.6``: large prefill GEMMs typically reach 50-70% of dense BF16 peak (model FLOPs utilisation).
+- ``step_overhead_s = 0.003``: vLLM's per-step CPU work (scheduling, block tables, sampling) is a few ms.
+- ``paged_kernel_overhead``: the paper's paged attention kernel is 20-26% slower than a contiguous one
+  (Kwon et al. 2023, section 7.1 and Fig. 18a), least so at 16-32 tokens per block; small blocks gather more.
+  It multiplies the KV bytes read; contiguous allocators use 1.0.
+- ``swap_copy_latency_s = 5e-6``: vLLM swaps with one ``cudaMemcpyAsync`` per block, layer and K/V, each
+  costing a few microseconds, which is why swapping is poor at small block sizes (paper, section 7.4).
+
+Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).
+
+A run of ``k`` pure decode steps has durations linear in the step index on each side of the roofline's
+crossover, so `decode_run` sums them, and their index-weighted sum, in closed form (O(1) per run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from allocators.catalog import GpuSpec, ModelSpec
+
+DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
+                                 256: 1.3}
+CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
+
+
+def kernel_overhead(table: dict[int, float], block_size: int) -> float:
+    """The table's factor at ``block_size``, log-linearly interpolated between its entries (clamped)."""
+    if block_size in table:
+        return table[block_size]
+    sizes = sorted(table)
+    if block_size <= sizes[0]:
+        return table[sizes[0]]
+    if block_size >= sizes[-1]:
+        return table[sizes[-1]]
+    hi = next(s for s in sizes if s > block_size)
+    lo = max(s for s in sizes if s < block_size)
+    w = (math.log(block_size) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return table[lo] + w * (table[hi] - table[lo])
+
+
+def _linear_sums(lo: int, hi: int) -> tuple[int, int, int]:
+    """(count, sum j, sum j^2) over integers lo <= j < hi."""
+    if hi <= lo:
+        return 0, 0, 0
+
+    def s1(n: int) -> int:
+        return n * (n - 1) // 2
+
+    def s2(n: int) -> int:
+        return (n - 1) * n * (2 * n - 1) // 6
+
+    return hi - lo, s1(hi) - s1(lo), s2(hi) - s2(lo)
+
+
+@dataclass
+class StepCostModel:
+    """The roofline step-cost model (the default). See the module docstring for the formula and sources."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    block_size: int = 16
+    paged: bool = True
+    tensor_parallel: int = 1
+    bandwidth_frac: float = 0.8
+    flops_frac: float = 0.6
+    step_overhead_s: float = 0.003
+    paged_kernel_overhead: dict[int, float] = field(default_factory=lambda: dict(DEFAULT_PAGED_KERNEL_OVERHEAD))
+    swap_copy_latency_s: float = 5e-6
+    source: str = "roofline (default coefficients)"
+
+    def __post_init__(self) -> None:
+        if not (0 < self.bandwidth_frac <= 1 and 0 < self.flops_frac <= 1 and self.step_overhead_s >= 0):
+            raise ValueError("cost model: bandwidth_frac and flops_frac must be in (0, 1], step_overhead_s >= 0")
+        m, tp = self.model, self.tensor_parallel
+        flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
+        bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
+        ovh = kernel_overhead(self.paged_kernel_overhead, self.block_size) if self.paged else 1.0
+        kv = m.kv_bytes_per_token
+        # seconds per unit, per GPU
+        self._t_token_flops = 2 * m.num_params / tp / flops_s
+        self._t_pair_flops = 4 * m.num_layers * m.num_heads * m.head_dim / tp / flops_s
+        self._t_weights = m.weight_bytes / tp / bytes_s
+        self._t_kv_read = kv * ovh / tp / bytes_s
+        self._t_kv_write = kv / tp / bytes_s
+        self._t_copy_block = 2 * self.block_size * kv / tp / bytes_s
+        self._t_swap_block = (self.block_size * kv / tp / (self.gpu.pcie_gb_s * 1e9)
+                              + 2 * m.num_layers * self.swap_copy_latency_s)
+
+    def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
+                  swap_blocks: int = 0, attention_pairs: int | None = None) -> float:
+        """Seconds for one step. ``context_tokens``: KV tokens attention reads; ``attention_pairs``: query-key
+        pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle)."""
+        tokens = prefill_tokens + decode_seqs
+        if tokens == 0 and copies == 0 and swap_blocks == 0:
+            return 0.0
+        pairs = context_tokens if attention_pairs is None else attention_pairs
+        compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
+        memory = self._t_weights + context_tokens * self._t_kv_read + tokens * self._t_kv_write
+        return (self.step_overhead_s + (compute if compute > memory else memory)
+                + copies * self._t_copy_block + swap_blocks * self._t_swap_block)
+
+    def _decode_lines(self, n: int, c0: int) -> tuple[float, float, float, float]:
+        """Compute and memory time of decode step j as (a1 + b1 j, a2 + b2 j), context c0 + n j."""
+        a1 = n * self._t_token_flops + c0 * self._t_pair_flops
+        b1 = n * self._t_pair_flops
+        a2 = self._t_weights + c0 * self._t_kv_read + n * self._t_kv_write
+        b2 = n * self._t_kv_read
+        return a1, b1, a2, b2
+
+    def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
+        a1, b1, a2, b2 = self._decode_lines(n, c0)
+        last = k - 1
+        if (a2 >= a1) == (a2 + b2 * last >= a1 + b1 * last):  # one line wins at both ends, so throughout
+            a, b = (a2, b2) if a2 >= a1 else (a1, b1)
+            a += self.step_overhead_s
+            sj = k * last // 2
+            return a * k + b * sj, a * sj + b * (last * k * (2 * k - 1) // 6)
+        # compute minus memory is linear in j, so one side wins on [0, m) and the other on [m, k)
+        if b1 == b2:
+            m, head = k, (a1, b1) if a1 >= a2 else (a2, b2)
+            tail = head
+        elif b1 > b2:  # compute wins from the crossover on
+            m = min(max(math.ceil((a2 - a1) / (b1 - b2)), 0), k)
+            head, tail = (a2, b2), (a1, b1)
+        else:  # compute wins up to the crossover
+            m = min(max(math.floor((a2 - a1) / (b1 - b2)) + 1, 0), k)
+            head, tail = (a1, b1), (a2, b2)
+        total = weighted = 0.0
+        for (a, b), (lo, hi) in ((head, (0, m)), (tail, (m, k))):
+            cnt, sj, sjj = _linear_sums(lo, hi)
+            if cnt:
+                a += self.step_overhead_s
+                total += a * cnt + b * sj
+                weighted += a * sj + b * sjj
+        return total, weighted
+
+    def decode_run(self, n: int, c0: int, k: int) -> tuple[float, float]:
+        """For ``k`` decode steps of ``n`` sequences starting at context ``c0`` (growing by ``n`` a step):
+        (sum of durations, sum of j x duration_j), j = 0..k-1."""
+        if k <= 0 or n <= 0:
+            return 0.0, 0.0
+        return self._sums(n, c0, k)
+
+    def steps_starting_before(self, n: int, c0: int, k_max: int, horizon: float) -> int:
+        """How many of the next ``k_max`` decode steps start strictly before ``horizon`` seconds from now
+        (at least 1: the first starts now)."""
+        if self.decode_run(n, c0, k_max - 1)[0] < horizon:
+            return k_max
+        lo, hi = 1, k_max - 1  # step m starts at sum of the first m durations; find the largest m below
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.decode_run(n, c0, mid)[0] < horizon:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + 1 if self.decode_run(n, c0, lo)[0] < horizon else 1
+
+    def describe(self) -> dict:
+        return {"cost_model": self.source, "bandwidth_frac": self.bandwidth_frac, "flops_frac": self.flops_frac,
+                "step_overhead_s": self.step_overhead_s}
+
+
+class ConstantStepCost(StepCostModel):
+    """Every step (prefill, decode, idle-free) takes ``step_time`` seconds, whatever it does: for
+    hand-checkable scenarios and for ``--step-time``. Copies and swaps are free."""
+
+    def __init__(self, step_time: float) -> None:
+        if not step_time > 0:
+            raise ValueError(f"step_time must be positive, got {step_time!r}")
+        self.constant = float(step_time)
+        self.source = f"constant {step_time:g} s"
+        self.step_overhead_s = self.constant
+
+    def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
+                  swap_blocks: int = 0, attention_pairs: int | None = None) -> float:
+        return self.constant
+
+    def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
+        return self.constant * k, self.constant * (k * (k - 1) // 2)
+
+    def describe(self) -> dict:
+        return {"cost_model": self.source}
+
+
+class CalibratedStepCost(StepCostModel):
+    """The roofline with coefficients fitted on a real GPU by ``kvsim calibrate`` (``docs/architecture.md``)."""
+
+    @classmethod
+    def from_file(cls, path: str | Path, model: ModelSpec, gpu: GpuSpec, **kwargs) -> CalibratedStepCost:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read calibration file: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != "kvsim-calibration":
+            raise ValueError(f"{path}: not a kvsim calibration file (field 'format' must be 'kvsim-calibration')")
+        coeffs = data.get("coefficients")
+        if not isinstance(coeffs, dict):
+            raise ValueError(f"{path}: field 'coefficients' is missing or not an object")
+        values = {}
+        for key in ("bandwidth_frac", "flops_frac", "step_overhead_s"):
+            if not isinstance(coeffs.get(key), (int, float)):
+                raise ValueError(f"{path}: field 'coefficients.{key}' must be a number")
+            values[key] = float(coeffs[key])
+        table = coeffs.get("paged_kernel_overhead", DEFAULT_PAGED_KERNEL_OVERHEAD)
+        try:
+            values["paged_kernel_overhead"] = {int(k): float(v) for k, v in table.items()}
+        except (AttributeError, ValueError, TypeError):
+            raise ValueError(f"{path}: field 'coefficients.paged_kernel_overhead' must map block sizes to "
+                             "numbers") from None
+        if data.get("model") not in (None, model.name) or data.get("gpu") not in (None, gpu.name):
+            raise ValueError(f"{path}: calibrated for {data.get('model')} on {data.get('gpu')}, not "
+                             f"{model.name} on {gpu.name}")
+        return cls(model=model, gpu=gpu, source=f"calibrated ({path.name})", **values, **kwargs)
+
+
+def default_calibration_path(gpu: str, model: str) -> Path | None:
+    """``data/calibration/<gpu>/<model>.json`` if kvsim ships one, else None."""
+    path = CALIBRATION_DIR / gpu / f"{model}.json"
+    return path if path.is_file() else None

@@ -1,0 +1,102 @@
+"""`DecodeSet`: the decoding sequences, grown lazily so a decode step costs O(1) instead of O(running).
+
+Every decoding sequence appends one token a step. Telling the allocator about each token would cost a call
+per sequence per step; instead each sequence is *synced* only when it runs out of ``headroom`` (the tokens it
+can append without allocator work, e.g. the free slots of its last block). Between syncs the allocator lags
+behind by the tokens appended since; as those tokens land in slots the sequence already holds and will fill,
+the true memory breakdown is the allocator's with ``lag`` slots moved from reservation to token states::
+
+    step index G:        g0            G                deadline = g0 + headroom
+    sequence:     synced |<- lag = G - g0 ->|   ...     | needs a new block: grow(seq, lag + 1)
+
+``lag`` sums ``G - g0`` over all sequences (O(1) from ``n`` and ``sum_g0``). A sequence synced at step ``G``
+for that step's token gets ``g0 = G + 1`` and so counts -1 during step ``G``: the memory state *during* a
+step holds the blocks the step needs but not yet its tokens, in every mode. With ``lazy=False`` every
+sequence is synced every step (the step-by-step mode the fast path is tested against).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+
+class DecodeSet:
+    """Sequences in the decode phase: their sync step ``g0``, synced tokens, and a heap of sync deadlines."""
+
+    __slots__ = ("lazy", "g0", "tokens", "deadline", "heap", "n", "sum_g0", "sum_tokens")
+
+    def __init__(self, lazy: bool = True) -> None:
+        self.lazy = lazy
+        self.g0: dict[int, int] = {}
+        self.tokens: dict[int, int] = {}
+        self.deadline: dict[int, int] = {}
+        self.heap: list[tuple[int, int]] = []  # (deadline step, seq id); stale entries skipped lazily
+        self.n = 0
+        self.sum_g0 = 0
+        self.sum_tokens = 0
+
+    def __contains__(self, seq_id: int) -> bool:
+        return seq_id in self.g0
+
+    def join(self, seq_id: int, tokens: int, headroom: int, next_step: int) -> None:
+        """Start tracking a sequence the allocator knows holds ``tokens`` as of the start of ``next_step``."""
+        self.g0[seq_id] = next_step
+        self.tokens[seq_id] = tokens
+        due = next_step + headroom if self.lazy else next_step
+        self.deadline[seq_id] = due
+        heapq.heappush(self.heap, (due, seq_id))
+        self.n += 1
+        self.sum_g0 += next_step
+        self.sum_tokens += tokens
+
+    def leave(self, seq_id: int) -> None:
+        """Stop tracking (finished or preempted); its heap entry goes stale."""
+        self.n -= 1
+        self.sum_g0 -= self.g0.pop(seq_id)
+        self.sum_tokens -= self.tokens.pop(seq_id)
+        del self.deadline[seq_id]
+
+    def resync(self, seq_id: int, added: int, headroom: int, next_step: int) -> None:
+        """The allocator was told ``added`` more tokens, as of the start of ``next_step``."""
+        self.sum_g0 += next_step - self.g0[seq_id]
+        self.g0[seq_id] = next_step
+        self.tokens[seq_id] += added
+        self.sum_tokens += added
+        due = next_step + headroom if self.lazy else next_step
+        self.deadline[seq_id] = due
+        heapq.heappush(self.heap, (due, seq_id))
+
+    def pending(self, seq_id: int, step: int) -> int:
+        """Tokens appended before ``step`` that the allocator has not been told about."""
+        return step - self.g0[seq_id]
+
+    def next_deadline(self) -> int | None:
+        """The earliest valid deadline (stale heap entries are dropped on the way)."""
+        heap, deadline = self.heap, self.deadline
+        while heap:
+            due, seq_id = heap[0]
+            if deadline.get(seq_id) == due:
+                return due
+            heapq.heappop(heap)
+        return None
+
+    def pop_due(self, step: int) -> list[int]:
+        """Sequences whose deadline is ``step`` (or earlier), removed from the heap, in (deadline, id) order."""
+        heap, deadline, due_ids = self.heap, self.deadline, []
+        while heap and heap[0][0] <= step:
+            due, seq_id = heapq.heappop(heap)
+            if deadline.get(seq_id) == due:
+                due_ids.append(seq_id)
+        return due_ids
+
+    def requeue(self, seq_id: int) -> None:
+        """Put back a popped sequence whose sync failed (it stays due)."""
+        heapq.heappush(self.heap, (self.deadline[seq_id], seq_id))
+
+    def lag(self, step: int) -> int:
+        """Tokens the true state holds beyond the allocator's, at the start of ``step`` (before its tokens)."""
+        return self.n * step - self.sum_g0
+
+    def context(self, step: int) -> int:
+        """Tokens held by the tracked sequences at the start of ``step``."""
+        return self.sum_tokens + self.n * step - self.sum_g0

@@ -1,0 +1,110 @@
+"""Latency figures: normalized latency against request rate (the paper's Fig. 12) and latency CDFs.
+
+Normalized latency (mean over requests of end-to-end latency / output tokens) stays flat while a server keeps
+up and shoots up once the arrival rate passes what it sustains; the curve's knee is where memory runs out, so
+allocators that waste less move it right. The sustained rate is marked where a curve crosses the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from sim.plots.data import require_columns
+from sim.plots.style import allocator_color, allocator_label, figure_and_axes, new_figure, order_allocators
+
+METRIC_LABELS = {
+    "ttft_s": "time to first token (s)",
+    "tpot_s": "time per output token (s)",
+    "e2e_s": "end-to-end latency (s)",
+    "normalized_latency_s_per_tok": "normalized latency (s/token)",
+}
+
+
+def plot_latency_vs_rate(
+    curves: pd.DataFrame,
+    *,
+    x: str = "rate",
+    y: str = "normalized_latency_s_per_tok",
+    bound: float | None = None,
+    sustained: Mapping[str, float] | None = None,
+    ax: Axes | None = None,
+    ylim: tuple[float, float] | None = None,
+    title: str | None = "Normalized latency vs request rate",
+) -> Figure:
+    """One line per allocator (rows: ``allocator``, ``x``, ``y``). ``bound`` draws the latency bound that
+    defines the sustained rate; ``sustained`` (allocator -> rate) marks each allocator's rate on it.
+
+    The y axis is cut at 3x the bound (or ``ylim``) as in the paper: past the knee latency grows without limit
+    and would flatten everything else."""
+    require_columns(curves, ["allocator", x, y], "latency curves")
+    fig, ax = figure_and_axes(ax, (6, 3.8))
+    for name in order_allocators(curves["allocator"]):
+        curve = curves[curves["allocator"] == name].sort_values(x)
+        color = allocator_color(name)
+        ax.plot(curve[x], curve[y], marker="o", markersize=3.5, color=color, label=allocator_label(name))
+        if sustained is not None and bound is not None and name in sustained and np.isfinite(sustained[name]):
+            ax.plot([sustained[name]], [bound], marker="v", markersize=9, color=color, markeredgecolor="black",
+                    linestyle="none", zorder=5)
+            ax.annotate(f"{sustained[name]:.2f}", (sustained[name], bound), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize="x-small", color=color)
+    if bound is not None:
+        ax.axhline(bound, color="#616161", linestyle="--", linewidth=0.8,
+                   label=f"bound {bound:g} s/token" + (" (▼ sustained rate)" if sustained else ""))
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    elif bound is not None:
+        ax.set_ylim(0, 3 * bound)
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel("request rate (req/s)" if x == "rate" else x)
+    ax.set_ylabel(METRIC_LABELS.get(y, y))
+    if title:
+        ax.set_title(title)
+    ax.legend(loc="upper left", fontsize="small", frameon=False)
+    return fig
+
+
+def plot_latency_cdf(
+    requests_by_allocator: Mapping[str, pd.DataFrame],
+    *,
+    metrics: Sequence[str] = ("ttft_s", "tpot_s"),
+    log_x: bool = True,
+) -> Figure:
+    """Empirical CDFs of per-request latencies, one panel per metric, one line per allocator.
+
+    Rejected requests and requests without a value (a one-token output has no TPOT) are left out; each line's
+    label says how many requests it covers."""
+    if not requests_by_allocator:
+        raise ValueError("no runs to plot")
+    fig = new_figure((4.2 * len(metrics) + 1.5, 3.4))
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics, strict=True):
+        for name in order_allocators(requests_by_allocator):
+            requests = requests_by_allocator[name]
+            require_columns(requests, [metric], f"requests table of {name}")
+            values = requests[metric]
+            if "rejected" in requests.columns:
+                values = values[~requests["rejected"].astype(bool)]
+            values = np.sort(values.dropna().to_numpy(dtype=float))
+            if log_x:
+                values = values[values > 0]
+            if len(values) == 0:
+                continue
+            share = np.arange(1, len(values) + 1) / len(values)
+            ax.step(values, share, where="post", color=allocator_color(name),
+                    label=f"{allocator_label(name)} (n={len(values)})")
+        if log_x:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(0, 1)
+        ax.set_xlabel(METRIC_LABELS.get(metric, metric))
+        ax.set_ylabel("share of requests")
+        ax.grid(alpha=0.3)
+    axes[-1].legend(loc="lower right", fontsize="x-small", frameon=False)
+    return fig

@@ -1,0 +1,106 @@
+"""Shared look of kvsim's figures: one colour per allocator and per memory share, and readable labels.
+
+Every figure draws allocators in the same order and colours (the paper's order: Max, Pow2, Oracle, paged), so
+a reader who has learnt one figure can read the next at a glance. Memory shares use the same five colours in
+every stacked chart, from the useful (token states, dark green) to the idle (free, pale grey).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+ALLOCATOR_ORDER = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow")
+
+ALLOCATOR_COLORS = {
+    "contiguous-max": "#c44e52",
+    "contiguous-pow2": "#dd8452",
+    "contiguous-oracle": "#ccb974",
+    "paged": "#4c72b0",
+    "paged-cow": "#55a868",
+}
+SERIES_COLORS = ("#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#64b5cd", "#2f4b7c")
+"""Colours for series that are not allocators (workloads, block sizes), and for unknown allocators."""
+
+ALLOCATOR_LABELS = {
+    "contiguous-max": "Max (contiguous)",
+    "contiguous-pow2": "Pow2 (contiguous)",
+    "contiguous-oracle": "Oracle (contiguous)",
+    "paged": "Paged",
+    "paged-cow": "Paged + CoW",
+}
+
+SHARES = ("token_states", "reservation", "internal_frag", "external_frag", "free")
+"""The five shares of KV capacity (``anchors.md`` section 4), bottom to top in stacked charts."""
+
+SHARE_LABELS = {
+    "token_states": "Token states",
+    "reservation": "Reservation",
+    "internal_frag": "Internal frag.",
+    "external_frag": "External frag. & overhead",
+    "free": "Free (idle)",
+    "external_and_free": "External frag. & others",
+    "waste_together": "Waste (not split)",
+}
+
+SHARE_COLORS = {
+    "token_states": "#2e7d32",
+    "reservation": "#90caf9",
+    "internal_frag": "#ef6c00",
+    "external_frag": "#c62828",
+    "free": "#e0e0e0",
+    "external_and_free": "#c62828",
+    "waste_together": "#9e9e9e",
+}
+
+PAPER_HATCH = "///"
+"""Hatching marks bars drawn from the paper's values rather than from a kvsim run."""
+
+
+def allocator_label(name: str) -> str:
+    return ALLOCATOR_LABELS.get(name, name)
+
+
+def allocator_tick_label(name: str) -> str:
+    """The label on two lines (``Max\\n(contiguous)``) so that side-by-side bars' labels never overlap."""
+    return allocator_label(name).replace(" (", "\n(")
+
+
+def allocator_color(name: str) -> str:
+    """The allocator's fixed colour; unknown names get a stable colour from a fallback cycle."""
+    if name in ALLOCATOR_COLORS:
+        return ALLOCATOR_COLORS[name]
+    return SERIES_COLORS[sum(name.encode()) % len(SERIES_COLORS)]
+
+
+def order_allocators(names: Iterable[str]) -> list[str]:
+    """Known allocators in the paper's order, then any others in the order given."""
+    names = list(dict.fromkeys(names))
+    known = [n for n in ALLOCATOR_ORDER if n in names]
+    return known + [n for n in names if n not in ALLOCATOR_ORDER]
+
+
+def figure_and_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """Draw into the caller's axes when given (so figures compose), else into a new figure.
+
+    New figures are plain `Figure` objects, not pyplot ones: nothing accumulates in pyplot's global figure
+    list when a sweep draws hundreds, and a notebook shows each figure once (as the cell's value).
+    """
+    if ax is not None:
+        return ax.figure, ax
+    fig = new_figure(figsize)
+    return fig, fig.add_subplot()
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    return Figure(figsize=figsize, layout="constrained")
+
+
+def percent_axis(ax: Axes, axis: str = "y") -> None:
+    """Format a 0-1 axis as percentages."""
+    from matplotlib.ticker import PercentFormatter
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))

@@ -1,0 +1,165 @@
+"""`run_simulation(config, workload)` and `run_config(config)`: one simulation, end to end.
+
+Resolves the deployment (model, GPU, KV capacity), builds the allocator, cost model, scheduler and engine,
+runs, and returns a `SimResult` of tidy DataFrames plus the summary dict. `write_result` saves it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from allocators import make_allocator
+from allocators.capacity import kv_capacity
+from allocators.catalog import GIB, get_gpu, get_model
+from sim.arrivals import ArrivalSource
+from sim.config import SimConfig
+from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel, default_calibration_path
+from sim.engine import Engine
+from sim.metrics import Recorder
+from sim.scheduler import Scheduler
+from sim.summary import build_summary
+
+DEFAULT_PRESET = "sharegpt-paper"
+DEFAULT_RATE = 2.0
+DEFAULT_NUM_REQUESTS = 400
+"""The embedded default workload: the paper's ShareGPT at 2 req/s, OPT-13B on an A100-40GB with 12 GiB of KV."""
+
+
+@dataclass
+class SimResult:
+    """Per-request table, per-step table, memory-map snapshots, the summary and the configuration."""
+
+    requests: object
+    steps: object
+    memory: object
+    summary: dict
+    config: SimConfig
+
+
+def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
+    """``--step-time`` wins, then ``--calibration``, then a shipped table for this GPU and model, then the
+    roofline with default coefficients."""
+    if config.step_time is not None:
+        return ConstantStepCost(config.step_time)
+    common = dict(block_size=config.block_size, paged=not config.allocator.startswith("contiguous"),
+                  tensor_parallel=config.tensor_parallel)
+    path = config.calibration or default_calibration_path(gpu.name, model.name)
+    if path is not None:
+        return CalibratedStepCost.from_file(path, model, gpu, **common)
+    return StepCostModel(model=model, gpu=gpu, **common)
+
+
+def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
+    """Simulate ``workload`` under ``config``. ``progress``: optional callable given counts of finished
+    requests as they finish (a progress bar's ``update``)."""
+    wall_start = time.perf_counter()
+    model, gpu = get_model(config.model), get_gpu(config.gpu)
+    cap = kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
+                      gpu_memory_utilization=config.gpu_memory_utilization,
+                      max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
+                      kv_tokens=config.kv_tokens)
+    max_model_len = config.max_model_len or model.max_seq_len
+    alloc = make_allocator(config.allocator, cap.kv_tokens, block_size=config.block_size,
+                           max_model_len=max_model_len, placement=config.placement,
+                           prefix_caching=config.prefix_caching, watermark=config.watermark)
+    cost = make_cost_model(config, model, gpu)
+    recorder = Recorder(len(workload))
+    swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
+    sched = Scheduler(alloc, recorder, continuous=config.scheduler == "continuous",
+                      max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                      chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
+                      max_model_len=max_model_len, lazy=not config.step_by_step,
+                      rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob)
+    sched.copy_block = config.block_size
+    times = workload.arrival_time_s
+    start = float(times[0]) if len(workload) and getattr(workload, "closed_loop", None) is None else 0.0
+    want_hashes = (config.prefix_caching and alloc.block_size > 1) or hasattr(alloc, "register_prefix")
+    source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes, start_s=start)
+    recorder.on_done = source.on_done
+    span = float(times[-1]) - start if len(workload) else 0.0
+    snaps = tuple(start + span * (i + 1) / (config.memory_snapshots + 1) for i in range(config.memory_snapshots))
+    engine = Engine(sched, cost, source, recorder, start_s=start, snapshot_times=snaps,
+                    check_every=config.debug_invariants, progress=progress)
+    end = engine.run() if len(workload) else start
+    if config.debug_invariants:
+        alloc.check_invariants()
+    requests = requests_frame(workload, recorder, source.arrival_s)
+    steps = recorder.steps_frame(cap.kv_tokens, alloc.breakdown().total_blocks)
+    extra = {
+        "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
+        "skipped_rows": int(getattr(workload, "skipped_rows", 0)), "model": model.name, "gpu": gpu.name,
+        "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
+        "kv_capacity_source": cap.source, **cost.describe(),
+    }
+    summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
+                            max_running=recorder.max_running, num_preemptions=sched.num_preemptions,
+                            start_s=start, end_s=end, wall_time_s=0.0, capacity=cap.kv_tokens,
+                            total_blocks=alloc.breakdown().total_blocks, extra=extra)
+    summary["wall_time_s"] = time.perf_counter() - wall_start
+    return SimResult(requests, steps, recorder.memory_frame(), summary, config)
+
+
+def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray):
+    import pandas as pd
+
+    out = np.asarray(workload.output_tokens, np.int64)
+    num_seqs = np.maximum(np.asarray(workload.n, np.int64), np.asarray(workload.beam_width, np.int64))
+    ttft = rec.first_token_s - arrival_s
+    e2e = rec.finished_s - arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (rec.finished_s - rec.first_token_s) / np.maximum(out - 1, 1), np.nan)
+    reasons = np.full(len(out), "", dtype=object)
+    for i, reason in rec.reasons.items():
+        reasons[i] = reason
+    return pd.DataFrame({
+        "request_id": np.asarray(workload.ids, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
+        "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
+        "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64), "output_tokens": out, "num_seqs": num_seqs,
+        "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons, "ttft_s": ttft,
+        "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
+    })
+
+
+def resolve_workload(config: SimConfig):
+    """The workload a configuration names: its trace, its preset, or the embedded default."""
+    import workloads
+
+    if config.trace is not None:
+        arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else None
+        workload = workloads.load_trace(config.trace, arrivals=arrivals, seed=config.seed)
+        return workload.head(config.num_requests) if config.num_requests is not None else workload
+    if config.preset is not None:
+        return workloads.load_preset(config.preset, num_requests=config.num_requests, rate=config.rate,
+                                     seed=config.seed)
+    return workloads.load_preset(DEFAULT_PRESET, num_requests=config.num_requests or DEFAULT_NUM_REQUESTS,
+                                 rate=config.rate or DEFAULT_RATE, seed=config.seed)
+
+
+def run_config(config: SimConfig, *, progress=None) -> SimResult:
+    """Resolve the configuration's workload and simulate it."""
+    return run_simulation(config, resolve_workload(config), progress=progress)
+
+
+def write_result(result: SimResult, out_dir: str | Path, fmt: str = "parquet") -> list[Path]:
+    """``requests``, ``steps`` and ``memory`` tables (parquet or csv), ``summary.json`` and ``config.json``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in ("requests", "steps", "memory"):
+        frame = getattr(result, name)
+        path = out / f"{name}.{fmt}"
+        if fmt == "csv":
+            frame.to_csv(path, index=False)
+        else:
+            frame.to_parquet(path, index=False)
+        paths.append(path)
+    for name, data in (("summary", result.summary), ("config", result.config.to_dict())):
+        path = out / f"{name}.json"
+        path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        paths.append(path)
+    return paths

@@ -1,0 +1,193 @@
+"""The serving scheduler: which requests run in the next step, and what the allocator must do for it.
+
+``continuous`` is iteration-level batching as in vLLM v1 (``anchors.md`` section 5): running requests first
+(each decoding sequence needs a slot; one that cannot get it preempts the latest admitted group, possibly
+itself), then, only if nothing was preempted, admissions in FCFS order while ``max_num_seqs`` sequences and
+``max_num_batched_tokens`` last; the first request that cannot be admitted stops admission (head of line).
+``static`` is request-level batching as in FasterTransformer: a batch is admitted only when the previous one
+has finished, and its prompts are prefilled in one step.
+
+The scheduler is plain synchronous Python: `plan_step` does the allocator work at the start of a step and
+returns a `StepPlan` for the cost model; `complete` applies the step's results once it has run. Decoding
+sequences are grown lazily through a `DecodeSet` (see there). Admission, preemption and sequence-group
+mechanics live in `sim.admission`; this class owns the queues and the step.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from sim.admission import GroupMechanics
+from sim.sequence_group import FINISHED, RUNNING, SequenceGroup
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step does, for the cost model and the steps table."""
+
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    context_tokens: int = 0
+    attention_pairs: int = 0
+    copies: int = 0
+    swap_blocks: int = 0
+    preempted: int = 0
+    eager_appended: int = 0
+    can_run: bool = False
+    chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
+
+
+class Scheduler(GroupMechanics):
+    """Queues, the step counter and the step plan. See `GroupMechanics` for the constructor."""
+
+    def add(self, group: SequenceGroup, now: float) -> None:
+        """A request arrives: rejected at once if it can never run, else queued."""
+        reason = self.never_runs(group)
+        if reason is not None:
+            self.reject(group, reason, now)
+            return
+        self.live[group.index] = group
+        self.waiting.append(group)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def plan_step(self, now: float) -> StepPlan:
+        """Do the allocator work of the next step (index ``self.step``) and say what the step computes."""
+        plan = self.plan = StepPlan()
+        self.now = now
+        step = self.step
+        decode = self.decode
+        # 1. running decoders whose headroom ran out need a slot for this step's token
+        for seq_id in decode.pop_due(step):
+            group = self.owner.get(seq_id)
+            if group is None or group.state != RUNNING:
+                continue
+            added = decode.pending(seq_id, step) + 1
+            copies = self.alloc.grow(seq_id, added)
+            if copies is None:
+                copies = self.until_fits(group, lambda s=seq_id, a=added: self.alloc.grow(s, a))
+                if copies is None:
+                    continue
+            plan.copies += len(copies)
+            decode.resync(seq_id, added, self.alloc.headroom(seq_id), step + 1)
+        # 2. beam groups re-pick parents and append a token, every step
+        for group in [g for g in self.running if g.beam and g.base >= 0]:
+            if group.state == RUNNING:
+                self.beam_step(group)
+        # 3. running prefills take chunks of the token budget, in running order
+        budget = self.budget - decode.n - self.beam_decoders()
+        for group in list(self.running):
+            if group.state == RUNNING and group.prefilling and budget > 0:
+                chunk = min(group.prefill_remaining, budget) if self.chunked else group.prefill_remaining
+                budget -= chunk
+                self.schedule_chunk(group, chunk)
+        # 4. admissions, unless something was preempted (or a static batch is still running)
+        admitted = self.admit_waiting(budget) if not plan.preempted else False
+        self.finish_plan(plan, admitted)
+        return plan
+
+    def admit_waiting(self, budget: int) -> bool:
+        """FCFS, head of line. Returns whether anything was admitted; sets `memory_blocked`."""
+        self.memory_blocked = bool(self.waiting)
+        if not self.continuous and self.running:
+            return False
+        admitted = False
+        while self.waiting and (budget > 0 or not self.continuous):
+            group = self.waiting[0]
+            if self.running_seqs + group.num_seqs > self.max_num_seqs:
+                self.memory_blocked = False
+                return admitted
+            need = self.prefill_need(group)
+            if need > budget and not self.chunked:
+                self.memory_blocked = False
+                return admitted
+            if not self.place_group(group):
+                if self.running:
+                    return admitted
+                self.waiting.popleft()
+                self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
+                                   "than the pool has)", self.now)
+                continue
+            admitted = True
+            self.waiting.popleft()
+            chunk = min(need, budget) if self.chunked else need
+            budget -= chunk
+            if group.prefilling:
+                self.schedule_chunk(group, chunk)
+            else:
+                self.start_decode(group, from_prefill=False)
+            if self.plan.preempted:  # starting it preempted someone: memory is short, stop admitting
+                self.memory_blocked = bool(self.waiting)
+                return admitted
+        self.memory_blocked = False
+        return admitted
+
+    def finish_plan(self, plan: StepPlan, admitted: bool) -> None:
+        step, decode = self.step, self.decode
+        plan.chunks = [(g, c) for g, c in plan.chunks if g.state == RUNNING]
+        joining = [g for g in self.joiners if g.state == RUNNING]
+        self.joiners = joining
+        join_seqs = join_context = 0
+        for group in joining:
+            if not group.beam:
+                join_seqs += len(group.seq_ids)
+                join_context += len(group.seq_ids) * (group.prompt + step - group.base)
+        beam_seqs, beam_context = self.beam_decoders(with_context=True)
+        plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
+        plan.decode_seqs = decode.n - join_seqs + beam_seqs
+        decode_context = decode.context(step) - join_context + beam_context
+        prefill_context = prefill_pairs = 0
+        for group, chunk in plan.chunks:
+            plan.prefill_tokens += chunk
+            prefill_context += group.prefill_done + chunk
+            prefill_pairs += chunk * group.prefill_done + chunk * (chunk + 1) // 2
+        plan.context_tokens = decode_context + prefill_context
+        plan.attention_pairs = decode_context + prefill_pairs
+        plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
+                        and not plan.swap_blocks and not plan.copies and not self.beam_running()
+                        and decode.n > 0 and (not self.waiting or self.memory_blocked
+                                              or self.running_seqs >= self.max_num_seqs))
+
+    def waiting_flag(self) -> bool:
+        """Whether queued requests are being refused memory (free slots then count as external fragmentation)."""
+        return bool(self.waiting) and (self.memory_blocked or (not self.continuous and bool(self.running)))
+
+    def next_completion(self) -> int | None:
+        """The earliest step index at which a running group produces its last token."""
+        heap, live = self.completions, self.live
+        while heap:
+            due, index, epoch = heap[0]
+            group = live.get(index)
+            if group is not None and group.epoch == epoch and group.state == RUNNING:
+                return due
+            heapq.heappop(heap)
+        return None
+
+    def complete(self, num_steps: int, end_s: float) -> None:
+        """The planned step (or a run of ``num_steps`` decode steps) has run and ended at ``end_s``."""
+        plan = self.plan
+        for group, chunk in plan.chunks:
+            group.prefill_done += chunk
+        for group in self.joiners:
+            if group.first_token_s < 0:
+                group.first_token_s = end_s
+        self.joiners = []
+        self.step += num_steps
+        heap, live = self.completions, self.live
+        while heap and heap[0][0] < self.step:
+            _, index, epoch = heapq.heappop(heap)
+            group = live.get(index)
+            if group is not None and group.epoch == epoch and group.state == RUNNING:
+                self.finish(group, end_s)
+
+    def finish(self, group: SequenceGroup, end_s: float) -> None:
+        group.generated = group.output
+        self.release(group)
+        group.state = FINISHED
+        self.running.remove(group)
+        self.running_seqs -= group.num_seqs
+        del self.live[group.index]
+        self.sink.finish(group, end_s)

@@ -1,0 +1,92 @@
+"""The run summary: the dict printed by ``kvsim run --json`` and its readable table.
+
+Keys are a public interface (``docs/architecture.md``). Memory shares are time-weighted over simulated time
+and the five ``*_frac`` shares sum to 1. Latency percentiles are over completed requests. Everything but
+``wall_time_s`` is a deterministic function of the configuration and the workload.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SHARE_KEYS = ("token_states_frac", "reservation_frac", "internal_frag_frac", "external_frag_frac", "free_frac")
+
+
+def _stat(values: np.ndarray, fn) -> float | None:
+    values = values[~np.isnan(values)]
+    return None if len(values) == 0 else float(fn(values))
+
+
+def build_summary(*, allocator: str, requests, memory, max_running: int, num_preemptions: int, start_s: float,
+                  end_s: float, wall_time_s: float, capacity: int, total_blocks: int, extra: dict) -> dict:
+    """Summary from the per-request frame and the memory integrals (`sim.metrics.MemoryIntegral`)."""
+    done = requests[requests["finished_s"].notna()]
+    sim_time = end_s - start_s
+    out_tokens = float((done["output_tokens"] * done["num_seqs"]).sum())
+    t = memory.time
+    shares = ({key: getattr(memory, key[:-5]) / (t * capacity) for key in SHARE_KEYS} if t > 0
+              else dict.fromkeys(SHARE_KEYS, 0.0) | {"free_frac": 1.0})
+    summary = {
+        "allocator": allocator,
+        "requests": int(len(requests)),
+        "completed": int(len(done)),
+        "rejected": int(requests["rejected"].sum()),
+        "preemptions": int(num_preemptions),
+        "sim_time_s": sim_time,
+        "wall_time_s": wall_time_s,
+        "throughput_tok_s": out_tokens / sim_time if sim_time > 0 else 0.0,
+        "throughput_req_s": len(done) / sim_time if sim_time > 0 else 0.0,
+        "mean_running": memory.running / t if t > 0 else 0.0,
+        "max_running": int(max_running),
+        "normalized_latency_s_per_tok": _stat(done["normalized_latency_s_per_tok"].to_numpy(float), np.mean),
+        "ttft_p50_s": _stat(done["ttft_s"].to_numpy(float), np.median),
+        "ttft_p99_s": _stat(done["ttft_s"].to_numpy(float), lambda v: np.percentile(v, 99)),
+        "tpot_p50_s": _stat(done["tpot_s"].to_numpy(float), np.median),
+        "e2e_p50_s": _stat(done["e2e_s"].to_numpy(float), np.median),
+        **shares,
+        "block_usage_frac": memory.used_blocks / (t * total_blocks) if t > 0 and total_blocks else 0.0,
+        "token_occupancy_frac": shares["token_states_frac"],
+        "shared_saved_frac": _shared_saved_frac(memory),
+        "kv_capacity_tokens": int(capacity),
+        **extra,
+    }
+    return summary
+
+
+def _shared_saved_frac(memory) -> float:
+    """Slots saved by sharing / slots that would be needed without sharing (time-weighted), as the paper."""
+    without = memory.token_states + memory.reservation + memory.internal_frag + memory.shared_saved
+    return memory.shared_saved / without if without > 0 else 0.0
+
+
+def format_summary(summary: dict) -> str:
+    """A two-column table of the summary, numbers rounded for reading."""
+    lines = []
+    width = max(len(k) for k in summary)
+    for key, value in summary.items():
+        if isinstance(value, float):
+            text = "nan" if math.isnan(value) else f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+        elif value is None:
+            text = "-"
+        else:
+            text = str(value)
+        lines.append(f"{key:<{width}}  {text}")
+    return "\n".join(lines)
+
+
+def format_comparison(summaries: list[dict], keys: tuple[str, ...]) -> str:
+    """Summaries side by side, one column per allocator."""
+    header = ["metric"] + [s["allocator"] for s in summaries]
+    rows = [header]
+    for key in keys:
+        row = [key]
+        for s in summaries:
+            v = s.get(key)
+            row.append("-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths,
+                                                                                                  strict=True)))
+                     for r in rows)

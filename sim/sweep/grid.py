@@ -1,0 +1,206 @@
+"""A sweep's grid: fixed configuration values (the base) and axes of values, from flags or a TOML file.
+
+Each point of the grid is the base with one value from every axis; points are ordered as
+``itertools.product`` orders them (the last axis varies fastest), and that order is the order of the
+results table whatever order the points finish in. Values are coerced to the configuration field's
+type here, once, so that ``--rate 1`` and ``rate = [1]`` in TOML describe the same point (and hash alike).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_NONE = {"none", "null"}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Fixed values plus ordered axes; ``points()`` expands them into per-point field dictionaries."""
+
+    base: dict[str, Any]
+    axes: dict[str, tuple[Any, ...]]
+
+    def __len__(self) -> int:
+        n = 1
+        for values in self.axes.values():
+            n *= len(values)
+        return n
+
+    def points(self) -> list[dict[str, Any]]:
+        """One dictionary of field values per point, base first and then the point's axis values."""
+        names = list(self.axes)
+        return [{**self.base, **dict(zip(names, combo, strict=True))}
+                for combo in itertools.product(*self.axes.values())]
+
+    def without(self, name: str) -> Grid:
+        """The grid with ``name`` dropped from both base and axes (the SLO search owns the rate)."""
+        return Grid({k: v for k, v in self.base.items() if k != name},
+                    {k: v for k, v in self.axes.items() if k != name})
+
+    def merged(self, other: Grid) -> Grid:
+        """This grid with ``other``'s fields taking precedence: flags override a TOML file's base and axes."""
+        base = {k: v for k, v in self.base.items() if k not in other.axes}
+        axes = {k: v for k, v in self.axes.items() if k not in other.base}
+        base.update(other.base)
+        axes.update(other.axes)
+        return Grid(base, axes)
+
+
+def config_field_types(config_cls: type) -> dict[str, Any]:
+    """Field name -> annotated type of a configuration dataclass (falling back to the default's type)."""
+    try:
+        hints = typing.get_type_hints(config_cls)
+    except Exception:  # annotations naming things only imported for type checkers
+        hints = {}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config_cls):
+        if f.name in hints:
+            out[f.name] = hints[f.name]
+        elif f.default is not dataclasses.MISSING and f.default is not None:
+            out[f.name] = type(f.default)
+        else:
+            out[f.name] = Any
+    return out
+
+
+def coerce_value(name: str, typ: Any, value: Any, where: str) -> Any:
+    """Turn a flag string or a TOML value into the field's type; ValueError naming ``where`` and the field."""
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(typ)
+        if type(None) in options and (value is None or (isinstance(value, str) and value.lower() in _NONE)):
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return coerce_value(name, option, value, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0] if errors else f"{where}: field {name!r}: cannot use {value!r}")
+    if origin is typing.Literal:
+        allowed = typing.get_args(typ)
+        for option in allowed:
+            if value == option or (isinstance(value, str) and str(option) == value):
+                return option
+        raise ValueError(f"{where}: field {name!r}: {value!r} is not one of {', '.join(map(str, allowed))}")
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        raise ValueError(f"{where}: field {name!r}: expected true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where}: field {name!r}: expected an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where}: field {name!r}: expected a number, got {value!r}")
+    if typ in (str, Path):
+        if isinstance(value, (str, Path)):
+            return typ(value)
+        raise ValueError(f"{where}: field {name!r}: expected a string, got {value!r}")
+    return value
+
+
+def _coerce_all(name: str, values: list[Any], types_: dict[str, Any], where: str) -> tuple[Any, ...]:
+    if name not in types_:
+        raise ValueError(f"{where}: unknown configuration field {name!r} (known: {', '.join(types_)})")
+    if not values:
+        raise ValueError(f"{where}: field {name!r} has no values")
+    out = tuple(coerce_value(name, types_[name], v, where) for v in values)
+    seen: list[Any] = []
+    for v in out:
+        if v in seen:
+            raise ValueError(f"{where}: field {name!r} lists {v!r} twice")
+        seen.append(v)
+    return out
+
+
+def parse_flag_tokens(tokens: list[str]) -> dict[str, list[str]]:
+    """``['--block-size', '8,16', '--prefix-caching', '--seed=0,1']`` -> ``{'block_size': ['8', '16'], ...}``.
+
+    A flag with no value is boolean true, ``--no-NAME`` is false, and ``--axis NAME=V1,V2`` names the field
+    directly (for fields whose flag ``kvsim sweep`` uses itself, such as ``scheduler``).
+    """
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or token == "--":
+            raise ValueError(f"unexpected argument {token!r}: grid flags look like --field-name V1,V2")
+        flag, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                value = tokens[i + 1]
+                i += 1
+            elif flag.startswith("no-"):
+                flag, value = flag[3:], "false"
+            else:
+                value = "true"
+        i += 1
+        if flag == "axis":
+            flag, eq, value = value.partition("=")
+            if not eq:
+                raise ValueError(f"--axis expects NAME=V1,V2, got {flag!r}")
+        name = flag.replace("-", "_")
+        if name in out:
+            raise ValueError(f"--{flag} is given twice")
+        out[name] = value.split(",")
+    return out
+
+
+def grid_from_flags(tokens: list[str], config_cls: type) -> Grid:
+    """Every flag becomes an axis (a single value is an axis of one, which changes nothing)."""
+    types_ = config_field_types(config_cls)
+    raw = parse_flag_tokens(tokens)
+    return Grid({}, {name: _coerce_all(name, values, types_, "command line") for name, values in raw.items()})
+
+
+def load_grid_toml(path: str | Path, config_cls: type) -> Grid:
+    """A TOML file with a ``[base]`` table of fields and an ``[axes]`` table of lists of values."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from exc
+    unknown = set(data) - {"base", "axes"}
+    if unknown:
+        raise ValueError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}; expected [base] and [axes]")
+    types_ = config_field_types(config_cls)
+    base: dict[str, Any] = {}
+    for name, value in data.get("base", {}).items():
+        base[name] = _coerce_all(name, [value], types_, f"{path} [base]")[0]
+    axes: dict[str, tuple[Any, ...]] = {}
+    for name, values in data.get("axes", {}).items():
+        if not isinstance(values, list):
+            raise ValueError(f"{path} [axes]: field {name!r} must be a list of values, got {values!r}")
+        if name in base:
+            raise ValueError(f"{path}: field {name!r} is in both [base] and [axes]")
+        axes[name] = _coerce_all(name, values, types_, f"{path} [axes]")
+    return Grid(base, axes)

@@ -1,0 +1,82 @@
+"""One sweep point: a configuration run through a point function into one row of the results table.
+
+The point function maps a configuration to the summary dict of ``kvsim run --json``. The real one runs the
+simulator; tests pass small fakes. A failure becomes a row with ``status="failed"`` and the error text, so a
+sweep of hundreds of points is never stopped by one bad corner of the grid.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sim.sweep.hashing import config_values
+
+PointFn = Callable[[Any], dict[str, Any]]
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+
+
+def simulate_point(config: Any) -> dict[str, Any]:
+    """The default point function: run the simulator and return its summary (``kvsim run --json``)."""
+    from sim.runner import run_config
+
+    return dict(run_config(config).summary)
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """What a worker needs to run one point: its place in the grid, its id, and the built configuration."""
+
+    index: int
+    point_id: str
+    config: Any
+
+
+def _scalar(value: Any) -> Any:
+    """Parquet columns hold scalars; a nested summary value is kept as its JSON text."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+def make_row(point_id: str, values: dict[str, Any], summary: dict[str, Any] | None,
+             error: str | None, version: str) -> dict[str, Any]:
+    """A results row: id, status and error, the configuration's fields, then the summary's keys.
+
+    A summary key that is also a configuration field (``allocator``) keeps the configuration's value.
+    """
+    row: dict[str, Any] = {"point_id": point_id, "status": STATUS_FAILED if error else STATUS_OK,
+                           "error": error, "kvsim_version": version}
+    row.update({k: _scalar(v) for k, v in values.items()})
+    for key, value in (summary or {}).items():
+        if key not in row:
+            row[key] = _scalar(value)
+    return row
+
+
+def describe_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def evaluate_point(point_fn: PointFn, task: PointTask, version: str) -> dict[str, Any]:
+    """Run one point; never raises for a simulation error (it becomes the row's ``error``).
+
+    ``point_wall_s`` is the time spent here, in the worker, so executor overheads can be measured apart.
+    """
+    values = config_values(task.config)
+    start = time.perf_counter()
+    try:
+        summary = point_fn(task.config)
+        if not isinstance(summary, dict):
+            raise TypeError(f"point function returned {type(summary).__name__}, not a summary dict")
+        error = None
+    except Exception as exc:  # a failed point is recorded and the sweep goes on
+        summary, error = None, describe_error(exc)
+    row = make_row(task.point_id, values, summary, error, version)
+    row["point_wall_s"] = time.perf_counter() - start
+    return row

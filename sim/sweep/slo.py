@@ -1,0 +1,151 @@
+"""The highest request rate a configuration sustains under a service-level target.
+
+Search: bracket by geometric growth from ``rate_min`` (x ``growth`` per step) until the target fails, then
+bisect the bracket geometrically (rates are a ratio scale) until ``high / low - 1 <= tolerance``. Every probe
+of one configuration keeps its seed, so each rate replays the same random numbers (common random numbers):
+with a generator that draws standard exponential gaps and divides by the rate, the same requests arrive in
+the same order, only closer together, and the comparison between two rates is not drowned in sampling noise.
+
+The search assumes the target's metrics grow with the rate (more load, more queueing); that holds for
+latency percentiles in the mean, and common random numbers make it hold run by run far more often.
+
+Failing the target: any bounded metric above its bound, or missing (NaN: e.g. no request finished), **or any
+rejected request, or any request left unfinished** at the end of the run. A rate at which the system turns
+requests away or falls behind for good does not sustain that rate, however good the latency of the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sim.sweep.hashing import config_values
+from sim.sweep.point import PointFn, describe_error
+
+SLO_METRICS = {
+    "ttft_p99": "ttft_p99_s",
+    "tpot_p50": "tpot_p50_s",
+    "e2e_p50": "e2e_p50_s",
+    "normalized_latency": "normalized_latency_s_per_tok",
+}
+"""Option name (``--ttft-p99``) -> the summary key it bounds."""
+
+STATUS_OK = "ok"
+STATUS_BELOW_MIN = "below-min"
+STATUS_ABOVE_MAX = "above-max"
+STATUS_FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    """Upper bounds on summary keys; a run meets the target when it stays within all of them."""
+
+    bounds: dict[str, float]
+
+    def __post_init__(self) -> None:
+        if not self.bounds:
+            raise ValueError("give at least one target: --ttft-p99, --tpot-p50, --e2e-p50 or --normalized-latency")
+        for key, bound in self.bounds.items():
+            if not bound > 0:
+                raise ValueError(f"target {key} must be positive, got {bound}")
+
+    def describe(self) -> str:
+        return ", ".join(f"{key}<={bound:g}" for key, bound in self.bounds.items())
+
+    def check(self, summary: dict[str, Any]) -> str | None:
+        """None when the run meets the target, else the first reason it does not."""
+        rejected = summary.get("rejected", 0) or 0
+        if rejected > 0:
+            return f"{rejected} rejected"
+        requests, completed = summary.get("requests"), summary.get("completed")
+        if requests is not None and completed is not None and completed < requests:
+            return f"{requests - completed} unfinished"
+        for key, bound in self.bounds.items():
+            value = summary.get(key)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                return f"{key} missing"
+            if value > bound:
+                return f"{key}={value:.4g}>{bound:g}"
+        return None
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Where the rate search starts, how far it may go, and when the bracket is tight enough."""
+
+    rate_min: float = 0.5
+    rate_max: float = 1000.0
+    growth: float = 2.0
+    tolerance: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate_min <= self.rate_max:
+            raise ValueError(f"need 0 < rate_min <= rate_max, got {self.rate_min} and {self.rate_max}")
+        if not self.growth > 1:
+            raise ValueError(f"growth must be above 1, got {self.growth}")
+        if not self.tolerance > 0:
+            raise ValueError(f"tolerance must be positive, got {self.tolerance}")
+
+
+def search_rate(point_fn: PointFn, config: Any, target: SloTarget, settings: SearchSettings,
+                point_id: str = "") -> dict[str, Any]:
+    """Bracket and bisect one configuration's rate; one result row (never raises for a simulation error)."""
+    probes: list[tuple[float, str | None]] = []
+    summaries: dict[float, dict[str, Any]] = {}
+
+    def meets(rate: float) -> bool:
+        summary = point_fn(dataclasses.replace(config, rate=rate))
+        summaries[rate] = summary
+        reason = target.check(summary)
+        probes.append((rate, reason))
+        return reason is None
+
+    low: float | None = None
+    high: float | None = None
+    error = None
+    try:
+        rate = settings.rate_min
+        while True:
+            if not meets(rate):
+                high = rate
+                break
+            low = rate
+            if rate >= settings.rate_max:
+                break
+            rate = min(rate * settings.growth, settings.rate_max)
+        if low is not None and high is not None:
+            while high / low - 1 > settings.tolerance:
+                mid = math.sqrt(low * high)
+                if meets(mid):
+                    low = mid
+                else:
+                    high = mid
+    except Exception as exc:  # the search stops; what it learned so far is still reported
+        error = describe_error(exc)
+    if error is not None:
+        status = STATUS_FAILED
+    elif low is None:
+        status = STATUS_BELOW_MIN
+    elif high is None:
+        status = STATUS_ABOVE_MAX
+    else:
+        status = STATUS_OK
+    row: dict[str, Any] = {"point_id": point_id, "status": status, "error": error}
+    row.update({k: v for k, v in config_values(config).items() if k != "rate"})
+    row.update({
+        "target": target.describe(),
+        "sustained_rate": low if low is not None and status != STATUS_FAILED else math.nan,
+        "rate_ok": low if low is not None else math.nan,
+        "rate_fail": high if high is not None else math.nan,
+        "fail_reason": next((r for rate, r in probes if rate == high), None),
+        "simulations": len(probes),
+    })
+    at_ok = summaries.get(low, {}) if low is not None else {}
+    for key in (*target.bounds, "throughput_req_s", "throughput_tok_s", "mean_running"):
+        value = at_ok.get(key)
+        row[f"{key}_at_ok"] = math.nan if value is None else value
+    row["probes"] = json.dumps([[rate, reason is None] for rate, reason in probes])
+    return row

@@ -1,0 +1,129 @@
+"""Orca's Max / Pow2 / Oracle slabs: sizing, hand-computed waste categories, fork, growth limits, errors."""
+
+import numpy as np
+import pytest
+
+from allocators import ALLOCATORS, make_allocator
+from allocators.base import FREE_OWNER, OVERHEAD_OWNER, MemoryBreakdown
+
+
+def parts(b: MemoryBreakdown) -> tuple[int, int, int, int, int]:
+    return b.token_states, b.reservation, b.internal_frag, b.external_frag, b.free
+
+
+def test_paper_capacity_check_max_fits_7_and_leaves_8_85_percent():
+    a = make_allocator("contiguous-max", 15728, max_model_len=2048)
+    n = 0
+    while a.admit(n, 2048, final_tokens=2048) is not None:
+        n += 1
+    assert n == 7
+    b = a.breakdown(waiting=True)
+    assert parts(b) == (14336, 0, 0, 1392, 0)
+    assert round(b.external_frag / b.capacity, 4) == 0.0885
+    a.check_invariants()
+
+
+def test_max_waste_categories_by_hand():
+    a = make_allocator("contiguous-max", 4096, max_model_len=2048)
+    a.admit(1, 500, final_tokens=700)
+    # 500 tokens, 200 more it will write, 1348 of the 2048 slab never written; the other 2048 are free
+    assert parts(a.breakdown()) == (500, 200, 1348, 0, 2048)
+    assert parts(a.breakdown(waiting=True)) == (500, 200, 1348, 2048, 0)
+    assert a.grow(1, 150) == ()
+    assert parts(a.breakdown()) == (650, 50, 1348, 0, 2048)
+    assert a.headroom(1) == 2048 - 650
+    a.check_invariants()
+
+
+def test_max_uses_max_total_tokens_when_given():
+    a = make_allocator("contiguous-max", 4096, max_model_len=2048, placement="first-fit")
+    a.admit(1, 10, final_tokens=40, max_total_tokens=100)
+    assert a.headroom(1) == 90
+    assert parts(a.breakdown()) == (10, 30, 60, 0, 3996)
+
+
+def test_pow2_reserves_the_output_rounded_to_a_power_of_two():
+    a = make_allocator("contiguous-pow2", 4096, placement="first-fit")
+    a.admit(1, 10, final_tokens=35)  # true output 25 reserves 32
+    assert a.headroom(1) == 32
+    assert parts(a.breakdown()) == (10, 25, 7, 0, 4096 - 42)
+    a.admit(2, 1500, final_tokens=2040)  # 1500 + 1024 capped at max_model_len 2048
+    assert a.headroom(2) == 548
+
+
+def test_oracle_with_buddy_rounding_charges_external_fragmentation():
+    a = make_allocator("contiguous-oracle", 4096)
+    a.admit(1, 300, final_tokens=700)  # 700-slot slab in a 1024-slot buddy block
+    assert parts(a.breakdown()) == (300, 400, 0, 324, 3072)
+    assert a.breakdown().used_blocks == 1024
+    owners = a.memory_map()
+    assert (owners[:700] == 1).all() and (owners[700:1024] == OVERHEAD_OWNER).all()
+    assert (owners[1024:] == FREE_OWNER).all()
+    assert a.free(1) == 1024
+    assert parts(a.breakdown()) == (0, 0, 0, 0, 4096)
+
+
+def test_first_fit_holes_count_as_external_only_while_someone_waits():
+    a = make_allocator("contiguous-oracle", 100, placement="first-fit")
+    for seq in range(3):
+        a.admit(seq, 30, final_tokens=30)
+    a.free(1)
+    assert a.admit(3, 35, final_tokens=35) is None  # 40 slots free, no 35-slot hole
+    assert parts(a.breakdown(waiting=True)) == (60, 0, 0, 40, 0)
+    assert parts(a.breakdown()) == (60, 0, 0, 0, 40)
+    a.check_invariants()
+
+
+def test_grow_beyond_the_slab_fails_without_change():
+    a = make_allocator("contiguous-oracle", 256, placement="best-fit")
+    a.admit(1, 10, final_tokens=12)
+    before = a.breakdown()
+    assert a.grow(1, 3) is None
+    assert a.breakdown() == before and a.num_tokens(1) == 10
+    assert a.grow(1, 2) == () and a.headroom(1) == 0
+
+
+def test_fork_copies_into_a_private_slab():
+    a = make_allocator("contiguous-oracle", 256, placement="first-fit")
+    a.admit(1, 10, final_tokens=20)
+    assert a.fork(1, 2, final_tokens=30) == ((0, 20),)
+    assert a.num_tokens(2) == 10 and a.headroom(2) == 20
+    assert parts(a.breakdown()) == (20, 30, 0, 0, 206)
+    assert a.fork(1, 3, final_tokens=300) is None  # no room: nothing changed
+    a.check_invariants()
+
+
+def test_never_fits_explains():
+    a = make_allocator("contiguous-oracle", 15728)
+    assert a.never_fits(100, final_tokens=8192) is None
+    reason = a.never_fits(100, final_tokens=9000)
+    assert "needs 9000 slots (a 16384-slot buddy block) but the largest possible slab is 8192" in reason
+    m = make_allocator("contiguous-max", 15728, max_model_len=2048)
+    assert "reserves a slab of only 2048" in m.never_fits(100, final_tokens=3000)
+    assert make_allocator("contiguous-max", 1000, placement="first-fit").never_fits(1, final_tokens=5)
+
+
+@pytest.mark.parametrize("name", sorted(ALLOCATORS))
+def test_constructor_validates_options(name):
+    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+        make_allocator(name, 1000, block_size=0)
+    with pytest.raises(ValueError, match="watermark"):
+        make_allocator(name, 1000, watermark=1.5)
+    with pytest.raises(ValueError, match="capacity must be positive"):
+        make_allocator(name, 0)
+
+
+def test_make_allocator_lists_valid_names():
+    with pytest.raises(ValueError, match="valid choices: contiguous-max, contiguous-pow2, contiguous-oracle"):
+        make_allocator("slab", 100)
+    with pytest.raises(ValueError, match="placement 'worst-fit'"):
+        make_allocator("contiguous-max", 100, placement="worst-fit")
+
+
+def test_memory_map_covers_every_slot():
+    a = make_allocator("contiguous-pow2", 1000)
+    a.admit(5, 3, final_tokens=8)
+    owners = a.memory_map()
+    assert owners.shape == (1000,) and owners.dtype == np.int64
+    assert (owners == 5).sum() == 3 + 8  # output 5 rounded to 8
+    assert (owners == OVERHEAD_OWNER).sum() == 16 - 11  # buddy rounding of 11 to 16

@@ -1,0 +1,114 @@
+"""Copy-on-write: shared forks, the copies they report, parallel sampling, beam search, shared prefixes."""
+
+from allocators import make_allocator
+from allocators.base import SHARED_OWNER
+
+BS = 16
+
+
+def cow(num_blocks: int = 21, **options):
+    return make_allocator("paged-cow", num_blocks * BS, **options)
+
+
+def test_fork_shares_blocks_and_the_first_writer_copies_the_partial_tail():
+    a = cow()
+    a.admit(1, 40, final_tokens=50)  # blocks 1, 2 full; block 3 holds 8 tokens
+    assert a.fork(1, 2, final_tokens=60) == ()
+    assert a.block_table(2) == a.block_table(1) == (1, 2, 3)
+    assert [a.ref_count(b) for b in (1, 2, 3)] == [2, 2, 2]
+    assert a.headroom(1) == a.headroom(2) == 0  # the next write into block 3 needs a copy
+    b = a.breakdown()
+    assert (b.token_states, b.used_blocks, b.shared_saved) == (40, 3, 3 * BS)
+    assert b.reservation == 8  # the shared tail: the longer sharer will fill it up to 48
+    assert a.grow(2, 1) == ((3, 4),)
+    assert a.block_table(2) == (1, 2, 4) and a.block_table(1) == (1, 2, 3)
+    assert a.ref_count(3) == 1 and a.headroom(1) == 8  # the parent owns its tail again
+    b = a.breakdown()
+    assert (b.token_states, b.shared_saved, b.reservation, b.internal_frag) == (40 + 8 + 1, 2 * BS, 8 + 7, 0)
+    assert a.grow(1, 1) == ()  # no copy: the parent's tail is no longer shared
+    a.check_invariants()
+
+
+def test_fork_at_a_block_boundary_needs_no_copy():
+    a = cow()
+    a.admit(1, 32, final_tokens=40)
+    a.fork(1, 2, final_tokens=40)
+    assert a.grow(1, 1) == () and a.grow(2, 1) == ()
+    assert a.block_table(1)[:2] == a.block_table(2)[:2] and a.block_table(1)[2] != a.block_table(2)[2]
+    a.check_invariants()
+
+
+def test_parallel_sampling_n4_copies_the_tail_three_times():
+    a = cow()
+    a.admit(0, 40, final_tokens=60)
+    for child in (1, 2, 3):
+        assert a.fork(0, child, final_tokens=60) == ()
+    copies = [a.grow(seq, 1) for seq in (1, 2, 3, 0)]
+    assert [len(c) for c in copies] == [1, 1, 1, 0]  # the last holder writes in place
+    assert all(c[0][0] == 3 for c in copies[:3])
+    b = a.breakdown()
+    assert b.used_blocks == 2 + 4 and b.shared_saved == 3 * 2 * BS  # 2 prompt blocks held once, not 4 times
+    a.check_invariants()
+    for seq in range(4):
+        a.free(seq)
+    assert a.breakdown().used_blocks == 0
+    a.check_invariants()
+
+
+def test_beam_search_forks_from_chosen_parents_and_frees_the_losers():
+    a = cow(40)
+    a.admit(0, 20, final_tokens=40)
+    a.fork(0, 1, final_tokens=40)
+    beams, next_id = [0, 1], 2
+    for step in range(12):
+        for seq in beams:
+            a.grow(seq, 1)
+        parents = [beams[0], beams[0]] if step % 3 else [beams[0], beams[1]]  # beam 0 wins twice most steps
+        children = []
+        for parent in parents:
+            a.fork(parent, next_id, final_tokens=40)
+            children.append(next_id)
+            next_id += 1
+        for seq in beams:
+            a.free(seq)
+        beams = children
+        a.check_invariants()
+    assert all(a.num_tokens(seq) == 32 for seq in beams)
+    b = a.breakdown()
+    assert b.used_blocks <= 2 * 2 + 1 and b.shared_saved >= BS  # at least the first prompt block is shared
+
+
+def test_registered_prefix_is_allocated_once_and_shared():
+    a = cow()
+    prefix = [11, 12]  # a 32-token system prompt
+    assert a.register_prefix(prefix) == 32
+    pinned = a.registered_blocks
+    assert pinned == 2 and a.breakdown().token_states == 32 and a.breakdown().used_blocks == 2
+    for seq in range(3):
+        adm = a.admit(seq, 40, final_tokens=50, block_hashes=[*prefix, 100 + seq])
+        assert adm.cached_tokens == 32
+    assert a.block_table(0)[:2] == a.block_table(1)[:2] == a.block_table(2)[:2] == (1, 2)
+    assert [a.ref_count(b) for b in (1, 2)] == [4, 4]  # three sequences and the registry
+    b = a.breakdown()
+    assert (b.used_blocks, b.token_states, b.shared_saved) == (2 + 3, 32 + 3 * 8, 2 * 2 * BS)
+    assert (a.memory_map()[BS:3 * BS] == SHARED_OWNER).all()
+    a.check_invariants()
+    assert a.release_prefix(prefix) == 32
+    assert a.ref_count(1) == 3  # still held by the sequences
+    for seq in range(3):
+        a.free(seq)
+    assert a.breakdown().used_blocks == 0
+    a.check_invariants()
+
+
+def test_register_prefix_without_room_changes_nothing():
+    a = cow(3)  # 2 usable blocks
+    assert a.register_prefix([1, 2, 3]) is None
+    assert a.breakdown().used_blocks == 0 and a.registered_blocks == 0
+    assert a.register_prefix([1, 2]) == 32
+    assert a.register_prefix([1, 2]) == 32  # a repeat pins the same blocks again
+    assert a.ref_count(1) == 2
+    a.release_prefix([1, 2])
+    a.release_prefix([1, 2])
+    assert a.breakdown().used_blocks == 0
+    a.check_invariants()

@@ -1,0 +1,89 @@
+"""The paged allocator: hand-computed waste categories, headroom, copying forks, never-fits reasons."""
+
+from allocators import make_allocator
+from allocators.base import FREE_OWNER, OVERHEAD_OWNER
+
+
+def parts(b):
+    return b.token_states, b.reservation, b.internal_frag, b.external_frag, b.free
+
+
+def test_waste_categories_by_hand_block_16_requests_of_100_and_30():
+    a = make_allocator("paged", 20 * 16 + 5)  # 20 blocks (19 usable) and 5 slots too few for a block
+    assert (a.num_blocks, a.num_usable_blocks, a.overhead_slots) == (20, 19, 21)
+    a.admit(1, 100, final_tokens=120)  # 7 blocks = 112 slots: 12 more tokens will land in them
+    a.admit(2, 30, final_tokens=40)  # 2 blocks = 32 slots: 2 more will land in them
+    assert parts(a.breakdown()) == (130, 14, 0, 21, 10 * 16)
+    assert (a.headroom(1), a.headroom(2)) == (12, 2)
+    assert a.grow(1, 12) == () and a.grow(1, 1) == ()  # block 8: 113 tokens of 120, 8 slots never filled
+    assert a.grow(2, 10) == ()  # block 3: 40 tokens, the last block's 8 spare slots never filled
+    assert parts(a.breakdown()) == (153, 7, 16, 21, 8 * 16)
+    b = a.breakdown(waiting=True)
+    assert parts(b) == (153, 7, 16, 21 + 128, 0)
+    assert (b.used_blocks, b.total_blocks) == (11, 19)
+    a.check_invariants()
+    assert a.free(1) == 8 * 16 and a.free(2) == 3 * 16
+    assert parts(a.breakdown()) == (0, 0, 0, 21, 19 * 16)
+
+
+def test_grow_crosses_blocks_only_at_boundaries_and_refuses_without_change():
+    a = make_allocator("paged", 4 * 16)  # 3 usable blocks
+    a.admit(1, 10, final_tokens=48)
+    assert a.block_table(1) == (1,)
+    assert a.grow(1, 6) == () and a.block_table(1) == (1,) and a.headroom(1) == 0
+    assert a.grow(1, 1) == () and a.block_table(1) == (1, 2) and a.headroom(1) == 15
+    assert a.grow(1, 40) is None  # 57 tokens would need 4 blocks
+    assert a.num_tokens(1) == 17 and a.block_table(1) == (1, 2)
+    assert a.grow(1, 31) == () and a.block_table(1) == (1, 2, 3)
+    a.check_invariants()
+
+
+def test_fork_without_copy_on_write_copies_every_block():
+    a = make_allocator("paged", 10 * 16)
+    a.admit(1, 20, final_tokens=30)
+    assert a.fork(1, 2, final_tokens=25) == ((1, 3), (2, 4))
+    assert a.block_table(2) == (3, 4) and a.num_tokens(2) == 20
+    b = a.breakdown()
+    assert (b.token_states, b.reservation, b.internal_frag, b.shared_saved) == (40, 10 + 5, 2 + 7, 0)
+    a.check_invariants()
+
+
+def test_freed_chain_is_appended_tail_first():
+    a = make_allocator("paged", 6 * 16)
+    a.admit(1, 40, final_tokens=40)
+    a.free(1)
+    assert a.free_block_ids() == [4, 5, 3, 2, 1]
+
+
+def test_memory_map_marks_null_block_and_remainder_as_overhead():
+    a = make_allocator("paged", 4 * 16 + 3)
+    a.admit(7, 20, final_tokens=20)
+    owners = a.memory_map()
+    assert (owners[:16] == OVERHEAD_OWNER).all() and (owners[64:] == OVERHEAD_OWNER).all()
+    assert (owners[16:48] == 7).all() and (owners[48:64] == FREE_OWNER).all()
+
+
+def test_never_fits_counts_blocks_at_the_final_length():
+    a = make_allocator("paged", 11 * 16)
+    assert a.never_fits(100, final_tokens=160) is None
+    assert "needs 11 blocks of 16 at its final length 161 but the pool has only 10 usable" in a.never_fits(
+        100, final_tokens=161)
+
+
+def test_prefix_caching_off_ignores_hashes():
+    a = make_allocator("paged", 11 * 16)
+    a.admit(1, 40, final_tokens=40, block_hashes=[1, 2])
+    assert a.num_cached_tokens([1, 2], 40) == 0
+    assert a.admit(2, 40, final_tokens=40, block_hashes=[1, 2]).cached_tokens == 0
+    assert a.block_hash(1) is None
+
+
+def test_chunked_prompt_blocks_are_cached_when_they_fill():
+    a = make_allocator("paged", 11 * 16, prefix_caching=True)
+    a.admit(1, 10, final_tokens=40, block_hashes=[1, 2])  # first chunk of a 40-token prompt
+    assert a.block_hash(1) is None
+    a.grow(1, 20)
+    assert (a.block_hash(1), a.block_hash(2)) == (1, None)
+    a.grow(1, 2)
+    assert a.block_hash(2) == 2
+    a.check_invariants()

@@ -1,0 +1,155 @@
+"""Hypothesis drives every allocator (and every placement) with random admit/grow/fork/free sequences.
+
+After every step `check_invariants()` recomputes the allocator's state from scratch; the machine also keeps
+its own model of each sequence's tokens and checks that the breakdown sums to capacity, that a refused call
+changes nothing, that growing by the headroom needs no allocator work, and that freeing returns exactly
+what the sequence held.
+"""
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from allocators import ALLOCATORS, make_allocator
+from allocators.contiguous import ContiguousAllocator
+from allocators.placement import PLACEMENTS
+
+SETTINGS = settings(max_examples=12, stateful_step_count=30, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+BLOCK = 4
+
+
+def chained_hashes(group: int, num_blocks: int) -> list[int]:
+    """Chained hashes of a prompt whose first blocks are shared within ``group`` (distinct across groups)."""
+    return [group * 1000 + i for i in range(num_blocks)]
+
+
+class AllocatorMachine(RuleBasedStateMachine):
+    allocator_name = "paged"
+    options: dict = {}
+
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=40 * BLOCK + 3))
+    def build(self, capacity):
+        self.alloc = make_allocator(self.allocator_name, capacity, block_size=BLOCK, max_model_len=64,
+                                    **self.options)
+        self.tokens: dict[int, int] = {}
+        self.prefixes: list[list[int]] = []
+        self.next_id = 0
+
+    def snapshot(self):
+        return self.alloc.breakdown(), self.alloc.memory_map().tobytes()
+
+    def held(self, seq):
+        if isinstance(self.alloc, ContiguousAllocator):
+            return self.alloc._seqs[seq].physical
+        return len(self.alloc.block_table(seq)) * BLOCK
+
+    @rule(num=st.integers(1, 40), extra=st.integers(0, 40), group=st.sampled_from([None, 1, 2]),
+          with_max=st.booleans())
+    def admit(self, num, extra, group, with_max):
+        hashes = chained_hashes(group, num // BLOCK) if group is not None else ()
+        max_total = num + extra + 8 if with_max else None
+        before = self.snapshot()
+        seq, self.next_id = self.next_id, self.next_id + 1
+        if self.alloc.never_fits(num, final_tokens=num + extra, max_total_tokens=max_total):
+            return
+        cached = self.alloc.num_cached_tokens(hashes, num)
+        adm = self.alloc.admit(seq, num, final_tokens=num + extra, max_total_tokens=max_total, block_hashes=hashes)
+        if adm is None:
+            assert self.snapshot() == before
+            return
+        assert adm.cached_tokens == cached and cached < num
+        self.tokens[seq] = num
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), n=st.integers(1, 20))
+    def grow(self, data, n):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        before = self.snapshot()
+        copies = self.alloc.grow(seq, n)
+        if copies is None:
+            assert self.snapshot() == before
+        else:
+            self.tokens[seq] += n
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def grow_by_headroom(self, data):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        room = self.alloc.headroom(seq)
+        if room:
+            used_before = self.alloc.breakdown().used_blocks
+            assert self.alloc.grow(seq, room) == ()
+            assert self.alloc.breakdown().used_blocks == used_before
+            self.tokens[seq] += room
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), extra=st.integers(0, 20))
+    def fork(self, data, extra):
+        parent = data.draw(st.sampled_from(sorted(self.tokens)))
+        child, self.next_id = self.next_id, self.next_id + 1
+        before = self.snapshot()
+        copies = self.alloc.fork(parent, child, final_tokens=self.tokens[parent] + extra)
+        if copies is None:
+            assert self.snapshot() == before
+        else:
+            self.tokens[child] = self.tokens[parent]
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def free(self, data):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        held = self.held(seq)
+        assert self.alloc.free(seq) == held
+        del self.tokens[seq]
+
+    @precondition(lambda self: hasattr(self.alloc, "register_prefix"))
+    @rule(group=st.sampled_from([1, 2]), blocks=st.integers(1, 3))
+    def register_prefix(self, group, blocks):
+        hashes = chained_hashes(group, blocks)
+        if self.alloc.register_prefix(hashes) is not None:
+            self.prefixes.append(hashes)
+
+    @precondition(lambda self: getattr(self, "prefixes", None))
+    @rule(data=st.data())
+    def release_prefix(self, data):
+        hashes = self.prefixes.pop(data.draw(st.integers(0, len(self.prefixes) - 1)))
+        assert self.alloc.release_prefix(hashes) == len(hashes) * BLOCK
+
+    @invariant()
+    def consistent(self):
+        if not hasattr(self, "alloc"):
+            return
+        self.alloc.check_invariants()
+        for waiting in (False, True):
+            b = self.alloc.breakdown(waiting)
+            parts = (b.token_states, b.reservation, b.internal_frag, b.external_frag, b.free)
+            assert sum(parts) == b.capacity == self.alloc.capacity and min(parts) >= 0
+        for seq, n in self.tokens.items():
+            assert self.alloc.num_tokens(seq) == n and self.alloc.headroom(seq) >= 0
+
+    def teardown(self):
+        if not hasattr(self, "alloc"):
+            return
+        for seq in list(self.tokens):
+            self.alloc.free(seq)
+        while self.prefixes:
+            self.alloc.release_prefix(self.prefixes.pop())
+        self.alloc.check_invariants()
+        b = self.alloc.breakdown()
+        assert b.token_states == b.reservation == b.internal_frag == b.used_blocks == b.shared_saved == 0
+
+
+CONFIGS = [(name, {"placement": p}) for name in ALLOCATORS if name.startswith("contiguous") for p in PLACEMENTS]
+CONFIGS += [(name, {"prefix_caching": pc}) for name in ALLOCATORS if name.startswith("paged") for pc in (False, True)]
+CONFIGS += [("paged", {"prefix_caching": True, "watermark": 0.1})]
+
+for _name, _options in CONFIGS:
+    _label = "_".join([_name, *map(str, _options.values())]).replace("-", "_").replace(".", "")
+    _machine = type(f"Machine_{_label}", (AllocatorMachine,), {"allocator_name": _name, "options": _options})
+    globals()[f"Test_{_label}"] = SETTINGS(_machine).TestCase
+
+
+def test_every_allocator_is_exercised():
+    covered = {name for name, _ in CONFIGS}
+    assert covered == set(ALLOCATORS)

@@ -1,0 +1,79 @@
+"""`kvsim plot` reads run directories and sweep tables, draws the asked figure and reports bad input in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from sim.commands.plot import RUN_KINDS, plot_command
+
+SHARES = ["token_states", "reservation", "internal_frag", "external_frag", "free"]
+
+
+def write_run(run_dir: Path, allocator: str, memory: bool = True) -> Path:
+    run_dir.mkdir(parents=True)
+    n = 20
+    steps = pd.DataFrame({"time_s": np.arange(n) * 0.5, "duration_s": 0.5, "running": np.arange(n) % 7,
+                          "token_states": 400, "reservation": 100, "internal_frag": 200, "external_frag": 100,
+                          "free": 200, "capacity": 1000})
+    steps.to_parquet(run_dir / "steps.parquet")
+    requests = pd.DataFrame({"request_id": range(n), "ttft_s": np.linspace(0.1, 1, n),
+                             "tpot_s": np.linspace(0.01, 0.05, n), "rejected": False})
+    requests.to_parquet(run_dir / "requests.parquet")
+    if memory:
+        owners = np.repeat([-2, 3, 4, -1], 250)
+        pd.DataFrame({"time_s": 5.0, "slot": np.arange(1000), "owner": owners}).to_parquet(run_dir / "memory.parquet")
+    summary = {"allocator": allocator, "mean_running": 3.0,
+               **{f"{s}_frac": v for s, v in zip(SHARES, [0.4, 0.1, 0.2, 0.1, 0.2], strict=True)}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> list[Path]:
+    return [write_run(tmp_path / "a", "paged"), write_run(tmp_path / "b", "contiguous-max", memory=False)]
+
+
+@pytest.mark.parametrize("kind", RUN_KINDS)
+def test_every_kind_draws_a_png_from_one_run(runs, kind):
+    result = CliRunner().invoke(plot_command, [str(runs[0]), "--kind", kind, "--dpi", "30"])
+    assert result.exit_code == 0, result.output
+    out = runs[0] / f"{kind}.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {out}" in result.output
+
+
+def test_several_runs_draw_one_comparison_svg(runs, tmp_path):
+    out = tmp_path / "figs" / "cmp.svg"
+    result = CliRunner().invoke(plot_command, [*map(str, runs), "--kind", "breakdown", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert b"<svg" in out.read_bytes()[:400]
+
+
+def test_missing_memory_table_is_a_one_line_usage_error(runs):
+    result = CliRunner().invoke(plot_command, [str(runs[1]), "--kind", "memory-map"])
+    assert result.exit_code == 2
+    assert "no memory.parquet" in result.output and "--memory-map" in result.output
+
+
+def test_not_a_run_directory_and_bad_suffix_are_usage_errors(tmp_path, runs):
+    result = CliRunner().invoke(plot_command, [str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "not a run directory" in result.output
+    result = CliRunner().invoke(plot_command, [str(runs[0]), "--out", str(tmp_path / "x.jpg")])
+    assert result.exit_code == 2 and ".png" in result.output
+
+
+def test_a_sweep_kind_needs_a_table(runs):
+    result = CliRunner().invoke(plot_command, [str(runs[0]), "--kind", "sweep"])
+    assert result.exit_code == 2 and "sweep table" in result.output
+
+
+def test_plot_is_registered_with_the_cli():
+    from sim.cli import COMMAND_MODULES
+
+    assert "plot" in COMMAND_MODULES

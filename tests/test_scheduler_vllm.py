@@ -1,0 +1,95 @@
+"""The scheduler against vLLM's own scenarios (anchors.md section 5, scenarios 7 and 8), driven directly."""
+
+from allocators.paged import PagedAllocator
+from sim.scheduler import Scheduler
+from sim.sequence_group import RUNNING, WAITING, SequenceGroup
+
+
+class Sink:
+    def __init__(self):
+        self.finished, self.rejected = [], []
+
+    def finish(self, group, t):
+        self.finished.append((group.request_id, t))
+
+    def reject(self, group, reason, t):
+        self.rejected.append((group.request_id, reason))
+
+
+def make(alloc, **kwargs):
+    sink = Sink()
+    return Scheduler(alloc, sink, **kwargs), sink
+
+
+def test_preemption_takes_the_last_admitted():
+    # 10 usable blocks of 16 (block 0 is null). Two requests of 79 prompt tokens each reach 80 tokens (5 full
+    # blocks) with their first token; when the first needs a 6th block, the second (admitted last) is preempted.
+    alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
+    sched, sink = make(alloc, max_num_batched_tokens=4096)
+    a = SequenceGroup(0, 0, 0.0, 79, 10)
+    b = SequenceGroup(1, 1, 0.0, 79, 10)
+    sched.add(a, 0.0)
+    sched.add(b, 0.0)
+    plan = sched.plan_step(0.0)
+    assert [g for g, _ in plan.chunks] == [a, b] and plan.preempted == 0
+    assert alloc.num_free_blocks == 0
+    sched.complete(1, 1.0)
+    plan = sched.plan_step(1.0)
+    assert plan.preempted == 1
+    assert b.state == WAITING and sched.waiting[0] is b and b.preemptions == 1
+    assert a.state == RUNNING and len(alloc.block_table(a.seq_ids[0])) == 6
+    assert plan.decode_seqs == 1
+    alloc.check_invariants()
+
+
+def test_chunked_prefill_admits_two_unchunked_one():
+    # max_num_batched_tokens 1024, max_num_seqs 3; prompts 800, 800, 10, 10.
+    for chunked, expected in ((True, [800, 224]), (False, [800])):
+        alloc = PagedAllocator(100_000, block_size=16, max_model_len=2048)
+        sched, _ = make(alloc, max_num_seqs=3, max_num_batched_tokens=1024, chunked_prefill=chunked)
+        for i, prompt in enumerate((800, 800, 10, 10)):
+            sched.add(SequenceGroup(i, i, 0.0, prompt, 5), 0.0)
+        plan = sched.plan_step(0.0)
+        assert [c for _, c in plan.chunks] == expected, chunked
+        assert len(sched.running) == len(expected)
+        assert plan.prefill_tokens == sum(expected)
+
+
+def test_no_admission_in_a_step_with_preemption():
+    alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
+    sched, _ = make(alloc, max_num_batched_tokens=4096)
+    a, b, c = (SequenceGroup(i, i, 0.0, 79, 10) for i in range(3))
+    for g in (a, b):
+        sched.add(g, 0.0)
+    sched.plan_step(0.0)
+    sched.complete(1, 1.0)
+    sched.add(c, 1.0)
+    plan = sched.plan_step(1.0)
+    assert plan.preempted == 1
+    assert list(sched.waiting) == [b, c]  # the victim goes back in front of the queue; nothing admitted
+    assert plan.prefill_tokens == 0
+
+
+def test_request_that_can_never_fit_is_rejected():
+    alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
+    sched, sink = make(alloc, max_num_batched_tokens=4096)
+    sched.add(SequenceGroup(0, 7, 0.0, 100, 200), 0.0)  # 300 tokens > 160 usable slots
+    sched.add(SequenceGroup(1, 8, 0.0, 1000, 2000), 0.0)  # over max_model_len
+    assert [r for r, _ in sink.rejected] == [7, 8]
+    assert "max_model_len" in sink.rejected[1][1]
+    assert sched.idle
+
+
+def test_group_that_outgrows_the_pool_alone_is_rejected_not_retried():
+    # 4 samples of 40 + 40 tokens fit one at a time but not together in 10 usable blocks of a non-sharing pool
+    alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
+    sched, sink = make(alloc, max_num_batched_tokens=4096)
+    sched.add(SequenceGroup(0, 0, 0.0, 40, 40, n=4), 0.0)
+    for step in range(100):
+        if sched.idle:
+            break
+        sched.plan_step(float(step))
+        sched.complete(1, float(step + 1))
+    assert sched.idle
+    assert sink.rejected and "whole pool" in sink.rejected[0][1]
+    alloc.check_invariants()

@@ -1,0 +1,181 @@
+"""Whole simulations on hand-checkable and stress workloads: exact times, conservation, preemption,
+rejection, static batching, sharing, determinism and the decode fast-forward."""
+
+import json
+
+import numpy as np
+import pytest
+
+from sim.config import SimConfig
+from sim.runner import run_simulation
+from sim.summary import SHARE_KEYS
+from workloads import Workload
+
+
+def workload(arrivals, prompts, outputs, **cols):
+    return Workload(arrival_time_s=np.array(arrivals, float), prompt_tokens=np.array(prompts),
+                    output_tokens=np.array(outputs), name="test", **cols)
+
+
+def poisson(count, rate, seed=1, prompt=(20, 400), output=(5, 300), **cols):
+    rng = np.random.default_rng(seed)
+    n = count
+    return workload(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(*prompt, n), rng.integers(*output, n),
+                    **cols)
+
+
+def test_two_requests_by_hand():
+    # step time 0.1 s. R0 (t=0, 10+3) prefills in step 0; R1 (t=0.05, 20+2) joins step 1, the first step
+    # starting after it arrives; both finish at the end of step 2.
+    w = workload([0.0, 0.05], [10, 20], [3, 2])
+    r = run_simulation(SimConfig(kv_tokens=1600, step_time=0.1, watermark=0.0), w)
+    q = r.requests
+    assert q["first_token_s"].tolist() == pytest.approx([0.1, 0.2])
+    assert q["finished_s"].tolist() == pytest.approx([0.3, 0.3])
+    assert q["ttft_s"].tolist() == pytest.approx([0.1, 0.15])
+    assert q["tpot_s"].tolist() == pytest.approx([0.1, 0.1])
+    assert q["e2e_s"].tolist() == pytest.approx([0.3, 0.25])
+    s = r.summary
+    assert s["sim_time_s"] == pytest.approx(0.3)
+    assert s["throughput_tok_s"] == pytest.approx(5 / 0.3)
+    assert s["mean_running"] == pytest.approx((1 + 2 + 2) / 3)
+    # token states during the steps (before each step's tokens): 10, 11 + 20, 12 + 21
+    assert s["token_states_frac"] == pytest.approx((10 + 31 + 33) * 0.1 / (0.3 * 1600))
+    # reservation: slots of held blocks still to be filled: 3; 2 + 2; 1 + 1 (final lengths 13 and 22)
+    assert s["reservation_frac"] == pytest.approx((3 + 4 + 2) * 0.1 / (0.3 * 1600))
+    # internal fragmentation: held slots past the final length: 3; 3 + 10; 3 + 10
+    assert s["internal_frag_frac"] == pytest.approx((3 + 13 + 13) * 0.1 / (0.3 * 1600))
+    assert s["external_frag_frac"] == pytest.approx(16 / 1600)  # the null block
+    assert sum(s[k] for k in SHARE_KEYS) == pytest.approx(1.0)
+    steps = r.steps
+    assert steps["prefill_tokens"].tolist() == [10, 20, 0]
+    assert steps["decode_seqs"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("allocator", ["paged", "paged-cow", "contiguous-max", "contiguous-pow2", "contiguous-oracle"])
+def test_conservation_and_invariants(allocator):
+    w = poisson(150, 6.0)
+    r = run_simulation(SimConfig(allocator=allocator, kv_tokens=6000, debug_invariants=7), w)
+    s = r.summary
+    assert s["completed"] + s["rejected"] == 150
+    assert sum(s[k] for k in SHARE_KEYS) == pytest.approx(1.0)
+    steps = r.steps
+    total = steps[["token_states", "reservation", "internal_frag", "external_frag", "free"]].sum(axis=1)
+    assert (total == steps["capacity"]).all()
+    assert (steps[["token_states", "reservation", "internal_frag"]] >= 0).all().all()
+    assert int(r.requests["preemptions"].sum()) == s["preemptions"]
+    assert np.all(np.diff(steps["time_s"]) >= 0)
+    assert np.allclose(steps["time_s"].iloc[1:].to_numpy(), (steps["time_s"] + steps["duration_s"]).iloc[:-1])
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_preemption_modes_finish_everything(mode):
+    w = poisson(120, 8.0, output=(100, 500))
+    r = run_simulation(SimConfig(kv_tokens=3000, preemption=mode, debug_invariants=5), w)
+    s = r.summary
+    assert s["preemptions"] > 0 and s["completed"] == 120
+    swapped = int(r.steps["swap_blocks"].sum())
+    assert (swapped > 0) == (mode == "swap")
+
+
+def test_swap_falls_back_to_recompute_when_swap_space_is_full():
+    w = poisson(120, 8.0, output=(100, 500))
+    r = run_simulation(SimConfig(kv_tokens=3000, preemption="swap", swap_space_gib=0.0), w)
+    assert r.summary["preemptions"] > 0 and r.summary["completed"] == 120
+    assert int(r.steps["swap_blocks"].sum()) == 0
+
+
+def test_rejections_are_counted_with_reasons():
+    w = workload([0.0, 0.1, 0.2], [100, 3000, 50], [10, 10, 5000])
+    r = run_simulation(SimConfig(allocator="contiguous-max", kv_tokens=20000), w)
+    q = r.requests
+    assert q["rejected"].tolist() == [False, True, True]
+    assert all("max_model_len" in reason for reason in q["reject_reason"][1:])
+    assert r.summary["rejected"] == 2 and r.summary["completed"] == 1
+
+
+def test_static_batches_wait_for_the_whole_batch():
+    w = poisson(80, 4.0)
+    cont = run_simulation(SimConfig(kv_tokens=8000), w)
+    static = run_simulation(SimConfig(kv_tokens=8000, scheduler="static"), w)
+    assert static.summary["completed"] == cont.summary["completed"] == 80
+    assert static.summary["e2e_p50_s"] > cont.summary["e2e_p50_s"]
+    assert static.summary["mean_running"] < cont.summary["mean_running"]
+    steps = static.steps[static.steps["num_steps"] > 0]
+    # a static batch is prefilled in one step with nothing else running
+    assert (steps.loc[steps["prefill_tokens"] > 0, "decode_seqs"] == 0).all()
+
+
+@pytest.mark.parametrize("kind", ["n", "beam_width"])
+def test_sharing_saves_memory_with_copy_on_write(kind):
+    w = poisson(40, 2.0, **{kind: np.full(40, 4)})
+    cow = run_simulation(SimConfig(allocator="paged-cow", kv_tokens=20000, debug_invariants=3), w)
+    plain = run_simulation(SimConfig(allocator="paged", kv_tokens=20000), w)
+    assert cow.summary["completed"] == plain.summary["completed"] == 40
+    assert cow.summary["shared_saved_frac"] > 0.1
+    assert plain.summary["shared_saved_frac"] == 0
+    assert cow.steps["copies"].sum() > 0
+    assert cow.summary["token_states_frac"] < plain.summary["token_states_frac"]
+    assert (cow.requests["num_seqs"] == 4).all()
+
+
+def _bytes(result):
+    summary = dict(result.summary, wall_time_s=0)
+    return result.requests.to_csv(), result.steps.to_csv(), json.dumps(summary), result.memory.to_csv()
+
+
+def test_deterministic():
+    w = poisson(100, 5.0, beam_width=np.where(np.arange(100) % 10 == 0, 3, 1))
+    config = SimConfig(allocator="paged-cow", kv_tokens=5000, seed=3)
+    assert _bytes(run_simulation(config, w)) == _bytes(run_simulation(config, w))
+
+
+@pytest.mark.parametrize("options", [
+    dict(allocator="paged", kv_tokens=4000),
+    dict(allocator="paged", kv_tokens=4000, preemption="swap", block_size=8),
+    dict(allocator="contiguous-pow2", kv_tokens=8000),
+    dict(allocator="paged-cow", kv_tokens=6000, step_time=0.01),
+    dict(allocator="paged", kv_tokens=6000, scheduler="static"),
+])
+def test_fast_forward_equals_step_by_step(options):
+    w = poisson(100, 6.0, n=np.where(np.arange(100) % 7 == 0, 2, 1))
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert len(fast.steps) < len(slow.steps)
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    np.testing.assert_allclose(fast.requests["first_token_s"], slow.requests["first_token_s"], rtol=1e-9)
+    for key, value in fast.summary.items():
+        if key != "wall_time_s" and isinstance(value, float):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+        elif key != "wall_time_s":
+            assert value == slow.summary[key], key
+
+
+def test_prefix_caching_cuts_prefill():
+    w = poisson(60, 3.0, prompt=(600, 700), prefix_group=np.zeros(60, int), prefix_len=np.full(60, 512))
+    on = run_simulation(SimConfig(kv_tokens=30000, prefix_caching=True), w)
+    off = run_simulation(SimConfig(kv_tokens=30000), w)
+    assert on.steps["prefill_tokens"].sum() < off.steps["prefill_tokens"].sum() - 50 * 400
+    cow = run_simulation(SimConfig(allocator="paged-cow", kv_tokens=30000), w)
+    assert cow.summary["shared_saved_frac"] > 0
+    assert cow.steps["prefill_tokens"].sum() < off.steps["prefill_tokens"].sum()
+
+
+def test_memory_snapshots_cover_every_slot():
+    r = run_simulation(SimConfig(kv_tokens=2000, memory_snapshots=2), poisson(30, 5.0))
+    memory = r.memory
+    assert memory["time_s"].nunique() == 2
+    for _, snap in memory.groupby("time_s"):
+        assert snap["slot"].tolist() == list(range(2000))
+
+
+def test_closed_loop_keeps_users_in_flight():
+    from workloads import ClosedLoop
+
+    w = workload(np.zeros(6), [10] * 6, [3] * 6)
+    w.closed_loop = ClosedLoop(users=2, think_time_s=1.0)
+    r = run_simulation(SimConfig(kv_tokens=1600, step_time=0.1), w)
+    q = r.requests
+    assert q["finished_s"].notna().all()
+    assert q["arrival_s"].tolist() == pytest.approx([0.0, 0.0, 1.3, 1.3, 2.6, 2.6])
+    assert r.summary["max_running"] == 2

@@ -1,0 +1,105 @@
+"""The SLO rate search: bracketing, bisection, the failure rules, and a grid of searches."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_sweep_fakes import SERVICE_S, capacity, queue_point, rejecting_point
+
+from sim.config import SimConfig
+from sim.sweep.grid import grid_from_flags
+from sim.sweep.run import run_slo
+from sim.sweep.slo import SearchSettings, SloTarget, search_rate
+
+E2E = SloTarget({"e2e_p50_s": 0.5})
+
+
+def _true_limit(config, bound: float) -> float:
+    """Highest rate with SERVICE_S / (1 - rate / cap) <= bound."""
+    return capacity(config) * (1 - SERVICE_S / bound)
+
+
+def test_search_brackets_the_true_limit_within_tolerance():
+    config = SimConfig(allocator="paged", seed=3)
+    settings = SearchSettings(rate_min=0.5, growth=2.0, tolerance=0.05)
+    row = search_rate(queue_point, config, E2E, settings)
+    limit = _true_limit(config, 0.5)  # 6.4 req/s
+    assert row["status"] == "ok" and row["error"] is None
+    assert row["rate_ok"] <= limit < row["rate_fail"]
+    assert row["rate_fail"] / row["rate_ok"] - 1 <= 0.05
+    assert row["sustained_rate"] == row["rate_ok"]
+    probes = json.loads(row["probes"])
+    assert [r for r, _ in probes[:5]] == [0.5, 1.0, 2.0, 4.0, 8.0]  # bracketing, then bisection
+    assert row["simulations"] == len(probes) and 6 <= len(probes) <= 12
+    assert row["e2e_p50_s_at_ok"] <= 0.5 and row["fail_reason"].startswith("e2e_p50_s=")
+    assert row["seed"] == 3 and "rate" not in row
+
+
+def test_every_probe_keeps_the_seed():
+    seen: list[tuple[int, float]] = []
+
+    def recording(config):
+        seen.append((config.seed, config.rate))
+        return queue_point(config)
+
+    search_rate(recording, SimConfig(seed=7), E2E, SearchSettings())
+    assert {seed for seed, _ in seen} == {7} and len({rate for _, rate in seen}) == len(seen)
+
+
+def test_rejected_or_unfinished_requests_fail_the_target():
+    row = search_rate(rejecting_point, SimConfig(), E2E, SearchSettings(tolerance=0.01))
+    assert 3.0 - 0.04 <= row["rate_ok"] <= 3.0 < row["rate_fail"]
+    assert row["fail_reason"] == "1 rejected"
+    assert E2E.check({"requests": 10, "completed": 9, "rejected": 0, "e2e_p50_s": 0.1}) == "1 unfinished"
+    assert E2E.check({"requests": 10, "completed": 10, "rejected": 0, "e2e_p50_s": math.nan}) == "e2e_p50_s missing"
+    assert E2E.check({"requests": 10, "completed": 10, "rejected": 0, "e2e_p50_s": 0.5}) is None
+
+
+def test_below_min_above_max_and_errors():
+    low = search_rate(queue_point, SimConfig(allocator="contiguous-max"), E2E, SearchSettings(rate_min=4.0))
+    assert low["status"] == "below-min" and math.isnan(low["sustained_rate"]) and low["rate_fail"] == 4.0
+    assert low["simulations"] == 1
+    high = search_rate(queue_point, SimConfig(), SloTarget({"e2e_p50_s": 100.0}), SearchSettings(rate_max=3.0))
+    assert high["status"] == "above-max" and high["sustained_rate"] == 3.0 and math.isnan(high["rate_fail"])
+    assert json.loads(high["probes"]) == [[0.5, True], [1.0, True], [2.0, True], [3.0, True]]
+    broken = search_rate(queue_point, SimConfig(allocator="broken"), E2E, SearchSettings())
+    assert broken["status"] == "failed" and broken["error"] == "RuntimeError: simulated failure"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"rate_min": 0.0}, "rate_min"), ({"rate_min": 5.0, "rate_max": 1.0}, "rate_min"),
+    ({"growth": 1.0}, "growth"), ({"tolerance": 0.0}, "tolerance"),
+])
+def test_bad_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SearchSettings(**kwargs)
+
+
+def test_target_needs_a_positive_bound():
+    with pytest.raises(ValueError, match="at least one target"):
+        SloTarget({})
+    with pytest.raises(ValueError, match="positive"):
+        SloTarget({"ttft_p99_s": -1.0})
+
+
+def test_grid_of_searches_in_grid_order_and_parallel_agrees():
+    grid = grid_from_flags(["--allocator", "paged,contiguous-max,broken", "--block-size", "16,32"], SimConfig)
+    target = SloTarget({"ttft_p99_s": 1.5, "tpot_p50_s": 0.01})
+    settings = SearchSettings(tolerance=0.02)
+    table = run_slo(grid, target, settings, point_fn=queue_point)
+    assert list(table["allocator"]) == ["paged", "paged", "contiguous-max", "contiguous-max", "broken", "broken"]
+    assert list(table["status"]) == ["ok"] * 4 + ["failed"] * 2
+    for _, row in table.iloc[:4].iterrows():
+        limit = capacity(SimConfig(allocator=row["allocator"], block_size=row["block_size"])) * (1 - 0.3 / 1.5)
+        assert row["rate_ok"] <= limit < row["rate_fail"]
+    assert table["target"][0] == "ttft_p99_s<=1.5, tpot_p50_s<=0.01"
+    pooled = run_slo(grid, target, settings, point_fn=queue_point, workers=2)
+    assert pooled.equals(table)
+
+
+def test_slo_refuses_a_rate_axis():
+    grid = grid_from_flags(["--rate", "1,2"], SimConfig)
+    with pytest.raises(ValueError, match="chooses the rate itself"):
+        run_slo(grid, E2E, SearchSettings(), point_fn=queue_point)

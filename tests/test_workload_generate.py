@@ -1,0 +1,154 @@
+"""Synthetic workloads: length families, arrival processes, spec strings, sharing, presets, determinism."""
+
+import numpy as np
+import pytest
+
+from workloads import PRESETS, TraceError, generate, load_preset, trace_stats, write_trace
+from workloads.arrivals import Gamma, Poisson, parse_arrivals
+from workloads.lengths import parse_lengths
+from workloads.paper_lengths import PAPER_TARGETS, capped_means, paper_lengths
+
+RNG = np.random.default_rng
+
+
+def test_length_families_sample_what_they_say():
+    prompt, output = parse_lengths("fixed:prompt=7,output=9").sample(RNG(0), 5)
+    assert prompt.tolist() == [7] * 5 and output.tolist() == [9] * 5
+    prompt, output = parse_lengths("uniform:prompt_min=3,prompt_max=5,output_min=1,output_max=2").sample(RNG(0), 4000)
+    assert set(prompt.tolist()) == {3, 4, 5} and set(output.tolist()) == {1, 2}
+    prompt, output = parse_lengths("lognormal:prompt_mean=200,prompt_cv=0.5,output_mean=50,output_cv=1").sample(
+        RNG(0), 200_000)
+    assert prompt.mean() == pytest.approx(200, rel=0.01) and output.mean() == pytest.approx(50, rel=0.02)
+    assert prompt.std() / prompt.mean() == pytest.approx(0.5, rel=0.03)
+    prompt, output = parse_lengths("zipf:prompt_s=1.2,prompt_max=100,output_s=2,output_max=10").sample(RNG(0), 50_000)
+    assert prompt.min() == 1 and prompt.max() <= 100 and output.max() <= 10
+    assert (output == 1).mean() == pytest.approx(1 / sum(k**-2 for k in range(1, 11)), abs=0.01)
+
+
+def test_cap_limits_prompt_plus_output():
+    prompt, output = parse_lengths("fixed:prompt=5000,output=10,max_total=2048").sample(RNG(0), 3)
+    assert prompt.tolist() == [2047] * 3 and output.tolist() == [1] * 3
+    prompt, output = parse_lengths("lognormal:prompt_mean=900,prompt_cv=2,output_mean=900,output_cv=2,"
+                                   "max_total=1024").sample(RNG(1), 10_000)
+    assert (prompt + output).max() <= 1024 and prompt.min() >= 1 and output.min() >= 1
+
+
+def test_empirical_resamples_pairs_from_a_trace():
+    source = load_preset("azure-code")
+    dist = parse_lengths("empirical:trace=azure-code")
+    prompt, output = dist.sample(RNG(0), 1000)
+    pairs = set(zip(source.prompt_tokens.tolist(), source.output_tokens.tolist(), strict=True))
+    assert all(pair in pairs for pair in zip(prompt.tolist(), output.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_TARGETS))
+def test_paper_presets_match_the_paper_means_after_the_cap(name):
+    p_mean, _, o_mean, _ = PAPER_TARGETS[name]
+    dist = paper_lengths(name)
+    exact = capped_means(dist.prompt_mean, dist.prompt_cv, dist.output_mean, dist.output_cv)
+    assert exact == pytest.approx((p_mean, o_mean), rel=1e-6)
+    workload = load_preset(name, num_requests=100_000, seed=1)
+    assert workload.prompt_tokens.mean() == pytest.approx(p_mean, rel=0.02)
+    assert workload.output_tokens.mean() == pytest.approx(o_mean, rel=0.02)
+    assert (workload.prompt_tokens + workload.output_tokens).max() <= 2048
+    assert trace_stats(workload)["rate_rps"] == pytest.approx(1.0, rel=0.02)
+    assert "Kwon" in workload.source
+
+
+def test_paper_preset_defaults_to_one_hour_at_the_rate():
+    assert len(load_preset("alpaca-paper", rate=2.0)) == 7200
+
+
+def test_arrival_processes():
+    t = Poisson(4.0).times(RNG(0), 100_000)
+    gaps = np.diff(t)
+    assert t[0] == 0 and gaps.mean() == pytest.approx(0.25, rel=0.02) and gaps.std() / gaps.mean() == pytest.approx(
+        1, rel=0.03)
+    gaps = np.diff(Gamma(2.0, 3.0).times(RNG(0), 200_000))
+    assert gaps.mean() == pytest.approx(0.5, rel=0.05) and gaps.std() / gaps.mean() == pytest.approx(3, rel=0.1)
+    assert parse_arrivals("constant:rate=4").times(RNG(0), 3).tolist() == [0.0, 0.25, 0.5]
+
+
+def test_trace_arrivals_are_scaled_to_a_target_rate():
+    azure = load_preset("azure-conv", rate=20.0)
+    assert trace_stats(azure)["rate_rps"] == pytest.approx(20.0, rel=1e-9)
+    w = generate("empirical:trace=azure-conv", "trace:rate=10", 5000, seed=0)
+    assert trace_stats(w)["rate_rps"] == pytest.approx(10.0, rel=0.05)
+
+
+def test_closed_loop_is_a_marker_not_a_timeline():
+    w = generate("fixed:prompt=10,output=10", "closed:users=8,think_s=2", 100, seed=0)
+    assert w.closed_loop.users == 8 and w.closed_loop.think_time_s == 2 and (w.arrival_time_s == 0).all()
+    with pytest.raises(TraceError, match="open-loop"):
+        generate("fixed:prompt=10,output=10", "closed:users=8", 100, seed=0, turns=2)
+
+
+@pytest.mark.parametrize(("spec", "what"), [
+    ("poisson", "rate"), ("poisson:rate=-1", "positive"), ("poisson:rate=x", "not a float"),
+    ("weibull:rate=1", "unknown kind"), ("gamma:rate=1,cv=2,foo=3", "unknown parameter"),
+    ("poisson:rate", "key=value"), ("poisson:rate=1,rate=2", "twice"),
+])
+def test_bad_arrival_specs_are_trace_errors(spec, what):
+    with pytest.raises(TraceError, match=what):
+        parse_arrivals(spec)
+
+
+def test_bad_length_specs_are_trace_errors():
+    for spec in ("lognormal:prompt_mean=1", "uniform:prompt_min=5,prompt_max=1,output_min=1,output_max=2",
+                 "fixed:prompt=1,output=1,max_total=1", "empirical:trace=/no/such/file.csv", ":x=1"):
+        with pytest.raises(TraceError):
+            parse_lengths(spec)
+
+
+def test_same_seed_same_bytes_and_different_seed_differs(tmp_path):
+    def write(seed, name):
+        w = generate("lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,output_cv=1.0,max_total=2048",
+                     "gamma:rate=2,cv=3", 2000, seed, system_prompt_len=50, system_prompt_frac=0.3, turns=3,
+                     turn_gap_s=5)
+        return write_trace(w, tmp_path / name).read_bytes()
+
+    for suffix in (".csv", ".jsonl", ".parquet"):
+        assert write(7, f"a{suffix}") == write(7, f"b{suffix}")
+    assert write(7, "c.csv") != write(8, "d.csv")
+
+
+def test_sharing_options():
+    lengths = "fixed:prompt=100,output=10"
+    w = generate(lengths, "poisson:rate=1", 2000, seed=0, n=4)
+    assert (w.n == 4).all() and all(r.num_seqs == 4 for r in w.head(5))
+    w = generate(lengths, "poisson:rate=1", 2000, seed=0, beam_width=3)
+    assert w[0].num_seqs == 3
+    w = generate(lengths, "poisson:rate=1", 4000, seed=0, system_prompt_len=64, system_prompt_frac=0.25)
+    shared = w.prefix_group == 0
+    assert shared.mean() == pytest.approx(0.25, abs=0.03)
+    assert (w.prompt_tokens[shared] == 164).all() and (w.prompt_tokens[~shared] == 100).all()
+    first, second = (w[int(i)] for i in np.flatnonzero(shared)[:2])
+    assert first.block_hashes(16) == second.block_hashes(16) and len(first.block_hashes(16)) == 4
+    with pytest.raises(TraceError, match="not both"):
+        generate(lengths, "poisson:rate=1", 10, n=2, beam_width=2)
+
+
+def test_multi_turn_conversations_extend_earlier_turns():
+    w = generate("fixed:prompt=40,output=20", "constant:rate=10", 60, seed=0, turns=3, turn_gap_s=0.25)
+    first, later = w[0], w[3]  # at 10 req/s a turn is ready again after 3 arrivals (0.3 s >= 0.25 s)
+    assert later.prompt_tokens == first.prompt_tokens + first.output_tokens + 40
+    assert later.prefix_hashes[: len(first.prefix_hashes)] == first.prefix_hashes
+    assert later.block_hashes(16)[:2] == first.block_hashes(16)  # 40 tokens: 2 full blocks, both shared
+    assert w[6].prompt_tokens == 40 + 20 + 40 + 20 + 40 and w[9].prompt_tokens == 40  # third turn, then new
+    assert trace_stats(w)["prefix_reuse_share"] > 0.4
+
+
+def test_multi_turn_respects_the_cap_by_starting_a_new_conversation():
+    w = generate("fixed:prompt=400,output=300,max_total=1024", "constant:rate=1", 20, seed=0, turns=5,
+                 turn_gap_s=0.5)
+    assert (w.prompt_tokens + w.output_tokens).max() <= 1024
+
+
+def test_preset_errors():
+    with pytest.raises(TraceError, match="unknown preset"):
+        load_preset("nope")
+    with pytest.raises(TraceError, match="asked for"):
+        load_preset("azure-code", num_requests=10**7)
+    assert len(load_preset("mooncake-conv", num_requests=50)) == 50
+    assert set(PRESETS) == {"sharegpt-paper", "alpaca-paper", "azure-code", "azure-conv", "mooncake-conv",
+                            "sharegpt-etalon"}

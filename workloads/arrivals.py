@@ -1,0 +1,137 @@
+"""Arrival processes: when requests arrive. Each takes an explicit ``numpy.random.Generator``.
+
+Spec grammar (``--arrivals``):
+
+- ``poisson:rate=R``: exponential gaps, R requests per second; the first request arrives at t=0.
+- ``gamma:rate=R,cv=C``: gamma-distributed gaps with mean 1/R and coefficient of variation C (C=1 is
+  Poisson; C>1 is burstier, as Azure code's CV of 13).
+- ``constant:rate=R``: one request every 1/R seconds.
+- ``trace[:rate=R][,path=FILE]``: a trace's own timestamps (the file read or resampled, or FILE, which may be a
+  preset name), optionally time-scaled so the average rate is R; repeated cyclically if more are needed.
+- ``closed:users=N[,think_s=T]``: a closed loop of N users, each sending its next request T seconds after
+  its previous one finishes. Arrival times are all 0 and the workload carries a `ClosedLoop` marker that the
+  simulator must honour; a simulator that ignores it sees every request arrive at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workloads.errors import TraceError
+from workloads.specs import build_from_spec
+from workloads.workload import ClosedLoop, Workload
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0 or not np.isfinite(value):
+        raise ValueError(f"{name} must be a positive number, got {value}")
+
+
+@dataclass(frozen=True)
+class Poisson:
+    rate: float
+
+    def __post_init__(self) -> None:
+        _positive("rate", self.rate)
+
+    def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
+        gaps = rng.exponential(1.0 / self.rate, count)
+        return _from_gaps(gaps)
+
+
+@dataclass(frozen=True)
+class Gamma:
+    rate: float
+    cv: float
+
+    def __post_init__(self) -> None:
+        _positive("rate", self.rate)
+        _positive("cv", self.cv)
+
+    def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
+        shape = 1.0 / self.cv**2
+        return _from_gaps(rng.gamma(shape, 1.0 / (self.rate * shape), count))
+
+
+@dataclass(frozen=True)
+class Constant:
+    rate: float
+
+    def __post_init__(self) -> None:
+        _positive("rate", self.rate)
+
+    def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
+        return np.arange(count, dtype=np.float64) / self.rate
+
+
+@dataclass(frozen=True)
+class TraceTimes:
+    """A trace's own arrival times, optionally scaled so that the requests drawn average ``rate``
+    (requests / duration, as the traces' README measures a rate)."""
+
+    rate: float | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rate is not None:
+            _positive("rate", self.rate)
+
+    def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
+        if self.path is not None:
+            from workloads.presets import load_named
+
+            source = load_named(self.path)
+        if source is None or len(source) < 2 or source.closed_loop is not None:
+            raise TraceError("trace arrivals need a source trace with at least 2 timestamped rows (path=...)")
+        base = source.arrival_time_s - source.arrival_time_s[0]
+        duration = base[-1]
+        if duration <= 0:
+            raise TraceError(f"trace arrivals: the source trace {source.name!r} spans no time")
+        gaps = np.diff(base)
+        gaps = np.concatenate([gaps, [duration / (len(base) - 1)]])
+        times = _from_gaps(np.resize(gaps, count)) if count > len(base) else base[:count].copy()
+        if self.rate is not None and count > 1 and times[-1] > 0:
+            times *= (count / times[-1]) / self.rate  # the requests used, not the whole trace, get the rate
+        return times
+
+
+@dataclass(frozen=True)
+class Closed:
+    users: int
+    think_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        ClosedLoop(self.users, self.think_s)
+
+    @property
+    def closed_loop(self) -> ClosedLoop:
+        return ClosedLoop(self.users, self.think_s)
+
+    def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
+        return np.zeros(count, dtype=np.float64)
+
+
+ArrivalProcess = Poisson | Gamma | Constant | TraceTimes | Closed
+
+KINDS = {"poisson": Poisson, "gamma": Gamma, "constant": Constant, "trace": TraceTimes, "closed": Closed}
+TYPES = {"rate": float, "cv": float, "path": str, "users": int, "think_s": float}
+
+
+def _from_gaps(gaps: np.ndarray) -> np.ndarray:
+    """Arrival times with the first request at t=0 and the given gaps after it."""
+    times = np.zeros(len(gaps), dtype=np.float64)
+    np.cumsum(gaps[:-1], out=times[1:])
+    return times
+
+
+def parse_arrivals(spec: str | ArrivalProcess) -> ArrivalProcess:
+    """An arrival process from its spec string (module docstring), or the process itself."""
+    if isinstance(spec, str):
+        return build_from_spec(spec, "arrivals", KINDS, TYPES)  # type: ignore[return-value]
+    return spec
+
+
+def closed_loop_of(process: ArrivalProcess) -> ClosedLoop | None:
+    return process.closed_loop if isinstance(process, Closed) else None

@@ -1,0 +1,25 @@
+"""The one error a trace reader or a spec parser raises: `TraceError`.
+
+Bad input must never be dropped silently or surface as a pandas or JSON traceback: a user needs the file, the
+line (or row) and the field to fix it. `TraceError` subclasses ValueError so the CLI's `fail` turns it into a
+one-line exit-code-2 message.
+"""
+
+from __future__ import annotations
+
+SKIP_HINT = "(pass skip_bad_rows=True / --skip-bad-rows to skip such rows)"
+
+
+class TraceError(ValueError):
+    """A trace file or a workload spec that cannot be read as asked."""
+
+
+def row_error(path: object, where: str, field: str, problem: str, value: object = None) -> TraceError:
+    """Build the standard message: ``FILE: line N: field 'F': problem (got V)``."""
+    got = "" if value is None else f" (got {_show(value)})"
+    return TraceError(f"{path}: {where}: field '{field}': {problem}{got} {SKIP_HINT}")
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

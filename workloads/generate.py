@@ -1,0 +1,89 @@
+"""`generate`: a synthetic workload from a length distribution, an arrival process and sharing options.
+
+Randomness comes from one seed split into independent streams (arrivals, lengths, sharing) with
+``numpy.random.SeedSequence.spawn``, so the same seed gives the same requests byte for byte, and turning on a
+sharing option does not change the lengths or arrival times drawn. Everything is vectorised except the
+assignment of multi-turn conversations (`workloads.conversations`).
+
+Sharing options:
+
+- ``n`` (parallel sampling) or ``beam_width``, the same for every request;
+- a shared system prompt of ``system_prompt_len`` tokens, prepended to the prompt of a random
+  ``system_prompt_frac`` of requests (``prefix_group`` 0 with ``prefix_len`` = its length; the lengths cap
+  applies to the sampled part only);
+- ``turns`` > 1: multi-turn conversations whose later turns extend earlier ones, identified by
+  ``prefix_hashes`` of ``prefix_hash_tokens``-token units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.arrivals import ArrivalProcess, closed_loop_of, parse_arrivals
+from workloads.conversations import build_conversations
+from workloads.errors import TraceError
+from workloads.lengths import Empirical, LengthDistribution, parse_lengths
+from workloads.workload import NONE, Workload
+
+
+def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, num_requests: int,
+             seed: int = 0, *, n: int = 1, beam_width: int = 1, system_prompt_len: int = 0,
+             system_prompt_frac: float = 0.0, turns: int = 1, turn_gap_s: float = 30.0,
+             prefix_hash_tokens: int = 16, name: str = "synthetic", source: str | None = None) -> Workload:
+    """``num_requests`` synthetic requests (module docstring). Specs are strings as in `workloads.lengths`
+    and `workloads.arrivals`, or the objects themselves."""
+    _check(num_requests, n, beam_width, system_prompt_len, system_prompt_frac, turns, turn_gap_s,
+           prefix_hash_tokens)
+    dist, process = parse_lengths(lengths), parse_arrivals(arrivals)
+    closed = closed_loop_of(process)
+    if closed is not None and turns > 1:
+        raise TraceError("multi-turn conversations need open-loop arrivals (turn gaps are in time)")
+    arrival_rng, length_rng, share_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+    trace = dist.workload if isinstance(dist, Empirical) else None
+    times = process.times(arrival_rng, num_requests, trace)
+    prompt, output = dist.sample(length_rng, num_requests)
+    has_sys = np.zeros(num_requests, bool)
+    if system_prompt_len > 0 and system_prompt_frac > 0:
+        has_sys = share_rng.random(num_requests) < system_prompt_frac
+    columns: dict[str, np.ndarray] = {}
+    if turns > 1:
+        convs = build_conversations(times, prompt, output, has_sys, sys_len=system_prompt_len, turns=turns,
+                                    turn_gap_s=turn_gap_s, unit=prefix_hash_tokens,
+                                    max_total=getattr(dist, "max_total", None))
+        prompt, has_sys = convs.prompt_tokens, convs.has_system
+        columns = {"hash_offsets": convs.hash_offsets, "hash_values": convs.hash_values,
+                   "prefix_hash_tokens": prefix_hash_tokens}
+    else:
+        prompt = prompt + np.where(has_sys, system_prompt_len, 0)
+    if source is None:
+        source = f"synthetic: lengths {lengths}, arrivals {arrivals}, seed {seed}"
+    return Workload(
+        arrival_time_s=times,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        n=np.full(num_requests, n, np.int64),
+        beam_width=np.full(num_requests, beam_width, np.int64),
+        prefix_group=np.where(has_sys, 0, NONE),
+        prefix_len=np.where(has_sys, system_prompt_len, 0),
+        name=name,
+        source=source,
+        closed_loop=closed,
+        **columns,
+    )
+
+
+def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int,
+           turn_gap_s: float, unit: int) -> None:
+    problems = {
+        "num_requests must be >= 1": num_requests < 1,
+        "n and beam_width must be >= 1": n < 1 or beam_width < 1,
+        "use either n (parallel sampling) or beam_width, not both": n > 1 and beam_width > 1,
+        "system_prompt_len must be >= 0": sys_len < 0,
+        "system_prompt_frac must be within [0, 1]": not 0 <= sys_frac <= 1,
+        "turns must be >= 1": turns < 1,
+        "turn_gap_s must be >= 0": not turn_gap_s >= 0,
+        "prefix_hash_tokens must be >= 1": unit < 1,
+    }
+    for message, bad in problems.items():
+        if bad:
+            raise TraceError(f"generate: {message}")

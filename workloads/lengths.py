@@ -1,0 +1,172 @@
+"""Length distributions: how many prompt and output tokens each request has.
+
+Spec grammar (``--lengths``); every kind also takes ``max_total=T``, a cap on prompt + output (the paper's
+2048 for OPT): the prompt is cut to T-1 and the output to T minus the prompt, as a model's maximum length
+would. Samples are rounded to whole tokens, at least 1.
+
+- ``fixed:prompt=P,output=O``
+- ``uniform:prompt_min=a,prompt_max=b,output_min=c,output_max=d`` (inclusive bounds)
+- ``lognormal:prompt_mean=m,prompt_cv=c,output_mean=m,output_cv=c``: mean and coefficient of variation of
+  the underlying lognormal, *before* rounding and the cap (the paper presets solve for these so that the means
+  *after* the cap match the paper's)
+- ``zipf:prompt_s=s,prompt_max=M,output_s=s,output_max=M``: P(k) proportional to k^-s on 1..M
+- ``empirical:trace=FILE``: (prompt, output) pairs resampled jointly, with replacement, from a trace file or
+  preset name
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workloads.specs import build_from_spec
+from workloads.workload import Workload
+
+Lengths = tuple[np.ndarray, np.ndarray]
+
+
+def apply_cap(prompt: np.ndarray, output: np.ndarray, max_total: int | None) -> Lengths:
+    """Round to whole tokens (at least 1) and cap prompt + output at ``max_total``."""
+    prompt = np.maximum(np.rint(prompt), 1).astype(np.int64)
+    output = np.maximum(np.rint(output), 1).astype(np.int64)
+    if max_total is not None:
+        np.minimum(prompt, max_total - 1, out=prompt)
+        np.minimum(output, max_total - prompt, out=output)
+    return prompt, output
+
+
+def _check_cap(max_total: int | None) -> None:
+    if max_total is not None and max_total < 2:
+        raise ValueError(f"max_total must be >= 2, got {max_total}")
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not (value > 0 and np.isfinite(value)):
+            raise ValueError(f"{name} must be a positive number, got {value}")
+
+
+@dataclass(frozen=True)
+class Fixed:
+    prompt: int
+    output: int
+    max_total: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(prompt=self.prompt, output=self.output)
+        _check_cap(self.max_total)
+
+    def sample(self, rng: np.random.Generator, count: int) -> Lengths:
+        return apply_cap(np.full(count, self.prompt), np.full(count, self.output), self.max_total)
+
+
+@dataclass(frozen=True)
+class Uniform:
+    prompt_min: int
+    prompt_max: int
+    output_min: int
+    output_max: int
+    max_total: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(prompt_min=self.prompt_min, output_min=self.output_min)
+        if self.prompt_max < self.prompt_min or self.output_max < self.output_min:
+            raise ValueError("each max must be >= its min")
+        _check_cap(self.max_total)
+
+    def sample(self, rng: np.random.Generator, count: int) -> Lengths:
+        prompt = rng.integers(self.prompt_min, self.prompt_max, count, endpoint=True)
+        output = rng.integers(self.output_min, self.output_max, count, endpoint=True)
+        return apply_cap(prompt, output, self.max_total)
+
+
+def lognormal_params(mean: float, cv: float) -> tuple[float, float]:
+    """(mu, sigma) of the normal underlying a lognormal with this mean and coefficient of variation."""
+    sigma = float(np.sqrt(np.log1p(cv**2)))
+    return float(np.log(mean) - sigma**2 / 2), sigma
+
+
+@dataclass(frozen=True)
+class Lognormal:
+    prompt_mean: float
+    prompt_cv: float
+    output_mean: float
+    output_cv: float
+    max_total: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(prompt_mean=self.prompt_mean, prompt_cv=self.prompt_cv,
+                        output_mean=self.output_mean, output_cv=self.output_cv)
+        _check_cap(self.max_total)
+
+    def sample(self, rng: np.random.Generator, count: int) -> Lengths:
+        prompt = rng.lognormal(*lognormal_params(self.prompt_mean, self.prompt_cv), count)
+        output = rng.lognormal(*lognormal_params(self.output_mean, self.output_cv), count)
+        return apply_cap(prompt, output, self.max_total)
+
+
+def _zipf_cdf(s: float, top: int) -> np.ndarray:
+    weights = np.arange(1, top + 1, dtype=np.float64) ** -s
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]
+
+
+@dataclass(frozen=True)
+class Zipf:
+    """Bounded Zipf (a finite support, so any exponent s > 0 is valid), sampled by inverse CDF."""
+
+    prompt_s: float
+    prompt_max: int
+    output_s: float
+    output_max: int
+    max_total: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(prompt_s=self.prompt_s, prompt_max=self.prompt_max,
+                        output_s=self.output_s, output_max=self.output_max)
+        if max(self.prompt_max, self.output_max) > 10**7:
+            raise ValueError("prompt_max and output_max must be <= 10^7")
+        _check_cap(self.max_total)
+
+    def sample(self, rng: np.random.Generator, count: int) -> Lengths:
+        prompt = np.searchsorted(_zipf_cdf(self.prompt_s, self.prompt_max), rng.random(count), side="right") + 1
+        output = np.searchsorted(_zipf_cdf(self.output_s, self.output_max), rng.random(count), side="right") + 1
+        return apply_cap(np.minimum(prompt, self.prompt_max), np.minimum(output, self.output_max), self.max_total)
+
+
+@dataclass(frozen=True)
+class Empirical:
+    """Resample (prompt, output) pairs jointly from a trace, keeping their correlation."""
+
+    trace: str | None = None
+    workload: Workload | None = field(default=None, repr=False, compare=False)
+    max_total: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.workload is None:
+            if self.trace is None:
+                raise ValueError("empirical lengths need trace=FILE (or a workload)")
+            from workloads.presets import load_named
+
+            object.__setattr__(self, "workload", load_named(self.trace))
+        _check_cap(self.max_total)
+
+    def sample(self, rng: np.random.Generator, count: int) -> Lengths:
+        pick = rng.integers(0, len(self.workload), count)
+        return apply_cap(self.workload.prompt_tokens[pick], self.workload.output_tokens[pick], self.max_total)
+
+
+LengthDistribution = Fixed | Uniform | Lognormal | Zipf | Empirical
+
+KINDS = {"fixed": Fixed, "uniform": Uniform, "lognormal": Lognormal, "zipf": Zipf, "empirical": Empirical}
+TYPES = {"prompt": int, "output": int, "prompt_min": int, "prompt_max": int, "output_min": int,
+         "output_max": int, "prompt_mean": float, "prompt_cv": float, "output_mean": float,
+         "output_cv": float, "prompt_s": float, "output_s": float, "max_total": int, "trace": str}
+
+
+def parse_lengths(spec: str | LengthDistribution) -> LengthDistribution:
+    """A length distribution from its spec string (module docstring), or the distribution itself."""
+    if isinstance(spec, str):
+        return build_from_spec(spec, "lengths", KINDS, TYPES)  # type: ignore[return-value]
+    return spec

@@ -1,0 +1,145 @@
+"""`load_trace`: any supported trace file in, one validated `Workload` out.
+
+The file's container (CSV, JSON Lines, Parquet) comes from its extension or first bytes; its format (Azure,
+Mooncake, BurstGPT, Vidur/etalon, kvsim canonical) from its columns, unless ``format=`` says. ``columns=``
+maps canonical fields to other column names (``{"prompt_tokens": "input_len"}``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workloads.attribution import ATTRIBUTIONS
+from workloads.errors import TraceError
+from workloads.readers import containers
+from workloads.readers.build import RawTable, build_workload, to_float
+from workloads.readers.formats import (
+    CONSTANT_FIELDS,
+    FORMATS,
+    TraceFormat,
+    detect_format,
+    format_named,
+    mapping_for,
+)
+from workloads.workload import ClosedLoop, Workload
+
+FAILED = "failed request (0 response tokens)"
+__all__ = ["FORMATS", "load_trace"]
+
+
+def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str, str] | None = None,
+               skip_bad_rows: bool = False, arrivals=None, seed: int = 0) -> Workload:
+    """Read a trace file. Raises `TraceError` naming the file, line and field on bad input, unless
+    ``skip_bad_rows`` (then bad rows are dropped and counted in ``skipped_reasons``). ``arrivals`` (a spec
+    string or an arrival process) replaces the trace's timestamps; files without timestamps default to
+    ``poisson:rate=1``, seeded by ``seed``."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    with path.open("rb") as handle:
+        head = handle.read(1 << 16)
+    if not head.strip():
+        raise TraceError(f"{path}: empty file")
+    kind = containers.container_of(path, head)
+    header = {"csv": lambda: containers.csv_header(path, head), "jsonl": lambda: containers.jsonl_header(path, head),
+              "parquet": lambda: containers.parquet_header(path)}[kind]()
+    fmt = format_named(format) if format else detect_format(path, header, columns)
+    mapping = mapping_for(fmt, columns)
+    for field in fmt.required:
+        if mapping[field] not in header:
+            raise TraceError(f"{path}: line 1: field '{field}': missing column '{mapping[field]}' for format "
+                             f"{fmt.name} (columns: {', '.join(header[:10])})")
+    wanted = {f: c for f, c in mapping.items() if c in header}
+    reader = {"csv": containers.read_csv, "jsonl": containers.read_jsonl, "parquet": containers.read_parquet}[kind]
+    values, lines, hashes, pre = reader(path, wanted, "prefix_hashes", skip_bad_rows)
+    for field in fmt.required:
+        if field not in values:  # the container's parser read the header differently from the sniffer
+            raise TraceError(f"{path}: line 1: field '{field}': column '{mapping[field]}' could not be read")
+    raw = RawTable(str(path), values, lines, "row" if kind == "parquet" else "line", hashes, pre)
+    _convert_times(raw, fmt)
+    if fmt.failed_output_zero:
+        _drop_failed(raw)
+    constants = _constants(raw, fmt)
+    workload = build_workload(raw, skip_bad_rows=skip_bad_rows, name=path.stem,
+                              source=_source(path, fmt), **constants)
+    from workloads.arrivals import closed_loop_of, parse_arrivals
+
+    if arrivals is None and fmt.time_unit is None:
+        arrivals = "poisson:rate=1"
+    if arrivals is not None:
+        process = parse_arrivals(arrivals)
+        times = process.times(np.random.default_rng(seed), len(workload), workload)
+        workload = workload.with_arrivals(times, closed_loop=closed_loop_of(process))
+        workload.source += f"; arrivals {arrivals} (seed {seed})"
+    return workload
+
+
+def _source(path: Path, fmt: TraceFormat) -> str:
+    """What to print with results: the file, its format and, for a known public trace, its attribution."""
+    attribution = ATTRIBUTIONS.get(path.name)
+    return f"{path.name}, read as {fmt.label}" + (f". {attribution}" if attribution else "")
+
+
+def _convert_times(raw: RawTable, fmt: TraceFormat) -> None:
+    """Timestamps to seconds: absolute datetimes become seconds since the first one; ms become s."""
+    times = raw.columns.get("arrival_time_s")
+    if times is None or fmt.time_unit in ("s", None):
+        return
+    if fmt.time_unit == "datetime" and times.dtype.kind not in "iufb":
+        parsed = _parse_datetimes(pd.Series(times, dtype=object))
+        seconds = (parsed - parsed.min()).dt.total_seconds().to_numpy(np.float64, na_value=np.nan)
+        raw.columns["arrival_time_s"] = np.where(parsed.isna().to_numpy(), times, seconds)
+    elif fmt.time_unit == "ms":
+        raw.columns["arrival_time_s"] = to_float(times) / 1000.0
+
+
+def _parse_datetimes(text: pd.Series) -> pd.Series:
+    """Naive ``YYYY-MM-DD HH:MM:SS[.fraction]`` datetimes (Azure writes 7 fractional digits); anything else
+    is NaT, and becomes a bad row rather than a guess at a time zone."""
+    parsed = pd.to_datetime(text, format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
+    missing = parsed.isna()
+    if missing.any():
+        parsed[missing] = pd.to_datetime(text[missing], format="%Y-%m-%d %H:%M:%S", errors="coerce")
+    return parsed
+
+
+def _drop_failed(raw: RawTable) -> None:
+    """Failed requests (zero output tokens) are not requests the server served: keep them out, count them."""
+    failed = to_float(raw.columns["output_tokens"]) == 0
+    if not failed.any():
+        return
+    keep = np.flatnonzero(~failed)
+    raw.columns = {f: v[keep] for f, v in raw.columns.items()}
+    raw.locations = raw.locations[keep]
+    if raw.hashes is not None:
+        raw.hashes = raw.hashes.take(keep)
+    raw.pre_skipped[FAILED] = raw.pre_skipped.get(FAILED, 0) + int(failed.sum())
+
+
+def _constants(raw: RawTable, fmt: TraceFormat) -> dict:
+    """Workload-wide values that the canonical format repeats on every row."""
+    found: dict[str, float] = {}
+    for field in CONSTANT_FIELDS:
+        values = raw.columns.pop(field, None)
+        if values is None:
+            continue
+        distinct = np.unique(to_float(values)[~np.isnan(to_float(values))])
+        if len(distinct) > 1:
+            raise TraceError(f"{raw.path}: field '{field}': must be the same on every row (found {distinct[:3]})")
+        if len(distinct) == 1:
+            found[field] = float(distinct[0])
+    hash_tokens = int(found.get("prefix_hash_tokens", fmt.hash_tokens))
+    if hash_tokens < 1 or hash_tokens != found.get("prefix_hash_tokens", hash_tokens):
+        raise TraceError(f"{raw.path}: field 'prefix_hash_tokens': must be a whole number >= 1")
+    constants: dict = {"prefix_hash_tokens": hash_tokens}
+    if "closed_loop_users" in found:
+        try:
+            constants["closed_loop"] = ClosedLoop(int(found["closed_loop_users"]), found.get("think_time_s", 0.0))
+        except ValueError as exc:
+            raise TraceError(f"{raw.path}: field 'closed_loop_users': {exc}") from None
+    return constants
+
+

@@ -1,0 +1,161 @@
+"""Turn raw columns from any container and format into a validated `Workload`, vectorised.
+
+Every rule is a boolean mask over rows, checked in a fixed order; a row's first failing rule is its reason.
+Without ``skip_bad_rows`` the first bad row (in file order) raises one `TraceError` naming the file, the line
+(or row) and the field; with it, bad rows are dropped and counted by reason in ``Workload.skipped_reasons``.
+No per-row Python runs unless a column fails its fast numeric parse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from workloads.errors import TraceError, row_error
+from workloads.ragged import Ragged, empty
+from workloads.workload import NONE, Workload
+
+MAX_TOKENS = 10**9
+"""Token counts above this are certainly corrupt (and would overflow downstream arithmetic)."""
+MAX_ID = 2**53
+"""Group ids travel through float64 on the way in; larger ids would silently lose precision."""
+
+
+@dataclass
+class RawTable:
+    """What a container reader hands over: raw values per canonical field, one entry per row."""
+
+    path: str
+    columns: dict[str, np.ndarray]
+    locations: np.ndarray
+    where: str = "line"
+    hashes: Ragged | None = None
+    pre_skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return len(self.locations)
+
+
+def to_float(values: np.ndarray) -> np.ndarray:
+    """Numbers as float64; anything that is not a number (text, lists, blanks) becomes NaN."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iufb":
+        return arr.astype(np.float64)
+    try:
+        return pd.to_numeric(pd.Series(arr, dtype=object), errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    except (TypeError, ValueError):
+        return np.array([_one_float(v) for v in arr], np.float64)
+
+
+def _one_float(value: object) -> float:
+    try:
+        return float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else np.nan
+    except ValueError:
+        return np.nan
+
+
+def _integer_rules(name: str, x: np.ndarray, lo: float, hi: float, optional: bool) -> list[tuple]:
+    """Rules for a whole-number field in [lo, hi]; a missing optional value is allowed (a default)."""
+    present = ~np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        rules = [] if optional else [(name, "missing or not a number", ~present)]
+        rules.append((name, "must be a whole number", present & (x != np.floor(x))))
+        rules.append((name, f"must be >= {lo:g}", present & (x < lo)))
+        rules.append((name, f"must be <= {hi:g}", present & (x > hi)))
+    return rules
+
+
+def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str,
+                   prefix_hash_tokens: int = 512, **attrs) -> Workload:
+    """Validate ``raw`` and return its requests as a `Workload` (rows in file order)."""
+    if raw.rows == 0 and not raw.pre_skipped:
+        raise TraceError(f"{raw.path}: no requests (the file has no data rows)")
+    x = {key: to_float(values) for key, values in raw.columns.items()}
+    rows = raw.rows
+    nan = np.full(rows, np.nan)
+    prompt, output = x["prompt_tokens"], x["output_tokens"]
+    rules: list[tuple[str, str, np.ndarray]] = []
+    if "arrival_time_s" in x:
+        t = x["arrival_time_s"]
+        rules.append(("arrival_time_s", "missing or not a number", np.isnan(t)))
+        rules.append(("arrival_time_s", "must be finite and >= 0", ~np.isnan(t) & ~(np.abs(t) < np.inf) | (t < 0)))
+    if "id" in x:
+        rules += _integer_rules("id", x["id"], 0, MAX_ID, optional=False)
+    rules += _integer_rules("prompt_tokens", prompt, 1, MAX_TOKENS, optional=False)
+    rules += _integer_rules("output_tokens", output, 1, MAX_TOKENS, optional=False)
+    mx = x.get("max_tokens", nan)
+    rules += _integer_rules("max_tokens", mx, 1, MAX_TOKENS, optional=True)
+    with np.errstate(invalid="ignore"):
+        rules.append(("max_tokens", "must be >= output_tokens", mx < output))
+    n, beam = x.get("n", nan), x.get("beam_width", nan)
+    rules += _integer_rules("n", n, 1, 10**6, optional=True)
+    rules += _integer_rules("beam_width", beam, 1, 10**6, optional=True)
+    with np.errstate(invalid="ignore"):
+        rules.append(("beam_width", "n and beam_width cannot both exceed 1", (n > 1) & (beam > 1)))
+    group, plen = x.get("prefix_group", nan), x.get("prefix_len", nan)
+    rules += _integer_rules("prefix_group", group, 0, MAX_ID, optional=True)
+    rules += _integer_rules("prefix_len", plen, 0, MAX_TOKENS, optional=True)
+    with np.errstate(invalid="ignore"):
+        rules.append(("prefix_len", "must be within the prompt", plen > prompt))
+    hashes = raw.hashes if raw.hashes is not None else empty(rows)
+    rules.append(("prefix_hashes", "not a list of non-negative integers", hashes.bad))
+    with np.errstate(invalid="ignore"):
+        too_many = (hashes.counts - 1) * prefix_hash_tokens >= prompt
+    rules.append(("prefix_hashes", f"more hashes than {prefix_hash_tokens}-token blocks of the prompt", too_many))
+
+    reason = np.full(rows, -1, np.int64)
+    for k, (_, _, mask) in enumerate(rules):
+        reason[(reason < 0) & mask] = k
+    if "arrival_time_s" in x:
+        ok = np.flatnonzero(reason < 0)
+        t_ok = x["arrival_time_s"][ok]
+        previous_max = np.maximum.accumulate(t_ok)
+        late = np.zeros(len(ok), bool)
+        late[1:] = t_ok[1:] < previous_max[:-1]
+        reason[ok[late]] = len(rules)
+        rules.append(("arrival_time_s", "timestamps out of order (earlier than a previous row)", late))
+
+    bad = reason >= 0
+    if bad.any() and not skip_bad_rows:
+        i = int(np.argmax(bad))
+        column, problem, _ = rules[reason[i]]
+        raw_value = raw.columns.get(column, None)
+        value = raw_value[i] if raw_value is not None and column != "prefix_hashes" else None
+        raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", column, problem, value)
+    skipped = dict(raw.pre_skipped)
+    for k, count in zip(*np.unique(reason[bad], return_counts=True), strict=True):
+        key = f"{rules[k][0]}: {rules[k][1]}"
+        skipped[key] = skipped.get(key, 0) + int(count)
+    keep = np.flatnonzero(~bad)
+    if len(keep) == 0:
+        detail = ", ".join(f"{c} {r}" for r, c in sorted(skipped.items()))
+        raise TraceError(f"{raw.path}: no usable rows ({detail})")
+
+    def column(values: np.ndarray, default: int) -> np.ndarray:
+        v = values[keep]
+        return np.where(np.isnan(v), default, v).astype(np.int64)
+
+    kept_hashes = hashes.take(keep)
+    arrival = x["arrival_time_s"][keep] if "arrival_time_s" in x else np.zeros(len(keep))
+    return Workload(
+        arrival_time_s=arrival,
+        prompt_tokens=prompt[keep].astype(np.int64),
+        output_tokens=output[keep].astype(np.int64),
+        max_tokens=column(mx, NONE),
+        n=column(n, 1),
+        beam_width=column(beam, 1),
+        prefix_group=column(group, NONE),
+        prefix_len=column(plen, 0),
+        hash_offsets=kept_hashes.offsets,
+        hash_values=kept_hashes.values,
+        prefix_hash_tokens=prefix_hash_tokens,
+        ids=column(x["id"], 0) if "id" in x else None,
+        name=name,
+        source=source,
+        skipped_rows=int(sum(skipped.values())),
+        skipped_reasons=skipped,
+        **attrs,
+    )

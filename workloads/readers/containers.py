@@ -1,0 +1,156 @@
+"""Read a file's container (CSV, JSON Lines, Parquet) into raw columns, with line or row numbers.
+
+Containers know nothing of trace formats: they return the columns asked for by their names in the file, plus
+the header (for format detection). Parse failures become `TraceError`s naming the line; with
+``skip_bad_rows`` the lines a container cannot split into fields are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workloads.errors import SKIP_HINT, TraceError
+from workloads.ragged import Ragged, from_arrow, from_lists, from_strings
+
+BAD_LINE = "line: wrong number of fields"
+BAD_JSON = "line: truncated or invalid JSON"
+
+
+def container_of(path: Path, head: bytes) -> str:
+    """'parquet', 'jsonl' or 'csv', from the extension, else from the first bytes."""
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq") or head.startswith(b"PAR1"):
+        return "parquet"
+    if suffix in (".jsonl", ".json", ".ndjson") or head.lstrip().startswith(b"{"):
+        return "jsonl"
+    return "csv"
+
+
+def csv_header(path: Path, head: bytes) -> list[str]:
+    line = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()[:1]
+    if not line or not line[0].strip():
+        raise TraceError(f"{path}: empty file (no header line)")
+    return [name.strip().strip('"') for name in line[0].split(",")]
+
+
+def read_csv(path: Path, wanted: dict[str, str], hash_field: str | None, skip: bool) -> tuple:
+    """Columns ``{field: values}`` for ``wanted`` (field -> file column), line numbers, hashes, skips."""
+    dtype = {wanted[hash_field]: str} if hash_field in wanted else None
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, skip_blank_lines=False, on_bad_lines="warn" if skip else "error",
+                                encoding="utf-8-sig", encoding_errors="replace", dtype=dtype,
+                                low_memory=False)
+    except pd.errors.EmptyDataError as exc:
+        raise TraceError(f"{path}: empty file (no header line)") from exc
+    except (pd.errors.ParserError, ValueError, OverflowError) as exc:
+        found = re.search(r"line (\d+)", str(exc))
+        where = f"line {found.group(1)}" if found else "parse error"
+        raise TraceError(f"{path}: {where}: {str(exc).splitlines()[-1].strip()} {SKIP_HINT}") from exc
+    skipped_lines = sorted(int(m) for w in caught for m in re.findall(r"Skipping line (\d+)", str(w.message)))
+    rows = len(frame)
+    lines = np.arange(2, rows + len(skipped_lines) + 2, dtype=np.int64)
+    if skipped_lines:
+        lines = np.setdiff1d(lines, np.array(skipped_lines, np.int64))[:rows]
+    pre = {BAD_LINE: len(skipped_lines)} if skipped_lines else {}
+    columns = {f: frame[c].to_numpy() for f, c in wanted.items() if f != hash_field and c in frame}
+    hashes = from_strings(frame[wanted[hash_field]].to_numpy(object)) if hash_field in wanted else None
+    return columns, lines, hashes, pre
+
+
+def jsonl_header(path: Path, head: bytes) -> list[str]:
+    for number, line in enumerate(head.decode("utf-8", errors="replace").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            first = json.loads(line)
+        except ValueError as exc:
+            raise TraceError(f"{path}: line {number}: truncated or invalid JSON ({exc})") from exc
+        if not isinstance(first, dict):
+            raise TraceError(f"{path}: line {number}: not a JSON object")
+        return list(first)
+    raise TraceError(f"{path}: empty file (no JSON lines)")
+
+
+def read_jsonl(path: Path, wanted: dict[str, str], hash_field: str | None, skip: bool) -> tuple:
+    """One ``json.loads`` per line (the slow container; canonical CSV and Parquet are the fast ones)."""
+    names = [(f, c) for f, c in wanted.items() if f != hash_field]
+    values: dict[str, list] = {f: [] for f, _ in names}
+    cells: list[object] = []
+    lines: list[int] = []
+    pre: dict[str, int] = {}
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, RecursionError) as exc:
+            if not skip:
+                raise TraceError(f"{path}: line {number}: truncated or invalid JSON ({exc}) {SKIP_HINT}") from exc
+            pre[BAD_JSON] = pre.get(BAD_JSON, 0) + 1
+            continue
+        lines.append(number)
+        for f, c in names:
+            values[f].append(record.get(c))
+        if hash_field in wanted:
+            cells.append(record.get(wanted[hash_field]))
+    columns = {f: _object_array(v) for f, v in values.items()}
+    hashes = from_lists(cells) if hash_field in wanted else None
+    return columns, np.array(lines, np.int64), hashes, pre
+
+
+def _object_array(items: list) -> np.ndarray:
+    """Keep JSON values as they came (numbers fast, anything else as objects for `to_float` to reject)."""
+    if all(type(v) is int or type(v) is float for v in items):
+        return np.array(items, dtype=np.float64)
+    return np.fromiter(items, dtype=object, count=len(items))
+
+
+def parquet_header(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise TraceError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from exc
+
+
+def read_parquet(path: Path, wanted: dict[str, str], hash_field: str | None, skip: bool) -> tuple:
+    import pyarrow.parquet as pq
+
+    present = [c for c in wanted.values() if c in set(parquet_header(path))]
+    try:
+        table = pq.read_table(path, columns=present)
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise TraceError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from exc
+    columns = {}
+    for f, c in wanted.items():
+        if f == hash_field or c not in present:
+            continue
+        columns[f] = _arrow_values(table.column(c))
+    hashes: Ragged | None = None
+    if hash_field in wanted and wanted[hash_field] in present:
+        hashes = from_arrow(table.column(wanted[hash_field]))
+    return columns, np.arange(1, table.num_rows + 1, dtype=np.int64), hashes, {}
+
+
+def _arrow_values(column) -> np.ndarray:
+    """Numbers (nulls as NaN) without a Python object per row; anything else as objects for `to_float`."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        values = column.cast(pa.float64()) if column.null_count else column
+        return values.to_numpy()
+    if column.null_count == 0 and pa.types.is_boolean(column.type):
+        return column.to_numpy()
+    return np.fromiter(column.to_pylist(), dtype=object, count=len(column))

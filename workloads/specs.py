@@ -1,0 +1,51 @@
+"""The small spec strings of the command line: ``KIND[:key=value[,key=value...]]``.
+
+Examples: ``poisson:rate=2``, ``gamma:rate=2,cv=3``, ``lognormal:prompt_mean=161,prompt_cv=1.2,...``,
+``empirical:trace=azure-conv``. Values are numbers unless the parameter is a name or a path. A bad spec is a
+`TraceError` that names the spec, the parameter and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from workloads.errors import TraceError
+
+
+def parse_spec(text: str, what: str) -> tuple[str, dict[str, str]]:
+    """Split ``KIND:k=v,...`` into the kind and its raw parameters."""
+    kind, _, rest = text.strip().partition(":")
+    params: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise TraceError(f"bad {what} spec {text!r}: expected key=value, got {item!r}")
+        if key.strip() in params:
+            raise TraceError(f"bad {what} spec {text!r}: {key.strip()!r} given twice")
+        params[key.strip()] = value.strip()
+    if not kind.strip():
+        raise TraceError(f"bad {what} spec {text!r}: missing the kind before ':'")
+    return kind.strip().lower(), params
+
+
+def build_from_spec(text: str, what: str, kinds: Mapping[str, Callable[..., object]],
+                    types: Mapping[str, type]) -> object:
+    """Parse ``text`` and call ``kinds[kind](**params)``, converting each value with ``types``."""
+    kind, raw = parse_spec(text, what)
+    if kind not in kinds:
+        raise TraceError(f"bad {what} spec {text!r}: unknown kind {kind!r} (kinds: {', '.join(kinds)})")
+    params: dict[str, object] = {}
+    for key, value in raw.items():
+        convert = types.get(key)
+        if convert is None:
+            raise TraceError(f"bad {what} spec {text!r}: unknown parameter {key!r}")
+        try:
+            params[key] = convert(value)
+        except ValueError:
+            raise TraceError(f"bad {what} spec {text!r}: {key}={value!r} is not a {convert.__name__}") from None
+    try:
+        return kinds[kind](**params)
+    except TypeError as exc:
+        raise TraceError(f"bad {what} spec {text!r}: {exc}") from None
+    except ValueError as exc:
+        raise TraceError(f"bad {what} spec {text!r}: {exc}") from None

@@ -1,0 +1,62 @@
+"""Summary statistics of a workload, computed as the shared traces' README computes them.
+
+p99 is ``numpy.percentile(x, 99)`` with linear interpolation; the rate is rows / (last arrival - first
+arrival); the inter-arrival CV is the population standard deviation of the gaps over their mean.
+Prefix reuse is the ceiling an unbounded cache could reach: with ``prefix_hashes``, the share of hash-block
+references that repeat an id seen earlier; with ``prefix_group``, the share of prompt tokens inside a shared
+prefix that an earlier request of the same group already carried.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.workload import NONE, Workload
+
+
+def _summary(values: np.ndarray) -> dict[str, float]:
+    return {"mean": float(values.mean()), "p50": float(np.median(values)),
+            "p99": float(np.percentile(values, 99)), "max": float(values.max()), "min": float(values.min())}
+
+
+def prefix_reuse(workload: Workload) -> tuple[float | None, str | None]:
+    """(share, basis) of prefix reuse, or (None, None) when the workload carries no prefix identity."""
+    if workload.has_prefix_hashes:
+        refs = len(workload.hash_values)
+        return 1.0 - len(np.unique(workload.hash_values)) / refs, "hash-block references"
+    grouped = workload.prefix_group != NONE
+    if not grouped.any():
+        return None, None
+    groups = workload.prefix_group[grouped]
+    _, first = np.unique(groups, return_index=True)
+    repeated = np.ones(len(groups), bool)
+    repeated[first] = False
+    reused = workload.prefix_len[grouped][repeated].sum()
+    return float(reused / workload.prompt_tokens.sum()), "prompt tokens"
+
+
+def trace_stats(workload: Workload) -> dict:
+    """The numbers ``kvsim trace stats`` prints (``--json`` prints this dict)."""
+    times = workload.arrival_time_s
+    duration = float(times[-1] - times[0]) if len(times) else 0.0
+    gaps = np.diff(times)
+    cv = float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else None
+    share, basis = prefix_reuse(workload)
+    closed = workload.closed_loop
+    return {
+        "name": workload.name,
+        "source": workload.source,
+        "rows": len(workload),
+        "skipped_rows": workload.skipped_rows,
+        "skipped_reasons": dict(sorted(workload.skipped_reasons.items())),
+        "duration_s": duration,
+        "rate_rps": len(workload) / duration if duration > 0 else None,
+        "interarrival_cv": cv,
+        "prompt_tokens": _summary(workload.prompt_tokens),
+        "output_tokens": _summary(workload.output_tokens),
+        "total_tokens": _summary(workload.prompt_tokens + workload.output_tokens),
+        "num_seqs_mean": float(np.maximum(workload.n, workload.beam_width).mean()),
+        "prefix_reuse_share": share,
+        "prefix_reuse_basis": basis,
+        "closed_loop_users": closed.users if closed else None,
+    }

@@ -1,0 +1,186 @@
+"""`Workload`: an ordered, re-iterable sequence of `Request`s, stored as columns.
+
+A million requests as a million frozen dataclasses cost about a gigabyte and seconds to build; as numpy columns
+they cost tens of megabytes and nothing to slice. Requests are made lazily when iterated or indexed. The ragged
+``prefix_hashes`` live as one flat value array plus offsets (Arrow's list layout), so request ``i`` holds
+``hash_values[hash_offsets[i]:hash_offsets[i + 1]]``.
+
+Missing values are sentinels inside the columns (``max_tokens`` and ``prefix_group`` are -1 for none) and
+``None`` in `Request` and in `to_frame` (pandas nullable integers). Requests are sorted by arrival; every
+column is validated once, vectorised, on construction, so iteration never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workloads.ragged import take_ragged
+from workloads.request import Request
+
+INT_COLUMNS = ("prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width", "prefix_group", "prefix_len")
+NONE = -1
+"""Sentinel for 'no value' in the ``max_tokens`` and ``prefix_group`` columns."""
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """Marker for a closed-loop workload: ``users`` concurrent users, each sending its next request
+    ``think_time_s`` after its previous one finishes. Arrival times are then only an order (all 0.0); the
+    simulator must honour the marker (a simulator that ignores it sees every request arrive at t=0)."""
+
+    users: int
+    think_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.users < 1 or not self.think_time_s >= 0:
+            raise ValueError(f"closed loop needs users >= 1 and think_time_s >= 0, got {self}")
+
+
+@dataclass(eq=False)
+class Workload:
+    """Columns of equal length, one row per request, sorted by ``arrival_time_s``."""
+
+    arrival_time_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    max_tokens: np.ndarray | None = None
+    n: np.ndarray | None = None
+    beam_width: np.ndarray | None = None
+    prefix_group: np.ndarray | None = None
+    prefix_len: np.ndarray | None = None
+    hash_offsets: np.ndarray | None = None
+    hash_values: np.ndarray | None = None
+    prefix_hash_tokens: int = 512
+    ids: np.ndarray | None = None
+    name: str = "workload"
+    source: str = ""
+    skipped_rows: int = 0
+    skipped_reasons: dict[str, int] = field(default_factory=dict)
+    closed_loop: ClosedLoop | None = None
+
+    def __post_init__(self) -> None:
+        size = len(self.arrival_time_s)
+        self.arrival_time_s = np.ascontiguousarray(self.arrival_time_s, dtype=np.float64)
+        defaults = {"max_tokens": NONE, "n": 1, "beam_width": 1, "prefix_group": NONE, "prefix_len": 0}
+        for col in INT_COLUMNS:
+            value = getattr(self, col)
+            value = np.full(size, defaults[col], np.int64) if value is None else np.asarray(value, np.int64)
+            setattr(self, col, np.ascontiguousarray(value))
+        self.ids = np.arange(size, dtype=np.int64) if self.ids is None else np.asarray(self.ids, np.int64)
+        if self.hash_offsets is None:
+            self.hash_offsets = np.zeros(size + 1, np.int64)
+        self.hash_offsets = np.asarray(self.hash_offsets, np.int64)
+        self.hash_values = np.asarray([] if self.hash_values is None else self.hash_values, np.int64)
+        self._validate(size)
+
+    def _validate(self, size: int) -> None:
+        """The `Request` rules, vectorised, so that iterating never raises."""
+        for col in (*INT_COLUMNS, "ids"):
+            if len(getattr(self, col)) != size:
+                raise ValueError(f"column {col} has {len(getattr(self, col))} rows, expected {size}")
+        prompt, out, mx = self.prompt_tokens, self.output_tokens, self.max_tokens
+        unit = self.prefix_hash_tokens
+        counts = np.diff(self.hash_offsets) if len(self.hash_offsets) == size + 1 else None
+        checks = {
+            "arrival_time_s must be finite and sorted": ~np.isfinite(self.arrival_time_s).all()
+            or bool((np.diff(self.arrival_time_s) < 0).any()),
+            "prompt_tokens must be positive": (prompt <= 0).any(),
+            "output_tokens must be positive": (out <= 0).any(),
+            "max_tokens must be -1 (none) or >= output_tokens": ((mx != NONE) & (mx < out)).any(),
+            "n and beam_width must be >= 1, and not both > 1": (self.n < 1).any()
+            or (self.beam_width < 1).any()
+            or ((self.n > 1) & (self.beam_width > 1)).any(),
+            "prefix_group must be -1 (none) or >= 0": (self.prefix_group < NONE).any(),
+            "prefix_len must be within the prompt": ((self.prefix_len < 0) | (self.prefix_len > prompt)).any(),
+            "prefix_hash_tokens must be >= 1": unit < 1,
+            "hash_offsets must be non-decreasing, from 0 to len(hash_values)": counts is None
+            or self.hash_offsets[0] != 0
+            or self.hash_offsets[-1] != len(self.hash_values)
+            or bool((counts < 0).any()),
+        }
+        for message, bad in checks.items():
+            if bad:
+                raise ValueError(f"workload {self.name!r}: {message}")
+        if ((counts - 1) * unit >= prompt).any():
+            raise ValueError(f"workload {self.name!r}: more prefix_hashes than blocks of the prompt")
+
+    def __len__(self) -> int:
+        return len(self.arrival_time_s)
+
+    def __getitem__(self, index: int) -> Request:
+        size = len(self)
+        if not -size <= index < size:
+            raise IndexError(f"request index {index} out of range for {size} requests")
+        return self._request(index % size if index < 0 else index)
+
+    def __iter__(self) -> Iterator[Request]:
+        return (self._request(i) for i in range(len(self)))
+
+    def _request(self, i: int) -> Request:
+        mx, group = int(self.max_tokens[i]), int(self.prefix_group[i])
+        lo, hi = self.hash_offsets[i], self.hash_offsets[i + 1]
+        return Request(
+            id=int(self.ids[i]),
+            arrival_time_s=float(self.arrival_time_s[i]),
+            prompt_tokens=int(self.prompt_tokens[i]),
+            output_tokens=int(self.output_tokens[i]),
+            max_tokens=None if mx == NONE else mx,
+            n=int(self.n[i]),
+            beam_width=int(self.beam_width[i]),
+            prefix_hashes=tuple(self.hash_values[lo:hi].tolist()),
+            prefix_hash_tokens=self.prefix_hash_tokens,
+            prefix_group=None if group == NONE else group,
+            prefix_len=int(self.prefix_len[i]),
+        )
+
+    @property
+    def has_prefix_hashes(self) -> bool:
+        return len(self.hash_values) > 0
+
+    def prefix_hashes(self, i: int) -> np.ndarray:
+        """Request ``i``'s prefix hashes as an array view (no tuple built)."""
+        return self.hash_values[self.hash_offsets[i] : self.hash_offsets[i + 1]]
+
+    def to_frame(self):
+        """One row per request, canonical column names; ``None`` as pandas' nullable ``<NA>``."""
+        from workloads.frames import workload_to_frame
+
+        return workload_to_frame(self)
+
+    @classmethod
+    def from_frame(cls, frame, **attrs) -> Workload:
+        """Inverse of `to_frame` (extra keyword arguments set ``name``, ``source`` and the like)."""
+        from workloads.frames import workload_from_frame
+
+        return workload_from_frame(frame, **attrs)
+
+    def with_arrivals(self, arrival_time_s: np.ndarray, **attrs) -> Workload:
+        """The same requests at new (sorted) arrival times, e.g. re-timed to another rate."""
+        return self.select(np.arange(len(self)), arrival_time_s=arrival_time_s, **attrs)
+
+    def select(self, index: np.ndarray, **overrides) -> Workload:
+        """The requests at ``index`` (in that order), with any column or attribute replaced."""
+        index = np.asarray(index, np.int64)
+        offsets, values = take_ragged(self.hash_offsets, self.hash_values, index)
+        columns: dict[str, object] = {col: getattr(self, col)[index] for col in INT_COLUMNS}
+        columns |= {"arrival_time_s": self.arrival_time_s[index], "ids": self.ids[index]}
+        columns |= {"hash_offsets": offsets, "hash_values": values}
+        attrs = {"prefix_hash_tokens": self.prefix_hash_tokens, "name": self.name, "source": self.source}
+        attrs |= {"skipped_rows": self.skipped_rows, "skipped_reasons": dict(self.skipped_reasons)}
+        attrs |= {"closed_loop": self.closed_loop}
+        return Workload(**(columns | attrs | overrides))
+
+    def head(self, count: int) -> Workload:
+        """The first ``count`` requests."""
+        return self.select(np.arange(min(count, len(self))))
+
+    def describe_skips(self) -> str:
+        """One line for the user: how many rows were skipped, and why."""
+        if not self.skipped_rows:
+            return "no rows skipped"
+        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(self.skipped_reasons.items()))
+        return f"{self.skipped_rows} rows skipped: {reasons}"
+
