@@ -53,11 +53,34 @@ class FreeBlockQueue:
 
     def popleft(self) -> int:
         """Remove and return the head: the block to hand out (and evict from the cache) next."""
-        block_id = self._next[self._head]
+        nxt, head = self._next, self._head
+        block_id = nxt[head]
         if block_id == self._tail:
             raise IndexError("no free blocks")
-        self.remove(block_id)
+        after = nxt[block_id]  # `remove` inlined: this is the allocator's per-block hot path
+        nxt[head] = after
+        prev = self._prev
+        prev[after] = head
+        prev[block_id] = nxt[block_id] = _NOT_QUEUED
+        self.num_free -= 1
         return block_id
+
+    def pop_many(self, count: int) -> list[int]:
+        """Remove and return the ``count`` blocks at the head, in order (one call for a whole admission)."""
+        if count > self.num_free:
+            raise IndexError(f"{count} blocks asked for but {self.num_free} free")
+        nxt, prev, head = self._next, self._prev, self._head
+        out = []
+        block_id = nxt[head]
+        for _ in range(count):
+            out.append(block_id)
+            after = nxt[block_id]
+            prev[block_id] = nxt[block_id] = _NOT_QUEUED
+            block_id = after
+        nxt[head] = block_id
+        prev[block_id] = head
+        self.num_free -= count
+        return out
 
     def remove(self, block_id: int) -> None:
         """Unlink a block from anywhere in the queue (a prefix-cache hit on a free block)."""
@@ -81,6 +104,24 @@ class FreeBlockQueue:
         nxt[block_id] = tail
         prev[tail] = block_id
         self.num_free += 1
+
+    def extend(self, block_ids: Iterable[int]) -> None:
+        """`append` each block in order (one call for a whole freed sequence)."""
+        prev, nxt, tail = self._prev, self._next, self._tail
+        last = prev[tail]
+        added = 0
+        try:
+            for block_id in block_ids:
+                if prev[block_id] != _NOT_QUEUED:
+                    raise ValueError(f"block {block_id} is already in the free queue")
+                nxt[last] = block_id
+                prev[block_id] = last
+                last = block_id
+                added += 1
+        finally:  # close the chain over what was linked, even when a bad id stopped it
+            nxt[last] = tail
+            prev[tail] = last
+            self.num_free += added
 
     def check(self) -> list[int]:
         """Walk the links both ways, assert they agree with each other and with ``num_free``; return the ids."""

@@ -152,9 +152,20 @@ class PagedAllocator(Allocator):
     def _pop_block(self) -> int:
         """Hand out the head of the free queue, evicting its cached hash (lazy eviction ends here)."""
         block = self._free.popleft()
-        self._cache.evict(block)
+        if self._cache.block_hash[block] is not None:
+            self._cache.evict(block)
         self._ref[block] = 1
         return block
+
+    def _pop_blocks(self, count: int) -> list[int]:
+        """`_pop_block` ``count`` times, in one pass over the free queue."""
+        blocks = self._free.pop_many(count)
+        hashed, ref = self._cache.block_hash, self._ref
+        for block in blocks:
+            if hashed[block] is not None:
+                self._cache.evict(block)
+            ref[block] = 1
+        return blocks
 
     def _settle_last_block(self, s: SeqBlocks) -> None:
         """Recompute the exclusive last block's room and reservation after the table or tokens changed."""
@@ -200,7 +211,7 @@ class PagedAllocator(Allocator):
             elif ref[b] > self._pins[b]:
                 self._shared_saved += bs
             ref[b] += 1
-        table = hits + [self._pop_block() for _ in range(num_new)]
+        table = hits + self._pop_blocks(num_new)
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         s = SeqBlocks(table, num_tokens, final_tokens, hashes)
         s.num_hashed = len(hits)
@@ -234,13 +245,61 @@ class PagedAllocator(Allocator):
         num_new = cdiv(s.tokens + num_tokens, self.block_size) - len(s.table)
         if num_new > self._free.num_free:
             return None
-        s.table.extend(self._pop_block() for _ in range(num_new))
+        s.table += self._pop_blocks(num_new)
         s.tokens += num_tokens
         self._num_token_slots += num_tokens
         self._settle_last_block(s)
         if s.num_hashed < len(s.hashes):
             self._cache_full_blocks(s)
         return ()
+
+    def grow_due(self, seq_id: int, num_tokens: int) -> tuple[int, int, int] | None:
+        """`grow` for a sequence that has used up its headroom, reporting what changed instead of copies.
+
+        Returns ``(headroom, new_blocks, reserved_delta)``: the sequence's headroom afterwards, the blocks it
+        took from the free queue and the change of the pool's reservation; None (nothing changed) if the pool
+        lacks the blocks. The simulator's decode fast-forward calls this once per block a decoding sequence
+        fills and integrates memory from the deltas, so it never needs a `breakdown` in between. Same state
+        changes as `grow` (blocks popped in the same order); never copies, so copy-on-write subclasses whose
+        growth can copy a shared tail must set ``grow_due = None``.
+        """
+        s = self._seqs[seq_id]
+        if num_tokens <= 0:
+            raise ValueError(f"sequence {seq_id}: cannot grow by {num_tokens} tokens")
+        bs, table = self.block_size, s.table
+        tokens = s.tokens + num_tokens
+        num_new = -(-tokens // bs) - len(table)
+        if num_new > 0:
+            free = self._free
+            if num_new > free.num_free:
+                return None
+            if num_new == 1:  # the usual case: one block a boundary; `FreeBlockQueue.popleft` inlined
+                nxt, head = free._next, free._head
+                block = nxt[head]
+                after = nxt[block]
+                nxt[head] = after
+                prev = free._prev
+                prev[after] = head
+                prev[block] = nxt[block] = -1
+                free.num_free -= 1
+                if self._cache.block_hash[block] is not None:
+                    self._cache.evict(block)
+                self._ref[block] = 1
+                table.append(block)
+            else:
+                table += self._pop_blocks(num_new)
+        held = len(table) * bs
+        final = s.final
+        res = (final if final < held else held) - tokens
+        if res < 0:
+            res = 0
+        delta = res - s.res
+        s.tokens, s.room, s.res = tokens, held - tokens, res
+        self._reserved += delta
+        self._num_token_slots += num_tokens
+        if s.num_hashed < len(s.hashes):
+            self._cache_full_blocks(s)
+        return held - tokens, num_new, delta
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """Without copy-on-write the child gets private blocks and every parent block is copied."""
@@ -249,7 +308,7 @@ class PagedAllocator(Allocator):
         parent = self._seqs[parent_id]
         if len(parent.table) > self._free.num_free:
             return None
-        table = [self._pop_block() for _ in parent.table]
+        table = self._pop_blocks(len(parent.table))
         child = SeqBlocks(table, parent.tokens, final_tokens)
         self._seqs[child_id] = child
         self._num_token_slots += parent.tokens
@@ -258,18 +317,24 @@ class PagedAllocator(Allocator):
 
     def free(self, seq_id: int) -> int:
         s = self._seqs.pop(seq_id)
-        bs, ref, pins = self.block_size, self._ref, self._pins
+        bs, ref, pins, table = self.block_size, self._ref, self._pins, s.table
         self._reserved -= s.res
-        tail_fill = s.tokens - (len(s.table) - 1) * bs
-        for i in range(len(s.table) - 1, -1, -1):  # tail first: the chain's end is evicted first
-            b = s.table[i]
-            ref[b] -= 1
-            if ref[b] == 0:
-                self._free.append(b)
-                self._num_token_slots -= tail_fill if i == len(s.table) - 1 else bs
-            elif ref[b] > pins[b]:
-                self._shared_saved -= bs
-        return len(s.table) * bs
+        released: list[int] = []
+        shared = 0
+        for b in reversed(table):  # tail first: the chain's end is evicted first
+            r = ref[b] = ref[b] - 1
+            if r == 0:
+                released.append(b)
+            elif r > pins[b]:
+                shared += 1
+        if released:
+            self._free.extend(released)
+            slots = len(released) * bs
+            if released[0] == table[-1]:  # the tail was exclusive: only its written slots held tokens
+                slots -= len(table) * bs - s.tokens
+            self._num_token_slots -= slots
+        self._shared_saved -= shared * bs
+        return len(table) * bs
 
     # -- accounting ------------------------------------------------------------------------------------
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:

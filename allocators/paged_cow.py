@@ -24,6 +24,7 @@ class PagedCowAllocator(PagedAllocator):
     """`PagedAllocator` plus copy-on-write forks and pinned shared prefixes."""
 
     name = "paged-cow"
+    grow_due = None  # growth into a shared tail copies it and changes the other sharers' headroom: no shortcut
 
     def __init__(self, capacity_slots: int, **options: object) -> None:
         """Same options as `PagedAllocator`."""

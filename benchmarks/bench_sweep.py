@@ -2,15 +2,19 @@
 
 A 48-point grid (2 allocators x 3 block sizes x 2 rates x 4 seeds) of 2,000-request runs, three times into
 fresh results stores: in-process (``--workers 1``), two local worker processes (``--workers 2``), and a Dask
-LocalCluster of two single-threaded worker processes started beforehand (its start-up is reported apart, as a
-long-lived cluster would not pay it per sweep). Targets: close to 2x from two workers on two idle cores; the
-Dask executor within 5% of a point's time per point against the local one.
+LocalCluster of two single-threaded worker processes started beforehand. Both executors' one-time start-up
+(the Dask cluster; the local fork server, which imports the simulator once for all later worker processes) is
+reported apart, as a long-lived cluster or process would not pay it per sweep. Targets: close to 2x from two
+workers on two idle cores; the Dask executor within 5% of a point's time per point against the local one.
+A CPU spin check before and after says how many cores were actually free: the speed-up cannot exceed it.
 
 Each row records ``point_wall_s``, the time a worker spent inside the point, so besides the wall-clock
-ratio we report efficiency = sum(point_wall_s) / (wall x workers): the share of the workers' time spent
-simulating rather than waiting on the executor.
+ratio we report efficiency = sum(point_wall_s) / (wall x workers), the share of the workers' time spent
+simulating, and idle per point = (wall x workers - sum(point_wall_s)) / points, the executor's cost per point
+(pool start-up, dispatch, result transfer, and the tail where one worker waits for the other). Other load
+on the machine slows points and executor alike, so the idle figure is steadier than wall-clock ratios.
 
-    python benchmarks/bench_sweep.py                 # the full benchmark (several minutes on 2 cores)
+    python benchmarks/bench_sweep.py                 # the full benchmark (about a minute on 2 cores)
     python benchmarks/bench_sweep.py --requests 200  # a quick check of the machinery
 """
 
@@ -23,8 +27,31 @@ import time
 from pathlib import Path
 
 from sim.config import SimConfig
+from sim.sweep.executors import run_tasks
 from sim.sweep.grid import grid_from_flags
 from sim.sweep.run import run_sweep
+
+
+def _spin(n: int) -> float:
+    start = time.perf_counter()
+    total = 0
+    for i in range(n):
+        total += i
+    return time.perf_counter() - start
+
+
+def free_cores(workers: int, n: int = 10_000_000) -> float:
+    """How many cores the machine gives us right now: ``workers`` x (one spin alone / spins side by side).
+
+    On an idle machine this is ``workers``; when other jobs hold the cores it drops, and so must the speed-up.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(_spin, [1000] * workers))  # start the workers first
+        alone = pool.submit(_spin, n).result()
+        together = max(pool.map(_spin, [n] * workers))
+    return workers * alone / together
 
 
 def timed_sweep(grid, out: Path, **kwargs) -> tuple[float, float, int]:
@@ -46,11 +73,16 @@ def main() -> None:
     grid = grid_from_flags(["--allocator", "paged,contiguous-oracle", "--block-size", "8,16,32",
                             "--rate", "1,2", "--seed", "0,1,2,3", "--num-requests", str(args.requests),
                             "--memory-snapshots", "0"], SimConfig)
-    print(f"grid: {len(grid)} points of {args.requests} requests; load before: {os.getloadavg()}")
+    print(f"grid: {len(grid)} points of {args.requests} requests; load before: {os.getloadavg()}; "
+          f"free cores (CPU spin check): {free_cores(args.workers):.2f} of {args.workers}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         results["local x1"] = (*timed_sweep(grid, tmp / "w1.parquet", workers=1), 1)
+        start = time.perf_counter()
+        list(run_tasks(_spin, [1000] * args.workers, workers=args.workers))  # start the fork server
+        print(f"local fork server start-up (imports the simulator once): {time.perf_counter() - start:.1f} s "
+              "(not counted below)")
         results[f"local x{args.workers}"] = (
             *timed_sweep(grid, tmp / "w2.parquet", workers=args.workers), args.workers)
         if not args.skip_dask:
@@ -64,18 +96,24 @@ def main() -> None:
                     *timed_sweep(grid, tmp / "dask.parquet", executor="dask",
                                  scheduler=cluster.scheduler_address), args.workers)
             print(f"dask LocalCluster start-up: {startup:.1f} s (not counted below)")
-    print(f"load after: {os.getloadavg()}")
-    print("| executor | wall (s) | mean point (s) | efficiency | speed-up vs x1 |")
-    print("|---|---|---|---|---|")
+    print(f"load after: {os.getloadavg()}; free cores: {free_cores(args.workers):.2f} of {args.workers}")
+    print("| executor | wall (s) | mean point (s) | efficiency | idle per point (ms) | speed-up vs x1 |")
+    print("|---|---|---|---|---|---|")
     base = results["local x1"][0]
+    idle = {}
     for name, (wall, busy, n, workers) in results.items():
-        print(f"| {name} | {wall:.1f} | {busy / n:.2f} | {busy / (wall * workers):.1%} | {base / wall:.2f}x |")
-    if f"dask x{args.workers}" in results:
-        local_wall, _, n, _ = results[f"local x{args.workers}"]
-        dask_wall, busy, n, _ = results[f"dask x{args.workers}"]
-        per_point = (dask_wall - local_wall) * args.workers / n
-        print(f"dask overhead per point vs local: {per_point * 1000:+.0f} ms "
-              f"({per_point / (busy / n):+.1%} of a point's time)")
+        idle[name] = (wall * workers - busy) / n  # worker time not spent in a point, per point
+        print(f"| {name} | {wall:.1f} | {busy / n:.2f} | {busy / (wall * workers):.1%} "
+              f"| {idle[name] * 1000:.0f} "
+              f"| {base / wall:.2f}x |")
+    local, dask = f"local x{args.workers}", f"dask x{args.workers}"
+    if dask in results:
+        mean_point = results[dask][1] / results[dask][2]
+        by_wall = (results[dask][0] - results[local][0]) * args.workers / results[dask][2]
+        by_idle = idle[dask] - idle[local]
+        print(f"dask overhead per point vs local: {by_idle * 1000:+.0f} ms from idle time "
+              f"({by_idle / mean_point:+.1%} of a point), {by_wall * 1000:+.0f} ms from wall time "
+              f"({by_wall / mean_point:+.1%}); the wall-time figure is at the mercy of other load")
 
 
 if __name__ == "__main__":

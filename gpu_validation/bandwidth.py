@@ -43,9 +43,13 @@ def decode_bandwidth(model: ModelSpec, *, device: str | torch.device, dtype: tor
     kv_bytes = 2 * batch_size * context_len * model.num_kv_heads * model.head_dim * cache.key.element_size()
     rows = []
     for name, fn in kernels.items():
-        seconds = timer(fn)
+        try:
+            seconds, error = timer(fn), ""
+        except Exception as exc:  # one kernel failing must not hide the others' numbers
+            seconds, error = float("nan"), f"{type(exc).__name__}: {exc}"[:200]
         rows.append({"kernel": name, "batch_size": batch_size, "context_len": context_len,
                      "block_size": block_size, "dtype": str(dtype).removeprefix("torch."), "seconds": seconds,
                      "kv_bytes": kv_bytes, "bandwidth_gb_s": kv_bytes / seconds / 1e9,
-                     "copy_gb_s": copy_bytes_s / 1e9, "share_of_copy": kv_bytes / seconds / copy_bytes_s})
+                     "copy_gb_s": copy_bytes_s / 1e9, "share_of_copy": kv_bytes / seconds / copy_bytes_s,
+                     "error": error})
     return pd.DataFrame(rows)

@@ -20,11 +20,9 @@ import torch
 
 from allocators.catalog import GPUS, GpuSpec, get_gpu, get_model
 from gpu_validation.features import scaled_model
-from gpu_validation.fit import FitResult, calibration_table, fit_step_costs, write_table
+from gpu_validation.fit import CALIBRATION_DIR, FitResult, calibration_table, fit_step_costs, write_table
 from gpu_validation.harness import GRIDS, Grid, run_harness
 from gpu_validation.timing import Timer, copy_bandwidth, matmul_flops
-
-CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
 
 
 @dataclass
@@ -61,7 +59,7 @@ def resolve_device(device: str | None, gpu: str | None) -> tuple[torch.device, s
         raise ValueError(f"--device must be cuda or cpu, got {device!r}")
     if device == "cpu":
         if gpu not in (None, "cpu"):
-            raise ValueError(f"--gpu {gpu} names a GPU but --device is cpu; CPU calibrations are labelled 'cpu'")
+            raise ValueError(f"--gpu {gpu} names a GPU but --device is cpu; CPU calibrations are labelled 'cpu' (drop --gpu)")
         return torch.device("cpu"), "cpu", None
     if not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
@@ -96,8 +94,8 @@ def default_table_path(gpu: str, model: str) -> Path:
 
 
 def calibrate(model: str, *, device: str | None = None, gpu: str | None = None, quick: bool = False,
-              grid: Grid | None = None, seed: int = 0, progress: Callable[[str], None] | None = None
-              ) -> CalibrationRun:
+              grid: Grid | None = None, seed: int = 0, decode_kernel: str | None = None,
+              progress: Callable[[str], None] | None = None) -> CalibrationRun:
     """Run the harness for ``model`` and fit it. Raises ValueError/KeyError with a one-line reason."""
     spec = get_model(model)
     dev, gpu_label, gpu_spec = resolve_device(device, gpu)
@@ -105,7 +103,8 @@ def calibrate(model: str, *, device: str | None = None, gpu: str | None = None, 
     grid = grid or GRIDS[(dev.type, quick)]
     timed = scaled_model(spec, grid.model_scale)
     peak_flops, peak_bw, copy_bw, source = measure_peaks(dev, dtype, gpu_spec, quick)
-    frame = run_harness(timed, grid, device=dev, dtype=dtype, seed=seed, progress=progress)
+    frame = run_harness(timed, grid, device=dev, dtype=dtype, seed=seed, decode_kernel=decode_kernel,
+                        progress=progress)
     fit = fit_step_costs(frame, peak_flops, peak_bw)
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu_name()} (CPU, 1 thread)"
     table = calibration_table(fit, gpu=gpu_label, model=spec.name, device=dev.type, device_name=device_name,

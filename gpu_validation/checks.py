@@ -41,15 +41,19 @@ def _generators(seed: int) -> tuple[np.random.Generator, torch.Generator]:
 
 def random_scenario(*, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                     block_size: int = 16, q_len: int = 1, seed: int = 0, num_seqs: int = 6, num_heads: int = 8,
-                    num_kv_heads: int = 2, head_dim: int = 64, max_len: int = 300) -> Scenario:
-    """Random tables: scattered blocks, two forks sharing their parent's full prefix blocks."""
+                    num_kv_heads: int = 2, head_dim: int = 64, max_len: int = 300, num_blocks: int | None = None
+                    ) -> Scenario:
+    """Random tables: scattered blocks, two forks sharing their parent's full prefix blocks. The cache has
+    ``num_blocks`` blocks (at least what the sequences need plus spares)."""
     rng, gen = _generators(seed)
     lengths = [int(n) for n in rng.integers(q_len, max_len, size=num_seqs)]
     lengths[0] = max(q_len, (lengths[0] // block_size) * block_size + block_size // 2 + 1)  # mid-block end
     forks = {2: (1, int(rng.integers(0, lengths[1] + 1))), 4: (1, lengths[1])} if num_seqs > 4 else {}
     for child, (parent, _) in forks.items():  # a child holds at least the shared prefix
         lengths[child] = max(lengths[child], lengths[parent])
-    num_blocks = sum(-(-n // block_size) for n in lengths) + 8  # + spares that stay stale
+    need = sum(-(-n // block_size) for n in lengths) + 8  # + spares that stay stale
+    num_blocks = max(need, num_blocks or 0)
+    num_blocks += -num_blocks % 4  # whole 16-slot spans for FlexAttention at block sizes 4 and 8
     cache = PagedKVCache(num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device, generator=gen)
     seqs = PagedSequences(cache, gen)
     tables = random_block_tables(rng, lengths, block_size, num_blocks, forks)
@@ -136,11 +140,18 @@ def run_checks(device: str | torch.device, *, dtypes=(torch.float32, torch.bfloa
     device = torch.device(device)
     kernels = kernels or available_kernels(device, compile_flex=compile_flex)
     rows = []
-    cases = []  # (scenario builder, its options): random tables and both real allocators
+    # (scenario builder, its options): random tables and both real allocators. Every scenario of one block
+    # size gets a cache of the same size and batch (6 sequences), so compiled FlexAttention compiles once
+    # per block size, dtype and query length rather than once per scenario.
+    cases = []
     for bs in block_sizes:
-        cases.append((random_scenario, {"block_size": bs, "seed": seed}))
-        cases.append((allocator_scenario, {"allocator": "paged-cow", "block_size": bs, "seed": seed + 1}))
-    cases.append((allocator_scenario, {"allocator": "paged", "block_size": block_sizes[0], "seed": seed + 2}))
+        blocks = 4096 // bs
+        cases.append((random_scenario, {"block_size": bs, "seed": seed, "num_blocks": blocks}))
+        cases.append((allocator_scenario, {"allocator": "paged-cow", "block_size": bs, "seed": seed + 1,
+                                           "num_blocks": blocks}))
+    bs = block_sizes[0]
+    cases.append((allocator_scenario, {"allocator": "paged", "block_size": bs, "seed": seed + 2,
+                                       "num_blocks": 4096 // bs}))
     for dtype in dtypes:
         for build, options in cases:
             for q_len in (1, 7):

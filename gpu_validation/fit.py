@@ -13,8 +13,9 @@ counts as much as a 200 ms prefill (relative error), which is what the simulator
 
 Bounds keep the answer physical: ``c0 >= 0``, fractions of peak at most 1, and KV reads no faster than
 peak bandwidth (``q >= 1 / peak_bw``). They are enforced by a small active-set loop: solve, pin the worst
-violator at its bound, solve again. A coefficient no point informs (no compute-bound point, a block size
-never timed) keeps the simulator's default and is listed in ``FitResult.defaulted``.
+violator at its bound, solve again. A coefficient that no point informs (no point clearly, by 5%, on the
+compute side; no memory-bound point at some block size) gets a default instead (the simulator's 0.6 and
+0.8 for the fractions, a neutral 1.0 for a paging factor) and is listed in ``FitResult.defaulted``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
+"""Where kvsim ships tables: ``<gpu>/<model>.json``, each with its measurements beside it (``.csv``)."""
 FORMAT = "kvsim-calibration"
 VERSION = 1
 DEFAULT_FLOPS_FRAC = 0.6
@@ -41,13 +44,18 @@ class Coefficients:
     step_overhead_s: float
     paged_kernel_overhead: dict[int, float]
 
-    def predict(self, frame: pd.DataFrame, peak_flops: float, peak_bandwidth: float) -> np.ndarray:
-        """Modelled step seconds for each row of a harness table."""
+    def terms(self, frame: pd.DataFrame, peak_flops: float, peak_bandwidth: float
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Compute seconds and memory seconds of each row of a harness table."""
         factor = frame["block_size"].map(lambda bs: self.paged_kernel_overhead.get(int(bs), 1.0)).to_numpy()
         compute = frame["flops"].to_numpy() / (self.flops_frac * peak_flops)
         memory = (frame["weight_bytes"].to_numpy() + frame["kv_write_bytes"].to_numpy()
                   + factor * frame["kv_read_bytes"].to_numpy()) / (self.bandwidth_frac * peak_bandwidth)
-        return self.step_overhead_s + np.maximum(compute, memory)
+        return compute, memory
+
+    def predict(self, frame: pd.DataFrame, peak_flops: float, peak_bandwidth: float) -> np.ndarray:
+        """Modelled step seconds for each row of a harness table."""
+        return self.step_overhead_s + np.maximum(*self.terms(frame, peak_flops, peak_bandwidth))
 
 
 @dataclass(frozen=True)
@@ -106,9 +114,11 @@ def fit_step_costs(frame: pd.DataFrame, peak_flops: float, peak_bandwidth: float
                                   onehot * (kv_read * mem)[:, None]])
         return bounded_lstsq(design * w[:, None], t * w, lower)
 
+    def terms(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x[1] * flops, x[2] * fixed_bytes + (onehot @ x[3:]) * kv_read
+
     def predict(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        compute_t = x[1] * flops
-        memory_t = x[2] * fixed_bytes + (onehot @ x[3:]) * kv_read
+        compute_t, memory_t = terms(x)
         return x[0] + np.maximum(compute_t, memory_t), compute_t > memory_t
 
     compute = flops / peak_flops > (fixed_bytes + kv_read) / peak_bandwidth  # the nominal roofline
@@ -123,27 +133,30 @@ def fit_step_costs(frame: pd.DataFrame, peak_flops: float, peak_bandwidth: float
             break
         compute = new_compute
     x = best[1]
-    pred, compute = predict(x)
+    # a side informs its coefficient only through points clearly on it (a tie leaves it undetermined)
+    compute_t, memory_t = terms(x)
+    on_compute, on_memory = compute_t > 1.05 * memory_t, memory_t > 1.05 * compute_t
     defaulted = []
     flops_frac = min(1.0, 1 / (x[1] * peak_flops))  # at the bound, rounding can land a hair above 1
-    if not compute.any():
+    if not on_compute.any():
         flops_frac = DEFAULT_FLOPS_FRAC
         defaulted.append("flops_frac")
     bandwidth_frac = min(1.0, 1 / (x[2] * peak_bandwidth))
-    if compute.all():
+    if not on_memory.any():
         bandwidth_frac = DEFAULT_BANDWIDTH_FRAC
         defaulted.append("bandwidth_frac")
     overhead = {}
     for j, bs in enumerate(sizes):
-        if (onehot[:, j] * ~compute * kv_read).any():
+        if (onehot[:, j] * on_memory * kv_read).any() and "bandwidth_frac" not in defaulted:
             overhead[bs] = float(x[3 + j] / x[2])
         else:
             overhead[bs] = DEFAULT_PAGED_OVERHEAD
             defaulted.append(f"paged_kernel_overhead[{bs}]")
     coefficients = Coefficients(float(bandwidth_frac), float(flops_frac), float(x[0]), overhead)
-    pred = coefficients.predict(frame, peak_flops, peak_bandwidth)
+    compute_t, memory_t = coefficients.terms(frame, peak_flops, peak_bandwidth)
+    pred = coefficients.step_overhead_s + np.maximum(compute_t, memory_t)
     return FitResult(coefficients, len(frame), float(np.sqrt(np.mean((pred - t) ** 2))),
-                     float(np.mean(np.abs(pred - t) / t)), pred, compute, tuple(defaulted))
+                     float(np.mean(np.abs(pred - t) / t)), pred, compute_t > memory_t, tuple(defaulted))
 
 
 def _sig(x: float, digits: int = 4) -> float:
@@ -196,3 +209,19 @@ def coefficients_from_table(table: dict) -> Coefficients:
     c = table["coefficients"]
     return Coefficients(float(c["bandwidth_frac"]), float(c["flops_frac"]), float(c["step_overhead_s"]),
                         {int(k): float(v) for k, v in c["paged_kernel_overhead"].items()})
+
+
+def shipped_tables(model: str, root: str | Path = CALIBRATION_DIR) -> list[Path]:
+    """The shipped tables of ``model``: GPU tables first (by GPU name), the CPU one last."""
+    paths = sorted(Path(root).glob(f"*/{model}.json"))
+    return [p for p in paths if p.parent.name != "cpu"] + [p for p in paths if p.parent.name == "cpu"]
+
+
+def load_calibration(path: str | Path) -> tuple[dict, pd.DataFrame]:
+    """A table and the measurements it was fitted to (the ``.csv`` beside it)."""
+    path = Path(path)
+    table = read_table(path)
+    csv = path.with_suffix(".csv")
+    if not csv.is_file():
+        raise ValueError(f"{path}: its measurements {csv.name} are missing")
+    return table, pd.read_csv(csv)

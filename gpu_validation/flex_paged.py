@@ -6,7 +6,10 @@ copy), shared by every batch row. The block mask says, per batch row and query t
 to visit: exactly the row's block table, in logical order, with a sparse KV block of one cache block. Blocks
 that every query of the tile sees whole are passed as "full" blocks (no mask evaluated); the rest go through
 ``mask_mod``, which maps a physical slot back to its logical position with a per-row inverse table and
-applies the causal and length limits.
+applies the causal and length limits. Cache blocks under 16 slots are too narrow for the compiled kernel's
+tiles (matrix products need 16 columns), so there a sparse block spans ``16 / block_size`` neighbouring
+cache blocks, any of which may belong to other sequences: all such blocks are partial and ``mask_mod``
+drops the foreign slots. The cache must then hold a whole number of such spans.
 
 Eager FlexAttention (the default here) evaluates ``mask_mod`` densely over all slots and ignores the block
 indices; the compiled kernel (``compile=True``) uses the indices. On CPU, compiled decode is known to go
@@ -16,6 +19,7 @@ size, so `flex_paged_attention` picks such a partition size on CPU.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from functools import lru_cache
 
@@ -27,6 +31,8 @@ from gpu_validation.kv_cache import PagedKVCache
 
 Q_TILE = 128
 """Queries per sparse-mask row tile (FlexAttention's default)."""
+MIN_KV_BLOCK = 16
+"""Fewest slots in one sparse KV block (the compiled kernels' smallest tile)."""
 
 
 def build_block_mask(batch: PagedBatch, block_size: int, num_blocks: int, q_tile: int = Q_TILE) -> BlockMask:
@@ -46,18 +52,35 @@ def build_block_mask(batch: PagedBatch, block_size: int, num_blocks: int, q_tile
     full = (logical[None, None, :] + 1) * block_size - 1 <= first_q[:, :, None]
     partial = needed & ~full
 
+    group = -(-MIN_KV_BLOCK // block_size)  # cache blocks per sparse block
+    if num_blocks % group:
+        raise ValueError(f"FlexAttention: sparse blocks of {group} x {block_size} slots need a cache whose "
+                         f"{num_blocks} blocks are a multiple of {group}")
+    width_out = num_blocks // group
+
     def indices(select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         count = select.sum(-1).to(torch.int32)
         # stable sort moves selected logical blocks to the front, in order; then map them to physical ids
         order = torch.sort((~select).to(torch.int8), dim=-1, stable=True).indices
         physical = torch.gather(batch.block_tables.long()[:, None, :].expand(b, rows, width), 2, order)
-        # compiled kernels want an index row able to name every block of the KV length (num_blocks)
-        padded = torch.zeros((b, 1, rows, num_blocks), dtype=torch.int32, device=device)
+        # compiled kernels want an index row able to name every block of the KV length
+        padded = torch.zeros((b, 1, rows, width_out), dtype=torch.int32, device=device)
         padded[..., :width] = physical.to(torch.int32)[:, None]
         return count[:, None], padded
 
-    kv_num, kv_idx = indices(partial)
-    full_num, full_idx = indices(full)
+    if group == 1:
+        kv_num, kv_idx = indices(partial)
+        full_num, full_idx = indices(full)
+    else:  # spans of neighbouring cache blocks: the distinct spans that hold a needed block, all partial
+        spans = batch.block_tables.long() // group
+        kv_num = torch.zeros((b, 1, rows), dtype=torch.int32, device=device)
+        kv_idx = torch.zeros((b, 1, rows, width_out), dtype=torch.int32, device=device)
+        for i in range(b):
+            for r in range(rows):
+                ids = torch.unique(spans[i][needed[i, r]])
+                kv_num[i, 0, r] = ids.numel()
+                kv_idx[i, 0, r, : ids.numel()] = ids.to(torch.int32)
+        full_num = full_idx = None
     inverse = physical_to_logical(batch.block_tables, batch.context_lens, block_size, num_blocks)
     start = (batch.context_lens - q_len).to(torch.int32)
 
@@ -66,9 +89,11 @@ def build_block_mask(batch: PagedBatch, block_size: int, num_blocks: int, q_tile
         position = logical_block * block_size + kv_idx % block_size
         return (logical_block >= 0) & (position <= start[b_i] + q_idx)
 
-    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=(q_tile, block_size),
-                                    mask_mod=paged_causal, seq_lengths=(q_len, num_blocks * block_size),
-                                    compute_q_blocks=False)
+    options = dict(BLOCK_SIZE=(q_tile, block_size * group), mask_mod=paged_causal,
+                   seq_lengths=(q_len, num_blocks * block_size))
+    if "compute_q_blocks" in inspect.signature(BlockMask.from_kv_blocks).parameters:
+        options["compute_q_blocks"] = False  # forward only: the transposed (backward) indices are not needed
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, **options)
 
 
 @lru_cache(maxsize=1)
@@ -84,7 +109,8 @@ def _compiled_flex():
 
 
 def cpu_partition_size(block_size: int, base: int = 128) -> int:
-    """A partition size near ``base`` that is not a multiple of ``block_size`` (see module docstring)."""
+    """A partition size near ``base`` that is not a multiple of ``block_size`` (the sparse KV block size;
+    see module docstring)."""
     p = base
     while p % block_size == 0:
         p += 1
@@ -103,7 +129,7 @@ def flex_paged_attention(cache: PagedKVCache, batch: PagedBatch, layer: int = 0,
     fn = _compiled_flex() if compile else flex_attention
     options = None
     if compile and q.device.type == "cpu":
-        options = {"PARTITION_SIZE": cpu_partition_size(cache.block_size)}
+        options = {"PARTITION_SIZE": cpu_partition_size(block_mask.BLOCK_SIZE[1])}
     with warnings.catch_warnings():  # eager use is deliberate here: it is the CPU test path
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         out = fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1],

@@ -43,6 +43,10 @@ def paged_attention_reference(cache: PagedKVCache, batch: PagedBatch, layer: int
     k, v = gather_kv(cache, batch, layer)
     mask = attention_mask(batch, k.shape[2])
     q = batch.query.transpose(1, 2)  # [batch, heads, q_len, d]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
-                                         enable_gqa=q.shape[1] != k.shape[1])
+    group = q.shape[1] // k.shape[1]
+    if group > 1 and q.device.type == "cuda":
+        # CUDA's fused SDPA kernels take a mask but not grouped heads (with both, SDPA falls back to the
+        # unfused math path): repeat the KV heads so a fused kernel runs
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
     return out.transpose(1, 2)

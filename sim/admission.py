@@ -47,6 +47,7 @@ class GroupMechanics:
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
+        self.beam_groups = 0  # running beam groups: the per-step beam work is skipped while there are none
         self.live: dict[int, SequenceGroup] = {}
         self.owner: dict[int, SequenceGroup] = {}
         self.decode = DecodeSet(lazy)
@@ -131,6 +132,7 @@ class GroupMechanics:
         group.epoch += 1
         self.running.append(group)
         self.running_seqs += group.num_seqs
+        self.beam_groups += group.beam
         return True
 
     def register_prefix(self, group: SequenceGroup) -> None:
@@ -206,6 +208,7 @@ class GroupMechanics:
         slots = self.release(victim)
         self.running.remove(victim)
         self.running_seqs -= victim.num_seqs
+        self.beam_groups -= victim.beam
         victim.epoch += 1
         victim.preemptions += 1
         self.num_preemptions += 1
@@ -236,10 +239,12 @@ class GroupMechanics:
 
     # -- beam search -------------------------------------------------------------------------------------
     def beam_running(self) -> bool:
-        return any(g.beam for g in self.running)
+        return self.beam_groups > 0
 
     def beam_decoders(self, with_context: bool = False):
         seqs = context = 0
+        if not self.beam_groups:
+            return (seqs, context) if with_context else seqs
         step = self.step
         for g in self.running:
             if g.beam and g.base >= 0 and g not in self.joiners:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,19 +157,61 @@ class StepCostModel:
             return 0.0, 0.0
         return self._sums(n, c0, k)
 
-    def steps_starting_before(self, n: int, c0: int, k_max: int, horizon: float) -> int:
+    def decode_prefix(self, n: int, c0: int) -> Callable[[int], float]:
+        """For decode steps of ``n`` sequences starting at context ``c0``: a function giving the seconds the
+        first ``m`` steps take (when step ``m`` starts). O(1) per call: the fast-forward asks it once per
+        sub-event to integrate memory without re-summing the run."""
+        a1, b1, a2, b2 = self._decode_lines(n, c0)
+        o = self.step_overhead_s
+        if b1 == b2:  # parallel lines: one wins throughout
+            mc, head, tail = 0, (a1, b1) if a1 >= a2 else (a2, b2), (a1, b1) if a1 >= a2 else (a2, b2)
+        elif b1 > b2:  # compute wins from the crossover on (same split as `_sums`)
+            mc, head, tail = max(math.ceil((a2 - a1) / (b1 - b2)), 0), (a2, b2), (a1, b1)
+        else:
+            mc, head, tail = max(math.floor((a2 - a1) / (b1 - b2)) + 1, 0), (a1, b1), (a2, b2)
+        ha, hb = head[0] + o, head[1] / 2
+        ta, tb = tail[0] + o, tail[1] / 2
+        at_mc = ha * mc + hb * (mc * (mc - 1))
+        s_mc = mc * (mc - 1)
+
+        def prefix(m: int) -> float:
+            if m <= mc:
+                return ha * m + hb * (m * (m - 1))
+            return at_mc + ta * (m - mc) + tb * (m * (m - 1) - s_mc)
+
+        return prefix
+
+    def steps_starting_before(self, n: int, c0: int, k_max: int, horizon: float,
+                              prefix: Callable[[int], float] | None = None) -> int:
         """How many of the next ``k_max`` decode steps start strictly before ``horizon`` seconds from now
-        (at least 1: the first starts now)."""
-        if self.decode_run(n, c0, k_max - 1)[0] < horizon:
+        (at least 1: the first starts now).
+
+        Durations never shrink along a run (context only grows), so ``horizon`` over the last and the first
+        step's duration bracket the answer within a step or two; a short binary search settles it.
+        ``prefix``: `decode_prefix` of the same ``n`` and ``c0``, if the caller has it already."""
+        if prefix is None:
+            prefix = self.decode_prefix(n, c0)
+        if prefix(k_max - 1) < horizon:
             return k_max
-        lo, hi = 1, k_max - 1  # step m starts at sum of the first m durations; find the largest m below
+        # the largest m in [0, k_max - 2] whose start prefix(m) is before the horizon (prefix(0) = 0)
+        lo, hi = 0, k_max - 2
+        longest = prefix(k_max) - prefix(k_max - 1)
+        shortest = prefix(1)
+        if longest > 0:
+            lo = min(max(math.ceil(horizon / longest) - 1, 0), hi)
+            if prefix(lo) >= horizon:
+                lo = 0
+        if shortest > 0:
+            hi = min(max(math.ceil(horizon / shortest), lo), hi)
+            if hi < k_max - 2 and prefix(hi + 1) < horizon:
+                hi = k_max - 2  # the bracket was off (rounding): search the whole range
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.decode_run(n, c0, mid)[0] < horizon:
+            if prefix(mid) < horizon:
                 lo = mid
             else:
                 hi = mid - 1
-        return lo + 1 if self.decode_run(n, c0, lo)[0] < horizon else 1
+        return lo + 1 if prefix(lo) < horizon else 1
 
     def describe(self) -> dict:
         return {"cost_model": self.source, "bandwidth_frac": self.bandwidth_frac, "flops_frac": self.flops_frac,
@@ -192,6 +235,10 @@ class ConstantStepCost(StepCostModel):
 
     def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
         return self.constant * k, self.constant * (k * (k - 1) // 2)
+
+    def decode_prefix(self, n: int, c0: int) -> Callable[[int], float]:
+        constant = self.constant
+        return lambda m: constant * m
 
     def describe(self) -> dict:
         return {"cost_model": self.source}

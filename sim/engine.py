@@ -1,15 +1,21 @@
 """The SimPy engine: an arrivals process and an engine-loop process, at the grain of steps and arrivals.
 
-SimPy sees one event per engine row (a step, or a run of decode steps advanced in one move by
-`sim.fast_forward`) and one per idle gap, never one per token. The engine loop delivers due arrivals at the
-start of every step, asks the scheduler for the step, prices it with the cost model, records a row, waits
-the step's duration, then lets the scheduler apply it. When nothing is queued or running it records an idle
-row and sleeps; the arrivals process wakes it when the next request is due.
+The engine loop delivers due arrivals at the start of every step, asks the scheduler for the step, prices
+it with the cost model, records a row, lets the step's duration pass, then lets the scheduler apply it. A
+row is a step or a run of decode steps advanced in one move by `sim.fast_forward`, never a token. When
+nothing is queued or running it records an idle row and sleeps; the arrivals process wakes it when the next
+request is due.
+
+SimPy sees each busy period and each idle gap, not each row: while the engine is busy the arrivals process
+is parked (the engine picks arrivals up itself at every step), so nothing else could run between two rows,
+and the engine keeps the clock itself (``now += duration``, the same addition a SimPy timeout does). Before
+it sleeps it hands SimPy the clock with one timeout that lands exactly on ``now`` (`_catch_up`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 
 import simpy
 
@@ -52,13 +58,14 @@ class Engine:
         env, sched, cost, rec, source = self.env, self.sched, self.cost, self.rec, self.source
         alloc = sched.alloc
         done_before = 0
+        now = env.now
         while True:
-            now = env.now
             source.deliver(now, sched)
             if self.snapshot_times and now >= self.snapshot_times[0]:
                 self._snapshot(now)
             if sched.idle:
                 t = source.next_time()
+                yield from self._catch_up(now)
                 if t is None:
                     return
                 b = alloc.breakdown(False)
@@ -68,6 +75,7 @@ class Engine:
                 idle, self.idle = self.idle, env.event()
                 idle.succeed()
                 yield self.wake
+                now = env.now
                 continue
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected
@@ -79,7 +87,7 @@ class Engine:
             if plan.can_run:
                 t_next = source.next_time() if not sched.waiting else None
                 horizon = math.inf if t_next is None else t_next - now
-                num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon)
+                num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
             else:
                 num_steps = 1
                 duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
@@ -88,8 +96,8 @@ class Engine:
                     raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
                 rec.memory.add(b, lag, duration, 0.0, running)
             rec.row(now, duration, num_steps, running, len(sched.waiting), plan, b, lag)
-            yield env.timeout(duration)
-            sched.complete(num_steps, env.now)
+            now += duration
+            sched.complete(num_steps, now)
             self.rows += 1
             if self.check_every and self.rows % self.check_every == 0:
                 alloc.check_invariants()
@@ -98,6 +106,19 @@ class Engine:
                 if done > done_before:
                     self.progress(done - done_before)
                     done_before = done
+
+    def _catch_up(self, now: float) -> Generator[simpy.Event, None, None]:
+        """Advance SimPy's clock to the engine's ``now`` with one timeout, nudging the delay by ulps so the
+        sum SimPy computes (``env.now + delay``) lands exactly on ``now``."""
+        env = self.env
+        if now == env.now:
+            return
+        delay = now - env.now
+        while env.now + delay < now:
+            delay = math.nextafter(delay, math.inf)
+        while env.now + delay > now:
+            delay = math.nextafter(delay, -math.inf)
+        yield env.timeout(delay)
 
     def _snapshot(self, now: float) -> None:
         while self.snapshot_times and now >= self.snapshot_times[0]:

@@ -4,35 +4,113 @@ When no prefill is pending, no beam group runs and nothing can be admitted befor
 step appends one token to each decoding sequence and nothing else happens, until one of:
 
 - a sequence runs out of headroom (it needs a new block): the allocator is asked *at that step* and the run
-  goes on (the memory breakdown is re-read and integrated piecewise), unless there is no room: the run then
-  ends before that step, and the scheduler's next step preempts;
+  goes on, unless there is no room: the run then ends before that step, and the scheduler's next step
+  preempts;
 - a group produces its last token: the run ends after that step;
 - a request arrives while the queue is empty: the run ends before the first step starting at or after it.
 
-Between those sub-events the step durations are linear in the step index, so `StepCostModel.decode_run`
-sums them (and their index-weighted sum, which integrates the linearly growing token states exactly) in
-O(1). Per sub-event the work is the sequences due there, so a run costs O(events), not O(tokens x batch).
+The step durations are linear in the step index (on each side of the roofline's crossover), so
+`StepCostModel.decode_run` sums them, and their index-weighted sum, which integrates the linearly growing
+token states exactly, in O(1); the run's length is fixed before any block is handed out, because growth
+does not change the durations.
+
+Memory is integrated exactly without re-reading the breakdown at every sub-event. A sync at step ``m`` of
+the run changes the breakdown by constants from then on: ``blocks`` used blocks more (``block_size`` slots
+each, taken from the free share), and the sequence's slots move between reservation and internal
+fragmentation; token states do not move (the allocator learns the tokens the decode set's lag counted
+already). So each sync adds ``delta x (T - t_m)`` to the integrals, where ``t_m`` is when step ``m``
+starts and ``T`` the run's duration: O(1) per sub-event from sums of ``delta`` and ``delta x t_m``::
+
+    breakdown b(t):  b0 ------------+ b0 + d1 ------------+ b0 + d1 + d2 ------|
+    time:            0            t_m1                  t_m2                   T
+
+Allocators that can report those deltas offer ``grow_due`` (`PagedAllocator`); for the others (copy-on-write
+tails, growing slabs) `_run_by_sub_events` integrates piecewise with a `breakdown` per sub-event.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 
+from allocators.base import MemoryBreakdown
 from sim.cost_model import StepCostModel
 from sim.metrics import MemoryIntegral
 
 
-def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float) -> tuple[int, float]:
+def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
+               b: MemoryBreakdown) -> tuple[int, float]:
     """Advance the decode run starting at step ``sched.step`` (already planned). Returns (steps, seconds).
 
     ``horizon``: seconds from the run's start to the next arrival that could change the schedule (inf if
-    none). The scheduler's step counter is advanced by `Scheduler.complete`, not here.
+    none); ``b``: the allocator's breakdown at the run's start. The scheduler's step counter is advanced by
+    `Scheduler.complete`, not here.
     """
+    decode, alloc = sched.decode, sched.alloc
+    grow_due = getattr(alloc, "grow_due", None)
+    if grow_due is None:
+        return _run_by_sub_events(sched, cost, integral, waiting, horizon, b)
+    n = decode.n
+    last = sched.next_completion()
+    if last is None:
+        raise RuntimeError("decode run with no completion ahead: the scheduler lost track")
+    step0 = sched.step
+    context = decode.context(step0)
+    lag0 = decode.lag(step0)
+    k = last + 1 - step0
+    prefix = cost.decode_prefix(n, context)  # when step m of the run starts, in seconds from its start
+    if horizon != math.inf:
+        k = cost.steps_starting_before(n, context, k, horizon, prefix)
+    end = step0 + k
+    # Sync every sequence falling due before the run's end, in (deadline, id) order, including the later
+    # deadlines the syncs create (`DecodeSet.pop_due` + `resync`, inlined: this loop runs once per block).
+    heap, deadline, g0, tokens = decode.heap, decode.deadline, decode.g0, decode.tokens
+    pop, replace = heapq.heappop, heapq.heapreplace
+    blocks = moved = synced = 0  # used blocks gained, reservation gained (slots), tokens told
+    blocks_t = moved_t = 0.0  # the same, weighted by the time their step starts
+    while heap:
+        due, seq_id = heap[0]
+        if due >= end:
+            break
+        if deadline.get(seq_id) != due:
+            pop(heap)  # stale: the sequence left or was re-synced
+            continue
+        added = due - g0[seq_id] + 1
+        grown = grow_due(seq_id, added)
+        if grown is None:  # out of memory: stop before this step (it stays due); the scheduler will preempt
+            end = due
+            break
+        headroom, new_blocks, reserved = grown
+        g0[seq_id] = due + 1
+        tokens[seq_id] += added
+        synced += added
+        nxt = due + 1 + headroom
+        deadline[seq_id] = nxt
+        replace(heap, (nxt, seq_id))
+        t = prefix(due - step0)
+        # the lag no longer counts the tokens just told: reservation gains them back
+        gained = reserved + added
+        blocks += new_blocks
+        blocks_t += new_blocks * t
+        moved += gained
+        moved_t += gained * t
+    decode.sum_g0 += synced
+    decode.sum_tokens += synced
+    k = end - step0
+    seconds, weighted = cost.decode_run(n, context, k)
+    integral.add(b, lag0, seconds, n * weighted, len(sched.running))
+    if blocks or moved:
+        integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, alloc.block_size, waiting)
+    return k, seconds
+
+
+def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
+                       b: MemoryBreakdown) -> tuple[int, float]:
+    """The general run: the breakdown is re-read and integrated piecewise at every sub-event."""
     decode, alloc = sched.decode, sched.alloc
     n = decode.n
     running = len(sched.running)
     last = sched.next_completion()
-    b = alloc.breakdown(waiting)
     step = sched.step
     total = 0.0
     steps = 0

@@ -1,7 +1,7 @@
 """Collecting results while the simulation runs: per-request times, step rows and time-weighted memory.
 
 Nothing here touches pandas until the run is over: per-request facts go into numpy arrays indexed by the
-request's position, step rows into typed `array.array` columns (8 bytes a value, no Python objects), and the
+request's position, step rows into two typed, row-major `array.array`s (8 bytes a value, no Python objects), and the
 memory shares into running integrals over simulated time. `Recorder.frames` builds the DataFrames of
 ``docs/architecture.md`` at the end.
 """
@@ -48,6 +48,21 @@ class MemoryIntegral:
         self.shared_saved += b.shared_saved * duration
 
 
+    def add_blocks(self, blocks: float, moved: float, block_size: int, waiting: bool) -> None:
+        """Blocks handed out during a run, pre-integrated by the caller: ``blocks`` is block-seconds gained
+        by the used share (taken from the free share, or from external fragmentation while requests wait on
+        memory); ``moved`` is slot-seconds of those blocks that sequences will fill (reservation), the rest of
+        each block being internal fragmentation."""
+        slots = blocks * block_size
+        self.used_blocks += blocks
+        self.reservation += moved
+        self.internal_frag += slots - moved
+        if waiting:
+            self.external_frag -= slots
+        else:
+            self.free -= slots
+
+
 class Recorder:
     """The run's sink: the scheduler reports finished and rejected groups, the engine appends step rows."""
 
@@ -60,7 +75,8 @@ class Recorder:
         self.preemptions = np.zeros(num_requests, np.int64)
         self.rejected = np.zeros(num_requests, bool)
         self.reasons: dict[int, str] = {}
-        self.cols = {name: array("d") for name in STEP_FLOAT} | {name: array("q") for name in STEP_INT}
+        self.floats = array("d")  # step rows, row-major: STEP_FLOAT of each row, then the next row's
+        self.ints = array("q")  # the same for STEP_INT (one extend a row instead of a call per column)
         self.memory = MemoryIntegral()
         self.max_running = 0
         self.snapshots: list[tuple[float, np.ndarray, dict[int, int]]] = []
@@ -88,31 +104,18 @@ class Recorder:
     def row(self, time_s: float, duration: float, num_steps: int, running: int, waiting: int, plan,
             b: MemoryBreakdown, lag: int) -> None:
         """One step row; memory columns as at the start of the row (``lag`` applied)."""
-        c = self.cols
-        c["time_s"].append(time_s)
-        c["duration_s"].append(duration)
-        c["num_steps"].append(num_steps)
-        c["running"].append(running)
-        c["waiting"].append(waiting)
+        self.floats.extend((time_s, duration))
         if running > self.max_running:
             self.max_running = running
         if plan is None:
-            for name in ("prefill_tokens", "decode_seqs", "context_tokens", "copies", "swap_blocks", "preempted"):
-                c[name].append(0)
+            self.ints.extend((num_steps, running, waiting, 0, 0, 0, 0, 0, 0, b.token_states + lag,
+                              b.reservation - lag, b.internal_frag, b.external_frag, b.free, b.used_blocks,
+                              b.shared_saved))
         else:
-            c["prefill_tokens"].append(plan.prefill_tokens)
-            c["decode_seqs"].append(plan.decode_seqs)
-            c["context_tokens"].append(plan.context_tokens)
-            c["copies"].append(plan.copies)
-            c["swap_blocks"].append(plan.swap_blocks)
-            c["preempted"].append(plan.preempted)
-        c["token_states"].append(b.token_states + lag)
-        c["reservation"].append(b.reservation - lag)
-        c["internal_frag"].append(b.internal_frag)
-        c["external_frag"].append(b.external_frag)
-        c["free"].append(b.free)
-        c["used_blocks"].append(b.used_blocks)
-        c["shared_saved"].append(b.shared_saved)
+            self.ints.extend((num_steps, running, waiting, plan.prefill_tokens, plan.decode_seqs,
+                              plan.context_tokens, plan.copies, plan.swap_blocks, plan.preempted,
+                              b.token_states + lag, b.reservation - lag, b.internal_frag, b.external_frag, b.free,
+                              b.used_blocks, b.shared_saved))
 
     def snapshot(self, time_s: float, owners: np.ndarray, request_of_seq: dict[int, int]) -> None:
         self.snapshots.append((time_s, owners, request_of_seq))
@@ -120,9 +123,11 @@ class Recorder:
     def steps_frame(self, capacity: int, total_blocks: int):
         import pandas as pd
 
-        data = {name: np.frombuffer(self.cols[name], dtype=np.float64 if name in STEP_FLOAT else np.int64)
-                for name in (*STEP_FLOAT, *STEP_INT)}
-        rows = len(data["time_s"])
+        floats = np.frombuffer(self.floats, dtype=np.float64).reshape(-1, len(STEP_FLOAT))
+        ints = np.frombuffer(self.ints, dtype=np.int64).reshape(-1, len(STEP_INT))
+        data = {name: floats[:, i].copy() for i, name in enumerate(STEP_FLOAT)}
+        data |= {name: ints[:, i].copy() for i, name in enumerate(STEP_INT)}
+        rows = len(floats)
         data["total_blocks"] = np.full(rows, total_blocks, np.int64)
         data["capacity"] = np.full(rows, capacity, np.int64)
         return pd.DataFrame({name: data[name] for name in STEP_COLUMNS})

@@ -74,16 +74,19 @@ class Scheduler(GroupMechanics):
             plan.copies += len(copies)
             decode.resync(seq_id, added, self.alloc.headroom(seq_id), step + 1)
         # 2. beam groups re-pick parents and append a token, every step
-        for group in [g for g in self.running if g.beam and g.base >= 0]:
-            if group.state == RUNNING:
-                self.beam_step(group)
-        # 3. running prefills take chunks of the token budget, in running order
+        if self.beam_groups:
+            for group in [g for g in self.running if g.beam and g.base >= 0]:
+                if group.state == RUNNING:
+                    self.beam_step(group)
+        # 3. running prefills take chunks of the token budget, in running order (when every running sequence
+        #    is a lazily grown decoder, none is prefilling and the scan is skipped)
         budget = self.budget - decode.n - self.beam_decoders()
-        for group in list(self.running):
-            if group.state == RUNNING and group.prefilling and budget > 0:
-                chunk = min(group.prefill_remaining, budget) if self.chunked else group.prefill_remaining
-                budget -= chunk
-                self.schedule_chunk(group, chunk)
+        if self.running_seqs != decode.n or self.beam_groups:
+            for group in list(self.running):
+                if group.state == RUNNING and group.prefilling and budget > 0:
+                    chunk = min(group.prefill_remaining, budget) if self.chunked else group.prefill_remaining
+                    budget -= chunk
+                    self.schedule_chunk(group, chunk)
         # 4. admissions, unless something was preempted (or a static batch is still running)
         admitted = self.admit_waiting(budget) if not plan.preempted else False
         self.finish_plan(plan, admitted)
@@ -127,16 +130,19 @@ class Scheduler(GroupMechanics):
 
     def finish_plan(self, plan: StepPlan, admitted: bool) -> None:
         step, decode = self.step, self.decode
-        plan.chunks = [(g, c) for g, c in plan.chunks if g.state == RUNNING]
-        joining = [g for g in self.joiners if g.state == RUNNING]
-        self.joiners = joining
+        if plan.chunks:
+            plan.chunks = [(g, c) for g, c in plan.chunks if g.state == RUNNING]
+        joining = self.joiners
+        if joining:
+            joining = self.joiners = [g for g in joining if g.state == RUNNING]
         join_seqs = join_context = 0
         for group in joining:
             if not group.beam:
                 join_seqs += len(group.seq_ids)
                 join_context += len(group.seq_ids) * (group.prompt + step - group.base)
         beam_seqs, beam_context = self.beam_decoders(with_context=True)
-        plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
+        if self.beam_groups:
+            plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
         plan.decode_seqs = decode.n - join_seqs + beam_seqs
         decode_context = decode.context(step) - join_context + beam_context
         prefill_context = prefill_pairs = 0
@@ -189,5 +195,6 @@ class Scheduler(GroupMechanics):
         group.state = FINISHED
         self.running.remove(group)
         self.running_seqs -= group.num_seqs
+        self.beam_groups -= group.beam
         del self.live[group.index]
         self.sink.finish(group, end_s)

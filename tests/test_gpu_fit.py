@@ -76,8 +76,9 @@ def test_fit_keeps_fractions_physical_when_the_data_beat_the_peaks():
 
 def test_fit_defaults_what_no_point_informs():
     frame = synthetic_frame()
-    decode_only = frame[frame["flops"] < 1e13].reset_index(drop=True)  # memory-bound points only
-    fit = fit_step_costs(decode_only, PEAK_F, PEAK_B)
+    compute_s = frame["flops"] / (TRUE.flops_frac * PEAK_F)
+    memory_s = (frame["weight_bytes"] + frame["kv_read_bytes"]) / (TRUE.bandwidth_frac * PEAK_B)
+    fit = fit_step_costs(frame[compute_s < 0.5 * memory_s].reset_index(drop=True), PEAK_F, PEAK_B)
     assert "flops_frac" in fit.defaulted and fit.coefficients.flops_frac == 0.6
     with pytest.raises(ValueError, match="at least 4"):
         fit_step_costs(frame.head(3), PEAK_F, PEAK_B)

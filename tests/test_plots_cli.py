@@ -58,7 +58,7 @@ def test_several_runs_draw_one_comparison_svg(runs, tmp_path):
 def test_missing_memory_table_is_a_one_line_usage_error(runs):
     result = CliRunner().invoke(plot_command, [str(runs[1]), "--kind", "memory-map"])
     assert result.exit_code == 2
-    assert "no memory.parquet" in result.output and "--memory-map" in result.output
+    assert "no memory.parquet or memory.csv" in result.output and "kvsim run --out" in result.output
 
 
 def test_not_a_run_directory_and_bad_suffix_are_usage_errors(tmp_path, runs):
@@ -66,6 +66,16 @@ def test_not_a_run_directory_and_bad_suffix_are_usage_errors(tmp_path, runs):
     assert result.exit_code == 2 and "not a run directory" in result.output
     result = CliRunner().invoke(plot_command, [str(runs[0]), "--out", str(tmp_path / "x.jpg")])
     assert result.exit_code == 2 and ".png" in result.output
+
+
+def test_csv_run_tables_are_read_too(runs):
+    import pandas as pd
+
+    steps = runs[0] / "steps.parquet"
+    pd.read_parquet(steps).to_csv(runs[0] / "steps.csv", index=False)
+    steps.unlink()
+    result = CliRunner().invoke(plot_command, [str(runs[0]), "--kind", "memory", "--dpi", "30"])
+    assert result.exit_code == 0, result.output
 
 
 def test_a_sweep_kind_needs_a_table(runs):
@@ -77,3 +87,13 @@ def test_plot_is_registered_with_the_cli():
     from sim.cli import COMMAND_MODULES
 
     assert "plot" in COMMAND_MODULES
+
+
+def test_a_sweep_table_goes_to_the_sweep_figure(tmp_path):
+    table = tmp_path / "sweep.parquet"
+    pd.DataFrame({"point_id": list("abcd"), "status": "ok", "allocator": ["paged", "paged", "contiguous-max", "contiguous-max"],
+                  "rate": [1.0, 2.0, 1.0, 2.0],
+                  "normalized_latency_s_per_tok": [0.03, 0.05, 0.2, 1.0]}).to_parquet(table)
+    result = CliRunner().invoke(plot_command, [str(table), "--x", "rate", "--hue", "allocator", "--dpi", "30"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"

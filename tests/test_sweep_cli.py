@@ -54,7 +54,7 @@ def test_sweep_from_toml_with_flag_override(tmp_path, fake_simulator):
 @pytest.mark.parametrize(("args", "message"), [
     (["--blocksize", "16"], "unknown configuration field 'blocksize'"),
     (["--block-size", "x"], "expected an integer"),
-    (["--scheduler", "tcp://127.0.0.1:1"], "only used with the dask executor"),
+    (["--scheduler", "static"], "to sweep the simulator's scheduler use --axis scheduler=static"),
     (["--out", "s.txt"], "must end in .parquet or .csv"),
 ])
 def test_sweep_usage_errors_exit_2(tmp_path, args, message, fake_simulator):

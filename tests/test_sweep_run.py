@@ -108,14 +108,24 @@ def test_unmerged_parts_count_as_done(tmp_path):
     assert report.skipped == 2 and report.table["mean_running"][0] == -1.0
 
 
+def test_csv_table(tmp_path):
+    report = run_sweep(_grid("--seed", "0,1"), tmp_path / "s.csv", point_fn=queue_point)
+    assert len(report.table) == 2
+    assert pd.read_csv(tmp_path / "s.csv")["seed"].tolist() == [0, 1]
+
+
 def test_duplicate_points_are_run_once(tmp_path):
-    grid = Grid({}, {"rate": (1.0,), "seed": (0,)}).merged(Grid({}, {"kv_gib": (None,)}))
-    report = run_sweep(grid, tmp_path / "s.csv", point_fn=queue_point)
-    assert len(report.table) == 1 and report.duplicates == 0
-    grid = Grid({}, {"allocator": ("paged", "paged ".strip())})
-    report = run_sweep(grid, tmp_path / "t.parquet", point_fn=queue_point)
-    assert len(report.table) == 1 and report.duplicates == 1
-    assert pd.read_csv(tmp_path / "s.csv")["status"].tolist() == ["ok"]
+    calls: list[int] = []
+
+    def counting(config):
+        calls.append(config.seed)
+        return queue_point(config)
+
+    # two axes that name the same configuration twice (an axis value equal to the base's)
+    grid = Grid({}, {"seed": (0, 1), "watermark": (0.01, 0.01)})
+    report = run_sweep(grid, tmp_path / "t.parquet", point_fn=counting)
+    assert len(report.table) == 2 and report.duplicates == 2 and calls == [0, 1]
+    assert "2 duplicate point(s) merged" in report.line()
 
 
 def test_process_workers_match_in_process(tmp_path):

@@ -26,16 +26,17 @@ def _read_json(path: Path) -> dict:
 
 
 def _read_table(run_dir: Path, name: str, kind: str):
+    """``NAME.parquet`` or ``NAME.csv`` (`kvsim run --format`) from a run directory."""
     import pandas as pd
 
-    path = run_dir / f"{name}.parquet"
-    if not path.is_file():
-        hint = " (record it with `kvsim run --memory-map`)" if name == "memory" else ""
-        raise ValueError(f"{run_dir}: no {path.name}, which the {kind!r} figure needs{hint}")
-    try:
-        return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise ValueError(f"{path}: cannot read: {exc}") from None
+    for path, reader in ((run_dir / f"{name}.parquet", pd.read_parquet), (run_dir / f"{name}.csv", pd.read_csv)):
+        if path.is_file():
+            try:
+                return reader(path)
+            except Exception as exc:  # pyarrow and the csv parser raise several types for a damaged file
+                raise ValueError(f"{path}: cannot read: {exc}") from None
+    raise ValueError(f"{run_dir}: no {name}.parquet or {name}.csv, which the {kind!r} figure needs "
+                     "(write a run directory with `kvsim run --out DIR`)")
 
 
 def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple[dict[str, dict], dict[str, dict]]:
@@ -98,7 +99,7 @@ def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
 @click.option("--kind", type=click.Choice([*RUN_KINDS, SWEEP_KIND]), default=None,
               help="Figure to draw (default: memory for runs, sweep for a sweep table).")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
-              help="Image file (.png, .svg or .pdf); default RUN_DIR/KIND.png, or TABLE-METRIC.png.")
+              help="Image file (.png, .svg or .pdf); default RUN_DIR/KIND.png, or TABLE[-METRIC].png beside a table.")
 @click.option("--time", "time_s", type=float, default=None,
               help="memory-map: the instant to show, in simulated seconds (nearest snapshot; default middle).")
 @click.option("--metric", default=None, help="sweep: the summary column to plot.")
@@ -121,7 +122,7 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
         fail("--kind sweep takes one sweep table (.parquet or .csv)" if kind == SWEEP_KIND
              else f"--kind {kind} takes run directories, not a sweep table")
     if out is None:
-        out = (paths[0].with_name(f"{paths[0].stem}-{metric or 'sweep'}.png") if is_sweep
+        out = (paths[0].with_name(f"{paths[0].stem}{'-' + metric if metric else ''}.png") if is_sweep
                else paths[0] / f"{kind}.png")
     if out.suffix.lower() not in FIGURE_SUFFIXES:
         fail(f"--out {out}: the image type comes from the suffix; use one of {', '.join(FIGURE_SUFFIXES)}")

@@ -49,8 +49,10 @@ def _grid(ctx: click.Context, config_file: str | None) -> Any:
 def _executor_options(func: Any) -> Any:
     func = click.option("--quiet", is_flag=True, help="No progress bar.")(func)
     func = click.option("--scheduler", default=None, metavar="ADDRESS",
-                        help="Dask scheduler address (tcp://host:8786); default: a private local cluster.")(func)
-    func = click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+                        help="Dask scheduler address (tcp://host:8786); default: a private local "
+                             "cluster.")(func)
+    func = click.option("--executor", type=click.Choice(["local", "dask"]), default="local",
+                        show_default=True,
                         help="Local worker processes, or a Dask distributed cluster.")(func)
     func = click.option("--workers", type=int, default=None,
                         help="Parallel points (default: the number of cores; 1 runs in this process).")(func)
@@ -59,9 +61,12 @@ def _executor_options(func: Any) -> Any:
     return func
 
 
-def _workers(workers: int | None) -> int:
+def _workers(workers: int | None, executor: str, scheduler: str | None) -> int:
     from sim.sweep.executors import default_workers
 
+    if scheduler is not None and executor != "dask":
+        raise ValueError(f"--scheduler {scheduler} is the Dask scheduler's address, used with --executor "
+                         f"dask; to sweep the simulator's scheduler use --axis scheduler={scheduler}")
     return default_workers() if workers is None else workers
 
 
@@ -78,8 +83,8 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
 
     try:
         grid = _grid(ctx, config_file)
-        report = run_sweep(grid, out, workers=_workers(workers), executor=executor, scheduler=scheduler,
-                           progress=not quiet and sys.stderr.isatty())
+        report = run_sweep(grid, out, workers=_workers(workers, executor, scheduler), executor=executor,
+                           scheduler=scheduler, progress=not quiet and sys.stderr.isatty())
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     click.echo(f"{report.line()}; results in {out}")
@@ -104,12 +109,13 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
               help="Stop bisecting when high / low - 1 is at most this.")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
 @click.option("--out", default=None, help="Also write the table (.parquet or .csv).")
-@click.option("--plot", "plot_file", default=None, help="Also save a plot of the sustained rates (.png, .pdf).")
+@click.option("--plot", "plot_file", default=None,
+              help="Also save a plot of the sustained rates (.png, .pdf).")
 @click.pass_context
-def slo(ctx: click.Context, config_file: str | None, workers: int | None, executor: str, scheduler: str | None,
-        quiet: bool, ttft_p99: float | None, tpot_p50: float | None, e2e_p50: float | None,
-        normalized_latency: float | None, rate_min: float, rate_max: float, growth: float, tolerance: float,
-        as_json: bool, out: str | None, plot_file: str | None) -> None:
+def slo(ctx: click.Context, config_file: str | None, workers: int | None, executor: str,
+        scheduler: str | None, quiet: bool, ttft_p99: float | None, tpot_p50: float | None,
+        e2e_p50: float | None, normalized_latency: float | None, rate_min: float, rate_max: float,
+        growth: float, tolerance: float, as_json: bool, out: str | None, plot_file: str | None) -> None:
     """Find, per configuration, the highest request rate that meets a latency target.
 
     Brackets the rate by geometric growth from --rate-min, then bisects to --tolerance, with the same seed
@@ -125,8 +131,8 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
         target = SloTarget({SLO_METRICS[k]: v for k, v in given.items() if v is not None})
         settings = SearchSettings(rate_min, rate_max, growth, tolerance)
         grid = _grid(ctx, config_file)
-        table = run_slo(grid, target, settings, workers=_workers(workers), executor=executor,
-                        scheduler=scheduler, progress=not quiet and sys.stderr.isatty())
+        table = run_slo(grid, target, settings, workers=_workers(workers, executor, scheduler),
+                        executor=executor, scheduler=scheduler, progress=not quiet and sys.stderr.isatty())
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     varying = [name for name in grid.axes if len(grid.axes[name]) > 1]
@@ -135,12 +141,14 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
     if plot_file:
         from sim.plots.sweep import plot_slo
 
-        fig = plot_slo(table, x=varying[0] if varying else "allocator", hue=varying[1] if len(varying) > 1 else None)
+        fig = plot_slo(table, x=varying[0] if varying else "allocator",
+                       hue=varying[1] if len(varying) > 1 else None)
         fig.savefig(plot_file, bbox_inches="tight")
     if as_json:
         click.echo(table.to_json(orient="records", indent=2))
         return
-    shown = ["allocator", *varying, "status", "sustained_rate", "rate_ok", "rate_fail", "simulations", "fail_reason", "error"]
+    shown = ["allocator", *varying, "status", "sustained_rate", "rate_ok", "rate_fail", "simulations",
+             "fail_reason", "error"]
     click.echo(f"target: {target.describe()}")
     click.echo(table[[c for c in dict.fromkeys(shown) if c in table]].to_string(index=False))
 

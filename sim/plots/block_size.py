@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from sim.plots.data import require_columns
 from sim.plots.latency import METRIC_LABELS
@@ -32,11 +33,13 @@ def plot_block_size_sweep(
     panels: Sequence[str] = ("waste_frac", "throughput_tok_s"),
     hue: str | None = "workload",
     x: str = "block_size",
+    log_panels: Sequence[str] = ("normalized_latency_s_per_tok",),
 ) -> Figure:
     """One panel per metric against block size (log2 axis), one line per ``hue`` value (e.g. workload).
 
     ``waste_frac`` is derived as ``internal_frag_frac + external_frag_frac`` when the table lacks it; columns
-    ending in ``_frac`` are drawn as percentages."""
+    ending in ``_frac`` are drawn as percentages. ``log_panels`` get a log y axis (latency past a knee grows by
+    orders of magnitude and would flatten the other lines)."""
     results = results.copy()
     if "waste_frac" in panels and "waste_frac" not in results.columns:
         require_columns(results, ["internal_frag_frac", "external_frag_frac"], "block-size results")
@@ -60,7 +63,13 @@ def plot_block_size_sweep(
         ax.set_ylabel(PANEL_LABELS.get(panel, panel))
         if panel.endswith("_frac"):
             percent_axis(ax)
-        ax.set_ylim(bottom=0)
+        if panel in log_panels:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        else:
+            ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     if hue is not None:
         axes[0].legend(title=hue, fontsize="small", frameon=False)

@@ -70,6 +70,15 @@ def plot_latency_vs_rate(
     return fig
 
 
+def values_for(requests: pd.DataFrame, metric: str, name: str = "run") -> np.ndarray:
+    """A metric's values over requests that were served and have one (rejected and missing left out)."""
+    require_columns(requests, [metric], f"requests table of {name}")
+    values = requests[metric]
+    if "rejected" in requests.columns:
+        values = values[~requests["rejected"].astype(bool)]
+    return values.dropna().to_numpy(dtype=float)
+
+
 def plot_latency_cdf(
     requests_by_allocator: Mapping[str, pd.DataFrame],
     *,
@@ -79,27 +88,27 @@ def plot_latency_cdf(
     """Empirical CDFs of per-request latencies, one panel per metric, one line per allocator.
 
     Rejected requests and requests without a value (a one-token output has no TPOT) are left out; each line's
-    label says how many requests it covers."""
+    label says how many requests it covers. ``log_x`` draws a log axis when the values span over 20x."""
     if not requests_by_allocator:
         raise ValueError("no runs to plot")
     fig = new_figure((4.2 * len(metrics) + 1.5, 3.4))
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
+        spread = [values_for(r, metric) for r in requests_by_allocator.values()]
+        positive = np.concatenate(spread)
+        positive = positive[positive > 0]
+        # A log axis only helps across decades; within one it would show no labelled tick at all.
+        log_axis = log_x and len(positive) > 0 and positive.max() > 20 * positive.min()
         for name in order_allocators(requests_by_allocator):
-            requests = requests_by_allocator[name]
-            require_columns(requests, [metric], f"requests table of {name}")
-            values = requests[metric]
-            if "rejected" in requests.columns:
-                values = values[~requests["rejected"].astype(bool)]
-            values = np.sort(values.dropna().to_numpy(dtype=float))
-            if log_x:
+            values = np.sort(values_for(requests_by_allocator[name], metric, name))
+            if log_axis:
                 values = values[values > 0]
             if len(values) == 0:
                 continue
             share = np.arange(1, len(values) + 1) / len(values)
             ax.step(values, share, where="post", color=allocator_color(name),
                     label=f"{allocator_label(name)} (n={len(values)})")
-        if log_x:
+        if log_axis:
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(0, 1)

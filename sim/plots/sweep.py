@@ -58,7 +58,8 @@ def _x_positions(df: pd.DataFrame, x: str, ax: Axes) -> tuple[dict[object, float
     joined by lines; anything else (names, booleans) at evenly spaced, labelled positions, unjoined, since
     a line between two allocators would suggest values in between. Returns positions and the line style."""
     values = list(dict.fromkeys(df[x].dropna().tolist()))
-    numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
+    numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                  for v in values)
     if numeric:
         values = sorted(values)
         if values and values[0] > 0 and values[-1] / values[0] >= 8:
@@ -122,7 +123,8 @@ def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x
     return fig
 
 
-def plot_slo(df: pd.DataFrame, x: str = "allocator", hue: str | None = None, *, ax: Axes | None = None) -> Figure:
+def plot_slo(df: pd.DataFrame, x: str = "allocator", hue: str | None = None, *,
+             ax: Axes | None = None) -> Figure:
     """The sustained rate of each configuration against ``x`` (one line per ``hue``), with an error bar up to
     the lowest rate found failing: the true limit lies in that bracket. Searches that never met the target,
     or failed, are left out; searches that met it up to the rate ceiling are drawn at the ceiling."""

@@ -47,6 +47,8 @@ class Check:
             return f"{(self.ours - self.paper) * 100:+.2f} pts"
         if self.unit == "flag":
             return ""
+        if self.unit in ("int", "tokens"):
+            return f"{self.ours - self.paper:+.0f}"
         if self.unit in ("count", "slots") and self.paper:
             return f"{(self.ours / self.paper - 1) * 100:+.1f}%"
         return f"{self.ours - self.paper:+.2f}"

@@ -27,8 +27,8 @@ CURVE_STOP_FACTOR = 3.0
 
 
 BLOCK_RATES = {"sharegpt-paper": 2.5, "alpaca-paper": 80.0}
-"""The block-size sweep's load: just under the paged allocator's knee (block 16) on each preset, where memory
-is the bottleneck and block size can matter; at lighter loads every block size serves the same throughput."""
+"""The block-size sweep's load: about the paged allocator's knee (block 16) on each preset, where memory is the
+bottleneck and block size can matter; at lighter loads every block size serves the same throughput."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ FULL = Sizes(
     block_duration_s=600.0,
     sharing_widths=(2, 4, 6),
     sharing_rates={"sharegpt-paper": 0.5, "alpaca-paper": 10.0},
-    sharing_duration_s=1800.0,
+    sharing_duration_s=900.0,
 )
 QUICK = Sizes(
     name="quick",

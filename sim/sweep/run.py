@@ -47,7 +47,8 @@ def default_config_cls() -> type:
     return SimConfig
 
 
-def build_tasks(grid: Grid, config_cls: type, version: str) -> tuple[list[PointTask], list[dict[str, Any]], int]:
+def build_tasks(grid: Grid, config_cls: type,
+                version: str) -> tuple[list[PointTask], list[dict[str, Any]], int]:
     """Tasks for the buildable points, failed rows for the points whose configuration is invalid, and the
     number of points that resolve to a configuration already in the grid (kept once, at the first place)."""
     defaults = {f.name: f.default for f in dataclasses.fields(config_cls)
@@ -64,7 +65,8 @@ def build_tasks(grid: Grid, config_cls: type, version: str) -> tuple[list[PointT
             pid = point_id(raw, version)
             if pid not in seen:
                 seen.add(pid)
-                invalid.append({"index": index, "row": make_row(pid, raw, None, describe_error(exc), version)})
+                row = make_row(pid, raw, None, describe_error(exc), version)
+                invalid.append({"index": index, "row": row})
             else:
                 duplicates += 1
             continue
@@ -90,7 +92,8 @@ def run_sweep(grid: Grid, out: str | Path, *, point_fn: PointFn = simulate_point
     version = kvsim_version()
     store = ResultStore(out)
     tasks, invalid, duplicates = build_tasks(grid, config_cls, version)
-    order = sorted([(t.index, t.point_id) for t in tasks] + [(r["index"], r["row"]["point_id"]) for r in invalid])
+    order = sorted([(t.index, t.point_id) for t in tasks]
+                   + [(r["index"], r["row"]["point_id"]) for r in invalid])
     done = store.done_ids()
     pending = [t for t in tasks if t.point_id not in done]
     skipped = len(tasks) - len(pending)
@@ -125,7 +128,8 @@ def _progress_bar(total: int, enabled: bool) -> Any:
     return tqdm(total=total, unit="point", desc="sweep", dynamic_ncols=True)
 
 
-def _advance(bar: Any, failed: int, on_row: Callable[[dict[str, Any]], None] | None, row: dict[str, Any]) -> None:
+def _advance(bar: Any, failed: int, on_row: Callable[[dict[str, Any]], None] | None,
+             row: dict[str, Any]) -> None:
     if bar is not None:
         bar.update(1)
         bar.set_postfix(failed=failed, refresh=False)
@@ -167,5 +171,6 @@ def run_slo(grid: Grid, target: SloTarget, settings: SearchSettings, *, point_fn
     return rows_to_frame([rows[i] for i in sorted(rows)])
 
 
-def _search_task(point_fn: PointFn, target: SloTarget, settings: SearchSettings, task: PointTask) -> dict[str, Any]:
+def _search_task(point_fn: PointFn, target: SloTarget, settings: SearchSettings,
+                 task: PointTask) -> dict[str, Any]:
     return search_rate(point_fn, task.config, target, settings, point_id=task.point_id)

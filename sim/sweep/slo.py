@@ -47,7 +47,8 @@ class SloTarget:
 
     def __post_init__(self) -> None:
         if not self.bounds:
-            raise ValueError("give at least one target: --ttft-p99, --tpot-p50, --e2e-p50 or --normalized-latency")
+            raise ValueError("give at least one target: --ttft-p99, --tpot-p50, --e2e-p50 or "
+                             "--normalized-latency")
         for key, bound in self.bounds.items():
             if not bound > 0:
                 raise ValueError(f"target {key} must be positive, got {bound}")

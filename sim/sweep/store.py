@@ -84,7 +84,8 @@ class ResultStore:
     def _part_paths(self) -> list[Path]:
         if not self.parts_dir.is_dir():
             return []
-        return sorted(p for p in self.parts_dir.iterdir() if p.suffix == ".parquet" and not p.name.startswith("."))
+        return sorted(p for p in self.parts_dir.iterdir()
+                      if p.suffix == ".parquet" and not p.name.startswith("."))
 
     def rows(self) -> dict[str, dict[str, Any]]:
         """Every stored row by point id: the table's rows in their order, then parts (newer, so they win)."""
@@ -95,7 +96,8 @@ class ResultStore:
             try:
                 rows = pq.read_table(part).to_pylist()
             except Exception as exc:
-                raise ValueError(f"{part}: unreadable part file ({exc}); delete it to rerun its point") from exc
+                message = f"{part}: unreadable part file ({exc}); delete it to rerun its point"
+                raise ValueError(message) from exc
             for row in rows:
                 out[str(row["point_id"])] = row
         return out

@@ -1,0 +1,73 @@
+"""`kvsim calibrate` and the GPU script run end to end on CPU, with their numbers labelled as CPU numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_calibrate_quick_on_cpu_writes_a_labelled_table_and_its_measurements(tmp_path):
+    out = tmp_path / "cal" / "llama.json"
+    result = CliRunner().invoke(main, ["calibrate", "--model", "llama-3-8b", "--device", "cpu", "--quick",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "CPU numbers" in result.output
+    table = json.loads(out.read_text())
+    assert (table["format"], table["gpu"], table["device"], table["model"]) == \
+        ("kvsim-calibration", "cpu", "cpu", "llama-3-8b")
+    c = table["coefficients"]
+    assert 0 < c["bandwidth_frac"] <= 1 and 0 < c["flops_frac"] <= 1 and c["step_overhead_s"] >= 0
+    assert set(c["paged_kernel_overhead"]) == {"8", "16", "32"}
+    measurements = pd.read_csv(out.with_suffix(".csv"))
+    assert len(measurements) == table["fit"]["points"] > 0
+    assert set(measurements["kind"]) == {"decode", "prefill"}
+    assert (measurements["step_s"] > 0).all()
+    parts = measurements["num_layers"] * (measurements["attention_s"] + measurements["dense_layer_s"])
+    composed = parts + measurements["lm_head_s"]  # the CSV keeps 6 significant digits
+    assert ((measurements["step_s"] - composed).abs() / composed).max() < 1e-4
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "llama-3-8b", "--device", "cpu", "--gpu", "h200"], "CPU calibrations are labelled 'cpu'"),
+    (["--model", "no-such-model", "--device", "cpu"], "unknown model"),
+])
+def test_calibrate_bad_input_is_one_line_exit_2(args, message, tmp_path):
+    result = CliRunner().invoke(main, ["calibrate", *args, "--out", str(tmp_path / "x.json")])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_gpu_names_map_onto_the_catalog():
+    from gpu_validation.calibration import match_gpu
+
+    assert match_gpu("NVIDIA H200") == "h200"
+    assert match_gpu("NVIDIA H100 80GB HBM3") == "h100-80gb"
+    assert match_gpu("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    assert match_gpu("NVIDIA GeForce RTX 4090") is None
+
+
+def test_gpu_script_runs_its_cpu_path_end_to_end(tmp_path):
+    result = subprocess.run(["bash", str(ROOT / "gpu_validation" / "run_on_gpu.sh"), str(tmp_path), "--device",
+                             "cpu", "--quick"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert {p.name for p in tmp_path.iterdir()} == {"checks.csv", "bandwidth.csv", "llama-3-8b.json",
+                                                    "llama-3-8b.csv"}
+    checks = pd.read_csv(tmp_path / "checks.csv")
+    assert checks["passed"].all() and {"reference", "flex"} <= set(checks["kernel"])
+    assert {"float32", "bfloat16"} == set(checks["dtype"])
+    summary = result.stdout[result.stdout.index("== kvsim GPU validation summary =="):]
+    assert "checks: " in summary and "of copy" in summary and "calibration llama-3-8b on cpu" in summary
+
+
+def test_gpu_script_needs_a_directory():
+    result = subprocess.run(["bash", str(ROOT / "gpu_validation" / "run_on_gpu.sh")], capture_output=True,
+                            text=True)
+    assert result.returncode == 2 and "usage" in result.stderr
