@@ -42,6 +42,10 @@ from allocators.free_queue import FreeBlockQueue
 from allocators.placement import PLACEMENTS
 from allocators.prefix_cache import PrefixCache
 
+_NO_HITS = Admission()
+"""The admission result without cache hits, shared (it is frozen): building one costs more than the rest of
+a small admission."""
+
 
 class SeqBlocks:
     """One sequence: its block table, tokens, final length, and the two cached facts of its last block
@@ -220,7 +224,7 @@ class PagedAllocator(Allocator):
         self._settle_last_block(s)
         if hashes:
             self._cache_full_blocks(s)
-        return Admission(cached_tokens=len(hits) * bs)
+        return Admission(cached_tokens=len(hits) * bs) if hits else _NO_HITS
 
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         s = self._seqs[seq_id]
@@ -273,15 +277,8 @@ class PagedAllocator(Allocator):
             free = self._free
             if num_new > free.num_free:
                 return None
-            if num_new == 1:  # the usual case: one block a boundary; `FreeBlockQueue.popleft` inlined
-                nxt, head = free._next, free._head
-                block = nxt[head]
-                after = nxt[block]
-                nxt[head] = after
-                prev = free._prev
-                prev[after] = head
-                prev[block] = nxt[block] = -1
-                free.num_free -= 1
+            if num_new == 1:  # the usual case: one block a boundary
+                block = free.popleft()
                 if self._cache.block_hash[block] is not None:
                     self._cache.evict(block)
                 self._ref[block] = 1

@@ -6,14 +6,16 @@ Usage::
     python benchmarks/bench_sim.py sharegpt -n 1000000   # the paper's ShareGPT lengths, preset rate
     python benchmarks/bench_sim.py sharegpt -n 100000 --profile
 
-Peak memory is ``ru_maxrss`` of this process. Results and the commands that produced them are in
-``benchmarks/README.md``.
+Peak memory is ``ru_maxrss`` of this process. The machine is shared, so the CPU time of the simulation and
+the load average at the start are printed too: wall time follows the load, CPU time much less. Results and
+the commands that produced them are in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import resource
 import time
@@ -45,6 +47,7 @@ def main() -> None:
     from sim.config import SimConfig
     from sim.runner import run_simulation
 
+    load_avg = os.getloadavg()[0]
     t0 = time.perf_counter()
     workload = load(args.workload, args.num_requests, args.rate, args.seed)
     t1 = time.perf_counter()
@@ -52,6 +55,7 @@ def main() -> None:
         config = SimConfig(allocator=args.allocator, model="llama-2-7b", gpu="a100-40gb", seed=args.seed)
     else:
         config = SimConfig(allocator=args.allocator, model="opt-13b", gpu="a100-40gb", kv_gib=12.0, seed=args.seed)
+    cpu0 = time.process_time()
     if args.profile:
         profiler = cProfile.Profile()
         result = profiler.runcall(run_simulation, config, workload)
@@ -59,11 +63,13 @@ def main() -> None:
     else:
         result = run_simulation(config, workload)
     t2 = time.perf_counter()
+    cpu = time.process_time() - cpu0
     s = result.summary
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"workload {args.workload}: {len(workload)} requests ({s['workload_source']})")
-    print(f"load {t1 - t0:.2f} s, simulate {t2 - t1:.2f} s (summary wall_time_s {s['wall_time_s']:.2f}), "
-          f"peak RSS {peak_mib:.0f} MiB, {len(result.steps)} step rows")
+    print(f"load {t1 - t0:.2f} s, simulate {t2 - t1:.2f} s (summary wall_time_s {s['wall_time_s']:.2f}, "
+          f"cpu {cpu:.2f} s), peak RSS {peak_mib:.0f} MiB, {len(result.steps)} step rows, "
+          f"load average {load_avg:.1f} at start")
     print(f"completed {s['completed']}, rejected {s['rejected']}, preemptions {s['preemptions']}, "
           f"sim time {s['sim_time_s']:.0f} s, mean running {s['mean_running']:.1f}, "
           f"throughput {s['throughput_tok_s']:.0f} tok/s")

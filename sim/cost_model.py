@@ -191,8 +191,8 @@ class StepCostModel:
         ``prefix``: `decode_prefix` of the same ``n`` and ``c0``, if the caller has it already."""
         if prefix is None:
             prefix = self.decode_prefix(n, c0)
-        if prefix(k_max - 1) < horizon:
-            return k_max
+        if k_max <= 1 or prefix(k_max - 1) < horizon:
+            return max(k_max, 1)
         # the largest m in [0, k_max - 2] whose start prefix(m) is before the horizon (prefix(0) = 0)
         lo, hi = 0, k_max - 2
         longest = prefix(k_max) - prefix(k_max - 1)

@@ -13,6 +13,9 @@ the true memory breakdown is the allocator's with ``lag`` slots moved from reser
 for that step's token gets ``g0 = G + 1`` and so counts -1 during step ``G``: the memory state *during* a
 step holds the blocks the step needs but not yet its tokens, in every mode. With ``lazy=False`` every
 sequence is synced every step (the step-by-step mode the fast path is tested against).
+
+`sim.fast_forward` inlines `pop_due` and `resync` in its per-block loop (and updates ``sum_g0`` and
+``sum_tokens`` once per run): a change to how a sync is recorded here must be made there too.
 """
 
 from __future__ import annotations

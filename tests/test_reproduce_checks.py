@@ -60,7 +60,10 @@ def test_fig2_folds_external_and_free_and_applies_six_points():
     assert rows["Orca (Max) external and free"].ours == pytest.approx(0.107)
     assert rows["vLLM waste together"].ours == pytest.approx(0.09)
     assert rows["vLLM token states"].passed is False
-    assert len(rows) == 4 + 3
+    assert len(rows) == 4 + 3 + 2
+    in_use = rows["vLLM token states (of memory in use)"]
+    assert in_use.ours == pytest.approx(0.90 / 0.98) and in_use.passed is True  # free excluded
+    assert rows["vLLM waste (of memory in use)"].ours == pytest.approx(1 - 0.90 / 0.98)
     assert our_fig2_shares(summaries["paged"])["waste_together"] == pytest.approx(0.09)
 
 
