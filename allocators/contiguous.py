@@ -130,6 +130,7 @@ class ContiguousAllocator(Allocator):
         child = self._place(child_id, parent.tokens, final_tokens, parent.max_total)
         if child is None:
             return None
+        self.copied_slots += parent.tokens  # the written part of the slab; the rest holds nothing yet
         return ((parent.offset, child.offset),)
 
     def free(self, seq_id: int) -> int:

@@ -124,6 +124,12 @@ class PagedAllocator(Allocator):
     def headroom(self, seq_id: int) -> int:
         return self._seqs[seq_id].room
 
+    def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
+        """Every block of the table, one transfer each (vLLM swaps block by block); pending tokens lie in
+        blocks the table holds already."""
+        blocks = len(self._seqs[seq_id].table)
+        return blocks * self.block_size, blocks
+
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""
         hits: list[int] = []
@@ -310,6 +316,7 @@ class PagedAllocator(Allocator):
         self._seqs[child_id] = child
         self._num_token_slots += parent.tokens
         self._settle_last_block(child)
+        self.copied_slots += len(table) * self.block_size
         return tuple(zip(parent.table, table, strict=True))
 
     def free(self, seq_id: int) -> int:

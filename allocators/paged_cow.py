@@ -72,6 +72,7 @@ class PagedCowAllocator(PagedAllocator):
         self._settle_last_block(s)
         grown = super()._grow_slow(seq_id, s, num_tokens)
         assert grown is not None, "free blocks were counted before copying"
+        self.copied_slots += bs
         return ((last, dst), *grown)
 
     def free(self, seq_id: int) -> int:

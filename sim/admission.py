@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from allocators.base import Allocator, cdiv
+from allocators.base import Allocator
 from sim.decode_set import DecodeSet
 from sim.sequence_group import REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
 
@@ -43,7 +43,6 @@ class GroupMechanics:
         self.lazy = lazy
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.beam_keep_prob = beam_keep_prob
-        self.copy_block = max(1, alloc.block_size)
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
@@ -58,6 +57,9 @@ class GroupMechanics:
         self.memory_blocked = False
         self.num_preemptions = 0
         self.registered_prefixes: set[int] = set()
+        self.swap_transfers: dict[int, int] = {}  # swapped group index -> transfers its swap-out took
+        self.cached_prompt_tokens = 0  # prompt tokens admissions found cached (prefix cache or shared prefix)
+        self.cached_by_index: dict[int, int] = {}  # the same per request (workload position), hits only
         self._next_seq = 0
         self.plan = None
 
@@ -93,6 +95,7 @@ class GroupMechanics:
         self.register_prefix(group)
         multi = group.forked and group.num_seqs > 1
         first = self.new_seq(group)
+        copied_before = alloc.copied_slots
         tokens = group.prompt + (0 if multi else group.generated)
         admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
                                 block_hashes=group.hashes)
@@ -118,14 +121,19 @@ class GroupMechanics:
             for seq_id in group.seq_ids:
                 del self.owner[seq_id]
             group.seq_ids = []
+            alloc.copied_slots = copied_before  # a placement rolled back moved nothing: charge no copies
             return False
         plan.copies += copies
-        if group.state == SWAPPED:
-            plan.swap_blocks += cdiv(group.swapped_slots, self.copy_block)
+        if group.state == SWAPPED:  # copied back in as it went out
+            plan.swap_blocks += self.swap_transfers.pop(group.index)
+            plan.swap_slots += group.swapped_slots
             self.swap_used -= group.swapped_slots
             group.swapped_slots = 0
         else:
-            group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
+            cached = group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
+            if cached:
+                self.cached_prompt_tokens += cached
+                self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
         if group.admitted_s < 0:
             group.admitted_s = self.now
         group.state = RUNNING
@@ -205,7 +213,15 @@ class GroupMechanics:
         if victim.base >= 0:
             victim.generated = self.step - victim.base
             victim.base = -1
-        slots = self.release(victim)
+        moved = transfers = 0
+        if self.swap:  # what a swap would move: the true tokens, including those a lazy decoder has not told
+            decode, step = self.decode, self.step
+            for seq_id in victim.seq_ids:
+                lag = decode.pending(seq_id, step) if seq_id in decode else 0
+                seq_slots, seq_transfers = self.alloc.swap_extent(seq_id, lag)
+                moved += seq_slots
+                transfers += seq_transfers
+        self.release(victim)
         self.running.remove(victim)
         self.running_seqs -= victim.num_seqs
         self.beam_groups -= victim.beam
@@ -216,11 +232,13 @@ class GroupMechanics:
         if not self.running:
             self.reject(victim, "needs more KV memory than the whole pool while running alone", self.now)
             return
-        if self.swap and self.swap_used + slots <= self.swap_slots:
+        if self.swap and self.swap_used + moved <= self.swap_slots:
             victim.state = SWAPPED
-            victim.swapped_slots = slots
-            self.swap_used += slots
-            self.plan.swap_blocks += cdiv(slots, self.copy_block)
+            victim.swapped_slots = moved
+            self.swap_used += moved
+            self.swap_transfers[victim.index] = transfers
+            self.plan.swap_blocks += transfers
+            self.plan.swap_slots += moved
         else:
             victim.state = WAITING
             g = victim.generated

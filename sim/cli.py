@@ -21,8 +21,11 @@ def main() -> None:
 
 
 def fail(message: object) -> None:
-    """Exit with code 2 and one line on stderr, as click does for usage errors."""
-    raise click.UsageError(str(message).strip("'\""))
+    """Exit with code 2 and one line on stderr, as click does for usage errors. A KeyError's message is its
+    argument (``str(KeyError(m))`` wraps ``m`` in quotes); quotes inside any other message are kept."""
+    if isinstance(message, KeyError) and message.args:
+        message = message.args[0]
+    raise click.UsageError(str(message))
 
 
 for _name in COMMAND_MODULES:

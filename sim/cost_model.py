@@ -7,6 +7,10 @@ fractions of the peaks, plus a fixed per-step overhead (scheduling, sampling, ke
     t = overhead + max(flops / (flops_frac * peak_flops), bytes / (bandwidth_frac * peak_bw))
         + copy-on-write copies at HBM bandwidth + swap traffic over PCIe
 
+Copies and swaps are charged for the token slots they really move (slots x KV bytes per token), whatever the
+allocator: a paged copy moves a whole block, a contiguous fork copies the parent's tokens into the child's
+slab, a swap moves every block of a paged sequence or a slab's tokens in one transfer.
+
 Default coefficients and their sources:
 
 - ``bandwidth_frac = 0.8``: decode GEMV and paged-attention kernels typically reach 75-85% of HBM peak.
@@ -68,6 +72,21 @@ def _linear_sums(lo: int, hi: int) -> tuple[int, int, int]:
     return hi - lo, s1(hi) - s1(lo), s2(hi) - s2(lo)
 
 
+_NEVER = 1 << 53
+"""A step index no run reaches: where the two lines cross further out than this, they never cross in a run
+(and the index stays an exact float; an unclamped one can overflow a float when the slopes nearly agree)."""
+
+
+def _first_step_at_or_after(x: float) -> int:
+    """ceil(x) clamped to [0, `_NEVER`] (x may be huge or infinite)."""
+    return 0 if x <= 0 else _NEVER if x >= _NEVER else math.ceil(x)
+
+
+def _first_step_after(x: float) -> int:
+    """floor(x) + 1 clamped to [0, `_NEVER`]."""
+    return 0 if x < 0 else _NEVER if x >= _NEVER else math.floor(x) + 1
+
+
 @dataclass
 class StepCostModel:
     """The roofline step-cost model (the default). See the module docstring for the formula and sources."""
@@ -98,22 +117,38 @@ class StepCostModel:
         self._t_weights = m.weight_bytes / tp / bytes_s
         self._t_kv_read = kv * ovh / tp / bytes_s
         self._t_kv_write = kv / tp / bytes_s
-        self._t_copy_block = 2 * self.block_size * kv / tp / bytes_s
-        self._t_swap_block = (self.block_size * kv / tp / (self.gpu.pcie_gb_s * 1e9)
-                              + 2 * m.num_layers * self.swap_copy_latency_s)
+        self._t_copy_slot = 2 * kv / tp / bytes_s  # read and write one token's KV in HBM
+        self._t_swap_slot = kv / tp / (self.gpu.pcie_gb_s * 1e9)  # one token's KV over PCIe
+        self._t_swap_transfer = 2 * m.num_layers * self.swap_copy_latency_s  # one copy call per layer, K and V
+
+    def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0) -> float:
+        """Seconds for copies and swaps: the bytes really moved (``copy_slots`` token slots copied inside HBM,
+        ``swap_slots`` over PCIe), plus a fixed latency per swap transfer (a block, or a whole slab)."""
+        return (copy_slots * self._t_copy_slot + swap_slots * self._t_swap_slot
+                + swap_transfers * self._t_swap_transfer)
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
-                  swap_blocks: int = 0, attention_pairs: int | None = None) -> float:
+                  swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
+                  swap_slots: int | None = None) -> float:
         """Seconds for one step. ``context_tokens``: KV tokens attention reads; ``attention_pairs``: query-key
-        pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle)."""
+        pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle).
+
+        ``copies`` and ``swap_blocks`` count copy-on-write copies and swap transfers; ``copy_slots`` and
+        ``swap_slots`` are the token slots they move (`StepPlan`), which is what is charged. Without them
+        every copy and transfer is taken to be one block of ``block_size`` slots (exact for paged allocators,
+        not for a contiguous slab)."""
         tokens = prefill_tokens + decode_seqs
-        if tokens == 0 and copies == 0 and swap_blocks == 0:
+        if tokens == 0 and copies == 0 and swap_blocks == 0 and not copy_slots and not swap_slots:
             return 0.0
         pairs = context_tokens if attention_pairs is None else attention_pairs
         compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
         memory = self._t_weights + context_tokens * self._t_kv_read + tokens * self._t_kv_write
-        return (self.step_overhead_s + (compute if compute > memory else memory)
-                + copies * self._t_copy_block + swap_blocks * self._t_swap_block)
+        t = self.step_overhead_s + (compute if compute > memory else memory)
+        if copies or swap_blocks or copy_slots or swap_slots:
+            t += self.transfer_time(copies * self.block_size if copy_slots is None else copy_slots,
+                                    swap_blocks * self.block_size if swap_slots is None else swap_slots,
+                                    swap_blocks)
+        return t
 
     def _decode_lines(self, n: int, c0: int) -> tuple[float, float, float, float]:
         """Compute and memory time of decode step j as (a1 + b1 j, a2 + b2 j), context c0 + n j."""
@@ -136,10 +171,10 @@ class StepCostModel:
             m, head = k, (a1, b1) if a1 >= a2 else (a2, b2)
             tail = head
         elif b1 > b2:  # compute wins from the crossover on
-            m = min(max(math.ceil((a2 - a1) / (b1 - b2)), 0), k)
+            m = min(_first_step_at_or_after((a2 - a1) / (b1 - b2)), k)
             head, tail = (a2, b2), (a1, b1)
         else:  # compute wins up to the crossover
-            m = min(max(math.floor((a2 - a1) / (b1 - b2)) + 1, 0), k)
+            m = min(_first_step_after((a2 - a1) / (b1 - b2)), k)
             head, tail = (a1, b1), (a2, b2)
         total = weighted = 0.0
         for (a, b), (lo, hi) in ((head, (0, m)), (tail, (m, k))):
@@ -166,9 +201,9 @@ class StepCostModel:
         if b1 == b2:  # parallel lines: one wins throughout
             mc, head, tail = 0, (a1, b1) if a1 >= a2 else (a2, b2), (a1, b1) if a1 >= a2 else (a2, b2)
         elif b1 > b2:  # compute wins from the crossover on (same split as `_sums`)
-            mc, head, tail = max(math.ceil((a2 - a1) / (b1 - b2)), 0), (a2, b2), (a1, b1)
+            mc, head, tail = _first_step_at_or_after((a2 - a1) / (b1 - b2)), (a2, b2), (a1, b1)
         else:
-            mc, head, tail = max(math.floor((a2 - a1) / (b1 - b2)) + 1, 0), (a1, b1), (a2, b2)
+            mc, head, tail = _first_step_after((a2 - a1) / (b1 - b2)), (a1, b1), (a2, b2)
         ha, hb = head[0] + o, head[1] / 2
         ta, tb = tail[0] + o, tail[1] / 2
         at_mc = ha * mc + hb * (mc * (mc - 1))
@@ -230,8 +265,12 @@ class ConstantStepCost(StepCostModel):
         self.step_overhead_s = self.constant
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
-                  swap_blocks: int = 0, attention_pairs: int | None = None) -> float:
+                  swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
+                  swap_slots: int | None = None) -> float:
         return self.constant
+
+    def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0) -> float:
+        return 0.0
 
     def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
         return self.constant * k, self.constant * (k * (k - 1) // 2)

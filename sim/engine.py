@@ -39,8 +39,10 @@ class Engine:
 
     def run(self) -> float:
         """Run to the end of the workload; returns the simulated end time."""
-        engine = self.env.process(self._engine())
+        # The arrivals process starts first, so it is already waiting on ``self.idle`` if the engine goes idle
+        # in its very first iteration (every request due at the start was rejected on arrival).
         self.env.process(self._arrivals())
+        engine = self.env.process(self._engine())
         self.env.run(until=engine)
         return self.env.now
 
@@ -91,7 +93,8 @@ class Engine:
             else:
                 num_steps = 1
                 duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
-                                          plan.copies, plan.swap_blocks, plan.attention_pairs)
+                                          plan.copies, plan.swap_blocks, plan.attention_pairs,
+                                          copy_slots=plan.copy_slots, swap_slots=plan.swap_slots)
                 if duration <= 0:
                     raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
                 rec.memory.add(b, lag, duration, 0.0, running)

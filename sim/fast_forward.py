@@ -114,7 +114,6 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
     step = sched.step
     total = 0.0
     steps = 0
-    copy_time = getattr(cost, "_t_copy_block", 0.0)
     while True:
         deadline = decode.next_deadline()
         end = last + 1 if last is not None else math.inf
@@ -140,13 +139,14 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         due = decode.pop_due(step)
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
+            copied = alloc.copied_slots
             copies = alloc.grow(seq_id, added)
             if copies is None:  # out of memory: stop before this step; the scheduler will preempt
                 for rest in due[i:]:
                     decode.requeue(rest)
                 return steps, total
-            if copies:
-                extra = len(copies) * copy_time
+            if copies:  # a shared tail copied on write: charged for the slots it moved
+                extra = cost.transfer_time(alloc.copied_slots - copied)
                 integral.add(b, decode.lag(step), extra, 0.0, running)
                 total += extra
             decode.resync(seq_id, added, alloc.headroom(seq_id), step + 1)

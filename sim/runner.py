@@ -75,7 +75,6 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
                       max_model_len=max_model_len, lazy=not config.step_by_step,
                       rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob)
-    sched.copy_block = config.block_size
     times = workload.arrival_time_s
     start = float(times[0]) if len(workload) and getattr(workload, "closed_loop", None) is None else 0.0
     want_hashes = (config.prefix_caching and alloc.block_size > 1) or hasattr(alloc, "register_prefix")
@@ -88,7 +87,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     end = engine.run() if len(workload) else start
     if config.debug_invariants:
         alloc.check_invariants()
-    requests = requests_frame(workload, recorder, source.arrival_s)
+    requests = requests_frame(workload, recorder, source.arrival_s, sched.cached_by_index)
     steps = recorder.steps_frame(cap.kv_tokens, alloc.breakdown().total_blocks)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
@@ -99,12 +98,16 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.num_preemptions,
                             start_s=start, end_s=end, wall_time_s=0.0, capacity=cap.kv_tokens,
-                            total_blocks=alloc.breakdown().total_blocks, extra=extra)
+                            total_blocks=alloc.breakdown().total_blocks,
+                            prefill_tokens=int(steps["prefill_tokens"].sum()),
+                            cached_prompt_tokens=sched.cached_prompt_tokens, extra=extra)
     summary["wall_time_s"] = time.perf_counter() - wall_start
     return SimResult(requests, steps, recorder.memory_frame(), summary, config)
 
 
-def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray):
+def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_index: dict[int, int] | None = None):
+    """One row per request (``docs/architecture.md``). ``cached_by_index``: prompt tokens each request's
+    admissions found cached, by workload position (absent: none)."""
     import pandas as pd
 
     out = np.asarray(workload.output_tokens, np.int64)
@@ -116,12 +119,15 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray):
     reasons = np.full(len(out), "", dtype=object)
     for i, reason in rec.reasons.items():
         reasons[i] = reason
+    cached = np.zeros(len(out), np.int64)
+    for i, tokens in (cached_by_index or {}).items():
+        cached[i] = tokens
     return pd.DataFrame({
         "request_id": np.asarray(workload.ids, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
         "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
         "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64), "output_tokens": out, "num_seqs": num_seqs,
-        "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons, "ttft_s": ttft,
-        "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
+        "cached_tokens": cached, "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons,
+        "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
     })
 
 

@@ -30,8 +30,10 @@ class StepPlan:
     decode_seqs: int = 0
     context_tokens: int = 0
     attention_pairs: int = 0
-    copies: int = 0
-    swap_blocks: int = 0
+    copies: int = 0  # copy-on-write copies (blocks, or slabs for contiguous allocators)
+    swap_blocks: int = 0  # swap transfers, out and in (blocks, or slabs for contiguous allocators)
+    copy_slots: int = 0  # token slots those copies move inside HBM (what the cost model charges)
+    swap_slots: int = 0  # token slots the swaps move over PCIe
     preempted: int = 0
     eager_appended: int = 0
     can_run: bool = False
@@ -58,6 +60,7 @@ class Scheduler(GroupMechanics):
         """Do the allocator work of the next step (index ``self.step``) and say what the step computes."""
         plan = self.plan = StepPlan()
         self.now = now
+        copied = self.alloc.copied_slots
         step = self.step
         decode = self.decode
         # 1. running decoders whose headroom ran out need a slot for this step's token
@@ -89,6 +92,7 @@ class Scheduler(GroupMechanics):
                     self.schedule_chunk(group, chunk)
         # 4. admissions, unless something was preempted (or a static batch is still running)
         admitted = self.admit_waiting(budget) if not plan.preempted else False
+        plan.copy_slots = self.alloc.copied_slots - copied
         self.finish_plan(plan, admitted)
         return plan
 
@@ -116,6 +120,7 @@ class Scheduler(GroupMechanics):
                 continue
             admitted = True
             self.waiting.popleft()
+            need = group.prefill_remaining  # placing it may have registered a shared prefix it now hits
             chunk = min(need, budget) if self.chunked else need
             budget -= chunk
             if group.prefilling:

@@ -20,8 +20,14 @@ def _stat(values: np.ndarray, fn) -> float | None:
 
 
 def build_summary(*, allocator: str, requests, memory, max_running: int, num_preemptions: int, start_s: float,
-                  end_s: float, wall_time_s: float, capacity: int, total_blocks: int, extra: dict) -> dict:
-    """Summary from the per-request frame and the memory integrals (`sim.metrics.MemoryIntegral`)."""
+                  end_s: float, wall_time_s: float, capacity: int, total_blocks: int, extra: dict,
+                  prefill_tokens: int = 0, cached_prompt_tokens: int = 0) -> dict:
+    """Summary from the per-request frame and the memory integrals (`sim.metrics.MemoryIntegral`).
+
+    ``prefill_tokens``: prefill tokens computed over the run (recomputation after preemption included);
+    ``cached_prompt_tokens``: prompt tokens admissions found in the prefix cache or a registered shared
+    prefix and did not compute. What prefix caching buys is ``prefix_hit_frac``, the cached share of all
+    the prefill tokens admissions needed."""
     done = requests[requests["finished_s"].notna()]
     sim_time = end_s - start_s
     out_tokens = float((done["output_tokens"] * done["num_seqs"]).sum())
@@ -49,6 +55,10 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "block_usage_frac": memory.used_blocks / (t * total_blocks) if t > 0 and total_blocks else 0.0,
         "token_occupancy_frac": shares["token_states_frac"],
         "shared_saved_frac": _shared_saved_frac(memory),
+        "prefill_tokens": int(prefill_tokens),
+        "cached_prompt_tokens": int(cached_prompt_tokens),
+        "prefix_hit_frac": (cached_prompt_tokens / (cached_prompt_tokens + prefill_tokens)
+                            if cached_prompt_tokens else 0.0),
         "kv_capacity_tokens": int(capacity),
         **extra,
     }

@@ -2,9 +2,11 @@
 
 After every step `check_invariants()` recomputes the allocator's state from scratch; the machine also keeps
 its own model of each sequence's tokens and checks that the breakdown sums to capacity, that a refused call
-changes nothing, that growing by the headroom needs no allocator work, and that freeing returns exactly
-what the sequence held.
+changes nothing, that growing by the headroom needs no allocator work, that freeing returns exactly
+what the sequence held, and (where the allocator has it) that ``grow_due`` does what ``grow`` does.
 """
+
+import copy
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -82,6 +84,31 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert self.alloc.grow(seq, room) == ()
             assert self.alloc.breakdown().used_blocks == used_before
             self.tokens[seq] += room
+
+    @precondition(lambda self: self.tokens and getattr(self.alloc, "grow_due", None) is not None)
+    @rule(data=st.data(), past=st.integers(1, 12))
+    def grow_due(self, data, past):
+        """The decode fast-forward's call: ``past`` tokens beyond the headroom. Same outcome as `grow` on a
+        copy (blocks, free-queue order, breakdown), and the changes it reports are the ones that happened."""
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        num = self.alloc.headroom(seq) + past
+        twin = copy.deepcopy(self.alloc)
+        before = self.snapshot()
+        table = self.alloc.block_table(seq)
+        grown = self.alloc.grow_due(seq, num)
+        expected = twin.grow(seq, num)
+        assert self.snapshot() == (twin.breakdown(), twin.memory_map().tobytes())
+        assert self.alloc.free_block_ids() == twin.free_block_ids()
+        assert self.alloc.block_table(seq) == twin.block_table(seq)
+        if grown is None:
+            assert expected is None and self.snapshot() == before
+            return
+        headroom, new_blocks, reserved = grown
+        assert headroom == self.alloc.headroom(seq)
+        assert new_blocks == len(self.alloc.block_table(seq)) - len(table) == (
+            self.alloc.breakdown().used_blocks - before[0].used_blocks)
+        assert reserved == self.alloc.breakdown().reservation - before[0].reservation
+        self.tokens[seq] += num
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), extra=st.integers(0, 20))

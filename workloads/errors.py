@@ -21,5 +21,10 @@ def row_error(path: object, where: str, field: str, problem: str, value: object 
 
 
 def _show(value: object) -> str:
+    """The value as the file wrote it: numpy scalars as plain numbers (``0``, not ``np.float64(0.0)``)."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

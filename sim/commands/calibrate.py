@@ -10,7 +10,8 @@ import click
 
 
 @click.command("calibrate")
-@click.option("--model", "model", required=True, help="Catalog model to time (its shapes, random weights).")
+@click.option("--model", "model", default="llama-3-8b", show_default=True,
+              help="Catalog model to time (its shapes, random weights).")
 @click.option("--gpu", "gpu", default=None, help="Catalog GPU this is (default: recognised from the device).")
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Where to time (default: cuda if torch sees one, else cpu).")

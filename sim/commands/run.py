@@ -25,27 +25,40 @@ def simulation_options(func):
     options = [
         click.argument("trace", required=False, type=click.Path(dir_okay=False)),
         click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv)."),
-        click.option("--model", default="opt-13b", show_default=True),
-        click.option("--gpu", default="a100-40gb", show_default=True),
+        click.option("--model", default="opt-13b", show_default=True,
+                     help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
+        click.option("--gpu", default="a100-40gb", show_default=True, help="GPU from the catalog."),
         click.option("--kv-gib", type=float, help="KV memory in GiB (default: derived from the GPU)."),
         click.option("--kv-tokens", type=int, help="KV memory in token slots."),
-        click.option("--tensor-parallel", type=int, default=1, show_default=True),
-        click.option("--block-size", type=int, default=16, show_default=True),
-        click.option("--placement", default="buddy", show_default=True, help="Contiguous slab placement."),
+        click.option("--tensor-parallel", type=int, default=1, show_default=True,
+                     help="GPUs the model and its KV cache are split over."),
+        click.option("--block-size", type=int, default=16, show_default=True,
+                     help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
+        click.option("--placement", default="buddy", show_default=True,
+                     help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
         click.option("--rate", type=float, help="Poisson arrival rate, requests per second."),
         click.option("--num-requests", type=int, help="Use only (or generate) this many requests."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed for generated arrivals and lengths, and for beam-search choices."),
         click.option("--scheduler", type=click.Choice(["continuous", "static"]), default="continuous",
-                     show_default=True),
-        click.option("--max-num-seqs", type=int, default=256, show_default=True),
-        click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True),
-        click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True),
-        click.option("--prefix-caching", is_flag=True, help="Automatic prefix caching (paged allocators)."),
+                     show_default=True,
+                     help="continuous: iteration-level batching (vLLM); static: whole batches (FasterTransformer)."),
+        click.option("--max-num-seqs", type=int, default=256, show_default=True,
+                     help="Most sequences running at once."),
+        click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
+                     help="Most tokens (prefill + decode) one step computes."),
+        click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True,
+                     help="Split long prompts over several steps within the token budget."),
+        click.option("--prefix-caching", is_flag=True,
+                     help="Automatic prefix caching (paged allocators); the summary reports prefix_hit_frac."),
         click.option("--preemption", type=click.Choice(["recompute", "swap"]), default="recompute",
-                     show_default=True),
-        click.option("--swap-space-gib", type=float, default=4.0, show_default=True),
-        click.option("--watermark", type=float, default=0.01, show_default=True),
+                     show_default=True,
+                     help="What happens to a preempted request: recompute its KV later, or swap it to host memory."),
+        click.option("--swap-space-gib", type=float, default=4.0, show_default=True,
+                     help="Host memory for swapped KV, per GPU (full: recompute instead)."),
+        click.option("--watermark", type=float, default=0.01, show_default=True,
+                     help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),
         click.option("--calibration", type=click.Path(dir_okay=False), help="Calibration JSON for the cost model."),
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
@@ -79,12 +92,18 @@ def _simulate(config, workload, as_json: bool):
 
 
 @click.command("run")
-@click.option("--allocator", default="paged", show_default=True, help="One of the names in ALLOCATORS.")
+@click.option("--allocator", default="paged", show_default=True,
+              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
 @simulation_options
 @click.option("--out", type=click.Path(file_okay=False), help="Write requests/steps/memory tables and JSON here.")
-@click.option("--format", "out_format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True)
+@click.option("--format", "out_format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True,
+              help="File format of the tables written by --out.")
 def run_command(allocator: str, **opts) -> None:
-    """Simulate one allocator on a trace, a preset or the embedded default workload."""
+    """Simulate one allocator on a trace, a preset or the embedded default workload.
+
+    TRACE is a request trace file, its format detected from its columns (Azure, Mooncake, BurstGPT, Vidur or
+    kvsim's own; `kvsim trace stats TRACE` shows how it reads). Without TRACE or --preset: the paper's ShareGPT at 2 req/s, 400 requests, OPT-13B
+    on an A100-40GB with 12 GiB of KV."""
     from sim.runner import resolve_workload, write_result
     from sim.summary import format_summary
 
@@ -106,7 +125,9 @@ def run_command(allocator: str, **opts) -> None:
 @click.option("--allocators", help="Comma-separated allocator names (default: all of ALLOCATORS).")
 @simulation_options
 def compare_command(allocators: str | None, **opts) -> None:
-    """Run several allocators on the same workload and show their summaries side by side."""
+    """Run several allocators on the same workload and show their summaries side by side.
+
+    TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals."""
     from allocators import ALLOCATORS
     from sim.runner import resolve_workload
     from sim.summary import format_comparison

@@ -67,6 +67,24 @@ def format_stats(stats: dict) -> str:
     return "\n".join(lines)
 
 
+def with_samples(workload, n: int, beam_width: int):
+    """``workload`` with every request asking for ``n`` parallel samples or a beam of ``beam_width``."""
+    import dataclasses
+
+    import numpy as np
+
+    if n < 1 or beam_width < 1:
+        raise ValueError(f"--n and --beam-width must be >= 1, got {n} and {beam_width}")
+    if n > 1 and beam_width > 1:
+        raise ValueError("use either --n (parallel sampling) or --beam-width, not both")
+    if n == 1 and beam_width == 1:
+        return workload
+    size = len(workload)
+    label = f"n={n}" if n > 1 else f"beam_width={beam_width}"
+    return dataclasses.replace(workload, n=np.full(size, n, np.int64), beam_width=np.full(size, beam_width, np.int64),
+                               source=f"{workload.source}; every request {label}")
+
+
 @click.group("trace")
 def trace() -> None:
     """Read, summarise and generate request traces."""
@@ -119,7 +137,11 @@ def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, bea
         if preset is not None:
             if lengths or arrivals:
                 raise ValueError("give either --preset or --lengths/--arrivals, not both")
-            workload = load_preset(preset, num_requests=num_requests, rate=rate, seed=seed)
+            if turns != 1 or system_prompt_len or system_prompt_frac or turn_gap_s != 30.0:
+                raise ValueError("--turns, --turn-gap-s and --system-prompt-* shape synthetic requests; use them "
+                                 "with --lengths/--arrivals, not --preset")
+            workload = with_samples(load_preset(preset, num_requests=num_requests, rate=rate, seed=seed),
+                                    n, beam_width)
         else:
             if not (lengths and arrivals and num_requests):
                 raise ValueError("give --preset, or all of --lengths, --arrivals and --num-requests")

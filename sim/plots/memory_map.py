@@ -3,7 +3,8 @@
 Read left to right, top to bottom, like memory addresses. Contiguous allocators show one solid slab per request
 with the buddy allocator's rounding and holes between slabs; paged allocators show the same requests scattered
 as small blocks with almost nothing free in between. The map needs the ``memory`` table (``time_s, slot,
-owner``; owner -1 free, -2 allocator overhead) that a run records when asked.
+owner``; owner -1 free, -2 allocator overhead, -3 a block shared by several sequences) that a run records
+when asked.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from matplotlib.colors import hsv_to_rgb, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from allocators.base import FREE_OWNER, OVERHEAD_OWNER
+from allocators.base import FREE_OWNER, OVERHEAD_OWNER, SHARED_OWNER
 from sim.plots.data import require_columns
 from sim.plots.style import allocator_label, figure_and_axes, new_figure, order_allocators
 
 FREE_COLOR = "#eeeeee"
 OVERHEAD_COLOR = "#212121"
+SHARED_COLOR = "#7a7a7a"
+"""Copy-on-write blocks held by several sequences: one neutral grey, not a sequence hue."""
 OUTSIDE_COLOR = "#ffffff"
 
 
@@ -45,13 +48,15 @@ def memory_snapshot(memory: pd.DataFrame, time_s: float | None = None) -> tuple[
 
 
 def owner_colors(owners: np.ndarray) -> np.ndarray:
-    """RGB per slot: a stable, well-spread hue per owner id (golden-ratio steps), grey free, black overhead."""
+    """RGB per slot: a stable, well-spread hue per owner id (golden-ratio steps), light grey free, black
+    overhead, mid grey shared."""
     hue = (owners.astype(float) * 0.6180339887) % 1.0
     sat = 0.45 + 0.35 * ((owners * 7) % 3) / 2
     hsv = np.stack([hue, sat, np.full(len(owners), 0.88)], axis=-1)
     rgb = hsv_to_rgb(hsv)
     rgb[owners == FREE_OWNER] = to_rgb(FREE_COLOR)
     rgb[owners == OVERHEAD_OWNER] = to_rgb(OVERHEAD_COLOR)
+    rgb[owners == SHARED_OWNER] = to_rgb(SHARED_COLOR)
     return rgb
 
 
@@ -85,11 +90,16 @@ def plot_memory_map(
     live = owners[owners >= 0]
     free = np.count_nonzero(owners == FREE_OWNER) / capacity
     overhead = np.count_nonzero(owners == OVERHEAD_OWNER) / capacity
-    caption = (f"t = {chosen:.1f} s: {len(np.unique(live))} sequences, {free:.0%} free, "
+    shared = np.count_nonzero(owners == SHARED_OWNER) / capacity
+    shared_text = f"{shared:.0%} shared, " if shared else ""
+    caption = (f"t = {chosen:.1f} s: {len(np.unique(live))} sequences, {shared_text}{free:.0%} free, "
                f"{overhead:.1%} allocator overhead ({capacity:,} slots, {width} per row)")
     ax.set_title(f"{title}\n{caption}" if title else caption, fontsize="small", loc="left")
-    ax.legend(handles=[Patch(color=FREE_COLOR, label="free"), Patch(color=OVERHEAD_COLOR, label="overhead"),
-                       Patch(color=hsv_to_rgb((0.1, 0.6, 0.88)), label="one colour per sequence")],
+    handles = [Patch(color=FREE_COLOR, label="free"), Patch(color=OVERHEAD_COLOR, label="overhead"),
+               Patch(color=hsv_to_rgb((0.1, 0.6, 0.88)), label="one colour per sequence")]
+    if shared:
+        handles.append(Patch(color=SHARED_COLOR, label="shared by several sequences"))
+    ax.legend(handles=handles,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", frameon=False)
     return fig
 

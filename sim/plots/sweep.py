@@ -88,15 +88,20 @@ def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x
     their min-max band where a point of the line aggregates several rows.
 
     ``x`` defaults to ``rate`` when the sweep varies it (the paper's latency-against-load figure), else to
-    the first configuration field that varies."""
+    the first configuration field that varies. ``hue`` defaults to ``allocator`` when that varies and is not
+    ``x``, else to the first other varied field but ``seed``: averaging allocators (whose latencies differ
+    a thousandfold) into one line would hide the comparison the sweep was run for; seeds are replicates."""
     rows = _ok_rows(df)
     if rows.empty:
         raise ValueError("sweep results have no successful points to plot")
+    swept = swept_fields(rows)
     if x is None:
-        swept = swept_fields(rows)
         if not swept:
             raise ValueError("the sweep varies no configuration field; name the x axis")
         x = "rate" if "rate" in swept else swept[0]
+    if hue is None:
+        others = [f for f in swept if f not in (x, "seed")]
+        hue = "allocator" if "allocator" in others else (others[0] if others else None)
     require_columns(rows, [metric, x] + ([hue] if hue else []), "sweep results")
     fig, ax = figure_and_axes(ax, (6.0, 4.0))
     positions, linestyle = _x_positions(rows, x, ax)

@@ -1,0 +1,137 @@
+"""Copies and swaps are charged for the bytes they really move (token slots x KV bytes per token), whatever
+the allocator: a paged copy moves a block, a contiguous fork the parent's tokens, a swap every block of a
+paged sequence or a slab's tokens in one transfer."""
+
+import pytest
+
+from allocators import make_allocator
+from allocators.catalog import get_gpu, get_model
+from allocators.paged import PagedAllocator
+from sim.cost_model import ConstantStepCost, StepCostModel
+from sim.scheduler import Scheduler
+from sim.sequence_group import RUNNING, SWAPPED, SequenceGroup
+
+MODEL, GPU = get_model("opt-13b"), get_gpu("a100-40gb")
+KV = MODEL.kv_bytes_per_token
+
+
+class Sink:
+    def finish(self, group, t):
+        pass
+
+    def reject(self, group, reason, t):
+        raise AssertionError(f"request {group.request_id} rejected: {reason}")
+
+
+def test_transfer_time_is_bytes_over_bandwidth_plus_latency_per_swap_transfer():
+    cost = StepCostModel(MODEL, GPU, block_size=16)
+    hbm = 0.8 * GPU.hbm_bandwidth_gb_s * 1e9
+    pcie = GPU.pcie_gb_s * 1e9
+    assert cost.transfer_time(copy_slots=1000) == pytest.approx(2 * 1000 * KV / hbm, rel=1e-12)
+    assert cost.transfer_time(swap_slots=1000, swap_transfers=1) == pytest.approx(
+        1000 * KV / pcie + 2 * MODEL.num_layers * 5e-6, rel=1e-12)
+    base = cost.step_time(0, 8, 4000)
+    # with slots given, the copies are charged for them, not for their count
+    assert cost.step_time(0, 8, 4000, copies=1, copy_slots=1000) == pytest.approx(
+        base + cost.transfer_time(copy_slots=1000), rel=1e-12)
+    assert cost.step_time(0, 8, 4000, swap_blocks=1, swap_slots=1000) == pytest.approx(
+        base + cost.transfer_time(swap_slots=1000, swap_transfers=1), rel=1e-12)
+    # without them every copy or transfer is one block (exact for paged allocators)
+    assert cost.step_time(0, 8, 4000, copies=3, swap_blocks=2) == pytest.approx(
+        base + cost.transfer_time(copy_slots=48, swap_slots=32, swap_transfers=2), rel=1e-12)
+    assert cost.step_time(0, 0, 0, copies=1, copy_slots=500) > cost.step_overhead_s  # a copy-only step costs
+    assert ConstantStepCost(0.01).transfer_time(10**6, 10**6, 100) == 0.0
+
+
+def test_allocators_count_the_slots_their_copies_move():
+    contiguous = make_allocator("contiguous-oracle", 4096)
+    contiguous.admit(0, 1000, final_tokens=1100)
+    assert contiguous.fork(0, 1, final_tokens=1100) is not None
+    assert contiguous.copied_slots == 1000  # the parent's tokens, one slab copy, not a block of 16
+    paged = make_allocator("paged", 4096, block_size=16)
+    paged.admit(0, 1000, final_tokens=1100)
+    copies = paged.fork(0, 1, final_tokens=1100)
+    assert len(copies) == 63 and paged.copied_slots == 63 * 16  # whole blocks, the last one partly filled
+    cow = make_allocator("paged-cow", 4096, block_size=16)
+    cow.admit(0, 1000, final_tokens=1100)
+    assert cow.fork(0, 1, final_tokens=1100) == () and cow.copied_slots == 0
+    assert len(cow.grow(1, 1)) == 1 and cow.copied_slots == 16  # the shared tail copied on write
+
+
+def test_swap_extent():
+    paged = PagedAllocator(4096, block_size=16)
+    paged.admit(0, 40, final_tokens=100)
+    assert paged.swap_extent(0) == (48, 3) and paged.swap_extent(0, pending=5) == (48, 3)
+    slab = make_allocator("contiguous-pow2", 4096)
+    slab.admit(0, 40, final_tokens=100)
+    assert slab.swap_extent(0) == (40, 1) and slab.swap_extent(0, pending=5) == (45, 1)
+
+
+def _run_steps(sched, steps: int, t: float = 0.0):
+    plans = []
+    for _ in range(steps):
+        plans.append(sched.plan_step(t))
+        t += 0.1
+        sched.complete(1, t)
+    return plans, t
+
+
+@pytest.mark.parametrize("allocator", ["contiguous-oracle", "contiguous-max", "paged", "paged-cow"])
+def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
+    """A (prompt 100, n=2) forks at its first token; V (prompt 10) decodes, lazily grown, and is then
+    preempted to swap and swapped back in."""
+    alloc = make_allocator(allocator, 4096, block_size=16, max_model_len=512)
+    sched = Scheduler(alloc, Sink(), max_num_batched_tokens=512, preemption="swap", swap_slots=10_000,
+                      max_model_len=512)
+    a = SequenceGroup(0, 0, 0.0, 100, 40, n=2)
+    v = SequenceGroup(1, 1, 0.0, 10, 40)
+    sched.add(a, 0.0)
+    sched.add(v, 0.0)
+    (first,), t = _run_steps(sched, 1)
+    contiguous = allocator.startswith("contiguous")
+    # the fork: a slab copy of the parent's 100 tokens; 7 block copies without copy-on-write; with it, the
+    # first token written into the shared, partly filled tail copies that block
+    expected = {"paged": (7, 7 * 16), "paged-cow": (1, 16)}.get(allocator, (1, 100))
+    assert (first.copies, first.copy_slots) == expected
+    _, t = _run_steps(sched, 4, t)  # V holds 10 + 5 tokens; the allocator may not have been told them all
+    plan = sched.plan_step(t)
+    sched.preempt(v)  # what `until_fits` does when memory runs out
+    assert v.state == SWAPPED
+    slots, transfers = (15, 1) if contiguous else (16, 1)  # the tokens of a slab; a paged sequence's one block
+    assert (plan.swap_blocks, plan.swap_slots) == (transfers, slots)
+    assert v.swapped_slots == sched.swap_used == slots
+    sched.complete(1, t + 0.1)
+    back = sched.plan_step(t + 0.1)  # swapped back in: the same slots, the other way
+    assert v.state == RUNNING and (back.swap_blocks, back.swap_slots) == (transfers, slots)
+    assert sched.swap_used == 0
+    cost = StepCostModel(MODEL, GPU, block_size=16, paged=not contiguous)
+    charged = cost.step_time(back.prefill_tokens, back.decode_seqs, back.context_tokens, back.copies,
+                             back.swap_blocks, back.attention_pairs, copy_slots=back.copy_slots,
+                             swap_slots=back.swap_slots)
+    plain = cost.step_time(back.prefill_tokens, back.decode_seqs, back.context_tokens,
+                           attention_pairs=back.attention_pairs)
+    assert charged - plain == pytest.approx(cost.transfer_time(back.copy_slots, slots, transfers), rel=1e-9)
+    alloc.check_invariants()
+
+
+def test_a_contiguous_fork_is_charged_its_slab_copy_end_to_end():
+    """A request sampled twice on a contiguous allocator: the step that forks it pays for copying the prompt's
+    1,000 tokens of KV, not one 16-slot block."""
+    import numpy as np
+
+    from sim.config import SimConfig
+    from sim.runner import run_simulation
+    from workloads import Workload
+
+    workload = Workload(np.array([0.0]), np.array([1000]), np.array([4]), n=np.array([2]))
+    config = SimConfig(allocator="contiguous-oracle", model="opt-13b", gpu="a100-40gb", kv_gib=12)
+    steps = run_simulation(config, workload).steps
+    fork = steps[steps["copies"] > 0]
+    assert len(fork) == 1 and int(fork["num_steps"].iloc[0]) == 1
+    row = fork.iloc[0]
+    cost = StepCostModel(MODEL, GPU, block_size=16, paged=False)
+    prefill = int(row.prefill_tokens)
+    assert prefill == 1000  # the fork follows the prompt's prefill, in the same step
+    without_copy = cost.step_time(prefill, int(row.decode_seqs), int(row.context_tokens),
+                                  attention_pairs=prefill * (prefill + 1) // 2)
+    assert row.duration_s == pytest.approx(without_copy + cost.transfer_time(copy_slots=1000), rel=1e-9)
