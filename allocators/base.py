@@ -140,6 +140,44 @@ class Allocator(ABC):
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """Make ``child_id`` a copy of ``parent_id`` (shared where the allocator can share); None if no room."""
 
+    def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
+                   block_hashes: Sequence[int] = ()) -> bool:
+        """Whether a sequence admitted with ``num_tokens`` tokens, then forked ``count`` times, with every one
+        of the ``count + 1`` sequences then given a slot for one token, fits now; changes nothing.
+
+        The scheduler asks it before admitting a group whose parallel samples or beams fork at the first
+        token, so a group whose sequences cannot all be placed keeps waiting instead of being admitted,
+        prefilled and preempted again at the fork. Default: a trial (admit, fork, grow, free) rolled back,
+        exact for allocators whose `free` restores the state (contiguous slabs); paged allocators answer from
+        their counters, so a trial cannot touch the prefix cache."""
+        copied, made, ok = self.copied_slots, [], True
+        ids = iter(range(-1, -(1 << 62), -1))  # ids the caller does not use (it picks non-negative ones)
+        parent = next(seq for seq in ids if not self._holds(seq))
+        if self.admit(parent, num_tokens, final_tokens=final_tokens, max_total_tokens=max_total_tokens) is None:
+            return False
+        made.append(parent)
+        for _ in range(count):
+            child = next(seq for seq in ids if not self._holds(seq))
+            if self.fork(parent, child, final_tokens=final_tokens) is None:
+                ok = False
+                break
+            made.append(child)
+        for seq in made if ok else ():
+            if self.grow(seq, 1) is None:
+                ok = False
+                break
+        for seq in reversed(made):
+            self.free(seq)
+        self.copied_slots = copied
+        return ok
+
+    def _holds(self, seq_id: int) -> bool:
+        try:
+            self.num_tokens(seq_id)
+        except KeyError:
+            return False
+        return True
+
     @abstractmethod
     def free(self, seq_id: int) -> int:
         """Release a sequence; returns the slots it no longer references."""

@@ -124,6 +124,24 @@ class PagedAllocator(Allocator):
     def headroom(self, seq_id: int) -> int:
         return self._seqs[seq_id].room
 
+    def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
+                   block_hashes: Sequence[int] = ()) -> bool:
+        """`admit`'s test, then the blocks ``count`` forks and everyone's first token take (`_fork_blocks`)."""
+        hits = self._lookup(block_hashes, num_tokens)
+        ref = self._ref
+        taken = cdiv(num_tokens, self.block_size) - len(hits) + sum(1 for b in hits if ref[b] == 0)
+        free = self._free.num_free
+        if taken > free - self.watermark_blocks:
+            return False
+        full_tail = num_tokens % self.block_size == 0
+        return taken + self._fork_blocks(cdiv(num_tokens, self.block_size), full_tail, count) <= free
+
+    def _fork_blocks(self, table_len: int, full_tail: bool, count: int) -> int:
+        """Blocks ``count`` forks of a sequence with ``table_len`` blocks take, plus a slot for the next token
+        in each of the ``count + 1``: without copy-on-write every fork copies the whole table, and a full tail
+        needs a new block in every sequence."""
+        return count * table_len + (count + 1 if full_tail else 0)
+
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """Every block of the table, one transfer each (vLLM swaps block by block); pending tokens lie in
         blocks the table holds already."""

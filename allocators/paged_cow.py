@@ -56,6 +56,11 @@ class PagedCowAllocator(PagedAllocator):
             self._count_partial(last)
         return ()
 
+    def _fork_blocks(self, table_len: int, full_tail: bool, count: int) -> int:
+        """Forks share every block; the next token then copies a partly filled tail for every sharer but the
+        last (``count`` blocks), or takes a new block in each of the ``count + 1`` sequences if it is full."""
+        return count + 1 if full_tail else count
+
     def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
         last = s.table[-1]
         if num_tokens <= 0 or last not in self._partial:

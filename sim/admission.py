@@ -2,7 +2,9 @@
 
 A group is placed, preempted and freed whole. Placement admits its first sequence with the prompt (plus, for
 a single sequence being recomputed, the tokens it had generated); a group that had already forked is
-re-placed as its ``n`` sequences (fork, then grow each by its generated tokens). When an allocator call
+re-placed as its ``n`` sequences (fork, then grow each by its generated tokens). A group that forks at its
+first token is placed only if the allocator says all ``n`` sequences would fit (`Allocator.group_fits`):
+otherwise it would be prefilled, fail to fork and preempt itself, step after step. When an allocator call
 finds no room, `until_fits` preempts the latest admitted group, as vLLM does, until the call succeeds or the
 group itself was the victim. Preemption either recomputes (free, requeue at the front, prefill prompt and
 generated tokens again) or swaps (free, park the slots in a CPU swap space, copy them back before resuming);
@@ -94,6 +96,10 @@ class GroupMechanics:
         alloc, plan = self.alloc, self.plan
         self.register_prefix(group)
         multi = group.forked and group.num_seqs > 1
+        if group.num_seqs > 1 and not group.forked and not alloc.group_fits(
+                group.prompt + group.generated, group.num_seqs - 1, final_tokens=group.final_tokens,
+                max_total_tokens=group.max_total, block_hashes=group.hashes):
+            return False  # its samples or beams fork at the first token: admitted only if all of them fit
         first = self.new_seq(group)
         copied_before = alloc.copied_slots
         tokens = group.prompt + (0 if multi else group.generated)

@@ -27,25 +27,47 @@ def choose_parents(rng: np.random.Generator, k: int, keep_prob: float) -> np.nda
 
 def beam_step(sched, group: SequenceGroup) -> None:
     """Re-pick parents, fork and free, then give every beam a slot for this step's token. On a failed
-    allocator call the latest admitted group is preempted (`until_fits`); if that is ``group``, stop."""
+    allocator call the latest admitted group is preempted (`until_fits`); if that is ``group``, stop.
+
+    A beam's old sequence is freed as soon as no other beam still has to fork from it, and forks that let an
+    old sequence go come first, so the step needs no more memory than its ``k`` beams (plus one sequence for
+    each cycle of beams continuing each other): forking every child before freeing any made a group that
+    fits exactly preempt itself at each step it re-picked a beam.
+    """
     alloc, plan = sched.alloc, sched.plan
     parents = choose_parents(sched.rng, group.num_seqs, sched.beam_keep_prob).tolist()
     old = list(group.seq_ids)
     beams = list(old)
-    for j, parent in enumerate(parents):
-        if parent == j:
-            continue
+    losers = [j for j, parent in enumerate(parents) if parent != j]
+    pending = [0] * len(parents)  # forks still to be made from each old beam
+    for j in losers:
+        pending[parents[j]] += 1
+    freed: set[int] = set()
+
+    def free_done() -> None:
+        for j in losers:
+            if j not in freed and not pending[j]:
+                freed.add(j)
+                alloc.free(old[j])
+                del sched.owner[old[j]]
+                group.seq_ids.remove(old[j])
+
+    free_done()
+    to_fork = list(losers)
+    while to_fork:
+        # a fork that lets its parent's old sequence go first (it then costs no memory), else in beam order
+        j = next((j for j in to_fork if parents[parents[j]] != parents[j] and pending[parents[j]] == 1),
+                 to_fork[0])
+        to_fork.remove(j)
         child = sched._next_seq  # registered only once the fork succeeded
-        made = sched.until_fits(group, lambda p=old[parent], c=child: alloc.fork(p, c, final_tokens=group.final_tokens))
+        made = sched.until_fits(group, lambda p=old[parents[j]], c=child: alloc.fork(p, c, final_tokens=group.final_tokens))
         if made is None:
             return
         sched.new_seq(group)
         plan.copies += len(made)
         beams[j] = child
-    for j, parent in enumerate(parents):
-        if parent != j:
-            alloc.free(old[j])
-            del sched.owner[old[j]]
+        pending[parents[j]] -= 1
+        free_done()
     group.seq_ids = beams
     for seq_id in beams:
         made = sched.until_fits(group, lambda s=seq_id: alloc.grow(s, 1))

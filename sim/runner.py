@@ -138,7 +138,12 @@ def resolve_workload(config: SimConfig):
     if config.trace is not None:
         arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else None
         workload = workloads.load_trace(config.trace, arrivals=arrivals, seed=config.seed)
-        return workload.head(config.num_requests) if config.num_requests is not None else workload
+        if config.num_requests is None:
+            return workload
+        if config.num_requests > len(workload):  # as a preset does: never silently fewer than asked
+            raise workloads.TraceError(f"{config.trace}: asked for {config.num_requests} requests, the trace "
+                                       f"has {len(workload)}")
+        return workload.head(config.num_requests)
     if config.preset is not None:
         return workloads.load_preset(config.preset, num_requests=config.num_requests, rate=config.rate,
                                      seed=config.seed)

@@ -116,7 +116,7 @@ class Scheduler(GroupMechanics):
                     return admitted
                 self.waiting.popleft()
                 self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
-                                   "than the pool has)", self.now)
+                                   "than the whole pool has)", self.now)
                 continue
             admitted = True
             self.waiting.popleft()

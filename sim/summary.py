@@ -1,6 +1,7 @@
 """The run summary: the dict printed by ``kvsim run --json`` and its readable table.
 
-Keys are a public interface (``docs/architecture.md``). Memory shares are time-weighted over simulated time
+Keys are a public interface (``docs/architecture.md``); ``rejected_reasons`` counts rejections by reason,
+numbers normalised away (`reject_category`; each request's full message stays in ``reject_reason``). Memory shares are time-weighted over simulated time
 and the five ``*_frac`` shares sum to 1. Latency percentiles are over completed requests. Everything but
 ``wall_time_s`` is a deterministic function of the configuration and the workload.
 """
@@ -8,10 +9,30 @@ and the five ``*_frac`` shares sum to 1. Latency percentiles are over completed 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 SHARE_KEYS = ("token_states_frac", "reservation_frac", "internal_frag_frac", "external_frag_frac", "free_frac")
+
+
+_NUMBER = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?![\w.])")
+
+
+def reject_category(reason: str) -> str:
+    """A rejection reason with its per-request numbers replaced by ``N``, so that messages such as "prompt +
+    output = 5000 tokens exceeds max_model_len 4096" and "... = 4100 ..." count as one category."""
+    return _NUMBER.sub("N", reason)
+
+
+def rejected_reasons(reasons) -> dict[str, int]:
+    """Rejections by category (`reject_category`), most frequent first, ties by name: deterministic."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        if reason:
+            key = reject_category(reason)
+            counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _stat(values: np.ndarray, fn) -> float | None:
@@ -39,6 +60,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "requests": int(len(requests)),
         "completed": int(len(done)),
         "rejected": int(requests["rejected"].sum()),
+        "rejected_reasons": rejected_reasons(requests["reject_reason"][requests["rejected"]]),
         "preemptions": int(num_preemptions),
         "sim_time_s": sim_time,
         "wall_time_s": wall_time_s,
@@ -76,7 +98,11 @@ def format_summary(summary: dict) -> str:
     lines = []
     width = max(len(k) for k in summary)
     for key, value in summary.items():
-        if isinstance(value, float):
+        if isinstance(value, dict):  # rejected_reasons: shown only when something was rejected
+            if not value:
+                continue
+            text = "; ".join(f"{count} x {name}" for name, count in value.items())
+        elif isinstance(value, float):
             text = "nan" if math.isnan(value) else f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
         elif value is None:
             text = "-"

@@ -54,7 +54,9 @@ def test_parallel_groups_preempt_rarely(allocator, kind):
     s = r.summary
     assert s["completed"] + s["rejected"] == count
     assert s["completed"] == count
-    assert s["preemptions"] <= count  # thrashing made it hundreds per request
+    # thrashing made it hundreds per request (a group preempting itself at every fork); what is left is
+    # honest memory pressure: beams re-forked into slabs of other sizes, cycles of beams continuing each other
+    assert s["preemptions"] <= 2 * count and r.requests["preemptions"].max() <= 10
 
 
 @pytest.mark.parametrize("options", [dict(allocator="contiguous-max", kv_tokens=7 * 2048),
@@ -74,19 +76,23 @@ def test_fast_forward_equals_step_by_step_with_parallel_groups(options):
 
 
 @pytest.mark.parametrize("allocator", ALL)
-def test_fork_fits_agrees_with_forking(allocator):
-    """`fork_fits` answers without changing anything, and says exactly whether the forks and a token for
-    every sequence go through."""
-    for capacity in range(8 * 16, 40 * 16, 16):
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_group_fits_agrees_with_placing_the_group(allocator, prefix_caching):
+    """`group_fits` answers without changing anything (prefix cache included), and says exactly whether the
+    admission, the forks and a token for every sequence go through."""
+    hashes = (11, 12)
+    for capacity in range(6 * 16, 40 * 16, 16):
         for prompt in (15, 16, 17, 40):
-            a = ALLOCATORS[allocator](capacity, block_size=16, max_model_len=128)
-            if a.admit(0, prompt, final_tokens=prompt + 20, max_total_tokens=64) is None:
-                continue
-            before = (a.breakdown(), a.copied_slots, a.memory_map().tolist())
-            answer = a.fork_fits(0, 3, final_tokens=prompt + 20)
-            assert (a.breakdown(), a.copied_slots, a.memory_map().tolist()) == before
+            a = ALLOCATORS[allocator](capacity, block_size=16, max_model_len=128, prefix_caching=prefix_caching)
+            held = a.admit(100, 40, final_tokens=60, max_total_tokens=64, block_hashes=hashes)
+            if held is not None and prefix_caching:
+                a.free(100)  # its blocks stay cached
+            before = (a.breakdown(), a.copied_slots, a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
+            answer = a.group_fits(prompt, 3, final_tokens=prompt + 20, max_total_tokens=64, block_hashes=hashes)
+            after = (a.breakdown(), a.copied_slots, a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
+            assert after == before
             a.check_invariants()
-            ok = True
+            ok = a.admit(0, prompt, final_tokens=prompt + 20, max_total_tokens=64, block_hashes=hashes) is not None
             for child in (1, 2, 3):
                 ok = ok and a.fork(0, child, final_tokens=prompt + 20) is not None
             for seq in (0, 1, 2, 3):

@@ -61,7 +61,7 @@ def test_burstgpt_keeps_failed_requests_out_and_counts_them(tmp_path):
             "45,ChatGPT,1087,0,1087,Conversation log\n"
             "118,GPT-4,417,276,693,API log\n")
     w = load_trace(write(tmp_path, "burst.csv", text))
-    assert len(w) == 2 and list(w.prompt_tokens) == [472, 417] and list(w.arrival_time_s) == [5.0, 118.0]
+    assert len(w) == 2 and list(w.prompt_tokens) == [472, 417] and list(w.arrival_time_s) == [0.0, 113.0]  # rebased
     assert w.skipped_rows == 1 and w.skipped_reasons == {"failed request (0 response tokens)": 1}
 
 

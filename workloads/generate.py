@@ -9,8 +9,9 @@ Sharing options:
 
 - ``n`` (parallel sampling) or ``beam_width``, the same for every request;
 - a shared system prompt of ``system_prompt_len`` tokens, prepended to the prompt of a random
-  ``system_prompt_frac`` of requests (``prefix_group`` 0 with ``prefix_len`` = its length; the lengths cap
-  applies to the sampled part only);
+  ``system_prompt_frac`` of requests (``prefix_group`` 0 with ``prefix_len`` = its length); the lengths cap
+  ``max_total`` holds for the whole request: a request given the system prompt has its drawn prompt
+  shortened (to 1 token at least), then its output, so that system prompt + prompt + output fit the cap;
 - ``turns`` > 1: multi-turn conversations whose later turns extend earlier ones, identified by
   ``prefix_hashes`` of ``prefix_hash_tokens``-token units.
 """
@@ -45,6 +46,8 @@ def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, 
     has_sys = np.zeros(num_requests, bool)
     if system_prompt_len > 0 and system_prompt_frac > 0:
         has_sys = share_rng.random(num_requests) < system_prompt_frac
+        prompt, output = _fit_system_prompt(prompt, output, has_sys, system_prompt_len,
+                                            getattr(dist, "max_total", None))
     columns: dict[str, np.ndarray] = {}
     if turns > 1:
         convs = build_conversations(times, prompt, output, has_sys, sys_len=system_prompt_len, turns=turns,
@@ -70,6 +73,21 @@ def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, 
         closed_loop=closed,
         **columns,
     )
+
+
+def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarray, sys_len: int,
+                       max_total: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Shorten the drawn prompt (at least 1 token left), then the output, of requests that get the system
+    prompt so that the cap holds for the final request; other requests keep their draws."""
+    if max_total is None or not has_sys.any():
+        return prompt, output
+    room = max_total - sys_len  # for the drawn prompt and the output together
+    if room < 2:
+        raise TraceError(f"generate: system_prompt_len {sys_len} leaves no room for a prompt and an output "
+                         f"token under max_total {max_total}")
+    fitted_prompt = np.clip(room - output, 1, prompt)
+    fitted_output = np.minimum(output, room - fitted_prompt)
+    return np.where(has_sys, fitted_prompt, prompt), np.where(has_sys, fitted_output, output)
 
 
 def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int,

@@ -32,6 +32,9 @@ def simulation_options(func):
         click.option("--kv-tokens", type=int, help="KV memory in token slots."),
         click.option("--tensor-parallel", type=int, default=1, show_default=True,
                      help="GPUs the model and its KV cache are split over."),
+        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+                     help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
+                          "memory unless --kv-gib or --kv-tokens is given."),
         click.option("--block-size", type=int, default=16, show_default=True,
                      help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
         click.option("--placement", default="buddy", show_default=True,

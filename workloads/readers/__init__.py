@@ -37,6 +37,8 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
     string or an arrival process) replaces the trace's timestamps; files without timestamps default to
     ``poisson:rate=1``, seeded by ``seed``."""
     path = Path(path)
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     with path.open("rb") as handle:

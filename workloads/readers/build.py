@@ -3,6 +3,7 @@
 Every rule is a boolean mask over rows, checked in a fixed order; a row's first failing rule is its reason.
 Without ``skip_bad_rows`` the first bad row (in file order) raises one `TraceError` naming the file, the line
 (or row) and the field; with it, bad rows are dropped and counted by reason in ``Workload.skipped_reasons``.
+Arrival times are rebased to the first arrival (``source`` says by how much), whatever the format.
 No per-row Python runs unless a column fails its fast numeric parse.
 """
 
@@ -140,6 +141,10 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
 
     kept_hashes = hashes.take(keep)
     arrival = x["arrival_time_s"][keep] if "arrival_time_s" in x else np.zeros(len(keep))
+    offset = float(arrival[0])  # the earliest: arrivals are in order
+    if offset:  # seconds from the trace start, as the canonical format defines them: epoch-sized timestamps
+        arrival = arrival - offset  # would leave a millisecond step ~1e-4 s of float precision, or none at all
+        source += f"; arrival times rebased by {offset:.15g} s (the first arrival)"
     return Workload(
         arrival_time_s=arrival,
         prompt_tokens=prompt[keep].astype(np.int64),
