@@ -17,6 +17,8 @@ from numbers import Integral
 
 import numpy as np
 
+from allocators.placement import placement_class
+
 Copy = tuple[int, int]
 """A copy-on-write copy of one block (or slab) from ``src`` to ``dst``, for the cost model to charge."""
 
@@ -31,17 +33,6 @@ SHARED_OWNER = -3
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers (blocks needed for ``a`` tokens of ``b`` per block)."""
     return -(-a // b)
-
-
-def validate_options(*, block_size: int, max_model_len: int, prefix_caching: bool, watermark: float) -> None:
-    """Raise ValueError with a one-line reason for a bad constructor option shared by every allocator."""
-    for name, value in (("block_size", block_size), ("max_model_len", max_model_len)):
-        if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if prefix_caching not in (True, False):
-        raise ValueError(f"prefix_caching must be True or False, got {prefix_caching!r}")
-    if not 0.0 <= watermark < 1.0:
-        raise ValueError(f"watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
 
 
 @dataclass(slots=True)
@@ -96,10 +87,23 @@ class Allocator(ABC):
     name: str = ""
     block_size: int = 1
 
-    def __init__(self, capacity: int) -> None:
-        if capacity <= 0:
-            raise ValueError(f"capacity must be positive, got {capacity}")
-        self.capacity = int(capacity)
+    def __init__(self, capacity_slots: int, *, block_size: int, max_model_len: int, placement: str,
+                 prefix_caching: bool, watermark: float) -> None:
+        """Validate every option of the constructor contract, so that a bad one is a one-line ValueError
+        whichever allocator is built, even one it ignores (a typo should not pass silently). The public
+        classes' signatures give the defaults; this sets the options every allocator uses."""
+        if capacity_slots <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity_slots}")
+        for name, value in (("block_size", block_size), ("max_model_len", max_model_len)):
+            if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        placement_class(placement)
+        if prefix_caching not in (True, False):
+            raise ValueError(f"prefix_caching must be True or False, got {prefix_caching!r}")
+        if not 0.0 <= watermark < 1.0:
+            raise ValueError(f"watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
+        self.capacity = int(capacity_slots)
+        self.max_model_len = int(max_model_len)
         self.copied_slots = 0
         """Token slots copied so far by every copy this allocator reported (a block each for paged
         allocators, the parent's tokens for a contiguous fork): the cost model charges the bytes from the
@@ -197,7 +201,8 @@ class Allocator(ABC):
 
     @abstractmethod
     def memory_map(self) -> np.ndarray:
-        """Owner of every slot of the arena in physical order (seq id, `FREE_OWNER` or `OVERHEAD_OWNER`)."""
+        """Owner of every slot of the arena in physical order (seq id, `FREE_OWNER`, `OVERHEAD_OWNER` or
+        `SHARED_OWNER`)."""
 
     @abstractmethod
     def check_invariants(self) -> None:

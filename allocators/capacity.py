@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from allocators.base import Allocator
 from allocators.catalog import GIB, GpuSpec, ModelSpec
 
 
@@ -94,3 +95,17 @@ def kv_capacity(
         activation_reserve_bytes_per_gpu=activations,
         **common,
     )
+
+
+def fill_to_capacity(allocator: Allocator, prompt_len: int, output_len: int) -> int:
+    """Admit requests of ``prompt_len`` tokens and grow each by ``output_len`` until one does not fit;
+    returns how many fit (the one that did not is taken out again)."""
+    final = prompt_len + output_len
+    count = 0
+    while True:
+        if allocator.admit(count, prompt_len, final_tokens=final) is None:
+            return count
+        if output_len and allocator.grow(count, output_len) is None:
+            allocator.free(count)
+            return count
+        count += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, fields
+from numbers import Integral, Real
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -20,6 +21,14 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 GIB = 1024**3
+
+
+def _check_positive(entry: str, field: str, value: object, *, integer: bool = False) -> None:
+    """A one-line ValueError unless ``value`` is a positive number (an integer where ``integer``): catalog
+    files are user input, and a string or a bool must not reach the arithmetic."""
+    kind = Integral if integer else Real
+    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+        raise ValueError(f"{entry}: {field} must be a positive {'integer' if integer else 'number'}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +51,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "max_seq_len",
                   "intermediate_size", "vocab_size", "dtype_bytes"):
-            if getattr(self, f) <= 0:
-                raise ValueError(f"model {self.name!r}: {f} must be positive, got {getattr(self, f)}")
-        if self.num_params <= 0:
-            raise ValueError(f"model {self.name!r}: num_params must be positive")
+            _check_positive(f"model {self.name!r}", f, getattr(self, f), integer=True)
+        _check_positive(f"model {self.name!r}", "num_params", self.num_params)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"model {self.name!r}: num_heads must be a multiple of num_kv_heads")
 
@@ -71,9 +78,9 @@ class GpuSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for f in ("memory_bytes", "hbm_bandwidth_gb_s", "bf16_tflops", "pcie_gb_s"):
-            if getattr(self, f) <= 0:
-                raise ValueError(f"gpu {self.name!r}: {f} must be positive")
+        _check_positive(f"gpu {self.name!r}", "memory_bytes", self.memory_bytes, integer=True)
+        for f in ("hbm_bandwidth_gb_s", "bf16_tflops", "pcie_gb_s"):
+            _check_positive(f"gpu {self.name!r}", f, getattr(self, f))
 
     @property
     def memory_gib(self) -> float:
@@ -127,6 +134,19 @@ def _spec_from_table(cls: type, name: str, table: dict, path: Path) -> object:
         return cls(name=name.lower(), **table)
     except TypeError as exc:  # a missing required field
         raise ValueError(f"{path}: entry {name!r}: {exc}") from None
+    except ValueError as exc:  # a field out of range: name the file too
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _tables(data: dict, section: str, path: Path) -> dict[str, dict]:
+    """The ``[section.NAME]`` tables of a catalog file, each as a plain dict."""
+    entries = data.get(section, {})
+    if not isinstance(entries, dict):
+        raise ValueError(f"{path}: {section} must be tables [{section}.NAME]")
+    for name, table in entries.items():
+        if not isinstance(table, dict):
+            raise ValueError(f"{path}: {section}.{name} must be a table [{section}.{name}] of fields")
+    return {name: dict(table) for name, table in entries.items()}
 
 
 def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
@@ -141,13 +161,14 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path}: cannot read catalog file: {exc}") from None
     models = {}
-    for name, table in data.get("models", {}).items():
-        models[name.lower()] = _spec_from_table(ModelSpec, name, dict(table), path)
+    for name, table in _tables(data, "models", path).items():
+        models[name.lower()] = _spec_from_table(ModelSpec, name, table, path)
     gpus = {}
-    for name, table in data.get("gpus", {}).items():
-        table = dict(table)
+    for name, table in _tables(data, "gpus", path).items():
         if "memory_gib" in table:
-            table["memory_bytes"] = int(table.pop("memory_gib") * GIB)
+            gib = table.pop("memory_gib")
+            _check_positive(f"{path}: gpu {name!r}", "memory_gib", gib)  # not a string times GIB
+            table["memory_bytes"] = int(gib * GIB)
         gpus[name.lower()] = _spec_from_table(GpuSpec, name, table, path)
     return models, gpus
 

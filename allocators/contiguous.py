@@ -24,7 +24,6 @@ from allocators.base import (
     Allocator,
     Copy,
     MemoryBreakdown,
-    validate_options,
 )
 from allocators.placement import make_placement
 
@@ -51,10 +50,8 @@ class ContiguousAllocator(Allocator):
         prefix_caching: bool = False,
         watermark: float = 0.0,
     ) -> None:
-        super().__init__(capacity_slots)
-        validate_options(block_size=block_size, max_model_len=max_model_len, prefix_caching=prefix_caching,
-                         watermark=watermark)
-        self.max_model_len = int(max_model_len)
+        super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
+                         prefix_caching=prefix_caching, watermark=watermark)
         self.placement = make_placement(placement, self.capacity)
         self._seqs: dict[int, _Slab] = {}
         self._num_token_slots = 0

@@ -36,10 +36,8 @@ from allocators.base import (
     Copy,
     MemoryBreakdown,
     cdiv,
-    validate_options,
 )
 from allocators.free_queue import FreeBlockQueue
-from allocators.placement import PLACEMENTS
 from allocators.prefix_cache import PrefixCache
 
 _NO_HITS = Admission()
@@ -75,13 +73,9 @@ class PagedAllocator(Allocator):
         prefix_caching: bool = False,
         watermark: float = 0.0,
     ) -> None:
-        super().__init__(capacity_slots)
-        validate_options(block_size=block_size, max_model_len=max_model_len, prefix_caching=prefix_caching,
-                         watermark=watermark)
-        if placement not in PLACEMENTS:  # unused by paged allocation, but a typo should not pass silently
-            raise ValueError(f"unknown placement {placement!r}; valid choices: {', '.join(PLACEMENTS)}")
+        super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
+                         prefix_caching=prefix_caching, watermark=watermark)
         self.block_size = int(block_size)
-        self.max_model_len = int(max_model_len)
         self.prefix_caching = bool(prefix_caching)
         self.num_blocks = self.capacity // self.block_size
         if self.num_blocks < 2:
@@ -128,13 +122,18 @@ class PagedAllocator(Allocator):
                    block_hashes: Sequence[int] = ()) -> bool:
         """`admit`'s test, then the blocks ``count`` forks and everyone's first token take (`_fork_blocks`)."""
         hits = self._lookup(block_hashes, num_tokens)
-        ref = self._ref
-        taken = cdiv(num_tokens, self.block_size) - len(hits) + sum(1 for b in hits if ref[b] == 0)
+        taken = self._admission_blocks(hits, num_tokens)
         free = self._free.num_free
         if taken > free - self.watermark_blocks:
             return False
         full_tail = num_tokens % self.block_size == 0
         return taken + self._fork_blocks(cdiv(num_tokens, self.block_size), full_tail, count) <= free
+
+    def _admission_blocks(self, hits: list[int], num_tokens: int) -> int:
+        """Free blocks admitting ``num_tokens`` tokens with these prefix hits takes: its new blocks, plus the
+        hits that sit in the free queue (cached blocks nobody holds)."""
+        ref = self._ref
+        return cdiv(num_tokens, self.block_size) - len(hits) + sum(1 for b in hits if ref[b] == 0)
 
     def _fork_blocks(self, table_len: int, full_tail: bool, count: int) -> int:
         """Blocks ``count`` forks of a sequence with ``table_len`` blocks take, plus a slot for the next token
@@ -166,14 +165,16 @@ class PagedAllocator(Allocator):
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         admit_limit = self.num_usable_blocks - self.watermark_blocks
-        if cdiv(num_tokens, self.block_size) > admit_limit:
-            return (f"{self.name}: {num_tokens} tokens need {cdiv(num_tokens, self.block_size)} blocks but at most "
+        prompt_blocks = cdiv(num_tokens, self.block_size)
+        if prompt_blocks > admit_limit:
+            return (f"{self.name}: {num_tokens} tokens need {prompt_blocks} blocks but at most "
                     f"{admit_limit} can be admitted ({self.num_usable_blocks} usable, watermark "
                     f"{self.watermark_blocks})")
-        need = cdiv(max(num_tokens, final_tokens), self.block_size)
+        final = max(num_tokens, final_tokens)
+        need = cdiv(final, self.block_size)
         if need > self.num_usable_blocks:
             return (f"{self.name}: needs {need} blocks of {self.block_size} at its final length "
-                    f"{max(num_tokens, final_tokens)} but the pool has only {self.num_usable_blocks} usable")
+                    f"{final} but the pool has only {self.num_usable_blocks} usable")
         return None
 
     # -- state changes ---------------------------------------------------------------------------------
@@ -226,12 +227,9 @@ class PagedAllocator(Allocator):
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
         hits = self._lookup(block_hashes, num_tokens)
-        num_new = cdiv(num_tokens, self.block_size) - len(hits)
-        ref = self._ref
-        num_evictable_hits = sum(1 for b in hits if ref[b] == 0)
-        if num_new + num_evictable_hits > self._free.num_free - self.watermark_blocks:
+        if self._admission_blocks(hits, num_tokens) > self._free.num_free - self.watermark_blocks:
             return None
-        bs = self.block_size
+        bs, ref = self.block_size, self._ref
         for b in hits:  # touch the hits first so that popping new blocks cannot evict them
             if ref[b] == 0:
                 self._free.remove(b)
@@ -239,7 +237,7 @@ class PagedAllocator(Allocator):
             elif ref[b] > self._pins[b]:
                 self._shared_saved += bs
             ref[b] += 1
-        table = hits + self._pop_blocks(num_new)
+        table = hits + self._pop_blocks(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         s = SeqBlocks(table, num_tokens, final_tokens, hashes)
         s.num_hashed = len(hits)
@@ -265,21 +263,12 @@ class PagedAllocator(Allocator):
         return self._grow_slow(seq_id, s, num_tokens)
 
     def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
-        """Growth that fills the last block or crosses into new blocks (all or nothing)."""
-        if num_tokens <= 0:
-            if num_tokens == 0:
-                return ()
-            raise ValueError(f"sequence {seq_id}: cannot grow by {num_tokens} tokens")
-        num_new = cdiv(s.tokens + num_tokens, self.block_size) - len(s.table)
-        if num_new > self._free.num_free:
-            return None
-        s.table += self._pop_blocks(num_new)
-        s.tokens += num_tokens
-        self._num_token_slots += num_tokens
-        self._settle_last_block(s)
-        if s.num_hashed < len(s.hashes):
-            self._cache_full_blocks(s)
-        return ()
+        """Growth that fills the last block or crosses into new blocks (all or nothing): `grow_due`'s state
+        change without its report. Called through the class, since copy-on-write sets ``grow_due = None``
+        and keeps this path for the growth after its tail copy."""
+        if num_tokens == 0:
+            return ()
+        return None if PagedAllocator.grow_due(self, seq_id, num_tokens) is None else ()
 
     def grow_due(self, seq_id: int, num_tokens: int) -> tuple[int, int, int] | None:
         """`grow` for a sequence that has used up its headroom, reporting what changed instead of copies.
@@ -287,9 +276,9 @@ class PagedAllocator(Allocator):
         Returns ``(headroom, new_blocks, reserved_delta)``: the sequence's headroom afterwards, the blocks it
         took from the free queue and the change of the pool's reservation; None (nothing changed) if the pool
         lacks the blocks. The simulator's decode fast-forward calls this once per block a decoding sequence
-        fills and integrates memory from the deltas, so it never needs a `breakdown` in between. Same state
-        changes as `grow` (blocks popped in the same order); never copies, so copy-on-write subclasses whose
-        growth can copy a shared tail must set ``grow_due = None``.
+        fills and integrates memory from the deltas, so it never needs a `breakdown` in between. It is
+        `grow`'s own slow path (`_grow_slow`), so the state changes are the same by construction; it never
+        copies, so copy-on-write subclasses whose growth can copy a shared tail must set ``grow_due = None``.
         """
         s = self._seqs[seq_id]
         if num_tokens <= 0:

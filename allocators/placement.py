@@ -214,8 +214,13 @@ PLACEMENTS: dict[str, type[Placement]] = {
 }
 
 
-def make_placement(name: str, capacity: int) -> Placement:
+def placement_class(name: str) -> type[Placement]:
+    """The placement called ``name``; an unknown name is a one-line ValueError listing the valid ones."""
     try:
-        return PLACEMENTS[name](capacity)
+        return PLACEMENTS[name]
     except KeyError:
         raise ValueError(f"unknown placement {name!r}; valid choices: {', '.join(PLACEMENTS)}") from None
+
+
+def make_placement(name: str, capacity: int) -> Placement:
+    return placement_class(name)(capacity)

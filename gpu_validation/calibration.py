@@ -22,7 +22,7 @@ from allocators.catalog import GPUS, GpuSpec, get_gpu, get_model
 from gpu_validation.features import scaled_model
 from gpu_validation.fit import CALIBRATION_DIR, FitResult, calibration_table, fit_step_costs, write_table
 from gpu_validation.harness import GRIDS, Grid, run_harness
-from gpu_validation.timing import Timer, copy_bandwidth, matmul_flops
+from gpu_validation.timing import Timer, copy_bandwidth, matmul_flops, single_threaded_on_cpu
 
 
 @dataclass
@@ -79,13 +79,9 @@ def measure_peaks(device: torch.device, dtype: torch.dtype, spec: GpuSpec | None
     if spec is not None:
         copy = copy_bandwidth(device, 1024**3, timer)
         return spec.bf16_tflops * 1e12, spec.hbm_bandwidth_gb_s * 1e9, copy, f"catalog: {spec.source}"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with single_threaded_on_cpu(device):
         copy = copy_bandwidth(device, (64 if quick else 256) * 1024**2, timer)
         flops = max(matmul_flops(device, dtype, n, timer) for n in (256, 512, 1024))
-    finally:
-        torch.set_num_threads(threads)
     return flops, copy, copy, "measured on this CPU, one thread (square matmul; device copy)"
 
 
@@ -95,8 +91,9 @@ def default_table_path(gpu: str, model: str) -> Path:
 
 def calibrate(model: str, *, device: str | None = None, gpu: str | None = None, quick: bool = False,
               grid: Grid | None = None, seed: int = 0, decode_kernel: str | None = None,
-              progress: Callable[[str], None] | None = None) -> CalibrationRun:
-    """Run the harness for ``model`` and fit it. Raises ValueError/KeyError with a one-line reason."""
+              progress: Callable[[str], None] | None = None, deadline: float | None = None) -> CalibrationRun:
+    """Run the harness for ``model`` and fit it. Raises ValueError/KeyError with a one-line reason, and
+    TimeoutError if the harness crosses ``deadline`` (`harness.run_harness`)."""
     spec = get_model(model)
     dev, gpu_label, gpu_spec = resolve_device(device, gpu)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -104,7 +101,7 @@ def calibrate(model: str, *, device: str | None = None, gpu: str | None = None, 
     timed = scaled_model(spec, grid.model_scale)
     peak_flops, peak_bw, copy_bw, source = measure_peaks(dev, dtype, gpu_spec, quick)
     frame = run_harness(timed, grid, device=dev, dtype=dtype, seed=seed, decode_kernel=decode_kernel,
-                        progress=progress)
+                        progress=progress, deadline=deadline)
     fit = fit_step_costs(frame, peak_flops, peak_bw)
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu_name()} (CPU, 1 thread)"
     table = calibration_table(fit, gpu=gpu_label, model=spec.name, device=dev.type, device_name=device_name,

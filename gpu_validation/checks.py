@@ -9,6 +9,7 @@ growth, forks with copy-on-write, and frees. Every kernel must match the ground 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,10 @@ class Scenario:
     cache: PagedKVCache
     batch: PagedBatch
     expected: torch.Tensor  # float64, [batch, q_len, heads, head_dim]
+
+
+def _name(tables: str, block_size: int, q_len: int) -> str:
+    return f"{tables} bs={block_size} q_len={q_len}"
 
 
 def _generators(seed: int) -> tuple[np.random.Generator, torch.Generator]:
@@ -62,7 +67,7 @@ def random_scenario(*, device: str | torch.device = "cpu", dtype: torch.dtype = 
         seqs.place(i, table, n, prefix_of=parent, prefix_tokens=(shared // block_size) * block_size)
     ids = list(range(num_seqs))
     batch = seqs.batch(ids, q_len, num_heads)
-    return Scenario(f"random bs={block_size} q_len={q_len}", cache, batch, seqs.dense_reference(batch, ids))
+    return Scenario(_name("random", block_size, q_len), cache, batch, seqs.dense_reference(batch, ids))
 
 
 def allocator_scenario(allocator: str = "paged-cow", *, device: str | torch.device = "cpu",
@@ -97,7 +102,7 @@ def allocator_scenario(allocator: str = "paged-cow", *, device: str | torch.devi
     alloc.check_invariants()
     ids = sorted(seqs.tables)
     batch = seqs.batch(ids, q_len, num_heads)
-    return Scenario(f"{allocator} bs={block_size} q_len={q_len}", cache, batch, seqs.dense_reference(batch, ids))
+    return Scenario(_name(allocator, block_size, q_len), cache, batch, seqs.dense_reference(batch, ids))
 
 
 def _triton(scenario: Scenario, num_splits: int | None = None) -> torch.Tensor:
@@ -128,18 +133,23 @@ def available_kernels(device: torch.device, *, compile_flex: bool) -> list[str]:
     names = ["reference", "flex"]
     if compile_flex:
         names.append("flex-compiled")
-    if triton_available() and (device.type == "cuda" or not torch.cuda.is_available()):
+    if triton_available(device):
         names += ["triton", "triton-split"]
     return names
 
 
 def run_checks(device: str | torch.device, *, dtypes=(torch.float32, torch.bfloat16), block_sizes=(8, 16, 32),
                kernels: list[str] | None = None, compile_flex: bool = False, seed: int = 0,
-               progress: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Every kernel on every scenario; one row per (kernel, scenario, dtype) with the error and verdict."""
+               progress: Callable[[str], None] | None = None, deadline: float | None = None) -> pd.DataFrame:
+    """Every kernel on every scenario; one row per (kernel, scenario, dtype) with the error and verdict.
+
+    A scenario that cannot be built fails the check of each of its kernels, with the reason in ``note``.
+    ``deadline`` (a `time.monotonic` value) is a time budget: scenarios not started by then are skipped, and
+    ``frame.attrs["skipped"]`` counts their (kernel, scenario, dtype) checks. Each scenario runs in every
+    dtype before the next one starts, so that a run cut short still covers every dtype.
+    """
     device = torch.device(device)
     kernels = kernels or available_kernels(device, compile_flex=compile_flex)
-    rows = []
     # (scenario builder, its options): random tables and both real allocators. Every scenario of one block
     # size gets a cache of the same size and batch (6 sequences), so compiled FlexAttention compiles once
     # per block size, dtype and query length rather than once per scenario.
@@ -152,20 +162,34 @@ def run_checks(device: str | torch.device, *, dtypes=(torch.float32, torch.bfloa
     bs = block_sizes[0]
     cases.append((allocator_scenario, {"allocator": "paged", "block_size": bs, "seed": seed + 2,
                                        "num_blocks": 4096 // bs}))
-    for dtype in dtypes:
-        for build, options in cases:
+    rows, skipped = [], 0
+    for build, options in cases:
+        for dtype in dtypes:
             for q_len in (1, 7):
-                scenario = build(device=device, dtype=dtype, q_len=q_len, **options)
-                for name in kernels:
-                    if name.startswith("triton") and q_len != 1:
-                        continue
-                    try:
-                        err, note = relative_error(KERNELS[name](scenario), scenario.expected), ""
-                    except Exception as exc:  # a kernel that fails to run is a failed check, reported
-                        err, note = float("inf"), f"{type(exc).__name__}: {exc}"[:200]
+                names = [name for name in kernels if q_len == 1 or not name.startswith("triton")]
+                if deadline is not None and time.monotonic() > deadline:
+                    skipped += len(names)
+                    continue
+                try:
+                    scenario, failure = build(device=device, dtype=dtype, q_len=q_len, **options), ""
+                    label = scenario.name
+                except Exception as exc:  # reported as failed checks, and the other scenarios still run
+                    scenario, failure = None, f"building the scenario failed: {type(exc).__name__}: {exc}"[:200]
+                    label = _name(options.get("allocator", "random"), options["block_size"], q_len)
+                for name in names:
+                    err, note = float("inf"), failure
+                    if scenario is not None:
+                        try:
+                            err = relative_error(KERNELS[name](scenario), scenario.expected)
+                        except Exception as exc:  # a kernel that fails to run is a failed check, reported
+                            note = f"{type(exc).__name__}: {exc}"[:200]
                     tol = TOLERANCE[dtype]
-                    rows.append({"kernel": name, "scenario": scenario.name, "dtype": str(dtype)[6:],
+                    rows.append({"kernel": name, "scenario": label, "dtype": str(dtype)[6:],
                                  "rel_error": err, "tolerance": tol, "passed": err <= tol, "note": note})
                     if progress:
-                        progress(f"{name:14s} {scenario.name:28s} {str(dtype)[6:]:8s} {err:.2e}")
-    return pd.DataFrame(rows)
+                        progress(f"{name:14s} {label:28s} {str(dtype)[6:]:8s} {err:.2e} {note}".rstrip())
+    if skipped and progress:
+        progress(f"time budget spent: {skipped} checks skipped")
+    frame = pd.DataFrame(rows, columns=["kernel", "scenario", "dtype", "rel_error", "tolerance", "passed", "note"])
+    frame.attrs["skipped"] = skipped
+    return frame

@@ -15,6 +15,7 @@ or a later check needs nothing but the table.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from gpu_validation.dense_layer import DenseLayer, LMHead
 from gpu_validation.features import StepShape, decode_step, prefill_step, step_features
 from gpu_validation.kv_cache import PagedKVCache
 from gpu_validation.reference import paged_attention_reference
-from gpu_validation.timing import Timer
+from gpu_validation.timing import Timer, single_threaded_on_cpu
 from gpu_validation.triton_paged import triton_available, triton_paged_decode
 
 
@@ -65,7 +66,22 @@ GRIDS: dict[tuple[str, bool], Grid] = {
 
 
 def default_decode_kernel(device: torch.device) -> str:
-    return "triton" if device.type == "cuda" and triton_available() else "reference"
+    """The Triton kernel on a GPU; the reference elsewhere (timing triton's interpreter says nothing)."""
+    return "triton" if device.type == "cuda" and triton_available(device) else "reference"
+
+
+def timing_batch(model: ModelSpec, lengths: list[int], q_len: int, block_size: int, *, device: torch.device,
+                 dtype: torch.dtype, rng: np.random.Generator, generator: torch.Generator
+                 ) -> tuple[PagedKVCache, PagedBatch]:
+    """A cache holding exactly sequences of ``lengths`` (one layer, zeros: contents do not change the time),
+    their blocks scattered by a shuffled free list, and random queries for their last ``q_len`` positions."""
+    num_blocks = sum(-(-n // block_size) for n in lengths) + 1  # + the null block
+    cache = PagedKVCache(num_blocks, block_size, model.num_kv_heads, model.head_dim, dtype=dtype, device=device)
+    tables = random_block_tables(rng, lengths, block_size, num_blocks)
+    query = torch.randn(len(lengths), q_len, model.num_heads, model.head_dim, generator=generator)
+    batch = PagedBatch(query.to(device, dtype), pad_block_tables(tables, device),
+                       torch.tensor(lengths, dtype=torch.int32, device=device))
+    return cache, batch
 
 
 class StepTimer:
@@ -99,14 +115,8 @@ class StepTimer:
     def attention(self, lengths: list[int], q_len: int, block_size: int) -> tuple[float, str]:
         """Median seconds of one layer's attention for sequences of ``lengths`` (queries: the last
         ``q_len`` positions of each), and the kernel that ran."""
-        m = self.model
-        num_blocks = sum(-(-n // block_size) for n in lengths) + 1  # + the null block
-        cache = PagedKVCache(num_blocks, block_size, m.num_kv_heads, m.head_dim, dtype=self.dtype,
-                             device=self.device)
-        tables = random_block_tables(self.rng, lengths, block_size, num_blocks)
-        query = torch.randn(len(lengths), q_len, m.num_heads, m.head_dim, generator=self.generator)
-        batch = PagedBatch(query.to(self.device, self.dtype), pad_block_tables(tables, self.device),
-                           torch.tensor(lengths, dtype=torch.int32, device=self.device))
+        cache, batch = timing_batch(self.model, lengths, q_len, block_size, device=self.device, dtype=self.dtype,
+                                    rng=self.rng, generator=self.generator)
         kernel = self.decode_kernel if q_len == 1 else "reference"
         if kernel == "triton":
             seconds = self.timer(lambda: triton_paged_decode(cache, batch))
@@ -130,43 +140,40 @@ class StepTimer:
 
 def run_harness(model: ModelSpec, grid: Grid, *, device: str | torch.device, dtype: torch.dtype,
                 seed: int = 0, decode_kernel: str | None = None,
-                progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                progress: Callable[[str], None] | None = None, deadline: float | None = None) -> pd.DataFrame:
     """Time every point of ``grid`` for ``model`` (already scaled if wanted); one row per step.
 
-    On CPU, torch runs single-threaded while timing: on a shared machine a thread pool waiting at a barrier
-    for a descheduled thread turns microseconds into scheduler time slices, which is noise, not cost.
+    On CPU, torch runs single-threaded while timing (`timing.single_threaded_on_cpu`). ``deadline`` (a
+    `time.monotonic` value) is a time budget: crossing it before the last point raises TimeoutError, since a
+    fit to part of the grid would not be the calibration asked for.
     """
     device = torch.device(device)
-    if device.type == "cpu":
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return _run(model, grid, device, dtype, seed, decode_kernel, progress)
-        finally:
-            torch.set_num_threads(threads)
-    return _run(model, grid, device, dtype, seed, decode_kernel, progress)
-
-
-def _run(model: ModelSpec, grid: Grid, device: torch.device, dtype: torch.dtype, seed: int,
-         decode_kernel: str | None, progress: Callable[[str], None] | None) -> pd.DataFrame:
     timer = Timer(device, warmup=grid.warmup, repeats=grid.repeats)
     steps = StepTimer(model, device, dtype, timer, np.random.default_rng(seed),
                       decode_kernel or default_decode_kernel(device))
+    total = len(grid.block_sizes) * (len(grid.batch_sizes) * len(grid.context_lens)
+                                     + len(grid.prefill_chunks) * len(grid.prefill_offsets))
     rows = []
-    for bs in grid.block_sizes:
-        for batch in grid.batch_sizes:
-            for ctx in grid.context_lens:
-                row = steps.step_row("decode", decode_step(batch, ctx, bs), [ctx] * batch, 1, batch)
-                rows.append({"batch_size": batch, "context_len": ctx, "chunk": 0, "offset": 0, **row})
-                if progress:
-                    progress(f"decode bs={bs} batch={batch} ctx={ctx}: {row['step_s'] * 1e3:.2f} ms")
-        for chunk in grid.prefill_chunks:
-            for offset in grid.prefill_offsets:
-                row = steps.step_row("prefill", prefill_step(chunk, offset, bs), [offset + chunk], chunk, 1)
-                rows.append({"batch_size": 1, "context_len": offset + chunk, "chunk": chunk, "offset": offset,
-                             **row})
-                if progress:
-                    progress(f"prefill bs={bs} chunk={chunk} offset={offset}: {row['step_s'] * 1e3:.2f} ms")
+
+    def add(row: dict, line: str) -> None:
+        rows.append(row)
+        if progress:
+            progress(f"{line}: {row['step_s'] * 1e3:.2f} ms")
+        if deadline is not None and len(rows) < total and time.monotonic() > deadline:
+            raise TimeoutError(f"time budget spent after {len(rows)} of {total} calibration steps")
+
+    with single_threaded_on_cpu(device):
+        for bs in grid.block_sizes:
+            for batch in grid.batch_sizes:
+                for ctx in grid.context_lens:
+                    row = steps.step_row("decode", decode_step(batch, ctx, bs), [ctx] * batch, 1, batch)
+                    add({"batch_size": batch, "context_len": ctx, "chunk": 0, "offset": 0, **row},
+                        f"decode bs={bs} batch={batch} ctx={ctx}")
+            for chunk in grid.prefill_chunks:
+                for offset in grid.prefill_offsets:
+                    row = steps.step_row("prefill", prefill_step(chunk, offset, bs), [offset + chunk], chunk, 1)
+                    add({"batch_size": 1, "context_len": offset + chunk, "chunk": chunk, "offset": offset, **row},
+                        f"prefill bs={bs} chunk={chunk} offset={offset}")
     frame = pd.DataFrame(rows)
     frame.insert(0, "model", model.name)
     frame["device"] = device.type

@@ -6,64 +6,142 @@
    its measurements in ``DIR/llama-3-8b.csv``.
 3. Decode bandwidth at 64 sequences x 4,096 tokens for each kernel against a measured device copy.
 
-It prints a short table last and exits 1 if any check failed. Without a GPU (or with ``--device cpu``) it
-runs the same steps on CPU at sizes a CPU finishes quickly (scaled-down model, smaller bandwidth point),
-FlexAttention eager unless ``--compile-flex``; ``--quick`` trims the correctness grid further (for CI).
+It prints a short table last and exits 1 unless every check ran and passed and every stage completed.
+Without a GPU (or with ``--device cpu``) it runs the same steps on CPU at sizes a CPU finishes quickly
+(scaled-down model, smaller bandwidth point), FlexAttention eager unless ``--compile-flex``; ``--quick``
+trims the correctness grid further (for CI).
+
+The run is made for one unattended try on a machine lent for minutes, so no stage can stop the others: a
+stage that fails is reported (its traceback in the log, its reason in the table) and the next one runs.
+``--budget-s`` bounds the wall time: the checks stop starting scenarios early enough to leave the
+calibration and the bandwidth point their share, each stage is skipped if its share is gone, and a watchdog
+ends the process (printing every thread's stack) 60 s past the budget should anything hang.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import math
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from allocators.catalog import get_model
 from gpu_validation.bandwidth import decode_bandwidth
-from gpu_validation.calibration import calibrate, write_run
+from gpu_validation.calibration import CalibrationRun, calibrate, write_run
 from gpu_validation.checks import run_checks
 from gpu_validation.features import scaled_model
 from gpu_validation.timing import Timer, copy_bandwidth
 
 MODEL = "llama-3-8b"
+DEFAULT_BUDGET_S = 360.0
+"""Default wall-clock budget: with the watchdog's grace and start-up, well inside an 8-minute slot."""
+WATCHDOG_GRACE_S = 60.0
+RESERVE_S = {"cuda": (150.0, 60.0), "cpu": (60.0, 20.0)}
+"""Seconds of the budget kept back, by device, for (calibration + bandwidth, bandwidth): on an H200 the
+quick calibration takes about a minute (a dozen Triton specialisations) and the bandwidth point about half
+of one (compiling FlexAttention at 262,144 slots)."""
 
 
 def _log(start: float):
     return lambda line: print(f"[{time.perf_counter() - start:6.1f}s] {line}", flush=True)
 
 
-def summary(checks, run, bandwidth) -> str:
-    """The short table printed last."""
+def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: pd.DataFrame | None,
+            errors: dict[str, str]) -> str:
+    """The short table printed last: what each stage found, and each stage that did not complete."""
     lines = ["", "== kvsim GPU validation summary =="]
-    verdicts = checks.groupby(["kernel", "dtype"]).agg(cases=("passed", "size"), passed=("passed", "sum"),
-                                                        worst=("rel_error", "max"))
-    lines.append("correctness (relative error vs dense float64):")
-    for (kernel, dtype), r in verdicts.iterrows():
-        lines.append(f"  {kernel:14s} {dtype:9s} {int(r.passed):3d}/{int(r.cases):<3d} passed  worst {r.worst:.2e}")
-    t, c, f = run.table, run.table["coefficients"], run.table["fit"]
-    lines.append(f"calibration {t['model']} on {t['gpu']} ({t['device']}, {t['dtype']}, timed as {t['timed_model']}):")
-    lines.append(f"  bandwidth_frac {c['bandwidth_frac']}  flops_frac {c['flops_frac']}  "
-                 f"step_overhead_s {c['step_overhead_s']}  paged_kernel_overhead {c['paged_kernel_overhead']}")
-    lines.append(f"  fit {f['points']} points  rmse {f['rmse_s'] * 1e3:.3g} ms  mape {f['mape']:.1%}")
-    first = bandwidth.iloc[0]
-    lines.append(f"decode attention, one layer, {first.batch_size} x {first.context_len} tokens, block "
-                 f"{first.block_size}, {first['dtype']} (device copy {first.copy_gb_s:.0f} GB/s):")
-    flex = bandwidth[bandwidth.kernel.str.startswith("flex")]
-    for r in bandwidth.itertuples():
-        if r.error:
-            lines.append(f"  {r.kernel:14s} failed: {r.error}")
-            continue
-        vs_flex = f"  {flex.seconds.iloc[0] / r.seconds:.2f}x flex" if len(flex) else ""
-        lines.append(f"  {r.kernel:14s} {r.seconds * 1e6:9.1f} us  {r.bandwidth_gb_s:7.1f} GB/s  "
-                     f"{r.share_of_copy:6.1%} of copy{vs_flex}")
-    failed = checks[~checks.passed]
-    lines.append(f"checks: {len(checks) - len(failed)}/{len(checks)} passed")
-    for r in failed.itertuples():
-        lines.append(f"  FAILED {r.kernel} {r.scenario} {r.dtype}: error {r.rel_error:.2e} {r.note}")
+    if checks is not None and len(checks):
+        verdicts = checks.groupby(["kernel", "dtype"]).agg(cases=("passed", "size"), passed=("passed", "sum"),
+                                                            worst=("rel_error", "max"))
+        lines.append("correctness (relative error vs dense float64):")
+        for (kernel, dtype), r in verdicts.iterrows():
+            lines.append(f"  {kernel:14s} {dtype:9s} {int(r.passed):3d}/{int(r.cases):<3d} passed  "
+                         f"worst {r.worst:.2e}")
+    if run is not None:
+        t, c, f = run.table, run.table["coefficients"], run.table["fit"]
+        kernels = ", ".join(sorted(run.measurements["attention_kernel"].unique()))
+        lines.append(f"calibration {t['model']} on {t['gpu']} ({t['device']}, {t['dtype']}, timed as "
+                     f"{t['timed_model']}, attention by {kernels}):")
+        lines.append(f"  bandwidth_frac {c['bandwidth_frac']}  flops_frac {c['flops_frac']}  "
+                     f"step_overhead_s {c['step_overhead_s']}  paged_kernel_overhead {c['paged_kernel_overhead']}")
+        lines.append(f"  fit {f['points']} points  rmse {f['rmse_s'] * 1e3:.3g} ms  mape {f['mape']:.1%}")
+    if bandwidth is not None and len(bandwidth):
+        first = bandwidth.iloc[0]
+        lines.append(f"decode attention, one layer, {first.batch_size} x {first.context_len} tokens, block "
+                     f"{first.block_size}, {first['dtype']} (device copy {first.copy_gb_s:.0f} GB/s):")
+        flex = bandwidth[bandwidth.kernel.str.startswith("flex")].seconds
+        flex_s = float(flex.iloc[0]) if len(flex) else math.nan
+        for r in bandwidth.itertuples():
+            if r.error:
+                lines.append(f"  {r.kernel:14s} not timed: {r.error}")
+                continue
+            vs_flex = f"  {flex_s / r.seconds:.2f}x flex" if math.isfinite(flex_s) else ""
+            lines.append(f"  {r.kernel:14s} {r.seconds * 1e6:9.1f} us  {r.bandwidth_gb_s:7.1f} GB/s  "
+                         f"{r.share_of_copy:6.1%} of copy{vs_flex}")
+    if checks is not None:
+        failed = checks[~checks.passed]
+        skipped = checks.attrs.get("skipped", 0)
+        lines.append(f"checks: {len(checks) - len(failed)}/{len(checks)} passed"
+                     + (f", {skipped} more skipped (time budget spent)" if skipped else ""))
+        for r in failed.itertuples():
+            lines.append(f"  FAILED {r.kernel} {r.scenario} {r.dtype}: error {r.rel_error:.2e} {r.note}")
+    for stage, error in errors.items():
+        lines.append(f"{stage} did not complete: {error}")
     return "\n".join(lines)
+
+
+def complete(checks: pd.DataFrame | None, bandwidth: pd.DataFrame | None, errors: dict[str, str]) -> bool:
+    """Every stage ran to the end, every check ran and passed, every kernel was timed."""
+    return (not errors and checks is not None and bool(checks.passed.all()) and not checks.attrs.get("skipped")
+            and bandwidth is not None and not bandwidth["error"].astype(bool).any())
+
+
+def _stage(name: str, deadline: float, log: Callable[[str], None], errors: dict[str, str], fn: Callable[[], object]):
+    """``fn()``, or None with the reason in ``errors`` if it raises or its share of the budget is gone."""
+    if time.monotonic() > deadline:
+        errors[name] = "skipped: time budget spent"
+        log(f"{name}: skipped, time budget spent")
+        return None
+    try:
+        return fn()
+    except Exception as exc:  # the next stage still runs; the log has the whole traceback
+        log(f"{name} failed:\n{traceback.format_exc()}")
+        errors[name] = f"{type(exc).__name__}: {exc}"[:300]
+        return None
+
+
+def _calibrate(device: str, log: Callable[[str], None], deadline: float) -> CalibrationRun:
+    try:
+        return calibrate(MODEL, device=device, quick=True, progress=log, deadline=deadline)
+    except TimeoutError:
+        raise
+    except Exception:  # a calibration on the reference kernel still says something
+        log("calibration failed:\n" + traceback.format_exc() + "retrying with the reference decode kernel")
+        return calibrate(MODEL, device=device, quick=True, decode_kernel="reference", progress=log,
+                         deadline=deadline)
+
+
+def _bandwidth(device: str, compile_flex: bool, copy_bytes_s: float | None, deadline: float) -> pd.DataFrame:
+    """The bandwidth point; the device copy is measured here unless ``copy_bytes_s`` is given."""
+    model = get_model(MODEL)
+    if device == "cuda":
+        timer = Timer(device, warmup=3, repeats=10)
+        point = dict(batch_size=64, context_len=4096, block_size=16)
+    else:  # a point a CPU does in well under a second per call, on the scaled-down model
+        timer = Timer(device, warmup=1, repeats=3)
+        model, point = scaled_model(model, 8), dict(batch_size=4, context_len=256, block_size=16)
+    if copy_bytes_s is None:
+        copy_bytes_s = copy_bandwidth(device, 1024**3 if device == "cuda" else 64 * 1024**2, timer)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    return decode_bandwidth(model, device=device, dtype=dtype, timer=timer, copy_bytes_s=copy_bytes_s,
+                            compile_flex=compile_flex, deadline=deadline, **point)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,41 +151,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer correctness cases (CI)")
     parser.add_argument("--compile-flex", action=argparse.BooleanOptionalAction, default=None,
                         help="check and time compiled FlexAttention (default: on with cuda)")
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                        help=f"wall-clock budget in seconds (default {DEFAULT_BUDGET_S:g}); a watchdog ends the "
+                             f"run {WATCHDOG_GRACE_S:g} s past it")
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
+    if args.budget_s <= 0:
+        parser.error("--budget-s must be positive")
     compile_flex = device == "cuda" if args.compile_flex is None else args.compile_flex
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    log = _log(time.perf_counter())
-    log(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), torch {torch.__version__}")
-
-    block_sizes = (16,) if args.quick else (8, 16, 32)
-    checks = run_checks(device, block_sizes=block_sizes, compile_flex=compile_flex, progress=log)
-    checks.to_csv(args.out_dir / "checks.csv", index=False)
-
+    start = time.monotonic()
+    end = start + args.budget_s
+    reserve_all, reserve_bandwidth = RESERVE_S[device]
+    faulthandler.dump_traceback_later(args.budget_s + WATCHDOG_GRACE_S, exit=True, file=sys.__stderr__)
     try:
-        run = calibrate(MODEL, device=device, quick=True, progress=log)
-    except Exception:  # keep going: a calibration on the reference kernel still says something
-        log("calibration failed:\n" + traceback.format_exc() + "retrying with the reference decode kernel")
-        run = calibrate(MODEL, device=device, quick=True, decode_kernel="reference", progress=log)
-    write_run(run, args.out_dir / f"{MODEL}.json")
-
-    model = get_model(MODEL)
-    timer = Timer(device, warmup=3, repeats=10) if device == "cuda" else Timer(device, warmup=1, repeats=3)
-    if device == "cuda":
-        point = dict(batch_size=64, context_len=4096, block_size=16)
-        copy = run.copy_bandwidth
-    else:  # a point a CPU does in well under a second per call, on the scaled-down model
-        model, point = scaled_model(model, 8), dict(batch_size=4, context_len=256, block_size=16)
-        copy = copy_bandwidth(device, 64 * 1024**2, timer)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    bandwidth = decode_bandwidth(model, device=device, dtype=dtype, timer=timer, copy_bytes_s=copy,
-                                 compile_flex=compile_flex, **point)
-    bandwidth.to_csv(args.out_dir / "bandwidth.csv", index=False)
-    log(f"wrote {', '.join(sorted(p.name for p in args.out_dir.iterdir()))} to {args.out_dir}")
-    print(summary(checks, run, bandwidth), flush=True)
-    return 0 if bool(checks.passed.all()) and not bandwidth["error"].astype(bool).any() else 1
+        log = _log(time.perf_counter())
+        log(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), torch "
+            f"{torch.__version__}, budget {args.budget_s:g} s")
+        errors: dict[str, str] = {}
+        block_sizes = (16,) if args.quick else (8, 16, 32)
+        checks = _stage("checks", end, log, errors, lambda: run_checks(
+            device, block_sizes=block_sizes, compile_flex=compile_flex, progress=log,
+            deadline=max(start, end - reserve_all)))
+        if checks is not None:
+            checks.to_csv(args.out_dir / "checks.csv", index=False)
+        run = _stage("calibration", end - reserve_bandwidth, log, errors,
+                     lambda: _calibrate(device, log, end - reserve_bandwidth))
+        if run is not None:
+            write_run(run, args.out_dir / f"{MODEL}.json")
+        # the calibration's copy on a GPU; on CPU it was single-threaded, while the kernels here are not
+        copy = run.copy_bandwidth if run is not None and device == "cuda" else None
+        bandwidth = _stage("bandwidth", end, log, errors, lambda: _bandwidth(device, compile_flex, copy, end))
+        if bandwidth is not None:
+            bandwidth.to_csv(args.out_dir / "bandwidth.csv", index=False)
+        log(f"wrote {', '.join(sorted(p.name for p in args.out_dir.iterdir()))} to {args.out_dir}")
+        print(summary(checks, run, bandwidth, errors), flush=True)
+        return 0 if complete(checks, bandwidth, errors) else 1
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

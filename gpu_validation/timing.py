@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -50,6 +51,24 @@ class Timer:
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3)
         return statistics.median(times)
+
+
+@contextmanager
+def single_threaded_on_cpu(device: str | torch.device) -> Iterator[None]:
+    """Run torch single-threaded inside the block when ``device`` is the CPU (elsewhere: nothing).
+
+    Why: on a shared machine a thread pool waiting at a barrier for a descheduled thread turns microseconds
+    into scheduler time slices, which is noise, not cost; one thread times the work itself.
+    """
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def copy_bandwidth(device: str | torch.device, nbytes: int, timer: Timer) -> float:

@@ -31,13 +31,16 @@ from gpu_validation.kv_cache import PagedKVCache
 LOG2E = 1.4426950408889634
 
 
-def triton_available() -> bool:
-    """Whether triton is importable and has somewhere to run (a GPU, or the interpreter)."""
+def triton_available(device: str | torch.device | None = None) -> bool:
+    """Whether triton is importable and can run the kernel on tensors of ``device`` (any device when None):
+    compiled for a CUDA device, or anywhere under the interpreter (``TRITON_INTERPRET=1``)."""
     try:
         import triton  # noqa: F401
     except ImportError:
         return False
-    return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return True
+    return torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda")
 
 
 @lru_cache(maxsize=1)
@@ -130,11 +133,13 @@ def _kernels():
     return decode_kernel, combine_kernel
 
 
-def choose_num_splits(batch_size: int, num_kv_heads: int, max_context_len: int, block_n: int) -> int:
-    """Enough context splits for about two programs per streaming multiprocessor (1 on CPU/interpreter)."""
-    if not torch.cuda.is_available():
+def choose_num_splits(device: torch.device, batch_size: int, num_kv_heads: int, max_context_len: int,
+                      block_n: int) -> int:
+    """Enough context splits for about two programs per streaming multiprocessor of ``device`` (on CPU, under
+    the interpreter: 1, or 2 past four tiles so that the split path runs too)."""
+    if device.type != "cuda":
         return 1 if max_context_len <= 4 * block_n else 2
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
     programs = batch_size * num_kv_heads
     if programs >= sms:
         return 1
@@ -163,7 +168,7 @@ def triton_paged_decode(cache: PagedKVCache, batch: PagedBatch, layer: int = 0, 
         raise ValueError(f"{heads} query heads are not a multiple of {cache.num_kv_heads} KV heads")
     head_pad = max(16, 1 << (head_dim - 1).bit_length())
     group_pad = max(16, 1 << (group - 1).bit_length())
-    splits = num_splits or choose_num_splits(b, cache.num_kv_heads, batch.max_context_len, block_n)
+    splits = num_splits or choose_num_splits(q.device, b, cache.num_kv_heads, batch.max_context_len, block_n)
     tiles = -(-batch.max_context_len // block_n)
     tiles_per_split = -(-tiles // splits)
     if out is None:

@@ -203,17 +203,19 @@ class GroupMechanics:
             if victim is group:
                 return None
 
-    def release(self, group: SequenceGroup) -> int:
-        """Free every sequence of the group; returns the slots released."""
-        slots = 0
+    def stop_running(self, group: SequenceGroup) -> None:
+        """Free every sequence of a running group and take it off the running list (finished or preempted):
+        the reverse of the end of `place_group`."""
         decode, alloc = self.decode, self.alloc
         for seq_id in group.seq_ids:
             if seq_id in decode:
                 decode.leave(seq_id)
-            slots += alloc.free(seq_id)
+            alloc.free(seq_id)
             del self.owner[seq_id]
         group.seq_ids = []
-        return slots
+        self.running.remove(group)
+        self.running_seqs -= group.num_seqs
+        self.beam_groups -= group.beam
 
     def preempt(self, victim: SequenceGroup) -> None:
         if victim.base >= 0:
@@ -227,10 +229,7 @@ class GroupMechanics:
                 seq_slots, seq_transfers = self.alloc.swap_extent(seq_id, lag)
                 moved += seq_slots
                 transfers += seq_transfers
-        self.release(victim)
-        self.running.remove(victim)
-        self.running_seqs -= victim.num_seqs
-        self.beam_groups -= victim.beam
+        self.stop_running(victim)
         victim.epoch += 1
         victim.preemptions += 1
         self.num_preemptions += 1
@@ -262,21 +261,15 @@ class GroupMechanics:
         self.sink.reject(group, reason, now)
 
     # -- beam search -------------------------------------------------------------------------------------
-    def beam_running(self) -> bool:
-        return self.beam_groups > 0
-
-    def beam_decoders(self, with_context: bool = False):
+    def beam_decoders(self) -> tuple[int, int]:
+        """(sequences, context tokens) of the decoding beam groups that joined before this step: they decode
+        outside the `DecodeSet` (`sim.beam`), so the step's token budget and plan count them here."""
         seqs = context = 0
         if not self.beam_groups:
-            return (seqs, context) if with_context else seqs
+            return seqs, context
         step = self.step
         for g in self.running:
             if g.beam and g.base >= 0 and g not in self.joiners:
                 seqs += g.num_seqs
                 context += g.num_seqs * (g.prompt + step - g.base)
-        return (seqs, context) if with_context else seqs
-
-    def beam_step(self, group: SequenceGroup) -> None:
-        from sim.beam import beam_step
-
-        beam_step(self, group)
+        return seqs, context

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.sequence_group import RUNNING, SequenceGroup
+from sim.sequence_group import SequenceGroup
 
 
 def choose_parents(rng: np.random.Generator, k: int, keep_prob: float) -> np.ndarray:
@@ -71,6 +71,6 @@ def beam_step(sched, group: SequenceGroup) -> None:
     group.seq_ids = beams
     for seq_id in beams:
         made = sched.until_fits(group, lambda s=seq_id: alloc.grow(s, 1))
-        if made is None or group.state != RUNNING:
+        if made is None:
             return
         plan.copies += len(made)

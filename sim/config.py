@@ -6,6 +6,7 @@ name, so a bad value fails here, once, with a one-line reason, rather than deep 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 SCHEDULERS = ("continuous", "static")
@@ -44,6 +45,9 @@ class SimConfig:
     calibration: str | None = None
     seed: int = 0
     trace: str | None = None
+    trace_format: str | None = None
+    trace_columns: str | None = None
+    skip_bad_rows: bool = False
     preset: str | None = None
     rate: float | None = None
     num_requests: int | None = None
@@ -53,26 +57,29 @@ class SimConfig:
     debug_invariants: int = 0
 
     def __post_init__(self) -> None:
-        def positive_int(name: str, allow_none: bool = False) -> None:
+        def integer(name: str, low: int, allow_none: bool = False) -> None:
             value = getattr(self, name)
             if value is None and allow_none:
                 return
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                kind = "a positive" if low > 0 else "a non-negative"
+                raise ValueError(f"{name} must be {kind} integer, got {value!r}")
 
-        def positive_float(name: str, allow_none: bool = False) -> None:
+        def positive_float(name: str) -> None:  # None allowed: every such field is optional
             value = getattr(self, name)
-            if value is None and allow_none:
+            if value is None:
                 return
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
         for name in ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens"):
-            positive_int(name)
+            integer(name, 1)
         for name in ("kv_tokens", "max_model_len", "num_requests"):
-            positive_int(name, allow_none=True)
+            integer(name, 1, allow_none=True)
+        for name in ("seed", "memory_snapshots", "debug_invariants"):
+            integer(name, 0)
         for name in ("kv_gib", "step_time", "rate"):
-            positive_float(name, allow_none=True)
+            positive_float(name)
         if self.kv_gib is not None and self.kv_tokens is not None:
             raise ValueError("give at most one of kv_gib and kv_tokens")
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -84,18 +91,16 @@ class SimConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                              f"({self.max_num_seqs}), as vLLM requires, so every running sequence can decode")
-        if not isinstance(self.swap_space_gib, (int, float)) or self.swap_space_gib < 0:
-            raise ValueError(f"swap_space_gib must be >= 0, got {self.swap_space_gib!r}")
+        if not isinstance(self.swap_space_gib, (int, float)) or not 0 <= self.swap_space_gib < math.inf:
+            raise ValueError(f"swap_space_gib must be a finite number >= 0, got {self.swap_space_gib!r}")
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark!r}")
         if not 0 <= self.beam_keep_prob <= 1:
             raise ValueError(f"beam_keep_prob must be in [0, 1], got {self.beam_keep_prob!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.trace is not None and self.preset is not None:
             raise ValueError("give a trace or a preset, not both")
-        if self.memory_snapshots < 0 or self.debug_invariants < 0:
-            raise ValueError("memory_snapshots and debug_invariants must be >= 0")
+        if self.trace is None and (self.trace_format or self.trace_columns or self.skip_bad_rows):
+            raise ValueError("trace_format, trace_columns and skip_bad_rows apply to a trace file only")
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty name, got {getattr(self, name)!r}")

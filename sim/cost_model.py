@@ -87,6 +87,22 @@ def _first_step_after(x: float) -> int:
     return 0 if x < 0 else _NEVER if x >= _NEVER else math.floor(x) + 1
 
 
+_Line = tuple[float, float]
+"""A step time linear in the step index ``j``: ``(a, b)`` is ``a + b j`` (overhead excluded)."""
+
+
+def _crossover(a1: float, b1: float, a2: float, b2: float) -> tuple[int, _Line, _Line]:
+    """Where the decode lines of `StepCostModel._decode_lines` cross: ``(m, head, tail)``, step ``j`` costing
+    ``head``'s `_Line` for ``j < m`` and ``tail``'s from ``m`` on. Parallel lines never cross: the larger
+    wins throughout (``m = 0``)."""
+    if b1 == b2:
+        line = (a1, b1) if a1 >= a2 else (a2, b2)
+        return 0, line, line
+    if b1 > b2:  # compute wins from the crossover on
+        return _first_step_at_or_after((a2 - a1) / (b1 - b2)), (a2, b2), (a1, b1)
+    return _first_step_after((a2 - a1) / (b1 - b2)), (a1, b1), (a2, b2)  # compute wins up to it
+
+
 @dataclass
 class StepCostModel:
     """The roofline step-cost model (the default). See the module docstring for the formula and sources."""
@@ -167,15 +183,8 @@ class StepCostModel:
             sj = k * last // 2
             return a * k + b * sj, a * sj + b * (last * k * (2 * k - 1) // 6)
         # compute minus memory is linear in j, so one side wins on [0, m) and the other on [m, k)
-        if b1 == b2:
-            m, head = k, (a1, b1) if a1 >= a2 else (a2, b2)
-            tail = head
-        elif b1 > b2:  # compute wins from the crossover on
-            m = min(_first_step_at_or_after((a2 - a1) / (b1 - b2)), k)
-            head, tail = (a2, b2), (a1, b1)
-        else:  # compute wins up to the crossover
-            m = min(_first_step_after((a2 - a1) / (b1 - b2)), k)
-            head, tail = (a1, b1), (a2, b2)
+        mc, head, tail = _crossover(a1, b1, a2, b2)
+        m = min(mc, k)
         total = weighted = 0.0
         for (a, b), (lo, hi) in ((head, (0, m)), (tail, (m, k))):
             cnt, sj, sjj = _linear_sums(lo, hi)
@@ -196,14 +205,8 @@ class StepCostModel:
         """For decode steps of ``n`` sequences starting at context ``c0``: a function giving the seconds the
         first ``m`` steps take (when step ``m`` starts). O(1) per call: the fast-forward asks it once per
         sub-event to integrate memory without re-summing the run."""
-        a1, b1, a2, b2 = self._decode_lines(n, c0)
+        mc, head, tail = _crossover(*self._decode_lines(n, c0))
         o = self.step_overhead_s
-        if b1 == b2:  # parallel lines: one wins throughout
-            mc, head, tail = 0, (a1, b1) if a1 >= a2 else (a2, b2), (a1, b1) if a1 >= a2 else (a2, b2)
-        elif b1 > b2:  # compute wins from the crossover on (same split as `_sums`)
-            mc, head, tail = _first_step_at_or_after((a2 - a1) / (b1 - b2)), (a2, b2), (a1, b1)
-        else:
-            mc, head, tail = _first_step_after((a2 - a1) / (b1 - b2)), (a1, b1), (a2, b2)
         ha, hb = head[0] + o, head[1] / 2
         ta, tb = tail[0] + o, tail[1] / 2
         at_mc = ha * mc + hb * (mc * (mc - 1))

@@ -19,6 +19,7 @@ STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", 
             "swap_blocks", "preempted", "token_states", "reservation", "internal_frag", "external_frag", "free",
             "used_blocks", "shared_saved")
 STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-1], "total_blocks", "shared_saved", "capacity")
+_IDLE = (0, 0, 0, 0, 0, 0)  # an idle row's prefill_tokens .. preempted
 MEMORY_KEYS = ("token_states", "reservation", "internal_frag", "external_frag", "free", "used_blocks",
                "shared_saved")
 
@@ -102,19 +103,15 @@ class Recorder:
 
     def row(self, time_s: float, duration: float, num_steps: int, running: int, waiting: int, plan,
             b: MemoryBreakdown, lag: int) -> None:
-        """One step row; memory columns as at the start of the row (``lag`` applied)."""
+        """One step row; memory columns as at the start of the row (``lag`` applied). ``plan``: the step's
+        `StepPlan`, or None for an idle row."""
         self.floats.extend((time_s, duration))
         if running > self.max_running:
             self.max_running = running
-        if plan is None:
-            self.ints.extend((num_steps, running, waiting, 0, 0, 0, 0, 0, 0, b.token_states + lag,
-                              b.reservation - lag, b.internal_frag, b.external_frag, b.free, b.used_blocks,
-                              b.shared_saved))
-        else:
-            self.ints.extend((num_steps, running, waiting, plan.prefill_tokens, plan.decode_seqs,
-                              plan.context_tokens, plan.copies, plan.swap_blocks, plan.preempted,
-                              b.token_states + lag, b.reservation - lag, b.internal_frag, b.external_frag, b.free,
-                              b.used_blocks, b.shared_saved))
+        work = _IDLE if plan is None else (plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
+                                           plan.copies, plan.swap_blocks, plan.preempted)
+        self.ints.extend((num_steps, running, waiting, *work, b.token_states + lag, b.reservation - lag,
+                          b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved))
 
     def snapshot(self, time_s: float, owners: np.ndarray, request_of_seq: dict[int, int]) -> None:
         self.snapshots.append((time_s, owners, request_of_seq))

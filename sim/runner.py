@@ -27,7 +27,9 @@ from sim.summary import build_summary
 DEFAULT_PRESET = "sharegpt-paper"
 DEFAULT_RATE = 2.0
 DEFAULT_NUM_REQUESTS = 400
-"""The embedded default workload: the paper's ShareGPT at 2 req/s, OPT-13B on an A100-40GB with 12 GiB of KV."""
+"""The embedded default workload (no trace, no preset): the paper's ShareGPT, 400 requests at 2 req/s. The
+deployment is the configuration's; ``kvsim run`` adds the paper's 12 GiB of KV
+(`sim.commands.run.build_config`)."""
 
 
 @dataclass
@@ -88,7 +90,8 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     if config.debug_invariants:
         alloc.check_invariants()
     requests = requests_frame(workload, recorder, source.arrival_s, sched.cached_by_index)
-    steps = recorder.steps_frame(cap.kv_tokens, alloc.breakdown().total_blocks)
+    total_blocks = alloc.breakdown().total_blocks
+    steps = recorder.steps_frame(cap.kv_tokens, total_blocks)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)), "model": model.name, "gpu": gpu.name,
@@ -98,7 +101,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.num_preemptions,
                             start_s=start, end_s=end, wall_time_s=0.0, capacity=cap.kv_tokens,
-                            total_blocks=alloc.breakdown().total_blocks,
+                            total_blocks=total_blocks,
                             prefill_tokens=int(steps["prefill_tokens"].sum()),
                             cached_prompt_tokens=sched.cached_prompt_tokens, extra=extra)
     summary["wall_time_s"] = time.perf_counter() - wall_start
@@ -137,7 +140,8 @@ def resolve_workload(config: SimConfig):
 
     if config.trace is not None:
         arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else None
-        workload = workloads.load_trace(config.trace, arrivals=arrivals, seed=config.seed)
+        workload = workloads.load_trace(config.trace, format=config.trace_format, columns=config.trace_columns,
+                                        skip_bad_rows=config.skip_bad_rows, arrivals=arrivals, seed=config.seed)
         if config.num_requests is None:
             return workload
         if config.num_requests > len(workload):  # as a preset does: never silently fewer than asked

@@ -19,6 +19,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from sim.admission import GroupMechanics
+from sim.beam import beam_step
 from sim.sequence_group import FINISHED, RUNNING, SequenceGroup
 
 
@@ -80,10 +81,10 @@ class Scheduler(GroupMechanics):
         if self.beam_groups:
             for group in [g for g in self.running if g.beam and g.base >= 0]:
                 if group.state == RUNNING:
-                    self.beam_step(group)
+                    beam_step(self, group)
         # 3. running prefills take chunks of the token budget, in running order (when every running sequence
         #    is a lazily grown decoder, none is prefilling and the scan is skipped)
-        budget = self.budget - decode.n - self.beam_decoders()
+        budget = self.budget - decode.n - self.beam_decoders()[0]
         if self.running_seqs != decode.n or self.beam_groups:
             for group in list(self.running):
                 if group.state == RUNNING and group.prefilling and budget > 0:
@@ -107,8 +108,7 @@ class Scheduler(GroupMechanics):
             if self.running_seqs + group.num_seqs > self.max_num_seqs:
                 self.memory_blocked = False
                 return admitted
-            need = self.prefill_need(group)
-            if need > budget and not self.chunked:
+            if not self.chunked and self.prefill_need(group) > budget:
                 self.memory_blocked = False
                 return admitted
             if not self.place_group(group):
@@ -145,7 +145,7 @@ class Scheduler(GroupMechanics):
             if not group.beam:
                 join_seqs += len(group.seq_ids)
                 join_context += len(group.seq_ids) * (group.prompt + step - group.base)
-        beam_seqs, beam_context = self.beam_decoders(with_context=True)
+        beam_seqs, beam_context = self.beam_decoders()
         if self.beam_groups:
             plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
         plan.decode_seqs = decode.n - join_seqs + beam_seqs
@@ -158,7 +158,7 @@ class Scheduler(GroupMechanics):
         plan.context_tokens = decode_context + prefill_context
         plan.attention_pairs = decode_context + prefill_pairs
         plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
-                        and not plan.swap_blocks and not plan.copies and not self.beam_running()
+                        and not plan.swap_blocks and not plan.copies and not self.beam_groups
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
 
@@ -196,10 +196,7 @@ class Scheduler(GroupMechanics):
 
     def finish(self, group: SequenceGroup, end_s: float) -> None:
         group.generated = group.output
-        self.release(group)
+        self.stop_running(group)
         group.state = FINISHED
-        self.running.remove(group)
-        self.running_seqs -= group.num_seqs
-        self.beam_groups -= group.beam
         del self.live[group.index]
         self.sink.finish(group, end_s)

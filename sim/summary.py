@@ -1,9 +1,10 @@
 """The run summary: the dict printed by ``kvsim run --json`` and its readable table.
 
 Keys are a public interface (``docs/architecture.md``); ``rejected_reasons`` counts rejections by reason,
-numbers normalised away (`reject_category`; each request's full message stays in ``reject_reason``). Memory shares are time-weighted over simulated time
-and the five ``*_frac`` shares sum to 1. Latency percentiles are over completed requests. Everything but
-``wall_time_s`` is a deterministic function of the configuration and the workload.
+numbers normalised away (`reject_category`; each request's full message stays in ``reject_reason``). Memory
+shares are time-weighted over simulated time and the five ``*_frac`` shares sum to 1. Latency percentiles are
+over completed requests. Everything but ``wall_time_s`` is a deterministic function of the configuration and
+the workload.
 """
 
 from __future__ import annotations

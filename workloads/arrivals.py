@@ -20,13 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from workloads.errors import TraceError
-from workloads.specs import build_from_spec
+from workloads.specs import build_from_spec, check_positive
 from workloads.workload import ClosedLoop, Workload
-
-
-def _positive(name: str, value: float) -> None:
-    if not value > 0 or not np.isfinite(value):
-        raise ValueError(f"{name} must be a positive number, got {value}")
 
 
 @dataclass(frozen=True)
@@ -34,7 +29,7 @@ class Poisson:
     rate: float
 
     def __post_init__(self) -> None:
-        _positive("rate", self.rate)
+        check_positive(rate=self.rate)
 
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         gaps = rng.exponential(1.0 / self.rate, count)
@@ -47,8 +42,7 @@ class Gamma:
     cv: float
 
     def __post_init__(self) -> None:
-        _positive("rate", self.rate)
-        _positive("cv", self.cv)
+        check_positive(rate=self.rate, cv=self.cv)
 
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         shape = 1.0 / self.cv**2
@@ -60,7 +54,7 @@ class Constant:
     rate: float
 
     def __post_init__(self) -> None:
-        _positive("rate", self.rate)
+        check_positive(rate=self.rate)
 
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         return np.arange(count, dtype=np.float64) / self.rate
@@ -76,7 +70,7 @@ class TraceTimes:
 
     def __post_init__(self) -> None:
         if self.rate is not None:
-            _positive("rate", self.rate)
+            check_positive(rate=self.rate)
 
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         if self.path is not None:

@@ -14,10 +14,13 @@ class TraceError(ValueError):
     """A trace file or a workload spec that cannot be read as asked."""
 
 
-def row_error(path: object, where: str, field: str, problem: str, value: object = None) -> TraceError:
-    """Build the standard message: ``FILE: line N: field 'F': problem (got V)``."""
+def row_error(path: object, where: str, field: str, problem: str, value: object = None, *,
+              skippable: bool = True) -> TraceError:
+    """Build the standard message: ``FILE: line N: field 'F': problem (got V)``, with the hint to skip bad rows
+    unless skipping cannot help (a workload-wide value)."""
     got = "" if value is None else f" (got {_show(value)})"
-    return TraceError(f"{path}: {where}: field '{field}': {problem}{got} {SKIP_HINT}")
+    hint = f" {SKIP_HINT}" if skippable else ""
+    return TraceError(f"{path}: {where}: field '{field}': {problem}{got}{hint}")
 
 
 def _show(value: object) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import TraceError
-from workloads.readers.build import RawTable, build_workload
+from workloads.readers.build import RawTable, build_workload, workload_constants
 from workloads.workload import NONE, Workload
 
 WRITE_FORMATS = (".csv", ".jsonl", ".parquet")
@@ -50,14 +50,14 @@ def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
 
 def workload_from_frame(frame: pd.DataFrame, **attrs) -> Workload:
     """Rows with canonical column names to a validated `Workload`; bad rows raise `TraceError`."""
-    from workloads.readers import _constants
     from workloads.readers.formats import FORMATS
 
-    missing = [c for c in ("arrival_time_s", "prompt_tokens", "output_tokens") if c not in frame]
+    kvsim = FORMATS["kvsim"]
+    missing = [c for c in kvsim.required if c not in frame]
     if missing:
         raise TraceError(f"<frame>: missing column(s) {', '.join(missing)}")
     columns = {c: frame[c].to_numpy(dtype=object if frame[c].dtype.kind not in "iufb" else None)
-               for c in frame.columns if c != "prefix_hashes"}
+               for c in frame.columns if c in kvsim.columns and c != "prefix_hashes"}
     hashes = None
     if "prefix_hashes" in frame:
         from workloads.ragged import from_lists, from_strings
@@ -68,9 +68,7 @@ def workload_from_frame(frame: pd.DataFrame, **attrs) -> Workload:
         else:
             hashes = from_lists([None if c is None else list(c) for c in cells])
     raw = RawTable("<frame>", columns, np.arange(1, len(frame) + 1), "row", hashes)
-    known = {f for f in FORMATS["kvsim"].columns}
-    raw.columns = {f: v for f, v in raw.columns.items() if f in known}
-    constants = _constants(raw, FORMATS["kvsim"])
+    constants = workload_constants(raw, kvsim.hash_tokens)
     options = {"name": "frame", "source": "DataFrame"} | constants | attrs
     return build_workload(raw, skip_bad_rows=False, **options)
 

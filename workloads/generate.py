@@ -46,13 +46,12 @@ def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, 
     has_sys = np.zeros(num_requests, bool)
     if system_prompt_len > 0 and system_prompt_frac > 0:
         has_sys = share_rng.random(num_requests) < system_prompt_frac
-        prompt, output = _fit_system_prompt(prompt, output, has_sys, system_prompt_len,
-                                            getattr(dist, "max_total", None))
+        prompt, output = _fit_system_prompt(prompt, output, has_sys, system_prompt_len, dist.max_total)
     columns: dict[str, np.ndarray] = {}
     if turns > 1:
         convs = build_conversations(times, prompt, output, has_sys, sys_len=system_prompt_len, turns=turns,
                                     turn_gap_s=turn_gap_s, unit=prefix_hash_tokens,
-                                    max_total=getattr(dist, "max_total", None))
+                                    max_total=dist.max_total)
         prompt, has_sys = convs.prompt_tokens, convs.has_system
         columns = {"hash_offsets": convs.hash_offsets, "hash_values": convs.hash_values,
                    "prefix_hash_tokens": prefix_hash_tokens}

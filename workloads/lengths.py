@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workloads.specs import build_from_spec
+from workloads.specs import build_from_spec, check_positive
 from workloads.workload import Workload
 
 Lengths = tuple[np.ndarray, np.ndarray]
@@ -41,12 +41,6 @@ def _check_cap(max_total: int | None) -> None:
         raise ValueError(f"max_total must be >= 2, got {max_total}")
 
 
-def _check_positive(**values: float) -> None:
-    for name, value in values.items():
-        if not (value > 0 and np.isfinite(value)):
-            raise ValueError(f"{name} must be a positive number, got {value}")
-
-
 @dataclass(frozen=True)
 class Fixed:
     prompt: int
@@ -54,7 +48,7 @@ class Fixed:
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(prompt=self.prompt, output=self.output)
+        check_positive(prompt=self.prompt, output=self.output)
         _check_cap(self.max_total)
 
     def sample(self, rng: np.random.Generator, count: int) -> Lengths:
@@ -70,7 +64,7 @@ class Uniform:
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(prompt_min=self.prompt_min, output_min=self.output_min)
+        check_positive(prompt_min=self.prompt_min, output_min=self.output_min)
         if self.prompt_max < self.prompt_min or self.output_max < self.output_min:
             raise ValueError("each max must be >= its min")
         _check_cap(self.max_total)
@@ -96,8 +90,8 @@ class Lognormal:
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(prompt_mean=self.prompt_mean, prompt_cv=self.prompt_cv,
-                        output_mean=self.output_mean, output_cv=self.output_cv)
+        check_positive(prompt_mean=self.prompt_mean, prompt_cv=self.prompt_cv,
+                       output_mean=self.output_mean, output_cv=self.output_cv)
         _check_cap(self.max_total)
 
     def sample(self, rng: np.random.Generator, count: int) -> Lengths:
@@ -106,10 +100,11 @@ class Lognormal:
         return apply_cap(prompt, output, self.max_total)
 
 
-def _zipf_cdf(s: float, top: int) -> np.ndarray:
-    weights = np.arange(1, top + 1, dtype=np.float64) ** -s
-    cdf = np.cumsum(weights)
-    return cdf / cdf[-1]
+def _zipf_draw(rng: np.random.Generator, s: float, top: int, count: int) -> np.ndarray:
+    """``count`` draws of P(k) proportional to k^-s on 1..top, by inverse CDF. The normalised CDF ends at
+    exactly 1.0 and every uniform draw is below it, so no draw exceeds ``top``."""
+    cdf = np.cumsum(np.arange(1, top + 1, dtype=np.float64) ** -s)
+    return np.searchsorted(cdf / cdf[-1], rng.random(count), side="right") + 1
 
 
 @dataclass(frozen=True)
@@ -123,16 +118,16 @@ class Zipf:
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(prompt_s=self.prompt_s, prompt_max=self.prompt_max,
-                        output_s=self.output_s, output_max=self.output_max)
+        check_positive(prompt_s=self.prompt_s, prompt_max=self.prompt_max,
+                       output_s=self.output_s, output_max=self.output_max)
         if max(self.prompt_max, self.output_max) > 10**7:
             raise ValueError("prompt_max and output_max must be <= 10^7")
         _check_cap(self.max_total)
 
     def sample(self, rng: np.random.Generator, count: int) -> Lengths:
-        prompt = np.searchsorted(_zipf_cdf(self.prompt_s, self.prompt_max), rng.random(count), side="right") + 1
-        output = np.searchsorted(_zipf_cdf(self.output_s, self.output_max), rng.random(count), side="right") + 1
-        return apply_cap(np.minimum(prompt, self.prompt_max), np.minimum(output, self.output_max), self.max_total)
+        prompt = _zipf_draw(rng, self.prompt_s, self.prompt_max, count)
+        output = _zipf_draw(rng, self.output_s, self.output_max, count)
+        return apply_cap(prompt, output, self.max_total)
 
 
 @dataclass(frozen=True)

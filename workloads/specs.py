@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import numpy as np
+
 from workloads.errors import TraceError
 
 
@@ -26,6 +28,30 @@ def parse_spec(text: str, what: str) -> tuple[str, dict[str, str]]:
     if not kind.strip():
         raise TraceError(f"bad {what} spec {text!r}: missing the kind before ':'")
     return kind.strip().lower(), params
+
+
+def parse_columns(text: str) -> dict[str, str]:
+    """A column-mapping override, ``field=column[,field=column...]`` (``prompt_tokens=ContextTokens``), as the
+    dict `load_trace` takes; which fields exist is checked against the format when the trace is read."""
+    mapping: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        field, eq, column = item.partition("=")
+        if not eq or not field.strip() or not column.strip():
+            raise TraceError(f"bad column mapping {text!r}: expected field=column, got {item!r}")
+        if field.strip() in mapping:
+            raise TraceError(f"bad column mapping {text!r}: field {field.strip()!r} given twice")
+        mapping[field.strip()] = column.strip()
+    if not mapping:
+        raise TraceError(f"bad column mapping {text!r}: expected field=column[,field=column...]")
+    return mapping
+
+
+def check_positive(**values: float) -> None:
+    """Raise ValueError naming the first parameter that is not a positive finite number (NaN included);
+    `build_from_spec` turns it into a `TraceError` that names the spec."""
+    for name, value in values.items():
+        if not (value > 0 and np.isfinite(value)):
+            raise ValueError(f"{name} must be a positive number, got {value}")
 
 
 def build_from_spec(text: str, what: str, kinds: Mapping[str, Callable[..., object]],

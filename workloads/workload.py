@@ -35,8 +35,9 @@ class ClosedLoop:
     think_time_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.users < 1 or not self.think_time_s >= 0:
-            raise ValueError(f"closed loop needs users >= 1 and think_time_s >= 0, got {self}")
+        # an infinite think time would release no user again: the run's clock ends at infinity
+        if self.users < 1 or not 0 <= self.think_time_s < np.inf:
+            raise ValueError(f"closed loop needs users >= 1 and a finite think_time_s >= 0, got {self}")
 
 
 @dataclass(eq=False)

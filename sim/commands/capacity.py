@@ -12,26 +12,12 @@ import json
 import click
 
 
-def fill_to_capacity(allocator, prompt_len: int, output_len: int) -> int:
-    """Admit requests of ``prompt_len`` tokens and grow each by ``output_len`` until one does not fit;
-    returns how many fit (the one that did not is taken out again)."""
-    final = prompt_len + output_len
-    count = 0
-    while True:
-        if allocator.admit(count, prompt_len, final_tokens=final) is None:
-            return count
-        if output_len and allocator.grow(count, output_len) is None:
-            allocator.free(count)
-            return count
-        count += 1
-
-
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
                     gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
                     prompt_len: int | None, output_len: int | None, max_model_len: int | None) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
     from allocators import make_allocator
-    from allocators.capacity import kv_capacity
+    from allocators.capacity import fill_to_capacity, kv_capacity
     from allocators.catalog import get_gpu, get_model
 
     spec = get_model(model)
@@ -137,7 +123,7 @@ def capacity(catalog_file: str | None, as_json: bool, **options: object) -> None
             register_catalog_file(catalog_file)
         report = capacity_report(**options)
     except (ValueError, KeyError) as exc:
-        fail(exc.args[0] if exc.args else exc)
+        fail(exc)  # a KeyError's message is its argument: fail unwraps it
     if as_json:
         click.echo(json.dumps(report, sort_keys=True))
     else:

@@ -14,7 +14,6 @@ import click
 RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency")
 """Figures drawn from run directories; `SWEEP_KIND` is the one drawn from a sweep table."""
 SWEEP_KIND = "sweep"
-TABLE_SUFFIXES = (".parquet", ".csv")
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -115,6 +114,7 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
     coloured by owner), latency (TTFT and TPOT CDFs). Several runs are drawn side by side.
     """
     from sim.cli import fail  # here, not at import: sim.cli imports this module while it loads
+    from sim.sweep.store import TABLE_SUFFIXES
 
     is_sweep = len(paths) == 1 and paths[0].suffix in TABLE_SUFFIXES
     kind = kind or (SWEEP_KIND if is_sweep else "memory")

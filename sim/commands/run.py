@@ -13,55 +13,67 @@ import sys
 import click
 
 from sim.cli import fail
+from sim.config import PREEMPTION_MODES, SCHEDULERS, SimConfig
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
                 "tpot_p50_s", "e2e_p50_s", "token_states_frac", "reservation_frac", "internal_frag_frac",
                 "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "wall_time_s")
+_DEFAULTS = SimConfig()
+
+
+def _field_option(flags: str, **kwargs):
+    """A flag for the `SimConfig` field it spells (``--block-size`` -> ``block_size``), defaulting to the
+    field's own default, so the command line and the configuration cannot disagree."""
+    name = flags.split("/")[0].removeprefix("--").replace("-", "_")
+    return click.option(flags, default=getattr(_DEFAULTS, name), show_default=True, **kwargs)
 
 
 def simulation_options(func):
     """The flags `run` and `compare` share; each maps onto the `SimConfig` field of the same name."""
     options = [
         click.argument("trace", required=False, type=click.Path(dir_okay=False)),
+        click.option("--trace-format", help="Read TRACE as this format (azure, mooncake, burstgpt, vidur or kvsim) "
+                                            "instead of detecting it from the columns."),
+        click.option("--columns", "trace_columns",
+                     help="Column-mapping override for TRACE: field=column[,field=column...], e.g. "
+                          "prompt_tokens=input_len,output_tokens=output_len."),
+        click.option("--skip-bad-rows", is_flag=True,
+                     help="Skip bad rows of TRACE (counted in the summary's skipped_rows) instead of failing."),
         click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv)."),
-        click.option("--model", default="opt-13b", show_default=True,
-                     help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
-        click.option("--gpu", default="a100-40gb", show_default=True, help="GPU from the catalog."),
+        _field_option("--model", help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
+        _field_option("--gpu", help="GPU from the catalog."),
         click.option("--kv-gib", type=float, help="KV memory in GiB (default: derived from the GPU)."),
         click.option("--kv-tokens", type=int, help="KV memory in token slots."),
-        click.option("--tensor-parallel", type=int, default=1, show_default=True,
-                     help="GPUs the model and its KV cache are split over."),
-        click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
-                     help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
-                          "memory unless --kv-gib or --kv-tokens is given."),
-        click.option("--block-size", type=int, default=16, show_default=True,
-                     help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
-        click.option("--placement", default="buddy", show_default=True,
-                     help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
+        _field_option("--tensor-parallel", type=int, help="GPUs the model and its KV cache are split over."),
+        _field_option("--gpu-memory-utilization", type=float,
+                      help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
+                           "memory unless --kv-gib or --kv-tokens is given."),
+        _field_option("--block-size", type=int,
+                      help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
+        _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
         click.option("--rate", type=float, help="Poisson arrival rate, requests per second."),
         click.option("--num-requests", type=int, help="Use only (or generate) this many requests."),
-        click.option("--seed", type=int, default=0, show_default=True,
-                     help="Seed for generated arrivals and lengths, and for beam-search choices."),
-        click.option("--scheduler", type=click.Choice(["continuous", "static"]), default="continuous",
-                     show_default=True,
-                     help="continuous: iteration-level batching (vLLM); static: whole batches (FasterTransformer)."),
-        click.option("--max-num-seqs", type=int, default=256, show_default=True,
-                     help="Most sequences running at once."),
-        click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
-                     help="Most tokens (prefill + decode) one step computes."),
-        click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True,
-                     help="Split long prompts over several steps within the token budget."),
+        _field_option("--seed", type=int,
+                      help="Seed for generated arrivals and lengths, and for beam-search choices."),
+        _field_option("--scheduler", type=click.Choice(SCHEDULERS),
+                      help="continuous: iteration-level batching (vLLM); static: whole batches "
+                           "(FasterTransformer)."),
+        _field_option("--max-num-seqs", type=int, help="Most sequences running at once."),
+        _field_option("--max-num-batched-tokens", type=int,
+                      help="Most tokens (prefill + decode) one step computes."),
+        _field_option("--chunked-prefill/--no-chunked-prefill",
+                      help="Split long prompts over several steps within the token budget."),
         click.option("--prefix-caching", is_flag=True,
                      help="Automatic prefix caching (paged allocators); the summary reports prefix_hit_frac."),
-        click.option("--preemption", type=click.Choice(["recompute", "swap"]), default="recompute",
-                     show_default=True,
-                     help="What happens to a preempted request: recompute its KV later, or swap it to host memory."),
-        click.option("--swap-space-gib", type=float, default=4.0, show_default=True,
-                     help="Host memory for swapped KV, per GPU (full: recompute instead)."),
-        click.option("--watermark", type=float, default=0.01, show_default=True,
-                     help="Fraction of blocks an admission must leave free (paged allocators)."),
+        _field_option("--preemption", type=click.Choice(PREEMPTION_MODES),
+                      help="What happens to a preempted request: recompute its KV later, or swap it to host "
+                           "memory."),
+        _field_option("--swap-space-gib", type=float,
+                      help="Host memory for swapped KV, per GPU (full: recompute instead)."),
+        _field_option("--watermark", type=float,
+                      help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),
         click.option("--calibration", type=click.Path(dir_okay=False), help="Calibration JSON for the cost model."),
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
@@ -72,14 +84,16 @@ def simulation_options(func):
     return func
 
 
-def build_config(allocator: str, opts: dict):
-    from sim.config import SimConfig
+def build_config(allocator: str, opts: dict) -> SimConfig:
+    """The configuration the flags spell. With no workload, KV size, model or GPU named, the embedded default
+    is the paper's setup, 12 GiB of KV included (`sim.reproduce.paper`)."""
+    from sim.reproduce import paper
 
-    fields = {k: v for k, v in opts.items() if k not in ("as_json", "out", "out_format", "allocators")}
+    fields = {k: v for k, v in opts.items() if k not in ("as_json", "out", "out_format")}
     fields["allocator"] = allocator
     if fields["trace"] is None and fields["preset"] is None and fields["kv_gib"] is None \
-            and fields["kv_tokens"] is None and fields["model"] == "opt-13b" and fields["gpu"] == "a100-40gb":
-        fields["kv_gib"] = 12.0  # the paper's setup, for the embedded default
+            and fields["kv_tokens"] is None and fields["model"] == paper.MODEL and fields["gpu"] == paper.GPU:
+        fields["kv_gib"] = paper.KV_GIB
     return SimConfig(**fields)
 
 

@@ -9,6 +9,7 @@ or in the TOML file.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -110,7 +111,7 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
 @click.option("--out", default=None, help="Also write the table (.parquet or .csv).")
 @click.option("--plot", "plot_file", default=None,
-              help="Also save a plot of the sustained rates (.png, .pdf).")
+              help="Also save a plot of the sustained rates (.png, .svg or .pdf).")
 @click.pass_context
 def slo(ctx: click.Context, config_file: str | None, workers: int | None, executor: str,
         scheduler: str | None, quiet: bool, ttft_p99: float | None, tpot_p50: float | None,
@@ -122,9 +123,16 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
     at every rate. A run with any rejected or unfinished request fails the target, whatever its latency.
     """
     from sim.cli import fail
+    from sim.commands.plot import FIGURE_SUFFIXES
     from sim.sweep.run import run_slo
     from sim.sweep.slo import SLO_METRICS, SearchSettings, SloTarget
+    from sim.sweep.store import TABLE_SUFFIXES
 
+    # Output names are checked before the searches, which may take hours, not after them.
+    if out and Path(out).suffix not in TABLE_SUFFIXES:
+        fail(f"--out {out}: use a .parquet or .csv file name")
+    if plot_file and Path(plot_file).suffix.lower() not in FIGURE_SUFFIXES:
+        fail(f"--plot {plot_file}: the image type comes from the suffix; use one of {', '.join(FIGURE_SUFFIXES)}")
     given = {"ttft_p99": ttft_p99, "tpot_p50": tpot_p50, "e2e_p50": e2e_p50,
              "normalized_latency": normalized_latency}
     try:
@@ -138,30 +146,30 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
     varying = [name for name in grid.axes if len(grid.axes[name]) > 1]
     if out:
         _write_table(table, out)
+    if as_json:
+        click.echo(table.to_json(orient="records", indent=2))
+    else:
+        shown = ["allocator", *varying, "status", "sustained_rate", "rate_ok", "rate_fail", "simulations",
+                 "fail_reason", "error"]
+        click.echo(f"target: {target.describe()}")
+        click.echo(table[[c for c in dict.fromkeys(shown) if c in table]].to_string(index=False))
     if plot_file:
         from sim.plots.sweep import plot_slo
 
-        fig = plot_slo(table, x=varying[0] if varying else "allocator",
-                       hue=varying[1] if len(varying) > 1 else None)
+        try:  # after the table is out: a search that met the target nowhere leaves nothing to draw
+            fig = plot_slo(table, x=varying[0] if varying else "allocator",
+                           hue=varying[1] if len(varying) > 1 else None)
+        except ValueError as exc:
+            fail(f"--plot {plot_file}: {exc}")
         fig.savefig(plot_file, bbox_inches="tight")
-    if as_json:
-        click.echo(table.to_json(orient="records", indent=2))
-        return
-    shown = ["allocator", *varying, "status", "sustained_rate", "rate_ok", "rate_fail", "simulations",
-             "fail_reason", "error"]
-    click.echo(f"target: {target.describe()}")
-    click.echo(table[[c for c in dict.fromkeys(shown) if c in table]].to_string(index=False))
 
 
 def _write_table(table: Any, out: str) -> None:
-    from sim.cli import fail
-
+    """Write the table; the suffix (one of `sim.sweep.store.TABLE_SUFFIXES`) was checked before the run."""
     if out.endswith(".csv"):
         table.to_csv(out, index=False)
-    elif out.endswith(".parquet"):
-        table.to_parquet(out, index=False)
     else:
-        fail(f"--out {out}: use a .parquet or .csv file name")
+        table.to_parquet(out, index=False)
 
 
 COMMANDS = [sweep, slo]

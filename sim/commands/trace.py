@@ -36,14 +36,14 @@ def _fail(error: Exception) -> None:
     fail(error)
 
 
-def _load(file: str, format_: str | None, skip_bad_rows: bool):
+def _load(file: str, format_: str | None, skip_bad_rows: bool, columns: str | None = None):
     from pathlib import Path
 
     from workloads import PRESETS, load_preset, load_trace
 
     if file in PRESETS and not Path(file).exists():
         return load_preset(file)
-    return load_trace(file, format=format_, skip_bad_rows=skip_bad_rows)
+    return load_trace(file, format=format_, columns=columns, skip_bad_rows=skip_bad_rows)
 
 
 def format_stats(stats: dict) -> str:
@@ -94,9 +94,11 @@ def trace() -> None:
 @click.argument("file")
 @click.option("--format", "format_", default=None,
               help="azure, mooncake, burstgpt, vidur or kvsim (default: detected from the columns).")
+@click.option("--columns", default=None,
+              help="Column-mapping override: field=column[,field=column...], e.g. prompt_tokens=input_len.")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip bad rows (counted and reported) instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def stats(file: str, format_: str | None, skip_bad_rows: bool, as_json: bool) -> None:
+def stats(file: str, format_: str | None, columns: str | None, skip_bad_rows: bool, as_json: bool) -> None:
     """Rows, duration, rate, inter-arrival CV, token-length percentiles and prefix reuse of FILE.
 
     FILE is a trace file (CSV, JSONL or Parquet) or a preset name (sharegpt-paper, alpaca-paper,
@@ -104,8 +106,8 @@ def stats(file: str, format_: str | None, skip_bad_rows: bool, as_json: bool) ->
     from workloads import trace_stats
 
     try:
-        result = trace_stats(_load(file, format_, skip_bad_rows))
-    except ValueError as error:
+        result = trace_stats(_load(file, format_, skip_bad_rows, columns))
+    except (ValueError, OSError) as error:
         _fail(error)
         return
     click.echo(json.dumps(result, indent=2) if as_json else format_stats(result))

@@ -48,6 +48,7 @@ def plot_block_size_sweep(
         hue = None
     require_columns(results, [x, *panels], "block-size results")
     groups = [(None, results)] if hue is None else list(results.groupby(hue, sort=False))
+    sizes = sorted(results[x].unique())
     fig = new_figure((4.0 * len(panels) + 1.0, 3.4))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
@@ -56,7 +57,6 @@ def plot_block_size_sweep(
             ax.plot(group[x], group[panel], marker="o", color=SERIES_COLORS[i % len(SERIES_COLORS)],
                     label=str(key) if key is not None else None)
         ax.set_xscale("log", base=2)
-        sizes = sorted(results[x].unique())
         ax.set_xticks(sizes, [str(int(s)) for s in sizes])
         ax.minorticks_off()
         ax.set_xlabel("block size (tokens)" if x == "block_size" else x)

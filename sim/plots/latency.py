@@ -91,16 +91,16 @@ def plot_latency_cdf(
     label says how many requests it covers. ``log_x`` draws a log axis when the values span over 20x."""
     if not requests_by_allocator:
         raise ValueError("no runs to plot")
+    names = order_allocators(requests_by_allocator)
     fig = new_figure((4.2 * len(metrics) + 1.5, 3.4))
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
-        spread = [values_for(r, metric) for r in requests_by_allocator.values()]
-        positive = np.concatenate(spread)
+        by_name = {name: np.sort(values_for(requests_by_allocator[name], metric, name)) for name in names}
+        positive = np.concatenate(list(by_name.values()))
         positive = positive[positive > 0]
         # A log axis only helps across decades; within one it would show no labelled tick at all.
         log_axis = log_x and len(positive) > 0 and positive.max() > 20 * positive.min()
-        for name in order_allocators(requests_by_allocator):
-            values = np.sort(values_for(requests_by_allocator[name], metric, name))
+        for name, values in by_name.items():
             if log_axis:
                 values = values[values > 0]
             if len(values) == 0:

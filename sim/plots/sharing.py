@@ -19,6 +19,11 @@ def plot_sharing_savings(results: pd.DataFrame, *, metric: str = "shared_saved_f
     """One panel per sharing ``mode`` (e.g. parallel sampling, beam search): bars of ``metric`` against
     ``width`` (samples or beams), one bar per ``workload``."""
     require_columns(results, ["mode", "width", "workload", metric], "sharing results")
+    repeated = results.duplicated(["mode", "workload", "width"])
+    if repeated.any():  # one bar per (mode, workload, width): two rows would have to be drawn as one
+        row = results.loc[repeated.idxmax()]
+        raise ValueError(f"sharing results have more than one row for mode {row['mode']}, workload "
+                         f"{row['workload']}, width {row['width']}")
     modes = list(dict.fromkeys(results["mode"]))
     workloads = list(dict.fromkeys(results["workload"]))
     fig = new_figure((4.2 * len(modes) + 0.8, 3.4))

@@ -12,7 +12,10 @@ from collections.abc import Iterable
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-ALLOCATOR_ORDER = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow")
+from allocators import ALLOCATORS
+
+ALLOCATOR_ORDER = tuple(ALLOCATORS)
+"""The catalog's order, which is the paper's (Max, Pow2, Oracle, paged), then the allocators it adds."""
 
 ALLOCATOR_COLORS = {
     "contiguous-max": "#c44e52",

@@ -55,9 +55,8 @@ def measure_capacity() -> dict:
     """Fill a real contiguous-max allocator of the paper's size with 2,048-token requests until one does not
     fit; the leftover slots are what Max can never use."""
     from allocators import make_allocator
-    from allocators.capacity import kv_capacity
+    from allocators.capacity import fill_to_capacity, kv_capacity
     from allocators.catalog import get_model
-    from sim.commands.capacity import fill_to_capacity
 
     slots = kv_capacity(get_model(paper.MODEL), kv_gib=paper.KV_GIB).kv_tokens
     alloc = make_allocator("contiguous-max", slots, max_model_len=paper.MAX_MODEL_LEN)

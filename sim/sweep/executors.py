@@ -127,6 +127,7 @@ def _run_dask(fn: Callable[[Any], Any], payloads: Sequence[Any], workers: int,
             client = Client(scheduler, timeout=30)
         except Exception as exc:
             raise RuntimeError(f"cannot connect to the Dask scheduler at {scheduler}: {exc}") from exc
+    futures: list[Any] = []  # bound before the try: the finally reads it even if map itself fails
     try:
         futures = client.map(fn, list(payloads), pure=False)
         index = {future.key: i for i, future in enumerate(futures)}

@@ -101,24 +101,18 @@ def coerce_value(name: str, typ: Any, value: Any, where: str) -> Any:
         if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
             return value.lower() in _TRUE
         raise ValueError(f"{where}: field {name!r}: expected true or false, got {value!r}")
-    if typ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    if typ is int or typ is float:
+        # An int field takes only integers (TOML's 2.0 is refused, not truncated); a float field takes both.
+        accepted = (int,) if typ is int else (int, float)
+        if isinstance(value, accepted) and not isinstance(value, bool):
+            return typ(value)
         if isinstance(value, str):
             try:
-                return int(value)
+                return typ(value)
             except ValueError:
                 pass
-        raise ValueError(f"{where}: field {name!r}: expected an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ValueError(f"{where}: field {name!r}: expected a number, got {value!r}")
+        expected = "an integer" if typ is int else "a number"
+        raise ValueError(f"{where}: field {name!r}: expected {expected}, got {value!r}")
     if typ in (str, Path):
         if isinstance(value, (str, Path)):
             return typ(value)

@@ -19,7 +19,16 @@ import pandas as pd
 from sim.sweep.executors import run_tasks
 from sim.sweep.grid import Grid
 from sim.sweep.hashing import config_values, kvsim_version, point_id
-from sim.sweep.point import PointFn, PointTask, describe_error, evaluate_point, make_row, simulate_point
+from sim.sweep.point import (
+    STATUS_FAILED,
+    STATUS_OK,
+    PointFn,
+    PointTask,
+    describe_error,
+    evaluate_point,
+    make_row,
+    simulate_point,
+)
 from sim.sweep.slo import SearchSettings, SloTarget, search_rate
 from sim.sweep.store import ResultStore, rows_to_frame
 
@@ -111,7 +120,7 @@ def run_sweep(grid: Grid, out: str | Path, *, point_fn: PointFn = simulate_point
                 task = pending[outcome.index]
                 row = make_row(task.point_id, config_values(task.config), None, outcome.error, version)
             store.append(row)
-            failed += row["status"] != "ok"
+            failed += row["status"] != STATUS_OK
             _advance(bar, failed, on_row, row)
     finally:
         if bar is not None:
@@ -151,20 +160,20 @@ def run_slo(grid: Grid, target: SloTarget, settings: SearchSettings, *, point_fn
     tasks, invalid, _ = build_tasks(grid, config_cls, version)
     rows: dict[int, dict[str, Any]] = {}
     for item in invalid:
-        failed = dict(item["row"])
-        failed.pop("kvsim_version", None)
-        rows[item["index"]] = failed
+        rows[item["index"]] = {k: v for k, v in item["row"].items() if k != "kvsim_version"}
     fn = functools.partial(_search_task, point_fn, target, settings)
     bar = _progress_bar(len(tasks), progress)
+    failed = len(invalid)
     try:
         for outcome in run_tasks(fn, tasks, workers=workers, executor=executor, scheduler=scheduler):
             task = tasks[outcome.index]
             row = outcome.result
             if row is None:
-                row = {"point_id": task.point_id, "status": "failed", "error": outcome.error,
+                row = {"point_id": task.point_id, "status": STATUS_FAILED, "error": outcome.error,
                        **config_values(task.config)}
             rows[task.index] = row
-            _advance(bar, sum(r["status"] == "failed" for r in rows.values()), None, row)
+            failed += row["status"] == STATUS_FAILED
+            _advance(bar, failed, None, row)
     finally:
         if bar is not None:
             bar.close()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.sweep.hashing import config_values
-from sim.sweep.point import PointFn, describe_error
+from sim.sweep.point import STATUS_FAILED, STATUS_OK, PointFn, describe_error
 
 SLO_METRICS = {
     "ttft_p99": "ttft_p99_s",
@@ -33,10 +33,9 @@ SLO_METRICS = {
 }
 """Option name (``--ttft-p99``) -> the summary key it bounds."""
 
-STATUS_OK = "ok"
 STATUS_BELOW_MIN = "below-min"
 STATUS_ABOVE_MAX = "above-max"
-STATUS_FAILED = "failed"
+"""Besides a sweep point's ``ok`` and ``failed``: the target failed at ``rate_min``, or held up to ``rate_max``."""
 
 
 @dataclass(frozen=True)

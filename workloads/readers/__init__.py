@@ -12,30 +12,29 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from workloads.arrivals import ArrivalProcess, closed_loop_of, parse_arrivals
 from workloads.attribution import ATTRIBUTIONS
 from workloads.errors import TraceError
 from workloads.readers import containers
-from workloads.readers.build import RawTable, build_workload, to_float
-from workloads.readers.formats import (
-    CONSTANT_FIELDS,
-    FORMATS,
-    TraceFormat,
-    detect_format,
-    format_named,
-    mapping_for,
-)
-from workloads.workload import ClosedLoop, Workload
+from workloads.readers.build import RawTable, build_workload, to_float, workload_constants
+from workloads.readers.formats import FORMATS, TraceFormat, detect_format, format_named, mapping_for
+from workloads.specs import parse_columns
+from workloads.workload import Workload
 
 FAILED = "failed request (0 response tokens)"
 __all__ = ["FORMATS", "load_trace"]
 
 
-def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str, str] | None = None,
-               skip_bad_rows: bool = False, arrivals=None, seed: int = 0) -> Workload:
+def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str, str] | str | None = None,
+               skip_bad_rows: bool = False, arrivals: str | ArrivalProcess | None = None,
+               seed: int = 0) -> Workload:
     """Read a trace file. Raises `TraceError` naming the file, line and field on bad input, unless
     ``skip_bad_rows`` (then bad rows are dropped and counted in ``skipped_reasons``). ``arrivals`` (a spec
     string or an arrival process) replaces the trace's timestamps; files without timestamps default to
-    ``poisson:rate=1``, seeded by ``seed``."""
+    ``poisson:rate=1``, seeded by ``seed``. ``columns`` overrides the format's field -> column mapping, as a
+    dict or as the command line's ``field=column,...`` string."""
+    if isinstance(columns, str):
+        columns = parse_columns(columns)
     path = Path(path)
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, not a trace file")
@@ -64,11 +63,9 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
     _convert_times(raw, fmt)
     if fmt.failed_output_zero:
         _drop_failed(raw)
-    constants = _constants(raw, fmt)
+    constants = workload_constants(raw, fmt.hash_tokens)
     workload = build_workload(raw, skip_bad_rows=skip_bad_rows, name=path.stem,
                               source=_source(path, fmt), **constants)
-    from workloads.arrivals import closed_loop_of, parse_arrivals
-
     if arrivals is None and fmt.time_unit is None:
         arrivals = "poisson:rate=1"
     if arrivals is not None:
@@ -119,29 +116,3 @@ def _drop_failed(raw: RawTable) -> None:
     if raw.hashes is not None:
         raw.hashes = raw.hashes.take(keep)
     raw.pre_skipped[FAILED] = raw.pre_skipped.get(FAILED, 0) + int(failed.sum())
-
-
-def _constants(raw: RawTable, fmt: TraceFormat) -> dict:
-    """Workload-wide values that the canonical format repeats on every row."""
-    found: dict[str, float] = {}
-    for field in CONSTANT_FIELDS:
-        values = raw.columns.pop(field, None)
-        if values is None:
-            continue
-        distinct = np.unique(to_float(values)[~np.isnan(to_float(values))])
-        if len(distinct) > 1:
-            raise TraceError(f"{raw.path}: field '{field}': must be the same on every row (found {distinct[:3]})")
-        if len(distinct) == 1:
-            found[field] = float(distinct[0])
-    hash_tokens = int(found.get("prefix_hash_tokens", fmt.hash_tokens))
-    if hash_tokens < 1 or hash_tokens != found.get("prefix_hash_tokens", hash_tokens):
-        raise TraceError(f"{raw.path}: field 'prefix_hash_tokens': must be a whole number >= 1")
-    constants: dict = {"prefix_hash_tokens": hash_tokens}
-    if "closed_loop_users" in found:
-        try:
-            constants["closed_loop"] = ClosedLoop(int(found["closed_loop_users"]), found.get("think_time_s", 0.0))
-        except ValueError as exc:
-            raise TraceError(f"{raw.path}: field 'closed_loop_users': {exc}") from None
-    return constants
-
-

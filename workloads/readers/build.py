@@ -16,7 +16,8 @@ import pandas as pd
 
 from workloads.errors import TraceError, row_error
 from workloads.ragged import Ragged, empty
-from workloads.workload import NONE, Workload
+from workloads.readers.formats import CONSTANT_FIELDS
+from workloads.workload import NONE, ClosedLoop, Workload
 
 MAX_TOKENS = 10**9
 """Token counts above this are certainly corrupt (and would overflow downstream arithmetic)."""
@@ -164,3 +165,54 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         skipped_reasons=skipped,
         **attrs,
     )
+
+
+def workload_constants(raw: RawTable, default_hash_tokens: int) -> dict:
+    """Take the workload-wide columns (`CONSTANT_FIELDS`) out of ``raw``, as `Workload` keyword arguments.
+
+    Each holds one value, repeated on every row that is not blank; a cell that is not a number, out of its
+    field's range, or unlike the first row's value is an error naming its line (skipping rows cannot mend a
+    workload-wide value). ``default_hash_tokens`` (the format's hash unit) applies when the file gives none."""
+    found: dict[str, float] = {}
+    for name in CONSTANT_FIELDS:
+        values = raw.columns.pop(name, None)
+        if values is not None and (value := _constant(raw, name, values)) is not None:
+            found[name] = value
+    constants: dict = {"prefix_hash_tokens": int(found.get("prefix_hash_tokens", default_hash_tokens))}
+    if "closed_loop_users" in found:
+        constants["closed_loop"] = ClosedLoop(int(found["closed_loop_users"]), found.get("think_time_s", 0.0))
+    elif "think_time_s" in found:
+        raise TraceError(f"{raw.path}: field 'think_time_s': given without closed_loop_users")
+    return constants
+
+
+def _constant(raw: RawTable, field: str, values: np.ndarray) -> float | None:
+    """The one value of a workload-wide column (None when every cell is blank), checked row by row."""
+    x = to_float(values)
+    given = ~np.isnan(x)
+    rules = [("not a number", _not_numbers(values, given))]
+    if field == "think_time_s":
+        with np.errstate(invalid="ignore"):
+            rules.append(("must be finite and >= 0", given & ~((x >= 0) & (x < np.inf))))
+    else:
+        rules += [(problem, mask) for _, problem, mask in _integer_rules(field, x, 1, MAX_TOKENS, optional=True)]
+    first = x[given][0] if given.any() else None
+    if first is not None:
+        rules.append((f"must be the same on every row (the first value is {first:g})", given & (x != first)))
+    bad = np.logical_or.reduce([mask for _, mask in rules])
+    if bad.any():
+        i = int(np.argmax(bad))
+        problem = next(problem for problem, mask in rules if mask[i])
+        raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", field, problem, values[i], skippable=False)
+    return None if first is None else float(first)
+
+
+def _not_numbers(values: np.ndarray, given: np.ndarray) -> np.ndarray:
+    """Cells that hold something other than a number: NaN, None and blank text are no value at all."""
+    bad = np.zeros(len(values), bool)
+    if values.dtype.kind == "O":
+        for i in np.flatnonzero(~given):
+            v = values[i]
+            bad[i] = not (v is None or v is pd.NA or (isinstance(v, float) and v != v)
+                          or (isinstance(v, str) and not v.strip()))
+    return bad

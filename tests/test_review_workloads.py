@@ -1,0 +1,107 @@
+"""Regressions from the review of `workloads/`: workload-wide columns checked row by row, finite think times,
+one-line errors from `kvsim trace stats` for unreadable files, and the shared spec checks."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from sim.commands.trace import trace
+from workloads import TraceError, Workload, generate, load_trace, write_trace
+from workloads.lengths import Zipf, parse_lengths
+from workloads.workload import ClosedLoop
+
+HEADER = "arrival_time_s,prompt_tokens,output_tokens"
+
+
+def canonical(tmp_path, extra: str, cells: list[str]):
+    """A canonical CSV with one extra workload-wide column, one row per cell."""
+    path = tmp_path / "t.csv"
+    rows = [f"{i},10,5,{cell}" for i, cell in enumerate(cells)]
+    path.write_text("\n".join([f"{HEADER},{extra}", *rows]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("extra, cells, message", [
+    ("prefix_hash_tokens", ["1e300"], "line 2: field 'prefix_hash_tokens': must be <= 1e+09"),
+    ("prefix_hash_tokens", ["16", "abc"], "line 3: field 'prefix_hash_tokens': not a number (got 'abc')"),
+    ("prefix_hash_tokens", ["16", "", "32"], "line 4: field 'prefix_hash_tokens': must be the same on every row"),
+    ("prefix_hash_tokens", ["0"], "line 2: field 'prefix_hash_tokens': must be >= 1"),
+    ("closed_loop_users", ["2.5"], "line 2: field 'closed_loop_users': must be a whole number"),
+    ("closed_loop_users", ["1e300"], "line 2: field 'closed_loop_users': must be <= 1e+09"),
+    ("think_time_s", ["3"], "field 'think_time_s': given without closed_loop_users"),
+])
+def test_bad_workload_wide_values_name_the_line_and_field(tmp_path, extra, cells, message):
+    # before: 1e300 hash tokens was an OverflowError traceback, 2.5 users became 2, text became the default
+    with pytest.raises(TraceError) as caught:
+        load_trace(canonical(tmp_path, extra, cells))
+    assert message in str(caught.value)
+    assert "skip_bad_rows" not in str(caught.value)  # skipping rows cannot mend a workload-wide value
+
+
+def test_blank_cells_of_a_workload_wide_column_are_no_value(tmp_path):
+    w = load_trace(canonical(tmp_path, "prefix_hash_tokens", ["16", "", "16"]))
+    assert w.prefix_hash_tokens == 16 and len(w) == 3
+    assert load_trace(canonical(tmp_path, "prefix_hash_tokens", ["", ""])).prefix_hash_tokens == 512
+
+
+def test_infinite_think_time_is_rejected_everywhere(tmp_path):
+    # before: accepted, and a run's clock ended at infinity with NaN fractions and invalid JSON
+    with pytest.raises(ValueError, match="finite think_time_s"):
+        ClosedLoop(2, float("inf"))
+    with pytest.raises(TraceError, match="finite think_time_s"):
+        generate("fixed:prompt=10,output=5", "closed:users=2,think_s=inf", 5)
+    path = tmp_path / "t.csv"
+    path.write_text(f"{HEADER},closed_loop_users,think_time_s\n0,10,5,2,inf\n")
+    with pytest.raises(TraceError, match="line 2: field 'think_time_s': must be finite and >= 0"):
+        load_trace(path)
+
+
+def test_closed_loop_round_trips_through_every_container(tmp_path):
+    w = generate("fixed:prompt=10,output=5", "closed:users=3,think_s=0.5", 4)
+    for suffix in (".csv", ".jsonl", ".parquet"):
+        back = load_trace(write_trace(w, tmp_path / f"w{suffix}"))
+        assert back.closed_loop == ClosedLoop(3, 0.5)
+
+
+def test_from_frame_checks_workload_wide_columns_and_ignores_unknown_ones():
+    frame = pd.DataFrame({"arrival_time_s": [0.0, 1.0], "prompt_tokens": [10, 10], "output_tokens": [5, 5],
+                          "closed_loop_users": [2, 3], "note": ["a", "b"]})
+    with pytest.raises(TraceError, match="row 2: field 'closed_loop_users': must be the same on every row"):
+        Workload.from_frame(frame)
+    w = Workload.from_frame(frame.assign(closed_loop_users=[2, 2]))
+    assert w.closed_loop == ClosedLoop(2) and len(w) == 2
+
+
+def test_trace_stats_turns_an_os_error_into_one_line(monkeypatch, tmp_path):
+    def unreadable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "t.csv"))
+
+    monkeypatch.setattr("workloads.load_trace", unreadable)
+    result = CliRunner().invoke(trace, ["stats", str(tmp_path / "t.csv")])
+    assert result.exit_code == 2
+    assert "Permission denied" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("zipf:prompt_s=nan,prompt_max=5,output_s=1,output_max=5", "prompt_s must be a positive number, got nan"),
+    ("fixed:prompt=0,output=5", "prompt must be a positive number, got 0"),
+])
+def test_length_specs_share_the_positive_number_check(spec, message):
+    with pytest.raises(TraceError, match=message):
+        parse_lengths(spec)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("gamma:rate=1,cv=inf", "cv must be a positive number, got inf"),
+    ("constant:rate=-1", "rate must be a positive number, got -1.0"),
+])
+def test_arrival_specs_share_the_positive_number_check(spec, message):
+    with pytest.raises(TraceError, match=message):
+        generate("fixed:prompt=10,output=5", spec, 3)
+
+
+@pytest.mark.parametrize("s", [0.01, 1.0, 60.0])
+def test_zipf_draws_stay_on_their_support(s):
+    prompt, output = Zipf(s, 7, s, 1, max_total=None).sample(np.random.default_rng(3), 20_000)
+    assert prompt.min() >= 1 and prompt.max() <= 7 and (output == 1).all()

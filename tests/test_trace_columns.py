@@ -1,0 +1,57 @@
+"""A trace whose columns have other names is read through a column-mapping override, on the command line of
+`kvsim trace stats` and `kvsim run` alike; bad rows can be skipped (and counted) in `kvsim run` too."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from workloads import TraceError, load_trace
+from workloads.specs import parse_columns
+
+TEXT = "t,inp,out\n0.0,100,10\n0.5,200,20\n1.0,300,-1\n"
+MAPPING = "arrival_time_s=t,prompt_tokens=inp,output_tokens=out"
+
+
+@pytest.fixture
+def odd_trace(tmp_path):
+    path = tmp_path / "odd.csv"
+    path.write_text(TEXT)
+    return str(path)
+
+
+def test_parse_columns_gives_the_mapping_and_refuses_malformed_text():
+    assert parse_columns(" prompt_tokens=inp , output_tokens=out ") == {"prompt_tokens": "inp", "output_tokens": "out"}
+    for bad in ("", "prompt_tokens", "prompt_tokens=", "a=b,a=c"):
+        with pytest.raises(TraceError, match="column mapping"):
+            parse_columns(bad)
+
+
+def test_load_trace_takes_the_mapping_as_a_string(odd_trace):
+    w = load_trace(odd_trace, format="kvsim", columns=MAPPING, skip_bad_rows=True)
+    assert list(w.prompt_tokens) == [100, 200] and w.skipped_rows == 1
+
+
+def test_trace_stats_reads_renamed_columns(odd_trace):
+    result = CliRunner().invoke(main, ["trace", "stats", odd_trace, "--format", "kvsim", "--columns", MAPPING,
+                                       "--skip-bad-rows", "--json"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)
+    assert stats["rows"] == 2 and stats["skipped_rows"] == 1 and stats["prompt_tokens"]["max"] == 200
+
+
+def test_run_reads_renamed_columns_and_reports_skipped_rows(odd_trace):
+    args = ["run", odd_trace, "--trace-format", "kvsim", "--columns", MAPPING, "--step-time", "0.01",
+            "--kv-tokens", "4096", "--json"]
+    failed = CliRunner().invoke(main, args)
+    assert failed.exit_code == 2 and "line 4" in failed.output and "output_tokens" in failed.output
+    result = CliRunner().invoke(main, [*args, "--skip-bad-rows"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["requests"] == 2 and summary["completed"] == 2 and summary["skipped_rows"] == 1
+
+
+def test_trace_options_need_a_trace():
+    result = CliRunner().invoke(main, ["run", "--skip-bad-rows", "--json"])
+    assert result.exit_code == 2 and "trace file only" in result.output
