@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every GPU check and a quick Llama-3-8B calibration, writing CSVs and the table into DIR.
-# Usage: gpu_validation/run_on_gpu.sh DIR [--device cpu] [--quick] [--no-compile-flex]
-# Needs python3 with torch (and triton for the Triton kernel); kvsim need not be installed.
+# Usage: gpu_validation/run_on_gpu.sh DIR [--device cpu] [--quick] [--no-compile-flex] [--budget-s 360]
+# Needs python3 with torch, numpy and pandas (and triton for the Triton kernel); kvsim need not be installed.
+# Within --budget-s seconds (a watchdog ends it 60 s later at most); exits 1 unless everything ran and passed.
 set -euo pipefail
 if [ $# -lt 1 ]; then
     echo "usage: $0 DIR [run_all options]" >&2

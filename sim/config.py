@@ -48,6 +48,7 @@ class SimConfig:
     trace_format: str | None = None
     trace_columns: str | None = None
     skip_bad_rows: bool = False
+    arrivals: str | None = None
     preset: str | None = None
     rate: float | None = None
     num_requests: int | None = None
@@ -99,8 +100,11 @@ class SimConfig:
             raise ValueError(f"beam_keep_prob must be in [0, 1], got {self.beam_keep_prob!r}")
         if self.trace is not None and self.preset is not None:
             raise ValueError("give a trace or a preset, not both")
-        if self.trace is None and (self.trace_format or self.trace_columns or self.skip_bad_rows):
-            raise ValueError("trace_format, trace_columns and skip_bad_rows apply to a trace file only")
+        if self.trace is None and (self.trace_format or self.trace_columns or self.skip_bad_rows or self.arrivals):
+            raise ValueError("trace_format, trace_columns, skip_bad_rows and arrivals apply to a trace file only")
+        if self.arrivals is not None and self.rate is not None:
+            raise ValueError("give rate (Poisson arrivals at that rate) or arrivals (a spec such as "
+                             "'trace:rate=4' or 'gamma:rate=2,cv=3'), not both")
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty name, got {getattr(self, name)!r}")

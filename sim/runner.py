@@ -139,7 +139,7 @@ def resolve_workload(config: SimConfig):
     import workloads
 
     if config.trace is not None:
-        arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else None
+        arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else config.arrivals
         workload = workloads.load_trace(config.trace, format=config.trace_format, columns=config.trace_columns,
                                         skip_bad_rows=config.skip_bad_rows, arrivals=arrivals, seed=config.seed)
         if config.num_requests is None:

@@ -55,3 +55,19 @@ def test_run_reads_renamed_columns_and_reports_skipped_rows(odd_trace):
 def test_trace_options_need_a_trace():
     result = CliRunner().invoke(main, ["run", "--skip-bad-rows", "--json"])
     assert result.exit_code == 2 and "trace file only" in result.output
+
+
+def test_run_time_scales_a_traces_own_timestamps(tmp_path):
+    """`--arrivals trace:rate=R` keeps the trace's pattern of arrivals, squeezed or stretched to R req/s; `--rate`
+    and `--arrivals` together are refused."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n3,10,5\n4,10,5\n")
+    base = ["run", str(path), "--step-time", "0.001", "--kv-tokens", "4096", "--out"]
+    result = CliRunner().invoke(main, [*base, str(tmp_path / "out"), "--arrivals", "trace:rate=2", "--json"])
+    assert result.exit_code == 0, result.output
+    import pandas as pd
+
+    arrivals = pd.read_parquet(tmp_path / "out" / "requests.parquet")["arrival_s"].tolist()
+    assert arrivals == pytest.approx([0.0, 0.5, 1.5, 2.0])  # 4 requests over 2 s: the same gaps, halved
+    both = CliRunner().invoke(main, [*base, str(tmp_path / "o2"), "--arrivals", "trace:rate=2", "--rate", "2"])
+    assert both.exit_code == 2 and "not both" in both.output

@@ -40,6 +40,10 @@ def simulation_options(func):
                           "prompt_tokens=input_len,output_tokens=output_len."),
         click.option("--skip-bad-rows", is_flag=True,
                      help="Skip bad rows of TRACE (counted in the summary's skipped_rows) instead of failing."),
+        click.option("--arrivals",
+                     help="Arrival process replacing TRACE's timestamps: 'trace:rate=R' keeps the trace's own "
+                          "timestamps time-scaled to R req/s; 'poisson:rate=R', 'gamma:rate=R,cv=C', "
+                          "'constant:rate=R' draw new ones (seeded by --seed). --rate R alone means Poisson."),
         click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv)."),
         _field_option("--model", help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
         _field_option("--gpu", help="GPU from the catalog."),
@@ -53,7 +57,9 @@ def simulation_options(func):
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
         _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
-        click.option("--rate", type=float, help="Poisson arrival rate, requests per second."),
+        click.option("--rate", type=float,
+                     help="Poisson arrival rate, requests per second (a preset's rate; for TRACE, new Poisson "
+                          "arrivals replace its timestamps: see --arrivals)."),
         click.option("--num-requests", type=int, help="Use only (or generate) this many requests."),
         _field_option("--seed", type=int,
                       help="Seed for generated arrivals and lengths, and for beam-search choices."),
