@@ -35,6 +35,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+SHARE_NAMES = ("token_states", "reservation", "internal_frag", "external_frag", "free")
+"""The five shares of the KV capacity (``anchors.md`` section 4), in the order stacked charts draw them."""
+
+
 @dataclass(slots=True)
 class MemoryBreakdown:
     """Where the KV capacity is at one instant, in token slots (``anchors.md`` section 4).
@@ -61,14 +65,7 @@ class MemoryBreakdown:
 
     @property
     def shares(self) -> dict[str, float]:
-        c = self.capacity
-        return {
-            "token_states": self.token_states / c,
-            "reservation": self.reservation / c,
-            "internal_frag": self.internal_frag / c,
-            "external_frag": self.external_frag / c,
-            "free": self.free / c,
-        }
+        return {name: getattr(self, name) / self.capacity for name in SHARE_NAMES}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from array import array
 
 import numpy as np
 
-from allocators.base import MemoryBreakdown
+from allocators.base import SHARE_NAMES, MemoryBreakdown
 
 STEP_FLOAT = ("time_s", "duration_s")
 STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", "context_tokens", "copies",
@@ -20,8 +20,7 @@ STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", 
             "used_blocks", "shared_saved")
 STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-1], "total_blocks", "shared_saved", "capacity")
 _IDLE = (0, 0, 0, 0, 0, 0)  # an idle row's prefill_tokens .. preempted
-MEMORY_KEYS = ("token_states", "reservation", "internal_frag", "external_frag", "free", "used_blocks",
-               "shared_saved")
+MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved")
 
 
 class MemoryIntegral:

@@ -43,6 +43,10 @@ def plot_latency_vs_rate(
     The y axis is cut at 3x the bound (or ``ylim``) as in the paper: past the knee latency grows without limit
     and would flatten everything else."""
     require_columns(curves, ["allocator", x, y], "latency curves")
+    for column in (x, y):  # a sweep of traces replayed at their own timestamps has no `rate`: say so
+        if curves[column].isna().all():
+            raise ValueError(f"latency curves: column {column!r} has no values to plot (every row is empty); "
+                             f"pass x= or y= naming a column that has them")
     fig, ax = figure_and_axes(ax, (6, 3.8))
     for name in order_allocators(curves["allocator"]):
         curve = curves[curves["allocator"] == name].sort_values(x)

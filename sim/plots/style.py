@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from allocators import ALLOCATORS
+from allocators.base import SHARE_NAMES
 
 ALLOCATOR_ORDER = tuple(ALLOCATORS)
 """The catalog's order, which is the paper's (Max, Pow2, Oracle, paged), then the allocators it adds."""
@@ -35,7 +36,7 @@ ALLOCATOR_LABELS = {
     "paged-cow": "Paged + CoW",
 }
 
-SHARES = ("token_states", "reservation", "internal_frag", "external_frag", "free")
+SHARES = SHARE_NAMES
 """The five shares of KV capacity (``anchors.md`` section 4), bottom to top in stacked charts."""
 
 SHARE_LABELS = {
@@ -102,8 +103,9 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
 
 
 def percent_axis(ax: Axes, axis: str = "y") -> None:
-    """Format a 0-1 axis as percentages."""
+    """Format a 0-1 axis as percentages, with as many decimals as the axis range needs (whole percents on
+    a 0-100% axis; a panel of waste under 2% gets 0.5%, 1.0%, ... rather than repeated "1%" labels)."""
     from matplotlib.ticker import PercentFormatter
 
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+    target.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
