@@ -65,7 +65,7 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
         _drop_failed(raw)
     constants = workload_constants(raw, fmt.hash_tokens)
     workload = build_workload(raw, skip_bad_rows=skip_bad_rows, name=path.stem,
-                              source=_source(path, fmt), **constants)
+                              source=_source(path, fmt, columns), **constants)
     if arrivals is None and fmt.time_unit is None:
         arrivals = "poisson:rate=1"
     if arrivals is not None:
@@ -76,10 +76,15 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
     return workload
 
 
-def _source(path: Path, fmt: TraceFormat) -> str:
-    """What to print with results: the file, its format and, for a known public trace, its attribution."""
+def _source(path: Path, fmt: TraceFormat, columns: dict[str, str] | None = None) -> str:
+    """What to print with results: the file, its format and, for a known public trace, its attribution. A
+    column mapping is named: a file read through one is the caller's own layout, not the format's trace."""
     attribution = ATTRIBUTIONS.get(path.name)
-    return f"{path.name}, read as {fmt.label}" + (f". {attribution}" if attribution else "")
+    read_as = fmt.label
+    if columns:
+        mapping = ",".join(f"{field}={column}" for field, column in columns.items())
+        read_as = f"{fmt.name} format with column mapping {mapping}"
+    return f"{path.name}, read as {read_as}" + (f". {attribution}" if attribution else "")
 
 
 def _convert_times(raw: RawTable, fmt: TraceFormat) -> None:
