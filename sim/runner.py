@@ -94,7 +94,9 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     steps = recorder.steps_frame(cap.kv_tokens, total_blocks)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
-        "skipped_rows": int(getattr(workload, "skipped_rows", 0)), "model": model.name, "gpu": gpu.name,
+        "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
+        "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
+        "model": model.name, "gpu": gpu.name,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": cap.source, **cost.describe(),
     }

@@ -50,6 +50,9 @@ def test_run_reads_renamed_columns_and_reports_skipped_rows(odd_trace):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["requests"] == 2 and summary["completed"] == 2 and summary["skipped_rows"] == 1
+    assert sum(summary["skipped_reasons"].values()) == 1  # why, not only how many
+    text = CliRunner().invoke(main, [a for a in args if a != "--json"] + ["--skip-bad-rows"]).output
+    assert "skipped_reasons" in text and "1 x " in text
 
 
 def test_trace_options_need_a_trace():

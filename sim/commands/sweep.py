@@ -121,6 +121,11 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
 
     Brackets the rate by geometric growth from --rate-min, then bisects to --tolerance, with the same seed
     at every rate. A run with any rejected or unfinished request fails the target, whatever its latency.
+
+    Each probe replays a fixed number of requests (--num-requests), so past the server's capacity they queue
+    rather than pile up without end: queueing shows in time to first token and end-to-end latency, hardly in
+    time per output token. Bound --ttft-p99, --e2e-p50 or --normalized-latency, and use 1,000 requests or
+    more, or an overloaded rate can pass (the status then reads above-max).
     """
     from sim.cli import fail
     from sim.commands.plot import FIGURE_SUFFIXES
