@@ -21,11 +21,14 @@ def main() -> None:
 
 
 def fail(message: object) -> None:
-    """Exit with code 2 and one line on stderr, as click does for usage errors. A KeyError's message is its
-    argument (``str(KeyError(m))`` wraps ``m`` in quotes); quotes inside any other message are kept."""
+    """Exit with code 2 (click's code for usage errors) and the one line ``Error: message`` on stderr: the
+    message already names the file, row, field or valid choices, so click's usage lines would only bury it.
+    A KeyError's message is its argument (``str(KeyError(m))`` wraps ``m`` in quotes); quotes inside any other
+    message are kept."""
     if isinstance(message, KeyError) and message.args:
         message = message.args[0]
-    raise click.UsageError(str(message))
+    click.echo(f"Error: {message}", err=True)
+    raise click.exceptions.Exit(2)
 
 
 for _name in COMMAND_MODULES:

@@ -2,6 +2,7 @@
 
 import json
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -12,14 +13,22 @@ def _invoke(args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def test_fail_keeps_quotes_that_belong_to_the_message():
+def test_fail_keeps_quotes_that_belong_to_the_message(capsys):
     # `kvsim plot EMPTY_DIR` said "...No such file or directory: 'EMPTY_DIR/summary.json" (closing quote eaten).
-    with pytest.raises(Exception) as info:
+    with pytest.raises(click.exceptions.Exit) as info:
         fail(ValueError("x/summary.json: cannot read: [Errno 2] No such file or directory: 'x/summary.json'"))
-    assert str(info.value.message).endswith("'x/summary.json'")
-    with pytest.raises(Exception) as info:
+    assert info.value.exit_code == 2
+    assert capsys.readouterr().err.rstrip("\n").endswith("'x/summary.json'")
+    with pytest.raises(click.exceptions.Exit):
         fail(KeyError("unknown model 'nope'"))
-    assert info.value.message == "unknown model 'nope'"
+    assert capsys.readouterr().err == "Error: unknown model 'nope'\n"
+
+
+def test_a_usage_error_is_one_line():
+    result = _invoke(["capacity", "--model", "nope"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [result.output.strip()]
+    assert result.output.startswith("Error: unknown model 'nope'; valid choices: opt-13b")
 
 
 def test_plot_of_a_directory_without_summary_names_the_file(tmp_path):
