@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per run (default 2000)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-dask", action="store_true")
+    parser.add_argument("--dask-default-env", action="store_true",
+                        help="start Dask workers with the nanny's default MALLOC_TRIM_THRESHOLD_=65536")
     args = parser.parse_args()
     grid = grid_from_flags(["--allocator", "paged,contiguous-oracle", "--block-size", "8,16,32",
                             "--rate", "1,2", "--seed", "0,1,2,3", "--num-requests", str(args.requests),
@@ -86,11 +88,15 @@ def main() -> None:
         results[f"local x{args.workers}"] = (
             *timed_sweep(grid, tmp / "w2.parquet", workers=args.workers), args.workers)
         if not args.skip_dask:
+            import dask
             from distributed import LocalCluster
 
+            # As kvsim's private cluster does (sim/sweep/executors.py): no MALLOC_TRIM_THRESHOLD_ in the
+            # workers, whose default 65536 slows the simulator's small allocations; --dask-default-env keeps it.
+            env = {} if args.dask_default_env else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
             start = time.perf_counter()
-            with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                              dashboard_address=None) as cluster:
+            with dask.config.set(env), LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                                                    host="127.0.0.1", dashboard_address=None) as cluster:
                 startup = time.perf_counter() - start
                 results[f"dask x{args.workers}"] = (
                     *timed_sweep(grid, tmp / "dask.parquet", executor="dask",
