@@ -14,17 +14,23 @@ import numpy as np
 from workloads.errors import TraceError
 
 
+def _key_values(items: str, context: str, pair: str, label: str = "") -> dict[str, str]:
+    """The ``a=b,c=d`` list shared by spec strings and column mappings; errors start with ``context``."""
+    values: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in items.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise TraceError(f"{context}: expected {pair}, got {item!r}")
+        if key.strip() in values:
+            raise TraceError(f"{context}: {label}{key.strip()!r} given twice")
+        values[key.strip()] = value.strip()
+    return values
+
+
 def parse_spec(text: str, what: str) -> tuple[str, dict[str, str]]:
     """Split ``KIND:k=v,...`` into the kind and its raw parameters."""
     kind, _, rest = text.strip().partition(":")
-    params: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip() or not value.strip():
-            raise TraceError(f"bad {what} spec {text!r}: expected key=value, got {item!r}")
-        if key.strip() in params:
-            raise TraceError(f"bad {what} spec {text!r}: {key.strip()!r} given twice")
-        params[key.strip()] = value.strip()
+    params = _key_values(rest, f"bad {what} spec {text!r}", "key=value")
     if not kind.strip():
         raise TraceError(f"bad {what} spec {text!r}: missing the kind before ':'")
     return kind.strip().lower(), params
@@ -33,14 +39,7 @@ def parse_spec(text: str, what: str) -> tuple[str, dict[str, str]]:
 def parse_columns(text: str) -> dict[str, str]:
     """A column-mapping override, ``field=column[,field=column...]`` (``prompt_tokens=ContextTokens``), as the
     dict `load_trace` takes; which fields exist is checked against the format when the trace is read."""
-    mapping: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        field, eq, column = item.partition("=")
-        if not eq or not field.strip() or not column.strip():
-            raise TraceError(f"bad column mapping {text!r}: expected field=column, got {item!r}")
-        if field.strip() in mapping:
-            raise TraceError(f"bad column mapping {text!r}: field {field.strip()!r} given twice")
-        mapping[field.strip()] = column.strip()
+    mapping = _key_values(text, f"bad column mapping {text!r}", "field=column", "field ")
     if not mapping:
         raise TraceError(f"bad column mapping {text!r}: expected field=column[,field=column...]")
     return mapping
