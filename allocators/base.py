@@ -35,6 +35,21 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+SLOT_STATES = ("token", "reserved", "internal_frag", "overhead", "free")
+"""`Allocator.slot_states` codes, by position: a slot holding a live token, one a sequence will fill before it
+finishes, one it holds but will never fill, one the allocator keeps for itself (null block, buddy rounding,
+a pool's remainder), and a free one. Together they are the paper's Fig. 3 view of memory."""
+SLOT_TOKEN, SLOT_RESERVED, SLOT_INTERNAL, SLOT_OVERHEAD, SLOT_FREE = range(len(SLOT_STATES))
+
+
+def fill_states(states: np.ndarray, slots: np.ndarray, tokens: int, final: int) -> None:
+    """Mark ``slots`` (one sequence's slots in logical order) token, reserved up to ``final``, else internal
+    fragmentation."""
+    position = np.arange(len(slots))
+    states[slots] = np.where(position < tokens, SLOT_TOKEN,
+                             np.where(position < final, SLOT_RESERVED, SLOT_INTERNAL))
+
+
 SHARE_NAMES = ("token_states", "reservation", "internal_frag", "external_frag", "free")
 """The five shares of the KV capacity (``anchors.md`` section 4), in the order stacked charts draw them."""
 
@@ -93,12 +108,12 @@ class Allocator(ABC):
             raise ValueError(f"capacity must be positive, got {capacity_slots}")
         for name, value in (("block_size", block_size), ("max_model_len", max_model_len)):
             if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         placement_class(placement)
         if prefix_caching not in (True, False):
             raise ValueError(f"prefix_caching must be True or False, got {prefix_caching!r}")
         if not 0.0 <= watermark < 1.0:
-            raise ValueError(f"watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
+            raise ValueError(f"--watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
         self.capacity = int(capacity_slots)
         self.max_model_len = int(max_model_len)
         self.copied_slots = 0
@@ -200,6 +215,12 @@ class Allocator(ABC):
     def memory_map(self) -> np.ndarray:
         """Owner of every slot of the arena in physical order (seq id, `FREE_OWNER`, `OVERHEAD_OWNER` or
         `SHARED_OWNER`)."""
+
+    @abstractmethod
+    def slot_states(self) -> np.ndarray:
+        """State of every slot of the arena in physical order, as `SLOT_STATES` codes (int8), for the memory
+        map: read with `memory_map`, it shows where each request's tokens, reservation and internal
+        fragmentation lie."""
 
     @abstractmethod
     def check_invariants(self) -> None:

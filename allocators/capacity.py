@@ -56,27 +56,32 @@ def kv_capacity(
 ) -> KVCapacity:
     """Return the KV capacity, from an explicit size if one is given, else derived from the GPU.
 
-    Raises ValueError with a one-line reason for negative sizes or a model that does not fit.
+    Raises ValueError with a one-line reason for negative sizes, a ``kv_gib`` larger than the GPUs' memory
+    (``kv_tokens`` is the way to ask for an arbitrary pool), or a model that does not fit.
     """
     if kv_gib is not None and kv_tokens is not None:
-        raise ValueError("give at most one of kv_gib and kv_tokens")
+        raise ValueError("give at most one of --kv-gib and --kv-tokens")
     if tensor_parallel < 1:
-        raise ValueError(f"tensor_parallel must be >= 1, got {tensor_parallel}")
+        raise ValueError(f"--tensor-parallel must be >= 1, got {tensor_parallel}")
     per_token = model.kv_bytes_per_token
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel)
     if kv_tokens is not None:
         if kv_tokens <= 0:
-            raise ValueError(f"kv_tokens must be positive, got {kv_tokens}")
+            raise ValueError(f"--kv-tokens must be positive, got {kv_tokens}")
         return KVCapacity(kv_bytes=kv_tokens * per_token, kv_tokens=int(kv_tokens), source="kv_tokens", **common)
     if kv_gib is not None:
         if kv_gib <= 0:
-            raise ValueError(f"kv_gib must be positive, got {kv_gib}")
+            raise ValueError(f"--kv-gib must be positive, got {kv_gib}")
+        if gpu is not None and kv_gib * GIB > gpu.memory_bytes * tensor_parallel:
+            raise ValueError(f"--kv-gib {kv_gib:g} exceeds the memory of {tensor_parallel} x {gpu.name} "
+                             f"({gpu.memory_gib * tensor_parallel:.1f} GiB); lower it, raise --tensor-parallel, or "
+                             "give --kv-tokens to size the pool regardless of the GPU")
         kv_bytes = int(round(kv_gib * GIB))
         return KVCapacity(kv_bytes=kv_bytes, kv_tokens=kv_bytes // per_token, source="kv_gib", **common)
     if gpu is None:
-        raise ValueError("a GPU is needed to derive the KV capacity (or give kv_gib / kv_tokens)")
+        raise ValueError("a GPU is needed to derive the KV capacity (or give --kv-gib / --kv-tokens)")
     if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
     weights = model.weight_bytes / tensor_parallel
     activations = activation_reserve_bytes(model, max_num_batched_tokens, tensor_parallel)
     per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations

@@ -20,10 +20,13 @@ import numpy as np
 from allocators.base import (
     FREE_OWNER,
     OVERHEAD_OWNER,
+    SLOT_FREE,
+    SLOT_OVERHEAD,
     Admission,
     Allocator,
     Copy,
     MemoryBreakdown,
+    fill_states,
 )
 from allocators.placement import make_placement
 
@@ -165,6 +168,13 @@ class ContiguousAllocator(Allocator):
             owners[s.offset:s.offset + s.size] = seq_id
             owners[s.offset + s.size:s.offset + s.physical] = OVERHEAD_OWNER
         return owners
+
+    def slot_states(self) -> np.ndarray:
+        states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
+        for s in self._seqs.values():
+            fill_states(states, np.arange(s.offset, s.offset + s.size), s.tokens, s.tokens + s.res)
+            states[s.offset + s.size:s.offset + s.physical] = SLOT_OVERHEAD
+        return states
 
     def check_invariants(self) -> None:
         self.placement.check()

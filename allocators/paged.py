@@ -31,14 +31,23 @@ from allocators.base import (
     FREE_OWNER,
     OVERHEAD_OWNER,
     SHARED_OWNER,
+    SLOT_FREE,
+    SLOT_OVERHEAD,
+    SLOT_TOKEN,
     Admission,
     Allocator,
     Copy,
     MemoryBreakdown,
     cdiv,
+    fill_states,
 )
 from allocators.free_queue import FreeBlockQueue
 from allocators.prefix_cache import PrefixCache
+
+MAX_BLOCKS = 2**22
+"""The most blocks one pool may have: every block has slots in a few Python lists (about 80 bytes a block with
+the free queue's links), so 4M blocks cost about 300 MB and 2 s to build; no real GPU's KV cache comes near it
+(an H200's, for Llama-3-8B in blocks of 16, is about 70,000)."""
 
 _NO_HITS = Admission()
 """The admission result without cache hits, shared (it is frozen): building one costs more than the rest of
@@ -81,6 +90,10 @@ class PagedAllocator(Allocator):
         if self.num_blocks < 2:
             raise ValueError(f"{capacity_slots} slots hold {self.num_blocks} block(s) of {block_size}; the paged "
                              "allocator needs at least 2 (block 0 is the reserved null block)")
+        if self.num_blocks > MAX_BLOCKS:
+            raise ValueError(f"a KV pool of {self.capacity:,} token slots is {self.num_blocks:,} blocks of {block_size}, "
+                             f"over kvsim's limit of {MAX_BLOCKS:,} blocks (its block arrays take about 80 bytes a "
+                             "block); lower --kv-tokens / --kv-gib or raise --block-size")
         self.num_usable_blocks = self.num_blocks - 1
         self.watermark_blocks = int(watermark * self.num_blocks)
         self.overhead_slots = self.block_size + self.capacity % self.block_size
@@ -375,6 +388,19 @@ class PagedAllocator(Allocator):
         for b in self._registry.values():
             owners[b * bs:(b + 1) * bs] = SHARED_OWNER
         return owners
+
+    def slot_states(self) -> np.ndarray:
+        bs = self.block_size
+        states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
+        states[:bs] = SLOT_OVERHEAD
+        states[self.num_blocks * bs:] = SLOT_OVERHEAD
+        offsets = np.arange(bs)
+        for s in self._seqs.values():
+            slots = (np.asarray(s.table, np.int64)[:, None] * bs + offsets).ravel()
+            fill_states(states, slots, s.tokens, s.tokens + s.res)
+        for b in self._registry.values():
+            states[b * bs:(b + 1) * bs] = SLOT_TOKEN
+        return states
 
     def check_invariants(self) -> None:
         from allocators.paged_audit import audit_paged

@@ -11,6 +11,13 @@ from dataclasses import asdict, dataclass, fields
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION_MODES = ("recompute", "swap")
+_FLAG_NAMES = {"trace_columns": "--columns", "trace_format": "--trace-format"}
+
+
+def flag(field: str) -> str:
+    """The command-line flag that sets a `SimConfig` field (``kv_gib`` -> ``--kv-gib``), for error messages:
+    users type flags, not field names."""
+    return _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
 @dataclass(slots=True)
@@ -54,7 +61,7 @@ class SimConfig:
     num_requests: int | None = None
     step_by_step: bool = False
     beam_keep_prob: float = 0.8
-    memory_snapshots: int = 3
+    memory_snapshots: int = 12
     debug_invariants: int = 0
 
     def __post_init__(self) -> None:
@@ -64,14 +71,14 @@ class SimConfig:
                 return
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 kind = "a positive" if low > 0 else "a non-negative"
-                raise ValueError(f"{name} must be {kind} integer, got {value!r}")
+                raise ValueError(f"{flag(name)} must be {kind} integer, got {value!r}")
 
         def positive_float(name: str) -> None:  # None allowed: every such field is optional
             value = getattr(self, name)
             if value is None:
                 return
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+                raise ValueError(f"{flag(name)} must be a positive finite number, got {value!r}")
 
         for name in ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens"):
             integer(name, 1)
@@ -82,32 +89,32 @@ class SimConfig:
         for name in ("kv_gib", "step_time", "rate"):
             positive_float(name)
         if self.kv_gib is not None and self.kv_tokens is not None:
-            raise ValueError("give at most one of kv_gib and kv_tokens")
+            raise ValueError("give at most one of --kv-gib and --kv-tokens")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+            raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
         if self.scheduler not in SCHEDULERS:
-            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+            raise ValueError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
         if self.preemption not in PREEMPTION_MODES:
-            raise ValueError(f"preemption must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
+            raise ValueError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+            raise ValueError(f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
                              f"({self.max_num_seqs}), as vLLM requires, so every running sequence can decode")
         if not isinstance(self.swap_space_gib, (int, float)) or not 0 <= self.swap_space_gib < math.inf:
-            raise ValueError(f"swap_space_gib must be a finite number >= 0, got {self.swap_space_gib!r}")
+            raise ValueError(f"--swap-space-gib must be a finite number >= 0, got {self.swap_space_gib!r}")
         if not 0 <= self.watermark < 1:
-            raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark!r}")
+            raise ValueError(f"--watermark must be a fraction in [0, 1), got {self.watermark!r}")
         if not 0 <= self.beam_keep_prob <= 1:
             raise ValueError(f"beam_keep_prob must be in [0, 1], got {self.beam_keep_prob!r}")
         if self.trace is not None and self.preset is not None:
-            raise ValueError("give a trace or a preset, not both")
+            raise ValueError("give a TRACE file or --preset, not both")
         if self.trace is None and (self.trace_format or self.trace_columns or self.skip_bad_rows or self.arrivals):
-            raise ValueError("trace_format, trace_columns, skip_bad_rows and arrivals apply to a trace file only")
+            raise ValueError("--trace-format, --columns, --skip-bad-rows and --arrivals apply to a TRACE file only")
         if self.arrivals is not None and self.rate is not None:
-            raise ValueError("give rate (Poisson arrivals at that rate) or arrivals (a spec such as "
+            raise ValueError("give --rate (Poisson arrivals at that rate) or --arrivals (a spec such as "
                              "'trace:rate=4' or 'gamma:rate=2,cv=3'), not both")
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name} must be a non-empty name, got {getattr(self, name)!r}")
+                raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict, in field order (written as ``config.json``)."""

@@ -126,6 +126,6 @@ class Engine:
     def _snapshot(self, now: float) -> None:
         while self.snapshot_times and now >= self.snapshot_times[0]:
             self.snapshot_times.pop(0)
-        owners = self.sched.alloc.memory_map()
+        alloc = self.sched.alloc
         request_of_seq = {seq: group.request_id for seq, group in self.sched.owner.items()}
-        self.rec.snapshot(now, owners, request_of_seq)
+        self.rec.snapshot(now, alloc.memory_map(), request_of_seq, alloc.slot_states())

@@ -12,7 +12,7 @@ from array import array
 
 import numpy as np
 
-from allocators.base import SHARE_NAMES, MemoryBreakdown
+from allocators.base import SHARE_NAMES, SLOT_STATES, MemoryBreakdown
 
 STEP_FLOAT = ("time_s", "duration_s")
 STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", "context_tokens", "copies",
@@ -78,7 +78,7 @@ class Recorder:
         self.ints = array("q")  # the same for STEP_INT (one extend a row instead of a call per column)
         self.memory = MemoryIntegral()
         self.max_running = 0
-        self.snapshots: list[tuple[float, np.ndarray, dict[int, int]]] = []
+        self.snapshots: list[tuple[float, np.ndarray, dict[int, int], np.ndarray]] = []
         self.on_done = None  # closed-loop arrivals hook: called with the time a request left
 
     def finish(self, group, t: float) -> None:
@@ -112,8 +112,9 @@ class Recorder:
         self.ints.extend((num_steps, running, waiting, *work, b.token_states + lag, b.reservation - lag,
                           b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved))
 
-    def snapshot(self, time_s: float, owners: np.ndarray, request_of_seq: dict[int, int]) -> None:
-        self.snapshots.append((time_s, owners, request_of_seq))
+    def snapshot(self, time_s: float, owners: np.ndarray, request_of_seq: dict[int, int],
+                 states: np.ndarray) -> None:
+        self.snapshots.append((time_s, owners, request_of_seq, states))
 
     def steps_frame(self, capacity: int, total_blocks: int):
         import pandas as pd
@@ -129,11 +130,12 @@ class Recorder:
 
     def memory_frame(self):
         """One row per slot per snapshot: ``time_s, slot, owner`` (seq id, or -1 free, -2 overhead, -3
-        shared) and ``request_id`` (the owning request, -1 when the slot has no single owner)."""
+        shared), ``request_id`` (the owning request, -1 when the slot has no single owner) and ``state``
+        (`SLOT_STATES`: token, reserved, internal_frag, overhead or free)."""
         import pandas as pd
 
         frames = []
-        for time_s, owners, request_of_seq in self.snapshots:
+        for time_s, owners, request_of_seq, states in self.snapshots:
             uniq, inverse = np.unique(owners, return_inverse=True)
             requests = np.array([request_of_seq.get(int(o), -1) for o in uniq], np.int64)
             frames.append(pd.DataFrame({
@@ -141,7 +143,9 @@ class Recorder:
                 "slot": np.arange(len(owners), dtype=np.int64),
                 "owner": owners.astype(np.int64),
                 "request_id": requests[inverse] if len(owners) else np.zeros(0, np.int64),
+                "state": pd.Categorical.from_codes(states, SLOT_STATES),
             }))
         if not frames:
-            return pd.DataFrame({"time_s": [], "slot": [], "owner": [], "request_id": []})
+            return pd.DataFrame({"time_s": [], "slot": [], "owner": [], "request_id": [],
+                                 "state": pd.Categorical([], SLOT_STATES)})
         return pd.concat(frames, ignore_index=True)

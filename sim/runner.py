@@ -32,6 +32,12 @@ deployment is the configuration's; ``kvsim run`` adds the paper's 12 GiB of KV
 (`sim.commands.run.build_config`)."""
 
 
+MEMORY_MAP_ROWS = 2**22
+"""Memory-map snapshots keep one row per slot: a run records at most this many rows in all (about 150 MB as a
+table), so a large pool gets fewer snapshots and one above 4M slots none (its summary's ``memory_snapshots``
+says how many were taken)."""
+
+
 @dataclass
 class SimResult:
     """Per-request table, per-step table, memory-map snapshots, the summary and the configuration."""
@@ -83,7 +89,8 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
-    snaps = tuple(start + span * (i + 1) / (config.memory_snapshots + 1) for i in range(config.memory_snapshots))
+    count = min(config.memory_snapshots, MEMORY_MAP_ROWS // cap.kv_tokens)
+    snaps = tuple(start + span * (i + 1) / (count + 1) for i in range(count))
     engine = Engine(sched, cost, source, recorder, start_s=start, snapshot_times=snaps,
                     check_every=config.debug_invariants, progress=progress)
     end = engine.run() if len(workload) else start
@@ -98,7 +105,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
         "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
         "model": model.name, "gpu": gpu.name,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
-        "kv_capacity_source": cap.source, **cost.describe(),
+        "kv_capacity_source": cap.source, **cost.describe(), "memory_snapshots": count,
     }
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.num_preemptions,

@@ -105,7 +105,7 @@ def test_never_fits_explains():
 
 @pytest.mark.parametrize("name", sorted(ALLOCATORS))
 def test_constructor_validates_options(name):
-    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+    with pytest.raises(ValueError, match="--block-size must be a positive integer"):
         make_allocator(name, 1000, block_size=0)
     with pytest.raises(ValueError, match="watermark"):
         make_allocator(name, 1000, watermark=1.5)

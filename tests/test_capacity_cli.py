@@ -85,13 +85,13 @@ def test_catalog_file_extends_models(tmp_path):
         (["--gpu", "tpu-v9"], "valid choices: a100-40gb"),
         (["--allocator", "slab"], "valid choices: contiguous-max, contiguous-pow2"),
         (["--allocator", "contiguous-max", "--placement", "worst-fit"], "valid choices: buddy, first-fit"),
-        (["--kv-gib", "-1"], "kv_gib must be positive"),
-        (["--kv-tokens", "-5"], "kv_tokens must be positive"),
-        (["--block-size", "-16", "--kv-gib", "12"], "block_size must be a positive integer"),
+        (["--kv-gib", "-1"], "--kv-gib must be positive"),
+        (["--kv-tokens", "-5"], "--kv-tokens must be positive"),
+        (["--block-size", "-16", "--kv-gib", "12"], "--block-size must be a positive integer"),
         (["--prompt-len", "-1", "--kv-gib", "12"], "--prompt-len must be positive"),
         (["--prompt-len", "3000", "--output-len", "0"], "exceeds --max-model-len 2048"),
         (["--model", "opt-66b", "--gpu", "a100-40gb"], "does not fit"),
-        (["--kv-gib", "12", "--kv-tokens", "100"], "at most one of kv_gib and kv_tokens"),
+        (["--kv-gib", "12", "--kv-tokens", "100"], "at most one of --kv-gib and --kv-tokens"),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(args, message):

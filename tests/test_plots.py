@@ -184,8 +184,8 @@ def memory_frame() -> pd.DataFrame:
 
 
 def test_memory_snapshot_picks_the_nearest_instant():
-    assert memory_snapshot(memory_frame(), 8.0)[0] == 9.0
-    assert memory_snapshot(memory_frame(), 2.0)[1][16] == 5
+    assert memory_snapshot(memory_frame(), 8.0).time_s == 9.0
+    assert memory_snapshot(memory_frame(), 2.0).owners[16] == 5
 
 
 def test_memory_map_colours_free_and_overhead_slots():

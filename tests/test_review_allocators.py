@@ -40,7 +40,7 @@ def test_bad_catalog_values_are_one_line_errors_naming_the_file(tmp_path, text, 
 def test_every_allocator_checks_every_option(name):
     with pytest.raises(ValueError, match="unknown placement 'worst-fit'; valid choices: buddy, first-fit"):
         make_allocator(name, 1024, placement="worst-fit")
-    with pytest.raises(ValueError, match="max_model_len must be a positive integer, got True"):
+    with pytest.raises(ValueError, match="--max-model-len must be a positive integer, got True"):
         make_allocator(name, 1024, max_model_len=True)
     with pytest.raises(ValueError, match="prefix_caching must be True or False"):
         make_allocator(name, 1024, prefix_caching="yes")

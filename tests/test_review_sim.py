@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.config import SimConfig
+from sim.config import SimConfig, flag
 
 
 @pytest.mark.parametrize("field", ["kv_gib", "step_time", "rate", "swap_space_gib"])
 @pytest.mark.parametrize("value", [math.inf, math.nan])
 def test_infinite_or_nan_sizes_and_times_are_refused(field, value):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=flag(field)):
         SimConfig(**{field: value})
 
 
@@ -26,8 +26,7 @@ def test_cli_refuses_infinity_in_one_line(tmp_path, flag):
     path.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,100,10\n1,100,10\n")
     out = CliRunner().invoke(main, ["run", str(path), flag, "inf", "--json"])
     assert out.exit_code == 2, out.output
-    field = flag.removeprefix("--").replace("-", "_")
-    assert out.output.strip().splitlines()[-1].startswith("Error: ") and field in out.output
+    assert out.output.strip().splitlines()[-1].startswith("Error: ") and flag in out.output
     assert "Traceback" not in out.output
 
 
@@ -35,7 +34,7 @@ def test_cli_refuses_infinity_in_one_line(tmp_path, flag):
 def test_non_negative_integer_fields(field):
     assert getattr(SimConfig(**{field: 0}), field) == 0
     for bad in (-1, 1.5, True, None, "3"):
-        with pytest.raises(ValueError, match=f"{field} must be a non-negative integer"):
+        with pytest.raises(ValueError, match=f"{flag(field)} must be a non-negative integer"):
             SimConfig(**{field: bad})
 
 

@@ -49,7 +49,7 @@ def test_failed_and_invalid_points_are_recorded_and_the_sweep_goes_on(tmp_path):
     table = report.table
     assert list(table["status"]) == ["failed", "failed", "ok", "failed"]
     assert table["error"][0] == "RuntimeError: simulated failure"
-    assert "max_num_batched_tokens (2048) must be >= max_num_seqs" in table["error"][1]
+    assert "--max-num-batched-tokens (2048) must be >= --max-num-seqs" in table["error"][1]
     assert report.failed == 3 and report.ran == 4
     assert math.isnan(table["e2e_p50_s"][0]) and table["e2e_p50_s"][2] > 0
 

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.colors import to_rgb
 
 from allocators.base import SHARED_OWNER
-from sim.plots.memory_map import SHARED_COLOR, owner_colors, plot_memory_map
+from sim.plots.memory_map import SHARED_COLOR, plot_memory_map, slot_colors
 
 
 def test_memory_map_shows_shared_blocks_as_shared():
@@ -18,7 +18,7 @@ def test_memory_map_shows_shared_blocks_as_shared():
     # swatch, so 80% of the arena looked like one giant sequence, and the caption ignored them.
     owners = np.array([-2] * 16 + [SHARED_OWNER] * 128 + [5] * 64 + [-1] * 48)
     memory = pd.DataFrame({"time_s": 1.0, "slot": np.arange(len(owners)), "owner": owners})
-    colors = owner_colors(owners)
+    colors = slot_colors(owners, np.where(owners >= -1, 0, 3).astype(np.int8))
     assert tuple(colors[16]) == to_rgb(SHARED_COLOR)
     assert tuple(colors[16]) != tuple(colors[16 + 128])
     fig = plot_memory_map(memory, width=16)

@@ -1,63 +1,131 @@
-"""The physical memory map: the KV arena at one instant, every slot coloured by the sequence that owns it.
+"""The physical memory map: the KV arena at one instant, every slot coloured by its state, with a line
+around each request's slots (the paper's Fig. 3 view).
 
-Read left to right, top to bottom, like memory addresses. Contiguous allocators show one solid slab per request
-with the buddy allocator's rounding and holes between slabs; paged allocators show the same requests scattered
-as small blocks with almost nothing free in between. The map needs the ``memory`` table (``time_s, slot,
-owner``; owner -1 free, -2 allocator overhead, -3 a block shared by several sequences) that a run records
-when asked.
+Read left to right, top to bottom, like memory addresses. A slot is a live token, reserved (the request will
+fill it), internal fragmentation (held, never filled), allocator overhead (buddy rounding, the null block) or
+free. Contiguous Max shows one slab per request that is mostly orange, never to be filled; paged shows the
+same requests as small, almost full blocks. The map needs the ``memory`` table (``time_s, slot, owner``, and
+``state`` since kvsim records it; owner -1 free, -2 overhead, -3 shared) that a run records; older tables
+without ``state`` are coloured by owner kind only (token for owned slots).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.colors import hsv_to_rgb, to_rgb
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from allocators.base import FREE_OWNER, OVERHEAD_OWNER, SHARED_OWNER
+from allocators.base import (
+    FREE_OWNER,
+    OVERHEAD_OWNER,
+    SHARED_OWNER,
+    SLOT_FREE,
+    SLOT_OVERHEAD,
+    SLOT_STATES,
+    SLOT_TOKEN,
+)
 from sim.plots.data import require_columns
-from sim.plots.style import allocator_label, figure_and_axes, new_figure, order_allocators
+from sim.plots.style import SHARE_COLORS, allocator_label, figure_and_axes, new_figure, order_allocators
 
-FREE_COLOR = "#eeeeee"
-OVERHEAD_COLOR = "#212121"
+STATE_COLORS = {
+    "token": SHARE_COLORS["token_states"],
+    "reserved": SHARE_COLORS["reservation"],
+    "internal_frag": SHARE_COLORS["internal_frag"],
+    "overhead": "#212121",
+    "free": "#eeeeee",
+}
+"""The breakdown charts' share colours, so a map and a stacked bar read alike; overhead is black."""
+STATE_LABELS = {"token": "token states", "reserved": "reserved (will be filled)",
+                "internal_frag": "internal fragmentation", "overhead": "allocator overhead", "free": "free"}
+FREE_COLOR = STATE_COLORS["free"]
+OVERHEAD_COLOR = STATE_COLORS["overhead"]
 SHARED_COLOR = "#7a7a7a"
-"""Copy-on-write blocks held by several sequences: one neutral grey, not a sequence hue."""
+"""Token slots of blocks several sequences share (copy-on-write, prefix hits): one neutral grey."""
 OUTSIDE_COLOR = "#ffffff"
+BOUNDARY_COLOR = "#000000"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One memory snapshot: when it was taken, which instant was asked for, and every slot's owner and state."""
+
+    time_s: float
+    requested_s: float | None
+    times: np.ndarray
+    owners: np.ndarray
+    states: np.ndarray
+
+    def caption_time(self) -> str:
+        """Which instant is shown, said plainly when it is not the one asked for."""
+        shown = f"t = {self.time_s:.2f} s"
+        if self.requested_s is None:
+            return f"{shown} (middle of {len(self.times)} snapshots)"
+        if math.isclose(self.requested_s, self.time_s, rel_tol=1e-9, abs_tol=1e-9):
+            return shown
+        return (f"{shown}, the nearest of {len(self.times)} snapshots ({self.times[0]:.2f}-{self.times[-1]:.2f} s) "
+                f"to the {self.requested_s:g} s asked for")
 
 
 def snapshot_times(memory: pd.DataFrame) -> np.ndarray:
     """The instants the memory table holds a snapshot of, in order."""
     require_columns(memory, ["time_s", "slot", "owner"], "memory table")
-    return np.sort(memory["time_s"].unique())
+    times = np.sort(memory["time_s"].unique())
+    if not len(times):
+        raise ValueError("the run recorded no memory snapshots (its pool may be too large for a memory map: "
+                         "see the summary's memory_snapshots)")
+    return times
 
 
-def memory_snapshot(memory: pd.DataFrame, time_s: float | None = None) -> tuple[float, np.ndarray]:
-    """The owner of every slot at the snapshot nearest ``time_s`` (default: the middle snapshot)."""
+def memory_snapshot(memory: pd.DataFrame, time_s: float | None = None) -> Snapshot:
+    """Every slot's owner and state at the snapshot nearest ``time_s`` (default: the middle snapshot)."""
     times = snapshot_times(memory)
     chosen = times[len(times) // 2] if time_s is None else times[np.argmin(np.abs(times - time_s))]
     rows = memory[memory["time_s"] == chosen].sort_values("slot")
     slots = rows["slot"].to_numpy()
     if not np.array_equal(slots, np.arange(len(slots))):
         raise ValueError(f"memory snapshot at t={chosen:g}s does not cover slots 0..{len(slots) - 1} once each")
-    return float(chosen), rows["owner"].to_numpy(dtype=np.int64)
+    owners = rows["owner"].to_numpy(dtype=np.int64)
+    if "state" in rows:
+        codes = {name: code for code, name in enumerate(SLOT_STATES)}
+        states = rows["state"].astype(str).map(codes).to_numpy()
+        if np.isnan(states.astype(float)).any():
+            raise ValueError(f"memory table: column 'state' holds values other than {', '.join(SLOT_STATES)}")
+        states = states.astype(np.int8)
+    else:
+        states = np.where(owners == FREE_OWNER, SLOT_FREE, np.where(owners == OVERHEAD_OWNER, SLOT_OVERHEAD,
+                                                                  SLOT_TOKEN)).astype(np.int8)
+    return Snapshot(float(chosen), time_s, times, owners, states)
 
 
-def owner_colors(owners: np.ndarray) -> np.ndarray:
-    """RGB per slot: a stable, well-spread hue per owner id (golden-ratio steps), light grey free, black
-    overhead, mid grey shared."""
-    hue = (owners.astype(float) * 0.6180339887) % 1.0
-    sat = 0.45 + 0.35 * ((owners * 7) % 3) / 2
-    hsv = np.stack([hue, sat, np.full(len(owners), 0.88)], axis=-1)
-    rgb = hsv_to_rgb(hsv)
-    rgb[owners == FREE_OWNER] = to_rgb(FREE_COLOR)
-    rgb[owners == OVERHEAD_OWNER] = to_rgb(OVERHEAD_COLOR)
+def slot_colors(owners: np.ndarray, states: np.ndarray) -> np.ndarray:
+    """RGB per slot from its state code; shared slots grey."""
+    palette = np.array([to_rgb(STATE_COLORS[name]) for name in SLOT_STATES])
+    rgb = palette[states]
     rgb[owners == SHARED_OWNER] = to_rgb(SHARED_COLOR)
     return rgb
+
+
+def owner_boundaries(owners: np.ndarray, width: int) -> np.ndarray:
+    """Line segments ``(n, 2, 2)``, in image coordinates, between horizontally or vertically adjacent slots
+    of different owners where at least one is held by a request (free and overhead slots need no outline)."""
+    rows = math.ceil(len(owners) / width)
+    grid = np.full(rows * width, FREE_OWNER, dtype=np.int64)
+    grid[:len(owners)] = owners
+    grid = grid.reshape(rows, width)
+    held = (grid >= 0) | (grid == SHARED_OWNER)
+    r, c = np.nonzero((grid[:, 1:] != grid[:, :-1]) & (held[:, 1:] | held[:, :-1]))
+    vertical = np.stack([np.stack([c + 0.5, r - 0.5], -1), np.stack([c + 0.5, r + 0.5], -1)], 1)
+    r, c = np.nonzero((grid[1:] != grid[:-1]) & (held[1:] | held[:-1]))
+    horizontal = np.stack([np.stack([c - 0.5, r + 0.5], -1), np.stack([c + 0.5, r + 0.5], -1)], 1)
+    return np.concatenate([vertical, horizontal]).astype(float)
 
 
 def default_width(capacity: int) -> int:
@@ -73,34 +141,38 @@ def plot_memory_map(
     ax: Axes | None = None,
     title: str | None = None,
 ) -> Figure:
-    """The arena as a grid of ``width`` slots per row, coloured by owner, at the snapshot nearest ``time_s``."""
-    chosen, owners = memory_snapshot(memory, time_s)
+    """The arena as a grid of ``width`` slots per row, coloured by slot state, a black line around each
+    request's slots, at the snapshot nearest ``time_s`` (the caption says which instant that is)."""
+    snap = memory_snapshot(memory, time_s)
+    owners, states = snap.owners, snap.states
     capacity = len(owners)
     width = width or default_width(capacity)
     rows = math.ceil(capacity / width)
     image = np.ones((rows * width, 3))
     image[:] = to_rgb(OUTSIDE_COLOR)
-    image[:capacity] = owner_colors(owners)
-    fig, ax = figure_and_axes(ax, (8, 8 * rows / width + 0.9))
+    image[:capacity] = slot_colors(owners, states)
+    fig, ax = figure_and_axes(ax, (9, 7 * rows / width + 1.2))
     ax.imshow(image.reshape(rows, width, 3), aspect="auto", interpolation="nearest")
+    ax.add_collection(LineCollection(owner_boundaries(owners, width), colors=BOUNDARY_COLOR,
+                                     linewidths=0.4 if width <= 256 else 0.25))
     ax.set_xticks([])
     ax.set_yticks([])
     for spine in ax.spines.values():
         spine.set_visible(False)
-    live = owners[owners >= 0]
-    free = np.count_nonzero(owners == FREE_OWNER) / capacity
-    overhead = np.count_nonzero(owners == OVERHEAD_OWNER) / capacity
+    counts = np.bincount(states, minlength=len(SLOT_STATES)) / capacity
+    share = dict(zip(SLOT_STATES, counts, strict=True))
+    requests = len(np.unique(owners[owners >= 0]))
     shared = np.count_nonzero(owners == SHARED_OWNER) / capacity
-    shared_text = f"{shared:.0%} shared, " if shared else ""
-    caption = (f"t = {chosen:.1f} s: {len(np.unique(live))} sequences, {shared_text}{free:.0%} free, "
-               f"{overhead:.1%} allocator overhead ({capacity:,} slots, {width} per row)")
+    shared_text = f" ({shared:.0%} shared)" if shared else ""
+    caption = (f"{snap.caption_time()}\n{requests} sequences; tokens {share['token']:.0%}{shared_text}, reserved "
+               f"{share['reserved']:.0%}, internal frag. {share['internal_frag']:.0%}, overhead "
+               f"{share['overhead']:.1%}, free {share['free']:.0%} ({capacity:,} slots, {width} per row)")
     ax.set_title(f"{title}\n{caption}" if title else caption, fontsize="small", loc="left")
-    handles = [Patch(color=FREE_COLOR, label="free"), Patch(color=OVERHEAD_COLOR, label="overhead"),
-               Patch(color=hsv_to_rgb((0.1, 0.6, 0.88)), label="one colour per sequence")]
+    handles = [Patch(color=STATE_COLORS[name], label=STATE_LABELS[name]) for name in SLOT_STATES]
     if shared:
-        handles.append(Patch(color=SHARED_COLOR, label="shared by several sequences"))
-    ax.legend(handles=handles,
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", frameon=False)
+        handles.insert(1, Patch(color=SHARED_COLOR, label="shared by several sequences"))
+    handles.append(Patch(facecolor="white", edgecolor=BOUNDARY_COLOR, label="one request's slots"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", frameon=False)
     return fig
 
 
@@ -110,7 +182,7 @@ def plot_memory_maps(memory_by_allocator: Mapping[str, pd.DataFrame], *, time_s:
     if not memory_by_allocator:
         raise ValueError("no memory tables to plot")
     names = order_allocators(memory_by_allocator)
-    fig = new_figure((9, 2.3 * len(names)))
+    fig = new_figure((9, 2.6 * len(names)))
     axes = fig.subplots(len(names), 1, squeeze=False)[:, 0]
     for ax, name in zip(axes, names, strict=True):
         plot_memory_map(memory_by_allocator[name], time_s=time_s, width=width, ax=ax, title=allocator_label(name))
