@@ -34,13 +34,13 @@ def test_one_line_per_hue_value_through_the_means():
     np.testing.assert_allclose(lines["Paged"].get_ydata(), [1.5, 2.5, 4.5])  # mean over the two seeds
     np.testing.assert_allclose(lines["Max (contiguous)"].get_ydata(), [3.5, 6.5, 12.5])
     assert len(ax.collections) == 2  # a min-max band per line (two seeds per point)
-    assert ax.get_xlabel() == "rate" and ax.get_ylabel() == "normalized_latency_s_per_tok"
+    assert ax.get_xlabel() == "arrival rate (req/s)" and ax.get_ylabel() == "normalized latency (s/token)"
 
 
 def test_defaults_pick_the_swept_rate_and_categorical_axes_work():
     table = _sweep_table()
     fig = plot_sweep(table)
-    assert fig.axes[0].get_xlabel() == "rate"
+    assert fig.axes[0].get_xlabel() == "arrival rate (req/s)"
     fig = plot_sweep(table, "token_states_frac", "allocator", hue="seed")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["Max (contiguous)", "Paged"]

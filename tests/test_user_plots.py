@@ -40,5 +40,5 @@ def test_default_sweep_plot_draws_one_line_per_allocator_not_their_mean():
     ax = fig.axes[0]
     lines = [line for line in ax.get_lines() if line.get_label() and not line.get_label().startswith("_")]
     assert len(lines) == 2
-    assert ax.get_xlabel() == "rate"
+    assert ax.get_xlabel() == "arrival rate (req/s)"
     assert {round(float(y), 2) for line in lines for y in line.get_ydata()} == {0.03, 0.06, 25.0, 50.0}

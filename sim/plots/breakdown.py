@@ -61,7 +61,9 @@ def plot_breakdown(
     require_columns(frame, [f"{s}_frac" for s in SHARES], "summaries")
     names = order_allocators(frame.index)
     reference = reference or {}
-    fig, ax = figure_and_axes(ax, (1.6 + 1.5 * len(names), 4.2))
+    # the legend takes about 2.4 inches beside the axes: at least 6 inches in all, so that one run's bar
+    # still leaves the title room over its axes
+    fig, ax = figure_and_axes(ax, (max(6.0, 3.6 + 1.5 * len(names)), 4.2))
     width = 0.38
     for i, name in enumerate(names):
         ours = [(s, float(frame.loc[name, f"{s}_frac"])) for s in SHARES]

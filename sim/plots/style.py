@@ -109,3 +109,45 @@ def percent_axis(ax: Axes, axis: str = "y") -> None:
 
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
+
+
+AXIS_LABELS = {
+    "rate": "arrival rate (req/s)",
+    "block_size": "block size (tokens)",
+    "kv_gib": "KV memory (GiB)",
+    "kv_tokens": "KV memory (token slots)",
+    "max_num_seqs": "max running sequences",
+    "max_num_batched_tokens": "token budget per step (tokens)",
+    "num_requests": "requests",
+    "tensor_parallel": "tensor-parallel GPUs",
+    "gpu_memory_utilization": "GPU memory utilization (share)",
+    "swap_space_gib": "swap space (GiB per GPU)",
+    "normalized_latency_s_per_tok": "normalized latency (s/token)",
+    "throughput_tok_s": "throughput (tokens/s)",
+    "throughput_req_s": "throughput (req/s)",
+    "ttft_p50_s": "time to first token, median (s)",
+    "ttft_p99_s": "time to first token, p99 (s)",
+    "tpot_p50_s": "time per output token, median (s)",
+    "e2e_p50_s": "end-to-end latency, median (s)",
+    "mean_running": "mean running requests",
+    "max_running": "max running requests",
+    "sim_time_s": "simulated time (s)",
+    "wall_time_s": "wall time (s)",
+}
+"""Axis labels with units for configuration fields and summary metrics; `axis_label` derives the rest."""
+
+_UNIT_SUFFIXES = (("_s_per_tok", "s/token"), ("_tok_s", "tokens/s"), ("_req_s", "req/s"), ("_gib", "GiB"),
+                  ("_frac", "share of KV capacity"), ("_s", "s"))
+
+
+def axis_label(name: str) -> str:
+    """A readable axis label with its unit (``ttft_p50_s`` -> "time to first token, median (s)"), not the
+    raw column name; unknown names get their unit from the suffix (``_s``, ``_frac``, ``_tok_s`` ...)."""
+    if name in AXIS_LABELS:
+        return AXIS_LABELS[name]
+    if name in SHARE_LABELS or name.removesuffix("_frac") in SHARE_LABELS:
+        return f"{SHARE_LABELS[name.removesuffix('_frac')].lower()} (share of KV capacity)"
+    for suffix, unit in _UNIT_SUFFIXES:
+        if name.endswith(suffix):
+            return f"{name.removesuffix(suffix).replace('_', ' ')} ({unit})"
+    return name.replace("_", " ")

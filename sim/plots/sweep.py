@@ -2,7 +2,9 @@
 
 A sweep table usually varies more axes than a figure has dimensions (seeds, above all). The lines are the
 mean over the axes not drawn, and a shaded band spans their minimum to maximum, so replication noise is
-visible rather than hidden in a mean. Failed points (``status`` other than ok) are left out.
+visible rather than hidden in a mean; the title names the axes averaged over and how many values each has.
+Axes are labelled with units (`style.axis_label`), not column names. Failed points (``status`` other than
+ok) are left out.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sim.plots.style import (
     SERIES_COLORS,
     allocator_color,
     allocator_label,
+    axis_label,
     figure_and_axes,
     order_allocators,
     percent_axis,
@@ -118,8 +121,11 @@ def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x
                 ax.errorbar(xs, mean, yerr=[mean - low, high - mean], fmt="none", color=color, capsize=3)
             else:
                 ax.fill_between(xs, low, high, color=color, alpha=0.15, linewidth=0)
-    ax.set_xlabel(x)
-    ax.set_ylabel(metric)
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(axis_label(metric))
+    averaged = [f"{f} ({rows[f].nunique(dropna=False)} values)" for f in swept if f not in (x, hue)]
+    if averaged:
+        ax.set_title("mean over " + ", ".join(averaged) + "; band: min-max", fontsize="small")
     if metric.endswith("_frac"):
         percent_axis(ax)
     ax.grid(alpha=0.3)
@@ -148,10 +154,13 @@ def plot_slo(df: pd.DataFrame, x: str = "allocator", hue: str | None = None, *,
         ax.errorbar(xs, low, yerr=[np.zeros_like(low), upper], marker="o", capsize=3, linestyle=linestyle,
                     color=_color(hue, key, i), label=_label(hue, key))
     target = rows["target"].iloc[0] if "target" in rows.columns else None
-    ax.set_xlabel(x)
+    ax.set_xlabel(axis_label(x))
     ax.set_ylabel("sustained request rate (req/s)")
-    if target:
-        ax.set_title(f"highest rate meeting {target}", fontsize="medium")
+    averaged = [f"{f} ({rows[f].nunique(dropna=False)} values)" for f in swept_fields(rows) if f not in (x, hue)]
+    note = "; mean over " + ", ".join(averaged) if averaged else ""
+    if target or note:
+        ax.set_title(f"highest rate meeting {target}{note}" if target else note.removeprefix("; "),
+                     fontsize="medium" if not note else "small")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     if hue is not None:
