@@ -108,7 +108,8 @@ class SimConfig:
         if self.trace is not None and self.preset is not None:
             raise ValueError("give a TRACE file or --preset, not both")
         if self.trace is None and (self.trace_format or self.trace_columns or self.skip_bad_rows or self.arrivals):
-            raise ValueError("--trace-format, --columns, --skip-bad-rows and --arrivals apply to a TRACE file only")
+            raise ValueError("--trace-format, --columns, --skip-bad-rows and --arrivals apply to a trace file only "
+                             "(the TRACE argument)")
         if self.arrivals is not None and self.rate is not None:
             raise ValueError("give --rate (Poisson arrivals at that rate) or --arrivals (a spec such as "
                              "'trace:rate=4' or 'gamma:rate=2,cv=3'), not both")

@@ -154,8 +154,8 @@ def resolve_workload(config: SimConfig):
         if config.num_requests is None:
             return workload
         if config.num_requests > len(workload):  # as a preset does: never silently fewer than asked
-            raise workloads.TraceError(f"{config.trace}: asked for {config.num_requests} requests, the trace "
-                                       f"has {len(workload)}")
+            raise workloads.TraceError(f"{config.trace}: --num-requests {config.num_requests} asks for more "
+                                       f"requests than the trace has ({len(workload)})")
         return workload.head(config.num_requests)
     if config.preset is not None:
         return workloads.load_preset(config.preset, num_requests=config.num_requests, rate=config.rate,

@@ -20,10 +20,30 @@ SHARE_KEYS = ("token_states_frac", "reservation_frac", "internal_frag_frac", "ex
 _NUMBER = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?![\w.])")
 
 
+_LIMIT_PREFIXES = ("max_model_len ", "max_num_seqs is ", "max_num_batched_tokens ", "only ", "slab is ",
+                   "at most ", "watermark ", "blocks of ")
+"""Words after which a number is the configuration's limit, not the request's size: kept in the category."""
+
+
 def reject_category(reason: str) -> str:
-    """A rejection reason with its per-request numbers replaced by ``N``, so that messages such as "prompt +
-    output = 5000 tokens exceeds max_model_len 4096" and "... = 4100 ..." count as one category."""
-    return _NUMBER.sub("N", reason)
+    """A rejection reason with its per-request numbers replaced by ``N`` and the limit kept, so that "prompt +
+    output = 5000 tokens exceeds max_model_len 4096" and "... = 4100 ..." count as one category, "prompt +
+    output = N tokens exceeds max_model_len 4096", that still says which limit was crossed."""
+    def replace(match: re.Match) -> str:
+        return match.group() if reason[:match.start()].endswith(_LIMIT_PREFIXES) else "N"
+
+    return _NUMBER.sub(replace, reason)
+
+
+def rejection_warning(summary: dict) -> str | None:
+    """One line for stderr when a run rejected requests: how many, and the most frequent reason."""
+    reasons = summary.get("rejected_reasons") or {}
+    if not summary.get("rejected"):
+        return None
+    top, count = next(iter(reasons.items()), ("unknown reason", summary["rejected"]))
+    others = f"; {len(reasons) - 1} other reason(s) in rejected_reasons" if len(reasons) > 1 else ""
+    return (f"Warning: {summary['allocator']}: {summary['rejected']} of {summary['requests']} requests rejected "
+            f"({count}: {top}{others})")
 
 
 def rejected_reasons(reasons) -> dict[str, int]:

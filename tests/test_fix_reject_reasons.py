@@ -16,7 +16,7 @@ from workloads import Workload
 def test_reject_category_groups_messages_that_differ_in_numbers():
     a = reject_category("prompt + output = 5000 tokens exceeds max_model_len 4096")
     b = reject_category("prompt + output = 4100 tokens exceeds max_model_len 4096")
-    assert a == b == "prompt + output = N tokens exceeds max_model_len N"
+    assert a == b == "prompt + output = N tokens exceeds max_model_len 4096"
     assert reject_category("paged: needs 3.5 of x-2 (12 blocks)") == "paged: needs N of x-2 (N blocks)"
 
 
@@ -26,8 +26,8 @@ def test_summary_counts_rejections_by_reason_deterministically():
     config = SimConfig(kv_tokens=20_000, max_model_len=4096, step_time=0.01)
     r = run_simulation(config, w)
     reasons = r.summary["rejected_reasons"]
-    assert reasons == {"prompt + output = N tokens exceeds max_model_len N": 2,
-                       "needs N sequences but max_num_seqs is N": 1}
+    assert reasons == {"prompt + output = N tokens exceeds max_model_len 4096": 2,
+                       "needs N sequences but max_num_seqs is 256": 1}
     assert list(reasons) == sorted(reasons, key=lambda k: (-reasons[k], k))
     assert r.requests["reject_reason"].iloc[0] == "prompt + output = 5010 tokens exceeds max_model_len 4096"
     assert run_simulation(config, w).summary["rejected_reasons"] == reasons
@@ -42,7 +42,7 @@ def test_kvsim_run_prints_reasons_only_when_something_was_rejected(tmp_path):
                                "--step-time", "0.01"])
     assert out.exit_code == 0, out.output
     assert "rejected_reasons" in out.output
-    assert "1 x prompt + output = N tokens exceeds max_model_len N" in out.output
+    assert "1 x prompt + output = N tokens exceeds max_model_len 4096" in out.output
     nothing = ["run", str(path), "--kv-tokens", "20000", "--step-time", "0.01", "--max-model-len", "8192"]
     assert json.loads(runner.invoke(main, [*nothing, "--json"]).output)["rejected_reasons"] == {}
     out = runner.invoke(main, nothing)

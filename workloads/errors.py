@@ -7,7 +7,7 @@ one-line exit-code-2 message.
 
 from __future__ import annotations
 
-SKIP_HINT = "(pass skip_bad_rows=True / --skip-bad-rows to skip such rows)"
+SKIP_HINT = "(add --skip-bad-rows to skip such rows)"
 
 
 class TraceError(ValueError):

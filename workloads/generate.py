@@ -92,7 +92,7 @@ def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarr
 def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int,
            turn_gap_s: float, unit: int) -> None:
     problems = {
-        "num_requests must be >= 1": num_requests < 1,
+        "--num-requests must be >= 1": num_requests < 1,
         "n and beam_width must be >= 1": n < 1 or beam_width < 1,
         "use either n (parallel sampling) or beam_width, not both": n > 1 and beam_width > 1,
         "system_prompt_len must be >= 0": sys_len < 0,

@@ -7,8 +7,9 @@
   ``rate`` when one is given. ``sharegpt-etalon``: the etalon length statistics with Poisson arrivals at
   ``rate`` (default 1 req/s).
 
-Real traces are read from ``$KVSIM_SHARED_TRACES``, else ``<repo>/../shared/traces``; without them, from the
-2,000-row samples shipped in ``<repo>/data/traces`` (and the workload's ``source`` says so).
+Real traces are read from the directory ``$KVSIM_TRACES`` names (``$KVSIM_SHARED_TRACES`` is the old name),
+else ``<repo>/../shared/traces``; without them, from the 2,000-row samples shipped in ``<repo>/data/traces``
+(and the workload's ``source`` says so, with where the full file comes from: `TRACE_ORIGINS`).
 """
 
 from __future__ import annotations
@@ -35,14 +36,26 @@ TRACE_PRESETS: dict[str, str] = {
     "mooncake-conv": "conversation_trace.jsonl",
     "sharegpt-etalon": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
 }
+TRACE_ORIGINS: dict[str, str] = {
+    "AzureLLMInferenceTrace_code.csv": "github.com/Azure/AzurePublicDataset, data/AzureLLMInferenceTrace_code.csv",
+    "AzureLLMInferenceTrace_conv.csv": "github.com/Azure/AzurePublicDataset, data/AzureLLMInferenceTrace_conv.csv",
+    "conversation_trace.jsonl": "github.com/kvcache-ai/Mooncake, FAST25-release/traces/conversation_trace.jsonl",
+    "sharegpt_8k_filtered_stats_llama2_tokenizer.csv": (
+        "github.com/project-etalon/etalon, data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"),
+}
+"""Where each full public trace is published (repository, path), for the hint to download it."""
+TRACES_HELP = ("The trace presets read the full public traces from the directory $KVSIM_TRACES names (download "
+               "them from the repositories data/traces/README.md lists); without it, the 2,000-row samples "
+               "shipped in data/traces.")
 PAPER_SOURCE = ("synthetic {name}: lognormal lengths matching the means of Kwon et al., SOSP 2023 "
                 "(PagedAttention) after its 2048-token cap; Poisson arrivals at {rate:g} req/s; seed {seed}")
 PRESETS: tuple[str, ...] = (*PAPER_TARGETS, *TRACE_PRESETS)
 
 
 def shared_traces_dir() -> Path | None:
-    """``$KVSIM_SHARED_TRACES`` if set, else ``<repo>/../shared/traces`` if it exists, else None."""
-    env = os.environ.get("KVSIM_SHARED_TRACES")
+    """``$KVSIM_TRACES`` (or the older ``$KVSIM_SHARED_TRACES``) if set, else ``<repo>/../shared/traces`` if it
+    exists, else None."""
+    env = os.environ.get("KVSIM_TRACES") or os.environ.get("KVSIM_SHARED_TRACES")
     candidate = Path(env) if env else REPO.parent / "shared" / "traces"
     return candidate if candidate.is_dir() else None
 
@@ -65,7 +78,7 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
     if name not in PRESETS:
         raise TraceError(f"unknown preset {name!r} (presets: {', '.join(PRESETS)})")
     if num_requests is not None and num_requests < 1:
-        raise TraceError(f"preset {name}: num_requests must be >= 1, got {num_requests}")
+        raise TraceError(f"preset {name}: --num-requests must be >= 1, got {num_requests}")
     if name in PAPER_TARGETS:
         rate = 1.0 if rate is None else rate
         count = num_requests if num_requests is not None else max(1, round(3600 * rate))
@@ -76,7 +89,8 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
     file_rows = len(workload)
     if num_requests is not None:
         if num_requests > len(workload):
-            raise TraceError(f"preset {name}: asked for {num_requests} requests, the trace has {len(workload)}")
+            raise TraceError(f"preset {name}: --num-requests {num_requests} asks for more requests than the trace "
+                             f"has ({len(workload)}{'' if full else ', a shipped sample; set KVSIM_TRACES for the full trace'})")
         workload = workload.head(num_requests)
     if name == "sharegpt-etalon":
         process = Poisson(1.0 if rate is None else rate)
@@ -85,8 +99,9 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
     if process is not None:
         times = process.times(np.random.default_rng(seed), len(workload), workload)
         workload = workload.with_arrivals(times)
-    where = f"full trace {path}" if full else (f"shipped {file_rows}-row sample {path} "
-                                               "(the shared traces were not found)")
+    where = f"full trace {path}" if full else (
+        f"shipped {file_rows}-row sample {path} (the full trace, from {TRACE_ORIGINS[path.name]}, is read "
+        f"from $KVSIM_TRACES/{path.name} when that is set)")
     arrivals = f"; arrivals {_describe(process)}" if process is not None else ""
     workload.name = name
     workload.source = f"{ATTRIBUTIONS[path.name]} From the {where}{arrivals}."

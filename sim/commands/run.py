@@ -44,7 +44,10 @@ def simulation_options(func):
                      help="Arrival process replacing TRACE's timestamps: 'trace:rate=R' keeps the trace's own "
                           "timestamps time-scaled to R req/s; 'poisson:rate=R', 'gamma:rate=R,cv=C', "
                           "'constant:rate=R' draw new ones (seeded by --seed). --rate R alone means Poisson."),
-        click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv)."),
+        click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv). The trace "
+                                      "presets read the full public traces from the directory $KVSIM_TRACES "
+                                      "(sources in data/traces/README.md), else 2,000-row samples shipped with "
+                                      "kvsim."),
         _field_option("--model", help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
         _field_option("--gpu", help="GPU from the catalog."),
         click.option("--kv-gib", type=float, help="KV memory in GiB (default: derived from the GPU)."),
@@ -114,6 +117,16 @@ def _simulate(config, workload, as_json: bool):
         return run_simulation(config, workload, progress=bar.update)
 
 
+def warn_rejections(summary: dict) -> None:
+    """The one-line stderr warning of a run that rejected requests (`sim.summary.rejection_warning`): a
+    rejected request is easy to miss in a table or in JSON."""
+    from sim.summary import rejection_warning
+
+    line = rejection_warning(summary)
+    if line:
+        click.echo(line, err=True)
+
+
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
               help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
@@ -138,6 +151,7 @@ def run_command(allocator: str, **opts) -> None:
             write_result(result, opts["out"], opts["out_format"])
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
+    warn_rejections(result.summary)
     if opts["as_json"]:
         click.echo(json.dumps(result.summary))
     else:
@@ -165,6 +179,8 @@ def compare_command(allocators: str | None, **opts) -> None:
             summaries.append(_simulate(config, workload, opts["as_json"]).summary)
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
+    for summary in summaries:
+        warn_rejections(summary)
     if opts["as_json"]:
         click.echo(json.dumps(summaries))
         return

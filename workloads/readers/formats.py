@@ -74,7 +74,7 @@ def detect_format(path: object, header: list[str], overrides: dict[str, str] | N
             return fmt
     shown = ", ".join(header[:8]) + (", ..." if len(header) > 8 else "")
     raise TraceError(f"{path}: unknown trace format: its columns ({shown}) match none of "
-                     f"{', '.join(FORMATS)}; pass format= (--trace-format on kvsim run, --format on kvsim trace stats) or a column mapping")
+                     f"{', '.join(FORMATS)}; name the format with --trace-format or map the columns with --columns")
 
 
 def format_named(name: str) -> TraceFormat:
