@@ -147,7 +147,7 @@ def test_multi_turn_respects_the_cap_by_starting_a_new_conversation():
 def test_preset_errors():
     with pytest.raises(TraceError, match="unknown preset"):
         load_preset("nope")
-    with pytest.raises(TraceError, match="asked for"):
+    with pytest.raises(TraceError, match="asks for more requests than the trace has"):
         load_preset("azure-code", num_requests=10**7)
     assert len(load_preset("mooncake-conv", num_requests=50)) == 50
     assert set(PRESETS) == {"sharegpt-paper", "alpaca-paper", "azure-code", "azure-conv", "mooncake-conv",
