@@ -121,6 +121,10 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("h200", 143771 * _MIB, 4800, 989, 50, "NVIDIA H200 data sheet (SXM), dense BF16"),
         GpuSpec("l4", 23034 * _MIB, 300, 121, 25, "NVIDIA L4 data sheet, dense BF16"),
         GpuSpec("a10g", 23028 * _MIB, 600, 70, 25, "AWS G5 / NVIDIA A10G, dense BF16"),
+        GpuSpec("cpu", 64 * GIB, 22.2, 0.0864, 22.2,
+                "the host CPU, not an accelerator: one AMD EPYC core as `kvsim calibrate --device cpu` measured "
+                "it (copy 22.2 GB/s, float32 matmul 86 GFLOP/s; a CPU calibration's own measured peaks replace "
+                "these); memory a nominal 64 GiB of host RAM. For trying calibrate -> run without a GPU"),
     ]
 }
 

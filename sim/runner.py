@@ -17,8 +17,9 @@ from allocators import make_allocator
 from allocators.capacity import kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model
 from sim.arrivals import ArrivalSource
+from sim.calibration_store import find_calibration, peaks_of
 from sim.config import SimConfig
-from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel, default_calibration_path
+from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.engine import Engine
 from sim.metrics import Recorder
 from sim.scheduler import Scheduler
@@ -50,15 +51,15 @@ class SimResult:
 
 
 def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
-    """``--step-time`` wins, then ``--calibration``, then a shipped table for this GPU and model, then the
-    roofline with default coefficients."""
+    """``--step-time`` wins, then ``--calibration``, then the user's or the shipped table for this GPU and
+    model (`sim.calibration_store`), then the roofline with default coefficients."""
     if config.step_time is not None:
         return ConstantStepCost(config.step_time)
     common = dict(block_size=config.block_size, paged=not config.allocator.startswith("contiguous"),
                   tensor_parallel=config.tensor_parallel)
-    path = config.calibration or default_calibration_path(gpu.name, model.name)
+    path = config.calibration or find_calibration(gpu.name, model.name)
     if path is not None:
-        return CalibratedStepCost.from_file(path, model, gpu, **common)
+        return CalibratedStepCost.from_file(path, model, peaks_of(path, gpu), **common)
     return StepCostModel(model=model, gpu=gpu, **common)
 
 

@@ -17,13 +17,18 @@ import click
               help="Where to time (default: cuda if torch sees one, else cpu).")
 @click.option("--quick", is_flag=True, help="A small grid (and on CPU, a model scaled down 8x).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
-              help="Table path (default data/calibration/<gpu>/<model>.json); measurements go beside it (.csv).")
+              help="Table path (default $KVSIM_HOME/calibration/<gpu>/<model>.json, KVSIM_HOME defaulting to "
+                   "~/.local/share/kvsim; never kvsim's shipped tables); measurements go beside it (.csv). "
+                   "kvsim run finds tables there by --gpu and --model.")
 def calibrate_command(model: str, gpu: str | None, device: str | None, quick: bool, out: str | None) -> None:
-    """Fit bandwidth/FLOP fractions, step overhead and paged-kernel overhead; write the calibration table."""
+    """Fit bandwidth/FLOP fractions, step overhead and paged-kernel overhead; write the calibration table.
+
+    A CPU calibration (--device cpu) is labelled 'cpu' and drives `kvsim run --gpu cpu --model MODEL`."""
+    from sim.calibration_store import user_table_path
     from sim.cli import fail
 
     try:
-        from gpu_validation.calibration import calibrate, default_table_path, write_run
+        from gpu_validation.calibration import calibrate, write_run
     except ImportError as exc:  # torch is the optional "gpu" extra
         fail(f"kvsim calibrate needs torch (pip install 'kvsim[gpu]'): {exc}")
     try:
@@ -32,7 +37,7 @@ def calibrate_command(model: str, gpu: str | None, device: str | None, quick: bo
     except (ValueError, KeyError) as exc:
         fail(exc)
     table = run.table
-    path = out or default_table_path(table["gpu"], table["model"])
+    path = out or user_table_path(table["gpu"], table["model"])
     table_path, csv_path = write_run(run, path)
     c, f = table["coefficients"], table["fit"]
     label = "CPU numbers" if table["device"] == "cpu" else table["device_name"]
@@ -43,6 +48,8 @@ def calibrate_command(model: str, gpu: str | None, device: str | None, quick: bo
     click.echo("  paged_kernel_overhead " + "  ".join(f"{k}: {v}" for k, v in c["paged_kernel_overhead"].items()))
     click.echo(f"  fit: {f['points']} points, rmse {f['rmse_s'] * 1e3:.3g} ms, mape {f['mape']:.1%}")
     click.echo(f"wrote {table_path} and {csv_path}")
+    click.echo(f"use it: kvsim run --gpu {table['gpu']} --model {table['model']}"
+               + ("" if out is None else f" --calibration {table_path}"))
 
 
 COMMANDS = [calibrate_command]

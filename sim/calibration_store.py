@@ -1,0 +1,59 @@
+"""Where calibration tables live: the user's own (written by ``kvsim calibrate``) and the ones kvsim ships.
+
+``kvsim calibrate`` writes to ``$KVSIM_HOME/calibration/<gpu>/<model>.json`` (``KVSIM_HOME`` defaulting to
+``$XDG_DATA_HOME/kvsim``, else ``~/.local/share/kvsim``), never into the shipped ``data/calibration`` of a
+checkout: a calibration of one machine must not silently replace the table every other user of the checkout
+gets. ``kvsim run`` looks for a table in that order: ``--calibration FILE``, the user's, then the shipped one.
+
+A calibration on the host CPU is labelled ``cpu`` and drives runs with ``--gpu cpu``; its fractions were
+fitted against the peaks measured on that CPU, so those peaks (stored in the table) replace the catalog's
+nominal ``cpu`` figures (`peaks_of`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from allocators.catalog import GpuSpec
+
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
+
+
+def kvsim_home() -> Path:
+    """``$KVSIM_HOME``, else ``$XDG_DATA_HOME/kvsim``, else ``~/.local/share/kvsim``."""
+    if os.environ.get("KVSIM_HOME"):
+        return Path(os.environ["KVSIM_HOME"])
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data) / "kvsim"
+
+
+def user_table_path(gpu: str, model: str) -> Path:
+    """Where ``kvsim calibrate`` writes a table by default."""
+    return kvsim_home() / "calibration" / gpu / f"{model}.json"
+
+
+def find_calibration(gpu: str, model: str) -> Path | None:
+    """The user's table for this GPU and model if there is one, else the shipped one, else None."""
+    for path in (user_table_path(gpu, model), SHIPPED_DIR / gpu / f"{model}.json"):
+        if path.is_file():
+            return path
+    return None
+
+
+def peaks_of(path: str | Path, gpu: GpuSpec) -> GpuSpec:
+    """The ``cpu`` entry with the peaks a CPU calibration measured (its fractions are relative to them);
+    any other GPU, or a table without measured peaks, unchanged. A table that cannot be read is left for
+    the cost model to report."""
+    if gpu.name != "cpu":
+        return gpu
+    try:
+        peaks = json.loads(Path(path).read_text())["peaks"]
+        flops, bandwidth = float(peaks["flops_s"]), float(peaks["bandwidth_bytes_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return gpu
+    if not (flops > 0 and bandwidth > 0):
+        return gpu
+    return dataclasses.replace(gpu, bf16_tflops=flops / 1e12, hbm_bandwidth_gb_s=bandwidth / 1e9)
