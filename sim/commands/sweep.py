@@ -158,6 +158,9 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
                  "fail_reason", "error"]
         click.echo(f"target: {target.describe()}")
         click.echo(table[[c for c in dict.fromkeys(shown) if c in table]].to_string(index=False))
+        warned = table[table["warning"].notna()] if "warning" in table else table.iloc[:0]
+        for _, row in warned.iterrows():
+            click.echo(f"warning: {row['allocator']}: {row['warning']}")
     if plot_file:
         from sim.plots.sweep import plot_slo
 

@@ -12,6 +12,9 @@ latency percentiles in the mean, and common random numbers make it hold run by r
 Failing the target: any bounded metric above its bound, or missing (NaN: e.g. no request finished), **or any
 rejected request, or any request left unfinished** at the end of the run. A rate at which the system turns
 requests away or falls behind for good does not sustain that rate, however good the latency of the rest.
+
+A probe is a fixed number of requests; at the rate found, `steady_state_warning` checks it lasted long enough
+to mean something, and the row's ``warning`` says when it did not.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ SLO_METRICS = {
     "normalized_latency": "normalized_latency_s_per_tok",
 }
 """Option name (``--ttft-p99``) -> the summary key it bounds."""
+
+STEADY_LATENCIES = 5.0
+"""A probe reaches steady state only if its arrivals last at least this many median end-to-end latencies."""
+KEEP_UP = 0.9
+"""...and if it completes requests at no less than this share of the arrival rate (else its queue grew)."""
 
 STATUS_BELOW_MIN = "below-min"
 STATUS_ABOVE_MAX = "above-max"
@@ -88,6 +96,27 @@ class SearchSettings:
             raise ValueError(f"growth must be above 1, got {self.growth}")
         if not self.tolerance > 0:
             raise ValueError(f"tolerance must be positive, got {self.tolerance}")
+
+
+def steady_state_warning(summary: dict[str, Any], rate: float) -> str | None:
+    """Why a probe at ``rate`` was too short to show the rate's steady state, or None.
+
+    A probe replays a fixed number of requests. When they all arrive within a few request latencies, or the
+    server completes them more slowly than they arrive (its queue still growing when arrivals stop), the
+    latencies measured are those of a transient, and an overloaded rate can pass: the answer then depends on
+    --num-requests (300 requests sustained 362 req/s where 3,000 sustained 87)."""
+    requests = summary.get("requests") or 0
+    e2e, throughput = summary.get("e2e_p50_s"), summary.get("throughput_req_s")
+    if not requests or not rate > 0:
+        return None
+    span = requests / rate
+    if e2e is not None and math.isfinite(e2e) and span < STEADY_LATENCIES * e2e:
+        return (f"probe too short for steady state: {requests} requests arrive in {span:.3g} s at {rate:.4g} "
+                f"req/s, under {STEADY_LATENCIES:g} median latencies ({e2e:.3g} s); raise --num-requests")
+    if throughput is not None and throughput < KEEP_UP * rate:
+        return (f"probe too short for steady state: completions ({throughput:.4g} req/s) fell behind arrivals "
+                f"({rate:.4g} req/s), the queue still growing; raise --num-requests")
+    return None
 
 
 def search_rate(point_fn: PointFn, config: Any, target: SloTarget, settings: SearchSettings,
@@ -147,5 +176,6 @@ def search_rate(point_fn: PointFn, config: Any, target: SloTarget, settings: Sea
     for key in (*target.bounds, "throughput_req_s", "throughput_tok_s", "mean_running"):
         value = at_ok.get(key)
         row[f"{key}_at_ok"] = math.nan if value is None else value
+    row["warning"] = steady_state_warning(at_ok, low) if at_ok else None
     row["probes"] = json.dumps([[rate, reason is None] for rate, reason in probes])
     return row
