@@ -1,0 +1,93 @@
+"""Messages speak CLI, not Python: errors name flags as typed, rejections state the limit and are warned about
+on stderr, and the full public traces are explained where a user meets the shipped samples."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from workloads import load_preset
+
+PYTHONISMS = re.compile(r"\w+=True|\bformat=|__init__|\bnum_requests\b|\bkv_gib\b|\bkv_tokens\b|"
+                        r"\bskip_bad_rows\b|\bgpu_memory_utilization\b|\bmax_num_seqs\b must")
+
+
+def error_line(args: list[str]) -> str:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert not PYTHONISMS.search(lines[0]), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def trace(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,5000,10\n0,100,10\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["run", "--kv-gib", "-1"], "--kv-gib"),
+    (["run", "--kv-tokens", "0"], "--kv-tokens"),
+    (["run", "--kv-gib", "1", "--kv-tokens", "100"], "--kv-gib and --kv-tokens"),
+    (["run", "--num-requests", "0"], "--num-requests"),
+    (["run", "--watermark", "1.5"], "--watermark"),
+    (["run", "--gpu-memory-utilization", "2"], "--gpu-memory-utilization"),
+    (["run", "--max-num-seqs", "512", "--max-num-batched-tokens", "256"], "--max-num-batched-tokens"),
+    (["run", "--block-size", "0"], "--block-size"),
+    (["run", "--tensor-parallel", "0"], "--tensor-parallel"),
+    (["run", "--skip-bad-rows"], "--skip-bad-rows"),
+    (["compare", "--arrivals", "poisson:rate=2"], "--arrivals"),
+    (["capacity", "--kv-gib", "-1"], "--kv-gib"),
+])
+def test_errors_name_flags_as_typed(args, flag):
+    assert flag in error_line(args)
+
+
+def test_trace_errors_name_flags(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,abc,10\n")
+    assert "--skip-bad-rows" in error_line(["run", str(bad)])
+    odd = tmp_path / "odd.csv"
+    odd.write_text("when,in,out\n0,5,6\n")
+    line = error_line(["run", str(odd)])
+    assert "--trace-format" in line and "--columns" in line
+
+
+def test_rejections_state_the_limit_and_warn_on_stderr(trace):
+    """A run whose requests were rejected looked like any other; the reason hid the limit ("max_model_len N")."""
+    result = CliRunner().invoke(main, ["run", trace, "--max-model-len", "4096", "--step-time", "0.01", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)  # stdout stays pure JSON
+    assert summary["rejected_reasons"] == {"prompt + output = N tokens exceeds max_model_len 4096": 1}
+    warning = result.stderr.strip().splitlines()
+    assert warning == ["Warning: paged: 1 of 2 requests rejected (1: prompt + output = N tokens exceeds "
+                       "max_model_len 4096)"]
+    clean = CliRunner().invoke(main, ["run", trace, "--max-model-len", "8192", "--step-time", "0.01", "--json"])
+    assert clean.exit_code == 0 and clean.stderr == ""
+
+
+def test_compare_warns_once_per_rejecting_allocator(trace):
+    result = CliRunner().invoke(main, ["compare", trace, "--allocators", "paged,contiguous-max",
+                                       "--max-model-len", "4096", "--step-time", "0.01"])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["paged", "contiguous-max"]
+
+
+def test_help_and_sample_sources_explain_the_full_traces(monkeypatch, tmp_path):
+    """"the shared traces were not found" told a new user nothing: say where the full trace comes from and how
+    to point kvsim at it."""
+    help_text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert "$KVSIM_TRACES" in help_text and "data/traces/README.md" in help_text
+    monkeypatch.setenv("KVSIM_TRACES", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("KVSIM_SHARED_TRACES", raising=False)
+    source = load_preset("azure-conv", num_requests=10).source
+    assert "not found" not in source
+    assert "github.com/Azure/AzurePublicDataset" in source and "$KVSIM_TRACES" in source
