@@ -1,0 +1,72 @@
+"""The figures the README quotes are what kvsim prints today: each is parsed out of the README's own text and
+compared with a fresh run of its command, so a change that moves a number fails here until the README is
+updated (nothing is copied into this file)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def run_json(args: list[str]):
+    result = CliRunner().invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def quoted_compare_table() -> tuple[list[str], dict[str, list[str]]]:
+    """The block after "What `kvsim compare` prints": allocators, and each metric's printed values."""
+    block = README[README.index("What `kvsim compare` prints"):]
+    block = block[block.index("```") + 3:]
+    lines = block[:block.index("```")].strip().splitlines()
+    header = lines[0].split()
+    assert header[0] == "metric"
+    return header[1:], {line.split()[0]: line.split()[1:] for line in lines[1:]}
+
+
+@pytest.fixture(scope="module")
+def compare_summaries() -> dict[str, dict]:
+    return {s["allocator"]: s for s in run_json(["compare"])}
+
+
+def test_the_quoted_compare_table_is_what_compare_prints(compare_summaries):
+    allocators, table = quoted_compare_table()
+    assert len(table) >= 5
+    for metric, values in table.items():
+        for allocator, quoted in zip(allocators, values, strict=True):
+            assert f"{compare_summaries[allocator][metric]:.4g}" == quoted, (metric, allocator)
+
+
+def test_the_prose_under_the_table_quotes_the_same_run(compare_summaries):
+    text = " ".join(README[README.index("The contiguous allocators run"):].split())
+    running = re.match(r"The contiguous allocators run ([\d.]+), ([\d.]+) and ([\d.]+) requests at once", text)
+    for allocator, quoted in zip(("contiguous-max", "contiguous-pow2", "contiguous-oracle"), running.groups(),
+                                 strict=True):
+        decimals = len(quoted.split(".")[1]) if "." in quoted else 0
+        assert round(compare_summaries[allocator]["mean_running"], decimals) == pytest.approx(float(quoted))
+    wastes = re.search(r"Max wastes (\d+)% of memory", text).group(1)
+    assert round(100 * compare_summaries["contiguous-max"]["internal_frag_frac"]) == int(wastes)
+    fragmenting = re.search(r"fragmenting about ([\d.]+)% of memory", text).group(1)
+    paged = compare_summaries["paged"]
+    assert round(100 * (paged["internal_frag_frac"] + paged["external_frag_frac"]), 1) == float(fragmenting)
+
+
+def test_the_capacity_row_quotes_what_capacity_prints():
+    row = next(line for line in README.splitlines() if line.startswith("| How many requests fit"))
+    command, quoted = re.search(r"`kvsim (capacity [^`]+)` \(([^)]+)\)", row).groups()
+    slots, kib, requests, unusable = re.fullmatch(
+        r"([\d,]+) slots, ([\d.]+) KiB/token, ([\d,]+) requests, ([\d.]+)% unusable", quoted).groups()
+    r = run_json(shlex.split(command))
+    assert r["kv_capacity_tokens"] == int(slots.replace(",", ""))
+    assert r["kv_bytes_per_token"] / 1024 == float(kib)
+    assert r["max_concurrent_requests"] == int(requests.replace(",", ""))
+    assert f"{100 * r['unusable_frac']:.2f}" == unusable
