@@ -46,6 +46,8 @@ def test_calibrate_quick_on_cpu_writes_a_labelled_table_and_its_measurements(tmp
 def test_calibrate_bad_input_is_one_line_exit_2(args, message, tmp_path):
     result = CliRunner().invoke(main, ["calibrate", *args, "--out", str(tmp_path / "x.json")])
     assert result.exit_code == 2 and message in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
 
 
 def test_gpu_names_map_onto_the_catalog():

@@ -58,6 +58,8 @@ def test_several_runs_draw_one_comparison_svg(runs, tmp_path):
 def test_missing_memory_table_is_a_one_line_usage_error(runs):
     result = CliRunner().invoke(plot_command, [str(runs[1]), "--kind", "memory-map"])
     assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     assert "no memory.parquet or memory.csv" in result.output and "kvsim run --out" in result.output
 
 

@@ -40,6 +40,8 @@ def test_slo_plot_with_nothing_sustained_is_a_one_line_error_after_the_table(tmp
     assert result.exit_code == 2
     assert "below-min" in result.output  # the table came out first
     assert "no configuration met the target" in result.output and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and result.output.strip().splitlines()[-1] == errors[0]
     assert not plot.exists()
 
 

@@ -80,6 +80,8 @@ def test_trace_stats_turns_an_os_error_into_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr("workloads.load_trace", unreadable)
     result = CliRunner().invoke(trace, ["stats", str(tmp_path / "t.csv")])
     assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     assert "Permission denied" in result.output and "Traceback" not in result.output
 
 
