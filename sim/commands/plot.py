@@ -100,7 +100,8 @@ def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Image file (.png, .svg or .pdf); default RUN_DIR/KIND.png, or TABLE[-METRIC].png beside a table.")
 @click.option("--time", "time_s", type=float, default=None,
-              help="memory-map: the instant to show, in simulated seconds (nearest snapshot; default middle).")
+              help="memory-map: the instant to show, in simulated seconds (a run records 12 snapshots; the "
+                   "nearest is shown and the caption says which; default the middle one).")
 @click.option("--metric", default=None, help="sweep: the summary column to plot.")
 @click.option("--x", "x", default=None, help="sweep: the swept field on the x axis.")
 @click.option("--hue", default=None, help="sweep: the field that tells lines apart.")
@@ -111,7 +112,8 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
 
     Kinds for runs: memory (shares of KV memory over time), breakdown (time-averaged shares, Fig. 2 style),
     batch (running requests over time), batch-sizes (mean batch size, Fig. 13 style), memory-map (the arena
-    coloured by owner), latency (TTFT and TPOT CDFs). Several runs are drawn side by side.
+    coloured by slot state, each request outlined), latency (TTFT and TPOT CDFs). Several runs are drawn side by
+    side.
     """
     from sim.cli import fail  # here, not at import: sim.cli imports this module while it loads
     from sim.sweep.store import TABLE_SUFFIXES
