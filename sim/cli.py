@@ -7,6 +7,7 @@ Usage errors (bad names, negative sizes, unreadable traces) exit with code 2 and
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import click
 
@@ -18,6 +19,22 @@ COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "re
 @click.version_option(package_name="kvsim")
 def main() -> None:
     """kvsim: simulate LLM KV-cache memory allocation (contiguous, paged, copy-on-write)."""
+    from workloads.errors import TraceWarning
+
+    warnings.simplefilter("always", TraceWarning)  # every file's warning, not only a location's first
+    if warnings.showwarning is not _show_warning:
+        _show_warning.fallback = warnings.showwarning  # type: ignore[attr-defined]
+        warnings.showwarning = _show_warning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """kvsim's own warnings as one ``Warning: ...`` line on stderr; others as Python shows them."""
+    from workloads.errors import TraceWarning
+
+    if issubclass(category, TraceWarning):
+        click.echo(f"Warning: {message}", err=True)
+    else:
+        _show_warning.fallback(message, category, filename, lineno, file, line)  # type: ignore[attr-defined]
 
 
 def fail(message: object) -> None:
