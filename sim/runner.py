@@ -25,7 +25,6 @@ from sim.scheduler import Scheduler
 from sim.summary import build_summary
 
 
-
 @dataclass
 class SimResult:
     """Per-request table, per-step table, memory-map snapshots, the summary and the configuration."""
