@@ -17,24 +17,22 @@ COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "re
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kvsim")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """kvsim: simulate LLM KV-cache memory allocation (contiguous, paged, copy-on-write)."""
-    from workloads.errors import TraceWarning
+    ctx.with_resource(warnings.catch_warnings())  # the hook is restored when the command ends
+    previous = warnings.showwarning
 
-    warnings.simplefilter("always", TraceWarning)  # every file's warning, not only a location's first
-    if warnings.showwarning is not _show_warning:
-        _show_warning.fallback = warnings.showwarning  # type: ignore[attr-defined]
-        warnings.showwarning = _show_warning
+    def show(message, category, *args, **kwargs) -> None:
+        """kvsim's own warnings as one ``Warning: ...`` line on stderr; others as Python shows them."""
+        from workloads.errors import TraceWarning  # here: importing workloads costs a second per --help
 
+        if issubclass(category, TraceWarning):
+            click.echo(f"Warning: {message}", err=True)
+        else:
+            previous(message, category, *args, **kwargs)
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """kvsim's own warnings as one ``Warning: ...`` line on stderr; others as Python shows them."""
-    from workloads.errors import TraceWarning
-
-    if issubclass(category, TraceWarning):
-        click.echo(f"Warning: {message}", err=True)
-    else:
-        _show_warning.fallback(message, category, filename, lineno, file, line)  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 def fail(message: object) -> None:
