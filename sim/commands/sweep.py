@@ -132,8 +132,6 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
         fail(exc)
     click.echo(f"{report.line()}; results in {out}")
     failed = report.table[report.table["status"] != "ok"]
-    for _, row in failed.head(5).iterrows():
-        click.echo(f"failed {row['point_id']}: {row['error']}", err=True)
     if len(failed):
         click.echo(f"Error: {_failure_summary(failed, len(report.table))} (status and error columns of {out})",
                    err=True)
