@@ -20,8 +20,9 @@ class SimConfig:
 
     The workload is either ``trace`` (a file) or ``preset`` (a named generator); with neither, `sim.runner`
     uses the default preset, ``sharegpt-demo`` (400 requests at 2 req/s). ``rate`` re-times arrivals as
-    Poisson at that many requests per second and ``num_requests`` truncates or generates that many. ``kv_gib`` / ``kv_tokens`` give the KV
-    size directly; otherwise it is derived from the GPU as vLLM does (`allocators.capacity.kv_capacity`).
+    Poisson at that many requests per second and ``num_requests`` truncates or generates that many.
+    ``kv_gib`` / ``kv_tokens`` give the KV size directly; otherwise it is derived from the GPU as vLLM does
+    (`allocators.capacity.kv_capacity`).
     ``catalog`` is a TOML file of extra models and GPUs, read before ``model`` and ``gpu`` are looked up.
     """
 

@@ -66,7 +66,7 @@ def _dask_address(args: list[str], dask_scheduler: str | None) -> tuple[list[str
         flag, eq, value = args[i].partition("=")
         taken = args[i:i + 2] if flag == "--scheduler" and not eq else args[i:i + 1]
         value = taken[-1] if not eq else value
-        if flag == "--scheduler" and ("://" in value or value.rpartition(":")[2].isdigit()):
+        if flag == "--scheduler" and ("://" in value or (":" in value and value.rpartition(":")[2].isdigit())):
             if dask_scheduler not in (None, value):
                 raise ValueError(f"--dask-scheduler {dask_scheduler} and --scheduler {value}: give one address")
             dask_scheduler = value
