@@ -25,7 +25,6 @@ from sim.metrics import Recorder
 from sim.scheduler import Scheduler
 from sim.summary import build_summary
 
-
 MEMORY_MAP_ROWS = 2**22
 """Memory-map snapshots keep one row per slot: a run records at most this many rows in all (about 150 MB as a
 table), so a large pool gets fewer snapshots and one above 4M slots none (its summary's ``memory_snapshots``
