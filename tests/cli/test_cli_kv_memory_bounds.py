@@ -15,9 +15,10 @@ from sim.cli import main
 def one_line_error(result) -> str:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    return lines[0]
+    lines = result.output.strip().splitlines()  # the run's setup line (stderr) may come first
+    assert lines[-1].startswith("Error: ") and all(line.startswith("workload ") for line in lines[:-1]), \
+        result.output
+    return lines[-1]
 
 
 @pytest.mark.parametrize("kv_gib", ["1e9", "100000", "41"])
