@@ -11,7 +11,7 @@ fills (internal fragmentation). Only the oracle policy is allowed to size its sl
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -217,10 +217,11 @@ class Allocator(ABC):
         `SHARED_OWNER`)."""
 
     @abstractmethod
-    def slot_states(self) -> np.ndarray:
+    def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
         """State of every slot of the arena in physical order, as `SLOT_STATES` codes (int8), for the memory
         map: read with `memory_map`, it shows where each request's tokens, reservation and internal
-        fragmentation lie."""
+        fragmentation lie. ``pending``: tokens a sequence has appended that the allocator was not told about
+        yet (the simulator's lazily grown decoders); they fill reserved slots."""
 
     @abstractmethod
     def check_invariants(self) -> None:

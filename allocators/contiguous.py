@@ -13,7 +13,7 @@ Accounting of one sequence with ``t`` tokens, final length ``f``, requested slab
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -169,10 +169,12 @@ class ContiguousAllocator(Allocator):
             owners[s.offset + s.size:s.offset + s.physical] = OVERHEAD_OWNER
         return owners
 
-    def slot_states(self) -> np.ndarray:
+    def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
         states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
-        for s in self._seqs.values():
-            fill_states(states, np.arange(s.offset, s.offset + s.size), s.tokens, s.tokens + s.res)
+        pending = pending or {}
+        for seq_id, s in self._seqs.items():
+            tokens = min(s.tokens + pending.get(seq_id, 0), s.tokens + s.res)
+            fill_states(states, np.arange(s.offset, s.offset + s.size), tokens, s.tokens + s.res)
             states[s.offset + s.size:s.offset + s.physical] = SLOT_OVERHEAD
         return states
 

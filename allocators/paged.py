@@ -23,7 +23,7 @@ touched when a block boundary is crossed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -389,15 +389,17 @@ class PagedAllocator(Allocator):
             owners[b * bs:(b + 1) * bs] = SHARED_OWNER
         return owners
 
-    def slot_states(self) -> np.ndarray:
+    def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
         bs = self.block_size
         states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
         states[:bs] = SLOT_OVERHEAD
         states[self.num_blocks * bs:] = SLOT_OVERHEAD
         offsets = np.arange(bs)
-        for s in self._seqs.values():
+        pending = pending or {}
+        for seq_id, s in self._seqs.items():
             slots = (np.asarray(s.table, np.int64)[:, None] * bs + offsets).ravel()
-            fill_states(states, slots, s.tokens, s.tokens + s.res)
+            tokens = min(s.tokens + pending.get(seq_id, 0), s.tokens + s.res)
+            fill_states(states, slots, tokens, s.tokens + s.res)
         for b in self._registry.values():
             states[b * bs:(b + 1) * bs] = SLOT_TOKEN
         return states

@@ -126,6 +126,7 @@ class Engine:
     def _snapshot(self, now: float) -> None:
         while self.snapshot_times and now >= self.snapshot_times[0]:
             self.snapshot_times.pop(0)
-        alloc = self.sched.alloc
-        request_of_seq = {seq: group.request_id for seq, group in self.sched.owner.items()}
-        self.rec.snapshot(now, alloc.memory_map(), request_of_seq, alloc.slot_states())
+        sched = self.sched
+        request_of_seq = {seq: group.request_id for seq, group in sched.owner.items()}
+        pending = {seq: max(0, sched.decode.pending(seq, sched.step)) for seq in sched.decode.g0}
+        self.rec.snapshot(now, sched.alloc.memory_map(), request_of_seq, sched.alloc.slot_states(pending))

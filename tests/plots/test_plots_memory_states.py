@@ -38,6 +38,17 @@ def test_slot_states_add_up_to_the_breakdown(name):
     assert counts["overhead"] + counts["free"] == b.external_frag + b.free
 
 
+@pytest.mark.parametrize("name", ["contiguous-max", "paged"])
+def test_pending_decode_tokens_fill_reserved_slots(name):
+    """The simulator tells the allocator about decoded tokens lazily; the map must still show them as tokens
+    (a Max map once showed mostly "reserved" slabs whose tokens had been decoded long before)."""
+    alloc = make_allocator(name, 4000, block_size=16, max_model_len=400)
+    alloc.admit(1, 20, final_tokens=60)
+    before = np.bincount(alloc.slot_states(), minlength=len(SLOT_STATES))
+    after = np.bincount(alloc.slot_states({1: 5}), minlength=len(SLOT_STATES))
+    assert after[0] - before[0] == 5 and before[1] - after[1] == 5
+
+
 def run_dir(tmp_path, allocator: str):
     out = tmp_path / allocator
     result = CliRunner().invoke(main, ["run", "--allocator", allocator, "--num-requests", "60", "--out", str(out)])
