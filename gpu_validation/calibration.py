@@ -20,7 +20,7 @@ import torch
 
 from allocators.catalog import GPUS, GpuSpec, get_gpu, get_model
 from gpu_validation.features import scaled_model
-from gpu_validation.fit import CALIBRATION_DIR, FitResult, calibration_table, fit_step_costs, write_table
+from gpu_validation.fit import FitResult, calibration_table, fit_step_costs, write_table
 from gpu_validation.harness import GRIDS, Grid, run_harness
 from gpu_validation.timing import Timer, copy_bandwidth, matmul_flops, single_threaded_on_cpu
 
@@ -83,10 +83,6 @@ def measure_peaks(device: torch.device, dtype: torch.dtype, spec: GpuSpec | None
         copy = copy_bandwidth(device, (64 if quick else 256) * 1024**2, timer)
         flops = max(matmul_flops(device, dtype, n, timer) for n in (256, 512, 1024))
     return flops, copy, copy, "measured on this CPU, one thread (square matmul; device copy)"
-
-
-def default_table_path(gpu: str, model: str) -> Path:
-    return CALIBRATION_DIR / gpu / f"{model}.json"
 
 
 def calibrate(model: str, *, device: str | None = None, gpu: str | None = None, quick: bool = False,

@@ -18,8 +18,7 @@ import os
 from pathlib import Path
 
 from allocators.catalog import GpuSpec
-
-SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
+from sim.cost_model import CALIBRATION_DIR as SHIPPED_DIR
 
 
 def kvsim_home() -> Path:

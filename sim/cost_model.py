@@ -316,9 +316,3 @@ class CalibratedStepCost(StepCostModel):
             raise ValueError(f"{path}: calibrated for {data.get('model')} on {data.get('gpu')}, not "
                              f"{model.name} on {gpu.name}")
         return cls(model=model, gpu=gpu, source=f"calibrated ({path.name})", **values, **kwargs)
-
-
-def default_calibration_path(gpu: str, model: str) -> Path | None:
-    """``data/calibration/<gpu>/<model>.json`` if kvsim ships one, else None."""
-    path = CALIBRATION_DIR / gpu / f"{model}.json"
-    return path if path.is_file() else None
