@@ -21,6 +21,7 @@ from sim.plots.style import (
     allocator_color,
     allocator_label,
     allocator_tick_label,
+    axis_label,
     figure_and_axes,
     order_allocators,
 )
@@ -80,7 +81,7 @@ def plot_batch_over_time(
         ax.step(binned["time_s"], binned[column], where="post", color=allocator_color(name),
                 label=allocator_label(name), linewidth=1.2)
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("running requests" if column == "running" else column)
+    ax.set_ylabel("running requests" if column == "running" else axis_label(column))
     ax.set_ylim(bottom=0)
     if title:
         ax.set_title(title)

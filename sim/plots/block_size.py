@@ -15,7 +15,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from sim.plots.data import require_columns
 from sim.plots.latency import METRIC_LABELS
-from sim.plots.style import SERIES_COLORS, new_figure, percent_axis
+from sim.plots.style import SERIES_COLORS, axis_label, new_figure, percent_axis
 
 PANEL_LABELS = {
     "waste_frac": "waste: internal + external frag.",
@@ -59,8 +59,8 @@ def plot_block_size_sweep(
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(int(s)) for s in sizes])
         ax.minorticks_off()
-        ax.set_xlabel("block size (tokens)" if x == "block_size" else x)
-        ax.set_ylabel(PANEL_LABELS.get(panel, panel))
+        ax.set_xlabel(axis_label(x))
+        ax.set_ylabel(PANEL_LABELS.get(panel, axis_label(panel)))
         if panel.endswith("_frac"):
             percent_axis(ax)
         if panel in log_panels:

@@ -16,7 +16,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from sim.plots.data import require_columns
-from sim.plots.style import allocator_color, allocator_label, figure_and_axes, new_figure, order_allocators
+from sim.plots.style import (
+    allocator_color,
+    allocator_label,
+    axis_label,
+    figure_and_axes,
+    new_figure,
+    order_allocators,
+)
 
 METRIC_LABELS = {
     "ttft_s": "time to first token (s)",
@@ -66,8 +73,8 @@ def plot_latency_vs_rate(
         ax.set_ylim(0, 3 * bound)
     else:
         ax.set_ylim(bottom=0)
-    ax.set_xlabel("request rate (req/s)" if x == "rate" else x)
-    ax.set_ylabel(METRIC_LABELS.get(y, y))
+    ax.set_xlabel("request rate (req/s)" if x == "rate" else axis_label(x))
+    ax.set_ylabel(METRIC_LABELS.get(y, axis_label(y)))
     if title:
         ax.set_title(title)
     ax.legend(loc="upper left", fontsize="small", frameon=False)
@@ -116,7 +123,7 @@ def plot_latency_cdf(
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(0, 1)
-        ax.set_xlabel(METRIC_LABELS.get(metric, metric))
+        ax.set_xlabel(METRIC_LABELS.get(metric, axis_label(metric)))
         ax.set_ylabel("share of requests")
         ax.grid(alpha=0.3)
     axes[-1].legend(loc="lower right", fontsize="x-small", frameon=False)
