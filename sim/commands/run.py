@@ -82,6 +82,8 @@ def simulation_options(func):
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),
         click.option("--calibration", type=click.Path(dir_okay=False), help="Calibration JSON for the cost model."),
+        click.option("--cost-profile", help="Step-cost profile: vllm-v1 (default; vLLM 0.11), paper-2023 (the "
+                                            "SOSP'23 vLLM), or a calibration table .json (kvsim calibrate --list)."),
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
     ]
