@@ -30,6 +30,7 @@ class SimConfig:
     kv_tokens: int | None = None
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
     block_size: int = 16
     placement: str = "buddy"
     max_model_len: int | None = None

@@ -66,7 +66,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     cap = kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                       gpu_memory_utilization=config.gpu_memory_utilization,
                       max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
-                      kv_tokens=config.kv_tokens)
+                      kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager)
     max_model_len = config.max_model_len or model.max_seq_len
     alloc = make_allocator(config.allocator, cap.kv_tokens, block_size=config.block_size,
                            max_model_len=max_model_len, placement=config.placement,
