@@ -37,6 +37,9 @@ FITTABLE = ("bandwidth_frac", "flops_frac", "step_overhead_s", "seq_overhead_s",
 DEFAULT_FIT = ("bandwidth_frac", "flops_frac", "seq_overhead_s")
 FRACTIONS = ("bandwidth_frac", "flops_frac", "mixed_overlap")
 TTFT_GROUP = 16
+MAX_LOG_STEP = 1.0
+MAX_SECONDS = 0.1
+"""Largest value a fitted time coefficient may take (a tenth of a second per step, sequence or token)."""
 STEP = 1e-4
 """Forward-difference step in log coefficients for re-pricing a fixed schedule (smooth there)."""
 _FLOOR = 1e-7
@@ -214,15 +217,18 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
         return r, np.vstack([j_ttft, j_decode]), req
 
     x = np.log([max(float(base[name]), _FLOOR) for name in names])
+    upper = np.log([1.0 if name in FRACTIONS else MAX_SECONDS for name in names])
     r, jac, req = evaluate(x)
     evals, lam, cost = 1, 1.0, float(r @ r)
     while evals < max_evals and time.monotonic() < started + time_limit_s:
         a, g = jac.T @ jac, jac.T @ r
         dx = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -g)
+        dx *= min(1.0, MAX_LOG_STEP / max(np.abs(dx).max(), 1e-300))  # at most a factor e per coefficient
+        dx = np.clip(x + dx, np.log(_FLOOR), upper) - x
         r_new, jac_new, req_new = evaluate(x + dx)
         evals += 1
         new_cost = float(r_new @ r_new)
-        if new_cost < cost:
+        if np.isfinite(new_cost) and new_cost < cost:
             done = np.abs(dx).max() < 1e-4 or cost - new_cost < 1e-9 * cost
             x, r, jac, req, cost, lam = x + dx, r_new, jac_new, req_new, new_cost, max(lam / 4, 1e-6)
             if done:
