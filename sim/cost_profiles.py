@@ -66,7 +66,7 @@ VLLM_V1 = CostProfile(
 PAPER_2023 = CostProfile(
     name="paper-2023",
     system="vLLM as in the PagedAttention paper (SOSP'23): A100, no CUDA graphs, Python per-sequence work",
-    coefficients=dict(bandwidth_frac=0.8, flops_frac=0.6, step_overhead_s=0.003, seq_overhead_s=0.0,
+    coefficients=dict(bandwidth_frac=0.8, flops_frac=0.6, step_overhead_s=0.003, seq_overhead_s=2.36e-4,
                       prefill_token_s=0.0, mixed_overlap=1.0,
                       paged_kernel_overhead=dict(DEFAULT_PAGED_KERNEL_OVERHEAD)),
     sources={
