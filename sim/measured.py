@@ -88,7 +88,7 @@ def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
     n = len(lists["input_lens"])
     arrivals = np.zeros(n) if math.isinf(rate) else np.arange(n) / rate
     e2e = []
-    for i, (ttft, itl) in enumerate(zip(lists["ttfts"], lists["itls"])):
+    for i, (ttft, itl) in enumerate(zip(lists["ttfts"], lists["itls"], strict=True)):
         if not isinstance(itl, list):
             raise ValueError(f"{path}: request {i + 1}: field 'itls' must be a list of seconds")
         e2e.append(float(ttft) + float(sum(itl)))

@@ -71,4 +71,4 @@ def score(measured: pd.DataFrame, simulated: pd.DataFrame, scored: np.ndarray | 
 def overall(table: pd.DataFrame) -> dict[str, float]:
     """``{"ttft": mape, "tpot": mape, "e2e": mape}`` of a `score` table's ``all`` rows."""
     part = table[table["phase"] == "all"]
-    return dict(zip(part["metric"], part["mape"]))
+    return dict(zip(part["metric"], part["mape"], strict=True))

@@ -189,7 +189,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
 
     def coefficients(x: np.ndarray) -> dict:
         values = dict(base)
-        for name, v in zip(names, np.exp(x)):
+        for name, v in zip(names, np.exp(x), strict=True):
             values[name] = min(float(v), 1.0) if name in FRACTIONS else float(v)
         return values
 

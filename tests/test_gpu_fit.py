@@ -106,7 +106,8 @@ def test_table_has_the_documented_keys_and_the_simulator_loads_it(tmp_path):
                   "coefficients", "fit"}
     assert documented <= set(table) and set(table) - documented == {"peaks", "timed_model"}
     assert set(table["coefficients"]) == {"bandwidth_frac", "flops_frac", "step_overhead_s",
-                                          "paged_kernel_overhead"}
+                                          "paged_kernel_overhead", "seq_overhead_s", "prefill_token_s",
+                                          "mixed_overlap"}
     assert set(table["coefficients"]["paged_kernel_overhead"]) == {"8", "16", "32"}
     assert set(table["fit"]) == {"points", "rmse_s", "mape"}
     assert table["format"] == "kvsim-calibration" and table["version"] == 2
