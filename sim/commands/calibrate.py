@@ -13,6 +13,8 @@ import json
 
 import click
 
+from sim.commands.options import catalog_option
+
 
 def _list_profiles() -> None:
     from sim.cost_profiles import DEFAULT_PROFILE, PROFILES
@@ -34,7 +36,7 @@ def _from_trace(path: str, opts: dict) -> None:
 
     fields = ("model", "gpu", "kv_tokens", "kv_gib", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
               "block_size", "tensor_parallel", "gpu_memory_utilization", "prefix_caching", "chunked_prefill",
-              "watermark", "seed")
+              "watermark", "seed", "catalog")
     try:
         if opts["gpu"] is None:
             raise ValueError("--from-trace needs --gpu (the catalog GPU the run was measured on)")
@@ -69,6 +71,7 @@ def _from_trace(path: str, opts: dict) -> None:
 @click.option("--model", "model", default="llama-3-8b", show_default=True,
               help="Catalog model to time (its shapes, random weights), or that the measured run served.")
 @click.option("--gpu", "gpu", default=None, help="Catalog GPU this is (default: recognised from the device).")
+@catalog_option
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Where to time (default: cuda if torch sees one, else cpu).")
 @click.option("--quick", is_flag=True, help="A small grid (and on CPU, a model scaled down 8x).")
@@ -104,8 +107,8 @@ def _from_trace(path: str, opts: dict) -> None:
 @click.option("--time-limit", type=float, default=300.0, show_default=True,
               help="--from-trace: wall-clock limit of the fit, seconds.")
 @click.option("--json", "as_json", is_flag=True, help="--from-trace: also print the table as JSON.")
-def calibrate_command(model: str, gpu: str | None, device: str | None, quick: bool, out: str | None,
-                      list_profiles: bool, from_trace: str | None, **opts) -> None:
+def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: str | None, quick: bool,
+                      out: str | None, list_profiles: bool, from_trace: str | None, **opts) -> None:
     """Fit the step-cost model: time kernels on this machine (default), fit a measured run (--from-trace),
     or list the named cost profiles (--list)."""
     from sim.cli import fail
@@ -114,7 +117,7 @@ def calibrate_command(model: str, gpu: str | None, device: str | None, quick: bo
         _list_profiles()
         return
     if from_trace:
-        _from_trace(from_trace, {"model": model, "gpu": gpu, "out": out, **opts})
+        _from_trace(from_trace, {"model": model, "gpu": gpu, "catalog": catalog, "out": out, **opts})
         return
     try:
         from gpu_validation.calibration import calibrate, default_table_path, write_run
