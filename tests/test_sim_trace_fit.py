@@ -104,4 +104,4 @@ def test_calibrate_from_trace_cli_writes_a_table_run_accepts(tmp_path):
                                         "--kv-tokens", "44640", "--max-num-seqs", "32", "--max-num-batched-tokens",
                                         "64", "--num-requests", "20", flag, str(out), "--json"])
         assert run.exit_code == 0, run.output
-        assert json.loads(run.output)["cost_model"] == "calibrated (cal.json)"
+        assert json.loads(run.stdout)["cost_model"] == "calibrated (cal.json)"

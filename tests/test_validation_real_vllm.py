@@ -55,7 +55,7 @@ def test_kv_pool_is_sized_as_vllm_0_11_logged_it(name, tmp_path):
         "--max-num-batched-tokens", str(s["max_num_batched_tokens"]), "--max-model-len", str(s["max_model_len"]),
         "--json"])
     assert result.exit_code == 0, result.output
-    blocks = json.loads(result.output)["kv_capacity_tokens"] / 16
+    blocks = json.loads(result.stdout)["kv_capacity_tokens"] / 16
     assert blocks == pytest.approx(s["blocks"], rel=0.02)
 
 
