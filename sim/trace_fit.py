@@ -4,7 +4,7 @@ No GPU and no kernel timings: the measured per-request TTFT and decode time (E2E
 and each trial set of coefficients is scored by simulating the whole run (every request loads the server)
 and comparing the training requests only. The search is Levenberg-Marquardt over the logarithms of the
 fitted coefficients. Its Jacobian comes from the simulated schedule held fixed: every step the simulation
-priced is re-priced under slightly changed coefficients (`RecordingStepCost`, `schedule_jacobian`). Finite
+priced is re-priced under slightly changed coefficients (`sim.schedule_jacobian`). Finite
 differences of whole simulations would not do: a request's TTFT jumps by up to a step as its arrival falls
 before or after a step boundary, and those jumps swamp the derivative. Each trial point is then simulated
 afresh (the schedule may change) and kept only if it lowers the error. The search is bounded by a number of
@@ -31,13 +31,16 @@ from sim.cost_model import StepCostModel
 from sim.cost_profiles import get_profile
 from sim.measured import MeasuredRun
 from sim.replay import METRICS, score, workload_of
+from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
 
 FITTABLE = ("bandwidth_frac", "flops_frac", "step_overhead_s", "seq_overhead_s", "prefill_token_s",
             "mixed_overlap")
 DEFAULT_FIT = ("bandwidth_frac", "flops_frac", "seq_overhead_s")
 FRACTIONS = ("bandwidth_frac", "flops_frac", "mixed_overlap")
 TTFT_GROUP = 16
+"""TTFT is compared in sums over this many training requests of similar prompt length (see `fit_trace`)."""
 MAX_LOG_STEP = 1.0
+"""Largest change of a log coefficient in one step of the search (a factor e)."""
 MAX_SECONDS = 0.1
 """Largest value a fitted time coefficient may take (a tenth of a second per step, sequence or token)."""
 STEP = 1e-4
@@ -82,82 +85,6 @@ def _targets(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def _log_ratio(sim: np.ndarray, meas: np.ndarray) -> np.ndarray:
     ok = np.isfinite(sim) & np.isfinite(meas) & (meas > 0) & (sim > 0)
     return np.log(np.where(ok, sim, 1.0) / np.where(ok, meas, 1.0))
-
-
-class RecordingStepCost(StepCostModel):
-    """A `StepCostModel` that remembers every priced step, decode run and transfer, in order, so that the
-    run can be re-priced under other coefficients with its schedule held fixed (`schedule_jacobian`)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.calls: list[tuple[str, tuple, dict, float]] = []
-
-    def step_time(self, *args, **kwargs) -> float:
-        value = super().step_time(*args, **kwargs)
-        self.calls.append(("step", args, kwargs, value))
-        return value
-
-    def decode_run(self, n: int, c0: int, k: int) -> tuple[float, float]:
-        value = super().decode_run(n, c0, k)
-        last = self.calls[-1] if self.calls else None
-        if last is not None and last[0] == "run" and last[1][:2] == (n, c0):
-            self.calls.pop()  # a trial run cut short at the next arrival (`fast_forward`): the later call stands
-        self.calls.append(("run", (n, c0, k), {}, value[0]))
-        return value
-
-    def transfer_time(self, *args, **kwargs) -> float:
-        value = super().transfer_time(*args, **kwargs)
-        self.calls.append(("transfer", args, kwargs, value))
-        return value
-
-
-def _price(cost: StepCostModel, call: tuple[str, tuple, dict, float]) -> float:
-    kind, args, kwargs, _ = call
-    if kind == "run":
-        return cost.decode_run(*args)[0]
-    return cost.step_time(*args, **kwargs) if kind == "step" else cost.transfer_time(*args, **kwargs)
-
-
-def schedule_jacobian(steps: pd.DataFrame, calls: list, perturbed: list[StepCostModel], h: float,
-                      requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """d(TTFT)/dx and d(decode time)/dx of every request (rows) for each perturbed coefficient (columns;
-    forward differences of step ``h`` in x), with the simulated schedule held fixed.
-
-    Every first token and finish lands at the end of a busy row. A request's decode time is the sum of the
-    rows from its first token to its finish, so it moves by their moves. Its TTFT is the rest of the row it
-    arrived in plus the rows up to its first token; the rest of the arrival row moves in proportion to the
-    part of that row left (where in a step a request arrives is chance: earlier rows only shift the step
-    boundaries, not the expected wait). A row moves by its priced calls re-priced under the perturbed
-    coefficients."""
-    busy = steps["num_steps"].to_numpy() > 0
-    duration = steps["duration_s"].to_numpy()
-    row_grad = np.zeros((len(steps), len(perturbed)))
-    i = 0
-    for r in np.flatnonzero(busy):
-        total = 0.0
-        while i < len(calls) and total < duration[r] * (1 - 1e-9):
-            total += calls[i][3]
-            row_grad[r] += [(_price(c, calls[i]) - calls[i][3]) / h for c in perturbed]
-            i += 1
-    cumulative = np.cumsum(row_grad, axis=0)
-    ends = steps["time_s"].to_numpy() + duration
-    last = len(ends) - 1
-
-    def row_of(times: np.ndarray) -> np.ndarray:
-        """The row ending at each time (first token, finish)."""
-        return np.clip(np.searchsorted(ends, times - 1e-9 * max(1.0, abs(ends[-1]))), 0, last)
-
-    first = requests["first_token_s"].to_numpy(float)
-    finish = requests["finished_s"].to_numpy(float)
-    arrival = requests["arrival_s"].to_numpy(float)
-    done = np.isfinite(first) & np.isfinite(finish)
-    f_row = row_of(np.where(done, first, 0.0))
-    e_row = row_of(np.where(done, finish, 0.0))
-    a_row = np.clip(np.searchsorted(ends, arrival, side="right"), 0, last)
-    left = np.clip((ends[a_row] - arrival) / np.maximum(duration[a_row], 1e-300), 0.0, 1.0)
-    d_ttft = cumulative[f_row] - cumulative[a_row] + left[:, None] * row_grad[a_row]
-    d_decode = cumulative[e_row] - cumulative[f_row]
-    return np.where(done[:, None], d_ttft, 0.0), np.where(done[:, None], d_decode, 0.0)
 
 
 def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm-v1",
