@@ -78,8 +78,9 @@ SIZES = {"full": FULL, "quick": QUICK}
 
 
 def paper_config(allocator: str, preset: str, rate: float, num_requests: int, **overrides) -> SimConfig:
-    """The paper's deployment and vLLM-like scheduler for one run."""
+    """The paper's deployment, vLLM-like scheduler and clock (`paper.COST_PROFILE`) for one run."""
     values = dict(allocator=allocator, model=paper.MODEL, gpu=paper.GPU, kv_gib=paper.KV_GIB,
+                  cost_profile=paper.COST_PROFILE,
                   block_size=paper.BLOCK_SIZE, max_model_len=paper.MAX_MODEL_LEN, chunked_prefill=False,
                   preemption="recompute", preset=preset, rate=rate, num_requests=num_requests, seed=0,
                   memory_snapshots=0)
