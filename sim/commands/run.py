@@ -14,6 +14,7 @@ import click
 
 from sim.cli import fail
 from sim.config import PREEMPTION_MODES, SCHEDULERS, SimConfig
+from sim.routers import ROUTERS
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
@@ -83,6 +84,12 @@ def simulation_options(func):
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),
         click.option("--calibration", type=click.Path(dir_okay=False), help="Calibration JSON for the cost model."),
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
+        _field_option("--replicas", type=int,
+                      help="Serving replicas, each with its own scheduler, KV memory and cost model."),
+        _field_option("--router", type=click.Choice(list(ROUTERS)),
+                      help="How a fleet of replicas routes each arriving request (sim/routers.py)."),
+        _field_option("--router-load-weight", type=float,
+                      help="prefix-aware: how much load (relative to the fleet's mean) outweighs a cache hit."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
     ]
     for option in reversed(options):
@@ -140,6 +147,11 @@ def run_command(allocator: str, **opts) -> None:
         fail(exc)
     if opts["as_json"]:
         click.echo(json.dumps(result.summary))
+    elif "per_replica" in result.summary:
+        from sim.fleet_summary import format_replicas
+
+        click.echo(format_summary({k: v for k, v in result.summary.items() if k != "per_replica"}))
+        click.echo(format_replicas(result.summary["per_replica"]))
     else:
         click.echo(format_summary(result.summary))
 
