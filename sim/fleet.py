@@ -62,6 +62,15 @@ class Replica:
     def free_slots(self) -> int:
         return self.alloc.breakdown(False).free
 
+    @property
+    def pending_prefill(self) -> int:
+        """Prompt tokens still to be prefilled here: routed, queued, and the rest of running prefills."""
+        sched, groups = self.sched, self.groups
+        tokens = sum(groups[i].prompt for i in self.inbox) + sum(g.prefill_remaining for g in sched.waiting)
+        if sched.running_seqs != sched.decode.n or sched.beam_groups:  # some running group is prefilling
+            tokens += sum(g.prefill_remaining for g in sched.running if g.prefilling)
+        return tokens
+
     def cached_tokens(self, group) -> int:
         return self.alloc.num_cached_tokens(group.hashes, group.prompt)
 

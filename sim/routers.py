@@ -1,25 +1,28 @@
 """Request routers for a fleet of replicas: each is a small object with one method, `choose`.
 
 A router is asked at each arrival, with the replicas as they are at that instant (`sim.fleet.Replica`:
-``load``, ``free_slots``, ``cached_tokens``), which replica gets the request; a request group (``n`` > 1
-samples, beams) is one request and goes to one replica whole. ``ROUTERS`` maps the names the command line
-and `SimConfig.router` use to the classes, as `allocators.ALLOCATORS` does for allocators.
+``load``, ``free_slots``, ``pending_prefill``, ``cached_tokens``), which replica gets the request; a request
+group (``n`` > 1 samples, beams) is one request and goes to one replica whole. ``ROUTERS`` maps the names the
+command line and `SimConfig.router` use to the classes, as `allocators.ALLOCATORS` does for allocators.
 
 ``needs_state`` says whether the choice reads the replicas' state. Routers that do not (round-robin, random)
 make the same choices whatever the replicas do, so the fleet takes them in arrival order before the run and
 each replica then knows its own next arrival, as a single replica does.
 
-The prefix-aware scoring rule (KV-aware routing as llm-d's prefix-cache scorer and NVIDIA Dynamo's KV router
-do it: a cache hit is worth some load, not any load)::
+The prefix-aware scoring rule (KV-aware routing in the manner of NVIDIA Dynamo's KV router, whose cost adds
+the blocks a request would prefill on a worker to that worker's load): send the request where the least
+prefill work stands between it and its first token::
 
-    score(r) = cached_tokens(r) / prompt_tokens  -  load_weight * load(r) / (mean_load + 1)
+    cost(r) = (prompt_tokens - cached_tokens(r))  +  load_weight * pending_prefill(r)
 
-``cached_tokens(r)``: prompt tokens replica ``r``'s prefix cache holds for this request now (the lookup its
-admission would make, without side effects); ``load(r)``: its running + waiting requests + those routed to
-it and not yet delivered. The load term is relative to the fleet's mean, so a full prefix hit outweighs one
-more request's queueing on a busy fleet, but not a replica carrying a pile of requests while others idle
-(overload). The highest score wins; ties go to the lower load, then the lower replica number. With no
-cache hits anywhere it is `LeastRequests` exactly.
+``cached_tokens(r)``: prompt tokens replica ``r``'s prefix cache (or registered shared prefix) holds for this
+request now, the lookup its admission would make, without side effects; ``pending_prefill(r)``: prompt tokens
+still to be prefilled there (routed and not yet delivered, queued, and the rest of running chunked prefills).
+The lowest cost wins; ties go to fewer requests (running + waiting + routed), then the lower replica number.
+With ``load_weight`` 0 it is the longest cached prefix, ties broken by load; with 1 (the default) a hit is
+worth exactly the prefill it saves, so a replica whose cache holds the prefix but whose queue holds more
+work than that loses the request (overload). A request count is a poor load measure for prompts of very
+different lengths (a 100k-token prompt queues like a 100-token one), hence tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class ReplicaState(Protocol):
 
     @property
     def free_slots(self) -> int: ...
+
+    @property
+    def pending_prefill(self) -> int: ...
 
     def cached_tokens(self, group) -> int: ...
 
@@ -102,7 +108,8 @@ class LeastKV:
 
 
 class PrefixAware:
-    """Longest cached prefix, traded against load by the rule in the module docstring."""
+    """Least prefill work ahead of this request's first token, its cache hits counted: the rule in the
+    module docstring."""
 
     needs_state = True
 
@@ -110,11 +117,8 @@ class PrefixAware:
         self.load_weight = load_weight
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
-        loads = [r.load for r in replicas]
-        scale = self.load_weight / (sum(loads) / len(loads) + 1)
-        prompt = max(group.prompt, 1)
-        return _least((scale * load - r.cached_tokens(group) / prompt, load)
-                      for r, load in zip(replicas, loads, strict=True))
+        w, prompt = self.load_weight, group.prompt
+        return _least((prompt - r.cached_tokens(group) + w * r.pending_prefill, r.load) for r in replicas)
 
 
 ROUTERS = {

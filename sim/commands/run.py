@@ -89,7 +89,8 @@ def simulation_options(func):
         _field_option("--router", type=click.Choice(list(ROUTERS)),
                       help="How a fleet of replicas routes each arriving request (sim/routers.py)."),
         _field_option("--router-load-weight", type=float,
-                      help="prefix-aware: how much load (relative to the fleet's mean) outweighs a cache hit."),
+                      help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
+                           "tokens the request would compute there."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
     ]
     for option in reversed(options):
