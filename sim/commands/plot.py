@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency")
+RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency", "replicas")
 """Figures drawn from run directories; `SWEEP_KIND` is the one drawn from a sweep table."""
 SWEEP_KIND = "sweep"
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -61,7 +61,8 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
     """The figure ``kind`` for the given runs."""
     from sim import plots
 
-    needs = {"memory": ("steps",), "batch": ("steps",), "memory-map": ("memory",), "latency": ("requests",)}
+    needs = {"memory": ("steps",), "batch": ("steps",), "memory-map": ("memory",), "latency": ("requests",),
+             "replicas": ("steps",)}
     summaries, frames = load_runs(run_dirs, needs.get(kind, ()), kind)
     if kind == "memory":
         if len(frames) == 1:
@@ -70,6 +71,10 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
         return plots.plot_memory_comparison({k: t["steps"] for k, t in frames.items()})
     if kind == "breakdown":
         return plots.plot_breakdown(summaries)
+    if kind == "replicas":
+        if len(frames) != 1:
+            raise ValueError("--kind replicas draws one fleet run (kvsim run --replicas N --out DIR)")
+        return plots.plot_replicas_over_time(next(iter(frames.values()))["steps"])
     if kind == "batch":
         return plots.plot_batch_over_time({k: t["steps"] for k, t in frames.items()})
     if kind == "batch-sizes":
@@ -111,7 +116,8 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
 
     Kinds for runs: memory (shares of KV memory over time), breakdown (time-averaged shares, Fig. 2 style),
     batch (running requests over time), batch-sizes (mean batch size, Fig. 13 style), memory-map (the arena
-    coloured by owner), latency (TTFT and TPOT CDFs). Several runs are drawn side by side.
+    coloured by owner), latency (TTFT and TPOT CDFs), replicas (each replica's KV memory and queue over time, for
+    one `kvsim run --replicas N` run). Several runs are drawn side by side.
     """
     from sim.cli import fail  # here, not at import: sim.cli imports this module while it loads
     from sim.sweep.store import TABLE_SUFFIXES
