@@ -12,7 +12,9 @@ planned at ``t``, plus the requests routed to it so far. For that state to be th
 decode fast-forward, a replica's decode run ends at the first step starting at or after the fleet's next
 arrival, wherever that arrival goes: a run cut by every arrival, the price of a router that reads state.
 A router that does not (round-robin, random) routes every request before the run (the same choices, in the
-same order) and each replica then runs exactly as a single replica on its share of the trace.
+same order) and each replica then runs exactly as a single replica on its share of the trace; as nothing
+looks at it mid-way, it keeps its own clock through a busy period and SimPy sees only its busy periods and
+idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row.
 
 Per-request results share one set of arrays (each request lives on one replica); the summary is built by
 `sim.fleet_summary`.
@@ -20,6 +22,7 @@ Per-request results share one set of arrays (each request lives on one replica);
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 
@@ -170,7 +173,7 @@ class Fleet:
             replica.delivered += 1
             sched.add(group, t)
 
-    # -- one replica's engine loop (`sim.engine.Engine._engine`, one SimPy timeout a row) ---------------
+    # -- one replica's engine loop (`sim.engine.Engine._engine`) ----------------------------------------
     def _engine(self, replica: Replica):
         env, sched, cost, rec, alloc = self.env, replica.sched, replica.cost, replica.rec, replica.alloc
         snapshots = list(self.snapshot_times)
@@ -187,6 +190,7 @@ class Fleet:
                 self._snapshot(replica, now)
             if sched.idle:
                 replica.end_s = now
+                yield from _catch_up(env, now)
                 b = alloc.breakdown(False)
                 if self.observed:  # sleep until the router sends something (or nothing more comes)
                     if self.routed >= self.size and not replica.inbox:
@@ -236,12 +240,26 @@ class Fleet:
                 if done > done_before:
                     self.progress(done - done_before)
                     done_before = done
-            yield env.timeout(duration)  # env.now + duration: the same float as ``now``
+            if self.observed:  # the router may look at this replica before the row ends
+                yield env.timeout(duration)  # env.now + duration: the same float as ``now``
 
     def _snapshot(self, replica: Replica, now: float) -> None:
         owners = replica.alloc.memory_map()
         request_of_seq = {seq: group.request_id for seq, group in replica.sched.owner.items()}
         replica.rec.snapshot(now, owners, request_of_seq)
+
+
+def _catch_up(env: simpy.Environment, now: float):
+    """Advance SimPy's clock to a replica's ``now`` with one timeout landing exactly on it
+    (`sim.engine.Engine._catch_up`)."""
+    if now == env.now:
+        return
+    delay = now - env.now
+    while env.now + delay < now:
+        delay = math.nextafter(delay, math.inf)
+    while env.now + delay > now:
+        delay = math.nextafter(delay, -math.inf)
+    yield env.timeout(delay)
 
 
 def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
