@@ -11,8 +11,10 @@ from pathlib import Path
 
 import click
 
-RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency", "replicas")
+RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency")
 """Figures drawn from run directories; `SWEEP_KIND` is the one drawn from a sweep table."""
+FLEET_KINDS = ("replicas",)
+"""Figures drawn from the run directory of a fleet (`kvsim run --replicas N --out DIR`)."""
 SWEEP_KIND = "sweep"
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -100,7 +102,7 @@ def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
 
 @click.command("plot")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="RUN_DIR...")
-@click.option("--kind", type=click.Choice([*RUN_KINDS, SWEEP_KIND]), default=None,
+@click.option("--kind", type=click.Choice([*RUN_KINDS, *FLEET_KINDS, SWEEP_KIND]), default=None,
               help="Figure to draw (default: memory for runs, sweep for a sweep table).")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Image file (.png, .svg or .pdf); default RUN_DIR/KIND.png, or TABLE[-METRIC].png beside a table.")
