@@ -29,13 +29,12 @@ from collections import deque
 import numpy as np
 import simpy
 
-from allocators.catalog import get_gpu, get_model
 from sim.arrivals import ArrivalSource
 from sim.config import SimConfig
 from sim.fast_forward import run_decode
 from sim.metrics import Recorder
 from sim.routers import make_router
-from sim.runner import SimResult, build_replica, deployment_capacity, summary_extra
+from sim.runner import SimResult, build_replica, resolve_capacity, summary_extra
 
 _RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
 
@@ -86,8 +85,8 @@ class Fleet:
             raise ValueError("closed-loop arrivals (users and think time) are not supported with more than one "
                              "replica yet; use an open-loop arrival process")
         self.config = config
-        self.model, self.gpu = get_model(config.model), get_gpu(config.gpu)
-        self.cap = deployment_capacity(config, self.model, self.gpu)
+        self.cap = resolve_capacity(config)
+        self.model, self.gpu = self.cap.model, self.cap.gpu
         self.size = len(workload)
         self.rec = Recorder(self.size)
         self.replicas = [Replica(r, config, self.model, self.gpu, self.cap.kv_tokens, self.rec)

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from sim.commands.sweep import _GRID_CONTEXT, GridCommand, _executor_options, _grid, _workers
+from sim.commands.sweep import _GRID_CONTEXT, GridCommand, _execution, _executor_options
 from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
 
 SHOWN_SUMMARY_KEYS = ("ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_frac", "load_imbalance")
@@ -50,7 +50,7 @@ def format_plan(rows: list[dict[str, Any]], varying: list[str]) -> str:
               help="Most replicas tried.")
 @click.option("--json", "as_json", is_flag=True, help="Print a list of objects (router, replicas, summary, ...).")
 @click.pass_context
-def plan(ctx: click.Context, config_file: str | None, workers: int | None, executor: str,
+def plan(ctx: click.Context, config_file: str | None, workers: int | None, executor: str | None,
          scheduler: str | None, quiet: bool, ttft_p99: float | None, tpot_p50: float | None,
          e2e_p50: float | None, normalized_latency: float | None, max_replicas: int, as_json: bool) -> None:
     """Find the fewest replicas that meet a latency target at a given rate, per router.
@@ -69,9 +69,8 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
         target = SloTarget({SLO_METRICS[k]: v for k, v in given.items() if v is not None})
         if max_replicas < 1:
             raise ValueError(f"--max-replicas must be at least 1, got {max_replicas}")
-        grid = _grid(ctx, config_file)
-        rows = run_plan(grid, target, max_replicas=max_replicas, workers=_workers(workers, executor, scheduler),
-                        executor=executor, scheduler=scheduler)
+        grid, execution = _execution(ctx, config_file, workers, executor, scheduler)
+        rows = run_plan(grid, target, max_replicas=max_replicas, **execution)
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     if as_json:
