@@ -130,3 +130,17 @@ def test_closed_loop_fleets_are_refused():
     w = w.select(np.arange(10), closed_loop=ClosedLoop(users=2, think_time_s=1.0))
     with pytest.raises(ValueError, match="closed-loop"):
         run_fleet(SimConfig(kv_tokens=4000, replicas=2), w)
+
+
+def test_sweeps_vary_replicas_and_router(tmp_path):
+    """`kvsim sweep` needs nothing fleet-specific: replicas and router are configuration fields like any."""
+    from sim.sweep.grid import grid_from_flags
+    from sim.sweep.run import run_sweep
+
+    grid = grid_from_flags(["--replicas", "1,3", "--router", "round-robin,least-requests", "--num-requests", "30",
+                            "--memory-snapshots", "0"], SimConfig)
+    table = run_sweep(grid, tmp_path / "sweep.parquet").table
+    assert (table["status"] == "ok").all() and len(table) == 4
+    assert table["replicas"].tolist() == [1, 1, 3, 3]
+    fleets = table[table["replicas"] == 3]
+    assert (fleets["load_imbalance"] >= 1).all() and fleets["per_replica"].str.startswith("[").all()
