@@ -74,7 +74,7 @@ class Replica:
         return tokens
 
     def cached_tokens(self, group) -> int:
-        return self.alloc.num_cached_tokens(group.hashes, group.prompt)
+        return self.alloc.num_cached_tokens(group.hashes, group.prompt) if group.hashes else 0
 
 
 class Fleet:
