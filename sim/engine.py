@@ -96,10 +96,15 @@ class Engine:
     def _snapshot(self, now: float) -> None:
         while self.snapshot_times and now >= self.snapshot_times[0]:
             self.snapshot_times.pop(0)
-        sched = self.sched
-        request_of_seq = {seq: group.request_id for seq, group in sched.owner.items()}
-        pending = {seq: max(0, sched.decode.pending(seq, sched.step)) for seq in sched.decode.g0}
-        self.rec.snapshot(now, sched.alloc.memory_map(), request_of_seq, sched.alloc.slot_states(pending))
+        record_snapshot(self.sched, self.rec, now)
+
+
+def record_snapshot(sched, rec, now: float) -> None:
+    """Record the memory map at ``now``: every slot's owner and state, decode tokens the allocator has not
+    been told about yet counted as tokens. Shared by the single engine and every fleet replica."""
+    request_of_seq = {seq: group.request_id for seq, group in sched.owner.items()}
+    pending = {seq: max(0, sched.decode.pending(seq, sched.step)) for seq in sched.decode.g0}
+    rec.snapshot(now, sched.alloc.memory_map(), request_of_seq, sched.alloc.slot_states(pending))
 
 
 def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:

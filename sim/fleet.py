@@ -30,10 +30,10 @@ import simpy
 
 from sim.arrivals import ArrivalSource
 from sim.config import SimConfig
-from sim.engine import catch_up, take_step
+from sim.engine import catch_up, record_snapshot, take_step
 from sim.metrics import Recorder
 from sim.routers import make_router
-from sim.runner import SimResult, build_replica, resolve_capacity, summary_extra
+from sim.runner import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
 
 _RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
 
@@ -105,7 +105,7 @@ class Fleet:
         self.replica_of = np.full(self.size, -1, np.int64)
         self.observed = config.replicas > 1 and self.router.needs_state
         span = float(self.times[-1]) - self.start if self.size else 0.0
-        n = config.memory_snapshots
+        self.num_snapshots = n = snapshot_count(config, self.cap.kv_tokens, config.replicas)
         self.snapshot_times = [self.start + span * (i + 1) / (n + 1) for i in range(n)]
         self.progress = progress
         self.env = simpy.Environment(initial_time=self.start)
@@ -225,9 +225,7 @@ class Fleet:
                 yield from catch_up(env, now)
 
     def _snapshot(self, replica: Replica, now: float) -> None:
-        owners = replica.alloc.memory_map()
-        request_of_seq = {seq: group.request_id for seq, group in replica.sched.owner.items()}
-        replica.rec.snapshot(now, owners, request_of_seq)
+        record_snapshot(replica.sched, replica.rec, now)
 
 
 def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
@@ -241,6 +239,7 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
         for replica in fleet.replicas:
             replica.alloc.check_invariants()
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, fleet.replicas[0].cost)
+    extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, end, extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result

@@ -32,6 +32,12 @@ table), so a large pool gets fewer snapshots and one above 4M slots none (its su
 says how many were taken)."""
 
 
+def snapshot_count(config: SimConfig, kv_tokens: int, replicas: int = 1) -> int:
+    """How many memory-map snapshots a run takes: ``config.memory_snapshots``, fewer when they would exceed
+    `MEMORY_MAP_ROWS` rows."""
+    return min(config.memory_snapshots, MEMORY_MAP_ROWS // (kv_tokens * replicas))
+
+
 @dataclass
 class SimResult:
     """Per-request table, per-step table, memory-map snapshots, the summary and the configuration."""
@@ -118,7 +124,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
-    count = min(config.memory_snapshots, MEMORY_MAP_ROWS // cap.kv_tokens)
+    count = snapshot_count(config, cap.kv_tokens)
     snaps = tuple(start + span * (i + 1) / (count + 1) for i in range(count))
     engine = Engine(sched, cost, source, recorder, start_s=start, snapshot_times=snaps,
                     check_every=config.debug_invariants, progress=progress)
