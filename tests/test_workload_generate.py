@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from workloads import PRESETS, TraceError, generate, load_preset, trace_stats, write_trace
-from workloads.arrivals import Gamma, Poisson, parse_arrivals
-from workloads.lengths import parse_lengths
+from workloads.arrivals import Gamma, Poisson
+from workloads.named import parse_arrivals, parse_lengths
 from workloads.paper_lengths import PAPER_TARGETS, capped_means, paper_lengths
 
 RNG = np.random.default_rng

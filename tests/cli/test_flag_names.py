@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
+from workloads.presets import SAMPLES_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+SAMPLE = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
 FAST = ["--step-time", "0.01", "--kv-tokens", "8192"]
 
 
