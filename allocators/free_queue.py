@@ -123,6 +123,22 @@ class FreeBlockQueue:
             prev[tail] = last
             self.num_free += added
 
+    def prepend_many(self, block_ids: list[int]) -> None:
+        """Put blocks at the head, the first of ``block_ids`` first: freed blocks without a cached hash are
+        handed out again before any cached block is evicted (vLLM's ``prepend_n``)."""
+        nxt, prev, head = self._next, self._prev, self._head
+        first = nxt[head]
+        last = head
+        for block_id in block_ids:
+            if prev[block_id] != _NOT_QUEUED:
+                raise ValueError(f"block {block_id} is already in the free queue")
+            nxt[last] = block_id
+            prev[block_id] = last
+            last = block_id
+        nxt[last] = first
+        prev[first] = last
+        self.num_free += len(block_ids)
+
     def check(self) -> list[int]:
         """Walk the links both ways, assert they agree with each other and with ``num_free``; return the ids."""
         forward = list(self)

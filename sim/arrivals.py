@@ -5,7 +5,8 @@ requests are in flight at once; when one finishes (or is rejected) the next row 
 later, so arrival times come from the simulation itself and are recorded as they happen.
 
 Prefix identities (``block_hashes``) are only computed when the allocator can use them (a paged allocator
-with prefix caching, or one with shared-prefix registration): building them costs a `Request` per row.
+with prefix caching, or one with shared-prefix registration): building them costs a `Request` per row. With
+prefix caching every request also gets hashes for its own blocks (`own_block_hashes`).
 """
 
 from __future__ import annotations
@@ -15,19 +16,37 @@ import heapq
 import numpy as np
 
 from sim.sequence_group import SequenceGroup
+from workloads.hashing import mix, mix_array
+
+_OWN_SEED = 0x6B7673696D2D6F77
+"""Namespace of the identities of a request's own tokens (its unshared prompt and its output)."""
+
+
+def own_block_hashes(index: int, start: int, tokens: int, block_size: int) -> tuple[int, ...]:
+    """Hashes of blocks ``start ..`` of a request's ``tokens`` tokens, unique to the request (workload position
+    ``index``): vLLM hashes every full block a request computes, generated tokens included, so a request
+    recomputed after preemption hits whichever of its own blocks are still cached. A block past the shared
+    prefix is the request's own, and so is every block after it (hashes are chained)."""
+    end = tokens // block_size
+    if end <= start:
+        return ()
+    ends = np.arange(start + 1, end + 1, dtype=np.int64) * block_size
+    return tuple((mix_array(mix(_OWN_SEED, index), ends) >> np.uint64(1)).tolist())
 
 
 class ArrivalSource:
     """Delivers requests due at or before a time; knows the next arrival time."""
 
-    def __init__(self, workload, *, block_size: int, want_hashes: bool, start_s: float = 0.0) -> None:
+    def __init__(self, workload, *, block_size: int, want_hashes: bool, start_s: float = 0.0,
+                 own_identity: bool = False) -> None:
         self.workload = workload
         self.size = len(workload)
         self.cursor = 0
         self.block_size = block_size
         self.times = workload.arrival_time_s
         self.closed = getattr(workload, "closed_loop", None)
-        self.want_hashes = want_hashes and self._has_identity(workload)
+        self.own_identity = own_identity
+        self.want_hashes = want_hashes and (own_identity or self._has_identity(workload))
         self.released: list[float] = []  # closed loop: heap of times a user sends its next request
         if self.closed is not None:
             self.released = [start_s] * min(self.closed.users, self.size)
@@ -72,10 +91,15 @@ class ArrivalSource:
         prompt, output = int(w.prompt_tokens[i]), int(w.output_tokens[i])
         max_tokens, group_id = int(w.max_tokens[i]), int(w.prefix_group[i])
         hashes: tuple[int, ...] = ()
+        prefix_blocks = 0
         if self.want_hashes:
             hashes = w[i].block_hashes(self.block_size)
+            prefix_blocks = len(hashes)
+            if self.own_identity:
+                hashes += own_block_hashes(i, len(hashes), prompt + output, self.block_size)
         return SequenceGroup(
             i, int(w.ids[i]), t, prompt, output, n=int(w.n[i]), beam_width=int(w.beam_width[i]),
-            max_total=prompt + max_tokens if max_tokens >= 0 else None, hashes=hashes,
-            prefix_group=group_id if group_id >= 0 else None,
+            max_total=prompt + max_tokens - 1 if max_tokens >= 0 else None, hashes=hashes,
+            prefix_group=group_id if group_id >= 0 else None, prefix_blocks=prefix_blocks,
+            priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0,
         )

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION_MODES = ("recompute", "swap")
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
 @dataclass(slots=True)
@@ -37,10 +38,13 @@ class SimConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     chunked_prefill: bool = True
-    prefix_caching: bool = False
+    prefix_caching: bool = True
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
-    watermark: float = 0.01
+    watermark: float = 0.0
+    long_prefill_token_threshold: int = 0
+    scheduler_reserve_full_isl: bool = True
+    scheduling_policy: str = "fcfs"
     step_time: float | None = None
     calibration: str | None = None
     seed: int = 0
@@ -77,7 +81,7 @@ class SimConfig:
             integer(name, 1)
         for name in ("kv_tokens", "max_model_len", "num_requests"):
             integer(name, 1, allow_none=True)
-        for name in ("seed", "memory_snapshots", "debug_invariants"):
+        for name in ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold"):
             integer(name, 0)
         for name in ("kv_gib", "step_time", "rate"):
             positive_float(name)
@@ -87,6 +91,9 @@ class SimConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
+                             f"got {self.scheduling_policy!r}")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
         if self.max_num_batched_tokens < self.max_num_seqs:

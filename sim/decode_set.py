@@ -69,6 +69,15 @@ class DecodeSet:
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
 
+    def defer(self, seq_id: int) -> None:
+        """The sequence computes nothing this step (the token budget ran out before it): its sync step and
+        deadline move one step later."""
+        self.g0[seq_id] += 1
+        self.sum_g0 += 1
+        due = self.deadline[seq_id] + 1
+        self.deadline[seq_id] = due
+        heapq.heappush(self.heap, (due, seq_id))
+
     def pending(self, seq_id: int, step: int) -> int:
         """Tokens appended before ``step`` that the allocator has not been told about."""
         return step - self.g0[seq_id]

@@ -76,11 +76,16 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
                       max_model_len=max_model_len, lazy=not config.step_by_step,
-                      rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob)
+                      rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
+                      long_prefill_token_threshold=config.long_prefill_token_threshold,
+                      scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+                      scheduling_policy=config.scheduling_policy)
     times = workload.arrival_time_s
     start = float(times[0]) if len(workload) and getattr(workload, "closed_loop", None) is None else 0.0
-    want_hashes = (config.prefix_caching and alloc.block_size > 1) or hasattr(alloc, "register_prefix")
-    source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes, start_s=start)
+    caching = bool(getattr(alloc, "prefix_caching", False)) and alloc.block_size > 1
+    want_hashes = caching or hasattr(alloc, "register_prefix")
+    source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes, start_s=start,
+                           own_identity=caching)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
     snaps = tuple(start + span * (i + 1) / (config.memory_snapshots + 1) for i in range(config.memory_snapshots))
