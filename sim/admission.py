@@ -162,6 +162,7 @@ class GroupMechanics:
 
     def _place_first_chunk(self, group: SequenceGroup, budget: int) -> bool:
         alloc = self.alloc
+        self.register_prefix(group)
         target = group.prefill_target
         cached = alloc.num_cached_tokens(group.hashes, target) if group.hashes else 0
         chunk = min(target - cached, budget)

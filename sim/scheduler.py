@@ -37,6 +37,7 @@ class StepPlan:
     swap_slots: int = 0  # token slots the swaps move over PCIe
     preempted: int = 0
     eager_appended: int = 0
+    joined_seqs: int = 0  # sequences that produced their first token this step (the decode set counts them -1)
     can_run: bool = False
     chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
 
@@ -207,6 +208,7 @@ class Scheduler(GroupMechanics):
         beam_seqs, beam_context = self.beam_decoders()
         if self.beam_groups:
             plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
+        plan.joined_seqs = join_seqs
         plan.decode_seqs = decode.n - join_seqs + beam_seqs
         # a decoder attends to the token it feeds this step too (its slot is part of the step's growth)
         decode_context = decode.context(step) + decode.n - join_context + beam_context

@@ -22,12 +22,12 @@ def make(alloc, **kwargs):
 
 
 def test_preemption_takes_the_last_admitted():
-    # 10 usable blocks of 16 (block 0 is null). Two requests of 79 prompt tokens each reach 80 tokens (5 full
-    # blocks) with their first token; when the first needs a 6th block, the second (admitted last) is preempted.
+    # 10 usable blocks of 16 (block 0 is null). Two requests of 80 prompt tokens fill 5 blocks each; the first
+    # decode step computes token 81, which needs a 6th block: the second (admitted last) is preempted.
     alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
     sched, sink = make(alloc, max_num_batched_tokens=4096)
-    a = SequenceGroup(0, 0, 0.0, 79, 10)
-    b = SequenceGroup(1, 1, 0.0, 79, 10)
+    a = SequenceGroup(0, 0, 0.0, 80, 10)
+    b = SequenceGroup(1, 1, 0.0, 80, 10)
     sched.add(a, 0.0)
     sched.add(b, 0.0)
     plan = sched.plan_step(0.0)
@@ -58,7 +58,7 @@ def test_chunked_prefill_admits_two_unchunked_one():
 def test_no_admission_in_a_step_with_preemption():
     alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
     sched, _ = make(alloc, max_num_batched_tokens=4096)
-    a, b, c = (SequenceGroup(i, i, 0.0, 79, 10) for i in range(3))
+    a, b, c = (SequenceGroup(i, i, 0.0, 80, 10) for i in range(3))
     for g in (a, b):
         sched.add(g, 0.0)
     sched.plan_step(0.0)

@@ -106,7 +106,8 @@ def results_json(rep: Reproduction, command: str) -> dict:
         "command": command,
         "sizes": rep.sizes.name,
         "setup": {"model": paper.MODEL, "gpu": paper.GPU, "kv_gib": paper.KV_GIB, "block_size": paper.BLOCK_SIZE,
-                  "max_model_len": paper.MAX_MODEL_LEN, "chunked_prefill": False, "preemption": "recompute"},
+                  "max_model_len": paper.MAX_MODEL_LEN, "chunked_prefill": False, "preemption": "recompute",
+                  "watermark": paper.WATERMARK, "prefix_caching": False},
         "sustained_rate_definition": f"highest rate whose normalized latency stays <= {rep.bound_s_per_token} "
                                      "s/token, interpolated linearly between grid points",
         "capacity": rep.capacity,

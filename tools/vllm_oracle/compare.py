@@ -57,7 +57,7 @@ def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:
 
 
 def oracle_metrics(case: Path) -> dict:
-    steps = pd.read_csv(case / "steps.csv")
+    steps = pd.read_csv(case / "steps.csv.gz")
     req = pd.read_csv(case / "requests.csv").sort_values("id")
     return {
         "total_steps": len(steps), "mean_running": float(steps["running"].mean()),
@@ -98,7 +98,7 @@ def main() -> None:
     p.add_argument("--step-by-step", action="store_true")
     a = p.parse_args()
     data = Path(a.data)
-    names = a.names or sorted(d.name for d in data.iterdir() if (d / "steps.csv").exists())
+    names = a.names or sorted(d.name for d in data.iterdir() if (d / "steps.csv.gz").exists())
     print("| case | " + " | ".join(METRICS) + " |")
     print("|---" * (len(METRICS) + 1) + "|")
     failed = False

@@ -2,13 +2,14 @@
 
     HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/run_oracle.py [--out tests/data/vllm_oracle] [CASE ...]
 
-Writes ``OUT/CASE/{trace.csv, settings.json, steps.csv, requests.csv}``. Runs in one process (vLLM's import
+Writes ``OUT/CASE/{trace.csv, settings.json, steps.csv.gz, requests.csv}``. Runs in one process (vLLM's import
 takes ~20 s); reruns are byte-identical.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -40,6 +41,10 @@ def main() -> None:
                                scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0,
                                max_steps=200_000)
         driver.run(args)
+        steps = out / "steps.csv"
+        with open(steps, "rb") as f, gzip.GzipFile(out / "steps.csv.gz", "wb", 9, mtime=0) as z:
+            z.write(f.read())
+        steps.unlink()
         print(name, "done", flush=True)
 
 
