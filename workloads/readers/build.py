@@ -135,6 +135,8 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
             rules.append(("prefix_group", f"must be <= {MAX_ID:g}", numeric > MAX_ID))
     rules += _integer_rules("prefix_group", group, 0, MAX_NAMED_ID, optional=True)
     priority = x.get("priority", nan)
+    if "priority" in raw.columns:
+        rules.append(("priority", "must be a whole number", _not_numbers(raw.columns["priority"], ~np.isnan(priority))))
     rules += _integer_rules("priority", priority, -MAX_ID, MAX_ID, optional=True)
     rules += _integer_rules("prefix_len", plen, 0, MAX_TOKENS, optional=True)
     with np.errstate(invalid="ignore"):
