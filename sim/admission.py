@@ -165,9 +165,7 @@ class GroupMechanics:
         self.register_prefix(group)
         target = group.prefill_target
         cached = alloc.num_cached_tokens(group.hashes, target) if group.hashes else 0
-        chunk = min(target - cached, budget)
-        if self.threshold:
-            chunk = min(chunk, self.threshold)
+        chunk = self.chunk(target - cached, budget)
         first = self.new_seq(group)
         admission = alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
                                 max_total_tokens=group.max_total, block_hashes=group.hashes,
@@ -203,6 +201,13 @@ class GroupMechanics:
             self.registered_prefixes.add(group.prefix_group)
 
     # -- running -------------------------------------------------------------------------------------------
+    def chunk(self, remaining: int, budget: int) -> int:
+        """Prefill tokens a group with ``remaining`` to compute gets this step: with chunked prefill, capped by
+        the budget left and by the long-prefill threshold in force."""
+        if not self.chunked:
+            return remaining
+        return min(remaining, budget, self.threshold or remaining)
+
     def schedule_chunk(self, group: SequenceGroup, chunk: int) -> None:
         self.plan.chunks.append((group, chunk))
         if chunk >= group.prefill_remaining:

@@ -78,6 +78,7 @@ class Scheduler(GroupMechanics):
                     beam_step(self, group)
         budget = self.budget - self.beam_decoders()[0]
         if self.running_seqs == self.decode.n and not self.beam_groups:
+            # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             for seq_id in self.decode.pop_due(self.step):
                 self.sync_decoder(seq_id)
             budget -= self.decode.n
@@ -108,8 +109,7 @@ class Scheduler(GroupMechanics):
     def walk_running(self, budget: int) -> int:
         """vLLM's running loop, in running order; returns the budget left. Decoders the budget cannot reach
         skip the step (`defer`)."""
-        decode, step = self.decode, self.step
-        due = set(decode.pop_due(step))
+        due = set(self.decode.pop_due(self.step))  # every one is synced, deferred or preempted below
         for group in list(self.running):
             if group.state != RUNNING or (group.beam and group.base >= 0):
                 continue
@@ -118,9 +118,7 @@ class Scheduler(GroupMechanics):
             if group.prefilling:
                 if budget <= 0:
                     continue
-                chunk = min(group.prefill_remaining, budget) if self.chunked else group.prefill_remaining
-                if self.threshold and self.chunked:
-                    chunk = min(chunk, self.threshold)
+                chunk = self.chunk(group.prefill_remaining, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
                     if self.until_fits(group, lambda s=seq_id, c=chunk: self.alloc.grow(s, c)) is None:
@@ -138,9 +136,6 @@ class Scheduler(GroupMechanics):
             if group.state == RUNNING:
                 budget -= group.num_seqs
                 self.step_tokens[group.index] = group.num_seqs
-        for seq_id in due:  # sequences of groups preempted before their turn: nothing to requeue
-            if seq_id in decode and self.owner[seq_id].state == RUNNING and decode.deadline[seq_id] <= step:
-                decode.requeue(seq_id)
         return budget + self.returned
 
     def defer(self, group: SequenceGroup, due: set[int]) -> None:
@@ -178,10 +173,7 @@ class Scheduler(GroupMechanics):
                 continue
             admitted = True
             self.waiting.popleft()
-            need = group.prefill_remaining  # placing it may have registered a shared prefix it now hits
-            chunk = min(need, budget) if self.chunked else need
-            if self.threshold and self.chunked:
-                chunk = min(chunk, self.threshold)
+            chunk = self.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
             budget -= chunk
             if group.prefilling:
                 self.schedule_chunk(group, chunk)

@@ -18,7 +18,8 @@ import pandas as pd
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle"
 METRICS = ("total_steps", "mean_running", "max_running", "preemptions", "prefill_tokens", "first_token_steps",
-           "finish_steps")
+           "finish_steps", "request_preemptions", "request_cached_tokens")
+"""Run-wide metrics, then per-request arrays (compared request by request)."""
 
 
 def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
@@ -53,6 +54,8 @@ def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:
         "prefill_tokens": int(steps["prefill_tokens"].sum()),
         "first_token_steps": np.rint(req["first_token_s"].to_numpy() - 1).astype(np.int64),
         "finish_steps": np.rint(req["finished_s"].to_numpy() - 1).astype(np.int64),
+        "request_preemptions": req["preemptions"].to_numpy(np.int64),
+        "request_cached_tokens": req["cached_tokens"].to_numpy(np.int64),
     }
 
 
@@ -65,6 +68,8 @@ def oracle_metrics(case: Path) -> dict:
         "prefill_tokens": int(steps["prefill_tokens"].sum()),
         "first_token_steps": req["first_token_step"].to_numpy(np.int64),
         "finish_steps": req["finish_step"].to_numpy(np.int64),
+        "request_preemptions": req["preemptions"].to_numpy(np.int64),
+        "request_cached_tokens": req["cached_tokens"].to_numpy(np.int64),
     }
 
 
