@@ -206,13 +206,22 @@ class PagedAllocator(Allocator):
         self._reserved += s.res
 
     def _cache_full_blocks(self, s: SeqBlocks) -> None:
-        full = min(s.tokens // self.block_size, len(s.hashes))
-        hashed = self._cache.block_hash
-        for i in range(s.num_hashed, full):
-            block = s.table[i]
-            if hashed[block] is None and not self._pins[block]:  # hits and registered blocks are known already
-                self._cache.insert(block, s.hashes[i])
-        s.num_hashed = max(s.num_hashed, full)
+        """Cache every block that is full by now under its hash (vLLM caches a block when the step that fills
+        it is scheduled). Runs once per block a sequence fills, so it is kept lean."""
+        i, hashes = s.num_hashed, s.hashes
+        full = s.tokens // self.block_size
+        if full > len(hashes):
+            full = len(hashes)
+        if i >= full:
+            return
+        cache, pins, table = self._cache, self._pins, s.table
+        hashed = cache.block_hash
+        while i < full:
+            block = table[i]
+            if hashed[block] is None and not pins[block]:  # hits and registered blocks are known already
+                cache.insert(block, hashes[i])
+            i += 1
+        s.num_hashed = i
 
     def admit(
         self,
