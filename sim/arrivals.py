@@ -16,22 +16,20 @@ import heapq
 import numpy as np
 
 from sim.sequence_group import SequenceGroup
-from workloads.hashing import mix, mix_array
 
-_OWN_SEED = 0x6B7673696D2D6F77
-"""Namespace of the identities of a request's own tokens (its unshared prompt and its output)."""
+_OWN_BASE = 1 << 62
+"""Ids of a request's own blocks: ``_OWN_BASE + (index << 24) + block``, unique per request and block. They
+share the 63-bit range of content hashes, where a collision is as unlikely as between two content hashes."""
 
 
 def own_block_hashes(index: int, start: int, tokens: int, block_size: int) -> tuple[int, ...]:
-    """Hashes of blocks ``start ..`` of a request's ``tokens`` tokens, unique to the request (workload position
+    """Ids of blocks ``start ..`` of a request's ``tokens`` tokens, unique to the request (workload position
     ``index``): vLLM hashes every full block a request computes, generated tokens included, so a request
     recomputed after preemption hits whichever of its own blocks are still cached. A block past the shared
-    prefix is the request's own, and so is every block after it (hashes are chained)."""
-    end = tokens // block_size
-    if end <= start:
-        return ()
-    ends = np.arange(start + 1, end + 1, dtype=np.int64) * block_size
-    return tuple((mix_array(mix(_OWN_SEED, index), ends) >> np.uint64(1)).tolist())
+    prefix is the request's own, and so is every block after it (hashes are chained), so nothing else can
+    hold the same id."""
+    base = _OWN_BASE + (index << 24)
+    return tuple(range(base + start, base + tokens // block_size))
 
 
 class ArrivalSource:
