@@ -11,7 +11,7 @@ sheets; the ``source`` field of each entry says which. Users add their own entri
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -125,15 +125,21 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 
-def _spec_from_table(cls: type, name: str, table: dict, path: Path) -> object:
+CATALOG_SECTIONS = ("models", "gpus")
+
+
+def _spec_from_table(cls: type, section: str, name: str, table: dict, path: Path) -> object:
     known = {f.name for f in fields(cls)} - {"name"}
     unknown = set(table) - known
     if unknown:
-        raise ValueError(f"{path}: entry {name!r}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
+        raise ValueError(f"{path}: [{section}.{name}]: unknown field(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(known))}")
+    required = [f.name for f in fields(cls) if f.name != "name" and f.default is MISSING]
+    missing = [f if f != "memory_bytes" else "memory_gib (or memory_bytes)" for f in required if f not in table]
+    if missing:
+        raise ValueError(f"{path}: [{section}.{name}]: missing field(s) {', '.join(missing)}")
     try:
         return cls(name=name.lower(), **table)
-    except TypeError as exc:  # a missing required field
-        raise ValueError(f"{path}: entry {name!r}: {exc}") from None
     except ValueError as exc:  # a field out of range: name the file too
         raise ValueError(f"{path}: {exc}") from None
 
@@ -157,19 +163,30 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
     """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read catalog file: {exc}") from None
+        text = path.read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read catalog file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a TOML catalog file (binary, or not UTF-8 text)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(CATALOG_SECTIONS))
+    if unknown:  # [model.x] for [models.x] would otherwise add nothing, silently
+        raise ValueError(f"{path}: unknown table(s) {', '.join(f'[{u}]' for u in unknown)}; a catalog has "
+                         "[models.NAME] and [gpus.NAME] tables")
     models = {}
     for name, table in _tables(data, "models", path).items():
-        models[name.lower()] = _spec_from_table(ModelSpec, name, table, path)
+        models[name.lower()] = _spec_from_table(ModelSpec, "models", name, table, path)
     gpus = {}
     for name, table in _tables(data, "gpus", path).items():
         if "memory_gib" in table:
             gib = table.pop("memory_gib")
             _check_positive(f"{path}: gpu {name!r}", "memory_gib", gib)  # not a string times GIB
             table["memory_bytes"] = int(gib * GIB)
-        gpus[name.lower()] = _spec_from_table(GpuSpec, name, table, path)
+        gpus[name.lower()] = _spec_from_table(GpuSpec, "gpus", name, table, path)
+    if not models and not gpus:
+        raise ValueError(f"{path}: no [models.NAME] or [gpus.NAME] table: the catalog adds nothing")
     return models, gpus
 
 

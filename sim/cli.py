@@ -7,6 +7,7 @@ Usage errors (bad names, negative sizes, unreadable traces) exit with code 2 and
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import click
 
@@ -16,8 +17,22 @@ COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "re
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kvsim")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """kvsim: simulate LLM KV-cache memory allocation (contiguous, paged, copy-on-write)."""
+    ctx.with_resource(warnings.catch_warnings())  # the hook is restored when the command ends
+    previous = warnings.showwarning
+
+    def show(message, category, *args, **kwargs) -> None:
+        """kvsim's own warnings as one ``Warning: ...`` line on stderr; others as Python shows them."""
+        from workloads.errors import TraceWarning  # here: importing workloads costs a second per --help
+
+        if issubclass(category, TraceWarning):
+            click.echo(f"Warning: {message}", err=True)
+        else:
+            previous(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
 
 
 def fail(message: object) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION_MODES = ("recompute", "swap")
@@ -19,10 +20,18 @@ class SimConfig:
     """One run: allocator and its options, deployment (model, GPU, KV size), scheduler, cost model, workload.
 
     The workload is either ``trace`` (a file) or ``preset`` (a named generator); with neither, `sim.runner`
-    uses the embedded default (``sharegpt-paper``). ``rate`` re-times arrivals as Poisson at that many requests
-    per second and ``num_requests`` truncates or generates that many. ``kv_gib`` / ``kv_tokens`` give the KV
-    size directly; otherwise it is derived from the GPU as vLLM does (`allocators.capacity.kv_capacity`).
+    uses the default preset, ``sharegpt-demo`` (400 requests at 2 req/s). ``rate`` re-times arrivals as
+    Poisson at that many requests per second and ``num_requests`` truncates or generates that many.
+    ``kv_gib`` / ``kv_tokens`` give the KV size directly; otherwise it is derived from the GPU as vLLM does
+    (`allocators.capacity.kv_capacity`).
+    ``catalog`` is a TOML file of extra models and GPUs, read before ``model`` and ``gpu`` are looked up.
     """
+
+    COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
+    """Fields whose one value is itself a comma list (``a=b,c=d``, ``gamma:rate=2,cv=3``): a sweep's command
+    line must not split them into grid values."""
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns"}
+    """Flag names (as ``kvsim run`` spells them) that differ from the field they set."""
 
     allocator: str = "paged"
     model: str = "opt-13b"
@@ -47,6 +56,7 @@ class SimConfig:
     scheduling_policy: str = "fcfs"
     step_time: float | None = None
     calibration: str | None = None
+    catalog: str | None = None
     seed: int = 0
     trace: str | None = None
     trace_format: str | None = None

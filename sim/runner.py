@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from allocators import make_allocator
-from allocators.capacity import kv_capacity
-from allocators.catalog import GIB, get_gpu, get_model
+from allocators.capacity import KVCapacity, kv_capacity
+from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from sim.arrivals import ArrivalSource
 from sim.config import SimConfig
 from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel, default_calibration_path
@@ -23,13 +23,6 @@ from sim.engine import Engine
 from sim.metrics import Recorder
 from sim.scheduler import Scheduler
 from sim.summary import build_summary
-
-DEFAULT_PRESET = "sharegpt-paper"
-DEFAULT_RATE = 2.0
-DEFAULT_NUM_REQUESTS = 400
-"""The embedded default workload (no trace, no preset): the paper's ShareGPT, 400 requests at 2 req/s. The
-deployment is the configuration's; ``kvsim run`` adds the paper's 12 GiB of KV
-(`sim.commands.run.build_config`)."""
 
 
 @dataclass
@@ -56,15 +49,24 @@ def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
     return StepCostModel(model=model, gpu=gpu, **common)
 
 
+def resolve_capacity(config: SimConfig) -> KVCapacity:
+    """The deployment's KV capacity, its model and GPU, after reading ``config.catalog`` (whose entries the
+    configuration may name: a sweep point in another process reads the file itself)."""
+    if config.catalog is not None:
+        register_catalog_file(config.catalog)
+    model, gpu = get_model(config.model), get_gpu(config.gpu)
+    return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
+                       gpu_memory_utilization=config.gpu_memory_utilization,
+                       max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
+                       kv_tokens=config.kv_tokens)
+
+
 def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     """Simulate ``workload`` under ``config``. ``progress``: optional callable given counts of finished
     requests as they finish (a progress bar's ``update``)."""
     wall_start = time.perf_counter()
-    model, gpu = get_model(config.model), get_gpu(config.gpu)
-    cap = kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
-                      gpu_memory_utilization=config.gpu_memory_utilization,
-                      max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
-                      kv_tokens=config.kv_tokens)
+    cap = resolve_capacity(config)
+    model, gpu = cap.model, cap.gpu
     max_model_len = config.max_model_len or model.max_seq_len
     alloc = make_allocator(config.allocator, cap.kv_tokens, block_size=config.block_size,
                            max_model_len=max_model_len, placement=config.placement,
@@ -142,8 +144,9 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
 
 
 def resolve_workload(config: SimConfig):
-    """The workload a configuration names: its trace, its preset, or the embedded default."""
+    """The workload a configuration names: its trace, its preset, or the default preset (`DEFAULT_PRESET`)."""
     import workloads
+    from workloads.presets import DEFAULT_PRESET
 
     if config.trace is not None:
         arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else config.arrivals
@@ -158,8 +161,8 @@ def resolve_workload(config: SimConfig):
     if config.preset is not None:
         return workloads.load_preset(config.preset, num_requests=config.num_requests, rate=config.rate,
                                      seed=config.seed)
-    return workloads.load_preset(DEFAULT_PRESET, num_requests=config.num_requests or DEFAULT_NUM_REQUESTS,
-                                 rate=config.rate or DEFAULT_RATE, seed=config.seed)
+    return workloads.load_preset(DEFAULT_PRESET, num_requests=config.num_requests, rate=config.rate,
+                                 seed=config.seed)
 
 
 def run_config(config: SimConfig, *, progress=None) -> SimResult:

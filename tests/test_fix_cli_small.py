@@ -21,7 +21,7 @@ def test_run_and_compare_take_gpu_memory_utilization(tmp_path):
     for util in ("0.9", "0.7"):
         out = runner.invoke(main, ["run", path, "--gpu-memory-utilization", util, "--step-time", "0.01", "--json"])
         assert out.exit_code == 0, out.output
-        summaries[util] = json.loads(out.output)
+        summaries[util] = json.loads(out.stdout)
     assert summaries["0.7"]["kv_capacity_tokens"] < summaries["0.9"]["kv_capacity_tokens"]
     out = runner.invoke(main, ["compare", path, "--allocators", "paged", "--gpu-memory-utilization", "0.7",
                                "--step-time", "0.01"])
@@ -38,7 +38,7 @@ def test_num_requests_beyond_a_trace_file_is_an_error(tmp_path):
     assert "asked for 5 requests" in out.output and "has 3" in out.output
     assert out.output.strip().splitlines()[-1].startswith("Error: ")  # the usual `fail` message
     out = runner.invoke(main, ["run", path, "--num-requests", "3", "--step-time", "0.01", "--json"])
-    assert out.exit_code == 0 and json.loads(out.output)["requests"] == 3
+    assert out.exit_code == 0 and json.loads(out.stdout)["requests"] == 3
 
 
 def test_trace_stats_of_a_directory_says_so(tmp_path):

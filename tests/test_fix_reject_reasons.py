@@ -44,6 +44,6 @@ def test_kvsim_run_prints_reasons_only_when_something_was_rejected(tmp_path):
     assert "rejected_reasons" in out.output
     assert "1 x prompt + output = N tokens exceeds max_model_len N" in out.output
     nothing = ["run", str(path), "--kv-tokens", "20000", "--step-time", "0.01", "--max-model-len", "8192"]
-    assert json.loads(runner.invoke(main, [*nothing, "--json"]).output)["rejected_reasons"] == {}
+    assert json.loads(runner.invoke(main, [*nothing, "--json"]).stdout)["rejected_reasons"] == {}
     out = runner.invoke(main, nothing)
     assert out.exit_code == 0 and "rejected_reasons" not in out.output

@@ -90,6 +90,6 @@ def test_cli_json_reports_the_prefix_keys(tmp_path):
             "--prefix-caching", "--json"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["cached_prompt_tokens"] > 0 and 0 < summary["prefix_hit_frac"] < 1
     assert summary["prefill_tokens"] > 0

@@ -44,8 +44,9 @@ def test_sweep_from_toml_with_flag_override(tmp_path, fake_simulator):
     config.write_text('[base]\nnum_requests = 50\n[axes]\nallocator = ["paged", "broken"]\nrate = [1.0, 2.0]\n')
     out = tmp_path / "s.csv"
     result = invoke("sweep", "--config", str(config), "--rate", "3", "--workers", "1", "--out", str(out))
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # a failed point fails the command, after the table is written
     assert "2 points: 2 run (1 failed)" in result.output
+    assert "Error: 1 of 2 points failed: 1 x RuntimeError: simulated failure" in result.output
     assert "RuntimeError: simulated failure" in result.output  # failures listed (stderr is mixed in)
     table = pd.read_csv(out)
     assert list(table["rate"]) == [3.0, 3.0] and list(table["num_requests"]) == [50, 50]
@@ -54,7 +55,7 @@ def test_sweep_from_toml_with_flag_override(tmp_path, fake_simulator):
 @pytest.mark.parametrize(("args", "message"), [
     (["--blocksize", "16"], "unknown configuration field 'blocksize'"),
     (["--block-size", "x"], "expected an integer"),
-    (["--scheduler", "static"], "to sweep the simulator's scheduler use --axis scheduler=static"),
+    (["--dask-scheduler", "tcp://127.0.0.1:8786", "--executor", "local"], "it needs --executor dask"),
     (["--out", "s.txt"], "must end in .parquet or .csv"),
 ])
 def test_sweep_usage_errors_exit_2(tmp_path, args, message, fake_simulator):

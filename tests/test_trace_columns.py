@@ -48,7 +48,7 @@ def test_run_reads_renamed_columns_and_reports_skipped_rows(odd_trace):
     assert failed.exit_code == 2 and "line 4" in failed.output and "output_tokens" in failed.output
     result = CliRunner().invoke(main, [*args, "--skip-bad-rows"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["requests"] == 2 and summary["completed"] == 2 and summary["skipped_rows"] == 1
     assert sum(summary["skipped_reasons"].values()) == 1  # why, not only how many
     text = CliRunner().invoke(main, [a for a in args if a != "--json"] + ["--skip-bad-rows"]).output

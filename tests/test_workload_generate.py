@@ -150,5 +150,5 @@ def test_preset_errors():
     with pytest.raises(TraceError, match="asked for"):
         load_preset("azure-code", num_requests=10**7)
     assert len(load_preset("mooncake-conv", num_requests=50)) == 50
-    assert set(PRESETS) == {"sharegpt-paper", "alpaca-paper", "azure-code", "azure-conv", "mooncake-conv",
-                            "sharegpt-etalon"}
+    assert set(PRESETS) == {"sharegpt-paper", "alpaca-paper", "sharegpt-demo", "azure-code", "azure-conv",
+                            "mooncake-conv", "sharegpt-etalon"}

@@ -14,6 +14,11 @@ class TraceError(ValueError):
     """A trace file or a workload spec that cannot be read as asked."""
 
 
+class TraceWarning(UserWarning):
+    """A trace read as asked that may still not mean what the user thinks (a timestamp column left unread);
+    the command line prints it as one ``Warning: ...`` line on stderr."""
+
+
 def row_error(path: object, where: str, field: str, problem: str, value: object = None, *,
               skippable: bool = True) -> TraceError:
     """Build the standard message: ``FILE: line N: field 'F': problem (got V)``, with the hint to skip bad rows

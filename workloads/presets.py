@@ -3,6 +3,8 @@
 - ``sharegpt-paper``, ``alpaca-paper``: lognormal lengths solved to the paper's means after its 2048 cap
   (`workloads.paper_lengths`), Poisson arrivals at ``rate`` (default 1 req/s), ``num_requests`` defaulting to
   one hour's worth (the paper's traces are 1 hour).
+- ``sharegpt-demo``: the ``sharegpt-paper`` lengths, 400 requests at 2 req/s by default: a few seconds' run,
+  and the workload of ``kvsim run`` and ``kvsim compare`` when they are given no trace and no preset.
 - ``azure-code``, ``azure-conv``, ``mooncake-conv``: the real traces with their own timestamps, time-scaled to
   ``rate`` when one is given. ``sharegpt-etalon``: the etalon length statistics with Poisson arrivals at
   ``rate`` (default 1 req/s).
@@ -37,7 +39,11 @@ TRACE_PRESETS: dict[str, str] = {
 }
 PAPER_SOURCE = ("synthetic {name}: lognormal lengths matching the means of Kwon et al., SOSP 2023 "
                 "(PagedAttention) after its 2048-token cap; Poisson arrivals at {rate:g} req/s; seed {seed}")
-PRESETS: tuple[str, ...] = (*PAPER_TARGETS, *TRACE_PRESETS)
+DEMO_PRESETS: dict[str, tuple[str, float, int]] = {"sharegpt-demo": ("sharegpt-paper", 2.0, 400)}
+"""Small named workloads: the paper preset whose lengths they draw, default rate (req/s) and request count."""
+DEFAULT_PRESET = "sharegpt-demo"
+"""The workload of ``kvsim run`` and ``kvsim compare`` without a trace or ``--preset``."""
+PRESETS: tuple[str, ...] = (*PAPER_TARGETS, *DEMO_PRESETS, *TRACE_PRESETS)
 
 
 def shared_traces_dir() -> Path | None:
@@ -66,6 +72,12 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
         raise TraceError(f"unknown preset {name!r} (presets: {', '.join(PRESETS)})")
     if num_requests is not None and num_requests < 1:
         raise TraceError(f"preset {name}: num_requests must be >= 1, got {num_requests}")
+    if name in DEMO_PRESETS:
+        lengths, default_rate, default_count = DEMO_PRESETS[name]
+        rate = default_rate if rate is None else rate
+        count = default_count if num_requests is None else num_requests
+        source = f"{PAPER_SOURCE.format(name=lengths, rate=rate, seed=seed)}; {count} requests ({name})"
+        return generate(paper_lengths(lengths), Poisson(rate), count, seed, name=name, source=source)
     if name in PAPER_TARGETS:
         rate = 1.0 if rate is None else rate
         count = num_requests if num_requests is not None else max(1, round(3600 * rate))

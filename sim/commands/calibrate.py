@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import click
 
+from sim.commands.options import catalog_option
+
 
 @click.command("calibrate")
 @click.option("--model", "model", default="llama-3-8b", show_default=True,
               help="Catalog model to time (its shapes, random weights).")
 @click.option("--gpu", "gpu", default=None, help="Catalog GPU this is (default: recognised from the device).")
+@catalog_option
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Where to time (default: cuda if torch sees one, else cpu).")
 @click.option("--quick", is_flag=True, help="A small grid (and on CPU, a model scaled down 8x).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Table path (default data/calibration/<gpu>/<model>.json); measurements go beside it (.csv).")
-def calibrate_command(model: str, gpu: str | None, device: str | None, quick: bool, out: str | None) -> None:
+def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: str | None, quick: bool,
+                      out: str | None) -> None:
     """Fit bandwidth/FLOP fractions, step overhead and paged-kernel overhead; write the calibration table."""
     from sim.cli import fail
 

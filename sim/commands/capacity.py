@@ -11,6 +11,8 @@ import json
 
 import click
 
+from sim.commands.options import catalog_option
+
 
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
                     gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
@@ -109,18 +111,13 @@ def _print_text(r: dict) -> None:
 @click.option("--output-len", type=int, default=None,
               help="Output tokens per request [default: the rest of --max-model-len, or 0].")
 @click.option("--max-model-len", type=int, default=None, help="Maximum sequence length [default: the model's].")
-@click.option("--catalog", "catalog_file", type=click.Path(dir_okay=False), default=None,
-              help="TOML file with extra [models.NAME] / [gpus.NAME] entries.")
+@catalog_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-def capacity(catalog_file: str | None, as_json: bool, **options: object) -> None:
+def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
     """KV capacity of a deployment and how many requests of a given length fit at once."""
     from sim.cli import fail
 
     try:
-        if catalog_file is not None:
-            from allocators.catalog import register_catalog_file
-
-            register_catalog_file(catalog_file)
         report = capacity_report(**options)
     except (ValueError, KeyError) as exc:
         fail(exc)  # a KeyError's message is its argument: fail unwraps it

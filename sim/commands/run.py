@@ -1,8 +1,9 @@
 """``kvsim run`` (one simulation) and ``kvsim compare`` (several allocators on the same workload).
 
-With no trace and no preset both use the embedded default: the paper's ShareGPT at 2 req/s, 400 requests,
-OPT-13B on an A100-40GB with 12 GiB of KV memory, so ``kvsim compare`` alone shows paged against contiguous
-in a few seconds.
+With no trace and no preset both use the default preset, ``sharegpt-demo`` (the paper's ShareGPT lengths,
+400 requests at 2 req/s), on the configuration's default deployment (OPT-13B on an A100-40GB, KV memory
+derived from --gpu-memory-utilization as for any other workload), so ``kvsim compare`` alone shows paged
+against contiguous in a few seconds. Each prints the workload and the KV capacity's source first, on stderr.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import click
 
 from sim.cli import fail
+from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
 from sim.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
@@ -33,20 +35,21 @@ def simulation_options(func):
     """The flags `run` and `compare` share; each maps onto the `SimConfig` field of the same name."""
     options = [
         click.argument("trace", required=False, type=click.Path(dir_okay=False)),
-        click.option("--trace-format", help="Read TRACE as this format (azure, mooncake, burstgpt, vidur or kvsim) "
-                                            "instead of detecting it from the columns."),
-        click.option("--columns", "trace_columns",
-                     help="Column-mapping override for TRACE: field=column[,field=column...], e.g. "
-                          "prompt_tokens=input_len,output_tokens=output_len."),
+        click.option("--trace", "trace_option", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="The trace file, as in kvsim sweep (the same as TRACE)."),
+        click.option("--trace-format", help=TRACE_FORMAT_HELP),
+        columns_option,
         click.option("--skip-bad-rows", is_flag=True,
                      help="Skip bad rows of TRACE (counted in the summary's skipped_rows) instead of failing."),
         click.option("--arrivals",
                      help="Arrival process replacing TRACE's timestamps: 'trace:rate=R' keeps the trace's own "
                           "timestamps time-scaled to R req/s; 'poisson:rate=R', 'gamma:rate=R,cv=C', "
                           "'constant:rate=R' draw new ones (seeded by --seed). --rate R alone means Poisson."),
-        click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv)."),
+        click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv; default "
+                                      "sharegpt-demo: 400 requests at 2 req/s)."),
         _field_option("--model", help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
         _field_option("--gpu", help="GPU from the catalog."),
+        catalog_option,
         click.option("--kv-gib", type=float, help="KV memory in GiB (default: derived from the GPU)."),
         click.option("--kv-tokens", type=int, help="KV memory in token slots."),
         _field_option("--tensor-parallel", type=int, help="GPUs the model and its KV cache are split over."),
@@ -93,6 +96,11 @@ def simulation_options(func):
         click.option("--calibration", type=click.Path(dir_okay=False), help="Calibration JSON for the cost model."),
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+        click.option("--out", type=click.Path(file_okay=False),
+                     help="Write requests/steps/memory tables and JSON here (compare: one directory per "
+                          "allocator under it)."),
+        click.option("--format", "out_format", type=click.Choice(["parquet", "csv"]), default="parquet",
+                     show_default=True, help="File format of the tables written by --out."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -100,16 +108,22 @@ def simulation_options(func):
 
 
 def build_config(allocator: str, opts: dict) -> SimConfig:
-    """The configuration the flags spell. With no workload, KV size, model or GPU named, the embedded default
-    is the paper's setup, 12 GiB of KV included (`sim.reproduce.paper`)."""
-    from sim.reproduce import paper
+    """The configuration the flags spell; nothing is added that the flags do not say (no hidden defaults
+    beyond `SimConfig`'s own)."""
+    fields = {k: v for k, v in opts.items() if k not in ("as_json", "out", "out_format", "trace_option")}
+    if opts["trace_option"] is not None:
+        if opts["trace"] not in (None, opts["trace_option"]):
+            raise ValueError(f"two traces: TRACE {opts['trace']} and --trace {opts['trace_option']}; give one")
+        fields["trace"] = opts["trace_option"]
+    return SimConfig(**fields, allocator=allocator)
 
-    fields = {k: v for k, v in opts.items() if k not in ("as_json", "out", "out_format")}
-    fields["allocator"] = allocator
-    if fields["trace"] is None and fields["preset"] is None and fields["kv_gib"] is None \
-            and fields["kv_tokens"] is None and fields["model"] == paper.MODEL and fields["gpu"] == paper.GPU:
-        fields["kv_gib"] = paper.KV_GIB
-    return SimConfig(**fields)
+
+def _announce(config: SimConfig, workload) -> None:
+    """The setup line (workload, deployment, KV capacity and its source) on stderr, before the run."""
+    from sim.describe import setup_line
+    from sim.runner import resolve_capacity
+
+    click.echo(setup_line(config, workload, resolve_capacity(config)), err=True)
 
 
 def _simulate(config, workload, as_json: bool):
@@ -127,21 +141,21 @@ def _simulate(config, workload, as_json: bool):
 @click.option("--allocator", default="paged", show_default=True,
               help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
 @simulation_options
-@click.option("--out", type=click.Path(file_okay=False), help="Write requests/steps/memory tables and JSON here.")
-@click.option("--format", "out_format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True,
-              help="File format of the tables written by --out.")
 def run_command(allocator: str, **opts) -> None:
-    """Simulate one allocator on a trace, a preset or the embedded default workload.
+    """Simulate one allocator on a trace, a preset or the default preset.
 
     TRACE is a request trace file, its format detected from its columns (Azure, Mooncake, BurstGPT, Vidur or
-    kvsim's own; `kvsim trace stats TRACE` shows how it reads). Without TRACE or --preset: the paper's ShareGPT at 2 req/s, 400 requests, OPT-13B
-    on an A100-40GB with 12 GiB of KV."""
+    kvsim's own; `kvsim trace stats TRACE` shows how it reads). Without TRACE or --preset: the sharegpt-demo
+    preset (the paper's ShareGPT lengths, 400 requests at 2 req/s) on OPT-13B and an A100-40GB, the KV memory
+    derived from --gpu-memory-utilization. The first line (stderr) names the workload and the KV capacity's
+    source."""
     from sim.runner import resolve_workload, write_result
     from sim.summary import format_summary
 
     try:
         config = build_config(allocator, opts)
         workload = resolve_workload(config)
+        _announce(config, workload)
         result = _simulate(config, workload, opts["as_json"])
         if opts["out"]:
             write_result(result, opts["out"], opts["out_format"])
@@ -154,14 +168,18 @@ def run_command(allocator: str, **opts) -> None:
 
 
 @click.command("compare")
-@click.option("--allocators", help="Comma-separated allocator names (default: all of ALLOCATORS).")
+@alias_option("--allocator", "--allocators", "allocators",
+              help="Comma-separated allocator names (default: all of ALLOCATORS).")
 @simulation_options
 def compare_command(allocators: str | None, **opts) -> None:
     """Run several allocators on the same workload and show their summaries side by side.
 
-    TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals."""
+    TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals.
+    --out DIR writes each allocator's run to DIR/ALLOCATOR (for `kvsim plot DIR/*`)."""
+    from pathlib import Path
+
     from allocators import ALLOCATORS
-    from sim.runner import resolve_workload
+    from sim.runner import resolve_workload, write_result
     from sim.summary import format_comparison
 
     names = [a.strip() for a in allocators.split(",")] if allocators else list(ALLOCATORS)
@@ -170,8 +188,13 @@ def compare_command(allocators: str | None, **opts) -> None:
         workload = None
         for name in names:
             config = build_config(name, opts)
-            workload = workload if workload is not None else resolve_workload(config)
-            summaries.append(_simulate(config, workload, opts["as_json"]).summary)
+            if workload is None:
+                workload = resolve_workload(config)
+                _announce(config, workload)
+            result = _simulate(config, workload, opts["as_json"])
+            if opts["out"]:
+                write_result(result, Path(opts["out"]) / name, opts["out_format"])
+            summaries.append(result.summary)
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
     if opts["as_json"]:

@@ -1,13 +1,14 @@
 """`kvsim sweep` (a grid of simulations into a results table) and `kvsim slo` (highest rate under a target).
 
 Grid flags are not declared one by one: any SimConfig field is an axis, spelled as its `kvsim run` flag
-(``--block-size 8,16,32``), so a field added to SimConfig is sweepable at once. ``--scheduler`` is the Dask
-scheduler's address here; sweep the simulator's own scheduler with ``--axis scheduler=continuous,static``
-or in the TOML file.
+(``--block-size 8,16,32``), so a field added to SimConfig is sweepable at once. ``--scheduler`` is the
+batching policy, as in ``kvsim run``; the Dask scheduler's address is ``--dask-scheduler`` (an address given
+as ``--scheduler tcp://...``, the old spelling, is still taken as one).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ import click
 GRID_HELP = """
 Grid flags: every SimConfig field, as --field-name V1,V2,... (for example --allocator paged,contiguous-max
 --block-size 8,16,32 --seed 0,1,2 --preset sharegpt-paper --trace FILE); a boolean flag alone means true;
---axis NAME=V1,V2 names a field directly. --config FILE reads a TOML file with a [base] table of fields and an
-[axes] table of lists; flags override it.
+--axis NAME=V1,V2 names a field directly. The values of --columns (field=column,...) and --arrivals
+(KIND:k=v,...) hold commas, so several of them are separated by ';'. --catalog FILE (or $KVSIM_CATALOG) adds
+models and GPUs, in every point. --config FILE reads a TOML file with a [base] table of fields and an [axes]
+table of lists; flags override it.
 """
 
 
@@ -39,22 +42,47 @@ class GridCommand(click.Command):
 _GRID_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
-def _grid(ctx: click.Context, config_file: str | None) -> Any:
+def _grid(args: list[str], config_file: str | None) -> Any:
+    """The grid the flags and the TOML file spell; ``$KVSIM_CATALOG`` is the catalog unless one is given, and
+    every catalog file is read now, so a bad one is one error rather than a failure in every point."""
+    from allocators.catalog import load_catalog_file
     from sim.config import SimConfig
     from sim.sweep.grid import Grid, grid_from_flags, load_grid_toml
 
     grid = load_grid_toml(config_file, SimConfig) if config_file else Grid({}, {})
-    return grid.merged(grid_from_flags(list(ctx.args), SimConfig))
+    grid = grid.merged(grid_from_flags(args, SimConfig))
+    if os.environ.get("KVSIM_CATALOG") and "catalog" not in grid.base and "catalog" not in grid.axes:
+        grid = grid.merged(Grid({"catalog": os.environ["KVSIM_CATALOG"]}, {}))
+    for path in {*grid.axes.get("catalog", ()), grid.base.get("catalog")} - {None}:
+        load_catalog_file(path)
+    return grid
+
+
+def _dask_address(args: list[str], dask_scheduler: str | None) -> tuple[list[str], str | None]:
+    """Take the old spelling ``--scheduler ADDRESS`` out of the grid flags: a value with ``://`` or a port
+    is a Dask address, never a batching policy."""
+    out, i = [], 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        taken = args[i:i + 2] if flag == "--scheduler" and not eq else args[i:i + 1]
+        value = taken[-1] if not eq else value
+        if flag == "--scheduler" and ("://" in value or (":" in value and value.rpartition(":")[2].isdigit())):
+            if dask_scheduler not in (None, value):
+                raise ValueError(f"--dask-scheduler {dask_scheduler} and --scheduler {value}: give one address")
+            dask_scheduler = value
+        else:
+            out += taken
+        i += len(taken)
+    return out, dask_scheduler
 
 
 def _executor_options(func: Any) -> Any:
     func = click.option("--quiet", is_flag=True, help="No progress bar.")(func)
-    func = click.option("--scheduler", default=None, metavar="ADDRESS",
-                        help="Dask scheduler address (tcp://host:8786); default: a private local "
-                             "cluster.")(func)
-    func = click.option("--executor", type=click.Choice(["local", "dask"]), default="local",
-                        show_default=True,
-                        help="Local worker processes, or a Dask distributed cluster.")(func)
+    func = click.option("--dask-scheduler", "scheduler", default=None, metavar="ADDRESS",
+                        help="Dask scheduler address (tcp://host:8786); implies --executor dask. Default: a "
+                             "private local cluster.")(func)
+    func = click.option("--executor", type=click.Choice(["local", "dask"]), default=None,
+                        help="Local worker processes (the default), or a Dask distributed cluster.")(func)
     func = click.option("--workers", type=int, default=None,
                         help="Parallel points (default: the number of cores; 1 runs in this process).")(func)
     func = click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
@@ -62,13 +90,25 @@ def _executor_options(func: Any) -> Any:
     return func
 
 
-def _workers(workers: int | None, executor: str, scheduler: str | None) -> int:
+def _execution(ctx: click.Context, config_file: str | None, workers: int | None, executor: str | None,
+               scheduler: str | None) -> tuple[Any, dict[str, Any]]:
+    """The grid, and how to run it: `run_sweep`'s workers, executor and scheduler keyword arguments."""
     from sim.sweep.executors import default_workers
 
-    if scheduler is not None and executor != "dask":
-        raise ValueError(f"--scheduler {scheduler} is the Dask scheduler's address, used with --executor "
-                         f"dask; to sweep the simulator's scheduler use --axis scheduler={scheduler}")
-    return default_workers() if workers is None else workers
+    args, scheduler = _dask_address(list(ctx.args), scheduler)
+    if scheduler is not None and executor == "local":
+        raise ValueError(f"--dask-scheduler {scheduler} is a Dask scheduler's address; it needs --executor dask")
+    executor = executor or ("dask" if scheduler is not None else "local")
+    workers = default_workers() if workers is None else workers
+    return _grid(args, config_file), {"workers": workers, "executor": executor, "scheduler": scheduler}
+
+
+def _failure_summary(failed: Any, total: int, noun: str = "points") -> str:
+    """``3 of 12 points failed: 2 x ValueError: ...; 1 x ...``: how many, and why, most common first."""
+    reasons = failed["error"].fillna("unknown error").value_counts()
+    why = "; ".join(f"{count} x {reason}" for reason, count in reasons.head(3).items())
+    more = f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""
+    return f"{len(failed)} of {total} {noun} failed: {why}{more}"
 
 
 @click.command("sweep", cls=GridCommand, context_settings=_GRID_CONTEXT)
@@ -76,24 +116,26 @@ def _workers(workers: int | None, executor: str, scheduler: str | None) -> int:
 @click.option("--out", default="sweep.parquet", show_default=True,
               help="Results table (.parquet or .csv); finished points are kept and skipped on a rerun.")
 @click.pass_context
-def sweep(ctx: click.Context, config_file: str | None, workers: int | None, executor: str,
+def sweep(ctx: click.Context, config_file: str | None, workers: int | None, executor: str | None,
           scheduler: str | None, quiet: bool, out: str) -> None:
-    """Run every point of a grid of configurations, one row per point into a results table."""
+    """Run every point of a grid of configurations, one row per point into a results table.
+
+    Exits 1 when any point failed, after writing every point that finished (a rerun retries the failed
+    ones), and says how many failed and why."""
     from sim.cli import fail
     from sim.sweep.run import run_sweep
 
     try:
-        grid = _grid(ctx, config_file)
-        report = run_sweep(grid, out, workers=_workers(workers, executor, scheduler), executor=executor,
-                           scheduler=scheduler, progress=not quiet and sys.stderr.isatty())
+        grid, execution = _execution(ctx, config_file, workers, executor, scheduler)
+        report = run_sweep(grid, out, progress=not quiet and sys.stderr.isatty(), **execution)
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     click.echo(f"{report.line()}; results in {out}")
     failed = report.table[report.table["status"] != "ok"]
-    for _, row in failed.head(5).iterrows():
-        click.echo(f"failed {row['point_id']}: {row['error']}", err=True)
-    if len(failed) > 5:
-        click.echo(f"... and {len(failed) - 5} more failed points (status column of {out})", err=True)
+    if len(failed):
+        click.echo(f"Error: {_failure_summary(failed, len(report.table))} (status and error columns of {out})",
+                   err=True)
+        raise click.exceptions.Exit(1)
 
 
 @click.command("slo", cls=GridCommand, context_settings=_GRID_CONTEXT)
@@ -113,7 +155,7 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
 @click.option("--plot", "plot_file", default=None,
               help="Also save a plot of the sustained rates (.png, .svg or .pdf).")
 @click.pass_context
-def slo(ctx: click.Context, config_file: str | None, workers: int | None, executor: str,
+def slo(ctx: click.Context, config_file: str | None, workers: int | None, executor: str | None,
         scheduler: str | None, quiet: bool, ttft_p99: float | None, tpot_p50: float | None,
         e2e_p50: float | None, normalized_latency: float | None, rate_min: float, rate_max: float,
         growth: float, tolerance: float, as_json: bool, out: str | None, plot_file: str | None) -> None:
@@ -143,9 +185,8 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
     try:
         target = SloTarget({SLO_METRICS[k]: v for k, v in given.items() if v is not None})
         settings = SearchSettings(rate_min, rate_max, growth, tolerance)
-        grid = _grid(ctx, config_file)
-        table = run_slo(grid, target, settings, workers=_workers(workers, executor, scheduler),
-                        executor=executor, scheduler=scheduler, progress=not quiet and sys.stderr.isatty())
+        grid, execution = _execution(ctx, config_file, workers, executor, scheduler)
+        table = run_slo(grid, target, settings, progress=not quiet and sys.stderr.isatty(), **execution)
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     varying = [name for name in grid.axes if len(grid.axes[name]) > 1]
@@ -167,6 +208,10 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
         except ValueError as exc:
             fail(f"--plot {plot_file}: {exc}")
         fig.savefig(plot_file, bbox_inches="tight")
+    failed = table[table["status"] == "failed"] if "status" in table else table.iloc[:0]
+    if len(failed):
+        click.echo(f"Error: {_failure_summary(failed, len(table), 'searches')}", err=True)
+        raise click.exceptions.Exit(1)
 
 
 def _write_table(table: Any, out: str) -> None:

@@ -9,6 +9,8 @@ import json
 
 import click
 
+from sim.commands.options import columns_option, trace_format_option
+
 SPEC_HELP = """
 \b
 Spec grammar: KIND[:key=value[,key=value...]]
@@ -92,21 +94,20 @@ def trace() -> None:
 
 @trace.command("stats")
 @click.argument("file")
-@click.option("--format", "format_", default=None,
-              help="azure, mooncake, burstgpt, vidur or kvsim (default: detected from the columns).")
-@click.option("--columns", default=None,
-              help="Column-mapping override: field=column[,field=column...], e.g. prompt_tokens=input_len.")
+@trace_format_option
+@columns_option
 @click.option("--skip-bad-rows", is_flag=True, help="Skip bad rows (counted and reported) instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def stats(file: str, format_: str | None, columns: str | None, skip_bad_rows: bool, as_json: bool) -> None:
+def stats(file: str, trace_format: str | None, trace_columns: str | None, skip_bad_rows: bool,
+          as_json: bool) -> None:
     """Rows, duration, rate, inter-arrival CV, token-length percentiles and prefix reuse of FILE.
 
     FILE is a trace file (CSV, JSONL or Parquet) or a preset name (sharegpt-paper, alpaca-paper,
-    azure-code, azure-conv, mooncake-conv, sharegpt-etalon)."""
+    sharegpt-demo, azure-code, azure-conv, mooncake-conv, sharegpt-etalon)."""
     from workloads import trace_stats
 
     try:
-        result = trace_stats(_load(file, format_, skip_bad_rows, columns))
+        result = trace_stats(_load(file, trace_format, skip_bad_rows, trace_columns))
     except (ValueError, OSError) as error:
         _fail(error)
         return

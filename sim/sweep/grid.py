@@ -134,11 +134,13 @@ def _coerce_all(name: str, values: list[Any], types_: dict[str, Any], where: str
     return out
 
 
-def parse_flag_tokens(tokens: list[str]) -> dict[str, list[str]]:
+def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
+                      aliases: dict[str, str] | None = None) -> dict[str, list[str]]:
     """``['--block-size', '8,16', '--prefix-caching', '--seed=0,1']`` -> ``{'block_size': ['8', '16'], ...}``.
 
     A flag with no value is boolean true, ``--no-NAME`` is false, and ``--axis NAME=V1,V2`` names the field
-    directly (for fields whose flag ``kvsim sweep`` uses itself, such as ``scheduler``).
+    directly. The values of ``comma_fields`` hold commas themselves (``--columns a=b,c=d``): they split on
+    ``;`` instead. ``aliases`` maps other flag spellings to field names (``columns`` -> ``trace_columns``).
     """
     out: dict[str, list[str]] = {}
     i = 0
@@ -161,16 +163,17 @@ def parse_flag_tokens(tokens: list[str]) -> dict[str, list[str]]:
             if not eq:
                 raise ValueError(f"--axis expects NAME=V1,V2, got {flag!r}")
         name = flag.replace("-", "_")
+        name = (aliases or {}).get(name, name)
         if name in out:
             raise ValueError(f"--{flag} is given twice")
-        out[name] = value.split(",")
+        out[name] = value.split(";" if name in comma_fields else ",")
     return out
 
 
 def grid_from_flags(tokens: list[str], config_cls: type) -> Grid:
     """Every flag becomes an axis (a single value is an axis of one, which changes nothing)."""
     types_ = config_field_types(config_cls)
-    raw = parse_flag_tokens(tokens)
+    raw = parse_flag_tokens(tokens, getattr(config_cls, "COMMA_FIELDS", ()), getattr(config_cls, "FLAG_ALIASES", {}))
     return Grid({}, {name: _coerce_all(name, values, types_, "command line") for name, values in raw.items()})
 
 

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-FILE_FIELDS = ("trace", "calibration")
+FILE_FIELDS = ("trace", "calibration", "catalog")
 """Configuration fields that may name a file whose contents decide the result."""
 
 

@@ -2,11 +2,15 @@
 
 The file's container (CSV, JSON Lines, Parquet) comes from its extension or first bytes; its format (Azure,
 Mooncake, BurstGPT, Vidur/etalon, kvsim canonical) from its columns, unless ``format=`` says. ``columns=``
-maps canonical fields to other column names (``{"prompt_tokens": "input_len"}``).
+maps canonical fields to other column names (``{"prompt_tokens": "input_len"}``); a mapped file is read as
+kvsim's canonical format (arrival times in seconds) unless ``format=`` names another, since detection would
+otherwise pick a format by the mapped names and apply its units (a Mooncake-like layout read as milliseconds).
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +18,7 @@ import pandas as pd
 
 from workloads.arrivals import ArrivalProcess, closed_loop_of, parse_arrivals
 from workloads.attribution import ATTRIBUTIONS
-from workloads.errors import TraceError
+from workloads.errors import TraceError, TraceWarning
 from workloads.readers import containers
 from workloads.readers.build import RawTable, build_workload, to_float, workload_constants
 from workloads.readers.formats import FORMATS, TraceFormat, detect_format, format_named, mapping_for
@@ -22,6 +26,8 @@ from workloads.specs import parse_columns
 from workloads.workload import Workload
 
 FAILED = "failed request (0 response tokens)"
+TIMESTAMP_LIKE = re.compile(r"time|date|(^|_)ts$|^t$", re.IGNORECASE)
+"""Column names that probably hold arrival times; one left unread is named in a `TraceWarning`."""
 __all__ = ["FORMATS", "load_trace"]
 
 
@@ -47,13 +53,16 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
     kind = containers.container_of(path, head)
     header = {"csv": lambda: containers.csv_header(path, head), "jsonl": lambda: containers.jsonl_header(path, head),
               "parquet": lambda: containers.parquet_header(path)}[kind]()
-    fmt = format_named(format) if format else detect_format(path, header, columns)
+    if format:
+        fmt = format_named(format)
+    else:
+        fmt = FORMATS["kvsim"] if columns else detect_format(path, header, None)
     mapping = mapping_for(fmt, columns)
     for field in fmt.required:
         if mapping[field] not in header:
-            raise TraceError(f"{path}: line 1: field '{field}': missing column '{mapping[field]}' for format "
-                             f"{fmt.name} (columns: {', '.join(header[:10])})")
+            raise TraceError(_missing_field(path, fmt, field, mapping[field], header, mapped=bool(columns)))
     wanted = {f: c for f, c in mapping.items() if c in header}
+    _warn_unread_times(path, header, wanted, arrivals)
     reader = {"csv": containers.read_csv, "jsonl": containers.read_jsonl, "parquet": containers.read_parquet}[kind]
     values, lines, hashes, pre = reader(path, wanted, "prefix_hashes", skip_bad_rows)
     for field in fmt.required:
@@ -74,6 +83,37 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
         workload = workload.with_arrivals(times, closed_loop=closed_loop_of(process))
         workload.source += f"; arrivals {arrivals} (seed {seed})"
     return workload
+
+
+def _missing_field(path: Path, fmt: TraceFormat, field: str, column: str, header: list[str], mapped: bool) -> str:
+    """The error for a required field without its column: the field, the column looked for, and how to fix it."""
+    message = (f"{path}: line 1: field '{field}': missing column '{column}' for format {fmt.name} "
+               f"(columns: {', '.join(header[:10])}{', ...' if len(header) > 10 else ''})")
+    times = [c for c in header if TIMESTAMP_LIKE.search(c)] if field == "arrival_time_s" else []
+    if times:
+        message += f"; map it with --columns {field}={times[0]} (seconds)"
+    else:
+        message += f"; map it with --columns {field}=COLUMN"
+    if mapped:
+        message += (f"; with a column mapping the file is read as kvsim's canonical format (arrival times in "
+                    f"seconds) unless --trace-format names another ({', '.join(FORMATS)})")
+    return message
+
+
+def _warn_unread_times(path: Path, header: list[str], wanted: dict[str, str], arrivals: object) -> None:
+    """Name each timestamp-like column that nothing reads: arrivals silently drawn or taken from elsewhere
+    are the mistake a column mapping invites."""
+    unread = [c for c in header if TIMESTAMP_LIKE.search(c) and c not in wanted.values()]
+    if not unread:
+        return
+    if "arrival_time_s" in wanted:
+        used = f"arrival times come from column '{wanted['arrival_time_s']}'"
+    else:
+        used = f"arrival times are {arrivals or 'poisson:rate=1'}"
+    names = ", ".join(f"'{c}'" for c in unread)
+    warnings.warn(f"{path}: column(s) {names} look like timestamps but are not read ({used}); map one with "
+                  f"--columns arrival_time_s={unread[0]} (seconds) or name the format with --trace-format",
+                  TraceWarning, stacklevel=3)
 
 
 def _source(path: Path, fmt: TraceFormat, columns: dict[str, str] | None = None) -> str:

@@ -74,7 +74,8 @@ def detect_format(path: object, header: list[str], overrides: dict[str, str] | N
             return fmt
     shown = ", ".join(header[:8]) + (", ..." if len(header) > 8 else "")
     raise TraceError(f"{path}: unknown trace format: its columns ({shown}) match none of "
-                     f"{', '.join(FORMATS)}; pass format= (--trace-format on kvsim run, --format on kvsim trace stats) or a column mapping")
+                     f"{', '.join(FORMATS)}; name one with --trace-format, or map the columns with --columns "
+                     "field=column,... (read as kvsim's canonical format)")
 
 
 def format_named(name: str) -> TraceFormat:

@@ -1,0 +1,61 @@
+"""Flags that several commands share, declared once so that one concept has one name on every command.
+
+Old spellings stay accepted as hidden aliases (`AliasOption`): ``compare --allocators``, ``--trace-columns``,
+``trace stats --format``. ``--catalog`` (or ``$KVSIM_CATALOG``) is read as soon as it is parsed, so every
+later lookup of ``--model`` and ``--gpu`` in the command sees its entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+TRACE_FORMAT_HELP = ("Read the trace as this format (azure, mooncake, burstgpt, vidur or kvsim) instead of "
+                     "detecting it from the columns; with --columns, the default is kvsim's own (seconds).")
+COLUMNS_HELP = ("Column mapping for the trace: field=column[,field=column...] (e.g. prompt_tokens=input_len). "
+                "The file is then read as kvsim's canonical format (arrival times in seconds) unless "
+                "--trace-format names another.")
+
+
+class AliasOption(click.Option):
+    """An option whose first flag is its name in ``--help``; the other flags still work (old spellings)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        opts = self.opts
+        self.opts = opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = opts
+
+
+def alias_option(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
+    """``click.option`` whose flags after the first are hidden aliases."""
+    return click.option(*names, cls=AliasOption, **kwargs)
+
+
+def _read_catalog(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        from allocators.catalog import register_catalog_file
+        from sim.cli import fail
+
+        try:
+            register_catalog_file(value)
+        except ValueError as exc:
+            fail(exc)
+    return value
+
+
+catalog_option = click.option(
+    "--catalog", type=click.Path(dir_okay=False), envvar="KVSIM_CATALOG", callback=_read_catalog,
+    is_eager=True, help="TOML file of extra models and GPUs ([models.NAME], [gpus.NAME] tables with the fields "
+                        "of allocators/catalog.py); default $KVSIM_CATALOG.")
+"""``--catalog FILE`` for every command that takes ``--model`` or ``--gpu``."""
+
+trace_format_option = alias_option("--trace-format", "--format", "trace_format", default=None,
+                                   help=TRACE_FORMAT_HELP)
+"""``--trace-format`` for commands without an output format (``trace stats``: ``--format`` is its old name)."""
+
+columns_option = alias_option("--columns", "--trace-columns", "trace_columns", default=None, help=COLUMNS_HELP)

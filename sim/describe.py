@@ -1,0 +1,29 @@
+"""The first line of every ``kvsim run`` and ``kvsim compare``: what is simulated, and where the KV size
+comes from.
+
+The KV capacity decides most results and has three sources (``--kv-gib``, ``--kv-tokens``, or derived from
+the GPU as vLLM sizes it), so the line names the source with its numbers rather than leaving the user to
+guess which applied. It goes to stderr, so ``--json`` output stays one JSON document.
+"""
+
+from __future__ import annotations
+
+from allocators.capacity import KVCapacity
+from allocators.catalog import GIB
+from sim.config import SimConfig
+
+
+def capacity_source(cap: KVCapacity, config: SimConfig) -> str:
+    """``given by --kv-gib``, ``given by --kv-tokens``, or the derivation with its terms."""
+    if cap.source in ("kv_gib", "kv_tokens"):
+        return f"given by --{cap.source.replace('_', '-')}"
+    return (f"derived from --gpu-memory-utilization {config.gpu_memory_utilization:g} of {cap.gpu.memory_gib:.1f} "
+            f"GiB per GPU minus weights ({cap.weight_bytes_per_gpu / GIB:.2f} GiB) and activations "
+            f"({cap.activation_reserve_bytes_per_gpu / GIB:.2f} GiB)")
+
+
+def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:
+    """One line: workload and request count, model and GPU, KV capacity and its source."""
+    return (f"workload {getattr(workload, 'name', 'workload')} ({len(workload):,} requests); "
+            f"{cap.model.name} on {cap.tensor_parallel} x {cap.gpu.name}; KV capacity {cap.kv_gib:.2f} GiB "
+            f"= {cap.kv_tokens:,} token slots, {capacity_source(cap, config)}")
