@@ -18,7 +18,8 @@ class SequenceGroup:
     """A request's live state. ``index`` is its position in the workload (results are stored by it)."""
 
     __slots__ = (
-        "index", "request_id", "prefix_group", "prefix_blocks", "priority", "arrival_s", "prompt", "output", "num_seqs", "beam", "max_total", "hashes",
+        "index", "request_id", "prefix_group", "prefix_blocks", "priority", "arrival_s", "prompt", "output",
+        "num_seqs", "beam", "max_total", "hashes",
         "state", "seq_ids", "generated", "prefill_target", "prefill_done", "admitted_s", "first_token_s",
         "preemptions", "swapped_slots", "epoch", "forked", "base",
     )
@@ -60,7 +61,7 @@ class SequenceGroup:
     def final_tokens(self) -> int:
         """Slots each sequence holds when it finishes (the waste accounting's ``final_tokens``): as in vLLM
         v1, a step allocates slots only for the tokens it computes, so the last sampled token never gets one."""
-        return self.prompt + self.output - 1 if self.output > 1 else self.prompt
+        return self.prompt + self.output - 1
 
     @property
     def prefilling(self) -> bool:
