@@ -48,6 +48,7 @@ class GroupMechanics:
         self.per_chunk = self.chunked and alloc.allocates_per_chunk
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
         self.returned = 0  # budget given back by groups preempted after being scheduled this step
+        self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
         self.sync_on_free = bool(getattr(alloc, "prefix_caching", False))
         self.swap = preemption == "swap"
         self.swap_slots, self.swap_used = swap_slots, 0

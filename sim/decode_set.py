@@ -14,7 +14,7 @@ for that step's token gets ``g0 = G + 1`` and so counts -1 during step ``G``: th
 step holds the blocks the step needs but not yet its tokens, in every mode. As in vLLM v1 a slot is
 allocated for the token a step computes (fed in), never for the one it samples: a sequence joins holding its
 prompt at ``g0 = G + 1`` after its prefill step ``G`` (the engine adds the step's joiners back, as they hold
-no slot for a token of step ``G``). With ``lazy=False`` every
+no slot for a token of step ``G``, and likewise the decoders `defer` moved). With ``lazy=False`` every
 sequence is synced every step (the step-by-step mode the fast path is tested against).
 
 `sim.fast_forward` inlines `pop_due` and `resync` in its per-block loop (and updates ``sum_g0`` and

@@ -85,7 +85,7 @@ class Engine:
             waiting = sched.waiting_flag()
             running = len(sched.running)
             b = alloc.breakdown(waiting)
-            lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.joined_seqs
+            lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
             if plan.can_run:
                 t_next = source.next_time() if not sched.waiting else None
                 horizon = math.inf if t_next is None else t_next - now

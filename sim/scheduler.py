@@ -37,7 +37,7 @@ class StepPlan:
     swap_slots: int = 0  # token slots the swaps move over PCIe
     preempted: int = 0
     eager_appended: int = 0
-    joined_seqs: int = 0  # sequences that produced their first token this step (the decode set counts them -1)
+    lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder
     can_run: bool = False
     chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
 
@@ -71,6 +71,7 @@ class Scheduler(GroupMechanics):
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
         self.returned = 0
+        self.deferred_seqs = self.deferred_context = 0
         # beam groups re-pick parents and append a token, every step
         if self.beam_groups:
             for group in [g for g in self.running if g.beam and g.base >= 0]:
@@ -141,10 +142,12 @@ class Scheduler(GroupMechanics):
     def defer(self, group: SequenceGroup, due: set[int]) -> None:
         """A decoding group the step's budget did not reach computes nothing this step: its decode clock
         and its completion move one step later."""
-        decode = self.decode
+        decode, step = self.decode, self.step
         for seq_id in group.seq_ids:
+            self.deferred_context += decode.tokens[seq_id] + step - decode.g0[seq_id]
             decode.defer(seq_id)
             due.discard(seq_id)
+        self.deferred_seqs += len(group.seq_ids)
         group.base += 1
         group.epoch += 1
         heapq.heappush(self.completions, (group.base + group.output - 1, group.index, group.epoch))
@@ -200,10 +203,10 @@ class Scheduler(GroupMechanics):
         beam_seqs, beam_context = self.beam_decoders()
         if self.beam_groups:
             plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
-        plan.joined_seqs = join_seqs
-        plan.decode_seqs = decode.n - join_seqs + beam_seqs
+        plan.lag_offset = join_seqs + self.deferred_seqs
+        plan.decode_seqs = decode.n - join_seqs - self.deferred_seqs + beam_seqs
         # a decoder attends to the token it feeds this step too (its slot is part of the step's growth)
-        decode_context = decode.context(step) + decode.n - join_context + beam_context
+        decode_context = decode.context(step) + decode.n - join_context - self.deferred_context + beam_context
         prefill_context = prefill_pairs = 0
         for group, chunk in plan.chunks:
             plan.prefill_tokens += chunk

@@ -41,10 +41,9 @@ def test_kvsim_makes_vllms_decisions(case):
     assert compare.differences(ours, theirs) == dict.fromkeys(compare.METRICS, "")
 
 
-@pytest.mark.parametrize("case", ["contended", "long_prefill_threshold", "priority", "shared_prefix_cached"])
+@pytest.mark.parametrize("case", CASES)
 def test_fast_forward_equals_step_by_step(case):
-    """The decode fast-forward stays exact under vLLM's slot accounting (checked on every case by
-    ``compare.py --step-by-step``; these are the ones with preemption, deferred decoders and cache hits)."""
+    """The decode fast-forward stays exact under vLLM's slot accounting, deferred decoders and cache hits."""
     fast = compare.kvsim_metrics(DATA / case)
     slow = compare.kvsim_metrics(DATA / case, step_by_step=True)
     for metric in compare.METRICS:
