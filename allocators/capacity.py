@@ -1,9 +1,13 @@
 """KV capacity: how many token slots a deployment has, derived the way vLLM sizes its KV cache.
 
-vLLM takes ``gpu_memory_utilization`` of each GPU, subtracts the weights and the activation peak it
-profiles, and gives the rest to KV blocks. kvsim does the same arithmetic from the catalog, or takes the
-KV size directly (``--kv-gib`` / ``--kv-tokens``) when the user knows it, as the paper states 12 GiB for
+vLLM 0.11 takes ``gpu_memory_utilization`` of each GPU, subtracts the weights, the activation peak it
+profiles over a ``max_num_batched_tokens`` forward pass, and the memory its CUDA graphs and non-torch
+allocations hold, and gives the rest to KV blocks. kvsim does the same arithmetic from the catalog, or takes
+the KV size directly (``--kv-gib`` / ``--kv-tokens``) when the user knows it, as the paper states 12 GiB for
 OPT-13B on an A100-40GB.
+
+Checked against vLLM 0.11's logged pools on an H100 (``docs/validation.md``): Llama-2-7B at 4,096 batched
+tokens, 7,438 blocks (kvsim 7,438); CodeLlama-34B at 64, 2,790 blocks (kvsim 2,790).
 """
 
 from __future__ import annotations
@@ -26,21 +30,30 @@ class KVCapacity:
     tensor_parallel: int = 1
     weight_bytes_per_gpu: float = 0.0
     activation_reserve_bytes_per_gpu: float = 0.0
+    graph_reserve_bytes_per_gpu: float = 0.0
 
     @property
     def kv_gib(self) -> float:
         return self.kv_bytes / GIB
 
 
-def activation_reserve_bytes(model: ModelSpec, max_num_batched_tokens: int, tensor_parallel: int = 1) -> float:
-    """Approximate peak activation memory of one forward pass over ``max_num_batched_tokens`` tokens.
+CUDA_GRAPH_RESERVE_BYTES = int(0.64 * GIB)
+"""Memory vLLM 0.11 holds outside torch's activation peak before sizing the KV cache: its CUDA graphs and
+non-torch allocations (cuBLAS workspaces, the CUDA graph pool). The two logged H100 runs leave 655 MiB (Llama-2-7B)
+and 653 MiB (CodeLlama-34B) after weights and `activation_reserve_bytes`; this is their rounded mean, fitted to
+those two logs (the two cannot be told apart there). ``enforce_eager`` drops it."""
 
-    vLLM measures this by profiling; kvsim approximates it by the largest live intermediates of a layer
-    (the residual stream and QKV/attention outputs, about 4 x hidden, plus the MLP's intermediate), in the
-    model's dtype, split over tensor-parallel ranks. For OPT-13B at 2,048 tokens this is about 0.16 GiB, which
-    with 0.9 utilization of an A100-40GB leaves the paper's 12 GiB of KV memory.
+
+def activation_reserve_bytes(model: ModelSpec, max_num_batched_tokens: int, tensor_parallel: int = 1) -> float:
+    """Peak activation memory of vLLM's profiling forward pass over ``max_num_batched_tokens`` tokens.
+
+    The peak is inside an MLP: the gate-and-up projection's output (2 x intermediate) and the activated
+    intermediate (1 x) live together with about four hidden-size tensors (the residual, the normed input,
+    the attention output and its projection), in the model's dtype, split over tensor-parallel ranks. This
+    accounts for the difference of the two logged vLLM 0.11 runs (Llama-2-7B at 4,096 tokens against
+    CodeLlama-34B at 64: 374 MiB modelled, 375 MiB logged).
     """
-    per_token = (4 * model.hidden_size + model.intermediate_size) * model.dtype_bytes
+    per_token = (3 * model.intermediate_size + 4 * model.hidden_size) * model.dtype_bytes
     return max_num_batched_tokens * per_token / tensor_parallel
 
 
@@ -53,8 +66,10 @@ def kv_capacity(
     max_num_batched_tokens: int = 2048,
     kv_gib: float | None = None,
     kv_tokens: int | None = None,
+    enforce_eager: bool = False,
 ) -> KVCapacity:
-    """Return the KV capacity, from an explicit size if one is given, else derived from the GPU.
+    """Return the KV capacity, from an explicit size if one is given, else derived from the GPU as vLLM 0.11
+    does (``enforce_eager``: no CUDA graphs, so no `CUDA_GRAPH_RESERVE_BYTES`).
 
     Raises ValueError with a one-line reason for negative sizes or a model that does not fit.
     """
@@ -79,11 +94,13 @@ def kv_capacity(
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     weights = model.weight_bytes / tensor_parallel
     activations = activation_reserve_bytes(model, max_num_batched_tokens, tensor_parallel)
-    per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations
+    graphs = 0 if enforce_eager else CUDA_GRAPH_RESERVE_BYTES
+    per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations - graphs
     if per_gpu <= 0:
         raise ValueError(
             f"{model.name} does not fit on {tensor_parallel} x {gpu.name}: weights {weights / GIB:.1f} GiB per GPU "
-            f"+ activations {activations / GIB:.2f} GiB exceed {gpu_memory_utilization:.0%} of "
+            f"+ activations {activations / GIB:.2f} GiB + CUDA graphs {graphs / GIB:.2f} GiB exceed "
+            f"{gpu_memory_utilization:.0%} of "
             f"{gpu.memory_gib:.1f} GiB; raise --tensor-parallel or pick a larger GPU"
         )
     kv_bytes = int(per_gpu * tensor_parallel)
@@ -93,6 +110,7 @@ def kv_capacity(
         source="derived",
         weight_bytes_per_gpu=weights,
         activation_reserve_bytes_per_gpu=activations,
+        graph_reserve_bytes_per_gpu=graphs,
         **common,
     )
 

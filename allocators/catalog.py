@@ -106,6 +106,11 @@ MODELS: dict[str, ModelSpec] = {
                   _HF + "meta-llama/Meta-Llama-3-70B"),
         ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 7.24e9, 32768, 14336, 32000, 2,
                   _HF + "mistralai/Mistral-7B-v0.1"),
+        ModelSpec("codellama-34b", 48, 8192, 64, 8, 128, 33.746e9, 16384, 22016, 32000, 2,
+                  _HF + "codellama/CodeLlama-34b-Instruct-hf (num_params: the tensors vLLM 0.11 loads, 62.86 GiB "
+                  "in bf16, as its log reports)"),
+        ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 7.6156e9, 131072, 18944, 152064, 2,
+                  _HF + "Qwen/Qwen2.5-7B (num_params: every tensor incl. QKV biases and the untied lm_head)"),
         ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 8.19e9, 40960, 12288, 151936, 2, _HF + "Qwen/Qwen3-8B"),
     ]
 }

@@ -31,7 +31,11 @@ import pandas as pd
 CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
 """Where kvsim ships tables: ``<gpu>/<model>.json``, each with its measurements beside it (``.csv``)."""
 FORMAT = "kvsim-calibration"
-VERSION = 1
+VERSION = 2
+"""Version 2 adds the step-cost model's CPU and overlap terms (``seq_overhead_s``, ``prefill_token_s``,
+``mixed_overlap``); the kernel harness times single forward passes, which cannot see them, so its tables write
+their neutral values (a plain roofline). ``kvsim calibrate --from-trace`` fits them (`sim.trace_fit`)."""
+NEUTRAL_TERMS = {"seq_overhead_s": 0.0, "prefill_token_s": 0.0, "mixed_overlap": 1.0}
 DEFAULT_FLOPS_FRAC = 0.6
 DEFAULT_BANDWIDTH_FRAC = 0.8
 DEFAULT_PAGED_OVERHEAD = 1.0
@@ -174,7 +178,7 @@ def calibration_table(fit: FitResult, *, gpu: str, model: str, device: str, devi
         "device_name": device_name, "dtype": dtype, "created": created or _dt.date.today().isoformat(),
         "coefficients": {
             "bandwidth_frac": _sig(c.bandwidth_frac), "flops_frac": _sig(c.flops_frac),
-            "step_overhead_s": _sig(c.step_overhead_s),
+            "step_overhead_s": _sig(c.step_overhead_s), **NEUTRAL_TERMS,
             "paged_kernel_overhead": {str(bs): _sig(v) for bs, v in sorted(c.paged_kernel_overhead.items())},
         },
         "fit": {"points": fit.points, "rmse_s": _sig(fit.rmse_s), "mape": _sig(fit.mape)},

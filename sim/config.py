@@ -40,6 +40,7 @@ class SimConfig:
     kv_tokens: int | None = None
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
     block_size: int = 16
     placement: str = "buddy"
     max_model_len: int | None = None
@@ -56,6 +57,7 @@ class SimConfig:
     scheduling_policy: str = "fcfs"
     step_time: float | None = None
     calibration: str | None = None
+    cost_profile: str | None = None
     catalog: str | None = None
     seed: int = 0
     trace: str | None = None
@@ -122,6 +124,11 @@ class SimConfig:
         if self.arrivals is not None and self.rate is not None:
             raise ValueError("give rate (Poisson arrivals at that rate) or arrivals (a spec such as "
                              "'trace:rate=4' or 'gamma:rate=2,cv=3'), not both")
+        if self.cost_profile is not None:
+            from sim.cost_profiles import get_profile, is_table_path
+
+            if not is_table_path(self.cost_profile):
+                get_profile(self.cost_profile)
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty name, got {getattr(self, name)!r}")

@@ -4,14 +4,23 @@ A step reads the weights once and the KV cache of every token it attends to, and
 per token plus attention. Its time is the larger of the compute time and the memory time at achievable
 fractions of the peaks, plus a fixed per-step overhead (scheduling, sampling, kernel launches)::
 
-    t = overhead + max(flops / (flops_frac * peak_flops), bytes / (bandwidth_frac * peak_bw))
+    t = overhead + seqs x seq_overhead + prefill_tokens x prefill_token
+        + max(compute, memory) [+ (1 - mixed_overlap) x min(compute, memory) when the step prefills]
         + copy-on-write copies at HBM bandwidth + swap traffic over PCIe
+
+    compute = flops / (flops_frac * peak_flops),  memory = bytes / (bandwidth_frac * peak_bw)
+
+``seqs`` counts the sequences the step schedules (decoding ones and prefill chunks): the per-sequence CPU
+work of scheduling, sampling and output processing. ``mixed_overlap`` is how much of the smaller of compute
+and memory time hides under the larger in a step that prefills (1: a pure roofline; real mixed steps overlap
+only partly). Pure decode steps keep the roofline's ``max``, so a decode run stays linear in the step index.
 
 Copies and swaps are charged for the token slots they really move (slots x KV bytes per token), whatever the
 allocator: a paged copy moves a whole block, a contiguous fork copies the parent's tokens into the child's
 slab, a swap moves every block of a paged sequence or a slab's tokens in one transfer.
 
-Default coefficients and their sources:
+Named, sourced sets of coefficients are `sim.cost_profiles` (``--cost-profile``); the dataclass defaults
+below are the plain roofline kvsim used before profiles existed (``paper-2023`` keeps them). Their sources:
 
 - ``bandwidth_frac = 0.8``: decode GEMV and paged-attention kernels typically reach 75-85% of HBM peak.
 - ``flops_frac = 0.6``: large prefill GEMMs typically reach 50-70% of dense BF16 peak (model FLOPs utilisation).
@@ -24,8 +33,8 @@ Default coefficients and their sources:
 
 Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).
 
-A run of ``k`` pure decode steps has durations linear in the step index on each side of the roofline's
-crossover, so `decode_run` sums them, and their index-weighted sum, in closed form (O(1) per run).
+A run of ``k`` pure decode steps of ``n`` sequences has durations linear in the step index on each side of
+the roofline's crossover (the per-sequence term is a constant ``n x seq_overhead`` per step), so `decode_run` sums them, and their index-weighted sum, in closed form (O(1) per run).
 """
 
 from __future__ import annotations
@@ -117,11 +126,17 @@ class StepCostModel:
     step_overhead_s: float = 0.003
     paged_kernel_overhead: dict[int, float] = field(default_factory=lambda: dict(DEFAULT_PAGED_KERNEL_OVERHEAD))
     swap_copy_latency_s: float = 5e-6
+    seq_overhead_s: float = 0.0
+    prefill_token_s: float = 0.0
+    mixed_overlap: float = 1.0
     source: str = "roofline (default coefficients)"
+    profile: str = ""
 
     def __post_init__(self) -> None:
         if not (0 < self.bandwidth_frac <= 1 and 0 < self.flops_frac <= 1 and self.step_overhead_s >= 0):
             raise ValueError("cost model: bandwidth_frac and flops_frac must be in (0, 1], step_overhead_s >= 0")
+        if not (self.seq_overhead_s >= 0 and self.prefill_token_s >= 0 and 0 <= self.mixed_overlap <= 1):
+            raise ValueError("cost model: seq_overhead_s and prefill_token_s must be >= 0, mixed_overlap in [0, 1]")
         m, tp = self.model, self.tensor_parallel
         flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
         bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
@@ -145,9 +160,10 @@ class StepCostModel:
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
-                  swap_slots: int | None = None) -> float:
+                  swap_slots: int | None = None, prefill_seqs: int | None = None) -> float:
         """Seconds for one step. ``context_tokens``: KV tokens attention reads; ``attention_pairs``: query-key
         pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle).
+        ``prefill_seqs``: sequences the prefill tokens belong to (default: one if there are any).
 
         ``copies`` and ``swap_blocks`` count copy-on-write copies and swap transfers; ``copy_slots`` and
         ``swap_slots`` are the token slots they move (`StepPlan`), which is what is charged. Without them
@@ -159,7 +175,13 @@ class StepCostModel:
         pairs = context_tokens if attention_pairs is None else attention_pairs
         compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
         memory = self._t_weights + context_tokens * self._t_kv_read + tokens * self._t_kv_write
-        t = self.step_overhead_s + (compute if compute > memory else memory)
+        longer, shorter = (compute, memory) if compute > memory else (memory, compute)
+        t = self.step_overhead_s + longer
+        if self.seq_overhead_s:
+            seqs = decode_seqs + ((1 if prefill_tokens else 0) if prefill_seqs is None else prefill_seqs)
+            t += seqs * self.seq_overhead_s
+        if prefill_tokens:
+            t += (1.0 - self.mixed_overlap) * shorter + prefill_tokens * self.prefill_token_s
         if copies or swap_blocks or copy_slots or swap_slots:
             t += self.transfer_time(copies * self.block_size if copy_slots is None else copy_slots,
                                     swap_blocks * self.block_size if swap_slots is None else swap_slots,
@@ -174,12 +196,17 @@ class StepCostModel:
         b2 = n * self._t_kv_read
         return a1, b1, a2, b2
 
+    def _per_step(self, n: int) -> float:
+        """The fixed seconds of a decode step of ``n`` sequences: the step's own and ``n`` sequences' CPU work."""
+        return self.step_overhead_s + n * self.seq_overhead_s
+
     def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
         a1, b1, a2, b2 = self._decode_lines(n, c0)
+        o = self._per_step(n)
         last = k - 1
         if (a2 >= a1) == (a2 + b2 * last >= a1 + b1 * last):  # one line wins at both ends, so throughout
             a, b = (a2, b2) if a2 >= a1 else (a1, b1)
-            a += self.step_overhead_s
+            a += o
             sj = k * last // 2
             return a * k + b * sj, a * sj + b * (last * k * (2 * k - 1) // 6)
         # compute minus memory is linear in j, so one side wins on [0, m) and the other on [m, k)
@@ -189,7 +216,7 @@ class StepCostModel:
         for (a, b), (lo, hi) in ((head, (0, m)), (tail, (m, k))):
             cnt, sj, sjj = _linear_sums(lo, hi)
             if cnt:
-                a += self.step_overhead_s
+                a += o
                 total += a * cnt + b * sj
                 weighted += a * sj + b * sjj
         return total, weighted
@@ -206,7 +233,7 @@ class StepCostModel:
         first ``m`` steps take (when step ``m`` starts). O(1) per call: the fast-forward asks it once per
         sub-event to integrate memory without re-summing the run."""
         mc, head, tail = _crossover(*self._decode_lines(n, c0))
-        o = self.step_overhead_s
+        o = self._per_step(n)
         ha, hb = head[0] + o, head[1] / 2
         ta, tb = tail[0] + o, tail[1] / 2
         at_mc = ha * mc + hb * (mc * (mc - 1))
@@ -252,8 +279,10 @@ class StepCostModel:
         return lo + 1 if prefix(lo) < horizon else 1
 
     def describe(self) -> dict:
-        return {"cost_model": self.source, "bandwidth_frac": self.bandwidth_frac, "flops_frac": self.flops_frac,
-                "step_overhead_s": self.step_overhead_s}
+        return {"cost_model": self.source, "cost_profile": self.profile, "bandwidth_frac": self.bandwidth_frac,
+                "flops_frac": self.flops_frac, "step_overhead_s": self.step_overhead_s,
+                "seq_overhead_s": self.seq_overhead_s, "prefill_token_s": self.prefill_token_s,
+                "mixed_overlap": self.mixed_overlap}
 
 
 class ConstantStepCost(StepCostModel):
@@ -269,7 +298,7 @@ class ConstantStepCost(StepCostModel):
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
-                  swap_slots: int | None = None) -> float:
+                  swap_slots: int | None = None, prefill_seqs: int | None = None) -> float:
         return self.constant
 
     def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0) -> float:
@@ -286,35 +315,56 @@ class ConstantStepCost(StepCostModel):
         return {"cost_model": self.source}
 
 
+OPTIONAL_COEFFICIENTS = {"seq_overhead_s": 0.0, "prefill_token_s": 0.0, "mixed_overlap": 1.0}
+"""Terms a calibration table may leave out (version-1 tables, kernel calibrations that cannot see them):
+absent, the step is a plain roofline."""
+
+
+def coefficients_from_table(data: object, path: str | Path) -> dict:
+    """The `StepCostModel` keyword arguments a ``kvsim-calibration`` table gives, checked field by field
+    (one-line ValueError naming the file and the field)."""
+    if not isinstance(data, dict) or data.get("format") != "kvsim-calibration":
+        raise ValueError(f"{path}: not a kvsim calibration file (field 'format' must be 'kvsim-calibration')")
+    coeffs = data.get("coefficients")
+    if not isinstance(coeffs, dict):
+        raise ValueError(f"{path}: field 'coefficients' is missing or not an object")
+    values = {}
+    for key in ("bandwidth_frac", "flops_frac", "step_overhead_s", *OPTIONAL_COEFFICIENTS):
+        value = coeffs.get(key, OPTIONAL_COEFFICIENTS.get(key))
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{path}: field 'coefficients.{key}' must be a number")
+        values[key] = float(value)
+    table = coeffs.get("paged_kernel_overhead", DEFAULT_PAGED_KERNEL_OVERHEAD)
+    try:
+        values["paged_kernel_overhead"] = {int(k): float(v) for k, v in table.items()}
+    except (AttributeError, ValueError, TypeError):
+        raise ValueError(f"{path}: field 'coefficients.paged_kernel_overhead' must map block sizes to "
+                         "numbers") from None
+    return values
+
+
+def read_calibration(path: str | Path) -> dict:
+    """A calibration table's JSON object, or a one-line ValueError naming the file."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read calibration file: {exc}") from None
+
+
 class CalibratedStepCost(StepCostModel):
-    """The roofline with coefficients fitted on a real GPU by ``kvsim calibrate`` (``docs/architecture.md``)."""
+    """The step-cost model with coefficients from a calibration table: fitted on a real GPU by ``kvsim
+    calibrate``, or to a measured run by ``kvsim calibrate --from-trace`` (``docs/validation.md``)."""
 
     @classmethod
     def from_file(cls, path: str | Path, model: ModelSpec, gpu: GpuSpec, **kwargs) -> CalibratedStepCost:
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: cannot read calibration file: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != "kvsim-calibration":
-            raise ValueError(f"{path}: not a kvsim calibration file (field 'format' must be 'kvsim-calibration')")
-        coeffs = data.get("coefficients")
-        if not isinstance(coeffs, dict):
-            raise ValueError(f"{path}: field 'coefficients' is missing or not an object")
-        values = {}
-        for key in ("bandwidth_frac", "flops_frac", "step_overhead_s"):
-            if not isinstance(coeffs.get(key), (int, float)):
-                raise ValueError(f"{path}: field 'coefficients.{key}' must be a number")
-            values[key] = float(coeffs[key])
-        table = coeffs.get("paged_kernel_overhead", DEFAULT_PAGED_KERNEL_OVERHEAD)
-        try:
-            values["paged_kernel_overhead"] = {int(k): float(v) for k, v in table.items()}
-        except (AttributeError, ValueError, TypeError):
-            raise ValueError(f"{path}: field 'coefficients.paged_kernel_overhead' must map block sizes to "
-                             "numbers") from None
+        data = read_calibration(path)
+        values = coefficients_from_table(data, path)
         if data.get("model") not in (None, model.name) or data.get("gpu") not in (None, gpu.name):
             raise ValueError(f"{path}: calibrated for {data.get('model')} on {data.get('gpu')}, not "
                              f"{model.name} on {gpu.name}")
+        kwargs.setdefault("profile", str(path))
         return cls(model=model, gpu=gpu, source=f"calibrated ({path.name})", **values, **kwargs)
 
 

@@ -19,6 +19,7 @@ from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from sim.arrivals import ArrivalSource
 from sim.config import SimConfig
 from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel, default_calibration_path
+from sim.cost_profiles import make_step_cost
 from sim.engine import Engine
 from sim.metrics import Recorder
 from sim.scheduler import Scheduler
@@ -37,16 +38,16 @@ class SimResult:
 
 
 def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
-    """``--step-time`` wins, then ``--calibration``, then a shipped table for this GPU and model, then the
-    roofline with default coefficients."""
+    """``--step-time`` wins, then ``--calibration``, then ``--cost-profile``, then a shipped table for this
+    GPU and model, then the default profile (`sim.cost_profiles`)."""
     if config.step_time is not None:
         return ConstantStepCost(config.step_time)
     common = dict(block_size=config.block_size, paged=not config.allocator.startswith("contiguous"),
                   tensor_parallel=config.tensor_parallel)
-    path = config.calibration or default_calibration_path(gpu.name, model.name)
+    path = config.calibration or (None if config.cost_profile else default_calibration_path(gpu.name, model.name))
     if path is not None:
         return CalibratedStepCost.from_file(path, model, gpu, **common)
-    return StepCostModel(model=model, gpu=gpu, **common)
+    return make_step_cost(config.cost_profile, model, gpu, **common)
 
 
 def resolve_capacity(config: SimConfig) -> KVCapacity:
@@ -58,12 +59,13 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
-                       kv_tokens=config.kv_tokens)
+                       kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager)
 
 
-def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
+def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCostModel | None = None) -> SimResult:
     """Simulate ``workload`` under ``config``. ``progress``: optional callable given counts of finished
-    requests as they finish (a progress bar's ``update``)."""
+    requests as they finish (a progress bar's ``update``); ``cost``: a step-cost model to use instead of the
+    one ``config`` names (``kvsim calibrate --from-trace`` tries coefficients without writing tables)."""
     wall_start = time.perf_counter()
     cap = resolve_capacity(config)
     model, gpu = cap.model, cap.gpu
@@ -71,7 +73,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None) -> SimResult:
     alloc = make_allocator(config.allocator, cap.kv_tokens, block_size=config.block_size,
                            max_model_len=max_model_len, placement=config.placement,
                            prefix_caching=config.prefix_caching, watermark=config.watermark)
-    cost = make_cost_model(config, model, gpu)
+    cost = cost or make_cost_model(config, model, gpu)
     recorder = Recorder(len(workload))
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
     sched = Scheduler(alloc, recorder, continuous=config.scheduler == "continuous",

@@ -106,10 +106,11 @@ def test_table_has_the_documented_keys_and_the_simulator_loads_it(tmp_path):
                   "coefficients", "fit"}
     assert documented <= set(table) and set(table) - documented == {"peaks", "timed_model"}
     assert set(table["coefficients"]) == {"bandwidth_frac", "flops_frac", "step_overhead_s",
-                                          "paged_kernel_overhead"}
+                                          "paged_kernel_overhead", "seq_overhead_s", "prefill_token_s",
+                                          "mixed_overlap"}
     assert set(table["coefficients"]["paged_kernel_overhead"]) == {"8", "16", "32"}
     assert set(table["fit"]) == {"points", "rmse_s", "mape"}
-    assert table["format"] == "kvsim-calibration" and table["version"] == 1
+    assert table["format"] == "kvsim-calibration" and table["version"] == 2
     path = write_table(table, tmp_path / "h200" / "llama-3-8b.json")
     assert read_table(path) == table
     assert coefficients_from_table(table).paged_kernel_overhead[8] == pytest.approx(1.35, rel=1e-3)

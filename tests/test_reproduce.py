@@ -25,6 +25,7 @@ def test_paper_config_is_the_papers_setup():
     assert (config.model, config.gpu, config.kv_gib, config.block_size) == ("opt-13b", "a100-40gb", 12.0, 16)
     assert config.chunked_prefill is False and config.preemption == "recompute"
     assert config.max_model_len == 2048
+    assert config.cost_profile == "paper-2023"
 
 
 def test_capacity_is_exactly_the_papers():

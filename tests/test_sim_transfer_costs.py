@@ -120,7 +120,7 @@ def test_a_contiguous_fork_is_charged_its_slab_copy_end_to_end():
     import numpy as np
 
     from sim.config import SimConfig
-    from sim.runner import run_simulation
+    from sim.runner import make_cost_model, run_simulation
     from workloads import Workload
 
     workload = Workload(np.array([0.0]), np.array([1000]), np.array([4]), n=np.array([2]))
@@ -129,7 +129,7 @@ def test_a_contiguous_fork_is_charged_its_slab_copy_end_to_end():
     fork = steps[steps["copies"] > 0]
     assert len(fork) == 1 and int(fork["num_steps"].iloc[0]) == 1
     row = fork.iloc[0]
-    cost = StepCostModel(MODEL, GPU, block_size=16, paged=False)
+    cost = make_cost_model(config, MODEL, GPU)
     prefill = int(row.prefill_tokens)
     assert prefill == 1000  # the fork follows the prompt's prefill, in the same step
     without_copy = cost.step_time(prefill, int(row.decode_seqs), int(row.context_tokens),

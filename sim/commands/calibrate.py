@@ -1,31 +1,124 @@
-"""``kvsim calibrate``: time a model's steps on this machine and fit the step-cost model's coefficients.
+"""``kvsim calibrate``: fit the step-cost model's coefficients, by timing kernels or from a measured run.
 
-The work is `gpu_validation.calibration`; this module only maps flags onto it and reports. torch is
-imported inside the command, so ``kvsim --help`` never loads it.
+Without ``--from-trace`` it times a model's steps on this machine (`gpu_validation.calibration`; torch is
+imported inside the command, so ``kvsim --help`` never loads it). With ``--from-trace FILE`` it fits to a
+measured serving run by replaying it through kvsim (`sim.trace_fit`), no GPU needed. ``--list`` prints the
+named cost profiles. Both fits write a ``kvsim-calibration`` table that ``--calibration`` and
+``--cost-profile`` accept.
 """
 
 from __future__ import annotations
+
+import json
 
 import click
 
 from sim.commands.options import catalog_option
 
 
+def _list_profiles() -> None:
+    from sim.cost_profiles import DEFAULT_PROFILE, PROFILES
+
+    for profile in PROFILES.values():
+        default = " (default)" if profile.name == DEFAULT_PROFILE else ""
+        click.echo(f"{profile.name}{default}: {profile.system}")
+        for key, value in profile.coefficients.items():
+            shown = ", ".join(f"{k}: {v:g}" for k, v in value.items()) if isinstance(value, dict) else f"{value:g}"
+            click.echo(f"  {key} = {shown}")
+            click.echo(f"      source: {profile.sources[key]}")
+
+
+def _from_trace(path: str, opts: dict) -> None:
+    from sim.cli import fail
+    from sim.config import SimConfig
+    from sim.measured import read_measured
+    from sim.trace_fit import fit_trace, trace_table
+
+    fields = ("model", "gpu", "kv_tokens", "kv_gib", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+              "block_size", "tensor_parallel", "gpu_memory_utilization", "prefix_caching", "chunked_prefill",
+              "watermark", "seed", "catalog")
+    try:
+        if opts["gpu"] is None:
+            raise ValueError("--from-trace needs --gpu (the catalog GPU the run was measured on)")
+        config = SimConfig(**{k: opts[k] for k in fields if opts[k] is not None})
+        run = read_measured(path)
+        fit = tuple(name.strip() for name in opts["fit"].split(",") if name.strip())
+        result = fit_trace(run, config, start_profile=opts["start_profile"], fit=fit, holdout=opts["holdout"],
+                           seed=config.seed, max_evals=opts["max_evals"], time_limit_s=opts["time_limit"])
+    except (ValueError, KeyError, OSError) as exc:
+        fail(exc)
+    table = trace_table(result, run, config)
+    out = opts["out"] or f"calibration-{config.model}-{config.gpu}.json"
+    try:
+        with open(out, "w") as fh:
+            fh.write(json.dumps(table, indent=2) + "\n")
+    except OSError as exc:
+        fail(f"{out}: cannot write: {exc}")
+    c, f = table["coefficients"], table["fit"]
+    click.echo(f"fit of {run.path} ({run.kind}, {len(run.frame)} requests) on {config.model} / {config.gpu}: "
+               f"{f['simulations']} simulations, {f['seconds']} s, from profile {result.start_profile}")
+    click.echo("  " + "  ".join(f"{k} {c[k]:g}" for k in result.fitted))
+    for label, part in (("train", result.train_score), ("held-out", result.heldout_score)):
+        rows = part[part["phase"] == "all"]
+        click.echo(f"  {label} ({int(rows['requests'].max())} requests): " + ", ".join(
+            f"{r.metric} MAPE {r.mape:.1%} bias {r.bias:+.1%}" for r in rows.itertuples()))
+    if opts["as_json"]:
+        click.echo(json.dumps(table))
+    click.echo(f"wrote {out} (use it with --calibration or --cost-profile)")
+
+
 @click.command("calibrate")
 @click.option("--model", "model", default="llama-3-8b", show_default=True,
-              help="Catalog model to time (its shapes, random weights).")
+              help="Catalog model to time (its shapes, random weights), or that the measured run served.")
 @click.option("--gpu", "gpu", default=None, help="Catalog GPU this is (default: recognised from the device).")
 @catalog_option
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Where to time (default: cuda if torch sees one, else cpu).")
 @click.option("--quick", is_flag=True, help="A small grid (and on CPU, a model scaled down 8x).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
-              help="Table path (default data/calibration/<gpu>/<model>.json); measurements go beside it (.csv).")
+              help="Table path (default data/calibration/<gpu>/<model>.json, with --from-trace "
+                   "calibration-<model>-<gpu>.json); kernel measurements go beside it (.csv).")
+@click.option("--list", "list_profiles", is_flag=True, help="List the named cost profiles with their sources.")
+@click.option("--from-trace", "from_trace", type=click.Path(dir_okay=False),
+              help="Fit to a measured run: a per-request CSV (arrival_time_s,prompt_tokens,output_tokens,ttft_s,"
+                   "e2e_s), vLLM benchmark_serving --save-result JSON, or guidellm results JSON.")
+@click.option("--kv-tokens", type=int, help="--from-trace: the run's KV pool in token slots (vLLM's log).")
+@click.option("--kv-gib", type=float, help="--from-trace: the run's KV memory in GiB.")
+@click.option("--max-num-seqs", type=int, help="--from-trace: the run's vLLM setting.")
+@click.option("--max-num-batched-tokens", type=int, help="--from-trace: the run's vLLM setting.")
+@click.option("--max-model-len", type=int, help="--from-trace: the run's vLLM setting.")
+@click.option("--block-size", type=int, help="--from-trace: the run's vLLM setting.")
+@click.option("--tensor-parallel", type=int, help="--from-trace: the run's vLLM setting.")
+@click.option("--gpu-memory-utilization", type=float, help="--from-trace: the run's vLLM setting.")
+@click.option("--prefix-caching/--no-prefix-caching", default=None, help="--from-trace: the run's vLLM setting.")
+@click.option("--chunked-prefill/--no-chunked-prefill", default=None, help="--from-trace: the run's vLLM setting.")
+@click.option("--watermark", type=float, default=0.0, show_default=True,
+              help="--from-trace: admission watermark (vLLM V1 has none).")
+@click.option("--start-profile", default="vllm-v1", show_default=True,
+              help="--from-trace: profile the fit starts from and takes the unfitted coefficients of.")
+@click.option("--fit", "fit", default="bandwidth_frac,flops_frac,seq_overhead_s", show_default=True,
+              help="--from-trace: coefficients to fit (also step_overhead_s, prefill_token_s, mixed_overlap).")
+@click.option("--holdout", type=click.Choice(["random", "time"]), default="random", show_default=True,
+              help="--from-trace: fit a seeded random half of the requests (or the earlier half) and report "
+                   "the error on the other half.")
+@click.option("--seed", type=int, default=0, show_default=True, help="--from-trace: seed of the split and the run.")
+@click.option("--max-evals", type=click.IntRange(min=2), default=30, show_default=True,
+              help="--from-trace: most simulations of the run.")
+@click.option("--time-limit", type=float, default=300.0, show_default=True,
+              help="--from-trace: wall-clock limit of the fit, seconds.")
+@click.option("--json", "as_json", is_flag=True, help="--from-trace: also print the table as JSON.")
 def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: str | None, quick: bool,
-                      out: str | None) -> None:
-    """Fit bandwidth/FLOP fractions, step overhead and paged-kernel overhead; write the calibration table."""
+                      out: str | None, list_profiles: bool, from_trace: str | None, **opts) -> None:
+    """Fit the step-cost model: time kernels on this machine (default), fit a measured run (--from-trace),
+    or list the named cost profiles (--list)."""
     from sim.cli import fail
 
+    if list_profiles:
+        _list_profiles()
+        return
+    if from_trace:
+        _from_trace(from_trace, {"model": model, "gpu": gpu, "catalog": catalog, "out": out, **opts})
+        return
     try:
         from gpu_validation.calibration import calibrate, default_table_path, write_run
     except ImportError as exc:  # torch is the optional "gpu" extra

@@ -35,6 +35,7 @@ def paper_command(quick: bool, out: Path | None, as_json: bool, workers: int, on
     the paper's values with pass or miss. The sustained rate is the highest rate whose normalized latency stays
     under 0.2 s/token (interpolated between grid points).
     """
+    from sim.reproduce import paper
     from sim.reproduce.experiments import SIZES
     from sim.reproduce.report import checks_table, results_json, tally, write_outputs
     from sim.reproduce.run import EXPERIMENTS, reproduce_paper
@@ -50,7 +51,8 @@ def paper_command(quick: bool, out: Path | None, as_json: bool, workers: int, on
         click.echo(json.dumps(results_json(rep, command), indent=2, default=float))
     else:
         click.echo(f"kvsim vs the paper ({sizes.name} sizes; OPT-13B, A100-40GB, 12 GiB KV, block 16, no chunked "
-                   f"prefill, recompute)")
+                   f"prefill, recompute; cost profile {paper.COST_PROFILE}: the SOSP'23 vLLM, its per-sequence CPU "
+                   f"term fitted to Fig. 13's vLLM mean batch)")
         click.echo(checks_table(rep.checks))
         for preset, rates in rep.sustained.items():
             listed = ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items())

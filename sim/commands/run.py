@@ -56,6 +56,8 @@ def simulation_options(func):
         _field_option("--gpu-memory-utilization", type=float,
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
                            "memory unless --kv-gib or --kv-tokens is given."),
+        click.option("--enforce-eager", is_flag=True,
+                     help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
         _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
@@ -94,6 +96,8 @@ def simulation_options(func):
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),
         click.option("--calibration", type=click.Path(dir_okay=False), help="Calibration JSON for the cost model."),
+        click.option("--cost-profile", help="Step-cost profile: vllm-v1 (default; vLLM 0.11), paper-2023 (the "
+                                            "SOSP'23 vLLM), or a calibration table .json (kvsim calibrate --list)."),
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
         click.option("--out", type=click.Path(file_okay=False),

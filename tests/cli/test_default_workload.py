@@ -28,7 +28,7 @@ def summary_of(*args):
 def test_the_first_line_names_the_workload_and_the_derived_capacity():
     summary, first = summary_of("run")
     assert summary["workload"] == "sharegpt-demo" and summary["kv_capacity_source"] == "derived"
-    assert first.startswith("workload sharegpt-demo (40 requests); opt-13b on 1 x a100-40gb; KV capacity 11.91 GiB")
+    assert first.startswith("workload sharegpt-demo (40 requests); opt-13b on 1 x a100-40gb; KV capacity 11.11 GiB")
     assert f"= {summary['kv_capacity_tokens']:,} token slots, derived from --gpu-memory-utilization 0.9" in first
 
 

@@ -1,0 +1,74 @@
+"""Replay a measured run through kvsim and score the per-request latencies against the measurements.
+
+The run's requests (arrival times, prompt and output lengths, shared prefixes) become a workload; kvsim
+simulates it under a configuration and a step-cost model; each request's TTFT, TPOT and E2E are compared
+with what was measured. Scores are MAPE (mean of |sim - measured| / measured) and bias (mean of
+(sim - measured) / measured: positive means kvsim is slow), overall and per load phase, leaving out the
+warm-up request.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.config import SimConfig
+from sim.cost_model import StepCostModel
+from sim.measured import MeasuredRun
+
+METRICS = ("ttft_s", "tpot_s", "e2e_s")
+
+
+def workload_of(run: MeasuredRun, rows: np.ndarray | None = None):
+    """The measured requests (all, or the boolean mask ``rows``) as a kvsim workload."""
+    from workloads import Workload
+
+    frame = run.frame if rows is None else run.frame[rows]
+    extra = {c: frame[c].to_numpy() for c in ("prefix_group", "prefix_len") if c in frame}
+    return Workload(arrival_time_s=frame["arrival_time_s"].to_numpy(float),
+                    prompt_tokens=frame["prompt_tokens"].to_numpy(), output_tokens=frame["output_tokens"].to_numpy(),
+                    max_tokens=frame["output_tokens"].to_numpy(), name="measured", source=run.path, **extra)
+
+
+def replay(run: MeasuredRun, config: SimConfig, cost: StepCostModel | None = None,
+           rows: np.ndarray | None = None) -> pd.DataFrame:
+    """Simulated ``ttft_s, tpot_s, e2e_s`` of each measured request (in the run's order; ``rows`` selects)."""
+    from sim.runner import run_simulation
+
+    result = run_simulation(config, workload_of(run, rows), cost=cost)
+    return result.requests[list(METRICS)].reset_index(drop=True)
+
+
+def errors(measured: pd.DataFrame, simulated: pd.DataFrame) -> pd.DataFrame:
+    """Relative error (sim - measured) / measured of each request and metric (NaN where undefined)."""
+    out = {}
+    for m in METRICS:
+        meas = measured[m].to_numpy(float)
+        sim = simulated[m].to_numpy(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[m] = np.where(meas > 0, (sim - meas) / meas, np.nan)
+    return pd.DataFrame(out)
+
+
+def score(measured: pd.DataFrame, simulated: pd.DataFrame, scored: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per phase (and ``all``) and metric: requests, MAPE, bias. ``scored``: rows that count."""
+    err = errors(measured.reset_index(drop=True), simulated)
+    err["phase"] = measured["phase"].to_numpy()
+    if scored is not None:
+        err = err[np.asarray(scored, bool)]
+    rows = []
+    phases = ["all", *dict.fromkeys(err["phase"])]
+    for phase in phases:
+        part = err if phase == "all" else err[err["phase"] == phase]
+        for m in METRICS:
+            e = part[m].dropna().to_numpy()
+            rows.append({"phase": phase, "metric": m.removesuffix("_s"), "requests": len(e),
+                         "mape": float(np.mean(np.abs(e))) if len(e) else np.nan,
+                         "bias": float(np.mean(e)) if len(e) else np.nan})
+    return pd.DataFrame(rows)
+
+
+def overall(table: pd.DataFrame) -> dict[str, float]:
+    """``{"ttft": mape, "tpot": mape, "e2e": mape}`` of a `score` table's ``all`` rows."""
+    part = table[table["phase"] == "all"]
+    return dict(zip(part["metric"], part["mape"], strict=True))

@@ -1,0 +1,92 @@
+"""The derivative of every request's TTFT and decode time with respect to the step-cost coefficients, with the
+simulated schedule held fixed (the Jacobian `sim.trace_fit` searches with).
+
+A simulation's schedule (which steps run, with which sequences) depends on the clock only through where
+arrivals fall between step boundaries; for a small change of coefficients it stays the same, and every time
+in it is a sum of step durations. So `RecordingStepCost` remembers every step, decode run and transfer the
+engine priced, and `schedule_jacobian` re-prices them under perturbed coefficients and sums the changes along
+the timeline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.cost_model import StepCostModel
+
+
+class RecordingStepCost(StepCostModel):
+    """A `StepCostModel` that remembers every priced step, decode run and transfer, in order, so that the
+    run can be re-priced under other coefficients with its schedule held fixed (`schedule_jacobian`)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.calls: list[tuple[str, tuple, dict, float]] = []
+
+    def step_time(self, *args, **kwargs) -> float:
+        value = super().step_time(*args, **kwargs)
+        self.calls.append(("step", args, kwargs, value))
+        return value
+
+    def decode_run(self, n: int, c0: int, k: int) -> tuple[float, float]:
+        value = super().decode_run(n, c0, k)
+        last = self.calls[-1] if self.calls else None
+        if last is not None and last[0] == "run" and last[1][:2] == (n, c0):
+            self.calls.pop()  # a trial run cut short at the next arrival (`fast_forward`): the later call stands
+        self.calls.append(("run", (n, c0, k), {}, value[0]))
+        return value
+
+    def transfer_time(self, *args, **kwargs) -> float:
+        value = super().transfer_time(*args, **kwargs)
+        self.calls.append(("transfer", args, kwargs, value))
+        return value
+
+
+def _price(cost: StepCostModel, call: tuple[str, tuple, dict, float]) -> float:
+    kind, args, kwargs, _ = call
+    if kind == "run":
+        return cost.decode_run(*args)[0]
+    return cost.step_time(*args, **kwargs) if kind == "step" else cost.transfer_time(*args, **kwargs)
+
+
+def schedule_jacobian(steps: pd.DataFrame, calls: list, perturbed: list[StepCostModel], h: float,
+                      requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """d(TTFT)/dx and d(decode time)/dx of every request (rows) for each perturbed coefficient (columns;
+    forward differences of step ``h`` in x), with the simulated schedule held fixed.
+
+    Every first token and finish lands at the end of a busy row. A request's decode time is the sum of the
+    rows from its first token to its finish, so it moves by their moves. Its TTFT is the rest of the row it
+    arrived in plus the rows up to its first token; the rest of the arrival row moves in proportion to the
+    part of that row left (where in a step a request arrives is chance: earlier rows only shift the step
+    boundaries, not the expected wait). A row moves by its priced calls re-priced under the perturbed
+    coefficients."""
+    busy = steps["num_steps"].to_numpy() > 0
+    duration = steps["duration_s"].to_numpy()
+    row_grad = np.zeros((len(steps), len(perturbed)))
+    i = 0
+    for r in np.flatnonzero(busy):
+        total = 0.0
+        while i < len(calls) and total < duration[r] * (1 - 1e-9):
+            total += calls[i][3]
+            row_grad[r] += [(_price(c, calls[i]) - calls[i][3]) / h for c in perturbed]
+            i += 1
+    cumulative = np.cumsum(row_grad, axis=0)
+    ends = steps["time_s"].to_numpy() + duration
+    last = len(ends) - 1
+
+    def row_of(times: np.ndarray) -> np.ndarray:
+        """The row ending at each time (first token, finish)."""
+        return np.clip(np.searchsorted(ends, times - 1e-9 * max(1.0, abs(ends[-1]))), 0, last)
+
+    first = requests["first_token_s"].to_numpy(float)
+    finish = requests["finished_s"].to_numpy(float)
+    arrival = requests["arrival_s"].to_numpy(float)
+    done = np.isfinite(first) & np.isfinite(finish)
+    f_row = row_of(np.where(done, first, 0.0))
+    e_row = row_of(np.where(done, finish, 0.0))
+    a_row = np.clip(np.searchsorted(ends, arrival, side="right"), 0, last)
+    left = np.clip((ends[a_row] - arrival) / np.maximum(duration[a_row], 1e-300), 0.0, 1.0)
+    d_ttft = cumulative[f_row] - cumulative[a_row] + left[:, None] * row_grad[a_row]
+    d_decode = cumulative[e_row] - cumulative[f_row]
+    return np.where(done[:, None], d_ttft, 0.0), np.where(done[:, None], d_decode, 0.0)

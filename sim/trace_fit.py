@@ -1,0 +1,194 @@
+"""Fit step-cost coefficients to a measured run by replaying it through kvsim (``kvsim calibrate --from-trace``).
+
+No GPU and no kernel timings: the measured per-request TTFT and decode time (E2E - TTFT) are the targets,
+and each trial set of coefficients is scored by simulating the whole run (every request loads the server)
+and comparing the training requests only. The search is Levenberg-Marquardt over the logarithms of the
+fitted coefficients. Its Jacobian comes from the simulated schedule held fixed: every step the simulation
+priced is re-priced under slightly changed coefficients (`sim.schedule_jacobian`). Finite
+differences of whole simulations would not do: a request's TTFT jumps by up to a step as its arrival falls
+before or after a step boundary, and those jumps swamp the derivative. Each trial point is then simulated
+afresh (the schedule may change) and kept only if it lowers the error. The search is bounded by a number of
+simulations and a wall-clock limit, and deterministic: the training half is a seeded random half of the
+requests (or the earlier half by arrival), and the simulation is seeded.
+
+The other half is held out: the fitted coefficients predict it, and its MAPE is reported beside the training
+error, per metric and per load phase (`sim.replay.score`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from allocators.catalog import get_gpu, get_model
+from sim.config import SimConfig
+from sim.cost_model import StepCostModel
+from sim.cost_profiles import get_profile
+from sim.measured import MeasuredRun
+from sim.replay import METRICS, score, workload_of
+from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
+
+FITTABLE = ("bandwidth_frac", "flops_frac", "step_overhead_s", "seq_overhead_s", "prefill_token_s",
+            "mixed_overlap")
+DEFAULT_FIT = ("bandwidth_frac", "flops_frac", "seq_overhead_s")
+FRACTIONS = ("bandwidth_frac", "flops_frac", "mixed_overlap")
+TTFT_GROUP = 16
+"""TTFT is compared in sums over this many training requests of similar prompt length (see `fit_trace`)."""
+MAX_LOG_STEP = 1.0
+"""Largest change of a log coefficient in one step of the search (a factor e)."""
+MAX_SECONDS = 0.1
+"""Largest value a fitted time coefficient may take (a tenth of a second per step, sequence or token)."""
+STEP = 1e-4
+"""Forward-difference step in log coefficients for re-pricing a fixed schedule (smooth there)."""
+_FLOOR = 1e-7
+"""Smallest value a time coefficient starts from (its logarithm must exist)."""
+
+
+@dataclass
+class TraceFit:
+    """The fitted coefficients, the errors on both halves, and how the search went."""
+
+    coefficients: dict
+    fitted: tuple[str, ...]
+    train: np.ndarray
+    train_score: pd.DataFrame
+    heldout_score: pd.DataFrame
+    simulations: int
+    seconds: float
+    start_profile: str
+
+
+def split_halves(n: int, how: str = "random", seed: int = 0) -> np.ndarray:
+    """A boolean mask of the training half: a seeded random half, or (``how="time"``) the earlier half."""
+    if how == "time":
+        return np.arange(n) < (n + 1) // 2
+    if how != "random":
+        raise ValueError(f"holdout split must be random or time, got {how!r}")
+    mask = np.zeros(n, bool)
+    mask[np.random.default_rng(seed).permutation(n)[: (n + 1) // 2]] = True
+    return mask
+
+
+def _targets(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Measured TTFT and decode time (E2E - TTFT; NaN for one-token outputs)."""
+    ttft = frame["ttft_s"].to_numpy(float)
+    decode = frame["e2e_s"].to_numpy(float) - ttft
+    decode = np.where(frame["output_tokens"].to_numpy() > 1, decode, np.nan)
+    return ttft, decode
+
+
+def _log_ratio(sim: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    ok = np.isfinite(sim) & np.isfinite(meas) & (meas > 0) & (sim > 0)
+    return np.log(np.where(ok, sim, 1.0) / np.where(ok, meas, 1.0))
+
+
+def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm-v1",
+              fit: Sequence[str] = DEFAULT_FIT, holdout: str = "random", seed: int = 0, max_evals: int = 30,
+              time_limit_s: float = 300.0) -> TraceFit:
+    """Fit ``fit`` (names of `FITTABLE` coefficients) to a random (or the earlier) half of ``run``, starting
+    from profile ``start_profile``; the other coefficients keep the profile's values. ``max_evals``: most
+    simulations of the run."""
+    unknown = [name for name in fit if name not in FITTABLE]
+    if unknown or not fit:
+        raise ValueError(f"cannot fit {', '.join(unknown) or 'nothing'}; fittable: {', '.join(FITTABLE)}")
+    started = time.monotonic()
+    model, gpu = get_model(config.model), get_gpu(config.gpu)
+    base = dict(get_profile(start_profile).coefficients)
+    common = dict(block_size=config.block_size, paged=not config.allocator.startswith("contiguous"),
+                  tensor_parallel=config.tensor_parallel)
+    train = split_halves(len(run.frame), holdout, seed) & run.scored
+    ttft, decode = _targets(run.frame)
+    names = tuple(fit)
+    # One request's TTFT jumps by up to a step as its arrival falls before or after a step boundary, so
+    # TTFT is compared in groups of `TTFT_GROUP` training requests of similar prompt length (sums), where the
+    # jumps average out; decode times are sums of many steps and are compared one by one.
+    rows = np.flatnonzero(train & np.isfinite(ttft))
+    rows = rows[np.argsort(run.frame["prompt_tokens"].to_numpy()[rows], kind="stable")]
+    groups = np.array_split(rows, max(1, len(rows) // TTFT_GROUP))
+    measured_groups = np.array([ttft[g].sum() for g in groups])
+    decode_rows = np.flatnonzero(train & np.isfinite(decode))
+    workload = workload_of(run)
+
+    def coefficients(x: np.ndarray) -> dict:
+        values = dict(base)
+        for name, v in zip(names, np.exp(x), strict=True):
+            values[name] = min(float(v), 1.0) if name in FRACTIONS else float(v)
+        return values
+
+    def evaluate(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+        """Residuals (log ratios of TTFT and decode time on the training rows), their Jacobian, requests."""
+        from sim.runner import run_simulation
+
+        cost = RecordingStepCost(model=model, gpu=gpu, source="trace fit", **coefficients(x), **common)
+        result = run_simulation(config, workload, cost=cost)
+        req = result.requests
+        s_ttft = req["ttft_s"].to_numpy(float)
+        s_decode = req["e2e_s"].to_numpy(float) - s_ttft
+        s_groups = np.array([s_ttft[g].sum() for g in groups])
+        r = np.concatenate([_log_ratio(s_groups, measured_groups),
+                            _log_ratio(s_decode[decode_rows], decode[decode_rows])])
+        perturbed = []
+        for i in range(len(x)):
+            xi = x.copy()
+            xi[i] += STEP
+            perturbed.append(StepCostModel(model=model, gpu=gpu, **coefficients(xi), **common))
+        d_ttft, d_decode = schedule_jacobian(result.steps, cost.calls, perturbed, STEP, req)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            j_ttft = np.nan_to_num(np.array([d_ttft[g].sum(axis=0) for g in groups]) / s_groups[:, None])
+            j_decode = np.nan_to_num(d_decode[decode_rows] / s_decode[decode_rows, None])
+        return r, np.vstack([j_ttft, j_decode]), req
+
+    x = np.log([max(float(base[name]), _FLOOR) for name in names])
+    upper = np.log([1.0 if name in FRACTIONS else MAX_SECONDS for name in names])
+    r, jac, req = evaluate(x)
+    evals, lam, cost = 1, 1.0, float(r @ r)
+    while evals < max_evals and time.monotonic() < started + time_limit_s:
+        a, g = jac.T @ jac, jac.T @ r
+        dx = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -g)
+        dx *= min(1.0, MAX_LOG_STEP / max(np.abs(dx).max(), 1e-300))  # at most a factor e per coefficient
+        dx = np.clip(x + dx, np.log(_FLOOR), upper) - x
+        r_new, jac_new, req_new = evaluate(x + dx)
+        evals += 1
+        new_cost = float(r_new @ r_new)
+        if np.isfinite(new_cost) and new_cost < cost:
+            done = np.abs(dx).max() < 1e-4 or cost - new_cost < 1e-9 * cost
+            x, r, jac, req, cost, lam = x + dx, r_new, jac_new, req_new, new_cost, max(lam / 4, 1e-6)
+            if done:
+                break
+        else:
+            lam *= 5
+            if lam > 1e6:
+                break
+    sim = req[list(METRICS)].reset_index(drop=True)
+    heldout = ~train & run.scored
+    return TraceFit(coefficients(x), names, train, score(run.frame, sim, train), score(run.frame, sim, heldout),
+                    evals, time.monotonic() - started, start_profile)
+
+
+def _scores(table: pd.DataFrame) -> dict:
+    part = table[table["phase"] == "all"]
+    return {f"{row.metric}_{key}": round(float(getattr(row, key)), 4)
+            for row in part.itertuples() for key in ("mape", "bias")} | {"requests": int(part["requests"].max())}
+
+
+def trace_table(result: TraceFit, run: MeasuredRun, config: SimConfig, created: str | None = None) -> dict:
+    """The calibration table (``kvsim-calibration`` format, as `gpu_validation.fit` writes it) of a fit."""
+    c = result.coefficients
+    coefficients = {k: float(f"{c[k]:.4g}") for k in FITTABLE}
+    coefficients["paged_kernel_overhead"] = {str(k): v for k, v in sorted(c["paged_kernel_overhead"].items())}
+    return {
+        "format": "kvsim-calibration", "version": 2, "gpu": config.gpu, "model": config.model,
+        "device": "trace", "device_name": f"measured run {run.path} ({run.kind})",
+        "created": created or _dt.date.today().isoformat(),
+        "coefficients": coefficients,
+        "fit": {"method": "replay through kvsim, Levenberg-Marquardt on log coefficients",
+                "fitted": list(result.fitted), "start_profile": result.start_profile,
+                "simulations": result.simulations, "seconds": round(result.seconds, 1),
+                "train": _scores(result.train_score), "heldout": _scores(result.heldout_score),
+                "metrics": [m.removesuffix("_s") for m in METRICS]},
+    }

@@ -1,0 +1,107 @@
+"""`kvsim calibrate --from-trace`: measured-run readers, the replay fit's round trip and held-out error."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from allocators.catalog import get_gpu, get_model
+from sim.cli import main
+from sim.config import SimConfig
+from sim.cost_model import StepCostModel
+from sim.cost_profiles import PROFILES
+from sim.measured import read_measured
+from sim.replay import overall, replay
+from sim.trace_fit import fit_trace
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real_vllm"
+LLAMA = dict(model="llama-2-7b", gpu="h100-80gb", kv_tokens=119_008, max_num_seqs=256, max_num_batched_tokens=4096,
+             max_model_len=4096, prefix_caching=True, watermark=0.0)
+CODELLAMA = dict(model="codellama-34b", gpu="h100-80gb", kv_tokens=44_640, max_num_seqs=32,
+                 max_num_batched_tokens=64, max_model_len=8192, prefix_caching=True, watermark=0.0)
+
+
+def test_reads_benchmark_serving_and_guidellm_results(tmp_path):
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"request_rate": 2.0, "input_lens": [100, 200], "output_lens": [3, 2],
+                                 "ttfts": [0.05, 0.07], "itls": [[0.01, 0.02], [0.03]]}))
+    run = read_measured(bench)
+    assert run.frame["arrival_time_s"].tolist() == [0.0, 0.5]
+    assert run.frame["e2e_s"].tolist() == pytest.approx([0.08, 0.10])
+    assert run.frame["tpot_s"].tolist() == pytest.approx([0.015, 0.03])
+    guide = tmp_path / "guidellm.json"
+    request = {"prompt_tokens": 50, "output_tokens": 4, "start_time": 10.0, "first_token_time": 10.2,
+               "end_time": 10.5}
+    guide.write_text(json.dumps({"benchmarks": [
+        {"args": {"strategy": {"type_": "synchronous"}}, "requests": {"successful": [request]}},
+        {"args": {"strategy": {"type_": "constant", "rate": 1.5}},
+         "requests": {"successful": [dict(request, start_time=12.0, first_token_time=12.1, end_time=13.0)]}}]}))
+    run = read_measured(guide)
+    assert run.frame["phase"].tolist() == ["synchronous", "constant@1.5"]
+    assert run.frame["ttft_s"].tolist() == pytest.approx([0.2, 0.1])
+    assert run.frame["arrival_time_s"].tolist() == [0.0, 2.0]
+
+
+def test_bad_measured_input_names_file_row_and_field(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,10,5,0.1,0.5\n1,10,5,x,0.5\n")
+    with pytest.raises(ValueError, match=r"m.csv: row 2: field 'ttft_s': bad value 'x'"):
+        read_measured(path)
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens,ttft_s\n0,10,5,0.1\n")
+    with pytest.raises(ValueError, match="missing column\\(s\\) e2e_s"):
+        read_measured(path)
+    result = CliRunner().invoke(main, ["calibrate", "--from-trace", str(path), "--model", "llama-2-7b",
+                                       "--gpu", "h100-80gb"])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and "e2e_s" in result.output
+
+
+def test_round_trip_recovers_known_coefficients(tmp_path):
+    """A run simulated with known coefficients and written as a measured CSV is fitted back within 5%."""
+    rng = np.random.default_rng(1)
+    n = 240
+    gaps = rng.exponential(1 / np.where(np.arange(n) < n // 3, 0.5, 5.0))
+    frame = pd.DataFrame({"arrival_time_s": np.cumsum(gaps), "prompt_tokens": rng.integers(50, 3000, n),
+                          "output_tokens": rng.integers(100, 600, n), "ttft_s": 1.0, "e2e_s": 2.0})
+    path = tmp_path / "measured.csv"
+    frame.to_csv(path, index=False)
+    config = SimConfig(**LLAMA)
+    truth = dict(PROFILES["vllm-v1"].coefficients, bandwidth_frac=0.75, flops_frac=0.58, seq_overhead_s=6e-5)
+    sim = replay(read_measured(path), config, StepCostModel(get_model("llama-2-7b"), get_gpu("h100-80gb"), **truth))
+    frame["ttft_s"], frame["e2e_s"] = sim["ttft_s"], sim["e2e_s"]
+    frame.to_csv(path, index=False)
+    result = fit_trace(read_measured(path), config)
+    assert result.fitted == ("bandwidth_frac", "flops_frac", "seq_overhead_s")
+    for name in result.fitted:
+        assert result.coefficients[name] == pytest.approx(truth[name], rel=0.05), name
+
+
+@pytest.mark.parametrize("name,options", [("jan21-llama7b-train-1", LLAMA), ("jan20-codellama-prefill-1", CODELLAMA)])
+def test_fit_on_half_a_real_run_predicts_the_other_half(name, options):
+    """Fitted on a seeded random half of a real vLLM run, kvsim predicts the held-out half's E2E within 10%
+    and TTFT and TPOT within 15% (MAPE; the warm-up request left out)."""
+    result = fit_trace(read_measured(FIXTURES / f"{name}.csv"), SimConfig(**options))
+    mape = overall(result.heldout_score)
+    assert mape["e2e"] <= 0.10 and mape["ttft"] <= 0.15 and mape["tpot"] <= 0.15, mape
+
+
+def test_calibrate_from_trace_cli_writes_a_table_run_accepts(tmp_path):
+    out = tmp_path / "cal.json"
+    fixture = FIXTURES / "jan20-codellama-prefill-1.csv"
+    args = ["calibrate", "--from-trace", str(fixture), "--model", "codellama-34b", "--gpu", "h100-80gb",
+            "--kv-tokens", "44640", "--max-num-seqs", "32", "--max-num-batched-tokens", "64", "--max-model-len",
+            "8192", "--prefix-caching", "--max-evals", "6", "--out", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "held-out (100 requests): ttft MAPE" in result.output
+    table = json.loads(out.read_text())
+    assert table["format"] == "kvsim-calibration" and table["version"] == 2 and table["device"] == "trace"
+    assert set(table["fit"]["heldout"]) >= {"e2e_mape", "ttft_mape", "tpot_mape"}
+    for flag in ("--cost-profile", "--calibration"):
+        run = CliRunner().invoke(main, ["run", str(fixture), "--model", "codellama-34b", "--gpu", "h100-80gb",
+                                        "--kv-tokens", "44640", "--max-num-seqs", "32", "--max-num-batched-tokens",
+                                        "64", "--num-requests", "20", flag, str(out), "--json"])
+        assert run.exit_code == 0, run.output
+        assert json.loads(run.stdout)["cost_model"] == "calibrated (cal.json)"
