@@ -50,6 +50,15 @@ class ArrivalSource:
             self.released = [start_s] * min(self.closed.users, self.size)
         self.arrival_s = np.array(self.times, dtype=np.float64)  # actual arrivals (closed loop fills them in)
 
+    @classmethod
+    def for_allocator(cls, workload, alloc, *, start_s: float = 0.0) -> ArrivalSource:
+        """The source an allocator needs: with prefix caching, shared-prefix hashes and every request's own
+        block ids (vLLM v1 hashes every full block); with shared-prefix registration (paged-cow), the shared
+        prefixes; otherwise none."""
+        caching = bool(getattr(alloc, "prefix_caching", False)) and alloc.block_size > 1
+        return cls(workload, block_size=alloc.block_size, want_hashes=caching or hasattr(alloc, "register_prefix"),
+                   start_s=start_s, own_identity=caching)
+
     @staticmethod
     def _has_identity(workload) -> bool:
         groups = getattr(workload, "prefix_group", None)

@@ -11,7 +11,7 @@ import warnings
 
 import click
 
-COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "reproduce"]
+COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "reproduce", "plan"]
 """Modules under `sim.commands`; each exposes the click commands listed in its ``COMMANDS``."""
 
 

@@ -10,6 +10,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
+from sim.routers import ROUTERS
+
 SCHEDULERS = ("continuous", "static")
 PREEMPTION_MODES = ("recompute", "swap")
 SCHEDULING_POLICIES = ("fcfs", "priority")
@@ -72,6 +74,9 @@ class SimConfig:
     beam_keep_prob: float = 0.8
     memory_snapshots: int = 3
     debug_invariants: int = 0
+    replicas: int = 1
+    router: str = "round-robin"
+    router_load_weight: float = 1.0
 
     def __post_init__(self) -> None:
         def integer(name: str, low: int, allow_none: bool = False) -> None:
@@ -89,7 +94,7 @@ class SimConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
-        for name in ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens", "replicas"):
             integer(name, 1)
         for name in ("kv_tokens", "max_model_len", "num_requests"):
             integer(name, 1, allow_none=True)
@@ -129,6 +134,11 @@ class SimConfig:
 
             if not is_table_path(self.cost_profile):
                 get_profile(self.cost_profile)
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+        if isinstance(self.router_load_weight, bool) or not isinstance(self.router_load_weight, (int, float)) \
+                or not 0 <= self.router_load_weight < math.inf:
+            raise ValueError(f"router_load_weight must be a finite number >= 0, got {self.router_load_weight!r}")
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty name, got {getattr(self, name)!r}")

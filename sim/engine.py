@@ -9,7 +9,7 @@ request is due.
 SimPy sees each busy period and each idle gap, not each row: while the engine is busy the arrivals process
 is parked (the engine picks arrivals up itself at every step), so nothing else could run between two rows,
 and the engine keeps the clock itself (``now += duration``, the same addition a SimPy timeout does). Before
-it sleeps it hands SimPy the clock with one timeout that lands exactly on ``now`` (`_catch_up`).
+it sleeps it hands SimPy the clock with one timeout that lands exactly on ``now`` (`catch_up`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Engine:
                 self._snapshot(now)
             if sched.idle:
                 t = source.next_time()
-                yield from self._catch_up(now)
+                yield from catch_up(self.env, now)
                 if t is None:
                     return
                 b = alloc.breakdown(False)
@@ -82,26 +82,8 @@ class Engine:
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected
                 continue
-            waiting = sched.waiting_flag()
-            running = len(sched.running)
-            b = alloc.breakdown(waiting)
-            lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
-            if plan.can_run:
-                t_next = source.next_time() if not sched.waiting else None
-                horizon = math.inf if t_next is None else t_next - now
-                num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
-            else:
-                num_steps = 1
-                duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
-                                          plan.copies, plan.swap_blocks, plan.attention_pairs,
-                                          copy_slots=plan.copy_slots, swap_slots=plan.swap_slots,
-                                          prefill_seqs=len(plan.chunks))
-                if duration <= 0:
-                    raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
-                rec.memory.add(b, lag, duration, 0.0, running)
-            rec.row(now, duration, num_steps, running, len(sched.waiting), plan, b, lag)
-            now += duration
-            sched.complete(num_steps, now)
+            now = take_step(sched, cost, rec, plan, now,
+                            lambda: source.next_time() if not sched.waiting else None)
             self.rows += 1
             if self.check_every and self.rows % self.check_every == 0:
                 alloc.check_invariants()
@@ -111,22 +93,50 @@ class Engine:
                     self.progress(done - done_before)
                     done_before = done
 
-    def _catch_up(self, now: float) -> Generator[simpy.Event, None, None]:
-        """Advance SimPy's clock to the engine's ``now`` with one timeout, nudging the delay by ulps so the
-        sum SimPy computes (``env.now + delay``) lands exactly on ``now``."""
-        env = self.env
-        if now == env.now:
-            return
-        delay = now - env.now
-        while env.now + delay < now:
-            delay = math.nextafter(delay, math.inf)
-        while env.now + delay > now:
-            delay = math.nextafter(delay, -math.inf)
-        yield env.timeout(delay)
-
     def _snapshot(self, now: float) -> None:
         while self.snapshot_times and now >= self.snapshot_times[0]:
             self.snapshot_times.pop(0)
         owners = self.sched.alloc.memory_map()
         request_of_seq = {seq: group.request_id for seq, group in self.sched.owner.items()}
         self.rec.snapshot(now, owners, request_of_seq)
+
+
+def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
+    """Account and complete the step ``plan`` describes, starting at ``now``, and return when it ends. A step
+    that only decodes runs on as a run of identical decode steps until the time ``next_arrival()`` gives (None:
+    no arrival can interrupt). Shared by the single engine and every fleet replica, so both take the same
+    steps."""
+    waiting = sched.waiting_flag()
+    running = len(sched.running)
+    b = sched.alloc.breakdown(waiting)
+    lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
+    if plan.can_run:
+        t_next = next_arrival()
+        horizon = math.inf if t_next is None else t_next - now
+        num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
+    else:
+        num_steps = 1
+        duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
+                                  plan.copies, plan.swap_blocks, plan.attention_pairs,
+                                  copy_slots=plan.copy_slots, swap_slots=plan.swap_slots,
+                                  prefill_seqs=len(plan.chunks))
+        if duration <= 0:
+            raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
+        rec.memory.add(b, lag, duration, 0.0, running)
+    rec.row(now, duration, num_steps, running, len(sched.waiting), plan, b, lag)
+    now += duration
+    sched.complete(num_steps, now)
+    return now
+
+
+def catch_up(env: simpy.Environment, now: float) -> Generator[simpy.Event, None, None]:
+    """Advance SimPy's clock to an engine's ``now`` with one timeout, nudging the delay by ulps so the sum
+    SimPy computes (``env.now + delay``) lands exactly on ``now``."""
+    if now == env.now:
+        return
+    delay = now - env.now
+    while env.now + delay < now:
+        delay = math.nextafter(delay, math.inf)
+    while env.now + delay > now:
+        delay = math.nextafter(delay, -math.inf)
+    yield env.timeout(delay)

@@ -62,19 +62,27 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
                        kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager)
 
 
-def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCostModel | None = None) -> SimResult:
-    """Simulate ``workload`` under ``config``. ``progress``: optional callable given counts of finished
-    requests as they finish (a progress bar's ``update``); ``cost``: a step-cost model to use instead of the
-    one ``config`` names (``kvsim calibrate --from-trace`` tries coefficients without writing tables)."""
-    wall_start = time.perf_counter()
-    cap = resolve_capacity(config)
-    model, gpu = cap.model, cap.gpu
+def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
+    """The summary keys that describe the run rather than measure it."""
+    return {
+        "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
+        "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
+        "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
+        "model": model.name, "gpu": gpu.name,
+        "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
+        "kv_capacity_source": capacity_source, **cost.describe(),
+    }
+
+
+def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recorder,
+                  cost: StepCostModel | None = None):
+    """One serving replica: its allocator, cost model and scheduler (a fleet builds one per replica).
+    ``cost``: a step-cost model to use instead of the one ``config`` names."""
     max_model_len = config.max_model_len or model.max_seq_len
-    alloc = make_allocator(config.allocator, cap.kv_tokens, block_size=config.block_size,
+    alloc = make_allocator(config.allocator, kv_tokens, block_size=config.block_size,
                            max_model_len=max_model_len, placement=config.placement,
                            prefix_caching=config.prefix_caching, watermark=config.watermark)
     cost = cost or make_cost_model(config, model, gpu)
-    recorder = Recorder(len(workload))
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
     sched = Scheduler(alloc, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
@@ -84,12 +92,26 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy)
+    return alloc, cost, sched
+
+
+def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCostModel | None = None) -> SimResult:
+    """Simulate ``workload`` under ``config``. ``progress``: optional callable given counts of finished
+    requests as they finish (a progress bar's ``update``); ``cost``: a step-cost model to use instead of the
+    one ``config`` names (``kvsim calibrate --from-trace`` tries coefficients without writing tables). More
+    than one replica: `sim.fleet.run_fleet`."""
+    if config.replicas > 1:
+        from sim.fleet import run_fleet
+
+        return run_fleet(config, workload, progress=progress)
+    wall_start = time.perf_counter()
+    cap = resolve_capacity(config)
+    model, gpu = cap.model, cap.gpu
+    recorder = Recorder(len(workload))
+    alloc, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
     times = workload.arrival_time_s
     start = float(times[0]) if len(workload) and getattr(workload, "closed_loop", None) is None else 0.0
-    caching = bool(getattr(alloc, "prefix_caching", False)) and alloc.block_size > 1
-    want_hashes = caching or hasattr(alloc, "register_prefix")
-    source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes, start_s=start,
-                           own_identity=caching)
+    source = ArrivalSource.for_allocator(workload, alloc, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
     snaps = tuple(start + span * (i + 1) / (config.memory_snapshots + 1) for i in range(config.memory_snapshots))
@@ -101,14 +123,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     requests = requests_frame(workload, recorder, source.arrival_s, sched.cached_by_index)
     total_blocks = alloc.breakdown().total_blocks
     steps = recorder.steps_frame(cap.kv_tokens, total_blocks)
-    extra = {
-        "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
-        "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
-        "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
-        "model": model.name, "gpu": gpu.name,
-        "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
-        "kv_capacity_source": cap.source, **cost.describe(),
-    }
+    extra = summary_extra(config, workload, model, gpu, cap.source, cost)
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.num_preemptions,
                             start_s=start, end_s=end, wall_time_s=0.0, capacity=cap.kv_tokens,

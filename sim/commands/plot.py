@@ -13,6 +13,8 @@ import click
 
 RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency")
 """Figures drawn from run directories; `SWEEP_KIND` is the one drawn from a sweep table."""
+FLEET_KINDS = ("replicas",)
+"""Figures drawn from the run directory of a fleet (`kvsim run --replicas N --out DIR`)."""
 SWEEP_KIND = "sweep"
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -61,7 +63,8 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
     """The figure ``kind`` for the given runs."""
     from sim import plots
 
-    needs = {"memory": ("steps",), "batch": ("steps",), "memory-map": ("memory",), "latency": ("requests",)}
+    needs = {"memory": ("steps",), "batch": ("steps",), "memory-map": ("memory",), "latency": ("requests",),
+             "replicas": ("steps",)}
     summaries, frames = load_runs(run_dirs, needs.get(kind, ()), kind)
     if kind == "memory":
         if len(frames) == 1:
@@ -70,6 +73,10 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
         return plots.plot_memory_comparison({k: t["steps"] for k, t in frames.items()})
     if kind == "breakdown":
         return plots.plot_breakdown(summaries)
+    if kind == "replicas":
+        if len(frames) != 1:
+            raise ValueError("--kind replicas draws one fleet run (kvsim run --replicas N --out DIR)")
+        return plots.plot_replicas_over_time(next(iter(frames.values()))["steps"])
     if kind == "batch":
         return plots.plot_batch_over_time({k: t["steps"] for k, t in frames.items()})
     if kind == "batch-sizes":
@@ -95,7 +102,7 @@ def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
 
 @click.command("plot")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="RUN_DIR...")
-@click.option("--kind", type=click.Choice([*RUN_KINDS, SWEEP_KIND]), default=None,
+@click.option("--kind", type=click.Choice([*RUN_KINDS, *FLEET_KINDS, SWEEP_KIND]), default=None,
               help="Figure to draw (default: memory for runs, sweep for a sweep table).")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Image file (.png, .svg or .pdf); default RUN_DIR/KIND.png, or TABLE[-METRIC].png beside a table.")
@@ -111,7 +118,8 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
 
     Kinds for runs: memory (shares of KV memory over time), breakdown (time-averaged shares, Fig. 2 style),
     batch (running requests over time), batch-sizes (mean batch size, Fig. 13 style), memory-map (the arena
-    coloured by owner), latency (TTFT and TPOT CDFs). Several runs are drawn side by side.
+    coloured by owner), latency (TTFT and TPOT CDFs), replicas (each replica's KV memory and queue over time, for
+    one `kvsim run --replicas N` run). Several runs are drawn side by side.
     """
     from sim.cli import fail  # here, not at import: sim.cli imports this module while it loads
     from sim.sweep.store import TABLE_SUFFIXES

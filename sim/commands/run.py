@@ -16,6 +16,7 @@ import click
 from sim.cli import fail
 from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
 from sim.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
+from sim.routers import ROUTERS
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
@@ -99,6 +100,13 @@ def simulation_options(func):
         click.option("--cost-profile", help="Step-cost profile: vllm-v1 (default; vLLM 0.11), paper-2023 (the "
                                             "SOSP'23 vLLM), or a calibration table .json (kvsim calibrate --list)."),
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
+        _field_option("--replicas", type=int,
+                      help="Serving replicas, each with its own scheduler, KV memory and cost model."),
+        _field_option("--router", type=click.Choice(list(ROUTERS)),
+                      help="How a fleet of replicas routes each arriving request (sim/routers.py)."),
+        _field_option("--router-load-weight", type=float,
+                      help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
+                           "tokens the request would compute there."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
         click.option("--out", type=click.Path(file_okay=False),
                      help="Write requests/steps/memory tables and JSON here (compare: one directory per "
@@ -167,6 +175,11 @@ def run_command(allocator: str, **opts) -> None:
         fail(exc)
     if opts["as_json"]:
         click.echo(json.dumps(result.summary))
+    elif "per_replica" in result.summary:
+        from sim.fleet_summary import format_replicas
+
+        click.echo(format_summary({k: v for k, v in result.summary.items() if k != "per_replica"}))
+        click.echo(format_replicas(result.summary["per_replica"]))
     else:
         click.echo(format_summary(result.summary))
 

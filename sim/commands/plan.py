@@ -1,0 +1,84 @@
+"""``kvsim plan``: the fewest replicas that meet a latency target, per router (or any other grid axis).
+
+The grid flags are `kvsim sweep`'s (every SimConfig field, ``--router a,b`` included); the target flags are
+`kvsim slo`'s. The rate is given (``--rate``, or a trace's own timestamps); the replica count is searched
+(`sim.sweep.replicas`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+from sim.commands.sweep import _GRID_CONTEXT, GridCommand, _execution, _executor_options
+from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
+
+SHOWN_SUMMARY_KEYS = ("ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_frac", "load_imbalance")
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def format_plan(rows: list[dict[str, Any]], varying: list[str]) -> str:
+    """One line per search: the varying grid fields, the replicas found, and the fleet there."""
+    header = [*varying, "status", "replicas", "simulations", *SHOWN_SUMMARY_KEYS, "fail_reason_below", "error"]
+    lines = [header]
+    for row in rows:
+        summary = row.get("summary") or {}
+        lines.append([_cell(row.get(k)) for k in varying]
+                     + [_cell(row.get(k)) for k in ("status", "replicas", "simulations")]
+                     + [_cell(summary.get(k)) for k in SHOWN_SUMMARY_KEYS]
+                     + [_cell(row.get("fail_reason")), _cell(row.get("error"))])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
+@click.command("plan", cls=GridCommand, context_settings=_GRID_CONTEXT)
+@_executor_options
+@click.option("--ttft-p99", type=float, default=None, help="Bound on p99 time to first token (s).")
+@click.option("--tpot-p50", type=float, default=None, help="Bound on median time per output token (s).")
+@click.option("--e2e-p50", type=float, default=None, help="Bound on median end-to-end latency (s).")
+@click.option("--normalized-latency", type=float, default=None,
+              help="Bound on normalized latency (s per output token, the paper's metric).")
+@click.option("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS, show_default=True,
+              help="Most replicas tried.")
+@click.option("--json", "as_json", is_flag=True, help="Print a list of objects (router, replicas, summary, ...).")
+@click.pass_context
+def plan(ctx: click.Context, config_file: str | None, workers: int | None, executor: str | None,
+         scheduler: str | None, quiet: bool, ttft_p99: float | None, tpot_p50: float | None,
+         e2e_p50: float | None, normalized_latency: float | None, max_replicas: int, as_json: bool) -> None:
+    """Find the fewest replicas that meet a latency target at a given rate, per router.
+
+    Example: kvsim plan --preset sharegpt-paper --rate 40 --num-requests 2000 --router round-robin,prefix-aware
+    --ttft-p99 2. Brackets by doubling from one replica, then bisects (about 2 log2 N simulations per router).
+    A run with any rejected or unfinished request fails the target, whatever its latency.
+    """
+    from sim.cli import fail
+    from sim.sweep.replicas import run_plan
+    from sim.sweep.slo import SLO_METRICS, SloTarget
+
+    given = {"ttft_p99": ttft_p99, "tpot_p50": tpot_p50, "e2e_p50": e2e_p50,
+             "normalized_latency": normalized_latency}
+    try:
+        target = SloTarget({SLO_METRICS[k]: v for k, v in given.items() if v is not None})
+        if max_replicas < 1:
+            raise ValueError(f"--max-replicas must be at least 1, got {max_replicas}")
+        grid, execution = _execution(ctx, config_file, workers, executor, scheduler)
+        rows = run_plan(grid, target, max_replicas=max_replicas, **execution)
+    except (ValueError, RuntimeError) as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    varying = [name for name in grid.axes if len(grid.axes[name]) > 1] or ["router"]
+    click.echo(f"target: {target.describe()}")
+    click.echo(format_plan(rows, varying))
+
+
+COMMANDS = [plan]

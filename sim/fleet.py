@@ -1,0 +1,244 @@
+"""A fleet of replicas behind a router, in one discrete-event simulation.
+
+Each replica has its own scheduler, allocator and cost model (`sim.runner.build_replica`), its own step rows
+and memory integrals, and an inbox of requests routed to it. One SimPy environment runs one engine process
+per replica and, when the router reads the replicas' state, an arrival process that routes each request at
+its arrival time. A replica's engine loop is the single engine's (`sim.engine.Engine`): deliver what is due,
+plan a step or a fast-forwarded decode run (`sim.fast_forward`), record a row, let its duration pass.
+
+What the router sees at time ``t``: every replica as it stands at the end of the step (or run) in flight at
+``t`` (the scheduler applies a step's results when it is planned, as in the single engine), before anything
+planned at ``t``, plus the requests routed to it so far. For that state to be the same with and without the
+decode fast-forward, a replica's decode run ends at the first step starting at or after the fleet's next
+arrival, wherever that arrival goes: a run cut by every arrival, the price of a router that reads state.
+A router that does not (round-robin, random) routes every request before the run (the same choices, in the
+same order) and each replica then runs exactly as a single replica on its share of the trace; as nothing
+looks at it mid-way, it keeps its own clock through a busy period and SimPy sees only its busy periods and
+idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row.
+
+Per-request results share one set of arrays (each request lives on one replica); the summary is built by
+`sim.fleet_summary`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+import simpy
+
+from sim.arrivals import ArrivalSource
+from sim.config import SimConfig
+from sim.engine import catch_up, take_step
+from sim.metrics import Recorder
+from sim.routers import make_router
+from sim.runner import SimResult, build_replica, resolve_capacity, summary_extra
+
+_RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
+
+
+class Replica:
+    """One replica's scheduler, allocator and cost model, its recorder (step rows, memory integrals; the
+    per-request arrays are the fleet's) and its inbox of routed requests (workload positions)."""
+
+    def __init__(self, number: int, config: SimConfig, model, gpu, kv_tokens: int, shared: Recorder) -> None:
+        self.number = number
+        self.rec = Recorder(0)
+        for name in _RECORDER_ARRAYS:
+            setattr(self.rec, name, getattr(shared, name))
+        self.alloc, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
+        self.inbox: deque[int] = deque()  # routed, not yet delivered, in arrival order
+        self.groups: dict[int, object] = {}  # groups built at routing time (the router read their hashes)
+        self.delivered = 0
+        self.end_s = 0.0
+        self.wake: simpy.Event | None = None  # set while idle, waiting for the router
+
+    # -- what routers read (`sim.routers.ReplicaState`) ---------------------------------------------------
+    @property
+    def load(self) -> int:
+        return len(self.sched.running) + len(self.sched.waiting) + len(self.inbox)
+
+    @property
+    def free_slots(self) -> int:
+        return self.alloc.breakdown(False).free
+
+    @property
+    def pending_prefill(self) -> int:
+        """Prompt tokens still to be prefilled here: routed, queued, and the rest of running prefills."""
+        sched, groups = self.sched, self.groups
+        tokens = sum(groups[i].prompt for i in self.inbox) + sum(g.prefill_remaining for g in sched.waiting)
+        if sched.running_seqs != sched.decode.n or sched.beam_groups:  # some running group is prefilling
+            tokens += sum(g.prefill_remaining for g in sched.running if g.prefilling)
+        return tokens
+
+    def cached_tokens(self, group) -> int:
+        return self.alloc.num_cached_tokens(group.hashes, group.prompt) if group.hashes else 0
+
+
+class Fleet:
+    """N replicas, a router and the arrivals, run in one SimPy environment."""
+
+    def __init__(self, config: SimConfig, workload, *, progress=None) -> None:
+        if getattr(workload, "closed_loop", None) is not None:
+            raise ValueError("closed-loop arrivals (users and think time) are not supported with more than one "
+                             "replica yet; use an open-loop arrival process")
+        self.config = config
+        self.cap = resolve_capacity(config)
+        self.model, self.gpu = self.cap.model, self.cap.gpu
+        self.size = len(workload)
+        self.rec = Recorder(self.size)
+        self.replicas = [Replica(r, config, self.model, self.gpu, self.cap.kv_tokens, self.rec)
+                         for r in range(config.replicas)]
+        alloc = self.replicas[0].alloc
+        self.times = np.asarray(workload.arrival_time_s, np.float64)
+        self.start = float(self.times[0]) if self.size else 0.0
+        for replica in self.replicas:
+            replica.end_s = self.start
+        self.source = ArrivalSource.for_allocator(workload, alloc, start_s=self.start)
+        seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
+        self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
+                                  load_weight=config.router_load_weight)
+        self.routed = 0  # arrivals routed so far (positions 0 .. routed-1)
+        self.replica_of = np.full(self.size, -1, np.int64)
+        self.observed = config.replicas > 1 and self.router.needs_state
+        span = float(self.times[-1]) - self.start if self.size else 0.0
+        n = config.memory_snapshots
+        self.snapshot_times = [self.start + span * (i + 1) / (n + 1) for i in range(n)]
+        self.progress = progress
+        self.env = simpy.Environment(initial_time=self.start)
+
+    def run(self) -> float:
+        """Run to the end of the workload; returns the simulated end time."""
+        if not self.observed:
+            while self.routed < self.size:  # choices that read no state: all of them, in arrival order
+                self._route_next()
+        else:
+            self.env.process(self._arrivals())
+        engines = [self.env.process(self._engine(r)) for r in self.replicas]
+        if self.size:
+            self.env.run(until=simpy.AllOf(self.env, engines))
+        return max((r.end_s for r in self.replicas), default=self.start)
+
+    # -- routing ----------------------------------------------------------------------------------------
+    def _route_next(self) -> None:
+        i = self.routed
+        group = self.source.make_group(i, float(self.times[i])) if self.observed else None
+        chosen = self.router.choose(group, self.replicas) if len(self.replicas) > 1 else 0
+        if not 0 <= chosen < len(self.replicas):
+            raise RuntimeError(f"router {self.config.router} chose replica {chosen} of {len(self.replicas)}")
+        self.routed = i + 1
+        self.replica_of[i] = chosen
+        replica = self.replicas[chosen]
+        replica.inbox.append(i)
+        if group is not None:
+            replica.groups[i] = group
+        if replica.wake is not None and not replica.wake.triggered:
+            replica.wake.succeed()
+
+    def _route_due(self, now: float) -> None:
+        """Route every arrival due at or before ``now``, before any replica plans a step at ``now``."""
+        while self.routed < self.size and self.times[self.routed] <= now:
+            self._route_next()
+
+    def _arrivals(self):
+        """Route each request at its arrival time (a replica reaching that time first routes it itself)."""
+        env = self.env
+        while self.routed < self.size:
+            t = float(self.times[self.routed])
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            self._route_due(env.now)
+        for replica in self.replicas:  # nothing more will come: idle replicas stop
+            if replica.wake is not None and not replica.wake.triggered:
+                replica.wake.succeed()
+
+    def _next_time(self, replica: Replica) -> float | None:
+        """The next arrival that could reach ``replica``: its own (choices made ahead) or the fleet's."""
+        if self.observed:
+            return float(self.times[self.routed]) if self.routed < self.size else None
+        return float(self.times[replica.inbox[0]]) if replica.inbox else None
+
+    def _deliver(self, replica: Replica, now: float) -> None:
+        inbox, sched, times, arrival_s = replica.inbox, replica.sched, self.times, self.source.arrival_s
+        while inbox and times[inbox[0]] <= now:
+            i = inbox.popleft()
+            t = float(times[i])
+            arrival_s[i] = t
+            group = replica.groups.pop(i, None) or self.source.make_group(i, t)
+            replica.delivered += 1
+            sched.add(group, t)
+
+    # -- one replica's engine loop (`sim.engine.Engine._engine`) ----------------------------------------
+    def _engine(self, replica: Replica):
+        env, sched, cost, rec, alloc = self.env, replica.sched, replica.cost, replica.rec, replica.alloc
+        snapshots = list(self.snapshot_times)
+        check_every = self.config.debug_invariants
+        rows = done_before = 0
+        now = env.now
+        while True:
+            if self.observed:
+                self._route_due(now)
+            self._deliver(replica, now)
+            if snapshots and now >= snapshots[0]:
+                while snapshots and now >= snapshots[0]:
+                    snapshots.pop(0)
+                self._snapshot(replica, now)
+            if sched.idle:
+                replica.end_s = now
+                yield from catch_up(env, now)
+                b = alloc.breakdown(False)
+                if self.observed:  # sleep until the router sends something (or nothing more comes)
+                    if self.routed >= self.size and not replica.inbox:
+                        return
+                    replica.wake = env.event()
+                    yield replica.wake
+                    replica.wake = None
+                    if not replica.inbox:
+                        return
+                    t = env.now
+                else:
+                    t = self._next_time(replica)
+                    if t is None:
+                        return
+                    yield env.timeout(t - env.now)
+                rec.memory.add(b, 0, t - now, 0.0, 0)
+                rec.row(now, t - now, 0, 0, 0, None, b, 0)
+                now = env.now
+                continue
+            plan = sched.plan_step(now)
+            if not sched.running:  # everything queued was rejected
+                continue
+            now = take_step(sched, cost, rec, plan, now,
+                            lambda: self._next_time(replica) if self.observed or not sched.waiting else None)
+            rows += 1
+            if check_every and rows % check_every == 0:
+                alloc.check_invariants()
+            if self.progress is not None:
+                done = replica.delivered - len(sched.live)
+                if done > done_before:
+                    self.progress(done - done_before)
+                    done_before = done
+            if self.observed:  # the router may look at this replica before the row ends
+                yield from catch_up(env, now)
+
+    def _snapshot(self, replica: Replica, now: float) -> None:
+        owners = replica.alloc.memory_map()
+        request_of_seq = {seq: group.request_id for seq, group in replica.sched.owner.items()}
+        replica.rec.snapshot(now, owners, request_of_seq)
+
+
+def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
+    """Simulate ``workload`` on ``config.replicas`` replicas behind ``config.router``."""
+    from sim.fleet_summary import fleet_result
+
+    wall_start = time.perf_counter()
+    fleet = Fleet(config, workload, progress=progress)
+    end = fleet.run()
+    if config.debug_invariants:
+        for replica in fleet.replicas:
+            replica.alloc.check_invariants()
+    extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, fleet.replicas[0].cost)
+    result = fleet_result(fleet, workload, end, extra)
+    result.summary["wall_time_s"] = time.perf_counter() - wall_start
+    return result

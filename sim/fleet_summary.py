@@ -1,0 +1,92 @@
+"""A fleet run's tables and summary: per-replica summaries, the fleet summary, the per-replica table text.
+
+The fleet summary has the usual keys (`sim.summary.build_summary`) over every request of the fleet, then
+``replicas``, ``router``, ``load_imbalance`` and ``per_replica`` (one summary per replica, with its own
+``prefix_hit_frac``). Memory shares, ``mean_running`` and ``max_running`` are per replica: time-weighted
+over all replicas together (each replica has the same capacity), and the largest batch any replica ran.
+``load_imbalance`` is max / mean of the tokens each replica processed (prefill computed + tokens decoded):
+1.0 is a perfectly even fleet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.metrics import MEMORY_KEYS, MemoryIntegral
+from sim.runner import SimResult, requests_frame
+from sim.summary import build_summary
+
+REPLICA_TABLE_KEYS = ("requests", "completed", "rejected", "preemptions", "mean_running", "ttft_p50_s",
+                      "ttft_p99_s", "tpot_p50_s", "prefix_hit_frac", "processed_tokens")
+
+
+def fleet_memory(integrals) -> MemoryIntegral:
+    """The replicas' memory integrals summed: shares over the fleet's total capacity-time."""
+    total = MemoryIntegral()
+    for m in integrals:
+        for key in ("time", "running", *MEMORY_KEYS):
+            setattr(total, key, getattr(total, key) + getattr(m, key))
+    return total
+
+
+def load_imbalance(processed: list[int]) -> float:
+    """max / mean of per-replica processed tokens (1.0 when nothing was processed)."""
+    mean = sum(processed) / len(processed) if processed else 0.0
+    return max(processed) / mean if mean > 0 else 1.0
+
+
+def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
+    """Tables (each with a ``replica`` column) and the fleet summary of a finished `sim.fleet.Fleet`."""
+    import pandas as pd
+
+    config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
+    cached_by_index: dict[int, int] = {}
+    for r in replicas:
+        cached_by_index.update(r.sched.cached_by_index)
+    requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index)
+    requests["replica"] = fleet.replica_of
+    total_blocks = replicas[0].alloc.breakdown().total_blocks
+    steps, memories, per_replica, processed = [], [], [], []
+    for r in replicas:
+        frame = r.rec.steps_frame(cap.kv_tokens, total_blocks)
+        frame.insert(0, "replica", np.full(len(frame), r.number, np.int64))
+        steps.append(frame)
+        memory = r.rec.memory_frame()
+        memory.insert(0, "replica", np.full(len(memory), r.number, np.int64))
+        memories.append(memory)
+        prefill = int(frame["prefill_tokens"].sum())
+        tokens = prefill + int((frame["decode_seqs"] * frame["num_steps"]).sum())
+        processed.append(tokens)
+        summary = build_summary(allocator=config.allocator, requests=requests[fleet.replica_of == r.number],
+                                memory=r.rec.memory, max_running=r.rec.max_running,
+                                num_preemptions=r.sched.num_preemptions, start_s=fleet.start, end_s=end,
+                                wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
+                                prefill_tokens=prefill, cached_prompt_tokens=r.sched.cached_prompt_tokens,
+                                extra={"processed_tokens": tokens})
+        del summary["wall_time_s"]
+        per_replica.append({"replica": r.number, **summary})
+    steps_frame = pd.concat(steps, ignore_index=True)
+    summary = build_summary(
+        allocator=config.allocator, requests=requests, memory=fleet_memory(r.rec.memory for r in replicas),
+        max_running=max(r.rec.max_running for r in replicas),
+        num_preemptions=sum(r.sched.num_preemptions for r in replicas), start_s=fleet.start, end_s=end,
+        wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
+        prefill_tokens=int(steps_frame["prefill_tokens"].sum()),
+        cached_prompt_tokens=sum(r.sched.cached_prompt_tokens for r in replicas), extra=extra)
+    summary.update({"replicas": len(replicas), "router": config.router,
+                    "load_imbalance": load_imbalance(processed), "per_replica": per_replica})
+    return SimResult(requests, steps_frame, pd.concat(memories, ignore_index=True), summary, config)
+
+
+def format_replicas(per_replica: list[dict]) -> str:
+    """One line per replica: its number and the `REPLICA_TABLE_KEYS` of its summary."""
+    header = ["replica", *REPLICA_TABLE_KEYS]
+    rows = [header]
+    for s in per_replica:
+        cells = [str(s["replica"])]
+        for key in REPLICA_TABLE_KEYS:
+            v = s.get(key)
+            cells.append("-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows)

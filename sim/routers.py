@@ -1,0 +1,138 @@
+"""Request routers for a fleet of replicas: each is a small object with one method, `choose`.
+
+A router is asked at each arrival, with the replicas as they are at that instant (`sim.fleet.Replica`:
+``load``, ``free_slots``, ``pending_prefill``, ``cached_tokens``), which replica gets the request; a request
+group (``n`` > 1 samples, beams) is one request and goes to one replica whole. ``ROUTERS`` maps the names the
+command line and `SimConfig.router` use to the classes, as `allocators.ALLOCATORS` does for allocators.
+
+``needs_state`` says whether the choice reads the replicas' state. Routers that do not (round-robin, random)
+make the same choices whatever the replicas do, so the fleet takes them in arrival order before the run and
+each replica then knows its own next arrival, as a single replica does.
+
+The prefix-aware scoring rule (KV-aware routing in the manner of NVIDIA Dynamo's KV router, whose cost adds
+the blocks a request would prefill on a worker to that worker's load): send the request where the least
+prefill work stands between it and its first token::
+
+    cost(r) = (prompt_tokens - cached_tokens(r))  +  load_weight * pending_prefill(r)
+
+``cached_tokens(r)``: prompt tokens replica ``r``'s prefix cache (or registered shared prefix) holds for this
+request now, the lookup its admission would make, without side effects; ``pending_prefill(r)``: prompt tokens
+still to be prefilled there (routed and not yet delivered, queued, and the rest of running chunked prefills).
+The lowest cost wins; ties go to fewer requests (running + waiting + routed), then the lower replica number.
+With ``load_weight`` 0 it is the longest cached prefix, ties broken by load; with 1 (the default) a hit is
+worth exactly the prefill it saves, so a replica whose cache holds the prefix but whose queue holds more
+work than that loses the request (overload). A request count is a poor load measure for prompts of very
+different lengths (a 100k-token prompt queues like a 100-token one), hence tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class ReplicaState(Protocol):
+    """What a router may read of a replica (`sim.fleet.Replica`)."""
+
+    @property
+    def load(self) -> int: ...
+
+    @property
+    def free_slots(self) -> int: ...
+
+    @property
+    def pending_prefill(self) -> int: ...
+
+    def cached_tokens(self, group) -> int: ...
+
+
+class RoundRobin:
+    """Replica 0, 1, ..., N-1, 0, ... in arrival order."""
+
+    needs_state = False
+
+    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+        self.next = 0
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        chosen = self.next % len(replicas)
+        self.next = chosen + 1
+        return chosen
+
+
+class Random:
+    """A uniformly random replica, drawn from the run's seeded generator."""
+
+    needs_state = False
+
+    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+        self.rng = rng
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        return int(self.rng.integers(len(replicas)))
+
+
+def _least(keys) -> int:
+    """The position of the smallest key (the first one on ties)."""
+    best, best_key = 0, None
+    for i, key in enumerate(keys):
+        if best_key is None or key < best_key:
+            best, best_key = i, key
+    return best
+
+
+class LeastRequests:
+    """Fewest running + waiting (+ routed, not yet delivered) requests; ties to the lower replica number."""
+
+    needs_state = True
+
+    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+        pass
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        return _least(r.load for r in replicas)
+
+
+class LeastKV:
+    """Most free KV memory (free blocks, in token slots); ties to fewer requests, then the lower number."""
+
+    needs_state = True
+
+    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+        pass
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        return _least((-r.free_slots, r.load) for r in replicas)
+
+
+class PrefixAware:
+    """Least prefill work ahead of this request's first token, its cache hits counted: the rule in the
+    module docstring."""
+
+    needs_state = True
+
+    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+        self.load_weight = load_weight
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        w, prompt = self.load_weight, group.prompt
+        return _least((prompt - r.cached_tokens(group) + w * r.pending_prefill, r.load) for r in replicas)
+
+
+ROUTERS = {
+    "round-robin": RoundRobin,
+    "random": Random,
+    "least-requests": LeastRequests,
+    "least-kv": LeastKV,
+    "prefix-aware": PrefixAware,
+}
+
+
+def make_router(name: str, *, rng: np.random.Generator, load_weight: float = 1.0):
+    try:
+        cls = ROUTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}") from None
+    return cls(rng=rng, load_weight=load_weight)

@@ -1,0 +1,75 @@
+"""`kvsim plan`: the replica search finds what a loop over every N finds, with far fewer simulations."""
+
+import dataclasses
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.config import SimConfig
+from sim.sweep.point import simulate_point
+from sim.sweep.replicas import search_replicas
+from sim.sweep.slo import SloTarget
+
+TARGET = SloTarget({"ttft_p99_s": 1.0})
+
+
+def threshold_point(needed: int):
+    """A fake simulator: the target holds from ``needed`` replicas on."""
+    def point(config):
+        ok = config.replicas >= needed
+        return {"requests": 10, "completed": 10, "rejected": 0, "ttft_p99_s": 0.5 if ok else 5.0,
+                "replicas": config.replicas}
+    return point
+
+
+@pytest.mark.parametrize("needed", [1, 2, 3, 5, 8, 13, 37, 64])
+def test_search_finds_the_threshold_with_few_simulations(needed):
+    row = search_replicas(threshold_point(needed), SimConfig(), TARGET, max_replicas=64)
+    assert row["status"] == "ok" and row["replicas"] == needed
+    assert row["summary"]["replicas"] == needed
+    assert row["simulations"] <= 2 * 6 + 1
+    assert all(ok == (n >= needed) for n, ok in row["probes"])
+
+
+def test_search_reports_when_even_the_most_replicas_fail():
+    row = search_replicas(threshold_point(100), SimConfig(), TARGET, max_replicas=10)
+    assert row["status"] == "above-max" and row["replicas"] is None
+    assert [n for n, _ in row["probes"]] == [1, 2, 4, 8, 10]
+
+
+def test_search_equals_a_brute_force_loop_on_the_simulator():
+    """The real simulator on a small case: the first N whose run meets the target, tried one by one."""
+    config = SimConfig(preset="sharegpt-paper", num_requests=120, rate=12.0, kv_gib=2.0, router="least-requests",
+                       memory_snapshots=0)
+    target = SloTarget({"ttft_p99_s": 0.5})
+    brute = next(n for n in range(1, 17)
+                 if target.check(simulate_point(dataclasses.replace(config, replicas=n))) is None)
+    assert brute > 2  # a case where the search has something to find
+    row = search_replicas(simulate_point, config, target, max_replicas=16)
+    assert row["replicas"] == brute
+    assert row["simulations"] < brute
+
+
+def test_cli_plan_json_per_router(tmp_path):
+    args = ["plan", "--preset", "sharegpt-paper", "--num-requests", "60", "--rate", "8", "--kv-gib", "2",
+            "--memory-snapshots", "0", "--router", "round-robin,least-requests", "--ttft-p99", "1",
+            "--max-replicas", "8", "--workers", "1", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["router"] for r in rows] == ["round-robin", "least-requests"]
+    for row in rows:
+        assert row["status"] == "ok" and 1 <= row["replicas"] <= 8
+        assert row["summary"]["ttft_p99_s"] <= 1
+        assert row["summary"].get("replicas", 1) == row["replicas"]
+    table = CliRunner().invoke(main, args[:-1])
+    assert table.exit_code == 0, table.output
+    assert "round-robin" in table.output and "replicas" in table.output
+
+
+def test_cli_plan_refuses_a_replica_count():
+    result = CliRunner().invoke(main, ["plan", "--replicas", "2", "--ttft-p99", "1", "--workers", "1"])
+    assert result.exit_code == 2
+    assert "do not give --replicas" in result.output

@@ -1,0 +1,41 @@
+"""Fleet figures: per-replica memory and queue over time (also as `kvsim plot --kind replicas`), hit rate by
+router."""
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from matplotlib.figure import Figure
+
+from sim.cli import main
+from sim.config import SimConfig
+from sim.plots import plot_hit_rate_by_router, plot_replicas_over_time
+from sim.runner import run_config
+
+
+def test_replicas_over_time_draws_a_line_per_replica():
+    result = run_config(SimConfig(num_requests=80, rate=6.0, kv_gib=2.0, replicas=3, memory_snapshots=0))
+    fig = plot_replicas_over_time(result.steps)
+    assert isinstance(fig, Figure)
+    memory_ax, queue_ax = fig.axes
+    assert len(memory_ax.lines) == len(queue_ax.lines) == 3
+    with pytest.raises(ValueError, match="replica"):
+        plot_replicas_over_time(result.steps.drop(columns="replica"))
+
+
+def test_hit_rate_by_router_groups_bars():
+    table = pd.DataFrame({"router": ["round-robin", "prefix-aware"] * 2, "replicas": [4, 4, 8, 8],
+                          "prefix_hit_frac": [0.08, 0.17, 0.07, 0.26]})
+    fig = plot_hit_rate_by_router(table, x="replicas")
+    heights = sorted(round(p.get_height(), 2) for p in fig.axes[0].patches)
+    assert heights == [0.07, 0.08, 0.17, 0.26]
+
+
+def test_cli_plot_kind_replicas(tmp_path):
+    run_dir = tmp_path / "fleet"
+    runner = CliRunner()
+    args = ["run", "--num-requests", "40", "--replicas", "2", "--router", "least-requests", "--out", str(run_dir)]
+    assert runner.invoke(main, args).exit_code == 0
+    assert "replica" in pd.read_parquet(run_dir / "requests.parquet").columns
+    result = runner.invoke(main, ["plot", str(run_dir), "--kind", "replicas"])
+    assert result.exit_code == 0, result.output
+    assert (run_dir / "replicas.png").is_file()

@@ -1,0 +1,118 @@
+"""Routers: each one's choice on hand-made replica states, and prefix-aware routing against round-robin and
+least-requests on whole workloads (the Mooncake conversation sample, synthetic conversations, no prefixes)."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import workloads
+from sim.cli import main
+from sim.config import SimConfig
+from sim.routers import ROUTERS, make_router
+from sim.runner import run_simulation
+from sim.sequence_group import SequenceGroup
+from workloads.generate import generate
+
+MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / "conversation_trace.jsonl"
+
+
+@dataclass
+class FakeReplica:
+    load: int = 0
+    free_slots: int = 1000
+    pending_prefill: int = 0
+    cached: int = 0
+
+    def cached_tokens(self, group) -> int:
+        return self.cached
+
+
+GROUP = SequenceGroup(0, 0, 0.0, 1000, 10)
+
+
+def choose(name, replicas, load_weight=1.0, seed=0):
+    return make_router(name, rng=np.random.default_rng(seed), load_weight=load_weight).choose(GROUP, replicas)
+
+
+def test_round_robin_cycles_and_random_is_seeded():
+    replicas = [FakeReplica() for _ in range(3)]
+    router = make_router("round-robin", rng=np.random.default_rng(0))
+    assert [router.choose(GROUP, replicas) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    draws = [make_router("random", rng=np.random.default_rng(4)) for _ in range(2)]
+    picks = [[r.choose(GROUP, replicas) for _ in range(50)] for r in draws]
+    assert picks[0] == picks[1] and set(picks[0]) == {0, 1, 2}
+
+
+def test_least_requests_and_least_kv():
+    replicas = [FakeReplica(load=3, free_slots=10), FakeReplica(load=1, free_slots=50),
+                FakeReplica(load=1, free_slots=90)]
+    assert choose("least-requests", replicas) == 1  # tie on load: the lower number
+    assert choose("least-kv", replicas) == 2
+    replicas[0].free_slots = 90
+    assert choose("least-kv", replicas) == 2  # tie on free memory: fewer requests
+
+
+def test_prefix_aware_scoring_rule():
+    """cost = uncached prompt + load_weight x pending prefill; ties to fewer requests, then the lower number."""
+    hit = FakeReplica(load=5, cached=800, pending_prefill=300)
+    cold = FakeReplica(load=1, cached=0, pending_prefill=0)
+    assert choose("prefix-aware", [cold, hit]) == 1  # 200 + 300 < 1000 + 0
+    hit.pending_prefill = 900  # overload: 200 + 900 > 1000
+    assert choose("prefix-aware", [cold, hit]) == 0
+    assert choose("prefix-aware", [cold, hit], load_weight=0.0) == 1  # longest prefix only
+    a, b = FakeReplica(load=4), FakeReplica(load=2)
+    assert choose("prefix-aware", [a, b]) == 1  # equal cost: fewer requests
+    assert choose("prefix-aware", [FakeReplica(), FakeReplica()]) == 0
+
+
+def test_unknown_router_is_a_one_line_error():
+    with pytest.raises(ValueError, match="router must be one of round-robin, random"):
+        SimConfig(router="sticky")
+    result = CliRunner().invoke(main, ["run", "--replicas", "2", "--router-load-weight", "-1", "--num-requests",
+                                       "5"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].startswith("Error: router_load_weight must be")
+    assert set(ROUTERS) == {"round-robin", "random", "least-requests", "least-kv", "prefix-aware"}
+
+
+def _compare(w, routers, **options):
+    out = {}
+    for router in routers:
+        result = run_simulation(SimConfig(prefix_caching=True, memory_snapshots=0, router=router, **options), w)
+        out[router] = (result.summary["prefix_hit_frac"], float(result.requests["ttft_s"].mean()), result.summary)
+    return out
+
+
+def test_prefix_aware_beats_round_robin_on_the_mooncake_sample():
+    """Conversation turns sent where their earlier turns' KV is cached: more hits, less prefill, sooner
+    first tokens (the sample's first 500 requests at their own timestamps, 4 replicas)."""
+    w = workloads.load_trace(MOONCAKE).head(500)
+    out = _compare(w, ["round-robin", "prefix-aware"], model="qwen3-8b", gpu="h200", replicas=4)
+    (rr_hit, rr_ttft, rr), (pa_hit, pa_ttft, pa) = out["round-robin"], out["prefix-aware"]
+    assert pa["completed"] == rr["completed"] > 450
+    assert pa_hit > 1.5 * rr_hit
+    assert pa_ttft < 0.95 * rr_ttft
+
+
+def test_prefix_aware_beats_round_robin_on_synthetic_conversations():
+    w = generate("lognormal:prompt_mean=600,prompt_cv=1,output_mean=200,output_cv=1,max_total=8000",
+                 "poisson:rate=30", 800, seed=0, system_prompt_len=512, system_prompt_frac=0.5, turns=6,
+                 turn_gap_s=20.0)
+    out = _compare(w, ["round-robin", "prefix-aware"], model="llama-3-8b", gpu="a100-80gb", replicas=4)
+    (rr_hit, rr_ttft, _), (pa_hit, pa_ttft, _) = out["round-robin"], out["prefix-aware"]
+    assert pa_hit > rr_hit + 0.05
+    assert pa_ttft < 0.9 * rr_ttft
+
+
+def test_prefix_aware_is_no_worse_than_least_requests_without_shared_prefixes():
+    """Nothing to hit: prefix-aware balances pending prefill tokens, least-requests request counts."""
+    w = generate("lognormal:prompt_mean=600,prompt_cv=1.5,output_mean=200,output_cv=1,max_total=8000",
+                 "poisson:rate=30", 800, seed=1)
+    out = _compare(w, ["least-requests", "prefix-aware"], model="llama-3-8b", gpu="a100-80gb", replicas=4)
+    (lr_hit, lr_ttft, lr), (pa_hit, pa_ttft, pa) = out["least-requests"], out["prefix-aware"]
+    assert lr_hit == pa_hit == 0.0
+    assert pa["completed"] == lr["completed"] == len(w)
+    assert pa_ttft <= 1.05 * lr_ttft
