@@ -98,6 +98,9 @@ class Allocator(ABC):
 
     name: str = ""
     block_size: int = 1
+    allocates_per_chunk: bool = False
+    """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
+    ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
 
     def __init__(self, capacity_slots: int, *, block_size: int, max_model_len: int, placement: str,
                  prefix_caching: bool, watermark: float) -> None:

@@ -3,8 +3,9 @@
 Why a linked list and not a deque: with prefix caching a free block may still be *hit* by a new request
 (its hash survives until the block is handed out again), and a hit must take that block out of the middle
 of the queue in O(1). Why this order: the queue *is* the eviction order. New blocks are popped from the
-head (least recently freed); freed blocks are appended at the tail, so a cached block survives as long as
-possible. vLLM v1's ``FreeKVCacheBlockQueue`` makes the same choice.
+head (least recently freed); freed blocks with a cached hash are appended at the tail, so a cached block
+survives as long as possible, and freed blocks without one are put back at the head (`prepend_many`), to be
+reused first. vLLM v1's ``FreeKVCacheBlockQueue`` and ``BlockPool.free_blocks`` make the same choices.
 
 The links live in two int lists indexed by block id (``prev``/``next``), not in per-block objects, so
 popping or appending touches a handful of list slots and allocates nothing. Two sentinel ids (``num_blocks``
@@ -122,6 +123,23 @@ class FreeBlockQueue:
             nxt[last] = tail
             prev[tail] = last
             self.num_free += added
+
+    def prepend_many(self, block_ids: list[int]) -> None:
+        """Put blocks at the head, the first of ``block_ids`` first: freed blocks without a cached hash are
+        handed out again before any cached block is evicted (vLLM's ``prepend_n``)."""
+        nxt, prev, head = self._next, self._prev, self._head
+        queued = [b for b in block_ids if prev[b] != _NOT_QUEUED]
+        if queued:  # checked before any link changes, so a bad id leaves the queue as it was
+            raise ValueError(f"block {queued[0]} is already in the free queue")
+        first = nxt[head]
+        last = head
+        for block_id in block_ids:
+            nxt[last] = block_id
+            prev[block_id] = last
+            last = block_id
+        nxt[last] = first
+        prev[first] = last
+        self.num_free += len(block_ids)
 
     def check(self) -> list[int]:
         """Walk the links both ways, assert they agree with each other and with ``num_free``; return the ids."""

@@ -71,6 +71,7 @@ class PagedAllocator(Allocator):
     """Fixed-size blocks allocated on demand (vLLM). ``fork`` copies every block (no sharing)."""
 
     name = "paged"
+    allocates_per_chunk = True
 
     def __init__(
         self,
@@ -177,12 +178,12 @@ class PagedAllocator(Allocator):
         return len(self._lookup(block_hashes, num_tokens)) * self.block_size
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
-        admit_limit = self.num_usable_blocks - self.watermark_blocks
+        """An empty pool admits without the watermark (vLLM applies it only while others run), so only the
+        usable blocks bound a request: its prompt, and the slots it holds when its last token is sampled."""
         prompt_blocks = cdiv(num_tokens, self.block_size)
-        if prompt_blocks > admit_limit:
-            return (f"{self.name}: {num_tokens} tokens need {prompt_blocks} blocks but at most "
-                    f"{admit_limit} can be admitted ({self.num_usable_blocks} usable, watermark "
-                    f"{self.watermark_blocks})")
+        if prompt_blocks > self.num_usable_blocks:
+            return (f"{self.name}: {num_tokens} tokens need {prompt_blocks} blocks but the pool has only "
+                    f"{self.num_usable_blocks} usable")
         final = max(num_tokens, final_tokens)
         need = cdiv(final, self.block_size)
         if need > self.num_usable_blocks:
@@ -218,13 +219,22 @@ class PagedAllocator(Allocator):
         self._reserved += s.res
 
     def _cache_full_blocks(self, s: SeqBlocks) -> None:
-        full = min(s.tokens // self.block_size, len(s.hashes))
-        hashed = self._cache.block_hash
-        for i in range(s.num_hashed, full):
-            block = s.table[i]
-            if hashed[block] is None and not self._pins[block]:  # hits and registered blocks are known already
-                self._cache.insert(block, s.hashes[i])
-        s.num_hashed = max(s.num_hashed, full)
+        """Cache every block that is full by now under its hash (vLLM caches a block when the step that fills
+        it is scheduled). Runs once per block a sequence fills, so it is kept lean."""
+        i, hashes = s.num_hashed, s.hashes
+        full = s.tokens // self.block_size
+        if full > len(hashes):
+            full = len(hashes)
+        if i >= full:
+            return
+        cache, pins, table = self._cache, self._pins, s.table
+        hashed = cache.block_hash
+        while i < full:
+            block = table[i]
+            if hashed[block] is None and not pins[block]:  # hits and registered blocks are known already
+                cache.insert(block, hashes[i])
+            i += 1
+        s.num_hashed = i
 
     def admit(
         self,
@@ -234,13 +244,22 @@ class PagedAllocator(Allocator):
         final_tokens: int,
         max_total_tokens: int | None = None,
         block_hashes: Sequence[int] = (),
+        full_tokens: int | None = None,
+        apply_watermark: bool = True,
     ) -> Admission | None:
+        """Allocate ``num_tokens`` slots (prefix hits included). With ``full_tokens`` (vLLM's
+        ``scheduler_reserve_full_isl``) admit only if blocks for that many tokens would be free, though only
+        ``num_tokens`` are allocated now (chunked prefill allocates the rest chunk by chunk). The watermark
+        applies only when ``apply_watermark`` (vLLM: only while other requests are running)."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
-        hits = self._lookup(block_hashes, num_tokens)
-        if self._admission_blocks(hits, num_tokens) > self._free.num_free - self.watermark_blocks:
+        hits = self._lookup(block_hashes, max(num_tokens, full_tokens or 0))
+        free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
+        if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
+            return None
+        if self._admission_blocks(hits, num_tokens) > free:
             return None
         bs, ref = self.block_size, self._ref
         for b in hits:  # touch the hits first so that popping new blocks cannot evict them
@@ -352,7 +371,12 @@ class PagedAllocator(Allocator):
             elif r > pins[b]:
                 shared += 1
         if released:
-            self._free.extend(released)
+            if self.prefix_caching:  # vLLM: cached blocks are evicted last (LRU), the others reused first
+                hashed = self._cache.block_hash
+                self._free.prepend_many([b for b in released if hashed[b] is None])
+                self._free.extend(b for b in released if hashed[b] is not None)
+            else:
+                self._free.prepend_many(released)
             slots = len(released) * bs
             if released[0] == table[-1]:  # the tail was exclusive: only its written slots held tokens
                 slots -= len(table) * bs - s.tokens

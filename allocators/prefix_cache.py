@@ -11,43 +11,59 @@ from __future__ import annotations
 
 
 class PrefixCache:
-    """``hash -> block ids`` (insertion-ordered) and ``block -> hash``, kept in step."""
+    """``hash -> block ids`` (insertion-ordered) and ``block -> hash``, kept in step.
 
-    __slots__ = ("block_hash", "_blocks")
+    Almost every hash is held by one block (vLLM hashes every full block, and most are a request's own), so the
+    first block of each hash sits in a flat dict and only the rare later ones in a per-hash dict: the per-block
+    cost of caching is one dict store, and of eviction one dict delete."""
+
+    __slots__ = ("block_hash", "_first", "_more")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
-        self._blocks: dict[int, dict[int, None]] = {}
+        self._first: dict[int, int] = {}
+        self._more: dict[int, dict[int, None]] = {}
 
     def get(self, block_hash: int) -> int | None:
-        """A block holding ``block_hash``, or None on a miss."""
-        blocks = self._blocks.get(block_hash)
-        return next(iter(blocks)) if blocks else None
+        """A block holding ``block_hash`` (the first cached), or None on a miss."""
+        return self._first.get(block_hash)
 
     def insert(self, block: int, block_hash: int) -> None:
         """Cache a block that has just become full."""
         assert self.block_hash[block] is None, f"block {block} is already cached"
         self.block_hash[block] = block_hash
-        self._blocks.setdefault(block_hash, {})[block] = None
+        if block_hash in self._first:
+            self._more.setdefault(block_hash, {})[block] = None
+        else:
+            self._first[block_hash] = block
 
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""
         h = self.block_hash[block]
         if h is None:
             return
-        blocks = self._blocks[h]
-        del blocks[block]
-        if not blocks:
-            del self._blocks[h]
         self.block_hash[block] = None
+        more = self._more.get(h)
+        if self._first[h] == block:
+            if more:  # the next cached block of this hash takes the first place
+                self._first[h] = nxt = next(iter(more))
+                del more[nxt]
+            else:
+                del self._first[h]
+        else:
+            del more[block]
+        if more is not None and not more:
+            del self._more[h]
 
     def __len__(self) -> int:
-        return sum(len(blocks) for blocks in self._blocks.values())
+        return len(self._first) + sum(len(blocks) for blocks in self._more.values())
 
     def check(self) -> None:
         """Both maps agree: every cached block carries its key, every hashed block is cached."""
-        for h, blocks in self._blocks.items():
-            assert blocks, f"hash {h}: empty cache entry left behind"
+        for h, b in self._first.items():
+            assert self.block_hash[b] == h, f"block {b}: cached under {h} but carries {self.block_hash[b]}"
+        for h, blocks in self._more.items():
+            assert blocks and h in self._first, f"hash {h}: stray or empty duplicate entry"
             for b in blocks:
                 assert self.block_hash[b] == h, f"block {b}: cached under {h} but carries {self.block_hash[b]}"
         assert len(self) == sum(h is not None for h in self.block_hash), "a hashed block is not in the cache"

@@ -31,7 +31,9 @@ class GroupMechanics:
     def __init__(self, alloc: Allocator, sink, *, continuous: bool = True, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True, preemption: str = "recompute",
                  swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
-                 rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8) -> None:
+                 rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
+                 long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
+                 scheduling_policy: str = "fcfs") -> None:
         self.alloc = alloc
         self.sink = sink  # receives finish(group, t) and reject(group, reason, t)
         self.continuous = continuous
@@ -39,6 +41,15 @@ class GroupMechanics:
         self.budget = max_num_batched_tokens if continuous else 1 << 62
         self.chunked = chunked_prefill and continuous
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.threshold = 0  # the threshold in force this step (vLLM lifts it when only one request is in)
+        self.reserve_full_isl = scheduler_reserve_full_isl
+        self.priority = scheduling_policy == "priority"
+        self.per_chunk = self.chunked and alloc.allocates_per_chunk
+        self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
+        self.returned = 0  # budget given back by groups preempted after being scheduled this step
+        self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
+        self.sync_on_free = bool(getattr(alloc, "prefix_caching", False))
         self.swap = preemption == "swap"
         self.swap_slots, self.swap_used = swap_slots, 0
         self.max_model_len = max_model_len
@@ -68,8 +79,8 @@ class GroupMechanics:
     # -- admission ---------------------------------------------------------------------------------------
     def never_runs(self, group: SequenceGroup) -> str | None:
         """Why a request can never run under this configuration, or None."""
-        if group.final_tokens > self.max_model_len:
-            return f"prompt + output = {group.final_tokens} tokens exceeds max_model_len {self.max_model_len}"
+        if group.total_tokens > self.max_model_len:
+            return f"prompt + output = {group.total_tokens} tokens exceeds max_model_len {self.max_model_len}"
         if group.num_seqs > self.max_num_seqs:
             return f"needs {group.num_seqs} sequences but max_num_seqs is {self.max_num_seqs}"
         if not self.chunked and self.continuous and group.prompt > self.max_num_batched_tokens:
@@ -91,9 +102,16 @@ class GroupMechanics:
         group.seq_ids.append(seq_id)
         return seq_id
 
-    def place_group(self, group: SequenceGroup) -> bool:
-        """Put a waiting or swapped group's sequences in memory; False (nothing changed) if they do not fit."""
+    def place_group(self, group: SequenceGroup, budget: int = 1 << 62) -> bool:
+        """Put a waiting or swapped group's sequences in memory; False (nothing changed) if they do not fit.
+
+        A single sequence about to be prefilled in chunks by a per-chunk allocator (vLLM's paged KV cache
+        manager) gets slots only for its prefix hits and first chunk (``budget`` and the long-prefill
+        threshold bound it); with ``scheduler_reserve_full_isl`` it is admitted only if its whole current
+        sequence (prompt plus any generated tokens) would fit."""
         alloc, plan = self.alloc, self.plan
+        if self.per_chunk and group.num_seqs == 1 and group.state != SWAPPED:
+            return self._place_first_chunk(group, budget)
         self.register_prefix(group)
         multi = group.forked and group.num_seqs > 1
         if group.num_seqs > 1 and not group.forked and not alloc.group_fits(
@@ -140,6 +158,32 @@ class GroupMechanics:
             if cached:
                 self.cached_prompt_tokens += cached
                 self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
+        self._start_running(group)
+        return True
+
+    def _place_first_chunk(self, group: SequenceGroup, budget: int) -> bool:
+        alloc = self.alloc
+        self.register_prefix(group)
+        target = group.prefill_target
+        cached = alloc.num_cached_tokens(group.hashes, target) if group.hashes else 0
+        chunk = self.chunk(target - cached, budget)
+        first = self.new_seq(group)
+        admission = alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
+                                max_total_tokens=group.max_total, block_hashes=group.hashes,
+                                full_tokens=target if self.reserve_full_isl else None,
+                                apply_watermark=bool(self.running))
+        if admission is None:
+            del self.owner[first]
+            group.seq_ids = []
+            return False
+        group.prefill_done = admission.cached_tokens
+        if admission.cached_tokens:
+            self.cached_prompt_tokens += admission.cached_tokens
+            self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + admission.cached_tokens
+        self._start_running(group)
+        return True
+
+    def _start_running(self, group: SequenceGroup) -> None:
         if group.admitted_s < 0:
             group.admitted_s = self.now
         group.state = RUNNING
@@ -147,25 +191,33 @@ class GroupMechanics:
         self.running.append(group)
         self.running_seqs += group.num_seqs
         self.beam_groups += group.beam
-        return True
 
     def register_prefix(self, group: SequenceGroup) -> None:
         """Shared prefixes (a prefix group) are registered once with allocators that support it (paged-cow)."""
         register = getattr(self.alloc, "register_prefix", None)
-        if register is None or not group.hashes or group.prefix_group is None:
+        if register is None or not group.prefix_blocks or group.prefix_group is None:
             return
-        if group.prefix_group not in self.registered_prefixes and register(group.hashes) is not None:
+        if group.prefix_group not in self.registered_prefixes and \
+                register(group.hashes[:group.prefix_blocks]) is not None:
             self.registered_prefixes.add(group.prefix_group)
 
     # -- running -------------------------------------------------------------------------------------------
+    def chunk(self, remaining: int, budget: int) -> int:
+        """Prefill tokens a group with ``remaining`` to compute gets this step: with chunked prefill, capped by
+        the budget left and by the long-prefill threshold in force."""
+        if not self.chunked:
+            return remaining
+        return min(remaining, budget, self.threshold or remaining)
+
     def schedule_chunk(self, group: SequenceGroup, chunk: int) -> None:
         self.plan.chunks.append((group, chunk))
         if chunk >= group.prefill_remaining:
             self.start_decode(group, from_prefill=True)
 
     def start_decode(self, group: SequenceGroup, *, from_prefill: bool) -> None:
-        """The group produces a token this step: fork its samples or beams if new, and give every sequence a
-        slot for the token. Joins the decode set (or, for beams, the eager per-step path)."""
+        """The group produces a token this step: fork its samples or beams if new. As in vLLM v1 the sampled
+        token gets no slot now: the next step, which computes it, allocates one. Joins the decode set (or,
+        for beams, the eager per-step path)."""
         alloc, plan, step = self.alloc, self.plan, self.step
         if not group.forked and group.num_seqs > 1:
             first = group.seq_ids[0]
@@ -177,18 +229,12 @@ class GroupMechanics:
                 self.new_seq(group)
                 plan.copies += len(made)
             group.forked = True
-        for seq_id in list(group.seq_ids):
-            made = self.until_fits(group, lambda s=seq_id: alloc.grow(s, 1))
-            if made is None:
-                return
-            plan.copies += len(made)
         group.base = step - group.generated
         if from_prefill:
             self.joiners.append(group)
         if not group.beam:
-            tokens = group.prompt + group.generated + 1
             for seq_id in group.seq_ids:
-                self.decode.join(seq_id, tokens, alloc.headroom(seq_id), step + 1)
+                self.decode.join(seq_id, alloc.num_tokens(seq_id), alloc.headroom(seq_id), step + 1)
         heapq.heappush(self.completions, (group.base + group.output - 1, group.index, group.epoch))
 
     def until_fits(self, group: SequenceGroup, action: Callable[[], object]) -> object:
@@ -198,7 +244,8 @@ class GroupMechanics:
             result = action()
             if result is not None:
                 return result
-            victim = self.running[-1]
+            victim = self.running[-1] if not self.priority else max(
+                self.running, key=lambda g: (g.priority, g.arrival_s, g.index))
             self.preempt(victim)
             if victim is group:
                 return None
@@ -209,6 +256,9 @@ class GroupMechanics:
         decode, alloc = self.decode, self.alloc
         for seq_id in group.seq_ids:
             if seq_id in decode:
+                lag = decode.pending(seq_id, self.step)
+                if lag > 0 and self.sync_on_free:  # its full blocks get their hashes, as in vLLM
+                    alloc.grow(seq_id, lag)
                 decode.leave(seq_id)
             alloc.free(seq_id)
             del self.owner[seq_id]
@@ -218,7 +268,8 @@ class GroupMechanics:
         self.beam_groups -= group.beam
 
     def preempt(self, victim: SequenceGroup) -> None:
-        if victim.base >= 0:
+        decoding = victim.base >= 0  # only a decoding group is swapped; a prefill is recomputed
+        if decoding:
             victim.generated = self.step - victim.base
             victim.base = -1
         moved = transfers = 0
@@ -230,6 +281,7 @@ class GroupMechanics:
                 moved += seq_slots
                 transfers += seq_transfers
         self.stop_running(victim)
+        self.returned += self.step_tokens.pop(victim.index, 0)
         victim.epoch += 1
         victim.preemptions += 1
         self.num_preemptions += 1
@@ -237,7 +289,7 @@ class GroupMechanics:
         if not self.running:
             self.reject(victim, "needs more KV memory than the whole pool while running alone", self.now)
             return
-        if self.swap and self.swap_used + moved <= self.swap_slots:
+        if self.swap and decoding and self.swap_used + moved <= self.swap_slots:
             victim.state = SWAPPED
             victim.swapped_slots = moved
             self.swap_used += moved
@@ -253,7 +305,27 @@ class GroupMechanics:
                 self.reject(victim, f"recompute needs {victim.prefill_target} prefill tokens, more than "
                                     f"max_num_batched_tokens with chunked prefill off", self.now)
                 return
-        self.waiting.appendleft(victim)
+        self.requeue(victim)
+
+    def requeue(self, group: SequenceGroup) -> None:
+        """A preempted group goes back in front of the queue (FCFS), or in priority order (priority)."""
+        if not self.priority:
+            self.waiting.appendleft(group)
+            return
+        self.enqueue(group)
+
+    def enqueue(self, group: SequenceGroup) -> None:
+        """Queue a group: at the back (FCFS), or before the first of lower priority (lower value first, then
+        earlier arrival, as vLLM's priority queue orders requests)."""
+        if not self.priority:
+            self.waiting.append(group)
+            return
+        key = (group.priority, group.arrival_s, group.index)
+        for i, other in enumerate(self.waiting):
+            if (other.priority, other.arrival_s, other.index) > key:
+                self.waiting.insert(i, group)
+                return
+        self.waiting.append(group)
 
     def reject(self, group: SequenceGroup, reason: str, now: float) -> None:
         group.state = REJECTED

@@ -5,7 +5,8 @@ requests are in flight at once; when one finishes (or is rejected) the next row 
 later, so arrival times come from the simulation itself and are recorded as they happen.
 
 Prefix identities (``block_hashes``) are only computed when the allocator can use them (a paged allocator
-with prefix caching, or one with shared-prefix registration): building them costs a `Request` per row.
+with prefix caching, or one with shared-prefix registration): building them costs a `Request` per row. With
+prefix caching every request also gets hashes for its own blocks (`own_block_hashes`).
 """
 
 from __future__ import annotations
@@ -16,22 +17,47 @@ import numpy as np
 
 from sim.sequence_group import SequenceGroup
 
+_OWN_BASE = 1 << 62
+"""Ids of a request's own blocks: ``_OWN_BASE + (index << 24) + block``, unique per request and block. They
+share the 63-bit range of content hashes, where a collision is as unlikely as between two content hashes."""
+
+
+def own_block_hashes(index: int, start: int, tokens: int, block_size: int) -> tuple[int, ...]:
+    """Ids of blocks ``start ..`` of a request's ``tokens`` tokens, unique to the request (workload position
+    ``index``): vLLM hashes every full block a request computes, generated tokens included, so a request
+    recomputed after preemption hits whichever of its own blocks are still cached. A block past the shared
+    prefix is the request's own, and so is every block after it (hashes are chained), so nothing else can
+    hold the same id."""
+    base = _OWN_BASE + (index << 24)
+    return tuple(range(base + start, base + tokens // block_size))
+
 
 class ArrivalSource:
     """Delivers requests due at or before a time; knows the next arrival time."""
 
-    def __init__(self, workload, *, block_size: int, want_hashes: bool, start_s: float = 0.0) -> None:
+    def __init__(self, workload, *, block_size: int, want_hashes: bool, start_s: float = 0.0,
+                 own_identity: bool = False) -> None:
         self.workload = workload
         self.size = len(workload)
         self.cursor = 0
         self.block_size = block_size
         self.times = workload.arrival_time_s
         self.closed = getattr(workload, "closed_loop", None)
-        self.want_hashes = want_hashes and self._has_identity(workload)
+        self.own_identity = own_identity
+        self.want_hashes = want_hashes and (own_identity or self._has_identity(workload))
         self.released: list[float] = []  # closed loop: heap of times a user sends its next request
         if self.closed is not None:
             self.released = [start_s] * min(self.closed.users, self.size)
         self.arrival_s = np.array(self.times, dtype=np.float64)  # actual arrivals (closed loop fills them in)
+
+    @classmethod
+    def for_allocator(cls, workload, alloc, *, start_s: float = 0.0) -> ArrivalSource:
+        """The source an allocator needs: with prefix caching, shared-prefix hashes and every request's own
+        block ids (vLLM v1 hashes every full block); with shared-prefix registration (paged-cow), the shared
+        prefixes; otherwise none."""
+        caching = bool(getattr(alloc, "prefix_caching", False)) and alloc.block_size > 1
+        return cls(workload, block_size=alloc.block_size, want_hashes=caching or hasattr(alloc, "register_prefix"),
+                   start_s=start_s, own_identity=caching)
 
     @staticmethod
     def _has_identity(workload) -> bool:
@@ -72,10 +98,15 @@ class ArrivalSource:
         prompt, output = int(w.prompt_tokens[i]), int(w.output_tokens[i])
         max_tokens, group_id = int(w.max_tokens[i]), int(w.prefix_group[i])
         hashes: tuple[int, ...] = ()
+        prefix_blocks = 0
         if self.want_hashes:
             hashes = w[i].block_hashes(self.block_size)
+            prefix_blocks = len(hashes)
+            if self.own_identity:
+                hashes += own_block_hashes(i, len(hashes), prompt + output, self.block_size)
         return SequenceGroup(
             i, int(w.ids[i]), t, prompt, output, n=int(w.n[i]), beam_width=int(w.beam_width[i]),
-            max_total=prompt + max_tokens if max_tokens >= 0 else None, hashes=hashes,
-            prefix_group=group_id if group_id >= 0 else None,
+            max_total=prompt + max_tokens - 1 if max_tokens >= 0 else None, hashes=hashes,
+            prefix_group=group_id if group_id >= 0 else None, prefix_blocks=prefix_blocks,
+            priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0,
         )

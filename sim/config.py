@@ -23,6 +23,9 @@ def flag(field: str) -> str:
     return _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
+SCHEDULING_POLICIES = ("fcfs", "priority")
+
+
 @dataclass(slots=True)
 class SimConfig:
     """One run: allocator and its options, deployment (model, GPU, KV size), scheduler, cost model, workload.
@@ -56,10 +59,13 @@ class SimConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     chunked_prefill: bool = True
-    prefix_caching: bool = False
+    prefix_caching: bool = True
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
-    watermark: float = 0.01
+    watermark: float = 0.0
+    long_prefill_token_threshold: int = 0
+    scheduler_reserve_full_isl: bool = True
+    scheduling_policy: str = "fcfs"
     step_time: float | None = None
     calibration: str | None = None
     cost_profile: str | None = None
@@ -101,7 +107,7 @@ class SimConfig:
             integer(name, 1)
         for name in ("kv_tokens", "max_model_len", "num_requests"):
             integer(name, 1, allow_none=True)
-        for name in ("seed", "memory_snapshots", "debug_invariants"):
+        for name in ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold"):
             integer(name, 0)
         for name in ("kv_gib", "step_time", "rate"):
             positive_float(name)
@@ -111,6 +117,9 @@ class SimConfig:
             raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"--scheduling-policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
+                             f"got {self.scheduling_policy!r}")
         if self.preemption not in PREEMPTION_MODES:
             raise ValueError(f"--preemption must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -136,10 +145,10 @@ class SimConfig:
             if not is_table_path(self.cost_profile):
                 get_profile(self.cost_profile)
         if self.router not in ROUTERS:
-            raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+            raise ValueError(f"--router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
         if isinstance(self.router_load_weight, bool) or not isinstance(self.router_load_weight, (int, float)) \
                 or not 0 <= self.router_load_weight < math.inf:
-            raise ValueError(f"router_load_weight must be a finite number >= 0, got {self.router_load_weight!r}")
+            raise ValueError(f"--router-load-weight must be a finite number >= 0, got {self.router_load_weight!r}")
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")

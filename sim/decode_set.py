@@ -11,7 +11,10 @@ the true memory breakdown is the allocator's with ``lag`` slots moved from reser
 
 ``lag`` sums ``G - g0`` over all sequences (O(1) from ``n`` and ``sum_g0``). A sequence synced at step ``G``
 for that step's token gets ``g0 = G + 1`` and so counts -1 during step ``G``: the memory state *during* a
-step holds the blocks the step needs but not yet its tokens, in every mode. With ``lazy=False`` every
+step holds the blocks the step needs but not yet its tokens, in every mode. As in vLLM v1 a slot is
+allocated for the token a step computes (fed in), never for the one it samples: a sequence joins holding its
+prompt at ``g0 = G + 1`` after its prefill step ``G`` (the engine adds the step's joiners back, as they hold
+no slot for a token of step ``G``, and likewise the decoders `defer` moved). With ``lazy=False`` every
 sequence is synced every step (the step-by-step mode the fast path is tested against).
 
 `sim.fast_forward` inlines `pop_due` and `resync` in its per-block loop (and updates ``sum_g0`` and
@@ -66,6 +69,15 @@ class DecodeSet:
         self.tokens[seq_id] += added
         self.sum_tokens += added
         due = next_step + headroom if self.lazy else next_step
+        self.deadline[seq_id] = due
+        heapq.heappush(self.heap, (due, seq_id))
+
+    def defer(self, seq_id: int) -> None:
+        """The sequence computes nothing this step (the token budget ran out before it): its sync step and
+        deadline move one step later."""
+        self.g0[seq_id] += 1
+        self.sum_g0 += 1
+        due = self.deadline[seq_id] + 1
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
 

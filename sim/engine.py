@@ -115,7 +115,7 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
     waiting = sched.waiting_flag()
     running = len(sched.running)
     b = sched.alloc.breakdown(waiting)
-    lag = sched.decode.lag(sched.step) - plan.eager_appended
+    lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
     if plan.can_run:
         t_next = next_arrival()
         horizon = math.inf if t_next is None else t_next - now

@@ -55,7 +55,7 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if last is None:
         raise RuntimeError("decode run with no completion ahead: the scheduler lost track")
     step0 = sched.step
-    context = decode.context(step0)
+    context = decode.context(step0) + n  # each decoder also attends to the token it feeds
     lag0 = decode.lag(step0)
     k = last + 1 - step0
     prefix = cost.decode_prefix(n, context)  # when step m of the run starts, in seconds from its start
@@ -122,7 +122,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         k = end - step
         if k == math.inf:
             raise RuntimeError("decode run with no deadline and no completion: the scheduler lost track")
-        context = decode.context(step)
+        context = decode.context(step) + n
         stop = False
         seconds, weighted = cost.decode_run(n, context, k)
         if total + seconds >= horizon:  # the last steps may start at or after the next arrival

@@ -95,9 +95,7 @@ class Fleet:
         self.start = float(self.times[0]) if self.size else 0.0
         for replica in self.replicas:
             replica.end_s = self.start
-        want_hashes = (config.prefix_caching and alloc.block_size > 1) or hasattr(alloc, "register_prefix")
-        self.source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes,
-                                    start_s=self.start)
+        self.source = ArrivalSource.for_allocator(workload, alloc, start_s=self.start)
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight)

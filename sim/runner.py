@@ -100,7 +100,10 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
                       max_model_len=max_model_len, lazy=not config.step_by_step,
-                      rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob)
+                      rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
+                      long_prefill_token_threshold=config.long_prefill_token_threshold,
+                      scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+                      scheduling_policy=config.scheduling_policy)
     return alloc, cost, sched
 
 
@@ -120,8 +123,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     alloc, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
     times = workload.arrival_time_s
     start = float(times[0]) if len(workload) and getattr(workload, "closed_loop", None) is None else 0.0
-    want_hashes = (config.prefix_caching and alloc.block_size > 1) or hasattr(alloc, "register_prefix")
-    source = ArrivalSource(workload, block_size=alloc.block_size, want_hashes=want_hashes, start_s=start)
+    source = ArrivalSource.for_allocator(workload, alloc, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
     count = snapshot_count(config, cap.kv_tokens)

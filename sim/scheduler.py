@@ -37,6 +37,7 @@ class StepPlan:
     swap_slots: int = 0  # token slots the swaps move over PCIe
     preempted: int = 0
     eager_appended: int = 0
+    lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder
     can_run: bool = False
     chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
 
@@ -51,54 +52,109 @@ class Scheduler(GroupMechanics):
             self.reject(group, reason, now)
             return
         self.live[group.index] = group
-        self.waiting.append(group)
+        self.enqueue(group)
 
     @property
     def idle(self) -> bool:
         return not self.running and not self.waiting
 
     def plan_step(self, now: float) -> StepPlan:
-        """Do the allocator work of the next step (index ``self.step``) and say what the step computes."""
+        """Do the allocator work of the next step (index ``self.step``) and say what the step computes.
+
+        As vLLM v1: running groups in admission order (each decoder one token, each prefill a chunk of what
+        is left of the budget, capped by ``long_prefill_token_threshold``), allocating what each computes and
+        preempting when that fails; then admissions into what is left, unless something was preempted. A
+        step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
         self.now = now
         copied = self.alloc.copied_slots
-        step = self.step
-        decode = self.decode
-        # 1. running decoders whose headroom ran out need a slot for this step's token
-        for seq_id in decode.pop_due(step):
-            group = self.owner.get(seq_id)
-            if group is None or group.state != RUNNING:
-                continue
-            added = decode.pending(seq_id, step) + 1
-            copies = self.alloc.grow(seq_id, added)
-            if copies is None:
-                copies = self.until_fits(group, lambda s=seq_id, a=added: self.alloc.grow(s, a))
-                if copies is None:
-                    continue
-            plan.copies += len(copies)
-            decode.resync(seq_id, added, self.alloc.headroom(seq_id), step + 1)
-        # 2. beam groups re-pick parents and append a token, every step
+        self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
+        self.step_tokens.clear()
+        self.returned = 0
+        self.deferred_seqs = self.deferred_context = 0
+        # beam groups re-pick parents and append a token, every step
         if self.beam_groups:
             for group in [g for g in self.running if g.beam and g.base >= 0]:
                 if group.state == RUNNING:
                     beam_step(self, group)
-        # 3. running prefills take chunks of the token budget, in running order (when every running sequence
-        #    is a lazily grown decoder, none is prefilling and the scan is skipped)
-        budget = self.budget - decode.n - self.beam_decoders()[0]
-        if self.running_seqs != decode.n or self.beam_groups:
-            for group in list(self.running):
-                if group.state == RUNNING and group.prefilling and budget > 0:
-                    chunk = min(group.prefill_remaining, budget) if self.chunked else group.prefill_remaining
-                    budget -= chunk
-                    self.schedule_chunk(group, chunk)
-        # 4. admissions, unless something was preempted (or a static batch is still running)
+        budget = self.budget - self.beam_decoders()[0]
+        if self.running_seqs == self.decode.n and not self.beam_groups:
+            # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
+            for seq_id in self.decode.pop_due(self.step):
+                self.sync_decoder(seq_id)
+            budget -= self.decode.n
+        else:
+            budget = self.walk_running(budget)
         admitted = self.admit_waiting(budget) if not plan.preempted else False
         plan.copy_slots = self.alloc.copied_slots - copied
         self.finish_plan(plan, admitted)
         return plan
 
+    def sync_decoder(self, seq_id: int) -> bool:
+        """Give a due decoder slots for the tokens it computed since its last sync and this step's; False if
+        its group was preempted instead."""
+        group = self.owner.get(seq_id)
+        if group is None or group.state != RUNNING:
+            return False
+        decode, step = self.decode, self.step
+        added = decode.pending(seq_id, step) + 1
+        copies = self.alloc.grow(seq_id, added)
+        if copies is None:
+            copies = self.until_fits(group, lambda s=seq_id, a=added: self.alloc.grow(s, a))
+            if copies is None:
+                return False
+        self.plan.copies += len(copies)
+        decode.resync(seq_id, added, self.alloc.headroom(seq_id), step + 1)
+        return True
+
+    def walk_running(self, budget: int) -> int:
+        """vLLM's running loop, in running order; returns the budget left. Decoders the budget cannot reach
+        skip the step (`defer`)."""
+        due = set(self.decode.pop_due(self.step))  # every one is synced, deferred or preempted below
+        for group in list(self.running):
+            if group.state != RUNNING or (group.beam and group.base >= 0):
+                continue
+            budget += self.returned
+            self.returned = 0
+            if group.prefilling:
+                if budget <= 0:
+                    continue
+                chunk = self.chunk(group.prefill_remaining, budget)
+                if self.per_chunk and group.num_seqs == 1:
+                    seq_id = group.seq_ids[0]
+                    if self.until_fits(group, lambda s=seq_id, c=chunk: self.alloc.grow(s, c)) is None:
+                        continue
+                budget -= chunk
+                self.step_tokens[group.index] = chunk
+                self.schedule_chunk(group, chunk)
+                continue
+            if budget < group.num_seqs:
+                self.defer(group, due)
+                continue
+            for seq_id in list(group.seq_ids):
+                if seq_id in due and not self.sync_decoder(seq_id):
+                    break
+            if group.state == RUNNING:
+                budget -= group.num_seqs
+                self.step_tokens[group.index] = group.num_seqs
+        return budget + self.returned
+
+    def defer(self, group: SequenceGroup, due: set[int]) -> None:
+        """A decoding group the step's budget did not reach computes nothing this step: its decode clock
+        and its completion move one step later."""
+        decode, step = self.decode, self.step
+        for seq_id in group.seq_ids:
+            self.deferred_context += decode.tokens[seq_id] + step - decode.g0[seq_id]
+            decode.defer(seq_id)
+            due.discard(seq_id)
+        self.deferred_seqs += len(group.seq_ids)
+        group.base += 1
+        group.epoch += 1
+        heapq.heappush(self.completions, (group.base + group.output - 1, group.index, group.epoch))
+
     def admit_waiting(self, budget: int) -> bool:
-        """FCFS, head of line. Returns whether anything was admitted; sets `memory_blocked`."""
+        """FCFS (or priority order), head of line. Returns whether anything was admitted; sets
+        `memory_blocked`."""
         self.memory_blocked = bool(self.waiting)
         if not self.continuous and self.running:
             return False
@@ -111,7 +167,7 @@ class Scheduler(GroupMechanics):
             if not self.chunked and self.prefill_need(group) > budget:
                 self.memory_blocked = False
                 return admitted
-            if not self.place_group(group):
+            if not self.place_group(group, budget):
                 if self.running:
                     return admitted
                 self.waiting.popleft()
@@ -120,8 +176,7 @@ class Scheduler(GroupMechanics):
                 continue
             admitted = True
             self.waiting.popleft()
-            need = group.prefill_remaining  # placing it may have registered a shared prefix it now hits
-            chunk = min(need, budget) if self.chunked else need
+            chunk = self.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
             budget -= chunk
             if group.prefilling:
                 self.schedule_chunk(group, chunk)
@@ -148,8 +203,10 @@ class Scheduler(GroupMechanics):
         beam_seqs, beam_context = self.beam_decoders()
         if self.beam_groups:
             plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
-        plan.decode_seqs = decode.n - join_seqs + beam_seqs
-        decode_context = decode.context(step) - join_context + beam_context
+        plan.lag_offset = join_seqs + self.deferred_seqs
+        plan.decode_seqs = decode.n - join_seqs - self.deferred_seqs + beam_seqs
+        # a decoder attends to the token it feeds this step too (its slot is part of the step's growth)
+        decode_context = decode.context(step) + decode.n - join_context - self.deferred_context + beam_context
         prefill_context = prefill_pairs = 0
         for group, chunk in plan.chunks:
             plan.prefill_tokens += chunk

@@ -18,16 +18,19 @@ class SequenceGroup:
     """A request's live state. ``index`` is its position in the workload (results are stored by it)."""
 
     __slots__ = (
-        "index", "request_id", "prefix_group", "arrival_s", "prompt", "output", "num_seqs", "beam", "max_total", "hashes",
+        "index", "request_id", "prefix_group", "prefix_blocks", "priority", "arrival_s", "prompt", "output",
+        "num_seqs", "beam", "max_total", "hashes",
         "state", "seq_ids", "generated", "prefill_target", "prefill_done", "admitted_s", "first_token_s",
         "preemptions", "swapped_slots", "epoch", "forked", "base",
     )
 
     def __init__(self, index: int, request_id: int, arrival_s: float, prompt: int, output: int, *, n: int = 1,
                  beam_width: int = 1, max_total: int | None = None, hashes: tuple[int, ...] = (),
-                 prefix_group: int | None = None) -> None:
+                 prefix_group: int | None = None, prefix_blocks: int | None = None, priority: int = 0) -> None:
         self.index = index
         self.prefix_group = prefix_group
+        self.prefix_blocks = len(hashes) if prefix_blocks is None else prefix_blocks  # shared-prefix hashes
+        self.priority = priority
         self.request_id = request_id
         self.arrival_s = arrival_s
         self.prompt = prompt
@@ -50,9 +53,15 @@ class SequenceGroup:
         self.base = -1  # while decoding: the step index s.t. tokens generated before step G are G - base
 
     @property
-    def final_tokens(self) -> int:
-        """Tokens each sequence holds when it finishes (the waste accounting's ``final_tokens``)."""
+    def total_tokens(self) -> int:
+        """Prompt plus output: what ``max_model_len`` bounds."""
         return self.prompt + self.output
+
+    @property
+    def final_tokens(self) -> int:
+        """Slots each sequence holds when it finishes (the waste accounting's ``final_tokens``): as in vLLM
+        v1, a step allocates slots only for the tokens it computes, so the last sampled token never gets one."""
+        return self.prompt + self.output - 1
 
     @property
     def prefilling(self) -> bool:

@@ -130,13 +130,13 @@ def test_grow_due_refuses_without_change_when_the_pool_is_short():
 def test_grow_due_evicts_cached_blocks_in_queue_order():
     alloc = PagedAllocator(6 * 4, block_size=4, prefix_caching=True)  # 5 usable blocks
     alloc.admit(0, 9, final_tokens=9, block_hashes=[11, 12])  # blocks 1-3; 1 and 2 cached
-    alloc.free(0)  # tail first: queue 4 5 3 2 1, cached 2 and 1 at the back
-    alloc.admit(1, 5, final_tokens=40, block_hashes=[21])  # takes 4 and 5
-    assert alloc.free_block_ids() == [3, 2, 1]
+    alloc.free(0)  # uncached 3 to the head, cached 2 and 1 to the back (tail first): queue 3 4 5 2 1
+    alloc.admit(1, 5, final_tokens=40, block_hashes=[21])  # takes 3 and 4
+    assert alloc.free_block_ids() == [5, 2, 1]
     check_grow_due(alloc, 1, 3)  # 8 tokens: its second block fills and is cached under no hash (none given)
-    grown = check_grow_due(alloc, 1, 5)  # 13 tokens: needs 2 new blocks, popping 3 then cached 2
+    grown = check_grow_due(alloc, 1, 5)  # 13 tokens: needs 2 new blocks, popping 5 then cached 2
     assert grown == (3, 2, 3)  # 3 of the 16 slots held are still to fill
-    assert alloc.block_table(1) == (4, 5, 3, 2) and alloc.block_hash(2) is None
+    assert alloc.block_table(1) == (3, 4, 5, 2) and alloc.block_hash(2) is None
     assert alloc.num_cached_tokens([11, 12], 9) == 4  # block 1 (hash 11) still hits; 12 was evicted
     assert alloc.block_hash(1) == 11
 

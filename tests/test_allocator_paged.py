@@ -48,11 +48,13 @@ def test_fork_without_copy_on_write_copies_every_block():
     a.check_invariants()
 
 
-def test_freed_chain_is_appended_tail_first():
-    a = make_allocator("paged", 6 * 16)
+def test_freed_uncached_blocks_are_reused_first_tail_first():
+    """vLLM 0.33's ``free_blocks``: blocks without a cached hash go to the head of the free queue (LIFO reuse),
+    the sequence's tail first."""
+    a = make_allocator("paged", 6 * 16, prefix_caching=False)
     a.admit(1, 40, final_tokens=40)
     a.free(1)
-    assert a.free_block_ids() == [4, 5, 3, 2, 1]
+    assert a.free_block_ids() == [3, 2, 1, 4, 5]
 
 
 def test_memory_map_marks_null_block_and_remainder_as_overhead():

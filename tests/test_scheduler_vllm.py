@@ -22,12 +22,12 @@ def make(alloc, **kwargs):
 
 
 def test_preemption_takes_the_last_admitted():
-    # 10 usable blocks of 16 (block 0 is null). Two requests of 79 prompt tokens each reach 80 tokens (5 full
-    # blocks) with their first token; when the first needs a 6th block, the second (admitted last) is preempted.
+    # 10 usable blocks of 16 (block 0 is null). Two requests of 80 prompt tokens fill 5 blocks each; the first
+    # decode step computes token 81, which needs a 6th block: the second (admitted last) is preempted.
     alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
     sched, sink = make(alloc, max_num_batched_tokens=4096)
-    a = SequenceGroup(0, 0, 0.0, 79, 10)
-    b = SequenceGroup(1, 1, 0.0, 79, 10)
+    a = SequenceGroup(0, 0, 0.0, 80, 10)
+    b = SequenceGroup(1, 1, 0.0, 80, 10)
     sched.add(a, 0.0)
     sched.add(b, 0.0)
     plan = sched.plan_step(0.0)
@@ -58,7 +58,7 @@ def test_chunked_prefill_admits_two_unchunked_one():
 def test_no_admission_in_a_step_with_preemption():
     alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
     sched, _ = make(alloc, max_num_batched_tokens=4096)
-    a, b, c = (SequenceGroup(i, i, 0.0, 79, 10) for i in range(3))
+    a, b, c = (SequenceGroup(i, i, 0.0, 80, 10) for i in range(3))
     for g in (a, b):
         sched.add(g, 0.0)
     sched.plan_step(0.0)
@@ -93,3 +93,29 @@ def test_group_that_outgrows_the_pool_alone_is_rejected_not_retried():
     assert sched.idle
     assert sink.rejected and "whole pool" in sink.rejected[0][1]
     alloc.check_invariants()
+
+
+def test_decoders_the_budget_does_not_reach_skip_the_step():
+    """Guards `Scheduler.defer`: as in vLLM's running loop, a decoding group behind prefill chunks that used up
+    the token budget computes nothing that step, and its completion moves a step later each time. (With one
+    sequence per request this cannot happen when max_num_batched_tokens >= max_num_seqs; an n=8 group can.)"""
+    for lazy in (True, False):
+        alloc = PagedAllocator(100_000, block_size=16, max_model_len=2048)
+        sched, sink = make(alloc, max_num_seqs=16, max_num_batched_tokens=16, long_prefill_token_threshold=4,
+                           lazy=lazy)
+        groups = [SequenceGroup(0, 0, 0.0, 40, 3), SequenceGroup(1, 1, 0.0, 40, 3), SequenceGroup(2, 2, 0.0, 1, 20),
+                  SequenceGroup(3, 3, 0.0, 1, 5, n=8)]
+        for g in groups:
+            sched.add(g, 0.0)
+        step = 0
+        while not sched.idle:
+            plan = sched.plan_step(float(step))
+            if step == 1:  # 4 + 4 prefill tokens and one decode leave 7 of 16: the n=8 group is not reached
+                assert [c for _, c in plan.chunks] == [4, 4] and plan.decode_seqs == 1
+            sched.complete(1, float(step + 1))
+            step += 1
+        alloc.check_invariants()
+        finished = dict(sink.finished)
+        # the prefills take steps 0-9 (4 tokens a step); the group's first token comes at step 0, its other four
+        # at steps 10-13 once nothing is ahead of it; without the budget it would have finished after step 4
+        assert finished[3] == 14.0 and finished[0] == finished[1] == 12.0, (lazy, finished)

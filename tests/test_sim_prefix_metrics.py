@@ -36,7 +36,7 @@ def check_consistent(result) -> None:
 
 def test_shared_system_prompt_by_hand():
     w = system_prompt_workload()
-    off = run_simulation(SimConfig(kv_tokens=20_000), w)
+    off = run_simulation(SimConfig(kv_tokens=20_000, prefix_caching=False), w)
     assert (off.summary["prefill_tokens"], off.summary["cached_prompt_tokens"], off.summary["prefix_hit_frac"]) == (
         1800, 0, 0.0)
     assert off.requests["cached_tokens"].tolist() == [0, 0, 0]
@@ -47,7 +47,7 @@ def test_shared_system_prompt_by_hand():
     assert on.summary["cached_prompt_tokens"] == 1024
     assert on.summary["prefix_hit_frac"] == pytest.approx(1024 / 1800)
     # copy-on-write registers the shared prefix before the first admission: every request hits it
-    cow = run_simulation(SimConfig(allocator="paged-cow", kv_tokens=20_000), w)
+    cow = run_simulation(SimConfig(allocator="paged-cow", kv_tokens=20_000, prefix_caching=False), w)
     assert cow.requests["cached_tokens"].tolist() == [512, 512, 512]
     assert cow.summary["prefill_tokens"] == 3 * 88
     assert cow.summary["prefix_hit_frac"] == pytest.approx(1536 / 1800)
@@ -71,7 +71,7 @@ def test_a_hit_never_covers_the_last_prompt_token():
 def test_mooncake_sample_with_prefix_caching():
     w = workloads.load_trace(MOONCAKE).head(120)
     config = dict(model="llama-3-8b", gpu="h200")
-    off = run_simulation(SimConfig(**config), w)
+    off = run_simulation(SimConfig(prefix_caching=False, **config), w)
     on = run_simulation(SimConfig(prefix_caching=True, **config), w)
     for result in (off, on):
         check_consistent(result)

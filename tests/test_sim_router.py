@@ -69,12 +69,12 @@ def test_prefix_aware_scoring_rule():
 
 
 def test_unknown_router_is_a_one_line_error():
-    with pytest.raises(ValueError, match="router must be one of round-robin, random"):
+    with pytest.raises(ValueError, match="--router must be one of round-robin, random"):
         SimConfig(router="sticky")
     result = CliRunner().invoke(main, ["run", "--replicas", "2", "--router-load-weight", "-1", "--num-requests",
                                        "5"])
     assert result.exit_code == 2
-    assert result.output.strip().splitlines()[-1].startswith("Error: router_load_weight must be")
+    assert result.output.strip().splitlines()[-1].startswith("Error: --router-load-weight must be")
     assert set(ROUTERS) == {"round-robin", "random", "least-requests", "least-kv", "prefix-aware"}
 
 

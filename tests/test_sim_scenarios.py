@@ -39,12 +39,14 @@ def test_two_requests_by_hand():
     assert s["sim_time_s"] == pytest.approx(0.3)
     assert s["throughput_tok_s"] == pytest.approx(5 / 0.3)
     assert s["mean_running"] == pytest.approx((1 + 2 + 2) / 3)
-    # token states during the steps (before each step's tokens): 10, 11 + 20, 12 + 21
-    assert s["token_states_frac"] == pytest.approx((10 + 31 + 33) * 0.1 / (0.3 * 1600))
-    # reservation: slots of held blocks still to be filled: 3; 2 + 2; 1 + 1 (final lengths 13 and 22)
-    assert s["reservation_frac"] == pytest.approx((3 + 4 + 2) * 0.1 / (0.3 * 1600))
-    # internal fragmentation: held slots past the final length: 3; 3 + 10; 3 + 10
-    assert s["internal_frag_frac"] == pytest.approx((3 + 13 + 13) * 0.1 / (0.3 * 1600))
+    # token states during the steps (before each step's decode tokens; a sampled token gets its slot in the
+    # step that computes it, as in vLLM v1): 10, 10 + 20, 11 + 20
+    assert s["token_states_frac"] == pytest.approx((10 + 30 + 31) * 0.1 / (0.3 * 1600))
+    # reservation: slots of held blocks still to be filled: 2; 2 + 1; 1 + 1 (final lengths 12 and 21: the
+    # last sampled token never gets a slot)
+    assert s["reservation_frac"] == pytest.approx((2 + 3 + 2) * 0.1 / (0.3 * 1600))
+    # internal fragmentation: held slots past the final length: 4; 4 + 11; 4 + 11
+    assert s["internal_frag_frac"] == pytest.approx((4 + 15 + 15) * 0.1 / (0.3 * 1600))
     assert s["external_frag_frac"] == pytest.approx(16 / 1600)  # the null block
     assert sum(s[k] for k in SHARE_KEYS) == pytest.approx(1.0)
     steps = r.steps
@@ -154,9 +156,9 @@ def test_fast_forward_equals_step_by_step(options):
 def test_prefix_caching_cuts_prefill():
     w = poisson(60, 3.0, prompt=(600, 700), prefix_group=np.zeros(60, int), prefix_len=np.full(60, 512))
     on = run_simulation(SimConfig(kv_tokens=30000, prefix_caching=True), w)
-    off = run_simulation(SimConfig(kv_tokens=30000), w)
+    off = run_simulation(SimConfig(kv_tokens=30000, prefix_caching=False), w)
     assert on.steps["prefill_tokens"].sum() < off.steps["prefill_tokens"].sum() - 50 * 400
-    cow = run_simulation(SimConfig(allocator="paged-cow", kv_tokens=30000), w)
+    cow = run_simulation(SimConfig(allocator="paged-cow", kv_tokens=30000, prefix_caching=False), w)
     assert cow.summary["shared_saved_frac"] > 0
     assert cow.steps["prefill_tokens"].sum() < off.steps["prefill_tokens"].sum()
 

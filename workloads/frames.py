@@ -30,6 +30,7 @@ def workload_to_frame(workload: Workload, *, hashes_as: str = "list") -> pd.Data
     frame["n"], frame["beam_width"] = w.n, w.beam_width
     frame["prefix_group"] = _nullable(w.prefix_group)
     frame["prefix_len"] = w.prefix_len
+    frame["priority"] = w.priority
     if hashes_as != "none":
         split = np.split(w.hash_values, w.hash_offsets[1:-1]) if len(w) else []
         if hashes_as == "text":
@@ -92,7 +93,7 @@ def write_trace(workload: Workload, path: str | Path) -> Path:
 
 def _drop_unused(frame: pd.DataFrame, workload: Workload) -> pd.DataFrame:
     """Leave out optional columns no request uses, so simple traces stay simple files."""
-    unused = [c for c, default in (("n", 1), ("beam_width", 1), ("prefix_len", 0))
+    unused = [c for c, default in (("n", 1), ("beam_width", 1), ("prefix_len", 0), ("priority", 0))
               if (getattr(workload, c) == default).all()]
     unused += [c for c in ("max_tokens", "prefix_group") if frame[c].isna().all()]
     if not workload.has_prefix_hashes:

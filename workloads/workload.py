@@ -20,7 +20,8 @@ import numpy as np
 from workloads.ragged import take_ragged
 from workloads.request import Request
 
-INT_COLUMNS = ("prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width", "prefix_group", "prefix_len")
+INT_COLUMNS = ("prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width", "prefix_group", "prefix_len",
+               "priority")
 NONE = -1
 """Sentinel for 'no value' in the ``max_tokens`` and ``prefix_group`` columns."""
 
@@ -52,6 +53,8 @@ class Workload:
     beam_width: np.ndarray | None = None
     prefix_group: np.ndarray | None = None
     prefix_len: np.ndarray | None = None
+    priority: np.ndarray | None = None
+    """Scheduling priority under ``--scheduling-policy priority`` (vLLM's: lower value first; default 0)."""
     hash_offsets: np.ndarray | None = None
     hash_values: np.ndarray | None = None
     prefix_hash_tokens: int = 512
@@ -65,7 +68,8 @@ class Workload:
     def __post_init__(self) -> None:
         size = len(self.arrival_time_s)
         self.arrival_time_s = np.ascontiguousarray(self.arrival_time_s, dtype=np.float64)
-        defaults = {"max_tokens": NONE, "n": 1, "beam_width": 1, "prefix_group": NONE, "prefix_len": 0}
+        defaults = {"max_tokens": NONE, "n": 1, "beam_width": 1, "prefix_group": NONE, "prefix_len": 0,
+                    "priority": 0}
         for col in INT_COLUMNS:
             value = getattr(self, col)
             value = np.full(size, defaults[col], np.int64) if value is None else np.asarray(value, np.int64)

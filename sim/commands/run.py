@@ -15,7 +15,7 @@ import click
 
 from sim.cli import fail
 from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
-from sim.config import PREEMPTION_MODES, SCHEDULERS, SimConfig
+from sim.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 from sim.routers import ROUTERS
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
@@ -25,11 +25,11 @@ COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughpu
 _DEFAULTS = SimConfig()
 
 
-def _field_option(flags: str, **kwargs):
+def _field_option(flags: str, *names: str, **kwargs):
     """A flag for the `SimConfig` field it spells (``--block-size`` -> ``block_size``), defaulting to the
     field's own default, so the command line and the configuration cannot disagree."""
-    name = flags.split("/")[0].removeprefix("--").replace("-", "_")
-    return click.option(flags, default=getattr(_DEFAULTS, name), show_default=True, **kwargs)
+    name = names[0] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
+    return click.option(flags, *names, default=getattr(_DEFAULTS, name), show_default=True, **kwargs)
 
 
 def simulation_options(func):
@@ -79,8 +79,17 @@ def simulation_options(func):
                       help="Most tokens (prefill + decode) one step computes."),
         _field_option("--chunked-prefill/--no-chunked-prefill",
                       help="Split long prompts over several steps within the token budget."),
-        click.option("--prefix-caching", is_flag=True,
-                     help="Automatic prefix caching (paged allocators); the summary reports prefix_hit_frac."),
+        _field_option("--prefix-caching/--no-prefix-caching", "prefix_caching",
+                      help="Automatic prefix caching (paged allocators; on by default, as in vLLM v1); the "
+                           "summary reports prefix_hit_frac."),
+        _field_option("--long-prefill-token-threshold", type=int,
+                      help="Most prefill tokens one request computes in a step (vLLM's; 0 = no cap)."),
+        _field_option("--scheduler-reserve-full-isl/--no-scheduler-reserve-full-isl", "scheduler_reserve_full_isl",
+                      help="Admit a request only if its whole sequence fits (vLLM's default), not just its "
+                           "first chunk."),
+        _field_option("--scheduling-policy", type=click.Choice(SCHEDULING_POLICIES),
+                      help="fcfs, or priority (the trace's priority column: lower first; the preemption "
+                           "victim is the lowest priority, latest arrival)."),
         _field_option("--preemption", type=click.Choice(PREEMPTION_MODES),
                       help="What happens to a preempted request: recompute its KV later, or swap it to host "
                            "memory."),

@@ -1,9 +1,10 @@
 """The paper's experiments as configurations, and the runs that collect their results.
 
 Every run uses the paper's setup (`paper_config`): OPT-13B on an A100-40GB with 12 GiB of KV memory, vLLM's
-defaults (block 16, FCFS, recompute on preemption, a 1% watermark) and no chunked prefill (the paper predates
-it), with sequences capped at 2,048 tokens. `Sizes` says how much of each experiment to run: `FULL` follows the
-paper (one hour of arrivals), `QUICK` is a smoke-sized version for CI whose numbers are not comparable.
+defaults of the time (block 16, FCFS, recompute on preemption, a 1% watermark, no automatic prefix caching: set
+explicitly, since kvsim's defaults now follow vLLM v1) and no chunked prefill (the paper predates it), with
+sequences capped at 2,048 tokens. `Sizes` says how much of each experiment to run: `FULL` follows the paper
+(one hour of arrivals), `QUICK` is a smoke-sized version for CI whose numbers are not comparable.
 
 Runs are independent, so they go through the sweep's executor (`sim.sweep.executors.run_tasks`) and use as many
 worker processes as asked.
@@ -82,7 +83,8 @@ def paper_config(allocator: str, preset: str, rate: float, num_requests: int, **
     values = dict(allocator=allocator, model=paper.MODEL, gpu=paper.GPU, kv_gib=paper.KV_GIB,
                   cost_profile=paper.COST_PROFILE,
                   block_size=paper.BLOCK_SIZE, max_model_len=paper.MAX_MODEL_LEN, chunked_prefill=False,
-                  preemption="recompute", preset=preset, rate=rate, num_requests=num_requests, seed=0,
+                  preemption="recompute", watermark=paper.WATERMARK, prefix_caching=False, preset=preset,
+                  rate=rate, num_requests=num_requests, seed=0,
                   memory_snapshots=0)
     return SimConfig(**(values | overrides))
 

@@ -12,6 +12,8 @@ MODEL = "opt-13b"
 GPU = "a100-40gb"
 KV_GIB = 12.0
 BLOCK_SIZE = 16
+WATERMARK = 0.01
+"""vLLM v0's admission watermark (1% of blocks), which the paper's system used; v1's default is 0."""
 MAX_MODEL_LEN = 2048
 COST_PROFILE = "paper-2023"
 """The SOSP'23 vLLM's clock (`sim.cost_profiles`): kvsim's roofline plus a per-sequence CPU term fitted to

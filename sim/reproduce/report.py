@@ -107,7 +107,7 @@ def results_json(rep: Reproduction, command: str) -> dict:
         "sizes": rep.sizes.name,
         "setup": {"model": paper.MODEL, "gpu": paper.GPU, "kv_gib": paper.KV_GIB, "block_size": paper.BLOCK_SIZE,
                   "max_model_len": paper.MAX_MODEL_LEN, "chunked_prefill": False, "preemption": "recompute",
-                  "cost_profile": paper.COST_PROFILE},
+                  "watermark": paper.WATERMARK, "prefix_caching": False, "cost_profile": paper.COST_PROFILE},
         "sustained_rate_definition": f"highest rate whose normalized latency stays <= {rep.bound_s_per_token} "
                                      "s/token, interpolated linearly between grid points",
         "capacity": rep.capacity,

@@ -23,6 +23,8 @@ MAX_TOKENS = 10**9
 """Token counts above this are certainly corrupt (and would overflow downstream arithmetic)."""
 MAX_ID = 2**53
 """Group ids travel through float64 on the way in; larger ids would silently lose precision."""
+MAX_NAMED_ID = 2**62
+"""Text group names map to ids in [MAX_ID, MAX_NAMED_ID), apart from every numeric id."""
 
 
 @dataclass
@@ -50,6 +52,34 @@ def to_float(values: np.ndarray) -> np.ndarray:
         return pd.to_numeric(pd.Series(arr, dtype=object), errors="coerce").to_numpy(np.float64, na_value=np.nan)
     except (TypeError, ValueError):
         return np.array([_one_float(v) for v in arr], np.float64)
+
+
+def group_ids(values: np.ndarray, numbers: np.ndarray) -> np.ndarray:
+    """``prefix_group`` values as ids: numbers as they are; any other text is a group name (same name, same
+    prefix) mapped to a stable id of its own (`workloads.hashing.mix` over its UTF-8 bytes, a multiple of
+    1024 so float64 holds it exactly), never to "no group". A value that is neither (a list, a boolean) becomes
+    -1.5, which the whole-number rule rejects with the usual error naming the row."""
+    from workloads.hashing import mix
+
+    arr = np.asarray(values)
+    if arr.dtype.kind != "O" and arr.dtype.kind != "U":
+        return numbers
+    out = numbers.copy()
+    for i in np.flatnonzero(np.isnan(numbers)):
+        v = arr[i]
+        if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+            continue
+        if isinstance(v, str):
+            name = v.strip()
+            if not name:
+                continue
+            h = 0
+            for byte in name.encode():
+                h = mix(h, byte)
+            out[i] = float(MAX_ID + (h % (MAX_NAMED_ID - MAX_ID)) // 1024 * 1024)
+        else:
+            out[i] = -1.5  # not a number and not a name: rejected as "must be a whole number"
+    return out
 
 
 def _one_float(value: object) -> float:
@@ -98,7 +128,16 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     with np.errstate(invalid="ignore"):
         rules.append(("beam_width", "n and beam_width cannot both exceed 1", (n > 1) & (beam > 1)))
     group, plen = x.get("prefix_group", nan), x.get("prefix_len", nan)
-    rules += _integer_rules("prefix_group", group, 0, MAX_ID, optional=True)
+    if "prefix_group" in raw.columns:
+        numeric = group
+        group = group_ids(raw.columns["prefix_group"], group)
+        with np.errstate(invalid="ignore"):
+            rules.append(("prefix_group", f"must be <= {MAX_ID:g}", numeric > MAX_ID))
+    rules += _integer_rules("prefix_group", group, 0, MAX_NAMED_ID, optional=True)
+    priority = x.get("priority", nan)
+    if "priority" in raw.columns:
+        rules.append(("priority", "must be a whole number", _not_numbers(raw.columns["priority"], ~np.isnan(priority))))
+    rules += _integer_rules("priority", priority, -MAX_ID, MAX_ID, optional=True)
     rules += _integer_rules("prefix_len", plen, 0, MAX_TOKENS, optional=True)
     with np.errstate(invalid="ignore"):
         rules.append(("prefix_len", "must be within the prompt", plen > prompt))
@@ -155,6 +194,7 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         beam_width=column(beam, 1),
         prefix_group=column(group, NONE),
         prefix_len=column(plen, 0),
+        priority=column(priority, 0),
         hash_offsets=kept_hashes.offsets,
         hash_values=kept_hashes.values,
         prefix_hash_tokens=prefix_hash_tokens,

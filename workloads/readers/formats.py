@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from workloads.errors import TraceError
 
 CANONICAL_FIELDS = ("id", "arrival_time_s", "prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width",
-                    "prefix_group", "prefix_len", "prefix_hashes")
+                    "prefix_group", "prefix_len", "prefix_hashes", "priority")
 CONSTANT_FIELDS = ("prefix_hash_tokens", "closed_loop_users", "think_time_s")
 """Canonical-format columns that hold one workload-wide value (repeated on every row)."""
 

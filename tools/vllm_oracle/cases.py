@@ -1,0 +1,80 @@
+"""The harness's cases: a small synthetic trace and the vLLM settings each one exercises.
+
+Each case is run by vLLM's real scheduler (`driver.py`, in a venv with vLLM) and by kvsim (`compare.py`, or
+``tests/test_sim_vllm_parity.py`` from the committed reference outputs) with the same settings: ``num_blocks``
+blocks of ``block_size`` tokens (kvsim: ``--kv-tokens num_blocks * block_size``), one engine step per second.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+CASES: dict[str, dict] = {
+    # name: trace parameters, then scheduler settings (vLLM names)
+    "contended": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5), num_blocks=120),
+    "ample": dict(trace=dict(n=150, prompt=(50, 600), output=(20, 300), gap=0.5), num_blocks=4000),
+    "shared_prefix_cached": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                 num_blocks=300),
+    "shared_prefix_uncached": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                   num_blocks=300, enable_prefix_caching=False),
+    "long_prompts_2048": dict(trace=dict(n=40, prompt=(3000, 9000), output=(10, 100), gap=4), num_blocks=2000,
+                              max_num_batched_tokens=2048),
+    "long_prompts_8192": dict(trace=dict(n=40, prompt=(3000, 9000), output=(10, 100), gap=2), num_blocks=2000,
+                              max_num_batched_tokens=8192),
+    "max_num_seqs": dict(trace=dict(n=120, prompt=(20, 400), output=(20, 200), gap=0.3), num_blocks=4000,
+                         max_num_seqs=8),
+    "block_size_32": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5), num_blocks=60,
+                          block_size=32),
+    "offline_burst": dict(trace=dict(n=150, prompt=(50, 600), output=(20, 300), gap=0.0), num_blocks=150),
+    "long_prefill_threshold": dict(trace=dict(n=100, prompt=(50, 3000), output=(10, 150), gap=1.0),
+                                   num_blocks=600, long_prefill_token_threshold=256),
+    "small_budget_threshold": dict(trace=dict(n=120, prompt=(30, 2000), output=(10, 150), gap=0.5),
+                                   num_blocks=3000,
+                                   max_num_batched_tokens=512, max_num_seqs=64, long_prefill_token_threshold=128),
+    "reserve_full_isl_off": dict(trace=dict(n=100, prompt=(200, 2500), output=(10, 200), gap=0.7),
+                                 num_blocks=250, scheduler_reserve_full_isl=False),
+    "priority": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5, priorities=4),
+                     num_blocks=120, scheduling_policy="priority"),
+}
+DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
+                long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
+                max_model_len=16384)
+
+
+def settings(name: str) -> dict:
+    """The case's scheduler settings, defaults filled in."""
+    case = CASES[name]
+    return DEFAULTS | {k: v for k, v in case.items() if k != "trace"}
+
+
+def write_trace(name: str, path: Path, seed: int = 0) -> None:
+    """A kvsim canonical CSV: whole-step arrivals (first at 0), uniform lengths, optional groups/priorities."""
+    spec = CASES[name]["trace"]
+    rng = np.random.default_rng([seed, sum(map(ord, name))])
+    n = spec["n"]
+    gaps = rng.exponential(spec["gap"], n) if spec["gap"] else np.zeros(n)
+    gaps[0] = 0
+    arrivals = np.floor(np.cumsum(gaps)).astype(int)
+    prompts = rng.integers(spec["prompt"][0], spec["prompt"][1] + 1, n)
+    outputs = rng.integers(spec["output"][0], spec["output"][1] + 1, n)
+    header = ["arrival_time_s", "prompt_tokens", "output_tokens"]
+    groups = spec.get("groups", 0)
+    if groups:
+        header += ["prefix_group", "prefix_len"]
+        lens = rng.integers(100, 260, groups)
+    if spec.get("priorities"):
+        header.append("priority")
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for i in range(n):
+            row = [int(arrivals[i]), int(prompts[i]), int(outputs[i])]
+            if groups:
+                g = int(rng.integers(0, groups + 1))  # one in groups + 1 has no shared prefix
+                row += [f"system-{chr(97 + g)}", int(lens[g])] if g < groups else ["", ""]
+            if spec.get("priorities"):
+                row.append(int(rng.integers(0, spec["priorities"])))
+            w.writerow(row)

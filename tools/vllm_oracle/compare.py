@@ -1,0 +1,120 @@
+"""Replay every harness case through kvsim and compare it with vLLM's reference outputs.
+
+    PYTHONPATH=$PWD python tools/vllm_oracle/compare.py [--data tests/data/vllm_oracle] [--markdown] [CASE ...]
+
+kvsim runs at its defaults plus the case's settings (`kvsim_config`), with ``--step-time 1`` so that one
+simulated second is one engine step. Needs kvsim only, not vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle"
+METRICS = ("total_steps", "mean_running", "max_running", "preemptions", "prefill_tokens", "first_token_steps",
+           "finish_steps", "request_preemptions", "request_cached_tokens")
+"""Run-wide metrics, then per-request arrays (compared request by request)."""
+
+
+def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
+    """The kvsim configuration matching a case's vLLM settings (the flags a user would pass)."""
+    from sim.config import SimConfig
+
+    return SimConfig(
+        trace=str(trace), kv_tokens=settings["num_blocks"] * settings["block_size"],
+        block_size=settings["block_size"], max_num_batched_tokens=settings["max_num_batched_tokens"],
+        max_num_seqs=settings["max_num_seqs"], max_model_len=settings["max_model_len"],
+        prefix_caching=settings["enable_prefix_caching"],
+        long_prefill_token_threshold=settings["long_prefill_token_threshold"],
+        scheduler_reserve_full_isl=settings["scheduler_reserve_full_isl"],
+        scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
+        memory_snapshots=0)
+
+
+def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:
+    from sim.runner import run_config
+
+    settings = json.loads((case / "settings.json").read_text())
+    result = run_config(kvsim_config(settings, case / "trace.csv", step_by_step=step_by_step))
+    req, steps = result.requests, result.steps
+    if req["rejected"].any():
+        raise AssertionError(f"{case.name}: kvsim rejected {int(req['rejected'].sum())} requests")
+    total = int(round(float(req["finished_s"].max())))
+    return {
+        "total_steps": total,
+        "mean_running": float((steps["running"] * steps["duration_s"]).sum()) / total,
+        "max_running": int(steps["running"].max()),
+        "preemptions": int(result.summary["preemptions"]),
+        "prefill_tokens": int(steps["prefill_tokens"].sum()),
+        "first_token_steps": np.rint(req["first_token_s"].to_numpy() - 1).astype(np.int64),
+        "finish_steps": np.rint(req["finished_s"].to_numpy() - 1).astype(np.int64),
+        "request_preemptions": req["preemptions"].to_numpy(np.int64),
+        "request_cached_tokens": req["cached_tokens"].to_numpy(np.int64),
+    }
+
+
+def oracle_metrics(case: Path) -> dict:
+    steps = pd.read_csv(case / "steps.csv.gz")
+    req = pd.read_csv(case / "requests.csv").sort_values("id")
+    return {
+        "total_steps": len(steps), "mean_running": float(steps["running"].mean()),
+        "max_running": int(steps["running"].max()), "preemptions": int(steps["preemptions"].iloc[-1]),
+        "prefill_tokens": int(steps["prefill_tokens"].sum()),
+        "first_token_steps": req["first_token_step"].to_numpy(np.int64),
+        "finish_steps": req["finish_step"].to_numpy(np.int64),
+        "request_preemptions": req["preemptions"].to_numpy(np.int64),
+        "request_cached_tokens": req["cached_tokens"].to_numpy(np.int64),
+    }
+
+
+def differences(ours: dict, theirs: dict) -> dict[str, str]:
+    """Metric -> '' when equal, else a short description of the difference."""
+    out = {}
+    for m in METRICS:
+        a, b = ours[m], theirs[m]
+        if isinstance(a, np.ndarray):
+            diff = a - b
+            bad = np.flatnonzero(diff)
+            out[m] = "" if not len(bad) else (f"{len(bad)}/{len(a)} requests differ (max |d| "
+                                              f"{int(np.abs(diff).max())} steps)")
+        elif isinstance(a, float):
+            out[m] = "" if abs(a - b) < 1e-9 else f"{a:.4f} vs {b:.4f}"
+        else:
+            out[m] = "" if a == b else f"{a} vs {b}"
+    return out
+
+
+def cell(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{len(value)} req"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*")
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--step-by-step", action="store_true")
+    a = p.parse_args()
+    data = Path(a.data)
+    names = a.names or sorted(d.name for d in data.iterdir() if (d / "steps.csv.gz").exists())
+    print("| case | " + " | ".join(METRICS) + " |")
+    print("|---" * (len(METRICS) + 1) + "|")
+    failed = False
+    for name in names:
+        ours, theirs = kvsim_metrics(data / name, step_by_step=a.step_by_step), oracle_metrics(data / name)
+        diff = differences(ours, theirs)
+        failed |= any(diff.values())
+        cells = [f"{cell(theirs[m])} (exact)" if not diff[m] else f"kvsim {diff[m]}" for m in METRICS]
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Drive vLLM v1's real Scheduler + KVCacheManager step by step on a CPU, with fabricated model outputs.
+
+Run with a venv that has vLLM (never a kvsim dependency; see ``docs/vllm-v1.md``)::
+
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/driver.py TRACE.csv OUT_DIR --num-blocks 300 \
+        --block-size 16 --max-num-batched-tokens 2048 --max-num-seqs 256 [--no-prefix-caching] \
+        [--long-prefill-token-threshold N] [--no-scheduler-reserve-full-isl] [--scheduling-policy priority]
+
+TRACE is a kvsim canonical CSV (arrival_time_s in whole engine steps, prompt_tokens, output_tokens and
+optionally prefix_group, prefix_len, priority). Token ids are random except a prefix group's first
+``prefix_len`` tokens, which are the same ids for every member. Writes ``steps.csv`` (one row per engine step,
+empty steps included) and ``requests.csv`` (one row per request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+VOCAB = 32000
+
+
+def _model_dir(max_model_len: int) -> str:
+    """A one-layer Llama config.json: ModelConfig reads it and downloads nothing."""
+    d = tempfile.mkdtemp(prefix="kvsim-oracle-model-")
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+              "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "num_hidden_layers": 1, "vocab_size": VOCAB, "max_position_embeddings": max_model_len,
+              "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2}
+    Path(d, "config.json").write_text(json.dumps(config))
+    return d
+
+
+def build_scheduler(args):
+    import torch
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import (
+        get_request_block_hasher,
+        init_none_hash,
+        resolve_kv_cache_block_sizes,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model_config = ModelConfig(model=_model_dir(args.max_model_len), skip_tokenizer_init=True,
+                               max_model_len=args.max_model_len, dtype="float16")
+    sched_kwargs = dict(enable_chunked_prefill=True, async_scheduling=False, max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+                        long_prefill_token_threshold=args.long_prefill_token_threshold,
+                        scheduler_reserve_full_isl=args.scheduler_reserve_full_isl, policy=args.scheduling_policy,
+                        is_encoder_decoder=False)
+    if args.watermark:
+        sched_kwargs["watermark"] = args.watermark
+    scheduler_config = SchedulerConfig(**sched_kwargs)
+    cache_config = CacheConfig(block_size=args.block_size, enable_prefix_caching=args.prefix_caching)
+    vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
+                             cache_config=cache_config, device_config=DeviceConfig(device="cpu"))
+    spec = FullAttentionSpec(block_size=args.block_size, num_kv_heads=4, head_size=32, dtype=torch.float16)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=args.num_blocks,
+        kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * args.num_blocks, layers=["layer.0"],
+                                        layer_stride=0, block_stride=spec.page_size_bytes)],
+        kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)],
+    )
+    cache_config.num_gpu_blocks = args.num_blocks
+    block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                          structured_output_manager=StructuredOutputManager(vllm_config), log_stats=False,
+                          block_size=block_size, hash_block_size=hash_block_size)
+    hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens)
+    return scheduler, hasher
+
+
+def read_trace(path: str) -> list[dict]:
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            rows.append({
+                "arrival": int(float(row["arrival_time_s"])), "prompt": int(row["prompt_tokens"]),
+                "output": int(row["output_tokens"]),
+                "group": row.get("prefix_group") or "", "prefix_len": int(row.get("prefix_len") or 0),
+                "priority": int(row.get("priority") or 0),
+            })
+    return rows
+
+
+def make_requests(rows: list[dict], hasher, seed: int):
+    import numpy as np
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    rng = np.random.default_rng(seed)
+    prefixes: dict[str, list[int]] = {}
+    out = []
+    for i, r in enumerate(rows):
+        ids = rng.integers(3, VOCAB, r["prompt"]).tolist()
+        if r["group"] != "" and r["prefix_len"]:
+            shared = prefixes.setdefault(r["group"], rng.integers(3, VOCAB, 100_000).tolist())
+            ids[: r["prefix_len"]] = shared[: r["prefix_len"]]
+        params = SamplingParams(max_tokens=r["output"], ignore_eos=True)
+        params.update_from_generation_config({}, 2)
+        out.append(Request(request_id=str(i), prompt_token_ids=ids, sampling_params=params, pooling_params=None,
+                           arrival_time=float(r["arrival"]) + i * 1e-9, priority=r["priority"],
+                           block_hasher=hasher))
+    return out
+
+
+def run(args) -> None:
+    import numpy as np
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    scheduler, hasher = build_scheduler(args)
+    rows = read_trace(args.trace)
+    requests = make_requests(rows, hasher, args.seed)
+    token_rng = np.random.default_rng(args.seed + 1)
+    stats = {str(i): {"id": i, "first_scheduled_step": -1, "first_token_step": -1, "finish_step": -1,
+                      "preemptions": 0, "cached_tokens": 0} for i in range(len(rows))}
+    in_prefill: set[str] = set()
+    cursor = step = 0
+    finished = 0
+    step_rows = []
+    preempted_total = 0
+    prefill_total = 0
+    while finished < len(rows):
+        while cursor < len(rows) and rows[cursor]["arrival"] <= step:
+            scheduler.add_request(requests[cursor])
+            cursor += 1
+        out = scheduler.schedule()
+        prefill = decode = 0
+        for req in out.scheduled_new_reqs:
+            in_prefill.add(req.req_id)
+            s = stats[req.req_id]
+            if s["first_scheduled_step"] < 0:
+                s["first_scheduled_step"] = step
+            s["cached_tokens"] += req.num_computed_tokens
+        for req_id in out.scheduled_cached_reqs.resumed_req_ids:
+            in_prefill.add(req_id)
+            req = scheduler.requests[req_id]
+            stats[req_id]["cached_tokens"] += req.num_computed_tokens - out.num_scheduled_tokens[req_id]
+        preempted_total += len(out.preempted_req_ids or ())
+        for req_id in out.preempted_req_ids or ():
+            stats[req_id]["preemptions"] += 1
+            in_prefill.discard(req_id)
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for req_id in req_ids:
+            n = out.num_scheduled_tokens[req_id]
+            req = scheduler.requests[req_id]
+            # num_computed_tokens was already advanced by schedule(); the step completes the prefill if it
+            # reaches every token the request holds
+            done = req.num_computed_tokens >= req.num_tokens
+            if req_id in in_prefill:
+                prefill += n
+            else:
+                decode += n
+            if done:
+                sampled.append([int(token_rng.integers(3, VOCAB))])
+                in_prefill.discard(req_id)
+                if stats[req_id]["first_token_step"] < 0:
+                    stats[req_id]["first_token_step"] = step
+            else:
+                sampled.append([])
+        prefill_total += prefill
+        running = len(scheduler.running)
+        waiting = len(scheduler.waiting)
+        used = scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1 - \
+            scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                   sampled_token_ids=sampled)
+        engine_outputs = scheduler.update_from_output(out, output)
+        for eco in engine_outputs.values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    stats[o.request_id]["finish_step"] = step
+                    finished += 1
+        step_rows.append({"step": step, "running": running, "waiting": waiting, "prefill_tokens": prefill,
+                          "decode_tokens": decode, "used_blocks": used, "preemptions": preempted_total})
+        step += 1
+        if step > args.max_steps:
+            raise SystemExit(f"no end after {args.max_steps} steps")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, table in (("steps", step_rows), ("requests", list(stats.values()))):
+        with open(out_dir / f"{name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(table[0]))
+            w.writeheader()
+            w.writerows(table)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("trace")
+    p.add_argument("out")
+    p.add_argument("--num-blocks", type=int, required=True)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=16384)
+    p.add_argument("--long-prefill-token-threshold", type=int, default=0)
+    p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs")
+    p.add_argument("--watermark", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=200_000)
+    run(p.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Regenerate the reference outputs: every case's trace, then vLLM's real scheduler on it.
+
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/run_oracle.py [--out tests/data/vllm_oracle] [CASE ...]
+
+Writes ``OUT/CASE/{trace.csv, settings.json, steps.csv.gz, requests.csv}``. Runs in one process (vLLM's import
+takes ~20 s); reruns are byte-identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import cases  # noqa: E402
+import driver  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", default=list(cases.CASES))
+    p.add_argument("--out", default="tests/data/vllm_oracle")
+    a = p.parse_args()
+    for name in a.names:
+        out = Path(a.out) / name
+        out.mkdir(parents=True, exist_ok=True)
+        cases.write_trace(name, out / "trace.csv")
+        s = cases.settings(name)
+        (out / "settings.json").write_text(json.dumps(s, indent=1) + "\n")
+        args = SimpleNamespace(trace=str(out / "trace.csv"), out=str(out), num_blocks=s["num_blocks"],
+                               block_size=s["block_size"], max_num_batched_tokens=s["max_num_batched_tokens"],
+                               max_num_seqs=s["max_num_seqs"], max_model_len=s["max_model_len"],
+                               long_prefill_token_threshold=s["long_prefill_token_threshold"],
+                               prefix_caching=s["enable_prefix_caching"],
+                               scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
+                               scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0,
+                               max_steps=200_000)
+        driver.run(args)
+        steps = out / "steps.csv"
+        with open(steps, "rb") as f, gzip.GzipFile(out / "steps.csv.gz", "wb", 9, mtime=0) as z:
+            z.write(f.read())
+        steps.unlink()
+        print(name, "done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
