@@ -1,6 +1,6 @@
 """One name per concept on every command, old spellings still accepted but hidden from --help: --allocator,
 --trace-format, --columns, --scheduler (the batching policy; sweep's Dask address is --dask-scheduler);
-`compare --out`; notebook 04's `kvsim run --trace` hint runs (issue 16, item 6)."""
+`compare --out`; notebook 04's `kvsim run --trace` hint runs."""
 
 import json
 import re
