@@ -1,6 +1,6 @@
 """kvsim against real vLLM 0.11 runs on an H100 (`docs/validation.md`): the default clock and the KV pool size.
 
-The runs are shipped as fixtures (Apache-2.0, `tests/fixtures/real_vllm/README.md`); the full files (``$KVSIM_REAL_VLLM``, else
+The runs are shipped as fixtures (Apache-2.0, `tests/sim/fixtures/real_vllm/README.md`); the full files (``$KVSIM_REAL_VLLM``, else
 ``../shared/real-vllm`` beside the checkout) are only cross-checked when present.
 """
 
@@ -18,7 +18,7 @@ from sim.measured import read_measured
 from sim.replay import overall, replay, score
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_vllm"
-SHARED = Path(os.environ.get("KVSIM_REAL_VLLM", Path(__file__).resolve().parents[1].parent / "shared" / "real-vllm"))
+SHARED = Path(os.environ.get("KVSIM_REAL_VLLM", Path(__file__).resolve().parents[2].parent / "shared" / "real-vllm"))
 SETTINGS = {
     "jan21-llama7b-train-1": dict(model="llama-2-7b", max_num_seqs=256, max_num_batched_tokens=4096,
                                   max_model_len=4096, blocks=7438),

@@ -1,6 +1,6 @@
 """kvsim's continuous scheduler + paged allocator against vLLM v1's real scheduler, case by case.
 
-The reference outputs in ``tests/data/vllm_oracle`` were written by vLLM 0.33.0's own ``Scheduler`` driven step by
+The reference outputs in ``tests/sim/data/vllm_oracle`` were written by vLLM 0.33.0's own ``Scheduler`` driven step by
 step (``tools/vllm_oracle``); replaying them needs only kvsim. Every metric must be equal, not close: a
 difference means kvsim decided something vLLM does not (``docs/vllm-v1.md``).
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data" / "vllm_oracle"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle"
 CASES = sorted(d.name for d in DATA.iterdir() if (d / "steps.csv.gz").exists())
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from sim.cli import main
 from workloads.presets import SAMPLES_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
 NOT_HERE = ("kvsim reproduce paper", "--device cuda")
 
