@@ -155,4 +155,3 @@ KINDS = {"fixed": Fixed, "uniform": Uniform, "lognormal": Lognormal, "zipf": Zip
 TYPES = {"prompt": int, "output": int, "prompt_min": int, "prompt_max": int, "output_min": int,
          "output_max": int, "prompt_mean": float, "prompt_cv": float, "output_mean": float,
          "output_cv": float, "prompt_s": float, "output_s": float, "max_total": int, "trace": str}
-

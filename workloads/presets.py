@@ -125,4 +125,3 @@ def _describe(process: Poisson | TraceTimes) -> str:
     if isinstance(process, Poisson):
         return f"Poisson at {process.rate:g} req/s"
     return f"the trace's own, time-scaled to {process.rate:g} req/s"
-
