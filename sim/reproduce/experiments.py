@@ -161,6 +161,7 @@ def curve_spec(allocator: str, preset: str, rate: float, duration_s: float) -> R
 
 
 def under_bound(out: RunOutput, bound: float) -> bool:
+    """Whether a run's normalized latency stays at or under ``bound`` (NaN counts as over)."""
     return out.summary["normalized_latency_s_per_tok"] <= bound
 
 
@@ -178,10 +179,10 @@ def latency_curve(allocator: str, preset: str, rates: Sequence[float], duration_
     for rate in sorted(rates):
         out = run_spec(curve_spec(allocator, preset, rate, duration_s))
         outputs.append(out)
-        if not out.summary["normalized_latency_s_per_tok"] <= CURVE_STOP_FACTOR * bound:
+        if not under_bound(out, CURVE_STOP_FACTOR * bound):
             break
     first_over = next((i for i, o in enumerate(outputs) if not under_bound(o, bound)), None)
-    if not first_over:  # never crosses, or crosses at the first rate: no bracket to refine
+    if first_over is None or first_over == 0:  # never crosses, or over at the first rate: no bracket
         return outputs
     lo, hi = outputs[first_over - 1].labels["rate"], outputs[first_over].labels["rate"]
     for _ in range(bisections):
