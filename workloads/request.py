@@ -8,11 +8,12 @@ covering ``prefix_hash_tokens`` prompt tokens, as Mooncake's 512-token ``hash_id
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from workloads.hashing import mix, mix_array
+from workloads.validation import record_problem
 
 _HASHES_SEED = 0x6B7673696D2D6873
 """Namespace of identities built from ``prefix_hashes`` (distinct from group identities)."""
@@ -38,22 +39,22 @@ class Request:
     prefix_len: int = 0
 
     def __post_init__(self) -> None:
-        if self.prompt_tokens <= 0:
-            raise ValueError(f"request {self.id}: prompt_tokens must be positive, got {self.prompt_tokens}")
-        if self.output_tokens <= 0:
-            raise ValueError(f"request {self.id}: output_tokens must be positive, got {self.output_tokens}")
-        if self.max_tokens is not None and self.max_tokens < self.output_tokens:
-            raise ValueError(f"request {self.id}: max_tokens {self.max_tokens} < output_tokens {self.output_tokens}")
-        if self.n < 1 or self.beam_width < 1:
-            raise ValueError(f"request {self.id}: n and beam_width must be >= 1")
-        if self.n > 1 and self.beam_width > 1:
-            raise ValueError(f"request {self.id}: use either n (parallel sampling) or beam_width, not both")
-        if not 0 <= self.prefix_len <= self.prompt_tokens:
-            raise ValueError(f"request {self.id}: prefix_len must be within the prompt")
-        if self.prefix_hash_tokens < 1:
-            raise ValueError(f"request {self.id}: prefix_hash_tokens must be >= 1")
-        if len(self.prefix_hashes) * self.prefix_hash_tokens >= self.prompt_tokens + self.prefix_hash_tokens:
-            raise ValueError(f"request {self.id}: more prefix_hashes than blocks of the prompt")
+        nan = float("nan")
+        record = {"prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                  "max_tokens": nan if self.max_tokens is None else self.max_tokens, "n": self.n,
+                  "beam_width": self.beam_width, "prefix_group": nan if self.prefix_group is None else self.prefix_group,
+                  "prefix_len": self.prefix_len, "hash_counts": len(self.prefix_hashes)}
+        if (problem := record_problem(record, self.prefix_hash_tokens)) is not None:
+            raise ValueError(f"request {self.id}: {problem}")
+
+    @classmethod
+    def checked(cls, *values: object) -> Request:
+        """A request from field values (in field order) that `workloads.validation` already passed as
+        columns (`Workload`): the per-record check would cost more than building the record itself."""
+        request = object.__new__(cls)
+        for slot, value in zip(_SLOTS, values, strict=True):
+            slot.__set__(request, value)
+        return request
 
     @property
     def total_tokens(self) -> int:
@@ -106,3 +107,7 @@ class Request:
         else:
             hashed = mix_array(mix(_GROUP_SEED, self.prefix_group), ends)
         return tuple((hashed >> np.uint64(1)).tolist())
+
+
+_SLOTS = tuple(getattr(Request, f.name) for f in fields(Request))
+"""The slot of each field, in field order (how `Request.checked` fills a record without re-checking it)."""

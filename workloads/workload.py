@@ -19,6 +19,7 @@ import numpy as np
 
 from workloads.ragged import take_ragged
 from workloads.request import Request
+from workloads.validation import first_problem
 
 INT_COLUMNS = ("prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width", "prefix_group", "prefix_len",
                "priority")
@@ -82,35 +83,24 @@ class Workload:
         self._validate(size)
 
     def _validate(self, size: int) -> None:
-        """The `Request` rules, vectorised, so that iterating never raises."""
+        """The request rules (`workloads.validation`) over the columns, so that iterating never raises."""
         for col in (*INT_COLUMNS, "ids"):
             if len(getattr(self, col)) != size:
                 raise ValueError(f"column {col} has {len(getattr(self, col))} rows, expected {size}")
-        prompt, out, mx = self.prompt_tokens, self.output_tokens, self.max_tokens
-        unit = self.prefix_hash_tokens
-        counts = np.diff(self.hash_offsets) if len(self.hash_offsets) == size + 1 else None
-        checks = {
-            "arrival_time_s must be finite and sorted": ~np.isfinite(self.arrival_time_s).all()
-            or bool((np.diff(self.arrival_time_s) < 0).any()),
-            "prompt_tokens must be positive": (prompt <= 0).any(),
-            "output_tokens must be positive": (out <= 0).any(),
-            "max_tokens must be -1 (none) or >= output_tokens": ((mx != NONE) & (mx < out)).any(),
-            "n and beam_width must be >= 1, and not both > 1": (self.n < 1).any()
-            or (self.beam_width < 1).any()
-            or ((self.n > 1) & (self.beam_width > 1)).any(),
-            "prefix_group must be -1 (none) or >= 0": (self.prefix_group < NONE).any(),
-            "prefix_len must be within the prompt": ((self.prefix_len < 0) | (self.prefix_len > prompt)).any(),
-            "prefix_hash_tokens must be >= 1": unit < 1,
-            "hash_offsets must be non-decreasing, from 0 to len(hash_values)": counts is None
-            or self.hash_offsets[0] != 0
-            or self.hash_offsets[-1] != len(self.hash_values)
-            or bool((counts < 0).any()),
-        }
-        for message, bad in checks.items():
-            if bad:
-                raise ValueError(f"workload {self.name!r}: {message}")
-        if ((counts - 1) * unit >= prompt).any():
-            raise ValueError(f"workload {self.name!r}: more prefix_hashes than blocks of the prompt")
+        offsets, t = self.hash_offsets, self.arrival_time_s
+        if (len(offsets) != size + 1 or offsets[0] != 0 or offsets[-1] != len(self.hash_values)
+                or (np.diff(offsets) < 0).any()):
+            raise ValueError(f"workload {self.name!r}: hash_offsets must be non-decreasing, from 0 to "
+                             "len(hash_values)")
+        if not np.isfinite(t).all() or (np.diff(t) < 0).any():
+            raise ValueError(f"workload {self.name!r}: arrival_time_s must be finite and sorted")
+        columns = {col: getattr(self, col) for col in INT_COLUMNS} | {"hash_counts": np.diff(offsets)}
+        for col in ("max_tokens", "prefix_group"):  # the sentinel is a missing value, NaN to the rules
+            values = columns[col]
+            if (values == NONE).any():
+                columns[col] = np.where(values == NONE, np.nan, values)
+        if (problem := first_problem(columns, self.prefix_hash_tokens)) is not None:
+            raise ValueError(f"workload {self.name!r}: {problem}")
 
     def __len__(self) -> int:
         return len(self.arrival_time_s)
@@ -127,18 +117,11 @@ class Workload:
     def _request(self, i: int) -> Request:
         mx, group = int(self.max_tokens[i]), int(self.prefix_group[i])
         lo, hi = self.hash_offsets[i], self.hash_offsets[i + 1]
-        return Request(
-            id=int(self.ids[i]),
-            arrival_time_s=float(self.arrival_time_s[i]),
-            prompt_tokens=int(self.prompt_tokens[i]),
-            output_tokens=int(self.output_tokens[i]),
-            max_tokens=None if mx == NONE else mx,
-            n=int(self.n[i]),
-            beam_width=int(self.beam_width[i]),
-            prefix_hashes=tuple(self.hash_values[lo:hi].tolist()),
-            prefix_hash_tokens=self.prefix_hash_tokens,
-            prefix_group=None if group == NONE else group,
-            prefix_len=int(self.prefix_len[i]),
+        return Request.checked(
+            int(self.ids[i]), float(self.arrival_time_s[i]), int(self.prompt_tokens[i]), int(self.output_tokens[i]),
+            None if mx == NONE else mx, int(self.n[i]), int(self.beam_width[i]),
+            tuple(self.hash_values[lo:hi].tolist()), self.prefix_hash_tokens, None if group == NONE else group,
+            int(self.prefix_len[i]),
         )
 
     @property

@@ -67,7 +67,7 @@ def test_block_hashes_are_the_same_in_another_process():
 
 
 def test_request_rejects_more_hashes_than_prompt_blocks():
-    with pytest.raises(ValueError, match="more prefix_hashes"):
+    with pytest.raises(ValueError, match="prefix_hashes: more hashes than 512-token blocks"):
         mooncake(512, [0, 1])
     with pytest.raises(ValueError, match="block_size"):
         mooncake(512, [0]).block_hashes(0)

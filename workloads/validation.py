@@ -1,0 +1,82 @@
+"""The one home of the rules that decide whether a request record is valid.
+
+`Request` (one record), `Workload` (columns) and the trace readers (raw file columns) all ask `record_rules`,
+so a rule and its wording change in one place. Each rule is ``(field, problem, bad)`` where ``bad`` marks the
+records that break it. The rules use only comparisons and ``&``/``|``, so the same code runs over numpy
+columns (vectorised, one pass per rule) and over plain numbers (one `Request`). A missing optional value is
+NaN, which fails no comparison, so it breaks no rule. Callers add their context to the message: the readers
+the file, row and field (and count skipped rows by ``"field: problem"``), `Workload` its name, `Request` its id.
+
+What stays with the readers is parsing: "missing or not a number", "must be a whole number", and upper bounds
+that only catch corrupt files (`workloads.readers.build`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+LOWER_BOUNDS = {"prompt_tokens": 1, "output_tokens": 1, "max_tokens": 1, "n": 1, "beam_width": 1,
+                "prefix_group": 0, "prefix_len": 0}
+"""The smallest valid value of each whole-number field of a request."""
+
+BOTH_N_AND_BEAM = "use either n (parallel sampling) or beam_width, not both"
+
+Rule = tuple[str, str, Any]
+"""``(field, problem, bad)``: ``bad`` is a boolean mask over records (or one bool for one record)."""
+
+
+def lower_bound_rule(field: str, values: Any) -> Rule:
+    """The record breaks ``field``'s lower bound (a missing value, NaN, does not)."""
+    low = LOWER_BOUNDS[field]
+    return field, f"must be >= {low}", values < low
+
+
+def cross_field_rules(columns: dict[str, Any], prefix_hash_tokens: int) -> list[Rule]:
+    """Rules between fields. ``columns`` holds ``prompt_tokens``, ``output_tokens``, ``max_tokens``, ``n``,
+    ``beam_width``, ``prefix_len`` and ``hash_counts`` (prefix hashes per record); absent optional values NaN."""
+    prompt, unit = columns["prompt_tokens"], prefix_hash_tokens
+    return [
+        ("max_tokens", "must be >= output_tokens", columns["max_tokens"] < columns["output_tokens"]),
+        ("beam_width", BOTH_N_AND_BEAM, (columns["n"] > 1) & (columns["beam_width"] > 1)),
+        ("prefix_len", "must be within the prompt", columns["prefix_len"] > prompt),
+        ("prefix_hashes", f"more hashes than {unit}-token blocks of the prompt",
+         (columns["hash_counts"] - 1) * unit >= prompt),
+    ]
+
+
+def record_rules(columns: dict[str, Any], prefix_hash_tokens: int) -> list[Rule]:
+    """Every rule of a request record, in the order a record's first failing rule is reported: each
+    field's lower bound, then the rules between fields. ``columns`` as for `cross_field_rules`, plus
+    ``prefix_group``."""
+    bounds = [lower_bound_rule(field, columns[field]) for field in LOWER_BOUNDS]
+    return bounds + cross_field_rules(columns, prefix_hash_tokens)
+
+
+def hash_unit_problem(prefix_hash_tokens: int) -> str | None:
+    """The workload-wide hash unit's rule (one value, not a column)."""
+    return None if prefix_hash_tokens >= 1 else f"prefix_hash_tokens must be >= 1, got {prefix_hash_tokens}"
+
+
+def first_problem(columns: dict[str, Any], prefix_hash_tokens: int) -> str | None:
+    """``"field: problem"`` for the first rule any record breaks, or None when every record is valid."""
+    if (unit := hash_unit_problem(prefix_hash_tokens)) is not None:
+        return unit
+    with np.errstate(invalid="ignore"):  # NaN compares False: a missing value breaks no rule
+        rules = record_rules(columns, prefix_hash_tokens)
+    for field, problem, bad in rules:
+        if bad.any():
+            return f"{field}: {problem}"
+    return None
+
+
+def record_problem(record: dict[str, Any], prefix_hash_tokens: int) -> str | None:
+    """`first_problem` for one record of plain numbers (no numpy on this path: a `Request` is built per
+    iterated request, so this runs a million times for a million-request trace)."""
+    if (unit := hash_unit_problem(prefix_hash_tokens)) is not None:
+        return unit
+    for field, problem, bad in record_rules(record, prefix_hash_tokens):
+        if bad:
+            return f"{field}: {problem}"
+    return None
