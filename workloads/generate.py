@@ -24,6 +24,7 @@ from workloads.arrivals import ArrivalProcess, closed_loop_of
 from workloads.conversations import build_conversations
 from workloads.errors import TraceError
 from workloads.lengths import Empirical, LengthDistribution
+from workloads.validation import BOTH_N_AND_BEAM
 from workloads.workload import NONE, Workload
 
 
@@ -94,7 +95,7 @@ def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: f
     problems = {
         "--num-requests must be >= 1": num_requests < 1,
         "n and beam_width must be >= 1": n < 1 or beam_width < 1,
-        "use either n (parallel sampling) or beam_width, not both": n > 1 and beam_width > 1,
+        BOTH_N_AND_BEAM: n > 1 and beam_width > 1,
         "system_prompt_len must be >= 0": sys_len < 0,
         "system_prompt_frac must be within [0, 1]": not 0 <= sys_frac <= 1,
         "turns must be >= 1": turns < 1,

@@ -17,6 +17,7 @@ import pandas as pd
 from workloads.errors import TraceError, row_error
 from workloads.ragged import Ragged, empty
 from workloads.readers.formats import CONSTANT_FIELDS
+from workloads.validation import cross_field_rules, lower_bound_rule
 from workloads.workload import NONE, ClosedLoop, Workload
 
 MAX_TOKENS = 10**9
@@ -89,13 +90,14 @@ def _one_float(value: object) -> float:
         return np.nan
 
 
-def _integer_rules(name: str, x: np.ndarray, lo: float, hi: float, optional: bool) -> list[tuple]:
-    """Rules for a whole-number field in [lo, hi]; a missing optional value is allowed (a default)."""
+def _integer_rules(name: str, x: np.ndarray, lo: float | None, hi: float, optional: bool) -> list[tuple]:
+    """Parsing rules for a whole-number field in [lo, hi]; a missing optional value is allowed (a default).
+    ``lo`` None: a request field, whose lower bound is the record rule of `workloads.validation`."""
     present = ~np.isnan(x)
     with np.errstate(invalid="ignore"):
         rules = [] if optional else [(name, "missing or not a number", ~present)]
         rules.append((name, "must be a whole number", present & (x != np.floor(x))))
-        rules.append((name, f"must be >= {lo:g}", present & (x < lo)))
+        rules.append(lower_bound_rule(name, x) if lo is None else (name, f"must be >= {lo:g}", present & (x < lo)))
         rules.append((name, f"must be <= {hi:g}", present & (x > hi)))
     return rules
 
@@ -116,36 +118,34 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         rules.append(("arrival_time_s", "must be finite and >= 0", ~np.isnan(t) & ~(np.abs(t) < np.inf) | (t < 0)))
     if "id" in x:
         rules += _integer_rules("id", x["id"], 0, MAX_ID, optional=False)
-    rules += _integer_rules("prompt_tokens", prompt, 1, MAX_TOKENS, optional=False)
-    rules += _integer_rules("output_tokens", output, 1, MAX_TOKENS, optional=False)
-    mx = x.get("max_tokens", nan)
-    rules += _integer_rules("max_tokens", mx, 1, MAX_TOKENS, optional=True)
-    with np.errstate(invalid="ignore"):
-        rules.append(("max_tokens", "must be >= output_tokens", mx < output))
-    n, beam = x.get("n", nan), x.get("beam_width", nan)
-    rules += _integer_rules("n", n, 1, 10**6, optional=True)
-    rules += _integer_rules("beam_width", beam, 1, 10**6, optional=True)
-    with np.errstate(invalid="ignore"):
-        rules.append(("beam_width", "n and beam_width cannot both exceed 1", (n > 1) & (beam > 1)))
-    group, plen = x.get("prefix_group", nan), x.get("prefix_len", nan)
+    mx, n, beam, plen = (x.get(key, nan) for key in ("max_tokens", "n", "beam_width", "prefix_len"))
+    hashes = raw.hashes if raw.hashes is not None else empty(rows)
+    record = {"prompt_tokens": prompt, "output_tokens": output, "max_tokens": mx, "n": n, "beam_width": beam,
+              "prefix_len": plen, "hash_counts": hashes.counts}
+    with np.errstate(invalid="ignore"):  # a missing value (NaN) breaks no rule
+        cross = {rule[0]: rule for rule in cross_field_rules(record, prefix_hash_tokens)}
+    rules += _integer_rules("prompt_tokens", prompt, None, MAX_TOKENS, optional=False)
+    rules += _integer_rules("output_tokens", output, None, MAX_TOKENS, optional=False)
+    rules += _integer_rules("max_tokens", mx, None, MAX_TOKENS, optional=True)
+    rules.append(cross["max_tokens"])
+    rules += _integer_rules("n", n, None, 10**6, optional=True)
+    rules += _integer_rules("beam_width", beam, None, 10**6, optional=True)
+    rules.append(cross["beam_width"])
+    group = x.get("prefix_group", nan)
     if "prefix_group" in raw.columns:
         numeric = group
         group = group_ids(raw.columns["prefix_group"], group)
         with np.errstate(invalid="ignore"):
             rules.append(("prefix_group", f"must be <= {MAX_ID:g}", numeric > MAX_ID))
-    rules += _integer_rules("prefix_group", group, 0, MAX_NAMED_ID, optional=True)
+    rules += _integer_rules("prefix_group", group, None, MAX_NAMED_ID, optional=True)
     priority = x.get("priority", nan)
     if "priority" in raw.columns:
         rules.append(("priority", "must be a whole number", _not_numbers(raw.columns["priority"], ~np.isnan(priority))))
     rules += _integer_rules("priority", priority, -MAX_ID, MAX_ID, optional=True)
-    rules += _integer_rules("prefix_len", plen, 0, MAX_TOKENS, optional=True)
-    with np.errstate(invalid="ignore"):
-        rules.append(("prefix_len", "must be within the prompt", plen > prompt))
-    hashes = raw.hashes if raw.hashes is not None else empty(rows)
+    rules += _integer_rules("prefix_len", plen, None, MAX_TOKENS, optional=True)
+    rules.append(cross["prefix_len"])
     rules.append(("prefix_hashes", "not a list of non-negative integers", hashes.bad))
-    with np.errstate(invalid="ignore"):
-        too_many = (hashes.counts - 1) * prefix_hash_tokens >= prompt
-    rules.append(("prefix_hashes", f"more hashes than {prefix_hash_tokens}-token blocks of the prompt", too_many))
+    rules.append(cross["prefix_hashes"])
 
     reason = np.full(rows, -1, np.int64)
     for k, (_, _, mask) in enumerate(rules):
