@@ -56,7 +56,7 @@ def record_rules(columns: dict[str, Any], prefix_hash_tokens: int) -> list[Rule]
 
 def hash_unit_problem(prefix_hash_tokens: int) -> str | None:
     """The workload-wide hash unit's rule (one value, not a column)."""
-    return None if prefix_hash_tokens >= 1 else f"prefix_hash_tokens must be >= 1, got {prefix_hash_tokens}"
+    return None if prefix_hash_tokens >= 1 else f"prefix_hash_tokens: must be >= 1 (got {prefix_hash_tokens})"
 
 
 def first_problem(columns: dict[str, Any], prefix_hash_tokens: int) -> str | None:
