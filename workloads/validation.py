@@ -60,13 +60,15 @@ def hash_unit_problem(prefix_hash_tokens: int) -> str | None:
 
 
 def first_problem(columns: dict[str, Any], prefix_hash_tokens: int) -> str | None:
-    """``"field: problem"`` for the first rule any record breaks, or None when every record is valid."""
+    """``"field: problem"`` for the first rule any record breaks, or None when every record is valid.
+    ``columns`` are numpy columns; a column with one value for every record (say, all missing) may be a
+    scalar, which saves building it."""
     if (unit := hash_unit_problem(prefix_hash_tokens)) is not None:
         return unit
     with np.errstate(invalid="ignore"):  # NaN compares False: a missing value breaks no rule
         rules = record_rules(columns, prefix_hash_tokens)
     for field, problem, bad in rules:
-        if bad.any():
+        if np.any(bad):
             return f"{field}: {problem}"
     return None
 

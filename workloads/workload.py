@@ -88,17 +88,20 @@ class Workload:
             if len(getattr(self, col)) != size:
                 raise ValueError(f"column {col} has {len(getattr(self, col))} rows, expected {size}")
         offsets, t = self.hash_offsets, self.arrival_time_s
-        if (len(offsets) != size + 1 or offsets[0] != 0 or offsets[-1] != len(self.hash_values)
-                or (np.diff(offsets) < 0).any()):
+        counts = np.diff(offsets) if len(offsets) == size + 1 else None
+        if counts is None or offsets[0] != 0 or offsets[-1] != len(self.hash_values) or (counts < 0).any():
             raise ValueError(f"workload {self.name!r}: hash_offsets must be non-decreasing, from 0 to "
                              "len(hash_values)")
         if not np.isfinite(t).all() or (np.diff(t) < 0).any():
             raise ValueError(f"workload {self.name!r}: arrival_time_s must be finite and sorted")
-        columns = {col: getattr(self, col) for col in INT_COLUMNS} | {"hash_counts": np.diff(offsets)}
-        for col in ("max_tokens", "prefix_group"):  # the sentinel is a missing value, NaN to the rules
-            values = columns[col]
-            if (values == NONE).any():
-                columns[col] = np.where(values == NONE, np.nan, values)
+        columns = {col: getattr(self, col) for col in INT_COLUMNS}
+        columns["hash_counts"] = counts if len(self.hash_values) else 0
+        for col in ("max_tokens", "prefix_group"):  # the sentinel is a missing value: NaN to the rules
+            missing = columns[col] == NONE
+            if missing.all():  # (a scalar when the column is unused, which saves a float copy of it)
+                columns[col] = np.nan
+            elif missing.any():
+                columns[col] = np.where(missing, np.nan, columns[col])
         if (problem := first_problem(columns, self.prefix_hash_tokens)) is not None:
             raise ValueError(f"workload {self.name!r}: {problem}")
 
