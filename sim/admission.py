@@ -49,7 +49,7 @@ class GroupMechanics:
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
         self.returned = 0  # budget given back by groups preempted after being scheduled this step
         self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
-        self.sync_on_free = bool(getattr(alloc, "prefix_caching", False))
+        self.sync_on_free = alloc.prefix_caching
         self.swap = preemption == "swap"
         self.swap_slots, self.swap_used = swap_slots, 0
         self.max_model_len = max_model_len
@@ -119,11 +119,10 @@ class GroupMechanics:
                 max_total_tokens=group.max_total, block_hashes=group.hashes):
             return False  # its samples or beams fork at the first token: admitted only if all of them fit
         first = self.new_seq(group)
-        copied_before = alloc.copied_slots
         tokens = group.prompt + (0 if multi else group.generated)
         admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
                                 block_hashes=group.hashes)
-        copies = 0
+        copies: list = []
         ok = admission is not None
         if ok and multi:
             for _ in range(group.num_seqs - 1):
@@ -132,22 +131,21 @@ class GroupMechanics:
                     ok = False
                     break
                 self.new_seq(group)
-                copies += len(made)
+                copies += made
             for seq_id in group.seq_ids if ok and group.generated else ():
                 made = alloc.grow(seq_id, group.generated)
                 if made is None:
                     ok = False
                     break
-                copies += len(made)
-        if not ok:
+                copies += made
+        if not ok:  # undone: the copies it made are not charged
             for seq_id in group.seq_ids[1 if admission is None else 0:]:
                 alloc.free(seq_id)
             for seq_id in group.seq_ids:
                 del self.owner[seq_id]
             group.seq_ids = []
-            alloc.copied_slots = copied_before  # a placement rolled back moved nothing: charge no copies
             return False
-        plan.copies += copies
+        plan.add_copies(tuple(copies))
         if group.state == SWAPPED:  # copied back in as it went out
             plan.swap_blocks += self.swap_transfers.pop(group.index)
             plan.swap_slots += group.swapped_slots
@@ -194,11 +192,11 @@ class GroupMechanics:
 
     def register_prefix(self, group: SequenceGroup) -> None:
         """Shared prefixes (a prefix group) are registered once with allocators that support it (paged-cow)."""
-        register = getattr(self.alloc, "register_prefix", None)
-        if register is None or not group.prefix_blocks or group.prefix_group is None:
+        alloc = self.alloc
+        if not alloc.shares_prefixes or not group.prefix_blocks or group.prefix_group is None:
             return
         if group.prefix_group not in self.registered_prefixes and \
-                register(group.hashes[:group.prefix_blocks]) is not None:
+                alloc.register_prefix(group.hashes[:group.prefix_blocks]) is not None:
             self.registered_prefixes.add(group.prefix_group)
 
     # -- running -------------------------------------------------------------------------------------------
@@ -227,7 +225,7 @@ class GroupMechanics:
                 if made is None:
                     return
                 self.new_seq(group)
-                plan.copies += len(made)
+                plan.add_copies(made)
             group.forked = True
         group.base = step - group.generated
         if from_prefill:
@@ -250,15 +248,18 @@ class GroupMechanics:
             if victim is group:
                 return None
 
-    def stop_running(self, group: SequenceGroup) -> None:
+    def stop_running(self, group: SequenceGroup, *, charge: bool = True) -> None:
         """Free every sequence of a running group and take it off the running list (finished or preempted):
-        the reverse of the end of `place_group`."""
+        the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots a last
+        sync copies (a preemption; a group finishing after its step has run pays nothing)."""
         decode, alloc = self.decode, self.alloc
         for seq_id in group.seq_ids:
             if seq_id in decode:
                 lag = decode.pending(seq_id, self.step)
                 if lag > 0 and self.sync_on_free:  # its full blocks get their hashes, as in vLLM
-                    alloc.grow(seq_id, lag)
+                    copies = alloc.grow(seq_id, lag)
+                    if charge and copies:
+                        self.plan.copy_slots += sum(c.slots for c in copies)
                 decode.leave(seq_id)
             alloc.free(seq_id)
             del self.owner[seq_id]

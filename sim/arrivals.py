@@ -55,8 +55,8 @@ class ArrivalSource:
         """The source an allocator needs: with prefix caching, shared-prefix hashes and every request's own
         block ids (vLLM v1 hashes every full block); with shared-prefix registration (paged-cow), the shared
         prefixes; otherwise none."""
-        caching = bool(getattr(alloc, "prefix_caching", False)) and alloc.block_size > 1
-        return cls(workload, block_size=alloc.block_size, want_hashes=caching or hasattr(alloc, "register_prefix"),
+        caching = alloc.prefix_caching and alloc.block_size > 1
+        return cls(workload, block_size=alloc.block_size, want_hashes=caching or alloc.shares_prefixes,
                    start_s=start_s, own_identity=caching)
 
     @staticmethod

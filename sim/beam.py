@@ -64,7 +64,7 @@ def beam_step(sched, group: SequenceGroup) -> None:
         if made is None:
             return
         sched.new_seq(group)
-        plan.copies += len(made)
+        plan.add_copies(made)
         beams[j] = child
         pending[parents[j]] -= 1
         free_done()
@@ -73,4 +73,4 @@ def beam_step(sched, group: SequenceGroup) -> None:
         made = sched.until_fits(group, lambda s=seq_id: alloc.grow(s, 1))
         if made is None:
             return
-        plan.copies += len(made)
+        plan.add_copies(made)

@@ -24,8 +24,9 @@ starts and ``T`` the run's duration: O(1) per sub-event from sums of ``delta`` a
     breakdown b(t):  b0 ------------+ b0 + d1 ------------+ b0 + d1 + d2 ------|
     time:            0            t_m1                  t_m2                   T
 
-Allocators that can report those deltas offer ``grow_due`` (`PagedAllocator`); for the others (copy-on-write
-tails, growing slabs) `_run_by_sub_events` integrates piecewise with a `breakdown` per sub-event.
+Allocators that can report those deltas say ``reports_growth`` and offer ``grow_due`` (`PagedAllocator`); for
+the others (copy-on-write tails, growing slabs) `_run_by_sub_events` integrates piecewise with a `breakdown`
+per sub-event.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     `Scheduler.complete`, not here.
     """
     decode, alloc = sched.decode, sched.alloc
-    grow_due = getattr(alloc, "grow_due", None)
-    if grow_due is None:
+    if not alloc.reports_growth:
         return _run_by_sub_events(sched, cost, integral, waiting, horizon, b)
+    grow_due = alloc.grow_due
     n = decode.n
     last = sched.next_completion()
     if last is None:
@@ -139,14 +140,13 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         due = decode.pop_due(step)
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
-            copied = alloc.copied_slots
             copies = alloc.grow(seq_id, added)
             if copies is None:  # out of memory: stop before this step; the scheduler will preempt
                 for rest in due[i:]:
                     decode.requeue(rest)
                 return steps, total
             if copies:  # a shared tail copied on write: charged for the slots it moved
-                extra = cost.transfer_time(alloc.copied_slots - copied)
+                extra = cost.transfer_time(sum(c.slots for c in copies))
                 integral.add(b, decode.lag(step), extra, 0.0, running)
                 total += extra
             decode.resync(seq_id, added, alloc.headroom(seq_id), step + 1)

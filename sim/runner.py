@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from allocators import make_allocator
+from allocators import allocator_class, make_allocator
 from allocators.capacity import KVCapacity, kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from sim.arrivals import ArrivalSource
@@ -54,7 +54,7 @@ def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
     table for this GPU and model (`sim.calibration_store`), then the default profile (`sim.cost_profiles`)."""
     if config.step_time is not None:
         return ConstantStepCost(config.step_time)
-    common = dict(block_size=config.block_size, paged=not config.allocator.startswith("contiguous"),
+    common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
                   tensor_parallel=config.tensor_parallel)
     path = config.calibration or (None if config.cost_profile else find_calibration(gpu.name, model.name))
     if path is not None:

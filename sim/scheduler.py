@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from allocators.base import Copy
 from sim.admission import GroupMechanics
 from sim.beam import beam_step
 from sim.sequence_group import FINISHED, RUNNING, SequenceGroup
@@ -40,6 +41,12 @@ class StepPlan:
     lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder
     can_run: bool = False
     chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
+
+    def add_copies(self, copies: tuple[Copy, ...]) -> None:
+        """Charge the copies an allocator call returned (count and the slots they move)."""
+        if copies:
+            self.copies += len(copies)
+            self.copy_slots += sum(c.slots for c in copies)
 
 
 class Scheduler(GroupMechanics):
@@ -67,7 +74,6 @@ class Scheduler(GroupMechanics):
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
         self.now = now
-        copied = self.alloc.copied_slots
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
         self.returned = 0
@@ -86,7 +92,6 @@ class Scheduler(GroupMechanics):
         else:
             budget = self.walk_running(budget)
         admitted = self.admit_waiting(budget) if not plan.preempted else False
-        plan.copy_slots = self.alloc.copied_slots - copied
         self.finish_plan(plan, admitted)
         return plan
 
@@ -103,7 +108,7 @@ class Scheduler(GroupMechanics):
             copies = self.until_fits(group, lambda s=seq_id, a=added: self.alloc.grow(s, a))
             if copies is None:
                 return False
-        self.plan.copies += len(copies)
+        self.plan.add_copies(copies)
         decode.resync(seq_id, added, self.alloc.headroom(seq_id), step + 1)
         return True
 
@@ -122,8 +127,10 @@ class Scheduler(GroupMechanics):
                 chunk = self.chunk(group.prefill_remaining, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
-                    if self.until_fits(group, lambda s=seq_id, c=chunk: self.alloc.grow(s, c)) is None:
+                    copies = self.until_fits(group, lambda s=seq_id, c=chunk: self.alloc.grow(s, c))
+                    if copies is None:
                         continue
+                    self.plan.copy_slots += sum(c.slots for c in copies)
                 budget -= chunk
                 self.step_tokens[group.index] = chunk
                 self.schedule_chunk(group, chunk)
@@ -253,7 +260,7 @@ class Scheduler(GroupMechanics):
 
     def finish(self, group: SequenceGroup, end_s: float) -> None:
         group.generated = group.output
-        self.stop_running(group)
+        self.stop_running(group, charge=False)
         group.state = FINISHED
         del self.live[group.index]
         self.sink.finish(group, end_s)

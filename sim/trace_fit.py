@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from allocators import allocator_class
 from allocators.catalog import get_gpu, get_model
 from sim.config import SimConfig
 from sim.cost_model import StepCostModel
@@ -99,7 +100,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     started = time.monotonic()
     model, gpu = get_model(config.model), get_gpu(config.gpu)
     base = dict(get_profile(start_profile).coefficients)
-    common = dict(block_size=config.block_size, paged=not config.allocator.startswith("contiguous"),
+    common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
                   tensor_parallel=config.tensor_parallel)
     train = split_halves(len(run.frame), holdout, seed) & run.scored
     ttft, decode = _targets(run.frame)
