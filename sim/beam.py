@@ -34,7 +34,7 @@ def beam_step(sched, group: SequenceGroup) -> None:
     each cycle of beams continuing each other): forking every child before freeing any made a group that
     fits exactly preempt itself at each step it re-picked a beam.
     """
-    alloc, plan = sched.alloc, sched.plan
+    memory, plan = sched.memory, sched.plan
     parents = choose_parents(sched.rng, group.num_seqs, sched.beam_keep_prob).tolist()
     old = list(group.seq_ids)
     beams = list(old)
@@ -48,8 +48,7 @@ def beam_step(sched, group: SequenceGroup) -> None:
         for j in losers:
             if j not in freed and not pending[j]:
                 freed.add(j)
-                alloc.free(old[j])
-                del sched.owner[old[j]]
+                memory.free(old[j])
                 group.seq_ids.remove(old[j])
 
     free_done()
@@ -59,18 +58,16 @@ def beam_step(sched, group: SequenceGroup) -> None:
         j = next((j for j in to_fork if parents[parents[j]] != parents[j] and pending[parents[j]] == 1),
                  to_fork[0])
         to_fork.remove(j)
-        child = sched._next_seq  # registered only once the fork succeeded
-        made = sched.until_fits(group, lambda p=old[parents[j]], c=child: alloc.fork(p, c, final_tokens=group.final_tokens))
+        made = sched.until_fits(group, lambda p=old[parents[j]]: memory.fork(group, p))
         if made is None:
             return
-        sched.new_seq(group)
         plan.add_copies(made)
-        beams[j] = child
+        beams[j] = group.seq_ids[-1]
         pending[parents[j]] -= 1
         free_done()
     group.seq_ids = beams
     for seq_id in beams:
-        made = sched.until_fits(group, lambda s=seq_id: alloc.grow(s, 1))
+        made = sched.until_fits(group, lambda s=seq_id: memory.grow(s, 1))
         if made is None:
             return
         plan.add_copies(made)

@@ -85,6 +85,10 @@ class DecodeSet:
         """Tokens appended before ``step`` that the allocator has not been told about."""
         return step - self.g0[seq_id]
 
+    def all_pending(self, step: int) -> dict[int, int]:
+        """`pending` of every tracked sequence (never below 0), for a memory map."""
+        return {seq_id: max(0, step - g0) for seq_id, g0 in self.g0.items()}
+
     def next_deadline(self) -> int | None:
         """The earliest valid deadline (stale heap entries are dropped on the way)."""
         heap, deadline = self.heap, self.deadline

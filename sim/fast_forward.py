@@ -47,10 +47,10 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     none); ``b``: the allocator's breakdown at the run's start. The scheduler's step counter is advanced by
     `Scheduler.complete`, not here.
     """
-    decode, alloc = sched.decode, sched.alloc
-    if not alloc.reports_growth:
+    decode, memory = sched.decode, sched.memory
+    if not memory.reports_growth:
         return _run_by_sub_events(sched, cost, integral, waiting, horizon, b)
-    grow_due = alloc.grow_due
+    grow_due = memory.grow_due
     n = decode.n
     last = sched.next_completion()
     if last is None:
@@ -101,14 +101,14 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     seconds, weighted = cost.decode_run(n, context, k)
     integral.add(b, lag0, seconds, n * weighted, len(sched.running))
     if blocks or moved:
-        integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, alloc.block_size, waiting)
+        integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting)
     return k, seconds
 
 
 def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
                        b: MemoryBreakdown) -> tuple[int, float]:
     """The general run: the breakdown is re-read and integrated piecewise at every sub-event."""
-    decode, alloc = sched.decode, sched.alloc
+    decode, memory = sched.decode, sched.memory
     n = decode.n
     running = len(sched.running)
     last = sched.next_completion()
@@ -140,7 +140,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         due = decode.pop_due(step)
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
-            copies = alloc.grow(seq_id, added)
+            copies = memory.grow(seq_id, added)
             if copies is None:  # out of memory: stop before this step; the scheduler will preempt
                 for rest in due[i:]:
                     decode.requeue(rest)
@@ -149,5 +149,5 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
                 extra = cost.transfer_time(sum(c.slots for c in copies))
                 integral.add(b, decode.lag(step), extra, 0.0, running)
                 total += extra
-            decode.resync(seq_id, added, alloc.headroom(seq_id), step + 1)
-        b = alloc.breakdown(waiting)
+            decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
+        b = memory.breakdown(waiting)

@@ -47,7 +47,7 @@ class Replica:
         self.rec = Recorder(0)
         for name in _RECORDER_ARRAYS:
             setattr(self.rec, name, getattr(shared, name))
-        self.alloc, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
+        self.memory, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
         self.inbox: deque[int] = deque()  # routed, not yet delivered, in arrival order
         self.groups: dict[int, object] = {}  # groups built at routing time (the router read their hashes)
         self.delivered = 0
@@ -61,7 +61,7 @@ class Replica:
 
     @property
     def free_slots(self) -> int:
-        return self.alloc.breakdown(False).free
+        return self.memory.breakdown(False).free
 
     @property
     def pending_prefill(self) -> int:
@@ -73,7 +73,7 @@ class Replica:
         return tokens
 
     def cached_tokens(self, group) -> int:
-        return self.alloc.num_cached_tokens(group.hashes, group.prompt) if group.hashes else 0
+        return self.memory.cached_tokens(group.hashes, group.prompt)
 
 
 class Fleet:
@@ -90,12 +90,11 @@ class Fleet:
         self.rec = Recorder(self.size)
         self.replicas = [Replica(r, config, self.model, self.gpu, self.cap.kv_tokens, self.rec)
                          for r in range(config.replicas)]
-        alloc = self.replicas[0].alloc
         self.times = np.asarray(workload.arrival_time_s, np.float64)
         self.start = float(self.times[0]) if self.size else 0.0
         for replica in self.replicas:
             replica.end_s = self.start
-        self.source = ArrivalSource.for_allocator(workload, alloc, start_s=self.start)
+        self.source = ArrivalSource.for_memory(workload, self.replicas[0].memory, start_s=self.start)
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight)
@@ -171,7 +170,7 @@ class Fleet:
 
     # -- one replica's engine loop (`sim.engine.Engine._engine`) ----------------------------------------
     def _engine(self, replica: Replica):
-        env, sched, cost, rec, alloc = self.env, replica.sched, replica.cost, replica.rec, replica.alloc
+        env, sched, cost, rec, memory = self.env, replica.sched, replica.cost, replica.rec, replica.memory
         snapshots = list(self.snapshot_times)
         check_every = self.config.debug_invariants
         rows = done_before = 0
@@ -187,7 +186,7 @@ class Fleet:
             if sched.idle:
                 replica.end_s = now
                 yield from catch_up(env, now)
-                b = alloc.breakdown(False)
+                b = memory.breakdown(False)
                 if self.observed:  # sleep until the router sends something (or nothing more comes)
                     if self.routed >= self.size and not replica.inbox:
                         return
@@ -213,7 +212,7 @@ class Fleet:
                             lambda: self._next_time(replica) if self.observed or not sched.waiting else None)
             rows += 1
             if check_every and rows % check_every == 0:
-                alloc.check_invariants()
+                memory.check_invariants()
             if self.progress is not None:
                 done = replica.delivered - len(sched.live)
                 if done > done_before:
@@ -235,7 +234,7 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     end = fleet.run()
     if config.debug_invariants:
         for replica in fleet.replicas:
-            replica.alloc.check_invariants()
+            replica.memory.check_invariants()
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, fleet.replicas[0].cost)
     extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, end, extra)

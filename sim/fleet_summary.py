@@ -45,7 +45,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         cached_by_index.update(r.sched.cached_by_index)
     requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index)
     requests["replica"] = fleet.replica_of
-    total_blocks = replicas[0].alloc.breakdown().total_blocks
+    total_blocks = replicas[0].memory.breakdown().total_blocks
     steps, memories, per_replica, processed = [], [], [], []
     for r in replicas:
         frame = r.rec.steps_frame(cap.kv_tokens, total_blocks)

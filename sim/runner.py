@@ -22,6 +22,7 @@ from sim.config import SimConfig
 from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.cost_profiles import make_step_cost
 from sim.engine import Engine
+from sim.memory import KVMemory
 from sim.metrics import Recorder
 from sim.scheduler import Scheduler
 from sim.summary import build_summary
@@ -88,7 +89,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
 
 def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recorder,
                   cost: StepCostModel | None = None):
-    """One serving replica: its allocator, cost model and scheduler (a fleet builds one per replica).
+    """One serving replica: its KV memory (the allocator behind `KVMemory`), cost model and scheduler (a fleet
+    builds one per replica).
     ``cost``: a step-cost model to use instead of the one ``config`` names."""
     max_model_len = config.max_model_len or model.max_seq_len
     alloc = make_allocator(config.allocator, kv_tokens, block_size=config.block_size,
@@ -96,7 +98,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                            prefix_caching=config.prefix_caching, watermark=config.watermark)
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
-    sched = Scheduler(alloc, recorder, continuous=config.scheduler == "continuous",
+    memory = KVMemory(alloc)
+    sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
                       max_model_len=max_model_len, lazy=not config.step_by_step,
@@ -104,7 +107,7 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy)
-    return alloc, cost, sched
+    return memory, cost, sched
 
 
 def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCostModel | None = None) -> SimResult:
@@ -120,10 +123,10 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     cap = resolve_capacity(config)
     model, gpu = cap.model, cap.gpu
     recorder = Recorder(len(workload))
-    alloc, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
+    memory, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
     times = workload.arrival_time_s
     start = float(times[0]) if len(workload) and getattr(workload, "closed_loop", None) is None else 0.0
-    source = ArrivalSource.for_allocator(workload, alloc, start_s=start)
+    source = ArrivalSource.for_memory(workload, memory, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
     count = snapshot_count(config, cap.kv_tokens)
@@ -132,9 +135,9 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
                     check_every=config.debug_invariants, progress=progress)
     end = engine.run() if len(workload) else start
     if config.debug_invariants:
-        alloc.check_invariants()
+        memory.check_invariants()
     requests = requests_frame(workload, recorder, source.arrival_s, sched.cached_by_index)
-    total_blocks = alloc.breakdown().total_blocks
+    total_blocks = memory.breakdown().total_blocks
     steps = recorder.steps_frame(cap.kv_tokens, total_blocks)
     extra = summary_extra(config, workload, model, gpu, cap.source, cost) | {"memory_snapshots": count}
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,

@@ -98,18 +98,19 @@ class Scheduler(GroupMechanics):
     def sync_decoder(self, seq_id: int) -> bool:
         """Give a due decoder slots for the tokens it computed since its last sync and this step's; False if
         its group was preempted instead."""
-        group = self.owner.get(seq_id)
+        group = self.memory.owner.get(seq_id)
         if group is None or group.state != RUNNING:
             return False
         decode, step = self.decode, self.step
         added = decode.pending(seq_id, step) + 1
-        copies = self.alloc.grow(seq_id, added)
+        memory = self.memory
+        copies = memory.grow(seq_id, added)
         if copies is None:
-            copies = self.until_fits(group, lambda s=seq_id, a=added: self.alloc.grow(s, a))
+            copies = self.until_fits(group, lambda s=seq_id, a=added: memory.grow(s, a))
             if copies is None:
                 return False
         self.plan.add_copies(copies)
-        decode.resync(seq_id, added, self.alloc.headroom(seq_id), step + 1)
+        decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         return True
 
     def walk_running(self, budget: int) -> int:
@@ -127,7 +128,7 @@ class Scheduler(GroupMechanics):
                 chunk = self.chunk(group.prefill_remaining, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
-                    copies = self.until_fits(group, lambda s=seq_id, c=chunk: self.alloc.grow(s, c))
+                    copies = self.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow(s, c))
                     if copies is None:
                         continue
                     self.plan.copy_slots += sum(c.slots for c in copies)

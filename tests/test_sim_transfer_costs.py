@@ -8,6 +8,7 @@ from allocators import make_allocator
 from allocators.catalog import get_gpu, get_model
 from allocators.paged import PagedAllocator
 from sim.cost_model import ConstantStepCost, StepCostModel
+from sim.memory import KVMemory
 from sim.scheduler import Scheduler
 from sim.sequence_group import RUNNING, SWAPPED, SequenceGroup
 
@@ -81,7 +82,7 @@ def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
     """A (prompt 100, n=2) forks at its first token; V (prompt 10) decodes, lazily grown, and is then
     preempted to swap and swapped back in."""
     alloc = make_allocator(allocator, 4096, block_size=16, max_model_len=512)
-    sched = Scheduler(alloc, Sink(), max_num_batched_tokens=512, preemption="swap", swap_slots=10_000,
+    sched = Scheduler(KVMemory(alloc), Sink(), max_num_batched_tokens=512, preemption="swap", swap_slots=10_000,
                       max_model_len=512)
     a = SequenceGroup(0, 0, 0.0, 100, 40, n=2)
     v = SequenceGroup(1, 1, 0.0, 10, 40)
