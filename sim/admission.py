@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sim.beam import BeamSearch
 from sim.decode_set import DecodeSet
 from sim.memory import KVMemory
 from sim.sequence_group import REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
@@ -53,12 +54,10 @@ class GroupMechanics:
         self.swap_slots, self.swap_used = swap_slots, 0
         self.max_model_len = max_model_len
         self.lazy = lazy
-        self.rng = rng if rng is not None else np.random.default_rng(0)
-        self.beam_keep_prob = beam_keep_prob
+        self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
-        self.beam_groups = 0  # running beam groups: the per-step beam work is skipped while there are none
         self.live: dict[int, SequenceGroup] = {}
         self.decode = DecodeSet(lazy)
         self.completions: list[tuple[int, int, int]] = []  # (last step, group index, epoch)
@@ -139,7 +138,7 @@ class GroupMechanics:
         group.epoch += 1
         self.running.append(group)
         self.running_seqs += group.num_seqs
-        self.beam_groups += group.beam
+        self.beams.groups += group.beam
 
     # -- running -------------------------------------------------------------------------------------------
     def chunk(self, remaining: int, budget: int) -> int:
@@ -202,7 +201,7 @@ class GroupMechanics:
             self.plan.copy_slots += sum(c.slots for c in copies)
         self.running.remove(group)
         self.running_seqs -= group.num_seqs
-        self.beam_groups -= group.beam
+        self.beams.groups -= group.beam
 
     def preempt(self, victim: SequenceGroup) -> None:
         decoding = victim.base >= 0  # only a decoding group is swapped; a prefill is recomputed
@@ -269,16 +268,3 @@ class GroupMechanics:
         self.live.pop(group.index, None)
         self.sink.reject(group, reason, now)
 
-    # -- beam search -------------------------------------------------------------------------------------
-    def beam_decoders(self) -> tuple[int, int]:
-        """(sequences, context tokens) of the decoding beam groups that joined before this step: they decode
-        outside the `DecodeSet` (`sim.beam`), so the step's token budget and plan count them here."""
-        seqs = context = 0
-        if not self.beam_groups:
-            return seqs, context
-        step = self.step
-        for g in self.running:
-            if g.beam and g.base >= 0 and g not in self.joiners:
-                seqs += g.num_seqs
-                context += g.num_seqs * (g.prompt + step - g.base)
-        return seqs, context

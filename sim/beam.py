@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.memory import KVMemory
 from sim.sequence_group import SequenceGroup
 
 
@@ -25,49 +26,71 @@ def choose_parents(rng: np.random.Generator, k: int, keep_prob: float) -> np.nda
     return np.where(keep, np.arange(k), other)
 
 
-def beam_step(sched, group: SequenceGroup) -> None:
-    """Re-pick parents, fork and free, then give every beam a slot for this step's token. On a failed
-    allocator call the latest admitted group is preempted (`until_fits`); if that is ``group``, stop.
+class BeamSearch:
+    """The beam groups' bookkeeping, owned by the scheduler: the seeded parent choice, how many beam groups
+    run (the per-step beam work is skipped while there are none), and their per-step memory work."""
 
-    A beam's old sequence is freed as soon as no other beam still has to fork from it, and forks that let an
-    old sequence go come first, so the step needs no more memory than its ``k`` beams (plus one sequence for
-    each cycle of beams continuing each other): forking every child before freeing any made a group that
-    fits exactly preempt itself at each step it re-picked a beam.
-    """
-    memory, plan = sched.memory, sched.plan
-    parents = choose_parents(sched.rng, group.num_seqs, sched.beam_keep_prob).tolist()
-    old = list(group.seq_ids)
-    beams = list(old)
-    losers = [j for j, parent in enumerate(parents) if parent != j]
-    pending = [0] * len(parents)  # forks still to be made from each old beam
-    for j in losers:
-        pending[parents[j]] += 1
-    freed: set[int] = set()
+    __slots__ = ("rng", "keep_prob", "groups")
 
-    def free_done() -> None:
+    def __init__(self, rng: np.random.Generator, keep_prob: float) -> None:
+        self.rng = rng
+        self.keep_prob = keep_prob
+        self.groups = 0  # running beam groups
+
+    def decoders(self, running: list[SequenceGroup], joiners: list[SequenceGroup], step: int) -> tuple[int, int]:
+        """(sequences, context tokens) of the decoding beam groups that joined before ``step``: they decode
+        outside the `DecodeSet`, so the step's token budget and plan count them here."""
+        seqs = context = 0
+        if not self.groups:
+            return seqs, context
+        for g in running:
+            if g.beam and g.base >= 0 and g not in joiners:
+                seqs += g.num_seqs
+                context += g.num_seqs * (g.prompt + step - g.base)
+        return seqs, context
+
+    def step(self, group: SequenceGroup, memory: KVMemory, plan, until_fits) -> None:
+        """Re-pick parents, fork and free, then give every beam a slot for this step's token. On a failed
+        allocator call ``until_fits`` preempts the latest admitted group; if that is ``group``, stop.
+
+        A beam's old sequence is freed as soon as no other beam still has to fork from it, and forks that let an
+        old sequence go come first, so the step needs no more memory than its ``k`` beams (plus one sequence for
+        each cycle of beams continuing each other): forking every child before freeing any made a group that
+        fits exactly preempt itself at each step it re-picked a beam.
+        """
+        parents = choose_parents(self.rng, group.num_seqs, self.keep_prob).tolist()
+        old = list(group.seq_ids)
+        chosen = list(old)
+        losers = [j for j, parent in enumerate(parents) if parent != j]
+        pending = [0] * len(parents)  # forks still to be made from each old beam
         for j in losers:
-            if j not in freed and not pending[j]:
-                freed.add(j)
-                memory.free(old[j])
-                group.seq_ids.remove(old[j])
+            pending[parents[j]] += 1
+        freed: set[int] = set()
 
-    free_done()
-    to_fork = list(losers)
-    while to_fork:
-        # a fork that lets its parent's old sequence go first (it then costs no memory), else in beam order
-        j = next((j for j in to_fork if parents[parents[j]] != parents[j] and pending[parents[j]] == 1),
-                 to_fork[0])
-        to_fork.remove(j)
-        made = sched.until_fits(group, lambda p=old[parents[j]]: memory.fork(group, p))
-        if made is None:
-            return
-        plan.add_copies(made)
-        beams[j] = group.seq_ids[-1]
-        pending[parents[j]] -= 1
+        def free_done() -> None:
+            for j in losers:
+                if j not in freed and not pending[j]:
+                    freed.add(j)
+                    memory.free(old[j])
+                    group.seq_ids.remove(old[j])
+
         free_done()
-    group.seq_ids = beams
-    for seq_id in beams:
-        made = sched.until_fits(group, lambda s=seq_id: memory.grow(s, 1))
-        if made is None:
-            return
-        plan.add_copies(made)
+        to_fork = list(losers)
+        while to_fork:
+            # a fork that lets its parent's old sequence go first (it then costs no memory), else in beam order
+            j = next((j for j in to_fork if parents[parents[j]] != parents[j] and pending[parents[j]] == 1),
+                     to_fork[0])
+            to_fork.remove(j)
+            made = until_fits(group, lambda p=old[parents[j]]: memory.fork(group, p))
+            if made is None:
+                return
+            plan.add_copies(made)
+            chosen[j] = group.seq_ids[-1]
+            pending[parents[j]] -= 1
+            free_done()
+        group.seq_ids = chosen
+        for seq_id in chosen:
+            made = until_fits(group, lambda s=seq_id: memory.grow(s, 1))
+            if made is None:
+                return
+            plan.add_copies(made)

@@ -102,7 +102,7 @@ class Engine:
 def record_snapshot(sched, rec, now: float) -> None:
     """Record the memory map at ``now``: every slot's owner and state, decode tokens the allocator has not
     been told about yet counted as tokens. Shared by the single engine and every fleet replica."""
-    rec.snapshot(now, *sched.memory.snapshot(sched.decode.all_pending(sched.step)))
+    rec.snapshot(now, *sched.memory.snapshot(sched.pending_decode_tokens()))
 
 
 def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:

@@ -31,7 +31,6 @@ per sub-event.
 
 from __future__ import annotations
 
-import heapq
 import math
 
 from allocators.base import MemoryBreakdown
@@ -63,40 +62,7 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if horizon != math.inf:
         k = cost.steps_starting_before(n, context, k, horizon, prefix)
     end = step0 + k
-    # Sync every sequence falling due before the run's end, in (deadline, id) order, including the later
-    # deadlines the syncs create (`DecodeSet.pop_due` + `resync`, inlined: this loop runs once per block).
-    heap, deadline, g0, tokens = decode.heap, decode.deadline, decode.g0, decode.tokens
-    pop, replace = heapq.heappop, heapq.heapreplace
-    blocks = moved = synced = 0  # used blocks gained, reservation gained (slots), tokens told
-    blocks_t = moved_t = 0.0  # the same, weighted by the time their step starts
-    while heap:
-        due, seq_id = heap[0]
-        if due >= end:
-            break
-        if deadline.get(seq_id) != due:
-            pop(heap)  # stale: the sequence left or was re-synced
-            continue
-        added = due - g0[seq_id] + 1
-        grown = grow_due(seq_id, added)
-        if grown is None:  # out of memory: stop before this step (it stays due); the scheduler will preempt
-            end = due
-            break
-        headroom, new_blocks, reserved = grown
-        g0[seq_id] = due + 1
-        tokens[seq_id] += added
-        synced += added
-        nxt = due + 1 + headroom
-        deadline[seq_id] = nxt
-        replace(heap, (nxt, seq_id))
-        t = prefix(due - step0)
-        # the lag no longer counts the tokens just told: reservation gains them back
-        gained = reserved + added
-        blocks += new_blocks
-        blocks_t += new_blocks * t
-        moved += gained
-        moved_t += gained * t
-    decode.sum_g0 += synced
-    decode.sum_tokens += synced
+    end, blocks, blocks_t, moved, moved_t = decode.sync_run(step0, end, grow_due, prefix)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k)
     integral.add(b, lag0, seconds, n * weighted, len(sched.running))

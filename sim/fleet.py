@@ -57,7 +57,7 @@ class Replica:
     # -- what routers read (`sim.routers.ReplicaState`) ---------------------------------------------------
     @property
     def load(self) -> int:
-        return len(self.sched.running) + len(self.sched.waiting) + len(self.inbox)
+        return self.sched.load + len(self.inbox)
 
     @property
     def free_slots(self) -> int:
@@ -66,11 +66,7 @@ class Replica:
     @property
     def pending_prefill(self) -> int:
         """Prompt tokens still to be prefilled here: routed, queued, and the rest of running prefills."""
-        sched, groups = self.sched, self.groups
-        tokens = sum(groups[i].prompt for i in self.inbox) + sum(g.prefill_remaining for g in sched.waiting)
-        if sched.running_seqs != sched.decode.n or sched.beam_groups:  # some running group is prefilling
-            tokens += sum(g.prefill_remaining for g in sched.running if g.prefilling)
-        return tokens
+        return sum(self.groups[i].prompt for i in self.inbox) + self.sched.pending_prefill()
 
     def cached_tokens(self, group) -> int:
         return self.memory.cached_tokens(group.hashes, group.prompt)

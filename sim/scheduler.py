@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from allocators.base import Copy
 from sim.admission import GroupMechanics
-from sim.beam import beam_step
 from sim.sequence_group import FINISHED, RUNNING, SequenceGroup
 
 
@@ -65,6 +64,22 @@ class Scheduler(GroupMechanics):
     def idle(self) -> bool:
         return not self.running and not self.waiting
 
+    @property
+    def load(self) -> int:
+        """Groups running or queued here."""
+        return len(self.running) + len(self.waiting)
+
+    def pending_prefill(self) -> int:
+        """Prompt tokens still to be prefilled by the queued groups and the rest of the running prefills."""
+        tokens = sum(g.prefill_remaining for g in self.waiting)
+        if self.running_seqs != self.decode.n or self.beams.groups:  # some running group is prefilling
+            tokens += sum(g.prefill_remaining for g in self.running if g.prefilling)
+        return tokens
+
+    def pending_decode_tokens(self) -> dict[int, int]:
+        """Tokens each decoder computed that the allocator was not told yet (for a memory map)."""
+        return self.decode.all_pending(self.step)
+
     def plan_step(self, now: float) -> StepPlan:
         """Do the allocator work of the next step (index ``self.step``) and say what the step computes.
 
@@ -79,12 +94,13 @@ class Scheduler(GroupMechanics):
         self.returned = 0
         self.deferred_seqs = self.deferred_context = 0
         # beam groups re-pick parents and append a token, every step
-        if self.beam_groups:
+        beams = self.beams
+        if beams.groups:
             for group in [g for g in self.running if g.beam and g.base >= 0]:
                 if group.state == RUNNING:
-                    beam_step(self, group)
-        budget = self.budget - self.beam_decoders()[0]
-        if self.running_seqs == self.decode.n and not self.beam_groups:
+                    beams.step(group, self.memory, plan, self.until_fits)
+        budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
+        if self.running_seqs == self.decode.n and not beams.groups:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             for seq_id in self.decode.pop_due(self.step):
                 self.sync_decoder(seq_id)
@@ -152,7 +168,7 @@ class Scheduler(GroupMechanics):
         and its completion move one step later."""
         decode, step = self.decode, self.step
         for seq_id in group.seq_ids:
-            self.deferred_context += decode.tokens[seq_id] + step - decode.g0[seq_id]
+            self.deferred_context += decode.context_of(seq_id, step)
             decode.defer(seq_id)
             due.discard(seq_id)
         self.deferred_seqs += len(group.seq_ids)
@@ -208,8 +224,8 @@ class Scheduler(GroupMechanics):
             if not group.beam:
                 join_seqs += len(group.seq_ids)
                 join_context += len(group.seq_ids) * (group.prompt + step - group.base)
-        beam_seqs, beam_context = self.beam_decoders()
-        if self.beam_groups:
+        beam_seqs, beam_context = self.beams.decoders(self.running, self.joiners, step)
+        if self.beams.groups:
             plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
         plan.lag_offset = join_seqs + self.deferred_seqs
         plan.decode_seqs = decode.n - join_seqs - self.deferred_seqs + beam_seqs
@@ -223,7 +239,7 @@ class Scheduler(GroupMechanics):
         plan.context_tokens = decode_context + prefill_context
         plan.attention_pairs = decode_context + prefill_pairs
         plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
-                        and not plan.swap_blocks and not plan.copies and not self.beam_groups
+                        and not plan.swap_blocks and not plan.copies and not self.beams.groups
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
 
