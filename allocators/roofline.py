@@ -6,7 +6,7 @@ A step of ``tokens`` new tokens (prefill and decode together) scoring ``pairs`` 
     flops = token_flops * tokens + pair_flops * pairs
     bytes = weight_bytes + kv_bytes_per_token * (context * paged_kernel_overhead + tokens)
 
-The simulator's step-cost model (`sim.cost_model`) divides them by fractions of the GPU's peaks; the GPU
+The simulator's step-cost model (`sim.kernel.cost_model`) divides them by fractions of the GPU's peaks; the GPU
 validation (`gpu_validation.features`) puts them in each measured row so a fit estimates exactly those
 fractions. Both read them here, next to the catalog they are computed from.
 """

@@ -1,6 +1,6 @@
 """kvsim's simulator. The Python API: ``run_simulation(SimConfig(...), workload) -> SimResult``."""
 
-from sim.config import SimConfig
-from sim.runner import SimResult, run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import SimResult, run_simulation
 
 __all__ = ["SimConfig", "SimResult", "run_simulation"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from allocators import ALLOCATORS
-from sim.config import SimConfig
-from sim.runner import run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
 from workloads import Workload
 
 ALL = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow"]

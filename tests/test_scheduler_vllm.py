@@ -1,9 +1,9 @@
 """The scheduler against vLLM's own scenarios (anchors.md section 5, scenarios 7 and 8), driven directly."""
 
 from allocators.paged import PagedAllocator
-from sim.memory import KVMemory
-from sim.scheduler import Scheduler
-from sim.sequence_group import RUNNING, WAITING, SequenceGroup
+from sim.kernel.memory import KVMemory
+from sim.kernel.scheduler import Scheduler
+from sim.kernel.sequence_group import RUNNING, WAITING, SequenceGroup
 
 
 class Sink:

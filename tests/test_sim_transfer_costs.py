@@ -7,10 +7,10 @@ import pytest
 from allocators import make_allocator
 from allocators.catalog import get_gpu, get_model
 from allocators.paged import PagedAllocator
-from sim.cost_model import ConstantStepCost, StepCostModel
-from sim.memory import KVMemory
-from sim.scheduler import Scheduler
-from sim.sequence_group import RUNNING, SWAPPED, SequenceGroup
+from sim.kernel.cost_model import ConstantStepCost, StepCostModel
+from sim.kernel.memory import KVMemory
+from sim.kernel.scheduler import Scheduler
+from sim.kernel.sequence_group import RUNNING, SWAPPED, SequenceGroup
 
 MODEL, GPU = get_model("opt-13b"), get_gpu("a100-40gb")
 KV = MODEL.kv_bytes_per_token
@@ -120,8 +120,8 @@ def test_a_contiguous_fork_is_charged_its_slab_copy_end_to_end():
     1,000 tokens of KV, not one 16-slot block."""
     import numpy as np
 
-    from sim.config import SimConfig
-    from sim.runner import make_cost_model, run_simulation
+    from sim.kernel.config import SimConfig
+    from sim.kernel.runner import make_cost_model, run_simulation
     from workloads import Workload
 
     workload = Workload(np.array([0.0]), np.array([1000]), np.array([4]), n=np.array([2]))

@@ -19,7 +19,7 @@ Copies and swaps are charged for the token slots they really move (slots x KV by
 allocator: a paged copy moves a whole block, a contiguous fork copies the parent's tokens into the child's
 slab, a swap moves every block of a paged sequence or a slab's tokens in one transfer.
 
-Named, sourced sets of coefficients are `sim.cost_profiles` (``--cost-profile``); the dataclass defaults
+Named, sourced sets of coefficients are `sim.kernel.cost_profiles` (``--cost-profile``); the dataclass defaults
 below are the plain roofline kvsim used before profiles existed (``paper-2023`` keeps them). Their sources:
 
 - ``bandwidth_frac = 0.8``: decode GEMV and paged-attention kernels typically reach 75-85% of HBM peak.
@@ -50,7 +50,7 @@ from allocators.catalog import GpuSpec, ModelSpec
 
 DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
                                  256: 1.3}
-CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
+CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
 
 
 def kernel_overhead(table: dict[int, float], block_size: int) -> float:

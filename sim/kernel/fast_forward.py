@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 
 from allocators.base import MemoryBreakdown
-from sim.cost_model import StepCostModel
-from sim.metrics import MemoryIntegral
+from sim.kernel.cost_model import StepCostModel
+from sim.kernel.metrics import MemoryIntegral
 
 
 def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,

@@ -1,10 +1,10 @@
 """A fleet of replicas behind a router, in one discrete-event simulation.
 
-Each replica has its own scheduler, allocator and cost model (`sim.runner.build_replica`), its own step rows
+Each replica has its own scheduler, allocator and cost model (`sim.kernel.runner.build_replica`), its own step rows
 and memory integrals, and an inbox of requests routed to it. One SimPy environment runs one engine process
 per replica and, when the router reads the replicas' state, an arrival process that routes each request at
-its arrival time. A replica's engine loop is the single engine's (`sim.engine.Engine`): deliver what is due,
-plan a step or a fast-forwarded decode run (`sim.fast_forward`), record a row, let its duration pass.
+its arrival time. A replica's engine loop is the single engine's (`sim.kernel.engine.Engine`): deliver what is due,
+plan a step or a fast-forwarded decode run (`sim.kernel.fast_forward`), record a row, let its duration pass.
 
 What the router sees at time ``t``: every replica as it stands at the end of the step (or run) in flight at
 ``t`` (the scheduler applies a step's results when it is planned, as in the single engine), before anything
@@ -17,7 +17,7 @@ looks at it mid-way, it keeps its own clock through a busy period and SimPy sees
 idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row.
 
 Per-request results share one set of arrays (each request lives on one replica); the summary is built by
-`sim.fleet_summary`.
+`sim.kernel.fleet_summary`.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim.arrivals import ArrivalSource
-from sim.config import SimConfig
-from sim.engine import catch_up, record_snapshot, take_step
-from sim.metrics import Recorder
-from sim.routers import make_router
-from sim.runner import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
+from sim.kernel.arrivals import ArrivalSource
+from sim.kernel.config import SimConfig
+from sim.kernel.engine import catch_up, record_snapshot, take_step
+from sim.kernel.metrics import Recorder
+from sim.kernel.routers import make_router
+from sim.kernel.runner import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
 
 _RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
 
@@ -54,7 +54,7 @@ class Replica:
         self.end_s = 0.0
         self.wake: simpy.Event | None = None  # set while idle, waiting for the router
 
-    # -- what routers read (`sim.routers.ReplicaState`) ---------------------------------------------------
+    # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
     @property
     def load(self) -> int:
         return self.sched.load + len(self.inbox)
@@ -164,7 +164,7 @@ class Fleet:
             replica.delivered += 1
             sched.add(group, t)
 
-    # -- one replica's engine loop (`sim.engine.Engine._engine`) ----------------------------------------
+    # -- one replica's engine loop (`sim.kernel.engine.Engine._engine`) ----------------------------------------
     def _engine(self, replica: Replica):
         env, sched, cost, rec, memory = self.env, replica.sched, replica.cost, replica.rec, replica.memory
         snapshots = list(self.snapshot_times)
@@ -223,7 +223,7 @@ class Fleet:
 
 def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     """Simulate ``workload`` on ``config.replicas`` replicas behind ``config.router``."""
-    from sim.fleet_summary import fleet_result
+    from sim.kernel.fleet_summary import fleet_result
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload, progress=progress)

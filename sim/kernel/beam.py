@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.memory import KVMemory
-from sim.sequence_group import SequenceGroup
+from sim.kernel.memory import KVMemory
+from sim.kernel.sequence_group import SequenceGroup
 
 
 def choose_parents(rng: np.random.Generator, k: int, keep_prob: float) -> np.ndarray:

@@ -15,7 +15,7 @@ import heapq
 
 import numpy as np
 
-from sim.sequence_group import SequenceGroup
+from sim.kernel.sequence_group import SequenceGroup
 
 _OWN_BASE = 1 << 62
 """Ids of a request's own blocks: ``_OWN_BASE + (index << 24) + block``, unique per request and block. They

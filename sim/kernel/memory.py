@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown
-from sim.sequence_group import SequenceGroup
+from sim.kernel.sequence_group import SequenceGroup
 
 
 class KVMemory:

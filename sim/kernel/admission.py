@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.beam import BeamSearch
-from sim.decode_set import DecodeSet
-from sim.memory import KVMemory
-from sim.sequence_group import REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
+from sim.kernel.beam import BeamSearch
+from sim.kernel.decode_set import DecodeSet
+from sim.kernel.memory import KVMemory
+from sim.kernel.sequence_group import REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
 
 
 class GroupMechanics:

@@ -10,7 +10,7 @@ has finished, and its prompts are prefilled in one step.
 The scheduler is plain synchronous Python: `plan_step` does the allocator work at the start of a step and
 returns a `StepPlan` for the cost model; `complete` applies the step's results once it has run. Decoding
 sequences are grown lazily through a `DecodeSet` (see there). Admission, preemption and sequence-group
-mechanics live in `sim.admission`; this class owns the queues and the step.
+mechanics live in `sim.kernel.admission`; this class owns the queues and the step.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import heapq
 from dataclasses import dataclass, field
 
 from allocators.base import Copy
-from sim.admission import GroupMechanics
-from sim.sequence_group import FINISHED, RUNNING, SequenceGroup
+from sim.kernel.admission import GroupMechanics
+from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 The engine loop delivers due arrivals at the start of every step, asks the scheduler for the step, prices
 it with the cost model, records a row, lets the step's duration pass, then lets the scheduler apply it. A
-row is a step or a run of decode steps advanced in one move by `sim.fast_forward`, never a token. When
+row is a step or a run of decode steps advanced in one move by `sim.kernel.fast_forward`, never a token. When
 nothing is queued or running it records an idle row and sleeps; the arrivals process wakes it when the next
 request is due.
 
@@ -19,8 +19,8 @@ from collections.abc import Generator
 
 import simpy
 
-from sim.fast_forward import run_decode
-from sim.metrics import Recorder
+from sim.kernel.fast_forward import run_decode
+from sim.kernel.metrics import Recorder
 
 
 class Engine:

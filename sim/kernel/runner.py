@@ -16,16 +16,16 @@ import numpy as np
 from allocators import allocator_class, make_allocator
 from allocators.capacity import KVCapacity, kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
-from sim.arrivals import ArrivalSource
-from sim.calibration_store import find_calibration, peaks_of
-from sim.config import SimConfig
-from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
-from sim.cost_profiles import make_step_cost
-from sim.engine import Engine
-from sim.memory import KVMemory
-from sim.metrics import Recorder
-from sim.scheduler import Scheduler
-from sim.summary import build_summary
+from sim.kernel.arrivals import ArrivalSource
+from sim.kernel.calibration_store import find_calibration, peaks_of
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
+from sim.kernel.cost_profiles import make_step_cost
+from sim.kernel.engine import Engine
+from sim.kernel.memory import KVMemory
+from sim.kernel.metrics import Recorder
+from sim.kernel.scheduler import Scheduler
+from sim.kernel.summary import build_summary
 
 MEMORY_MAP_ROWS = 2**22
 """Memory-map snapshots keep one row per slot: a run records at most this many rows in all (about 150 MB as a
@@ -52,7 +52,7 @@ class SimResult:
 
 def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
     """``--step-time`` wins, then ``--calibration``, then ``--cost-profile``, then the user's or the shipped
-    table for this GPU and model (`sim.calibration_store`), then the default profile (`sim.cost_profiles`)."""
+    table for this GPU and model (`sim.kernel.calibration_store`), then the default profile (`sim.kernel.cost_profiles`)."""
     if config.step_time is not None:
         return ConstantStepCost(config.step_time)
     common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
@@ -114,9 +114,9 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     """Simulate ``workload`` under ``config``. ``progress``: optional callable given counts of finished
     requests as they finish (a progress bar's ``update``); ``cost``: a step-cost model to use instead of the
     one ``config`` names (``kvsim calibrate --from-trace`` tries coefficients without writing tables). More
-    than one replica: `sim.fleet.run_fleet`."""
+    than one replica: `sim.kernel.fleet.run_fleet`."""
     if config.replicas > 1:
-        from sim.fleet import run_fleet
+        from sim.kernel.fleet import run_fleet
 
         return run_fleet(config, workload, progress=progress)
     wall_start = time.perf_counter()

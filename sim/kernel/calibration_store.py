@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from allocators.catalog import GpuSpec
-from sim.cost_model import CALIBRATION_DIR as SHIPPED_DIR
+from sim.kernel.cost_model import CALIBRATION_DIR as SHIPPED_DIR
 
 
 def kvsim_home() -> Path:
