@@ -5,7 +5,7 @@
 ``flops = 2 * params * (prefill_tokens + decode_seqs) + 4 * layers * heads * head_dim * attention_pairs`` and
 ``bytes = weight_bytes + kv_bytes_per_token * (context_tokens * paged_kernel_overhead[block_size]
 + prefill_tokens + decode_seqs)``. The terms come from `allocators.roofline`, as the simulator's
-(``sim/cost_model.py``) do, so the fit in `gpu_validation.fit` estimates exactly the coefficients the
+(``sim/kernel/cost_model.py``) do, so the fit in `gpu_validation.fit` estimates exactly the coefficients the
 simulator multiplies them by.
 
 Quick CPU calibrations time a scaled-down copy of the model (`scaled_model`): the fitted coefficients are

@@ -105,7 +105,7 @@ def simulation_options(func):
         _field_option("--replicas", type=int,
                       help="Serving replicas, each with its own scheduler, KV memory and cost model."),
         _field_option("--router", type=click.Choice(list(ROUTERS)),
-                      help="How a fleet of replicas routes each arriving request (sim/routers.py)."),
+                      help="How a fleet of replicas routes each arriving request (sim/kernel/routers.py)."),
         _field_option("--router-load-weight", type=float,
                       help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
                            "tokens the request would compute there."),
