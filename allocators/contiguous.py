@@ -19,7 +19,6 @@ import numpy as np
 
 from allocators.base import (
     FREE_OWNER,
-    NO_COPIES,
     OVERHEAD_OWNER,
     SLOT_FREE,
     SLOT_OVERHEAD,
@@ -125,7 +124,7 @@ class ContiguousAllocator(Allocator):
             used = min(s.res, num_tokens)
             s.res -= used
             self._reserved -= used
-        return NO_COPIES
+        return ()  # NO_COPIES (the same object: a literal, which skips a global lookup)
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """A slab cannot be shared: the child gets its own slab and the parent's tokens are copied into it."""

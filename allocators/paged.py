@@ -263,7 +263,7 @@ class PagedAllocator(Allocator):
                 used = res if res < num_tokens else num_tokens
                 s.res = res - used
                 self._reserved -= used
-            return NO_COPIES
+            return ()  # NO_COPIES (the same object: a literal, which skips a global lookup)
         return self._grow_slow(seq_id, s, num_tokens)
 
     def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
