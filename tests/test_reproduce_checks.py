@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.reproduce import paper
+from sim.reproduce import experiments, paper
 from sim.reproduce.checks import (
     batch_checks,
     block_size_checks,
@@ -31,6 +31,28 @@ def test_sustained_rate_edges():
     assert sustained_rate(np.array([1.0, 2.0]), np.array([0.1, np.inf]), 0.2) == 1.0
     # a dip back under the bound after the knee does not count; unsorted input is sorted first
     assert sustained_rate(np.array([3.0, 1.0, 2.0]), np.array([0.1, 0.1, 0.3]), 0.2) == pytest.approx(1.5)
+
+
+def test_latency_curve_bisects_the_crossing_of_a_knee(monkeypatch):
+    """Guards the sustained-rate measurement against grid bias: on a curve that blows up past its knee (here
+    at 2.1 req/s), a straight line between grid points 2.0 and 2.5 crosses the bound far too early; bisecting
+    the bracket finds the knee to within the grid step / 2**bisections, and adds the runs to the curve."""
+    def fake_run(spec):
+        rate = spec.config.rate
+        latency = 0.1 if rate <= 2.1 else 0.1 + 40 * (rate - 2.1)
+        return experiments.RunOutput({"normalized_latency_s_per_tok": latency}, spec.labels)
+
+    monkeypatch.setattr(experiments, "run_spec", fake_run)
+    grid = experiments.latency_curve("paged", "sharegpt-paper", (1.5, 2.0, 2.5, 3.0), 100.0)
+    assert [o.labels["rate"] for o in grid] == [1.5, 2.0, 2.5]  # stops past 3x the bound
+    frame = experiments.summary_rows(grid)
+    assert sustained_rate(frame["rate"], frame["normalized_latency_s_per_tok"]) == pytest.approx(2.0031, abs=1e-4)
+
+    refined = experiments.latency_curve("paged", "sharegpt-paper", (1.5, 2.0, 2.5, 3.0), 100.0, bisections=5)
+    rates = [o.labels["rate"] for o in refined]
+    assert len(rates) == 8 and rates == sorted(rates)
+    frame = experiments.summary_rows(refined)
+    assert sustained_rate(frame["rate"], frame["normalized_latency_s_per_tok"]) == pytest.approx(2.1025, abs=0.5 / 2**5)
 
 
 def test_sustained_rates_per_allocator():

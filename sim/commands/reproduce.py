@@ -33,7 +33,7 @@ def paper_command(quick: bool, out: Path | None, as_json: bool, workers: int, on
     of arrivals, contiguous-max/pow2/oracle and paged), normalized latency against rate with sustained-rate
     ratios, the block-size sweep, and parallel sampling and beam search with paged-cow; prints ours against
     the paper's values with pass or miss. The sustained rate is the highest rate whose normalized latency stays
-    under 0.2 s/token (interpolated between grid points).
+    under 0.2 s/token (the knee bisected, then interpolated).
     """
     from sim.reproduce import paper
     from sim.reproduce.experiments import SIZES

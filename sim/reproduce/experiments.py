@@ -40,6 +40,7 @@ class Sizes:
     fig2_requests: int
     curve_rates: dict[str, tuple[float, ...]]
     curve_duration_s: dict[str, float]
+    curve_bisections: int
     block_sizes: tuple[int, ...]
     block_rates: dict[str, float]
     block_duration_s: float
@@ -56,6 +57,7 @@ FULL = Sizes(
                  "alpaca-paper": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
                                   70.0, 80.0, 90.0, 100.0, 110.0, 120.0)},
     curve_duration_s={"sharegpt-paper": 3600.0, "alpaca-paper": 600.0},
+    curve_bisections=5,
     block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     block_rates=BLOCK_RATES,
     block_duration_s=600.0,
@@ -68,6 +70,7 @@ QUICK = Sizes(
     fig2_requests=720,
     curve_rates={"sharegpt-paper": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)},
     curve_duration_s={"sharegpt-paper": 300.0},
+    curve_bisections=2,
     block_sizes=(8, 16, 32, 64, 128),
     block_rates=BLOCK_RATES,
     block_duration_s=120.0,
@@ -157,16 +160,37 @@ def curve_spec(allocator: str, preset: str, rate: float, duration_s: float) -> R
                    labels={"allocator": allocator, "workload": preset, "rate": rate})
 
 
-def latency_curve(allocator: str, preset: str, rates: Sequence[float], duration_s: float,
+def under_bound(out: RunOutput, bound: float) -> bool:
+    """Whether a run's normalized latency stays at or under ``bound`` (NaN counts as over)."""
+    return out.summary["normalized_latency_s_per_tok"] <= bound
+
+
+def latency_curve(allocator: str, preset: str, rates: Sequence[float], duration_s: float, bisections: int = 0,
                   bound: float = LATENCY_BOUND_S_PER_TOKEN) -> list[RunOutput]:
-    """One allocator's normalized latency over increasing rates, stopping past `CURVE_STOP_FACTOR` x bound."""
+    """One allocator's normalized latency over increasing rates, stopping past `CURVE_STOP_FACTOR` x bound,
+    then ``bisections`` more runs that halve the bracket where the curve first crosses ``bound``.
+
+    Why bisect: near the knee latency grows much faster than linearly, so a straight line between grid points
+    that straddle the bound crosses it too early, by an amount that depends on how far the upper point
+    happens to overshoot; bisection puts the bracket's ends close enough that the interpolation in
+    `sim.reproduce.sustained` no longer matters. Every allocator gets the same number of bisection runs.
+    """
     outputs = []
     for rate in sorted(rates):
         out = run_spec(curve_spec(allocator, preset, rate, duration_s))
         outputs.append(out)
-        if not out.summary["normalized_latency_s_per_tok"] <= CURVE_STOP_FACTOR * bound:
+        if not under_bound(out, CURVE_STOP_FACTOR * bound):
             break
-    return outputs
+    first_over = next((i for i, o in enumerate(outputs) if not under_bound(o, bound)), None)
+    if first_over is None or first_over == 0:  # never crosses, or over at the first rate: no bracket
+        return outputs
+    lo, hi = outputs[first_over - 1].labels["rate"], outputs[first_over].labels["rate"]
+    for _ in range(bisections):
+        mid = (lo + hi) / 2
+        out = run_spec(curve_spec(allocator, preset, mid, duration_s))
+        outputs.append(out)
+        lo, hi = (mid, hi) if under_bound(out, bound) else (lo, mid)
+    return sorted(outputs, key=lambda o: o.labels["rate"])
 
 
 @dataclass(frozen=True)
@@ -175,10 +199,11 @@ class CurveTask:
     preset: str
     rates: tuple[float, ...]
     duration_s: float
+    bisections: int = 0
 
 
 def run_curve_task(task: CurveTask) -> list[RunOutput]:
-    return latency_curve(task.allocator, task.preset, task.rates, task.duration_s)
+    return latency_curve(task.allocator, task.preset, task.rates, task.duration_s, task.bisections)
 
 
 def latency_curves(sizes: Sizes, allocators: Sequence[str] = paper.BATCH_ORDER, workers: int = 1) -> pd.DataFrame:
@@ -186,7 +211,7 @@ def latency_curves(sizes: Sizes, allocators: Sequence[str] = paper.BATCH_ORDER, 
     curve is one task, so curves run in parallel)."""
     from sim.sweep.executors import run_tasks
 
-    tasks = [CurveTask(a, preset, rates, sizes.curve_duration_s[preset])
+    tasks = [CurveTask(a, preset, rates, sizes.curve_duration_s[preset], sizes.curve_bisections)
              for preset, rates in sizes.curve_rates.items() for a in allocators]
     curves: list[list[RunOutput] | None] = [None] * len(tasks)
     for outcome in run_tasks(run_curve_task, tasks, workers=workers):

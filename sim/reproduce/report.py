@@ -109,7 +109,7 @@ def results_json(rep: Reproduction, command: str) -> dict:
                   "max_model_len": paper.MAX_MODEL_LEN, "chunked_prefill": False, "preemption": "recompute",
                   "watermark": paper.WATERMARK, "prefix_caching": False, "cost_profile": paper.COST_PROFILE},
         "sustained_rate_definition": f"highest rate whose normalized latency stays <= {rep.bound_s_per_token} "
-                                     "s/token, interpolated linearly between grid points",
+                                     "s/token, interpolated linearly between the measured rates after bisecting the knee",
         "capacity": rep.capacity,
         "fig2_summaries": rep.fig2_summaries,
         "sustained_rates": rep.sustained,

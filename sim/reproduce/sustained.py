@@ -3,8 +3,10 @@
 The paper says a system "sustains" a rate while its normalized latency stays low, without a number; kvsim
 states one. `LATENCY_BOUND_S_PER_TOKEN` was fixed before any run: about five times OPT-13B's unloaded
 normalized latency on an A100, well below the curves' vertical blow-up, so the rate where a curve crosses it
-sits at the knee. Between grid points the crossing is interpolated linearly, so that ratios of sustained rates
-are not quantised to the grid's step.
+sits at the knee. Between the measured rates the crossing is interpolated linearly; because latency past the knee
+grows far faster than linearly, the runs bisect the grid step where a curve crosses the bound
+(`sim.reproduce.experiments.latency_curve`), so the bracket is narrow and the straight line no longer biases
+the rate low by however much the first point over the bound happens to overshoot.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ LATENCY_BOUND_S_PER_TOKEN = 0.2
 
 
 def sustained_rate(rates: np.ndarray, latencies: np.ndarray, bound: float = LATENCY_BOUND_S_PER_TOKEN) -> float:
-    """The rate where normalized latency first crosses ``bound``, interpolated between grid points.
+    """The rate where normalized latency first crosses ``bound``, interpolated between the measured rates.
 
     Returns the largest rate if the curve never crosses (a lower bound on the true value: widen the grid),
     and NaN if even the smallest rate is over the bound. Once a curve crosses, later dips back under the bound
