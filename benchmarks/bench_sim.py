@@ -19,17 +19,15 @@ import os
 import pstats
 import resource
 import time
-from pathlib import Path
 
-AZURE_CONV = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
-AZURE_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_conv_sample.csv"
+from workloads.presets import trace_file
 
 
 def load(name: str, num_requests: int | None, rate: float | None, seed: int):
     import workloads
 
     if name == "azure":
-        path = AZURE_CONV if AZURE_CONV.is_file() else AZURE_SAMPLE
+        path, _full = trace_file("azure-conv")  # $KVSIM_TRACES's full trace, else the shipped sample
         return workloads.load_trace(path, arrivals=f"poisson:rate={rate or 4.0:g}", seed=seed)
     return workloads.load_preset("sharegpt-paper", num_requests=num_requests, rate=rate, seed=seed)
 

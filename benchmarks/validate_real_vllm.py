@@ -5,7 +5,7 @@ Usage::
     python benchmarks/validate_real_vllm.py            # every profile, every phase, plus the held-out fits
     python benchmarks/validate_real_vllm.py --no-fit   # skip kvsim calibrate --from-trace's fits
 
-Reads the shipped fixtures (``tests/fixtures/real_vllm``, Apache-2.0, see the README there); prints markdown.
+Reads the shipped fixtures (``tests/sim/fixtures/real_vllm``, Apache-2.0, see the README there); prints markdown.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sim.measured import read_measured
 from sim.replay import replay, score
 from sim.trace_fit import fit_trace
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real_vllm"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "sim" / "fixtures" / "real_vllm"
 CASES = {
     "jan21-llama7b-train-1": dict(model="llama-2-7b", kv_tokens=119_008, max_num_seqs=256,
                                   max_num_batched_tokens=4096, max_model_len=4096),

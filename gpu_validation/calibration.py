@@ -4,7 +4,7 @@ What the fractions are fractions of: on a GPU, the catalog's data-sheet peaks (`
 numbers the simulator multiplies them by; the measured copy bandwidth is recorded beside them. On CPU there
 is no catalog entry, so the peaks are measured here (the best of a few square matrix products, a large
 copy), single-threaded like the harness; the table is labelled ``"gpu": "cpu"``, ``"device": "cpu"`` and
-lives under ``data/calibration/cpu/``, so CPU numbers can never pass for GPU ones.
+lives under ``sim/data/calibration/cpu/``, so CPU numbers can never pass for GPU ones.
 """
 
 from __future__ import annotations

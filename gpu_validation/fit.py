@@ -28,8 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
-"""Where kvsim ships tables: ``<gpu>/<model>.json``, each with its measurements beside it (``.csv``)."""
+from sim.kernel.calibration_store import SHIPPED_DIR as CALIBRATION_DIR
+
+# CALIBRATION_DIR: where kvsim ships tables, ``<gpu>/<model>.json`` (package data of ``sim``), each with its
+# measurements beside it (``.csv``).
 FORMAT = "kvsim-calibration"
 VERSION = 2
 """Version 2 adds the step-cost model's CPU and overlap terms (``seq_overhead_s``, ``prefill_token_s``,

@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from pathlib import Path
 
 # Without a GPU, the Triton kernel's tests run in triton's CPU interpreter. Triton reads the switch when torch
 # first imports it, which can happen in any test, so it is set here, once; on a CUDA machine it stays unset.
@@ -11,3 +12,9 @@ if not os.path.exists("/dev/nvidiactl"):
 # A user's own calibration tables (`kvsim calibrate` writes them under $KVSIM_HOME) must not change what the
 # tests simulate: every test session gets an empty KVSIM_HOME of its own.
 os.environ["KVSIM_HOME"] = tempfile.mkdtemp(prefix="kvsim-home-")
+
+# The full public traces: kvsim reads them only from the folder $KVSIM_TRACES names. Beside a checkout of the
+# development machine they sit in ../shared/traces; tests that need them skip when neither is there.
+_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+if "KVSIM_TRACES" not in os.environ and "KVSIM_SHARED_TRACES" not in os.environ and _SHARED.is_dir():
+    os.environ["KVSIM_TRACES"] = str(_SHARED)

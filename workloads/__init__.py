@@ -6,9 +6,9 @@ The public surface: `Request`, `Workload`, `TraceError`, `load_trace`, `generate
 
 from workloads.errors import TraceError
 from workloads.frames import write_trace
-from workloads.generate import generate
+from workloads.named import generate, load_trace
 from workloads.presets import PRESETS, load_preset
-from workloads.readers import FORMATS, load_trace
+from workloads.readers import FORMATS
 from workloads.request import Request
 from workloads.stats import trace_stats
 from workloads.workload import ClosedLoop, Workload

@@ -7,7 +7,8 @@ Spec grammar (``--arrivals``):
   Poisson; C>1 is burstier, as Azure code's CV of 13).
 - ``constant:rate=R``: one request every 1/R seconds.
 - ``trace[:rate=R][,path=FILE]``: a trace's own timestamps (the file read or resampled, or FILE, which may be a
-  preset name), optionally time-scaled so the average rate is R; repeated cyclically if more are needed.
+  preset name: `workloads.named` resolves it into the `TraceTimes.source` workload), optionally time-scaled
+  so the average rate is R; repeated cyclically if more are needed.
 - ``closed:users=N[,think_s=T]``: a closed loop of N users, each sending its next request T seconds after
   its previous one finishes. Arrival times are all 0 and the workload carries a `ClosedLoop` marker that the
   simulator must honour; a simulator that ignores it sees every request arrive at once.
@@ -15,12 +16,12 @@ Spec grammar (``--arrivals``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from workloads.errors import TraceError
-from workloads.specs import build_from_spec, check_positive
+from workloads.specs import check_positive
 from workloads.workload import ClosedLoop, Workload
 
 
@@ -63,20 +64,19 @@ class Constant:
 @dataclass(frozen=True)
 class TraceTimes:
     """A trace's own arrival times, optionally scaled so that the requests drawn average ``rate``
-    (requests / duration, as the traces' README measures a rate)."""
+    (requests / duration, as the traces' README measures a rate). ``source`` is the trace whose times are
+    used (data, not a name); without it, the workload being re-timed lends its own."""
 
     rate: float | None = None
-    path: str | None = None
+    source: Workload | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.rate is not None:
             check_positive(rate=self.rate)
 
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
-        if self.path is not None:
-            from workloads.presets import load_named
-
-            source = load_named(self.path)
+        if self.source is not None:
+            source = self.source
         if source is None or len(source) < 2 or source.closed_loop is not None:
             raise TraceError("trace arrivals need a source trace with at least 2 timestamped rows (path=...)")
         base = source.arrival_time_s - source.arrival_time_s[0]
@@ -120,12 +120,15 @@ def _from_gaps(gaps: np.ndarray) -> np.ndarray:
     return times
 
 
-def parse_arrivals(spec: str | ArrivalProcess) -> ArrivalProcess:
-    """An arrival process from its spec string (module docstring), or the process itself."""
-    if isinstance(spec, str):
-        return build_from_spec(spec, "arrivals", KINDS, TYPES)  # type: ignore[return-value]
-    return spec
-
-
 def closed_loop_of(process: ArrivalProcess) -> ClosedLoop | None:
     return process.closed_loop if isinstance(process, Closed) else None
+
+
+def retime(workload: Workload, process: ArrivalProcess, seed: int, label: str | None = None) -> Workload:
+    """``workload`` with arrival times drawn from ``process`` (seeded by ``seed``); ``label`` (the spec) is
+    added to its source."""
+    times = process.times(np.random.default_rng(seed), len(workload), workload)
+    timed = workload.with_arrivals(times, closed_loop=closed_loop_of(process))
+    if label is not None:
+        timed.source += f"; arrivals {label} (seed {seed})"
+    return timed

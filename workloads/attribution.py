@@ -1,7 +1,7 @@
 """Attribution lines of the shared real traces, keyed by file name, to print with any result built on them.
 
 The text is exactly the "Attribution" line of each file in the shared traces' README (and in
-``data/traces/README.md``): the licences (CC-BY-4.0 for Azure) require it to travel with the data.
+``workloads/data/traces/README.md``): the licences (CC-BY-4.0 for Azure) require it to travel with the data.
 """
 
 from __future__ import annotations

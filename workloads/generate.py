@@ -20,22 +20,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.arrivals import ArrivalProcess, closed_loop_of, parse_arrivals
+from workloads.arrivals import ArrivalProcess, closed_loop_of
 from workloads.conversations import build_conversations
 from workloads.errors import TraceError
-from workloads.lengths import Empirical, LengthDistribution, parse_lengths
+from workloads.lengths import Empirical, LengthDistribution
 from workloads.workload import NONE, Workload
 
 
-def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, num_requests: int,
+def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests: int,
              seed: int = 0, *, n: int = 1, beam_width: int = 1, system_prompt_len: int = 0,
              system_prompt_frac: float = 0.0, turns: int = 1, turn_gap_s: float = 30.0,
              prefix_hash_tokens: int = 16, name: str = "synthetic", source: str | None = None) -> Workload:
-    """``num_requests`` synthetic requests (module docstring). Specs are strings as in `workloads.lengths`
-    and `workloads.arrivals`, or the objects themselves."""
+    """``num_requests`` synthetic requests (module docstring), from the distribution and process objects
+    (`workloads.named.generate` takes their spec strings)."""
     _check(num_requests, n, beam_width, system_prompt_len, system_prompt_frac, turns, turn_gap_s,
            prefix_hash_tokens)
-    dist, process = parse_lengths(lengths), parse_arrivals(arrivals)
+    dist, process = lengths, arrivals
     closed = closed_loop_of(process)
     if closed is not None and turns > 1:
         raise TraceError("multi-turn conversations need open-loop arrivals (turn gaps are in time)")

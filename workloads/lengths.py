@@ -11,7 +11,7 @@ would. Samples are rounded to whole tokens, at least 1.
   *after* the cap match the paper's)
 - ``zipf:prompt_s=s,prompt_max=M,output_s=s,output_max=M``: P(k) proportional to k^-s on 1..M
 - ``empirical:trace=FILE``: (prompt, output) pairs resampled jointly, with replacement, from a trace file or
-  preset name
+  preset name (`workloads.named` resolves the name into the `Empirical.workload` it samples)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workloads.specs import build_from_spec, check_positive
+from workloads.specs import check_positive
 from workloads.workload import Workload
 
 Lengths = tuple[np.ndarray, np.ndarray]
@@ -132,19 +132,16 @@ class Zipf:
 
 @dataclass(frozen=True)
 class Empirical:
-    """Resample (prompt, output) pairs jointly from a trace, keeping their correlation."""
+    """Resample (prompt, output) pairs jointly from a trace, keeping their correlation. ``workload`` is the
+    data; ``trace`` only names where it came from."""
 
+    workload: Workload = field(repr=False, compare=False)
     trace: str | None = None
-    workload: Workload | None = field(default=None, repr=False, compare=False)
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        if self.workload is None:
-            if self.trace is None:
-                raise ValueError("empirical lengths need trace=FILE (or a workload)")
-            from workloads.presets import load_named
-
-            object.__setattr__(self, "workload", load_named(self.trace))
+        if not isinstance(self.workload, Workload) or len(self.workload) == 0:
+            raise ValueError("empirical lengths need a non-empty workload to resample (trace=FILE)")
         _check_cap(self.max_total)
 
     def sample(self, rng: np.random.Generator, count: int) -> Lengths:
@@ -158,10 +155,3 @@ KINDS = {"fixed": Fixed, "uniform": Uniform, "lognormal": Lognormal, "zipf": Zip
 TYPES = {"prompt": int, "output": int, "prompt_min": int, "prompt_max": int, "output_min": int,
          "output_max": int, "prompt_mean": float, "prompt_cv": float, "output_mean": float,
          "output_cv": float, "prompt_s": float, "output_s": float, "max_total": int, "trace": str}
-
-
-def parse_lengths(spec: str | LengthDistribution) -> LengthDistribution:
-    """A length distribution from its spec string (module docstring), or the distribution itself."""
-    if isinstance(spec, str):
-        return build_from_spec(spec, "lengths", KINDS, TYPES)  # type: ignore[return-value]
-    return spec

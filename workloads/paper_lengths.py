@@ -1,6 +1,6 @@
 """Length distributions for the paper's ShareGPT and Alpaca workloads, solved to match its means *after* the cap.
 
-The paper (anchors.md section 1) gives only means: ShareGPT input 161.31 / output 337.99, Alpaca 19.31 /
+The paper (docs/paper-facts.md section 1) gives only means: ShareGPT input 161.31 / output 337.99, Alpaca 19.31 /
 58.45, sequences capped at 2048 tokens. We choose the family and spread (lognormal; the CVs below are our
 choice, with ShareGPT's larger, as the paper says it has higher variance) and solve for the pre-cap means so
 that rounding, the floor of 1 token and the cap of `apply_cap` leave exactly the paper's means. The capped

@@ -9,14 +9,16 @@
   ``rate`` when one is given. ``sharegpt-etalon``: the etalon length statistics with Poisson arrivals at
   ``rate`` (default 1 req/s).
 
-Real traces are read from the directory ``$KVSIM_TRACES`` names (``$KVSIM_SHARED_TRACES`` is the old name),
-else ``<repo>/../shared/traces``; without them, from the 2,000-row samples shipped in ``<repo>/data/traces``
-(and the workload's ``source`` says so, with where the full file comes from: `TRACE_ORIGINS`).
+Real traces are read from the directory ``$KVSIM_TRACES`` names (``$KVSIM_SHARED_TRACES`` is the old name);
+without it, from the 2,000-row samples shipped inside the package (``workloads/data/traces``, package data found
+with `importlib.resources`), and the workload's ``source`` says so, with where the full file comes from
+(`TRACE_ORIGINS`). Nothing outside the installed package is read unless that variable names it.
 """
 
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +31,8 @@ from workloads.paper_lengths import PAPER_TARGETS, paper_lengths
 from workloads.readers import load_trace
 from workloads.workload import Workload
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES_DIR = REPO / "data" / "traces"
+SAMPLES_DIR = Path(str(files("workloads") / "data" / "traces"))
+"""The 2,000-row trace samples with their README and licences (package data; a wheel installs unzipped)."""
 
 TRACE_PRESETS: dict[str, str] = {
     "azure-code": "AzureLLMInferenceTrace_code.csv",
@@ -47,8 +49,8 @@ TRACE_ORIGINS: dict[str, str] = {
 }
 """Where each full public trace is published (repository, path), for the hint to download it."""
 TRACES_HELP = ("The trace presets read the full public traces from the directory $KVSIM_TRACES names (download "
-               "them from the repositories data/traces/README.md lists); without it, the 2,000-row samples "
-               "shipped in data/traces.")
+               "them from the repositories workloads/data/traces/README.md lists); without it, the 2,000-row samples "
+               "shipped with kvsim.")
 PAPER_SOURCE = ("synthetic {name}: lognormal lengths matching the means of Kwon et al., SOSP 2023 "
                 "(PagedAttention) after its 2048-token cap; Poisson arrivals at {rate:g} req/s; seed {seed}")
 DEMO_PRESETS: dict[str, tuple[str, float, int]] = {"sharegpt-demo": ("sharegpt-paper", 2.0, 400)}
@@ -59,11 +61,10 @@ PRESETS: tuple[str, ...] = (*PAPER_TARGETS, *DEMO_PRESETS, *TRACE_PRESETS)
 
 
 def shared_traces_dir() -> Path | None:
-    """``$KVSIM_TRACES`` (or the older ``$KVSIM_SHARED_TRACES``) if set, else ``<repo>/../shared/traces`` if it
-    exists, else None."""
+    """The folder of full public traces ``$KVSIM_TRACES`` (or the older ``$KVSIM_SHARED_TRACES``) names, if it
+    is one, else None."""
     env = os.environ.get("KVSIM_TRACES") or os.environ.get("KVSIM_SHARED_TRACES")
-    candidate = Path(env) if env else REPO.parent / "shared" / "traces"
-    return candidate if candidate.is_dir() else None
+    return Path(env) if env and Path(env).is_dir() else None
 
 
 def trace_file(name: str) -> tuple[Path, bool]:
@@ -124,8 +125,3 @@ def _describe(process: Poisson | TraceTimes) -> str:
     if isinstance(process, Poisson):
         return f"Poisson at {process.rate:g} req/s"
     return f"the trace's own, time-scaled to {process.rate:g} req/s"
-
-
-def load_named(name: str) -> Workload:
-    """A preset by name, else a trace file by path (for ``empirical:trace=...`` and ``trace:path=...``)."""
-    return load_preset(name) if name in PRESETS else load_trace(name)

@@ -6,7 +6,7 @@ they cost tens of megabytes and nothing to slice. Requests are made lazily when 
 ``hash_values[hash_offsets[i]:hash_offsets[i + 1]]``.
 
 Missing values are sentinels inside the columns (``max_tokens`` and ``prefix_group`` are -1 for none) and
-``None`` in `Request` and in `to_frame` (pandas nullable integers). Requests are sorted by arrival; every
+``None`` in `Request` and in `workloads.frames.workload_to_frame` (pandas nullable integers). Requests are sorted by arrival; every
 column is validated once, vectorised, on construction, so iteration never raises.
 """
 
@@ -148,19 +148,6 @@ class Workload:
     def prefix_hashes(self, i: int) -> np.ndarray:
         """Request ``i``'s prefix hashes as an array view (no tuple built)."""
         return self.hash_values[self.hash_offsets[i] : self.hash_offsets[i + 1]]
-
-    def to_frame(self):
-        """One row per request, canonical column names; ``None`` as pandas' nullable ``<NA>``."""
-        from workloads.frames import workload_to_frame
-
-        return workload_to_frame(self)
-
-    @classmethod
-    def from_frame(cls, frame, **attrs) -> Workload:
-        """Inverse of `to_frame` (extra keyword arguments set ``name``, ``source`` and the like)."""
-        from workloads.frames import workload_from_frame
-
-        return workload_from_frame(frame, **attrs)
 
     def with_arrivals(self, arrival_time_s: np.ndarray, **attrs) -> Workload:
         """The same requests at new (sorted) arrival times, e.g. re-timed to another rate."""

@@ -49,7 +49,7 @@ def simulation_options(func):
         click.option("--preset", help="Named workload (e.g. sharegpt-paper, alpaca-paper, azure-conv; default "
                                       "sharegpt-demo: 400 requests at 2 req/s). The trace presets read the full "
                                       "public traces from the directory $KVSIM_TRACES (sources in "
-                                      "data/traces/README.md), else 2,000-row samples shipped with kvsim."),
+                                      "workloads/data/traces/README.md), else 2,000-row samples shipped with kvsim."),
         _field_option("--model", help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
         _field_option("--gpu", help="GPU from the catalog."),
         catalog_option,

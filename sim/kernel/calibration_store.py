@@ -1,9 +1,10 @@
 """Where calibration tables live: the user's own (written by ``kvsim calibrate``) and the ones kvsim ships.
 
 ``kvsim calibrate`` writes to ``$KVSIM_HOME/calibration/<gpu>/<model>.json`` (``KVSIM_HOME`` defaulting to
-``$XDG_DATA_HOME/kvsim``, else ``~/.local/share/kvsim``), never into the shipped ``data/calibration`` of a
-checkout: a calibration of one machine must not silently replace the table every other user of the checkout
-gets. ``kvsim run`` looks for a table in that order: ``--calibration FILE``, the user's, then the shipped one.
+``$XDG_DATA_HOME/kvsim``, else ``~/.local/share/kvsim``), never into the tables shipped inside the package
+(``sim/data/calibration``, found with `importlib.resources`): a calibration of one machine must not silently
+replace the table every other user of the installation gets. ``kvsim run`` looks for a table in that order:
+``--calibration FILE``, the user's, then the shipped one.
 
 A calibration on the host CPU is labelled ``cpu`` and drives runs with ``--gpu cpu``; its fractions were
 fitted against the peaks measured on that CPU, so those peaks (stored in the table) replace the catalog's
@@ -15,10 +16,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from importlib.resources import files
 from pathlib import Path
 
 from allocators.catalog import GpuSpec
-from sim.kernel.cost_model import CALIBRATION_DIR as SHIPPED_DIR
+
+SHIPPED_DIR = Path(str(files("sim") / "data" / "calibration"))
+"""The tables kvsim ships as package data, ``<gpu>/<model>.json`` (a wheel installs unzipped, so a real folder)."""
 
 
 def kvsim_home() -> Path:

@@ -50,7 +50,6 @@ from allocators.catalog import GpuSpec, ModelSpec
 
 DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
                                  256: 1.3}
-CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "data" / "calibration"
 
 
 def kernel_overhead(table: dict[int, float], block_size: int) -> float:

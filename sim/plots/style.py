@@ -37,7 +37,7 @@ ALLOCATOR_LABELS = {
 }
 
 SHARES = SHARE_NAMES
-"""The five shares of KV capacity (``anchors.md`` section 4), bottom to top in stacked charts."""
+"""The five shares of KV capacity (`docs/paper-facts.md` section 4), bottom to top in stacked charts."""
 
 SHARE_LABELS = {
     "token_states": "Token states",

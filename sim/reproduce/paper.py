@@ -1,7 +1,7 @@
 """The paper's numbers, as data: what `kvsim reproduce paper` compares its measurements against.
 
 Kwon et al., "Efficient Memory Management for Large Language Model Serving with PagedAttention", SOSP 2023,
-sections 2 and 6, for OPT-13B on one A100-40GB with 12 GiB of KV memory (``anchors.md`` sections 1-3). Figure
+sections 2 and 6, for OPT-13B on one A100-40GB with 12 GiB of KV memory (`docs/paper-facts.md` sections 1-3). Figure
 values were read from transcriptions of the figures, not from the paper's text, so they carry reading error;
 the tolerances below are the issue's, fixed before any run and never adjusted to make a check pass.
 """

@@ -66,7 +66,7 @@ def measure_capacity() -> dict:
 
 
 def sharing_info(sharing: pd.DataFrame) -> list[C.Check]:
-    """Our sharing savings as rows without a paper value (``anchors.md`` gives none to compare with)."""
+    """Our sharing savings as rows without a paper value (`docs/paper-facts.md` gives none to compare with)."""
     return [C.Check("sharing", f"{r.workload} {r.mode} x{r.width}: memory saved", float(r.shared_saved_frac), None,
                     "(no paper value)", None) for r in sharing.itertuples()]
 

@@ -1,6 +1,6 @@
 """``--catalog FILE`` (and ``$KVSIM_CATALOG``) on every command that takes ``--model``/``--gpu``; a sweep
 carries the file into each point and its content into the point id; a bad catalog is a one-line error naming
-the file and the field (issue 16, item 2)."""
+the file and the field."""
 
 import json
 

@@ -12,9 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "data" / "calibration"
+from sim.kernel.calibration_store import SHIPPED_DIR as SHIPPED
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -29,8 +27,8 @@ def run_json(*args: str) -> dict:
 
 
 def test_calibrate_without_out_writes_the_user_directory_and_run_picks_it_up(tmp_path, monkeypatch):
-    """Guards the issue's first complaint: `kvsim calibrate --device cpu --quick` overwrote the tracked
-    data/calibration/cpu/llama-3-8b.json of the checkout, and the CPU table it wrote could drive nothing."""
+    """Guards against `kvsim calibrate --device cpu --quick` overwriting the shipped
+    sim/data/calibration/cpu/llama-3-8b.json, and the CPU table it wrote could drive nothing."""
     pytest.importorskip("torch")
     home = tmp_path / "home"
     monkeypatch.setenv("KVSIM_HOME", str(home))

@@ -7,15 +7,15 @@ are kept small (a few requests) so tens of examples take seconds."""
 from __future__ import annotations
 
 import tracemalloc
-from pathlib import Path
 
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.cli import main
+from workloads.presets import SAMPLES_DIR
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+SAMPLE = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
 MEMORY_LIMIT = 600 * 1024**2
 """Peak Python-traced allocation (numpy included) one command may reach."""
 

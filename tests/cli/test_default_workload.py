@@ -1,6 +1,6 @@
 """The default workload is a named preset (``sharegpt-demo``) on the default deployment, sized like any other
 run: `--gpu-memory-utilization` counts, `run` and `compare` agree, and every run's first line (stderr) names
-the workload and where its KV capacity comes from (issue 16, item 7)."""
+the workload and where its KV capacity comes from."""
 
 import json
 

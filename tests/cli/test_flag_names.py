@@ -1,6 +1,6 @@
 """One name per concept on every command, old spellings still accepted but hidden from --help: --allocator,
 --trace-format, --columns, --scheduler (the batching policy; sweep's Dask address is --dask-scheduler);
-`compare --out`; notebook 04's `kvsim run --trace` hint runs (issue 16, item 6)."""
+`compare --out`; notebook 04's `kvsim run --trace` hint runs."""
 
 import json
 import re
@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
+from workloads.presets import SAMPLES_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+SAMPLE = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
 FAST = ["--step-time", "0.01", "--kv-tokens", "8192"]
 
 

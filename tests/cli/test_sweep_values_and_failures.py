@@ -1,6 +1,6 @@
 """`kvsim sweep` keeps the commas inside a value (a column mapping, an arrival spec) instead of splitting them
 into grid points, and a sweep with failed points exits 1 after writing what finished, saying how many failed
-and why (issue 16, item 4). Real simulations of a 6-request trace."""
+and why. Real simulations of a 6-request trace."""
 
 import pandas as pd
 import pytest

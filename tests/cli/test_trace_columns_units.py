@@ -1,6 +1,6 @@
 """A column mapping reads the file as kvsim's canonical format (seconds), not as whichever format detection
 would pick from the mapped names; a timestamp-like column left unread is named in a warning; a missing
-required field is named in the error (issue 16, item 1)."""
+required field is named in the error."""
 
 import json
 

@@ -1,7 +1,7 @@
 """The harness's cases: a small synthetic trace and the vLLM settings each one exercises.
 
 Each case is run by vLLM's real scheduler (`driver.py`, in a venv with vLLM) and by kvsim (`compare.py`, or
-``tests/test_sim_vllm_parity.py`` from the committed reference outputs) with the same settings: ``num_blocks``
+``tests/sim/test_sim_vllm_parity.py`` from the committed reference outputs) with the same settings: ``num_blocks``
 blocks of ``block_size`` tokens (kvsim: ``--kv-tokens num_blocks * block_size``), one engine step per second.
 """
 

@@ -1,6 +1,6 @@
 """Replay every harness case through kvsim and compare it with vLLM's reference outputs.
 
-    PYTHONPATH=$PWD python tools/vllm_oracle/compare.py [--data tests/data/vllm_oracle] [--markdown] [CASE ...]
+    PYTHONPATH=$PWD python tools/vllm_oracle/compare.py [--data tests/sim/data/vllm_oracle] [--markdown] [CASE ...]
 
 kvsim runs at its defaults plus the case's settings (`kvsim_config`), with ``--step-time 1`` so that one
 simulated second is one engine step. Needs kvsim only, not vLLM.
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle"
 METRICS = ("total_steps", "mean_running", "max_running", "preemptions", "prefill_tokens", "first_token_steps",
            "finish_steps", "request_preemptions", "request_cached_tokens")
 """Run-wide metrics, then per-request arrays (compared request by request)."""

@@ -1,6 +1,6 @@
 """Regenerate the reference outputs: every case's trace, then vLLM's real scheduler on it.
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/run_oracle.py [--out tests/data/vllm_oracle] [CASE ...]
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/run_oracle.py [--out tests/sim/data/vllm_oracle] [CASE ...]
 
 Writes ``OUT/CASE/{trace.csv, settings.json, steps.csv.gz, requests.csv}``. Runs in one process (vLLM's import
 takes ~20 s); reruns are byte-identical.
@@ -24,7 +24,7 @@ import driver  # noqa: E402
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", default=list(cases.CASES))
-    p.add_argument("--out", default="tests/data/vllm_oracle")
+    p.add_argument("--out", default="tests/sim/data/vllm_oracle")
     a = p.parse_args()
     for name in a.names:
         out = Path(a.out) / name

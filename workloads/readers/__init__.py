@@ -5,6 +5,9 @@ Mooncake, BurstGPT, Vidur/etalon, kvsim canonical) from its columns, unless ``fo
 maps canonical fields to other column names (``{"prompt_tokens": "input_len"}``); a mapped file is read as
 kvsim's canonical format (arrival times in seconds) unless ``format=`` names another, since detection would
 otherwise pick a format by the mapped names and apply its units (a Mooncake-like layout read as milliseconds).
+
+Readers only read: a trace keeps its own timestamps (re-timing is `workloads.named.load_trace`'s
+``arrivals=``); only a file without timestamps gets the documented default, Poisson arrivals at 1 req/s.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workloads.arrivals import ArrivalProcess, closed_loop_of, parse_arrivals
+from workloads.arrivals import ArrivalProcess, Poisson, retime
 from workloads.attribution import ATTRIBUTIONS
 from workloads.errors import TraceError, TraceWarning
 from workloads.readers import containers
@@ -29,16 +32,18 @@ FAILED = "failed request (0 response tokens)"
 TIMESTAMP_LIKE = re.compile(r"time|date|(^|_)ts$|^t$", re.IGNORECASE)
 """Column names that probably hold arrival times; one left unread is named in a `TraceWarning`."""
 __all__ = ["FORMATS", "load_trace"]
+MISSING_TIMES = Poisson(1.0)
+"""The arrivals of a file without timestamps: ``poisson:rate=1``."""
 
 
 def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str, str] | str | None = None,
-               skip_bad_rows: bool = False, arrivals: str | ArrivalProcess | None = None,
-               seed: int = 0) -> Workload:
+               skip_bad_rows: bool = False, seed: int = 0,
+               missing_times: ArrivalProcess | None = MISSING_TIMES) -> Workload:
     """Read a trace file. Raises `TraceError` naming the file, line and field on bad input, unless
-    ``skip_bad_rows`` (then bad rows are dropped and counted in ``skipped_reasons``). ``arrivals`` (a spec
-    string or an arrival process) replaces the trace's timestamps; files without timestamps default to
-    ``poisson:rate=1``, seeded by ``seed``. ``columns`` overrides the format's field -> column mapping, as a
-    dict or as the command line's ``field=column,...`` string."""
+    ``skip_bad_rows`` (then bad rows are dropped and counted in ``skipped_reasons``). Files without
+    timestamps get ``missing_times`` arrivals seeded by ``seed`` (None: all at 0, for a caller that draws its
+    own). ``columns`` overrides the format's field -> column mapping, as a dict or as the command line's
+    ``field=column,...`` string."""
     if isinstance(columns, str):
         columns = parse_columns(columns)
     path = Path(path)
@@ -62,7 +67,7 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
         if mapping[field] not in header:
             raise TraceError(_missing_field(path, fmt, field, mapping[field], header, mapped=bool(columns)))
     wanted = {f: c for f, c in mapping.items() if c in header}
-    _warn_unread_times(path, header, wanted, arrivals)
+    _warn_unread_times(path, header, wanted, missing_times)
     reader = {"csv": containers.read_csv, "jsonl": containers.read_jsonl, "parquet": containers.read_parquet}[kind]
     values, lines, hashes, pre = reader(path, wanted, "prefix_hashes", skip_bad_rows)
     for field in fmt.required:
@@ -75,13 +80,9 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
     constants = workload_constants(raw, fmt.hash_tokens)
     workload = build_workload(raw, skip_bad_rows=skip_bad_rows, name=path.stem,
                               source=_source(path, fmt, columns), **constants)
-    if arrivals is None and fmt.time_unit is None:
-        arrivals = "poisson:rate=1"
-    if arrivals is not None:
-        process = parse_arrivals(arrivals)
-        times = process.times(np.random.default_rng(seed), len(workload), workload)
-        workload = workload.with_arrivals(times, closed_loop=closed_loop_of(process))
-        workload.source += f"; arrivals {arrivals} (seed {seed})"
+    if fmt.time_unit is None and missing_times is not None:
+        workload = retime(workload, missing_times, seed, "poisson:rate=1" if missing_times == MISSING_TIMES
+                          else str(missing_times))
     return workload
 
 
@@ -100,7 +101,8 @@ def _missing_field(path: Path, fmt: TraceFormat, field: str, column: str, header
     return message
 
 
-def _warn_unread_times(path: Path, header: list[str], wanted: dict[str, str], arrivals: object) -> None:
+def _warn_unread_times(path: Path, header: list[str], wanted: dict[str, str],
+                       missing_times: ArrivalProcess | None) -> None:
     """Name each timestamp-like column that nothing reads: arrivals silently drawn or taken from elsewhere
     are the mistake a column mapping invites."""
     unread = [c for c in header if TIMESTAMP_LIKE.search(c) and c not in wanted.values()]
@@ -109,7 +111,7 @@ def _warn_unread_times(path: Path, header: list[str], wanted: dict[str, str], ar
     if "arrival_time_s" in wanted:
         used = f"arrival times come from column '{wanted['arrival_time_s']}'"
     else:
-        used = f"arrival times are {arrivals or 'poisson:rate=1'}"
+        used = "arrival times are poisson:rate=1" if missing_times == MISSING_TIMES else "arrival times are drawn"
     names = ", ".join(f"'{c}'" for c in unread)
     warnings.warn(f"{path}: column(s) {names} look like timestamps but are not read ({used}); map one with "
                   f"--columns arrival_time_s={unread[0]} (seconds) or name the format with --trace-format",

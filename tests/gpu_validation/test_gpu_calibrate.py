@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from sim.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_calibrate_quick_on_cpu_writes_a_labelled_table_and_its_measurements(tmp_path):

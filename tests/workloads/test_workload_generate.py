@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from workloads import PRESETS, TraceError, generate, load_preset, trace_stats, write_trace
-from workloads.arrivals import Gamma, Poisson, parse_arrivals
-from workloads.lengths import parse_lengths
+from workloads.arrivals import Gamma, Poisson
+from workloads.named import parse_arrivals, parse_lengths
 from workloads.paper_lengths import PAPER_TARGETS, capped_means, paper_lengths
 
 RNG = np.random.default_rng
@@ -39,6 +39,30 @@ def test_empirical_resamples_pairs_from_a_trace():
     prompt, output = dist.sample(RNG(0), 1000)
     pairs = set(zip(source.prompt_tokens.tolist(), source.output_tokens.tolist(), strict=True))
     assert all(pair in pairs for pair in zip(prompt.tolist(), output.tolist(), strict=True))
+
+
+def test_value_objects_hold_data_and_names_resolve_once_at_parsing():
+    """Guards the untied workloads: `Empirical` and `TraceTimes` take a workload, never a name (they used to
+    load presets by name themselves, an import circle); the spec parser resolves the name once; the reader
+    keeps a trace's own timestamps (re-timing is the caller's ``arrivals=``)."""
+    from workloads import load_trace, readers
+    from workloads.arrivals import TraceTimes
+    from workloads.lengths import Empirical
+    from workloads.presets import SAMPLES_DIR
+
+    source = load_preset("azure-code")
+    with pytest.raises(TypeError):
+        Empirical(trace="azure-code")  # type: ignore[call-arg]
+    assert parse_lengths("empirical:trace=azure-code") == Empirical(source, "azure-code")
+    times = parse_arrivals("trace:path=azure-code").times(RNG(0), 5)
+    assert times.tolist() == TraceTimes(source=source).times(RNG(0), 5).tolist()
+    path = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
+    read = readers.load_trace(path)
+    assert "arrivals" not in read.source and read.arrival_time_s[1] > 0
+    with pytest.raises(TypeError):
+        readers.load_trace(path, arrivals="constant:rate=10")  # type: ignore[call-arg]
+    timed = load_trace(path, arrivals="constant:rate=10")
+    assert timed.arrival_time_s[:3].tolist() == [0.0, 0.1, 0.2] and "arrivals constant:rate=10" in timed.source
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_TARGETS))

@@ -7,8 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 from sim.commands.trace import trace
-from workloads import TraceError, Workload, generate, load_trace, write_trace
-from workloads.lengths import Zipf, parse_lengths
+from workloads import TraceError, generate, load_trace, write_trace
+from workloads.frames import workload_from_frame
+from workloads.lengths import Zipf
+from workloads.named import parse_lengths
 from workloads.workload import ClosedLoop
 
 HEADER = "arrival_time_s,prompt_tokens,output_tokens"
@@ -68,8 +70,8 @@ def test_from_frame_checks_workload_wide_columns_and_ignores_unknown_ones():
     frame = pd.DataFrame({"arrival_time_s": [0.0, 1.0], "prompt_tokens": [10, 10], "output_tokens": [5, 5],
                           "closed_loop_users": [2, 3], "note": ["a", "b"]})
     with pytest.raises(TraceError, match="row 2: field 'closed_loop_users': must be the same on every row"):
-        Workload.from_frame(frame)
-    w = Workload.from_frame(frame.assign(closed_loop_users=[2, 2]))
+        workload_from_frame(frame)
+    w = workload_from_frame(frame.assign(closed_loop_users=[2, 2]))
     assert w.closed_loop == ClosedLoop(2) and len(w) == 2
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from sim.cli import main
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def run_json(args: list[str]):

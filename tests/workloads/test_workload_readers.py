@@ -1,8 +1,6 @@
 """Trace readers: every format, detection, column mapping, and one clear `TraceError` for bad input."""
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +8,8 @@ import pytest
 from workloads import TraceError, generate, load_trace, trace_stats, write_trace
 from workloads.presets import SAMPLES_DIR, shared_traces_dir
 
-SHARED = Path(os.environ.get("KVSIM_SHARED_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"full shared traces not found at {SHARED}")
+needs_shared = pytest.mark.skipif(shared_traces_dir() is None,
+                                  reason="the full public traces are not here (set KVSIM_TRACES to their folder)")
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n{rows}"
 
@@ -170,6 +168,7 @@ def test_whole_file_problems(tmp_path):
 def test_presets_fall_back_to_samples(monkeypatch, tmp_path):
     from workloads import load_preset
 
+    monkeypatch.delenv("KVSIM_TRACES", raising=False)
     monkeypatch.setenv("KVSIM_SHARED_TRACES", str(tmp_path / "nowhere"))
     assert shared_traces_dir() is None
     w = load_preset("azure-code")

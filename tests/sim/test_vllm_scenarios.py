@@ -1,4 +1,4 @@
-"""Scenarios 1-6 of anchors.md section 5, taken from vLLM's own KV-cache tests, on kvsim's paged allocator."""
+"""Scenarios 1-6 of docs/paper-facts.md section 5, taken from vLLM's own KV-cache tests, on kvsim's paged allocator."""
 
 import pytest
 

@@ -2,7 +2,6 @@
 least-requests on whole workloads (the Mooncake conversation sample, synthetic conversations, no prefixes)."""
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +13,10 @@ from sim.kernel.config import SimConfig
 from sim.kernel.routers import ROUTERS, make_router
 from sim.kernel.runner import run_simulation
 from sim.kernel.sequence_group import SequenceGroup
-from workloads.generate import generate
+from workloads.named import generate
+from workloads.presets import SAMPLES_DIR
 
-MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / "conversation_trace.jsonl"
+MOONCAKE = SAMPLES_DIR / "conversation_trace.jsonl"
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NAMES = ["01_fragmentation", "02_sharing", "03_block_size_and_rate", "04_your_trace"]
 
 

@@ -7,7 +7,7 @@ import pytest
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from workloads.errors import TraceError
-from workloads.readers import load_trace
+from workloads.named import load_trace
 
 
 def write_csv(path, times):

@@ -1,4 +1,4 @@
-"""The scheduler against vLLM's own scenarios (anchors.md section 5, scenarios 7 and 8), driven directly."""
+"""The scheduler against vLLM's own scenarios (docs/paper-facts.md section 5, scenarios 7 and 8), driven directly."""
 
 from allocators.paged import PagedAllocator
 from sim.kernel.memory import KVMemory

@@ -1,7 +1,7 @@
 """Absolute step times of one known configuration, pinned: the relative tests (paged against contiguous,
 fast-forward against step-by-step) all pass if every step loses its per-step overhead or a roofline term, so
 only figures like these can tell. When a cost profile's coefficients change on purpose, re-measure and update
-`PINNED` (and the README's quoted figures, `tests/test_readme_figures.py`) in the same change."""
+`PINNED` (and the README's quoted figures, `tests/docs/test_readme_figures.py`) in the same change."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from sim.cli import main
 
-DOC = (Path(__file__).resolve().parents[1] / "docs" / "reproduction.md").read_text()
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "reproduction.md").read_text()
 
 
 @pytest.mark.slow

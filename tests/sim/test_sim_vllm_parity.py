@@ -1,6 +1,6 @@
 """kvsim's continuous scheduler + paged allocator against vLLM v1's real scheduler, case by case.
 
-The reference outputs in ``tests/data/vllm_oracle`` were written by vLLM 0.33.0's own ``Scheduler`` driven step by
+The reference outputs in ``tests/sim/data/vllm_oracle`` were written by vLLM 0.33.0's own ``Scheduler`` driven step by
 step (``tools/vllm_oracle``); replaying them needs only kvsim. Every metric must be equal, not close: a
 difference means kvsim decided something vLLM does not (``docs/vllm-v1.md``).
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data" / "vllm_oracle"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle"
 CASES = sorted(d.name for d in DATA.iterdir() if (d / "steps.csv.gz").exists())
 
 
@@ -27,7 +27,7 @@ compare = _compare_module()
 
 
 def test_the_harness_covers_the_required_cases():
-    """Guards the case list of issue 10 (contention, caching on/off, long prompts at two budgets, ...)."""
+    """Guards the vLLM parity case list (contention, caching on/off, long prompts at two budgets, ...)."""
     assert set(CASES) >= {"contended", "ample", "shared_prefix_cached", "shared_prefix_uncached",
                           "long_prompts_2048", "long_prompts_8192", "max_num_seqs", "block_size_32",
                           "offline_burst", "long_prefill_threshold", "reserve_full_isl_off", "priority"}

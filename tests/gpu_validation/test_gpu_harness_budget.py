@@ -19,7 +19,7 @@ from gpu_validation.features import scaled_model
 from gpu_validation.harness import Grid, run_harness
 from gpu_validation.triton_paged import choose_num_splits, triton_available
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_split_count_follows_the_tensors_device_not_the_machine(monkeypatch):

@@ -2,7 +2,6 @@
 and the per-request ``cached_tokens`` column, by hand on a shared system prompt and on the Mooncake sample."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from workloads import Workload
+from workloads.presets import SAMPLES_DIR
 
-MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / "conversation_trace.jsonl"
+MOONCAKE = SAMPLES_DIR / "conversation_trace.jsonl"
 
 
 def system_prompt_workload() -> Workload:

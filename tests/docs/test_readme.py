@@ -13,9 +13,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from sim.cli import main
+from workloads.presets import SAMPLES_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
 NOT_HERE = ("kvsim reproduce paper", "--device cuda")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import workloads
+from workloads.presets import SAMPLES_DIR
 
 
 @pytest.fixture
@@ -32,9 +33,8 @@ def test_column_mapping_is_named_in_the_source(own_csv):
 
 
 def test_known_trace_keeps_its_label_and_attribution():
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+    path = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
     workload = workloads.load_trace(path)
     assert "read as Azure LLM inference trace 2023 CSV" in workload.source
     assert "CC-BY-4.0" in workload.source

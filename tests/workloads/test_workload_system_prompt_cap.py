@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workloads.errors import TraceError
-from workloads.generate import generate
+from workloads.named import generate
 
 LENGTHS = "lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,output_cv=1.0,max_total=2048"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_calibration.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "05_calibration.ipynb"
 
 
 def test_calibration_notebook_is_committed_with_its_figure():

@@ -1,0 +1,70 @@
+"""Where names become data: spec strings, preset names and trace paths are resolved here, once.
+
+The value objects (`workloads.lengths`, `workloads.arrivals`) hold data, never names; the readers only read;
+`workloads.generate.generate` takes objects. This module sits above them all: it parses the command line's
+spec strings (``empirical:trace=azure-conv``, ``trace:rate=2,path=FILE``), loads the preset or trace a spec
+names, and offers the string-accepting `generate` and `load_trace` that ``workloads`` exports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workloads import arrivals as arrival_kinds
+from workloads import lengths as length_kinds
+from workloads import readers
+from workloads.arrivals import ArrivalProcess, TraceTimes, retime
+from workloads.generate import generate as generate_from
+from workloads.lengths import Empirical, LengthDistribution
+from workloads.presets import PRESETS, load_preset
+from workloads.specs import build_from_spec
+from workloads.workload import Workload
+
+
+def load_named(name: str) -> Workload:
+    """A preset by name, else a trace file by path (for ``empirical:trace=...`` and ``trace:path=...``)."""
+    return load_preset(name) if name in PRESETS else readers.load_trace(name)
+
+
+def _empirical(trace: str | None = None, max_total: int | None = None) -> Empirical:
+    if trace is None:
+        raise ValueError("empirical lengths need trace=FILE (or a workload)")
+    return Empirical(load_named(trace), trace, max_total)
+
+
+def _trace_times(rate: float | None = None, path: str | None = None) -> TraceTimes:
+    return TraceTimes(rate, load_named(path) if path is not None else None)
+
+
+def parse_lengths(spec: str | LengthDistribution) -> LengthDistribution:
+    """A length distribution from its spec string (`workloads.lengths`), or the distribution itself."""
+    if isinstance(spec, str):
+        kinds = {**length_kinds.KINDS, "empirical": _empirical}
+        return build_from_spec(spec, "lengths", kinds, length_kinds.TYPES)  # type: ignore[return-value]
+    return spec
+
+
+def parse_arrivals(spec: str | ArrivalProcess) -> ArrivalProcess:
+    """An arrival process from its spec string (`workloads.arrivals`), or the process itself."""
+    if isinstance(spec, str):
+        kinds = {**arrival_kinds.KINDS, "trace": _trace_times}
+        return build_from_spec(spec, "arrivals", kinds, arrival_kinds.TYPES)  # type: ignore[return-value]
+    return spec
+
+
+def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, num_requests: int,
+             seed: int = 0, **options) -> Workload:
+    """`workloads.generate.generate` with its specs given as strings (or objects); same options."""
+    return generate_from(parse_lengths(lengths), parse_arrivals(arrivals), num_requests, seed, **options)
+
+
+def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None, seed: int = 0,
+               **read) -> Workload:
+    """`workloads.readers.load_trace` (``format``, ``columns``, ``skip_bad_rows`` pass through), then, when
+    ``arrivals`` (a spec string or a process) is given, the trace's timestamps replaced by that process's,
+    seeded by ``seed``."""
+    if arrivals is None:
+        return readers.load_trace(path, seed=seed, **read)
+    process = parse_arrivals(arrivals)
+    workload = readers.load_trace(path, seed=seed, missing_times=None, **read)
+    return retime(workload, process, seed, str(arrivals))
