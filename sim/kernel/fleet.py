@@ -1,6 +1,6 @@
 """A fleet of replicas behind a router, in one discrete-event simulation.
 
-Each replica has its own scheduler, allocator and cost model (`sim.kernel.runner.build_replica`), its own step rows
+Each replica has its own scheduler, allocator and cost model (`sim.kernel.replica.build_replica`), its own step rows
 and memory integrals, and an inbox of requests routed to it. One SimPy environment runs one engine process
 per replica and, when the router reads the replicas' state, an arrival process that routes each request at
 its arrival time. A replica's engine loop is the single engine's (`sim.kernel.engine.Engine`): deliver what is due,
@@ -32,8 +32,8 @@ from sim.kernel.arrivals import ArrivalSource
 from sim.kernel.config import SimConfig
 from sim.kernel.engine import catch_up, record_snapshot, take_step
 from sim.kernel.metrics import Recorder
+from sim.kernel.replica import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
 from sim.kernel.routers import make_router
-from sim.kernel.runner import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
 
 _RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
 

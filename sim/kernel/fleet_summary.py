@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral
-from sim.kernel.runner import SimResult, requests_frame
+from sim.kernel.replica import SimResult, requests_frame
 from sim.kernel.summary import build_summary
 
 REPLICA_TABLE_KEYS = ("requests", "completed", "rejected", "preemptions", "mean_running", "ttft_p50_s",

@@ -40,7 +40,7 @@ def test_the_kernel_imports_nothing_from_the_cli_plots_sweeps_or_reproduction():
 
 
 def test_only_the_memory_module_holds_an_allocator():
-    """Only `memory.py` calls allocator methods; `runner.py` builds the allocator and hands it to `KVMemory`
+    """Only `memory.py` calls allocator methods; `replica.py` builds the allocator and hands it to `KVMemory`
     without calling it; every other kernel module imports from the allocators package only data types and
     facts (`MemoryBreakdown`, `Copy`, the share names, the catalog, the roofline), never an allocator."""
     for path, tree in kernel_modules():
@@ -53,7 +53,7 @@ def test_only_the_memory_module_holds_an_allocator():
                 assert name not in ALLOC_NAMES, f"{path.name}:{node.lineno} calls {name}.{node.func.attr}"
             if isinstance(node, ast.Attribute):
                 assert node.attr not in ALLOC_NAMES, f"{path.name}:{node.lineno} reaches .{node.attr}"
-        builders = {"allocators.allocator_class", "allocators.make_allocator"} if path.name == "runner.py" else set()
+        builders = {"allocators.allocator_class", "allocators.make_allocator"} if path.name == "replica.py" else set()
         bad = {m for m in imported(tree, modules=False) if m.startswith(ALLOCATOR_IMPORTS) and m not in builders}
         assert not bad, f"{path.name} imports {sorted(bad)}"
 
