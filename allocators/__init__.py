@@ -7,7 +7,7 @@ watermark=0.0)``.
 
 from __future__ import annotations
 
-from allocators.base import Admission, Allocator, MemoryBreakdown
+from allocators.base import Admission, Allocator, Copy, MemoryBreakdown
 from allocators.contiguous import ContiguousMaxAllocator, ContiguousOracleAllocator, ContiguousPow2Allocator
 from allocators.paged import PagedAllocator
 from allocators.paged_cow import PagedCowAllocator
@@ -22,13 +22,18 @@ ALLOCATORS: dict[str, type[Allocator]] = {
 }
 
 
-def make_allocator(name: str, capacity: int, **options: object) -> Allocator:
-    """Build the allocator called ``name``; an unknown name is a one-line ValueError listing valid ones."""
+def allocator_class(name: str) -> type[Allocator]:
+    """The class registered as ``name``; an unknown name is a one-line ValueError listing valid ones."""
     try:
-        cls = ALLOCATORS[name]
+        return ALLOCATORS[name]
     except KeyError:
         raise ValueError(f"unknown allocator {name!r}; valid choices: {', '.join(ALLOCATORS)}") from None
-    return cls(capacity, **options)
 
 
-__all__ = ["ALLOCATORS", "PLACEMENTS", "Admission", "Allocator", "MemoryBreakdown", "make_allocator"]
+def make_allocator(name: str, capacity: int, **options: object) -> Allocator:
+    """Build the allocator called ``name`` (`allocator_class`)."""
+    return allocator_class(name)(capacity, **options)
+
+
+__all__ = ["ALLOCATORS", "PLACEMENTS", "Admission", "Allocator", "Copy", "MemoryBreakdown", "allocator_class",
+           "make_allocator"]

@@ -14,13 +14,24 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
+from typing import NamedTuple
 
 import numpy as np
 
 from allocators.placement import placement_class
 
-Copy = tuple[int, int]
-"""A copy-on-write copy of one block (or slab) from ``src`` to ``dst``, for the cost model to charge."""
+
+class Copy(NamedTuple):
+    """A copy of one block (or slab) from ``src`` to ``dst`` moving ``slots`` token slots, returned by the call
+    that caused it (a copy-on-write `grow`, a copying `fork`) so the cost model can charge its bytes."""
+
+    src: int
+    dst: int
+    slots: int
+
+
+NO_COPIES: tuple[Copy, ...] = ()
+"""The result of a `grow` or `fork` that copied nothing (the per-token hot path returns this shared constant)."""
 
 FREE_OWNER = -1
 """`Allocator.memory_map` value of a slot that is free."""
@@ -97,7 +108,18 @@ class Allocator(ABC):
     with ids, per-sequence block tables, reference counts and a free structure."""
 
     name: str = ""
+    kind: str = ""
+    """``"contiguous"`` (one slab per sequence) or ``"paged"`` (blocks on demand): what the cost model's
+    attention kernel and the capacity report key on. An attribute, never derived from ``name``."""
     block_size: int = 1
+    prefix_caching: bool = False
+    """Whether `admit` looks ``block_hashes`` up in an automatic prefix cache."""
+    shares_prefixes: bool = False
+    """Whether `register_prefix` pins shared prefixes (the caller then hashes prompts even without caching)."""
+    reports_growth: bool = False
+    """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
+    change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
+    deltas; otherwise it re-reads `breakdown` at every sub-event."""
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
@@ -119,10 +141,6 @@ class Allocator(ABC):
             raise ValueError(f"--watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
         self.capacity = int(capacity_slots)
         self.max_model_len = int(max_model_len)
-        self.copied_slots = 0
-        """Token slots copied so far by every copy this allocator reported (a block each for paged
-        allocators, the parent's tokens for a contiguous fork): the cost model charges the bytes from the
-        difference over a step, since a `Copy` does not say how large it is."""
 
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """``(slots, transfers)`` that moving this sequence's KV to host memory (or back) takes, when it holds
@@ -153,7 +171,19 @@ class Allocator(ABC):
 
     @abstractmethod
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
-        """Append ``num_tokens`` to a sequence; returns the copies it caused, or None (and no change)."""
+        """Append ``num_tokens`` to a sequence; returns the copies it caused (`NO_COPIES` when none), or None
+        (and no change) if there is no room."""
+
+    def grow_due(self, seq_id: int, num_tokens: int) -> tuple[int, int, int] | None:
+        """`grow` reporting ``(headroom, new_blocks, reserved_delta)`` instead of copies; only allocators with
+        ``reports_growth`` implement it (the caller reads the attribute, it never probes for the method)."""
+        raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
+
+    def register_prefix(self, block_hashes: Sequence[int]) -> int | None:
+        """Pin a shared prefix (chained hashes of its full blocks); returns its length in tokens, or None
+        (nothing changed) if it could not be placed. Default, for allocators without ``shares_prefixes``:
+        nothing is pinned."""
+        return None
 
     @abstractmethod
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
@@ -169,7 +199,7 @@ class Allocator(ABC):
         prefilled and preempted again at the fork. Default: a trial (admit, fork, grow, free) rolled back,
         exact for allocators whose `free` restores the state (contiguous slabs); paged allocators answer from
         their counters, so a trial cannot touch the prefix cache."""
-        copied, made, ok = self.copied_slots, [], True
+        made, ok = [], True
         ids = iter(range(-1, -(1 << 62), -1))  # ids the caller does not use (it picks non-negative ones)
         parent = next(seq for seq in ids if not self._holds(seq))
         if self.admit(parent, num_tokens, final_tokens=final_tokens, max_total_tokens=max_total_tokens) is None:
@@ -187,7 +217,6 @@ class Allocator(ABC):
                 break
         for seq in reversed(made):
             self.free(seq)
-        self.copied_slots = copied
         return ok
 
     def _holds(self, seq_id: int) -> bool:

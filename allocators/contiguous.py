@@ -43,6 +43,8 @@ class _Slab:
 class ContiguousAllocator(Allocator):
     """Slab-per-sequence allocation; subclasses only decide the slab size (`slab_size`)."""
 
+    kind = "contiguous"
+
     def __init__(
         self,
         capacity_slots: int,
@@ -122,7 +124,7 @@ class ContiguousAllocator(Allocator):
             used = min(s.res, num_tokens)
             s.res -= used
             self._reserved -= used
-        return ()
+        return ()  # NO_COPIES (the same object: a literal, which skips a global lookup)
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """A slab cannot be shared: the child gets its own slab and the parent's tokens are copied into it."""
@@ -130,8 +132,8 @@ class ContiguousAllocator(Allocator):
         child = self._place(child_id, parent.tokens, final_tokens, parent.max_total)
         if child is None:
             return None
-        self.copied_slots += parent.tokens  # the written part of the slab; the rest holds nothing yet
-        return ((parent.offset, child.offset),)
+        # the written part of the slab is copied; the rest holds nothing yet
+        return (Copy(parent.offset, child.offset, parent.tokens),)
 
     def free(self, seq_id: int) -> int:
         s = self._seqs.pop(seq_id)

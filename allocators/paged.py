@@ -14,8 +14,9 @@ the last prompt token (its logits must be computed)::
     prompt: |  block 0  |  block 1  |  block 2  |last|     hashes h0 h1 h2; 3 * 16 + 5 = 53 tokens
     cache:  |  hit h0   |  hit h1   |  hit h2   |new |     cached_tokens = 48; one new block
 
-Reference counts count the sequences (and, in `PagedCowAllocator`, registered prefixes) holding a block.
-Only full blocks are ever shared here (prefix-cache hits); a fork copies every block.
+Reference counts count the sequences (and, in `PagedCowAllocator`, registered prefixes) holding a block;
+block ids, reference counts, the free queue and the prefix cache are the `BlockPool`'s. Only full blocks are
+ever shared here (prefix-cache hits); a fork copies every block.
 
 Hot path: `grow` touches only the sequence's record while the last block has room; block structures are
 touched when a block boundary is crossed.
@@ -29,11 +30,11 @@ import numpy as np
 
 from allocators.base import (
     FREE_OWNER,
+    NO_COPIES,
     OVERHEAD_OWNER,
     SHARED_OWNER,
     SLOT_FREE,
     SLOT_OVERHEAD,
-    SLOT_TOKEN,
     Admission,
     Allocator,
     Copy,
@@ -41,8 +42,8 @@ from allocators.base import (
     cdiv,
     fill_states,
 )
-from allocators.free_queue import FreeBlockQueue
-from allocators.prefix_cache import PrefixCache
+from allocators.block_pool import BlockPool
+from allocators.paged_audit import audit_paged
 
 MAX_BLOCKS = 2**22
 """The most blocks one pool may have: every block has slots in a few Python lists (about 80 bytes a block with
@@ -71,7 +72,9 @@ class PagedAllocator(Allocator):
     """Fixed-size blocks allocated on demand (vLLM). ``fork`` copies every block (no sharing)."""
 
     name = "paged"
+    kind = "paged"
     allocates_per_chunk = True
+    reports_growth = True
 
     def __init__(
         self,
@@ -98,11 +101,8 @@ class PagedAllocator(Allocator):
         self.num_usable_blocks = self.num_blocks - 1
         self.watermark_blocks = int(watermark * self.num_blocks)
         self.overhead_slots = self.block_size + self.capacity % self.block_size
-        self._ref = [0] * self.num_blocks  # holders of each block (sequences + prefix pins); null block 0
-        self._pins = [0] * self.num_blocks  # registered-prefix references (copy-on-write subclass)
-        self._cache = PrefixCache(self.num_blocks)
-        self._registry: dict[int, int] = {}  # registered-prefix hash -> block id (copy-on-write subclass)
-        self._free = FreeBlockQueue(self.num_blocks, range(1, self.num_blocks))
+        self._pool = pool = BlockPool(self.num_blocks)
+        self._ref, self._free, self._cache = pool.ref, pool.free, pool.cache  # the hot paths' aliases
         self._seqs: dict[int, SeqBlocks] = {}
         self._num_token_slots = 0
         self._reserved = 0
@@ -163,16 +163,8 @@ class PagedAllocator(Allocator):
 
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""
-        hits: list[int] = []
-        for i in range(min(len(block_hashes), (num_tokens - 1) // self.block_size)):
-            h = block_hashes[i]
-            block = self._registry.get(h)
-            if block is None and self.prefix_caching:
-                block = self._cache.get(h)
-            if block is None:
-                break
-            hits.append(block)
-        return hits
+        limit = (num_tokens - 1) // self.block_size
+        return self._pool.lookup(block_hashes, limit) if self.prefix_caching and limit > 0 else []
 
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
         return len(self._lookup(block_hashes, num_tokens)) * self.block_size
@@ -192,24 +184,6 @@ class PagedAllocator(Allocator):
         return None
 
     # -- state changes ---------------------------------------------------------------------------------
-    def _pop_block(self) -> int:
-        """Hand out the head of the free queue, evicting its cached hash (lazy eviction ends here)."""
-        block = self._free.popleft()
-        if self._cache.block_hash[block] is not None:
-            self._cache.evict(block)
-        self._ref[block] = 1
-        return block
-
-    def _pop_blocks(self, count: int) -> list[int]:
-        """`_pop_block` ``count`` times, in one pass over the free queue."""
-        blocks = self._free.pop_many(count)
-        hashed, ref = self._cache.block_hash, self._ref
-        for block in blocks:
-            if hashed[block] is not None:
-                self._cache.evict(block)
-            ref[block] = 1
-        return blocks
-
     def _settle_last_block(self, s: SeqBlocks) -> None:
         """Recompute the exclusive last block's room and reservation after the table or tokens changed."""
         self._reserved -= s.res
@@ -227,11 +201,11 @@ class PagedAllocator(Allocator):
             full = len(hashes)
         if i >= full:
             return
-        cache, pins, table = self._cache, self._pins, s.table
+        cache, table = self._cache, s.table
         hashed = cache.block_hash
-        while i < full:
+        while i < full:  # hits (prefix-cache or registered blocks) lie below num_hashed already
             block = table[i]
-            if hashed[block] is None and not pins[block]:  # hits and registered blocks are known already
+            if hashed[block] is None:
                 cache.insert(block, hashes[i])
             i += 1
         s.num_hashed = i
@@ -261,15 +235,13 @@ class PagedAllocator(Allocator):
             return None
         if self._admission_blocks(hits, num_tokens) > free:
             return None
-        bs, ref = self.block_size, self._ref
+        bs, pool = self.block_size, self._pool
         for b in hits:  # touch the hits first so that popping new blocks cannot evict them
-            if ref[b] == 0:
-                self._free.remove(b)
-                self._num_token_slots += bs
-            elif ref[b] > self._pins[b]:
+            if self._shares_with_sequence(b):
                 self._shared_saved += bs
-            ref[b] += 1
-        table = hits + self._pop_blocks(cdiv(num_tokens, bs) - len(hits))
+            if pool.take(b):
+                self._num_token_slots += bs
+        table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         s = SeqBlocks(table, num_tokens, final_tokens, hashes)
         s.num_hashed = len(hits)
@@ -291,16 +263,15 @@ class PagedAllocator(Allocator):
                 used = res if res < num_tokens else num_tokens
                 s.res = res - used
                 self._reserved -= used
-            return ()
+            return ()  # NO_COPIES (the same object: a literal, which skips a global lookup)
         return self._grow_slow(seq_id, s, num_tokens)
 
     def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
         """Growth that fills the last block or crosses into new blocks (all or nothing): `grow_due`'s state
-        change without its report. Called through the class, since copy-on-write sets ``grow_due = None``
-        and keeps this path for the growth after its tail copy."""
+        change without its report (copy-on-write runs it after copying a shared tail)."""
         if num_tokens == 0:
-            return ()
-        return None if PagedAllocator.grow_due(self, seq_id, num_tokens) is None else ()
+            return NO_COPIES
+        return None if PagedAllocator.grow_due(self, seq_id, num_tokens) is None else NO_COPIES
 
     def grow_due(self, seq_id: int, num_tokens: int) -> tuple[int, int, int] | None:
         """`grow` for a sequence that has used up its headroom, reporting what changed instead of copies.
@@ -310,7 +281,7 @@ class PagedAllocator(Allocator):
         lacks the blocks. The simulator's decode fast-forward calls this once per block a decoding sequence
         fills and integrates memory from the deltas, so it never needs a `breakdown` in between. It is
         `grow`'s own slow path (`_grow_slow`), so the state changes are the same by construction; it never
-        copies, so copy-on-write subclasses whose growth can copy a shared tail must set ``grow_due = None``.
+        copies, so an allocator whose growth can copy a shared tail says ``reports_growth = False``.
         """
         s = self._seqs[seq_id]
         if num_tokens <= 0:
@@ -329,7 +300,7 @@ class PagedAllocator(Allocator):
                 self._ref[block] = 1
                 table.append(block)
             else:
-                table += self._pop_blocks(num_new)
+                table += self._pool.pop_many(num_new)
         held = len(table) * bs
         final = s.final
         res = (final if final < held else held) - tokens
@@ -350,39 +321,44 @@ class PagedAllocator(Allocator):
         parent = self._seqs[parent_id]
         if len(parent.table) > self._free.num_free:
             return None
-        table = self._pop_blocks(len(parent.table))
+        table = self._pool.pop_many(len(parent.table))
         child = SeqBlocks(table, parent.tokens, final_tokens)
         self._seqs[child_id] = child
         self._num_token_slots += parent.tokens
         self._settle_last_block(child)
-        self.copied_slots += len(table) * self.block_size
-        return tuple(zip(parent.table, table, strict=True))
+        bs = self.block_size
+        return tuple(Copy(src, dst, bs) for src, dst in zip(parent.table, table, strict=True))
 
     def free(self, seq_id: int) -> int:
         s = self._seqs.pop(seq_id)
-        bs, ref, pins, table = self.block_size, self._ref, self._pins, s.table
+        bs, ref, table = self.block_size, self._ref, s.table
         self._reserved -= s.res
         released: list[int] = []
-        shared = 0
+        kept = 0
         for b in reversed(table):  # tail first: the chain's end is evicted first
             r = ref[b] = ref[b] - 1
             if r == 0:
                 released.append(b)
-            elif r > pins[b]:
-                shared += 1
-        if released:
-            if self.prefix_caching:  # vLLM: cached blocks are evicted last (LRU), the others reused first
-                hashed = self._cache.block_hash
-                self._free.prepend_many([b for b in released if hashed[b] is None])
-                self._free.extend(b for b in released if hashed[b] is not None)
             else:
-                self._free.prepend_many(released)
+                kept += 1
+        if kept:
+            kept -= self._pinned_only(table)
+        if released:
+            self._pool.release(released, self.prefix_caching)
             slots = len(released) * bs
             if released[0] == table[-1]:  # the tail was exclusive: only its written slots held tokens
                 slots -= len(table) * bs - s.tokens
             self._num_token_slots -= slots
-        self._shared_saved -= shared * bs
+        self._shared_saved -= kept * bs
         return len(table) * bs
+
+    def _shares_with_sequence(self, block: int) -> bool:
+        """Whether a block found by lookup is held by a sequence already (sharing it saves its slots)."""
+        return self._ref[block] > 0
+
+    def _pinned_only(self, table: list[int]) -> int:
+        """Blocks of ``table`` that, once it is freed, are held by nothing but pins (none without pinning)."""
+        return 0
 
     # -- accounting ------------------------------------------------------------------------------------
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
@@ -409,8 +385,6 @@ class PagedAllocator(Allocator):
         for seq_id, s in self._seqs.items():
             for b in s.table:
                 owners[b * bs:(b + 1) * bs] = seq_id if self._ref[b] == 1 else SHARED_OWNER
-        for b in self._registry.values():
-            owners[b * bs:(b + 1) * bs] = SHARED_OWNER
         return owners
 
     def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
@@ -424,11 +398,7 @@ class PagedAllocator(Allocator):
             slots = (np.asarray(s.table, np.int64)[:, None] * bs + offsets).ravel()
             tokens = min(s.tokens + pending.get(seq_id, 0), s.tokens + s.res)
             fill_states(states, slots, tokens, s.tokens + s.res)
-        for b in self._registry.values():
-            states[b * bs:(b + 1) * bs] = SLOT_TOKEN
         return states
 
     def check_invariants(self) -> None:
-        from allocators.paged_audit import audit_paged
-
         audit_paged(self)

@@ -2,23 +2,26 @@
 
 Everything the allocator keeps incrementally (reference counts, the free queue, the prefix cache, the
 running counters behind the O(1) `breakdown`) is recomputed here from the block tables alone, and any
-disagreement raises AssertionError. Hypothesis stateful tests call it after every step.
+disagreement raises AssertionError. Hypothesis stateful tests call it after every step. The block pool
+checks its own part (`BlockPool.audit`) against the holders recomputed here; copy-on-write passes its own
+state (pins, registered prefixes, shared partly filled tails) in. It imports no allocator, so the allocators
+import it at the top (no circle).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 from allocators.base import cdiv
 
-if TYPE_CHECKING:
-    from allocators.paged import PagedAllocator
 
-
-def audit_paged(a: PagedAllocator) -> None:
+def audit_paged(a, *, pins: Sequence[int] | None = None, registry: Mapping[int, int] | None = None,
+                partial: Mapping[int, list[int]] | None = None, partial_res: Mapping[int, int] | None = None) -> None:
+    """Audit a `PagedAllocator` (``a``); ``pins`` .. ``partial_res``: copy-on-write's state, if any."""
     bs, n = a.block_size, a.num_blocks
-    queued = a._free.check()
-    assert 0 not in queued and a._ref[0] == 0 and a._pins[0] == 0, "the null block was handed out"
+    pins = pins if pins is not None else [0] * n
+    registry, partial, partial_res = registry or {}, partial or {}, partial_res or {}
+    assert pins[0] == 0, "the null block was pinned"
 
     seq_refs = [0] * n
     fill = [0] * n  # token slots written in each referenced block
@@ -33,23 +36,18 @@ def audit_paged(a: PagedAllocator) -> None:
             seq_refs[b] += 1
             fill[b] = f
             want[b] = max(want[b], min(bs, max(0, s.final - i * bs)))
-    for h, b in a._registry.items():
-        assert a._pins[b] > 0, f"registered prefix hash {h}: block {b} is not pinned"
+    for h, b in registry.items():
+        assert pins[b] > 0, f"registered prefix hash {h}: block {b} is not pinned"
         assert seq_refs[b] == 0 or fill[b] == bs, f"registered block {b} is not full"
         fill[b] = bs
-    registered = set(a._registry.values())
+    registered = set(registry.values())
     for b in range(1, n):
-        assert a._ref[b] == seq_refs[b] + a._pins[b], (
-            f"block {b}: ref count {a._ref[b]} != {seq_refs[b]} sequences + {a._pins[b]} pins")
-        assert (a._pins[b] > 0) == (b in registered), f"block {b}: pin count and registry disagree"
-        assert (a._ref[b] == 0) == (b in a._free), f"block {b}: free-queue membership disagrees with ref count"
-
-    a._cache.check()
-    for b, h in enumerate(a._cache.block_hash):
-        assert h is None or a._ref[b] == 0 or fill[b] == bs, f"block {b}: hashed but not full"
+        assert (pins[b] > 0) == (b in registered), f"block {b}: pin count and registry disagree"
+    queued = a._pool.audit([seq_refs[b] + pins[b] for b in range(n)])
+    for b, h in enumerate(a._pool.cache.block_hash):
+        assert h is None or a._pool.ref[b] == 0 or fill[b] == bs, f"block {b}: hashed but not full"
         assert h is None or a.prefix_caching, f"block {b}: hashed with prefix caching off"
 
-    partial = getattr(a, "_partial", {})  # shared, partly filled tails (copy-on-write only)
     for b, sharers in partial.items():
         assert len(sharers) >= 2 and seq_refs[b] == len(sharers), f"block {b}: shared-partial list is wrong"
         assert 0 < fill[b] < bs, f"block {b}: listed as shared partial but fill is {fill[b]}"
@@ -64,9 +62,9 @@ def audit_paged(a: PagedAllocator) -> None:
         held = len(s.table) * bs
         assert s.room == held - s.tokens, f"sequence {seq_id}: room {s.room} != {held - s.tokens}"
         assert s.res == max(0, min(s.final, held) - s.tokens), f"sequence {seq_id}: reservation drifted"
-    assert set(getattr(a, "_partial_res", {})) == set(partial), "shared-partial reservations out of step"
+    assert set(partial_res) == set(partial), "shared-partial reservations out of step"
 
-    live = [b for b in range(1, n) if a._ref[b] > 0]
+    live = [b for b in range(1, n) if a._pool.ref[b] > 0]
     tokens = sum(fill[b] for b in live)
     reserved = sum(max(0, want[b] - fill[b]) for b in live)
     saved = sum(max(0, seq_refs[b] - 1) for b in live) * bs

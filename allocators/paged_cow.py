@@ -14,21 +14,27 @@ caching is on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from allocators.base import Copy, cdiv
+import numpy as np
+
+from allocators.base import NO_COPIES, SHARED_OWNER, SLOT_TOKEN, Copy, cdiv
 from allocators.paged import PagedAllocator, SeqBlocks
+from allocators.paged_audit import audit_paged
 
 
 class PagedCowAllocator(PagedAllocator):
     """`PagedAllocator` plus copy-on-write forks and pinned shared prefixes."""
 
     name = "paged-cow"
-    grow_due = None  # growth into a shared tail copies it and changes the other sharers' headroom: no shortcut
+    shares_prefixes = True
+    reports_growth = False  # growth into a shared tail copies it and changes the other sharers' headroom
 
     def __init__(self, capacity_slots: int, **options: object) -> None:
         """Same options as `PagedAllocator`."""
         super().__init__(capacity_slots, **options)
+        self._pins = [0] * self.num_blocks  # registered-prefix references of each block
+        self._registry: dict[int, int] = {}  # registered-prefix hash -> block id
         self._partial: dict[int, list[int]] = {}  # shared, partly filled tail block -> its sequences
         self._partial_res: dict[int, int] = {}  # reservation counted for each such block
 
@@ -54,7 +60,7 @@ class PagedCowAllocator(PagedAllocator):
                 self._partial[last] = [parent_id]
             self._partial[last].append(child_id)
             self._count_partial(last)
-        return ()
+        return NO_COPIES
 
     def _fork_blocks(self, table_len: int, full_tail: bool, count: int) -> int:
         """Forks share every block; the next token then copies a partly filled tail for every sharer but the
@@ -71,14 +77,13 @@ class PagedCowAllocator(PagedAllocator):
         self._leave_partial(seq_id, last)  # copy the shared tail before writing into it
         self._ref[last] -= 1
         self._shared_saved -= bs
-        dst = self._pop_block()
+        dst = self._pool.pop()
         s.table[-1] = dst
         self._num_token_slots += s.tokens % bs
         self._settle_last_block(s)
         grown = super()._grow_slow(seq_id, s, num_tokens)
         assert grown is not None, "free blocks were counted before copying"
-        self.copied_slots += bs
-        return ((last, dst), *grown)
+        return (Copy(last, dst, bs), *grown)
 
     def free(self, seq_id: int) -> int:
         tail = self._seqs[seq_id].table[-1]
@@ -122,7 +127,7 @@ class PagedCowAllocator(PagedAllocator):
         for h in block_hashes:
             block = self._registry.get(h)
             if block is None:
-                block = self._pop_block()
+                block = self._pool.pop()
                 self._registry[h] = block
                 self._num_token_slots += bs
             else:
@@ -151,3 +156,43 @@ class PagedCowAllocator(PagedAllocator):
     @property
     def registered_blocks(self) -> int:
         return len(self._registry)
+
+    # -- what pinning changes in the paged allocator ------------------------------------------------------
+    def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
+        """Registered prefixes first, then (with automatic prefix caching) the cache, block by block."""
+        hits: list[int] = []
+        registry, cache = self._registry, self._cache if self.prefix_caching else None
+        for i in range(min(len(block_hashes), (num_tokens - 1) // self.block_size)):
+            h = block_hashes[i]
+            block = registry.get(h)
+            if block is None and cache is not None:
+                block = cache.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def _shares_with_sequence(self, block: int) -> bool:
+        return self._ref[block] > self._pins[block]
+
+    def _pinned_only(self, table: list[int]) -> int:
+        ref, pins = self._ref, self._pins
+        return sum(1 for b in table if ref[b] and ref[b] == pins[b])
+
+    def memory_map(self) -> np.ndarray:
+        owners = super().memory_map()
+        bs = self.block_size
+        for b in self._registry.values():
+            owners[b * bs:(b + 1) * bs] = SHARED_OWNER
+        return owners
+
+    def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
+        states = super().slot_states(pending)
+        bs = self.block_size
+        for b in self._registry.values():
+            states[b * bs:(b + 1) * bs] = SLOT_TOKEN
+        return states
+
+    def check_invariants(self) -> None:
+        audit_paged(self, pins=self._pins, registry=self._registry, partial=self._partial,
+                    partial_res=self._partial_res)

@@ -10,7 +10,8 @@ The simulator does not pay that per token: it tells the allocator about a decodi
 headroom runs out (a block boundary for ``paged``), through ``PagedAllocator.grow_due``. The second table
 times that block path: each sequence grows by one block's worth of tokens per call.
 
-Run: ``python benchmarks/bench_allocator.py [--seqs 256] [--steps 10000] [--repeats 3]``.
+Run: ``python benchmarks/bench_allocator.py [--seqs 256] [--steps 10000] [--repeats 3] [--cpu]`` (``--cpu``:
+CPU time instead of wall time, for comparisons on a shared machine).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from allocators import ALLOCATORS, make_allocator
 
 PROMPT = 100
+clock = time.perf_counter  # `main` switches to time.process_time with --cpu
 
 
 def build(name: str, num_seqs: int, steps: int):
@@ -42,13 +44,13 @@ def time_decode(name: str, num_seqs: int, steps: int) -> tuple[float, int]:
     grow = alloc.grow
     seqs = list(range(num_seqs))
     copies = 0
-    start = time.perf_counter()
+    start = clock()
     for _ in range(steps):
         for seq in seqs:
             result = grow(seq, 1)
             if result:
                 copies += len(result)
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     alloc.check_invariants()
     assert all(alloc.num_tokens(seq) == PROMPT + steps for seq in seqs)
     return elapsed, copies
@@ -61,11 +63,11 @@ def time_blocks(num_seqs: int, steps: int, due: bool) -> float:
     bs = alloc.block_size
     seqs = list(range(num_seqs))
     rounds = steps // bs
-    start = time.perf_counter()
+    start = clock()
     for _ in range(rounds):
         for seq in seqs:
             grow(seq, bs)
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     alloc.check_invariants()
     return elapsed / (rounds * num_seqs)
 
@@ -76,7 +78,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--allocators", default=",".join(ALLOCATORS))
+    parser.add_argument("--cpu", action="store_true", help="time CPU (process) time, not wall time")
     args = parser.parse_args()
+    global clock
+    clock = time.process_time if args.cpu else time.perf_counter
     tokens = args.seqs * args.steps
     for name in args.allocators.split(","):
         runs = [time_decode(name, args.seqs, args.steps) for _ in range(args.repeats)]

@@ -36,8 +36,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import workloads
-    from sim.config import SimConfig
-    from sim.runner import run_simulation
+    from sim.kernel.config import SimConfig
+    from sim.kernel.runner import run_simulation
 
     base = SimConfig(allocator="paged", model="opt-13b", gpu="a100-40gb", kv_gib=12.0, seed=args.seed,
                      memory_snapshots=0)

@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
 
-    from sim.config import SimConfig
-    from sim.runner import run_simulation
+    from sim.kernel.config import SimConfig
+    from sim.kernel.runner import run_simulation
 
     load_avg = os.getloadavg()[0]
     t0 = time.perf_counter()

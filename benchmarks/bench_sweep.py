@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.sweep.executors import run_tasks
 from sim.sweep.grid import grid_from_flags
 from sim.sweep.run import run_sweep

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from allocators.catalog import get_gpu, get_model
-from sim.config import SimConfig
-from sim.cost_model import StepCostModel
-from sim.cost_profiles import make_step_cost
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import StepCostModel
+from sim.kernel.cost_profiles import make_step_cost
 from sim.measured import read_measured
 from sim.replay import replay, score
 from sim.trace_fit import fit_trace

@@ -4,9 +4,9 @@
 ``step_overhead_s + max(flops / (flops_frac * peak_flops), bytes / (bandwidth_frac * peak_bw))`` with
 ``flops = 2 * params * (prefill_tokens + decode_seqs) + 4 * layers * heads * head_dim * attention_pairs`` and
 ``bytes = weight_bytes + kv_bytes_per_token * (context_tokens * paged_kernel_overhead[block_size]
-+ prefill_tokens + decode_seqs)``. The simulator computes the same terms in ``sim/cost_model.py``; this
-package may not import ``sim`` (the arrows point the other way), so it recomputes them here, and the fit in
-`gpu_validation.fit` estimates exactly the coefficients the simulator multiplies them by.
++ prefill_tokens + decode_seqs)``. The terms come from `allocators.roofline`, as the simulator's
+(``sim/kernel/cost_model.py``) do, so the fit in `gpu_validation.fit` estimates exactly the coefficients the
+simulator multiplies them by.
 
 Quick CPU calibrations time a scaled-down copy of the model (`scaled_model`): the fitted coefficients are
 fractions of peak and a per-step constant, which carry over between shapes as far as the roofline holds.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from allocators import roofline
 from allocators.catalog import ModelSpec
 
 
@@ -50,12 +51,10 @@ def prefill_step(chunk: int, offset: int, block_size: int) -> StepShape:
 def step_features(model: ModelSpec, step: StepShape, dtype_bytes: int | None = None) -> dict[str, float]:
     """FLOPs and the three byte terms of the formula (weights, KV read before the paging factor, KV
     written) for one step of ``model`` at ``dtype_bytes`` per element (default: the model's)."""
-    elem = model.dtype_bytes if dtype_bytes is None else dtype_bytes
-    kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * elem
+    kv_per_token = roofline.kv_bytes_per_token(model, dtype_bytes)
     return {
-        "flops": 2.0 * model.num_params * step.tokens
-        + 4.0 * model.num_layers * model.num_heads * model.head_dim * step.attention_pairs,
-        "weight_bytes": float(model.num_params * elem),
+        "flops": roofline.token_flops(model) * step.tokens + roofline.pair_flops(model) * step.attention_pairs,
+        "weight_bytes": roofline.weight_bytes(model, dtype_bytes),
         "kv_read_bytes": float(kv_per_token * step.context_tokens),
         "kv_write_bytes": float(kv_per_token * step.tokens),
     }

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.calibration_store import SHIPPED_DIR as CALIBRATION_DIR
+from sim.kernel.calibration_store import SHIPPED_DIR as CALIBRATION_DIR
 
 # CALIBRATION_DIR: where kvsim ships tables, ``<gpu>/<model>.json`` (package data of ``sim``), each with its
 # measurements beside it (``.csv``).

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from allocators.base import Copy
+
 
 class PagedKVCache:
     """K and V for ``num_layers`` layers over ``num_blocks`` blocks of ``block_size`` token slots."""
@@ -83,9 +85,9 @@ class PagedKVCache:
         flat_k[:, slots] = key.transpose(0, 1).to(self.dtype)
         flat_v[:, slots] = value.transpose(0, 1).to(self.dtype)
 
-    def copy_blocks(self, copies: Iterable[tuple[int, int]]) -> None:
+    def copy_blocks(self, copies: Iterable[Copy | tuple[int, int]]) -> None:
         """Apply copy-on-write copies (src block -> dst block) in every layer, in order."""
-        for src, dst in copies:
+        for src, dst, *_ in copies:  # a `Copy` (src, dst, slots), or a plain (src, dst) pair
             self.key[:, :, dst] = self.key[:, :, src]
             self.value[:, :, dst] = self.value[:, :, src]
 

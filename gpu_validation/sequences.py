@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from allocators.base import Copy
 from gpu_validation.block_tables import PagedBatch, pad_block_tables
 from gpu_validation.kv_cache import PagedKVCache
 
@@ -71,7 +72,7 @@ class PagedSequences:
         self._table_from_allocator(seq_id)
         self._append(seq_id, *self._random_tokens(num_tokens))
 
-    def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[tuple[int, int], ...]:
+    def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...]:
         copies = self.allocator.grow(seq_id, num_tokens)
         if copies is None:
             raise RuntimeError(f"the allocator has no room to grow sequence {seq_id} by {num_tokens}")
@@ -80,7 +81,7 @@ class PagedSequences:
         self._append(seq_id, *self._random_tokens(num_tokens))
         return tuple(copies)
 
-    def fork(self, parent_id: int, child_id: int, *, final_tokens: int | None = None) -> tuple[tuple[int, int], ...]:
+    def fork(self, parent_id: int, child_id: int, *, final_tokens: int | None = None) -> tuple[Copy, ...]:
         n = self.keys[parent_id].shape[0]
         copies = self.allocator.fork(parent_id, child_id, final_tokens=final_tokens or n)
         if copies is None:

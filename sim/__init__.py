@@ -1,1 +1,6 @@
-"""kvsim's engine: scheduler model, step-cost model, SimPy event loop, metrics and the command line."""
+"""kvsim's simulator. The Python API: ``run_simulation(SimConfig(...), workload) -> SimResult``."""
+
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import SimResult, run_simulation
+
+__all__ = ["SimConfig", "SimResult", "run_simulation"]

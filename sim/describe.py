@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from allocators.capacity import KVCapacity
 from allocators.catalog import GIB
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 
 
 def capacity_source(cap: KVCapacity, config: SimConfig) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.config import SimConfig
-from sim.cost_model import StepCostModel
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import StepCostModel
 from sim.measured import MeasuredRun
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
@@ -33,7 +33,7 @@ def workload_of(run: MeasuredRun, rows: np.ndarray | None = None):
 def replay(run: MeasuredRun, config: SimConfig, cost: StepCostModel | None = None,
            rows: np.ndarray | None = None) -> pd.DataFrame:
     """Simulated ``ttft_s, tpot_s, e2e_s`` of each measured request (in the run's order; ``rows`` selects)."""
-    from sim.runner import run_simulation
+    from sim.kernel.runner import run_simulation
 
     result = run_simulation(config, workload_of(run, rows), cost=cost)
     return result.requests[list(METRICS)].reset_index(drop=True)

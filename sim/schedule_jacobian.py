@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.cost_model import StepCostModel
+from sim.kernel.cost_model import StepCostModel
 
 
 class RecordingStepCost(StepCostModel):

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from allocators import allocator_class
 from allocators.catalog import get_gpu, get_model
-from sim.config import SimConfig
-from sim.cost_model import StepCostModel
-from sim.cost_profiles import get_profile
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import StepCostModel
+from sim.kernel.cost_profiles import get_profile
 from sim.measured import MeasuredRun
 from sim.replay import METRICS, score, workload_of
 from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
@@ -99,7 +100,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     started = time.monotonic()
     model, gpu = get_model(config.model), get_gpu(config.gpu)
     base = dict(get_profile(start_profile).coefficients)
-    common = dict(block_size=config.block_size, paged=not config.allocator.startswith("contiguous"),
+    common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
                   tensor_parallel=config.tensor_parallel)
     train = split_halves(len(run.frame), holdout, seed) & run.scored
     ttft, decode = _targets(run.frame)
@@ -122,7 +123,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
 
     def evaluate(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
         """Residuals (log ratios of TTFT and decode time on the training rows), their Jacobian, requests."""
-        from sim.runner import run_simulation
+        from sim.kernel.runner import run_simulation
 
         cost = RecordingStepCost(model=model, gpu=gpu, source="trace fit", **coefficients(x), **common)
         result = run_simulation(config, workload, cost=cost)

@@ -17,7 +17,7 @@ from sim.commands.options import catalog_option
 
 
 def _list_profiles() -> None:
-    from sim.cost_profiles import DEFAULT_PROFILE, PROFILES
+    from sim.kernel.cost_profiles import DEFAULT_PROFILE, PROFILES
 
     for profile in PROFILES.values():
         default = " (default)" if profile.name == DEFAULT_PROFILE else ""
@@ -30,7 +30,7 @@ def _list_profiles() -> None:
 
 def _from_trace(path: str, opts: dict) -> None:
     from sim.cli import fail
-    from sim.config import SimConfig
+    from sim.kernel.config import SimConfig
     from sim.measured import read_measured
     from sim.trace_fit import fit_trace, trace_table
 
@@ -114,8 +114,8 @@ def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: 
     """Fit the step-cost model: time kernels on this machine (default), fit a measured run (--from-trace),
     or list the named cost profiles (--list). A CPU calibration (--device cpu) is labelled 'cpu' and drives
     `kvsim run --gpu cpu --model MODEL`."""
-    from sim.calibration_store import user_table_path
     from sim.cli import fail
+    from sim.kernel.calibration_store import user_table_path
 
     if list_profiles:
         _list_profiles()

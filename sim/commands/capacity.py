@@ -49,7 +49,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
     alloc.check_invariants()
     shares = alloc.breakdown(waiting=True).shares
-    paged = allocator.startswith("paged")
+    paged = alloc.kind == "paged"
     return {
         "model": spec.name,
         "gpu": gpu_spec.name,

@@ -15,8 +15,8 @@ import click
 
 from sim.cli import fail
 from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
-from sim.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
-from sim.routers import ROUTERS
+from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
+from sim.kernel.routers import ROUTERS
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
@@ -105,7 +105,7 @@ def simulation_options(func):
         _field_option("--replicas", type=int,
                       help="Serving replicas, each with its own scheduler, KV memory and cost model."),
         _field_option("--router", type=click.Choice(list(ROUTERS)),
-                      help="How a fleet of replicas routes each arriving request (sim/routers.py)."),
+                      help="How a fleet of replicas routes each arriving request (sim/kernel/routers.py)."),
         _field_option("--router-load-weight", type=float,
                       help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
                            "tokens the request would compute there."),
@@ -135,13 +135,13 @@ def build_config(allocator: str, opts: dict) -> SimConfig:
 def _announce(config: SimConfig, workload) -> None:
     """The setup line (workload, deployment, KV capacity and its source) on stderr, before the run."""
     from sim.describe import setup_line
-    from sim.runner import resolve_capacity
+    from sim.kernel.runner import resolve_capacity
 
     click.echo(setup_line(config, workload, resolve_capacity(config)), err=True)
 
 
 def _simulate(config, workload, as_json: bool):
-    from sim.runner import run_simulation
+    from sim.kernel.runner import run_simulation
 
     if as_json or not sys.stdout.isatty():
         return run_simulation(config, workload)
@@ -152,9 +152,9 @@ def _simulate(config, workload, as_json: bool):
 
 
 def warn_rejections(summary: dict) -> None:
-    """The one-line stderr warning of a run that rejected requests (`sim.summary.rejection_warning`): a
+    """The one-line stderr warning of a run that rejected requests (`sim.kernel.summary.rejection_warning`): a
     rejected request is easy to miss in a table or in JSON."""
-    from sim.summary import rejection_warning
+    from sim.kernel.summary import rejection_warning
 
     line = rejection_warning(summary)
     if line:
@@ -173,8 +173,8 @@ def run_command(allocator: str, **opts) -> None:
     preset (the paper's ShareGPT lengths, 400 requests at 2 req/s) on OPT-13B and an A100-40GB, the KV memory
     derived from --gpu-memory-utilization. The first line (stderr) names the workload and the KV capacity's
     source."""
-    from sim.runner import resolve_workload, write_result
-    from sim.summary import format_summary
+    from sim.kernel.runner import resolve_workload, write_result
+    from sim.kernel.summary import format_summary
 
     try:
         config = build_config(allocator, opts)
@@ -189,7 +189,7 @@ def run_command(allocator: str, **opts) -> None:
     if opts["as_json"]:
         click.echo(json.dumps(result.summary))
     elif "per_replica" in result.summary:
-        from sim.fleet_summary import format_replicas
+        from sim.kernel.fleet_summary import format_replicas
 
         click.echo(format_summary({k: v for k, v in result.summary.items() if k != "per_replica"}))
         click.echo(format_replicas(result.summary["per_replica"]))
@@ -209,8 +209,8 @@ def compare_command(allocators: str | None, **opts) -> None:
     from pathlib import Path
 
     from allocators import ALLOCATORS
-    from sim.runner import resolve_workload, write_result
-    from sim.summary import format_comparison
+    from sim.kernel.runner import resolve_workload, write_result
+    from sim.kernel.summary import format_comparison
 
     names = [a.strip() for a in allocators.split(",")] if allocators else list(ALLOCATORS)
     summaries = []

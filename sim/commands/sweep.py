@@ -29,7 +29,7 @@ class GridCommand(click.Command):
     """A command whose unknown ``--flags`` are grid axes; its help lists the configuration fields."""
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from sim.config import SimConfig
+        from sim.kernel.config import SimConfig
         from sim.sweep.grid import config_field_types
 
         formatter.write_paragraph()
@@ -46,7 +46,7 @@ def _grid(args: list[str], config_file: str | None) -> Any:
     """The grid the flags and the TOML file spell; ``$KVSIM_CATALOG`` is the catalog unless one is given, and
     every catalog file is read now, so a bad one is one error rather than a failure in every point."""
     from allocators.catalog import load_catalog_file
-    from sim.config import SimConfig
+    from sim.kernel.config import SimConfig
     from sim.sweep.grid import Grid, grid_from_flags, load_grid_toml
 
     grid = load_grid_toml(config_file, SimConfig) if config_file else Grid({}, {})

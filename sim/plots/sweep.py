@@ -79,7 +79,7 @@ def _x_positions(df: pd.DataFrame, x: str, ax: Axes) -> tuple[dict[object, float
 
 def swept_fields(df: pd.DataFrame) -> list[str]:
     """Configuration fields that take more than one value among the table's rows, in field order."""
-    from sim.config import SimConfig
+    from sim.kernel.config import SimConfig
 
     names = [f.name for f in dataclasses.fields(SimConfig)]
     return [n for n in names if n in df.columns and df[n].nunique(dropna=False) > 1]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.reproduce import paper
 from sim.reproduce.sustained import LATENCY_BOUND_S_PER_TOKEN
 
@@ -115,7 +115,7 @@ class RunOutput:
 
 def run_spec(spec: RunSpec) -> RunOutput:
     """Run one spec (module level, so worker processes can run it)."""
-    from sim.runner import resolve_workload, run_simulation
+    from sim.kernel.runner import resolve_workload, run_simulation
 
     workload = resolve_workload(spec.config)
     if spec.n > 1 or spec.beam_width > 1:

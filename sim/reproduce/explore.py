@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.reproduce.experiments import paper_config
 
 SUMMARY_COLUMNS = ("allocator", "completed", "rejected", "preemptions", "mean_running", "throughput_tok_s",
@@ -21,7 +21,7 @@ SUMMARY_COLUMNS = ("allocator", "completed", "rejected", "preemptions", "mean_ru
 def compare_allocators(allocators: Sequence[str], preset: str = "sharegpt-paper", rate: float = 2.0,
                        num_requests: int = 600, **overrides) -> dict:
     """One `SimResult` per allocator on the same workload, in the paper's setup (`paper_config`)."""
-    from sim.runner import run_config
+    from sim.kernel.runner import run_config
 
     return {a: run_config(paper_config(a, preset, rate, num_requests, **overrides)) for a in allocators}
 
@@ -29,7 +29,7 @@ def compare_allocators(allocators: Sequence[str], preset: str = "sharegpt-paper"
 def run_workload(workload, allocators: Sequence[str], **config_fields) -> dict:
     """One `SimResult` per allocator on a workload you already have (a trace you loaded, a generated one);
     ``config_fields`` are `SimConfig` fields (model, gpu, kv_gib, block_size, ...)."""
-    from sim.runner import run_simulation
+    from sim.kernel.runner import run_simulation
 
     return {a: run_simulation(SimConfig(allocator=a, **config_fields), workload) for a in allocators}
 
@@ -51,7 +51,7 @@ def system_prompt_sharing(allocators: Sequence[str] = ("paged", "paged-cow"), *,
                           seed: int = 0) -> pd.DataFrame:
     """Paper-length ShareGPT requests that all start with the same system prompt, per allocator: a sharing
     allocator keeps one copy of the prompt's blocks, a plain one a copy per request."""
-    from sim.runner import run_simulation
+    from sim.kernel.runner import run_simulation
     from workloads import generate
     from workloads.arrivals import Poisson
     from workloads.paper_lengths import paper_lengths
@@ -73,7 +73,7 @@ def prefix_caching_effect(preset: str = "mooncake-conv", num_requests: int = 300
 
     The default deployment has a 40K-token context, since Mooncake's prompts average 12K tokens (longer
     requests are rejected and counted)."""
-    from sim.runner import run_config
+    from sim.kernel.runner import run_config
 
     rows = []
     for caching in (False, True):

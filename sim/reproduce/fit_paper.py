@@ -6,14 +6,14 @@ long a step of about 30 sequences took. kvsim's roofline alone batches about 22 
 paper's vLLM spent the difference in Python, per scheduled sequence (scheduling, sampling, output
 processing). This bisects ``seq_overhead_s`` until kvsim's Fig. 13 run (`sim.reproduce.experiments`, paged,
 7,200 requests, seed 0) batches 30.42. Run ``python -m sim.reproduce.fit_paper``; the result is written into
-`sim.cost_profiles.PAPER_2023` by hand, with the command, so a run never refits.
+`sim.kernel.cost_profiles.PAPER_2023` by hand, with the command, so a run never refits.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from sim.cost_profiles import PAPER_2023
+from sim.kernel.cost_profiles import PAPER_2023
 from sim.reproduce import paper
 from sim.reproduce.experiments import paper_config
 
@@ -21,7 +21,7 @@ from sim.reproduce.experiments import paper_config
 def mean_batch(seq_overhead_s: float) -> float:
     """vLLM's Fig. 13 mean batch in kvsim under ``paper-2023`` with this per-sequence term."""
     from allocators.catalog import get_gpu, get_model
-    from sim import runner
+    from sim.kernel import runner
 
     config = paper_config("paged", "sharegpt-paper", paper.FIG2_RATE, paper.FIG2_REQUESTS, cost_profile="paper-2023")
     coefficients = dict(PAPER_2023.coefficients, seq_overhead_s=seq_overhead_s)
@@ -39,6 +39,6 @@ def fit(target: float = paper.FIG13_BATCH["paged"], lo: float = 0.0, hi: float =
     return (lo + hi) / 2
 
 
-if __name__ == "__main__":  # pragma: no cover - a one-off fit, its result is pinned in sim.cost_profiles
+if __name__ == "__main__":  # pragma: no cover - a one-off fit, its result is pinned in sim.kernel.cost_profiles
     value = fit()
     print(f"seq_overhead_s = {value:.4g} s; mean batch {mean_batch(float(f'{value:.3g}')):.2f}")

@@ -16,7 +16,7 @@ WATERMARK = 0.01
 """vLLM v0's admission watermark (1% of blocks), which the paper's system used; v1's default is 0."""
 MAX_MODEL_LEN = 2048
 COST_PROFILE = "paper-2023"
-"""The SOSP'23 vLLM's clock (`sim.cost_profiles`): kvsim's roofline plus a per-sequence CPU term fitted to
+"""The SOSP'23 vLLM's clock (`sim.kernel.cost_profiles`): kvsim's roofline plus a per-sequence CPU term fitted to
 Fig. 13's vLLM mean batch (`sim.reproduce.fit_paper`), so that check is calibrated, not predicted."""
 
 CAPACITY_SLOTS = 15_728

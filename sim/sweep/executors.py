@@ -71,7 +71,7 @@ def _run_processes(fn: Callable[[Any], Any], payloads: Sequence[Any], workers: i
     # The fork server imports the simulator once and every worker forks from it with the import done,
     # instead of each worker importing numpy, pandas and the simulator itself (a second each on a busy
     # machine). It only applies when the fork server first starts; a module that fails to import is skipped.
-    context.set_forkserver_preload(["__main__", "sim.runner", "sim.sweep.point"])
+    context.set_forkserver_preload(["__main__", "sim.kernel.runner", "sim.sweep.point"])
     pool = ProcessPoolExecutor(max_workers=min(workers, len(payloads)), mp_context=context)
     finished = False
     try:

@@ -23,7 +23,7 @@ STATUS_FAILED = "failed"
 
 def simulate_point(config: Any) -> dict[str, Any]:
     """The default point function: run the simulator and return its summary (``kvsim run --json``)."""
-    from sim.runner import run_config
+    from sim.kernel.runner import run_config
 
     return dict(run_config(config).summary)
 

@@ -51,7 +51,7 @@ class SweepReport:
 
 
 def default_config_cls() -> type:
-    from sim.config import SimConfig
+    from sim.kernel.config import SimConfig
 
     return SimConfig
 

@@ -167,6 +167,12 @@ def test_grow_due_equals_grow(block, caching, seqs, grows, frees):
         check_grow_due(alloc, seq, num)
 
 
-def test_copy_on_write_allocator_has_no_grow_due():
-    assert make_allocator("paged-cow", 64, block_size=4).grow_due is None
-    assert getattr(make_allocator("contiguous-oracle", 64), "grow_due", None) is None
+def test_only_the_paged_allocator_reports_growth():
+    """Guards the capability flag the fast-forward reads (never a probe for the method): copy-on-write growth
+    can copy a shared tail and slabs never grow into new blocks, so neither reports growth deltas."""
+    assert make_allocator("paged", 64, block_size=4).reports_growth
+    assert not make_allocator("paged-cow", 64, block_size=4).reports_growth
+    contiguous = make_allocator("contiguous-oracle", 64)
+    assert not contiguous.reports_growth
+    with pytest.raises(NotImplementedError):
+        contiguous.grow_due(0, 1)

@@ -86,7 +86,7 @@ def test_grow_beyond_the_slab_fails_without_change():
 def test_fork_copies_into_a_private_slab():
     a = make_allocator("contiguous-oracle", 256, placement="first-fit")
     a.admit(1, 10, final_tokens=20)
-    assert a.fork(1, 2, final_tokens=30) == ((0, 20),)
+    assert a.fork(1, 2, final_tokens=30) == ((0, 20, 10),)
     assert a.num_tokens(2) == 10 and a.headroom(2) == 20
     assert parts(a.breakdown()) == (20, 30, 0, 0, 206)
     assert a.fork(1, 3, final_tokens=300) is None  # no room: nothing changed

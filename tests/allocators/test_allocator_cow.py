@@ -20,7 +20,7 @@ def test_fork_shares_blocks_and_the_first_writer_copies_the_partial_tail():
     b = a.breakdown()
     assert (b.token_states, b.used_blocks, b.shared_saved) == (40, 3, 3 * BS)
     assert b.reservation == 8  # the shared tail: the longer sharer will fill it up to 48
-    assert a.grow(2, 1) == ((3, 4),)
+    assert a.grow(2, 1) == ((3, 4, BS),)  # (src, dst, slots)
     assert a.block_table(2) == (1, 2, 4) and a.block_table(1) == (1, 2, 3)
     assert a.ref_count(3) == 1 and a.headroom(1) == 8  # the parent owns its tail again
     b = a.breakdown()

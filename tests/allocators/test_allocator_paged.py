@@ -41,7 +41,7 @@ def test_grow_crosses_blocks_only_at_boundaries_and_refuses_without_change():
 def test_fork_without_copy_on_write_copies_every_block():
     a = make_allocator("paged", 10 * 16)
     a.admit(1, 20, final_tokens=30)
-    assert a.fork(1, 2, final_tokens=25) == ((1, 3), (2, 4))
+    assert a.fork(1, 2, final_tokens=25) == ((1, 3, 16), (2, 4, 16))  # (src, dst, slots)
     assert a.block_table(2) == (3, 4) and a.num_tokens(2) == 20
     b = a.breakdown()
     assert (b.token_states, b.reservation, b.internal_frag, b.shared_saved) == (40, 10 + 5, 2 + 7, 0)

@@ -85,7 +85,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert self.alloc.breakdown().used_blocks == used_before
             self.tokens[seq] += room
 
-    @precondition(lambda self: self.tokens and getattr(self.alloc, "grow_due", None) is not None)
+    @precondition(lambda self: self.tokens and self.alloc.reports_growth)
     @rule(data=st.data(), past=st.integers(1, 12))
     def grow_due(self, data, past):
         """The decode fast-forward's call: ``past`` tokens beyond the headroom. Same outcome as `grow` on a

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from allocators import catalog
 from sim.cli import main
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.sweep.hashing import point_id
 
 MODEL = ("num_layers = 2\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 2\nhead_dim = 16\nnum_params = 1e6\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sim.calibration_store import SHIPPED_DIR as SHIPPED
 from sim.cli import main
+from sim.kernel.calibration_store import SHIPPED_DIR as SHIPPED
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -85,7 +85,7 @@ def test_fit_defaults_what_no_point_informs():
 
 
 def test_features_match_the_simulators_cost_model():
-    from sim.cost_model import StepCostModel
+    from sim.kernel.cost_model import StepCostModel
 
     sim = StepCostModel(MODEL, GPU, block_size=16, bandwidth_frac=TRUE.bandwidth_frac, flops_frac=TRUE.flops_frac,
                         step_overhead_s=TRUE.step_overhead_s, paged_kernel_overhead=TRUE.paged_kernel_overhead)
@@ -115,7 +115,7 @@ def test_table_has_the_documented_keys_and_the_simulator_loads_it(tmp_path):
     assert read_table(path) == table
     assert coefficients_from_table(table).paged_kernel_overhead[8] == pytest.approx(1.35, rel=1e-3)
 
-    from sim.cost_model import CalibratedStepCost
+    from sim.kernel.cost_model import CalibratedStepCost
 
     model = CalibratedStepCost.from_file(path, MODEL, GPU, block_size=8)
     assert model.bandwidth_frac == pytest.approx(0.72, rel=1e-3)

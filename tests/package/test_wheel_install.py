@@ -83,7 +83,7 @@ def test_presets_read_the_shipped_samples(venv):
 def test_calibration_tables_ship_in_the_package(venv):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     shipped = sh(venv / "bin" / "python", "-c",
-                 "from sim.calibration_store import SHIPPED_DIR; print(SHIPPED_DIR / 'cpu' / 'llama-3-8b.json')",
+                 "from sim.kernel.calibration_store import SHIPPED_DIR; print(SHIPPED_DIR / 'cpu' / 'llama-3-8b.json')",
                  cwd=venv.parent, env=env).strip()
     assert Path(shipped).is_file() and Path(shipped).is_relative_to(venv)
     explicit = kvsim(venv, "run", "--calibration", shipped, "--gpu", "cpu", "--model", "llama-3-8b",

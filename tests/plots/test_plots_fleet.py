@@ -7,9 +7,9 @@ from click.testing import CliRunner
 from matplotlib.figure import Figure
 
 from sim.cli import main
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_config
 from sim.plots import plot_hit_rate_by_router, plot_replicas_over_time
-from sim.runner import run_config
 
 
 def test_replicas_over_time_draws_a_line_per_replica():

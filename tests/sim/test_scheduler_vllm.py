@@ -1,8 +1,9 @@
 """The scheduler against vLLM's own scenarios (docs/paper-facts.md section 5, scenarios 7 and 8), driven directly."""
 
 from allocators.paged import PagedAllocator
-from sim.scheduler import Scheduler
-from sim.sequence_group import RUNNING, WAITING, SequenceGroup
+from sim.kernel.memory import KVMemory
+from sim.kernel.scheduler import Scheduler
+from sim.kernel.sequence_group import RUNNING, WAITING, SequenceGroup
 
 
 class Sink:
@@ -18,7 +19,7 @@ class Sink:
 
 def make(alloc, **kwargs):
     sink = Sink()
-    return Scheduler(alloc, sink, **kwargs), sink
+    return Scheduler(KVMemory(alloc), sink, **kwargs), sink
 
 
 def test_preemption_takes_the_last_admitted():

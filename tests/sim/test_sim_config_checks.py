@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.config import SimConfig, flag
+from sim.kernel.config import SimConfig, flag
 
 
 @pytest.mark.parametrize("field", ["kv_gib", "step_time", "rate", "swap_space_gib"])

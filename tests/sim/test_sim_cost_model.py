@@ -5,8 +5,8 @@ import json
 import pytest
 
 from allocators.catalog import get_gpu, get_model
-from sim.config import SimConfig
-from sim.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel, kernel_overhead
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel, kernel_overhead
 
 MODEL, GPU = get_model("opt-13b"), get_gpu("a100-40gb")
 

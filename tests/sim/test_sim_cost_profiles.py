@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from allocators.catalog import get_gpu, get_model
-from sim.config import SimConfig
-from sim.cost_model import CalibratedStepCost, StepCostModel
-from sim.cost_profiles import DEFAULT_PROFILE, PROFILES, make_step_cost
-from sim.runner import make_cost_model, run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import CalibratedStepCost, StepCostModel
+from sim.kernel.cost_profiles import DEFAULT_PROFILE, PROFILES, make_step_cost
+from sim.kernel.runner import make_cost_model, run_simulation
 from workloads import Workload
 
 MODEL, GPU = get_model("llama-2-7b"), get_gpu("h100-80gb")

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocators.catalog import get_gpu, get_model
-from sim.cost_model import ConstantStepCost, StepCostModel
+from sim.kernel.cost_model import ConstantStepCost, StepCostModel
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

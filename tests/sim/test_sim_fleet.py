@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.config import SimConfig
-from sim.fleet import run_fleet
-from sim.routers import ROUTERS
-from sim.runner import run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.fleet import run_fleet
+from sim.kernel.routers import ROUTERS
+from sim.kernel.runner import run_simulation
 from workloads import Workload
 
 FLEET_KEYS = ("wall_time_s", "replicas", "router", "load_imbalance", "per_replica")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from allocators import ALLOCATORS
-from sim.config import SimConfig
-from sim.runner import run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
 from workloads import Workload
 
 ALL = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow"]
@@ -87,9 +87,9 @@ def test_group_fits_agrees_with_placing_the_group(allocator, prefix_caching):
             held = a.admit(100, 40, final_tokens=60, max_total_tokens=64, block_hashes=hashes)
             if held is not None and prefix_caching:
                 a.free(100)  # its blocks stay cached
-            before = (a.breakdown(), a.copied_slots, a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
+            before = (a.breakdown(), a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
             answer = a.group_fits(prompt, 3, final_tokens=prompt + 20, max_total_tokens=64, block_hashes=hashes)
-            after = (a.breakdown(), a.copied_slots, a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
+            after = (a.breakdown(), a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
             assert after == before
             a.check_invariants()
             ok = a.admit(0, prompt, final_tokens=prompt + 20, max_total_tokens=64, block_hashes=hashes) is not None

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 import workloads
 from sim.cli import main
-from sim.config import SimConfig
-from sim.runner import run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
 from workloads import Workload
 from workloads.presets import SAMPLES_DIR
 

@@ -7,9 +7,9 @@ import numpy as np
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.config import SimConfig
-from sim.runner import run_simulation
-from sim.summary import reject_category
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from sim.kernel.summary import reject_category
 from workloads import Workload
 
 

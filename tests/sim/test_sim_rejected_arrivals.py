@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from sim.config import SimConfig
-from sim.runner import run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
 from workloads import Workload
 
 

@@ -9,10 +9,10 @@ from click.testing import CliRunner
 
 import workloads
 from sim.cli import main
-from sim.config import SimConfig
-from sim.routers import ROUTERS, make_router
-from sim.runner import run_simulation
-from sim.sequence_group import SequenceGroup
+from sim.kernel.config import SimConfig
+from sim.kernel.routers import ROUTERS, make_router
+from sim.kernel.runner import run_simulation
+from sim.kernel.sequence_group import SequenceGroup
 from workloads.named import generate
 from workloads.presets import SAMPLES_DIR
 

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from sim.config import SimConfig
-from sim.runner import run_simulation
-from sim.summary import SHARE_KEYS
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from sim.kernel.summary import SHARE_KEYS
 from workloads import Workload
 
 

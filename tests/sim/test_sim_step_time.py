@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from allocators.catalog import get_gpu, get_model
 from sim.cli import main
-from sim.cost_model import StepCostModel
-from sim.cost_profiles import DEFAULT_PROFILE, make_step_cost
+from sim.kernel.cost_model import StepCostModel
+from sim.kernel.cost_profiles import DEFAULT_PROFILE, make_step_cost
 
 PINNED = {
     # OPT-13B on an A100-40GB, paged blocks of 16, the default cost profile (vllm-v1: 1.8 ms step overhead)

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from allocators.catalog import get_gpu, get_model
 from sim.cli import main
-from sim.config import SimConfig
-from sim.cost_model import StepCostModel
-from sim.cost_profiles import PROFILES
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import StepCostModel
+from sim.kernel.cost_profiles import PROFILES
 from sim.measured import read_measured
 from sim.replay import overall, replay
 from sim.trace_fit import fit_trace

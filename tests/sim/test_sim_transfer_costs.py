@@ -7,9 +7,10 @@ import pytest
 from allocators import make_allocator
 from allocators.catalog import get_gpu, get_model
 from allocators.paged import PagedAllocator
-from sim.cost_model import ConstantStepCost, StepCostModel
-from sim.scheduler import Scheduler
-from sim.sequence_group import RUNNING, SWAPPED, SequenceGroup
+from sim.kernel.cost_model import ConstantStepCost, StepCostModel
+from sim.kernel.memory import KVMemory
+from sim.kernel.scheduler import Scheduler
+from sim.kernel.sequence_group import RUNNING, SWAPPED, SequenceGroup
 
 MODEL, GPU = get_model("opt-13b"), get_gpu("a100-40gb")
 KV = MODEL.kv_bytes_per_token
@@ -46,16 +47,16 @@ def test_transfer_time_is_bytes_over_bandwidth_plus_latency_per_swap_transfer():
 def test_allocators_count_the_slots_their_copies_move():
     contiguous = make_allocator("contiguous-oracle", 4096)
     contiguous.admit(0, 1000, final_tokens=1100)
-    assert contiguous.fork(0, 1, final_tokens=1100) is not None
-    assert contiguous.copied_slots == 1000  # the parent's tokens, one slab copy, not a block of 16
+    copies = contiguous.fork(0, 1, final_tokens=1100)
+    assert [c.slots for c in copies] == [1000]  # the parent's tokens, one slab copy, not a block of 16
     paged = make_allocator("paged", 4096, block_size=16)
     paged.admit(0, 1000, final_tokens=1100)
     copies = paged.fork(0, 1, final_tokens=1100)
-    assert len(copies) == 63 and paged.copied_slots == 63 * 16  # whole blocks, the last one partly filled
+    assert len(copies) == 63 and sum(c.slots for c in copies) == 63 * 16  # whole blocks, the last partly filled
     cow = make_allocator("paged-cow", 4096, block_size=16)
     cow.admit(0, 1000, final_tokens=1100)
-    assert cow.fork(0, 1, final_tokens=1100) == () and cow.copied_slots == 0
-    assert len(cow.grow(1, 1)) == 1 and cow.copied_slots == 16  # the shared tail copied on write
+    assert cow.fork(0, 1, final_tokens=1100) == ()
+    assert [c.slots for c in cow.grow(1, 1)] == [16]  # the shared tail copied on write
 
 
 def test_swap_extent():
@@ -81,7 +82,7 @@ def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
     """A (prompt 100, n=2) forks at its first token; V (prompt 10) decodes, lazily grown, and is then
     preempted to swap and swapped back in."""
     alloc = make_allocator(allocator, 4096, block_size=16, max_model_len=512)
-    sched = Scheduler(alloc, Sink(), max_num_batched_tokens=512, preemption="swap", swap_slots=10_000,
+    sched = Scheduler(KVMemory(alloc), Sink(), max_num_batched_tokens=512, preemption="swap", swap_slots=10_000,
                       max_model_len=512)
     a = SequenceGroup(0, 0, 0.0, 100, 40, n=2)
     v = SequenceGroup(1, 1, 0.0, 10, 40)
@@ -119,8 +120,8 @@ def test_a_contiguous_fork_is_charged_its_slab_copy_end_to_end():
     1,000 tokens of KV, not one 16-slot block."""
     import numpy as np
 
-    from sim.config import SimConfig
-    from sim.runner import make_cost_model, run_simulation
+    from sim.kernel.config import SimConfig
+    from sim.kernel.runner import make_cost_model, run_simulation
     from workloads import Workload
 
     workload = Workload(np.array([0.0]), np.array([1000]), np.array([4]), n=np.array([2]))

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.measured import read_measured
 from sim.replay import overall, replay, score
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.sweep.point import simulate_point
 from sim.sweep.replicas import search_replicas
 from sim.sweep.slo import SloTarget

@@ -8,7 +8,7 @@ import math
 import pytest
 from test_sweep_fakes import SERVICE_S, capacity, queue_point, rejecting_point
 
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.sweep.grid import grid_from_flags
 from sim.sweep.run import run_slo
 from sim.sweep.slo import SearchSettings, SloTarget, search_rate

@@ -16,16 +16,16 @@ from sim.cli import main
 
 @pytest.fixture
 def simulations(monkeypatch) -> list:
-    """`sim.runner.run_config` answers from the queue fake and records every configuration it runs."""
+    """`sim.kernel.runner.run_config` answers from the queue fake and records every configuration it runs."""
     ran: list = []
 
     def run_config(config):
         ran.append(config)
         return types.SimpleNamespace(summary=queue_point(config))
 
-    module = types.ModuleType("sim.runner")
+    module = types.ModuleType("sim.kernel.runner")
     module.run_config = run_config
-    monkeypatch.setitem(sys.modules, "sim.runner", module)
+    monkeypatch.setitem(sys.modules, "sim.kernel.runner", module)
     return ran
 
 

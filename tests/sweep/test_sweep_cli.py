@@ -16,10 +16,10 @@ from sim.cli import main
 
 @pytest.fixture
 def fake_simulator(monkeypatch):
-    """`sim.runner.run_config` answers from the queue fake (in-process runs only: --workers 1)."""
-    module = types.ModuleType("sim.runner")
+    """`sim.kernel.runner.run_config` answers from the queue fake (in-process runs only: --workers 1)."""
+    module = types.ModuleType("sim.kernel.runner")
     module.run_config = lambda config: types.SimpleNamespace(summary=queue_point(config))
-    monkeypatch.setitem(sys.modules, "sim.runner", module)
+    monkeypatch.setitem(sys.modules, "sim.kernel.runner", module)
 
 
 def invoke(*args: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.sweep.grid import Grid, grid_from_flags, load_grid_toml, parse_flag_tokens
 from sim.sweep.hashing import point_id
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from test_sweep_fakes import queue_point, slow_point
 
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.sweep.executors import run_tasks
 from sim.sweep.grid import Grid, grid_from_flags
 from sim.sweep.run import run_sweep

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
-from sim.config import SimConfig
+from sim.kernel.config import SimConfig
 from sim.sweep.grid import grid_from_flags
 from sim.sweep.run import run_sweep
 

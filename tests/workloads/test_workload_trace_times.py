@@ -4,8 +4,8 @@ precision; non-finite timestamps are a `TraceError` naming the file, line and fi
 import numpy as np
 import pytest
 
-from sim.config import SimConfig
-from sim.runner import run_simulation
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
 from workloads.errors import TraceError
 from workloads.named import load_trace
 

@@ -24,7 +24,7 @@ METRICS = ("total_steps", "mean_running", "max_running", "preemptions", "prefill
 
 def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
     """The kvsim configuration matching a case's vLLM settings (the flags a user would pass)."""
-    from sim.config import SimConfig
+    from sim.kernel.config import SimConfig
 
     return SimConfig(
         trace=str(trace), kv_tokens=settings["num_blocks"] * settings["block_size"],
@@ -38,7 +38,7 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
 
 
 def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:
-    from sim.runner import run_config
+    from sim.kernel.runner import run_config
 
     settings = json.loads((case / "settings.json").read_text())
     result = run_config(kvsim_config(settings, case / "trace.csv", step_by_step=step_by_step))

@@ -1,10 +1,10 @@
 """A fleet of replicas behind a router, in one discrete-event simulation.
 
-Each replica has its own scheduler, allocator and cost model (`sim.runner.build_replica`), its own step rows
+Each replica has its own scheduler, allocator and cost model (`sim.kernel.replica.build_replica`), its own step rows
 and memory integrals, and an inbox of requests routed to it. One SimPy environment runs one engine process
 per replica and, when the router reads the replicas' state, an arrival process that routes each request at
-its arrival time. A replica's engine loop is the single engine's (`sim.engine.Engine`): deliver what is due,
-plan a step or a fast-forwarded decode run (`sim.fast_forward`), record a row, let its duration pass.
+its arrival time. A replica's engine loop is the single engine's (`sim.kernel.engine.Engine`): deliver what is due,
+plan a step or a fast-forwarded decode run (`sim.kernel.fast_forward`), record a row, let its duration pass.
 
 What the router sees at time ``t``: every replica as it stands at the end of the step (or run) in flight at
 ``t`` (the scheduler applies a step's results when it is planned, as in the single engine), before anything
@@ -17,7 +17,7 @@ looks at it mid-way, it keeps its own clock through a busy period and SimPy sees
 idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row.
 
 Per-request results share one set of arrays (each request lives on one replica); the summary is built by
-`sim.fleet_summary`.
+`sim.kernel.fleet_summary`.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim.arrivals import ArrivalSource
-from sim.config import SimConfig
-from sim.engine import catch_up, record_snapshot, take_step
-from sim.metrics import Recorder
-from sim.routers import make_router
-from sim.runner import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
+from sim.kernel.arrivals import ArrivalSource
+from sim.kernel.config import SimConfig
+from sim.kernel.engine import catch_up, record_snapshot, take_step
+from sim.kernel.metrics import Recorder
+from sim.kernel.replica import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
+from sim.kernel.routers import make_router
 
 _RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
 
@@ -47,33 +47,29 @@ class Replica:
         self.rec = Recorder(0)
         for name in _RECORDER_ARRAYS:
             setattr(self.rec, name, getattr(shared, name))
-        self.alloc, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
+        self.memory, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
         self.inbox: deque[int] = deque()  # routed, not yet delivered, in arrival order
         self.groups: dict[int, object] = {}  # groups built at routing time (the router read their hashes)
         self.delivered = 0
         self.end_s = 0.0
         self.wake: simpy.Event | None = None  # set while idle, waiting for the router
 
-    # -- what routers read (`sim.routers.ReplicaState`) ---------------------------------------------------
+    # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
     @property
     def load(self) -> int:
-        return len(self.sched.running) + len(self.sched.waiting) + len(self.inbox)
+        return self.sched.load + len(self.inbox)
 
     @property
     def free_slots(self) -> int:
-        return self.alloc.breakdown(False).free
+        return self.memory.breakdown(False).free
 
     @property
     def pending_prefill(self) -> int:
         """Prompt tokens still to be prefilled here: routed, queued, and the rest of running prefills."""
-        sched, groups = self.sched, self.groups
-        tokens = sum(groups[i].prompt for i in self.inbox) + sum(g.prefill_remaining for g in sched.waiting)
-        if sched.running_seqs != sched.decode.n or sched.beam_groups:  # some running group is prefilling
-            tokens += sum(g.prefill_remaining for g in sched.running if g.prefilling)
-        return tokens
+        return sum(self.groups[i].prompt for i in self.inbox) + self.sched.pending_prefill()
 
     def cached_tokens(self, group) -> int:
-        return self.alloc.num_cached_tokens(group.hashes, group.prompt) if group.hashes else 0
+        return self.memory.cached_tokens(group.hashes, group.prompt)
 
 
 class Fleet:
@@ -90,12 +86,11 @@ class Fleet:
         self.rec = Recorder(self.size)
         self.replicas = [Replica(r, config, self.model, self.gpu, self.cap.kv_tokens, self.rec)
                          for r in range(config.replicas)]
-        alloc = self.replicas[0].alloc
         self.times = np.asarray(workload.arrival_time_s, np.float64)
         self.start = float(self.times[0]) if self.size else 0.0
         for replica in self.replicas:
             replica.end_s = self.start
-        self.source = ArrivalSource.for_allocator(workload, alloc, start_s=self.start)
+        self.source = ArrivalSource.for_memory(workload, self.replicas[0].memory, start_s=self.start)
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight)
@@ -169,9 +164,9 @@ class Fleet:
             replica.delivered += 1
             sched.add(group, t)
 
-    # -- one replica's engine loop (`sim.engine.Engine._engine`) ----------------------------------------
+    # -- one replica's engine loop (`sim.kernel.engine.Engine._engine`) ----------------------------------------
     def _engine(self, replica: Replica):
-        env, sched, cost, rec, alloc = self.env, replica.sched, replica.cost, replica.rec, replica.alloc
+        env, sched, cost, rec, memory = self.env, replica.sched, replica.cost, replica.rec, replica.memory
         snapshots = list(self.snapshot_times)
         check_every = self.config.debug_invariants
         rows = done_before = 0
@@ -187,7 +182,7 @@ class Fleet:
             if sched.idle:
                 replica.end_s = now
                 yield from catch_up(env, now)
-                b = alloc.breakdown(False)
+                b = memory.breakdown(False)
                 if self.observed:  # sleep until the router sends something (or nothing more comes)
                     if self.routed >= self.size and not replica.inbox:
                         return
@@ -213,7 +208,7 @@ class Fleet:
                             lambda: self._next_time(replica) if self.observed or not sched.waiting else None)
             rows += 1
             if check_every and rows % check_every == 0:
-                alloc.check_invariants()
+                memory.check_invariants()
             if self.progress is not None:
                 done = replica.delivered - len(sched.live)
                 if done > done_before:
@@ -228,14 +223,14 @@ class Fleet:
 
 def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     """Simulate ``workload`` on ``config.replicas`` replicas behind ``config.router``."""
-    from sim.fleet_summary import fleet_result
+    from sim.kernel.fleet_summary import fleet_result
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload, progress=progress)
     end = fleet.run()
     if config.debug_invariants:
         for replica in fleet.replicas:
-            replica.alloc.check_invariants()
+            replica.memory.check_invariants()
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, fleet.replicas[0].cost)
     extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, end, extra)

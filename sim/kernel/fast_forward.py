@@ -24,18 +24,18 @@ starts and ``T`` the run's duration: O(1) per sub-event from sums of ``delta`` a
     breakdown b(t):  b0 ------------+ b0 + d1 ------------+ b0 + d1 + d2 ------|
     time:            0            t_m1                  t_m2                   T
 
-Allocators that can report those deltas offer ``grow_due`` (`PagedAllocator`); for the others (copy-on-write
-tails, growing slabs) `_run_by_sub_events` integrates piecewise with a `breakdown` per sub-event.
+Allocators that can report those deltas say ``reports_growth`` and offer ``grow_due`` (`PagedAllocator`); for
+the others (copy-on-write tails, growing slabs) `_run_by_sub_events` integrates piecewise with a `breakdown`
+per sub-event.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 
 from allocators.base import MemoryBreakdown
-from sim.cost_model import StepCostModel
-from sim.metrics import MemoryIntegral
+from sim.kernel.cost_model import StepCostModel
+from sim.kernel.metrics import MemoryIntegral
 
 
 def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
@@ -46,10 +46,10 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     none); ``b``: the allocator's breakdown at the run's start. The scheduler's step counter is advanced by
     `Scheduler.complete`, not here.
     """
-    decode, alloc = sched.decode, sched.alloc
-    grow_due = getattr(alloc, "grow_due", None)
-    if grow_due is None:
+    decode, memory = sched.decode, sched.memory
+    if not memory.reports_growth:
         return _run_by_sub_events(sched, cost, integral, waiting, horizon, b)
+    grow_due = memory.grow_due
     n = decode.n
     last = sched.next_completion()
     if last is None:
@@ -62,52 +62,19 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if horizon != math.inf:
         k = cost.steps_starting_before(n, context, k, horizon, prefix)
     end = step0 + k
-    # Sync every sequence falling due before the run's end, in (deadline, id) order, including the later
-    # deadlines the syncs create (`DecodeSet.pop_due` + `resync`, inlined: this loop runs once per block).
-    heap, deadline, g0, tokens = decode.heap, decode.deadline, decode.g0, decode.tokens
-    pop, replace = heapq.heappop, heapq.heapreplace
-    blocks = moved = synced = 0  # used blocks gained, reservation gained (slots), tokens told
-    blocks_t = moved_t = 0.0  # the same, weighted by the time their step starts
-    while heap:
-        due, seq_id = heap[0]
-        if due >= end:
-            break
-        if deadline.get(seq_id) != due:
-            pop(heap)  # stale: the sequence left or was re-synced
-            continue
-        added = due - g0[seq_id] + 1
-        grown = grow_due(seq_id, added)
-        if grown is None:  # out of memory: stop before this step (it stays due); the scheduler will preempt
-            end = due
-            break
-        headroom, new_blocks, reserved = grown
-        g0[seq_id] = due + 1
-        tokens[seq_id] += added
-        synced += added
-        nxt = due + 1 + headroom
-        deadline[seq_id] = nxt
-        replace(heap, (nxt, seq_id))
-        t = prefix(due - step0)
-        # the lag no longer counts the tokens just told: reservation gains them back
-        gained = reserved + added
-        blocks += new_blocks
-        blocks_t += new_blocks * t
-        moved += gained
-        moved_t += gained * t
-    decode.sum_g0 += synced
-    decode.sum_tokens += synced
+    end, blocks, blocks_t, moved, moved_t = decode.sync_run(step0, end, grow_due, prefix)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k)
     integral.add(b, lag0, seconds, n * weighted, len(sched.running))
     if blocks or moved:
-        integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, alloc.block_size, waiting)
+        integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting)
     return k, seconds
 
 
 def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
                        b: MemoryBreakdown) -> tuple[int, float]:
     """The general run: the breakdown is re-read and integrated piecewise at every sub-event."""
-    decode, alloc = sched.decode, sched.alloc
+    decode, memory = sched.decode, sched.memory
     n = decode.n
     running = len(sched.running)
     last = sched.next_completion()
@@ -139,15 +106,14 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         due = decode.pop_due(step)
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
-            copied = alloc.copied_slots
-            copies = alloc.grow(seq_id, added)
+            copies = memory.grow(seq_id, added)
             if copies is None:  # out of memory: stop before this step; the scheduler will preempt
                 for rest in due[i:]:
                     decode.requeue(rest)
                 return steps, total
             if copies:  # a shared tail copied on write: charged for the slots it moved
-                extra = cost.transfer_time(alloc.copied_slots - copied)
+                extra = cost.transfer_time(sum(c.slots for c in copies))
                 integral.add(b, decode.lag(step), extra, 0.0, running)
                 total += extra
-            decode.resync(seq_id, added, alloc.headroom(seq_id), step + 1)
-        b = alloc.breakdown(waiting)
+            decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
+        b = memory.breakdown(waiting)

@@ -15,7 +15,7 @@ import heapq
 
 import numpy as np
 
-from sim.sequence_group import SequenceGroup
+from sim.kernel.sequence_group import SequenceGroup
 
 _OWN_BASE = 1 << 62
 """Ids of a request's own blocks: ``_OWN_BASE + (index << 24) + block``, unique per request and block. They
@@ -51,12 +51,12 @@ class ArrivalSource:
         self.arrival_s = np.array(self.times, dtype=np.float64)  # actual arrivals (closed loop fills them in)
 
     @classmethod
-    def for_allocator(cls, workload, alloc, *, start_s: float = 0.0) -> ArrivalSource:
+    def for_memory(cls, workload, memory, *, start_s: float = 0.0) -> ArrivalSource:
         """The source an allocator needs: with prefix caching, shared-prefix hashes and every request's own
         block ids (vLLM v1 hashes every full block); with shared-prefix registration (paged-cow), the shared
         prefixes; otherwise none."""
-        caching = bool(getattr(alloc, "prefix_caching", False)) and alloc.block_size > 1
-        return cls(workload, block_size=alloc.block_size, want_hashes=caching or hasattr(alloc, "register_prefix"),
+        caching = memory.prefix_caching and memory.block_size > 1
+        return cls(workload, block_size=memory.block_size, want_hashes=caching or memory.shares_prefixes,
                    start_s=start_s, own_identity=caching)
 
     @staticmethod

@@ -20,21 +20,22 @@ from collections.abc import Callable
 
 import numpy as np
 
-from allocators.base import Allocator
-from sim.decode_set import DecodeSet
-from sim.sequence_group import REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
+from sim.kernel.beam import BeamSearch
+from sim.kernel.decode_set import DecodeSet
+from sim.kernel.memory import KVMemory
+from sim.kernel.sequence_group import REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
 
 
 class GroupMechanics:
     """State shared by the scheduler's steps: queues, decode set, completion heap, counters."""
 
-    def __init__(self, alloc: Allocator, sink, *, continuous: bool = True, max_num_seqs: int = 256,
+    def __init__(self, memory: KVMemory, sink, *, continuous: bool = True, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True, preemption: str = "recompute",
                  swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
                  scheduling_policy: str = "fcfs") -> None:
-        self.alloc = alloc
+        self.memory = memory
         self.sink = sink  # receives finish(group, t) and reject(group, reason, t)
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -45,23 +46,19 @@ class GroupMechanics:
         self.threshold = 0  # the threshold in force this step (vLLM lifts it when only one request is in)
         self.reserve_full_isl = scheduler_reserve_full_isl
         self.priority = scheduling_policy == "priority"
-        self.per_chunk = self.chunked and alloc.allocates_per_chunk
+        self.per_chunk = self.chunked and memory.per_chunk_capable
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
         self.returned = 0  # budget given back by groups preempted after being scheduled this step
         self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
-        self.sync_on_free = bool(getattr(alloc, "prefix_caching", False))
         self.swap = preemption == "swap"
         self.swap_slots, self.swap_used = swap_slots, 0
         self.max_model_len = max_model_len
         self.lazy = lazy
-        self.rng = rng if rng is not None else np.random.default_rng(0)
-        self.beam_keep_prob = beam_keep_prob
+        self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
-        self.beam_groups = 0  # running beam groups: the per-step beam work is skipped while there are none
         self.live: dict[int, SequenceGroup] = {}
-        self.owner: dict[int, SequenceGroup] = {}
         self.decode = DecodeSet(lazy)
         self.completions: list[tuple[int, int, int]] = []  # (last step, group index, epoch)
         self.joiners: list[SequenceGroup] = []
@@ -69,11 +66,9 @@ class GroupMechanics:
         self.now = 0.0
         self.memory_blocked = False
         self.num_preemptions = 0
-        self.registered_prefixes: set[int] = set()
         self.swap_transfers: dict[int, int] = {}  # swapped group index -> transfers its swap-out took
         self.cached_prompt_tokens = 0  # prompt tokens admissions found cached (prefix cache or shared prefix)
         self.cached_by_index: dict[int, int] = {}  # the same per request (workload position), hits only
-        self._next_seq = 0
         self.plan = None
 
     # -- admission ---------------------------------------------------------------------------------------
@@ -86,102 +81,55 @@ class GroupMechanics:
         if not self.chunked and self.continuous and group.prompt > self.max_num_batched_tokens:
             return (f"prompt of {group.prompt} tokens exceeds max_num_batched_tokens {self.max_num_batched_tokens} "
                     "with chunked prefill off")
-        return self.alloc.never_fits(group.prompt, final_tokens=group.final_tokens, max_total_tokens=group.max_total)
+        return self.memory.never_fits(group)
 
     def prefill_need(self, group: SequenceGroup) -> int:
         """Prefill tokens the group would compute if admitted now (prefix-cache hits excluded)."""
         if group.state == SWAPPED:
             return group.prefill_remaining
-        cached = self.alloc.num_cached_tokens(group.hashes, group.prompt) if group.hashes else 0
+        cached = self.memory.cached_tokens(group.hashes, group.prompt)
         return group.prefill_target - min(cached, group.prefill_target - 1)
 
-    def new_seq(self, group: SequenceGroup) -> int:
-        seq_id = self._next_seq
-        self._next_seq += 1
-        self.owner[seq_id] = group
-        group.seq_ids.append(seq_id)
-        return seq_id
-
     def place_group(self, group: SequenceGroup, budget: int = 1 << 62) -> bool:
-        """Put a waiting or swapped group's sequences in memory; False (nothing changed) if they do not fit.
+        """Put a waiting or swapped group's sequences in memory (`KVMemory.place`); False (nothing changed) if
+        they do not fit.
 
         A single sequence about to be prefilled in chunks by a per-chunk allocator (vLLM's paged KV cache
         manager) gets slots only for its prefix hits and first chunk (``budget`` and the long-prefill
         threshold bound it); with ``scheduler_reserve_full_isl`` it is admitted only if its whole current
         sequence (prompt plus any generated tokens) would fit."""
-        alloc, plan = self.alloc, self.plan
+        plan = self.plan
         if self.per_chunk and group.num_seqs == 1 and group.state != SWAPPED:
-            return self._place_first_chunk(group, budget)
-        self.register_prefix(group)
-        multi = group.forked and group.num_seqs > 1
-        if group.num_seqs > 1 and not group.forked and not alloc.group_fits(
-                group.prompt + group.generated, group.num_seqs - 1, final_tokens=group.final_tokens,
-                max_total_tokens=group.max_total, block_hashes=group.hashes):
-            return False  # its samples or beams fork at the first token: admitted only if all of them fit
-        first = self.new_seq(group)
-        copied_before = alloc.copied_slots
-        tokens = group.prompt + (0 if multi else group.generated)
-        admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
-                                block_hashes=group.hashes)
-        copies = 0
-        ok = admission is not None
-        if ok and multi:
-            for _ in range(group.num_seqs - 1):
-                made = alloc.fork(first, self._next_seq, final_tokens=group.final_tokens)
-                if made is None:
-                    ok = False
-                    break
-                self.new_seq(group)
-                copies += len(made)
-            for seq_id in group.seq_ids if ok and group.generated else ():
-                made = alloc.grow(seq_id, group.generated)
-                if made is None:
-                    ok = False
-                    break
-                copies += len(made)
-        if not ok:
-            for seq_id in group.seq_ids[1 if admission is None else 0:]:
-                alloc.free(seq_id)
-            for seq_id in group.seq_ids:
-                del self.owner[seq_id]
-            group.seq_ids = []
-            alloc.copied_slots = copied_before  # a placement rolled back moved nothing: charge no copies
+            admission = self.memory.place_first_chunk(
+                group, lambda remaining: self.chunk(remaining, budget),
+                full_tokens=group.prefill_target if self.reserve_full_isl else None,
+                apply_watermark=bool(self.running))
+            if admission is None:
+                return False
+            group.prefill_done = admission.cached_tokens
+            self._count_cached(group, admission.cached_tokens)
+            self._start_running(group)
+            return True
+        placed = self.memory.place(group)
+        if placed is None:
             return False
-        plan.copies += copies
+        admission, copies = placed
+        plan.add_copies(copies)
         if group.state == SWAPPED:  # copied back in as it went out
             plan.swap_blocks += self.swap_transfers.pop(group.index)
             plan.swap_slots += group.swapped_slots
             self.swap_used -= group.swapped_slots
             group.swapped_slots = 0
         else:
-            cached = group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
-            if cached:
-                self.cached_prompt_tokens += cached
-                self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
+            group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
+            self._count_cached(group, group.prefill_done)
         self._start_running(group)
         return True
 
-    def _place_first_chunk(self, group: SequenceGroup, budget: int) -> bool:
-        alloc = self.alloc
-        self.register_prefix(group)
-        target = group.prefill_target
-        cached = alloc.num_cached_tokens(group.hashes, target) if group.hashes else 0
-        chunk = self.chunk(target - cached, budget)
-        first = self.new_seq(group)
-        admission = alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
-                                max_total_tokens=group.max_total, block_hashes=group.hashes,
-                                full_tokens=target if self.reserve_full_isl else None,
-                                apply_watermark=bool(self.running))
-        if admission is None:
-            del self.owner[first]
-            group.seq_ids = []
-            return False
-        group.prefill_done = admission.cached_tokens
-        if admission.cached_tokens:
-            self.cached_prompt_tokens += admission.cached_tokens
-            self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + admission.cached_tokens
-        self._start_running(group)
-        return True
+    def _count_cached(self, group: SequenceGroup, cached: int) -> None:
+        if cached:
+            self.cached_prompt_tokens += cached
+            self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
 
     def _start_running(self, group: SequenceGroup) -> None:
         if group.admitted_s < 0:
@@ -190,16 +138,7 @@ class GroupMechanics:
         group.epoch += 1
         self.running.append(group)
         self.running_seqs += group.num_seqs
-        self.beam_groups += group.beam
-
-    def register_prefix(self, group: SequenceGroup) -> None:
-        """Shared prefixes (a prefix group) are registered once with allocators that support it (paged-cow)."""
-        register = getattr(self.alloc, "register_prefix", None)
-        if register is None or not group.prefix_blocks or group.prefix_group is None:
-            return
-        if group.prefix_group not in self.registered_prefixes and \
-                register(group.hashes[:group.prefix_blocks]) is not None:
-            self.registered_prefixes.add(group.prefix_group)
+        self.beams.groups += group.beam
 
     # -- running -------------------------------------------------------------------------------------------
     def chunk(self, remaining: int, budget: int) -> int:
@@ -218,23 +157,21 @@ class GroupMechanics:
         """The group produces a token this step: fork its samples or beams if new. As in vLLM v1 the sampled
         token gets no slot now: the next step, which computes it, allocates one. Joins the decode set (or,
         for beams, the eager per-step path)."""
-        alloc, plan, step = self.alloc, self.plan, self.step
+        memory, plan, step = self.memory, self.plan, self.step
         if not group.forked and group.num_seqs > 1:
             first = group.seq_ids[0]
             for _ in range(group.num_seqs - 1):
-                child = self._next_seq  # registered only once the fork succeeded
-                made = self.until_fits(group, lambda c=child: alloc.fork(first, c, final_tokens=group.final_tokens))
+                made = self.until_fits(group, lambda: memory.fork(group, first))
                 if made is None:
                     return
-                self.new_seq(group)
-                plan.copies += len(made)
+                plan.add_copies(made)
             group.forked = True
         group.base = step - group.generated
         if from_prefill:
             self.joiners.append(group)
         if not group.beam:
             for seq_id in group.seq_ids:
-                self.decode.join(seq_id, alloc.num_tokens(seq_id), alloc.headroom(seq_id), step + 1)
+                self.decode.join(seq_id, memory.num_tokens(seq_id), memory.headroom(seq_id), step + 1)
         heapq.heappush(self.completions, (group.base + group.output - 1, group.index, group.epoch))
 
     def until_fits(self, group: SequenceGroup, action: Callable[[], object]) -> object:
@@ -250,22 +187,21 @@ class GroupMechanics:
             if victim is group:
                 return None
 
-    def stop_running(self, group: SequenceGroup) -> None:
+    def stop_running(self, group: SequenceGroup, *, charge: bool = True) -> None:
         """Free every sequence of a running group and take it off the running list (finished or preempted):
-        the reverse of the end of `place_group`."""
-        decode, alloc = self.decode, self.alloc
+        the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots a last
+        sync copies (a preemption; a group finishing after its step has run pays nothing)."""
+        decode, lags = self.decode, {}
         for seq_id in group.seq_ids:
             if seq_id in decode:
-                lag = decode.pending(seq_id, self.step)
-                if lag > 0 and self.sync_on_free:  # its full blocks get their hashes, as in vLLM
-                    alloc.grow(seq_id, lag)
+                lags[seq_id] = decode.pending(seq_id, self.step)
                 decode.leave(seq_id)
-            alloc.free(seq_id)
-            del self.owner[seq_id]
-        group.seq_ids = []
+        copies = self.memory.free_group(group, lags)
+        if charge and copies:
+            self.plan.copy_slots += sum(c.slots for c in copies)
         self.running.remove(group)
         self.running_seqs -= group.num_seqs
-        self.beam_groups -= group.beam
+        self.beams.groups -= group.beam
 
     def preempt(self, victim: SequenceGroup) -> None:
         decoding = victim.base >= 0  # only a decoding group is swapped; a prefill is recomputed
@@ -277,7 +213,7 @@ class GroupMechanics:
             decode, step = self.decode, self.step
             for seq_id in victim.seq_ids:
                 lag = decode.pending(seq_id, step) if seq_id in decode else 0
-                seq_slots, seq_transfers = self.alloc.swap_extent(seq_id, lag)
+                seq_slots, seq_transfers = self.memory.swap_extent(seq_id, lag)
                 moved += seq_slots
                 transfers += seq_transfers
         self.stop_running(victim)
@@ -332,16 +268,3 @@ class GroupMechanics:
         self.live.pop(group.index, None)
         self.sink.reject(group, reason, now)
 
-    # -- beam search -------------------------------------------------------------------------------------
-    def beam_decoders(self) -> tuple[int, int]:
-        """(sequences, context tokens) of the decoding beam groups that joined before this step: they decode
-        outside the `DecodeSet` (`sim.beam`), so the step's token budget and plan count them here."""
-        seqs = context = 0
-        if not self.beam_groups:
-            return seqs, context
-        step = self.step
-        for g in self.running:
-            if g.beam and g.base >= 0 and g not in self.joiners:
-                seqs += g.num_seqs
-                context += g.num_seqs * (g.prompt + step - g.base)
-        return seqs, context

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from allocators.catalog import GpuSpec, ModelSpec
-from sim.cost_model import DEFAULT_PAGED_KERNEL_OVERHEAD, CalibratedStepCost, StepCostModel
+from sim.kernel.cost_model import DEFAULT_PAGED_KERNEL_OVERHEAD, CalibratedStepCost, StepCostModel
 
 DEFAULT_PROFILE = "vllm-v1"
 

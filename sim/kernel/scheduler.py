@@ -10,7 +10,7 @@ has finished, and its prompts are prefilled in one step.
 The scheduler is plain synchronous Python: `plan_step` does the allocator work at the start of a step and
 returns a `StepPlan` for the cost model; `complete` applies the step's results once it has run. Decoding
 sequences are grown lazily through a `DecodeSet` (see there). Admission, preemption and sequence-group
-mechanics live in `sim.admission`; this class owns the queues and the step.
+mechanics live in `sim.kernel.admission`; this class owns the queues and the step.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from sim.admission import GroupMechanics
-from sim.beam import beam_step
-from sim.sequence_group import FINISHED, RUNNING, SequenceGroup
+from allocators.base import Copy
+from sim.kernel.admission import GroupMechanics
+from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
 
 
 @dataclass(slots=True)
@@ -41,6 +41,12 @@ class StepPlan:
     can_run: bool = False
     chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
 
+    def add_copies(self, copies: tuple[Copy, ...]) -> None:
+        """Charge the copies an allocator call returned (count and the slots they move)."""
+        if copies:
+            self.copies += len(copies)
+            self.copy_slots += sum(c.slots for c in copies)
+
 
 class Scheduler(GroupMechanics):
     """Queues, the step counter and the step plan. See `GroupMechanics` for the constructor."""
@@ -58,6 +64,22 @@ class Scheduler(GroupMechanics):
     def idle(self) -> bool:
         return not self.running and not self.waiting
 
+    @property
+    def load(self) -> int:
+        """Groups running or queued here."""
+        return len(self.running) + len(self.waiting)
+
+    def pending_prefill(self) -> int:
+        """Prompt tokens still to be prefilled by the queued groups and the rest of the running prefills."""
+        tokens = sum(g.prefill_remaining for g in self.waiting)
+        if self.running_seqs != self.decode.n or self.beams.groups:  # some running group is prefilling
+            tokens += sum(g.prefill_remaining for g in self.running if g.prefilling)
+        return tokens
+
+    def pending_decode_tokens(self) -> dict[int, int]:
+        """Tokens each decoder computed that the allocator was not told yet (for a memory map)."""
+        return self.decode.all_pending(self.step)
+
     def plan_step(self, now: float) -> StepPlan:
         """Do the allocator work of the next step (index ``self.step``) and say what the step computes.
 
@@ -67,18 +89,18 @@ class Scheduler(GroupMechanics):
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
         self.now = now
-        copied = self.alloc.copied_slots
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
         self.returned = 0
         self.deferred_seqs = self.deferred_context = 0
         # beam groups re-pick parents and append a token, every step
-        if self.beam_groups:
+        beams = self.beams
+        if beams.groups:
             for group in [g for g in self.running if g.beam and g.base >= 0]:
                 if group.state == RUNNING:
-                    beam_step(self, group)
-        budget = self.budget - self.beam_decoders()[0]
-        if self.running_seqs == self.decode.n and not self.beam_groups:
+                    beams.step(group, self.memory, plan, self.until_fits)
+        budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
+        if self.running_seqs == self.decode.n and not beams.groups:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             for seq_id in self.decode.pop_due(self.step):
                 self.sync_decoder(seq_id)
@@ -86,25 +108,25 @@ class Scheduler(GroupMechanics):
         else:
             budget = self.walk_running(budget)
         admitted = self.admit_waiting(budget) if not plan.preempted else False
-        plan.copy_slots = self.alloc.copied_slots - copied
         self.finish_plan(plan, admitted)
         return plan
 
     def sync_decoder(self, seq_id: int) -> bool:
         """Give a due decoder slots for the tokens it computed since its last sync and this step's; False if
         its group was preempted instead."""
-        group = self.owner.get(seq_id)
+        group = self.memory.owner.get(seq_id)
         if group is None or group.state != RUNNING:
             return False
         decode, step = self.decode, self.step
         added = decode.pending(seq_id, step) + 1
-        copies = self.alloc.grow(seq_id, added)
+        memory = self.memory
+        copies = memory.grow(seq_id, added)
         if copies is None:
-            copies = self.until_fits(group, lambda s=seq_id, a=added: self.alloc.grow(s, a))
+            copies = self.until_fits(group, lambda s=seq_id, a=added: memory.grow(s, a))
             if copies is None:
                 return False
-        self.plan.copies += len(copies)
-        decode.resync(seq_id, added, self.alloc.headroom(seq_id), step + 1)
+        self.plan.add_copies(copies)
+        decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         return True
 
     def walk_running(self, budget: int) -> int:
@@ -122,8 +144,10 @@ class Scheduler(GroupMechanics):
                 chunk = self.chunk(group.prefill_remaining, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
-                    if self.until_fits(group, lambda s=seq_id, c=chunk: self.alloc.grow(s, c)) is None:
+                    copies = self.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow(s, c))
+                    if copies is None:
                         continue
+                    self.plan.copy_slots += sum(c.slots for c in copies)
                 budget -= chunk
                 self.step_tokens[group.index] = chunk
                 self.schedule_chunk(group, chunk)
@@ -144,7 +168,7 @@ class Scheduler(GroupMechanics):
         and its completion move one step later."""
         decode, step = self.decode, self.step
         for seq_id in group.seq_ids:
-            self.deferred_context += decode.tokens[seq_id] + step - decode.g0[seq_id]
+            self.deferred_context += decode.context_of(seq_id, step)
             decode.defer(seq_id)
             due.discard(seq_id)
         self.deferred_seqs += len(group.seq_ids)
@@ -200,8 +224,8 @@ class Scheduler(GroupMechanics):
             if not group.beam:
                 join_seqs += len(group.seq_ids)
                 join_context += len(group.seq_ids) * (group.prompt + step - group.base)
-        beam_seqs, beam_context = self.beam_decoders()
-        if self.beam_groups:
+        beam_seqs, beam_context = self.beams.decoders(self.running, self.joiners, step)
+        if self.beams.groups:
             plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
         plan.lag_offset = join_seqs + self.deferred_seqs
         plan.decode_seqs = decode.n - join_seqs - self.deferred_seqs + beam_seqs
@@ -215,7 +239,7 @@ class Scheduler(GroupMechanics):
         plan.context_tokens = decode_context + prefill_context
         plan.attention_pairs = decode_context + prefill_pairs
         plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
-                        and not plan.swap_blocks and not plan.copies and not self.beam_groups
+                        and not plan.swap_blocks and not plan.copies and not self.beams.groups
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
 
@@ -253,7 +277,7 @@ class Scheduler(GroupMechanics):
 
     def finish(self, group: SequenceGroup, end_s: float) -> None:
         group.generated = group.output
-        self.stop_running(group)
+        self.stop_running(group, charge=False)
         group.state = FINISHED
         del self.live[group.index]
         self.sink.finish(group, end_s)

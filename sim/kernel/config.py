@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
-from sim.routers import ROUTERS
+from sim.kernel.routers import ROUTERS
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION_MODES = ("recompute", "swap")
@@ -30,7 +30,7 @@ SCHEDULING_POLICIES = ("fcfs", "priority")
 class SimConfig:
     """One run: allocator and its options, deployment (model, GPU, KV size), scheduler, cost model, workload.
 
-    The workload is either ``trace`` (a file) or ``preset`` (a named generator); with neither, `sim.runner`
+    The workload is either ``trace`` (a file) or ``preset`` (a named generator); with neither, `sim.kernel.runner`
     uses the default preset, ``sharegpt-demo`` (400 requests at 2 req/s). ``rate`` re-times arrivals as
     Poisson at that many requests per second and ``num_requests`` truncates or generates that many.
     ``kv_gib`` / ``kv_tokens`` give the KV size directly; otherwise it is derived from the GPU as vLLM does
@@ -140,7 +140,7 @@ class SimConfig:
             raise ValueError("give --rate (Poisson arrivals at that rate) or --arrivals (a spec such as "
                              "'trace:rate=4' or 'gamma:rate=2,cv=3'), not both")
         if self.cost_profile is not None:
-            from sim.cost_profiles import get_profile, is_table_path
+            from sim.kernel.cost_profiles import get_profile, is_table_path
 
             if not is_table_path(self.cost_profile):
                 get_profile(self.cost_profile)

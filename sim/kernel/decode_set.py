@@ -17,8 +17,8 @@ prompt at ``g0 = G + 1`` after its prefill step ``G`` (the engine adds the step'
 no slot for a token of step ``G``, and likewise the decoders `defer` moved). With ``lazy=False`` every
 sequence is synced every step (the step-by-step mode the fast path is tested against).
 
-`sim.fast_forward` inlines `pop_due` and `resync` in its per-block loop (and updates ``sum_g0`` and
-``sum_tokens`` once per run): a change to how a sync is recorded here must be made there too.
+`sync_run` is the decode fast-forward's per-block loop: `pop_due` and `resync` inlined (``sum_g0`` and
+``sum_tokens`` updated once per run), so a change to how a sync is recorded must be made there too.
 """
 
 from __future__ import annotations
@@ -72,6 +72,53 @@ class DecodeSet:
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
 
+    def sync_run(self, step0: int, end: int, grow_due, start_of) -> tuple[int, int, float, int, float]:
+        """Sync every sequence falling due in steps ``step0 .. end - 1`` of a decode run, in (deadline, id)
+        order, including the later deadlines the syncs create. ``grow_due(seq_id, tokens)`` is the
+        allocator's (headroom, new blocks, reservation change) or None when out of memory: the run then ends
+        before that step (it stays due; the scheduler will preempt). ``start_of(m)``: when step ``step0 + m``
+        starts, in seconds from the run's start.
+
+        Returns ``(end, blocks, blocks_t, moved, moved_t)``: the run's end, the used blocks gained and the
+        reservation gained (slots: the lag no longer counts the tokens just told), and the same weighted by
+        the time of their step, from which the fast-forward integrates memory exactly."""
+        heap, deadline, g0, tokens = self.heap, self.deadline, self.g0, self.tokens
+        pop, replace = heapq.heappop, heapq.heapreplace
+        blocks = moved = synced = 0
+        blocks_t = moved_t = 0.0
+        while heap:
+            due, seq_id = heap[0]
+            if due >= end:
+                break
+            if deadline.get(seq_id) != due:
+                pop(heap)  # stale: the sequence left or was re-synced
+                continue
+            added = due - g0[seq_id] + 1
+            grown = grow_due(seq_id, added)
+            if grown is None:
+                end = due
+                break
+            headroom, new_blocks, reserved = grown
+            g0[seq_id] = due + 1
+            tokens[seq_id] += added
+            synced += added
+            nxt = due + 1 + headroom
+            deadline[seq_id] = nxt
+            replace(heap, (nxt, seq_id))
+            t = start_of(due - step0)
+            gained = reserved + added
+            blocks += new_blocks
+            blocks_t += new_blocks * t
+            moved += gained
+            moved_t += gained * t
+        self.sum_g0 += synced
+        self.sum_tokens += synced
+        return end, blocks, blocks_t, moved, moved_t
+
+    def context_of(self, seq_id: int, step: int) -> int:
+        """Tokens one tracked sequence holds at the start of ``step``."""
+        return self.tokens[seq_id] + step - self.g0[seq_id]
+
     def defer(self, seq_id: int) -> None:
         """The sequence computes nothing this step (the token budget ran out before it): its sync step and
         deadline move one step later."""
@@ -84,6 +131,10 @@ class DecodeSet:
     def pending(self, seq_id: int, step: int) -> int:
         """Tokens appended before ``step`` that the allocator has not been told about."""
         return step - self.g0[seq_id]
+
+    def all_pending(self, step: int) -> dict[int, int]:
+        """`pending` of every tracked sequence (never below 0), for a memory map."""
+        return {seq_id: max(0, step - g0) for seq_id, g0 in self.g0.items()}
 
     def next_deadline(self) -> int | None:
         """The earliest valid deadline (stale heap entries are dropped on the way)."""

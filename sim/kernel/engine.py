@@ -2,7 +2,7 @@
 
 The engine loop delivers due arrivals at the start of every step, asks the scheduler for the step, prices
 it with the cost model, records a row, lets the step's duration pass, then lets the scheduler apply it. A
-row is a step or a run of decode steps advanced in one move by `sim.fast_forward`, never a token. When
+row is a step or a run of decode steps advanced in one move by `sim.kernel.fast_forward`, never a token. When
 nothing is queued or running it records an idle row and sleeps; the arrivals process wakes it when the next
 request is due.
 
@@ -19,8 +19,8 @@ from collections.abc import Generator
 
 import simpy
 
-from sim.fast_forward import run_decode
-from sim.metrics import Recorder
+from sim.kernel.fast_forward import run_decode
+from sim.kernel.metrics import Recorder
 
 
 class Engine:
@@ -58,7 +58,7 @@ class Engine:
 
     def _engine(self):
         env, sched, cost, rec, source = self.env, self.sched, self.cost, self.rec, self.source
-        alloc = sched.alloc
+        memory = sched.memory
         done_before = 0
         now = env.now
         while True:
@@ -70,7 +70,7 @@ class Engine:
                 yield from catch_up(self.env, now)
                 if t is None:
                     return
-                b = alloc.breakdown(False)
+                b = memory.breakdown(False)
                 rec.memory.add(b, 0, t - now, 0.0, 0)
                 rec.row(now, t - now, 0, 0, 0, None, b, 0)
                 self.wake = env.event()
@@ -86,7 +86,7 @@ class Engine:
                             lambda: source.next_time() if not sched.waiting else None)
             self.rows += 1
             if self.check_every and self.rows % self.check_every == 0:
-                alloc.check_invariants()
+                memory.check_invariants()
             if self.progress is not None:
                 done = source.cursor - len(sched.live)
                 if done > done_before:
@@ -102,9 +102,7 @@ class Engine:
 def record_snapshot(sched, rec, now: float) -> None:
     """Record the memory map at ``now``: every slot's owner and state, decode tokens the allocator has not
     been told about yet counted as tokens. Shared by the single engine and every fleet replica."""
-    request_of_seq = {seq: group.request_id for seq, group in sched.owner.items()}
-    pending = {seq: max(0, sched.decode.pending(seq, sched.step)) for seq in sched.decode.g0}
-    rec.snapshot(now, sched.alloc.memory_map(), request_of_seq, sched.alloc.slot_states(pending))
+    rec.snapshot(now, *sched.memory.snapshot(sched.pending_decode_tokens()))
 
 
 def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
@@ -114,7 +112,7 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
     steps."""
     waiting = sched.waiting_flag()
     running = len(sched.running)
-    b = sched.alloc.breakdown(waiting)
+    b = sched.memory.breakdown(waiting)
     lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
     if plan.can_run:
         t_next = next_arrival()

@@ -1,6 +1,6 @@
 """A fleet run's tables and summary: per-replica summaries, the fleet summary, the per-replica table text.
 
-The fleet summary has the usual keys (`sim.summary.build_summary`) over every request of the fleet, then
+The fleet summary has the usual keys (`sim.kernel.summary.build_summary`) over every request of the fleet, then
 ``replicas``, ``router``, ``load_imbalance`` and ``per_replica`` (one summary per replica, with its own
 ``prefix_hit_frac``). Memory shares, ``mean_running`` and ``max_running`` are per replica: time-weighted
 over all replicas together (each replica has the same capacity), and the largest batch any replica ran.
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.metrics import MEMORY_KEYS, MemoryIntegral
-from sim.runner import SimResult, requests_frame
-from sim.summary import build_summary
+from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral
+from sim.kernel.replica import SimResult, requests_frame
+from sim.kernel.summary import build_summary
 
 REPLICA_TABLE_KEYS = ("requests", "completed", "rejected", "preemptions", "mean_running", "ttft_p50_s",
                       "ttft_p99_s", "tpot_p50_s", "prefix_hit_frac", "processed_tokens")
@@ -36,7 +36,7 @@ def load_imbalance(processed: list[int]) -> float:
 
 
 def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
-    """Tables (each with a ``replica`` column) and the fleet summary of a finished `sim.fleet.Fleet`."""
+    """Tables (each with a ``replica`` column) and the fleet summary of a finished `sim.kernel.fleet.Fleet`."""
     import pandas as pd
 
     config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
@@ -45,7 +45,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         cached_by_index.update(r.sched.cached_by_index)
     requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index)
     requests["replica"] = fleet.replica_of
-    total_blocks = replicas[0].alloc.breakdown().total_blocks
+    total_blocks = replicas[0].memory.breakdown().total_blocks
     steps, memories, per_replica, processed = [], [], [], []
     for r in replicas:
         frame = r.rec.steps_frame(cap.kv_tokens, total_blocks)

@@ -26,7 +26,7 @@ MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved")
 class MemoryIntegral:
     """Integrals over simulated time of the memory breakdown, the running count, and time itself.
 
-    ``lag`` moves slots from reservation to token states (lazily grown decoders, `sim.decode_set`);
+    ``lag`` moves slots from reservation to token states (lazily grown decoders, `sim.kernel.decode_set`);
     ``growth`` is ``n x sum_j j * d_j`` for a run whose decoders append ``n`` tokens a step.
     """
 

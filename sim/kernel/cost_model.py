@@ -19,7 +19,7 @@ Copies and swaps are charged for the token slots they really move (slots x KV by
 allocator: a paged copy moves a whole block, a contiguous fork copies the parent's tokens into the child's
 slab, a swap moves every block of a paged sequence or a slab's tokens in one transfer.
 
-Named, sourced sets of coefficients are `sim.cost_profiles` (``--cost-profile``); the dataclass defaults
+Named, sourced sets of coefficients are `sim.kernel.cost_profiles` (``--cost-profile``); the dataclass defaults
 below are the plain roofline kvsim used before profiles existed (``paper-2023`` keeps them). Their sources:
 
 - ``bandwidth_frac = 0.8``: decode GEMV and paged-attention kernels typically reach 75-85% of HBM peak.
@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from allocators import roofline
 from allocators.catalog import GpuSpec, ModelSpec
 
 DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
@@ -140,11 +141,11 @@ class StepCostModel:
         flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
         bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
         ovh = kernel_overhead(self.paged_kernel_overhead, self.block_size) if self.paged else 1.0
-        kv = m.kv_bytes_per_token
+        kv = roofline.kv_bytes_per_token(m)
         # seconds per unit, per GPU
-        self._t_token_flops = 2 * m.num_params / tp / flops_s
-        self._t_pair_flops = 4 * m.num_layers * m.num_heads * m.head_dim / tp / flops_s
-        self._t_weights = m.weight_bytes / tp / bytes_s
+        self._t_token_flops = roofline.token_flops(m) / tp / flops_s
+        self._t_pair_flops = roofline.pair_flops(m) / tp / flops_s
+        self._t_weights = roofline.weight_bytes(m) / tp / bytes_s
         self._t_kv_read = kv * ovh / tp / bytes_s
         self._t_kv_write = kv / tp / bytes_s
         self._t_copy_slot = 2 * kv / tp / bytes_s  # read and write one token's KV in HBM

@@ -64,7 +64,7 @@ def _stat(values: np.ndarray, fn) -> float | None:
 def build_summary(*, allocator: str, requests, memory, max_running: int, num_preemptions: int, start_s: float,
                   end_s: float, wall_time_s: float, capacity: int, total_blocks: int, extra: dict,
                   prefill_tokens: int = 0, cached_prompt_tokens: int = 0) -> dict:
-    """Summary from the per-request frame and the memory integrals (`sim.metrics.MemoryIntegral`).
+    """Summary from the per-request frame and the memory integrals (`sim.kernel.metrics.MemoryIntegral`).
 
     ``prefill_tokens``: prefill tokens computed over the run (recomputation after preemption included);
     ``cached_prompt_tokens``: prompt tokens admissions found in the prefix cache or a registered shared

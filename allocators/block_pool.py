@@ -1,0 +1,96 @@
+"""`BlockPool`: the blocks of a paged KV cache, their reference counts, the free queue and the prefix cache.
+
+Block 0 is a reserved null block; blocks ``1 .. num_blocks - 1`` start free, in id order. A block is held by
+as many references as its ``ref`` count (sequences, and in copy-on-write pinned prefixes); at zero it sits in
+the free queue, whose order is the eviction order. A freed block that was cached keeps its hash and can still
+be hit until it is popped for reuse (lazy eviction)::
+
+    ref 0, in the free queue  --pop-->  ref 1  --share-->  ref 2 ...  --release (ref 0)-->  back in the queue
+
+The pool knows nothing of sequences: `PagedAllocator` and `PagedCowAllocator` keep the block tables and the
+accounting on top of it. Their hot paths read ``ref``, ``free`` and ``cache`` directly (a method call per
+block would cost as much as the work), so these are plain public fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from allocators.free_queue import FreeBlockQueue
+from allocators.prefix_cache import PrefixCache
+
+
+class BlockPool:
+    """Block ids ``0 .. num_blocks - 1`` (0 is the null block), their holders, the free queue and the cache."""
+
+    __slots__ = ("num_blocks", "ref", "free", "cache")
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.ref = [0] * num_blocks  # holders of each block; the null block 0 has none
+        self.free = FreeBlockQueue(num_blocks, range(1, num_blocks))
+        self.cache = PrefixCache(num_blocks)
+
+    @property
+    def num_free(self) -> int:
+        return self.free.num_free
+
+    def pop(self) -> int:
+        """Hand out the head of the free queue with one holder, evicting its cached hash."""
+        block = self.free.popleft()
+        if self.cache.block_hash[block] is not None:
+            self.cache.evict(block)
+        self.ref[block] = 1
+        return block
+
+    def pop_many(self, count: int) -> list[int]:
+        """`pop` ``count`` times, in one pass over the free queue."""
+        blocks = self.free.pop_many(count)
+        hashed, ref = self.cache.block_hash, self.ref
+        for block in blocks:
+            if hashed[block] is not None:
+                self.cache.evict(block)
+            ref[block] = 1
+        return blocks
+
+    def take(self, block: int) -> bool:
+        """Add a holder to a block found by lookup; True if it was free (taken off the queue)."""
+        ref = self.ref
+        was_free = ref[block] == 0
+        if was_free:
+            self.free.remove(block)
+        ref[block] += 1
+        return was_free
+
+    def release(self, blocks: Iterable[int], prefix_caching: bool) -> None:
+        """Return blocks nobody holds any more (their ``ref`` already 0) to the free queue, tail first: with
+        prefix caching the cached ones are evicted last (LRU, as vLLM), the others reused first."""
+        blocks = list(blocks)
+        if prefix_caching:
+            hashed = self.cache.block_hash
+            self.free.prepend_many([b for b in blocks if hashed[b] is None])
+            self.free.extend(b for b in blocks if hashed[b] is not None)
+        else:
+            self.free.prepend_many(blocks)
+
+    def lookup(self, block_hashes: Sequence[int], limit: int) -> list[int]:
+        """Cached blocks holding the longest prefix of ``block_hashes``, at most ``limit`` of them."""
+        hits: list[int] = []
+        get = self.cache.get
+        for h in block_hashes[:limit]:
+            block = get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def audit(self, holders: Sequence[int]) -> list[int]:
+        """Check the pool against ``holders`` (the references recomputed from scratch for every block): ref
+        counts, free-queue membership, the null block and the cache. Returns the free queue in order."""
+        queued = self.free.check()
+        assert 0 not in queued and self.ref[0] == 0, "the null block was handed out"
+        for b in range(1, self.num_blocks):
+            assert self.ref[b] == holders[b], f"block {b}: ref count {self.ref[b]} != {holders[b]} holders"
+            assert (self.ref[b] == 0) == (b in self.free), f"block {b}: free-queue membership disagrees with ref"
+        self.cache.check()
+        return queued

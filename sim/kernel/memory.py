@@ -1,0 +1,171 @@
+"""`KVMemory`: the kernel's one door to the allocator, and the placement of sequence groups in it.
+
+Every allocator call the simulation makes goes through this module (a test holds that): the scheduler, the
+beam search, the decode fast-forward, the engine, the fleet and the runner hold a `KVMemory`, never an
+allocator. It picks the sequence ids and knows which group owns each sequence; it places a group whole
+(admit, fork, grow: all or nothing) and frees it whole. Capabilities are read from the allocator's plain
+attributes once, here (`Allocator.kind`, ``prefix_caching``, ``shares_prefixes``, ``reports_growth``,
+``allocates_per_chunk``)::
+
+    scheduler / beam / fast_forward / engine / fleet / runner  -->  KVMemory  -->  Allocator (allocators/)
+
+What an allocator call changed comes back with its result: an `Admission` (prompt tokens found cached),
+copies with their slots, ``grow_due``'s deltas; nobody reads or rolls back a counter of the allocator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown
+from sim.kernel.sequence_group import SequenceGroup
+
+
+class KVMemory:
+    """An allocator plus the sequence ids of the groups placed in it."""
+
+    __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom")
+
+    def __init__(self, alloc: Allocator) -> None:
+        self._alloc = alloc
+        self.owner: dict[int, SequenceGroup] = {}  # seq id -> the group holding it
+        self._next_seq = 0
+        self.registered_prefixes: set[int] = set()  # prefix groups whose shared prefix is pinned
+        self.block_size = alloc.block_size
+        self.kind = alloc.kind
+        self.prefix_caching = alloc.prefix_caching
+        self.shares_prefixes = alloc.shares_prefixes
+        self.reports_growth = alloc.reports_growth
+        self.per_chunk_capable = alloc.allocates_per_chunk
+        # The per-block calls of the decode path are the allocator's own methods, bound once: a wrapper call
+        # would cost as much as they do. `grow_due` only where ``reports_growth``.
+        self.grow = alloc.grow
+        self.grow_due = alloc.grow_due
+        self.headroom = alloc.headroom
+
+    # -- questions -----------------------------------------------------------------------------------------
+    def never_fits(self, group: SequenceGroup) -> str | None:
+        return self._alloc.never_fits(group.prompt, final_tokens=group.final_tokens, max_total_tokens=group.max_total)
+
+    def cached_tokens(self, hashes: Sequence[int], num_tokens: int) -> int:
+        """Prompt tokens a new sequence would find cached (no side effects)."""
+        return self._alloc.num_cached_tokens(hashes, num_tokens) if hashes else 0
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._alloc.num_tokens(seq_id)
+
+    def swap_extent(self, seq_id: int, pending: int) -> tuple[int, int]:
+        return self._alloc.swap_extent(seq_id, pending)
+
+    def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
+        return self._alloc.breakdown(waiting)
+
+    def check_invariants(self) -> None:
+        self._alloc.check_invariants()
+
+    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
+        """The memory map: every slot's owner, the request of each sequence, every slot's state."""
+        request_of_seq = {seq: group.request_id for seq, group in self.owner.items()}
+        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending)
+
+    # -- sequences -----------------------------------------------------------------------------------------
+    def new_seq(self, group: SequenceGroup) -> int:
+        seq_id = self._next_seq
+        self._next_seq += 1
+        self.owner[seq_id] = group
+        group.seq_ids.append(seq_id)
+        return seq_id
+
+    def fork(self, group: SequenceGroup, parent: int) -> tuple[Copy, ...] | None:
+        """A new sequence of ``group`` forked from ``parent``; None (no id taken) if there is no room."""
+        made = self._alloc.fork(parent, self._next_seq, final_tokens=group.final_tokens)
+        if made is not None:
+            self.new_seq(group)
+        return made
+
+    def free(self, seq_id: int) -> None:
+        self._alloc.free(seq_id)
+        del self.owner[seq_id]
+
+    def free_group(self, group: SequenceGroup, lags: Mapping[int, int]) -> tuple[Copy, ...]:
+        """Free every sequence of a group. ``lags``: tokens a sequence computed that the allocator was not told
+        (a lazily grown decoder); with prefix caching they are told first, so its full blocks get their hashes,
+        as in vLLM. Returns the copies that telling them made."""
+        copies: tuple[Copy, ...] = NO_COPIES
+        for seq_id in group.seq_ids:
+            lag = lags.get(seq_id, 0)
+            if lag > 0 and self.prefix_caching:
+                copies += self._alloc.grow(seq_id, lag) or NO_COPIES
+            self.free(seq_id)
+        group.seq_ids = []
+        return copies
+
+    # -- placing a group -----------------------------------------------------------------------------------
+    def place(self, group: SequenceGroup) -> tuple[Admission, tuple[Copy, ...]] | None:
+        """Put a waiting or swapped group's sequences in memory, all or nothing: the first with the prompt
+        (plus, for one sequence being recomputed, its generated tokens); a group that had forked comes back
+        as its ``n`` sequences (fork, then grow each by its generated tokens). A group that forks at its first
+        token is placed only if the allocator says all its sequences would fit (`Allocator.group_fits`).
+        Returns the admission and the copies made, or None (nothing changed)."""
+        alloc = self._alloc
+        self.register_prefix(group)
+        multi = group.forked and group.num_seqs > 1
+        if group.num_seqs > 1 and not group.forked and not alloc.group_fits(
+                group.prompt + group.generated, group.num_seqs - 1, final_tokens=group.final_tokens,
+                max_total_tokens=group.max_total, block_hashes=group.hashes):
+            return None  # its samples or beams fork at the first token: admitted only if all of them fit
+        first = self.new_seq(group)
+        tokens = group.prompt + (0 if multi else group.generated)
+        admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
+                                block_hashes=group.hashes)
+        copies: tuple[Copy, ...] = NO_COPIES
+        ok = admission is not None
+        if ok and multi:
+            for _ in range(group.num_seqs - 1):
+                made = self.fork(group, first)
+                if made is None:
+                    ok = False
+                    break
+                copies += made
+            for seq_id in group.seq_ids if ok and group.generated else ():
+                made = alloc.grow(seq_id, group.generated)
+                if made is None:
+                    ok = False
+                    break
+                copies += made
+        if not ok:  # undone: what it copied is not charged
+            for seq_id in group.seq_ids[1 if admission is None else 0:]:
+                alloc.free(seq_id)
+            for seq_id in group.seq_ids:
+                del self.owner[seq_id]
+            group.seq_ids = []
+            return None
+        return admission, copies
+
+    def place_first_chunk(self, group: SequenceGroup, chunk_of, *, full_tokens: int | None,
+                          apply_watermark: bool) -> Admission | None:
+        """Admit a single sequence about to be prefilled in chunks by a per-chunk allocator (vLLM's paged KV
+        cache manager) with slots for its prefix hits and first chunk only; ``chunk_of(remaining)`` sizes the
+        chunk. ``full_tokens``: admit only if that many tokens would fit (``scheduler_reserve_full_isl``)."""
+        self.register_prefix(group)
+        target = group.prefill_target
+        cached = self.cached_tokens(group.hashes, target)
+        first = self.new_seq(group)
+        admission = self._alloc.admit(first, cached + chunk_of(target - cached), final_tokens=group.final_tokens,
+                                      max_total_tokens=group.max_total, block_hashes=group.hashes,
+                                      full_tokens=full_tokens, apply_watermark=apply_watermark)
+        if admission is None:
+            del self.owner[first]
+            group.seq_ids = []
+        return admission
+
+    def register_prefix(self, group: SequenceGroup) -> None:
+        """Shared prefixes (a prefix group) are pinned once with allocators that share them (paged-cow)."""
+        if not self.shares_prefixes or not group.prefix_blocks or group.prefix_group is None:
+            return
+        if group.prefix_group not in self.registered_prefixes and \
+                self._alloc.register_prefix(group.hashes[:group.prefix_blocks]) is not None:
+            self.registered_prefixes.add(group.prefix_group)

@@ -1,0 +1,130 @@
+"""One serving replica, built from a configuration: its KV capacity, allocator (behind `KVMemory`), cost model
+and scheduler, and the tables and summary keys every run shares. `sim.kernel.runner` (one replica) and
+`sim.kernel.fleet` (several) both build on it, so neither imports the other back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from allocators import allocator_class, make_allocator
+from allocators.capacity import KVCapacity, kv_capacity
+from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
+from sim.kernel.calibration_store import find_calibration, peaks_of
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
+from sim.kernel.cost_profiles import make_step_cost
+from sim.kernel.memory import KVMemory
+from sim.kernel.metrics import Recorder
+from sim.kernel.scheduler import Scheduler
+
+MEMORY_MAP_ROWS = 2**22
+"""Memory-map snapshots keep one row per slot: a run records at most this many rows in all (about 150 MB as a
+table), so a large pool gets fewer snapshots and one above 4M slots none (its summary's ``memory_snapshots``
+says how many were taken)."""
+
+
+def snapshot_count(config: SimConfig, kv_tokens: int, replicas: int = 1) -> int:
+    """How many memory-map snapshots a run takes: ``config.memory_snapshots``, fewer when they would exceed
+    `MEMORY_MAP_ROWS` rows."""
+    return min(config.memory_snapshots, MEMORY_MAP_ROWS // (kv_tokens * replicas))
+
+
+@dataclass
+class SimResult:
+    """Per-request table, per-step table, memory-map snapshots, the summary and the configuration."""
+
+    requests: object
+    steps: object
+    memory: object
+    summary: dict
+    config: SimConfig
+
+
+def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
+    """``--step-time`` wins, then ``--calibration``, then ``--cost-profile``, then the user's or the shipped
+    table for this GPU and model (`sim.kernel.calibration_store`), then the default profile
+    (`sim.kernel.cost_profiles`)."""
+    if config.step_time is not None:
+        return ConstantStepCost(config.step_time)
+    common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
+                  tensor_parallel=config.tensor_parallel)
+    path = config.calibration or (None if config.cost_profile else find_calibration(gpu.name, model.name))
+    if path is not None:
+        return CalibratedStepCost.from_file(path, model, peaks_of(path, gpu), **common)
+    return make_step_cost(config.cost_profile, model, gpu, **common)
+
+
+def resolve_capacity(config: SimConfig) -> KVCapacity:
+    """The deployment's KV capacity, its model and GPU, after reading ``config.catalog`` (whose entries the
+    configuration may name: a sweep point in another process reads the file itself)."""
+    if config.catalog is not None:
+        register_catalog_file(config.catalog)
+    model, gpu = get_model(config.model), get_gpu(config.gpu)
+    return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
+                       gpu_memory_utilization=config.gpu_memory_utilization,
+                       max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
+                       kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager)
+
+
+def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
+    """The summary keys that describe the run rather than measure it."""
+    return {
+        "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
+        "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
+        "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
+        "model": model.name, "gpu": gpu.name,
+        "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
+        "kv_capacity_source": capacity_source, **cost.describe(),
+    }
+
+
+def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recorder,
+                  cost: StepCostModel | None = None):
+    """One serving replica: its KV memory (the allocator behind `KVMemory`), cost model and scheduler (a fleet
+    builds one per replica).
+    ``cost``: a step-cost model to use instead of the one ``config`` names."""
+    max_model_len = config.max_model_len or model.max_seq_len
+    alloc = make_allocator(config.allocator, kv_tokens, block_size=config.block_size,
+                           max_model_len=max_model_len, placement=config.placement,
+                           prefix_caching=config.prefix_caching, watermark=config.watermark)
+    cost = cost or make_cost_model(config, model, gpu)
+    swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
+    memory = KVMemory(alloc)
+    sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
+                      max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                      chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
+                      max_model_len=max_model_len, lazy=not config.step_by_step,
+                      rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
+                      long_prefill_token_threshold=config.long_prefill_token_threshold,
+                      scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+                      scheduling_policy=config.scheduling_policy)
+    return memory, cost, sched
+
+
+def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_index: dict[int, int] | None = None):
+    """One row per request (``docs/architecture.md``). ``cached_by_index``: prompt tokens each request's
+    admissions found cached, by workload position (absent: none)."""
+    import pandas as pd
+
+    out = np.asarray(workload.output_tokens, np.int64)
+    num_seqs = np.maximum(np.asarray(workload.n, np.int64), np.asarray(workload.beam_width, np.int64))
+    ttft = rec.first_token_s - arrival_s
+    e2e = rec.finished_s - arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (rec.finished_s - rec.first_token_s) / np.maximum(out - 1, 1), np.nan)
+    reasons = np.full(len(out), "", dtype=object)
+    for i, reason in rec.reasons.items():
+        reasons[i] = reason
+    cached = np.zeros(len(out), np.int64)
+    for i, tokens in (cached_by_index or {}).items():
+        cached[i] = tokens
+    return pd.DataFrame({
+        "request_id": np.asarray(workload.ids, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
+        "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
+        "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64), "output_tokens": out, "num_seqs": num_seqs,
+        "cached_tokens": cached, "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons,
+        "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
+    })
