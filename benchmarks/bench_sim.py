@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--allocator", default="paged")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
+                        help="turn vLLM v1's default automatic prefix caching off")
     args = parser.parse_args()
 
     from sim.kernel.config import SimConfig
@@ -50,9 +52,11 @@ def main() -> None:
     workload = load(args.workload, args.num_requests, args.rate, args.seed)
     t1 = time.perf_counter()
     if args.workload == "azure":
-        config = SimConfig(allocator=args.allocator, model="llama-2-7b", gpu="a100-40gb", seed=args.seed)
+        config = SimConfig(allocator=args.allocator, model="llama-2-7b", gpu="a100-40gb", seed=args.seed,
+                           prefix_caching=args.prefix_caching)
     else:
-        config = SimConfig(allocator=args.allocator, model="opt-13b", gpu="a100-40gb", kv_gib=12.0, seed=args.seed)
+        config = SimConfig(allocator=args.allocator, model="opt-13b", gpu="a100-40gb", kv_gib=12.0, seed=args.seed,
+                           prefix_caching=args.prefix_caching)
     cpu0 = time.process_time()
     if args.profile:
         profiler = cProfile.Profile()
