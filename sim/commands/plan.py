@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from sim.commands.sweep import _GRID_CONTEXT, GridCommand, _execution, _executor_options
+from sim.commands.sweep import _GRID_CONTEXT, GridCommand, _execution, _executor_options, _slo_target_options
 from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
 
 SHOWN_SUMMARY_KEYS = ("ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_frac", "load_imbalance")
@@ -41,11 +41,7 @@ def format_plan(rows: list[dict[str, Any]], varying: list[str]) -> str:
 
 @click.command("plan", cls=GridCommand, context_settings=_GRID_CONTEXT)
 @_executor_options
-@click.option("--ttft-p99", type=float, default=None, help="Bound on p99 time to first token (s).")
-@click.option("--tpot-p50", type=float, default=None, help="Bound on median time per output token (s).")
-@click.option("--e2e-p50", type=float, default=None, help="Bound on median end-to-end latency (s).")
-@click.option("--normalized-latency", type=float, default=None,
-              help="Bound on normalized latency (s per output token, the paper's metric).")
+@_slo_target_options
 @click.option("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS, show_default=True,
               help="Most replicas tried.")
 @click.option("--json", "as_json", is_flag=True, help="Print a list of objects (router, replicas, summary, ...).")

@@ -90,6 +90,17 @@ def _executor_options(func: Any) -> Any:
     return func
 
 
+def _slo_target_options(func: Any) -> Any:
+    """The latency bounds an SLO is made of (`kvsim slo` and `kvsim plan`)."""
+    func = click.option("--normalized-latency", type=float, default=None,
+                        help="Bound on normalized latency (s per output token, the paper's metric).")(func)
+    func = click.option("--e2e-p50", type=float, default=None, help="Bound on median end-to-end latency (s).")(func)
+    func = click.option("--tpot-p50", type=float, default=None,
+                        help="Bound on median time per output token (s).")(func)
+    func = click.option("--ttft-p99", type=float, default=None, help="Bound on p99 time to first token (s).")(func)
+    return func
+
+
 def _execution(ctx: click.Context, config_file: str | None, workers: int | None, executor: str | None,
                scheduler: str | None) -> tuple[Any, dict[str, Any]]:
     """The grid, and how to run it: `run_sweep`'s workers, executor and scheduler keyword arguments."""
@@ -140,11 +151,7 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
 
 @click.command("slo", cls=GridCommand, context_settings=_GRID_CONTEXT)
 @_executor_options
-@click.option("--ttft-p99", type=float, default=None, help="Bound on p99 time to first token (s).")
-@click.option("--tpot-p50", type=float, default=None, help="Bound on median time per output token (s).")
-@click.option("--e2e-p50", type=float, default=None, help="Bound on median end-to-end latency (s).")
-@click.option("--normalized-latency", type=float, default=None,
-              help="Bound on normalized latency (s per output token, the paper's metric).")
+@_slo_target_options
 @click.option("--rate-min", type=float, default=0.5, show_default=True, help="First rate tried (req/s).")
 @click.option("--rate-max", type=float, default=1000.0, show_default=True, help="Highest rate tried (req/s).")
 @click.option("--growth", type=float, default=2.0, show_default=True, help="Bracketing factor per step.")
