@@ -9,6 +9,8 @@ takes the first cached.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class PrefixCache:
     """``hash -> block ids`` (insertion-ordered) and ``block -> hash``, kept in step.
@@ -36,6 +38,15 @@ class PrefixCache:
             self._more.setdefault(block_hash, {})[block] = None
         else:
             self._first[block_hash] = block
+
+    def insert_full(self, table: list[int], hashes: Sequence[int], start: int, stop: int) -> None:
+        """Cache ``table[start:stop]``, full blocks hashed ``hashes[start:stop]``, except blocks that carry a hash
+        already. Runs once per block a sequence fills: lean."""
+        hashed = self.block_hash
+        for i in range(start, stop):
+            block = table[i]
+            if hashed[block] is None:
+                self.insert(block, hashes[i])
 
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""
