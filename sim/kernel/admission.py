@@ -1,8 +1,9 @@
-"""Sequence-group mechanics under the scheduler: placing a group in memory, starting and stopping it.
+"""Sequence-group mechanics under the scheduler: admitting the queue's head, placing a group in memory,
+starting, preempting and finishing it.
 
-`GroupMechanics` is an object the `Scheduler` owns (``scheduler.groups``), not a base class: it reads the
-scheduler's queues, step and plan, and owns what only it changes: the swap space, the preemption and
-prefix-hit counters, and the sink that hears of finished and rejected groups.
+`GroupMechanics` is an object the `Scheduler` owns (``scheduler.groups``), not a base class: it moves groups
+between the scheduler's queues and charges the step's plan, and owns what only it changes: the swap space,
+the preemption and prefix-hit counters, and the sink that hears of finished and rejected groups.
 
 A group is placed, preempted and freed whole. Placement admits its first sequence with the prompt (plus, for
 a single sequence being recomputed, the tokens it had generated); a group that had already forked is
@@ -112,6 +113,43 @@ class GroupMechanics:
         s.running_seqs += group.num_seqs
         s.beams.groups += group.beam
 
+    def admit_waiting(self, budget: int) -> bool:
+        """FCFS (or priority order), head of line. Returns whether anything was admitted; sets
+        `memory_blocked`."""
+        s = self.s
+        s.memory_blocked = bool(s.waiting)
+        if not s.continuous and s.running:
+            return False
+        admitted = False
+        while s.waiting and (budget > 0 or not s.continuous):
+            group = s.waiting[0]
+            if s.running_seqs + group.num_seqs > s.max_num_seqs:
+                s.memory_blocked = False
+                return admitted
+            if not s.chunked and self.prefill_need(group) > budget:
+                s.memory_blocked = False
+                return admitted
+            if not self.place_group(group, budget):
+                if s.running:
+                    return admitted
+                s.waiting.popleft()
+                self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
+                                   "than the whole pool has)", s.now)
+                continue
+            admitted = True
+            s.waiting.popleft()
+            chunk = s.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
+            budget -= chunk
+            if group.prefilling:
+                self.schedule_chunk(group, chunk)
+            else:
+                self.start_decode(group, from_prefill=False)
+            if s.plan.preempted:  # starting it preempted someone: memory is short, stop admitting
+                s.memory_blocked = bool(s.waiting)
+                return admitted
+        s.memory_blocked = False
+        return admitted
+
     # -- running -------------------------------------------------------------------------------------------
     def schedule_chunk(self, group: SequenceGroup, chunk: int) -> None:
         s = self.s
@@ -211,29 +249,7 @@ class GroupMechanics:
                 self.reject(victim, f"recompute needs {victim.prefill_target} prefill tokens, more than "
                                     f"max_num_batched_tokens with chunked prefill off", s.now)
                 return
-        self.requeue(victim)
-
-    def requeue(self, group: SequenceGroup) -> None:
-        """A preempted group goes back in front of the queue (FCFS), or in priority order (priority)."""
-        s = self.s
-        if not s.priority:
-            s.waiting.appendleft(group)
-            return
-        self.enqueue(group)
-
-    def enqueue(self, group: SequenceGroup) -> None:
-        """Queue a group: at the back (FCFS), or before the first of lower priority (lower value first, then
-        earlier arrival, as vLLM's priority queue orders requests)."""
-        s = self.s
-        if not s.priority:
-            s.waiting.append(group)
-            return
-        key = (group.priority, group.arrival_s, group.index)
-        for i, other in enumerate(s.waiting):
-            if (other.priority, other.arrival_s, other.index) > key:
-                s.waiting.insert(i, group)
-                return
-        s.waiting.append(group)
+        s.waiting.requeue(victim)
 
     def reject(self, group: SequenceGroup, reason: str, now: float) -> None:
         s = self.s

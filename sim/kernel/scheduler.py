@@ -9,14 +9,12 @@ has finished, and its prompts are prefilled in one step.
 
 The scheduler is plain synchronous Python: `plan_step` does the allocator work at the start of a step and
 returns a `StepPlan` for the cost model; `complete` applies the step's results once it has run. Decoding
-sequences are grown lazily through a `DecodeSet` (see there). Placing, preempting and finishing whole groups
-is the job of a `GroupMechanics` (``sim.kernel.admission``) the scheduler owns as ``groups``; the scheduler
-owns the queues, the decode set, the beams and the step.
+sequences are grown lazily through a `DecodeSet` (see there). Admitting, placing, preempting and finishing
+whole groups is the job of a `GroupMechanics` (``sim.kernel.admission``) the scheduler owns as ``groups``; the
+scheduler owns the queues (``waiting`` a `WaitingQueue`), the decode set, the beams and the step.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 import numpy as np
 
@@ -27,10 +25,11 @@ from sim.kernel.decode_set import DecodeSet
 from sim.kernel.memory import KVMemory
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
 from sim.kernel.step_plan import StepPlan
+from sim.kernel.waiting_queue import WaitingQueue
 
 
 class Scheduler:
-    """Queues, the step counter and the step plan; ``groups`` places, preempts and finishes groups."""
+    """Queues, the step counter and the step plan; ``groups`` admits, places, preempts and finishes groups."""
 
     def __init__(self, memory: KVMemory, sink, *, continuous: bool = True, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True, preemption: str = "recompute",
@@ -53,7 +52,7 @@ class Scheduler:
         self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
         self.lazy = lazy
         self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
-        self.waiting: deque[SequenceGroup] = deque()
+        self.waiting = WaitingQueue(scheduling_policy == "priority")
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
         self.live: dict[int, SequenceGroup] = {}
@@ -75,7 +74,7 @@ class Scheduler:
             self.groups.reject(group, reason, now)
             return
         self.live[group.index] = group
-        self.groups.enqueue(group)
+        self.waiting.enqueue(group)
 
     @property
     def idle(self) -> bool:
@@ -124,7 +123,7 @@ class Scheduler:
             budget -= self.decode.n
         else:
             budget = self.walk_running(budget)
-        admitted = self.admit_waiting(budget) if not plan.preempted else False
+        admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
         self.finish_plan(plan, admitted)
         return plan
 
@@ -199,42 +198,6 @@ class Scheduler:
         group.base += 1
         group.epoch += 1
         self.completions.push(group)
-
-    def admit_waiting(self, budget: int) -> bool:
-        """FCFS (or priority order), head of line. Returns whether anything was admitted; sets
-        `memory_blocked`."""
-        self.memory_blocked = bool(self.waiting)
-        if not self.continuous and self.running:
-            return False
-        admitted = False
-        while self.waiting and (budget > 0 or not self.continuous):
-            group = self.waiting[0]
-            if self.running_seqs + group.num_seqs > self.max_num_seqs:
-                self.memory_blocked = False
-                return admitted
-            if not self.chunked and self.groups.prefill_need(group) > budget:
-                self.memory_blocked = False
-                return admitted
-            if not self.groups.place_group(group, budget):
-                if self.running:
-                    return admitted
-                self.waiting.popleft()
-                self.groups.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
-                                   "than the whole pool has)", self.now)
-                continue
-            admitted = True
-            self.waiting.popleft()
-            chunk = self.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
-            budget -= chunk
-            if group.prefilling:
-                self.groups.schedule_chunk(group, chunk)
-            else:
-                self.groups.start_decode(group, from_prefill=False)
-            if self.plan.preempted:  # starting it preempted someone: memory is short, stop admitting
-                self.memory_blocked = bool(self.waiting)
-                return admitted
-        self.memory_blocked = False
-        return admitted
 
     def finish_plan(self, plan: StepPlan, admitted: bool) -> None:
         step, decode = self.step, self.decode
