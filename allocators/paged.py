@@ -6,13 +6,7 @@ has a block table (a list of block ids, append-only); free blocks sit in a `Free
 the eviction order.
 
 Automatic prefix caching (``prefix_caching=True``): ``block_hashes`` given to `admit` are chained hashes of
-the prompt's full blocks. A full block is cached under its hash when it is allocated; a freed cached block
-keeps its hash, and can still be hit, until it is popped for reuse (lazy eviction). Hits are taken off the
-free queue before new blocks are popped, so a request never evicts its own hits, and a lookup never covers
-the last prompt token (its logits must be computed)::
-
-    prompt: |  block 0  |  block 1  |  block 2  |last|     hashes h0 h1 h2; 3 * 16 + 5 = 53 tokens
-    cache:  |  hit h0   |  hit h1   |  hit h2   |new |     cached_tokens = 48; one new block
+the prompt's full blocks, looked up and cached in the `PrefixCache` (``prefix_cache.py`` draws an admission).
 
 Reference counts count the sequences (and, in `PagedCowAllocator`, registered prefixes) holding a block;
 block ids, reference counts, the free queue and the prefix cache are the `BlockPool`'s. Only full blocks are
