@@ -23,15 +23,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown, cdiv
-from allocators.block_pool import BlockPool
+from allocators.block_pool import BlockPool, pool_size
 from allocators.paged_audit import audit_paged
 from allocators.paged_maps import owner_map, slot_state_map
 from allocators.paged_seq import SeqBlocks
-
-MAX_BLOCKS = 2**22
-"""The most blocks one pool may have: every block has slots in a few Python lists (about 80 bytes a block with
-the free queue's links), so 4M blocks cost about 300 MB and 2 s to build; no real GPU's KV cache comes near it
-(an H200's, for Llama-3-8B in blocks of 16, is about 70,000)."""
 
 _NO_HITS = Admission()
 """The admission result without cache hits, shared (it is frozen): building one costs more than the rest of
@@ -60,14 +55,7 @@ class PagedAllocator(Allocator):
                          prefix_caching=prefix_caching, watermark=watermark)
         self.block_size = int(block_size)
         self.prefix_caching = bool(prefix_caching)
-        self.num_blocks = self.capacity // self.block_size
-        if self.num_blocks < 2:
-            raise ValueError(f"{capacity_slots} slots hold {self.num_blocks} block(s) of {block_size}; the paged "
-                             "allocator needs at least 2 (block 0 is the reserved null block)")
-        if self.num_blocks > MAX_BLOCKS:
-            raise ValueError(f"a KV pool of {self.capacity:,} token slots is {self.num_blocks:,} blocks of {block_size}, "
-                             f"over kvsim's limit of {MAX_BLOCKS:,} blocks (its block arrays take about 80 bytes a "
-                             "block); lower --kv-tokens / --kv-gib or raise --block-size")
+        self.num_blocks = pool_size(self.capacity, self.block_size)
         self.num_usable_blocks = self.num_blocks - 1
         self.watermark_blocks = int(watermark * self.num_blocks)
         self.overhead_slots = self.block_size + self.capacity % self.block_size
