@@ -19,6 +19,25 @@ from collections.abc import Iterable, Sequence
 from allocators.free_queue import FreeBlockQueue
 from allocators.prefix_cache import PrefixCache
 
+MAX_BLOCKS = 2**22
+"""The most blocks one pool may have: every block has slots in a few Python lists (about 80 bytes a block with
+the free queue's links), so 4M blocks cost about 300 MB and 2 s to build; no real GPU's KV cache comes near it
+(an H200's, for Llama-3-8B in blocks of 16, is about 70,000)."""
+
+
+def pool_size(capacity: int, block_size: int) -> int:
+    """Blocks of ``block_size`` in ``capacity`` slots; a one-line error if there are fewer than 2 (block 0 is
+    the null block) or more than `MAX_BLOCKS`."""
+    num_blocks = capacity // block_size
+    if num_blocks < 2:
+        raise ValueError(f"{capacity} slots hold {num_blocks} block(s) of {block_size}; the paged "
+                         "allocator needs at least 2 (block 0 is the reserved null block)")
+    if num_blocks > MAX_BLOCKS:
+        raise ValueError(f"a KV pool of {capacity:,} token slots is {num_blocks:,} blocks of {block_size}, "
+                         f"over kvsim's limit of {MAX_BLOCKS:,} blocks (its block arrays take about 80 bytes a "
+                         "block); lower --kv-tokens / --kv-gib or raise --block-size")
+    return num_blocks
+
 
 class BlockPool:
     """Block ids ``0 .. num_blocks - 1`` (0 is the null block), their holders, the free queue and the cache."""

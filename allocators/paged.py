@@ -6,13 +6,7 @@ has a block table (a list of block ids, append-only); free blocks sit in a `Free
 the eviction order.
 
 Automatic prefix caching (``prefix_caching=True``): ``block_hashes`` given to `admit` are chained hashes of
-the prompt's full blocks. A full block is cached under its hash when it is allocated; a freed cached block
-keeps its hash, and can still be hit, until it is popped for reuse (lazy eviction). Hits are taken off the
-free queue before new blocks are popped, so a request never evicts its own hits, and a lookup never covers
-the last prompt token (its logits must be computed)::
-
-    prompt: |  block 0  |  block 1  |  block 2  |last|     hashes h0 h1 h2; 3 * 16 + 5 = 53 tokens
-    cache:  |  hit h0   |  hit h1   |  hit h2   |new |     cached_tokens = 48; one new block
+the prompt's full blocks, looked up and cached in the `PrefixCache` (``prefix_cache.py`` draws an admission).
 
 Reference counts count the sequences (and, in `PagedCowAllocator`, registered prefixes) holding a block;
 block ids, reference counts, the free queue and the prefix cache are the `BlockPool`'s. Only full blocks are
@@ -28,44 +22,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from allocators.base import (
-    FREE_OWNER,
-    NO_COPIES,
-    OVERHEAD_OWNER,
-    SHARED_OWNER,
-    SLOT_FREE,
-    SLOT_OVERHEAD,
-    Admission,
-    Allocator,
-    Copy,
-    MemoryBreakdown,
-    cdiv,
-    fill_states,
-)
-from allocators.block_pool import BlockPool
+from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown, cdiv
+from allocators.block_pool import BlockPool, pool_size
 from allocators.paged_audit import audit_paged
-
-MAX_BLOCKS = 2**22
-"""The most blocks one pool may have: every block has slots in a few Python lists (about 80 bytes a block with
-the free queue's links), so 4M blocks cost about 300 MB and 2 s to build; no real GPU's KV cache comes near it
-(an H200's, for Llama-3-8B in blocks of 16, is about 70,000)."""
+from allocators.paged_maps import owner_map, slot_state_map
+from allocators.paged_seq import SeqBlocks
 
 _NO_HITS = Admission()
 """The admission result without cache hits, shared (it is frozen): building one costs more than the rest of
 a small admission."""
-
-
-class SeqBlocks:
-    """One sequence: its block table, tokens, final length, and the two cached facts of its last block
-    (``room``: slots writable without allocator work; ``res``: slots it will still fill there)."""
-
-    __slots__ = ("table", "tokens", "final", "room", "res", "hashes", "num_hashed")
-
-    def __init__(self, table: list[int], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
-        self.table, self.tokens, self.final = table, tokens, final
-        self.room = self.res = 0
-        self.hashes = hashes
-        self.num_hashed = 0  # leading blocks whose hash has been settled (cached, hit or skipped)
 
 
 class PagedAllocator(Allocator):
@@ -90,14 +55,7 @@ class PagedAllocator(Allocator):
                          prefix_caching=prefix_caching, watermark=watermark)
         self.block_size = int(block_size)
         self.prefix_caching = bool(prefix_caching)
-        self.num_blocks = self.capacity // self.block_size
-        if self.num_blocks < 2:
-            raise ValueError(f"{capacity_slots} slots hold {self.num_blocks} block(s) of {block_size}; the paged "
-                             "allocator needs at least 2 (block 0 is the reserved null block)")
-        if self.num_blocks > MAX_BLOCKS:
-            raise ValueError(f"a KV pool of {self.capacity:,} token slots is {self.num_blocks:,} blocks of {block_size}, "
-                             f"over kvsim's limit of {MAX_BLOCKS:,} blocks (its block arrays take about 80 bytes a "
-                             "block); lower --kv-tokens / --kv-gib or raise --block-size")
+        self.num_blocks = pool_size(self.capacity, self.block_size)
         self.num_usable_blocks = self.num_blocks - 1
         self.watermark_blocks = int(watermark * self.num_blocks)
         self.overhead_slots = self.block_size + self.capacity % self.block_size
@@ -194,21 +152,13 @@ class PagedAllocator(Allocator):
 
     def _cache_full_blocks(self, s: SeqBlocks) -> None:
         """Cache every block that is full by now under its hash (vLLM caches a block when the step that fills
-        it is scheduled). Runs once per block a sequence fills, so it is kept lean."""
-        i, hashes = s.num_hashed, s.hashes
+        it is scheduled); hits (prefix-cache or registered blocks) lie below ``num_hashed`` already."""
         full = s.tokens // self.block_size
-        if full > len(hashes):
-            full = len(hashes)
-        if i >= full:
-            return
-        cache, table = self._cache, s.table
-        hashed = cache.block_hash
-        while i < full:  # hits (prefix-cache or registered blocks) lie below num_hashed already
-            block = table[i]
-            if hashed[block] is None:
-                cache.insert(block, hashes[i])
-            i += 1
-        s.num_hashed = i
+        if full > len(s.hashes):
+            full = len(s.hashes)
+        if s.num_hashed < full:
+            self._cache.insert_full(s.table, s.hashes, s.num_hashed, full)
+            s.num_hashed = full
 
     def admit(
         self,
@@ -378,27 +328,12 @@ class PagedAllocator(Allocator):
         )
 
     def memory_map(self) -> np.ndarray:
-        bs = self.block_size
-        owners = np.full(self.capacity, FREE_OWNER, dtype=np.int64)
-        owners[:bs] = OVERHEAD_OWNER
-        owners[self.num_blocks * bs:] = OVERHEAD_OWNER
-        for seq_id, s in self._seqs.items():
-            for b in s.table:
-                owners[b * bs:(b + 1) * bs] = seq_id if self._ref[b] == 1 else SHARED_OWNER
-        return owners
+        return owner_map(self.capacity, self.block_size, self.num_blocks,
+                         {seq_id: s.table for seq_id, s in self._seqs.items()}, self._ref)
 
     def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
-        bs = self.block_size
-        states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
-        states[:bs] = SLOT_OVERHEAD
-        states[self.num_blocks * bs:] = SLOT_OVERHEAD
-        offsets = np.arange(bs)
-        pending = pending or {}
-        for seq_id, s in self._seqs.items():
-            slots = (np.asarray(s.table, np.int64)[:, None] * bs + offsets).ravel()
-            tokens = min(s.tokens + pending.get(seq_id, 0), s.tokens + s.res)
-            fill_states(states, slots, tokens, s.tokens + s.res)
-        return states
+        return slot_state_map(self.capacity, self.block_size, self.num_blocks,
+                              {seq_id: (s.table, s.tokens, s.res) for seq_id, s in self._seqs.items()}, pending or {})
 
     def check_invariants(self) -> None:
         audit_paged(self)

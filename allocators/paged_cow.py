@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from allocators.base import NO_COPIES, SHARED_OWNER, SLOT_TOKEN, Copy, cdiv
-from allocators.paged import PagedAllocator, SeqBlocks
+from allocators.paged import PagedAllocator
 from allocators.paged_audit import audit_paged
+from allocators.paged_seq import SeqBlocks
 
 
 class PagedCowAllocator(PagedAllocator):

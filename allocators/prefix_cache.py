@@ -5,9 +5,18 @@ hashes mean equal prefixes. Eviction is lazy: a freed block keeps its hash and c
 free queue hands it out again, and only then is `evict` called. Identical blocks are not de-duplicated
 after the fact (block tables are append-only, as in vLLM), so one hash may map to several blocks; a lookup
 takes the first cached.
+
+How the paged allocators use it: a full block is cached under its hash when it is allocated (or filled). At
+admission the hits are taken off the free queue before new blocks are popped, so a request never evicts its
+own hits, and a lookup never covers the last prompt token (its logits must be computed)::
+
+    prompt: |  block 0  |  block 1  |  block 2  |last|     hashes h0 h1 h2; 3 * 16 + 5 = 53 tokens
+    cache:  |  hit h0   |  hit h1   |  hit h2   |new |     cached_tokens = 48; one new block
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 class PrefixCache:
@@ -36,6 +45,15 @@ class PrefixCache:
             self._more.setdefault(block_hash, {})[block] = None
         else:
             self._first[block_hash] = block
+
+    def insert_full(self, table: list[int], hashes: Sequence[int], start: int, stop: int) -> None:
+        """Cache ``table[start:stop]``, full blocks hashed ``hashes[start:stop]``, except blocks that carry a hash
+        already. Runs once per block a sequence fills: lean."""
+        hashed = self.block_hash
+        for i in range(start, stop):
+            block = table[i]
+            if hashed[block] is None:
+                self.insert(block, hashes[i])
 
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""

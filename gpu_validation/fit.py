@@ -28,10 +28,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.kernel.calibration_store import SHIPPED_DIR as CALIBRATION_DIR
-
-# CALIBRATION_DIR: where kvsim ships tables, ``<gpu>/<model>.json`` (package data of ``sim``), each with its
-# measurements beside it (``.csv``).
 FORMAT = "kvsim-calibration"
 VERSION = 2
 """Version 2 adds the step-cost model's CPU and overlap terms (``seq_overhead_s``, ``prefill_token_s``,
@@ -215,12 +211,6 @@ def coefficients_from_table(table: dict) -> Coefficients:
     c = table["coefficients"]
     return Coefficients(float(c["bandwidth_frac"]), float(c["flops_frac"]), float(c["step_overhead_s"]),
                         {int(k): float(v) for k, v in c["paged_kernel_overhead"].items()})
-
-
-def shipped_tables(model: str, root: str | Path = CALIBRATION_DIR) -> list[Path]:
-    """The shipped tables of ``model``: GPU tables first (by GPU name), the CPU one last."""
-    paths = sorted(Path(root).glob(f"*/{model}.json"))
-    return [p for p in paths if p.parent.name != "cpu"] + [p for p in paths if p.parent.name == "cpu"]
 
 
 def load_calibration(path: str | Path) -> tuple[dict, pd.DataFrame]:

@@ -2,7 +2,8 @@
 
 ``kvsim calibrate`` writes to ``$KVSIM_HOME/calibration/<gpu>/<model>.json`` (``KVSIM_HOME`` defaulting to
 ``$XDG_DATA_HOME/kvsim``, else ``~/.local/share/kvsim``), never into the tables shipped inside the package
-(``sim/data/calibration``, found with `importlib.resources`): a calibration of one machine must not silently
+(``sim/data/calibration``, found with `importlib.resources`; each ``<gpu>/<model>.json`` with its
+measurements beside it as ``.csv``): a calibration of one machine must not silently
 replace the table every other user of the installation gets. ``kvsim run`` looks for a table in that order:
 ``--calibration FILE``, the user's, then the shipped one.
 
@@ -44,6 +45,13 @@ def find_calibration(gpu: str, model: str) -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def shipped_tables(model: str, root: str | Path = SHIPPED_DIR) -> list[Path]:
+    """The shipped tables of ``model``: GPU tables first (by GPU name), the CPU one last. (Here, not in
+    `gpu_validation.fit`, which reads and writes the tables but never imports `sim`.)"""
+    paths = sorted(Path(root).glob(f"*/{model}.json"))
+    return [p for p in paths if p.parent.name != "cpu"] + [p for p in paths if p.parent.name == "cpu"]
 
 
 def peaks_of(path: str | Path, gpu: GpuSpec) -> GpuSpec:

@@ -42,7 +42,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
     config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
     cached_by_index: dict[int, int] = {}
     for r in replicas:
-        cached_by_index.update(r.sched.cached_by_index)
+        cached_by_index.update(r.sched.groups.cached_by_index)
     requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index)
     requests["replica"] = fleet.replica_of
     total_blocks = replicas[0].memory.breakdown().total_blocks
@@ -59,9 +59,9 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         processed.append(tokens)
         summary = build_summary(allocator=config.allocator, requests=requests[fleet.replica_of == r.number],
                                 memory=r.rec.memory, max_running=r.rec.max_running,
-                                num_preemptions=r.sched.num_preemptions, start_s=fleet.start, end_s=end,
+                                num_preemptions=r.sched.groups.num_preemptions, start_s=fleet.start, end_s=end,
                                 wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
-                                prefill_tokens=prefill, cached_prompt_tokens=r.sched.cached_prompt_tokens,
+                                prefill_tokens=prefill, cached_prompt_tokens=r.sched.groups.cached_prompt_tokens,
                                 extra={"processed_tokens": tokens})
         del summary["wall_time_s"]
         per_replica.append({"replica": r.number, **summary})
@@ -69,10 +69,10 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
     summary = build_summary(
         allocator=config.allocator, requests=requests, memory=fleet_memory(r.rec.memory for r in replicas),
         max_running=max(r.rec.max_running for r in replicas),
-        num_preemptions=sum(r.sched.num_preemptions for r in replicas), start_s=fleet.start, end_s=end,
+        num_preemptions=sum(r.sched.groups.num_preemptions for r in replicas), start_s=fleet.start, end_s=end,
         wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
         prefill_tokens=int(steps_frame["prefill_tokens"].sum()),
-        cached_prompt_tokens=sum(r.sched.cached_prompt_tokens for r in replicas), extra=extra)
+        cached_prompt_tokens=sum(r.sched.groups.cached_prompt_tokens for r in replicas), extra=extra)
     summary.update({"replicas": len(replicas), "router": config.router,
                     "load_imbalance": load_imbalance(processed), "per_replica": per_replica})
     return SimResult(requests, steps_frame, pd.concat(memories, ignore_index=True), summary, config)

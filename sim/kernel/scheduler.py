@@ -9,56 +9,72 @@ has finished, and its prompts are prefilled in one step.
 
 The scheduler is plain synchronous Python: `plan_step` does the allocator work at the start of a step and
 returns a `StepPlan` for the cost model; `complete` applies the step's results once it has run. Decoding
-sequences are grown lazily through a `DecodeSet` (see there). Admission, preemption and sequence-group
-mechanics live in `sim.kernel.admission`; this class owns the queues and the step.
+sequences are grown lazily through a `DecodeSet` (see there). Admitting, placing, preempting and finishing
+whole groups is the job of a `GroupMechanics` (``sim.kernel.admission``) the scheduler owns as ``groups``; the
+scheduler owns the queues (``waiting`` a `WaitingQueue`), the decode set, the beams and the step.
 """
 
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass, field
+import numpy as np
 
-from allocators.base import Copy
 from sim.kernel.admission import GroupMechanics
-from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
+from sim.kernel.beam import BeamSearch
+from sim.kernel.completions import Completions
+from sim.kernel.decode_set import DecodeSet
+from sim.kernel.memory import KVMemory
+from sim.kernel.sequence_group import RUNNING, SequenceGroup
+from sim.kernel.step_plan import StepPlan
+from sim.kernel.waiting_queue import WaitingQueue
 
 
-@dataclass(slots=True)
-class StepPlan:
-    """What one step does, for the cost model and the steps table."""
+class Scheduler:
+    """Queues, the step counter and the step plan; ``groups`` admits, places, preempts and finishes groups."""
 
-    prefill_tokens: int = 0
-    decode_seqs: int = 0
-    context_tokens: int = 0
-    attention_pairs: int = 0
-    copies: int = 0  # copy-on-write copies (blocks, or slabs for contiguous allocators)
-    swap_blocks: int = 0  # swap transfers, out and in (blocks, or slabs for contiguous allocators)
-    copy_slots: int = 0  # token slots those copies move inside HBM (what the cost model charges)
-    swap_slots: int = 0  # token slots the swaps move over PCIe
-    preempted: int = 0
-    eager_appended: int = 0
-    lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder
-    can_run: bool = False
-    chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
-
-    def add_copies(self, copies: tuple[Copy, ...]) -> None:
-        """Charge the copies an allocator call returned (count and the slots they move)."""
-        if copies:
-            self.copies += len(copies)
-            self.copy_slots += sum(c.slots for c in copies)
-
-
-class Scheduler(GroupMechanics):
-    """Queues, the step counter and the step plan. See `GroupMechanics` for the constructor."""
+    def __init__(self, memory: KVMemory, sink, *, continuous: bool = True, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 2048, chunked_prefill: bool = True, preemption: str = "recompute",
+                 swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
+                 rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
+                 long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
+                 scheduling_policy: str = "fcfs") -> None:
+        self.memory = memory
+        self.continuous = continuous
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens if continuous else 1 << 62
+        self.chunked = chunked_prefill and continuous
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.threshold = 0  # the threshold in force this step (vLLM lifts it when only one request is in)
+        self.priority = scheduling_policy == "priority"
+        self.per_chunk = self.chunked and memory.per_chunk_capable
+        self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
+        self.returned = 0  # budget given back by groups preempted after being scheduled this step
+        self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
+        self.lazy = lazy
+        self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
+        self.waiting = WaitingQueue(scheduling_policy == "priority")
+        self.running: list[SequenceGroup] = []
+        self.running_seqs = 0
+        self.live: dict[int, SequenceGroup] = {}
+        self.decode = DecodeSet(lazy)
+        self.completions = Completions()
+        self.joiners: list[SequenceGroup] = []
+        self.step = 0
+        self.now = 0.0
+        self.memory_blocked = False
+        self.plan: StepPlan | None = None
+        self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
+                                     max_model_len=max_model_len,
+                                     scheduler_reserve_full_isl=scheduler_reserve_full_isl)
 
     def add(self, group: SequenceGroup, now: float) -> None:
         """A request arrives: rejected at once if it can never run, else queued."""
-        reason = self.never_runs(group)
+        reason = self.groups.never_runs(group)
         if reason is not None:
-            self.reject(group, reason, now)
+            self.groups.reject(group, reason, now)
             return
         self.live[group.index] = group
-        self.enqueue(group)
+        self.waiting.enqueue(group)
 
     @property
     def idle(self) -> bool:
@@ -98,7 +114,7 @@ class Scheduler(GroupMechanics):
         if beams.groups:
             for group in [g for g in self.running if g.beam and g.base >= 0]:
                 if group.state == RUNNING:
-                    beams.step(group, self.memory, plan, self.until_fits)
+                    beams.step(group, self.memory, plan, self.groups.until_fits)
         budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
         if self.running_seqs == self.decode.n and not beams.groups:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
@@ -107,9 +123,16 @@ class Scheduler(GroupMechanics):
             budget -= self.decode.n
         else:
             budget = self.walk_running(budget)
-        admitted = self.admit_waiting(budget) if not plan.preempted else False
+        admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
         self.finish_plan(plan, admitted)
         return plan
+
+    def chunk(self, remaining: int, budget: int) -> int:
+        """Prefill tokens a group with ``remaining`` to compute gets this step: with chunked prefill, capped by
+        the budget left and by the long-prefill threshold in force."""
+        if not self.chunked:
+            return remaining
+        return min(remaining, budget, self.threshold or remaining)
 
     def sync_decoder(self, seq_id: int) -> bool:
         """Give a due decoder slots for the tokens it computed since its last sync and this step's; False if
@@ -122,7 +145,7 @@ class Scheduler(GroupMechanics):
         memory = self.memory
         copies = memory.grow(seq_id, added)
         if copies is None:
-            copies = self.until_fits(group, lambda s=seq_id, a=added: memory.grow(s, a))
+            copies = self.groups.until_fits(group, lambda s=seq_id, a=added: memory.grow(s, a))
             if copies is None:
                 return False
         self.plan.add_copies(copies)
@@ -144,13 +167,13 @@ class Scheduler(GroupMechanics):
                 chunk = self.chunk(group.prefill_remaining, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
-                    copies = self.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow(s, c))
+                    copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow(s, c))
                     if copies is None:
                         continue
                     self.plan.copy_slots += sum(c.slots for c in copies)
                 budget -= chunk
                 self.step_tokens[group.index] = chunk
-                self.schedule_chunk(group, chunk)
+                self.groups.schedule_chunk(group, chunk)
                 continue
             if budget < group.num_seqs:
                 self.defer(group, due)
@@ -174,43 +197,7 @@ class Scheduler(GroupMechanics):
         self.deferred_seqs += len(group.seq_ids)
         group.base += 1
         group.epoch += 1
-        heapq.heappush(self.completions, (group.base + group.output - 1, group.index, group.epoch))
-
-    def admit_waiting(self, budget: int) -> bool:
-        """FCFS (or priority order), head of line. Returns whether anything was admitted; sets
-        `memory_blocked`."""
-        self.memory_blocked = bool(self.waiting)
-        if not self.continuous and self.running:
-            return False
-        admitted = False
-        while self.waiting and (budget > 0 or not self.continuous):
-            group = self.waiting[0]
-            if self.running_seqs + group.num_seqs > self.max_num_seqs:
-                self.memory_blocked = False
-                return admitted
-            if not self.chunked and self.prefill_need(group) > budget:
-                self.memory_blocked = False
-                return admitted
-            if not self.place_group(group, budget):
-                if self.running:
-                    return admitted
-                self.waiting.popleft()
-                self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
-                                   "than the whole pool has)", self.now)
-                continue
-            admitted = True
-            self.waiting.popleft()
-            chunk = self.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
-            budget -= chunk
-            if group.prefilling:
-                self.schedule_chunk(group, chunk)
-            else:
-                self.start_decode(group, from_prefill=False)
-            if self.plan.preempted:  # starting it preempted someone: memory is short, stop admitting
-                self.memory_blocked = bool(self.waiting)
-                return admitted
-        self.memory_blocked = False
-        return admitted
+        self.completions.push(group)
 
     def finish_plan(self, plan: StepPlan, admitted: bool) -> None:
         step, decode = self.step, self.decode
@@ -249,14 +236,7 @@ class Scheduler(GroupMechanics):
 
     def next_completion(self) -> int | None:
         """The earliest step index at which a running group produces its last token."""
-        heap, live = self.completions, self.live
-        while heap:
-            due, index, epoch = heap[0]
-            group = live.get(index)
-            if group is not None and group.epoch == epoch and group.state == RUNNING:
-                return due
-            heapq.heappop(heap)
-        return None
+        return self.completions.next_due(self.live)
 
     def complete(self, num_steps: int, end_s: float) -> None:
         """The planned step (or a run of ``num_steps`` decode steps) has run and ended at ``end_s``."""
@@ -268,16 +248,5 @@ class Scheduler(GroupMechanics):
                 group.first_token_s = end_s
         self.joiners = []
         self.step += num_steps
-        heap, live = self.completions, self.live
-        while heap and heap[0][0] < self.step:
-            _, index, epoch = heapq.heappop(heap)
-            group = live.get(index)
-            if group is not None and group.epoch == epoch and group.state == RUNNING:
-                self.finish(group, end_s)
-
-    def finish(self, group: SequenceGroup, end_s: float) -> None:
-        group.generated = group.output
-        self.stop_running(group, charge=False)
-        group.state = FINISHED
-        del self.live[group.index]
-        self.sink.finish(group, end_s)
+        for group in self.completions.pop_before(self.step, self.live):
+            self.groups.finish(group, end_s)

@@ -117,3 +117,23 @@ def test_no_import_circle_in_the_package():
     assert not new, f"import circles: {new}"
     gone = [sorted(c) for c in KNOWN_CYCLES - found]
     assert not gone, f"these circles are gone: delete them from KNOWN_CYCLES: {gone}"
+
+
+def test_gpu_validation_never_imports_sim():
+    """Guards the arrow of ``docs/architecture.md``: `gpu_validation` uses `allocators` (catalog, roofline) and
+    never `sim`, not even lazily (the shipped-tables lookup once pulled `sim.kernel.calibration_store` in)."""
+    graph = import_graph(modules())
+    bad = {name: sorted(t for t in targets if t.partition(".")[0] == "sim")
+           for name, targets in graph.items() if name.partition(".")[0] == "gpu_validation"}
+    bad = {name: targets for name, targets in bad.items() if targets}
+    assert not bad, f"gpu_validation imports sim: {bad}"
+
+
+def test_the_sim_rule_sees_a_lazy_import(tmp_path):
+    """Guards the rule above: a function-level ``from sim... import`` in gpu_validation is an edge."""
+    module = tmp_path / "gpu_validation" / "probe.py"
+    module.parent.mkdir()
+    module.write_text("def f():\n    from sim.kernel.calibration_store import SHIPPED_DIR\n")
+    mods = {"gpu_validation.probe": module, "sim.kernel.calibration_store": tmp_path / "c.py"}
+    (tmp_path / "c.py").write_text("")
+    assert import_graph(mods)["gpu_validation.probe"] == {"sim.kernel.calibration_store"}

@@ -76,3 +76,11 @@ def test_nobody_touches_an_allocator_counter():
     """The copies a call made come back with its result: no kernel module reads or rolls back a counter."""
     for path in KERNEL.glob("*.py"):
         assert "copied_slots" not in path.read_text(), path.name
+
+
+def test_the_scheduler_composes_rather_than_inherits():
+    """Guards the composition: the scheduler owns its parts (``groups``, ``decode``, ``beams``,
+    ``completions``) instead of being one class split across files by a mixin."""
+    tree = ast.parse((KERNEL / "scheduler.py").read_text())
+    [scheduler] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Scheduler"]
+    assert not scheduler.bases

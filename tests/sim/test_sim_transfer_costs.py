@@ -96,15 +96,15 @@ def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
     assert (first.copies, first.copy_slots) == expected
     _, t = _run_steps(sched, 4, t)  # V holds slots for 10 + 4 tokens (its 5th sampled token has none yet)
     plan = sched.plan_step(t)
-    sched.preempt(v)  # what `until_fits` does when memory runs out
+    sched.groups.preempt(v)  # what `until_fits` does when memory runs out
     assert v.state == SWAPPED
     slots, transfers = (14, 1) if contiguous else (16, 1)  # the tokens of a slab; a paged sequence's one block
     assert (plan.swap_blocks, plan.swap_slots) == (transfers, slots)
-    assert v.swapped_slots == sched.swap_used == slots
+    assert v.swapped_slots == sched.groups.swap_used == slots
     sched.complete(1, t + 0.1)
     back = sched.plan_step(t + 0.1)  # swapped back in: the same slots, the other way
     assert v.state == RUNNING and (back.swap_blocks, back.swap_slots) == (transfers, slots)
-    assert sched.swap_used == 0
+    assert sched.groups.swap_used == 0
     cost = StepCostModel(MODEL, GPU, block_size=16, paged=not contiguous)
     charged = cost.step_time(back.prefill_tokens, back.decode_seqs, back.context_tokens, back.copies,
                              back.swap_blocks, back.attention_pairs, copy_slots=back.copy_slots,

@@ -1,0 +1,44 @@
+"""When each running group produces its last token: a heap of (last step, group index, epoch).
+
+A group that stops, restarts or is deferred gets a new epoch, so its older entries go stale; they are skipped
+(and dropped) when they reach the top instead of being searched for and removed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+from sim.kernel.sequence_group import RUNNING, SequenceGroup
+
+
+class Completions:
+    """The completion heap of one scheduler."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, int, int]] = []
+
+    def push(self, group: SequenceGroup) -> None:
+        """The group, as it now runs (its ``base`` and ``epoch``), ends at step ``base + output - 1``."""
+        heapq.heappush(self.heap, (group.base + group.output - 1, group.index, group.epoch))
+
+    def next_due(self, live: dict[int, SequenceGroup]) -> int | None:
+        """The earliest step at which a running group produces its last token (stale entries dropped)."""
+        heap = self.heap
+        while heap:
+            due, index, epoch = heap[0]
+            group = live.get(index)
+            if group is not None and group.epoch == epoch and group.state == RUNNING:
+                return due
+            heapq.heappop(heap)
+        return None
+
+    def pop_before(self, step: int, live: dict[int, SequenceGroup]) -> Iterator[SequenceGroup]:
+        """The running groups whose last token came before ``step``, earliest first, each checked as it is
+        popped (finishing one may stop others); removes their entries."""
+        heap = self.heap
+        while heap and heap[0][0] < step:
+            _, index, epoch = heapq.heappop(heap)
+            group = live.get(index)
+            if group is not None and group.epoch == epoch and group.state == RUNNING:
+                yield group

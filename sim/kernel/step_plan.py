@@ -1,0 +1,33 @@
+"""What one engine step does: the figures the scheduler hands the cost model and the steps table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from allocators.base import Copy
+from sim.kernel.sequence_group import SequenceGroup
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step does, for the cost model and the steps table."""
+
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    context_tokens: int = 0
+    attention_pairs: int = 0
+    copies: int = 0  # copy-on-write copies (blocks, or slabs for contiguous allocators)
+    swap_blocks: int = 0  # swap transfers, out and in (blocks, or slabs for contiguous allocators)
+    copy_slots: int = 0  # token slots those copies move inside HBM (what the cost model charges)
+    swap_slots: int = 0  # token slots the swaps move over PCIe
+    preempted: int = 0
+    eager_appended: int = 0
+    lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder
+    can_run: bool = False
+    chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
+
+    def add_copies(self, copies: tuple[Copy, ...]) -> None:
+        """Charge the copies an allocator call returned (count and the slots they move)."""
+        if copies:
+            self.copies += len(copies)
+            self.copy_slots += sum(c.slots for c in copies)
