@@ -12,20 +12,18 @@ Reference counts count the sequences (and, in `PagedCowAllocator`, registered pr
 block ids, reference counts, the free queue and the prefix cache are the `BlockPool`'s. Only full blocks are
 ever shared here (prefix-cache hits); a fork copies every block.
 
-Hot path: `grow` touches only the sequence's record while the last block has room; block structures are
-touched when a block boundary is crossed.
+The state and its read-only side (queries, fit checks, accounting) are `PagedQueries`' (``paged_queries.py``);
+this module holds the state changes. Hot path: `grow` touches only the sequence's record while the last block
+has room; block structures are touched when a block boundary is crossed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-import numpy as np
-
-from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown, cdiv
-from allocators.block_pool import BlockPool, pool_size
+from allocators.base import NO_COPIES, Admission, Copy, cdiv
 from allocators.paged_audit import audit_paged
-from allocators.paged_maps import owner_map, slot_state_map
+from allocators.paged_queries import PagedQueries
 from allocators.paged_seq import SeqBlocks
 
 _NO_HITS = Admission()
@@ -33,113 +31,14 @@ _NO_HITS = Admission()
 a small admission."""
 
 
-class PagedAllocator(Allocator):
-    """Fixed-size blocks allocated on demand (vLLM). ``fork`` copies every block (no sharing)."""
+class PagedAllocator(PagedQueries):
+    """Fixed-size blocks allocated on demand (vLLM). ``fork`` copies every block (no sharing). The state and
+    its read-only queries are `PagedQueries`' (``paged_queries.py``); the state changes are here."""
 
     name = "paged"
     kind = "paged"
     allocates_per_chunk = True
     reports_growth = True
-
-    def __init__(
-        self,
-        capacity_slots: int,
-        *,
-        block_size: int = 16,
-        max_model_len: int = 2048,
-        placement: str = "buddy",
-        prefix_caching: bool = False,
-        watermark: float = 0.0,
-    ) -> None:
-        super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
-                         prefix_caching=prefix_caching, watermark=watermark)
-        self.block_size = int(block_size)
-        self.prefix_caching = bool(prefix_caching)
-        self.num_blocks = pool_size(self.capacity, self.block_size)
-        self.num_usable_blocks = self.num_blocks - 1
-        self.watermark_blocks = int(watermark * self.num_blocks)
-        self.overhead_slots = self.block_size + self.capacity % self.block_size
-        self._pool = pool = BlockPool(self.num_blocks)
-        self._ref, self._free, self._cache = pool.ref, pool.free, pool.cache  # the hot paths' aliases
-        self._seqs: dict[int, SeqBlocks] = {}
-        self._num_token_slots = 0
-        self._reserved = 0
-        self._shared_saved = 0
-
-    # -- queries ---------------------------------------------------------------------------------------
-    def block_table(self, seq_id: int) -> tuple[int, ...]:
-        return tuple(self._seqs[seq_id].table)
-
-    def ref_count(self, block_id: int) -> int:
-        return self._ref[block_id]
-
-    def block_hash(self, block_id: int) -> int | None:
-        return self._cache.block_hash[block_id]
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self._free.num_free
-
-    def free_block_ids(self) -> list[int]:
-        """Free blocks in eviction order (next to be handed out first)."""
-        return list(self._free)
-
-    def num_tokens(self, seq_id: int) -> int:
-        return self._seqs[seq_id].tokens
-
-    def headroom(self, seq_id: int) -> int:
-        return self._seqs[seq_id].room
-
-    def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = ()) -> bool:
-        """`admit`'s test, then the blocks ``count`` forks and everyone's first token take (`_fork_blocks`)."""
-        hits = self._lookup(block_hashes, num_tokens)
-        taken = self._admission_blocks(hits, num_tokens)
-        free = self._free.num_free
-        if taken > free - self.watermark_blocks:
-            return False
-        full_tail = num_tokens % self.block_size == 0
-        return taken + self._fork_blocks(cdiv(num_tokens, self.block_size), full_tail, count) <= free
-
-    def _admission_blocks(self, hits: list[int], num_tokens: int) -> int:
-        """Free blocks admitting ``num_tokens`` tokens with these prefix hits takes: its new blocks, plus the
-        hits that sit in the free queue (cached blocks nobody holds)."""
-        ref = self._ref
-        return cdiv(num_tokens, self.block_size) - len(hits) + sum(1 for b in hits if ref[b] == 0)
-
-    def _fork_blocks(self, table_len: int, full_tail: bool, count: int) -> int:
-        """Blocks ``count`` forks of a sequence with ``table_len`` blocks take, plus a slot for the next token
-        in each of the ``count + 1``: without copy-on-write every fork copies the whole table, and a full tail
-        needs a new block in every sequence."""
-        return count * table_len + (count + 1 if full_tail else 0)
-
-    def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
-        """Every block of the table, one transfer each (vLLM swaps block by block); pending tokens lie in
-        blocks the table holds already."""
-        blocks = len(self._seqs[seq_id].table)
-        return blocks * self.block_size, blocks
-
-    def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
-        """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""
-        limit = (num_tokens - 1) // self.block_size
-        return self._pool.lookup(block_hashes, limit) if self.prefix_caching and limit > 0 else []
-
-    def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
-        return len(self._lookup(block_hashes, num_tokens)) * self.block_size
-
-    def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
-        """An empty pool admits without the watermark (vLLM applies it only while others run), so only the
-        usable blocks bound a request: its prompt, and the slots it holds when its last token is sampled."""
-        prompt_blocks = cdiv(num_tokens, self.block_size)
-        if prompt_blocks > self.num_usable_blocks:
-            return (f"{self.name}: {num_tokens} tokens need {prompt_blocks} blocks but the pool has only "
-                    f"{self.num_usable_blocks} usable")
-        final = max(num_tokens, final_tokens)
-        need = cdiv(final, self.block_size)
-        if need > self.num_usable_blocks:
-            return (f"{self.name}: needs {need} blocks of {self.block_size} at its final length "
-                    f"{final} but the pool has only {self.num_usable_blocks} usable")
-        return None
 
     # -- state changes ---------------------------------------------------------------------------------
     def _settle_last_block(self, s: SeqBlocks) -> None:
@@ -309,31 +208,6 @@ class PagedAllocator(Allocator):
     def _pinned_only(self, table: list[int]) -> int:
         """Blocks of ``table`` that, once it is freed, are held by nothing but pins (none without pinning)."""
         return 0
-
-    # -- accounting ------------------------------------------------------------------------------------
-    def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
-        bs = self.block_size
-        used = self.num_usable_blocks - self._free.num_free
-        free = self._free.num_free * bs
-        return MemoryBreakdown(
-            capacity=self.capacity,
-            token_states=self._num_token_slots,
-            reservation=self._reserved,
-            internal_frag=used * bs - self._num_token_slots - self._reserved,
-            external_frag=self.overhead_slots + (free if waiting else 0),
-            free=0 if waiting else free,
-            used_blocks=used,
-            total_blocks=self.num_usable_blocks,
-            shared_saved=self._shared_saved,
-        )
-
-    def memory_map(self) -> np.ndarray:
-        return owner_map(self.capacity, self.block_size, self.num_blocks,
-                         {seq_id: s.table for seq_id, s in self._seqs.items()}, self._ref)
-
-    def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
-        return slot_state_map(self.capacity, self.block_size, self.num_blocks,
-                              {seq_id: (s.table, s.tokens, s.res) for seq_id, s in self._seqs.items()}, pending or {})
 
     def check_invariants(self) -> None:
         audit_paged(self)
