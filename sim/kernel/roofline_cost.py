@@ -1,0 +1,208 @@
+"""The roofline step-cost model: the per-token, per-pair and per-byte terms assembled from the catalog
+(`allocators.roofline`), one step's time, and a decode run's sums in closed form (`decode_sums`).
+
+The formula, its terms and the sources of the default coefficients are ``cost_model.py``'s docstring; that
+module is the import path the rest of kvsim uses (it re-exports `StepCostModel`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from allocators import roofline
+from allocators.catalog import GpuSpec, ModelSpec
+from sim.kernel.decode_sums import crossover, linear_sums
+
+DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
+                                 256: 1.3}
+
+
+def kernel_overhead(table: dict[int, float], block_size: int) -> float:
+    """The table's factor at ``block_size``, log-linearly interpolated between its entries (clamped)."""
+    if block_size in table:
+        return table[block_size]
+    sizes = sorted(table)
+    if block_size <= sizes[0]:
+        return table[sizes[0]]
+    if block_size >= sizes[-1]:
+        return table[sizes[-1]]
+    hi = next(s for s in sizes if s > block_size)
+    lo = max(s for s in sizes if s < block_size)
+    w = (math.log(block_size) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return table[lo] + w * (table[hi] - table[lo])
+
+
+@dataclass
+class StepCostModel:
+    """The roofline step-cost model (the default). ``sim/kernel/cost_model.py``'s docstring gives the formula and
+    the sources of the default coefficients."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    block_size: int = 16
+    paged: bool = True
+    tensor_parallel: int = 1
+    bandwidth_frac: float = 0.8
+    flops_frac: float = 0.6
+    step_overhead_s: float = 0.003
+    paged_kernel_overhead: dict[int, float] = field(default_factory=lambda: dict(DEFAULT_PAGED_KERNEL_OVERHEAD))
+    swap_copy_latency_s: float = 5e-6
+    seq_overhead_s: float = 0.0
+    prefill_token_s: float = 0.0
+    mixed_overlap: float = 1.0
+    source: str = "roofline (default coefficients)"
+    profile: str = ""
+
+    def __post_init__(self) -> None:
+        if not (0 < self.bandwidth_frac <= 1 and 0 < self.flops_frac <= 1 and self.step_overhead_s >= 0):
+            raise ValueError("cost model: bandwidth_frac and flops_frac must be in (0, 1], step_overhead_s >= 0")
+        if not (self.seq_overhead_s >= 0 and self.prefill_token_s >= 0 and 0 <= self.mixed_overlap <= 1):
+            raise ValueError("cost model: seq_overhead_s and prefill_token_s must be >= 0, mixed_overlap in [0, 1]")
+        m, tp = self.model, self.tensor_parallel
+        flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
+        bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
+        ovh = kernel_overhead(self.paged_kernel_overhead, self.block_size) if self.paged else 1.0
+        kv = roofline.kv_bytes_per_token(m)
+        # seconds per unit, per GPU
+        self._t_token_flops = roofline.token_flops(m) / tp / flops_s
+        self._t_pair_flops = roofline.pair_flops(m) / tp / flops_s
+        self._t_weights = roofline.weight_bytes(m) / tp / bytes_s
+        self._t_kv_read = kv * ovh / tp / bytes_s
+        self._t_kv_write = kv / tp / bytes_s
+        self._t_copy_slot = 2 * kv / tp / bytes_s  # read and write one token's KV in HBM
+        self._t_swap_slot = kv / tp / (self.gpu.pcie_gb_s * 1e9)  # one token's KV over PCIe
+        self._t_swap_transfer = 2 * m.num_layers * self.swap_copy_latency_s  # one copy call per layer, K and V
+
+    def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0) -> float:
+        """Seconds for copies and swaps: the bytes really moved (``copy_slots`` token slots copied inside HBM,
+        ``swap_slots`` over PCIe), plus a fixed latency per swap transfer (a block, or a whole slab)."""
+        return (copy_slots * self._t_copy_slot + swap_slots * self._t_swap_slot
+                + swap_transfers * self._t_swap_transfer)
+
+    def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
+                  swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
+                  swap_slots: int | None = None, prefill_seqs: int | None = None) -> float:
+        """Seconds for one step. ``context_tokens``: KV tokens attention reads; ``attention_pairs``: query-key
+        pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle).
+        ``prefill_seqs``: sequences the prefill tokens belong to (default: one if there are any).
+
+        ``copies`` and ``swap_blocks`` count copy-on-write copies and swap transfers; ``copy_slots`` and
+        ``swap_slots`` are the token slots they move (`StepPlan`), which is what is charged. Without them
+        every copy and transfer is taken to be one block of ``block_size`` slots (exact for paged allocators,
+        not for a contiguous slab)."""
+        tokens = prefill_tokens + decode_seqs
+        if tokens == 0 and copies == 0 and swap_blocks == 0 and not copy_slots and not swap_slots:
+            return 0.0
+        pairs = context_tokens if attention_pairs is None else attention_pairs
+        compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
+        memory = self._t_weights + context_tokens * self._t_kv_read + tokens * self._t_kv_write
+        longer, shorter = (compute, memory) if compute > memory else (memory, compute)
+        t = self.step_overhead_s + longer
+        if self.seq_overhead_s:
+            seqs = decode_seqs + ((1 if prefill_tokens else 0) if prefill_seqs is None else prefill_seqs)
+            t += seqs * self.seq_overhead_s
+        if prefill_tokens:
+            t += (1.0 - self.mixed_overlap) * shorter + prefill_tokens * self.prefill_token_s
+        if copies or swap_blocks or copy_slots or swap_slots:
+            t += self.transfer_time(copies * self.block_size if copy_slots is None else copy_slots,
+                                    swap_blocks * self.block_size if swap_slots is None else swap_slots,
+                                    swap_blocks)
+        return t
+
+    def _decode_lines(self, n: int, c0: int) -> tuple[float, float, float, float]:
+        """Compute and memory time of decode step j as (a1 + b1 j, a2 + b2 j), context c0 + n j."""
+        a1 = n * self._t_token_flops + c0 * self._t_pair_flops
+        b1 = n * self._t_pair_flops
+        a2 = self._t_weights + c0 * self._t_kv_read + n * self._t_kv_write
+        b2 = n * self._t_kv_read
+        return a1, b1, a2, b2
+
+    def _per_step(self, n: int) -> float:
+        """The fixed seconds of a decode step of ``n`` sequences: the step's own and ``n`` sequences' CPU work."""
+        return self.step_overhead_s + n * self.seq_overhead_s
+
+    def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
+        a1, b1, a2, b2 = self._decode_lines(n, c0)
+        o = self._per_step(n)
+        last = k - 1
+        if (a2 >= a1) == (a2 + b2 * last >= a1 + b1 * last):  # one line wins at both ends, so throughout
+            a, b = (a2, b2) if a2 >= a1 else (a1, b1)
+            a += o
+            sj = k * last // 2
+            return a * k + b * sj, a * sj + b * (last * k * (2 * k - 1) // 6)
+        # compute minus memory is linear in j, so one side wins on [0, m) and the other on [m, k)
+        mc, head, tail = crossover(a1, b1, a2, b2)
+        m = min(mc, k)
+        total = weighted = 0.0
+        for (a, b), (lo, hi) in ((head, (0, m)), (tail, (m, k))):
+            cnt, sj, sjj = linear_sums(lo, hi)
+            if cnt:
+                a += o
+                total += a * cnt + b * sj
+                weighted += a * sj + b * sjj
+        return total, weighted
+
+    def decode_run(self, n: int, c0: int, k: int) -> tuple[float, float]:
+        """For ``k`` decode steps of ``n`` sequences starting at context ``c0`` (growing by ``n`` a step):
+        (sum of durations, sum of j x duration_j), j = 0..k-1."""
+        if k <= 0 or n <= 0:
+            return 0.0, 0.0
+        return self._sums(n, c0, k)
+
+    def decode_prefix(self, n: int, c0: int) -> Callable[[int], float]:
+        """For decode steps of ``n`` sequences starting at context ``c0``: a function giving the seconds the
+        first ``m`` steps take (when step ``m`` starts). O(1) per call: the fast-forward asks it once per
+        sub-event to integrate memory without re-summing the run."""
+        mc, head, tail = crossover(*self._decode_lines(n, c0))
+        o = self._per_step(n)
+        ha, hb = head[0] + o, head[1] / 2
+        ta, tb = tail[0] + o, tail[1] / 2
+        at_mc = ha * mc + hb * (mc * (mc - 1))
+        s_mc = mc * (mc - 1)
+
+        def prefix(m: int) -> float:
+            if m <= mc:
+                return ha * m + hb * (m * (m - 1))
+            return at_mc + ta * (m - mc) + tb * (m * (m - 1) - s_mc)
+
+        return prefix
+
+    def steps_starting_before(self, n: int, c0: int, k_max: int, horizon: float,
+                              prefix: Callable[[int], float] | None = None) -> int:
+        """How many of the next ``k_max`` decode steps start strictly before ``horizon`` seconds from now
+        (at least 1: the first starts now).
+
+        Durations never shrink along a run (context only grows), so ``horizon`` over the last and the first
+        step's duration bracket the answer within a step or two; a short binary search settles it.
+        ``prefix``: `decode_prefix` of the same ``n`` and ``c0``, if the caller has it already."""
+        if prefix is None:
+            prefix = self.decode_prefix(n, c0)
+        if k_max <= 1 or prefix(k_max - 1) < horizon:
+            return max(k_max, 1)
+        # the largest m in [0, k_max - 2] whose start prefix(m) is before the horizon (prefix(0) = 0)
+        lo, hi = 0, k_max - 2
+        longest = prefix(k_max) - prefix(k_max - 1)
+        shortest = prefix(1)
+        if longest > 0:
+            lo = min(max(math.ceil(horizon / longest) - 1, 0), hi)
+            if prefix(lo) >= horizon:
+                lo = 0
+        if shortest > 0:
+            hi = min(max(math.ceil(horizon / shortest), lo), hi)
+            if hi < k_max - 2 and prefix(hi + 1) < horizon:
+                hi = k_max - 2  # the bracket was off (rounding): search the whole range
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if prefix(mid) < horizon:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + 1 if prefix(lo) < horizon else 1
+
+    def describe(self) -> dict:
+        return {"cost_model": self.source, "cost_profile": self.profile, "bandwidth_frac": self.bandwidth_frac,
+                "flops_frac": self.flops_frac, "step_overhead_s": self.step_overhead_s,
+                "seq_overhead_s": self.seq_overhead_s, "prefill_token_s": self.prefill_token_s,
+                "mixed_overlap": self.mixed_overlap}
