@@ -1,6 +1,7 @@
 """What a paged allocator holds and what can be read from it without changing it: the pool, the sequences'
-block tables and the running counters (built here), the contract's read-only queries, the fit checks that
-`admit`, `group_fits` and `never_fits` answer, and the memory accounting (`breakdown` and the memory maps).
+block tables and the running counters (built here), the contract's read-only queries, the fit checks
+(`group_fits`, `never_fits`, and the block counts `admit` tests), and the memory accounting (`breakdown` and
+the memory maps).
 
 `PagedAllocator` (``paged.py``) adds the state changes on top; copy-on-write (``paged_cow.py``) overrides
 `_lookup` and `_fork_blocks`, which the fit checks here call, so a hit on a registered prefix or a shared fork
