@@ -10,7 +10,6 @@ unfinished request and every bound met.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -18,7 +17,7 @@ from sim.sweep.executors import run_tasks
 from sim.sweep.grid import Grid
 from sim.sweep.hashing import config_values, kvsim_version
 from sim.sweep.point import STATUS_FAILED, STATUS_OK, PointFn, PointTask, describe_error, simulate_point
-from sim.sweep.slo import STATUS_ABOVE_MAX, SloTarget
+from sim.sweep.slo import STATUS_ABOVE_MAX, Probes, SloTarget
 
 DEFAULT_MAX_REPLICAS = 256
 
@@ -30,15 +29,8 @@ def search_replicas(point_fn: PointFn, config: Any, target: SloTarget, max_repli
     ``summary`` the fleet summary there."""
     if max_replicas < 1:
         raise ValueError(f"max_replicas must be at least 1, got {max_replicas}")
-    probes: list[tuple[int, str | None]] = []
-    summaries: dict[int, dict[str, Any]] = {}
-
-    def meets(n: int) -> bool:
-        summary = point_fn(dataclasses.replace(config, replicas=n))
-        summaries[n] = summary
-        reason = target.check(summary)
-        probes.append((n, reason))
-        return reason is None
+    probes = Probes(point_fn, config, target, "replicas")
+    meets = probes.meets
 
     low, high, error = 0, None, None  # low: the most replicas known to fail (0: none tried)
     try:
@@ -65,10 +57,10 @@ def search_replicas(point_fn: PointFn, config: Any, target: SloTarget, max_repli
         "point_id": point_id, "status": status, "error": error, **values,
         "target": target.describe(),
         "replicas": high if error is None else None,
-        "fail_reason": next((r for n, r in probes if n == low), None),
-        "simulations": len(probes),
-        "probes": [[n, reason is None] for n, reason in probes],
-        "summary": summaries.get(high, {}) if high is not None else {},
+        "fail_reason": probes.reason_at(low),
+        "simulations": len(probes.tried),
+        "probes": probes.outcomes(),
+        "summary": probes.summaries.get(high, {}) if high is not None else {},
     }
 
 

@@ -119,18 +119,38 @@ def steady_state_warning(summary: dict[str, Any], rate: float) -> str | None:
     return None
 
 
+class Probes:
+    """The simulations a search has run: one configuration field (``rate``, ``replicas``) set to each value
+    tried, the summary there, and why the target failed there (None: met). Shared by the rate and replica
+    searches, so both report their probes alike."""
+
+    def __init__(self, point_fn: PointFn, config: Any, target: SloTarget, field: str) -> None:
+        self.point_fn, self.config, self.target, self.field = point_fn, config, target, field
+        self.tried: list[tuple[float, str | None]] = []
+        self.summaries: dict[float, dict[str, Any]] = {}
+
+    def meets(self, value: float) -> bool:
+        """Simulate at ``value``; True when the target holds there."""
+        summary = self.point_fn(dataclasses.replace(self.config, **{self.field: value}))
+        self.summaries[value] = summary
+        reason = self.target.check(summary)
+        self.tried.append((value, reason))
+        return reason is None
+
+    def reason_at(self, value: float | None) -> str | None:
+        """Why the target failed at ``value`` (None when it held, or was never tried there)."""
+        return next((reason for tried, reason in self.tried if tried == value), None)
+
+    def outcomes(self) -> list[list]:
+        """``[value, met]`` for each probe, in the order run."""
+        return [[value, reason is None] for value, reason in self.tried]
+
+
 def search_rate(point_fn: PointFn, config: Any, target: SloTarget, settings: SearchSettings,
                 point_id: str = "") -> dict[str, Any]:
     """Bracket and bisect one configuration's rate; one result row (never raises for a simulation error)."""
-    probes: list[tuple[float, str | None]] = []
-    summaries: dict[float, dict[str, Any]] = {}
-
-    def meets(rate: float) -> bool:
-        summary = point_fn(dataclasses.replace(config, rate=rate))
-        summaries[rate] = summary
-        reason = target.check(summary)
-        probes.append((rate, reason))
-        return reason is None
+    probes = Probes(point_fn, config, target, "rate")
+    meets = probes.meets
 
     low: float | None = None
     high: float | None = None
@@ -169,13 +189,13 @@ def search_rate(point_fn: PointFn, config: Any, target: SloTarget, settings: Sea
         "sustained_rate": low if low is not None and status != STATUS_FAILED else math.nan,
         "rate_ok": low if low is not None else math.nan,
         "rate_fail": high if high is not None else math.nan,
-        "fail_reason": next((r for rate, r in probes if rate == high), None),
-        "simulations": len(probes),
+        "fail_reason": probes.reason_at(high),
+        "simulations": len(probes.tried),
     })
-    at_ok = summaries.get(low, {}) if low is not None else {}
+    at_ok = probes.summaries.get(low, {}) if low is not None else {}
     for key in (*target.bounds, "throughput_req_s", "throughput_tok_s", "mean_running"):
         value = at_ok.get(key)
         row[f"{key}_at_ok"] = math.nan if value is None else value
     row["warning"] = steady_state_warning(at_ok, low) if at_ok else None
-    row["probes"] = json.dumps([[rate, reason is None] for rate, reason in probes])
+    row["probes"] = json.dumps(probes.outcomes())
     return row
