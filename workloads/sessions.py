@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-
 NONE = -1
 """No session (as `workloads.workload.NONE`, which imports this module)."""
 SESSION_RULES: tuple[tuple[str, str], ...] = (
+    ("session_id", "must be >= 0"),
+    ("turn", "must be >= 0"),
     ("turn", "given without session_id"),
     ("think_time_s", "given without session_id"),
     ("think_time_s", "must be finite and >= 0"),
@@ -33,7 +34,7 @@ SESSION_RULES: tuple[tuple[str, str], ...] = (
     ("prompt_tokens", "shorter than the previous turn's prompt_tokens + output_tokens"),
 )
 """``(field, problem)`` of each session rule, in the order a row's first failing rule is reported."""
-_MISSING, _REPEAT, _SHORT = 5, 6, 7
+_MISSING, _REPEAT, _SHORT = 7, 8, 9
 
 
 def session_reasons(session: np.ndarray, turn: np.ndarray, think: np.ndarray, prompt: np.ndarray,
@@ -48,9 +49,9 @@ def session_reasons(session: np.ndarray, turn: np.ndarray, think: np.ndarray, pr
     previous = np.full(rows, -1, np.int64)
     if candidates is None:
         candidates = np.ones(rows, bool)
-    lone, given = session == NONE, ~np.isnan(think)
+    lone, given = session <= NONE, ~np.isnan(think)
     with np.errstate(invalid="ignore"):
-        masks = [lone & (turn != 0), lone & given, given & ~((think >= 0) & (think < np.inf)),
+        masks = [session < NONE, turn < 0, lone & (turn != 0), lone & given, given & ~((think >= 0) & (think < np.inf)),
                  given & (turn == 0), ~lone & (hash_counts > 0)]
     for k, mask in enumerate(masks):
         reason[candidates & (reason < 0) & mask] = k

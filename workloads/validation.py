@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 LOWER_BOUNDS = {"prompt_tokens": 1, "output_tokens": 1, "max_tokens": 1, "n": 1, "beam_width": 1,
-                "prefix_group": 0, "prefix_len": 0, "session_id": 0, "turn": 0}
+                "prefix_group": 0, "prefix_len": 0}
 """The smallest valid value of each whole-number field of a request."""
 
 BOTH_N_AND_BEAM = "use either n (parallel sampling) or beam_width, not both"

@@ -104,7 +104,7 @@ class Workload:
             raise ValueError(f"workload {self.name!r}: arrival_time_s must be finite and sorted")
         columns = {col: getattr(self, col) for col in INT_COLUMNS}
         columns["hash_counts"] = counts if len(self.hash_values) else 0
-        for col in ("max_tokens", "prefix_group", "session_id"):  # the sentinel is a missing value: NaN to the rules
+        for col in ("max_tokens", "prefix_group"):  # the sentinel is a missing value: NaN to the rules
             missing = columns[col] == NONE
             if missing.all():  # (a scalar when the column is unused, which saves a float copy of it)
                 columns[col] = np.nan

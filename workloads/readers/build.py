@@ -148,8 +148,8 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     rules.append(("prefix_hashes", "not a list of non-negative integers", hashes.bad))
     rules.append(cross["prefix_hashes"])
     session, turn, think = x.get("session_id", nan), x.get("turn", nan), x.get("think_time_s", nan)
-    rules += _integer_rules("session_id", session, None, MAX_ID, optional=True)
-    rules += _integer_rules("turn", turn, None, MAX_TOKENS, optional=True)
+    rules += _integer_rules("session_id", session, 0, MAX_ID, optional=True)
+    rules += _integer_rules("turn", turn, 0, MAX_TOKENS, optional=True)
     if "think_time_s" in raw.columns:
         rules.append(("think_time_s", "not a number", _not_numbers(raw.columns["think_time_s"], ~np.isnan(think))))
 
