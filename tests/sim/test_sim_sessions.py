@@ -54,7 +54,7 @@ def test_fast_forward_equals_step_by_step_with_sessions():
 
 def test_rejected_turn_still_releases_the_next():
     """A turn that can never run (longer than max_model_len) is rejected; its user still sends the next."""
-    w = Workload(arrival_time_s=np.zeros(3), prompt_tokens=[100, 3000, 3100], output_tokens=[50, 50, 50],
+    w = Workload(arrival_time_s=np.zeros(3), prompt_tokens=[100, 3100, 3200], output_tokens=[50, 50, 50],
                  session_id=[0, 0, 0], turn=[0, 1, 2], think_time_s=[np.nan, 1.0, 1.0])
     r = run_simulation(SimConfig(kv_tokens=20_000, max_model_len=3100), w).requests
     assert r["rejected"].tolist() == [False, True, True]
