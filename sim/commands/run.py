@@ -14,7 +14,7 @@ import sys
 import click
 
 from sim.cli import fail
-from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
+from sim.commands.options import TRACE_FORMAT_HELP, AliasOption, alias_option, catalog_option, columns_option
 from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 from sim.kernel.routers import ROUTERS
 
@@ -29,7 +29,7 @@ _DEFAULTS = SimConfig()
 def _field_option(flags: str, *names: str, **kwargs):
     """A flag for the `SimConfig` field it spells (``--block-size`` -> ``block_size``), defaulting to the
     field's own default, so the command line and the configuration cannot disagree."""
-    name = names[0] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
+    name = names[-1] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
     return click.option(flags, *names, default=getattr(_DEFAULTS, name), show_default=True, **kwargs)
 
 
@@ -96,6 +96,10 @@ def simulation_options(func):
                            "memory."),
         _field_option("--swap-space-gib", type=float,
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
+        _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
+                      help="Host memory (GiB) for a KV tier behind the prefix cache: evicted cached blocks move "
+                           "there, LRU, and host hits are loaded back over PCIe (0: no tier). vLLM's "
+                           "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
         _field_option("--watermark", type=float,
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),

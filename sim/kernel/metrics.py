@@ -16,10 +16,10 @@ from allocators.base import SHARE_NAMES, SLOT_STATES, MemoryBreakdown
 
 STEP_FLOAT = ("time_s", "duration_s")
 STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", "context_tokens", "copies",
-            "swap_blocks", "preempted", "token_states", "reservation", "internal_frag", "external_frag", "free",
+            "swap_blocks", "preempted", "gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "token_states", "reservation", "internal_frag", "external_frag", "free",
             "used_blocks", "shared_saved")
 STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-1], "total_blocks", "shared_saved", "capacity")
-_IDLE = (0, 0, 0, 0, 0, 0)  # an idle row's prefill_tokens .. preempted
+_IDLE = (0,) * 9  # an idle row's prefill_tokens .. reload_blocks
 MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved")
 
 
@@ -108,7 +108,8 @@ class Recorder:
         if running > self.max_running:
             self.max_running = running
         work = _IDLE if plan is None else (plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
-                                           plan.copies, plan.swap_blocks, plan.preempted)
+                                           plan.copies, plan.swap_blocks, plan.preempted, plan.gpu_hit_tokens,
+                                           plan.host_hit_tokens, plan.reload_blocks)
         self.ints.extend((num_steps, running, waiting, *work, b.token_states + lag, b.reservation - lag,
                           b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved))
 
