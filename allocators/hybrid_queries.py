@@ -11,10 +11,20 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from allocators.base import (FREE_OWNER, OVERHEAD_OWNER, SHARED_OWNER, SLOT_FREE, SLOT_OVERHEAD, Allocator,
-                             GroupShare, MemoryBreakdown, cdiv, fill_states)
+from allocators.base import (
+    FREE_OWNER,
+    OVERHEAD_OWNER,
+    SHARED_OWNER,
+    SLOT_FREE,
+    SLOT_OVERHEAD,
+    Allocator,
+    GroupShare,
+    MemoryBreakdown,
+    cdiv,
+    fill_states,
+)
 from allocators.block_pool import BlockPool, pool_size
-from allocators.kv_cache_groups import group_slots, skipped_blocks, split_kv_groups
+from allocators.kv_cache_groups import group_slots, split_kv_groups
 
 
 class HybridSeq:

@@ -27,7 +27,8 @@ class KVMemory:
     """An allocator plus the sequence ids of the groups placed in it."""
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
-                 "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom")
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom",
+                 "grow_chunk", "slots_per_token", "group_names")
 
     def __init__(self, alloc: Allocator) -> None:
         self._alloc = alloc
@@ -40,11 +41,14 @@ class KVMemory:
         self.shares_prefixes = alloc.shares_prefixes
         self.reports_growth = alloc.reports_growth
         self.per_chunk_capable = alloc.allocates_per_chunk
+        self.slots_per_token = alloc.slots_per_token
+        self.group_names = alloc.group_names
         # The per-block calls of the decode path are the allocator's own methods, bound once: a wrapper call
         # would cost as much as they do. `grow_due` only where ``reports_growth``.
         self.grow = alloc.grow
         self.grow_due = alloc.grow_due
         self.headroom = alloc.headroom
+        self.grow_chunk = alloc.grow_chunk
 
     # -- questions -----------------------------------------------------------------------------------------
     def never_fits(self, group: SequenceGroup) -> str | None:

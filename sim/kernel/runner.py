@@ -55,15 +55,17 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     if config.debug_invariants:
         memory.check_invariants()
     requests = requests_frame(workload, recorder, source.arrival_s, sched.groups.cached_by_index)
-    total_blocks = memory.breakdown().total_blocks
-    steps = recorder.steps_frame(cap.kv_tokens, total_blocks)
+    pool = memory.breakdown()
+    total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
+    steps = recorder.steps_frame(capacity, total_blocks)
     extra = summary_extra(config, workload, model, gpu, cap.source, cost) | {"memory_snapshots": count}
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.groups.num_preemptions,
-                            start_s=start, end_s=end, wall_time_s=0.0, capacity=cap.kv_tokens,
+                            start_s=start, end_s=end, wall_time_s=0.0, capacity=capacity,
                             total_blocks=total_blocks,
                             prefill_tokens=int(steps["prefill_tokens"].sum()),
-                            cached_prompt_tokens=sched.groups.cached_prompt_tokens, extra=extra)
+                            cached_prompt_tokens=sched.groups.cached_prompt_tokens, extra=extra,
+                            kv_tokens=cap.kv_tokens)
     summary["wall_time_s"] = time.perf_counter() - wall_start
     return SimResult(requests, steps, recorder.memory_frame(), summary, config)
 
