@@ -70,10 +70,12 @@ class KVMemory:
     def check_invariants(self) -> None:
         self._alloc.check_invariants()
 
-    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
-        """The memory map: every slot's owner, the request of each sequence, every slot's state."""
+    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]:
+        """The memory map: every slot's owner, the request of each sequence, every slot's state, and (a hybrid
+        pool) every slot's attention group (index into ``group_names``, -1 for free and overhead)."""
         request_of_seq = {seq: group.request_id for seq, group in self.owner.items()}
-        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending)
+        groups = self._alloc.slot_groups() if self.group_names else None
+        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending), groups
 
     # -- sequences -----------------------------------------------------------------------------------------
     def new_seq(self, group: SequenceGroup) -> int:

@@ -97,7 +97,7 @@ class Recorder:
         self.ints = array("q")  # the same for STEP_INT (one extend a row instead of a call per column)
         self.memory = MemoryIntegral()
         self.max_running = 0
-        self.snapshots: list[tuple[float, np.ndarray, dict[int, int], np.ndarray]] = []
+        self.snapshots: list[tuple[float, np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]] = []
         self.on_done = None  # closed-loop arrivals hook: called with the time a request left
         self.group_names: tuple[str, ...] = ()
         self.group_ints = array("q")  # a hybrid pool's per-group step columns, row-major like ``ints``
@@ -146,8 +146,8 @@ class Recorder:
                           b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved))
 
     def snapshot(self, time_s: float, owners: np.ndarray, request_of_seq: dict[int, int],
-                 states: np.ndarray) -> None:
-        self.snapshots.append((time_s, owners, request_of_seq, states))
+                 states: np.ndarray, groups: np.ndarray | None = None) -> None:
+        self.snapshots.append((time_s, owners, request_of_seq, states, groups))
 
     def steps_frame(self, capacity: int, total_blocks: int):
         import pandas as pd
@@ -169,20 +169,24 @@ class Recorder:
     def memory_frame(self):
         """One row per slot per snapshot: ``time_s, slot, owner`` (seq id, or -1 free, -2 overhead, -3
         shared), ``request_id`` (the owning request, -1 when the slot has no single owner) and ``state``
-        (`SLOT_STATES`: token, reserved, internal_frag, overhead or free)."""
+        (`SLOT_STATES`: token, reserved, internal_frag, overhead or free); a hybrid pool adds ``group``, the
+        attention group whose block holds the slot (empty for free and overhead slots)."""
         import pandas as pd
 
         frames = []
-        for time_s, owners, request_of_seq, states in self.snapshots:
+        for time_s, owners, request_of_seq, states, groups in self.snapshots:
             uniq, inverse = np.unique(owners, return_inverse=True)
             requests = np.array([request_of_seq.get(int(o), -1) for o in uniq], np.int64)
-            frames.append(pd.DataFrame({
+            frame = pd.DataFrame({
                 "time_s": np.full(len(owners), time_s),
                 "slot": np.arange(len(owners), dtype=np.int64),
                 "owner": owners.astype(np.int64),
                 "request_id": requests[inverse] if len(owners) else np.zeros(0, np.int64),
                 "state": pd.Categorical.from_codes(states, SLOT_STATES),
-            }))
+            })
+            if groups is not None:
+                frame["group"] = pd.Categorical.from_codes(groups, self.group_names)
+            frames.append(frame)
         if not frames:
             return pd.DataFrame({"time_s": [], "slot": [], "owner": [], "request_id": [],
                                  "state": pd.Categorical([], SLOT_STATES)})

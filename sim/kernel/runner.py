@@ -47,7 +47,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     source = ArrivalSource.for_memory(workload, memory, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
-    count = snapshot_count(config, cap.kv_tokens)
+    count = snapshot_count(config, memory.breakdown().capacity)  # slots: a hybrid pool counts group slots
     snaps = tuple(start + span * (i + 1) / (count + 1) for i in range(count))
     engine = Engine(sched, cost, source, recorder, start_s=start, snapshot_times=snaps,
                     check_every=config.debug_invariants, progress=progress)

@@ -122,3 +122,20 @@ def test_windows_run_more_requests_at_once_than_full_attention(hybrid_model):
     assert hybrid["mean_running"] > 1.5 * full["mean_running"]
     assert hybrid["max_running"] > full["max_running"]
     assert hybrid["throughput_tok_s"] > full["throughput_tok_s"]
+
+
+def test_memory_map_shows_the_groups(hybrid_model):
+    """The memory table of a hybrid pool says which attention group holds each slot, and the memory-map plot
+    outlines each group and gives its share of the slots."""
+    from sim.plots.memory_map import plot_memory_map
+
+    cfg = SimConfig(model=hybrid_model, gpu="h100-80gb", kv_tokens=12_000, memory_snapshots=3)
+    memory = run_simulation(cfg, long_prompts(count=6)).memory
+    assert list(memory["group"].cat.categories) == ["local", "global"]
+    held = memory["owner"] >= 0
+    assert held.any() and memory.loc[held, "group"].notna().all() and memory.loc[~held & (memory["owner"] != -3), "group"].isna().all()
+    fig = plot_memory_map(memory)
+    text = fig.axes[0].get_title(loc="left")
+    assert "KV groups: local" in text and "global" in text
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "local layers' blocks" in labels and "global layers' blocks" in labels
