@@ -64,9 +64,9 @@ class HybridPagedAllocator(HybridQueries):
         bs, pool, ref = self.block_size, self._pool, self._ref
         num_hit = len(hits[0]) if hits else 0
         length = cdiv(num_tokens, bs)
-        tables = []
-        for g, group_hits in enumerate(hits or [[] for _ in self.groups]):
-            for b in group_hits:  # touch the hits first so that popping new blocks cannot evict them
+        hits = hits or [[] for _ in self.groups]
+        for g, group_hits in enumerate(hits):  # every group's hits first, so that popping cannot evict them
+            for b in group_hits:
                 if b == 0:
                     continue
                 if ref[b] > 0:
@@ -75,6 +75,8 @@ class HybridPagedAllocator(HybridQueries):
                     self._tok[g] += bs
                     self._used[g] += 1
                     self._group_of[b] = g
+        tables = []
+        for g, group_hits in enumerate(hits):
             tables.append(list(group_hits) + self._pop(g, length - num_hit))
             self._tok[g] += num_tokens - num_hit * bs
         s = HybridSeq(tables, num_tokens, final_tokens, tuple(block_hashes) if self.prefix_caching else ())
