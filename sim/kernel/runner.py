@@ -26,6 +26,7 @@ from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is wher
     resolve_capacity,
     snapshot_count,
     summary_extra,
+    tier_summary,
 )
 from sim.kernel.summary import build_summary
 
@@ -54,7 +55,8 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     end = engine.run() if len(workload) else start
     if config.debug_invariants:
         memory.check_invariants()
-    requests = requests_frame(workload, recorder, source.arrival_s, sched.groups.cached_by_index)
+    requests = requests_frame(workload, recorder, source.arrival_s, sched.groups.cached_by_index,
+                              sched.groups.host_by_index)
     pool = memory.breakdown()
     total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
     steps = recorder.steps_frame(capacity, total_blocks)
@@ -64,8 +66,8 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
                             start_s=start, end_s=end, wall_time_s=0.0, capacity=capacity,
                             total_blocks=total_blocks,
                             prefill_tokens=int(steps["prefill_tokens"].sum()),
-                            cached_prompt_tokens=sched.groups.cached_prompt_tokens, extra=extra,
-                            kv_tokens=cap.kv_tokens)
+                            cached_prompt_tokens=sched.groups.cached_prompt_tokens,
+                            tier=tier_summary([(memory, sched.groups)]), extra=extra, kv_tokens=cap.kv_tokens)
     summary["wall_time_s"] = time.perf_counter() - wall_start
     return SimResult(requests, steps, recorder.memory_frame(), summary, config)
 
