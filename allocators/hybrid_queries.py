@@ -210,28 +210,27 @@ class HybridQueries(Allocator):
         return tuple(GroupShare(name, k, tok, res * k, used * bs - tok - res * k, used)
                      for name, k, tok, used, _ in parts)
 
-    def _live_tables(self) -> dict[int, list[list[int]]]:
-        return {seq_id: [t[k:] for t, k in zip(s.tables, s.skipped, strict=True)] for seq_id, s in self._seqs.items()}
+    def _per_slot(self, per_block: np.ndarray, outside: int) -> np.ndarray:
+        """A value per block spread over its slots; ``outside`` for the slots no block covers."""
+        out = np.full(self.capacity, outside, dtype=per_block.dtype)
+        out[:self.num_blocks * self.block_size] = np.repeat(per_block, self.block_size)
+        return out
 
     def memory_map(self) -> np.ndarray:
-        bs = self.block_size
-        owners = np.full(self.capacity, FREE_OWNER, dtype=np.int64)
-        owners[:bs] = OVERHEAD_OWNER
-        owners[self.num_blocks * bs:] = OVERHEAD_OWNER
-        for seq_id, tables in self._live_tables().items():
-            for table in tables:
-                for b in table:
-                    owners[b * bs:(b + 1) * bs] = seq_id if self._ref[b] == 1 else SHARED_OWNER
-        return owners
+        owner = np.full(self.num_blocks, FREE_OWNER, dtype=np.int64)
+        owner[0] = OVERHEAD_OWNER
+        for seq_id, s in self._seqs.items():
+            for table, k in zip(s.tables, s.skipped, strict=True):
+                owner[table[k:]] = seq_id
+        owner[np.asarray(self._ref) > 1] = SHARED_OWNER
+        return self._per_slot(owner, OVERHEAD_OWNER)
 
     def slot_groups(self) -> np.ndarray:
         """The attention group (index into ``group_names``) of every slot's block; -1 for free and overhead."""
-        groups = np.full(self.capacity, -1, dtype=np.int8)
-        bs = self.block_size
-        for b in range(1, self.num_blocks):
-            if self._ref[b]:
-                groups[b * bs:(b + 1) * bs] = self._attention_of[self._group_of[b]]
-        return groups
+        attention = np.asarray([*self._attention_of, -1], dtype=np.int8)  # a group of -1 reads the -1 at the end
+        group = attention[np.asarray(self._group_of)]
+        group[np.asarray(self._ref) == 0] = -1
+        return self._per_slot(group, -1)
 
     def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
         bs, pending = self.block_size, pending or {}
