@@ -100,7 +100,8 @@ def simulation_options(func):
         _field_option("--swap-space-gib", type=float,
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
         _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
-                      help="Host memory (GiB) for a KV tier behind the prefix cache: evicted cached blocks move "
+                      help="Host memory (GiB, for the whole replica) for a KV tier behind the prefix cache: "
+                           "evicted cached blocks move "
                            "there, LRU, and host hits are loaded back over PCIe (0: no tier). vLLM's "
                            "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
         _field_option("--watermark", type=float,
