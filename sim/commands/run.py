@@ -60,6 +60,9 @@ def simulation_options(func):
         _field_option("--gpu-memory-utilization", type=float,
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
                            "memory unless --kv-gib or --kv-tokens is given."),
+        click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
+                     help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
+                          "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
         click.option("--enforce-eager", is_flag=True,
                      help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,
