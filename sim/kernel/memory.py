@@ -121,7 +121,7 @@ class KVMemory:
         tokens = group.prompt + (0 if multi else group.generated)
         admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
                                 block_hashes=group.hashes)
-        copies: tuple[Copy, ...] = NO_COPIES
+        copies: tuple[Copy, ...] = NO_COPIES if admission is None else admission.copies  # pages it mapped
         ok = admission is not None
         if ok and multi:
             for _ in range(group.num_seqs - 1):
