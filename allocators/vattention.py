@@ -76,6 +76,16 @@ def page_geometry(kv_bytes_per_token: int, num_layers: int, page_size_kib: int, 
     return page_tokens, kv_tokens * kv_bytes_per_token // per_page_set
 
 
+def page_options(allocator: type, model, page_size_kib: int, kv_tokens: int, tensor_parallel: int = 1) -> dict:
+    """The constructor options (``page_tokens``, ``num_pages``) that give a vattention allocator the page
+    geometry of ``model`` (a catalog `ModelSpec`); none for other allocators."""
+    if not issubclass(allocator, VAttentionAllocator):
+        return {}
+    page_tokens, num_pages = page_geometry(model.kv_bytes_per_token, model.num_layers, page_size_kib, kv_tokens,
+                                           tensor_parallel)
+    return {"page_tokens": page_tokens, "num_pages": num_pages}
+
+
 class _Mapped:
     """One request: its mapped page sets in virtual order, tokens, final length, and the last page's room
     (slots writable without mapping) and reservation (slots it will still fill)."""

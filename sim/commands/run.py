@@ -166,7 +166,7 @@ def warn_rejections(summary: dict) -> None:
 
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
-              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
+              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow or vattention.")
 @simulation_options
 def run_command(allocator: str, **opts) -> None:
     """Simulate one allocator on a trace, a preset or the default preset.

@@ -12,7 +12,7 @@ import numpy as np
 from allocators import allocator_class, make_allocator
 from allocators.capacity import KVCapacity, kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
-from allocators.vattention import VAttentionAllocator, page_geometry
+from allocators.vattention import page_options
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -82,16 +82,6 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
     }
 
 
-def page_options(config: SimConfig, model, kv_tokens: int) -> dict:
-    """The vattention allocator's page geometry for this model, page size and pool (`page_geometry`); no
-    options for the others."""
-    if not issubclass(allocator_class(config.allocator), VAttentionAllocator):
-        return {}
-    page_tokens, num_pages = page_geometry(model.kv_bytes_per_token, model.num_layers, config.page_size_kib,
-                                           kv_tokens, config.tensor_parallel)
-    return {"page_tokens": page_tokens, "num_pages": num_pages}
-
-
 def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recorder,
                   cost: StepCostModel | None = None):
     """One serving replica: its KV memory (the allocator behind `KVMemory`), cost model and scheduler (a fleet
@@ -101,7 +91,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     alloc = make_allocator(config.allocator, kv_tokens, block_size=config.block_size,
                            max_model_len=max_model_len, placement=config.placement,
                            prefix_caching=config.prefix_caching, watermark=config.watermark,
-                           **page_options(config, model, kv_tokens))
+                           **page_options(allocator_class(config.allocator), model, config.page_size_kib,
+                                          kv_tokens, config.tensor_parallel))
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
     memory = KVMemory(alloc)

@@ -117,3 +117,18 @@ def test_fast_forward_equals_step_by_step(page_size_kib):
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
     for key in ("preemptions", "sim_time_s", "mean_running", "internal_frag_frac", "reservation_frac"):
         assert fast.summary[key] == pytest.approx(slow.summary[key], rel=1e-9), key
+
+
+def test_capacity_counts_requests_in_page_sets():
+    """`kvsim capacity`: an H100-80GB's 457,597 Llama-3-8B slots are 446 page sets of 1,024 tokens at 2 MB; a
+    1,500-token request maps 2 of them and leaves 548 slots of the second empty."""
+    from sim.commands.capacity import capacity_report
+
+    r = capacity_report(model="llama-3-8b", gpu="h100-80gb", kv_gib=None, kv_tokens=None, tensor_parallel=1,
+                        gpu_memory_utilization=0.9, allocator="vattention", block_size=16, placement="buddy",
+                        prompt_len=1500, output_len=0, max_model_len=None)
+    slots = r["kv_capacity_tokens"]
+    assert (r["page_tokens"], r["kv_capacity_pages"]) == (1024, slots * 131_072 // (2 * 1024 * 1024 * 64)) == (
+        1024, 446)
+    assert r["max_concurrent_requests"] == 446 // 2
+    assert r["breakdown"]["internal_frag"] == pytest.approx(223 * 548 / slots)
