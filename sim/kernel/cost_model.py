@@ -37,6 +37,11 @@ sources:
   20 us per call is an estimate of those two driver calls on a 2 MB page, not a figure read from the paper
   (its per-API latency table was not at hand); the paper hides most of it by mapping in a background thread
   during the step, which kvsim does not model, so the charge is an upper bound. One value for every page size.
+- Host-tier loads (``--cpu-offload-gib``): a host hit is a swap-in of its blocks, charged the same way (its
+  bytes at the catalog GPU's ``pcie_gb_s``, host-to-device over PCIe, plus ``swap_copy_latency_s`` per
+  block, layer and K/V): vLLM's offloading connector loads with the same per-block ``cudaMemcpyAsync``
+  copies. Offloads (device to host) are not charged: they run asynchronously beside compute in vLLM's
+  connector, and nothing waits on them.
 
 Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).
 
