@@ -54,6 +54,7 @@ class SimConfig:
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
+    disable_hybrid_kv_cache_manager: bool = False
     block_size: int = 16
     page_size_kib: int = 2048
     placement: str = "buddy"
