@@ -68,6 +68,9 @@ def simulation_options(func):
                      help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
+        _field_option("--page-size-kib", type=int,
+                      help="Physical page size of the vattention allocator, KiB per layer per K/V tensor (2048: "
+                           "the CUDA driver's 2 MB pages; 64-256: vAttention's driver extension)."),
         _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
         click.option("--rate", type=float,
@@ -173,7 +176,7 @@ def warn_rejections(summary: dict) -> None:
 
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
-              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
+              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow or vattention.")
 @simulation_options
 def run_command(allocator: str, **opts) -> None:
     """Simulate one allocator on a trace, a preset or the default preset.

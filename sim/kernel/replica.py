@@ -15,6 +15,7 @@ from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, needs_hybrid
+from allocators.vattention import page_options
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -103,7 +104,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                    prefix_caching=config.prefix_caching, watermark=config.watermark)
     groups = hybrid_kv_groups(config, model)
     alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, **options) if groups
-             else make_allocator(config.allocator, kv_tokens, **options))
+             else make_allocator(config.allocator, kv_tokens, **options,
+                                 **page_options(allocator_class(config.allocator), model, config.page_size_kib,
+                                                kv_tokens, config.tensor_parallel)))
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
     if groups:  # the host pool counts group slots too
