@@ -14,7 +14,13 @@ import sys
 import click
 
 from sim.cli import fail
-from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
+from sim.commands.options import (
+    TRACE_FORMAT_HELP,
+    alias_option,
+    catalog_option,
+    columns_option,
+    kv_cache_dtype_option,
+)
 from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 from sim.kernel.routers import ROUTERS
 
@@ -59,6 +65,7 @@ def simulation_options(func):
         _field_option("--gpu-memory-utilization", type=float,
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
                            "memory unless --kv-gib or --kv-tokens is given."),
+        kv_cache_dtype_option,
         click.option("--enforce-eager", is_flag=True,
                      help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,

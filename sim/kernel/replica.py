@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from allocators import allocator_class, make_allocator
-from allocators.capacity import KVCapacity, kv_capacity
+from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
 from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
@@ -66,7 +66,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
-                       kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager)
+                       kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager,
+                       kv_cache_dtype=config.kv_cache_dtype)
 
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
@@ -91,7 +92,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                            max_model_len=max_model_len, placement=config.placement,
                            prefix_caching=config.prefix_caching, watermark=config.watermark)
     cost = cost or make_cost_model(config, model, gpu)
-    swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
+    swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel
+                     // pool_bytes_per_token(model, config.tensor_parallel))
     memory = KVMemory(alloc)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
