@@ -68,6 +68,9 @@ def simulation_options(func):
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
                            "memory unless --kv-gib or --kv-tokens is given."),
         kv_cache_dtype_option,
+        click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
+                     help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
+                          "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
         click.option("--enforce-eager", is_flag=True,
                      help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,
@@ -105,7 +108,8 @@ def simulation_options(func):
         _field_option("--swap-space-gib", type=float,
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
         _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
-                      help="Host memory (GiB) for a KV tier behind the prefix cache: evicted cached blocks move "
+                      help="Host memory (GiB, for the whole replica) for a KV tier behind the prefix cache: "
+                           "evicted cached blocks move "
                            "there, LRU, and host hits are loaded back over PCIe (0: no tier). vLLM's "
                            "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
         _field_option("--watermark", type=float,

@@ -56,6 +56,7 @@ class SimConfig:
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
     kv_cache_dtype: str = "auto"
+    disable_hybrid_kv_cache_manager: bool = False
     block_size: int = 16
     placement: str = "buddy"
     max_model_len: int | None = None

@@ -35,7 +35,7 @@ class KVMemory:
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
                  "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom",
-                 "host_tier")
+                 "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
         """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
@@ -51,11 +51,14 @@ class KVMemory:
         self.shares_prefixes = alloc.shares_prefixes
         self.reports_growth = alloc.reports_growth
         self.per_chunk_capable = alloc.allocates_per_chunk
+        self.slots_per_token = alloc.slots_per_token
+        self.group_names = alloc.group_names
         # The per-block calls of the decode path are the allocator's own methods, bound once: a wrapper call
         # would cost as much as they do. `grow_due` only where ``reports_growth``.
         self.grow = alloc.grow
         self.grow_due = alloc.grow_due
         self.headroom = alloc.headroom
+        self.grow_chunk = alloc.grow_chunk
 
     # -- questions -----------------------------------------------------------------------------------------
     def never_fits(self, group: SequenceGroup) -> str | None:
@@ -86,10 +89,12 @@ class KVMemory:
     def check_invariants(self) -> None:
         self._alloc.check_invariants()
 
-    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
-        """The memory map: every slot's owner, the request of each sequence, every slot's state."""
+    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]:
+        """The memory map: every slot's owner, the request of each sequence, every slot's state, and (a hybrid
+        pool) every slot's attention group (index into ``group_names``, -1 for free and overhead)."""
         request_of_seq = {seq: group.request_id for seq, group in self.owner.items()}
-        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending)
+        groups = self._alloc.slot_groups() if self.group_names else None
+        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending), groups
 
     # -- sequences -----------------------------------------------------------------------------------------
     def new_seq(self, group: SequenceGroup) -> int:

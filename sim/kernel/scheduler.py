@@ -167,7 +167,7 @@ class Scheduler:
                 chunk = self.chunk(group.prefill_remaining, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
-                    copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow(s, c))
+                    copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow_chunk(s, c))
                     if copies is None:
                         continue
                     self.plan.copy_slots += sum(c.slots for c in copies)

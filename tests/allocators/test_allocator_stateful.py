@@ -12,6 +12,7 @@ capacity, every host block held once).
 """
 
 import copy
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -20,11 +21,23 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from allocators import ALLOCATORS, make_allocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
+from allocators.hybrid import HybridPagedAllocator
 from allocators.placement import PLACEMENTS
 
 SETTINGS = settings(max_examples=12, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 BLOCK = 4
+
+
+@dataclass(frozen=True)
+class KVGroupFixture:
+    """The fields of the catalog's `KVGroup` the hybrid allocator reads."""
+
+    name: str
+    attention: str
+    layers: int
+    window: int | None
+    bytes_per_token: int
 
 
 def chained_hashes(group: int, num_blocks: int) -> list[int]:
@@ -186,6 +199,46 @@ for _name, _options in CONFIGS:
 def test_every_allocator_is_exercised():
     covered = {name for name, _ in CONFIGS}
     assert covered == set(ALLOCATORS)
+
+
+class HybridMachine(AllocatorMachine):
+    """The hybrid paged allocator (one pool, a block table per KV cache group, sliding windows freeing what
+    fell out of them) under the same rules, plus prefill chunks (`grow_chunk`), whose windows free later."""
+
+    kv_groups: tuple = ()
+
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=40 * BLOCK + 3))
+    def build(self, capacity):
+        self.alloc = HybridPagedAllocator(capacity, block_size=BLOCK, max_model_len=64, kv_groups=self.kv_groups,
+                                          **self.options)
+        self.tokens: dict[int, int] = {}
+        self.prefixes: list[list[int]] = []
+        self.next_id = 0
+
+    def held(self, seq):
+        return sum(self.alloc.live_blocks(seq)) * BLOCK
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), n=st.integers(1, 20))
+    def grow_chunk(self, data, n):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        before = self.snapshot()
+        if self.alloc.grow_chunk(seq, n) is None:
+            assert self.snapshot() == before
+        else:
+            self.tokens[seq] += n
+
+
+HYBRID_LAYOUTS = {  # KVGroup-like fixtures: window 8 and 6 (a multiple of the block and not), pure sliding
+    "gemma_like": (KVGroupFixture("local", "sliding_window", 2, 8, 200), KVGroupFixture("global", "full", 1, None, 100)),
+    "odd_window": (KVGroupFixture("sw", "sliding_window", 1, 6, 100), KVGroupFixture("full", "full", 1, None, 100)),
+    "mistral_like": (KVGroupFixture("sliding", "sliding_window", 2, 8, 200),),
+}
+for _layout, _groups in HYBRID_LAYOUTS.items():
+    for _pc in (False, True):
+        _machine = type(f"Machine_hybrid_{_layout}_{_pc}", (HybridMachine,),
+                        {"kv_groups": _groups, "options": {"prefix_caching": _pc}})
+        globals()[f"Test_hybrid_{_layout}_{_pc}"] = SETTINGS(_machine).TestCase
 
 
 class HostTierMachine(AllocatorMachine):
