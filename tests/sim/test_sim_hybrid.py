@@ -79,7 +79,7 @@ def test_memory_is_reported_per_group_and_in_total(hybrid_model):
     assert (parts == steps["capacity"]).all()
     for key in ("token_states_frac", "reservation_frac", "internal_frag_frac"):
         assert sum(g[key] for g in s["kv_groups"].values()) == pytest.approx(s[key], rel=1e-9)
-    # the global group grows with every token, the local groups hold about a window each
+    # the full group grows with every token, the sliding-window groups hold about a window each
     assert steps["full_used_blocks"].max() * 3 > steps["sliding_window_used_blocks"].max()
 
 
