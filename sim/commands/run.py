@@ -260,7 +260,9 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
     first = summaries[0]
     click.echo(f"workload: {first['workload']} ({first['requests']} requests) - {first['workload_source']}")
     click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
-               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}")
+               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
+               + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"
+                         for s in summaries if s.get("page_tokens")))
     click.echo(format_comparison(summaries, COMPARE_KEYS))
 
 

@@ -74,7 +74,9 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
-    """The summary keys that describe the run rather than measure it."""
+    """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
+    None unless the allocator maps pages)."""
+    pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     return {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
@@ -82,6 +84,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "model": model.name, "gpu": gpu.name,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
+        "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
     }
 
 
