@@ -30,6 +30,15 @@ class Copy(NamedTuple):
     slots: int
 
 
+class PageMap(NamedTuple):
+    """``pages`` page sets that a call mapped into a sequence's virtual range (vAttention: one driver map call
+    per page per layer per K/V tensor), returned beside any `Copy` so the cost model charges the mapping.
+    It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
+
+    pages: int
+    slots: int = 0
+
+
 NO_COPIES: tuple[Copy, ...] = ()
 """The result of a `grow` or `fork` that copied nothing (the per-token hot path returns this shared constant)."""
 

@@ -75,6 +75,9 @@ def simulation_options(func):
                      help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
+        _field_option("--page-size-kib", type=int,
+                      help="Physical page size of the vattention allocator, KiB per layer per K/V tensor (2048: "
+                           "the CUDA driver's 2 MB pages; 64-256: vAttention's driver extension)."),
         _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
         click.option("--rate", type=float,
@@ -180,7 +183,7 @@ def warn_rejections(summary: dict) -> None:
 
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
-              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
+              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow or vattention.")
 @simulation_options
 def run_command(allocator: str, **opts) -> None:
     """Simulate one allocator on a trace, a preset or the default preset.
@@ -265,7 +268,9 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
     first = summaries[0]
     click.echo(f"workload: {first['workload']} ({first['requests']} requests) - {first['workload_source']}")
     click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
-               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}")
+               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
+               + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"
+                         for s in summaries if s.get("page_tokens")))
     click.echo(format_comparison(summaries, COMPARE_KEYS))
 
 

@@ -153,7 +153,7 @@ class KVMemory:
         finally:
             if swapped:
                 alloc.host_tier = self.host_tier
-        copies: tuple[Copy, ...] = NO_COPIES
+        copies: tuple[Copy, ...] = NO_COPIES if admission is None else admission.copies  # pages it mapped
         ok = admission is not None
         if ok and multi:
             for _ in range(group.num_seqs - 1):

@@ -15,6 +15,7 @@ from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, needs_hybrid
+from allocators.vattention import page_options
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -74,7 +75,9 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
-    """The summary keys that describe the run rather than measure it."""
+    """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
+    None unless the allocator maps pages)."""
+    pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     return {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
@@ -82,6 +85,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "model": model.name, "gpu": gpu.name,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
+        "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
     }
 
 
@@ -104,7 +108,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                    prefix_caching=config.prefix_caching, watermark=config.watermark)
     groups = hybrid_kv_groups(config, model)
     alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, **options) if groups
-             else make_allocator(config.allocator, kv_tokens, **options))
+             else make_allocator(config.allocator, kv_tokens, **options,
+                                 **page_options(allocator_class(config.allocator), model, config.page_size_kib,
+                                                kv_tokens, config.tensor_parallel)))
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel
                      // pool_bytes_per_token(model, config.tensor_parallel))

@@ -4,6 +4,7 @@ After every step `check_invariants()` recomputes the allocator's state from scra
 its own model of each sequence's tokens and checks that the breakdown sums to capacity, that a refused call
 changes nothing, that growing by the headroom needs no allocator work, that freeing returns exactly
 what the sequence held, and (where the allocator has it) that ``grow_due`` does what ``grow`` does.
+vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list reads as a block table here.
 
 `HostTierMachine` puts a small host tier behind the paged allocators' prefix cache and a small GPU pool in
 front of it, so that evictions spill to the host, host hits are loaded back and swapped KV is parked there:
@@ -189,6 +190,7 @@ class AllocatorMachine(RuleBasedStateMachine):
 CONFIGS = [(name, {"placement": p}) for name in ALLOCATORS if name.startswith("contiguous") for p in PLACEMENTS]
 CONFIGS += [(name, {"prefix_caching": pc}) for name in ALLOCATORS if name.startswith("paged") for pc in (False, True)]
 CONFIGS += [("paged", {"prefix_caching": True, "watermark": 0.1})]
+CONFIGS += [("vattention", {"prefix_caching": pc}) for pc in (False, True)]  # no prefix cache: True is ignored
 
 for _name, _options in CONFIGS:
     _label = "_".join([_name, *map(str, _options.values())]).replace("-", "_").replace(".", "")
