@@ -230,7 +230,7 @@ class Scheduler:
         plan.context_tokens = decode_context + prefill_context
         plan.attention_pairs = decode_context + prefill_pairs
         plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
-                        and not plan.swap_blocks and not plan.copies and not plan.page_maps
+                        and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
                         and not self.beams.groups
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))

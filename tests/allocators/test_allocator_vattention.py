@@ -114,6 +114,7 @@ def test_fast_forward_equals_step_by_step(page_size_kib):
     fast = run_simulation(SimConfig(**options), w)
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert len(fast.steps) < len(slow.steps)
+    assert (fast.summary["page_size_kib"], fast.summary["page_tokens"]) == (page_size_kib, page_size_kib // 2)
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
     for key in ("preemptions", "sim_time_s", "mean_running", "internal_frag_frac", "reservation_frac"):
         assert fast.summary[key] == pytest.approx(slow.summary[key], rel=1e-9), key
