@@ -98,15 +98,15 @@ class ArrivalSource:
         prompt, output = int(w.prompt_tokens[i]), int(w.output_tokens[i])
         max_tokens, group_id = int(w.max_tokens[i]), int(w.prefix_group[i])
         hashes: tuple[int, ...] = ()
-        prefix_blocks = 0
+        prefix_blocks = own_from = 0
         if self.want_hashes:
             hashes = w[i].block_hashes(self.block_size)
-            prefix_blocks = len(hashes)
+            prefix_blocks = own_from = len(hashes)
             if self.own_identity:
                 hashes += own_block_hashes(i, len(hashes), prompt + output, self.block_size)
         return SequenceGroup(
             i, int(w.ids[i]), t, prompt, output, n=int(w.n[i]), beam_width=int(w.beam_width[i]),
             max_total=prompt + max_tokens - 1 if max_tokens >= 0 else None, hashes=hashes,
             prefix_group=group_id if group_id >= 0 else None, prefix_blocks=prefix_blocks,
-            priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0,
+            priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0, own_from=own_from,
         )
