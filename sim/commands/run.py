@@ -21,7 +21,8 @@ from sim.kernel.routers import ROUTERS
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
                 "tpot_p50_s", "e2e_p50_s", "token_states_frac", "reservation_frac", "internal_frag_frac",
-                "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "wall_time_s")
+                "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "prefill_tokens",
+                "cached_prompt_tokens", "prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "wall_time_s")
 _DEFAULTS = SimConfig()
 
 
@@ -200,12 +201,17 @@ def run_command(allocator: str, **opts) -> None:
 @click.command("compare")
 @alias_option("--allocator", "--allocators", "allocators",
               help="Comma-separated allocator names (default: all of ALLOCATORS).")
+@click.option("--reuse-baseline", is_flag=True,
+              help="Also run each allocator whose prefix cache hit anything without prefix caching (named "
+                   "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT.")
 @simulation_options
-def compare_command(allocators: str | None, **opts) -> None:
+def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> None:
     """Run several allocators on the same workload and show their summaries side by side.
 
     TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals.
-    --out DIR writes each allocator's run to DIR/ALLOCATOR (for `kvsim plot DIR/*`)."""
+    --out DIR writes each allocator's run to DIR/ALLOCATOR (for `kvsim plot DIR/*`; `--kind reuse` draws hits
+    by tier, prefill saved and TTFT)."""
+    from dataclasses import replace
     from pathlib import Path
 
     from allocators import ALLOCATORS
@@ -221,10 +227,18 @@ def compare_command(allocators: str | None, **opts) -> None:
             if workload is None:
                 workload = resolve_workload(config)
                 _announce(config, workload)
-            result = _simulate(config, workload, opts["as_json"])
-            if opts["out"]:
-                write_result(result, Path(opts["out"]) / name, opts["out_format"])
-            summaries.append(result.summary)
+            runs = [(name, config)]
+            if reuse_baseline and config.prefix_caching:
+                runs.append((f"{name}-no-reuse", replace(config, prefix_caching=False)))
+            for run_name, run_config in runs:
+                if run_name != name and not summaries[-1]["cached_prompt_tokens"]:
+                    break  # nothing was reused: the baseline would repeat the run
+                result = _simulate(run_config, workload, opts["as_json"])
+                if run_name != name:
+                    result.summary["run"] = run_name
+                if opts["out"]:
+                    write_result(result, Path(opts["out"]) / run_name, opts["out_format"])
+                summaries.append(result.summary)
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
     for summary in summaries:

@@ -79,7 +79,7 @@ class Recorder:
         self.memory = MemoryIntegral()
         self.max_running = 0
         self.snapshots: list[tuple[float, np.ndarray, dict[int, int], np.ndarray]] = []
-        self.on_done = None  # closed-loop arrivals hook: called with the time a request left
+        self.on_done = None  # closed-loop arrivals hook: called with the time a request left and its index
 
     def finish(self, group, t: float) -> None:
         i = group.index
@@ -88,7 +88,7 @@ class Recorder:
         self.finished_s[i] = t
         self.preemptions[i] = group.preemptions
         if self.on_done is not None:
-            self.on_done(t)
+            self.on_done(t, i)
 
     def reject(self, group, reason: str, t: float) -> None:
         i = group.index
@@ -98,7 +98,7 @@ class Recorder:
         if group.admitted_s >= 0:
             self.admitted_s[i] = group.admitted_s
         if self.on_done is not None:
-            self.on_done(t)
+            self.on_done(t, i)
 
     def row(self, time_s: float, duration: float, num_steps: int, running: int, waiting: int, plan,
             b: MemoryBreakdown, lag: int) -> None:

@@ -134,8 +134,8 @@ def format_summary(summary: dict) -> str:
 
 
 def format_comparison(summaries: list[dict], keys: tuple[str, ...]) -> str:
-    """Summaries side by side, one column per allocator."""
-    header = ["metric"] + [s["allocator"] for s in summaries]
+    """Summaries side by side, one column per allocator (or per ``run``, where a summary names one)."""
+    header = ["metric"] + [s.get("run", s["allocator"]) for s in summaries]
     rows = [header]
     for key in keys:
         row = [key]
