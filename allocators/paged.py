@@ -188,8 +188,8 @@ class PagedAllocator(PagedQueries):
         parked own blocks are indexed first, so that it can hit them when it comes back."""
         s = self._seqs.pop(seq_id)
         bs, ref, table = self.block_size, self._ref, s.table
-        if not finished and s.own_from < s.num_hashed:
-            self._cache.index_parked(table, s.hashes, s.own_from, s.num_hashed)
+        if not finished and s.own_from < s.num_hashed and s.own_from < len(s.hashes):
+            self._cache.index_parked(table, s.hashes, s.own_from, min(s.num_hashed, len(s.hashes)))
         self._reserved -= s.res
         released = self._pool.drop(table, self.prefix_caching)  # tail first: the chain's end is evicted first
         kept = len(table) - released
