@@ -149,10 +149,11 @@ class PagedAllocator(PagedQueries):
                 return None
             if num_new == 1:  # the usual case: one block a boundary
                 block = free.popleft()
-                if self._cache.block_hash[block] is not None:
-                    self._cache.evict(block)
                 self._ref[block] = 1
                 table.append(block)
+                cache = self._cache
+                if cache.block_hash[block] is not None:
+                    cache.evict_many((block,))
             else:
                 table += self._pool.pop_many(num_new)
         held = len(table) * bs
@@ -164,8 +165,18 @@ class PagedAllocator(PagedQueries):
         s.tokens, s.room, s.res = tokens, held - tokens, res
         self._reserved += delta
         self._num_token_slots += num_tokens
-        if s.num_hashed < len(s.hashes):
-            self._cache_full_blocks(s)
+        done, hashes = s.num_hashed, s.hashes
+        if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
+            full = tokens // bs
+            if full == done + 1 and done >= s.own_from:
+                hashed = self._cache.block_hash
+                block = table[done]
+                if hashed[block] is None:
+                    hashed[block] = hashes[done]
+                    self._cache.parked += 1
+                s.num_hashed = full
+            elif full > done:
+                self._cache_full_blocks(s)
         return held - tokens, num_new, delta
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
