@@ -30,6 +30,15 @@ class Copy(NamedTuple):
     slots: int
 
 
+class PageMap(NamedTuple):
+    """``pages`` page sets that a call mapped into a sequence's virtual range (vAttention: one driver map call
+    per page per layer per K/V tensor), returned beside any `Copy` so the cost model charges the mapping.
+    It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
+
+    pages: int
+    slots: int = 0
+
+
 NO_COPIES: tuple[Copy, ...] = ()
 """The result of a `grow` or `fork` that copied nothing (the per-token hot path returns this shared constant)."""
 
@@ -61,6 +70,18 @@ def fill_states(states: np.ndarray, slots: np.ndarray, tokens: int, final: int) 
                              np.where(position < final, SLOT_RESERVED, SLOT_INTERNAL))
 
 
+class GroupShare(NamedTuple):
+    """One attention group's part of a hybrid pool's breakdown (`MemoryBreakdown.groups`), in slots:
+    ``slots_per_token`` is how many slots one appended token fills in it (its KV cache groups)."""
+
+    name: str
+    slots_per_token: int
+    token_states: int
+    reservation: int
+    internal_frag: int
+    used_blocks: int
+
+
 SHARE_NAMES = ("token_states", "reservation", "internal_frag", "external_frag", "free")
 """The five shares of the KV capacity (``anchors.md`` section 4), in the order stacked charts draw them."""
 
@@ -88,6 +109,9 @@ class MemoryBreakdown:
     used_blocks: int
     total_blocks: int
     shared_saved: int = 0
+    groups: tuple[GroupShare, ...] = ()
+    """Per attention group (a hybrid pool: `allocators.hybrid`), what of the used share each holds; empty for
+    a pool of one group. External fragmentation and free slots belong to the whole pool."""
 
     @property
     def shares(self) -> dict[str, float]:
@@ -97,10 +121,12 @@ class MemoryBreakdown:
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What `Allocator.admit` did: ``cached_tokens`` prompt tokens were found in the prefix cache or a shared
-    prefix and need no prefill; ``copies`` are block copies the admission caused."""
+    prefix and need no prefill; ``host_tokens`` of them came from the host tier (`allocators.host_tier`) and
+    are loaded over PCIe; ``copies`` are block copies the admission caused."""
 
     cached_tokens: int = 0
     copies: tuple[Copy, ...] = ()
+    host_tokens: int = 0
 
 
 class Allocator(ABC):
@@ -116,10 +142,20 @@ class Allocator(ABC):
     """Whether `admit` looks ``block_hashes`` up in an automatic prefix cache."""
     shares_prefixes: bool = False
     """Whether `register_prefix` pins shared prefixes (the caller then hashes prompts even without caching)."""
+    supports_host_tier: bool = False
+    """Whether the class can spill evicted cached blocks to a `HostTier` and load host hits back
+    (`attach_host_tier`)."""
+    host_tier = None
+    """The attached `allocators.host_tier.HostTier`, or None (no host tier)."""
     reports_growth: bool = False
     """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
     deltas; otherwise it re-reads `breakdown` at every sub-event."""
+    slots_per_token: int = 1
+    group_names: tuple[str, ...] = ()
+    """A hybrid pool's attention groups, in `MemoryBreakdown.groups` order; empty for a pool of one group."""
+    """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
+    cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
@@ -144,6 +180,15 @@ class Allocator(ABC):
             raise ValueError(f"--watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
         self.capacity = int(capacity_slots)
         self.max_model_len = int(max_model_len)
+
+    def attach_host_tier(self, tier) -> bool:
+        """Put a host-memory tier behind the prefix cache; False (nothing attached) if this allocator has no
+        prefix cache to spill (``supports_host_tier`` and ``prefix_caching`` both needed). Subclasses that
+        support it extend this to hook their eviction path."""
+        if not (self.supports_host_tier and self.prefix_caching):
+            return False
+        self.host_tier = tier
+        return True
 
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """``(slots, transfers)`` that moving this sequence's KV to host memory (or back) takes, when it holds
@@ -176,6 +221,11 @@ class Allocator(ABC):
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         """Append ``num_tokens`` to a sequence; returns the copies it caused (`NO_COPIES` when none), or None
         (and no change) if there is no room."""
+
+    def grow_chunk(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
+        """`grow` by a prefill chunk computed in one step. The same as `grow` except in a hybrid pool, whose
+        sliding windows free by the tokens computed before the step (`grow`: by the last new token)."""
+        return self.grow(seq_id, num_tokens)
 
     def grow_due(self, seq_id: int, num_tokens: int) -> tuple[int, int, int] | None:
         """`grow` reporting ``(headroom, new_blocks, reserved_delta)`` instead of copies; only allocators with

@@ -5,7 +5,7 @@ as many references as its ``ref`` count (sequences, and in copy-on-write pinned 
 the free queue, whose order is the eviction order. A freed block that was cached keeps its hash and can still
 be hit until it is popped for reuse (lazy eviction)::
 
-    ref 0, in the free queue  --pop-->  ref 1  --share-->  ref 2 ...  --drop (ref 0)-->  back in the queue
+    ref 0, in the free queue  --pop-->  ref 1  --share-->  ref 2 ...  --release (ref 0)-->  back in the queue
 
 The pool knows nothing of sequences: `PagedAllocator` and `PagedCowAllocator` keep the block tables and the
 accounting on top of it. Their hot paths read ``ref``, ``free`` and ``cache`` directly (a method call per
@@ -14,7 +14,7 @@ block would cost as much as the work), so these are plain public fields.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from allocators.free_queue import FreeBlockQueue
 from allocators.prefix_cache import PrefixCache
@@ -80,29 +80,29 @@ class BlockPool:
         ref[block] += 1
         return was_free
 
+    def release(self, blocks: Iterable[int], prefix_caching: bool) -> None:
+        """Return blocks nobody holds any more (their ``ref`` already 0) to the free queue, tail first: with
+        prefix caching the cached ones are evicted last (LRU, as vLLM), the others reused first."""
+        blocks = list(blocks)
+        if prefix_caching:
+            hashed = self.cache.block_hash
+            self.free.prepend_many([b for b in blocks if hashed[b] is None])
+            self.free.extend([b for b in blocks if hashed[b] is not None])
+        else:
+            self.free.prepend_many(blocks)
+
     def drop(self, table: list[int], prefix_caching: bool) -> int:
-        """Take one holder off every block of ``table`` (a freed sequence) and return those left with none to
-        the free queue, tail first, in one pass: with prefix caching the cached ones are evicted last (LRU, as
-        vLLM), the others reused first. Returns how many went back."""
+        """Take one holder off every block of ``table`` (a freed sequence) and `release` those left with none,
+        tail first. Returns how many were released."""
         ref = self.ref
-        if not prefix_caching:
-            released = []
-            for b in reversed(table):
-                r = ref[b] = ref[b] - 1
-                if not r:
-                    released.append(b)
-            self.free.prepend_many(released)
-            return len(released)
-        hashed = self.cache.block_hash
-        fresh, cached = [], []
+        released = []
         for b in reversed(table):
             r = ref[b] = ref[b] - 1
             if not r:
-                (fresh if hashed[b] is None else cached).append(b)
-        if fresh:
-            self.free.prepend_many(fresh)
-        self.free.extend(cached)
-        return len(fresh) + len(cached)
+                released.append(b)
+        if released:
+            self.release(released, prefix_caching)
+        return len(released)
 
     def lookup(self, block_hashes: Sequence[int], limit: int) -> list[int]:
         """Cached blocks holding the longest prefix of ``block_hashes``, at most ``limit`` of them."""

@@ -34,13 +34,14 @@ class PrefixCache:
     cost of caching is one dict store, and of eviction one dict delete. Parked blocks (a running request's own
     blocks) carry their hash in ``block_hash`` but sit in neither dict; ``parked`` counts them."""
 
-    __slots__ = ("block_hash", "_first", "_more", "parked")
+    __slots__ = ("block_hash", "_first", "_more", "parked", "spill")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
         self._first: dict[int, int] = {}
         self._more: dict[int, dict[int, None]] = {}
         self.parked = 0
+        self.spill = None  # called with the hash of every evicted block (a host tier's `offload`), if set
 
     def get(self, block_hash: int) -> int | None:
         """A block holding ``block_hash`` (the first cached), or None on a miss."""
@@ -86,11 +87,11 @@ class PrefixCache:
 
     def evict_many(self, blocks: list[int]) -> None:
         """`evict` each of ``blocks`` (just popped for reuse), with a parked block's eviction inlined."""
-        hashed, first = self.block_hash, self._first
+        hashed, first, spill = self.block_hash, self._first, self.spill
         for block in blocks:
             h = hashed[block]
             if h is not None:
-                if h in first:
+                if h in first or spill is not None:
                     self.evict(block)
                 else:  # parked: never indexed
                     hashed[block] = None
@@ -102,6 +103,8 @@ class PrefixCache:
         if h is None:
             return
         self.block_hash[block] = None
+        if self.spill is not None:
+            self.spill(h)
         first = self._first.get(h)
         if first is None:
             self.parked -= 1  # never indexed

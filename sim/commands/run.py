@@ -14,7 +14,7 @@ import sys
 import click
 
 from sim.cli import fail
-from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
+from sim.commands.options import TRACE_FORMAT_HELP, AliasOption, alias_option, catalog_option, columns_option
 from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 from sim.kernel.routers import ROUTERS
 
@@ -29,7 +29,7 @@ _DEFAULTS = SimConfig()
 def _field_option(flags: str, *names: str, **kwargs):
     """A flag for the `SimConfig` field it spells (``--block-size`` -> ``block_size``), defaulting to the
     field's own default, so the command line and the configuration cannot disagree."""
-    name = names[0] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
+    name = names[-1] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
     return click.option(flags, *names, default=getattr(_DEFAULTS, name), show_default=True, **kwargs)
 
 
@@ -60,10 +60,16 @@ def simulation_options(func):
         _field_option("--gpu-memory-utilization", type=float,
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
                            "memory unless --kv-gib or --kv-tokens is given."),
+        click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
+                     help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
+                          "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
         click.option("--enforce-eager", is_flag=True,
                      help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
+        _field_option("--page-size-kib", type=int,
+                      help="Physical page size of the vattention allocator, KiB per layer per K/V tensor (2048: "
+                           "the CUDA driver's 2 MB pages; 64-256: vAttention's driver extension)."),
         _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
         click.option("--rate", type=float,
@@ -96,6 +102,11 @@ def simulation_options(func):
                            "memory."),
         _field_option("--swap-space-gib", type=float,
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
+        _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
+                      help="Host memory (GiB, for the whole replica) for a KV tier behind the prefix cache: "
+                           "evicted cached blocks move "
+                           "there, LRU, and host hits are loaded back over PCIe (0: no tier). vLLM's "
+                           "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
         _field_option("--watermark", type=float,
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),
@@ -164,7 +175,7 @@ def warn_rejections(summary: dict) -> None:
 
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
-              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
+              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow or vattention.")
 @simulation_options
 def run_command(allocator: str, **opts) -> None:
     """Simulate one allocator on a trace, a preset or the default preset.
@@ -249,7 +260,9 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
     first = summaries[0]
     click.echo(f"workload: {first['workload']} ({first['requests']} requests) - {first['workload_source']}")
     click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
-               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}")
+               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
+               + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"
+                         for s in summaries if s.get("page_tokens")))
     click.echo(format_comparison(summaries, COMPARE_KEYS))
 
 

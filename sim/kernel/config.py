@@ -36,12 +36,14 @@ class SimConfig:
     ``kv_gib`` / ``kv_tokens`` give the KV size directly; otherwise it is derived from the GPU as vLLM does
     (`allocators.capacity.kv_capacity`).
     ``catalog`` is a TOML file of extra models and GPUs, read before ``model`` and ``gpu`` are looked up.
+    ``cpu_offload_gib`` is host memory for a KV tier behind the prefix cache (`allocators.host_tier`; 0: none);
+    vLLM's name for it is ``--kv-offloading-size`` (``cpu_offload_gb`` is vLLM's *weights* offload, not this).
     """
 
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
     """Fields whose one value is itself a comma list (``a=b,c=d``, ``gamma:rate=2,cv=3``): a sweep's command
     line must not split them into grid values."""
-    FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns"}
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns", "kv_offloading_size": "cpu_offload_gib"}
     """Flag names (as ``kvsim run`` spells them) that differ from the field they set."""
 
     allocator: str = "paged"
@@ -52,7 +54,9 @@ class SimConfig:
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
+    disable_hybrid_kv_cache_manager: bool = False
     block_size: int = 16
+    page_size_kib: int = 2048
     placement: str = "buddy"
     max_model_len: int | None = None
     scheduler: str = "continuous"
@@ -62,6 +66,7 @@ class SimConfig:
     prefix_caching: bool = True
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
+    cpu_offload_gib: float = 0.0
     watermark: float = 0.0
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
@@ -111,6 +116,11 @@ class SimConfig:
             integer(name, 0)
         for name in ("kv_gib", "step_time", "rate"):
             positive_float(name)
+        from allocators.vattention import PAGE_SIZES_KIB
+
+        if isinstance(self.page_size_kib, bool) or self.page_size_kib not in PAGE_SIZES_KIB:
+            raise ValueError(f"--page-size-kib must be one of {', '.join(map(str, PAGE_SIZES_KIB))}, "
+                             f"got {self.page_size_kib!r}")
         if self.kv_gib is not None and self.kv_tokens is not None:
             raise ValueError("give at most one of --kv-gib and --kv-tokens")
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -127,6 +137,9 @@ class SimConfig:
                              f"({self.max_num_seqs}), as vLLM requires, so every running sequence can decode")
         if not isinstance(self.swap_space_gib, (int, float)) or not 0 <= self.swap_space_gib < math.inf:
             raise ValueError(f"--swap-space-gib must be a finite number >= 0, got {self.swap_space_gib!r}")
+        if isinstance(self.cpu_offload_gib, bool) or not isinstance(self.cpu_offload_gib, (int, float)) \
+                or not 0 <= self.cpu_offload_gib < math.inf:
+            raise ValueError(f"--cpu-offload-gib must be a finite number of GiB >= 0, got {self.cpu_offload_gib!r}")
         if not 0 <= self.watermark < 1:
             raise ValueError(f"--watermark must be a fraction in [0, 1), got {self.watermark!r}")
         if not 0 <= self.beam_keep_prob <= 1:

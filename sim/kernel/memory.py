@@ -9,8 +9,14 @@ attributes once, here (`Allocator.kind`, ``prefix_caching``, ``shares_prefixes``
 
     scheduler / beam / fast_forward / engine / fleet / runner  -->  KVMemory  -->  Allocator (allocators/)
 
-What an allocator call changed comes back with its result: an `Admission` (prompt tokens found cached),
-copies with their slots, ``grow_due``'s deltas; nobody reads or rolls back a counter of the allocator.
+What an allocator call changed comes back with its result: an `Admission` (prompt tokens found cached,
+``host_tokens`` of them loaded from the host tier), copies with their slots, ``grow_due``'s deltas; nobody
+reads or rolls back a counter of the allocator.
+
+The host tier (``--cpu-offload-gib``, `allocators.host_tier.HostTier`) is attached here, the allocator's one
+holder: `KVMemory` hands it to the allocator (`Allocator.attach_host_tier`) and keeps it as ``host_tier`` for
+the swap space (`park` / `unpark`) and the summary's counters. The allocator constructor contract is
+unchanged.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown
-from sim.kernel.sequence_group import SequenceGroup
+from allocators.host_tier import HostTier
+from sim.kernel.sequence_group import SWAPPED, SequenceGroup
 
 
 class KVMemory:
@@ -28,10 +35,13 @@ class KVMemory:
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
                  "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "grow", "grow_due",
-                 "headroom")
+                 "headroom", "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
-    def __init__(self, alloc: Allocator) -> None:
+    def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
+        """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
+        kept only if the allocator can use it (`Allocator.attach_host_tier`), else ``host_tier`` is None."""
         self._alloc = alloc
+        self.host_tier = host_tier if host_tier is not None and alloc.attach_host_tier(host_tier) else None
         self.owner: dict[int, SequenceGroup] = {}  # seq id -> the group holding it
         self._next_seq = 0
         self.registered_prefixes: set[int] = set()  # prefix groups whose shared prefix is pinned
@@ -42,11 +52,14 @@ class KVMemory:
         self.reports_growth = alloc.reports_growth
         self.per_chunk_capable = alloc.allocates_per_chunk
         self.parks_own = alloc.parks_own_blocks
+        self.slots_per_token = alloc.slots_per_token
+        self.group_names = alloc.group_names
         # The per-block calls of the decode path are the allocator's own methods, bound once: a wrapper call
         # would cost as much as they do. `grow_due` only where ``reports_growth``.
         self.grow = alloc.grow
         self.grow_due = alloc.grow_due
         self.headroom = alloc.headroom
+        self.grow_chunk = alloc.grow_chunk
 
     # -- questions -----------------------------------------------------------------------------------------
     def never_fits(self, group: SequenceGroup) -> str | None:
@@ -65,13 +78,24 @@ class KVMemory:
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         return self._alloc.breakdown(waiting)
 
+    def park(self, key: int, slots: int) -> bool:
+        """Swap ``slots`` of a preempted request (``key``) out into the host tier's memory, whole blocks;
+        False if it has no room (only with a host tier)."""
+        return self.host_tier.swap_out(key, -(-slots // self.block_size))
+
+    def unpark(self, key: int) -> None:
+        """The request swapped out under ``key`` is back on the GPU: free its host blocks."""
+        self.host_tier.swap_in(key)
+
     def check_invariants(self) -> None:
         self._alloc.check_invariants()
 
-    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
-        """The memory map: every slot's owner, the request of each sequence, every slot's state."""
+    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]:
+        """The memory map: every slot's owner, the request of each sequence, every slot's state, and (a hybrid
+        pool) every slot's attention group (index into ``group_names``, -1 for free and overhead)."""
         request_of_seq = {seq: group.request_id for seq, group in self.owner.items()}
-        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending)
+        groups = self._alloc.slot_groups() if self.group_names else None
+        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending), groups
 
     # -- sequences -----------------------------------------------------------------------------------------
     def new_seq(self, group: SequenceGroup) -> int:
@@ -125,9 +149,16 @@ class KVMemory:
             return None  # its samples or beams fork at the first token: admitted only if all of them fit
         first = self.new_seq(group)
         tokens = group.prompt + (0 if multi else group.generated)
-        admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
-                                block_hashes=group.hashes, **self._own(group))
-        copies: tuple[Copy, ...] = NO_COPIES
+        swapped = self.host_tier is not None and group.state == SWAPPED
+        if swapped:  # it comes back from its swap blocks, not from host-cache hits
+            alloc.host_tier = None
+        try:
+            admission = alloc.admit(first, tokens, final_tokens=group.final_tokens,
+                                    max_total_tokens=group.max_total, block_hashes=group.hashes, **self._own(group))
+        finally:
+            if swapped:
+                alloc.host_tier = self.host_tier
+        copies: tuple[Copy, ...] = NO_COPIES if admission is None else admission.copies  # pages it mapped
         ok = admission is not None
         if ok and multi:
             for _ in range(group.num_seqs - 1):
