@@ -65,7 +65,8 @@ class StepCostModel:
         flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
         bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
         ovh = kernel_overhead(self.paged_kernel_overhead, self.block_size) if self.paged else 1.0
-        kv = roofline.kv_bytes_per_token(m)
+        # one token's KV across the GPUs: the model's bytes, times the copies GPUs keep (MLA's latent on each)
+        kv = m.kv_bytes_per_token_per_gpu(tp) * tp
         # seconds per unit, per GPU
         self._t_token_flops = roofline.token_flops(m) / tp / flops_s
         self._t_pair_flops = roofline.pair_flops(m) / tp / flops_s
