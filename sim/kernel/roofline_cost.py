@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from allocators import roofline
 from allocators.catalog import GpuSpec, ModelSpec
-from allocators.vattention import cache_tensors
+from allocators.vattention_pages import cache_tensors
 from sim.kernel.decode_sums import crossover, linear_sums
 
 DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
