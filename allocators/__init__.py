@@ -1,4 +1,5 @@
-"""KV memory managers (contiguous slabs, paged blocks, paged copy-on-write) and their waste accounting.
+"""KV memory managers (contiguous slabs, paged blocks, paged copy-on-write, a radix-tree cache) and their waste
+accounting.
 
 `ALLOCATORS` maps each public name to its class; every class takes
 ``cls(capacity_slots, *, block_size=16, max_model_len=2048, placement="buddy", prefix_caching=False,
@@ -12,6 +13,7 @@ from allocators.contiguous import ContiguousMaxAllocator, ContiguousOracleAlloca
 from allocators.paged import PagedAllocator
 from allocators.paged_cow import PagedCowAllocator
 from allocators.placement import PLACEMENTS
+from allocators.radix import RadixAllocator
 
 ALLOCATORS: dict[str, type[Allocator]] = {
     "contiguous-max": ContiguousMaxAllocator,
@@ -19,6 +21,7 @@ ALLOCATORS: dict[str, type[Allocator]] = {
     "contiguous-oracle": ContiguousOracleAllocator,
     "paged": PagedAllocator,
     "paged-cow": PagedCowAllocator,
+    "radix": RadixAllocator,
 }
 
 

@@ -145,7 +145,7 @@ class PagedAllocator(PagedQueries):
             if num_new == 1:  # the usual case: one block a boundary
                 block = free.popleft()
                 if self._cache.block_hash[block] is not None:
-                    self._cache.evict(block)
+                    self._pool.evict(block)
                 self._ref[block] = 1
                 table.append(block)
             else:
