@@ -88,8 +88,9 @@ def simulation_options(func):
                       help="Admit a request only if its whole sequence fits (vLLM's default), not just its "
                            "first chunk."),
         _field_option("--scheduling-policy", type=click.Choice(SCHEDULING_POLICIES),
-                      help="fcfs, or priority (the trace's priority column: lower first; the preemption "
-                           "victim is the lowest priority, latest arrival)."),
+                      help="fcfs, priority (the trace's priority column: lower first; the preemption "
+                           "victim is the lowest priority, latest arrival), or lpm (longest cached prefix "
+                           "first, as SGLang's cache-aware scheduling; ties by arrival)."),
         _field_option("--preemption", type=click.Choice(PREEMPTION_MODES),
                       help="What happens to a preempted request: recompute its KV later, or swap it to host "
                            "memory."),

@@ -1,0 +1,130 @@
+"""Prefix reuse through the simulator: every prefix-caching allocator hits a trace's whole theoretical reuse
+with unlimited memory, `radix` and `paged` agree on block-aligned prefixes while `radix` at block size 1 also
+hits the unaligned rest, and ``--scheduling-policy lpm`` admits the longest cached prefix first, the same in
+fast-forward and step by step."""
+
+import numpy as np
+import pytest
+
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from workloads import Workload
+
+CACHING = ["paged", "radix"]
+UNIT = 64  # tokens per trace hash (Mooncake's hash_ids cover 512)
+
+
+def hashed_trace(count: int = 40, seed: int = 3) -> tuple[Workload, list[list[int]]]:
+    """Requests far apart (each finishes before the next arrives) whose hash ids follow a few conversation
+    trees: each request copies a random earlier request's first units and then diverges."""
+    rng = np.random.default_rng(seed)
+    ids: list[list[int]] = []
+    prompts = []
+    fresh = 10_000
+    for i in range(count):
+        units = int(rng.integers(1, 9))
+        if i and rng.random() < 0.8:
+            parent = ids[int(rng.integers(0, i))]
+            keep = int(rng.integers(0, len(parent) + 1))
+            row = parent[:keep] + list(range(fresh, fresh + units))
+        else:
+            row = list(range(fresh, fresh + units))
+        fresh += units
+        ids.append(row)
+        prompts.append(int(rng.integers((len(row) - 1) * UNIT + 1, len(row) * UNIT + 1)))  # the last unit partial
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in ids])])
+    w = Workload(arrival_time_s=np.arange(count) * 100.0, prompt_tokens=np.array(prompts),
+                 output_tokens=np.full(count, 7), hash_offsets=offsets, hash_values=np.concatenate(ids),
+                 prefix_hash_tokens=UNIT, name="hashed")
+    return w, ids
+
+
+def theoretical_hits(ids: list[list[int]], prompts: list[int], block_size: int) -> list[int]:
+    """Per request: the longest prefix it shares with any earlier one (equal hash ids, each covering UNIT
+    tokens, bounded by both prompts), whole blocks only, never its last prompt token."""
+    hits = []
+    for i, row in enumerate(ids):
+        best = 0
+        for j in range(i):
+            units = 0
+            while units < min(len(row), len(ids[j])) and row[units] == ids[j][units]:
+                units += 1
+            best = max(best, min(units * UNIT, prompts[i], prompts[j]))
+        hits.append(min(best, prompts[i] - 1) // block_size * block_size)
+    return hits
+
+
+@pytest.mark.parametrize("allocator", CACHING)
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_unlimited_memory_hits_the_whole_theoretical_reuse(allocator, block_size):
+    w, ids = hashed_trace()
+    expected = theoretical_hits(ids, w.prompt_tokens.tolist(), block_size)
+    assert sum(expected) > 3000  # the trace really shares prefixes
+    r = run_simulation(SimConfig(allocator=allocator, kv_tokens=200_000, block_size=block_size,
+                                 memory_snapshots=0), w)
+    assert r.requests["cached_tokens"].tolist() == expected
+    assert r.summary["cached_prompt_tokens"] == sum(expected)
+
+
+def system_prompt(prefix_len: int) -> Workload:
+    """Ten requests far apart, 600-token prompts sharing their first ``prefix_len`` tokens."""
+    return Workload(arrival_time_s=np.arange(10) * 100.0, prompt_tokens=np.full(10, 600),
+                    output_tokens=np.full(10, 5), prefix_group=np.zeros(10, int),
+                    prefix_len=np.full(10, prefix_len))
+
+
+def cached(allocator: str, block_size: int, w: Workload) -> int:
+    return run_simulation(SimConfig(allocator=allocator, block_size=block_size, kv_tokens=20_000,
+                                    memory_snapshots=0), w).summary["cached_prompt_tokens"]
+
+
+def test_radix_matches_paged_on_aligned_prefixes_and_hits_the_unaligned_rest_at_block_size_1():
+    aligned, unaligned = system_prompt(512), system_prompt(500)
+    # 512 = 32 blocks of 16: nine requests hit all of it, in both designs
+    assert cached("paged", 16, aligned) == cached("radix", 16, aligned) == 9 * 512
+    # 500 = 31 blocks of 16 + 4 tokens: blocks of 16 hit 496, token-granular pages all 500
+    assert cached("paged", 16, unaligned) == cached("radix", 16, unaligned) == 9 * 496
+    assert cached("radix", 1, unaligned) == 9 * 500
+
+
+def lpm_workload() -> Workload:
+    """Request 0 (group 1's 512-token prefix) runs alone (max_num_seqs 1) while 1 (no prefix), 2 (group 1) and
+    3 (group 2) arrive and wait."""
+    return Workload(arrival_time_s=np.array([0.0, 0.01, 0.02, 0.03]), prompt_tokens=np.full(4, 600),
+                    output_tokens=np.array([50, 5, 5, 5]), prefix_group=np.array([1, -1, 1, 2]),
+                    prefix_len=np.array([512, 0, 512, 512]))
+
+
+@pytest.mark.parametrize("allocator", CACHING)
+def test_lpm_admits_the_longest_cached_prefix_first(allocator):
+    w = lpm_workload()
+    order = {}
+    for policy in ("fcfs", "lpm"):
+        r = run_simulation(SimConfig(allocator=allocator, kv_tokens=20_000, max_num_seqs=1,
+                                     scheduling_policy=policy, memory_snapshots=0), w)
+        order[policy] = r.requests.sort_values("admitted_s")["request_id"].tolist()
+        hits = r.requests.set_index("request_id")["cached_tokens"]
+        assert hits[2] == 512 and hits[1] == 0
+    assert order["fcfs"] == [0, 1, 2, 3]
+    assert order["lpm"] == [0, 2, 1, 3]  # 2 finds 512 tokens cached; 1 and 3 none, so arrival order
+
+
+@pytest.mark.parametrize("allocator", CACHING)
+def test_lpm_fast_forward_equals_step_by_step(allocator):
+    rng = np.random.default_rng(7)
+    count = 80
+    w = Workload(arrival_time_s=np.cumsum(rng.exponential(0.05, count)),
+                 prompt_tokens=rng.integers(300, 700, count), output_tokens=rng.integers(5, 200, count),
+                 prefix_group=rng.integers(0, 4, count), prefix_len=rng.integers(100, 300, count))
+    options = dict(allocator=allocator, kv_tokens=5000, scheduling_policy="lpm", memory_snapshots=0)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert len(fast.steps) < len(slow.steps)
+    assert fast.summary["preemptions"] > 0 and fast.summary["cached_prompt_tokens"] > 0
+    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    for key, value in fast.summary.items():
+        if key != "wall_time_s" and isinstance(value, float):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+        elif key != "wall_time_s":
+            assert value == slow.summary[key], key
