@@ -104,10 +104,12 @@ class MemoryBreakdown:
 @dataclass(frozen=True, slots=True)
 class Admission:
     """What `Allocator.admit` did: ``cached_tokens`` prompt tokens were found in the prefix cache or a shared
-    prefix and need no prefill; ``copies`` are block copies the admission caused."""
+    prefix and need no prefill; ``host_tokens`` of them came from the host tier (`allocators.host_tier`) and
+    are loaded over PCIe; ``copies`` are block copies the admission caused."""
 
     cached_tokens: int = 0
     copies: tuple[Copy, ...] = ()
+    host_tokens: int = 0
 
 
 class Allocator(ABC):
@@ -123,6 +125,11 @@ class Allocator(ABC):
     """Whether `admit` looks ``block_hashes`` up in an automatic prefix cache."""
     shares_prefixes: bool = False
     """Whether `register_prefix` pins shared prefixes (the caller then hashes prompts even without caching)."""
+    supports_host_tier: bool = False
+    """Whether the class can spill evicted cached blocks to a `HostTier` and load host hits back
+    (`attach_host_tier`)."""
+    host_tier = None
+    """The attached `allocators.host_tier.HostTier`, or None (no host tier)."""
     reports_growth: bool = False
     """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
@@ -148,6 +155,15 @@ class Allocator(ABC):
             raise ValueError(f"--watermark must be a fraction of blocks in [0, 1), got {watermark!r}")
         self.capacity = int(capacity_slots)
         self.max_model_len = int(max_model_len)
+
+    def attach_host_tier(self, tier) -> bool:
+        """Put a host-memory tier behind the prefix cache; False (nothing attached) if this allocator has no
+        prefix cache to spill (``supports_host_tier`` and ``prefix_caching`` both needed). Subclasses that
+        support it extend this to hook their eviction path."""
+        if not (self.supports_host_tier and self.prefix_caching):
+            return False
+        self.host_tier = tier
+        return True
 
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """``(slots, transfers)`` that moving this sequence's KV to host memory (or back) takes, when it holds

@@ -90,6 +90,9 @@ class PagedAllocator(PagedQueries):
                 self._shared_saved += bs
             if pool.take(b):
                 self._num_token_slots += bs
+        loaded = self._host_hits(block_hashes, len(hits), num_tokens) if self.host_tier is not None else 0
+        if loaded:  # host hits fill the first new blocks, cached under their hashes below like computed ones
+            self.host_tier.take(block_hashes[len(hits):len(hits) + loaded])
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         s = SeqBlocks(table, num_tokens, final_tokens, hashes)
@@ -99,6 +102,8 @@ class PagedAllocator(PagedQueries):
         self._settle_last_block(s)
         if hashes:
             self._cache_full_blocks(s)
+        if loaded:
+            return Admission(cached_tokens=(len(hits) + loaded) * bs, host_tokens=loaded * bs)
         return Admission(cached_tokens=len(hits) * bs) if hits else _NO_HITS
 
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:

@@ -72,6 +72,8 @@ def audit_paged(a, *, pins: Sequence[int] | None = None, registry: Mapping[int, 
     assert reserved == a._reserved, f"reservation {a._reserved} != recomputed {reserved}"
     assert saved == a._shared_saved, f"shared_saved {a._shared_saved} != recomputed {saved}"
     assert len(live) + len(queued) == a.num_usable_blocks, "blocks not conserved"
+    if a.host_tier is not None:
+        a.host_tier.check_invariants()
     b = a.breakdown()
     total = b.token_states + b.reservation + b.internal_frag + b.external_frag + b.free
     assert total == a.capacity and b.internal_frag >= 0, f"breakdown sums to {total}, not {a.capacity}"

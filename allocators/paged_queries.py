@@ -23,6 +23,8 @@ from allocators.paged_seq import SeqBlocks
 class PagedQueries(Allocator):
     """A paged allocator's state and its read-only side; `PagedAllocator` is the one to build."""
 
+    supports_host_tier = True
+
     def __init__(
         self,
         capacity_slots: int,
@@ -107,7 +109,21 @@ class PagedQueries(Allocator):
         return self._pool.lookup(block_hashes, limit) if self.prefix_caching and limit > 0 else []
 
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
-        return len(self._lookup(block_hashes, num_tokens)) * self.block_size
+        gpu = len(self._lookup(block_hashes, num_tokens))
+        return (gpu + self._host_hits(block_hashes, gpu, num_tokens)) * self.block_size
+
+    def _host_hits(self, block_hashes: Sequence[int], start: int, num_tokens: int) -> int:
+        """Blocks the host tier holds in a row after ``start`` GPU hits, never covering the last of
+        ``num_tokens`` (0 without a tier)."""
+        tier = self.host_tier
+        return 0 if tier is None else tier.lookup(block_hashes, start, (num_tokens - 1) // self.block_size)
+
+    def attach_host_tier(self, tier) -> bool:
+        """Evicted cached blocks spill into ``tier`` (the prefix cache's eviction calls its `offload`)."""
+        if not super().attach_host_tier(tier):
+            return False
+        self._cache.spill = tier.offload
+        return True
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         """An empty pool admits without the watermark (vLLM applies it only while others run), so only the

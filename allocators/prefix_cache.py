@@ -26,12 +26,13 @@ class PrefixCache:
     first block of each hash sits in a flat dict and only the rare later ones in a per-hash dict: the per-block
     cost of caching is one dict store, and of eviction one dict delete."""
 
-    __slots__ = ("block_hash", "_first", "_more")
+    __slots__ = ("block_hash", "_first", "_more", "spill")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
         self._first: dict[int, int] = {}
         self._more: dict[int, dict[int, None]] = {}
+        self.spill = None  # called with the hash of every evicted block (a host tier's `offload`), if set
 
     def get(self, block_hash: int) -> int | None:
         """A block holding ``block_hash`` (the first cached), or None on a miss."""
@@ -61,6 +62,8 @@ class PrefixCache:
         if h is None:
             return
         self.block_hash[block] = None
+        if self.spill is not None:
+            self.spill(h)
         more = self._more.get(h)
         if self._first[h] == block:
             if more:  # the next cached block of this hash takes the first place

@@ -1,16 +1,19 @@
-"""Multi-turn conversations: later turns extend earlier ones, and say so with prefix hashes.
+"""Multi-turn conversations for the generator: later turns extend earlier ones, as sessions.
 
-Turn k+1's prompt is turn k's prompt, turn k's output and a new user message. Each conversation is one
-growing token stream cut into hash units of ``unit`` tokens; unit ``u`` of conversation ``c`` gets the same id
-in every turn, so a later turn's leading units repeat an earlier turn's ids and `Request.block_hashes` finds
-the shared blocks. A shared system prompt of ``sys_len`` tokens takes the first ``sys_len // unit`` unit ids,
-the same in every conversation that has it (its last partial unit is conversation-specific, a small
-undercount of sharing).
+Turn k+1's prompt is turn k's prompt, turn k's output and a new user message. Each conversation is a session
+(`workloads.sessions`: ``session_id`` and ``turn`` columns), so every turn, generated tokens included, is a
+prefix of the conversation's one token stream and the next turn finds it in a prefix cache. A shared system
+prompt of ``sys_len`` tokens (``prefix_group`` 0) opens every conversation that has it.
 
-Turns are assigned to arrivals greedily so the arrival process keeps its rate: an arrival continues the
-conversation that has waited longest, if one has waited at least ``turn_gap_s`` since its last turn arrived,
-and otherwise starts a new conversation. A conversation ends after ``turns`` turns, or earlier if the next
-turn would exceed ``max_total`` tokens.
+Two ways to place turns in time:
+
+- open loop (`build_conversations`, ``turn_gap_s``): turns are assigned to the arrival process's times
+  greedily so it keeps its rate: an arrival continues the conversation that has waited longest, if one has
+  waited at least ``turn_gap_s`` since its last turn arrived, and otherwise starts a new conversation;
+- closed loop per session (`build_sessions`, ``think_time_s``): the arrival process's times start sessions,
+  and each later turn arrives ``think_time_s`` after the previous turn ends (the simulator releases it).
+
+A conversation ends after ``turns`` turns, or earlier if the next turn would exceed ``max_total`` tokens.
 """
 
 from __future__ import annotations
@@ -23,59 +26,77 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Conversations:
+    """Per request: its prompt (context so far plus its message), session, turn, and whether its session
+    opens with the system prompt; ``times`` are the arrival times (a closed-loop turn: its session's start)."""
+
     prompt_tokens: np.ndarray
-    conversation: np.ndarray
+    session_id: np.ndarray
+    turn: np.ndarray
     has_system: np.ndarray
-    hash_offsets: np.ndarray
-    hash_values: np.ndarray
+    times: np.ndarray
 
 
 def build_conversations(times: np.ndarray, message: np.ndarray, output: np.ndarray, has_sys: np.ndarray, *,
-                        sys_len: int, turns: int, turn_gap_s: float, unit: int,
-                        max_total: int | None) -> Conversations:
-    """Group requests into conversations (module docstring); ``message`` is each turn's new user text."""
+                        sys_len: int, turns: int, turn_gap_s: float, max_total: int | None) -> Conversations:
+    """Group open-loop requests into conversations (module docstring); ``message`` is each turn's new text."""
     count = len(times)
-    prompt = np.zeros(count, np.int64)
     conv = np.zeros(count, np.int64)
-    ctx_after: list[int] = []
-    turns_done: list[int] = []
-    conv_sys: list[bool] = []
     ready: deque[tuple[float, int]] = deque()
-    msg, out, sys_flag, t_list = message.tolist(), output.tolist(), has_sys.tolist(), times.tolist()
+    state = _Growth(message, output, has_sys, sys_len, max_total)
+    t_list = times.tolist()
     for i in range(count):
         c = -1
         if ready and ready[0][0] <= t_list[i]:
             _, c = ready.popleft()
-            ctx = ctx_after[c] + msg[i]
-            if max_total is not None and ctx + out[i] > max_total:
+        conv[i] = c = state.add(i, c)
+        if state.turns_done[c] < turns:
+            ready.append((t_list[i] + turn_gap_s, c))
+    return state.result(conv, times)
+
+
+def build_sessions(times: np.ndarray, message: np.ndarray, output: np.ndarray, has_sys: np.ndarray, *,
+                   sys_len: int, turns: int, max_total: int | None) -> Conversations:
+    """Closed-loop sessions (module docstring): consecutive requests are a session's turns; session ``s``
+    starts at ``times[s]``."""
+    count = len(times)
+    conv = np.zeros(count, np.int64)
+    state = _Growth(message, output, has_sys, sys_len, max_total)
+    c = -1
+    for i in range(count):
+        keep = c >= 0 and state.turns_done[c] < turns
+        conv[i] = c = state.add(i, c if keep else -1)
+    return state.result(conv, np.asarray(times)[conv])
+
+
+class _Growth:
+    """Each conversation's context as turns are added to it."""
+
+    def __init__(self, message: np.ndarray, output: np.ndarray, has_sys: np.ndarray, sys_len: int,
+                 max_total: int | None) -> None:
+        self.msg, self.out, self.sys = message.tolist(), output.tolist(), has_sys.tolist()
+        self.sys_len, self.max_total = sys_len, max_total
+        self.prompt = np.zeros(len(message), np.int64)
+        self.turn = np.zeros(len(message), np.int64)
+        self.ctx_after: list[int] = []
+        self.turns_done: list[int] = []
+        self.conv_sys: list[bool] = []
+
+    def add(self, i: int, c: int) -> int:
+        """Request ``i`` as the next turn of conversation ``c`` (-1, or a turn past the cap: a new one)."""
+        if c >= 0:
+            ctx = self.ctx_after[c] + self.msg[i]
+            if self.max_total is not None and ctx + self.out[i] > self.max_total:
                 c = -1
         if c < 0:
-            c = len(ctx_after)
-            ctx_after.append(0)
-            turns_done.append(0)
-            conv_sys.append(sys_flag[i])
-            ctx = msg[i] + (sys_len if sys_flag[i] else 0)
-        prompt[i], conv[i] = ctx, c
-        ctx_after[c] = ctx + out[i]
-        turns_done[c] += 1
-        if turns_done[c] < turns:
-            ready.append((t_list[i] + turn_gap_s, c))
-    system = np.array(conv_sys, bool)
-    offsets, values = _unit_ids(prompt, conv, system, sys_len // unit, unit)
-    return Conversations(prompt, conv, system[conv], offsets, values)
+            c = len(self.ctx_after)
+            self.ctx_after.append(0)
+            self.turns_done.append(0)
+            self.conv_sys.append(self.sys[i])
+            ctx = self.msg[i] + (self.sys_len if self.sys[i] else 0)
+        self.prompt[i], self.turn[i] = ctx, self.turns_done[c]
+        self.ctx_after[c] = ctx + self.out[i]
+        self.turns_done[c] += 1
+        return c
 
-
-def _unit_ids(prompt: np.ndarray, conv: np.ndarray, system: np.ndarray, sys_units: int,
-              unit: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hash-unit ids per request, vectorised: shared system units first, then the conversation's own."""
-    counts = -(-prompt // unit)
-    units_per_conv = np.zeros(len(system), np.int64)
-    np.maximum.at(units_per_conv, conv, counts)
-    base = sys_units + np.concatenate([[0], np.cumsum(units_per_conv)[:-1]]).astype(np.int64)
-    offsets = np.zeros(len(prompt) + 1, np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    row = np.repeat(np.arange(len(prompt)), counts)
-    u = np.arange(offsets[-1], dtype=np.int64) - offsets[:-1][row]
-    row_conv = conv[row]
-    shared = system[row_conv] & (u < sys_units)
-    return offsets, np.where(shared, u, base[row_conv] + u)
+    def result(self, conv: np.ndarray, times: np.ndarray) -> Conversations:
+        return Conversations(self.prompt, conv, self.turn, np.array(self.conv_sys, bool)[conv], times)

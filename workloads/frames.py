@@ -1,7 +1,8 @@
 """A `Workload` as a pandas DataFrame, and written to the canonical kvsim format (CSV, JSONL, Parquet).
 
 The canonical columns are the `Request` fields. ``prefix_hashes`` is a list in JSONL and Parquet and a
-space-separated string in CSV; workload-wide values (``prefix_hash_tokens``, a closed loop's
+space-separated string in CSV; a session turn's ``think_time_s`` is blank (null) when not given; workload-wide
+values (``prefix_hash_tokens``, a closed loop's
 ``closed_loop_users`` and ``think_time_s``) are repeated on every row so that every container round-trips.
 Optional columns are written only when some request uses them, and floats with ``repr`` precision, so a
 file reads back to the same requests and the same seed writes the same bytes.
@@ -31,6 +32,8 @@ def workload_to_frame(workload: Workload, *, hashes_as: str = "list") -> pd.Data
     frame["prefix_group"] = _nullable(w.prefix_group)
     frame["prefix_len"] = w.prefix_len
     frame["priority"] = w.priority
+    if w.has_sessions:
+        frame["session_id"], frame["turn"], frame["think_time_s"] = _nullable(w.session_id), w.turn, w.think_time_s
     if hashes_as != "none":
         split = np.split(w.hash_values, w.hash_offsets[1:-1]) if len(w) else []
         if hashes_as == "text":
@@ -111,7 +114,7 @@ def _write_jsonl(frame: pd.DataFrame, path: Path) -> None:
         if name == "prefix_hashes":
             cells = ["[" + ", ".join(map(str, h)) + "]" for h in col]
         elif col.dtype.kind == "f":
-            cells = [repr(float(v)) for v in col.to_numpy()]
+            cells = [repr(float(v)) if v == v else "null" for v in col.to_numpy()]
         else:
             cells = ["null" if v is pd.NA else str(int(v)) for v in col.to_numpy(dtype=object)]
         encoded.append([f'"{name}": {cell}' for cell in cells])

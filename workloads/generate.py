@@ -12,8 +12,9 @@ Sharing options:
   ``system_prompt_frac`` of requests (``prefix_group`` 0 with ``prefix_len`` = its length); the lengths cap
   ``max_total`` holds for the whole request: a request given the system prompt has its drawn prompt
   shortened (to 1 token at least), then its output, so that system prompt + prompt + output fit the cap;
-- ``turns`` > 1: multi-turn conversations whose later turns extend earlier ones, identified by
-  ``prefix_hashes`` of ``prefix_hash_tokens``-token units.
+- ``turns`` > 1: multi-turn conversations whose later turns extend earlier ones, as sessions
+  (`workloads.conversations`): open loop, a turn at least ``turn_gap_s`` after the previous turn arrived, or,
+  with ``think_time_s``, closed loop per session: a turn ``think_time_s`` after the previous turn ends.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from workloads.arrivals import ArrivalProcess, closed_loop_of
-from workloads.conversations import build_conversations
+from workloads.conversations import build_conversations, build_sessions
 from workloads.errors import TraceError
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.validation import BOTH_N_AND_BEAM
@@ -31,11 +32,10 @@ from workloads.workload import NONE, Workload
 def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests: int,
              seed: int = 0, *, n: int = 1, beam_width: int = 1, system_prompt_len: int = 0,
              system_prompt_frac: float = 0.0, turns: int = 1, turn_gap_s: float = 30.0,
-             prefix_hash_tokens: int = 16, name: str = "synthetic", source: str | None = None) -> Workload:
+             think_time_s: float | None = None, name: str = "synthetic", source: str | None = None) -> Workload:
     """``num_requests`` synthetic requests (module docstring), from the distribution and process objects
     (`workloads.named.generate` takes their spec strings)."""
-    _check(num_requests, n, beam_width, system_prompt_len, system_prompt_frac, turns, turn_gap_s,
-           prefix_hash_tokens)
+    _check(num_requests, n, beam_width, system_prompt_len, system_prompt_frac, turns, turn_gap_s, think_time_s)
     dist, process = lengths, arrivals
     closed = closed_loop_of(process)
     if closed is not None and turns > 1:
@@ -50,12 +50,14 @@ def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests
         prompt, output = _fit_system_prompt(prompt, output, has_sys, system_prompt_len, dist.max_total)
     columns: dict[str, np.ndarray] = {}
     if turns > 1:
-        convs = build_conversations(times, prompt, output, has_sys, sys_len=system_prompt_len, turns=turns,
-                                    turn_gap_s=turn_gap_s, unit=prefix_hash_tokens,
-                                    max_total=dist.max_total)
-        prompt, has_sys = convs.prompt_tokens, convs.has_system
-        columns = {"hash_offsets": convs.hash_offsets, "hash_values": convs.hash_values,
-                   "prefix_hash_tokens": prefix_hash_tokens}
+        shape = {"sys_len": system_prompt_len, "turns": turns, "max_total": dist.max_total}
+        if think_time_s is None:
+            convs = build_conversations(times, prompt, output, has_sys, turn_gap_s=turn_gap_s, **shape)
+        else:
+            convs = build_sessions(times, prompt, output, has_sys, **shape)
+        prompt, has_sys, times = convs.prompt_tokens, convs.has_system, convs.times
+        think = np.where(convs.turn > 0, np.nan if think_time_s is None else think_time_s, np.nan)
+        columns = {"session_id": convs.session_id, "turn": convs.turn, "think_time_s": think}
     else:
         prompt = prompt + np.where(has_sys, system_prompt_len, 0)
     if source is None:
@@ -91,7 +93,7 @@ def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarr
 
 
 def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int,
-           turn_gap_s: float, unit: int) -> None:
+           turn_gap_s: float, think_time_s: float | None) -> None:
     problems = {
         "--num-requests must be >= 1": num_requests < 1,
         "n and beam_width must be >= 1": n < 1 or beam_width < 1,
@@ -100,7 +102,8 @@ def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: f
         "system_prompt_frac must be within [0, 1]": not 0 <= sys_frac <= 1,
         "turns must be >= 1": turns < 1,
         "turn_gap_s must be >= 0": not turn_gap_s >= 0,
-        "prefix_hash_tokens must be >= 1": unit < 1,
+        "think_time_s must be finite and >= 0": think_time_s is not None and not 0 <= think_time_s < np.inf,
+        "think_time_s applies to multi-turn sessions (turns > 1)": think_time_s is not None and turns < 2,
     }
     for message, bad in problems.items():
         if bad:

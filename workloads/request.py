@@ -1,6 +1,7 @@
 """The request record: everything the simulator needs to know about one request, and nothing more.
 
-Prefix identity is either a list of block hashes at the trace's own granularity (``prefix_hashes``, each
+Prefix identity is a session (``session_id``: the request is a turn of a multi-turn conversation, a prefix of
+its session's one token stream, `workloads.sessions`), or a list of block hashes at the trace's own granularity (``prefix_hashes``, each
 covering ``prefix_hash_tokens`` prompt tokens, as Mooncake's 512-token ``hash_ids``), or a shared-prefix group
 (``prefix_group``, its first ``prefix_len`` prompt tokens identical across the group, e.g. a system prompt).
 `Request.block_hashes` turns either into chained hashes of full blocks at the simulator's block size.
@@ -19,6 +20,8 @@ _HASHES_SEED = 0x6B7673696D2D6873
 """Namespace of identities built from ``prefix_hashes`` (distinct from group identities)."""
 _GROUP_SEED = 0x6B7673696D2D6770
 """Namespace of identities built from ``prefix_group``."""
+_SESSION_SEED = 0x6B7673696D2D7373
+"""Namespace of identities built from ``session_id``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,9 @@ class Request:
     prefix_hash_tokens: int = 512
     prefix_group: int | None = None
     prefix_len: int = 0
+    session_id: int | None = None
+    turn: int = 0
+    think_time_s: float | None = None
 
     def __post_init__(self) -> None:
         nan = float("nan")
@@ -67,13 +73,17 @@ class Request:
 
     @property
     def known_prefix_tokens(self) -> int:
-        """How many leading prompt tokens have a known identity (from hashes if any, else the group)."""
+        """How many leading tokens have a known identity: a session turn's all, its generated tokens too (the
+        next turn's prompt repeats them); else the prompt tokens the hashes cover, else the group's prefix."""
+        if self.session_id is not None:
+            return self.prompt_tokens + self.output_tokens
         if self.prefix_hashes:
             return min(len(self.prefix_hashes) * self.prefix_hash_tokens, self.prompt_tokens)
         return self.prefix_len if self.prefix_group is not None else 0
 
     def block_hashes(self, block_size: int) -> tuple[int, ...]:
-        """Chained hashes of the prompt's full blocks of ``block_size`` tokens whose identity is known.
+        """Chained hashes of the full blocks of ``block_size`` tokens whose identity is known: the prompt's, and
+        for a session turn its generated tokens' too.
 
         Two requests get equal hashes for block ``j`` exactly when their first ``(j + 1) * block_size`` tokens
         are known to be equal, so a hash stands for the block *and everything before it* (vLLM's chained
@@ -89,6 +99,10 @@ class Request:
         hash h) and B > H (a block spanning several units) alike, and vectorises over blocks. The last unit of
         a request usually covers only up to the prompt length, so only blocks fully inside
         ``known_prefix_tokens`` get a hash.
+
+        A session turn's block ending at token ``e`` hashes ``(session, e)``: every turn is a prefix of its
+        session's token stream. Blocks inside a shared system prompt (``prefix_group``, ``prefix_len``) keep the
+        group's hashes, so sessions share those blocks with each other and with requests outside sessions.
         """
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -96,7 +110,11 @@ class Request:
         if num_blocks == 0:
             return ()
         ends = np.arange(1, num_blocks + 1, dtype=np.int64) * block_size
-        if self.prefix_hashes:
+        if self.session_id is not None:
+            shared = ends <= (self.prefix_len if self.prefix_group is not None else 0)
+            own = mix_array(mix(_SESSION_SEED, self.session_id), ends)
+            hashed = np.where(shared, mix_array(mix(_GROUP_SEED, self.prefix_group or 0), ends), own)
+        elif self.prefix_hashes:
             unit_size = self.prefix_hash_tokens
             units = (ends - 1) // unit_size
             chain = [0] * (int(units[-1]) + 1)

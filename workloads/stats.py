@@ -4,13 +4,15 @@ p99 is ``numpy.percentile(x, 99)`` with linear interpolation; the rate is rows /
 arrival); the inter-arrival CV is the population standard deviation of the gaps over their mean.
 Prefix reuse is the ceiling an unbounded cache could reach: with ``prefix_hashes``, the share of hash-block
 references that repeat an id seen earlier; with ``prefix_group``, the share of prompt tokens inside a shared
-prefix that an earlier request of the same group already carried.
+prefix that an earlier request of the same group already carried; with sessions, also the share of prompt
+tokens a turn repeats from its session's previous turn (its prompt and output).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from workloads.sessions import session_reuse
 from workloads.workload import NONE, Workload
 
 
@@ -24,14 +26,15 @@ def prefix_reuse(workload: Workload) -> tuple[float | None, str | None]:
     if workload.has_prefix_hashes:
         refs = len(workload.hash_values)
         return 1.0 - len(np.unique(workload.hash_values)) / refs, "hash-block references"
-    grouped = workload.prefix_group != NONE
-    if not grouped.any():
+    sessions = workload.has_sessions
+    grouped = (workload.prefix_group != NONE) & (workload.turn == 0)  # a later turn repeats its whole past
+    if not grouped.any() and not sessions:
         return None, None
     groups = workload.prefix_group[grouped]
     _, first = np.unique(groups, return_index=True)
     repeated = np.ones(len(groups), bool)
     repeated[first] = False
-    reused = workload.prefix_len[grouped][repeated].sum()
+    reused = workload.prefix_len[grouped][repeated].sum() + (session_reuse(workload) if sessions else 0)
     return float(reused / workload.prompt_tokens.sum()), "prompt tokens"
 
 

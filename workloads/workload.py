@@ -19,10 +19,11 @@ import numpy as np
 
 from workloads.ragged import take_ragged
 from workloads.request import Request
+from workloads.sessions import SESSION_RULES, session_reasons
 from workloads.validation import first_problem
 
 INT_COLUMNS = ("prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width", "prefix_group", "prefix_len",
-               "priority")
+               "priority", "session_id", "turn")
 NONE = -1
 """Sentinel for 'no value' in the ``max_tokens`` and ``prefix_group`` columns."""
 
@@ -56,6 +57,11 @@ class Workload:
     prefix_len: np.ndarray | None = None
     priority: np.ndarray | None = None
     """Scheduling priority under ``--scheduling-policy priority`` (vLLM's: lower value first; default 0)."""
+    session_id: np.ndarray | None = None
+    """Multi-turn sessions (`workloads.sessions`): the conversation of each row (-1: none), its turn, and the
+    think time before the turn (NaN: it arrives at ``arrival_time_s``)."""
+    turn: np.ndarray | None = None
+    think_time_s: np.ndarray | None = None
     hash_offsets: np.ndarray | None = None
     hash_values: np.ndarray | None = None
     prefix_hash_tokens: int = 512
@@ -70,11 +76,13 @@ class Workload:
         size = len(self.arrival_time_s)
         self.arrival_time_s = np.ascontiguousarray(self.arrival_time_s, dtype=np.float64)
         defaults = {"max_tokens": NONE, "n": 1, "beam_width": 1, "prefix_group": NONE, "prefix_len": 0,
-                    "priority": 0}
+                    "priority": 0, "session_id": NONE, "turn": 0}
         for col in INT_COLUMNS:
             value = getattr(self, col)
             value = np.full(size, defaults[col], np.int64) if value is None else np.asarray(value, np.int64)
             setattr(self, col, np.ascontiguousarray(value))
+        think = np.full(size, np.nan) if self.think_time_s is None else self.think_time_s
+        self.think_time_s = np.ascontiguousarray(think, dtype=np.float64)
         self.ids = np.arange(size, dtype=np.int64) if self.ids is None else np.asarray(self.ids, np.int64)
         if self.hash_offsets is None:
             self.hash_offsets = np.zeros(size + 1, np.int64)
@@ -84,7 +92,7 @@ class Workload:
 
     def _validate(self, size: int) -> None:
         """The request rules (`workloads.validation`) over the columns, so that iterating never raises."""
-        for col in (*INT_COLUMNS, "ids"):
+        for col in (*INT_COLUMNS, "ids", "think_time_s"):
             if len(getattr(self, col)) != size:
                 raise ValueError(f"column {col} has {len(getattr(self, col))} rows, expected {size}")
         offsets, t = self.hash_offsets, self.arrival_time_s
@@ -104,6 +112,18 @@ class Workload:
                 columns[col] = np.where(missing, np.nan, columns[col])
         if (problem := first_problem(columns, self.prefix_hash_tokens)) is not None:
             raise ValueError(f"workload {self.name!r}: {problem}")
+        if self.has_sessions or (self.turn != 0).any() or not np.isnan(self.think_time_s).all():
+            self._validate_sessions()
+
+    def _validate_sessions(self) -> None:
+        if self.closed_loop is not None:
+            raise ValueError(f"workload {self.name!r}: sessions and a closed loop of users cannot be combined")
+        reason, _ = session_reasons(self.session_id, self.turn, self.think_time_s, self.prompt_tokens,
+                                    self.output_tokens, np.diff(self.hash_offsets))
+        if (reason >= 0).any():
+            i = int(np.argmax(reason >= 0))
+            field, problem = SESSION_RULES[reason[i]]
+            raise ValueError(f"workload {self.name!r}: request {i}: {field}: {problem}")
 
     def __len__(self) -> int:
         return len(self.arrival_time_s)
@@ -124,12 +144,17 @@ class Workload:
             int(self.ids[i]), float(self.arrival_time_s[i]), int(self.prompt_tokens[i]), int(self.output_tokens[i]),
             None if mx == NONE else mx, int(self.n[i]), int(self.beam_width[i]),
             tuple(self.hash_values[lo:hi].tolist()), self.prefix_hash_tokens, None if group == NONE else group,
-            int(self.prefix_len[i]),
+            int(self.prefix_len[i]), None if (session := int(self.session_id[i])) == NONE else session,
+            int(self.turn[i]), None if (think := float(self.think_time_s[i])) != think else think,
         )
 
     @property
     def has_prefix_hashes(self) -> bool:
         return len(self.hash_values) > 0
+
+    @property
+    def has_sessions(self) -> bool:
+        return bool((self.session_id != NONE).any())
 
     def prefix_hashes(self, i: int) -> np.ndarray:
         """Request ``i``'s prefix hashes as an array view (no tuple built)."""
@@ -144,7 +169,8 @@ class Workload:
         index = np.asarray(index, np.int64)
         offsets, values = take_ragged(self.hash_offsets, self.hash_values, index)
         columns: dict[str, object] = {col: getattr(self, col)[index] for col in INT_COLUMNS}
-        columns |= {"arrival_time_s": self.arrival_time_s[index], "ids": self.ids[index]}
+        columns |= {"arrival_time_s": self.arrival_time_s[index], "ids": self.ids[index],
+                    "think_time_s": self.think_time_s[index]}
         columns |= {"hash_offsets": offsets, "hash_values": values}
         attrs = {"prefix_hash_tokens": self.prefix_hash_tokens, "name": self.name, "source": self.source}
         attrs |= {"skipped_rows": self.skipped_rows, "skipped_reasons": dict(self.skipped_reasons)}

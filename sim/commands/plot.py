@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency")
+RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency", "reuse")
 """Figures drawn from run directories; `SWEEP_KIND` is the one drawn from a sweep table."""
 FLEET_KINDS = ("replicas",)
 """Figures drawn from the run directory of a fleet (`kvsim run --replicas N --out DIR`)."""
@@ -64,7 +64,7 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
     from sim import plots
 
     needs = {"memory": ("steps",), "batch": ("steps",), "memory-map": ("memory",), "latency": ("requests",),
-             "replicas": ("steps",)}
+             "replicas": ("steps",), "reuse": ("steps", "requests")}
     summaries, frames = load_runs(run_dirs, needs.get(kind, ()), kind)
     if kind == "memory":
         if len(frames) == 1:
@@ -86,6 +86,9 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
             (name, tables), = frames.items()
             return plots.plot_memory_map(tables["memory"], time_s=time_s, title=name)
         return plots.plot_memory_maps({k: t["memory"] for k, t in frames.items()}, time_s=time_s)
+    if kind == "reuse":
+        return plots.plot_reuse({k: t["steps"] for k, t in frames.items()},
+                                {k: t["requests"] for k, t in frames.items()}, summaries)
     return plots.plot_latency_cdf({k: t["requests"] for k, t in frames.items()})
 
 

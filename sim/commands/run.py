@@ -14,21 +14,22 @@ import sys
 import click
 
 from sim.cli import fail
-from sim.commands.options import TRACE_FORMAT_HELP, alias_option, catalog_option, columns_option
+from sim.commands.options import TRACE_FORMAT_HELP, AliasOption, alias_option, catalog_option, columns_option
 from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 from sim.kernel.routers import ROUTERS
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
                 "tpot_p50_s", "e2e_p50_s", "token_states_frac", "reservation_frac", "internal_frag_frac",
-                "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "wall_time_s")
+                "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "prefill_tokens",
+                "cached_prompt_tokens", "prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "wall_time_s")
 _DEFAULTS = SimConfig()
 
 
 def _field_option(flags: str, *names: str, **kwargs):
     """A flag for the `SimConfig` field it spells (``--block-size`` -> ``block_size``), defaulting to the
     field's own default, so the command line and the configuration cannot disagree."""
-    name = names[0] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
+    name = names[-1] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
     return click.option(flags, *names, default=getattr(_DEFAULTS, name), show_default=True, **kwargs)
 
 
@@ -96,6 +97,10 @@ def simulation_options(func):
                            "memory."),
         _field_option("--swap-space-gib", type=float,
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
+        _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
+                      help="Host memory (GiB) for a KV tier behind the prefix cache: evicted cached blocks move "
+                           "there, LRU, and host hits are loaded back over PCIe (0: no tier). vLLM's "
+                           "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
         _field_option("--watermark", type=float,
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),
@@ -201,12 +206,17 @@ def run_command(allocator: str, **opts) -> None:
 @click.command("compare")
 @alias_option("--allocator", "--allocators", "allocators",
               help="Comma-separated allocator names (default: all of ALLOCATORS).")
+@click.option("--reuse-baseline", is_flag=True,
+              help="Also run each allocator whose prefix cache hit anything without prefix caching (named "
+                   "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT.")
 @simulation_options
-def compare_command(allocators: str | None, **opts) -> None:
+def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> None:
     """Run several allocators on the same workload and show their summaries side by side.
 
     TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals.
-    --out DIR writes each allocator's run to DIR/ALLOCATOR (for `kvsim plot DIR/*`)."""
+    --out DIR writes each allocator's run to DIR/ALLOCATOR (for `kvsim plot DIR/*`; `--kind reuse` draws hits
+    by tier, prefill saved and TTFT)."""
+    from dataclasses import replace
     from pathlib import Path
 
     from allocators import ALLOCATORS
@@ -222,10 +232,18 @@ def compare_command(allocators: str | None, **opts) -> None:
             if workload is None:
                 workload = resolve_workload(config)
                 _announce(config, workload)
-            result = _simulate(config, workload, opts["as_json"])
-            if opts["out"]:
-                write_result(result, Path(opts["out"]) / name, opts["out_format"])
-            summaries.append(result.summary)
+            runs = [(name, config)]
+            if reuse_baseline and config.prefix_caching:
+                runs.append((f"{name}-no-reuse", replace(config, prefix_caching=False)))
+            for run_name, run_config in runs:
+                if run_name != name and not summaries[-1]["cached_prompt_tokens"]:
+                    break  # nothing was reused: the baseline would repeat the run
+                result = _simulate(run_config, workload, opts["as_json"])
+                if run_name != name:
+                    result.summary["run"] = run_name
+                if opts["out"]:
+                    write_result(result, Path(opts["out"]) / run_name, opts["out_format"])
+                summaries.append(result.summary)
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
     for summary in summaries:

@@ -129,10 +129,13 @@ def stats(file: str, trace_format: str | None, trace_columns: str | None, skip_b
               help="Share of requests that carry the system prompt.")
 @click.option("--turns", type=int, default=1, show_default=True, help="Turns per multi-turn conversation.")
 @click.option("--turn-gap-s", type=float, default=30.0, show_default=True,
-              help="Least time between a conversation's turns.")
+              help="Least time between a conversation's turns (open loop: from arrival to arrival).")
+@click.option("--think-time-s", type=float, default=None,
+              help="Closed loop per session: each later turn arrives this long after the previous turn ends "
+                   "(instead of --turn-gap-s).")
 @click.option("--out", required=True, help="Output file; format by extension: .csv, .jsonl, .parquet.")
 def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, beam_width, system_prompt_len,
-                     system_prompt_frac, turns, turn_gap_s, out) -> None:
+                     system_prompt_frac, turns, turn_gap_s, think_time_s, out) -> None:
     """Write a synthetic workload (or a preset) in the canonical kvsim format."""
     from workloads import generate, load_preset, write_trace
 
@@ -140,8 +143,10 @@ def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, bea
         if preset is not None:
             if lengths or arrivals:
                 raise ValueError("give either --preset or --lengths/--arrivals, not both")
-            if turns != 1 or system_prompt_len or system_prompt_frac or turn_gap_s != 30.0:
-                raise ValueError("--turns, --turn-gap-s and --system-prompt-* shape synthetic requests; use them "
+            if (turns != 1 or system_prompt_len or system_prompt_frac or turn_gap_s != 30.0
+                    or think_time_s is not None):
+                raise ValueError("--turns, --turn-gap-s, --think-time-s and --system-prompt-* shape synthetic "
+                                 "requests; use them "
                                  "with --lengths/--arrivals, not --preset")
             workload = with_samples(load_preset(preset, num_requests=num_requests, rate=rate, seed=seed),
                                     n, beam_width)
@@ -152,7 +157,7 @@ def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, bea
                 raise ValueError("--rate applies to presets; put the rate in --arrivals")
             workload = generate(lengths, arrivals, num_requests, seed, n=n, beam_width=beam_width,
                                 system_prompt_len=system_prompt_len, system_prompt_frac=system_prompt_frac,
-                                turns=turns, turn_gap_s=turn_gap_s)
+                                turns=turns, turn_gap_s=turn_gap_s, think_time_s=think_time_s)
         path = write_trace(workload, out)
     except (ValueError, OSError) as error:
         _fail(error)

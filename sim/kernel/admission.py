@@ -39,6 +39,8 @@ class GroupMechanics:
         self.num_preemptions = 0
         self.cached_prompt_tokens = 0  # prompt tokens admissions found cached (prefix cache or shared prefix)
         self.cached_by_index: dict[int, int] = {}  # the same per request (workload position), hits only
+        self.host_prompt_tokens = 0  # the part of cached_prompt_tokens loaded from the host tier
+        self.host_by_index: dict[int, int] = {}  # the same per request
 
     # -- admission ---------------------------------------------------------------------------------------
     def never_runs(self, group: SequenceGroup) -> str | None:
@@ -79,7 +81,7 @@ class GroupMechanics:
             if admission is None:
                 return False
             group.prefill_done = admission.cached_tokens
-            self._count_cached(group, admission.cached_tokens)
+            self._count_cached(group, admission.cached_tokens, admission.host_tokens)
             self._start_running(group)
             return True
         placed = s.memory.place(group)
@@ -88,20 +90,29 @@ class GroupMechanics:
         admission, copies = placed
         plan.add_copies(copies)
         if group.state == SWAPPED:  # copied back in as it went out
-            plan.swap_blocks += self.swap_transfers.pop(group.index)
+            plan.swap_blocks += self.swap_transfers[group.index]
             plan.swap_slots += group.swapped_slots
-            self.swap_used -= group.swapped_slots
-            group.swapped_slots = 0
+            self._release_swap(group)
         else:
             group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
-            self._count_cached(group, group.prefill_done)
+            self._count_cached(group, group.prefill_done, admission.host_tokens)
         self._start_running(group)
         return True
 
-    def _count_cached(self, group: SequenceGroup, cached: int) -> None:
+    def _count_cached(self, group: SequenceGroup, cached: int, host: int) -> None:
+        """Count an admission's hits, ``host`` of the ``cached`` tokens loaded from the host tier: in the
+        totals, per request and in the step being planned; the host loads are charged to the step."""
         if cached:
             self.cached_prompt_tokens += cached
             self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
+            plan = self.s.plan
+            plan.gpu_hit_tokens += cached - host
+            if host:
+                self.host_prompt_tokens += host
+                self.host_by_index[group.index] = self.host_by_index.get(group.index, 0) + host
+                plan.host_hit_tokens += host
+                plan.reload_slots += host
+                plan.reload_blocks += -(-host // self.s.memory.block_size)
 
     def _start_running(self, group: SequenceGroup) -> None:
         s = self.s
@@ -235,10 +246,9 @@ class GroupMechanics:
         if not s.running:
             self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
             return
-        if self.swap and decoding and self.swap_used + moved <= self.swap_slots:
+        if self.swap and decoding and self._swap_room(victim, moved):
             victim.state = SWAPPED
             victim.swapped_slots = moved
-            self.swap_used += moved
             self.swap_transfers[victim.index] = transfers
             s.plan.swap_blocks += transfers
             s.plan.swap_slots += moved
@@ -253,8 +263,30 @@ class GroupMechanics:
                 return
         s.waiting.requeue(victim)
 
+    def _swap_room(self, victim: SequenceGroup, moved: int) -> bool:
+        """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one
+        (its cached blocks evicted as needed), else the ``--swap-space-gib`` swap space; False if full."""
+        memory = self.s.memory
+        if memory.host_tier is not None:
+            return memory.park(victim.index, moved)
+        if self.swap_used + moved > self.swap_slots:
+            return False
+        self.swap_used += moved
+        return True
+
+    def _release_swap(self, group: SequenceGroup) -> None:
+        """Give back the host memory a swapped group's KV took (it is back on the GPU, or rejected)."""
+        del self.swap_transfers[group.index]
+        if self.s.memory.host_tier is not None:
+            self.s.memory.unpark(group.index)
+        else:
+            self.swap_used -= group.swapped_slots
+        group.swapped_slots = 0
+
     def reject(self, group: SequenceGroup, reason: str, now: float) -> None:
         s = self.s
+        if group.state == SWAPPED:
+            self._release_swap(group)
         group.state = REJECTED
         s.live.pop(group.index, None)
         self.sink.reject(group, reason, now)

@@ -2,7 +2,9 @@
 
 Open loop: rows arrive at their ``arrival_time_s``. Closed loop (`workloads.workload.ClosedLoop`): ``users``
 requests are in flight at once; when one finishes (or is rejected) the next row arrives ``think_time_s``
-later, so arrival times come from the simulation itself and are recorded as they happen.
+later, so arrival times come from the simulation itself and are recorded as they happen. Sessions
+(`workloads.sessions`): a turn with a think time arrives that long after its previous turn finished (or was
+rejected); every other row arrives at its ``arrival_time_s``. Rows due at the same time arrive in row order.
 
 Prefix identities (``block_hashes``) are only computed when the allocator can use them (a paged allocator
 with prefix caching, or one with shared-prefix registration): building them costs a `Request` per row. With
@@ -16,6 +18,7 @@ import heapq
 import numpy as np
 
 from sim.kernel.sequence_group import SequenceGroup
+from workloads.sessions import closed_loop_turns
 
 _OWN_BASE = 1 << 62
 """Ids of a request's own blocks: ``_OWN_BASE + (index << 24) + block``, unique per request and block. They
@@ -49,6 +52,13 @@ class ArrivalSource:
         if self.closed is not None:
             self.released = [start_s] * min(self.closed.users, self.size)
         self.arrival_s = np.array(self.times, dtype=np.float64)  # actual arrivals (closed loop fills them in)
+        self.sessions = bool(getattr(workload, "has_sessions", False))
+        self.next_turn, released = closed_loop_turns(workload) if self.sessions else (None, None)
+        self.sessions = self.sessions and bool(released.any())
+        if self.sessions:  # rows arriving on their own, in order, and released turns due, as a heap
+            self.scheduled = np.flatnonzero(~released)
+            self.position = 0
+            self.due: list[tuple[float, int]] = []
 
     @classmethod
     def for_memory(cls, workload, memory, *, start_s: float = 0.0) -> ArrivalSource:
@@ -63,23 +73,53 @@ class ArrivalSource:
     def _has_identity(workload) -> bool:
         groups = getattr(workload, "prefix_group", None)
         has_groups = groups is not None and bool((np.asarray(groups) >= 0).any())
-        return has_groups or bool(getattr(workload, "has_prefix_hashes", False))
+        return has_groups or bool(getattr(workload, "has_prefix_hashes", False) or
+                                  getattr(workload, "has_sessions", False))
 
     def next_time(self) -> float | None:
         if self.cursor >= self.size:
             return None
         if self.closed is not None:
             return self.released[0] if self.released else None
+        if self.sessions:
+            head = self._session_head()
+            return None if head is None else head[0]
         return float(self.times[self.cursor])
 
-    def on_done(self, t: float) -> None:
-        """A request left the system (closed loop: its user thinks, then sends the next one)."""
+    def _session_head(self) -> tuple[float, int] | None:
+        """The next session-workload arrival ``(time, row)``: a row due at its own time or a released turn."""
+        head = self.due[0] if self.due else None
+        if self.position < len(self.scheduled):
+            i = int(self.scheduled[self.position])
+            own = (float(self.times[i]), i)
+            if head is None or own < head:
+                return own
+        return head
+
+    def on_done(self, t: float, index: int = -1) -> None:
+        """Request ``index`` left the system at ``t`` (closed loop: its user thinks, then sends the next one;
+        a session turn releases the session's next turn after its think time)."""
         if self.closed is not None and self.cursor + len(self.released) < self.size:
             heapq.heappush(self.released, t + self.closed.think_time_s)
+        elif self.sessions and index >= 0 and (following := int(self.next_turn[index])) >= 0:
+            heapq.heappush(self.due, (t + float(self.workload.think_time_s[following]), following))
 
     def deliver(self, now: float, sched) -> None:
         """Hand every request due at or before ``now`` to the scheduler, in order."""
         while self.cursor < self.size:
+            if self.sessions:
+                head = self._session_head()
+                if head is None or head[0] > now:
+                    return
+                t, i = head
+                if self.due and self.due[0] == head:
+                    heapq.heappop(self.due)
+                else:
+                    self.position += 1
+                self.cursor += 1
+                self.arrival_s[i] = t
+                sched.add(self.make_group(i, t), t)
+                continue
             if self.closed is not None:
                 if not self.released or self.released[0] > now:
                     return
@@ -100,9 +140,12 @@ class ArrivalSource:
         hashes: tuple[int, ...] = ()
         prefix_blocks = 0
         if self.want_hashes:
-            hashes = w[i].block_hashes(self.block_size)
+            request = w[i]
+            hashes = request.block_hashes(self.block_size)
             prefix_blocks = len(hashes)
-            if self.own_identity:
+            if request.session_id is not None:  # identity covers the whole turn; the group's part is shared
+                prefix_blocks = request.prefix_len // self.block_size if group_id >= 0 else 0
+            elif self.own_identity:
                 hashes += own_block_hashes(i, len(hashes), prompt + output, self.block_size)
         return SequenceGroup(
             i, int(w.ids[i]), t, prompt, output, n=int(w.n[i]), beam_width=int(w.beam_width[i]),

@@ -36,12 +36,14 @@ class SimConfig:
     ``kv_gib`` / ``kv_tokens`` give the KV size directly; otherwise it is derived from the GPU as vLLM does
     (`allocators.capacity.kv_capacity`).
     ``catalog`` is a TOML file of extra models and GPUs, read before ``model`` and ``gpu`` are looked up.
+    ``cpu_offload_gib`` is host memory for a KV tier behind the prefix cache (`allocators.host_tier`; 0: none);
+    vLLM's name for it is ``--kv-offloading-size`` (``cpu_offload_gb`` is vLLM's *weights* offload, not this).
     """
 
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
     """Fields whose one value is itself a comma list (``a=b,c=d``, ``gamma:rate=2,cv=3``): a sweep's command
     line must not split them into grid values."""
-    FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns"}
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns", "kv_offloading_size": "cpu_offload_gib"}
     """Flag names (as ``kvsim run`` spells them) that differ from the field they set."""
 
     allocator: str = "paged"
@@ -62,6 +64,7 @@ class SimConfig:
     prefix_caching: bool = True
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
+    cpu_offload_gib: float = 0.0
     watermark: float = 0.0
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
@@ -127,6 +130,9 @@ class SimConfig:
                              f"({self.max_num_seqs}), as vLLM requires, so every running sequence can decode")
         if not isinstance(self.swap_space_gib, (int, float)) or not 0 <= self.swap_space_gib < math.inf:
             raise ValueError(f"--swap-space-gib must be a finite number >= 0, got {self.swap_space_gib!r}")
+        if isinstance(self.cpu_offload_gib, bool) or not isinstance(self.cpu_offload_gib, (int, float)) \
+                or not 0 <= self.cpu_offload_gib < math.inf:
+            raise ValueError(f"--cpu-offload-gib must be a finite number of GiB >= 0, got {self.cpu_offload_gib!r}")
         if not 0 <= self.watermark < 1:
             raise ValueError(f"--watermark must be a fraction in [0, 1), got {self.watermark!r}")
         if not 0 <= self.beam_keep_prob <= 1:

@@ -31,6 +31,11 @@ sources:
   It multiplies the KV bytes read; contiguous allocators use 1.0.
 - ``swap_copy_latency_s = 5e-6``: vLLM swaps with one ``cudaMemcpyAsync`` per block, layer and K/V, each
   costing a few microseconds, which is why swapping is poor at small block sizes (paper, section 7.4).
+- Host-tier loads (``--cpu-offload-gib``): a host hit is a swap-in of its blocks, charged the same way (its
+  bytes at the catalog GPU's ``pcie_gb_s``, host-to-device over PCIe, plus ``swap_copy_latency_s`` per
+  block, layer and K/V): vLLM's offloading connector loads with the same per-block ``cudaMemcpyAsync``
+  copies. Offloads (device to host) are not charged: they run asynchronously beside compute in vLLM's
+  connector, and nothing waits on them.
 
 Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).
 

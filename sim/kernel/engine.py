@@ -121,9 +121,9 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
     else:
         num_steps = 1
         duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
-                                  plan.copies, plan.swap_blocks, plan.attention_pairs,
-                                  copy_slots=plan.copy_slots, swap_slots=plan.swap_slots,
-                                  prefill_seqs=len(plan.chunks))
+                                  plan.copies, plan.swap_blocks + plan.reload_blocks, plan.attention_pairs,
+                                  copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
+                                  prefill_seqs=len(plan.chunks))  # host-tier loads cost as swap-ins do
         if duration <= 0:
             raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
         rec.memory.add(b, lag, duration, 0.0, running)

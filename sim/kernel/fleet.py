@@ -79,6 +79,9 @@ class Fleet:
         if getattr(workload, "closed_loop", None) is not None:
             raise ValueError("closed-loop arrivals (users and think time) are not supported with more than one "
                              "replica yet; use an open-loop arrival process")
+        if getattr(workload, "has_sessions", False) and not np.isnan(workload.think_time_s).all():
+            raise ValueError("session turns released by think time (closed loop per session) are not supported "
+                             "with more than one replica yet; give the turns arrival times instead")
         self.config = config
         self.cap = resolve_capacity(config)
         self.model, self.gpu = self.cap.model, self.cap.gpu

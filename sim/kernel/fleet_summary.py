@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral
-from sim.kernel.replica import SimResult, requests_frame
+from sim.kernel.replica import SimResult, requests_frame, tier_summary
 from sim.kernel.summary import build_summary
 
 REPLICA_TABLE_KEYS = ("requests", "completed", "rejected", "preemptions", "mean_running", "ttft_p50_s",
@@ -41,9 +41,11 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
 
     config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
     cached_by_index: dict[int, int] = {}
+    host_by_index: dict[int, int] = {}
     for r in replicas:
         cached_by_index.update(r.sched.groups.cached_by_index)
-    requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index)
+        host_by_index.update(r.sched.groups.host_by_index)
+    requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index, host_by_index)
     requests["replica"] = fleet.replica_of
     total_blocks = replicas[0].memory.breakdown().total_blocks
     steps, memories, per_replica, processed = [], [], [], []
@@ -62,6 +64,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
                                 num_preemptions=r.sched.groups.num_preemptions, start_s=fleet.start, end_s=end,
                                 wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
                                 prefill_tokens=prefill, cached_prompt_tokens=r.sched.groups.cached_prompt_tokens,
+                                tier=tier_summary([(r.memory, r.sched.groups)]),
                                 extra={"processed_tokens": tokens})
         del summary["wall_time_s"]
         per_replica.append({"replica": r.number, **summary})
@@ -72,7 +75,8 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         num_preemptions=sum(r.sched.groups.num_preemptions for r in replicas), start_s=fleet.start, end_s=end,
         wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
         prefill_tokens=int(steps_frame["prefill_tokens"].sum()),
-        cached_prompt_tokens=sum(r.sched.groups.cached_prompt_tokens for r in replicas), extra=extra)
+        cached_prompt_tokens=sum(r.sched.groups.cached_prompt_tokens for r in replicas),
+        tier=tier_summary([(r.memory, r.sched.groups) for r in replicas]), extra=extra)
     summary.update({"replicas": len(replicas), "router": config.router,
                     "load_imbalance": load_imbalance(processed), "per_replica": per_replica})
     return SimResult(requests, steps_frame, pd.concat(memories, ignore_index=True), summary, config)

@@ -9,8 +9,14 @@ attributes once, here (`Allocator.kind`, ``prefix_caching``, ``shares_prefixes``
 
     scheduler / beam / fast_forward / engine / fleet / runner  -->  KVMemory  -->  Allocator (allocators/)
 
-What an allocator call changed comes back with its result: an `Admission` (prompt tokens found cached),
-copies with their slots, ``grow_due``'s deltas; nobody reads or rolls back a counter of the allocator.
+What an allocator call changed comes back with its result: an `Admission` (prompt tokens found cached,
+``host_tokens`` of them loaded from the host tier), copies with their slots, ``grow_due``'s deltas; nobody
+reads or rolls back a counter of the allocator.
+
+The host tier (``--cpu-offload-gib``, `allocators.host_tier.HostTier`) is attached here, the allocator's one
+holder: `KVMemory` hands it to the allocator (`Allocator.attach_host_tier`) and keeps it as ``host_tier`` for
+the swap space (`park` / `unpark`) and the summary's counters. The allocator constructor contract is
+unchanged.
 """
 
 from __future__ import annotations
@@ -20,17 +26,22 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown
-from sim.kernel.sequence_group import SequenceGroup
+from allocators.host_tier import HostTier
+from sim.kernel.sequence_group import SWAPPED, SequenceGroup
 
 
 class KVMemory:
     """An allocator plus the sequence ids of the groups placed in it."""
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
-                 "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom")
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom",
+                 "host_tier")
 
-    def __init__(self, alloc: Allocator) -> None:
+    def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
+        """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
+        kept only if the allocator can use it (`Allocator.attach_host_tier`), else ``host_tier`` is None."""
         self._alloc = alloc
+        self.host_tier = host_tier if host_tier is not None and alloc.attach_host_tier(host_tier) else None
         self.owner: dict[int, SequenceGroup] = {}  # seq id -> the group holding it
         self._next_seq = 0
         self.registered_prefixes: set[int] = set()  # prefix groups whose shared prefix is pinned
@@ -62,6 +73,15 @@ class KVMemory:
 
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         return self._alloc.breakdown(waiting)
+
+    def park(self, key: int, slots: int) -> bool:
+        """Swap ``slots`` of a preempted request (``key``) out into the host tier's memory, whole blocks;
+        False if it has no room (only with a host tier)."""
+        return self.host_tier.swap_out(key, -(-slots // self.block_size))
+
+    def unpark(self, key: int) -> None:
+        """The request swapped out under ``key`` is back on the GPU: free its host blocks."""
+        self.host_tier.swap_in(key)
 
     def check_invariants(self) -> None:
         self._alloc.check_invariants()
@@ -123,8 +143,15 @@ class KVMemory:
             return None  # asked first: a failed try would evict cached blocks on its way
         first = self.new_seq(group)
         tokens = group.prompt + (0 if multi else group.generated)
-        admission = alloc.admit(first, tokens, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
-                                block_hashes=group.hashes)
+        swapped = self.host_tier is not None and group.state == SWAPPED
+        if swapped:  # it comes back from its swap blocks, not from host-cache hits
+            alloc.host_tier = None
+        try:
+            admission = alloc.admit(first, tokens, final_tokens=group.final_tokens,
+                                    max_total_tokens=group.max_total, block_hashes=group.hashes)
+        finally:
+            if swapped:
+                alloc.host_tier = self.host_tier
         copies: tuple[Copy, ...] = NO_COPIES
         ok = admission is not None
         if ok and multi:

@@ -16,10 +16,10 @@ from allocators.base import SHARE_NAMES, SLOT_STATES, MemoryBreakdown
 
 STEP_FLOAT = ("time_s", "duration_s")
 STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", "context_tokens", "copies",
-            "swap_blocks", "preempted", "token_states", "reservation", "internal_frag", "external_frag", "free",
-            "used_blocks", "shared_saved", "cached")
+            "swap_blocks", "preempted", "gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "token_states",
+            "reservation", "internal_frag", "external_frag", "free", "used_blocks", "shared_saved", "cached")
 STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-2], "total_blocks", "shared_saved", "cached", "capacity")
-_IDLE = (0, 0, 0, 0, 0, 0)  # an idle row's prefill_tokens .. preempted
+_IDLE = (0,) * 9  # an idle row's prefill_tokens .. reload_blocks
 MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved", "cached")
 
 
@@ -83,7 +83,7 @@ class Recorder:
         self.memory = MemoryIntegral()
         self.max_running = 0
         self.snapshots: list[tuple[float, np.ndarray, dict[int, int], np.ndarray]] = []
-        self.on_done = None  # closed-loop arrivals hook: called with the time a request left
+        self.on_done = None  # closed-loop arrivals hook: called with the time a request left and its index
 
     def finish(self, group, t: float) -> None:
         i = group.index
@@ -92,7 +92,7 @@ class Recorder:
         self.finished_s[i] = t
         self.preemptions[i] = group.preemptions
         if self.on_done is not None:
-            self.on_done(t)
+            self.on_done(t, i)
 
     def reject(self, group, reason: str, t: float) -> None:
         i = group.index
@@ -102,7 +102,7 @@ class Recorder:
         if group.admitted_s >= 0:
             self.admitted_s[i] = group.admitted_s
         if self.on_done is not None:
-            self.on_done(t)
+            self.on_done(t, i)
 
     def row(self, time_s: float, duration: float, num_steps: int, running: int, waiting: int, plan,
             b: MemoryBreakdown, lag: int) -> None:
@@ -112,7 +112,8 @@ class Recorder:
         if running > self.max_running:
             self.max_running = running
         work = _IDLE if plan is None else (plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
-                                           plan.copies, plan.swap_blocks, plan.preempted)
+                                           plan.copies, plan.swap_blocks, plan.preempted, plan.gpu_hit_tokens,
+                                           plan.host_hit_tokens, plan.reload_blocks)
         self.ints.extend((num_steps, running, waiting, *work, b.token_states + lag, b.reservation - lag,
                           b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved, b.cached))
 

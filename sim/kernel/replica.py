@@ -12,6 +12,7 @@ import numpy as np
 from allocators import allocator_class, make_allocator
 from allocators.capacity import KVCapacity, kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
+from allocators.host_tier import HostTier
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -92,7 +93,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                            prefix_caching=config.prefix_caching, watermark=config.watermark)
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
-    memory = KVMemory(alloc)
+    tier = (HostTier.from_gib(config.cpu_offload_gib, model.kv_bytes_per_token, config.block_size)
+            if config.cpu_offload_gib > 0 else None)
+    memory = KVMemory(alloc, tier)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
@@ -104,9 +107,20 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     return memory, cost, sched
 
 
-def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_index: dict[int, int] | None = None):
+def tier_summary(replicas) -> dict:
+    """The host tier's figures for `build_summary`, summed over ``replicas`` (pairs of a `KVMemory` and its
+    scheduler's `GroupMechanics`): prompt tokens loaded from the host, its traffic, its size in blocks."""
+    tiers = [memory.host_tier for memory, _ in replicas if memory.host_tier is not None]
+    return {"host_hit_tokens": sum(groups.host_prompt_tokens for _, groups in replicas),
+            "offload_bytes": sum(t.offload_bytes for t in tiers), "reload_bytes": sum(t.reload_bytes for t in tiers),
+            "host_tier_blocks": sum(t.num_blocks for t in tiers)}
+
+
+def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_index: dict[int, int] | None = None,
+                   host_by_index: dict[int, int] | None = None):
     """One row per request (``docs/architecture.md``). ``cached_by_index``: prompt tokens each request's
-    admissions found cached, by workload position (absent: none)."""
+    admissions found cached, by workload position (absent: none); ``host_by_index``: the part of them loaded
+    from the host tier (``host_hit_tokens``; ``gpu_hit_tokens`` is the rest)."""
     import pandas as pd
 
     out = np.asarray(workload.output_tokens, np.int64)
@@ -121,10 +135,13 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     cached = np.zeros(len(out), np.int64)
     for i, tokens in (cached_by_index or {}).items():
         cached[i] = tokens
+    host = np.zeros(len(out), np.int64)
+    for i, tokens in (host_by_index or {}).items():
+        host[i] = tokens
     return pd.DataFrame({
         "request_id": np.asarray(workload.ids, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
         "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
         "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64), "output_tokens": out, "num_seqs": num_seqs,
-        "cached_tokens": cached, "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons,
+        "cached_tokens": cached, "gpu_hit_tokens": cached - host, "host_hit_tokens": host, "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons,
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
     })

@@ -26,6 +26,7 @@ from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is wher
     resolve_capacity,
     snapshot_count,
     summary_extra,
+    tier_summary,
 )
 from sim.kernel.summary import build_summary
 
@@ -54,7 +55,8 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     end = engine.run() if len(workload) else start
     if config.debug_invariants:
         memory.check_invariants()
-    requests = requests_frame(workload, recorder, source.arrival_s, sched.groups.cached_by_index)
+    requests = requests_frame(workload, recorder, source.arrival_s, sched.groups.cached_by_index,
+                              sched.groups.host_by_index)
     total_blocks = memory.breakdown().total_blocks
     steps = recorder.steps_frame(cap.kv_tokens, total_blocks)
     extra = summary_extra(config, workload, model, gpu, cap.source, cost) | {"memory_snapshots": count}
@@ -63,7 +65,8 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
                             start_s=start, end_s=end, wall_time_s=0.0, capacity=cap.kv_tokens,
                             total_blocks=total_blocks,
                             prefill_tokens=int(steps["prefill_tokens"].sum()),
-                            cached_prompt_tokens=sched.groups.cached_prompt_tokens, extra=extra)
+                            cached_prompt_tokens=sched.groups.cached_prompt_tokens,
+                            tier=tier_summary([(memory, sched.groups)]), extra=extra)
     summary["wall_time_s"] = time.perf_counter() - wall_start
     return SimResult(requests, steps, recorder.memory_frame(), summary, config)
 

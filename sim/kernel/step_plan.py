@@ -20,6 +20,10 @@ class StepPlan:
     swap_blocks: int = 0  # swap transfers, out and in (blocks, or slabs for contiguous allocators)
     copy_slots: int = 0  # token slots those copies move inside HBM (what the cost model charges)
     swap_slots: int = 0  # token slots the swaps move over PCIe
+    reload_blocks: int = 0  # host-tier blocks loaded back over PCIe (charged as swap-ins)
+    reload_slots: int = 0  # token slots those loads move
+    gpu_hit_tokens: int = 0  # prompt tokens admissions found in GPU memory (prefix cache, shared prefix)
+    host_hit_tokens: int = 0  # prompt tokens admissions loaded from the host tier
     preempted: int = 0
     eager_appended: int = 0
     lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder

@@ -63,13 +63,16 @@ def _stat(values: np.ndarray, fn) -> float | None:
 
 def build_summary(*, allocator: str, requests, memory, max_running: int, num_preemptions: int, start_s: float,
                   end_s: float, wall_time_s: float, capacity: int, total_blocks: int, extra: dict,
-                  prefill_tokens: int = 0, cached_prompt_tokens: int = 0) -> dict:
+                  prefill_tokens: int = 0, cached_prompt_tokens: int = 0, tier: dict | None = None) -> dict:
     """Summary from the per-request frame and the memory integrals (`sim.kernel.metrics.MemoryIntegral`).
 
     ``prefill_tokens``: prefill tokens computed over the run (recomputation after preemption included);
     ``cached_prompt_tokens``: prompt tokens admissions found in the prefix cache or a registered shared
     prefix and did not compute. What prefix caching buys is ``prefix_hit_frac``, the cached share of all
-    the prefill tokens admissions needed."""
+    the prefill tokens admissions needed: ``gpu_hit_tokens + host_hit_tokens`` over that plus ``miss_tokens``
+    (the prefill tokens computed). ``tier``: the host tier's figures (`sim.kernel.replica.tier_summary`:
+    ``host_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``host_tier_blocks``); absent, all 0."""
+    tier = tier or {}
     done = requests[requests["finished_s"].notna()]
     sim_time = end_s - start_s
     out_tokens = float((done["output_tokens"] * done["num_seqs"]).sum())
@@ -103,6 +106,12 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "cached_prompt_tokens": int(cached_prompt_tokens),
         "prefix_hit_frac": (cached_prompt_tokens / (cached_prompt_tokens + prefill_tokens)
                             if cached_prompt_tokens else 0.0),
+        "gpu_hit_tokens": int(cached_prompt_tokens - tier.get("host_hit_tokens", 0)),
+        "host_hit_tokens": int(tier.get("host_hit_tokens", 0)),
+        "miss_tokens": int(prefill_tokens),
+        "offload_bytes": int(tier.get("offload_bytes", 0)),
+        "reload_bytes": int(tier.get("reload_bytes", 0)),
+        "host_tier_blocks": int(tier.get("host_tier_blocks", 0)),
         "kv_capacity_tokens": int(capacity),
         **extra,
     }
@@ -135,8 +144,8 @@ def format_summary(summary: dict) -> str:
 
 
 def format_comparison(summaries: list[dict], keys: tuple[str, ...]) -> str:
-    """Summaries side by side, one column per allocator."""
-    header = ["metric"] + [s["allocator"] for s in summaries]
+    """Summaries side by side, one column per allocator (or per ``run``, where a summary names one)."""
+    header = ["metric"] + [s.get("run", s["allocator"]) for s in summaries]
     rows = [header]
     for key in keys:
         row = [key]

@@ -11,6 +11,7 @@ from sim.plots.fleet import plot_hit_rate_by_router, plot_replicas_over_time
 from sim.plots.latency import plot_latency_cdf, plot_latency_vs_rate
 from sim.plots.memory import plot_memory_comparison, plot_memory_over_time
 from sim.plots.memory_map import plot_memory_map, plot_memory_maps
+from sim.plots.reuse import plot_reuse
 from sim.plots.sharing import plot_sharing_savings
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "plot_memory_maps",
     "plot_memory_over_time",
     "plot_replicas_over_time",
+    "plot_reuse",
     "plot_sharing_savings",
 ]

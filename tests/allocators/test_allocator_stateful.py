@@ -4,6 +4,11 @@ After every step `check_invariants()` recomputes the allocator's state from scra
 its own model of each sequence's tokens and checks that the breakdown sums to capacity, that a refused call
 changes nothing, that growing by the headroom needs no allocator work, that freeing returns exactly
 what the sequence held, and (where the allocator has it) that ``grow_due`` does what ``grow`` does.
+
+`HostTierMachine` puts a small host tier behind the paged allocators' prefix cache and a small GPU pool in
+front of it, so that evictions spill to the host, host hits are loaded back and swapped KV is parked there:
+after every step the tiers' blocks are conserved (GPU: used + free = usable; host: cached + swapped + free =
+capacity, every host block held once).
 """
 
 import copy
@@ -14,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from allocators import ALLOCATORS, make_allocator
 from allocators.contiguous import ContiguousAllocator
+from allocators.host_tier import HostTier
 from allocators.placement import PLACEMENTS
 
 SETTINGS = settings(max_examples=12, stateful_step_count=30, deadline=None,
@@ -183,3 +189,96 @@ for _name, _options in CONFIGS:
 def test_every_allocator_is_exercised():
     covered = {name for name, _ in CONFIGS}
     assert covered == set(ALLOCATORS)
+
+
+class HostTierMachine(AllocatorMachine):
+    """A paged allocator with prefix caching and a host tier, both small, prompts sharing long prefixes."""
+
+    options = {"prefix_caching": True}
+    admit = grow_by_headroom = grow_due = None  # `admit_shared` admits; the fewer rules, the more spills and hits
+
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=8 * BLOCK + 3), host=st.integers(0, 10))
+    def build(self, capacity, host):
+        super().build(capacity)
+        self.tier = HostTier(host, block_bytes=BLOCK * 10)
+        assert self.alloc.attach_host_tier(self.tier) and self.alloc.host_tier is self.tier
+        self.parked: list[int] = []
+
+    @rule(num=st.integers(5, 33), group=st.sampled_from([1, 2]))
+    def admit_shared(self, num, group):
+        """An admission whose hits split into GPU hits, then host hits loaded into new blocks."""
+        hashes = chained_hashes(group, num // BLOCK)
+        seq, self.next_id = self.next_id, self.next_id + 1
+        if self.alloc.never_fits(num, final_tokens=num):
+            return
+        gpu = len(self.alloc._lookup(hashes, num))
+        host = self.tier.lookup(hashes, gpu, (num - 1) // BLOCK)
+        assert self.alloc.num_cached_tokens(hashes, num) == (gpu + host) * BLOCK
+        reloaded, before = self.tier.reloaded_blocks, self.snapshot()
+        adm = self.alloc.admit(seq, num, final_tokens=num, block_hashes=hashes)
+        if adm is None:
+            assert self.snapshot() == before and self.tier.reloaded_blocks == reloaded
+            return
+        assert (adm.cached_tokens, adm.host_tokens) == ((gpu + host) * BLOCK, host * BLOCK)
+        assert self.tier.reloaded_blocks == reloaded + host
+        for i in range(gpu, gpu + host):  # loaded blocks are cached again, under their hashes
+            assert self.alloc.block_hash(self.alloc.block_table(seq)[i]) == hashes[i]
+        self.tokens[seq] = num
+
+    @rule(num=st.integers(5, 33), group=st.sampled_from([1, 2]))
+    def admit_then_free(self, num, group):
+        """A request that comes and goes: its cached blocks stay behind to be evicted to the host and hit."""
+        seq = self.next_id
+        self.admit_shared(num, group)
+        if seq in self.tokens:
+            held = self.held(seq)
+            assert self.alloc.free(seq) == held
+            del self.tokens[seq]
+
+
+    @precondition(lambda self: len(getattr(self, "parked", ())) < 2)
+    @rule(blocks=st.integers(1, 2))
+    def park(self, blocks):
+        key = self.next_id
+        self.next_id += 1
+        free, cached = self.tier.num_free, self.tier.cached_blocks
+        if self.tier.swap_out(key, blocks):
+            self.parked.append(key)
+        else:
+            assert blocks > free + cached and (self.tier.num_free, self.tier.cached_blocks) == (free, cached)
+
+    @precondition(lambda self: getattr(self, "parked", None))
+    @rule(data=st.data())
+    def unpark(self, data):
+        key = self.parked.pop(data.draw(st.integers(0, len(self.parked) - 1)))
+        self.tier.swap_in(key)
+
+    @invariant()
+    def host_counters(self):
+        if hasattr(self, "tier"):
+            t = self.tier
+            assert t.offload_bytes == t.offloaded_blocks * t.block_bytes
+            assert t.cached_blocks + t.swapped_blocks + t.num_free == t.num_blocks
+
+
+for _name in ("paged", "paged-cow"):
+    _machine = type(f"HostTierMachine_{_name}", (HostTierMachine,), {"allocator_name": _name})
+    globals()[f"Test_host_tier_{_name.replace('-', '_')}"] = settings(SETTINGS, max_examples=25,
+                                                                      stateful_step_count=40)(_machine).TestCase
+
+
+def test_the_host_tier_machine_spills_and_hits():
+    """What the host-tier machine drives, by hand: with 5 usable GPU blocks, a 5-block prompt of another prefix
+    evicts the first prompt's 4 cached blocks to the host, and the first prompt's return loads all 4 back."""
+    alloc = make_allocator("paged", 6 * BLOCK, block_size=BLOCK, max_model_len=64, prefix_caching=True)
+    tier = HostTier(8, block_bytes=BLOCK * 10)
+    alloc.attach_host_tier(tier)
+    hashes = chained_hashes(1, 4)
+    assert alloc.admit(0, 17, final_tokens=17, block_hashes=hashes).cached_tokens == 0
+    alloc.free(0)
+    assert alloc.admit(1, 17, final_tokens=17, block_hashes=chained_hashes(2, 4)) is not None  # evicts all 4
+    assert tier.offloaded_blocks == 4 and tier.cached_blocks == 4
+    alloc.free(1)
+    adm = alloc.admit(2, 17, final_tokens=17, block_hashes=hashes)
+    assert (adm.cached_tokens, adm.host_tokens) == (16, 16) and tier.reload_bytes == 4 * BLOCK * 10
+    alloc.check_invariants()

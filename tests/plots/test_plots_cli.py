@@ -20,10 +20,11 @@ def write_run(run_dir: Path, allocator: str, memory: bool = True) -> Path:
     n = 20
     steps = pd.DataFrame({"time_s": np.arange(n) * 0.5, "duration_s": 0.5, "running": np.arange(n) % 7,
                           "token_states": 400, "reservation": 100, "internal_frag": 200, "external_frag": 100,
-                          "free": 200, "capacity": 1000})
+                          "free": 200, "capacity": 1000, "prefill_tokens": 64})
     steps.to_parquet(run_dir / "steps.parquet")
     requests = pd.DataFrame({"request_id": range(n), "ttft_s": np.linspace(0.1, 1, n),
-                             "tpot_s": np.linspace(0.01, 0.05, n), "rejected": False})
+                             "tpot_s": np.linspace(0.01, 0.05, n), "rejected": False, "admitted_s": np.arange(n) * 0.5,
+                             "prompt_tokens": 100, "cached_tokens": np.arange(n) % 3 * 16})
     requests.to_parquet(run_dir / "requests.parquet")
     if memory:
         owners = np.repeat([-2, 3, 4, -1], 250)

@@ -156,8 +156,9 @@ def test_multi_turn_conversations_extend_earlier_turns():
     w = generate("fixed:prompt=40,output=20", "constant:rate=10", 60, seed=0, turns=3, turn_gap_s=0.25)
     first, later = w[0], w[3]  # at 10 req/s a turn is ready again after 3 arrivals (0.3 s >= 0.25 s)
     assert later.prompt_tokens == first.prompt_tokens + first.output_tokens + 40
-    assert later.prefix_hashes[: len(first.prefix_hashes)] == first.prefix_hashes
-    assert later.block_hashes(16)[:2] == first.block_hashes(16)  # 40 tokens: 2 full blocks, both shared
+    assert (later.session_id, later.turn, first.turn) == (first.session_id, 1, 0)
+    # the first turn's 40 prompt and 20 generated tokens: 3 full blocks, all shared with the next turn
+    assert len(first.block_hashes(16)) == 3 and later.block_hashes(16)[:3] == first.block_hashes(16)
     assert w[6].prompt_tokens == 40 + 20 + 40 + 20 + 40 and w[9].prompt_tokens == 40  # third turn, then new
     assert trace_stats(w)["prefix_reuse_share"] > 0.4
 

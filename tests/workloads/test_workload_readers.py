@@ -71,7 +71,9 @@ def test_canonical_round_trip_in_every_container(tmp_path, suffix):
     assert list(back) == list(w)
     turns = generate("fixed:prompt=30,output=20", "poisson:rate=5", 200, seed=1, turns=3, turn_gap_s=0.5)
     back = load_trace(write_trace(turns, tmp_path / f"turns{suffix}"))
-    assert list(back) == list(turns) and back.prefix_hash_tokens == 16
+    assert list(back) == list(turns) and back.has_sessions
+    sessions = generate("fixed:prompt=30,output=20", "poisson:rate=5", 20, seed=1, turns=3, think_time_s=2.5)
+    assert list(load_trace(write_trace(sessions, tmp_path / f"s{suffix}"))) == list(sessions)
     closed = generate("fixed:prompt=30,output=20", "closed:users=4,think_s=1.5", 10, seed=1)
     assert load_trace(write_trace(closed, tmp_path / f"c{suffix}")).closed_loop == closed.closed_loop
 

@@ -17,6 +17,7 @@ import pandas as pd
 from workloads.errors import TraceError, row_error
 from workloads.ragged import Ragged, empty
 from workloads.readers.formats import CONSTANT_FIELDS
+from workloads.sessions import SESSION_RULES, session_reasons
 from workloads.validation import cross_field_rules, lower_bound_rule
 from workloads.workload import NONE, ClosedLoop, Workload
 
@@ -146,6 +147,11 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     rules.append(cross["prefix_len"])
     rules.append(("prefix_hashes", "not a list of non-negative integers", hashes.bad))
     rules.append(cross["prefix_hashes"])
+    session, turn, think = x.get("session_id", nan), x.get("turn", nan), x.get("think_time_s", nan)
+    rules += _integer_rules("session_id", session, 0, MAX_ID, optional=True)
+    rules += _integer_rules("turn", turn, 0, MAX_TOKENS, optional=True)
+    if "think_time_s" in raw.columns:
+        rules.append(("think_time_s", "not a number", _not_numbers(raw.columns["think_time_s"], ~np.isnan(think))))
 
     reason = np.full(rows, -1, np.int64)
     for k, (_, _, mask) in enumerate(rules):
@@ -158,6 +164,10 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         late[1:] = t_ok[1:] < previous_max[:-1]
         reason[ok[late]] = len(rules)
         rules.append(("arrival_time_s", "timestamps out of order (earlier than a previous row)", late))
+    if "session_id" in x or "turn" in x or "think_time_s" in x:
+        found = _session_reasons(reason, session, turn, think, prompt, output, hashes.counts)
+        reason[found >= 0] = len(rules) + found[found >= 0]
+        rules += [(field, problem, found == k) for k, (field, problem) in enumerate(SESSION_RULES)]
 
     bad = reason >= 0
     if bad.any() and not skip_bad_rows:
@@ -195,6 +205,9 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         prefix_group=column(group, NONE),
         prefix_len=column(plen, 0),
         priority=column(priority, 0),
+        session_id=column(session, NONE),
+        turn=column(turn, 0),
+        think_time_s=think[keep] if "think_time_s" in x else None,
         hash_offsets=kept_hashes.offsets,
         hash_values=kept_hashes.values,
         prefix_hash_tokens=prefix_hash_tokens,
@@ -207,6 +220,16 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     )
 
 
+def _session_reasons(reason: np.ndarray, session: np.ndarray, turn: np.ndarray, think: np.ndarray,
+                     prompt: np.ndarray, output: np.ndarray, hash_counts: np.ndarray) -> np.ndarray:
+    """Each row's first broken `workloads.sessions.SESSION_RULES` rule (-1: none), over the rows no earlier
+    rule rejected (``reason`` < 0), so that a turn after a bad turn is bad too."""
+    ok = reason < 0
+    ints = [np.where(ok & ~np.isnan(v), v, default).astype(np.int64)
+            for v, default in ((session, NONE), (turn, 0), (prompt, 1), (output, 1))]
+    return session_reasons(ints[0], ints[1], think, ints[2], ints[3], hash_counts, candidates=ok)[0]
+
+
 def workload_constants(raw: RawTable, default_hash_tokens: int) -> dict:
     """Take the workload-wide columns (`CONSTANT_FIELDS`) out of ``raw``, as `Workload` keyword arguments.
 
@@ -214,11 +237,17 @@ def workload_constants(raw: RawTable, default_hash_tokens: int) -> dict:
     field's range, or unlike the first row's value is an error naming its line (skipping rows cannot mend a
     workload-wide value). ``default_hash_tokens`` (the format's hash unit) applies when the file gives none."""
     found: dict[str, float] = {}
+    sessions = "session_id" in raw.columns
     for name in CONSTANT_FIELDS:
+        if sessions and name == "think_time_s":
+            continue  # each turn's own think time: a request column
         values = raw.columns.pop(name, None)
         if values is not None and (value := _constant(raw, name, values)) is not None:
             found[name] = value
     constants: dict = {"prefix_hash_tokens": int(found.get("prefix_hash_tokens", default_hash_tokens))}
+    if "closed_loop_users" in found and sessions:
+        raise TraceError(f"{raw.path}: field 'closed_loop_users': sessions (session_id) and a closed loop of "
+                         "users cannot be combined")
     if "closed_loop_users" in found:
         constants["closed_loop"] = ClosedLoop(int(found["closed_loop_users"]), found.get("think_time_s", 0.0))
     elif "think_time_s" in found:

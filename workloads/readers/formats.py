@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from workloads.errors import TraceError
 
 CANONICAL_FIELDS = ("id", "arrival_time_s", "prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width",
-                    "prefix_group", "prefix_len", "prefix_hashes", "priority")
+                    "prefix_group", "prefix_len", "prefix_hashes", "priority", "session_id", "turn")
 CONSTANT_FIELDS = ("prefix_hash_tokens", "closed_loop_users", "think_time_s")
-"""Canonical-format columns that hold one workload-wide value (repeated on every row)."""
+"""Canonical-format columns that hold one workload-wide value (repeated on every row). In a file with a
+``session_id`` column, ``think_time_s`` is each turn's own think time instead (`workloads.sessions`)."""
 
 
 @dataclass(frozen=True)

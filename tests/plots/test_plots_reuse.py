@@ -1,0 +1,77 @@
+"""The reuse figure (`sim.plots.reuse`): hit rate by tier over time, prefill tokens saved and TTFT, from
+result tables; and `kvsim compare --reuse-baseline` writes the runs `kvsim plot --kind reuse` draws."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from matplotlib.figure import Figure
+
+from sim.cli import main
+from sim.plots import plot_reuse
+from sim.plots.reuse import hit_rate_over_time, prefill_saved
+
+
+def test_hit_rate_by_tier_from_per_step_columns():
+    steps = pd.DataFrame({"time_s": [0.0, 1.0, 2.0, 3.0], "prefill_tokens": [100, 50, 0, 25],
+                          "gpu_hit_tokens": [0, 50, 0, 50], "host_hit_tokens": [0, 0, 0, 25]})
+    rates = hit_rate_over_time(steps, bins=4)
+    gpu, host = (rates[rates["tier"] == tier] for tier in ("gpu", "host"))
+    assert gpu["time_s"].tolist() == pytest.approx([0.0, 0.75, 2.25])  # the idle bin is left out
+    assert gpu["hit_rate"].tolist() == pytest.approx([0.0, 0.5, 0.5])
+    assert host["hit_rate"].tolist() == pytest.approx([0.0, 0.0, 0.25])
+
+
+def test_hit_rate_without_tier_columns_comes_from_admissions():
+    steps = pd.DataFrame({"time_s": [0.0, 1.0], "prefill_tokens": [10, 10]})
+    requests = pd.DataFrame({"admitted_s": [0.0, 0.5, 1.0, np.nan], "prompt_tokens": [100, 100, 200, 50],
+                             "cached_tokens": [0, 50, 150, 0]})
+    rates = hit_rate_over_time(steps, requests, bins=2)
+    assert set(rates["tier"]) == {"gpu"}
+    assert rates["hit_rate"].tolist() == pytest.approx([50 / 200, 150 / 200])
+    with pytest.raises(ValueError, match="requests table"):
+        hit_rate_over_time(steps)
+
+
+def test_prefill_saved_splits_tiers_and_falls_back_to_cached_tokens():
+    saved = prefill_saved({"radix": {"gpu_hit_tokens": 300, "host_hit_tokens": 100, "prefill_tokens": 600},
+                           "paged": {"cached_prompt_tokens": 250, "prefill_tokens": 750}})
+    assert saved["saved_frac"].tolist() == pytest.approx([0.4, 0.25])
+    assert saved["gpu_hit_tokens"].tolist() == [300, 250] and saved["host_hit_tokens"].tolist() == [100, 0]
+
+
+def test_compare_reuse_baseline_then_plot(tmp_path):
+    trace = tmp_path / "sessions.csv"
+    runner = CliRunner()
+    result = runner.invoke(main, ["trace", "generate", "--lengths", "fixed:prompt=200,output=60", "--arrivals",
+                                  "poisson:rate=2", "--num-requests", "60", "--turns", "3", "--think-time-s", "1",
+                                  "--out", str(trace)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "cmp"
+    result = runner.invoke(main, ["compare", str(trace), "--allocator", "paged,contiguous-oracle",
+                                  "--reuse-baseline", "--kv-tokens", "20000", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summaries = json.loads(result.output.strip().splitlines()[-1])
+    assert [s.get("run", s["allocator"]) for s in summaries] == ["paged", "paged-no-reuse", "contiguous-oracle"]
+    paged, baseline, _ = summaries
+    assert paged["cached_prompt_tokens"] > 0 and baseline["cached_prompt_tokens"] == 0
+    assert paged["prefill_tokens"] + paged["cached_prompt_tokens"] == baseline["prefill_tokens"]
+    assert paged["ttft_p50_s"] < baseline["ttft_p50_s"]
+    result = runner.invoke(main, ["plot", *map(str, sorted(out.iterdir())), "--kind", "reuse", "--dpi", "30",
+                                  "--out", str(tmp_path / "reuse.png")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "reuse.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_reuse_returns_three_panels_and_checks_its_runs():
+    steps = pd.DataFrame({"time_s": [0.0, 1.0], "prefill_tokens": [10, 5], "gpu_hit_tokens": [0, 5],
+                          "host_hit_tokens": [0, 5]})
+    requests = pd.DataFrame({"ttft_s": [0.1, 0.2], "rejected": [False, False]})
+    summary = {"gpu_hit_tokens": 5, "host_hit_tokens": 5, "prefill_tokens": 15}
+    fig = plot_reuse({"radix": steps}, {"radix": requests}, {"radix": summary})
+    assert isinstance(fig, Figure) and len(fig.axes) == 3
+    assert any("host" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    with pytest.raises(ValueError, match="same runs"):
+        plot_reuse({"radix": steps}, {}, {"radix": summary})

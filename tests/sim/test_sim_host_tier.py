@@ -1,0 +1,187 @@
+"""The host-memory KV tier end to end (``--cpu-offload-gib``): hits recovered by hand, hits split by tier in the
+summary, the per-request and per-step columns, reloads charged in step time, fast-forward equal to
+step-by-step, swapped KV parked in the tier, and the flag's bad values."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import workloads
+from allocators.catalog import get_gpu, get_model
+from sim.cli import main
+from sim.kernel.config import SimConfig
+from sim.kernel.cost_profiles import make_step_cost
+from sim.kernel.runner import run_simulation
+from workloads import Workload
+from workloads.presets import SAMPLES_DIR
+
+MOONCAKE = SAMPLES_DIR / "conversation_trace.jsonl"
+BLOCK_BYTES = get_model("opt-13b").kv_bytes_per_token * 16  # 12.5 MiB: opt-13b's KV for a block of 16
+
+
+def host_gib(blocks: int) -> float:
+    """The --cpu-offload-gib that holds exactly ``blocks`` blocks of opt-13b at block size 16."""
+    return blocks * BLOCK_BYTES / 2**30
+
+
+def evicting_workload() -> Workload:
+    """A (prefix group 0), B (group 1), C (group 0 again), each alone: 600-token prompts whose first 512 tokens
+    (32 blocks) are their group's, 5 output tokens (38 blocks at the end)."""
+    return Workload(arrival_time_s=np.array([0.0, 100.0, 200.0]), prompt_tokens=np.full(3, 600),
+                    output_tokens=np.full(3, 5), prefix_group=np.array([0, 1, 0]), prefix_len=np.full(3, 512),
+                    name="evicting")
+
+
+SMALL_GPU = dict(kv_tokens=48 * 16, step_time=0.01)
+"""48 blocks, 47 usable: one request's 38 blocks fit, two do not.
+
+By hand: every full block of a prompt is hashed (vLLM hashes them all), 37 a request: 32 of its group's
+prefix, then 5 of its own. A frees its 38 blocks; its partial last one goes to the head of the free queue, its
+37 hashed ones to the tail, chain end first (b36 .. b0), behind the 9 blocks A never used. B takes 38 blocks:
+the 1 + 9, then 28 of A's hashed ones, b36 down to b9, which are evicted (to the host, in that order). C finds
+b0..b8 still cached on the GPU (144 tokens) and the rest of its group's 512-token prefix, h9..h31 (368 tokens),
+only on the host; it evicts 28 of B's blocks in turn."""
+
+
+def test_a_host_tier_recovers_the_hits_a_small_gpu_loses():
+    w = evicting_workload()
+    gpu_only = run_simulation(SimConfig(**SMALL_GPU), w)
+    assert gpu_only.requests["cached_tokens"].tolist() == [0, 0, 144]
+    tiered = run_simulation(SimConfig(cpu_offload_gib=1.0, **SMALL_GPU), w)
+    r, s = tiered.requests, tiered.summary
+    assert r["cached_tokens"].tolist() == [0, 0, 512]
+    assert r["gpu_hit_tokens"].tolist() == [0, 0, 144] and r["host_hit_tokens"].tolist() == [0, 0, 368]
+    assert (s["gpu_hit_tokens"], s["host_hit_tokens"], s["miss_tokens"]) == (144, 368, 600 + 600 + 88)
+    assert s["prefix_hit_frac"] == pytest.approx(512 / 1800)
+    assert s["host_tier_blocks"] == 81  # 1 GiB / 12.5 MiB
+    # B evicted 28 of A's blocks, C 28 of B's; C loaded 23 back
+    assert (s["offload_bytes"], s["reload_bytes"]) == (56 * BLOCK_BYTES, 23 * BLOCK_BYTES)
+    # with unlimited GPU memory nothing is evicted: the same hits, all on the GPU
+    big = run_simulation(SimConfig(kv_tokens=20_000, step_time=0.01), w)
+    assert big.summary["gpu_hit_tokens"] == s["gpu_hit_tokens"] + s["host_hit_tokens"]
+
+
+def test_a_small_host_tier_keeps_the_most_recently_evicted_blocks():
+    """10 host blocks keep the last 10 offloaded, h18..h9 (B evicted h36 first): C hits h0..h8 on the GPU and
+    h9..h18 on the host, 19 blocks."""
+    tiered = run_simulation(SimConfig(cpu_offload_gib=host_gib(10), **SMALL_GPU), evicting_workload())
+    assert tiered.summary["host_tier_blocks"] == 10
+    assert tiered.requests["gpu_hit_tokens"].tolist() == [0, 0, 144]
+    assert tiered.requests["host_hit_tokens"].tolist() == [0, 0, 160]
+
+
+def test_the_step_columns_split_hits_by_tier():
+    steps = run_simulation(SimConfig(cpu_offload_gib=1.0, **SMALL_GPU), evicting_workload()).steps
+    row = steps[steps["host_hit_tokens"] > 0]
+    assert len(row) == 1
+    assert row[["gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "prefill_tokens"]].values.tolist() == [
+        [144, 368, 23, 88]]
+    assert steps["gpu_hit_tokens"].sum() + steps["host_hit_tokens"].sum() == 512
+
+
+class RecordingCost:
+    """The default profile's roofline for opt-13b on an A100, remembering every step it priced."""
+
+    def __init__(self):
+        self.cost = make_step_cost(None, get_model("opt-13b"), get_gpu("a100-40gb"))
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self.cost, name)
+
+    def step_time(self, *args, **kwargs):
+        t = self.cost.step_time(*args, **kwargs)
+        self.calls.append((args, kwargs, t))
+        return t
+
+
+def test_reloads_are_charged_in_the_step_time():
+    """The step that loads C's 23 host blocks pays their bytes over PCIe plus a copy latency per block, layer
+    and K/V, on top of what the same step costs without them."""
+    cost = RecordingCost()
+    result = run_simulation(SimConfig(cpu_offload_gib=1.0, kv_tokens=48 * 16), evicting_workload(), cost=cost)
+    loads = [(args, kwargs, t) for args, kwargs, t in cost.calls if kwargs["swap_slots"]]
+    assert len(loads) == 1
+    args, kwargs, t = loads[0]
+    assert (args[4], kwargs["swap_slots"]) == (23, 368)  # swap transfers, slots moved
+    without = cost.cost.step_time(*args[:4], 0, *args[5:], **kwargs | {"swap_slots": 0})
+    reload_s = 368 * 819200 / 25e9 + 23 * 2 * 40 * 5e-6  # bytes at 25 GB/s PCIe + 5 us x 80 copies a block
+    assert t - without == pytest.approx(reload_s, rel=1e-9)
+    row = result.steps[result.steps["host_hit_tokens"] > 0]
+    assert row["duration_s"].item() == t
+
+
+def test_fast_forward_equals_step_by_step_with_a_tier():
+    w = workloads.load_trace(MOONCAKE).head(300)
+    options = dict(model="llama-3-8b", gpu="h200", kv_tokens=60_000, cpu_offload_gib=4.0, debug_invariants=100)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["host_hit_tokens"] > 0 and fast.summary["reload_bytes"] > 0
+    assert len(fast.steps) < len(slow.steps)
+    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    for key, value in fast.summary.items():
+        if key != "wall_time_s" and isinstance(value, float):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+        elif key != "wall_time_s":
+            assert value == slow.summary[key], key
+
+
+def test_unlimited_host_memory_hits_what_unlimited_gpu_memory_hits():
+    """The Mooncake conversation sample: a small GPU pool (60,000 slots, no preemption) with a host tier too
+    large to evict anything finds every hit the same trace finds with the whole H200 as KV memory, only split
+    between the tiers."""
+    w = workloads.load_trace(MOONCAKE).head(300)
+    config = dict(model="llama-3-8b", gpu="h200")
+    big = run_simulation(SimConfig(**config), w).summary
+    tiered = run_simulation(SimConfig(kv_tokens=60_000, cpu_offload_gib=1000.0, **config), w).summary
+    gpu_only = run_simulation(SimConfig(kv_tokens=60_000, **config), w).summary
+    assert big["host_hit_tokens"] == 0 and big["preemptions"] == tiered["preemptions"] == 0
+    assert tiered["gpu_hit_tokens"] + tiered["host_hit_tokens"] == big["gpu_hit_tokens"]
+    assert tiered["host_hit_tokens"] > 0
+    assert gpu_only["gpu_hit_tokens"] < big["gpu_hit_tokens"]
+
+
+def test_the_tier_is_off_by_default_and_ignored_without_prefix_caching():
+    w = evicting_workload()
+    for config in (SimConfig(**SMALL_GPU), SimConfig(prefix_caching=False, cpu_offload_gib=1.0, **SMALL_GPU),
+                   SimConfig(allocator="contiguous-max", cpu_offload_gib=1.0, kv_tokens=20_000, step_time=0.01)):
+        s = run_simulation(config, w).summary
+        assert (s["host_hit_tokens"], s["offload_bytes"], s["reload_bytes"], s["host_tier_blocks"]) == (0, 0, 0, 0)
+        assert s["gpu_hit_tokens"] == s["cached_prompt_tokens"] and s["miss_tokens"] == s["prefill_tokens"]
+
+
+def test_swapped_kv_is_parked_in_the_host_tier():
+    """With --preemption swap and a tier, preempted KV takes host blocks instead of the --swap-space-gib space:
+    a tier too small for any victim makes every preemption recompute, whatever the swap space."""
+    w = workloads.load_trace(MOONCAKE).head(60)
+    options = dict(model="llama-3-8b", gpu="h200", kv_tokens=12_000, preemption="swap", debug_invariants=10)
+    swap = run_simulation(SimConfig(**options), w)
+    assert swap.steps["swap_blocks"].sum() > 0
+    tiny = run_simulation(SimConfig(cpu_offload_gib=1e-6, **options), w)  # less than a block: zero host blocks
+    assert tiny.summary["host_tier_blocks"] == 0 and tiny.steps["swap_blocks"].sum() == 0
+    roomy = run_simulation(SimConfig(cpu_offload_gib=64.0, **options), w)
+    assert roomy.steps["swap_blocks"].sum() > 0 and roomy.summary["completed"] == swap.summary["completed"]
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_bad_cpu_offload_gib_is_a_one_line_error(value):
+    result = CliRunner().invoke(main, ["run", "--cpu-offload-gib", value, "--num-requests", "2"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"Error: --cpu-offload-gib must be a finite number of GiB >= 0, got {float(value)!r}"]
+
+
+def test_run_takes_the_flag_and_vllms_name_and_reports_the_tier():
+    common = ["--num-requests", "3", "--step-time", "0.01", "--json"]
+    a = CliRunner().invoke(main, ["run", "--cpu-offload-gib", "1", *common])
+    b = CliRunner().invoke(main, ["run", "--kv-offloading-size", "1", *common])
+    assert a.exit_code == b.exit_code == 0, a.output + b.output
+    sa, sb = json.loads(a.stdout), json.loads(b.stdout)
+    assert sa["host_tier_blocks"] == sb["host_tier_blocks"] == 81
+    for key in ("prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "miss_tokens", "offload_bytes",
+                "reload_bytes"):
+        assert key in sa

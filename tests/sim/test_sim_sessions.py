@@ -1,0 +1,61 @@
+"""Multi-turn sessions in the simulator: a turn hits its previous turn's prompt AND generated output, and a
+closed-loop turn arrives its think time after the previous turn ends."""
+
+import numpy as np
+import pytest
+
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from workloads import Workload
+from workloads.named import generate
+
+LENGTHS = "fixed:prompt=100,output=50"
+
+
+@pytest.mark.parametrize("timing", [{"turn_gap_s": 1000.0}, {"think_time_s": 5.0}])
+def test_next_turn_hits_the_previous_prompt_and_output(timing):
+    """Regression: only the prompt part was hit (the cache knew a request's generated blocks under ids of
+    its own), so with 100-token messages and 50-token outputs (block 16) turn 2 hit 96 of its 144 shared
+    tokens and turn 3 240 of 288. vLLM and SGLang cache generated full blocks too: all 144 and 288."""
+    w = generate(LENGTHS, "constant:rate=0.001", 3, seed=0, turns=3, **timing)
+    assert w.prompt_tokens.tolist() == [100, 250, 400]
+    for step_by_step in (False, True):
+        r = run_simulation(SimConfig(allocator="paged", kv_tokens=20_000, prefix_caching=True,
+                                     step_by_step=step_by_step), w)
+        assert r.requests["cached_tokens"].tolist() == [0, 144, 288]
+        assert r.summary["cached_prompt_tokens"] == 432
+    off = run_simulation(SimConfig(allocator="paged", kv_tokens=20_000, prefix_caching=False), w)
+    assert off.requests["cached_tokens"].tolist() == [0, 0, 0]
+
+
+def test_closed_loop_turn_arrives_think_time_after_the_previous_end():
+    w = generate(LENGTHS, "constant:rate=0.5", 9, seed=0, turns=3, think_time_s=2.5)
+    r = run_simulation(SimConfig(kv_tokens=20_000), w).requests
+    later = w.turn > 0
+    previous = np.flatnonzero(later) - 1
+    np.testing.assert_allclose(r["arrival_s"][later], r["finished_s"].to_numpy()[previous] + 2.5, rtol=1e-12)
+    assert (r["arrival_s"][~later].to_numpy() == [0.0, 2.0, 4.0]).all()
+    assert r["finished_s"].notna().all()
+
+
+def test_fast_forward_equals_step_by_step_with_sessions():
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
+                 "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
+                 system_prompt_frac=0.5)
+    options = dict(kv_tokens=6000, prefix_caching=True)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert len(fast.steps) < len(slow.steps)
+    for column in ("arrival_s", "first_token_s", "finished_s"):
+        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
+    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    assert fast.summary["prefix_hit_frac"] > 0.15
+
+
+def test_rejected_turn_still_releases_the_next():
+    """A turn that can never run (longer than max_model_len) is rejected; its user still sends the next."""
+    w = Workload(arrival_time_s=np.zeros(3), prompt_tokens=[100, 3100, 3200], output_tokens=[50, 50, 50],
+                 session_id=[0, 0, 0], turn=[0, 1, 2], think_time_s=[np.nan, 1.0, 1.0])
+    r = run_simulation(SimConfig(kv_tokens=20_000, max_model_len=3100), w).requests
+    assert r["rejected"].tolist() == [False, True, True]
+    assert r["arrival_s"][2] == pytest.approx(r["arrival_s"][1] + 1.0)

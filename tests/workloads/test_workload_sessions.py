@@ -1,0 +1,101 @@
+"""Multi-turn sessions (`workloads.sessions`): the generator, the canonical ``session_id``/``turn``/
+``think_time_s`` columns, their one-line errors, and prefix identity that follows the conversation."""
+
+import numpy as np
+import pytest
+
+from workloads import TraceError, Workload, load_trace, trace_stats, write_trace
+from workloads.named import generate
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_closed_loop_sessions_grow_turn_by_turn():
+    w = generate("fixed:prompt=100,output=50", "constant:rate=1", 7, seed=0, turns=3, think_time_s=2.0)
+    assert w.session_id.tolist() == [0, 0, 0, 1, 1, 1, 2] and w.turn.tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert w.prompt_tokens.tolist() == [100, 250, 400, 100, 250, 400, 100]  # prompt + output + new message
+    assert w.arrival_time_s.tolist() == [0, 0, 0, 1, 1, 1, 2]  # later turns: released by the simulator
+    np.testing.assert_array_equal(w.think_time_s, [np.nan, 2, 2, np.nan, 2, 2, np.nan])
+
+
+def test_a_turn_identifies_its_prompt_and_its_output():
+    """Turn k's blocks (prompt and generated tokens) are the leading blocks of turn k+1's prompt."""
+    w = generate("fixed:prompt=100,output=50", "constant:rate=1", 3, seed=0, turns=3, think_time_s=0.0)
+    first, second, third = (w[i].block_hashes(16) for i in range(3))
+    assert (len(first), len(second), len(third)) == (150 // 16, 300 // 16, 450 // 16)
+    assert second[:9] == first and third[:18] == second
+    other = generate("fixed:prompt=100,output=50", "constant:rate=1", 6, seed=0, turns=3, think_time_s=0.0)
+    assert other[3].block_hashes(16)[0] != first[0]  # another session shares nothing
+
+
+def test_system_prompt_blocks_are_shared_across_sessions():
+    w = generate("fixed:prompt=100,output=50", "constant:rate=1", 4, seed=0, turns=2, think_time_s=1.0,
+                 system_prompt_len=64, system_prompt_frac=1.0)
+    a, b = w[0].block_hashes(16), w[2].block_hashes(16)
+    assert w.session_id.tolist() == [0, 0, 1, 1]
+    assert a[:4] == b[:4] and a[4] != b[4]  # 64 tokens: 4 shared blocks, then each session's own
+    assert w[1].block_hashes(16)[: len(a)] == a
+
+
+def test_session_trace_reads_and_counts_its_reuse(tmp_path):
+    path = write(tmp_path, "s.csv", "arrival_time_s,prompt_tokens,output_tokens,session_id,turn,think_time_s\n"
+                                    "0,100,50,7,0,\n0,250,50,7,1,1.5\n3,20,5,,0,\n4,400,10,7,2,\n")
+    w = load_trace(path)
+    assert w.session_id.tolist() == [7, 7, -1, 7] and w.turn.tolist() == [0, 1, 0, 2]
+    assert w[1].think_time_s == 1.5 and w[3].think_time_s is None  # blank: arrives at its own time
+    assert trace_stats(w)["prefix_reuse_share"] == pytest.approx((150 + 300) / (100 + 250 + 20 + 400))
+    assert list(load_trace(write_trace(w, tmp_path / "back.jsonl"))) == list(w)
+
+
+BAD_ROWS = [  # (rows after the header, line, field, problem)
+    ("0,100,50,1,0,\n0,250,50,1,2,1\n", 3, "turn", "refers to a missing earlier turn"),
+    ("0,100,50,1,0,\n0,250,50,2,1,1\n", 3, "turn", "refers to a missing earlier turn"),
+    ("0,100,50,1,0,\n0,250,50,1,1,-2\n", 3, "think_time_s", "must be finite and >= 0"),
+    ("0,100,50,1,0,\n0,120,50,1,1,1\n", 3, "prompt_tokens", "shorter than the previous turn's"),
+    ("0,100,50,1,0,\n0,250,50,1,0,\n", 3, "turn", "repeats an earlier row's session_id and turn"),
+    ("0,100,50,1,0,3\n", 2, "think_time_s", "given on a session's first turn"),
+    ("0,100,50,1,-1,\n", 2, "turn", "must be >= 0"),
+    ("0,100,50,,1,\n", 2, "turn", "given without session_id"),
+]
+
+
+@pytest.mark.parametrize("rows, line, field, problem", BAD_ROWS)
+def test_bad_session_rows_name_file_line_and_field(tmp_path, rows, line, field, problem):
+    path = write(tmp_path, "bad.csv", "arrival_time_s,prompt_tokens,output_tokens,session_id,turn,think_time_s\n"
+                 + rows)
+    with pytest.raises(TraceError, match=f"bad.csv: line {line}: field '{field}': {problem}") as error:
+        load_trace(path)
+    assert "\n" not in str(error.value)
+
+
+def test_skipping_a_bad_turn_drops_the_turns_after_it(tmp_path):
+    path = write(tmp_path, "skip.csv", "arrival_time_s,prompt_tokens,output_tokens,session_id,turn,think_time_s\n"
+                 "0,100,50,1,0,\n0,250,50,1,1,-1\n0,400,50,1,2,1\n1,10,5,2,0,\n")
+    w = load_trace(path, skip_bad_rows=True)
+    assert w.session_id.tolist() == [1, 2]
+    assert w.skipped_reasons == {"think_time_s: must be finite and >= 0": 1,
+                                 "turn: refers to a missing earlier turn (no turn - 1 of its session_id in an "
+                                 "earlier row)": 1}
+
+
+def test_workload_columns_get_the_same_rules():
+    base = {"arrival_time_s": np.zeros(2), "prompt_tokens": [100, 250], "output_tokens": [50, 50]}
+    with pytest.raises(ValueError, match="request 1: turn: refers to a missing earlier turn"):
+        Workload(**base, session_id=[1, 1], turn=[0, 2])
+    with pytest.raises(ValueError, match="request 1: think_time_s: must be finite and >= 0"):
+        Workload(**base, session_id=[1, 1], turn=[0, 1], think_time_s=[np.nan, -1.0])
+    with pytest.raises(ValueError, match="request 0: prefix_hashes: given on a session turn"):
+        Workload(**base, session_id=[1, 1], turn=[0, 1], hash_offsets=[0, 1, 1], hash_values=[5])
+
+
+def test_sessions_and_closed_loop_users_do_not_mix(tmp_path):
+    path = write(tmp_path, "mix.csv", "arrival_time_s,prompt_tokens,output_tokens,session_id,turn,"
+                 "closed_loop_users\n0,100,50,1,0,4\n")
+    with pytest.raises(TraceError, match="closed_loop_users"):
+        load_trace(path)
+    with pytest.raises(TraceError, match="think_time_s applies to multi-turn sessions"):
+        generate("fixed:prompt=10,output=5", "constant:rate=1", 4, think_time_s=1.0)
