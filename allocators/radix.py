@@ -64,14 +64,20 @@ class RadixAllocator(PagedAllocator):
         if i >= full:
             return
         tree, ref, table, hashes = self._cache, self._ref, s.table, s.hashes
-        children = tree.children
+        children, block_hash, parents = tree.children, tree.block_hash, tree.parent
         parent = table[i - 1] if i else ROOT
-        while i < full:
-            page = table[i]
-            kids = children[parent]
-            if ref[page] != 1 or (kids is not None and hashes[i] in kids):
+        while i < full:  # `RadixTree.insert` inlined: this runs for every page a sequence fills
+            page, h = table[i], hashes[i]
+            if ref[page] != 1:
                 break
-            tree.insert(page, parent, hashes[i])
+            kids = children[parent]
+            if kids is None:
+                kids = children[parent] = {}
+            elif h in kids:
+                break
+            kids[h] = page
+            block_hash[page] = h
+            parents[page] = parent
             parent = page
             i += 1
         s.num_hashed = i

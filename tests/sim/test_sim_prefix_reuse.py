@@ -9,6 +9,7 @@ import pytest
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from workloads import Workload
+from workloads.named import generate
 
 CACHING = ["paged", "radix"]
 UNIT = 64  # tokens per trace hash (Mooncake's hash_ids cover 512)
@@ -128,3 +129,29 @@ def test_lpm_fast_forward_equals_step_by_step(allocator):
             assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
         elif key != "wall_time_s":
             assert value == slow.summary[key], key
+
+
+@pytest.mark.parametrize("step_by_step", [False, True])
+def test_radix_hits_the_previous_turns_prompt_and_output(step_by_step):
+    """Turns of 100-token messages and 50-token outputs: pages of 16 hit every full page of the previous turn
+    (144 of 150 shared tokens, then 288 of 300), as `paged` does; token-granular pages hit every token the
+    previous turn computed, i.e. all but its last sampled token, which never gets a slot (149, then 299)."""
+    w = generate("fixed:prompt=100,output=50", "constant:rate=0.001", 3, seed=0, turns=3, turn_gap_s=1000.0)
+    for block_size, hits in ((16, [0, 144, 288]), (1, [0, 149, 299])):
+        r = run_simulation(SimConfig(allocator="radix", kv_tokens=20_000, block_size=block_size,
+                                     step_by_step=step_by_step, memory_snapshots=0), w)
+        assert r.requests["cached_tokens"].tolist() == hits
+
+
+@pytest.mark.parametrize("block_size", [16, 1])
+def test_radix_sessions_fast_forward_equals_step_by_step(block_size):
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
+                 "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
+                 system_prompt_frac=0.5)
+    options = dict(allocator="radix", kv_tokens=6000, block_size=block_size, memory_snapshots=0)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    assert fast.summary["cached_frac"] == pytest.approx(slow.summary["cached_frac"], rel=1e-9)
+    assert fast.summary["prefix_hit_frac"] > 0.15
