@@ -30,6 +30,15 @@ class Copy(NamedTuple):
     slots: int
 
 
+class PageMap(NamedTuple):
+    """``pages`` page sets that a call mapped into a sequence's virtual range (vAttention: one driver map call
+    per page per layer per K/V tensor), returned beside any `Copy` so the cost model charges the mapping.
+    It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
+
+    pages: int
+    slots: int = 0
+
+
 NO_COPIES: tuple[Copy, ...] = ()
 """The result of a `grow` or `fork` that copied nothing (the per-token hot path returns this shared constant)."""
 
@@ -59,6 +68,18 @@ def fill_states(states: np.ndarray, slots: np.ndarray, tokens: int, final: int) 
     position = np.arange(len(slots))
     states[slots] = np.where(position < tokens, SLOT_TOKEN,
                              np.where(position < final, SLOT_RESERVED, SLOT_INTERNAL))
+
+
+class GroupShare(NamedTuple):
+    """One attention group's part of a hybrid pool's breakdown (`MemoryBreakdown.groups`), in slots:
+    ``slots_per_token`` is how many slots one appended token fills in it (its KV cache groups)."""
+
+    name: str
+    slots_per_token: int
+    token_states: int
+    reservation: int
+    internal_frag: int
+    used_blocks: int
 
 
 SHARE_NAMES = ("token_states", "reservation", "internal_frag", "external_frag", "free")
@@ -95,6 +116,9 @@ class MemoryBreakdown:
     total_blocks: int
     shared_saved: int = 0
     cached: int = 0
+    groups: tuple[GroupShare, ...] = ()
+    """Per attention group (a hybrid pool: `allocators.hybrid`), what of the used share each holds; empty for
+    a pool of one group. External fragmentation and free slots belong to the whole pool."""
 
     @property
     def shares(self) -> dict[str, float]:
@@ -134,6 +158,11 @@ class Allocator(ABC):
     """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
     deltas; otherwise it re-reads `breakdown` at every sub-event."""
+    slots_per_token: int = 1
+    group_names: tuple[str, ...] = ()
+    """A hybrid pool's attention groups, in `MemoryBreakdown.groups` order; empty for a pool of one group."""
+    """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
+    cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
@@ -196,6 +225,11 @@ class Allocator(ABC):
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         """Append ``num_tokens`` to a sequence; returns the copies it caused (`NO_COPIES` when none), or None
         (and no change) if there is no room."""
+
+    def grow_chunk(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
+        """`grow` by a prefill chunk computed in one step. The same as `grow` except in a hybrid pool, whose
+        sliding windows free by the tokens computed before the step (`grow`: by the last new token)."""
+        return self.grow(seq_id, num_tokens)
 
     def grow_due(self, seq_id: int, num_tokens: int) -> tuple[int, int, int] | None:
         """`grow` reporting ``(headroom, new_blocks, reserved_delta)`` instead of copies; only allocators with

@@ -113,8 +113,13 @@ class HostTier:
         if block_hash in lru:
             lru.move_to_end(block_hash)
             return False
-        block = self._room()
-        if block is None:
+        free = self._free
+        if free:  # `_room` inlined: this runs for every block the GPU evicts
+            block = free.pop()
+        elif lru:
+            block = lru.popitem(last=False)[1]
+            self.evicted_blocks += 1
+        else:
             return False
         lru[block_hash] = block
         self.offloaded_blocks += 1

@@ -13,8 +13,9 @@ Unlike SGLang's tree, an edge here is always one page (no path compression): com
 objects, not behaviour, except that SGLang evicts a whole leaf node at a time where this evicts a leaf page.
 
 The tree knows no reference counts or free list: those are the `BlockPool`'s, which holds this tree as its
-``cache`` (the same interface as `PrefixCache`: ``block_hash``, `evict`, `check`, ``len``), so the pool's
-free queue orders eviction. `RadixAllocator` keeps that queue's order such that its cached head is always an
+``cache`` (the same interface as `PrefixCache`: ``block_hash``, `evict`, `check`, ``len``, ``spill``), so the
+pool's free queue orders eviction, and an evicted page's hash goes to a host tier when one is attached
+(``--cpu-offload-gib``: SGLang's HiCache keeps evicted radix nodes in host memory the same way). `RadixAllocator` keeps that queue's order such that its cached head is always an
 unreferenced leaf (``radix.py``), and `evict` asserts it.
 """
 
@@ -30,13 +31,14 @@ class RadixTree:
     """Nodes are page ids: ``block_hash[p]`` (None when ``p`` is not in the tree), ``parent[p]`` and
     ``children[p]`` (hash -> page; None for a leaf, so a page costs no dict until it has a child)."""
 
-    __slots__ = ("block_hash", "parent", "children")
+    __slots__ = ("block_hash", "parent", "children", "spill")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
         self.parent: list[int] = [-1] * num_blocks
         self.children: list[dict[int, int] | None] = [None] * num_blocks
         self.children[ROOT] = {}
+        self.spill = None  # called with the hash of every evicted page (a host tier's `offload`), if set
 
     def child(self, node: int, block_hash: int) -> int | None:
         """The page under ``node`` keyed ``block_hash``, or None."""
@@ -83,6 +85,8 @@ class RadixTree:
         self.block_hash[page] = None
         self.parent[page] = -1
         self.children[page] = None
+        if self.spill is not None:
+            self.spill(h)
 
     def __len__(self) -> int:
         return sum(h is not None for h in self.block_hash)

@@ -16,11 +16,13 @@ from sim.commands.options import catalog_option
 
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
                     gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
-                    prompt_len: int | None, output_len: int | None, max_model_len: int | None) -> dict:
+                    prompt_len: int | None, output_len: int | None, max_model_len: int | None,
+                    page_size_kib: int = 2048) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
-    from allocators import make_allocator
+    from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, kv_capacity
     from allocators.catalog import get_gpu, get_model
+    from allocators.vattention import page_options
 
     spec = get_model(model)
     gpu_spec = get_gpu(gpu)
@@ -42,8 +44,9 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                       kv_gib=kv_gib, kv_tokens=kv_tokens)
     if cap.kv_tokens <= 0:
         raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
+    pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
-                           placement=placement)
+                           placement=placement, **pages)
     final = prompt_len + output_len
     reason = alloc.never_fits(prompt_len, final_tokens=final)
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
@@ -63,7 +66,10 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "usable_blocks": alloc.num_usable_blocks if paged else None,
         "allocator": allocator,
         "block_size": block_size if paged else None,
-        "placement": None if paged else placement,
+        "placement": None if paged or pages else placement,
+        "page_size_kib": page_size_kib if pages else None,
+        "page_tokens": pages.get("page_tokens"),
+        "kv_capacity_pages": pages.get("num_pages"),
         "max_model_len": max_len,
         "prompt_len": prompt_len,
         "output_len": output_len,
@@ -83,7 +89,12 @@ def _print_text(r: dict) -> None:
     if r["kv_capacity_blocks"] is not None:
         click.echo(f"  {r['kv_capacity_blocks']:,} blocks of {r['block_size']} ({r['usable_blocks']:,} usable; "
                    "block 0 is the null block)")
+    if r["kv_capacity_pages"] is not None:
+        click.echo(f"  {r['kv_capacity_pages']:,} page sets of {r['page_tokens']} tokens ({r['page_size_kib']} KiB "
+                   "per layer per K/V tensor)")
     layout = f"block size {r['block_size']}" if r["placement"] is None else f"{r['placement']} placement"
+    if r["kv_capacity_pages"] is not None:
+        layout = f"{r['page_tokens']}-token pages"
     click.echo(f"allocator {r['allocator']} ({layout}); requests of {r['prompt_len']} prompt + "
                f"{r['output_len']} output tokens")
     click.echo(f"max concurrent requests: {r['max_concurrent_requests']:,}")
@@ -106,6 +117,8 @@ def _print_text(r: dict) -> None:
 @click.option("--allocator", default="paged", show_default=True, help="Allocator name (see ALLOCATORS).")
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per block (paged).")
 @click.option("--placement", default="buddy", show_default=True, help="Slab placement (contiguous).")
+@click.option("--page-size-kib", type=int, default=2048, show_default=True,
+              help="Page size of the vattention allocator, KiB per layer per K/V tensor (64, 128, 256, 2048).")
 @click.option("--prompt-len", type=int, default=None,
               help="Prompt tokens per request [default: the rest of --max-model-len, or all of it].")
 @click.option("--output-len", type=int, default=None,

@@ -61,10 +61,16 @@ def simulation_options(func):
         _field_option("--gpu-memory-utilization", type=float,
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
                            "memory unless --kv-gib or --kv-tokens is given."),
+        click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
+                     help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
+                          "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
         click.option("--enforce-eager", is_flag=True,
                      help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
         _field_option("--block-size", type=int,
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
+        _field_option("--page-size-kib", type=int,
+                      help="Physical page size of the vattention allocator, KiB per layer per K/V tensor (2048: "
+                           "the CUDA driver's 2 MB pages; 64-256: vAttention's driver extension)."),
         _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
         click.option("--rate", type=float,
@@ -99,7 +105,8 @@ def simulation_options(func):
         _field_option("--swap-space-gib", type=float,
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
         _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
-                      help="Host memory (GiB) for a KV tier behind the prefix cache: evicted cached blocks move "
+                      help="Host memory (GiB, for the whole replica) for a KV tier behind the prefix cache: "
+                           "evicted cached blocks move "
                            "there, LRU, and host hits are loaded back over PCIe (0: no tier). vLLM's "
                            "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
         _field_option("--watermark", type=float,
@@ -170,7 +177,7 @@ def warn_rejections(summary: dict) -> None:
 
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
-              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged or paged-cow.")
+              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow or vattention.")
 @simulation_options
 def run_command(allocator: str, **opts) -> None:
     """Simulate one allocator on a trace, a preset or the default preset.
@@ -255,7 +262,9 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
     first = summaries[0]
     click.echo(f"workload: {first['workload']} ({first['requests']} requests) - {first['workload_source']}")
     click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
-               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}")
+               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
+               + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"
+                         for s in summaries if s.get("page_tokens")))
     click.echo(format_comparison(summaries, COMPARE_KEYS))
 
 

@@ -103,6 +103,7 @@ class GroupMechanics:
         """Count an admission's hits, ``host`` of the ``cached`` tokens loaded from the host tier: in the
         totals, per request and in the step being planned; the host loads are charged to the step."""
         if cached:
+            host = min(host, cached)
             self.cached_prompt_tokens += cached
             self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
             plan = self.s.plan

@@ -54,7 +54,9 @@ class SimConfig:
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
+    disable_hybrid_kv_cache_manager: bool = False
     block_size: int = 16
+    page_size_kib: int = 2048
     placement: str = "buddy"
     max_model_len: int | None = None
     scheduler: str = "continuous"
@@ -114,6 +116,11 @@ class SimConfig:
             integer(name, 0)
         for name in ("kv_gib", "step_time", "rate"):
             positive_float(name)
+        from allocators.vattention import PAGE_SIZES_KIB
+
+        if isinstance(self.page_size_kib, bool) or self.page_size_kib not in PAGE_SIZES_KIB:
+            raise ValueError(f"--page-size-kib must be one of {', '.join(map(str, PAGE_SIZES_KIB))}, "
+                             f"got {self.page_size_kib!r}")
         if self.kv_gib is not None and self.kv_tokens is not None:
             raise ValueError("give at most one of --kv-gib and --kv-tokens")
         if not 0 < self.gpu_memory_utilization <= 1:

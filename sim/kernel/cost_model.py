@@ -6,7 +6,7 @@ fractions of the peaks, plus a fixed per-step overhead (scheduling, sampling, ke
 
     t = overhead + seqs x seq_overhead + prefill_tokens x prefill_token
         + max(compute, memory) [+ (1 - mixed_overlap) x min(compute, memory) when the step prefills]
-        + copy-on-write copies at HBM bandwidth + swap traffic over PCIe
+        + copy-on-write copies at HBM bandwidth + swap traffic over PCIe + page mappings (vAttention)
 
     compute = flops / (flops_frac * peak_flops),  memory = bytes / (bandwidth_frac * peak_bw)
 
@@ -31,6 +31,12 @@ sources:
   It multiplies the KV bytes read; contiguous allocators use 1.0.
 - ``swap_copy_latency_s = 5e-6``: vLLM swaps with one ``cudaMemcpyAsync`` per block, layer and K/V, each
   costing a few microseconds, which is why swapping is poor at small block sizes (paper, section 7.4).
+- ``page_map_latency_s = 20e-6``: vAttention maps a page set with a ``cuMemMap`` and a ``cuMemSetAccess`` per
+  layer and per K/V tensor (``MAP_PAGES`` / ``map_cuda_pages`` in microsoft/vattention's ``vattention/``), on
+  physical handles created up front (``reserve_physical_pages``), synchronously in its ``_sync`` mode. The
+  20 us per call is an estimate of those two driver calls on a 2 MB page, not a figure read from the paper
+  (its per-API latency table was not at hand); the paper hides most of it by mapping in a background thread
+  during the step, which kvsim does not model, so the charge is an upper bound. One value for every page size.
 - Host-tier loads (``--cpu-offload-gib``): a host hit is a swap-in of its blocks, charged the same way (its
   bytes at the catalog GPU's ``pcie_gb_s``, host-to-device over PCIe, plus ``swap_copy_latency_s`` per
   block, layer and K/V): vLLM's offloading connector loads with the same per-block ``cudaMemcpyAsync``
@@ -73,10 +79,11 @@ class ConstantStepCost(StepCostModel):
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
-                  swap_slots: int | None = None, prefill_seqs: int | None = None) -> float:
+                  swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0) -> float:
         return self.constant
 
-    def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0) -> float:
+    def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0,
+                      page_maps: int = 0) -> float:
         return 0.0
 
     def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:

@@ -119,11 +119,11 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
         horizon = math.inf if t_next is None else t_next - now
         num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
     else:
-        num_steps = 1
+        num_steps = 1  # host-tier loads cost as swap-ins do
         duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
                                   plan.copies, plan.swap_blocks + plan.reload_blocks, plan.attention_pairs,
                                   copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
-                                  prefill_seqs=len(plan.chunks))  # host-tier loads cost as swap-ins do
+                                  prefill_seqs=len(plan.chunks), page_maps=plan.page_maps)
         if duration <= 0:
             raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
         rec.memory.add(b, lag, duration, 0.0, running)

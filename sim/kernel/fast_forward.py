@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from allocators.base import MemoryBreakdown
+from allocators.base import MemoryBreakdown, PageMap
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.metrics import MemoryIntegral
 
@@ -107,16 +107,25 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         if stop or (last is not None and step > last) or total >= horizon:
             return steps, total
         due = decode.pop_due(step)
+        slots = maps = 0
+        stopped = False
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
             copies = memory.grow(seq_id, added)
             if copies is None:  # out of memory: stop before this step; the scheduler will preempt
                 for rest in due[i:]:
                     decode.requeue(rest)
-                return steps, total
-            if copies:  # a shared tail copied on write: charged for the slots it moved
-                extra = cost.transfer_time(sum(c.slots for c in copies))
-                integral.add(b, decode.lag(step), extra, 0.0, running)
-                total += extra
+                stopped = True
+                break
+            for c in copies:  # a shared tail copied on write, or pages mapped
+                slots += c.slots
+                maps += c.pages if type(c) is PageMap else 0
             decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
+        if stopped:  # the step that preempts pays for what its syncs did, as it does step by step
+            sched.carry = (slots, maps)
+            return steps, total
         b = memory.breakdown(waiting)
+        if slots or maps:  # charged before the step, with the memory as the step holds it (as step by step)
+            extra = cost.transfer_time(slots, page_maps=maps)
+            integral.add(b, decode.lag(step), extra, 0.0, running)
+            total += extra

@@ -101,7 +101,8 @@ class Fleet:
         self.replica_of = np.full(self.size, -1, np.int64)
         self.observed = config.replicas > 1 and self.router.needs_state
         span = float(self.times[-1]) - self.start if self.size else 0.0
-        self.num_snapshots = n = snapshot_count(config, self.cap.kv_tokens, config.replicas)
+        self.num_snapshots = n = snapshot_count(config, self.replicas[0].memory.breakdown().capacity,
+                                                         config.replicas)
         self.snapshot_times = [self.start + span * (i + 1) / (n + 1) for i in range(n)]
         self.progress = progress
         self.env = simpy.Environment(initial_time=self.start)

@@ -26,6 +26,10 @@ def fleet_memory(integrals) -> MemoryIntegral:
     for m in integrals:
         for key in ("time", "running", *MEMORY_KEYS):
             setattr(total, key, getattr(total, key) + getattr(m, key))
+        for name, acc in m.groups.items():  # a hybrid pool's per-group integrals
+            into = total.groups.setdefault(name, [0.0] * len(acc))
+            for i, value in enumerate(acc):
+                into[i] += value
     return total
 
 
@@ -47,10 +51,11 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         host_by_index.update(r.sched.groups.host_by_index)
     requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index, host_by_index)
     requests["replica"] = fleet.replica_of
-    total_blocks = replicas[0].memory.breakdown().total_blocks
+    pool = replicas[0].memory.breakdown()
+    total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
     steps, memories, per_replica, processed = [], [], [], []
     for r in replicas:
-        frame = r.rec.steps_frame(cap.kv_tokens, total_blocks)
+        frame = r.rec.steps_frame(capacity, total_blocks)
         frame.insert(0, "replica", np.full(len(frame), r.number, np.int64))
         steps.append(frame)
         memory = r.rec.memory_frame()
@@ -62,7 +67,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         summary = build_summary(allocator=config.allocator, requests=requests[fleet.replica_of == r.number],
                                 memory=r.rec.memory, max_running=r.rec.max_running,
                                 num_preemptions=r.sched.groups.num_preemptions, start_s=fleet.start, end_s=end,
-                                wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
+                                wall_time_s=0.0, capacity=capacity, total_blocks=total_blocks, kv_tokens=cap.kv_tokens,
                                 prefill_tokens=prefill, cached_prompt_tokens=r.sched.groups.cached_prompt_tokens,
                                 tier=tier_summary([(r.memory, r.sched.groups)]),
                                 extra={"processed_tokens": tokens})
@@ -73,7 +78,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         allocator=config.allocator, requests=requests, memory=fleet_memory(r.rec.memory for r in replicas),
         max_running=max(r.rec.max_running for r in replicas),
         num_preemptions=sum(r.sched.groups.num_preemptions for r in replicas), start_s=fleet.start, end_s=end,
-        wall_time_s=0.0, capacity=cap.kv_tokens, total_blocks=total_blocks,
+        wall_time_s=0.0, capacity=capacity, total_blocks=total_blocks, kv_tokens=cap.kv_tokens,
         prefill_tokens=int(steps_frame["prefill_tokens"].sum()),
         cached_prompt_tokens=sum(r.sched.groups.cached_prompt_tokens for r in replicas),
         tier=tier_summary([(r.memory, r.sched.groups) for r in replicas]), extra=extra)

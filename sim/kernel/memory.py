@@ -35,7 +35,7 @@ class KVMemory:
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
                  "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom",
-                 "host_tier")
+                 "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
         """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
@@ -51,11 +51,14 @@ class KVMemory:
         self.shares_prefixes = alloc.shares_prefixes
         self.reports_growth = alloc.reports_growth
         self.per_chunk_capable = alloc.allocates_per_chunk
+        self.slots_per_token = alloc.slots_per_token
+        self.group_names = alloc.group_names
         # The per-block calls of the decode path are the allocator's own methods, bound once: a wrapper call
         # would cost as much as they do. `grow_due` only where ``reports_growth``.
         self.grow = alloc.grow
         self.grow_due = alloc.grow_due
         self.headroom = alloc.headroom
+        self.grow_chunk = alloc.grow_chunk
 
     # -- questions -----------------------------------------------------------------------------------------
     def never_fits(self, group: SequenceGroup) -> str | None:
@@ -86,10 +89,12 @@ class KVMemory:
     def check_invariants(self) -> None:
         self._alloc.check_invariants()
 
-    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
-        """The memory map: every slot's owner, the request of each sequence, every slot's state."""
+    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]:
+        """The memory map: every slot's owner, the request of each sequence, every slot's state, and (a hybrid
+        pool) every slot's attention group (index into ``group_names``, -1 for free and overhead)."""
         request_of_seq = {seq: group.request_id for seq, group in self.owner.items()}
-        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending)
+        groups = self._alloc.slot_groups() if self.group_names else None
+        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending), groups
 
     # -- sequences -----------------------------------------------------------------------------------------
     def new_seq(self, group: SequenceGroup) -> int:
@@ -137,9 +142,9 @@ class KVMemory:
                 group.prompt + group.generated, group.num_seqs - 1, final_tokens=group.final_tokens,
                 max_total_tokens=group.max_total, block_hashes=group.hashes):
             return None  # its samples or beams fork at the first token: admitted only if all of them fit
-        if multi and not alloc.group_fits(group.prompt, group.num_seqs - 1, final_tokens=group.final_tokens,
-                                          max_total_tokens=group.max_total, block_hashes=group.hashes,
-                                          then_tokens=group.generated):
+        if multi and self.prefix_caching and not alloc.group_fits(
+                group.prompt, group.num_seqs - 1, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
+                block_hashes=group.hashes, then_tokens=group.generated):
             return None  # asked first: a failed try would evict cached blocks on its way
         first = self.new_seq(group)
         tokens = group.prompt + (0 if multi else group.generated)
@@ -152,7 +157,7 @@ class KVMemory:
         finally:
             if swapped:
                 alloc.host_tier = self.host_tier
-        copies: tuple[Copy, ...] = NO_COPIES
+        copies: tuple[Copy, ...] = NO_COPIES if admission is None else admission.copies  # pages it mapped
         ok = admission is not None
         if ok and multi:
             for _ in range(group.num_seqs - 1):

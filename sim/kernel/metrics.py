@@ -21,25 +21,35 @@ STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", 
 STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-2], "total_blocks", "shared_saved", "cached", "capacity")
 _IDLE = (0,) * 9  # an idle row's prefill_tokens .. reload_blocks
 MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved", "cached")
+GROUP_KEYS = ("token_states", "reservation", "internal_frag", "used_blocks")
+"""A hybrid pool's per-group memory columns (``<group>_<key>`` in the step table) and integrals."""
 
 
 class MemoryIntegral:
     """Integrals over simulated time of the memory breakdown, the running count, and time itself.
 
     ``lag`` moves slots from reservation to token states (lazily grown decoders, `sim.kernel.decode_set`);
-    ``growth`` is ``n x sum_j j * d_j`` for a run whose decoders append ``n`` tokens a step. ``cached`` (slots
-    held only by a prefix cache, part of the free or external share) is integrated beside the shares.
+    ``growth`` is ``n x sum_j j * d_j`` for a run whose decoders append ``n`` tokens a step. Both count tokens,
+    which fill ``slots_per_token`` slots each (a hybrid pool: one per KV cache group); ``groups`` holds a
+    hybrid pool's per-group integrals (`GROUP_KEYS`), by group name. ``cached`` (slots held only by a prefix
+    cache, part of the free or external share) is integrated beside the shares.
     """
 
-    __slots__ = ("time", "running", *MEMORY_KEYS)
+    __slots__ = ("time", "running", *MEMORY_KEYS, "slots_per_token", "groups")
 
     def __init__(self) -> None:
-        for key in self.__slots__:
+        for key in ("time", "running", *MEMORY_KEYS):
             setattr(self, key, 0.0)
+        self.slots_per_token = 1
+        self.groups: dict[str, list[float]] = {}
 
     def add(self, b: MemoryBreakdown, lag: int, duration: float, growth: float, running: int) -> None:
         self.time += duration
         self.running += running * duration
+        if b.groups:
+            self._add_groups(b, lag, duration, growth)
+            lag *= self.slots_per_token
+            growth *= self.slots_per_token
         self.token_states += (b.token_states + lag) * duration + growth
         self.reservation += (b.reservation - lag) * duration - growth
         self.internal_frag += b.internal_frag * duration
@@ -48,6 +58,15 @@ class MemoryIntegral:
         self.used_blocks += b.used_blocks * duration
         self.shared_saved += b.shared_saved * duration
         self.cached += b.cached * duration
+
+    def _add_groups(self, b: MemoryBreakdown, lag: int, duration: float, growth: float) -> None:
+        for part in b.groups:
+            k = part.slots_per_token
+            acc = self.groups.setdefault(part.name, [0.0] * len(GROUP_KEYS))
+            acc[0] += (part.token_states + lag * k) * duration + growth * k
+            acc[1] += (part.reservation - lag * k) * duration - growth * k
+            acc[2] += part.internal_frag * duration
+            acc[3] += part.used_blocks * duration
 
     def add_blocks(self, blocks: float, moved: float, block_size: int, waiting: bool, evicted: float = 0.0) -> None:
         """Blocks handed out during a run, pre-integrated by the caller: ``blocks`` is block-seconds gained
@@ -82,8 +101,16 @@ class Recorder:
         self.ints = array("q")  # the same for STEP_INT (one extend a row instead of a call per column)
         self.memory = MemoryIntegral()
         self.max_running = 0
-        self.snapshots: list[tuple[float, np.ndarray, dict[int, int], np.ndarray]] = []
+        self.snapshots: list[tuple[float, np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]] = []
         self.on_done = None  # closed-loop arrivals hook: called with the time a request left and its index
+        self.group_names: tuple[str, ...] = ()
+        self.group_ints = array("q")  # a hybrid pool's per-group step columns, row-major like ``ints``
+
+    def describe_pool(self, slots_per_token: int, group_names: tuple[str, ...]) -> None:
+        """Say how the pool counts (`Allocator.slots_per_token`, ``group_names``): a hybrid pool's step rows
+        and integrals scale the lag by it and get per-group columns."""
+        self.memory.slots_per_token = slots_per_token
+        self.group_names = group_names
 
     def finish(self, group, t: float) -> None:
         i = group.index
@@ -114,12 +141,18 @@ class Recorder:
         work = _IDLE if plan is None else (plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
                                            plan.copies, plan.swap_blocks, plan.preempted, plan.gpu_hit_tokens,
                                            plan.host_hit_tokens, plan.reload_blocks)
+        if b.groups:
+            for part in b.groups:
+                moved = lag * part.slots_per_token
+                self.group_ints.extend((part.token_states + moved, part.reservation - moved, part.internal_frag,
+                                        part.used_blocks))
+            lag *= self.memory.slots_per_token
         self.ints.extend((num_steps, running, waiting, *work, b.token_states + lag, b.reservation - lag,
                           b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved, b.cached))
 
     def snapshot(self, time_s: float, owners: np.ndarray, request_of_seq: dict[int, int],
-                 states: np.ndarray) -> None:
-        self.snapshots.append((time_s, owners, request_of_seq, states))
+                 states: np.ndarray, groups: np.ndarray | None = None) -> None:
+        self.snapshots.append((time_s, owners, request_of_seq, states, groups))
 
     def steps_frame(self, capacity: int, total_blocks: int):
         import pandas as pd
@@ -131,25 +164,34 @@ class Recorder:
         rows = len(floats)
         data["total_blocks"] = np.full(rows, total_blocks, np.int64)
         data["capacity"] = np.full(rows, capacity, np.int64)
-        return pd.DataFrame({name: data[name] for name in STEP_COLUMNS})
+        columns = {name: data[name] for name in STEP_COLUMNS}
+        if self.group_names:
+            per_group = np.frombuffer(self.group_ints, dtype=np.int64).reshape(rows, -1)
+            for i, (group, key) in enumerate((g, k) for g in self.group_names for k in GROUP_KEYS):
+                columns[f"{group}_{key}"] = per_group[:, i]
+        return pd.DataFrame(columns)
 
     def memory_frame(self):
         """One row per slot per snapshot: ``time_s, slot, owner`` (seq id, or -1 free, -2 overhead, -3
         shared), ``request_id`` (the owning request, -1 when the slot has no single owner) and ``state``
-        (`SLOT_STATES`: token, reserved, internal_frag, overhead or free)."""
+        (`SLOT_STATES`: token, reserved, internal_frag, overhead or free); a hybrid pool adds ``group``, the
+        attention group whose block holds the slot (empty for free and overhead slots)."""
         import pandas as pd
 
         frames = []
-        for time_s, owners, request_of_seq, states in self.snapshots:
+        for time_s, owners, request_of_seq, states, groups in self.snapshots:
             uniq, inverse = np.unique(owners, return_inverse=True)
             requests = np.array([request_of_seq.get(int(o), -1) for o in uniq], np.int64)
-            frames.append(pd.DataFrame({
+            frame = pd.DataFrame({
                 "time_s": np.full(len(owners), time_s),
                 "slot": np.arange(len(owners), dtype=np.int64),
                 "owner": owners.astype(np.int64),
                 "request_id": requests[inverse] if len(owners) else np.zeros(0, np.int64),
                 "state": pd.Categorical.from_codes(states, SLOT_STATES),
-            }))
+            })
+            if groups is not None:
+                frame["group"] = pd.Categorical.from_codes(groups, self.group_names)
+            frames.append(frame)
         if not frames:
             return pd.DataFrame({"time_s": [], "slot": [], "owner": [], "request_id": [],
                                  "state": pd.Categorical([], SLOT_STATES)})

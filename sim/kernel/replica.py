@@ -13,6 +13,9 @@ from allocators import allocator_class, make_allocator
 from allocators.capacity import KVCapacity, kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from allocators.host_tier import HostTier
+from allocators.hybrid import HybridPagedAllocator
+from allocators.kv_cache_groups import group_slots, needs_hybrid
+from allocators.vattention import page_options
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -71,7 +74,9 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
-    """The summary keys that describe the run rather than measure it."""
+    """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
+    None unless the allocator maps pages)."""
+    pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     return {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
@@ -79,7 +84,17 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "model": model.name, "gpu": gpu.name,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
+        "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
     }
+
+
+def hybrid_kv_groups(config: SimConfig, model) -> tuple:
+    """The model's KV groups when ``paged`` on it is vLLM's hybrid KV cache manager (`allocators.hybrid`): more
+    than one group or a sliding window, unless ``--disable-hybrid-kv-cache-manager``; else ()."""
+    groups = tuple(getattr(model, "kv_groups", ()) or ())
+    if config.allocator != "paged" or config.disable_hybrid_kv_cache_manager or not needs_hybrid(groups):
+        return ()
+    return groups
 
 
 def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recorder,
@@ -88,14 +103,21 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     builds one per replica).
     ``cost``: a step-cost model to use instead of the one ``config`` names."""
     max_model_len = config.max_model_len or model.max_seq_len
-    alloc = make_allocator(config.allocator, kv_tokens, block_size=config.block_size,
-                           max_model_len=max_model_len, placement=config.placement,
-                           prefix_caching=config.prefix_caching, watermark=config.watermark)
+    options = dict(block_size=config.block_size, max_model_len=max_model_len, placement=config.placement,
+                   prefix_caching=config.prefix_caching, watermark=config.watermark)
+    groups = hybrid_kv_groups(config, model)
+    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, **options) if groups
+             else make_allocator(config.allocator, kv_tokens, **options,
+                                 **page_options(allocator_class(config.allocator), model, config.page_size_kib,
+                                                kv_tokens, config.tensor_parallel)))
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
+    if groups:  # the host pool counts group slots too
+        swap_slots = group_slots(swap_slots, groups, alloc.unit)
     tier = (HostTier.from_gib(config.cpu_offload_gib, model.kv_bytes_per_token, config.block_size)
             if config.cpu_offload_gib > 0 else None)
     memory = KVMemory(alloc, tier)
+    recorder.describe_pool(memory.slots_per_token, memory.group_names)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,

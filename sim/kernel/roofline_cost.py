@@ -49,6 +49,7 @@ class StepCostModel:
     step_overhead_s: float = 0.003
     paged_kernel_overhead: dict[int, float] = field(default_factory=lambda: dict(DEFAULT_PAGED_KERNEL_OVERHEAD))
     swap_copy_latency_s: float = 5e-6
+    page_map_latency_s: float = 20e-6
     seq_overhead_s: float = 0.0
     prefill_token_s: float = 0.0
     mixed_overlap: float = 1.0
@@ -74,16 +75,19 @@ class StepCostModel:
         self._t_copy_slot = 2 * kv / tp / bytes_s  # read and write one token's KV in HBM
         self._t_swap_slot = kv / tp / (self.gpu.pcie_gb_s * 1e9)  # one token's KV over PCIe
         self._t_swap_transfer = 2 * m.num_layers * self.swap_copy_latency_s  # one copy call per layer, K and V
+        self._t_page_map = 2 * m.num_layers * self.page_map_latency_s  # a page set: one map per layer, K and V
 
-    def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0) -> float:
-        """Seconds for copies and swaps: the bytes really moved (``copy_slots`` token slots copied inside HBM,
-        ``swap_slots`` over PCIe), plus a fixed latency per swap transfer (a block, or a whole slab)."""
+    def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0,
+                      page_maps: int = 0) -> float:
+        """Seconds for copies, swaps and page mappings: the bytes really moved (``copy_slots`` token slots
+        copied inside HBM, ``swap_slots`` over PCIe), a fixed latency per swap transfer (a block, or a whole
+        slab), and per page set mapped into a virtual range (vAttention: a map call per layer and K/V)."""
         return (copy_slots * self._t_copy_slot + swap_slots * self._t_swap_slot
-                + swap_transfers * self._t_swap_transfer)
+                + swap_transfers * self._t_swap_transfer + page_maps * self._t_page_map)
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
-                  swap_slots: int | None = None, prefill_seqs: int | None = None) -> float:
+                  swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0) -> float:
         """Seconds for one step. ``context_tokens``: KV tokens attention reads; ``attention_pairs``: query-key
         pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle).
         ``prefill_seqs``: sequences the prefill tokens belong to (default: one if there are any).
@@ -91,9 +95,9 @@ class StepCostModel:
         ``copies`` and ``swap_blocks`` count copy-on-write copies and swap transfers; ``copy_slots`` and
         ``swap_slots`` are the token slots they move (`StepPlan`), which is what is charged. Without them
         every copy and transfer is taken to be one block of ``block_size`` slots (exact for paged allocators,
-        not for a contiguous slab)."""
+        not for a contiguous slab). ``page_maps``: page sets mapped this step (`transfer_time`)."""
         tokens = prefill_tokens + decode_seqs
-        if tokens == 0 and copies == 0 and swap_blocks == 0 and not copy_slots and not swap_slots:
+        if tokens == 0 and copies == 0 and swap_blocks == 0 and not copy_slots and not swap_slots and not page_maps:
             return 0.0
         pairs = context_tokens if attention_pairs is None else attention_pairs
         compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
@@ -105,10 +109,10 @@ class StepCostModel:
             t += seqs * self.seq_overhead_s
         if prefill_tokens:
             t += (1.0 - self.mixed_overlap) * shorter + prefill_tokens * self.prefill_token_s
-        if copies or swap_blocks or copy_slots or swap_slots:
+        if copies or swap_blocks or copy_slots or swap_slots or page_maps:
             t += self.transfer_time(copies * self.block_size if copy_slots is None else copy_slots,
                                     swap_blocks * self.block_size if swap_slots is None else swap_slots,
-                                    swap_blocks)
+                                    swap_blocks, page_maps)
         return t
 
     def _decode_lines(self, n: int, c0: int) -> tuple[float, float, float, float]:

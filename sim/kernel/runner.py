@@ -48,7 +48,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     source = ArrivalSource.for_memory(workload, memory, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0
-    count = snapshot_count(config, cap.kv_tokens)
+    count = snapshot_count(config, memory.breakdown().capacity)  # slots: a hybrid pool counts group slots
     snaps = tuple(start + span * (i + 1) / (count + 1) for i in range(count))
     engine = Engine(sched, cost, source, recorder, start_s=start, snapshot_times=snaps,
                     check_every=config.debug_invariants, progress=progress)
@@ -57,16 +57,17 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
         memory.check_invariants()
     requests = requests_frame(workload, recorder, source.arrival_s, sched.groups.cached_by_index,
                               sched.groups.host_by_index)
-    total_blocks = memory.breakdown().total_blocks
-    steps = recorder.steps_frame(cap.kv_tokens, total_blocks)
+    pool = memory.breakdown()
+    total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
+    steps = recorder.steps_frame(capacity, total_blocks)
     extra = summary_extra(config, workload, model, gpu, cap.source, cost) | {"memory_snapshots": count}
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.groups.num_preemptions,
-                            start_s=start, end_s=end, wall_time_s=0.0, capacity=cap.kv_tokens,
+                            start_s=start, end_s=end, wall_time_s=0.0, capacity=capacity,
                             total_blocks=total_blocks,
                             prefill_tokens=int(steps["prefill_tokens"].sum()),
                             cached_prompt_tokens=sched.groups.cached_prompt_tokens,
-                            tier=tier_summary([(memory, sched.groups)]), extra=extra)
+                            tier=tier_summary([(memory, sched.groups)]), extra=extra, kv_tokens=cap.kv_tokens)
     summary["wall_time_s"] = time.perf_counter() - wall_start
     return SimResult(requests, steps, recorder.memory_frame(), summary, config)
 

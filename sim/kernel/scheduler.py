@@ -63,6 +63,7 @@ class Scheduler:
         self.now = 0.0
         self.memory_blocked = False
         self.plan: StepPlan | None = None
+        self.carry: tuple[int, int] | None = None  # (copy slots, page maps) a stopped decode run left unpaid
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -104,6 +105,9 @@ class Scheduler:
         preempting when that fails; then admissions into what is left, unless something was preempted. A
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
+        if self.carry is not None:
+            plan.copy_slots, plan.page_maps = self.carry
+            self.carry = None
         self.now = now
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
@@ -167,7 +171,7 @@ class Scheduler:
                 chunk = self.chunk(group.prefill_remaining, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
-                    copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow(s, c))
+                    copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow_chunk(s, c))
                     if copies is None:
                         continue
                     self.plan.copy_slots += sum(c.slots for c in copies)
@@ -226,7 +230,8 @@ class Scheduler:
         plan.context_tokens = decode_context + prefill_context
         plan.attention_pairs = decode_context + prefill_pairs
         plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
-                        and not plan.swap_blocks and not plan.copies and not self.beams.groups
+                        and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
+                        and not self.beams.groups
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from allocators.base import Copy
+from allocators.base import Copy, PageMap
 from sim.kernel.sequence_group import SequenceGroup
 
 
@@ -20,6 +20,7 @@ class StepPlan:
     swap_blocks: int = 0  # swap transfers, out and in (blocks, or slabs for contiguous allocators)
     copy_slots: int = 0  # token slots those copies move inside HBM (what the cost model charges)
     swap_slots: int = 0  # token slots the swaps move over PCIe
+    page_maps: int = 0  # page sets mapped into virtual ranges (vAttention), charged per driver map call
     reload_blocks: int = 0  # host-tier blocks loaded back over PCIe (charged as swap-ins)
     reload_slots: int = 0  # token slots those loads move
     gpu_hit_tokens: int = 0  # prompt tokens admissions found in GPU memory (prefix cache, shared prefix)
@@ -30,8 +31,12 @@ class StepPlan:
     can_run: bool = False
     chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
 
-    def add_copies(self, copies: tuple[Copy, ...]) -> None:
-        """Charge the copies an allocator call returned (count and the slots they move)."""
-        if copies:
-            self.copies += len(copies)
-            self.copy_slots += sum(c.slots for c in copies)
+    def add_copies(self, copies: tuple[Copy | PageMap, ...]) -> None:
+        """Charge the copies an allocator call returned (count and the slots they move) and the page sets
+        it mapped (`PageMap`)."""
+        for c in copies:
+            if type(c) is PageMap:
+                self.page_maps += c.pages
+            else:
+                self.copies += 1
+                self.copy_slots += c.slots

@@ -63,7 +63,8 @@ def _stat(values: np.ndarray, fn) -> float | None:
 
 def build_summary(*, allocator: str, requests, memory, max_running: int, num_preemptions: int, start_s: float,
                   end_s: float, wall_time_s: float, capacity: int, total_blocks: int, extra: dict,
-                  prefill_tokens: int = 0, cached_prompt_tokens: int = 0, tier: dict | None = None) -> dict:
+                  prefill_tokens: int = 0, cached_prompt_tokens: int = 0, tier: dict | None = None,
+                  kv_tokens: int | None = None) -> dict:
     """Summary from the per-request frame and the memory integrals (`sim.kernel.metrics.MemoryIntegral`).
 
     ``prefill_tokens``: prefill tokens computed over the run (recomputation after preemption included);
@@ -71,7 +72,12 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     prefix and did not compute. What prefix caching buys is ``prefix_hit_frac``, the cached share of all
     the prefill tokens admissions needed: ``gpu_hit_tokens + host_hit_tokens`` over that plus ``miss_tokens``
     (the prefill tokens computed). ``tier``: the host tier's figures (`sim.kernel.replica.tier_summary`:
-    ``host_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``host_tier_blocks``); absent, all 0."""
+    ``host_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``host_tier_blocks``); absent, all 0.
+
+    ``capacity``: the pool in the breakdown's slots; ``kv_tokens``: in full tokens, when they differ (a hybrid
+    pool counts one slot per KV cache group: its summary adds ``kv_capacity_slots`` and, per attention group,
+    ``kv_groups``: the time-weighted shares of the capacity each group's tokens, reservation, internal
+    fragmentation and blocks hold)."""
     tier = tier or {}
     done = requests[requests["finished_s"].notna()]
     sim_time = end_s - start_s
@@ -112,10 +118,25 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "offload_bytes": int(tier.get("offload_bytes", 0)),
         "reload_bytes": int(tier.get("reload_bytes", 0)),
         "host_tier_blocks": int(tier.get("host_tier_blocks", 0)),
-        "kv_capacity_tokens": int(capacity),
+        "kv_capacity_tokens": int(capacity if kv_tokens is None else kv_tokens),
         **extra,
     }
+    if memory.groups:
+        summary["kv_capacity_slots"] = int(capacity)
+        summary["kv_groups"] = group_shares(memory, capacity, total_blocks)
     return summary
+
+
+def group_shares(memory, capacity: int, total_blocks: int) -> dict[str, dict[str, float]]:
+    """Per attention group of a hybrid pool: time-weighted shares of the capacity (``*_frac``) and of the
+    blocks (``block_usage_frac``); the groups' shares sum to the pool's used share."""
+    t = memory.time
+    if t <= 0:
+        return {name: {} for name in memory.groups}
+    keys = ("token_states_frac", "reservation_frac", "internal_frag_frac")
+    return {name: {**{key: acc[i] / (t * capacity) for i, key in enumerate(keys)},
+                   "block_usage_frac": acc[3] / (t * total_blocks) if total_blocks else 0.0}
+            for name, acc in memory.groups.items()}
 
 
 def _shared_saved_frac(memory) -> float:
@@ -129,7 +150,10 @@ def format_summary(summary: dict) -> str:
     lines = []
     width = max(len(k) for k in summary)
     for key, value in summary.items():
-        if isinstance(value, dict):  # rejected_reasons: shown only when something was rejected
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            text = "; ".join(f"{name}: " + ", ".join(f"{k[:-5]} {v:.4g}" for k, v in shares.items())
+                             for name, shares in value.items())  # kv_groups
+        elif isinstance(value, dict):  # rejected_reasons: shown only when something was rejected
             if not value:
                 continue
             text = "; ".join(f"{count} x {name}" for name, count in value.items())

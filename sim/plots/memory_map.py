@@ -6,7 +6,9 @@ fill it), internal fragmentation (held, never filled), allocator overhead (buddy
 free. Contiguous Max shows one slab per request that is mostly orange, never to be filled; paged shows the
 same requests as small, almost full blocks. The map needs the ``memory`` table (``time_s, slot, owner``, and
 ``state`` since kvsim records it; owner -1 free, -2 overhead, -3 shared) that a run records; older tables
-without ``state`` are coloured by owner kind only (token for owned slots).
+without ``state`` are coloured by owner kind only (token for owned slots). A hybrid pool's table has a
+``group`` column (the attention group whose block holds the slot: sliding-window or full layers); the map then
+outlines each group's blocks in the group's colour and gives each group's share of the slots.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ SHARED_COLOR = "#7a7a7a"
 """Token slots of blocks several sequences share (copy-on-write, prefix hits): one neutral grey."""
 OUTSIDE_COLOR = "#ffffff"
 BOUNDARY_COLOR = "#000000"
+GROUP_COLORS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a")
+"""Outline colours of a hybrid pool's attention groups, in ``group`` category order."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Snapshot:
     times: np.ndarray
     owners: np.ndarray
     states: np.ndarray
+    groups: pd.Categorical | None = None
 
     def caption_time(self) -> str:
         """Which instant is shown, said plainly when it is not the one asked for."""
@@ -102,7 +107,8 @@ def memory_snapshot(memory: pd.DataFrame, time_s: float | None = None) -> Snapsh
     else:
         states = np.where(owners == FREE_OWNER, SLOT_FREE, np.where(owners == OVERHEAD_OWNER, SLOT_OVERHEAD,
                                                                   SLOT_TOKEN)).astype(np.int8)
-    return Snapshot(float(chosen), time_s, times, owners, states)
+    groups = pd.Categorical(rows["group"]) if "group" in rows else None
+    return Snapshot(float(chosen), time_s, times, owners, states, groups)
 
 
 def slot_colors(owners: np.ndarray, states: np.ndarray) -> np.ndarray:
@@ -167,13 +173,29 @@ def plot_memory_map(
     caption = (f"{snap.caption_time()}\n{requests} sequences; tokens {share['token']:.0%}{shared_text}, reserved "
                f"{share['reserved']:.0%}, internal frag. {share['internal_frag']:.0%}, overhead "
                f"{share['overhead']:.1%}, free {share['free']:.0%} ({capacity:,} slots, {width} per row)")
-    ax.set_title(f"{title}\n{caption}" if title else caption, fontsize="small", loc="left")
     handles = [Patch(color=STATE_COLORS[name], label=STATE_LABELS[name]) for name in SLOT_STATES]
+    if snap.groups is not None:
+        caption += "\n" + _draw_groups(ax, snap.groups, width, handles)
+    ax.set_title(f"{title}\n{caption}" if title else caption, fontsize="small", loc="left")
     if shared:
         handles.insert(1, Patch(color=SHARED_COLOR, label="shared by several sequences"))
     handles.append(Patch(facecolor="white", edgecolor=BOUNDARY_COLOR, label="one request's slots"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", frameon=False)
     return fig
+
+
+def _draw_groups(ax: Axes, groups: pd.Categorical, width: int, handles: list) -> str:
+    """Outline each attention group's slots in its colour (a legend entry each); returns the caption line of
+    the groups' shares of the slots."""
+    codes = np.asarray(groups.codes, dtype=np.int64)
+    parts = []
+    for code, name in enumerate(groups.categories):
+        color = GROUP_COLORS[code % len(GROUP_COLORS)]
+        mask = np.where(codes == code, 0, FREE_OWNER)
+        ax.add_collection(LineCollection(owner_boundaries(mask, width), colors=color, linewidths=1.0))
+        handles.append(Patch(facecolor="white", edgecolor=color, label=f"{name} layers' blocks"))
+        parts.append(f"{name} {np.count_nonzero(codes == code) / len(codes):.0%}")
+    return "KV groups: " + ", ".join(parts) + " of the slots"
 
 
 def plot_memory_maps(memory_by_allocator: Mapping[str, pd.DataFrame], *, time_s: float | None = None,

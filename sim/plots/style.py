@@ -24,6 +24,7 @@ ALLOCATOR_COLORS = {
     "contiguous-oracle": "#ccb974",
     "paged": "#4c72b0",
     "paged-cow": "#55a868",
+    "vattention": "#8172b3",
 }
 SERIES_COLORS = ("#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#64b5cd", "#2f4b7c")
 """Colours for series that are not allocators (workloads, block sizes), and for unknown allocators."""
@@ -34,6 +35,7 @@ ALLOCATOR_LABELS = {
     "contiguous-oracle": "Oracle (contiguous)",
     "paged": "Paged",
     "paged-cow": "Paged + CoW",
+    "vattention": "vAttention",
 }
 
 SHARES = SHARE_NAMES

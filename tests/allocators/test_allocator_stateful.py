@@ -4,6 +4,7 @@ After every step `check_invariants()` recomputes the allocator's state from scra
 its own model of each sequence's tokens and checks that the breakdown sums to capacity, that a refused call
 changes nothing, that growing by the headroom needs no allocator work, that freeing returns exactly
 what the sequence held, and (where the allocator has it) that ``grow_due`` does what ``grow`` does.
+vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list reads as a block table here.
 
 `HostTierMachine` puts a small host tier behind the paged allocators' prefix cache and a small GPU pool in
 front of it, so that evictions spill to the host, host hits are loaded back and swapped KV is parked there:
@@ -12,6 +13,7 @@ capacity, every host block held once).
 """
 
 import copy
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -20,11 +22,23 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from allocators import ALLOCATORS, make_allocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
+from allocators.hybrid import HybridPagedAllocator
 from allocators.placement import PLACEMENTS
 
 SETTINGS = settings(max_examples=12, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 BLOCK = 4
+
+
+@dataclass(frozen=True)
+class KVGroupFixture:
+    """The fields of the catalog's `KVGroup` the hybrid allocator reads."""
+
+    name: str
+    attention: str
+    layers: int
+    window: int | None
+    bytes_per_token: int
 
 
 def chained_hashes(group: int, num_blocks: int) -> list[int]:
@@ -179,6 +193,7 @@ CONFIGS = [(name, {"placement": p}) for name in ALLOCATORS if name.startswith("c
 CONFIGS += [(name, {"prefix_caching": pc}) for name in ALLOCATORS
             if name.startswith("paged") or name == "radix" for pc in (False, True)]
 CONFIGS += [("paged", {"prefix_caching": True, "watermark": 0.1})]
+CONFIGS += [("vattention", {"prefix_caching": pc}) for pc in (False, True)]  # no prefix cache: True is ignored
 
 for _name, _options in CONFIGS:
     _label = "_".join([_name, *map(str, _options.values())]).replace("-", "_").replace(".", "")
@@ -189,6 +204,46 @@ for _name, _options in CONFIGS:
 def test_every_allocator_is_exercised():
     covered = {name for name, _ in CONFIGS}
     assert covered == set(ALLOCATORS)
+
+
+class HybridMachine(AllocatorMachine):
+    """The hybrid paged allocator (one pool, a block table per KV cache group, sliding windows freeing what
+    fell out of them) under the same rules, plus prefill chunks (`grow_chunk`), whose windows free later."""
+
+    kv_groups: tuple = ()
+
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=40 * BLOCK + 3))
+    def build(self, capacity):
+        self.alloc = HybridPagedAllocator(capacity, block_size=BLOCK, max_model_len=64, kv_groups=self.kv_groups,
+                                          **self.options)
+        self.tokens: dict[int, int] = {}
+        self.prefixes: list[list[int]] = []
+        self.next_id = 0
+
+    def held(self, seq):
+        return sum(self.alloc.live_blocks(seq)) * BLOCK
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), n=st.integers(1, 20))
+    def grow_chunk(self, data, n):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        before = self.snapshot()
+        if self.alloc.grow_chunk(seq, n) is None:
+            assert self.snapshot() == before
+        else:
+            self.tokens[seq] += n
+
+
+HYBRID_LAYOUTS = {  # KVGroup-like fixtures: window 8 and 6 (a multiple of the block and not), pure sliding
+    "gemma_like": (KVGroupFixture("local", "sliding_window", 2, 8, 200), KVGroupFixture("global", "full", 1, None, 100)),
+    "odd_window": (KVGroupFixture("sw", "sliding_window", 1, 6, 100), KVGroupFixture("full", "full", 1, None, 100)),
+    "mistral_like": (KVGroupFixture("sliding", "sliding_window", 2, 8, 200),),
+}
+for _layout, _groups in HYBRID_LAYOUTS.items():
+    for _pc in (False, True):
+        _machine = type(f"Machine_hybrid_{_layout}_{_pc}", (HybridMachine,),
+                        {"kv_groups": _groups, "options": {"prefix_caching": _pc}})
+        globals()[f"Test_hybrid_{_layout}_{_pc}"] = SETTINGS(_machine).TestCase
 
 
 class HostTierMachine(AllocatorMachine):

@@ -13,7 +13,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from workloads import Workload
 
-ALL = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow", "radix"]
+ALL = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow", "vattention", "radix"]
 
 
 def workload(arrivals, prompts, outputs, **cols):
@@ -63,7 +63,8 @@ def test_parallel_groups_preempt_rarely(allocator, kind):
                                      dict(allocator="contiguous-pow2", kv_tokens=3000),
                                      dict(allocator="paged", kv_tokens=3000),
                                      dict(allocator="paged-cow", kv_tokens=2500),
-                                     dict(allocator="radix", kv_tokens=2500)])
+                                     dict(allocator="radix", kv_tokens=2500),
+                                     dict(allocator="vattention", kv_tokens=3000, page_size_kib=64)])
 def test_fast_forward_equals_step_by_step_with_parallel_groups(options):
     rng = np.random.default_rng(5)
     count = 40

@@ -185,3 +185,13 @@ def test_run_takes_the_flag_and_vllms_name_and_reports_the_tier():
     for key in ("prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "miss_tokens", "offload_bytes",
                 "reload_bytes"):
         assert key in sa
+
+
+def test_every_replica_of_a_fleet_has_its_own_tier():
+    w = workloads.load_trace(MOONCAKE).head(300)
+    s = run_simulation(SimConfig(model="llama-3-8b", gpu="h200", kv_tokens=30_000, cpu_offload_gib=4.0, replicas=2,
+                                 router="prefix-aware"), w).summary
+    assert s["host_tier_blocks"] == 2 * 2048  # 4 GiB of 2 MiB blocks, per replica
+    for key in ("gpu_hit_tokens", "host_hit_tokens", "miss_tokens", "offload_bytes", "reload_bytes"):
+        assert s[key] == sum(r[key] for r in s["per_replica"]), key
+    assert s["host_hit_tokens"] > 0

@@ -1,0 +1,248 @@
+"""The hybrid paged allocator: vLLM v1's KV cache manager for models that mix sliding-window and full layers.
+
+One `BlockPool` serves every KV cache group (``kv_cache_groups.py``: vLLM cuts the layers into groups of
+equal layer count, so every block has the same page size); each sequence has one block table per group,
+all of the same length. A sliding-window group frees the blocks that fell entirely out of the window and
+puts the null block (id 0) in their place, so its table is a run of nulls followed by at most about
+``window / block_size + 1`` live blocks::
+
+    full    | b3 | b7 | b9 | b12 | b15 |        every token's KV is kept
+    window  |  0 |  0 |  0 | b13 | b16 |        window 2 blocks: the leading blocks went back to the pool
+
+Memory is counted in *group slots* (one token in one group's layers), so ``capacity`` is the pool's bytes
+over the bytes of a token in one group, and a token appended to a sequence fills one slot in every group
+(``slots_per_token``). When a window frees blocks (vLLM's ``remove_skipped_blocks``): `grow` (decode, whose
+last token is computed now) frees what the *last* new token no longer needs, `grow_chunk` and `admit` (a
+prefill step) what the *first* one no longer needs, as vLLM does with the tokens computed before the step.
+`headroom` stops at the next token whose step frees a block, so the decode fast-forward calls `grow` at the
+very step at which `--step-by-step` would, and the two stay identical (``reports_growth`` is False: the
+fast-forward re-reads the breakdown after every call).
+
+Prefix caching (vLLM's ``HybridKVCacheCoordinator``): a block is cached under its hash and its group, a
+full-attention group hits on a prefix whose every block is cached, a window group on a prefix whose last
+``cdiv(window - 1, block_size)`` blocks are (the blocks before it become nulls), and the hit is the longest
+prefix every group accepts. The read-only side and the audit are in ``hybrid_queries.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from allocators.base import NO_COPIES, Admission, Copy, cdiv
+from allocators.hybrid_queries import HybridQueries, HybridSeq
+from allocators.kv_cache_groups import skipped_blocks
+
+_NO_HITS = Admission()
+
+
+class HybridPagedAllocator(HybridQueries):
+    """vLLM v1's paged KV cache over several KV cache groups that share one pool (``kv_groups``: the model's
+    attention groups, catalog `KVGroup` objects). The state and the read-only side are `HybridQueries`'."""
+
+    name = "paged"
+    kind = "paged"
+    allocates_per_chunk = True
+    reports_growth = False
+
+    # -- state changes ---------------------------------------------------------------------------------
+    def admit(self, seq_id: int, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None,
+              block_hashes: Sequence[int] = (), full_tokens: int | None = None,
+              apply_watermark: bool = True) -> Admission | None:
+        """As `PagedAllocator.admit`: blocks for ``num_tokens`` in every group (prefix hits included), the
+        window groups keeping what the first uncached token needs; ``full_tokens``: admit only if that many
+        tokens would fit; the watermark only when ``apply_watermark``."""
+        if seq_id in self._seqs:
+            raise ValueError(f"sequence {seq_id} is already allocated")
+        if num_tokens <= 0:
+            raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
+        hits = self._lookup(block_hashes, max(num_tokens, full_tokens or 0))
+        free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
+        if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
+            return None
+        if self._admission_blocks(hits, num_tokens) > free:
+            return None
+        bs, pool, ref = self.block_size, self._pool, self._ref
+        num_hit = len(hits[0]) if hits else 0
+        length = cdiv(num_tokens, bs)
+        hits = hits or [[] for _ in self.groups]
+        for g, group_hits in enumerate(hits):  # every group's hits first, so that popping cannot evict them
+            for b in group_hits:
+                if b == 0:
+                    continue
+                if ref[b] > 0:
+                    self._shared_saved += bs
+                if pool.take(b):
+                    self._tok[g] += bs
+                    self._used[g] += 1
+                    self._group_of[b] = g
+        tables = []
+        for g, group_hits in enumerate(hits):
+            tables.append(list(group_hits) + self._pop(g, length - num_hit))
+            self._tok[g] += num_tokens - num_hit * bs
+        s = HybridSeq(tables, num_tokens, final_tokens, tuple(block_hashes) if self.prefix_caching else ())
+        s.skipped = [sum(1 for b in t[:num_hit] if b == 0) for t in tables]
+        s.num_hashed = num_hit
+        self._seqs[seq_id] = s
+        self._skip(s, num_hit * bs)
+        self._settle(s)
+        self._cache_full_blocks(s)
+        return Admission(cached_tokens=num_hit * bs) if num_hit else _NO_HITS
+
+    def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
+        """Append decode tokens (the last computed now): the window groups free what the last one no longer
+        needs."""
+        s = self._seqs[seq_id]
+        return self._extend(s, num_tokens, s.tokens + num_tokens - 1)
+
+    def grow_chunk(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
+        """Append a prefill chunk computed in one step: the window groups free only what its first token no
+        longer needs (vLLM frees by the tokens computed before the step)."""
+        s = self._seqs[seq_id]
+        return self._extend(s, num_tokens, s.tokens)
+
+    def _extend(self, s: HybridSeq, num_tokens: int, computed: int) -> tuple[Copy, ...] | None:
+        """Free what ``computed`` tokens leave out of each window, then give the new tokens their blocks (all
+        or nothing: a refused call frees nothing either)."""
+        if num_tokens == 0:
+            return NO_COPIES
+        if num_tokens < 0:
+            raise ValueError(f"cannot grow by {num_tokens} tokens")
+        bs = self.block_size
+        old_len, new_len = len(s.tables[0]), cdiv(s.tokens + num_tokens, bs)
+        targets = self._targets(s, computed)
+        need = released = 0
+        ref = self._ref
+        for g, target in enumerate(targets):
+            need += new_len - max(old_len, target, s.skipped[g])
+            table = s.tables[g]
+            released += sum(1 for i in range(s.skipped[g], min(target, old_len)) if ref[table[i]] == 1)
+        if need > self._free.num_free + released:
+            return None
+        self._skip(s, computed, targets)
+        t = s.tokens
+        end = t + num_tokens
+        for g, table in enumerate(s.tables):
+            start = max(old_len, targets[g])
+            if start > old_len:  # blocks the window skips before they are ever written
+                table += [0] * (start - old_len)
+                s.skipped[g] = start
+            table += self._pop(g, new_len - start)
+            first = max(t, s.skipped[g] * bs)
+            if end > first:
+                self._tok[g] += end - first
+        s.tokens = end
+        self._settle(s)
+        if s.num_hashed < len(s.hashes):
+            self._cache_full_blocks(s)
+        return NO_COPIES
+
+    def _targets(self, s: HybridSeq, computed: int) -> list[int]:
+        """Leading blocks each group may drop once ``computed`` tokens are computed (full groups: none)."""
+        bs = self.block_size
+        return [s.skipped[g] if w is None else max(s.skipped[g], skipped_blocks(computed, w, bs))
+                for g, w in enumerate(self.windows)]
+
+    def _skip(self, s: HybridSeq, computed: int, targets: list[int] | None = None) -> None:
+        """vLLM's ``remove_skipped_blocks``: replace each window group's blocks that ``computed`` tokens left
+        out of the window by the null block, and release them (a block a prefix hit shares stays held)."""
+        targets = targets or self._targets(s, computed)
+        bs, ref = self.block_size, self._ref
+        for g, target in enumerate(targets):
+            table = s.tables[g]
+            stop = min(target, len(table))
+            if stop <= s.skipped[g]:
+                continue
+            released = []
+            for i in range(stop - 1, s.skipped[g] - 1, -1):  # the latest first, as vLLM frees them
+                b = table[i]
+                table[i] = 0
+                ref[b] -= 1
+                if ref[b]:
+                    self._shared_saved -= bs
+                else:
+                    released.append(b)
+                    self._tok[g] -= min(bs, s.tokens - i * bs)
+            s.skipped[g] = stop
+            self._release(g, released)
+
+    def _cache_full_blocks(self, s: HybridSeq) -> None:
+        """Cache every live block full by now under its hash and group (vLLM caches a block when the step that
+        fills it is scheduled); blocks below ``num_hashed`` are settled already."""
+        full = min(s.tokens // self.block_size, len(s.hashes))
+        if s.num_hashed >= full:
+            return
+        cache, n = self._cache, len(self.groups)
+        for g, table in enumerate(s.tables):
+            for i in range(s.num_hashed, full):
+                b = table[i]
+                if b and cache.block_hash[b] is None:
+                    cache.insert(b, s.hashes[i] * n + g)
+        s.num_hashed = full
+
+    def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
+        """The child gets private copies of every live block of every group (nulls stay nulls)."""
+        if child_id in self._seqs:
+            raise ValueError(f"sequence {child_id} is already allocated")
+        p = self._seqs[parent_id]
+        live = [len(t) - k for t, k in zip(p.tables, p.skipped, strict=True)]
+        if sum(live) > self._free.num_free:
+            return None
+        bs = self.block_size
+        tables, copies = [], []
+        for g, (table, k) in enumerate(zip(p.tables, p.skipped, strict=True)):
+            new = self._pop(g, len(table) - k)
+            tables.append([0] * k + new)
+            copies += [Copy(src, dst, bs) for src, dst in zip(table[k:], new, strict=True)]
+            self._tok[g] += p.tokens - k * bs
+        child = HybridSeq(tables, p.tokens, final_tokens)
+        child.skipped = list(p.skipped)
+        self._seqs[child_id] = child
+        self._settle(child)
+        return tuple(copies)
+
+    def free(self, seq_id: int) -> int:
+        s = self._seqs.pop(seq_id)
+        bs, ref = self.block_size, self._ref
+        self._reserved -= s.res
+        held = 0
+        for g, table in enumerate(s.tables):
+            released = []
+            for i in range(len(table) - 1, s.skipped[g] - 1, -1):  # tail first: the chain's end is evicted first
+                b = table[i]
+                held += bs
+                ref[b] -= 1
+                if ref[b]:
+                    self._shared_saved -= bs
+                else:
+                    released.append(b)
+                    self._tok[g] -= min(bs, s.tokens - i * bs)
+            self._release(g, released)
+        return held
+
+    # -- pool helpers ----------------------------------------------------------------------------------
+    def _pop(self, g: int, count: int) -> list[int]:
+        if count <= 0:
+            return []
+        blocks = self._pool.pop_many(count)
+        group_of = self._group_of
+        for b in blocks:
+            group_of[b] = g
+        self._used[g] += count
+        return blocks
+
+    def _release(self, g: int, blocks: list[int]) -> None:
+        if blocks:
+            self._used[g] -= len(blocks)
+            self._pool.release(blocks, self.prefix_caching)
+
+    def _settle(self, s: HybridSeq) -> None:
+        """Recompute the last block's room (up to the next window free) and reservation."""
+        self._reserved -= s.res
+        held = len(s.tables[0]) * self.block_size
+        s.res = max(0, min(s.final, held) - s.tokens)
+        self._reserved += s.res
+        room = held - s.tokens
+        for g, w in enumerate(self.windows):
+            if w is not None:
+                room = min(room, max(0, (s.skipped[g] + 1) * self.block_size + w - 1 - s.tokens))
+        s.room = room

@@ -1,0 +1,79 @@
+"""A from-scratch audit of the hybrid paged allocator, for `HybridPagedAllocator.check_invariants`.
+
+Everything kept incrementally (reference counts, each block's group, the free queue, the prefix cache, the
+per-group token, reservation and block counters, shared slots, each sequence's room) is recomputed from the
+block tables alone; the tables are checked against the windows (nulls only as a leading run, only in window
+groups, never over a block the last token still attends to), and the breakdown must sum to capacity, in
+total and per group.
+"""
+
+from __future__ import annotations
+
+from allocators.base import cdiv
+from allocators.kv_cache_groups import skipped_blocks
+
+
+def audit_hybrid(a) -> None:
+    """Audit a `HybridPagedAllocator` (``a``); raises AssertionError on the first inconsistency."""
+    bs, n, ngroups = a.block_size, a.num_blocks, len(a.groups)
+    refs = [0] * n
+    fill = [0] * n
+    group = [-1] * n
+    tok, used = [0] * ngroups, [0] * ngroups
+    reserved = 0
+    for seq_id, s in a._seqs.items():
+        length = cdiv(s.tokens, bs)
+        assert s.tokens > 0, f"sequence {seq_id}: holds no token"
+        for g, (table, k) in enumerate(zip(s.tables, s.skipped, strict=True)):
+            w = a.windows[g]
+            assert len(table) == length, f"sequence {seq_id} group {g}: table length {len(table)} != {length}"
+            assert all(b == 0 for b in table[:k]) and all(b for b in table[k:]), \
+                f"sequence {seq_id} group {g}: nulls are not exactly the leading {k} entries"
+            assert w is not None or k == 0, f"sequence {seq_id} group {g}: a full-attention group freed blocks"
+            if w is not None:
+                assert k <= skipped_blocks(s.tokens - 1, w, bs), \
+                    f"sequence {seq_id} group {g}: freed {k} blocks, but the last token still needs some"
+            for i in range(k, length):
+                b = table[i]
+                assert 0 < b < n, f"sequence {seq_id}: block id {b} out of range"
+                f = min(bs, s.tokens - i * bs)
+                assert refs[b] == 0 or (fill[b] == f and group[b] == g), f"block {b}: sharers disagree"
+                refs[b] += 1
+                fill[b], group[b] = f, g
+        assert len({b for t in s.tables for b in t if b}) == sum(len(t) - k for t, k in zip(s.tables, s.skipped,
+                                                                                             strict=True)), \
+            f"sequence {seq_id}: a block appears twice in its tables"
+        last_shared = refs[s.tables[0][-1]] > 1
+        assert not last_shared, f"sequence {seq_id}: its last block is shared"
+        held = length * bs
+        assert s.res == max(0, min(s.final, held) - s.tokens), f"sequence {seq_id}: reservation drifted"
+        room = held - s.tokens
+        for g, w in enumerate(a.windows):
+            if w is not None:
+                room = min(room, max(0, (s.skipped[g] + 1) * bs + w - 1 - s.tokens))
+        assert s.room == room, f"sequence {seq_id}: room {s.room} != {room}"
+        reserved += s.res
+    queued = a._pool.audit(refs)
+    for b in range(1, n):
+        if refs[b]:
+            assert a._group_of[b] == group[b], f"block {b}: group {a._group_of[b]} != {group[b]}"
+            tok[group[b]] += fill[b]
+            used[group[b]] += 1
+    for b, h in enumerate(a._cache.block_hash):
+        assert h is None or a.prefix_caching, f"block {b}: hashed with prefix caching off"
+        assert h is None or refs[b] == 0 or fill[b] == bs, f"block {b}: hashed but not full"
+        assert h is None or refs[b] == 0 or h % ngroups == group[b], f"block {b}: cached under another group"
+    saved = sum(max(0, r - 1) for r in refs) * bs
+    assert tok == a._tok, f"token slots per group {a._tok} != recomputed {tok}"
+    assert used == a._used, f"blocks per group {a._used} != recomputed {used}"
+    assert reserved == a._reserved, f"reservation {a._reserved} != recomputed {reserved}"
+    assert saved == a._shared_saved, f"shared_saved {a._shared_saved} != recomputed {saved}"
+    assert sum(used) + len(queued) == a.num_usable_blocks, "blocks not conserved"
+    b = a.breakdown()
+    total = b.token_states + b.reservation + b.internal_frag + b.external_frag + b.free
+    assert total == a.capacity and b.internal_frag >= 0, f"breakdown sums to {total}, not {a.capacity}"
+    parts = b.groups
+    assert sum(p.used_blocks for p in parts) == b.used_blocks, "group blocks do not sum to the used blocks"
+    assert sum(p.token_states + p.reservation + p.internal_frag for p in parts) == b.used_blocks * bs, \
+        "group shares do not sum to the used share"
+    assert all(p.internal_frag >= 0 for p in parts), "a group's internal fragmentation is negative"

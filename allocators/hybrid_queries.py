@@ -1,0 +1,252 @@
+"""What the hybrid paged allocator holds and what can be read from it without changing it: the pool, the
+sequences' per-group block tables, the per-group counters, the contract's queries, the prefix lookup of
+vLLM's hybrid coordinator, the fit checks, the memory accounting (per group and in total) and the audit.
+
+`HybridPagedAllocator` (``hybrid.py``) adds the state changes on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from allocators.base import (
+    FREE_OWNER,
+    OVERHEAD_OWNER,
+    SHARED_OWNER,
+    SLOT_FREE,
+    SLOT_OVERHEAD,
+    Allocator,
+    GroupShare,
+    MemoryBreakdown,
+    cdiv,
+    fill_states,
+)
+from allocators.block_pool import BlockPool, pool_size
+from allocators.kv_cache_groups import group_slots, split_kv_groups
+
+
+class HybridSeq:
+    """One sequence: a block table per KV cache group (0: the null block), its tokens and final length, the
+    leading nulls of each table (``skipped``), and its last block's ``room`` (tokens appendable before the
+    allocator has work: a new block or a window free) and ``res`` (slots it will still fill there)."""
+
+    __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed")
+
+    def __init__(self, tables: list[list[int]], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
+        self.tables, self.tokens, self.final, self.hashes = tables, tokens, final, hashes
+        self.skipped = [0] * len(tables)
+        self.room = self.res = self.num_hashed = 0
+
+
+class HybridQueries(Allocator):
+    """A hybrid pool's state and its read-only side; `HybridPagedAllocator` is the one to build.
+
+    ``capacity_slots`` is the pool in full tokens (every layer), as for every allocator; the pool counts
+    ``capacity`` in group slots (``kv_cache_groups.py``)."""
+
+    def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
+                 placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
+                 kv_groups: Sequence = ()) -> None:
+        super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
+                         prefix_caching=prefix_caching, watermark=watermark)
+        self.unit, self.groups = split_kv_groups(kv_groups)
+        self.windows = [g.window for g in self.groups]
+        self.group_names = tuple(dict.fromkeys(g.name for g in kv_groups))
+        self._attention_of = [self.group_names.index(g.group) for g in self.groups]
+        self.slots_per_token = len(self.groups)
+        self.kv_tokens = self.capacity
+        self.capacity = group_slots(self.capacity, kv_groups, self.unit)
+        self.block_size = int(block_size)
+        self.prefix_caching = bool(prefix_caching)
+        self.num_blocks = pool_size(self.capacity, self.block_size)
+        self.num_usable_blocks = self.num_blocks - 1
+        self.watermark_blocks = int(watermark * self.num_blocks)
+        self.overhead_slots = self.block_size + self.capacity % self.block_size
+        self._pool = pool = BlockPool(self.num_blocks)
+        self._ref, self._free, self._cache = pool.ref, pool.free, pool.cache
+        self._group_of = [-1] * self.num_blocks  # the KV cache group of each live block
+        self._seqs: dict[int, HybridSeq] = {}
+        self._tok = [0] * len(self.groups)  # token slots in each group's live blocks (a shared block once)
+        self._used = [0] * len(self.groups)  # live blocks of each group
+        self._reserved = 0  # reserved slots of one group (every group's last blocks are alike)
+        self._shared_saved = 0
+
+    # -- queries ---------------------------------------------------------------------------------------
+    def block_tables(self, seq_id: int) -> tuple[tuple[int, ...], ...]:
+        """The sequence's block table in every KV cache group (0: a null block a window freed)."""
+        return tuple(tuple(t) for t in self._seqs[seq_id].tables)
+
+    def live_blocks(self, seq_id: int) -> list[int]:
+        """Blocks the sequence holds now in each KV cache group."""
+        s = self._seqs[seq_id]
+        return [len(t) - k for t, k in zip(s.tables, s.skipped, strict=True)]
+
+    def ref_count(self, block_id: int) -> int:
+        return self._ref[block_id]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._free.num_free
+
+    def free_block_ids(self) -> list[int]:
+        return list(self._free)
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._seqs[seq_id].tokens
+
+    def headroom(self, seq_id: int) -> int:
+        return self._seqs[seq_id].room
+
+    def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
+        blocks = sum(self.live_blocks(seq_id))
+        return blocks * self.block_size, blocks
+
+    def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[list[int]]:
+        """Per group, the blocks of the longest prefix every group can use (vLLM's hybrid coordinator): a
+        full group needs every block cached, a window group only the last ``cdiv(window - 1, block_size)``
+        before the end (nulls before them). Never covers the last of ``num_tokens``; [] on a miss."""
+        limit = (num_tokens - 1) // self.block_size
+        if not self.prefix_caching or limit <= 0 or not block_hashes:
+            return []
+        n, get, bs = len(self.groups), self._cache.get, self.block_size
+        keys = [h * n for h in block_hashes[:limit]]
+        length = len(keys)
+        changed = True
+        while changed and length:
+            changed = False
+            for g, w in enumerate(self.windows):
+                if w is None:
+                    hit = 0
+                    while hit < length and get(keys[hit] + g) is not None:
+                        hit += 1
+                else:
+                    need, run, hit = cdiv(w - 1, bs), 0, None
+                    for i in range(length - 1, -1, -1):  # right to left: the first long enough run wins
+                        run = run + 1 if get(keys[i] + g) is not None else 0
+                        if run >= need:
+                            hit = i + run
+                            break
+                    if hit is None:  # no run long enough: the leading run is a hit (nothing before it)
+                        hit = run
+                if hit < length:
+                    length, changed = hit, True
+        if not length:
+            return []
+        out = []
+        for g, w in enumerate(self.windows):
+            first = 0 if w is None else max(0, length - cdiv(w - 1, bs))
+            out.append([0] * first + [get(keys[i] + g) for i in range(first, length)])
+        return out
+
+    def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        hits = self._lookup(block_hashes, num_tokens)
+        return len(hits[0]) * self.block_size if hits else 0
+
+    def _admission_blocks(self, hits: list[list[int]], num_tokens: int) -> int:
+        """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group, plus the
+        hits that sit in the free queue."""
+        length = cdiv(num_tokens, self.block_size)
+        if not hits:
+            return length * len(self.groups)
+        ref = self._ref
+        return sum(length - len(h) + sum(1 for b in h if b and ref[b] == 0) for h in hits)
+
+    def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+        """`admit`'s test, then ``count`` forks copying every live block and the blocks every group of the
+        ``count + 1`` sequences takes for their next ``then_tokens`` (window frees those tokens would make are
+        not counted: a conservative answer)."""
+        hits = self._lookup(block_hashes, num_tokens)
+        taken = self._admission_blocks(hits, num_tokens)
+        free = self._free.num_free
+        if taken > free - self.watermark_blocks:
+            return False
+        length = cdiv(num_tokens, self.block_size)
+        live = sum(length - sum(1 for b in h if b == 0) for h in hits) if hits else length * len(self.groups)
+        tail = (count + 1) * len(self.groups) * (cdiv(num_tokens + then_tokens, self.block_size) - length)
+        return taken + count * live + tail <= free
+
+    def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
+        """An empty pool bounds a request by its prompt in every group, and at its final length by its whole
+        table in full groups and about a window's blocks in window groups."""
+        bs, usable = self.block_size, self.num_usable_blocks
+        prompt = cdiv(num_tokens, bs) * len(self.groups)
+        if prompt > usable:
+            return (f"{self.name}: {num_tokens} tokens need {prompt} blocks in {len(self.groups)} KV cache groups "
+                    f"but the pool has only {usable} usable")
+        final = cdiv(max(num_tokens, final_tokens), bs)
+        need = sum(final if w is None else min(final, max(cdiv(num_tokens, bs), cdiv(w, bs) + 1))
+                   for w in self.windows)
+        if need > usable:
+            return (f"{self.name}: needs {need} blocks of {bs} in {len(self.groups)} KV cache groups at its final "
+                    f"length {max(num_tokens, final_tokens)} but the pool has only {usable} usable")
+        return None
+
+    # -- accounting ------------------------------------------------------------------------------------
+    def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
+        bs, free_blocks = self.block_size, self._free.num_free
+        used = self.num_usable_blocks - free_blocks
+        tokens = sum(self._tok)
+        reserved = self._reserved * len(self.groups)
+        free = free_blocks * bs
+        return MemoryBreakdown(
+            capacity=self.capacity, token_states=tokens, reservation=reserved,
+            internal_frag=used * bs - tokens - reserved,
+            external_frag=self.overhead_slots + (free if waiting else 0), free=0 if waiting else free,
+            used_blocks=used, total_blocks=self.num_usable_blocks, shared_saved=self._shared_saved,
+            groups=self.group_shares())
+
+    def group_shares(self) -> tuple[GroupShare, ...]:
+        """The used share split by attention group (its KV cache groups summed)."""
+        parts = [[name, 0, 0, 0, 0] for name in self.group_names]
+        for g, a in enumerate(self._attention_of):
+            part = parts[a]
+            part[1] += 1
+            part[2] += self._tok[g]
+            part[3] += self._used[g]
+        bs, res = self.block_size, self._reserved
+        return tuple(GroupShare(name, k, tok, res * k, used * bs - tok - res * k, used)
+                     for name, k, tok, used, _ in parts)
+
+    def _per_slot(self, per_block: np.ndarray, outside: int) -> np.ndarray:
+        """A value per block spread over its slots; ``outside`` for the slots no block covers."""
+        out = np.full(self.capacity, outside, dtype=per_block.dtype)
+        out[:self.num_blocks * self.block_size] = np.repeat(per_block, self.block_size)
+        return out
+
+    def memory_map(self) -> np.ndarray:
+        owner = np.full(self.num_blocks, FREE_OWNER, dtype=np.int64)
+        owner[0] = OVERHEAD_OWNER
+        for seq_id, s in self._seqs.items():
+            for table, k in zip(s.tables, s.skipped, strict=True):
+                owner[table[k:]] = seq_id
+        owner[np.asarray(self._ref) > 1] = SHARED_OWNER
+        return self._per_slot(owner, OVERHEAD_OWNER)
+
+    def slot_groups(self) -> np.ndarray:
+        """The attention group (index into ``group_names``) of every slot's block; -1 for free and overhead."""
+        attention = np.asarray([*self._attention_of, -1], dtype=np.int8)  # a group of -1 reads the -1 at the end
+        group = attention[np.asarray(self._group_of)]
+        group[np.asarray(self._ref) == 0] = -1
+        return self._per_slot(group, -1)
+
+    def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
+        bs, pending = self.block_size, pending or {}
+        states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
+        states[:bs] = SLOT_OVERHEAD
+        states[self.num_blocks * bs:] = SLOT_OVERHEAD
+        offsets = np.arange(bs)
+        for seq_id, s in self._seqs.items():
+            for table, k in zip(s.tables, s.skipped, strict=True):
+                slots = (np.asarray(table[k:], np.int64)[:, None] * bs + offsets).ravel()
+                tokens = s.tokens - k * bs
+                fill_states(states, slots, min(tokens + pending.get(seq_id, 0), tokens + s.res), tokens + s.res)
+        return states
+
+    def check_invariants(self) -> None:
+        """Recompute reference counts, groups, window tables, counters and the breakdown from the tables."""
+        from allocators.hybrid_audit import audit_hybrid
+
+        audit_hybrid(self)

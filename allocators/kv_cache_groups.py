@@ -1,0 +1,75 @@
+"""vLLM v1's KV cache groups: how a model's layers are cut into groups that share one block pool.
+
+A model's KV layout is a few *attention groups* (catalog `KVGroup`: ``name``, ``attention``, ``layers``,
+``window``, ``bytes_per_token``), e.g. Gemma-3-12B's 40 sliding-window layers and 8 full ones. vLLM's pool has
+one page size, so it cuts every attention group into *KV cache groups* of the same layer count (the smallest
+attention group's; the last cut of a larger group is padded), each with its own block table per request::
+
+    gemma-3-12b: local 40 layers (window 1024), global 8   ->  unit 8: local.0 .. local.4, global  (6 groups)
+    gpt-oss-20b: sliding 12 (window 128), full 12          ->  unit 12: sliding, full              (2 groups)
+
+A block then holds ``block_size`` tokens of ``unit`` layers, whichever group holds it, so a pool of
+``kv_tokens`` full tokens (every layer) has ``kv_tokens x layers / unit`` *group slots*: the unit in which the
+hybrid allocator counts its memory (one token in one KV cache group). ``docs/vllm-v1.md`` says more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from allocators.base import cdiv
+
+SLIDING = "sliding_window"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheGroup:
+    """One KV cache group (``name``): ``unit`` layers (``layers`` of them real, the rest padding) of one
+    attention group (``group``); ``window`` is the sliding window in tokens, None for full attention (and MLA)."""
+
+    name: str
+    group: str
+    window: int | None
+    layers: int
+
+
+def needs_hybrid(kv_groups: Sequence) -> bool:
+    """Whether vLLM would use its hybrid manager for this layout: more than one attention group, or any
+    sliding-window group (a pure sliding-window model, as Mistral-7B v0.1, frees out-of-window blocks too)."""
+    return len(kv_groups) > 1 or any(g.attention == SLIDING for g in kv_groups)
+
+
+def split_kv_groups(kv_groups: Sequence) -> tuple[int, tuple[CacheGroup, ...]]:
+    """``(unit, cache groups)``: vLLM's grouping by the smallest attention group's layer count. Every layer
+    must cost the same bytes per token (vLLM's one page size); a one-line ValueError otherwise."""
+    if not kv_groups:
+        raise ValueError("a hybrid KV pool needs at least one KV group")
+    per_layer = {g.bytes_per_token / g.layers for g in kv_groups}
+    if len(per_layer) > 1:
+        raise ValueError("KV groups " + ", ".join(g.name for g in kv_groups) + " differ in bytes per layer per "
+                         "token; one block pool needs one page size")
+    unit = min(g.layers for g in kv_groups)
+    out: list[CacheGroup] = []
+    for g in kv_groups:
+        window = int(g.window) if g.attention == SLIDING else None
+        if window is not None and window <= 0:
+            raise ValueError(f"KV group {g.name}: a sliding window must be positive, got {g.window!r}")
+        count = cdiv(g.layers, unit)
+        for i in range(count):
+            name = g.name if count == 1 else f"{g.name}.{i}"
+            out.append(CacheGroup(name, g.name, window, min(unit, g.layers - i * unit)))
+    return unit, tuple(out)
+
+
+def group_slots(kv_tokens: int, kv_groups: Sequence, unit: int) -> int:
+    """Group slots in a pool of ``kv_tokens`` full tokens: its bytes over the bytes of one token in ``unit``
+    layers."""
+    return kv_tokens * sum(g.layers for g in kv_groups) // unit
+
+
+def skipped_blocks(computed: int, window: int, block_size: int) -> int:
+    """Leading blocks a sliding-window group no longer needs once ``computed`` tokens are computed: the next
+    token attends to the last ``window`` tokens, itself included (vLLM's ``remove_skipped_blocks``)."""
+    first_needed = computed - window + 1
+    return first_needed // block_size if first_needed > 0 else 0

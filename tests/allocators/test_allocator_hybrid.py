@@ -1,0 +1,123 @@
+"""The hybrid paged allocator (vLLM v1's KV cache groups over one pool): grouping, capacity in group slots,
+sliding windows freeing what fell out of them, and prefix hits that need only a window's blocks."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from allocators.base import cdiv
+from allocators.hybrid import HybridPagedAllocator
+from allocators.kv_cache_groups import needs_hybrid, skipped_blocks, split_kv_groups
+
+
+@dataclass(frozen=True)
+class KVGroupFixture:
+    """The fields of the catalog's `KVGroup` the hybrid allocator reads."""
+
+    name: str
+    attention: str
+    layers: int
+    window: int | None
+    bytes_per_token: int
+
+
+LAYER = 8192  # bytes per token per layer: 2 (K, V) x 8 KV heads x 256 dims x 2 bytes (Gemma-3-12B)
+GEMMA = (KVGroupFixture("local", "sliding_window", 40, 1024, 40 * LAYER),
+         KVGroupFixture("global", "full", 8, None, 8 * LAYER))
+
+
+def test_layers_are_cut_into_groups_of_the_smallest_group():
+    """vLLM's grouping: Gemma-3-12B's 40 local and 8 global layers are 6 groups of 8; Gemma-3-27B's 52 and 10
+    are 7 groups of 10, the last local one padded (2 real layers)."""
+    unit, groups = split_kv_groups(GEMMA)
+    assert unit == 8 and [g.name for g in groups] == ["local.0", "local.1", "local.2", "local.3", "local.4", "global"]
+    assert [g.window for g in groups] == [1024] * 5 + [None]
+    unit, groups = split_kv_groups((KVGroupFixture("local", "sliding_window", 52, 1024, 52),
+                                    KVGroupFixture("global", "full", 10, None, 10)))
+    assert unit == 10 and len(groups) == 7 and groups[5].layers == 2 and groups[5].group == "local"
+    with pytest.raises(ValueError, match="one page size"):
+        split_kv_groups((KVGroupFixture("a", "full", 2, None, 200), KVGroupFixture("b", "full", 2, None, 300)))
+    assert needs_hybrid(GEMMA) and needs_hybrid(GEMMA[:1]) and not needs_hybrid(GEMMA[1:])
+
+
+def test_capacity_is_counted_in_group_slots():
+    """A pool of K full tokens (all 48 layers) holds K x 48 / 8 tokens of one group's 8 layers."""
+    a = HybridPagedAllocator(10_000, block_size=16, kv_groups=GEMMA)
+    assert a.kv_tokens == 10_000 and a.capacity == 60_000 and a.num_blocks == 3750
+    assert a.slots_per_token == 6 and a.group_names == ("local", "global")
+
+
+def test_window_groups_hold_about_a_window_of_blocks_during_decode():
+    """After a 3000-token prompt, at every decode step each window group holds at most window / block_size + 1
+    blocks while the full group keeps every block; the prompt step itself holds the whole prompt (vLLM frees
+    by the tokens computed before a step)."""
+    bs, window = 16, 1024
+    a = HybridPagedAllocator(200_000, block_size=bs, kv_groups=GEMMA)
+    a.admit(0, 3000, final_tokens=3600)
+    assert a.live_blocks(0) == [cdiv(3000, bs)] * 6
+    for step in range(600):
+        assert a.grow(0, 1) == ()
+        tokens = 3001 + step
+        live = a.live_blocks(0)
+        assert all(n <= window // bs + 1 for n in live[:5]), (step, live)
+        assert live[5] == cdiv(tokens, bs)
+        assert a.block_tables(0)[0][:skipped_blocks(tokens - 1, window, bs)].count(0) == \
+            skipped_blocks(tokens - 1, window, bs)
+    a.check_invariants()
+    b = a.breakdown()
+    local, glob = b.groups
+    assert local.used_blocks == 5 * live[0] and glob.used_blocks == live[5]
+    assert local.token_states + glob.token_states == b.token_states
+
+
+def test_lazy_growth_by_headroom_matches_token_by_token():
+    """`headroom` stops at the next token whose step frees window blocks, so a decoder told its tokens in
+    catch-ups of headroom + 1 (the fast-forward) ends in the same state as one told token by token."""
+    groups = (KVGroupFixture("sw", "sliding_window", 1, 40, 100), KVGroupFixture("full", "full", 1, None, 100))
+    one = HybridPagedAllocator(4000, block_size=16, kv_groups=groups)
+    lazy = HybridPagedAllocator(4000, block_size=16, kv_groups=groups)
+    for a in (one, lazy):
+        a.admit(0, 100, final_tokens=400)
+    for _ in range(300):
+        one.grow(0, 1)
+    told = 100
+    while told < 400:
+        step = min(lazy.headroom(0) + 1, 400 - told)
+        lazy.grow(0, step)
+        told += step
+    assert one.block_tables(0) == lazy.block_tables(0) and one.breakdown() == lazy.breakdown()
+
+
+def test_prefix_hit_needs_only_the_window_blocks():
+    """A window group's early blocks can be evicted and a request with the same prompt still hits its whole
+    prefix: the window group takes nulls for them and only the last cdiv(window - 1, block_size) blocks."""
+    bs, window, prompt = 4, 8, 40
+    groups = (KVGroupFixture("sw", "sliding_window", 1, window, 100), KVGroupFixture("full", "full", 1, None, 100))
+    a = HybridPagedAllocator(60, block_size=bs, kv_groups=groups, prefix_caching=True)  # 30 blocks, 29 usable
+    hashes = list(range(100, 100 + prompt // bs))
+    a.admit(0, prompt, final_tokens=prompt + 8, block_hashes=hashes)
+    a.grow(0, 1)  # the first decode step frees the window's early blocks (cached, in the free queue)
+    assert a.live_blocks(0) == [3, 11]
+    filler = a.num_free_blocks // 2 * bs  # a block per group per 4 tokens: takes all but one free block,
+    assert a.admit(1, filler, final_tokens=filler) is not None  # so the window block A needs next is evicted
+    a.free(1)
+    longer = hashes + [900, 901]  # the same prompt and 8 tokens more: its hit may end where A's blocks end
+    assert a.num_cached_tokens(longer, prompt + 8) == prompt
+    assert a.admit(2, prompt + 8, final_tokens=prompt + 16, block_hashes=longer).cached_tokens == prompt
+    sw, full = a.block_tables(2)
+    need = cdiv(window - 1, bs)  # 2 blocks: what the first uncached token attends to
+    first = prompt // bs - need
+    assert sw[:first] == (0,) * first and sw[first:prompt // bs] == a.block_tables(0)[0][first:prompt // bs]
+    assert full[:prompt // bs] == a.block_tables(0)[1][:prompt // bs]
+    a.check_invariants()
+
+
+def test_refused_growth_changes_nothing_and_counts_blocks_the_window_frees():
+    """A pool too small for a new block refuses a growth unless the same step frees a window block."""
+    groups = (KVGroupFixture("sw", "sliding_window", 1, 4, 100),)
+    a = HybridPagedAllocator(4 * 4, block_size=4, kv_groups=groups)  # 4 blocks, 3 usable
+    a.admit(0, 12, final_tokens=20)  # 3 blocks: the pool is full
+    assert a.num_free_blocks == 0
+    assert a.grow(0, 1) == ()  # token 13 needs a new block, and computing it frees block 0 .. 1
+    assert a.live_blocks(0) == [2]
+    a.check_invariants()

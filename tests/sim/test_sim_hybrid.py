@@ -1,0 +1,141 @@
+"""The simulator on a hybrid model (sliding-window and full layers): ``paged`` is vLLM v1's hybrid manager,
+the fast-forward equals ``--step-by-step``, memory is reported per group and in total, and windows let more
+requests run at once than treating every layer as full attention (``--disable-hybrid-kv-cache-manager``)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from allocators import catalog
+from allocators.hybrid import HybridPagedAllocator
+from allocators.paged import PagedAllocator
+from sim.kernel.config import SimConfig
+from sim.kernel.metrics import GROUP_KEYS
+from sim.kernel.runner import run_simulation
+from workloads import Workload
+
+
+@dataclass(frozen=True)
+class KVGroupFixture:
+    """The fields of the catalog's `KVGroup` the hybrid allocator reads."""
+
+    name: str
+    attention: str
+    layers: int
+    window: int | None
+    bytes_per_token: int
+
+
+class HybridModel:
+    """A catalog model with a KV layout (``kv_groups``), independent of the catalog's own entries."""
+
+    def __init__(self, base: catalog.ModelSpec, name: str, kv_groups: tuple) -> None:
+        self._base, self.name, self.kv_groups = base, name, kv_groups
+
+    def __getattr__(self, key):
+        return getattr(self._base, key)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return sum(g.bytes_per_token for g in self.kv_groups)
+
+
+LAYER = 4096  # Llama-3-8B's bytes per token per layer
+LAYOUT = (KVGroupFixture("local", "sliding_window", 24, 256, 24 * LAYER),
+          KVGroupFixture("global", "full", 8, None, 8 * LAYER))
+
+
+@pytest.fixture
+def hybrid_model(monkeypatch):
+    """``test-hybrid``: Llama-3-8B's shape with 24 layers of window 256 and 8 full ones (a 3 : 1 pattern)."""
+    model = HybridModel(catalog.MODELS["llama-3-8b"], "test-hybrid", LAYOUT)
+    monkeypatch.setitem(catalog.MODELS, "test-hybrid", model)
+    return "test-hybrid"
+
+
+def long_prompts(count=40, seed=3):
+    rng = np.random.default_rng(seed)
+    return Workload(arrival_time_s=np.cumsum(rng.exponential(0.05, count)),
+                    prompt_tokens=rng.integers(1500, 3000, count), output_tokens=rng.integers(100, 600, count),
+                    name="long-prompts")
+
+
+def config(model, **options):
+    return SimConfig(model=model, gpu="h100-80gb", kv_tokens=40_000, max_num_batched_tokens=2048, **options)
+
+
+def test_paged_on_a_hybrid_model_is_the_hybrid_manager(hybrid_model):
+    from sim.kernel.metrics import Recorder
+    from sim.kernel.replica import build_replica
+
+    model, gpu = catalog.get_model(hybrid_model), catalog.get_gpu("h100-80gb")
+    memory, _, _ = build_replica(config(hybrid_model), model, gpu, 40_000, Recorder(0))
+    assert isinstance(memory._alloc, HybridPagedAllocator) and memory.slots_per_token == 4
+    memory, _, _ = build_replica(config(hybrid_model, disable_hybrid_kv_cache_manager=True), model, gpu, 40_000,
+                                 Recorder(0))
+    assert type(memory._alloc) is PagedAllocator
+    memory, _, _ = build_replica(config("llama-3-8b"), catalog.get_model("llama-3-8b"), gpu, 40_000, Recorder(0))
+    assert type(memory._alloc) is PagedAllocator
+
+
+def test_fast_forward_equals_step_by_step(hybrid_model):
+    """Windows free blocks in the middle of decode runs; the fast-forward stops at those steps, so it ends
+    with the same requests, times and memory integrals as stepping one step at a time."""
+    w = long_prompts()
+    fast = run_simulation(config(hybrid_model, debug_invariants=7), w)
+    slow = run_simulation(config(hybrid_model, step_by_step=True), w)
+    assert len(fast.steps) < len(slow.steps) / 3
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    for key, value in fast.summary.items():
+        if key.endswith("_frac") or key in ("mean_running", "preemptions", "max_running"):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+    for name, shares in fast.summary["kv_groups"].items():
+        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
+
+
+def test_memory_is_reported_per_group_and_in_total(hybrid_model):
+    """Step rows carry per-group columns that add up to the used share; the summary's per-group shares add
+    up to its total shares; the capacity is counted in group slots (4 per token: three local groups, one
+    global)."""
+    r = run_simulation(config(hybrid_model, step_by_step=True), long_prompts(count=15))
+    s, steps = r.summary, r.steps
+    assert s["kv_capacity_tokens"] == 40_000 and s["kv_capacity_slots"] == 160_000
+    assert (steps["capacity"] == 160_000).all()
+    for key in ("token_states", "reservation", "internal_frag", "used_blocks"):
+        assert (steps[[f"{g}_{key}" for g in ("local", "global")]].sum(axis=1) == steps[key]).all(), key
+    assert set(GROUP_KEYS) == {"token_states", "reservation", "internal_frag", "used_blocks"}
+    parts = steps[["token_states", "reservation", "internal_frag", "external_frag", "free"]].sum(axis=1)
+    assert (parts == steps["capacity"]).all()
+    for key in ("token_states_frac", "reservation_frac", "internal_frag_frac"):
+        assert sum(g[key] for g in s["kv_groups"].values()) == pytest.approx(s[key], rel=1e-9)
+    # the global group grows with every token, the local groups hold about a window each
+    assert steps["global_used_blocks"].max() * 3 > steps["local_used_blocks"].max()
+
+
+def test_windows_run_more_requests_at_once_than_full_attention(hybrid_model):
+    """The same memory, the same long prompts: freeing what falls out of the 256-token windows lets more
+    requests decode together than allocating every layer for every token."""
+    w = long_prompts(count=60)
+    hybrid = run_simulation(config(hybrid_model), w).summary
+    full = run_simulation(config(hybrid_model, disable_hybrid_kv_cache_manager=True), w).summary
+    assert hybrid["mean_running"] > 1.5 * full["mean_running"]
+    assert hybrid["max_running"] > full["max_running"]
+    assert hybrid["throughput_tok_s"] > full["throughput_tok_s"]
+
+
+def test_memory_map_shows_the_groups(hybrid_model):
+    """The memory table of a hybrid pool says which attention group holds each slot, and the memory-map plot
+    outlines each group and gives its share of the slots."""
+    from sim.plots.memory_map import plot_memory_map
+
+    cfg = SimConfig(model=hybrid_model, gpu="h100-80gb", kv_tokens=12_000, memory_snapshots=3)
+    memory = run_simulation(cfg, long_prompts(count=6)).memory
+    assert list(memory["group"].cat.categories) == ["local", "global"]
+    held = memory["owner"] >= 0
+    assert held.any() and memory.loc[held, "group"].notna().all() and memory.loc[~held & (memory["owner"] != -3), "group"].isna().all()
+    fig = plot_memory_map(memory)
+    text = fig.axes[0].get_title(loc="left")
+    assert "KV groups: local" in text and "global" in text
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "local layers' blocks" in labels and "global layers' blocks" in labels
