@@ -91,17 +91,9 @@ class RadixTree:
     def __len__(self) -> int:
         return sum(h is not None for h in self.block_hash)
 
-    def depth(self, page: int) -> int:
-        """Pages from the root to ``page``, ``page`` included."""
-        depth = 0
-        while page != ROOT:
-            page = self.parent[page]
-            depth += 1
-            assert depth <= len(self.parent), "radix tree: a parent cycle"
-        return depth
-
     def check(self) -> None:
-        """Parent and child links agree, every node hangs from the root, leaves carry no dict."""
+        """Parent and child links agree, every node hangs from the root (a walk down from it reaches every
+        node once), leaves carry no dict."""
         for page, h in enumerate(self.block_hash):
             if page == ROOT:
                 assert h is None and self.parent[ROOT] == -1, "radix tree: the root was cached"
@@ -112,10 +104,16 @@ class RadixTree:
             parent = self.parent[page]
             assert parent == ROOT or self.block_hash[parent] is not None, f"page {page}: parent not in the tree"
             assert self.child(parent, h) == page, f"page {page}: its parent does not list it under {h}"
-            self.depth(page)
         for page, kids in enumerate(self.children):
             if kids is None:
                 continue
             assert page == ROOT or kids, f"page {page}: an empty child dict"
             for h, kid in kids.items():
                 assert self.block_hash[kid] == h and self.parent[kid] == page, f"page {page}: stale child {kid}"
+        reached, stack = 0, [ROOT]
+        while stack:
+            kids = self.children[stack.pop()]
+            if kids:
+                reached += len(kids)
+                stack.extend(kids.values())
+        assert reached == len(self), f"radix tree: {reached} nodes reachable from the root, {len(self)} cached"

@@ -316,7 +316,7 @@ class HostTierMachine(AllocatorMachine):
             assert t.cached_blocks + t.swapped_blocks + t.num_free == t.num_blocks
 
 
-for _name in ("paged", "paged-cow"):
+for _name in ("paged", "paged-cow", "radix"):
     _machine = type(f"HostTierMachine_{_name}", (HostTierMachine,), {"allocator_name": _name})
     globals()[f"Test_host_tier_{_name.replace('-', '_')}"] = settings(SETTINGS, max_examples=25,
                                                                       stateful_step_count=40)(_machine).TestCase

@@ -1,17 +1,20 @@
 """Prefix reuse through the simulator: every prefix-caching allocator hits a trace's whole theoretical reuse
 with unlimited memory, `radix` and `paged` agree on block-aligned prefixes while `radix` at block size 1 also
-hits the unaligned rest, and ``--scheduling-policy lpm`` admits the longest cached prefix first, the same in
-fast-forward and step by step."""
+hits the unaligned rest, ``--scheduling-policy lpm`` admits the longest cached prefix first, the same in
+fast-forward and step by step, and `radix` spills to and reloads from the host tier as `paged` does."""
 
 import numpy as np
 import pytest
 
+import workloads
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from workloads import Workload
 from workloads.named import generate
+from workloads.presets import SAMPLES_DIR
 
 CACHING = ["paged", "radix"]
+MOONCAKE = SAMPLES_DIR / "conversation_trace.jsonl"
 UNIT = 64  # tokens per trace hash (Mooncake's hash_ids cover 512)
 
 
@@ -155,3 +158,35 @@ def test_radix_sessions_fast_forward_equals_step_by_step(block_size):
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert fast.summary["cached_frac"] == pytest.approx(slow.summary["cached_frac"], rel=1e-9)
     assert fast.summary["prefix_hit_frac"] > 0.15
+
+
+def test_radix_with_a_host_tier_recovers_the_hits_a_small_gpu_loses():
+    """The host tier's hand-counted case (`tests/sim/test_sim_host_tier.py`) through `radix`: A (group 0), B
+    (group 1), C (group 0) alone in 47 usable pages; B evicts A's 28 deepest cached pages, leaves first, to the
+    host; C finds 9 pages (144 tokens) on the GPU and the next 23 (368) on the host, as with `paged`."""
+    w = Workload(arrival_time_s=np.array([0.0, 100.0, 200.0]), prompt_tokens=np.full(3, 600),
+                 output_tokens=np.full(3, 5), prefix_group=np.array([0, 1, 0]), prefix_len=np.full(3, 512))
+    small = dict(allocator="radix", kv_tokens=48 * 16, step_time=0.01, memory_snapshots=0)
+    assert run_simulation(SimConfig(**small), w).requests["cached_tokens"].tolist() == [0, 0, 144]
+    tiered = run_simulation(SimConfig(cpu_offload_gib=1.0, **small), w)
+    r, s = tiered.requests, tiered.summary
+    assert r["gpu_hit_tokens"].tolist() == [0, 0, 144] and r["host_hit_tokens"].tolist() == [0, 0, 368]
+    block_bytes = s["offload_bytes"] // 56
+    assert (s["offload_bytes"], s["reload_bytes"]) == (56 * block_bytes, 23 * block_bytes)
+
+
+@pytest.mark.parametrize(("block_size", "rows", "kv_tokens"), [(16, 300, 60_000), (1, 150, 30_000)])
+def test_radix_with_a_host_tier_fast_forward_equals_step_by_step(block_size, rows, kv_tokens):
+    w = workloads.load_trace(MOONCAKE).head(rows)
+    options = dict(allocator="radix", model="llama-3-8b", gpu="h200", kv_tokens=kv_tokens, block_size=block_size,
+                   cpu_offload_gib=4.0, memory_snapshots=0, debug_invariants=500)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["host_hit_tokens"] > 0 and fast.summary["reload_bytes"] > 0
+    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    for key, value in fast.summary.items():
+        if key != "wall_time_s" and isinstance(value, float):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+        elif key != "wall_time_s":
+            assert value == slow.summary[key], key
