@@ -32,7 +32,7 @@ class Copy(NamedTuple):
 
 class PageMap(NamedTuple):
     """``pages`` page sets that a call mapped into a sequence's virtual range (vAttention: one driver map call
-    per page per layer per K/V tensor), returned beside any `Copy` so the cost model charges the mapping.
+    per page per cache tensor: K and V of every layer), returned beside any `Copy` so the cost model charges the mapping.
     It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
 
     pages: int
@@ -166,6 +166,9 @@ class Allocator(ABC):
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
+    parks_own_blocks: bool = False
+    """Whether `admit` takes ``own_from`` (where a request's own block ids start) and `free` takes ``finished``:
+    a request's own blocks are then indexed in the prefix cache only when it is freed to come back."""
 
     def __init__(self, capacity_slots: int, *, block_size: int, max_model_len: int, placement: str,
                  prefix_caching: bool, watermark: float) -> None:

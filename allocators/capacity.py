@@ -57,6 +57,13 @@ def activation_reserve_bytes(model: ModelSpec, max_num_batched_tokens: int, tens
     return max_num_batched_tokens * per_token / tensor_parallel
 
 
+def pool_bytes_per_token(model: ModelSpec, tensor_parallel: int = 1) -> int:
+    """What one token takes out of the pool of all ``tensor_parallel`` GPUs together: the model's
+    `kv_bytes_per_token` when KV heads split evenly, more when GPUs keep copies (MLA's latent on every GPU,
+    or more GPUs than KV heads)."""
+    return model.kv_bytes_per_token_per_gpu(tensor_parallel) * tensor_parallel
+
+
 def kv_capacity(
     model: ModelSpec,
     gpu: GpuSpec | None = None,
@@ -67,9 +74,14 @@ def kv_capacity(
     kv_gib: float | None = None,
     kv_tokens: int | None = None,
     enforce_eager: bool = False,
+    kv_cache_dtype: str = "auto",
 ) -> KVCapacity:
     """Return the KV capacity, from an explicit size if one is given, else derived from the GPU as vLLM 0.11
     does (``enforce_eager``: no CUDA graphs, so no `CUDA_GRAPH_RESERVE_BYTES`).
+
+    ``kv_cache_dtype`` (vLLM's ``--kv-cache-dtype``) sets the bytes per stored element: fp8 halves a token's
+    cost, so the same memory holds twice the tokens. The returned ``model`` carries it
+    (`ModelSpec.with_kv_cache_dtype`) for everything downstream. A token costs `pool_bytes_per_token`.
 
     Raises ValueError with a one-line reason for negative sizes, a ``kv_gib`` larger than the GPUs' memory
     (``kv_tokens`` is the way to ask for an arbitrary pool), or a model that does not fit.
@@ -78,7 +90,8 @@ def kv_capacity(
         raise ValueError("give at most one of --kv-gib and --kv-tokens")
     if tensor_parallel < 1:
         raise ValueError(f"--tensor-parallel must be >= 1, got {tensor_parallel}")
-    per_token = model.kv_bytes_per_token
+    model = model.with_kv_cache_dtype(kv_cache_dtype)
+    per_token = pool_bytes_per_token(model, tensor_parallel)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel)
     if kv_tokens is not None:
         if kv_tokens <= 0:

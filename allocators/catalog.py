@@ -11,9 +11,11 @@ sheets; the ``source`` field of each entry says which. Users add their own entri
 from __future__ import annotations
 
 import sys
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from numbers import Integral, Real
 from pathlib import Path
+
+from allocators.kv_layout import KVGroup, kv_element_bytes, layout_groups
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,7 +35,16 @@ def _check_positive(entry: str, field: str, value: object, *, integer: bool = Fa
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """A decoder-only transformer, described by the fields that size its weights and KV cache."""
+    """A decoder-only transformer, described by the fields that size its weights and KV cache.
+
+    The KV layout (`kv_groups`) comes from the config's ``sliding_window`` (with ``sliding_window_layers``, how
+    many layers use it: all when not given) or, for MLA, ``kv_lora_rank`` and ``qk_rope_head_dim``; a model
+    with none of them is one ``full`` group. ``kv_cache_dtype`` is vLLM's ``--kv-cache-dtype`` (``auto``: the
+    model's ``dtype_bytes``); `with_kv_cache_dtype` returns the spec a run with that flag uses, so every
+    consumer of `kv_bytes_per_token` (capacity, cost model, swap space) sees the stored size.
+    ``weights_gib``: what vLLM loads when the checkpoint is quantized (else ``num_params x dtype_bytes``);
+    ``active_params``: parameters one token passes through in a mixture of experts (else ``num_params``).
+    """
 
     name: str
     num_layers: int
@@ -47,22 +58,83 @@ class ModelSpec:
     vocab_size: int
     dtype_bytes: int = 2
     source: str = ""
+    sliding_window: int | None = None
+    sliding_window_layers: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    weights_gib: float | None = None
+    active_params: float | None = None
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        entry = f"model {self.name!r}"
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "max_seq_len",
                   "intermediate_size", "vocab_size", "dtype_bytes"):
-            _check_positive(f"model {self.name!r}", f, getattr(self, f), integer=True)
-        _check_positive(f"model {self.name!r}", "num_params", self.num_params)
+            _check_positive(entry, f, getattr(self, f), integer=True)
+        _check_positive(entry, "num_params", self.num_params)
+        for f in ("sliding_window", "sliding_window_layers"):
+            if getattr(self, f) is not None:
+                _check_positive(entry, f, getattr(self, f), integer=True)
+        for f in ("weights_gib", "active_params"):
+            if getattr(self, f) is not None:
+                _check_positive(entry, f, getattr(self, f))
+        for f in ("kv_lora_rank", "qk_rope_head_dim"):
+            if getattr(self, f):
+                _check_positive(entry, f, getattr(self, f), integer=True)
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"model {self.name!r}: num_heads must be a multiple of num_kv_heads")
+            raise ValueError(f"{entry}: num_heads must be a multiple of num_kv_heads")
+        if self.sliding_window_layers is not None and (self.sliding_window is None
+                                                       or self.sliding_window_layers > self.num_layers):
+            raise ValueError(f"{entry}: sliding_window_layers needs sliding_window and at most num_layers "
+                             f"({self.num_layers}) layers, got {self.sliding_window_layers}")
+        if self.qk_rope_head_dim and not self.kv_lora_rank:
+            raise ValueError(f"{entry}: qk_rope_head_dim is an MLA dimension and needs kv_lora_rank")
+        if self.kv_lora_rank and self.sliding_window is not None:
+            raise ValueError(f"{entry}: give sliding_window or the MLA dimensions (kv_lora_rank), not both")
+        kv_element_bytes(self.kv_cache_dtype, self.dtype_bytes)  # a one-line error for an unknown name
+
+    def kv_groups(self, kv_cache_dtype: str | None = None) -> tuple[KVGroup, ...]:
+        """The model's KV groups with bytes per token at ``kv_cache_dtype`` (default: the spec's own,
+        ``auto`` unless `with_kv_cache_dtype` set it; ``auto`` is the model's dtype)."""
+        dtype = self.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype
+        return self.kv_groups_at(kv_element_bytes(dtype, self.dtype_bytes))
+
+    def kv_groups_at(self, element_bytes: int) -> tuple[KVGroup, ...]:
+        """The KV groups at ``element_bytes`` per stored element (the roofline's ``dtype_bytes`` override)."""
+        return layout_groups(num_layers=self.num_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                             sliding_window=self.sliding_window, sliding_window_layers=self.sliding_window_layers,
+                             kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
+                             element_bytes=element_bytes)
+
+    def with_kv_cache_dtype(self, kv_cache_dtype: str) -> ModelSpec:
+        """This model with its KV stored as ``kv_cache_dtype`` (``auto``: unchanged). Weights keep their dtype."""
+        kv_element_bytes(kv_cache_dtype, self.dtype_bytes)
+        if kv_cache_dtype.lower() == "auto":
+            return self
+        return replace(self, kv_cache_dtype=kv_cache_dtype.lower())
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x dtype bytes."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        """One token in every layer (inside every window), at the spec's KV dtype: for full attention
+        2 x layers x kv_heads x head_dim x dtype bytes; for MLA layers x (latent + rope dims) x dtype bytes."""
+        return sum(g.bytes_per_token for g in self.kv_groups())
+
+    def kv_bytes_per_token_per_gpu(self, tensor_parallel: int = 1) -> int:
+        """One token's KV on each of ``tensor_parallel`` GPUs. vLLM splits KV heads over the GPUs, each
+        keeping at least one head (replicated when there are more GPUs than KV heads); MLA's latent is not
+        split, so every GPU keeps all of it."""
+        total = 0
+        for g in self.kv_groups():
+            if g.attention == "mla":
+                total += g.bytes_per_token
+            else:
+                total += g.bytes_per_token // self.num_kv_heads * -(-self.num_kv_heads // tensor_parallel)
+        return total
 
     @property
     def weight_bytes(self) -> float:
+        if self.weights_gib is not None:
+            return self.weights_gib * GIB
         return self.num_params * self.dtype_bytes
 
 
@@ -105,7 +177,29 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama-3-70b", 80, 8192, 64, 8, 128, 70.6e9, 8192, 28672, 128256, 2,
                   _HF + "meta-llama/Meta-Llama-3-70B"),
         ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 7.24e9, 32768, 14336, 32000, 2,
-                  _HF + "mistralai/Mistral-7B-v0.1"),
+                  _HF + "mistralai/Mistral-7B-v0.1 (sliding_window 4096 on every layer)", sliding_window=4096),
+        ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 8.03e9, 131072, 14336, 128256, 2,
+                  _HF + "meta-llama/Llama-3.1-8B (max_position_embeddings 131072)"),
+        ModelSpec("gemma-3-12b", 48, 3840, 16, 8, 256, 12.187325040e9, 131072, 15360, 262208, 2,
+                  _HF + "google/gemma-3-12b-it, text_config: sliding_window 1024, sliding_window_pattern 6 "
+                  "(5 local : 1 global, so 40 of 48 layers windowed); num_params: every tensor vLLM loads for "
+                  "Gemma3ForConditionalGeneration, the SigLIP vision tower and projector included: 12,187,325,040, "
+                  "summed from the text and vision configs (the model page's 12.2B)",
+                  sliding_window=1024, sliding_window_layers=40),
+        ModelSpec("gpt-oss-20b", 24, 2880, 64, 8, 64, 20.91e9, 131072, 2880, 201088, 2,
+                  _HF + "openai/gpt-oss-20b: layer_types alternate sliding_attention (sliding_window 128) and "
+                  "full_attention, 12 each; 32 experts, 4 per token. num_params, active_params and weights_gib "
+                  "(the MXFP4 checkpoint vLLM loads: experts at 4.25 bits, the rest BF16) from the gpt-oss model "
+                  "card (arXiv:2508.10925), Table 1: 20.91B total, 3.61B active, 12.8 GiB",
+                  sliding_window=128, sliding_window_layers=12, weights_gib=12.8, active_params=3.61e9),
+        ModelSpec("deepseek-v3", 61, 7168, 128, 128, 192, 671e9, 163840, 18432, 129280, 2,
+                  _HF + "deepseek-ai/DeepSeek-V3: MLA with kv_lora_rank 512 and qk_rope_head_dim 64 (head_dim: "
+                  "qk_nope_head_dim 128 + 64); 671B parameters, 37B active (DeepSeek-V3 technical report, "
+                  "arXiv:2412.19437). weights_gib: the FP8 checkpoint as vLLM loads it without the MTP layer: "
+                  "671e9 one-byte weights, plus one more byte for each of the 1.96e9 BF16 parameters (embedding, "
+                  "lm_head, routers, norms) and 0.16e9 bytes of FP32 block scales (one per 128 x 128 block)",
+                  kv_lora_rank=512, qk_rope_head_dim=64, weights_gib=(671e9 + 1.96e9 + 0.16e9) / GIB,
+                  active_params=37e9),
         ModelSpec("codellama-34b", 48, 8192, 64, 8, 128, 33.746e9, 16384, 22016, 32000, 2,
                   _HF + "codellama/CodeLlama-34b-Instruct-hf (num_params: the tensors vLLM 0.11 loads, 62.86 GiB "
                   "in bf16, as its log reports)"),

@@ -42,6 +42,7 @@ class RadixAllocator(PagedAllocator):
     """`PagedAllocator`'s pool and bookkeeping with a radix-tree cache and sharing forks."""
 
     name = "radix"
+    parks_own_blocks = False  # every filled page is hung in the tree at once (SGLang's tree holds them all)
 
     def __init__(self, capacity_slots: int, **options: object) -> None:
         """Same options as `PagedAllocator`; ``prefix_caching=False`` turns the tree off (SGLang's
@@ -82,11 +83,11 @@ class RadixAllocator(PagedAllocator):
             i += 1
         s.num_hashed = i
 
-    def free(self, seq_id: int) -> int:
+    def free(self, seq_id: int, *, finished: bool = False) -> int:
         s = self._seqs[seq_id]
         if s.num_hashed < len(s.hashes):
             self._settle(s)
-        return super().free(seq_id)
+        return super().free(seq_id, finished=finished)
 
     def _settle(self, s: SeqBlocks) -> None:
         """Before a sequence is freed, insert its remaining full pages; where the tree caches a page's prefix

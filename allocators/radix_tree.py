@@ -88,6 +88,13 @@ class RadixTree:
         if self.spill is not None:
             self.spill(h)
 
+    def evict_many(self, pages: list[int]) -> None:
+        """`evict` each of ``pages`` (just popped for reuse; the pool's interface)."""
+        hashed = self.block_hash
+        for page in pages:
+            if hashed[page] is not None:
+                self.evict(page)
+
     def __len__(self) -> int:
         return sum(h is not None for h in self.block_hash)
 

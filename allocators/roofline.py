@@ -17,8 +17,9 @@ from allocators.catalog import ModelSpec
 
 
 def token_flops(model: ModelSpec) -> float:
-    """FLOPs of the dense layers per token (a multiply-add per parameter)."""
-    return 2.0 * model.num_params
+    """FLOPs of the dense layers per token (a multiply-add per parameter a token passes through: the active
+    ones of a mixture of experts)."""
+    return 2.0 * (model.num_params if model.active_params is None else model.active_params)
 
 
 def pair_flops(model: ModelSpec) -> float:
@@ -27,11 +28,14 @@ def pair_flops(model: ModelSpec) -> float:
 
 
 def weight_bytes(model: ModelSpec, dtype_bytes: int | None = None) -> float:
-    """Bytes of weights a step reads once, at ``dtype_bytes`` per element (default: the model's)."""
-    return float(model.num_params * (model.dtype_bytes if dtype_bytes is None else dtype_bytes))
+    """Bytes of weights a step reads once, at ``dtype_bytes`` per element (default: what the model loads,
+    `ModelSpec.weight_bytes`, which knows quantized checkpoints)."""
+    return float(model.weight_bytes if dtype_bytes is None else model.num_params * dtype_bytes)
 
 
 def kv_bytes_per_token(model: ModelSpec, dtype_bytes: int | None = None) -> int:
-    """K and V of one token, every layer and KV head, at ``dtype_bytes`` per element (default: the model's)."""
-    elem = model.dtype_bytes if dtype_bytes is None else dtype_bytes
-    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * elem
+    """One token's KV in every layer (K and V per KV head, or MLA's latent), at ``dtype_bytes`` per element
+    (default: the model's KV dtype, `ModelSpec.kv_cache_dtype`)."""
+    if dtype_bytes is None:
+        return model.kv_bytes_per_token
+    return sum(g.bytes_per_token for g in model.kv_groups_at(dtype_bytes))

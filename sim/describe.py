@@ -24,7 +24,9 @@ def capacity_source(cap: KVCapacity, config: SimConfig) -> str:
 
 
 def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:
-    """One line: workload and request count, model and GPU, KV capacity and its source."""
+    """One line: workload and request count, model and GPU, KV capacity (with the KV dtype unless ``auto``)
+    and its source."""
+    dtype = "" if cap.model.kv_cache_dtype == "auto" else f" of {cap.model.kv_cache_dtype} KV"
     return (f"workload {getattr(workload, 'name', 'workload')} ({len(workload):,} requests); "
             f"{cap.model.name} on {cap.tensor_parallel} x {cap.gpu.name}; KV capacity {cap.kv_gib:.2f} GiB "
-            f"= {cap.kv_tokens:,} token slots, {capacity_source(cap, config)}")
+            f"= {cap.kv_tokens:,} token slots{dtype}, {capacity_source(cap, config)}")

@@ -11,16 +11,16 @@ import json
 
 import click
 
-from sim.commands.options import catalog_option
+from sim.commands.options import catalog_option, kv_cache_dtype_option
 
 
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
                     gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
                     prompt_len: int | None, output_len: int | None, max_model_len: int | None,
-                    page_size_kib: int = 2048) -> dict:
+                    page_size_kib: int = 2048, kv_cache_dtype: str = "auto") -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
     from allocators import allocator_class, make_allocator
-    from allocators.capacity import fill_to_capacity, kv_capacity
+    from allocators.capacity import fill_to_capacity, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
     from allocators.vattention import page_options
 
@@ -41,7 +41,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     if prompt_len + output_len > max_len:
         raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
-                      kv_gib=kv_gib, kv_tokens=kv_tokens)
+                      kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype)
+    spec = cap.model  # at --kv-cache-dtype
     if cap.kv_tokens <= 0:
         raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
@@ -60,7 +61,10 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "kv_source": cap.source,
         "kv_bytes": cap.kv_bytes,
         "kv_gib": cap.kv_gib,
+        "kv_cache_dtype": kv_cache_dtype,
         "kv_bytes_per_token": spec.kv_bytes_per_token,
+        "kv_groups": [g.to_dict() for g in spec.kv_groups()],
+        "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel),
         "kv_capacity_tokens": cap.kv_tokens,
         "kv_capacity_blocks": alloc.num_blocks if paged else None,
         "usable_blocks": alloc.num_usable_blocks if paged else None,
@@ -84,7 +88,15 @@ def _print_text(r: dict) -> None:
     where = {"kv_gib": "given by --kv-gib", "kv_tokens": "given by --kv-tokens"}.get(
         r["kv_source"], f"derived from {r['tensor_parallel']} x {r['gpu']}")
     click.echo(f"model {r['model']}: KV memory {r['kv_gib']:.2f} GiB ({where})")
-    click.echo(f"KV bytes per token: {r['kv_bytes_per_token']:,} ({r['kv_bytes_per_token'] / 1024:.1f} KiB)")
+    click.echo(f"KV bytes per token: {r['kv_bytes_per_token']:,} ({r['kv_bytes_per_token'] / 1024:.1f} KiB), "
+               f"--kv-cache-dtype {r['kv_cache_dtype']}")
+    for g in r["kv_groups"]:
+        window = f", window {g['window']:,} tokens" if g["window"] is not None else ""
+        click.echo(f"  group {g['name']}: {g['layers']} {g['attention']} layers{window}, "
+                   f"{g['bytes_per_token']:,} bytes per token")
+    if r["kv_pool_bytes_per_token"] != r["kv_bytes_per_token"]:
+        click.echo(f"  {r['kv_pool_bytes_per_token']:,} bytes of the {r['tensor_parallel']} GPUs' memory per token "
+                   "(GPUs keep copies: MLA's latent, or fewer KV heads than GPUs)")
     click.echo(f"KV capacity: {r['kv_capacity_tokens']:,} tokens")
     if r["kv_capacity_blocks"] is not None:
         click.echo(f"  {r['kv_capacity_blocks']:,} blocks of {r['block_size']} ({r['usable_blocks']:,} usable; "
@@ -114,6 +126,7 @@ def _print_text(r: dict) -> None:
 @click.option("--tensor-parallel", type=int, default=1, show_default=True, help="GPUs the model is split over.")
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
               help="Share of GPU memory vLLM may use (weights + activations + KV).")
+@kv_cache_dtype_option
 @click.option("--allocator", default="paged", show_default=True, help="Allocator name (see ALLOCATORS).")
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per block (paged).")
 @click.option("--placement", default="buddy", show_default=True, help="Slab placement (contiguous).")

@@ -54,6 +54,12 @@ catalog_option = click.option(
                         "of allocators/catalog.py); default $KVSIM_CATALOG.")
 """``--catalog FILE`` for every command that takes ``--model`` or ``--gpu``."""
 
+kv_cache_dtype_option = click.option(
+    "--kv-cache-dtype", default="auto", show_default=True,
+    help="How KV is stored (vLLM's flag): auto (the model's dtype), fp16, bf16 or fp8 (also vLLM's fp8_e4m3, "
+         "fp8_e5m2); fp8 halves a token's bytes, so the same memory holds twice the tokens.")
+"""``--kv-cache-dtype`` for every command that sizes KV memory (the `SimConfig` field of the same name)."""
+
 trace_format_option = alias_option("--trace-format", "--format", "trace_format", default=None,
                                    help=TRACE_FORMAT_HELP)
 """``--trace-format`` for commands without an output format (``trace stats``: ``--format`` is its old name)."""

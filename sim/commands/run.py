@@ -14,7 +14,14 @@ import sys
 import click
 
 from sim.cli import fail
-from sim.commands.options import TRACE_FORMAT_HELP, AliasOption, alias_option, catalog_option, columns_option
+from sim.commands.options import (
+    TRACE_FORMAT_HELP,
+    AliasOption,
+    alias_option,
+    catalog_option,
+    columns_option,
+    kv_cache_dtype_option,
+)
 from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 from sim.kernel.routers import ROUTERS
 
@@ -61,6 +68,7 @@ def simulation_options(func):
         _field_option("--gpu-memory-utilization", type=float,
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
                            "memory unless --kv-gib or --kv-tokens is given."),
+        kv_cache_dtype_option,
         click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
                      help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
                           "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
+from allocators.kv_layout import kv_element_bytes
 from sim.kernel.routers import ROUTERS
 
 SCHEDULERS = ("continuous", "static")
@@ -54,6 +55,7 @@ class SimConfig:
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
+    kv_cache_dtype: str = "auto"
     disable_hybrid_kv_cache_manager: bool = False
     block_size: int = 16
     page_size_kib: int = 2048
@@ -116,7 +118,7 @@ class SimConfig:
             integer(name, 0)
         for name in ("kv_gib", "step_time", "rate"):
             positive_float(name)
-        from allocators.vattention import PAGE_SIZES_KIB
+        from allocators.vattention_pages import PAGE_SIZES_KIB
 
         if isinstance(self.page_size_kib, bool) or self.page_size_kib not in PAGE_SIZES_KIB:
             raise ValueError(f"--page-size-kib must be one of {', '.join(map(str, PAGE_SIZES_KIB))}, "
@@ -125,6 +127,7 @@ class SimConfig:
             raise ValueError("give at most one of --kv-gib and --kv-tokens")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        kv_element_bytes(self.kv_cache_dtype, 2)  # a one-line error for an unknown name
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
         if self.scheduling_policy not in SCHEDULING_POLICIES:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from allocators import allocator_class, make_allocator
-from allocators.capacity import KVCapacity, kv_capacity
+from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
 from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
@@ -70,7 +70,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
-                       kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager)
+                       kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager,
+                       kv_cache_dtype=config.kv_cache_dtype)
 
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
@@ -91,7 +92,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
 def hybrid_kv_groups(config: SimConfig, model) -> tuple:
     """The model's KV groups when ``paged`` on it is vLLM's hybrid KV cache manager (`allocators.hybrid`): more
     than one group or a sliding window, unless ``--disable-hybrid-kv-cache-manager``; else ()."""
-    groups = tuple(getattr(model, "kv_groups", ()) or ())
+    groups = model.kv_groups()
     if config.allocator != "paged" or config.disable_hybrid_kv_cache_manager or not needs_hybrid(groups):
         return ()
     return groups
@@ -111,7 +112,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                                  **page_options(allocator_class(config.allocator), model, config.page_size_kib,
                                                 kv_tokens, config.tensor_parallel)))
     cost = cost or make_cost_model(config, model, gpu)
-    swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel // model.kv_bytes_per_token)
+    swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel
+                     // pool_bytes_per_token(model, config.tensor_parallel))
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
     tier = (HostTier.from_gib(config.cpu_offload_gib, model.kv_bytes_per_token, config.block_size)

@@ -21,7 +21,13 @@ EXPECTED_KV_BYTES_PER_TOKEN = {
     "qwen3-8b": 144 * KIB,  # 36 x 8 x 128
     "codellama-34b": 192 * KIB,  # 48 x 8 x 128
     "qwen2.5-7b": 56 * KIB,  # 28 x 4 x 128
+    "llama-3.1-8b": 128 * KIB,  # 32 x 8 x 128
+    "gemma-3-12b": 384 * KIB,  # 48 x 8 x 256 (40 sliding-window + 8 full layers)
+    "gpt-oss-20b": 48 * KIB,  # 24 x 8 x 64 (12 sliding-window + 12 full layers)
+    "deepseek-v3": 61 * (512 + 64) * 2,  # MLA: one latent of 512 + one rope key of 64 per layer, no K/V pair
 }
+CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "deepseek-v3"}
+"""Models whose config.json gives head_dim itself, not hidden_size / num_heads."""
 
 
 @pytest.mark.parametrize("name,logged_gib", [("llama-2-7b", 12.5524), ("codellama-34b", 62.8571)])
@@ -48,7 +54,7 @@ def test_kv_bytes_per_token(name):
 def test_every_catalog_model_is_checked_and_consistent():
     assert set(catalog.MODELS) >= set(EXPECTED_KV_BYTES_PER_TOKEN)
     for m in catalog.MODELS.values():
-        assert m.num_heads * m.head_dim == m.hidden_size, m.name
+        assert m.name in CONFIG_HEAD_DIM or m.num_heads * m.head_dim == m.hidden_size, m.name
         assert m.source, f"{m.name}: no source"
 
 
@@ -82,3 +88,79 @@ def test_catalog_file_adds_models_and_gpus(tmp_path, restore_catalog):
     catalog.register_catalog_file(path)
     assert get_model("tiny").kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
     assert get_gpu("toy").memory_bytes == GIB
+
+
+# --- KV layouts of the new models, and token slots on one H100-80GB, by hand from the config values -----------
+
+MIB = 1024**2
+H100_BYTES = 81559 * MIB  # the catalog's h100-80gb, as the driver reports it
+GRAPHS = int(0.64 * GIB)  # vLLM's CUDA graph and non-torch reserve
+BATCHED = 2048  # max_num_batched_tokens
+
+
+def by_hand_tokens(*, weights, intermediate, hidden, bytes_per_token, tp=1, copies_per_gpu=1):
+    """vLLM's sizing at --gpu-memory-utilization 0.9: 90% of each GPU minus weights, the activation peak of a
+    2,048-token forward pass (3 x intermediate + 4 x hidden values, 2 bytes each) and the graph reserve."""
+    per_gpu = H100_BYTES * 0.9 - weights / tp - BATCHED * (3 * intermediate + 4 * hidden) * 2 / tp - GRAPHS
+    return int(per_gpu * tp) // (bytes_per_token * copies_per_gpu)
+
+
+# name: (weights bytes, intermediate_size, hidden_size, groups as (attention, layers, window, bytes per token
+# at 2 bytes per element), tensor_parallel, copies of a token each GPU keeps relative to an even split)
+NEW_MODELS = {
+    "llama-3.1-8b": (8.03e9 * 2, 14336, 4096, [("full", 32, None, 2 * 32 * 8 * 128 * 2)], 1, 1),
+    "mistral-7b": (7.24e9 * 2, 14336, 4096, [("sliding_window", 32, 4096, 2 * 32 * 8 * 128 * 2)], 1, 1),
+    "gemma-3-12b": (12.187325040e9 * 2, 15360, 3840,
+                    [("sliding_window", 40, 1024, 2 * 40 * 8 * 256 * 2), ("full", 8, None, 2 * 8 * 8 * 256 * 2)],
+                    1, 1),
+    "gpt-oss-20b": (12.8 * GIB, 2880, 2880,
+                    [("sliding_window", 12, 128, 2 * 12 * 8 * 64 * 2), ("full", 12, None, 2 * 12 * 8 * 64 * 2)],
+                    1, 1),
+    # 627 GiB of FP8 weights need two 8-GPU H100 nodes; every GPU keeps the whole latent (16 copies)
+    "deepseek-v3": ((671e9 + 1.96e9 + 0.16e9), 18432, 7168, [("mla", 61, None, 61 * (512 + 64) * 2)], 16, 16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_MODELS))
+def test_kv_groups_from_config_values(name):
+    *_, groups, _, _ = NEW_MODELS[name]
+    got = get_model(name).kv_groups("auto")
+    assert [(g.attention, g.layers, g.window, g.bytes_per_token) for g in got] == groups
+    fp8 = get_model(name).kv_groups("fp8")
+    assert [g.bytes_per_token for g in fp8] == [b // 2 for *_, b in groups]
+    assert get_model(name).kv_bytes_per_token == sum(b for *_, b in groups)
+
+
+@pytest.mark.parametrize("name", sorted(NEW_MODELS))
+def test_token_slots_on_h100_by_hand(name):
+    weights, intermediate, hidden, groups, tp, copies = NEW_MODELS[name]
+    per_token = sum(b for *_, b in groups)
+    for dtype, elem_scale in (("auto", 1), ("bf16", 1), ("fp8", 2), ("fp8_e5m2", 2)):
+        cap = kv_capacity(get_model(name), get_gpu("h100-80gb"), tensor_parallel=tp, kv_cache_dtype=dtype)
+        expected = by_hand_tokens(weights=weights, intermediate=intermediate, hidden=hidden, tp=tp,
+                                  bytes_per_token=per_token // elem_scale, copies_per_gpu=copies)
+        assert cap.kv_tokens == expected, (name, dtype)
+        assert cap.model.kv_bytes_per_token == per_token // elem_scale
+
+
+def test_published_token_slots_on_h100():
+    """The numbers docs/token-cost.md and the notebook print (bf16 KV, one H100-80GB; DeepSeek-V3 on 16)."""
+    slots = {name: kv_capacity(get_model(name), get_gpu("h100-80gb"), tensor_parallel=NEW_MODELS[name][4]).kv_tokens
+             for name in NEW_MODELS}
+    assert slots == {"llama-3.1-8b": 457597, "mistral-7b": 469652, "gemma-3-12b": 131366, "gpt-oss-20b": 1270651,
+                     "deepseek-v3": 486538}
+
+
+@pytest.mark.parametrize("name", ["opt-13b", "llama-3.1-8b", "gemma-3-12b", "deepseek-v3"])
+def test_fp8_doubles_slots_for_the_same_memory(name):
+    auto = kv_capacity(get_model(name), kv_gib=10)
+    fp8 = kv_capacity(get_model(name), kv_gib=10, kv_cache_dtype="fp8")
+    assert fp8.kv_bytes == auto.kv_bytes and fp8.kv_tokens in (2 * auto.kv_tokens, 2 * auto.kv_tokens + 1)
+    assert get_model(name).weight_bytes == fp8.model.weight_bytes  # weights keep their dtype
+
+
+def test_kv_heads_are_replicated_past_their_count():
+    """More GPUs than KV heads: each GPU keeps one head, so a token costs the pool tp / kv_heads times more."""
+    spec = get_model("llama-3.1-8b")  # 8 KV heads
+    assert spec.kv_bytes_per_token_per_gpu(8) * 8 == spec.kv_bytes_per_token
+    assert spec.kv_bytes_per_token_per_gpu(16) * 16 == 2 * spec.kv_bytes_per_token

@@ -99,3 +99,73 @@ def test_bad_input_is_a_one_line_usage_error(args, message):
     assert result.exit_code == 2, result.output
     error_lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(error_lines) == 1 and message in error_lines[0], result.output
+
+
+# --- KV groups and --kv-cache-dtype, by hand from the config values (one H100-80GB, vLLM's defaults) ----------
+
+H100_BYTES = 81559 * 1024**2
+GRAPHS = int(0.64 * 1024**3)
+
+
+def h100_kv_bytes(weights: float, intermediate: int, hidden: int, tp: int = 1) -> int:
+    """90% of each GPU minus weights, a 2,048-token activation peak (2-byte values) and the graph reserve."""
+    return int((H100_BYTES * 0.9 - weights / tp - 2048 * (3 * intermediate + 4 * hidden) * 2 / tp - GRAPHS) * tp)
+
+
+def group(name, layers, window, per_token):
+    return {"name": name, "attention": name, "layers": layers, "window": window, "bytes_per_token": per_token}
+
+
+# model: (extra flags, weights bytes, intermediate, hidden, kv_groups at bf16, pool bytes per token)
+CASES = {
+    "llama-3.1-8b": ([], 8.03e9 * 2, 14336, 4096, [group("full", 32, None, 2 * 32 * 8 * 128 * 2)], 1),
+    "mistral-7b": ([], 7.24e9 * 2, 14336, 4096, [group("sliding_window", 32, 4096, 2 * 32 * 8 * 128 * 2)], 1),
+    "gemma-3-12b": ([], 12.187325040e9 * 2, 15360, 3840,
+                    [group("sliding_window", 40, 1024, 2 * 40 * 8 * 256 * 2),
+                     group("full", 8, None, 2 * 8 * 8 * 256 * 2)],
+                    1),
+    "gpt-oss-20b": ([], 12.8 * 1024**3, 2880, 2880,
+                    [group("sliding_window", 12, 128, 2 * 12 * 8 * 64 * 2),
+                     group("full", 12, None, 2 * 12 * 8 * 64 * 2)],
+                    1),
+    "deepseek-v3": (["--tensor-parallel", "16"], 671e9 + 1.96e9 + 0.16e9, 18432, 7168,
+                    [group("mla", 61, None, 61 * (512 + 64) * 2)], 16),  # the latent is on all 16 GPUs
+}
+
+
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_kv_groups_and_token_slots_on_h100(model):
+    flags, weights, intermediate, hidden, groups, copies = CASES[model]
+    tp = 16 if flags else 1
+    per_token = sum(g["bytes_per_token"] for g in groups)
+    r = run_json("--model", model, "--gpu", "h100-80gb", *flags)
+    assert r["kv_groups"] == groups and r["kv_bytes_per_token"] == per_token
+    kv_bytes = h100_kv_bytes(weights, intermediate, hidden, tp)
+    assert r["kv_bytes"] == kv_bytes and r["kv_capacity_tokens"] == kv_bytes // (per_token * copies)
+    fp8 = run_json("--model", model, "--gpu", "h100-80gb", *flags, "--kv-cache-dtype", "fp8")
+    assert fp8["kv_bytes"] == kv_bytes and fp8["kv_bytes_per_token"] == per_token // 2
+    assert fp8["kv_capacity_tokens"] == kv_bytes // (per_token // 2 * copies)
+    assert [g["bytes_per_token"] for g in fp8["kv_groups"]] == [g["bytes_per_token"] // 2 for g in groups]
+
+
+def test_fp8_doubles_slots_for_the_same_memory():
+    auto = run_json("--model", "gemma-3-12b", "--kv-gib", "12")
+    for spelling in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        fp8 = run_json("--model", "gemma-3-12b", "--kv-gib", "12", "--kv-cache-dtype", spelling)
+        assert fp8["kv_capacity_tokens"] == 2 * auto["kv_capacity_tokens"] == 12 * 1024**3 // (384 * 1024 // 2)
+
+
+def test_text_output_lists_the_groups():
+    result = run("--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--kv-cache-dtype", "fp8")
+    assert result.exit_code == 0, result.output
+    assert "24,576 (24.0 KiB), --kv-cache-dtype fp8" in result.output
+    assert "group sliding_window: 12 sliding_window layers, window 128 tokens, 12,288 bytes per token" in result.output
+    assert "group full: 12 full layers, 12,288 bytes per token" in result.output
+
+
+def test_bad_kv_cache_dtype_is_a_one_line_error():
+    result = run("--kv-cache-dtype", "int4")
+    assert result.exit_code == 2
+    assert [line for line in result.output.splitlines() if line.startswith("Error:")] == [
+        "Error: --kv-cache-dtype must be one of auto, fp16, bf16, fp8 (or vLLM's float16, half, bfloat16, "
+        "fp8_e4m3, fp8_e5m2), got 'int4'"]

@@ -2,7 +2,7 @@
 the fast-forward equals ``--step-by-step``, memory is reported per group and in total, and windows let more
 requests run at once than treating every layer as full attention (``--disable-hybrid-kv-cache-manager``)."""
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,40 +16,10 @@ from sim.kernel.runner import run_simulation
 from workloads import Workload
 
 
-@dataclass(frozen=True)
-class KVGroupFixture:
-    """The fields of the catalog's `KVGroup` the hybrid allocator reads."""
-
-    name: str
-    attention: str
-    layers: int
-    window: int | None
-    bytes_per_token: int
-
-
-class HybridModel:
-    """A catalog model with a KV layout (``kv_groups``), independent of the catalog's own entries."""
-
-    def __init__(self, base: catalog.ModelSpec, name: str, kv_groups: tuple) -> None:
-        self._base, self.name, self.kv_groups = base, name, kv_groups
-
-    def __getattr__(self, key):
-        return getattr(self._base, key)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return sum(g.bytes_per_token for g in self.kv_groups)
-
-
-LAYER = 4096  # Llama-3-8B's bytes per token per layer
-LAYOUT = (KVGroupFixture("local", "sliding_window", 24, 256, 24 * LAYER),
-          KVGroupFixture("global", "full", 8, None, 8 * LAYER))
-
-
 @pytest.fixture
 def hybrid_model(monkeypatch):
     """``test-hybrid``: Llama-3-8B's shape with 24 layers of window 256 and 8 full ones (a 3 : 1 pattern)."""
-    model = HybridModel(catalog.MODELS["llama-3-8b"], "test-hybrid", LAYOUT)
+    model = replace(catalog.MODELS["llama-3-8b"], name="test-hybrid", sliding_window=256, sliding_window_layers=24)
     monkeypatch.setitem(catalog.MODELS, "test-hybrid", model)
     return "test-hybrid"
 
@@ -96,21 +66,21 @@ def test_fast_forward_equals_step_by_step(hybrid_model):
 
 def test_memory_is_reported_per_group_and_in_total(hybrid_model):
     """Step rows carry per-group columns that add up to the used share; the summary's per-group shares add
-    up to its total shares; the capacity is counted in group slots (4 per token: three local groups, one
-    global)."""
+    up to its total shares; the capacity is counted in group slots (4 per token: three sliding-window groups, one
+    full)."""
     r = run_simulation(config(hybrid_model, step_by_step=True), long_prompts(count=15))
     s, steps = r.summary, r.steps
     assert s["kv_capacity_tokens"] == 40_000 and s["kv_capacity_slots"] == 160_000
     assert (steps["capacity"] == 160_000).all()
     for key in ("token_states", "reservation", "internal_frag", "used_blocks"):
-        assert (steps[[f"{g}_{key}" for g in ("local", "global")]].sum(axis=1) == steps[key]).all(), key
+        assert (steps[[f"{g}_{key}" for g in ("sliding_window", "full")]].sum(axis=1) == steps[key]).all(), key
     assert set(GROUP_KEYS) == {"token_states", "reservation", "internal_frag", "used_blocks"}
     parts = steps[["token_states", "reservation", "internal_frag", "external_frag", "free"]].sum(axis=1)
     assert (parts == steps["capacity"]).all()
     for key in ("token_states_frac", "reservation_frac", "internal_frag_frac"):
         assert sum(g[key] for g in s["kv_groups"].values()) == pytest.approx(s[key], rel=1e-9)
-    # the global group grows with every token, the local groups hold about a window each
-    assert steps["global_used_blocks"].max() * 3 > steps["local_used_blocks"].max()
+    # the full group grows with every token, the sliding-window groups hold about a window each
+    assert steps["full_used_blocks"].max() * 3 > steps["sliding_window_used_blocks"].max()
 
 
 def test_windows_run_more_requests_at_once_than_full_attention(hybrid_model):
@@ -131,11 +101,11 @@ def test_memory_map_shows_the_groups(hybrid_model):
 
     cfg = SimConfig(model=hybrid_model, gpu="h100-80gb", kv_tokens=12_000, memory_snapshots=3)
     memory = run_simulation(cfg, long_prompts(count=6)).memory
-    assert list(memory["group"].cat.categories) == ["local", "global"]
+    assert list(memory["group"].cat.categories) == ["sliding_window", "full"]
     held = memory["owner"] >= 0
     assert held.any() and memory.loc[held, "group"].notna().all() and memory.loc[~held & (memory["owner"] != -3), "group"].isna().all()
     fig = plot_memory_map(memory)
     text = fig.axes[0].get_title(loc="left")
-    assert "KV groups: local" in text and "global" in text
+    assert "KV groups: sliding_window" in text and "full" in text
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert "local layers' blocks" in labels and "global layers' blocks" in labels
+    assert "sliding_window layers' blocks" in labels and "full layers' blocks" in labels

@@ -1,0 +1,52 @@
+"""docs/token-cost.md quotes what `sim.token_cost` computes: its bytes-per-token and what-fits tables are parsed
+from the page and compared with a fresh computation, so a catalog change that moves a number fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sim.token_cost import requests_per_gpu_table, token_cost_table
+
+PAGE = (Path(__file__).resolve().parents[2] / "docs" / "token-cost.md").read_text()
+
+
+def rows(header_start: str) -> dict[str, list[str]]:
+    """The table whose header begins with ``header_start``: first cell (a model in backticks) -> cells."""
+    block = PAGE[PAGE.index(header_start):].split("\n\n")[0].splitlines()[2:]
+    out = {}
+    for line in block:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        out[cells[0].strip("`")] = cells[1:]
+    return out
+
+
+def numbers(cell: str) -> list[int]:
+    return [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", cell)]
+
+
+def test_bytes_per_token_table():
+    table = token_cost_table().groupby(["model", "kv_cache_dtype"])["bytes_per_token"].sum()
+    for model, (_, bf16, fp8) in rows("| model | layout").items():
+        assert numbers(bf16)[-1] == table[(model, "bf16")], model
+        assert numbers(fp8) == [table[(model, "fp8")]], model
+
+
+def test_what_fits_table():
+    r = requests_per_gpu_table().set_index(["model", "kv_cache_dtype"])
+    for model, (gpus, kv_gib, slots, requests, all_full) in rows("| model | GPUs").items():
+        bf16, fp8 = r.loc[(model, "bf16")], r.loc[(model, "fp8")]
+        assert int(gpus) == bf16["tensor_parallel"] and kv_gib == f"{bf16['kv_gib']:.2f}", model
+        assert numbers(slots) == [bf16["kv_tokens"], fp8["kv_tokens"]], model
+        assert numbers(requests)[:2] == [bf16["requests"], fp8["requests"]], model
+        assert numbers(all_full) == [bf16["requests_all_full"]], model
+
+
+def test_long_request_counts_in_the_text():
+    r = requests_per_gpu_table(dtypes=("bf16",), tokens=8192).set_index("model")
+    text = " ".join(PAGE.split())
+    for model, phrase in (("mistral-7b", "`mistral-7b` fits {} requests instead of {}"),
+                          ("gemma-3-12b", "`gemma-3-12b` {} instead of {}"),
+                          ("gpt-oss-20b", "`gpt-oss-20b` {} instead of {}")):
+        assert phrase.format(r.loc[model, "requests"], r.loc[model, "requests_all_full"]) in text, model
+    assert f"`llama-3.1-8b` {r.loc['llama-3.1-8b', 'requests']}" in text
