@@ -159,6 +159,9 @@ class Allocator(ABC):
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
+    parks_own_blocks: bool = False
+    """Whether `admit` takes ``own_from`` (where a request's own block ids start) and `free` takes ``finished``:
+    a request's own blocks are then indexed in the prefix cache only when it is freed to come back."""
 
     def __init__(self, capacity_slots: int, *, block_size: int, max_model_len: int, placement: str,
                  prefix_caching: bool, watermark: float) -> None:

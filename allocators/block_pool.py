@@ -65,11 +65,10 @@ class BlockPool:
     def pop_many(self, count: int) -> list[int]:
         """`pop` ``count`` times, in one pass over the free queue."""
         blocks = self.free.pop_many(count)
-        hashed, ref = self.cache.block_hash, self.ref
+        ref = self.ref
         for block in blocks:
-            if hashed[block] is not None:
-                self.cache.evict(block)
             ref[block] = 1
+        self.cache.evict_many(blocks)
         return blocks
 
     def take(self, block: int) -> bool:
@@ -88,16 +87,29 @@ class BlockPool:
         if prefix_caching:
             hashed = self.cache.block_hash
             self.free.prepend_many([b for b in blocks if hashed[b] is None])
-            self.free.extend(b for b in blocks if hashed[b] is not None)
+            self.free.extend([b for b in blocks if hashed[b] is not None])
         else:
             self.free.prepend_many(blocks)
+
+    def drop(self, table: list[int], prefix_caching: bool) -> int:
+        """Take one holder off every block of ``table`` (a freed sequence) and `release` those left with none,
+        tail first. Returns how many were released."""
+        ref = self.ref
+        released = []
+        for b in reversed(table):
+            r = ref[b] = ref[b] - 1
+            if not r:
+                released.append(b)
+        if released:
+            self.release(released, prefix_caching)
+        return len(released)
 
     def lookup(self, block_hashes: Sequence[int], limit: int) -> list[int]:
         """Cached blocks holding the longest prefix of ``block_hashes``, at most ``limit`` of them."""
         hits: list[int] = []
         get = self.cache.get
-        for h in block_hashes[:limit]:
-            block = get(h)
+        for i in range(min(limit, len(block_hashes))):  # by index: a slice would copy the hashes
+            block = get(block_hashes[i])
             if block is None:
                 break
             hits.append(block)

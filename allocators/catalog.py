@@ -183,7 +183,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("gemma-3-12b", 48, 3840, 16, 8, 256, 12.187325040e9, 131072, 15360, 262208, 2,
                   _HF + "google/gemma-3-12b-it, text_config: sliding_window 1024, sliding_window_pattern 6 "
                   "(5 local : 1 global, so 40 of 48 layers windowed); num_params: every tensor vLLM loads for "
-                  "Gemma3ForConditionalGeneration, the SigLIP vision tower and projector included (12.19B)",
+                  "Gemma3ForConditionalGeneration, the SigLIP vision tower and projector included: 12,187,325,040, "
+                  "summed from the text and vision configs (the model page's 12.2B)",
                   sliding_window=1024, sliding_window_layers=40),
         ModelSpec("gpt-oss-20b", 24, 2880, 64, 8, 64, 20.91e9, 131072, 2880, 201088, 2,
                   _HF + "openai/gpt-oss-20b: layer_types alternate sliding_attention (sliding_window 128) and "

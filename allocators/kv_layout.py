@@ -82,9 +82,12 @@ def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_
     the rest attend to everything; K and V are ``num_kv_heads x head_dim`` elements each per layer.
     """
     if kv_lora_rank:
-        return (KVGroup("mla", "mla", num_layers, None, num_layers * (kv_lora_rank + qk_rope_head_dim) * element_bytes),)
+        latent = num_layers * (kv_lora_rank + qk_rope_head_dim) * element_bytes
+        return (KVGroup("mla", "mla", num_layers, None, latent),)
     per_layer = 2 * num_kv_heads * head_dim * element_bytes
-    windowed = 0 if sliding_window is None else (num_layers if sliding_window_layers is None else sliding_window_layers)
+    windowed = 0
+    if sliding_window is not None:
+        windowed = num_layers if sliding_window_layers is None else sliding_window_layers
     groups = []
     if windowed:
         groups.append(KVGroup("sliding_window", "sliding_window", windowed, sliding_window, windowed * per_layer))

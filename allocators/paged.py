@@ -7,6 +7,8 @@ the eviction order.
 
 Automatic prefix caching (``prefix_caching=True``): ``block_hashes`` given to `admit` are chained hashes of
 the prompt's full blocks, looked up and cached in the `PrefixCache` (``prefix_cache.py`` draws an admission).
+Hashes from ``own_from`` on are the request's own (no other request carries them): their blocks are parked
+while the sequence runs, indexed when it is freed to come back (`free`), never once it finished.
 
 Reference counts count the sequences (and, in `PagedCowAllocator`, registered prefixes) holding a block;
 block ids, reference counts, the free queue and the prefix cache are the `BlockPool`'s. Only full blocks are
@@ -39,6 +41,7 @@ class PagedAllocator(PagedQueries):
     kind = "paged"
     allocates_per_chunk = True
     reports_growth = True
+    parks_own_blocks = True
 
     # -- state changes ---------------------------------------------------------------------------------
     def _settle_last_block(self, s: SeqBlocks) -> None:
@@ -56,7 +59,7 @@ class PagedAllocator(PagedQueries):
         if full > len(s.hashes):
             full = len(s.hashes)
         if s.num_hashed < full:
-            self._cache.insert_full(s.table, s.hashes, s.num_hashed, full)
+            self._cache.insert_full(s.table, s.hashes, s.num_hashed, full, s.own_from)
             s.num_hashed = full
 
     def admit(
@@ -69,11 +72,13 @@ class PagedAllocator(PagedQueries):
         block_hashes: Sequence[int] = (),
         full_tokens: int | None = None,
         apply_watermark: bool = True,
+        own_from: int | None = None,
     ) -> Admission | None:
         """Allocate ``num_tokens`` slots (prefix hits included). With ``full_tokens`` (vLLM's
         ``scheduler_reserve_full_isl``) admit only if blocks for that many tokens would be free, though only
         ``num_tokens`` are allocated now (chunked prefill allocates the rest chunk by chunk). The watermark
-        applies only when ``apply_watermark`` (vLLM: only while other requests are running)."""
+        applies only when ``apply_watermark`` (vLLM: only while other requests are running). ``own_from``:
+        the first of ``block_hashes`` that only this request carries (None: none)."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
@@ -95,7 +100,7 @@ class PagedAllocator(PagedQueries):
             self.host_tier.take(block_hashes[len(hits):len(hits) + loaded])
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
-        s = SeqBlocks(table, num_tokens, final_tokens, hashes)
+        s = SeqBlocks(table, num_tokens, final_tokens, hashes, own_from if hashes else None)
         s.num_hashed = len(hits)
         self._seqs[seq_id] = s
         self._num_token_slots += num_tokens - len(hits) * bs
@@ -149,10 +154,11 @@ class PagedAllocator(PagedQueries):
                 return None
             if num_new == 1:  # the usual case: one block a boundary
                 block = free.popleft()
-                if self._cache.block_hash[block] is not None:
-                    self._cache.evict(block)
                 self._ref[block] = 1
                 table.append(block)
+                cache = self._cache
+                if cache.block_hash[block] is not None:
+                    cache.evict_many((block,))
             else:
                 table += self._pool.pop_many(num_new)
         held = len(table) * bs
@@ -164,8 +170,18 @@ class PagedAllocator(PagedQueries):
         s.tokens, s.room, s.res = tokens, held - tokens, res
         self._reserved += delta
         self._num_token_slots += num_tokens
-        if s.num_hashed < len(s.hashes):
-            self._cache_full_blocks(s)
+        done, hashes = s.num_hashed, s.hashes
+        if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
+            full = tokens // bs
+            if full == done + 1 and done >= s.own_from:
+                hashed = self._cache.block_hash
+                block = table[done]
+                if hashed[block] is None:
+                    hashed[block] = hashes[done]
+                    self._cache.parked += 1
+                s.num_hashed = full
+            elif full > done:
+                self._cache_full_blocks(s)
         return held - tokens, num_new, delta
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
@@ -183,24 +199,21 @@ class PagedAllocator(PagedQueries):
         bs = self.block_size
         return tuple(Copy(src, dst, bs) for src, dst in zip(parent.table, table, strict=True))
 
-    def free(self, seq_id: int) -> int:
+    def free(self, seq_id: int, *, finished: bool = False) -> int:
+        """Release a sequence's blocks. Unless it ``finished`` (its request will never be admitted again), its
+        parked own blocks are indexed first, so that it can hit them when it comes back."""
         s = self._seqs.pop(seq_id)
         bs, ref, table = self.block_size, self._ref, s.table
+        if not finished and s.own_from < s.num_hashed and s.own_from < len(s.hashes):
+            self._cache.index_parked(table, s.hashes, s.own_from, min(s.num_hashed, len(s.hashes)))
         self._reserved -= s.res
-        released: list[int] = []
-        kept = 0
-        for b in reversed(table):  # tail first: the chain's end is evicted first
-            r = ref[b] = ref[b] - 1
-            if r == 0:
-                released.append(b)
-            else:
-                kept += 1
+        released = self._pool.drop(table, self.prefix_caching)  # tail first: the chain's end is evicted first
+        kept = len(table) - released
         if kept:
             kept -= self._pinned_only(table)
         if released:
-            self._pool.release(released, self.prefix_caching)
-            slots = len(released) * bs
-            if released[0] == table[-1]:  # the tail was exclusive: only its written slots held tokens
+            slots = released * bs
+            if not ref[table[-1]]:  # the tail was exclusive: only its written slots held tokens
                 slots -= len(table) * bs - s.tokens
             self._num_token_slots -= slots
         self._shared_saved -= kept * bs

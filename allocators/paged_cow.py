@@ -30,6 +30,7 @@ class PagedCowAllocator(PagedAllocator):
     name = "paged-cow"
     shares_prefixes = True
     reports_growth = False  # growth into a shared tail copies it and changes the other sharers' headroom
+    parks_own_blocks = False  # forks carry their parent's hashes: duplicates are indexed as they are filled
 
     def __init__(self, capacity_slots: int, **options: object) -> None:
         """Same options as `PagedAllocator`."""

@@ -12,6 +12,13 @@ own hits, and a lookup never covers the last prompt token (its logits must be co
 
     prompt: |  block 0  |  block 1  |  block 2  |last|     hashes h0 h1 h2; 3 * 16 + 5 = 53 tokens
     cache:  |  hit h0   |  hit h1   |  hit h2   |new |     cached_tokens = 48; one new block
+
+A request's *own* blocks (ids only it carries: ``sim.kernel.arrivals.own_block_hashes``) can be hit by nobody
+but the request itself, after a preemption. While it runs they are *parked*: they carry their hash (so the
+free queue orders and evicts them as cached blocks) but are not indexed; they are indexed (`index_parked`)
+only when their sequence is freed without finishing, and a finished request's parked blocks never are. This
+spares the dict store and delete per block that indexing every generated block would cost, and changes no
+lookup: nobody can look an own id up while its request runs or after it finished.
 """
 
 from __future__ import annotations
@@ -24,14 +31,16 @@ class PrefixCache:
 
     Almost every hash is held by one block (vLLM hashes every full block, and most are a request's own), so the
     first block of each hash sits in a flat dict and only the rare later ones in a per-hash dict: the per-block
-    cost of caching is one dict store, and of eviction one dict delete."""
+    cost of caching is one dict store, and of eviction one dict delete. Parked blocks (a running request's own
+    blocks) carry their hash in ``block_hash`` but sit in neither dict; ``parked`` counts them."""
 
-    __slots__ = ("block_hash", "_first", "_more", "spill")
+    __slots__ = ("block_hash", "_first", "_more", "parked", "spill")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
         self._first: dict[int, int] = {}
         self._more: dict[int, dict[int, None]] = {}
+        self.parked = 0
         self.spill = None  # called with the hash of every evicted block (a host tier's `offload`), if set
 
     def get(self, block_hash: int) -> int | None:
@@ -47,14 +56,46 @@ class PrefixCache:
         else:
             self._first[block_hash] = block
 
-    def insert_full(self, table: list[int], hashes: Sequence[int], start: int, stop: int) -> None:
+    def insert_full(self, table: list[int], hashes: Sequence[int], start: int, stop: int, own_from: int) -> None:
         """Cache ``table[start:stop]``, full blocks hashed ``hashes[start:stop]``, except blocks that carry a hash
-        already. Runs once per block a sequence fills: lean."""
+        already; those from ``own_from`` on are the request's own and parked. Runs once per block a sequence
+        fills: lean."""
         hashed = self.block_hash
-        for i in range(start, stop):
+        for i in range(start, stop if stop < own_from else own_from):
             block = table[i]
             if hashed[block] is None:
                 self.insert(block, hashes[i])
+        parked = 0
+        for i in range(own_from if own_from > start else start, stop):
+            block = table[i]
+            if hashed[block] is None:
+                hashed[block] = hashes[i]
+                parked += 1
+        self.parked += parked
+
+    def index_parked(self, table: list[int], hashes: Sequence[int], start: int, stop: int) -> None:
+        """Index the parked blocks of ``table[start:stop]`` (a request's own blocks, hashed ``hashes[start:stop]``)
+        in table order, the order they were filled in: their request was freed but will come back."""
+        hashed, first, more = self.block_hash, self._first, self._more
+        for i in range(start, stop):
+            block, h = table[i], hashes[i]
+            if hashed[block] != h or first.get(h) == block or block in more.get(h, ()):
+                continue  # not this request's block any more, or indexed already (a hit)
+            hashed[block] = None
+            self.insert(block, h)
+            self.parked -= 1
+
+    def evict_many(self, blocks: list[int]) -> None:
+        """`evict` each of ``blocks`` (just popped for reuse), with a parked block's eviction inlined."""
+        hashed, first, spill = self.block_hash, self._first, self.spill
+        for block in blocks:
+            h = hashed[block]
+            if h is not None:
+                if h in first or spill is not None:
+                    self.evict(block)
+                else:  # parked: never indexed
+                    hashed[block] = None
+                    self.parked -= 1
 
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""
@@ -64,23 +105,30 @@ class PrefixCache:
         self.block_hash[block] = None
         if self.spill is not None:
             self.spill(h)
+        first = self._first.get(h)
+        if first is None:
+            self.parked -= 1  # never indexed
+            return
         more = self._more.get(h)
-        if self._first[h] == block:
+        if first == block:
             if more:  # the next cached block of this hash takes the first place
                 self._first[h] = nxt = next(iter(more))
                 del more[nxt]
             else:
                 del self._first[h]
-        else:
+        elif more is not None and block in more:
             del more[block]
+        else:
+            self.parked -= 1  # never indexed (a duplicate of an indexed block)
+            return
         if more is not None and not more:
             del self._more[h]
 
     def __len__(self) -> int:
-        return len(self._first) + sum(len(blocks) for blocks in self._more.values())
+        return len(self._first) + sum(len(blocks) for blocks in self._more.values()) + self.parked
 
     def check(self) -> None:
-        """Both maps agree: every cached block carries its key, every hashed block is cached."""
+        """Both maps agree: every indexed block carries its key, every hashed block is indexed or parked."""
         for h, b in self._first.items():
             assert self.block_hash[b] == h, f"block {b}: cached under {h} but carries {self.block_hash[b]}"
         for h, blocks in self._more.items():

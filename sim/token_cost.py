@@ -55,7 +55,8 @@ def requests_per_gpu_table(models=TOKEN_COST_MODELS, dtypes=("bf16", "fp8"), *, 
             spec = cap.model
             copies = pool_bytes_per_token(spec, tp) // spec.kv_bytes_per_token  # MLA: every GPU keeps the latent
             full = tokens * spec.kv_bytes_per_token * copies
-            windowed = sum(g.bytes_per_token * min(tokens, g.window or tokens) for g in spec.kv_groups()) * copies
+            held = sum(g.bytes_per_token * min(tokens, g.window or tokens) for g in spec.kv_groups())
+            windowed = held * copies
             rows.append({"model": name, "kv_cache_dtype": dtype, "gpu": gpu, "tensor_parallel": tp,
                          "kv_bytes": cap.kv_bytes, "kv_gib": cap.kv_gib, "kv_tokens": cap.kv_tokens, "request_tokens": tokens,
                          "request_kv_bytes": windowed, "request_kv_bytes_all_full": full,

@@ -98,7 +98,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     if unknown or not fit:
         raise ValueError(f"cannot fit {', '.join(unknown) or 'nothing'}; fittable: {', '.join(FITTABLE)}")
     started = time.monotonic()
-    model, gpu = get_model(config.model), get_gpu(config.gpu)
+    model, gpu = get_model(config.model).with_kv_cache_dtype(config.kv_cache_dtype), get_gpu(config.gpu)
     base = dict(get_profile(start_profile).coefficients)
     common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
                   tensor_parallel=config.tensor_parallel)

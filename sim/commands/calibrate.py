@@ -13,7 +13,7 @@ import json
 
 import click
 
-from sim.commands.options import catalog_option
+from sim.commands.options import catalog_option, kv_cache_dtype_option
 
 
 def _list_profiles() -> None:
@@ -35,7 +35,7 @@ def _from_trace(path: str, opts: dict) -> None:
     from sim.trace_fit import fit_trace, trace_table
 
     fields = ("model", "gpu", "kv_tokens", "kv_gib", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-              "block_size", "tensor_parallel", "gpu_memory_utilization", "prefix_caching", "chunked_prefill",
+              "block_size", "tensor_parallel", "gpu_memory_utilization", "kv_cache_dtype", "prefix_caching", "chunked_prefill",
               "watermark", "seed", "catalog")
     try:
         if opts["gpu"] is None:
@@ -92,6 +92,7 @@ def _from_trace(path: str, opts: dict) -> None:
 @click.option("--block-size", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--tensor-parallel", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--gpu-memory-utilization", type=float, help="--from-trace: the run's vLLM setting.")
+@kv_cache_dtype_option
 @click.option("--prefix-caching/--no-prefix-caching", default=None, help="--from-trace: the run's vLLM setting.")
 @click.option("--chunked-prefill/--no-chunked-prefill", default=None, help="--from-trace: the run's vLLM setting.")
 @click.option("--watermark", type=float, default=0.0, show_default=True,

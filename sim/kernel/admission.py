@@ -205,17 +205,17 @@ class GroupMechanics:
             if victim is group:
                 return None
 
-    def stop_running(self, group: SequenceGroup, *, charge: bool = True) -> None:
-        """Free every sequence of a running group and take it off the running list (finished or preempted):
-        the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots a last
-        sync copies (a preemption; a group finishing after its step has run pays nothing)."""
+    def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False) -> None:
+        """Free every sequence of a running group and take it off the running list (``finished``, or
+        preempted): the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots
+        a last sync copies (a preemption; a group finishing after its step has run pays nothing)."""
         s = self.s
         decode, lags = s.decode, {}
         for seq_id in group.seq_ids:
             if seq_id in decode:
                 lags[seq_id] = decode.pending(seq_id, s.step)
                 decode.leave(seq_id)
-        copies = s.memory.free_group(group, lags)
+        copies = s.memory.free_group(group, lags, finished)
         if charge and copies:
             s.plan.copy_slots += sum(c.slots for c in copies)
         s.running.remove(group)
@@ -293,7 +293,7 @@ class GroupMechanics:
     def finish(self, group: SequenceGroup, end_s: float) -> None:
         """A running group produced its last token: free it and report it."""
         group.generated = group.output
-        self.stop_running(group, charge=False)
+        self.stop_running(group, charge=False, finished=True)
         group.state = FINISHED
         del self.s.live[group.index]
         self.sink.finish(group, end_s)

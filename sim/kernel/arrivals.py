@@ -48,6 +48,7 @@ class ArrivalSource:
         self.closed = getattr(workload, "closed_loop", None)
         self.own_identity = own_identity
         self.want_hashes = want_hashes and (own_identity or self._has_identity(workload))
+        self.anonymous = self._anonymous(workload) if self.want_hashes else None
         self.released: list[float] = []  # closed loop: heap of times a user sends its next request
         if self.closed is not None:
             self.released = [start_s] * min(self.closed.users, self.size)
@@ -75,6 +76,19 @@ class ArrivalSource:
         has_groups = groups is not None and bool((np.asarray(groups) >= 0).any())
         return has_groups or bool(getattr(workload, "has_prefix_hashes", False) or
                                   getattr(workload, "has_sessions", False))
+
+    @staticmethod
+    def _anonymous(workload) -> np.ndarray:
+        """Rows with no prefix identity (no prefix group, prefix hashes or session): their only hashes are
+        their own blocks', so no `Request` need be built to find them."""
+        anonymous = np.asarray(workload.prefix_group) < 0
+        offsets = getattr(workload, "hash_offsets", None)
+        if offsets is not None:
+            anonymous &= np.diff(np.asarray(offsets)) == 0
+        sessions = getattr(workload, "session_id", None)
+        if sessions is not None:
+            anonymous &= np.asarray(sessions) < 0
+        return anonymous
 
     def next_time(self) -> float | None:
         if self.cursor >= self.size:
@@ -138,11 +152,14 @@ class ArrivalSource:
         prompt, output = int(w.prompt_tokens[i]), int(w.output_tokens[i])
         max_tokens, group_id = int(w.max_tokens[i]), int(w.prefix_group[i])
         hashes: tuple[int, ...] = ()
-        prefix_blocks = 0
-        if self.want_hashes:
+        prefix_blocks = own_from = 0
+        if self.want_hashes and self.anonymous[i]:
+            if self.own_identity:
+                hashes = own_block_hashes(i, 0, prompt + output, self.block_size)
+        elif self.want_hashes:
             request = w[i]
             hashes = request.block_hashes(self.block_size)
-            prefix_blocks = len(hashes)
+            prefix_blocks = own_from = len(hashes)
             if request.session_id is not None:  # identity covers the whole turn; the group's part is shared
                 prefix_blocks = request.prefix_len // self.block_size if group_id >= 0 else 0
             elif self.own_identity:
@@ -151,5 +168,5 @@ class ArrivalSource:
             i, int(w.ids[i]), t, prompt, output, n=int(w.n[i]), beam_width=int(w.beam_width[i]),
             max_total=prompt + max_tokens - 1 if max_tokens >= 0 else None, hashes=hashes,
             prefix_group=group_id if group_id >= 0 else None, prefix_blocks=prefix_blocks,
-            priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0,
+            priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0, own_from=own_from,
         )

@@ -34,8 +34,8 @@ class KVMemory:
     """An allocator plus the sequence ids of the groups placed in it."""
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
-                 "shares_prefixes", "reports_growth", "per_chunk_capable", "grow", "grow_due", "headroom",
-                 "grow_chunk", "slots_per_token", "group_names", "host_tier")
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "grow", "grow_due",
+                 "headroom", "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
         """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
@@ -51,6 +51,7 @@ class KVMemory:
         self.shares_prefixes = alloc.shares_prefixes
         self.reports_growth = alloc.reports_growth
         self.per_chunk_capable = alloc.allocates_per_chunk
+        self.parks_own = alloc.parks_own_blocks
         self.slots_per_token = alloc.slots_per_token
         self.group_names = alloc.group_names
         # The per-block calls of the decode path are the allocator's own methods, bound once: a wrapper call
@@ -111,20 +112,24 @@ class KVMemory:
             self.new_seq(group)
         return made
 
-    def free(self, seq_id: int) -> None:
-        self._alloc.free(seq_id)
+    def free(self, seq_id: int, finished: bool = False) -> None:
+        """``finished``: the request is done for good (an allocator that parks own blocks drops them)."""
+        if finished and self.parks_own:
+            self._alloc.free(seq_id, finished=True)
+        else:
+            self._alloc.free(seq_id)
         del self.owner[seq_id]
 
-    def free_group(self, group: SequenceGroup, lags: Mapping[int, int]) -> tuple[Copy, ...]:
-        """Free every sequence of a group. ``lags``: tokens a sequence computed that the allocator was not told
-        (a lazily grown decoder); with prefix caching they are told first, so its full blocks get their hashes,
-        as in vLLM. Returns the copies that telling them made."""
+    def free_group(self, group: SequenceGroup, lags: Mapping[int, int], finished: bool = False) -> tuple[Copy, ...]:
+        """Free every sequence of a group (``finished``: for good). ``lags``: tokens a sequence computed that the
+        allocator was not told (a lazily grown decoder); with prefix caching they are told first, so its full
+        blocks get their hashes, as in vLLM. Returns the copies that telling them made."""
         copies: tuple[Copy, ...] = NO_COPIES
         for seq_id in group.seq_ids:
             lag = lags.get(seq_id, 0)
             if lag > 0 and self.prefix_caching:
                 copies += self._alloc.grow(seq_id, lag) or NO_COPIES
-            self.free(seq_id)
+            self.free(seq_id, finished)
         group.seq_ids = []
         return copies
 
@@ -149,7 +154,7 @@ class KVMemory:
             alloc.host_tier = None
         try:
             admission = alloc.admit(first, tokens, final_tokens=group.final_tokens,
-                                    max_total_tokens=group.max_total, block_hashes=group.hashes)
+                                    max_total_tokens=group.max_total, block_hashes=group.hashes, **self._own(group))
         finally:
             if swapped:
                 alloc.host_tier = self.host_tier
@@ -188,11 +193,15 @@ class KVMemory:
         first = self.new_seq(group)
         admission = self._alloc.admit(first, cached + chunk_of(target - cached), final_tokens=group.final_tokens,
                                       max_total_tokens=group.max_total, block_hashes=group.hashes,
-                                      full_tokens=full_tokens, apply_watermark=apply_watermark)
+                                      full_tokens=full_tokens, apply_watermark=apply_watermark, **self._own(group))
         if admission is None:
             del self.owner[first]
             group.seq_ids = []
         return admission
+
+    def _own(self, group: SequenceGroup) -> dict[str, int]:
+        """``own_from`` for `admit`, where the allocator parks own blocks and the group has own block ids."""
+        return {"own_from": group.own_from} if self.parks_own else {}
 
     def register_prefix(self, group: SequenceGroup) -> None:
         """Shared prefixes (a prefix group) are pinned once with allocators that share them (paged-cow)."""

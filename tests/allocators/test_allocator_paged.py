@@ -89,3 +89,25 @@ def test_chunked_prompt_blocks_are_cached_when_they_fill():
     a.grow(1, 2)
     assert a.block_hash(2) == 2
     a.check_invariants()
+
+
+def test_own_blocks_are_indexed_only_when_their_request_will_come_back():
+    """Guards the parking of a request's own blocks (ids only it carries, from ``own_from`` on): while it runs
+    they carry their hash but are not indexed; freed to come back (preempted) they are indexed and hit, in
+    fill order; finished they never are. Either way they are evicted last and handed out as cached blocks."""
+    own = [101, 102, 103]
+    for finished in (False, True):
+        a = make_allocator("paged", 11 * 16, prefix_caching=True)
+        a.admit(1, 20, final_tokens=60, block_hashes=[7, *own], own_from=1)
+        a.grow(1, 30)  # 50 tokens: blocks 1-3 full (hashes 7, 101, 102), block 4 partly
+        assert [a.block_hash(b) for b in (1, 2, 3, 4)] == [7, 101, 102, None]
+        assert a.num_cached_tokens([7, *own], 60) == 16  # the shared block is indexed, the own ones not yet
+        a.check_invariants()
+        a.free(1, finished=finished)
+        assert a.free_block_ids()[:1] == [4] and a.free_block_ids()[-3:] == [3, 2, 1]  # cached: evicted last
+        assert a.num_cached_tokens([7, *own], 60) == (16 if finished else 48)
+        assert [a.block_hash(b) for b in (1, 2, 3)] == [7, 101, 102]
+        a.check_invariants()
+        a.admit(2, 16 * 10, final_tokens=16 * 10)  # takes every block: the parked ones are evicted too
+        assert all(a.block_hash(b) is None for b in range(1, 11))
+        a.check_invariants()
