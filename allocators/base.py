@@ -32,7 +32,7 @@ class Copy(NamedTuple):
 
 class PageMap(NamedTuple):
     """``pages`` page sets that a call mapped into a sequence's virtual range (vAttention: one driver map call
-    per page per layer per K/V tensor), returned beside any `Copy` so the cost model charges the mapping.
+    per page per cache tensor: K and V of every layer), returned beside any `Copy` so the cost model charges the mapping.
     It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
 
     pages: int
