@@ -135,3 +135,20 @@ def test_catalog_models_get_the_manager_vllm_picks(name, groups, window):
     assert isinstance(alloc, HybridPagedAllocator)
     assert [g.name for g in alloc.groups] == groups and alloc.slots_per_token == len(groups)
     assert alloc.windows[0] == window and alloc.capacity == 50_000 * model.num_layers // alloc.unit
+
+
+def test_shared_prefixes_hit_and_fast_forward_still_equals_step_by_step(hybrid_model):
+    """Requests sharing a 2,000-token prefix hit it in every group (the window groups need only its last
+    window's blocks), and the fast-forward still ends where stepping one step at a time does."""
+    rng = np.random.default_rng(8)
+    count = 30
+    w = Workload(arrival_time_s=np.cumsum(rng.exponential(0.2, count)), prompt_tokens=rng.integers(2100, 2600, count),
+                 output_tokens=rng.integers(50, 300, count), name="shared-prefix",
+                 prefix_group=np.zeros(count, np.int64), prefix_len=np.full(count, 2000))
+    fast = run_simulation(config(hybrid_model, debug_invariants=5), w)
+    slow = run_simulation(config(hybrid_model, step_by_step=True), w)
+    assert fast.summary["cached_prompt_tokens"] >= (count - 1) * 1984  # 124 blocks of 16 per later request
+    assert fast.summary["cached_prompt_tokens"] == slow.summary["cached_prompt_tokens"]
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    for name, shares in fast.summary["kv_groups"].items():
+        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
