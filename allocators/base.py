@@ -159,10 +159,10 @@ class Allocator(ABC):
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
     deltas; otherwise it re-reads `breakdown` at every sub-event."""
     slots_per_token: int = 1
-    group_names: tuple[str, ...] = ()
-    """A hybrid pool's attention groups, in `MemoryBreakdown.groups` order; empty for a pool of one group."""
     """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
     cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""
+    group_names: tuple[str, ...] = ()
+    """A hybrid pool's attention groups, in `MemoryBreakdown.groups` order; empty for a pool of one group."""
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
