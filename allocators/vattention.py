@@ -135,12 +135,11 @@ class VAttentionAllocator(Allocator):
         return None
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = ()) -> bool:
-        """Counted, not tried: the parent's pages, a copy of them per fork, and a new page per sequence for
-        the next token when the last page is full."""
-        pages = cdiv(num_tokens, self.page_tokens)
-        full_tail = num_tokens % self.page_tokens == 0
-        return (count + 1) * pages + (count + 1 if full_tail else 0) <= len(self._free)
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+        """Counted, not tried: the parent's pages, a copy of them per fork, and the pages each sequence maps
+        for its next ``then_tokens``."""
+        grown = cdiv(num_tokens + then_tokens, self.page_tokens)
+        return (count + 1) * grown <= len(self._free)
 
     # -- state changes ---------------------------------------------------------------------------------
     def _map(self, count: int) -> list[int]:

@@ -24,7 +24,7 @@ def flag(field: str) -> str:
     return _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
-SCHEDULING_POLICIES = ("fcfs", "priority")
+SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
 
 
 @dataclass(slots=True)
