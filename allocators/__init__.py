@@ -1,5 +1,5 @@
-"""KV memory managers (contiguous slabs, paged blocks, paged copy-on-write, vAttention pages) and their waste
-accounting.
+"""KV memory managers (contiguous slabs, paged blocks, paged copy-on-write, vAttention pages, a radix-tree
+cache) and their waste accounting.
 
 `ALLOCATORS` maps each public name to its class; every class takes
 ``cls(capacity_slots, *, block_size=16, max_model_len=2048, placement="buddy", prefix_caching=False,
@@ -13,6 +13,7 @@ from allocators.contiguous import ContiguousMaxAllocator, ContiguousOracleAlloca
 from allocators.paged import PagedAllocator
 from allocators.paged_cow import PagedCowAllocator
 from allocators.placement import PLACEMENTS
+from allocators.radix import RadixAllocator
 from allocators.vattention import VAttentionAllocator
 
 ALLOCATORS: dict[str, type[Allocator]] = {
@@ -22,6 +23,7 @@ ALLOCATORS: dict[str, type[Allocator]] = {
     "paged": PagedAllocator,
     "paged-cow": PagedCowAllocator,
     "vattention": VAttentionAllocator,
+    "radix": RadixAllocator,
 }
 
 

@@ -32,7 +32,7 @@ class Copy(NamedTuple):
 
 class PageMap(NamedTuple):
     """``pages`` page sets that a call mapped into a sequence's virtual range (vAttention: one driver map call
-    per page per layer per K/V tensor), returned beside any `Copy` so the cost model charges the mapping.
+    per page per cache tensor: K and V of every layer), returned beside any `Copy` so the cost model charges the mapping.
     It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
 
     pages: int
@@ -95,6 +95,12 @@ class MemoryBreakdown:
     far higher than token-level occupancy ``token_states / capacity``. ``shared_saved`` is the slots that
     sequences reference but that exist only once thanks to sharing.
 
+    ``cached`` is the slots held only by a prefix cache: blocks no running sequence references that still
+    carry a hash, so a later request can hit them, and that are evicted (LRU) when memory is needed. It is a
+    part of the free share (of ``external_frag`` while ``waiting``, where the free slots are counted), not a
+    sixth share: the five shares above still sum exactly to ``capacity``, and ``free - cached`` (or
+    ``external_frag - overhead - cached``) is the memory that holds nothing at all.
+
     A value to read, never to change: every `Allocator.breakdown` call builds a fresh one. It is not frozen
     only because a frozen dataclass's constructor costs about 1.3 us against 0.5 us for this one, and the
     simulator builds one per step row.
@@ -109,6 +115,7 @@ class MemoryBreakdown:
     used_blocks: int
     total_blocks: int
     shared_saved: int = 0
+    cached: int = 0
     groups: tuple[GroupShare, ...] = ()
     """Per attention group (a hybrid pool: `allocators.hybrid`), what of the used share each holds; empty for
     a pool of one group. External fragmentation and free slots belong to the whole pool."""
@@ -152,10 +159,10 @@ class Allocator(ABC):
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
     deltas; otherwise it re-reads `breakdown` at every sub-event."""
     slots_per_token: int = 1
-    group_names: tuple[str, ...] = ()
-    """A hybrid pool's attention groups, in `MemoryBreakdown.groups` order; empty for a pool of one group."""
     """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
     cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""
+    group_names: tuple[str, ...] = ()
+    """A hybrid pool's attention groups, in `MemoryBreakdown.groups` order; empty for a pool of one group."""
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
@@ -243,9 +250,10 @@ class Allocator(ABC):
         """Make ``child_id`` a copy of ``parent_id`` (shared where the allocator can share); None if no room."""
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = ()) -> bool:
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
         """Whether a sequence admitted with ``num_tokens`` tokens, then forked ``count`` times, with every one
-        of the ``count + 1`` sequences then given a slot for one token, fits now; changes nothing.
+        of the ``count + 1`` sequences then grown by ``then_tokens`` (a slot for its next token, or the tokens
+        a group being recomputed had generated), fits now; changes nothing.
 
         The scheduler asks it before admitting a group whose parallel samples or beams fork at the first
         token, so a group whose sequences cannot all be placed keeps waiting instead of being admitted,
@@ -264,8 +272,8 @@ class Allocator(ABC):
                 ok = False
                 break
             made.append(child)
-        for seq in made if ok else ():
-            if self.grow(seq, 1) is None:
+        for seq in made if ok and then_tokens else ():
+            if self.grow(seq, then_tokens) is None:
                 ok = False
                 break
         for seq in reversed(made):

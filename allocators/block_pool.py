@@ -42,13 +42,14 @@ def pool_size(capacity: int, block_size: int) -> int:
 class BlockPool:
     """Block ids ``0 .. num_blocks - 1`` (0 is the null block), their holders, the free queue and the cache."""
 
-    __slots__ = ("num_blocks", "ref", "free", "cache")
+    __slots__ = ("num_blocks", "ref", "free", "cache", "num_cached")
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self.ref = [0] * num_blocks  # holders of each block; the null block 0 has none
         self.free = FreeBlockQueue(num_blocks, range(1, num_blocks))
         self.cache = PrefixCache(num_blocks)
+        self.num_cached = 0  # free blocks that still carry a hash: held by the cache alone, evictable
 
     @property
     def num_free(self) -> int:
@@ -58,9 +59,14 @@ class BlockPool:
         """Hand out the head of the free queue with one holder, evicting its cached hash."""
         block = self.free.popleft()
         if self.cache.block_hash[block] is not None:
-            self.cache.evict(block)
+            self.evict(block)
         self.ref[block] = 1
         return block
+
+    def evict(self, block: int) -> None:
+        """Forget the hash of a cached free block that is being handed out."""
+        self.cache.evict(block)
+        self.num_cached -= 1
 
     def pop_many(self, count: int) -> list[int]:
         """`pop` ``count`` times, in one pass over the free queue."""
@@ -68,6 +74,9 @@ class BlockPool:
         ref = self.ref
         for block in blocks:
             ref[block] = 1
+        if self.num_cached:
+            hashed = self.cache.block_hash
+            self.num_cached -= sum(1 for block in blocks if hashed[block] is not None)
         self.cache.evict_many(blocks)
         return blocks
 
@@ -77,6 +86,8 @@ class BlockPool:
         was_free = ref[block] == 0
         if was_free:
             self.free.remove(block)
+            if self.cache.block_hash[block] is not None:
+                self.num_cached -= 1
         ref[block] += 1
         return was_free
 
@@ -86,8 +97,10 @@ class BlockPool:
         blocks = list(blocks)
         if prefix_caching:
             hashed = self.cache.block_hash
+            cached = [b for b in blocks if hashed[b] is not None]
             self.free.prepend_many([b for b in blocks if hashed[b] is None])
-            self.free.extend([b for b in blocks if hashed[b] is not None])
+            self.free.extend(cached)
+            self.num_cached += len(cached)
         else:
             self.free.prepend_many(blocks)
 
@@ -124,4 +137,6 @@ class BlockPool:
             assert self.ref[b] == holders[b], f"block {b}: ref count {self.ref[b]} != {holders[b]} holders"
             assert (self.ref[b] == 0) == (b in self.free), f"block {b}: free-queue membership disagrees with ref"
         self.cache.check()
+        hashed = self.cache.block_hash
+        assert self.num_cached == sum(hashed[b] is not None for b in queued), "cached free-block count drifted"
         return queued

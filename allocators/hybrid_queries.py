@@ -154,10 +154,10 @@ class HybridQueries(Allocator):
         return sum(length - len(h) + sum(1 for b in h if b and ref[b] == 0) for h in hits)
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = ()) -> bool:
-        """`admit`'s test, then ``count`` forks copying every live block and, when the prompt ends on a block
-        boundary, a new block in every group for everyone's first token (window frees that token would make
-        are not counted: a conservative answer)."""
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+        """`admit`'s test, then ``count`` forks copying every live block and the blocks every group of the
+        ``count + 1`` sequences takes for their next ``then_tokens`` (window frees those tokens would make are
+        not counted: a conservative answer)."""
         hits = self._lookup(block_hashes, num_tokens)
         taken = self._admission_blocks(hits, num_tokens)
         free = self._free.num_free
@@ -165,7 +165,7 @@ class HybridQueries(Allocator):
             return False
         length = cdiv(num_tokens, self.block_size)
         live = sum(length - sum(1 for b in h if b == 0) for h in hits) if hits else length * len(self.groups)
-        tail = (count + 1) * len(self.groups) if num_tokens % self.block_size == 0 else 0
+        tail = (count + 1) * len(self.groups) * (cdiv(num_tokens + then_tokens, self.block_size) - length)
         return taken + count * live + tail <= free
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:

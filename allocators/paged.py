@@ -159,6 +159,7 @@ class PagedAllocator(PagedQueries):
                 cache = self._cache
                 if cache.block_hash[block] is not None:
                     cache.evict_many((block,))
+                    self._pool.num_cached -= 1
             else:
                 table += self._pool.pop_many(num_new)
         held = len(table) * bs

@@ -64,10 +64,12 @@ class PagedCowAllocator(PagedAllocator):
             self._count_partial(last)
         return NO_COPIES
 
-    def _fork_blocks(self, table_len: int, full_tail: bool, count: int) -> int:
-        """Forks share every block; the next token then copies a partly filled tail for every sharer but the
-        last (``count`` blocks), or takes a new block in each of the ``count + 1`` sequences if it is full."""
-        return count + 1 if full_tail else count
+    def _fork_blocks(self, num_tokens: int, count: int, then_tokens: int) -> int:
+        """Forks share every block; growing then copies a partly filled tail for every sharer but the last
+        (``count`` blocks), and each of the ``count + 1`` sequences takes the blocks its growth crosses into."""
+        bs = self.block_size
+        copies = count if num_tokens % bs and then_tokens else 0
+        return copies + (count + 1) * (cdiv(num_tokens + then_tokens, bs) - cdiv(num_tokens, bs))
 
     def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
         last = s.table[-1]

@@ -75,15 +75,15 @@ class PagedQueries(Allocator):
         return self._seqs[seq_id].room
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = ()) -> bool:
-        """`admit`'s test, then the blocks ``count`` forks and everyone's first token take (`_fork_blocks`)."""
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+        """`admit`'s test, then the blocks ``count`` forks and everyone's next ``then_tokens`` take
+        (`_fork_blocks`)."""
         hits = self._lookup(block_hashes, num_tokens)
         taken = self._admission_blocks(hits, num_tokens)
         free = self._free.num_free
         if taken > free - self.watermark_blocks:
             return False
-        full_tail = num_tokens % self.block_size == 0
-        return taken + self._fork_blocks(cdiv(num_tokens, self.block_size), full_tail, count) <= free
+        return taken + self._fork_blocks(num_tokens, count, then_tokens) <= free
 
     def _admission_blocks(self, hits: list[int], num_tokens: int) -> int:
         """Free blocks admitting ``num_tokens`` tokens with these prefix hits takes: its new blocks, plus the
@@ -91,11 +91,11 @@ class PagedQueries(Allocator):
         ref = self._ref
         return cdiv(num_tokens, self.block_size) - len(hits) + sum(1 for b in hits if ref[b] == 0)
 
-    def _fork_blocks(self, table_len: int, full_tail: bool, count: int) -> int:
-        """Blocks ``count`` forks of a sequence with ``table_len`` blocks take, plus a slot for the next token
-        in each of the ``count + 1``: without copy-on-write every fork copies the whole table, and a full tail
-        needs a new block in every sequence."""
-        return count * table_len + (count + 1 if full_tail else 0)
+    def _fork_blocks(self, num_tokens: int, count: int, then_tokens: int) -> int:
+        """Blocks ``count`` forks of a sequence of ``num_tokens`` take, plus ``then_tokens`` more in each of the
+        ``count + 1``: without copy-on-write every fork copies the whole table, then every sequence grows."""
+        table_len = cdiv(num_tokens, self.block_size)
+        return count * table_len + (count + 1) * (cdiv(num_tokens + then_tokens, self.block_size) - table_len)
 
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """Every block of the table, one transfer each (vLLM swaps block by block); pending tokens lie in
@@ -154,6 +154,7 @@ class PagedQueries(Allocator):
             used_blocks=used,
             total_blocks=self.num_usable_blocks,
             shared_saved=self._shared_saved,
+            cached=self._pool.num_cached * bs,
         )
 
     def memory_map(self) -> np.ndarray:

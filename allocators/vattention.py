@@ -8,11 +8,11 @@ are 2 MB with the stock driver and 64/128/256 KB with the authors' driver extens
 "Using smaller page sizes"). Attention kernels read the virtual range as one dense tensor, so they need no
 block table (`kind` is ``"contiguous"``: the cost model charges no paged-kernel overhead).
 
-The unit here is a *page set*: one physical page in every layer's K and V tensor, mapped together, as
-vAttention's ``MAP_PAGES`` does for every layer at once. It holds ``page_tokens`` tokens (the page's bytes
-over one token's bytes in one layer's K or V: `page_tokens`); page set ``p`` is slots
-``[p * page_tokens, (p + 1) * page_tokens)`` of the arena. The pool has ``num_pages`` of them (the KV pool's
-bytes over ``page bytes x layers x 2``); the slots no page set covers (the pool's remainder, and the bytes of
+The unit here is a *page set*: one physical page in every layer's K and V tensor (one latent tensor per
+layer for MLA), mapped together, as vAttention's ``MAP_PAGES`` does for every layer at once. It holds
+``page_tokens`` tokens (the page's bytes over one token's bytes in one tensor: `page_geometry`); page set
+``p`` is slots ``[p * page_tokens, (p + 1) * page_tokens)`` of the arena. The pool has ``num_pages`` of them
+(the KV pool's bytes over ``page bytes x cache tensors``); the slots no page set covers (the pool's remainder, and the bytes of
 each page that hold less than a whole token) are allocator overhead. Waste then moves to the unused tail of
 each request's last page, in every layer and tensor: that is internal fragmentation here.
 
@@ -48,41 +48,16 @@ from allocators.base import (
     cdiv,
     fill_states,
 )
+from allocators.vattention_pages import PAGE_SIZES_KIB, cache_tensors, page_geometry
 
-PAGE_SIZES_KIB = (64, 128, 256, 2048)
-"""The page sizes vAttention supports: 2 MB natively, 64/128/256 KB with its driver extension."""
-DEFAULT_PAGE_SIZE_KIB = 2048
-
-
-def page_geometry(kv_bytes_per_token: int, num_layers: int, page_size_kib: int, kv_tokens: int,
-                  tensor_parallel: int = 1, tensors: int = 2) -> tuple[int, int]:
-    """``(page_tokens, num_pages)`` of a vAttention pool of ``kv_tokens`` token slots.
-
-    One token takes ``kv_bytes_per_token / (layers x tensors)`` bytes in one layer's K (or V) tensor,
-    divided over the ``tensor_parallel`` GPUs (each holds its share of the KV heads), so a page holds
-    ``page bytes // that`` tokens (vAttention's ``tokens_per_page``, rounded down: the rest of the page is
-    never used). ``tensors`` is 2 (K and V) for the catalog's full-attention models. The pool has
-    ``kv_tokens x bytes per token`` bytes, ``page bytes x layers x tensors`` per page set. Integer
-    arithmetic throughout, so the page count is exact."""
-    if page_size_kib not in PAGE_SIZES_KIB:
-        raise ValueError(f"--page-size-kib must be one of {', '.join(map(str, PAGE_SIZES_KIB))}, "
-                         f"got {page_size_kib!r}")
-    page_bytes = page_size_kib * 1024
-    per_page_set = page_bytes * num_layers * tensors * tensor_parallel  # bytes of one page set, all GPUs
-    page_tokens = per_page_set // kv_bytes_per_token
-    if page_tokens < 1:
-        raise ValueError(f"a {page_size_kib} KiB page is smaller than one token's KV in one layer "
-                         f"({kv_bytes_per_token // (num_layers * tensors * tensor_parallel)} bytes)")
-    return page_tokens, kv_tokens * kv_bytes_per_token // per_page_set
-
+__all__ = ["PAGE_SIZES_KIB", "VAttentionAllocator", "cache_tensors", "page_geometry", "page_options"]
 
 def page_options(allocator: type, model, page_size_kib: int, kv_tokens: int, tensor_parallel: int = 1) -> dict:
     """The constructor options (``page_tokens``, ``num_pages``) that give a vattention allocator the page
     geometry of ``model`` (a catalog `ModelSpec`); none for other allocators."""
     if not issubclass(allocator, VAttentionAllocator):
         return {}
-    page_tokens, num_pages = page_geometry(model.kv_bytes_per_token, model.num_layers, page_size_kib, kv_tokens,
-                                           tensor_parallel)
+    page_tokens, num_pages = page_geometry(model, page_size_kib, kv_tokens, tensor_parallel)
     return {"page_tokens": page_tokens, "num_pages": num_pages}
 
 
@@ -160,12 +135,11 @@ class VAttentionAllocator(Allocator):
         return None
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = ()) -> bool:
-        """Counted, not tried: the parent's pages, a copy of them per fork, and a new page per sequence for
-        the next token when the last page is full."""
-        pages = cdiv(num_tokens, self.page_tokens)
-        full_tail = num_tokens % self.page_tokens == 0
-        return (count + 1) * pages + (count + 1 if full_tail else 0) <= len(self._free)
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+        """Counted, not tried: the parent's pages, a copy of them per fork, and the pages each sequence maps
+        for its next ``then_tokens``."""
+        grown = cdiv(num_tokens + then_tokens, self.page_tokens)
+        return (count + 1) * grown <= len(self._free)
 
     # -- state changes ---------------------------------------------------------------------------------
     def _map(self, count: int) -> list[int]:

@@ -17,11 +17,14 @@ from sim.commands.options import catalog_option, kv_cache_dtype_option
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
                     gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
                     prompt_len: int | None, output_len: int | None, max_model_len: int | None,
-                    page_size_kib: int = 2048, kv_cache_dtype: str = "auto") -> dict:
+                    page_size_kib: int = 2048, kv_cache_dtype: str = "auto",
+                    disable_hybrid_kv_cache_manager: bool = False) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
     from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
+    from allocators.hybrid import HybridPagedAllocator
+    from allocators.kv_cache_groups import needs_hybrid
     from allocators.vattention import page_options
 
     spec = get_model(model)
@@ -46,8 +49,13 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     if cap.kv_tokens <= 0:
         raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
-    alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
-                           placement=placement, **pages)
+    hybrid = allocator == "paged" and not disable_hybrid_kv_cache_manager and needs_hybrid(spec.kv_groups())
+    if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
+        alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
+                                     max_model_len=max_len)
+    else:
+        alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
+                               placement=placement, **pages)
     final = prompt_len + output_len
     reason = alloc.never_fits(prompt_len, final_tokens=final)
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
@@ -67,6 +75,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel),
         "kv_capacity_tokens": cap.kv_tokens,
         "kv_capacity_blocks": alloc.num_blocks if paged else None,
+        "kv_cache_groups": [g.name for g in alloc.groups] if hybrid else None,
         "usable_blocks": alloc.num_usable_blocks if paged else None,
         "allocator": allocator,
         "block_size": block_size if paged else None,
@@ -101,6 +110,9 @@ def _print_text(r: dict) -> None:
     if r["kv_capacity_blocks"] is not None:
         click.echo(f"  {r['kv_capacity_blocks']:,} blocks of {r['block_size']} ({r['usable_blocks']:,} usable; "
                    "block 0 is the null block)")
+    if r["kv_cache_groups"]:
+        click.echo(f"  one pool shared by {len(r['kv_cache_groups'])} KV cache groups of equal layer count "
+                   f"({', '.join(r['kv_cache_groups'])}): a block holds {r['block_size']} tokens of one group's layers")
     if r["kv_capacity_pages"] is not None:
         click.echo(f"  {r['kv_capacity_pages']:,} page sets of {r['page_tokens']} tokens ({r['page_size_kib']} KiB "
                    "per layer per K/V tensor)")
@@ -138,6 +150,8 @@ def _print_text(r: dict) -> None:
               help="Output tokens per request [default: the rest of --max-model-len, or 0].")
 @click.option("--max-model-len", type=int, default=None, help="Maximum sequence length [default: the model's].")
 @catalog_option
+@click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
+              help="Treat sliding-window layers as full attention (vLLM's flag; paged on a hybrid model).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
     """KV capacity of a deployment and how many requests of a given length fit at once."""

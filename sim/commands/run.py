@@ -30,7 +30,7 @@ COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughpu
                 "tpot_p50_s", "e2e_p50_s", "token_states_frac", "reservation_frac", "internal_frag_frac",
                 "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "prefill_tokens",
                 "cached_prompt_tokens", "prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "offload_bytes",
-                "reload_bytes", "wall_time_s")
+                "reload_bytes", "cached_frac", "wall_time_s")
 _DEFAULTS = SimConfig()
 
 
@@ -104,8 +104,9 @@ def simulation_options(func):
                       help="Admit a request only if its whole sequence fits (vLLM's default), not just its "
                            "first chunk."),
         _field_option("--scheduling-policy", type=click.Choice(SCHEDULING_POLICIES),
-                      help="fcfs, or priority (the trace's priority column: lower first; the preemption "
-                           "victim is the lowest priority, latest arrival)."),
+                      help="fcfs, priority (the trace's priority column: lower first; the preemption "
+                           "victim is the lowest priority, latest arrival), or lpm (longest cached prefix "
+                           "first, as SGLang's cache-aware scheduling; ties by arrival)."),
         _field_option("--preemption", type=click.Choice(PREEMPTION_MODES),
                       help="What happens to a preempted request: recompute its KV later, or swap it to host "
                            "memory."),

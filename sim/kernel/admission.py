@@ -126,12 +126,14 @@ class GroupMechanics:
         s.beams.groups += group.beam
 
     def admit_waiting(self, budget: int) -> bool:
-        """FCFS (or priority order), head of line. Returns whether anything was admitted; sets
+        """FCFS (or priority order, or longest cached prefix first), head of line. Returns whether anything was admitted; sets
         `memory_blocked`."""
         s = self.s
         s.memory_blocked = bool(s.waiting)
         if not s.continuous and s.running:
             return False
+        if s.waiting.lpm:
+            s.waiting.order_by_prefix(s.memory.cached_tokens)
         admitted = False
         while s.waiting and (budget > 0 or not s.continuous):
             group = s.waiting[0]

@@ -66,7 +66,7 @@ class ArrivalSource:
         """The source an allocator needs: with prefix caching, shared-prefix hashes and every request's own
         block ids (vLLM v1 hashes every full block); with shared-prefix registration (paged-cow), the shared
         prefixes; otherwise none."""
-        caching = memory.prefix_caching and memory.block_size > 1
+        caching = memory.prefix_caching  # block size 1 included: radix's token-granular tree needs them
         return cls(workload, block_size=memory.block_size, want_hashes=caching or memory.shares_prefixes,
                    start_s=start_s, own_identity=caching)
 

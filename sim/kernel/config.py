@@ -24,7 +24,7 @@ def flag(field: str) -> str:
     return _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
-SCHEDULING_POLICIES = ("fcfs", "priority")
+SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
 
 
 @dataclass(slots=True)
@@ -118,7 +118,7 @@ class SimConfig:
             integer(name, 0)
         for name in ("kv_gib", "step_time", "rate"):
             positive_float(name)
-        from allocators.vattention import PAGE_SIZES_KIB
+        from allocators.vattention_pages import PAGE_SIZES_KIB
 
         if isinstance(self.page_size_kib, bool) or self.page_size_kib not in PAGE_SIZES_KIB:
             raise ValueError(f"--page-size-kib must be one of {', '.join(map(str, PAGE_SIZES_KIB))}, "

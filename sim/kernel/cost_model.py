@@ -32,7 +32,7 @@ sources:
 - ``swap_copy_latency_s = 5e-6``: vLLM swaps with one ``cudaMemcpyAsync`` per block, layer and K/V, each
   costing a few microseconds, which is why swapping is poor at small block sizes (paper, section 7.4).
 - ``page_map_latency_s = 20e-6``: vAttention maps a page set with a ``cuMemMap`` and a ``cuMemSetAccess`` per
-  layer and per K/V tensor (``MAP_PAGES`` / ``map_cuda_pages`` in microsoft/vattention's ``vattention/``), on
+  layer and per K/V tensor (per latent tensor for MLA) (``MAP_PAGES`` / ``map_cuda_pages`` in microsoft/vattention's ``vattention/``), on
   physical handles created up front (``reserve_physical_pages``), synchronously in its ``_sync`` mode. The
   20 us per call is an estimate of those two driver calls on a 2 MB page, not a figure read from the paper
   (its per-API latency table was not at hand); the paper hides most of it by mapping in a background thread

@@ -72,20 +72,23 @@ class DecodeSet:
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
 
-    def sync_run(self, step0: int, end: int, grow_due, start_of) -> tuple[int, int, float, int, float]:
+    def sync_run(self, step0: int, end: int, grow_due, start_of,
+                 spare: int = 1 << 62) -> tuple[int, int, float, int, float, int, float]:
         """Sync every sequence falling due in steps ``step0 .. end - 1`` of a decode run, in (deadline, id)
         order, including the later deadlines the syncs create. ``grow_due(seq_id, tokens)`` is the
         allocator's (headroom, new blocks, reservation change) or None when out of memory: the run then ends
         before that step (it stays due; the scheduler will preempt). ``start_of(m)``: when step ``step0 + m``
-        starts, in seconds from the run's start.
+        starts, in seconds from the run's start. ``spare``: free blocks that hold nothing; the allocator hands
+        them out before it evicts cached blocks, so blocks past them are evictions.
 
-        Returns ``(end, blocks, blocks_t, moved, moved_t)``: the run's end, the used blocks gained and the
-        reservation gained (slots: the lag no longer counts the tokens just told), and the same weighted by
-        the time of their step, from which the fast-forward integrates memory exactly."""
+        Returns ``(end, blocks, blocks_t, moved, moved_t, evicted, evicted_t)``: the run's end, the used blocks
+        gained, the reservation gained (slots: the lag no longer counts the tokens just told) and the cached
+        blocks evicted, each also weighted by the time of its step, from which the fast-forward integrates
+        memory exactly."""
         heap, deadline, g0, tokens = self.heap, self.deadline, self.g0, self.tokens
         pop, replace = heapq.heappop, heapq.heapreplace
-        blocks = moved = synced = 0
-        blocks_t = moved_t = 0.0
+        blocks = moved = synced = evicted = 0
+        blocks_t = moved_t = evicted_t = 0.0
         while heap:
             due, seq_id = heap[0]
             if due >= end:
@@ -111,9 +114,13 @@ class DecodeSet:
             blocks_t += new_blocks * t
             moved += gained
             moved_t += gained * t
+            if blocks > spare:
+                over = blocks - spare - evicted
+                evicted += over
+                evicted_t += over * t
         self.sum_g0 += synced
         self.sum_tokens += synced
-        return end, blocks, blocks_t, moved, moved_t
+        return end, blocks, blocks_t, moved, moved_t, evicted, evicted_t
 
     def context_of(self, seq_id: int, step: int) -> int:
         """Tokens one tracked sequence holds at the start of ``step``."""

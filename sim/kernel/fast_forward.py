@@ -18,7 +18,7 @@ Memory is integrated exactly without re-reading the breakdown at every sub-event
 the run changes the breakdown by constants from then on: ``blocks`` used blocks more (``block_size`` slots
 each, taken from the free share), and the sequence's slots move between reservation and internal
 fragmentation; token states do not move (the allocator learns the tokens the decode set's lag counted
-already). So each sync adds ``delta x (T - t_m)`` to the integrals, where ``t_m`` is when step ``m``
+already); a block past the free queue's empty blocks is evicted from the prefix cache, leaving ``cached``. So each sync adds ``delta x (T - t_m)`` to the integrals, where ``t_m`` is when step ``m``
 starts and ``T`` the run's duration: O(1) per sub-event from sums of ``delta`` and ``delta x t_m``::
 
     breakdown b(t):  b0 ------------+ b0 + d1 ------------+ b0 + d1 + d2 ------|
@@ -62,12 +62,15 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if horizon != math.inf:
         k = cost.steps_starting_before(n, context, k, horizon, prefix)
     end = step0 + k
-    end, blocks, blocks_t, moved, moved_t = decode.sync_run(step0, end, grow_due, prefix)
+    # blocks come off the free queue empty ones first, cached ones after (`allocators.block_pool`)
+    spare = b.total_blocks - b.used_blocks - b.cached // memory.block_size if b.cached else 1 << 62
+    end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(step0, end, grow_due, prefix, spare)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k)
     integral.add(b, lag0, seconds, n * weighted, len(sched.running))
     if blocks or moved:
-        integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting)
+        integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting,
+                            evicted * seconds - evicted_t)
     return k, seconds
 
 

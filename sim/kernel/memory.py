@@ -147,6 +147,10 @@ class KVMemory:
                 group.prompt + group.generated, group.num_seqs - 1, final_tokens=group.final_tokens,
                 max_total_tokens=group.max_total, block_hashes=group.hashes):
             return None  # its samples or beams fork at the first token: admitted only if all of them fit
+        if multi and self.prefix_caching and not alloc.group_fits(
+                group.prompt, group.num_seqs - 1, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
+                block_hashes=group.hashes, then_tokens=group.generated):
+            return None  # asked first: a failed try would evict cached blocks on its way
         first = self.new_seq(group)
         tokens = group.prompt + (0 if multi else group.generated)
         swapped = self.host_tier is not None and group.state == SWAPPED

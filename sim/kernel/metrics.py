@@ -16,11 +16,11 @@ from allocators.base import SHARE_NAMES, SLOT_STATES, MemoryBreakdown
 
 STEP_FLOAT = ("time_s", "duration_s")
 STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", "context_tokens", "copies",
-            "swap_blocks", "preempted", "gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "token_states", "reservation", "internal_frag", "external_frag", "free",
-            "used_blocks", "shared_saved")
-STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-1], "total_blocks", "shared_saved", "capacity")
+            "swap_blocks", "preempted", "gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "token_states",
+            "reservation", "internal_frag", "external_frag", "free", "used_blocks", "shared_saved", "cached")
+STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-2], "total_blocks", "shared_saved", "cached", "capacity")
 _IDLE = (0,) * 9  # an idle row's prefill_tokens .. reload_blocks
-MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved")
+MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved", "cached")
 GROUP_KEYS = ("token_states", "reservation", "internal_frag", "used_blocks")
 """A hybrid pool's per-group memory columns (``<group>_<key>`` in the step table) and integrals."""
 
@@ -31,7 +31,8 @@ class MemoryIntegral:
     ``lag`` moves slots from reservation to token states (lazily grown decoders, `sim.kernel.decode_set`);
     ``growth`` is ``n x sum_j j * d_j`` for a run whose decoders append ``n`` tokens a step. Both count tokens,
     which fill ``slots_per_token`` slots each (a hybrid pool: one per KV cache group); ``groups`` holds a
-    hybrid pool's per-group integrals (`GROUP_KEYS`), by group name.
+    hybrid pool's per-group integrals (`GROUP_KEYS`), by group name. ``cached`` (slots held only by a prefix
+    cache, part of the free or external share) is integrated beside the shares.
     """
 
     __slots__ = ("time", "running", *MEMORY_KEYS, "slots_per_token", "groups")
@@ -56,6 +57,7 @@ class MemoryIntegral:
         self.free += b.free * duration
         self.used_blocks += b.used_blocks * duration
         self.shared_saved += b.shared_saved * duration
+        self.cached += b.cached * duration
 
     def _add_groups(self, b: MemoryBreakdown, lag: int, duration: float, growth: float) -> None:
         for part in b.groups:
@@ -66,11 +68,13 @@ class MemoryIntegral:
             acc[2] += part.internal_frag * duration
             acc[3] += part.used_blocks * duration
 
-    def add_blocks(self, blocks: float, moved: float, block_size: int, waiting: bool) -> None:
+    def add_blocks(self, blocks: float, moved: float, block_size: int, waiting: bool, evicted: float = 0.0) -> None:
         """Blocks handed out during a run, pre-integrated by the caller: ``blocks`` is block-seconds gained
         by the used share (taken from the free share, or from external fragmentation while requests wait on
         memory); ``moved`` is slot-seconds of those blocks that sequences will fill (reservation), the rest of
-        each block being internal fragmentation."""
+        each block being internal fragmentation; ``evicted`` is block-seconds of them that were cached blocks
+        (evicted from the prefix cache)."""
+        self.cached -= evicted * block_size
         slots = blocks * block_size
         self.used_blocks += blocks
         self.reservation += moved
@@ -144,7 +148,7 @@ class Recorder:
                                         part.used_blocks))
             lag *= self.memory.slots_per_token
         self.ints.extend((num_steps, running, waiting, *work, b.token_states + lag, b.reservation - lag,
-                          b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved))
+                          b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved, b.cached))
 
     def snapshot(self, time_s: float, owners: np.ndarray, request_of_seq: dict[int, int],
                  states: np.ndarray, groups: np.ndarray | None = None) -> None:

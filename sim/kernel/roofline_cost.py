@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from allocators import roofline
 from allocators.catalog import GpuSpec, ModelSpec
+from allocators.vattention_pages import cache_tensors
 from sim.kernel.decode_sums import crossover, linear_sums
 
 DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
@@ -76,7 +77,7 @@ class StepCostModel:
         self._t_copy_slot = 2 * kv / tp / bytes_s  # read and write one token's KV in HBM
         self._t_swap_slot = kv / tp / (self.gpu.pcie_gb_s * 1e9)  # one token's KV over PCIe
         self._t_swap_transfer = 2 * m.num_layers * self.swap_copy_latency_s  # one copy call per layer, K and V
-        self._t_page_map = 2 * m.num_layers * self.page_map_latency_s  # a page set: one map per layer, K and V
+        self._t_page_map = cache_tensors(m) * self.page_map_latency_s  # a page set: a map call per cache tensor
 
     def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0,
                       page_maps: int = 0) -> float:

@@ -52,7 +52,7 @@ class Scheduler:
         self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
         self.lazy = lazy
         self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
-        self.waiting = WaitingQueue(scheduling_policy == "priority")
+        self.waiting = WaitingQueue(scheduling_policy == "priority", lpm=scheduling_policy == "lpm")
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
         self.live: dict[int, SequenceGroup] = {}

@@ -107,6 +107,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "block_usage_frac": memory.used_blocks / (t * total_blocks) if t > 0 and total_blocks else 0.0,
         "token_occupancy_frac": shares["token_states_frac"],
         "shared_saved_frac": _shared_saved_frac(memory),
+        "cached_frac": memory.cached / (t * capacity) if t > 0 else 0.0,
         "prefill_tokens": int(prefill_tokens),
         "cached_prompt_tokens": int(cached_prompt_tokens),
         "prefix_hit_frac": (cached_prompt_tokens / (cached_prompt_tokens + prefill_tokens)

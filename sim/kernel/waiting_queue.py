@@ -3,21 +3,27 @@
 FCFS (vLLM's default): arrivals join at the back, and a preempted group goes back in front, so it is the
 first to be re-admitted. ``priority``: lower ``priority`` value first, then earlier arrival, then workload
 position, as vLLM's priority queue orders requests; a preempted group goes back into its place in that order.
+``lpm`` (longest prefix match, SGLang's cache-aware policy): before each admission round the queue is sorted by
+the prompt tokens each group would find cached now (`Allocator.num_cached_tokens`, no side effects), most
+first; ties keep arrival order (arrival time, then workload position), so the order is deterministic. A
+swapped-out group (its KV waits in host memory) goes first, as under FCFS.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 
-from sim.kernel.sequence_group import SequenceGroup
+from sim.kernel.sequence_group import SWAPPED, SequenceGroup
 
 
 class WaitingQueue(deque):
     """A `deque` of `SequenceGroup` (the scheduler pops its head) that knows where a group goes in."""
 
-    def __init__(self, priority: bool = False) -> None:
+    def __init__(self, priority: bool = False, *, lpm: bool = False) -> None:
         super().__init__()
         self.priority = priority
+        self.lpm = lpm
 
     def enqueue(self, group: SequenceGroup) -> None:
         """Queue a group: at the back (FCFS), or before the first of lower priority."""
@@ -37,3 +43,13 @@ class WaitingQueue(deque):
             self.enqueue(group)
         else:
             self.appendleft(group)
+
+    def order_by_prefix(self, cached_tokens: Callable[[Sequence[int], int], int]) -> None:
+        """Sort for ``lpm``: swapped-out groups first, then most prompt tokens cached (``cached_tokens(hashes,
+        prompt)``), then arrival order."""
+        if len(self) < 2:
+            return
+        groups = sorted(self, key=lambda g: (g.state != SWAPPED, -cached_tokens(g.hashes, g.prompt), g.arrival_s,
+                                             g.index))
+        self.clear()
+        self.extend(groups)

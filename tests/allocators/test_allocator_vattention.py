@@ -11,7 +11,7 @@ import pytest
 from allocators import make_allocator
 from allocators.base import Copy, PageMap
 from allocators.catalog import get_gpu, get_model
-from allocators.vattention import page_geometry
+from allocators.vattention import cache_tensors, page_geometry
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_profiles import make_step_cost
 from sim.kernel.runner import run_simulation
@@ -24,18 +24,33 @@ def test_llama_3_8b_page_holds_1024_tokens_at_2_mib_and_32_at_64_kib():
     assert LLAMA.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
     per_tensor = 8 * 128 * 2  # one token in one layer's K tensor
     # 100,000 slots = 13,107,200,000 bytes; a page set is one page in each of 32 x 2 tensors
-    assert page_geometry(LLAMA.kv_bytes_per_token, 32, 2048, 100_000) == (
+    assert page_geometry(LLAMA, 2048, 100_000) == (
         2048 * 1024 // per_tensor, 13_107_200_000 // (2048 * 1024 * 64)) == (1024, 97)
-    assert page_geometry(LLAMA.kv_bytes_per_token, 32, 64, 100_000) == (32, 13_107_200_000 // (64 * 1024 * 64))
-    assert page_geometry(LLAMA.kv_bytes_per_token, 32, 64, 100_000)[1] == 3125
-    # tensor parallelism splits the heads: each GPU's page holds twice the tokens
-    assert page_geometry(LLAMA.kv_bytes_per_token, 32, 64, 100_000, tensor_parallel=2) == (64, 1562)
+    assert page_geometry(LLAMA, 64, 100_000) == (32, 13_107_200_000 // (64 * 1024 * 64)) == (32, 3125)
+    # tensor parallelism splits the heads: each GPU's page holds twice the tokens, of half the pool
+    assert page_geometry(LLAMA, 64, 100_000, tensor_parallel=2) == (64, 1562)
+
+
+def test_fp8_doubles_the_tokens_a_page_holds():
+    fp8 = LLAMA.with_kv_cache_dtype("fp8")
+    assert page_geometry(fp8, 2048, 100_000) == (2048, 6_553_600_000 // (2048 * 1024 * 64))
+
+
+def test_mla_maps_one_latent_tensor_per_layer():
+    """DeepSeek-V3: a 512-dim latent plus a 64-dim rope key, 2 bytes each, in one tensor per layer (61 layers),
+    not split over GPUs: 1,152 bytes a token a layer; a 2 MB page holds 1,820 tokens, 64 KB 56."""
+    ds = get_model("deepseek-v3")
+    assert cache_tensors(ds) == ds.num_layers == 61 and ds.kv_bytes_per_token == 61 * 576 * 2
+    assert page_geometry(ds, 2048, 10_000) == (2048 * 1024 // 1152, 10_000 * 61 * 1152 // (2048 * 1024 * 61))
+    assert page_geometry(ds, 64, 10_000, tensor_parallel=8) == (56, 10_000 * 61 * 1152 // (64 * 1024 * 61))
+    cost = make_step_cost(None, ds, get_gpu("h100-80gb"), paged=False)
+    assert cost.transfer_time(page_maps=1) == pytest.approx(61 * cost.page_map_latency_s)
 
 
 def test_a_page_that_holds_a_fraction_of_a_token_more_leaves_it_as_overhead():
     """OPT-13B: 40 heads x 128 x 2 = 10,240 bytes per token per tensor; 2 MB / 10,240 = 204.8 tokens."""
     opt = get_model("opt-13b")
-    page_tokens, pages = page_geometry(opt.kv_bytes_per_token, opt.num_layers, 2048, 14_565)
+    page_tokens, pages = page_geometry(opt, 2048, 14_565)
     assert (page_tokens, pages) == (204, 14_565 * 10_240 // (2 * 1024 * 1024))  # 71 page sets
     a = make_allocator("vattention", 14_565, page_tokens=page_tokens, num_pages=pages)
     b = a.breakdown()

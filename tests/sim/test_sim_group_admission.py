@@ -13,7 +13,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from workloads import Workload
 
-ALL = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow", "vattention"]
+ALL = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow", "vattention", "radix"]
 
 
 def workload(arrivals, prompts, outputs, **cols):
@@ -63,6 +63,7 @@ def test_parallel_groups_preempt_rarely(allocator, kind):
                                      dict(allocator="contiguous-pow2", kv_tokens=3000),
                                      dict(allocator="paged", kv_tokens=3000),
                                      dict(allocator="paged-cow", kv_tokens=2500),
+                                     dict(allocator="radix", kv_tokens=2500),
                                      dict(allocator="vattention", kv_tokens=3000, page_size_kib=64)])
 def test_fast_forward_equals_step_by_step_with_parallel_groups(options):
     rng = np.random.default_rng(5)
@@ -78,9 +79,11 @@ def test_fast_forward_equals_step_by_step_with_parallel_groups(options):
 
 @pytest.mark.parametrize("allocator", ALL)
 @pytest.mark.parametrize("prefix_caching", [False, True])
-def test_group_fits_agrees_with_placing_the_group(allocator, prefix_caching):
+@pytest.mark.parametrize("then", [1, 19])
+def test_group_fits_agrees_with_placing_the_group(allocator, prefix_caching, then):
     """`group_fits` answers without changing anything (prefix cache included), and says exactly whether the
-    admission, the forks and a token for every sequence go through."""
+    admission, the forks and ``then`` tokens for every sequence go through (19: a forked group re-placed after
+    recompute grows each sequence by what it had generated; it is asked first, so a failed try evicts nothing)."""
     hashes = (11, 12)
     for capacity in range(6 * 16, 40 * 16, 16):
         for prompt in (15, 16, 17, 40):
@@ -89,7 +92,8 @@ def test_group_fits_agrees_with_placing_the_group(allocator, prefix_caching):
             if held is not None and prefix_caching:
                 a.free(100)  # its blocks stay cached
             before = (a.breakdown(), a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
-            answer = a.group_fits(prompt, 3, final_tokens=prompt + 20, max_total_tokens=64, block_hashes=hashes)
+            answer = a.group_fits(prompt, 3, final_tokens=prompt + 20, max_total_tokens=64, block_hashes=hashes,
+                                  then_tokens=then)
             after = (a.breakdown(), a.memory_map().tolist(), a.num_cached_tokens(hashes, 40))
             assert after == before
             a.check_invariants()
@@ -97,5 +101,5 @@ def test_group_fits_agrees_with_placing_the_group(allocator, prefix_caching):
             for child in (1, 2, 3):
                 ok = ok and a.fork(0, child, final_tokens=prompt + 20) is not None
             for seq in (0, 1, 2, 3):
-                ok = ok and a.grow(seq, 1) is not None
+                ok = ok and a.grow(seq, then) is not None
             assert answer == ok, (capacity, prompt)

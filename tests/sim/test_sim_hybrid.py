@@ -109,3 +109,46 @@ def test_memory_map_shows_the_groups(hybrid_model):
     assert "KV groups: sliding_window" in text and "full" in text
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "sliding_window layers' blocks" in labels and "full layers' blocks" in labels
+
+
+@pytest.mark.parametrize("name, groups, window", [
+    ("gemma-3-12b", ["sliding_window.0", "sliding_window.1", "sliding_window.2", "sliding_window.3",
+                     "sliding_window.4", "full"], 1024),  # 40 + 8 layers: groups of 8
+    ("gpt-oss-20b", ["sliding_window", "full"], 128),  # 12 + 12 layers
+    ("mistral-7b", ["sliding_window"], 4096),  # every layer has the window: one group, freeing
+    ("llama-3.1-8b", None, None),
+    ("deepseek-v3", None, None),  # MLA: one group, full attention
+])
+def test_catalog_models_get_the_manager_vllm_picks(name, groups, window):
+    """``--allocator paged`` on a catalog model is the hybrid manager exactly when vLLM uses it (a window or
+    more than one KV group), cut into vLLM's KV cache groups; otherwise the plain paged allocator."""
+    from sim.kernel.metrics import Recorder
+    from sim.kernel.replica import build_replica
+
+    model, gpu = catalog.get_model(name), catalog.get_gpu("h100-80gb")
+    memory, _, _ = build_replica(SimConfig(model=name, gpu="h100-80gb", kv_tokens=50_000), model, gpu, 50_000,
+                                 Recorder(0))
+    alloc = memory._alloc
+    if groups is None:
+        assert type(alloc) is PagedAllocator
+        return
+    assert isinstance(alloc, HybridPagedAllocator)
+    assert [g.name for g in alloc.groups] == groups and alloc.slots_per_token == len(groups)
+    assert alloc.windows[0] == window and alloc.capacity == 50_000 * model.num_layers // alloc.unit
+
+
+def test_shared_prefixes_hit_and_fast_forward_still_equals_step_by_step(hybrid_model):
+    """Requests sharing a 2,000-token prefix hit it in every group (the window groups need only its last
+    window's blocks), and the fast-forward still ends where stepping one step at a time does."""
+    rng = np.random.default_rng(8)
+    count = 30
+    w = Workload(arrival_time_s=np.cumsum(rng.exponential(0.2, count)), prompt_tokens=rng.integers(2100, 2600, count),
+                 output_tokens=rng.integers(50, 300, count), name="shared-prefix",
+                 prefix_group=np.zeros(count, np.int64), prefix_len=np.full(count, 2000))
+    fast = run_simulation(config(hybrid_model, debug_invariants=5), w)
+    slow = run_simulation(config(hybrid_model, step_by_step=True), w)
+    assert fast.summary["cached_prompt_tokens"] >= (count - 1) * 1984  # 124 blocks of 16 per later request
+    assert fast.summary["cached_prompt_tokens"] == slow.summary["cached_prompt_tokens"]
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    for name, shares in fast.summary["kv_groups"].items():
+        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)

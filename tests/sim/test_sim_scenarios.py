@@ -138,6 +138,8 @@ def test_deterministic():
     dict(allocator="contiguous-pow2", kv_tokens=8000),
     dict(allocator="paged-cow", kv_tokens=6000, step_time=0.01),
     dict(allocator="paged", kv_tokens=6000, scheduler="static"),
+    dict(allocator="radix", kv_tokens=4000),
+    dict(allocator="radix", kv_tokens=3000, block_size=1, preemption="swap"),
 ])
 def test_fast_forward_equals_step_by_step(options):
     w = poisson(100, 6.0, n=np.where(np.arange(100) % 7 == 0, 2, 1))

@@ -1,0 +1,106 @@
+"""The radix allocator by hand and against a reference: hits under limited memory, one request at a time,
+equal an LRU cache of page hashes written here (for `paged` too); eviction takes unreferenced leaves only,
+least recently used first; forks share full pages and copy the partial one."""
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from allocators import make_allocator
+from allocators.base import cdiv
+
+BS = 4
+
+
+def prompt_hashes(group: int, depth: int, num_pages: int) -> list[int]:
+    """Chained page hashes: requests of one group share their first ``depth`` pages, then diverge."""
+    return [group * 10_000 + i if i < depth else hash((group, depth, i)) & (2**62 - 1) for i in range(num_pages)]
+
+
+class ReferenceLRU:
+    """The cache the allocators should behave as, one request at a time: a set of page hashes in LRU order
+    (oldest first). A request hits the longest cached run of its hashes (never its last prompt token), needs
+    pages for its final length, takes empty pages first and evicts the oldest cached ones after; when it ends,
+    its full prompt pages are cached, the deepest the oldest (a parent outlives its children)."""
+
+    def __init__(self, usable_pages: int) -> None:
+        self.usable = usable_pages
+        self.cache: OrderedDict[int, None] = OrderedDict()
+
+    def run(self, hashes: list[int], prompt: int, final: int) -> int:
+        k = 0
+        while k < min(len(hashes), (prompt - 1) // BS) and hashes[k] in self.cache:
+            k += 1
+        for h in hashes[:k]:
+            del self.cache[h]
+        empty = self.usable - cdiv(final, BS) - len(self.cache)
+        for _ in range(max(0, -empty)):
+            self.cache.popitem(last=False)
+        for h in reversed(hashes):
+            self.cache.pop(h, None)
+            self.cache[h] = None
+        return k * BS
+
+
+@pytest.mark.parametrize("allocator", ["paged", "radix"])
+@pytest.mark.parametrize("seed", range(4))
+def test_hits_equal_a_reference_lru_one_request_at_a_time(allocator, seed):
+    rng = np.random.default_rng(seed)
+    usable = 30
+    a = make_allocator(allocator, (usable + 1) * BS, block_size=BS, max_model_len=200, prefix_caching=True)
+    ref = ReferenceLRU(usable)
+    total = 0
+    for seq in range(300):
+        group, depth = int(rng.integers(0, 6)), int(rng.integers(0, 8))
+        prompt = int(rng.integers(1, 12)) * BS + int(rng.integers(1, BS))  # the last page is partial
+        final = prompt + int(rng.integers(1, 30))
+        if cdiv(final, BS) > usable:
+            continue
+        hashes = prompt_hashes(group, depth, prompt // BS)
+        expected = ref.run(hashes, prompt, final)
+        admission = a.admit(seq, prompt, final_tokens=final, block_hashes=hashes)
+        assert admission is not None and admission.cached_tokens == expected, seq
+        assert a.grow(seq, final - prompt) is not None
+        a.free(seq)
+        a.check_invariants()
+        assert a.breakdown().cached == len(ref.cache) * BS
+        total += expected
+    assert total > 1000  # the sequence really reuses, and really evicts
+    assert len(ref.cache) > usable // 2
+
+
+def test_eviction_takes_unreferenced_leaves_least_recently_used_first():
+    a = make_allocator("radix", 9 * BS, block_size=BS, prefix_caching=True)  # 8 usable pages
+    # A caches pages a0 a1 a2; B shares a0 and adds b1; both end; A's branch is older
+    a.admit(0, 3 * BS + 1, final_tokens=3 * BS + 1, block_hashes=[10, 11, 12])
+    a.free(0)
+    hit = a.admit(1, 2 * BS + 1, final_tokens=2 * BS + 1, block_hashes=[10, 21])
+    assert hit.cached_tokens == BS
+    a.free(1)
+    tree = a._cache
+    assert a.breakdown().cached == 4 * BS  # a0 a1 a2 b1 cached, the partial pages empty
+    assert len(tree) == 4
+    # a request needing 6 pages takes the 4 empty ones, then evicts a2 and a1 (the old branch, leaf first)
+    a.admit(2, 6 * BS, final_tokens=6 * BS, block_hashes=[])
+    assert sorted(h for h in tree.block_hash if h is not None) == [10, 21]
+    a.check_invariants()
+    a.free(2)
+    assert a.num_cached_tokens([10, 21, 99], 3 * BS) == 2 * BS
+
+
+def test_fork_shares_full_pages_and_copies_the_partial_one():
+    a = make_allocator("radix", 20 * BS, block_size=BS, prefix_caching=True)
+    a.admit(0, 2 * BS + 3, final_tokens=40, block_hashes=[1, 2])
+    copies = a.fork(0, 1, final_tokens=40)
+    parent, child = a.block_table(0), a.block_table(1)
+    assert parent[:2] == child[:2] and parent[2] != child[2]
+    assert copies == ((parent[2], child[2], BS),)
+    assert a.breakdown().shared_saved == 2 * BS
+    a.check_invariants()
+    for seq in (0, 1):
+        a.grow(seq, 5)
+    a.free(0)
+    a.free(1)
+    a.check_invariants()
+    assert a.breakdown().used_blocks == 0 and a.breakdown().cached == 2 * BS

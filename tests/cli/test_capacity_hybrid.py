@@ -1,0 +1,31 @@
+"""``kvsim capacity`` on a hybrid model: ``paged`` is vLLM's hybrid KV cache manager there too, so sliding
+windows raise the requests that fit; ``--disable-hybrid-kv-cache-manager`` counts every layer for every token."""
+
+import json
+
+from click.testing import CliRunner
+
+from allocators.base import cdiv
+from sim.cli import main
+
+
+def capacity(*args: str) -> dict:
+    result = CliRunner().invoke(main, ["capacity", "--model", "gemma-3-12b", "--gpu", "h100-80gb", "--prompt-len",
+                                       "8000", "--output-len", "1000", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_windows_raise_the_requests_that_fit():
+    """Gemma-3-12B on an H100: a request holds 9,000 tokens in its 8 full layers but about a window (1,024
+    tokens, 65 blocks) in each of the five 8-layer window groups; the last one admitted still holds its whole
+    prompt in every group. With every layer treated as full, each holds 9,000 tokens of all 48 layers."""
+    hybrid, full = capacity(), capacity("--disable-hybrid-kv-cache-manager")
+    assert hybrid["kv_capacity_tokens"] == full["kv_capacity_tokens"] == 131_366
+    assert hybrid["kv_cache_groups"] == [f"sliding_window.{i}" for i in range(5)] + ["full"]
+    assert full["kv_cache_groups"] is None
+    usable = hybrid["usable_blocks"]
+    assert usable == 131_366 * 48 // 8 // 16 - 1  # blocks of 16 tokens of 8 layers, less the null block
+    per_request = cdiv(9000, 16) + 5 * (1024 // 16 + 1)
+    assert hybrid["max_concurrent_requests"] == (usable - 6 * cdiv(8000, 16)) // per_request + 1 == 53
+    assert full["max_concurrent_requests"] == full["usable_blocks"] // cdiv(9000, 16) == 14
