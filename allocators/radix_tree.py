@@ -80,11 +80,12 @@ class RadixTree:
         a long prompt evicts hundreds of pages."""
         hashed, parents, children = self.block_hash, self.parent, self.children
         evicted: list[int] = []
+        keep = evicted.append
         for page in pages:
             h = hashed[page]
             if h is None:
                 continue
-            if children[page]:
+            if children[page] is not None:  # a leaf has no dict (an emptied one is dropped below)
                 raise AssertionError(f"page {page} evicted while it has children (not a leaf)")
             parent = parents[page]
             kids = children[parent]
@@ -93,8 +94,7 @@ class RadixTree:
                 children[parent] = None
             hashed[page] = None
             parents[page] = -1
-            children[page] = None
-            evicted.append(h)
+            keep(h)
         if evicted and self.spill is not None:
             self.spill(evicted)
         return len(evicted)
