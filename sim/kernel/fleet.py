@@ -110,14 +110,23 @@ class Fleet:
     def run(self) -> float:
         """Run to the end of the workload; returns the simulated end time."""
         if not self.observed:
-            while self.routed < self.size:  # choices that read no state: all of them, in arrival order
-                self._route_next()
+            self.route_ahead()
         else:
             self.env.process(self._arrivals())
-        engines = [self.env.process(self._engine(r)) for r in self.replicas]
+        return self.simulate(self.replicas)
+
+    def route_ahead(self) -> None:
+        """Route every request now, in arrival order: for a router that reads no state."""
+        while self.routed < self.size:
+            self._route_next()
+
+    def simulate(self, replicas: list[Replica]) -> float:
+        """Run ``replicas`` (all of them, or the group a worker of `sim.kernel.fleet_parallel` runs, their
+        requests already in their inboxes) to the end; returns their latest end time."""
+        engines = [self.env.process(self._engine(r)) for r in replicas]
         if self.size:
             self.env.run(until=simpy.AllOf(self.env, engines))
-        return max((r.end_s for r in self.replicas), default=self.start)
+        return max((r.end_s for r in replicas), default=self.start)
 
     # -- routing ----------------------------------------------------------------------------------------
     def _route_next(self) -> None:
