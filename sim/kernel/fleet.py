@@ -14,7 +14,8 @@ arrival, wherever that arrival goes: a run cut by every arrival, the price of a 
 A router that does not (round-robin, random) routes every request before the run (the same choices, in the
 same order) and each replica then runs exactly as a single replica on its share of the trace; as nothing
 looks at it mid-way, it keeps its own clock through a busy period and SimPy sees only its busy periods and
-idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row.
+idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row. With such
+independent replicas, `sim.kernel.fleet_parallel` runs groups of them in worker processes (``--workers``).
 
 Per-request results share one set of arrays (each request lives on one replica); the summary is built by
 `sim.kernel.fleet_summary`.

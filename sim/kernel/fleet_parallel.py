@@ -7,8 +7,8 @@ and the same Generator draws as in one process), splits the replicas into ``work
 (replica numbers in order; the same groups on every run), and each worker runs a `Fleet` of the whole workload
 in which only its group's replicas have requests and engines. Nothing couples replicas: the memory-map
 snapshot times come from the fleet's arrival span, which every worker computes alike, and the fleet's end is
-the latest replica end. A worker sends back compact data (its requests' result arrays, each replica's step and
-memory frames and counters), and the parent builds the tables and summary with `fleet_summary.fleet_result`
+the latest replica end. A worker sends back compact data (its requests' result arrays, each replica's step
+rows and snapshots as raw arrays, its counters), and the parent builds the tables and summary with `fleet_summary.fleet_result`
 as the in-process fleet does, so every table and summary (``wall_time_s`` aside) is byte-identical to
 ``workers=1``. A router that reads state (least-requests, least-kv, prefix-aware) couples the replicas at
 every arrival: such a fleet runs in one process (`parallel_note` says so).
@@ -28,6 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from sim.kernel.config import SimConfig
+from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, summary_extra
 from sim.kernel.routers import ROUTERS
 
@@ -64,16 +65,23 @@ def replica_groups(replicas: int, workers: int) -> list[list[int]]:
 
 @dataclass
 class ReplicaOutcome:
-    """What one replica's simulation leaves for the fleet's tables and summary (`fleet_summary.fleet_result`)."""
+    """What one replica's simulation leaves for the fleet's tables and summary (`fleet_summary.fleet_result`):
+    its recorder's step rows, snapshots and integrals (raw arrays, not frames: smaller to send, and the
+    parent builds the frames as the one-process fleet does), its end, and its counters."""
 
     number: int
-    steps: object  # its steps frame
-    memory_frame: object
-    integral: object  # its `MemoryIntegral`
-    max_running: int
+    rec: Recorder  # without the per-request arrays, which are the fleet's
     end_s: float
-    groups: SimpleNamespace  # the counters fleet_result and tier_summary read of its `GroupMechanics`
+    groups: SimpleNamespace  # what fleet_result and tier_summary read of its `GroupMechanics`
     host_tier: SimpleNamespace | None
+
+
+def _slim(rec: Recorder) -> Recorder:
+    """A copy of ``rec``'s per-replica part (step rows, snapshots, integrals), without the fleet's arrays."""
+    slim = Recorder(0)
+    for name in ("floats", "ints", "group_ints", "group_names", "memory", "max_running", "snapshots"):
+        setattr(slim, name, getattr(rec, name))
+    return slim
 
 
 @dataclass
@@ -98,15 +106,13 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
         fleet.replicas[n].inbox.extend(np.flatnonzero(replica_of == n).tolist())
     replicas = [fleet.replicas[n] for n in numbers]
     fleet.simulate(replicas)
-    pool = replicas[0].memory.breakdown()
     outcomes = []
     for r in replicas:
         if config.debug_invariants:
             r.memory.check_invariants()
         g, tier = r.sched.groups, r.memory.host_tier
         outcomes.append(ReplicaOutcome(
-            r.number, r.rec.steps_frame(pool.capacity, pool.total_blocks), r.rec.memory_frame(), r.rec.memory,
-            r.rec.max_running, r.end_s,
+            r.number, _slim(r.rec), r.end_s,
             SimpleNamespace(cached_by_index=g.cached_by_index, host_by_index=g.host_by_index,
                             num_preemptions=g.num_preemptions, cached_prompt_tokens=g.cached_prompt_tokens,
                             host_prompt_tokens=g.host_prompt_tokens),
@@ -122,8 +128,7 @@ class _Finished:
 
     def __init__(self, o: ReplicaOutcome, pool) -> None:
         self.number = o.number
-        self.rec = SimpleNamespace(steps_frame=lambda capacity, total_blocks: o.steps,
-                                   memory_frame=lambda: o.memory_frame, memory=o.integral, max_running=o.max_running)
+        self.rec = o.rec
         self.sched = SimpleNamespace(groups=o.groups)
         self.memory = SimpleNamespace(host_tier=o.host_tier, breakdown=lambda *args: pool)
 
@@ -142,9 +147,9 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
     outcomes: dict[int, ReplicaOutcome] = {}
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["sim.kernel.fleet_parallel", "sim.kernel.fleet"])  # imported once, not per worker
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as executor:
-        futures = [executor.submit(simulate_group, config, workload, fleet.replica_of, numbers)
-                   for numbers in replica_groups(config.replicas, workers)]
+    groups = replica_groups(config.replicas, workers)
+    with ProcessPoolExecutor(max_workers=len(groups), mp_context=context) as executor:
+        futures = [executor.submit(simulate_group, config, workload, fleet.replica_of, numbers) for numbers in groups]
         for future in futures:  # in group order: the merge does not depend on which worker ends first
             group = future.result()
             for name, values in group.arrays.items():
