@@ -197,6 +197,12 @@ class Allocator(ABC):
         self.host_tier = tier
         return True
 
+    def reload_transfers(self, host_tokens: int) -> int:
+        """Copy calls (per layer, K and V) that loading ``host_tokens`` back from the host tier in one admission
+        takes. Default: one per block, as vLLM moves offloaded blocks (``swap_blocks``: one
+        ``cudaMemcpyAsync`` per block pair, per layer and K/V)."""
+        return -(-host_tokens // self.block_size)
+
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """``(slots, transfers)`` that moving this sequence's KV to host memory (or back) takes, when it holds
         ``pending`` tokens beyond those the allocator was told (a lazily grown decoder; they lie within its

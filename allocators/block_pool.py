@@ -75,9 +75,7 @@ class BlockPool:
         for block in blocks:
             ref[block] = 1
         if self.num_cached:
-            hashed = self.cache.block_hash
-            self.num_cached -= sum(1 for block in blocks if hashed[block] is not None)
-        self.cache.evict_many(blocks)
+            self.num_cached -= self.cache.evict_many(blocks)
         return blocks
 
     def take(self, block: int) -> bool:

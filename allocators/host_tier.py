@@ -20,6 +20,7 @@ The interface an allocator uses (a few lines each; paged wires them in ``paged.p
 
     tier = HostTier(num_blocks, block_bytes)
     tier.offload(block_hash)             # a cached GPU block is being reused: keep its KV on the host
+    tier.offload_many(block_hashes)      # the same for every block one allocation evicts, in order
     n = tier.lookup(hashes, start, stop) # consecutive host hits hashes[start:stop] after `start` GPU hits
     tier.take(hashes[start:start + n])   # load them into newly allocated GPU blocks (counts reload bytes)
     tier.swap_out(key, blocks) / tier.swap_in(key)   # a preempted request's KV parked on the host
@@ -109,21 +110,30 @@ class HostTier:
     def offload(self, block_hash: int) -> bool:
         """Keep an evicted GPU block's KV on the host as the most recently used; True if bytes moved (False:
         the host had it already, or has no block for it)."""
-        lru = self._lru
-        if block_hash in lru:
-            lru.move_to_end(block_hash)
-            return False
-        free = self._free
-        if free:  # `_room` inlined: this runs for every block the GPU evicts
-            block = free.pop()
-        elif lru:
-            block = lru.popitem(last=False)[1]
-            self.evicted_blocks += 1
-        else:
-            return False
-        lru[block_hash] = block
-        self.offloaded_blocks += 1
-        return True
+        return self.offload_many((block_hash,)) == 1
+
+    def offload_many(self, block_hashes: Sequence[int]) -> int:
+        """`offload` each of ``block_hashes`` in order (the blocks one allocation evicted, oldest first);
+        returns how many moved bytes. One call per allocation, not per block: a long prompt evicts hundreds."""
+        lru, free = self._lru, self._free
+        touch, pop_oldest = lru.move_to_end, lru.popitem
+        moved = evicted = 0
+        for h in block_hashes:
+            if h in lru:
+                touch(h)
+                continue
+            if free:  # `_room` inlined
+                block = free.pop()
+            elif lru:
+                block = pop_oldest(False)[1]
+                evicted += 1
+            else:
+                continue
+            lru[h] = block
+            moved += 1
+        self.offloaded_blocks += moved
+        self.evicted_blocks += evicted
+        return moved
 
     def take(self, block_hashes: Sequence[int]) -> int:
         """Load these host hits into the GPU (the host keeps its copies, touched as most recently used);

@@ -41,7 +41,7 @@ class PrefixCache:
         self._first: dict[int, int] = {}
         self._more: dict[int, dict[int, None]] = {}
         self.parked = 0
-        self.spill = None  # called with the hash of every evicted block (a host tier's `offload`), if set
+        self.spill = None  # called with the hashes of the evicted blocks (a host tier's `offload_many`), if set
 
     def get(self, block_hash: int) -> int | None:
         """A block holding ``block_hash`` (the first cached), or None on a miss."""
@@ -85,30 +85,38 @@ class PrefixCache:
             self.insert(block, h)
             self.parked -= 1
 
-    def evict_many(self, blocks: list[int]) -> None:
-        """`evict` each of ``blocks`` (just popped for reuse), with a parked block's eviction inlined."""
-        hashed, first, spill = self.block_hash, self._first, self.spill
+    def evict_many(self, blocks: Sequence[int]) -> int:
+        """Forget the hashes of ``blocks`` (just popped for reuse, in order) and spill them in that order in one
+        call; returns how many were cached. A parked block's and a lone indexed block's eviction inlined."""
+        hashed, first, more = self.block_hash, self._first, self._more
+        evicted: list[int] = []
+        parked = 0
         for block in blocks:
             h = hashed[block]
-            if h is not None:
-                if h in first or spill is not None:
-                    self.evict(block)
-                else:  # parked: never indexed
-                    hashed[block] = None
-                    self.parked -= 1
+            if h is None:
+                continue
+            hashed[block] = None
+            evicted.append(h)
+            indexed = first.get(h)
+            if indexed is None:  # parked: never indexed
+                parked += 1
+            elif indexed == block and h not in more:
+                del first[h]
+            else:
+                self._unindex(block, h)
+        self.parked -= parked
+        if evicted and self.spill is not None:
+            self.spill(evicted)
+        return len(evicted)
 
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""
-        h = self.block_hash[block]
-        if h is None:
-            return
-        self.block_hash[block] = None
-        if self.spill is not None:
-            self.spill(h)
-        first = self._first.get(h)
-        if first is None:
-            self.parked -= 1  # never indexed
-            return
+        self.evict_many((block,))
+
+    def _unindex(self, block: int, h: int) -> None:
+        """Take ``block`` (its hash ``h`` already cleared, indexed under it) out of the index, or out of the
+        parked count if it is a never indexed duplicate."""
+        first = self._first[h]
         more = self._more.get(h)
         if first == block:
             if more:  # the next cached block of this hash takes the first place

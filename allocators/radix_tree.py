@@ -38,7 +38,7 @@ class RadixTree:
         self.parent: list[int] = [-1] * num_blocks
         self.children: list[dict[int, int] | None] = [None] * num_blocks
         self.children[ROOT] = {}
-        self.spill = None  # called with the hash of every evicted page (a host tier's `offload`), if set
+        self.spill = None  # called with the hashes of the evicted pages (a host tier's `offload_many`), if set
 
     def child(self, node: int, block_hash: int) -> int | None:
         """The page under ``node`` keyed ``block_hash``, or None."""
@@ -72,28 +72,32 @@ class RadixTree:
 
     def evict(self, page: int) -> None:
         """Take a leaf out of the tree because its page is being reused (a no-op for a page not in it)."""
-        h = self.block_hash[page]
-        if h is None:
-            return
-        if self.children[page]:
-            raise AssertionError(f"page {page} evicted while it has children (not a leaf)")
-        parent = self.parent[page]
-        kids = self.children[parent]
-        del kids[h]
-        if not kids and parent != ROOT:
-            self.children[parent] = None
-        self.block_hash[page] = None
-        self.parent[page] = -1
-        self.children[page] = None
-        if self.spill is not None:
-            self.spill(h)
+        self.evict_many((page,))
 
-    def evict_many(self, pages: list[int]) -> None:
-        """`evict` each of ``pages`` (just popped for reuse; the pool's interface)."""
-        hashed = self.block_hash
+    def evict_many(self, pages: Sequence[int]) -> int:
+        """Take each of ``pages`` (just popped for reuse, in order; each a leaf by then) out of the tree, and
+        spill their hashes in that order in one call; returns how many were cached. One pass per allocation:
+        a long prompt evicts hundreds of pages."""
+        hashed, parents, children = self.block_hash, self.parent, self.children
+        evicted: list[int] = []
         for page in pages:
-            if hashed[page] is not None:
-                self.evict(page)
+            h = hashed[page]
+            if h is None:
+                continue
+            if children[page]:
+                raise AssertionError(f"page {page} evicted while it has children (not a leaf)")
+            parent = parents[page]
+            kids = children[parent]
+            del kids[h]
+            if not kids and parent != ROOT:
+                children[parent] = None
+            hashed[page] = None
+            parents[page] = -1
+            children[page] = None
+            evicted.append(h)
+        if evicted and self.spill is not None:
+            self.spill(evicted)
+        return len(evicted)
 
     def __len__(self) -> int:
         return sum(h is not None for h in self.block_hash)

@@ -1,8 +1,11 @@
-"""Simulator speed: the Azure conversation trace and a large synthetic ShareGPT run (wall time, peak memory).
+"""Simulator speed: the Azure and Mooncake conversation traces and a large synthetic ShareGPT run (wall time,
+peak memory).
 
 Usage::
 
     python benchmarks/bench_sim.py azure                 # Azure conv lengths, Poisson 4 req/s, Llama-2-7B
+    python benchmarks/bench_sim.py mooncake --allocator radix --cpu-offload-gib 64
+                                    # Mooncake conversation trace, all rows, its own timestamps, Qwen3-8B, H200
     python benchmarks/bench_sim.py sharegpt -n 1000000   # the paper's ShareGPT lengths, preset rate
     python benchmarks/bench_sim.py sharegpt -n 100000 --profile
 
@@ -29,17 +32,21 @@ def load(name: str, num_requests: int | None, rate: float | None, seed: int):
     if name == "azure":
         path, _full = trace_file("azure-conv")  # $KVSIM_TRACES's full trace, else the shipped sample
         return workloads.load_trace(path, arrivals=f"poisson:rate={rate or 4.0:g}", seed=seed)
+    if name == "mooncake":
+        return workloads.load_preset("mooncake-conv", num_requests=num_requests, rate=rate, seed=seed)
     return workloads.load_preset("sharegpt-paper", num_requests=num_requests, rate=rate, seed=seed)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload", choices=["azure", "sharegpt"])
-    parser.add_argument("-n", "--num-requests", type=int, default=1_000_000)
+    parser.add_argument("workload", choices=["azure", "mooncake", "sharegpt"])
+    parser.add_argument("-n", "--num-requests", type=int, default=None,
+                        help="sharegpt: default 1,000,000; mooncake: default every row")
     parser.add_argument("--rate", type=float)
     parser.add_argument("--allocator", default="paged")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--cpu-offload-gib", type=float, default=0.0, help="host-memory KV tier (GiB)")
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
                         help="turn vLLM v1's default automatic prefix caching off")
     args = parser.parse_args()
@@ -49,14 +56,17 @@ def main() -> None:
 
     load_avg = os.getloadavg()[0]
     t0 = time.perf_counter()
-    workload = load(args.workload, args.num_requests, args.rate, args.seed)
+    count = args.num_requests or (1_000_000 if args.workload == "sharegpt" else None)
+    workload = load(args.workload, count, args.rate, args.seed)
     t1 = time.perf_counter()
+    tier = {"cpu_offload_gib": args.cpu_offload_gib} if args.cpu_offload_gib else {}
+    common = dict(allocator=args.allocator, seed=args.seed, prefix_caching=args.prefix_caching, **tier)
     if args.workload == "azure":
-        config = SimConfig(allocator=args.allocator, model="llama-2-7b", gpu="a100-40gb", seed=args.seed,
-                           prefix_caching=args.prefix_caching)
+        config = SimConfig(model="llama-2-7b", gpu="a100-40gb", **common)
+    elif args.workload == "mooncake":  # Mooncake's prompts average 12K tokens: Qwen3-8B's 40K context
+        config = SimConfig(model="qwen3-8b", gpu="h200", max_num_batched_tokens=8192, **common)
     else:
-        config = SimConfig(allocator=args.allocator, model="opt-13b", gpu="a100-40gb", kv_gib=12.0, seed=args.seed,
-                           prefix_caching=args.prefix_caching)
+        config = SimConfig(model="opt-13b", gpu="a100-40gb", kv_gib=12.0, **common)
     cpu0 = time.process_time()
     if args.profile:
         profiler = cProfile.Profile()
@@ -75,6 +85,8 @@ def main() -> None:
     print(f"completed {s['completed']}, rejected {s['rejected']}, preemptions {s['preemptions']}, "
           f"sim time {s['sim_time_s']:.0f} s, mean running {s['mean_running']:.1f}, "
           f"throughput {s['throughput_tok_s']:.0f} tok/s")
+    print(f"prefix hits {s['cached_prompt_tokens']} tokens (prefix_hit_frac {s['prefix_hit_frac']:.3f}; host tier "
+          f"{s.get('host_hit_tokens', 0)}), prefill computed {s['prefill_tokens']} tokens")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 The canonical columns are the `Request` fields. ``prefix_hashes`` is a list in JSONL and Parquet and a
 space-separated string in CSV; a session turn's ``think_time_s`` is blank (null) when not given; workload-wide
-values (``prefix_hash_tokens``, a closed loop's
-``closed_loop_users`` and ``think_time_s``) are repeated on every row so that every container round-trips.
+values (``prefix_hash_tokens``, a closed loop's ``closed_loop_users`` and ``think_time_s``) are repeated on
+every row so that every container round-trips.
 Optional columns are written only when some request uses them, and floats with ``repr`` precision, so a
 file reads back to the same requests and the same seed writes the same bytes.
 """

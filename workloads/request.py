@@ -1,10 +1,11 @@
 """The request record: everything the simulator needs to know about one request, and nothing more.
 
-Prefix identity is a session (``session_id``: the request is a turn of a multi-turn conversation, a prefix of
-its session's one token stream, `workloads.sessions`), or a list of block hashes at the trace's own granularity (``prefix_hashes``, each
-covering ``prefix_hash_tokens`` prompt tokens, as Mooncake's 512-token ``hash_ids``), or a shared-prefix group
-(``prefix_group``, its first ``prefix_len`` prompt tokens identical across the group, e.g. a system prompt).
-`Request.block_hashes` turns either into chained hashes of full blocks at the simulator's block size.
+Prefix identity is a session (``session_id``: the request is a turn of a multi-turn conversation, a prefix
+of its session's one token stream, `workloads.sessions`), or a list of block hashes at the trace's own
+granularity (``prefix_hashes``, each covering ``prefix_hash_tokens`` prompt tokens, as Mooncake's 512-token
+``hash_ids``), or a shared-prefix group (``prefix_group``, its first ``prefix_len`` prompt tokens identical
+across the group, e.g. a system prompt). `Request.block_hashes` turns any of them into chained hashes of full
+blocks at the simulator's block size.
 """
 
 from __future__ import annotations

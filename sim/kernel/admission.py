@@ -114,6 +114,7 @@ class GroupMechanics:
                 plan.host_hit_tokens += host
                 plan.reload_slots += host
                 plan.reload_blocks += -(-host // self.s.memory.block_size)
+                plan.reload_transfers += self.s.memory.reload_transfers(host)
 
     def _start_running(self, group: SequenceGroup) -> None:
         s = self.s

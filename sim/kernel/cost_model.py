@@ -31,16 +31,21 @@ sources:
   It multiplies the KV bytes read; contiguous allocators use 1.0.
 - ``swap_copy_latency_s = 5e-6``: vLLM swaps with one ``cudaMemcpyAsync`` per block, layer and K/V, each
   costing a few microseconds, which is why swapping is poor at small block sizes (paper, section 7.4).
-- ``page_map_latency_s = 20e-6``: vAttention maps a page set with a ``cuMemMap`` and a ``cuMemSetAccess`` per
-  layer and per K/V tensor (per latent tensor for MLA) (``MAP_PAGES`` / ``map_cuda_pages`` in microsoft/vattention's ``vattention/``), on
-  physical handles created up front (``reserve_physical_pages``), synchronously in its ``_sync`` mode. The
-  20 us per call is an estimate of those two driver calls on a 2 MB page, not a figure read from the paper
-  (its per-API latency table was not at hand); the paper hides most of it by mapping in a background thread
-  during the step, which kvsim does not model, so the charge is an upper bound. One value for every page size.
+- ``page_map_latency_s = 37.44e-6``: vAttention maps a page set with a ``cuMemMap`` and a ``cuMemSetAccess`` per
+  layer and per K/V tensor (per latent tensor for MLA) (``MAP_PAGES`` / ``map_cuda_pages`` in microsoft/vattention's
+  ``vattention/``), on physical handles created up front (``reserve_physical_pages``), synchronously in its
+  ``_sync`` mode. 37.44 us is the two calls' mean latency on 2 MB pages of an A100, measured by a public CUDA VMM
+  microbenchmark (``cuMemMap`` 1.45 us + ``cuMemSetAccess`` 35.99 us, 4,096 pages, one thread;
+  magnate3/linux-riscv-dev, ``nccl/gpu/shm/bench_vmm/README.md``), not the paper's own figure (not at hand). The
+  paper hides most of it by mapping in a background thread during the step, which kvsim does not model, so the
+  charge is an upper bound. One value for every page size (the paper's 64 KB pages need its driver extension,
+  whose latency is not public here).
 - Host-tier loads (``--cpu-offload-gib``): a host hit is a swap-in of its blocks, charged the same way (its
   bytes at the catalog GPU's ``pcie_gb_s``, host-to-device over PCIe, plus ``swap_copy_latency_s`` per
   block, layer and K/V): vLLM's offloading connector loads with the same per-block ``cudaMemcpyAsync``
-  copies. Offloads (device to host) are not charged: they run asynchronously beside compute in vLLM's
+  copies. `radix` (SGLang's HiCache) pays the copy latency once per load instead of once per block: HiCache
+  moves a load with one transfer kernel per layer (``--hicache-io-backend kernel``), and per page at page size 1
+  would charge a latency per token (`Allocator.reload_transfers`). Offloads (device to host) are not charged: they run asynchronously beside compute in vLLM's
   connector, and nothing waits on them.
 
 Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).

@@ -121,7 +121,7 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
     else:
         num_steps = 1  # host-tier loads cost as swap-ins do
         duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
-                                  plan.copies, plan.swap_blocks + plan.reload_blocks, plan.attention_pairs,
+                                  plan.copies, plan.swap_blocks + plan.reload_transfers, plan.attention_pairs,
                                   copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
                                   prefill_seqs=len(plan.chunks), page_maps=plan.page_maps)
         if duration <= 0:

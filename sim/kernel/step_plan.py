@@ -21,8 +21,9 @@ class StepPlan:
     copy_slots: int = 0  # token slots those copies move inside HBM (what the cost model charges)
     swap_slots: int = 0  # token slots the swaps move over PCIe
     page_maps: int = 0  # page sets mapped into virtual ranges (vAttention), charged per driver map call
-    reload_blocks: int = 0  # host-tier blocks loaded back over PCIe (charged as swap-ins)
+    reload_blocks: int = 0  # host-tier blocks loaded back over PCIe
     reload_slots: int = 0  # token slots those loads move
+    reload_transfers: int = 0  # copy calls those loads take (`Allocator.reload_transfers`), charged as swap-ins
     gpu_hit_tokens: int = 0  # prompt tokens admissions found in GPU memory (prefix cache, shared prefix)
     host_hit_tokens: int = 0  # prompt tokens admissions loaded from the host tier
     preempted: int = 0

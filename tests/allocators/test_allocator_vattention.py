@@ -95,7 +95,7 @@ def test_a_page_map_is_charged_per_layer_and_tensor():
     cost = make_step_cost(None, LLAMA, get_gpu("h100-80gb"), paged=False)
     base = cost.step_time(0, 8, 8000)
     assert cost.step_time(0, 8, 8000, page_maps=3) - base == pytest.approx(3 * 2 * 32 * cost.page_map_latency_s)
-    assert cost.transfer_time(page_maps=1) == pytest.approx(64 * 20e-6)
+    assert cost.transfer_time(page_maps=1) == pytest.approx(64 * (1.45e-6 + 35.99e-6))  # cuMemMap + cuMemSetAccess
 
 
 def _workload(count: int, seed: int, spacing: float) -> Workload:

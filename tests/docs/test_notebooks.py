@@ -1,5 +1,5 @@
-"""Notebooks 01-04 and 07 run top to bottom (they import kvsim and hold no logic of their own), and the committed
-copies of 01-04 carry their outputs, so a reader on the web sees the figures."""
+"""Notebooks 01-04, 06 and 07 run top to bottom (they import kvsim and hold no logic of their own), and the
+committed copies of 01-04 carry their outputs, so a reader on the web sees the figures."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NAMES = ["01_fragmentation", "02_sharing", "03_block_size_and_rate", "04_your_trace"]
-RUN_ONLY = ["07_token_cost"]
+RUN_ONLY = ["06_prefix_reuse", "07_token_cost"]
 """Notebooks committed without outputs (helpers commit sources only); each joins NAMES once it is committed
 executed."""
 

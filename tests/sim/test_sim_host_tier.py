@@ -113,6 +113,19 @@ def test_reloads_are_charged_in_the_step_time():
     assert row["duration_s"].item() == t
 
 
+def test_radix_reloads_a_load_with_one_transfer_per_layer():
+    """SGLang's HiCache moves a load with one transfer kernel per layer, so radix pays the copy latency once per
+    load, not once per page: the same 23 blocks as `paged` above, 1 transfer instead of 23."""
+    cost = RecordingCost()
+    run_simulation(SimConfig(cpu_offload_gib=1.0, kv_tokens=48 * 16, allocator="radix"), evicting_workload(),
+                   cost=cost)
+    loads = [(args, kwargs, t) for args, kwargs, t in cost.calls if kwargs["swap_slots"]]
+    assert [(args[4], kwargs["swap_slots"]) for args, kwargs, _ in loads] == [(1, 368)]
+    args, kwargs, t = loads[0]
+    without = cost.cost.step_time(*args[:4], 0, *args[5:], **kwargs | {"swap_slots": 0})
+    assert t - without == pytest.approx(368 * 819200 / 25e9 + 2 * 40 * 5e-6, rel=1e-9)
+
+
 def test_fast_forward_equals_step_by_step_with_a_tier():
     w = workloads.load_trace(MOONCAKE).head(300)
     options = dict(model="llama-3-8b", gpu="h200", kv_tokens=60_000, cpu_offload_gib=4.0, debug_invariants=100)

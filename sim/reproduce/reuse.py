@@ -1,0 +1,59 @@
+"""Prefix reuse experiments for the notebooks: one workload under several cache designs, side by side.
+
+A *setup* is a name and the `SimConfig` fields that make it (the allocator, prefix caching on or off, a host
+tier's size); `run_setups` runs a workload under each on one deployment, `reuse_table` puts the reuse figures
+side by side, and `reuse_figure` draws `sim.plots.plot_reuse` from the results, so a notebook cell is one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from sim.kernel.config import SimConfig
+
+NO_REUSE = {"allocator": "paged", "prefix_caching": False}
+"""The baseline: vLLM's paged KV cache with prefix caching off."""
+REUSE_COLUMNS = ("completed", "rejected", "prefill_tokens", "cached_prompt_tokens", "prefix_hit_frac",
+                 "gpu_hit_tokens", "host_hit_tokens", "offload_bytes", "reload_bytes", "ttft_p50_s", "ttft_p99_s",
+                 "throughput_tok_s")
+
+
+def sessions_workload(num_requests: int = 600, *, turns: int = 4, think_time_s: float = 10.0, rate: float = 4.0,
+                      system_prompt_len: int = 1024, seed: int = 0):
+    """A synthetic chat workload: sessions of ``turns`` turns (closed loop: a turn arrives ``think_time_s``
+    after the previous one ends) starting as a Poisson process at ``rate`` sessions/s, ShareGPT-like message
+    and answer lengths, and a shared system prompt on half of them."""
+    from workloads import generate
+
+    lengths = "lognormal:prompt_mean=400,prompt_cv=1.0,output_mean=250,output_cv=1.0,max_total=16000"
+    return generate(lengths, f"poisson:rate={rate:g}", num_requests, seed, turns=turns, think_time_s=think_time_s,
+                    system_prompt_len=system_prompt_len, system_prompt_frac=0.5, name="synthetic sessions")
+
+
+def run_setups(workload, setups: Mapping[str, Mapping], **deployment) -> dict:
+    """One `SimResult` per setup (name -> `SimConfig` fields), all on ``deployment`` (model, gpu, ...)."""
+    from sim.kernel.runner import run_simulation
+
+    return {name: run_simulation(SimConfig(**(dict(deployment) | dict(fields))), workload)
+            for name, fields in setups.items()}
+
+
+def reuse_table(results: Mapping, baseline: str | None = "no reuse") -> pd.DataFrame:
+    """The reuse figures of each run (a key a run's summary lacks, e.g. host hits without a host tier, is
+    empty), plus, when ``baseline`` names one of the runs, ``prefill_saved_frac``: the share of the baseline's
+    prefill tokens each run did not compute."""
+    rows = {name: {k: r.summary.get(k) for k in REUSE_COLUMNS} for name, r in results.items()}
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    if baseline in table.index:
+        table["prefill_saved_frac"] = 1 - table["prefill_tokens"] / table.loc[baseline, "prefill_tokens"]
+    return table
+
+
+def reuse_figure(results: Mapping, title: str | None = "Prefix reuse"):
+    """`sim.plots.plot_reuse` of the results: hits by tier over time, prefill saved, TTFT."""
+    from sim.plots import plot_reuse
+
+    return plot_reuse({k: r.steps for k, r in results.items()}, {k: r.requests for k, r in results.items()},
+                      {k: r.summary for k, r in results.items()}, title=title)

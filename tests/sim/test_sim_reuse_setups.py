@@ -1,0 +1,18 @@
+"""`sim.reproduce.reuse`, what the prefix-reuse notebook calls: a synthetic sessions workload under several
+setups, a table of reuse figures against the no-reuse baseline, and the reuse figure."""
+
+from matplotlib.figure import Figure
+
+from sim.reproduce.reuse import NO_REUSE, reuse_figure, reuse_table, run_setups, sessions_workload
+
+
+def test_sessions_under_paged_with_and_without_reuse():
+    workload = sessions_workload(80, turns=4, think_time_s=2.0, rate=2.0, system_prompt_len=256)
+    assert workload.has_sessions and workload.turn.max() == 3
+    results = run_setups(workload, {"no reuse": NO_REUSE, "paged": {"allocator": "paged"}},
+                         model="llama-3-8b", gpu="a100-80gb", max_model_len=16384)
+    table = reuse_table(results)
+    assert table.loc["no reuse", "cached_prompt_tokens"] == 0 and table.loc["no reuse", "prefill_saved_frac"] == 0
+    assert table.loc["paged", "prefill_saved_frac"] > 0.5  # later turns repeat everything before them
+    assert table.loc["paged", "ttft_p50_s"] < table.loc["no reuse", "ttft_p50_s"]
+    assert isinstance(reuse_figure(results), Figure)
