@@ -131,6 +131,10 @@ def simulation_options(func):
         _field_option("--router-load-weight", type=float,
                       help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
                            "tokens the request would compute there."),
+        click.option("--workers", type=int, default=1, show_default=True,
+                     help="Parallel worker processes for a fleet whose router reads no replica state "
+                          "(round-robin, random): its replicas are split among them, results identical; 1 runs "
+                          "in this process. Other routers run in one process (a note says so)."),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
         click.option("--out", type=click.Path(file_okay=False),
                      help="Write requests/steps/memory tables and JSON here (compare: one directory per "
@@ -145,8 +149,11 @@ def simulation_options(func):
 
 def build_config(allocator: str, opts: dict) -> SimConfig:
     """The configuration the flags spell; nothing is added that the flags do not say (no hidden defaults
-    beyond `SimConfig`'s own)."""
-    fields = {k: v for k, v in opts.items() if k not in ("as_json", "out", "out_format", "trace_option")}
+    beyond `SimConfig`'s own). ``--workers`` is checked here too: it says how to run, not what."""
+    from sim.kernel.fleet_parallel import check_workers
+
+    check_workers(opts.get("workers", 1))
+    fields = {k: v for k, v in opts.items() if k not in ("as_json", "out", "out_format", "trace_option", "workers")}
     if opts["trace_option"] is not None:
         if opts["trace"] not in (None, opts["trace_option"]):
             raise ValueError(f"two traces: TRACE {opts['trace']} and --trace {opts['trace_option']}; give one")
@@ -162,15 +169,19 @@ def _announce(config: SimConfig, workload) -> None:
     click.echo(setup_line(config, workload, resolve_capacity(config)), err=True)
 
 
-def _simulate(config, workload, as_json: bool):
+def _simulate(config, workload, as_json: bool, workers: int = 1):
+    from sim.kernel.fleet_parallel import parallel_note
     from sim.kernel.runner import run_simulation
 
+    note = parallel_note(config, workers)
+    if note:
+        click.echo(note, err=True)
     if as_json or not sys.stdout.isatty():
-        return run_simulation(config, workload)
+        return run_simulation(config, workload, workers=workers)
     from tqdm import tqdm
 
     with tqdm(total=len(workload), unit="req", desc=config.allocator, leave=False) as bar:
-        return run_simulation(config, workload, progress=bar.update)
+        return run_simulation(config, workload, progress=bar.update, workers=workers)
 
 
 def warn_rejections(summary: dict) -> None:
@@ -202,7 +213,7 @@ def run_command(allocator: str, **opts) -> None:
         config = build_config(allocator, opts)
         workload = resolve_workload(config)
         _announce(config, workload)
-        result = _simulate(config, workload, opts["as_json"])
+        result = _simulate(config, workload, opts["as_json"], opts["workers"])
         if opts["out"]:
             write_result(result, opts["out"], opts["out_format"])
     except (ValueError, KeyError, OSError) as exc:
@@ -254,7 +265,7 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
             for run_name, run_config in runs:
                 if run_name != name and not summaries[-1]["cached_prompt_tokens"]:
                     break  # nothing was reused: the baseline would repeat the run
-                result = _simulate(run_config, workload, opts["as_json"])
+                result = _simulate(run_config, workload, opts["as_json"], opts["workers"])
                 if run_name != name:
                     result.summary["run"] = run_name
                 if opts["out"]:

@@ -14,7 +14,8 @@ arrival, wherever that arrival goes: a run cut by every arrival, the price of a 
 A router that does not (round-robin, random) routes every request before the run (the same choices, in the
 same order) and each replica then runs exactly as a single replica on its share of the trace; as nothing
 looks at it mid-way, it keeps its own clock through a busy period and SimPy sees only its busy periods and
-idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row.
+idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row. With such
+independent replicas, `sim.kernel.fleet_parallel` runs groups of them in worker processes (``--workers``).
 
 Per-request results share one set of arrays (each request lives on one replica); the summary is built by
 `sim.kernel.fleet_summary`.
@@ -110,14 +111,23 @@ class Fleet:
     def run(self) -> float:
         """Run to the end of the workload; returns the simulated end time."""
         if not self.observed:
-            while self.routed < self.size:  # choices that read no state: all of them, in arrival order
-                self._route_next()
+            self.route_ahead()
         else:
             self.env.process(self._arrivals())
-        engines = [self.env.process(self._engine(r)) for r in self.replicas]
+        return self.simulate(self.replicas)
+
+    def route_ahead(self) -> None:
+        """Route every request now, in arrival order: for a router that reads no state."""
+        while self.routed < self.size:
+            self._route_next()
+
+    def simulate(self, replicas: list[Replica]) -> float:
+        """Run ``replicas`` (all of them, or the group a worker of `sim.kernel.fleet_parallel` runs, their
+        requests already in their inboxes) to the end; returns their latest end time."""
+        engines = [self.env.process(self._engine(r)) for r in replicas]
         if self.size:
             self.env.run(until=simpy.AllOf(self.env, engines))
-        return max((r.end_s for r in self.replicas), default=self.start)
+        return max((r.end_s for r in replicas), default=self.start)
 
     # -- routing ----------------------------------------------------------------------------------------
     def _route_next(self) -> None:

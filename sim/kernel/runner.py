@@ -16,6 +16,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.engine import Engine
 from sim.kernel.fleet import run_fleet
+from sim.kernel.fleet_parallel import run_fleet_parallel, runs_in_parallel
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is where callers look for them)
     MEMORY_MAP_ROWS,
@@ -31,11 +32,15 @@ from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is wher
 from sim.kernel.summary import build_summary
 
 
-def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCostModel | None = None) -> SimResult:
+def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCostModel | None = None,
+                   workers: int = 1) -> SimResult:
     """Simulate ``workload`` under ``config``. ``progress``: optional callable given counts of finished
     requests as they finish (a progress bar's ``update``); ``cost``: a step-cost model to use instead of the
     one ``config`` names (``kvsim calibrate --from-trace`` tries coefficients without writing tables). More
-    than one replica: `sim.kernel.fleet.run_fleet`."""
+    than one replica: `sim.kernel.fleet.run_fleet`; ``workers`` > 1 runs a fleet whose router reads no replica
+    state in that many processes, with identical results (`sim.kernel.fleet_parallel`; other runs ignore it)."""
+    if runs_in_parallel(config, workers):
+        return run_fleet_parallel(config, workload, workers, progress=progress)
     if config.replicas > 1:
         return run_fleet(config, workload, progress=progress)
     wall_start = time.perf_counter()
