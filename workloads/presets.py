@@ -113,7 +113,7 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
         times = process.times(np.random.default_rng(seed), len(workload), workload)
         workload = workload.with_arrivals(times)
     where = f"full trace {path}" if full else (
-        f"shipped {file_rows}-row sample {path} (the full trace, from {TRACE_ORIGINS[path.name]}, is read "
+        f"shipped {file_rows}-row sample workloads/data/traces/{path.name} (package data; the full trace, from {TRACE_ORIGINS[path.name]}, is read "
         f"from $KVSIM_TRACES/{path.name} when that is set)")
     arrivals = f"; arrivals {_describe(process)}" if process is not None else ""
     workload.name = name

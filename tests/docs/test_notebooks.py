@@ -1,5 +1,6 @@
-"""Notebooks 01-04, 06 and 07 run top to bottom (they import kvsim and hold no logic of their own), and the
-committed copies of 01-04 carry their outputs, so a reader on the web sees the figures."""
+"""Notebooks 01-04, 06 and 07 run top to bottom (they import kvsim and hold no logic of their own), and their
+committed copies carry their outputs, so a reader on the web sees the figures (05 needs a GPU:
+tests/gpu_validation)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,8 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-NAMES = ["01_fragmentation", "02_sharing", "03_block_size_and_rate", "04_your_trace"]
-RUN_ONLY = ["06_prefix_reuse", "07_token_cost"]
-"""Notebooks committed without outputs (helpers commit sources only); each joins NAMES once it is committed
-executed."""
+NAMES = ["01_fragmentation", "02_sharing", "03_block_size_and_rate", "04_your_trace", "06_prefix_reuse",
+         "07_token_cost"]
 
 
 def images_and_errors(nb) -> tuple[int, list[str]]:
@@ -33,7 +32,7 @@ def test_committed_notebook_has_its_figures(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NAMES + RUN_ONLY)
+@pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_top_to_bottom(name):
     from nbclient import NotebookClient
 
