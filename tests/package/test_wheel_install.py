@@ -76,8 +76,12 @@ def test_presets_read_the_shipped_samples(venv):
     for preset in ("sharegpt-etalon", "azure-conv"):
         result = kvsim(venv, "run", "--preset", preset, "--num-requests", "300", "--model", "llama-3-8b")
         assert result["requests"] == 300 and result["completed"] > 0
-        assert "shipped 2000-row sample" in result["workload_source"]
-        assert str(venv) in result["workload_source"]
+        assert "shipped 2000-row sample workloads/data/traces/" in result["workload_source"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVSIM_TRACES", "KVSIM_SHARED_TRACES")}
+    path, full = sh(venv / "bin" / "python", "-c",
+                    "from workloads.presets import trace_file; p, f = trace_file('azure-conv'); print(p, f)",
+                    cwd=venv.parent, env=env).split()
+    assert Path(path).is_relative_to(venv) and full == "False", path  # the wheel's own sample, not the checkout's
 
 
 def test_calibration_tables_ship_in_the_package(venv):
