@@ -1,5 +1,5 @@
 """Sequence-group mechanics under the scheduler: admitting the queue's head, placing a group in memory,
-starting, preempting and finishing it.
+starting, preempting (`sim.kernel.preemption`) and finishing it.
 
 `GroupMechanics` is an object the `Scheduler` owns (``scheduler.groups``), not a base class: it moves groups
 between the scheduler's queues and charges the step's plan, and owns what only it changes: the swap space,
@@ -19,12 +19,11 @@ fit and is rejected, so nothing loops forever.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from sim.kernel.preemption import Preemption
+from sim.kernel.sequence_group import FINISHED, REJECTED, RUNNING, SWAPPED, SequenceGroup
 
-from sim.kernel.sequence_group import FINISHED, REJECTED, RUNNING, SWAPPED, WAITING, SequenceGroup
 
-
-class GroupMechanics:
+class GroupMechanics(Preemption):
     """Places, starts, preempts, requeues, rejects and finishes whole sequence groups for a `Scheduler`."""
 
     def __init__(self, scheduler, sink, *, preemption: str = "recompute", swap_slots: int = 0,
@@ -194,20 +193,6 @@ class GroupMechanics:
                 s.decode.join(seq_id, memory.num_tokens(seq_id), memory.headroom(seq_id), step + 1)
         s.completions.push(group)
 
-    def until_fits(self, group: SequenceGroup, action: Callable[[], object]) -> object:
-        """Run an allocator call, preempting the latest admitted group while it returns None. Returns the
-        call's result, or None if ``group`` itself had to be preempted."""
-        s = self.s
-        while True:
-            result = action()
-            if result is not None:
-                return result
-            victim = s.running[-1] if not s.priority else max(
-                s.running, key=lambda g: (g.priority, g.arrival_s, g.index))
-            self.preempt(victim)
-            if victim is group:
-                return None
-
     def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False) -> None:
         """Free every sequence of a running group and take it off the running list (``finished``, or
         preempted): the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots
@@ -224,66 +209,6 @@ class GroupMechanics:
         s.running.remove(group)
         s.running_seqs -= group.num_seqs
         s.beams.groups -= group.beam
-
-    def preempt(self, victim: SequenceGroup) -> None:
-        s = self.s
-        decoding = victim.base >= 0  # only a decoding group is swapped; a prefill is recomputed
-        if decoding:
-            victim.generated = s.step - victim.base
-            victim.base = -1
-        moved = transfers = 0
-        if self.swap:  # what a swap would move: the true tokens, including those a lazy decoder has not told
-            decode, step = s.decode, s.step
-            for seq_id in victim.seq_ids:
-                lag = decode.pending(seq_id, step) if seq_id in decode else 0
-                seq_slots, seq_transfers = s.memory.swap_extent(seq_id, lag)
-                moved += seq_slots
-                transfers += seq_transfers
-        self.stop_running(victim)
-        s.returned += s.step_tokens.pop(victim.index, 0)
-        victim.epoch += 1
-        victim.preemptions += 1
-        self.num_preemptions += 1
-        s.plan.preempted += 1
-        if not s.running:
-            self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
-            return
-        if self.swap and decoding and self._swap_room(victim, moved):
-            victim.state = SWAPPED
-            victim.swapped_slots = moved
-            self.swap_transfers[victim.index] = transfers
-            s.plan.swap_blocks += transfers
-            s.plan.swap_slots += moved
-        else:
-            victim.state = WAITING
-            g = victim.generated
-            victim.prefill_target = victim.prompt + (g * victim.num_seqs if victim.forked else g)
-            victim.prefill_done = 0
-            if not s.chunked and s.continuous and victim.prefill_target > s.max_num_batched_tokens:
-                self.reject(victim, f"recompute needs {victim.prefill_target} prefill tokens, more than "
-                                    f"max_num_batched_tokens with chunked prefill off", s.now)
-                return
-        s.waiting.requeue(victim)
-
-    def _swap_room(self, victim: SequenceGroup, moved: int) -> bool:
-        """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one
-        (its cached blocks evicted as needed), else the ``--swap-space-gib`` swap space; False if full."""
-        memory = self.s.memory
-        if memory.host_tier is not None:
-            return memory.park(victim.index, moved)
-        if self.swap_used + moved > self.swap_slots:
-            return False
-        self.swap_used += moved
-        return True
-
-    def _release_swap(self, group: SequenceGroup) -> None:
-        """Give back the host memory a swapped group's KV took (it is back on the GPU, or rejected)."""
-        del self.swap_transfers[group.index]
-        if self.s.memory.host_tier is not None:
-            self.s.memory.unpark(group.index)
-        else:
-            self.swap_used -= group.swapped_slots
-        group.swapped_slots = 0
 
     def reject(self, group: SequenceGroup, reason: str, now: float) -> None:
         s = self.s

@@ -1,0 +1,91 @@
+"""Taking memory back from running groups: which group to preempt when an allocator call finds no room, and
+how (recompute, or swap into the swap space or the host tier).
+
+`Preemption` is the half of `sim.kernel.admission.GroupMechanics` that frees memory; it is a base class of it
+only to keep each file to one concept, and uses the state ``GroupMechanics.__init__`` sets (``s``, ``swap``,
+``swap_slots``, ``swap_used``, ``swap_transfers``, ``num_preemptions``) and its `stop_running` and `reject`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sim.kernel.sequence_group import SWAPPED, WAITING, SequenceGroup
+
+
+class Preemption:
+    """Preempts the latest admitted group (or the lowest-priority one) until an allocator call fits."""
+
+    def until_fits(self, group: SequenceGroup, action: Callable[[], object]) -> object:
+        """Run an allocator call, preempting the latest admitted group while it returns None. Returns the
+        call's result, or None if ``group`` itself had to be preempted."""
+        s = self.s
+        while True:
+            result = action()
+            if result is not None:
+                return result
+            victim = s.running[-1] if not s.priority else max(
+                s.running, key=lambda g: (g.priority, g.arrival_s, g.index))
+            self.preempt(victim)
+            if victim is group:
+                return None
+
+    def preempt(self, victim: SequenceGroup) -> None:
+        s = self.s
+        decoding = victim.base >= 0  # only a decoding group is swapped; a prefill is recomputed
+        if decoding:
+            victim.generated = s.step - victim.base
+            victim.base = -1
+        moved = transfers = 0
+        if self.swap:  # what a swap would move: the true tokens, including those a lazy decoder has not told
+            decode, step = s.decode, s.step
+            for seq_id in victim.seq_ids:
+                lag = decode.pending(seq_id, step) if seq_id in decode else 0
+                seq_slots, seq_transfers = s.memory.swap_extent(seq_id, lag)
+                moved += seq_slots
+                transfers += seq_transfers
+        self.stop_running(victim)
+        s.returned += s.step_tokens.pop(victim.index, 0)
+        victim.epoch += 1
+        victim.preemptions += 1
+        self.num_preemptions += 1
+        s.plan.preempted += 1
+        if not s.running:
+            self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
+            return
+        if self.swap and decoding and self._swap_room(victim, moved):
+            victim.state = SWAPPED
+            victim.swapped_slots = moved
+            self.swap_transfers[victim.index] = transfers
+            s.plan.swap_blocks += transfers
+            s.plan.swap_slots += moved
+        else:
+            victim.state = WAITING
+            g = victim.generated
+            victim.prefill_target = victim.prompt + (g * victim.num_seqs if victim.forked else g)
+            victim.prefill_done = 0
+            if not s.chunked and s.continuous and victim.prefill_target > s.max_num_batched_tokens:
+                self.reject(victim, f"recompute needs {victim.prefill_target} prefill tokens, more than "
+                                    f"max_num_batched_tokens with chunked prefill off", s.now)
+                return
+        s.waiting.requeue(victim)
+
+    def _swap_room(self, victim: SequenceGroup, moved: int) -> bool:
+        """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one
+        (its cached blocks evicted as needed), else the ``--swap-space-gib`` swap space; False if full."""
+        memory = self.s.memory
+        if memory.host_tier is not None:
+            return memory.park(victim.index, moved)
+        if self.swap_used + moved > self.swap_slots:
+            return False
+        self.swap_used += moved
+        return True
+
+    def _release_swap(self, group: SequenceGroup) -> None:
+        """Give back the host memory a swapped group's KV took (it is back on the GPU, or rejected)."""
+        del self.swap_transfers[group.index]
+        if self.s.memory.host_tier is not None:
+            self.s.memory.unpark(group.index)
+        else:
+            self.swap_used -= group.swapped_slots
+        group.swapped_slots = 0
