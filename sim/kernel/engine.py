@@ -35,7 +35,6 @@ class Engine:
         self.progress = progress
         self.wake: simpy.Event | None = None
         self.idle = self.env.event()
-        self.rows = 0
 
     def run(self) -> float:
         """Run to the end of the workload; returns the simulated end time."""
@@ -59,7 +58,7 @@ class Engine:
     def _engine(self):
         env, sched, cost, rec, source = self.env, self.sched, self.cost, self.rec, self.source
         memory = sched.memory
-        done_before = 0
+        watch = StepWatch(memory, self.check_every, self.progress)
         now = env.now
         while True:
             source.deliver(now, sched)
@@ -70,9 +69,7 @@ class Engine:
                 yield from catch_up(self.env, now)
                 if t is None:
                     return
-                b = memory.breakdown(False)
-                rec.memory.add(b, 0, t - now, 0.0, 0)
-                rec.row(now, t - now, 0, 0, 0, None, b, 0)
+                record_idle(rec, memory.breakdown(False), now, t)
                 self.wake = env.event()
                 idle, self.idle = self.idle, env.event()
                 idle.succeed()
@@ -84,14 +81,7 @@ class Engine:
                 continue
             now = take_step(sched, cost, rec, plan, now,
                             lambda: source.next_time() if not sched.waiting else None)
-            self.rows += 1
-            if self.check_every and self.rows % self.check_every == 0:
-                memory.check_invariants()
-            if self.progress is not None:
-                done = source.cursor - len(sched.live)
-                if done > done_before:
-                    self.progress(done - done_before)
-                    done_before = done
+            watch.after_step(source.cursor - len(sched.live))
 
     def _snapshot(self, now: float) -> None:
         while self.snapshot_times and now >= self.snapshot_times[0]:
@@ -119,7 +109,7 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
         horizon = math.inf if t_next is None else t_next - now
         num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
     else:
-        num_steps = 1  # host-tier loads cost as swap-ins do
+        num_steps = 1  # host-tier loads (reload_*) are charged as swap-ins are
         duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
                                   plan.copies, plan.swap_blocks + plan.reload_transfers, plan.attention_pairs,
                                   copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
@@ -131,6 +121,32 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
     now += duration
     sched.complete(num_steps, now)
     return now
+
+
+def record_idle(rec, b, now: float, until: float) -> None:
+    """Record the idle row from ``now`` to ``until``: nothing runs, memory stays as ``b`` says."""
+    rec.memory.add(b, 0, until - now, 0.0, 0)
+    rec.row(now, until - now, 0, 0, 0, None, b, 0)
+
+
+class StepWatch:
+    """What an engine loop does after each busy row: check the allocator's invariants every ``check_every``
+    rows (``--debug-invariants``; 0: never) and tell ``progress`` how many more requests are done."""
+
+    __slots__ = ("memory", "check_every", "progress", "rows", "done")
+
+    def __init__(self, memory, check_every: int, progress) -> None:
+        self.memory, self.check_every, self.progress = memory, check_every, progress
+        self.rows = self.done = 0
+
+    def after_step(self, done: int) -> None:
+        """``done``: requests finished or rejected so far."""
+        self.rows += 1
+        if self.check_every and self.rows % self.check_every == 0:
+            self.memory.check_invariants()
+        if self.progress is not None and done > self.done:
+            self.progress(done - self.done)
+            self.done = done
 
 
 def catch_up(env: simpy.Environment, now: float) -> Generator[simpy.Event, None, None]:

@@ -31,7 +31,7 @@ import simpy
 
 from sim.kernel.arrivals import ArrivalSource
 from sim.kernel.config import SimConfig
-from sim.kernel.engine import catch_up, record_snapshot, take_step
+from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot, take_step
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
 from sim.kernel.routers import make_router
@@ -182,8 +182,7 @@ class Fleet:
     def _engine(self, replica: Replica):
         env, sched, cost, rec, memory = self.env, replica.sched, replica.cost, replica.rec, replica.memory
         snapshots = list(self.snapshot_times)
-        check_every = self.config.debug_invariants
-        rows = done_before = 0
+        watch = StepWatch(memory, self.config.debug_invariants, self.progress)
         now = env.now
         while True:
             if self.observed:
@@ -211,8 +210,7 @@ class Fleet:
                     if t is None:
                         return
                     yield env.timeout(t - env.now)
-                rec.memory.add(b, 0, t - now, 0.0, 0)
-                rec.row(now, t - now, 0, 0, 0, None, b, 0)
+                record_idle(rec, b, now, t)
                 now = env.now
                 continue
             plan = sched.plan_step(now)
@@ -220,14 +218,7 @@ class Fleet:
                 continue
             now = take_step(sched, cost, rec, plan, now,
                             lambda: self._next_time(replica) if self.observed or not sched.waiting else None)
-            rows += 1
-            if check_every and rows % check_every == 0:
-                memory.check_invariants()
-            if self.progress is not None:
-                done = replica.delivered - len(sched.live)
-                if done > done_before:
-                    self.progress(done - done_before)
-                    done_before = done
+            watch.after_step(replica.delivered - len(sched.live))
             if self.observed:  # the router may look at this replica before the row ends
                 yield from catch_up(env, now)
 
