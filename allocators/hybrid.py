@@ -146,24 +146,15 @@ class HybridPagedAllocator(HybridQueries):
         """vLLM's ``remove_skipped_blocks``: replace each window group's blocks that ``computed`` tokens left
         out of the window by the null block, and release them (a block a prefix hit shares stays held)."""
         targets = targets or self._targets(s, computed)
-        bs, ref = self.block_size, self._ref
         for g, target in enumerate(targets):
             table = s.tables[g]
             stop = min(target, len(table))
-            if stop <= s.skipped[g]:
+            start = s.skipped[g]
+            if stop <= start:
                 continue
-            released = []
-            for i in range(stop - 1, s.skipped[g] - 1, -1):  # the latest first, as vLLM frees them
-                b = table[i]
-                table[i] = 0
-                ref[b] -= 1
-                if ref[b]:
-                    self._shared_saved -= bs
-                else:
-                    released.append(b)
-                    self._tok[g] -= min(bs, s.tokens - i * bs)
+            self._drop(s, g, start, stop)
+            table[start:stop] = [0] * (stop - start)
             s.skipped[g] = stop
-            self._release(g, released)
 
     def _cache_full_blocks(self, s: HybridSeq) -> None:
         """Cache every live block full by now under its hash and group (vLLM caches a block when the step that
@@ -202,22 +193,10 @@ class HybridPagedAllocator(HybridQueries):
 
     def free(self, seq_id: int) -> int:
         s = self._seqs.pop(seq_id)
-        bs, ref = self.block_size, self._ref
         self._reserved -= s.res
-        held = 0
         for g, table in enumerate(s.tables):
-            released = []
-            for i in range(len(table) - 1, s.skipped[g] - 1, -1):  # tail first: the chain's end is evicted first
-                b = table[i]
-                held += bs
-                ref[b] -= 1
-                if ref[b]:
-                    self._shared_saved -= bs
-                else:
-                    released.append(b)
-                    self._tok[g] -= min(bs, s.tokens - i * bs)
-            self._release(g, released)
-        return held
+            self._drop(s, g, s.skipped[g], len(table))
+        return sum(len(table) - k for table, k in zip(s.tables, s.skipped, strict=True)) * self.block_size
 
     # -- pool helpers ----------------------------------------------------------------------------------
     def _pop(self, g: int, count: int) -> list[int]:
@@ -229,6 +208,21 @@ class HybridPagedAllocator(HybridQueries):
             group_of[b] = g
         self._used[g] += count
         return blocks
+
+    def _drop(self, s: HybridSeq, g: int, start: int, stop: int) -> None:
+        """Drop ``s``'s references to its group-``g`` blocks ``start:stop``, the latest first (vLLM frees a run
+        tail first, so a freed chain's end is evicted first), and release those nobody else holds."""
+        bs, ref, table = self.block_size, self._ref, s.tables[g]
+        released = []
+        for i in range(stop - 1, start - 1, -1):
+            b = table[i]
+            ref[b] -= 1
+            if ref[b]:
+                self._shared_saved -= bs
+            else:
+                released.append(b)
+                self._tok[g] -= min(bs, s.tokens - i * bs)
+        self._release(g, released)
 
     def _release(self, g: int, blocks: list[int]) -> None:
         if blocks:
