@@ -9,6 +9,7 @@ import pytest
 import workloads
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_summary
 from workloads import Workload
 from workloads.named import generate
 from workloads.presets import SAMPLES_DIR
@@ -127,11 +128,7 @@ def test_lpm_fast_forward_equals_step_by_step(allocator):
     assert fast.summary["preemptions"] > 0 and fast.summary["cached_prompt_tokens"] > 0
     assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
-    for key, value in fast.summary.items():
-        if key != "wall_time_s" and isinstance(value, float):
-            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
-        elif key != "wall_time_s":
-            assert value == slow.summary[key], key
+    assert_same_summary(fast.summary, slow.summary)
 
 
 @pytest.mark.parametrize("step_by_step", [False, True])
@@ -185,8 +182,4 @@ def test_radix_with_a_host_tier_fast_forward_equals_step_by_step(block_size, row
     assert fast.summary["host_hit_tokens"] > 0 and fast.summary["reload_bytes"] > 0
     for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
-    for key, value in fast.summary.items():
-        if key != "wall_time_s" and isinstance(value, float):
-            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
-        elif key != "wall_time_s":
-            assert value == slow.summary[key], key
+    assert_same_summary(fast.summary, slow.summary)

@@ -1,0 +1,17 @@
+"""The fast-forward == step-by-step check every scenario makes of two runs' JSON summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def assert_same_summary(fast: dict, slow: dict, skip: tuple[str, ...] = ("wall_time_s",)) -> None:
+    """Every key but ``skip`` equal: floats to 1e-9 (the two modes sum the same steps in another order),
+    everything else exactly."""
+    for key, value in fast.items():
+        if key in skip:
+            continue
+        if isinstance(value, float):
+            assert value == pytest.approx(slow[key], rel=1e-9, abs=1e-12), key
+        else:
+            assert value == slow[key], key
