@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from sim.plots.data import require_columns
 from sim.plots.latency import values_for
-from sim.plots.style import allocator_color, allocator_label, new_figure, percent_axis
+from sim.plots.style import allocator_label, new_figure, percent_axis, run_colors
 
 TIERS = ("gpu", "host")
 TIER_STYLES = {"gpu": "-", "host": "--"}
@@ -83,6 +83,7 @@ def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.Data
     if set(steps) != set(names) or set(requests) != set(names):
         raise ValueError(f"steps, requests and summaries must name the same runs, got {sorted(steps)}, "
                          f"{sorted(requests)} and {sorted(names)}")
+    colors = run_colors(names)
     fig = new_figure((13.5, 3.8))
     over_time, saved_ax, ttft_ax = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.4, 1, 1]})
     for name in names:
@@ -91,7 +92,7 @@ def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.Data
             line = rates[rates["tier"] == tier]
             if tier == "host" and not (line["hit_rate"] > 0).any():
                 continue  # no host tier (or it never hit): the GPU line says it all
-            over_time.plot(line["time_s"], line["hit_rate"], TIER_STYLES[tier], color=allocator_color(name),
+            over_time.plot(line["time_s"], line["hit_rate"], TIER_STYLES[tier], color=colors[name],
                            label=f"{allocator_label(name)}, {TIER_LABELS[tier]}")
     over_time.set_xlabel("time (s)")
     over_time.set_ylabel("prefix hit rate (of prompt tokens)")
@@ -112,7 +113,7 @@ def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.Data
         saved_ax.barh(y, values, left=left, color=color, label=label)
         left += values
     for yi, (total, frac) in enumerate(zip(left, saved["saved_frac"], strict=True)):
-        saved_ax.text(total, yi, f" {frac:.0%} saved", va="center", fontsize="x-small")
+        saved_ax.text(total, yi, f" {frac:.0%} hit", va="center", fontsize="x-small")  # of its own prompt tokens
     saved_ax.set_yticks(y, [allocator_label(n) for n in saved["run"]])
     saved_ax.invert_yaxis()
     saved_ax.set_xlabel("prompt tokens")
@@ -124,7 +125,7 @@ def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.Data
         ttft = np.sort(values_for(requests[name], "ttft_s", name))
         if len(ttft):
             ttft_ax.step(ttft, np.arange(1, len(ttft) + 1) / len(ttft), where="post",
-                         color=allocator_color(name), label=allocator_label(name))
+                         color=colors[name], label=allocator_label(name))
     ttft_ax.set_xscale("log")
     ttft_ax.set_xlabel("time to first token (s)")
     ttft_ax.set_ylabel("share of requests")

@@ -25,6 +25,7 @@ ALLOCATOR_COLORS = {
     "paged": "#4c72b0",
     "paged-cow": "#55a868",
     "vattention": "#8172b3",
+    "radix": "#da8bc3",
 }
 SERIES_COLORS = ("#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#64b5cd", "#2f4b7c")
 """Colours for series that are not allocators (workloads, block sizes), and for unknown allocators."""
@@ -36,6 +37,7 @@ ALLOCATOR_LABELS = {
     "paged": "Paged",
     "paged-cow": "Paged + CoW",
     "vattention": "vAttention",
+    "radix": "Radix tree",
 }
 
 SHARES = SHARE_NAMES
@@ -79,6 +81,18 @@ def allocator_color(name: str) -> str:
     if name in ALLOCATOR_COLORS:
         return ALLOCATOR_COLORS[name]
     return SERIES_COLORS[sum(name.encode()) % len(SERIES_COLORS)]
+
+
+def run_colors(names: Iterable[str]) -> dict[str, str]:
+    """Colours for the runs of one figure: an allocator keeps its fixed colour, any other run (``paged + host``,
+    ``no reuse``) takes the next series colour no earlier run of the figure uses, so no two runs share one
+    (`allocator_color` alone hashes unknown names, and two can collide). Past the palette, colours repeat."""
+    names = list(dict.fromkeys(names))
+    colors = {n: ALLOCATOR_COLORS[n] for n in names if n in ALLOCATOR_COLORS}
+    spare = [c for c in SERIES_COLORS if c not in colors.values()] or list(SERIES_COLORS)
+    others = [n for n in names if n not in colors]
+    colors.update({n: spare[i % len(spare)] for i, n in enumerate(others)})
+    return {n: colors[n] for n in names}
 
 
 def order_allocators(names: Iterable[str]) -> list[str]:

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from sim.cli import main
 from sim.plots import plot_reuse
 from sim.plots.reuse import hit_rate_over_time, prefill_saved
+from sim.plots.style import ALLOCATOR_COLORS
 
 
 def test_hit_rate_by_tier_from_per_step_columns():
@@ -75,3 +76,17 @@ def test_plot_reuse_returns_three_panels_and_checks_its_runs():
     assert any("host" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
     with pytest.raises(ValueError, match="same runs"):
         plot_reuse({"radix": steps}, {}, {"radix": summary})
+
+
+def test_every_run_of_the_reuse_figure_has_its_own_colour():
+    """Run names that are not allocators ("no reuse", "radix + host") once hashed to the same grey, so two
+    TTFT curves could not be told apart; allocators keep their fixed colours."""
+    names = ["no reuse", "paged", "paged + host", "radix", "radix + host", "radix, page 1"]
+    steps = pd.DataFrame({"time_s": [0.0, 1.0], "prefill_tokens": [10, 5], "gpu_hit_tokens": [0, 5],
+                          "host_hit_tokens": [0, 0]})
+    requests = pd.DataFrame({"ttft_s": [0.1, 0.2], "rejected": [False, False]})
+    summary = {"gpu_hit_tokens": 5, "host_hit_tokens": 0, "prefill_tokens": 15}
+    fig = plot_reuse({n: steps for n in names}, {n: requests for n in names}, {n: summary for n in names})
+    colours = [line.get_color() for line in fig.axes[2].get_lines()]
+    assert len(colours) == len(names) and len(set(colours)) == len(names)
+    assert colours[1] == ALLOCATOR_COLORS["paged"] and colours[3] == ALLOCATOR_COLORS["radix"]
