@@ -53,8 +53,9 @@ SHARED_COLOR = "#7a7a7a"
 """Token slots of blocks several sequences share (copy-on-write, prefix hits): one neutral grey."""
 OUTSIDE_COLOR = "#ffffff"
 BOUNDARY_COLOR = "#000000"
-GROUP_COLORS = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a")
-"""Outline colours of a hybrid pool's attention groups, in ``group`` category order."""
+GROUP_COLORS = ("#6a1b9a", "#00838f", "#ad1457", "#5d4037")
+"""Outline colours of a hybrid pool's attention groups, in ``group`` category order: none is a slot state's
+colour (a red or blue outline read as external fragmentation or reservation)."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,8 @@ def _draw_groups(ax: Axes, groups: pd.Categorical, width: int, handles: list) ->
     for code, name in enumerate(groups.categories):
         color = GROUP_COLORS[code % len(GROUP_COLORS)]
         mask = np.where(codes == code, 0, FREE_OWNER)
-        ax.add_collection(LineCollection(owner_boundaries(mask, width), colors=color, linewidths=1.0))
+        ax.add_collection(LineCollection(owner_boundaries(mask, width), colors=color,
+                                         linewidths=0.6 if width <= 256 else 0.35))
         handles.append(Patch(facecolor="white", edgecolor=color, label=f"{name} layers' blocks"))
         parts.append(f"{name} {np.count_nonzero(codes == code) / len(codes):.0%}")
     return "KV groups: " + ", ".join(parts) + " of the slots"
