@@ -11,6 +11,8 @@ import warnings
 
 import click
 
+from sim.commands.failure import fail  # noqa: F401  (kvsim.cli.fail, as before)
+
 COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "reproduce", "plan"]
 """Modules under `sim.commands`; each exposes the click commands listed in its ``COMMANDS``."""
 
@@ -35,18 +37,10 @@ def main(ctx: click.Context) -> None:
     warnings.showwarning = show
 
 
-def fail(message: object) -> None:
-    """Exit with code 2 (click's code for usage errors) and the one line ``Error: message`` on stderr: the
-    message already names the file, row, field or valid choices, so click's usage lines would only bury it.
-    A KeyError's message is its argument (``str(KeyError(m))`` wraps ``m`` in quotes); quotes inside any other
-    message are kept."""
-    if isinstance(message, KeyError) and message.args:
-        message = message.args[0]
-    click.echo(f"Error: {message}", err=True)
-    raise click.exceptions.Exit(2)
-
-
 for _name in COMMAND_MODULES:
     _module = importlib.import_module(f"sim.commands.{_name}")
     for _command in _module.COMMANDS:
         main.add_command(_command)
+
+if __name__ == "__main__":  # python -m sim.cli
+    main()

@@ -155,7 +155,7 @@ def _print_text(r: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
     """KV capacity of a deployment and how many requests of a given length fit at once."""
-    from sim.cli import fail
+    from sim.commands.failure import fail
 
     try:
         report = capacity_report(**options)

@@ -39,7 +39,7 @@ def alias_option(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
 def _read_catalog(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         from allocators.catalog import register_catalog_file
-        from sim.cli import fail
+        from sim.commands.failure import fail
 
         try:
             register_catalog_file(value)

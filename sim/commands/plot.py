@@ -125,7 +125,7 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
     coloured by slot state, each request outlined), latency (TTFT and TPOT CDFs), replicas (each replica's KV
     memory and queue over time, for one `kvsim run --replicas N` run). Several runs are drawn side by side.
     """
-    from sim.cli import fail  # here, not at import: sim.cli imports this module while it loads
+    from sim.commands.failure import fail
     from sim.sweep.store import TABLE_SUFFIXES
 
     is_sweep = len(paths) == 1 and paths[0].suffix in TABLE_SUFFIXES

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from sim.cli import fail
+from sim.commands.failure import fail
 from sim.commands.options import (
     TRACE_FORMAT_HELP,
     AliasOption,

@@ -33,7 +33,7 @@ Example: --lengths "lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,outp
 
 
 def _fail(error: Exception) -> None:
-    from sim.cli import fail
+    from sim.commands.failure import fail
 
     fail(error)
 

@@ -1,0 +1,105 @@
+"""Digest of what kvsim writes for a fixed set of runs: the check that a speed change changed no output.
+
+Why: the allocators' hot paths are rewritten for speed (pages handled in runs instead of one by one), and
+every such change must leave each table and summary byte for byte as it was. This runs a set of
+configurations through `kvsim run --out` (the shipped samples only, so it needs no ``$KVSIM_TRACES``) and
+prints one sha256 per run over every file written, ``wall_time_s`` (the only non-deterministic value) left
+out. Run it before and after a change and compare::
+
+    python benchmarks/outputs_digest.py > before.txt   # on the old code
+    python benchmarks/outputs_digest.py > after.txt    # on the new code
+    diff before.txt after.txt                          # no output: nothing changed
+
+``--only SUBSTRING`` runs the configurations whose name contains it; ``--list`` names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_MOONCAKE = ["--preset", "mooncake-conv", "--model", "llama-3-8b", "--gpu", "a100-40gb", "--num-requests", "600",
+             "--max-num-batched-tokens", "8192", "--kv-tokens", "120000"]
+_QWEN = ["--preset", "mooncake-conv", "--model", "qwen3-8b", "--gpu", "h200", "--num-requests", "500",
+         "--max-num-batched-tokens", "8192", "--kv-tokens", "200000", "--cpu-offload-gib", "6"]
+_AZURE = ["--preset", "azure-conv", "--model", "llama-2-7b", "--gpu", "a100-40gb", "--num-requests", "800",
+          "--rate", "6"]
+_SESSIONS = ["--preset", "sharegpt-demo", "--num-requests", "300"]
+
+CONFIGS: dict[str, list[str]] = {
+    "paged-mooncake": _MOONCAKE + ["--allocator", "paged"],
+    "paged-mooncake-host": _MOONCAKE + ["--allocator", "paged", "--cpu-offload-gib", "2"],
+    "paged-mooncake-nocache": _MOONCAKE + ["--allocator", "paged", "--no-prefix-caching"],
+    "paged-mooncake-step": _MOONCAKE + ["--allocator", "paged", "--step-by-step", "--num-requests", "200"],
+    "radix-mooncake": _MOONCAKE + ["--allocator", "radix"],
+    "radix-mooncake-host": _MOONCAKE + ["--allocator", "radix", "--cpu-offload-gib", "2"],
+    "radix-mooncake-host-swap": _MOONCAKE + ["--allocator", "radix", "--cpu-offload-gib", "2", "--preemption",
+                                             "swap", "--kv-tokens", "60000"],
+    "radix-mooncake-bs4": _MOONCAKE + ["--allocator", "radix", "--block-size", "4", "--num-requests", "200"],
+    "radix-mooncake-bs1": _MOONCAKE + ["--allocator", "radix", "--block-size", "1", "--num-requests", "60"],
+    "radix-mooncake-lpm": _MOONCAKE + ["--allocator", "radix", "--scheduling-policy", "lpm"],
+    "radix-mooncake-step": _MOONCAKE + ["--allocator", "radix", "--cpu-offload-gib", "2", "--step-by-step",
+                                        "--num-requests", "200"],
+    "paged-mooncake-tight": _QWEN + ["--allocator", "paged"],
+    "radix-mooncake-tight": _QWEN + ["--allocator", "radix"],
+    "paged-azure": _AZURE + ["--allocator", "paged"],
+    "paged-azure-swap": _AZURE + ["--allocator", "paged", "--preemption", "swap", "--kv-tokens", "30000"],
+    "radix-azure": _AZURE + ["--allocator", "radix", "--kv-tokens", "30000"],
+    "paged-cow-demo": _SESSIONS + ["--allocator", "paged-cow"],
+    "paged-demo-fleet": _SESSIONS + ["--allocator", "paged", "--replicas", "3", "--router", "prefix-aware"],
+    "radix-demo-fleet": _SESSIONS + ["--allocator", "radix", "--replicas", "3", "--router", "least-kv"],
+}
+
+
+def _digest(out: Path) -> str:
+    """sha256 over every file under ``out`` (sorted by name); JSON files without ``wall_time_s``."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.suffix == ".json":
+            doc = json.loads(data)
+            _drop_wall_time(doc)
+            data = json.dumps(doc, sort_keys=True).encode()
+        h.update(path.relative_to(out).as_posix().encode() + b"\0" + data)
+    return h.hexdigest()
+
+
+def _drop_wall_time(doc: object) -> None:
+    if isinstance(doc, dict):
+        doc.pop("wall_time_s", None)
+        for value in doc.values():
+            _drop_wall_time(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            _drop_wall_time(value)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run the configurations whose name contains this")
+    parser.add_argument("--list", action="store_true", help="name the configurations and stop")
+    args = parser.parse_args()
+    names = [n for n in CONFIGS if args.only in n]
+    if args.list:
+        print("\n".join(f"{n}: kvsim run {' '.join(CONFIGS[n])}" for n in names))
+        return 0
+    env = {k: v for k, v in os.environ.items() if k != "KVSIM_TRACES"}  # the shipped samples, always
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "sim.cli", "run", *CONFIGS[name], "--out", tmp, "--format", "csv"]
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if done.returncode:
+                print(f"{name}: FAILED ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+                continue
+            print(f"{name}: {_digest(Path(tmp))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
