@@ -60,19 +60,39 @@ class PrefixCache:
     def insert_full(self, table: list[int], hashes: Sequence[int], start: int, stop: int, own_from: int) -> None:
         """Cache ``table[start:stop]``, full blocks hashed ``hashes[start:stop]``, except blocks that carry a hash
         already; those from ``own_from`` on are the request's own and parked. Runs once per block a sequence
-        fills: lean."""
-        hashed = self.block_hash
-        for i in range(start, stop if stop < own_from else own_from):
-            block = table[i]
-            if hashed[block] is None:
-                self.insert(block, hashes[i])
-        parked = 0
-        for i in range(own_from if own_from > start else start, stop):
-            block = table[i]
-            if hashed[block] is None:
-                hashed[block] = hashes[i]
-                parked += 1
-        self.parked += parked
+        fills: a run of blocks none of which carries a hash (a new prompt's) goes in bulk."""
+        mid = stop if stop < own_from else own_from
+        if start < mid:
+            self._index_new(table[start:mid], hashes[start:mid])
+        start = own_from if own_from > start else start
+        if start < stop:
+            hashed = self.block_hash
+            blocks, hs = table[start:stop], hashes[start:stop]
+            parked = 0
+            for b, h in zip(blocks, hs):
+                if hashed[b] is None:
+                    hashed[b] = h
+                    parked += 1
+            self.parked += parked
+
+    def _index_new(self, blocks: list[int], hs: Sequence[int]) -> None:
+        """`insert` each block without a hash yet under its hash, in order. When none has one (the rule), the
+        first-block dict is filled by one ``map(setdefault)``: where it hands back another block, the hash was
+        cached already (or repeats in the run) and the block joins that hash's later blocks, as `insert`."""
+        hashed, n = self.block_hash, len(blocks)
+        if n < 2 or getter(*blocks)(hashed).count(None) < n:
+            for b, h in zip(blocks, hs):
+                if hashed[b] is None:
+                    self.insert(b, h)
+            return
+        got = list(map(self._first.setdefault, hs, blocks))
+        for b, h in zip(blocks, hs):
+            hashed[b] = h
+        if got != blocks:
+            more = self._more
+            for b, h, g in zip(blocks, hs, got):
+                if g != b:
+                    more.setdefault(h, {})[b] = None
 
     def index_parked(self, table: list[int], hashes: Sequence[int], start: int, stop: int) -> None:
         """Index the parked blocks of ``table[start:stop]`` (a request's own blocks, hashed ``hashes[start:stop]``)
@@ -88,19 +108,49 @@ class PrefixCache:
 
     def evict_many(self, blocks: Sequence[int]) -> int:
         """Forget the hashes of ``blocks`` (just popped for reuse, in order) and spill them in that order in one
-        call; returns how many were cached. The hashes are read in one C-level gather, so a run of uncached
-        blocks costs no Python-level step; a parked block's and a lone indexed block's eviction inlined."""
-        hashed, first, more = self.block_hash, self._first, self._more
-        hashes = getter(*blocks)(hashed) if len(blocks) > 1 else tuple(hashed[b] for b in blocks)
-        if hashes.count(None) == len(blocks):
+        call; returns how many were cached.
+
+        In bulk for the rule (no hash of the run held by several blocks): the hashes are read in one C-level
+        gather, and one ``map(get)`` tells parked blocks (not indexed) from the lone indexed ones, whose
+        entries are deleted; anything else goes through the exact per-block path (`_evict_each`)."""
+        hashed = self.block_hash
+        n = len(blocks)
+        hashes = getter(*blocks)(hashed) if n > 1 else (hashed[blocks[0]],) if n else ()
+        uncached = hashes.count(None)
+        if uncached == n:
             return 0
-        evicted: list[int] = []
+        if uncached:
+            pairs = [(b, h) for b, h in zip(blocks, hashes) if h is not None]
+            blocks, hashes = [b for b, _ in pairs], [h for _, h in pairs]
+        first, more = self._first, self._more
+        if more and not more.keys().isdisjoint(hashes):
+            self._evict_each(blocks, hashes)
+        else:
+            got = list(map(first.get, hashes))
+            parked = got.count(None)
+            if got == blocks:
+                indexed = hashes
+            else:
+                indexed = [h for h, g, b in zip(hashes, got, blocks) if g == b]
+                if parked + len(indexed) != len(blocks):  # a duplicate of another block's hash
+                    indexed = None
+                    self._evict_each(blocks, hashes)
+            if indexed is not None:
+                for b in blocks:
+                    hashed[b] = None
+                for h in indexed:
+                    del first[h]
+                self.parked -= parked
+        if self.spill is not None:
+            self.spill(list(hashes))
+        return len(hashes)
+
+    def _evict_each(self, blocks: Sequence[int], hashes: Sequence[int]) -> None:
+        """`evict_many`'s per-block path for cached ``blocks`` (hashed ``hashes``), in order."""
+        hashed, first, more = self.block_hash, self._first, self._more
         parked = 0
         for block, h in zip(blocks, hashes):
-            if h is None:
-                continue
             hashed[block] = None
-            evicted.append(h)
             indexed = first.get(h)
             if indexed is None:  # parked: never indexed
                 parked += 1
@@ -109,9 +159,6 @@ class PrefixCache:
             else:
                 self._unindex(block, h)
         self.parked -= parked
-        if evicted and self.spill is not None:
-            self.spill(evicted)
-        return len(evicted)
 
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""
