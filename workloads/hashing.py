@@ -25,10 +25,28 @@ def mix(a: int, b: int) -> int:
 
 
 def mix_array(a: int | np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise `mix` of ``a`` (an int or an array) and ``b``, as uint64 (wrapping is the point)."""
-    a64 = np.uint64(a & MASK64) if isinstance(a, int) else np.asarray(a).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        z = (a64 * np.uint64(_GAMMA)) ^ (np.asarray(b).astype(np.uint64) + np.uint64(_GAMMA))
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
-        return z ^ (z >> np.uint64(31))
+    """Elementwise `mix` of ``a`` (an int or an array) and ``b`` (an array), as uint64 (wrapping is the point).
+
+    In place on one fresh array, and with the only scalar product (``a * GAMMA`` for an int ``a``) done in
+    Python: numpy array arithmetic wraps silently, so no ``np.errstate`` (a context switch costing more than
+    the arithmetic on a prompt's few hundred blocks) is needed."""
+    z = np.asarray(b).astype(np.uint64)
+    z += _GAMMA64
+    if isinstance(a, int):
+        z ^= np.uint64((a * _GAMMA) & MASK64)
+    else:
+        a64 = np.asarray(a).astype(np.uint64)
+        a64 *= _GAMMA64
+        z ^= a64
+    t = np.empty_like(z)
+    for shift, factor in _ROUNDS:
+        np.right_shift(z, shift, out=t)
+        z ^= t
+        if factor is not None:
+            z *= factor
+    return z
+
+
+_GAMMA64 = np.uint64(_GAMMA)
+_ROUNDS = ((np.uint64(30), np.uint64(_M1)), (np.uint64(27), np.uint64(_M2)), (np.uint64(31), None))
+"""`mix`'s finaliser steps: ``z ^= z >> shift``, then ``z *= factor``."""
