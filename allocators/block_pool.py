@@ -138,8 +138,8 @@ class BlockPool:
             if empty < n:
                 free.extend_released(released[empty:] if empty else released)
         else:
-            free.prepend_released([b for b, h in zip(released, hashes) if h is None])
-            free.extend_released([b for b, h in zip(released, hashes) if h is not None])
+            free.prepend_released([b for b, h in zip(released, hashes, strict=True) if h is None])
+            free.extend_released([b for b, h in zip(released, hashes, strict=True) if h is not None])
         self.num_cached += n - empty
         return n
 

@@ -69,7 +69,7 @@ class PrefixCache:
             hashed = self.block_hash
             blocks, hs = table[start:stop], hashes[start:stop]
             parked = 0
-            for b, h in zip(blocks, hs):
+            for b, h in zip(blocks, hs, strict=True):
                 if hashed[b] is None:
                     hashed[b] = h
                     parked += 1
@@ -81,16 +81,16 @@ class PrefixCache:
         cached already (or repeats in the run) and the block joins that hash's later blocks, as `insert`."""
         hashed, n = self.block_hash, len(blocks)
         if n < 2 or getter(*blocks)(hashed).count(None) < n:
-            for b, h in zip(blocks, hs):
+            for b, h in zip(blocks, hs, strict=True):
                 if hashed[b] is None:
                     self.insert(b, h)
             return
         got = list(map(self._first.setdefault, hs, blocks))
-        for b, h in zip(blocks, hs):
+        for b, h in zip(blocks, hs, strict=True):
             hashed[b] = h
         if got != blocks:
             more = self._more
-            for b, h, g in zip(blocks, hs, got):
+            for b, h, g in zip(blocks, hs, got, strict=True):
                 if g != b:
                     more.setdefault(h, {})[b] = None
 
@@ -120,7 +120,7 @@ class PrefixCache:
         if uncached == n:
             return 0
         if uncached:
-            pairs = [(b, h) for b, h in zip(blocks, hashes) if h is not None]
+            pairs = [(b, h) for b, h in zip(blocks, hashes, strict=True) if h is not None]
             blocks, hashes = [b for b, _ in pairs], [h for _, h in pairs]
         first, more = self._first, self._more
         if more and not more.keys().isdisjoint(hashes):
@@ -131,7 +131,7 @@ class PrefixCache:
             if got == blocks:
                 indexed = hashes
             else:
-                indexed = [h for h, g, b in zip(hashes, got, blocks) if g == b]
+                indexed = [h for h, g, b in zip(hashes, got, blocks, strict=True) if g == b]
                 if parked + len(indexed) != len(blocks):  # a duplicate of another block's hash
                     indexed = None
                     self._evict_each(blocks, hashes)
@@ -149,7 +149,7 @@ class PrefixCache:
         """`evict_many`'s per-block path for cached ``blocks`` (hashed ``hashes``), in order."""
         hashed, first, more = self.block_hash, self._first, self._more
         parked = 0
-        for block, h in zip(blocks, hashes):
+        for block, h in zip(blocks, hashes, strict=True):
             hashed[block] = None
             indexed = first.get(h)
             if indexed is None:  # parked: never indexed

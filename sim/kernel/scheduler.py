@@ -159,16 +159,18 @@ class Scheduler:
     def walk_running(self, budget: int) -> int:
         """vLLM's running loop, in running order; returns the budget left. Decoders the budget cannot reach
         skip the step (`defer`)."""
-        due = set(self.decode.pop_due(self.step))  # every one is synced, deferred or preempted below
+        due = set(self.decode.pop_due(self.step))
+        step_tokens = self.step_tokens
         for group in list(self.running):
             if group.state != RUNNING or (group.beam and group.base >= 0):
                 continue
-            budget += self.returned
-            self.returned = 0
-            if group.prefilling:
+            if self.returned:
+                budget += self.returned
+                self.returned = 0
+            if group.prefill_done < group.prefill_target:  # prefilling
                 if budget <= 0:
                     continue
-                chunk = self.chunk(group.prefill_remaining, budget)
+                chunk = self.chunk(group.prefill_target - group.prefill_done, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
                     copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow_chunk(s, c))
@@ -176,18 +178,21 @@ class Scheduler:
                         continue
                     self.plan.copy_slots += sum(c.slots for c in copies)
                 budget -= chunk
-                self.step_tokens[group.index] = chunk
+                step_tokens[group.index] = chunk
                 self.groups.schedule_chunk(group, chunk)
                 continue
-            if budget < group.num_seqs:
+            num_seqs = group.num_seqs
+            if budget < num_seqs:
                 self.defer(group, due)
                 continue
-            for seq_id in list(group.seq_ids):
-                if seq_id in due and not self.sync_decoder(seq_id):
-                    break
-            if group.state == RUNNING:
-                budget -= group.num_seqs
-                self.step_tokens[group.index] = group.num_seqs
+            if not due.isdisjoint(group.seq_ids):  # most decoders are not due: no sync, no state change
+                for seq_id in list(group.seq_ids):
+                    if seq_id in due and not self.sync_decoder(seq_id):
+                        break
+                if group.state != RUNNING:
+                    continue
+            budget -= num_seqs
+            step_tokens[group.index] = num_seqs
         return budget + self.returned
 
     def defer(self, group: SequenceGroup, due: set[int]) -> None:
