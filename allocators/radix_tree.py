@@ -128,28 +128,32 @@ class RadixTree:
         a long prompt evicts hundreds of pages, which the free queue's order (radix.py) gives tail first, a
         chain at a time: so the pages are cut into runs, each page in a run the lone parent of the page before
         it, and a run costs a check of its first page and an unlink of its last from its parent."""
-        hashed = self.block_hash
+        if not pages:
+            return 0
+        hashed, children = self.block_hash, self.children
+        pages = list(pages)
         hashes = [hashed[p] for p in pages]
-        uncached = hashes.count(None)
-        if uncached:
-            if uncached == len(hashes):
-                return 0
-            pages = [p for p, h in zip(pages, hashes, strict=True) if h is not None]
-            hashes = [h for h in hashes if h is not None]
-        else:
-            pages = list(pages)
-        children = self.children
         kids = [children[p] for p in pages]
-        kids.append(None)  # a sentinel: every run ends at a leaf at the latest
-        start, n = 0, len(pages)
-        while start < n:  # a run is pages[start:stop], each of pages[start + 1:stop] the lone parent of the one before
-            stop = kids.index(None, start + 1)  # usually where the next chain's tail leaf starts
-            if kids[start + 1:stop] != pages[start:stop - 1]:
-                stop = start + 1
-                while kids[stop] == pages[stop - 1]:
-                    stop += 1
-            self._evict_run(pages, hashes, start, stop)
-            start = stop
+        if hashes[0] is not None and kids[1:] == pages[:-1]:  # one chain, tail first (all cached: each has a child)
+            self._evict_run(pages, hashes, 0, len(pages))
+        else:
+            uncached = hashes.count(None)
+            if uncached:
+                if uncached == len(hashes):
+                    return 0
+                kids = [k for k, h in zip(kids, hashes, strict=True) if h is not None]
+                pages = [p for p, h in zip(pages, hashes, strict=True) if h is not None]
+                hashes = [h for h in hashes if h is not None]
+            kids.append(None)  # a sentinel: every run ends at a leaf at the latest
+            start, n = 0, len(pages)
+            while start < n:  # a run: pages[start:stop], each after the first the lone parent of the one before
+                stop = kids.index(None, start + 1)  # usually where the next chain's tail leaf is
+                if kids[start + 1:stop] != pages[start:stop - 1]:
+                    stop = start + 1
+                    while kids[stop] == pages[stop - 1]:
+                        stop += 1
+                self._evict_run(pages, hashes, start, stop)
+                start = stop
         parents = self.parent
         for page in pages:
             hashed[page] = None
