@@ -115,6 +115,8 @@ class HostTier:
         oldest: list[int] = []
         while len(oldest) < count:
             window = order[head:head + count - len(oldest)]
+            if not window:
+                raise AssertionError(f"host tier: {count} hashes to evict, fewer cached")
             head += len(window)
             if stale and not stale.keys().isdisjoint(window):  # some are stale: sort them out in order
                 live = []
@@ -234,5 +236,5 @@ class HostTier:
         for h in self._order[self._head:]:
             queued[h] = queued.get(h, 0) + 1
         assert queued.keys() == self._lru.keys(), "host tier: the LRU order and the cached hashes disagree"
-        assert all(queued[h] == self._stale.get(h, 0) + 1 for h in queued) and self._stale.keys() <= queued.keys(), \
-            "host tier: stale LRU entries miscounted"
+        assert self._stale.keys() <= queued.keys(), "host tier: a stale count for a hash not queued"
+        assert all(n == self._stale.get(h, 0) + 1 for h, n in queued.items()), "host tier: stale entries miscounted"

@@ -128,40 +128,51 @@ class RadixTree:
         a long prompt evicts hundreds of pages, which the free queue's order (radix.py) gives tail first, a
         chain at a time: so the pages are cut into runs, each page in a run the lone parent of the page before
         it, and a run costs a check of its first page and an unlink of its last from its parent."""
-        if not pages:
-            return 0
         hashed, children = self.block_hash, self.children
-        pages = list(pages)
-        hashes = [hashed[p] for p in pages]
-        kids = [children[p] for p in pages]
-        if hashes[0] is not None and kids[1:] == pages[:-1]:  # one chain, tail first (all cached: each has a child)
-            self._evict_run(pages, hashes, 0, len(pages))
+        if len(pages) < 2:  # a decoding sequence crossing into a new page
+            if not pages or hashed[pages[0]] is None:
+                return 0
+            pages, hashes = [pages[0]], [hashed[pages[0]]]
+            self._evict_run(pages, hashes, 0, 1)
         else:
-            uncached = hashes.count(None)
-            if uncached:
-                if uncached == len(hashes):
-                    return 0
-                kids = [k for k, h in zip(kids, hashes, strict=True) if h is not None]
-                pages = [p for p, h in zip(pages, hashes, strict=True) if h is not None]
-                hashes = [h for h in hashes if h is not None]
-            kids.append(None)  # a sentinel: every run ends at a leaf at the latest
-            start, n = 0, len(pages)
-            while start < n:  # a run: pages[start:stop], each after the first the lone parent of the one before
-                stop = kids.index(None, start + 1)  # usually where the next chain's tail leaf is
-                if kids[start + 1:stop] != pages[start:stop - 1]:
-                    stop = start + 1
-                    while kids[stop] == pages[stop - 1]:
-                        stop += 1
-                self._evict_run(pages, hashes, start, stop)
-                start = stop
+            pages = list(pages)
+            hashes = [hashed[p] for p in pages]
+            kids = [children[p] for p in pages]
+            if hashes[0] is not None and kids[1:] == pages[:-1]:  # one chain, tail first (all cached)
+                self._evict_run(pages, hashes, 0, len(pages))
+            else:
+                pages, hashes = self._evict_runs(pages, hashes, kids)
         parents = self.parent
         for page in pages:
             hashed[page] = None
             parents[page] = -1
             children[page] = None
-        if self.spill is not None:
+        if hashes and self.spill is not None:
             self.spill(hashes)
         return len(hashes)
+
+    def _evict_runs(self, pages: list[int], hashes: list[int | None],
+                    kids: list) -> tuple[list[int], list[int]]:
+        """`evict_many`'s general case: drop the pages not in the tree, cut the rest into runs, unlink each;
+        returns the pages and hashes evicted."""
+        uncached = hashes.count(None)
+        if uncached:
+            if uncached == len(hashes):
+                return [], []
+            kids = [k for k, h in zip(kids, hashes, strict=True) if h is not None]
+            pages = [p for p, h in zip(pages, hashes, strict=True) if h is not None]
+            hashes = [h for h in hashes if h is not None]
+        kids.append(None)  # a sentinel: every run ends at a leaf at the latest
+        start, n = 0, len(pages)
+        while start < n:  # a run: pages[start:stop], each after the first the lone parent of the one before
+            stop = kids.index(None, start + 1)  # usually where the next chain's tail leaf is
+            if kids[start + 1:stop] != pages[start:stop - 1]:
+                stop = start + 1
+                while kids[stop] == pages[stop - 1]:
+                    stop += 1
+            self._evict_run(pages, hashes, start, stop)
+            start = stop
+        return pages, hashes
 
     def _evict_run(self, pages: list[int], hashes: list[int], start: int, stop: int) -> None:
         """Unlink the chain ``pages[start:stop]`` (each page the lone parent of the one before it) from the
