@@ -15,6 +15,7 @@ import click
 
 from sim.commands.failure import fail
 from sim.commands.options import (
+    ALLOCATOR_NAMES,
     TRACE_FORMAT_HELP,
     AliasOption,
     alias_option,
@@ -196,7 +197,7 @@ def warn_rejections(summary: dict) -> None:
 
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
-              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow or vattention.")
+              help=f"{ALLOCATOR_NAMES}.")
 @simulation_options
 def run_command(allocator: str, **opts) -> None:
     """Simulate one allocator on a trace, a preset or the default preset.
@@ -232,7 +233,7 @@ def run_command(allocator: str, **opts) -> None:
 
 @click.command("compare")
 @alias_option("--allocator", "--allocators", "allocators",
-              help="Comma-separated allocator names (default: all of ALLOCATORS).")
+              help=f"Comma-separated allocator names (default: all of {ALLOCATOR_NAMES}).")
 @click.option("--reuse-baseline", is_flag=True,
               help="Also run each allocator whose prefix cache hit anything without prefix caching (named "
                    "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT.")
