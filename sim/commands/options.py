@@ -41,7 +41,7 @@ def alias_option(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
 
 def _read_catalog(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
-        from allocators.catalog import register_catalog_file
+        from allocators.catalog_file import register_catalog_file
         from sim.commands.failure import fail
 
         try:
