@@ -130,12 +130,31 @@ class HostTier:
                         stale[h] = n - 1
                 window = live
             oldest += window
-        if head > 1024 and 2 * head > len(order):  # drop the dequeued part now and then (a memmove)
-            del order[:head]
-            head = 0
-        self._head = head
+        self._dequeue(head)
         self.evicted_blocks += count
         return list(map(self._lru.pop, oldest))
+
+    def _pop_oldest(self) -> int:
+        """`_evict_oldest` of one hash, without building lists: a decoding sequence evicts one at a time."""
+        order, stale, head = self._order, self._stale, self._head
+        h = order[head]
+        head += 1
+        while stale and h in stale:  # a stale entry: the hash's live one is further on
+            n = stale.pop(h)
+            if n > 1:
+                stale[h] = n - 1
+            h = order[head]
+            head += 1
+        self._dequeue(head)
+        self.evicted_blocks += 1
+        return self._lru.pop(h)
+
+    def _dequeue(self, head: int) -> None:
+        """Move the queue's head to ``head``, dropping the dequeued part now and then (a memmove)."""
+        if head > 1024 and 2 * head > len(self._order):
+            del self._order[:head]
+            head = 0
+        self._head = head
 
     def _room(self) -> int | None:
         """A free host block, evicting the least recently used cached one if none is free; None if every
@@ -144,7 +163,7 @@ class HostTier:
             return self._free.pop()
         if not self._lru:
             return None
-        return self._evict_oldest(1)[0]
+        return self._pop_oldest()
 
     def offload(self, block_hash: int) -> bool:
         """Keep an evicted GPU block's KV on the host as the most recently used; True if bytes moved (False:
@@ -185,7 +204,7 @@ class HostTier:
             if free:
                 block = free.pop()
             elif lru:
-                block = self._evict_oldest(1)[0]
+                block = self._pop_oldest()
             else:
                 continue
             lru[h] = block
