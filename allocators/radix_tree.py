@@ -79,8 +79,8 @@ class RadixTree:
     def insert(self, page: int, parent: int, block_hash: int) -> None:
         """Hang ``page`` under ``parent`` (a node, or `ROOT`) as the child keyed ``block_hash``."""
         assert self.block_hash[page] is None, f"page {page} is already in the tree"
-        assert self.insert_chain(parent, (page,), (block_hash,)) == 1, \
-            f"page {parent} already has a child keyed {block_hash}"
+        if not self.insert_chain(parent, (page,), (block_hash,)):
+            raise AssertionError(f"page {parent} already has a child keyed {block_hash}")
 
     def insert_chain(self, parent: int, pages: Sequence[int], block_hashes: Sequence[int]) -> int:
         """Hang ``pages`` (none in the tree) as a chain under ``parent``: the first keyed ``block_hashes[0]``
