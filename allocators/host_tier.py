@@ -32,15 +32,14 @@ swap traffic is the scheduler's (``swap_blocks``), as without a tier.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 
 class HostTier:
     """``num_blocks`` host KV blocks of ``block_bytes`` bytes: an LRU cache by block hash plus swap parking."""
 
-    __slots__ = ("num_blocks", "block_bytes", "_lru", "_free", "_swapped", "offloaded_blocks",
-                 "reloaded_blocks", "evicted_blocks")
+    __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_head", "_stale", "_free", "_swapped",
+                 "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
 
     def __init__(self, num_blocks: int, block_bytes: int) -> None:
         if num_blocks < 0 or block_bytes <= 0:
@@ -48,7 +47,15 @@ class HostTier:
                              f"{block_bytes}")
         self.num_blocks = int(num_blocks)
         self.block_bytes = int(block_bytes)
-        self._lru: OrderedDict[int, int] = OrderedDict()  # block hash -> host block, least recent first
+        # The LRU: a dict block hash -> host block, and its order as a queue of hashes, least recently used
+        # first (``_order[_head:]``), where a hash touched again is queued again and its earlier entries are
+        # stale (``_stale`` counts them). Why not an OrderedDict: its per-key bookkeeping costs twice a
+        # dict's, and a long prompt's allocation offloads and evicts hundreds of blocks, which this does
+        # with slices and bulk dict operations.
+        self._lru: dict[int, int] = {}
+        self._order: list[int] = []
+        self._head = 0  # `_order[:_head]` is dequeued already (dropped in one go once it is half the list)
+        self._stale: dict[int, int] = {}  # hash -> how many of its entries in the queue are stale
         self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))  # popped from the end: id 0 first
         self._swapped: dict[int, list[int]] = {}  # swap key (a request) -> the host blocks its KV takes
         self.offloaded_blocks = 0  # blocks written to the host (a hash already there costs nothing)
@@ -96,6 +103,59 @@ class HostTier:
         return n
 
     # -- changing ------------------------------------------------------------------------------------------
+    def _touch(self, block_hash: int) -> None:
+        """Make a cached hash the most recently used."""
+        self._order.append(block_hash)
+        self._stale[block_hash] = self._stale.get(block_hash, 0) + 1
+
+    def _evict_oldest(self, count: int) -> list[int]:
+        """Drop the ``count`` least recently used cached hashes (there must be as many); returns their host
+        blocks, oldest first. Stale queue entries met on the way are dropped as well."""
+        order, stale, head = self._order, self._stale, self._head
+        oldest: list[int] = []
+        while len(oldest) < count:
+            window = order[head:head + count - len(oldest)]
+            if not window:
+                raise AssertionError(f"host tier: {count} hashes to evict, fewer cached")
+            head += len(window)
+            if stale and not stale.keys().isdisjoint(window):  # some are stale: sort them out in order
+                live = []
+                for h in window:
+                    n = stale.get(h)
+                    if n is None:
+                        live.append(h)
+                    elif n == 1:
+                        del stale[h]
+                    else:
+                        stale[h] = n - 1
+                window = live
+            oldest += window
+        self._dequeue(head)
+        self.evicted_blocks += count
+        return list(map(self._lru.pop, oldest))
+
+    def _pop_oldest(self) -> int:
+        """`_evict_oldest` of one hash, without building lists: a decoding sequence evicts one at a time."""
+        order, stale, head = self._order, self._stale, self._head
+        h = order[head]
+        head += 1
+        while stale and h in stale:  # a stale entry: the hash's live one is further on
+            n = stale.pop(h)
+            if n > 1:
+                stale[h] = n - 1
+            h = order[head]
+            head += 1
+        self._dequeue(head)
+        self.evicted_blocks += 1
+        return self._lru.pop(h)
+
+    def _dequeue(self, head: int) -> None:
+        """Move the queue's head to ``head``, dropping the dequeued part now and then (a memmove)."""
+        if head > 1024 and 2 * head > len(self._order):
+            del self._order[:head]
+            head = 0
+        self._head = head
+
     def _room(self) -> int | None:
         """A free host block, evicting the least recently used cached one if none is free; None if every
         host block is parked swap."""
@@ -103,9 +163,7 @@ class HostTier:
             return self._free.pop()
         if not self._lru:
             return None
-        _, block = self._lru.popitem(last=False)
-        self.evicted_blocks += 1
-        return block
+        return self._pop_oldest()
 
     def offload(self, block_hash: int) -> bool:
         """Keep an evicted GPU block's KV on the host as the most recently used; True if bytes moved (False:
@@ -114,25 +172,45 @@ class HostTier:
 
     def offload_many(self, block_hashes: Sequence[int]) -> int:
         """`offload` each of ``block_hashes`` in order (the blocks one allocation evicted, oldest first);
-        returns how many moved bytes. One call per allocation, not per block: a long prompt evicts hundreds."""
+        returns how many moved bytes. One call per allocation, not per block: a long prompt evicts hundreds,
+        so the usual case (none cached yet, no hash twice, enough blocks free or cached) is done in bulk."""
         lru, free = self._lru, self._free
-        touch, pop_oldest = lru.move_to_end, lru.popitem
-        moved = evicted = 0
+        n = len(block_hashes)
+        if n > 1 and len(set(block_hashes)) == n and lru.keys().isdisjoint(block_hashes):
+            need = n - len(free)  # blocks to evict once the free ones are used
+            if need <= 0:
+                blocks = free[:-n - 1:-1]  # popped from the end, as `_room` does
+                del free[-n:]
+            elif need <= len(lru):  # evictions take only hashes cached before this batch
+                blocks = free[::-1]
+                free.clear()
+                blocks += self._evict_oldest(need)
+            else:
+                return self._offload_each(block_hashes)
+            lru.update(zip(block_hashes, blocks, strict=True))
+            self._order += block_hashes
+            self.offloaded_blocks += n
+            return n
+        return self._offload_each(block_hashes)
+
+    def _offload_each(self, block_hashes: Sequence[int]) -> int:
+        """`offload_many` one hash at a time (hashes cached already or twice, or a host full of swap)."""
+        lru, free = self._lru, self._free
+        moved = 0
         for h in block_hashes:
             if h in lru:
-                touch(h)
+                self._touch(h)
                 continue
-            if free:  # `_room` inlined
+            if free:
                 block = free.pop()
             elif lru:
-                block = pop_oldest(False)[1]
-                evicted += 1
+                block = self._pop_oldest()
             else:
                 continue
             lru[h] = block
+            self._order.append(h)
             moved += 1
         self.offloaded_blocks += moved
-        self.evicted_blocks += evicted
         return moved
 
     def take(self, block_hashes: Sequence[int]) -> int:
@@ -141,7 +219,9 @@ class HostTier:
         allocations cause cannot drop them first."""
         lru = self._lru
         for h in block_hashes:
-            lru.move_to_end(h)  # KeyError: not a host hit (`lookup` first)
+            if h not in lru:
+                raise KeyError(h)  # not a host hit (`lookup` first)
+            self._touch(h)
         self.reloaded_blocks += len(block_hashes)
         return len(block_hashes)
 
@@ -171,3 +251,9 @@ class HostTier:
         assert all(0 <= b < self.num_blocks for b in held), "host tier: host block id out of range"
         assert self.reloaded_blocks >= 0 and self.offloaded_blocks >= self.evicted_blocks >= 0, \
             "host tier: counters out of step"
+        queued: dict[int, int] = {}
+        for h in self._order[self._head:]:
+            queued[h] = queued.get(h, 0) + 1
+        assert queued.keys() == self._lru.keys(), "host tier: the LRU order and the cached hashes disagree"
+        assert self._stale.keys() <= queued.keys(), "host tier: a stale count for a hash not queued"
+        assert all(n == self._stale.get(h, 0) + 1 for h, n in queued.items()), "host tier: stale entries miscounted"

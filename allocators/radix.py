@@ -70,24 +70,17 @@ class RadixAllocator(PagedAllocator):
         i = s.num_hashed
         if i >= full:
             return
-        tree, ref, table, hashes = self._cache, self._ref, s.table, s.hashes
-        children, block_hash, parents = tree.children, tree.block_hash, tree.parent
-        parent = table[i - 1] if i else ROOT
-        while i < full:  # `RadixTree.insert` inlined: this runs for every page a sequence fills
-            page, h = table[i], hashes[i]
-            if ref[page] != 1:
-                break
-            kids = children[parent]
-            if kids is None:
-                kids = children[parent] = {}
-            elif h in kids:
-                break
-            kids[h] = page
-            block_hash[page] = h
-            parents[page] = parent
-            parent = page
-            i += 1
-        s.num_hashed = i
+        ref, table = self._ref, s.table
+        run = table[i:full]
+        if len(run) > 1:
+            refs = [ref[page] for page in run]
+            if refs.count(1) != len(refs):  # a page a fork shares: its holders settle it
+                del run[next(k for k, r in enumerate(refs) if r != 1):]
+        elif ref[run[0]] != 1:
+            return
+        if run:
+            parent = table[i - 1] if i else ROOT
+            s.num_hashed = i + self._cache.insert_chain(parent, run, s.hashes[i:i + len(run)])
 
     def free(self, seq_id: int, *, finished: bool = False) -> int:
         s = self._seqs[seq_id]
@@ -169,5 +162,5 @@ class RadixAllocator(PagedAllocator):
         assert cached == sorted(cached), "free queue: an empty page behind a cached one"
         position = {b: i for i, b in enumerate(queue)}
         for b in queue:
-            for kid in (tree.children[b] or {}).values():
+            for kid in tree.kids(b):
                 assert position.get(kid, len(queue)) < position[b], f"page {b}: evictable before its child {kid}"

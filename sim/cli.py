@@ -13,7 +13,7 @@ import click
 
 from sim.commands.failure import fail  # noqa: F401  (kvsim.cli.fail, as before)
 
-COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "reproduce", "plan"]
+COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "compare", "reproduce", "plan"]
 """Modules under `sim.commands`; each exposes the click commands listed in its ``COMMANDS``."""
 
 

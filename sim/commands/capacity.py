@@ -11,7 +11,7 @@ import json
 
 import click
 
-from sim.commands.options import catalog_option, kv_cache_dtype_option
+from sim.commands.options import ALLOCATOR_NAMES, catalog_option, kv_cache_dtype_option
 
 
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
@@ -139,7 +139,7 @@ def _print_text(r: dict) -> None:
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
               help="Share of GPU memory vLLM may use (weights + activations + KV).")
 @kv_cache_dtype_option
-@click.option("--allocator", default="paged", show_default=True, help="Allocator name (see ALLOCATORS).")
+@click.option("--allocator", default="paged", show_default=True, help=f"{ALLOCATOR_NAMES}.")
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per block (paged).")
 @click.option("--placement", default="buddy", show_default=True, help="Slab placement (contiguous).")
 @click.option("--page-size-kib", type=int, default=2048, show_default=True,

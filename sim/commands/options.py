@@ -12,6 +12,9 @@ from typing import Any
 
 import click
 
+ALLOCATOR_NAMES = ("contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow, vattention or radix")
+"""Every name in `allocators.ALLOCATORS`, for --allocator's help without importing the allocators (a test
+keeps the two in step)."""
 TRACE_FORMAT_HELP = ("Read the trace as this format (azure, mooncake, burstgpt, vidur or kvsim) instead of "
                      "detecting it from the columns; with --columns, the default is kvsim's own (seconds).")
 COLUMNS_HELP = ("Column mapping for the trace: field=column[,field=column...] (e.g. prompt_tokens=input_len). "
@@ -38,7 +41,7 @@ def alias_option(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
 
 def _read_catalog(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
-        from allocators.catalog import register_catalog_file
+        from allocators.catalog_file import register_catalog_file
         from sim.commands.failure import fail
 
         try:

@@ -1,4 +1,4 @@
-"""``kvsim run`` (one simulation) and ``kvsim compare`` (several allocators on the same workload).
+"""``kvsim run``: one simulation, and the flags it shares with ``kvsim compare`` (``compare.py``).
 
 With no trace and no preset both use the default preset, ``sharegpt-demo`` (the paper's ShareGPT lengths,
 400 requests at 2 req/s), on the configuration's default deployment (OPT-13B on an A100-40GB, KV memory
@@ -15,9 +15,9 @@ import click
 
 from sim.commands.failure import fail
 from sim.commands.options import (
+    ALLOCATOR_NAMES,
     TRACE_FORMAT_HELP,
     AliasOption,
-    alias_option,
     catalog_option,
     columns_option,
     kv_cache_dtype_option,
@@ -25,12 +25,6 @@ from sim.commands.options import (
 from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
 from sim.kernel.routers import ROUTERS
 
-COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
-                "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
-                "tpot_p50_s", "e2e_p50_s", "token_states_frac", "reservation_frac", "internal_frag_frac",
-                "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "prefill_tokens",
-                "cached_prompt_tokens", "prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "offload_bytes",
-                "reload_bytes", "cached_frac", "wall_time_s")
 _DEFAULTS = SimConfig()
 
 
@@ -161,7 +155,7 @@ def build_config(allocator: str, opts: dict) -> SimConfig:
     return SimConfig(**fields, allocator=allocator)
 
 
-def _announce(config: SimConfig, workload) -> None:
+def announce(config: SimConfig, workload) -> None:
     """The setup line (workload, deployment, KV capacity and its source) on stderr, before the run."""
     from sim.describe import setup_line
     from sim.kernel.runner import resolve_capacity
@@ -169,7 +163,7 @@ def _announce(config: SimConfig, workload) -> None:
     click.echo(setup_line(config, workload, resolve_capacity(config)), err=True)
 
 
-def _simulate(config, workload, as_json: bool, workers: int = 1):
+def simulate(config, workload, as_json: bool, workers: int = 1):
     from sim.kernel.fleet_parallel import parallel_note
     from sim.kernel.runner import run_simulation
 
@@ -196,7 +190,7 @@ def warn_rejections(summary: dict) -> None:
 
 @click.command("run")
 @click.option("--allocator", default="paged", show_default=True,
-              help="contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow or vattention.")
+              help=f"{ALLOCATOR_NAMES}.")
 @simulation_options
 def run_command(allocator: str, **opts) -> None:
     """Simulate one allocator on a trace, a preset or the default preset.
@@ -212,8 +206,8 @@ def run_command(allocator: str, **opts) -> None:
     try:
         config = build_config(allocator, opts)
         workload = resolve_workload(config)
-        _announce(config, workload)
-        result = _simulate(config, workload, opts["as_json"], opts["workers"])
+        announce(config, workload)
+        result = simulate(config, workload, opts["as_json"], opts["workers"])
         if opts["out"]:
             write_result(result, opts["out"], opts["out_format"])
     except (ValueError, KeyError, OSError) as exc:
@@ -230,61 +224,4 @@ def run_command(allocator: str, **opts) -> None:
         click.echo(format_summary(result.summary))
 
 
-@click.command("compare")
-@alias_option("--allocator", "--allocators", "allocators",
-              help="Comma-separated allocator names (default: all of ALLOCATORS).")
-@click.option("--reuse-baseline", is_flag=True,
-              help="Also run each allocator whose prefix cache hit anything without prefix caching (named "
-                   "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT.")
-@simulation_options
-def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> None:
-    """Run several allocators on the same workload and show their summaries side by side.
-
-    TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals.
-    --out DIR writes each allocator's run to DIR/ALLOCATOR (for `kvsim plot DIR/*`; `--kind reuse` draws hits
-    by tier, prefill saved and TTFT)."""
-    from dataclasses import replace
-    from pathlib import Path
-
-    from allocators import ALLOCATORS
-    from sim.kernel.runner import resolve_workload, write_result
-    from sim.kernel.summary import format_comparison
-
-    names = [a.strip() for a in allocators.split(",")] if allocators else list(ALLOCATORS)
-    summaries = []
-    try:
-        workload = None
-        for name in names:
-            config = build_config(name, opts)
-            if workload is None:
-                workload = resolve_workload(config)
-                _announce(config, workload)
-            runs = [(name, config)]
-            if reuse_baseline and config.prefix_caching:
-                runs.append((f"{name}-no-reuse", replace(config, prefix_caching=False)))
-            for run_name, run_config in runs:
-                if run_name != name and not summaries[-1]["cached_prompt_tokens"]:
-                    break  # nothing was reused: the baseline would repeat the run
-                result = _simulate(run_config, workload, opts["as_json"], opts["workers"])
-                if run_name != name:
-                    result.summary["run"] = run_name
-                if opts["out"]:
-                    write_result(result, Path(opts["out"]) / run_name, opts["out_format"])
-                summaries.append(result.summary)
-    except (ValueError, KeyError, OSError) as exc:
-        fail(exc)
-    for summary in summaries:
-        warn_rejections(summary)
-    if opts["as_json"]:
-        click.echo(json.dumps(summaries))
-        return
-    first = summaries[0]
-    click.echo(f"workload: {first['workload']} ({first['requests']} requests) - {first['workload_source']}")
-    click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
-               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
-               + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"
-                         for s in summaries if s.get("page_tokens")))
-    click.echo(format_comparison(summaries, COMPARE_KEYS))
-
-
-COMMANDS = [run_command, compare_command]
+COMMANDS = [run_command]

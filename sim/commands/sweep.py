@@ -45,7 +45,7 @@ _GRID_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
 def _grid(args: list[str], config_file: str | None) -> Any:
     """The grid the flags and the TOML file spell; ``$KVSIM_CATALOG`` is the catalog unless one is given, and
     every catalog file is read now, so a bad one is one error rather than a failure in every point."""
-    from allocators.catalog import load_catalog_file
+    from allocators.catalog_file import load_catalog_file
     from sim.kernel.config import SimConfig
     from sim.sweep.grid import Grid, grid_from_flags, load_grid_toml
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from allocators import allocator_class, make_allocator
 from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
-from allocators.catalog import GIB, get_gpu, get_model, register_catalog_file
+from allocators.catalog import GIB, get_gpu, get_model
+from allocators.catalog_file import register_catalog_file
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, needs_hybrid

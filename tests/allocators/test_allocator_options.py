@@ -4,7 +4,7 @@ no gigabyte string from ``"1" * GIB``), and every allocator checks every constru
 import pytest
 
 from allocators import ALLOCATORS, make_allocator
-from allocators.catalog import load_catalog_file
+from allocators.catalog_file import load_catalog_file
 
 MODEL = ("num_layers = 2\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 2\nhead_dim = 16\nnum_params = 1e6\n"
          "max_seq_len = 256\nintermediate_size = 128\nvocab_size = 1000\n")

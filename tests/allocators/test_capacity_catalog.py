@@ -5,6 +5,7 @@ import pytest
 from allocators import catalog
 from allocators.capacity import kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model
+from allocators.catalog_file import register_catalog_file
 
 KIB = 1024
 
@@ -85,7 +86,7 @@ def test_catalog_file_adds_models_and_gpus(tmp_path, restore_catalog):
         "[models.tiny]\nnum_layers = 2\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 2\nhead_dim = 16\n"
         "num_params = 1e6\nmax_seq_len = 256\nintermediate_size = 128\nvocab_size = 1000\n"
         "[gpus.toy]\nmemory_gib = 1\nhbm_bandwidth_gb_s = 100\nbf16_tflops = 10\npcie_gb_s = 8\n")
-    catalog.register_catalog_file(path)
+    register_catalog_file(path)
     assert get_model("tiny").kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
     assert get_gpu("toy").memory_bytes == GIB
 

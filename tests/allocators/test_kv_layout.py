@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from allocators import catalog
-from allocators.catalog import ModelSpec, get_model, load_catalog_file
+from allocators.catalog import ModelSpec, get_model
+from allocators.catalog_file import load_catalog_file
 from allocators.kv_layout import KVGroup, kv_element_bytes
 
 TINY = ("num_layers = 6\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 2\nhead_dim = 16\nnum_params = 1e6\n"

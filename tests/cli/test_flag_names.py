@@ -124,3 +124,13 @@ def test_trace_and_dash_dash_trace_must_agree(trace, tmp_path):
     other = tmp_path / "other.csv"
     result = invoke("run", trace, "--trace", str(other))
     assert result.exit_code == 2 and "two traces" in result.stderr
+
+
+def test_allocator_help_names_every_allocator():
+    """--allocator's help is a fixed string (the CLI does not import the allocators to print help); it once
+    left out `radix`, so a newcomer could not learn the name from `kvsim run --help`."""
+    from allocators import ALLOCATORS
+    from sim.commands.options import ALLOCATOR_NAMES
+
+    listed = ALLOCATOR_NAMES.replace(" or ", ", ").split(", ")
+    assert sorted(listed) == sorted(ALLOCATORS)

@@ -1,0 +1,82 @@
+"""``kvsim compare``: several allocators on the same workload, their summaries side by side.
+
+Every allocator sees the same requests and arrivals (the workload is resolved once); the flags are `kvsim
+run`'s (``run.py``'s `simulation_options`), with ``--allocators`` a comma-separated list.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sim.commands.failure import fail
+from sim.commands.options import ALLOCATOR_NAMES, alias_option
+from sim.commands.run import announce, build_config, simulate, simulation_options, warn_rejections
+
+COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
+                "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
+                "tpot_p50_s", "e2e_p50_s", "token_states_frac", "reservation_frac", "internal_frag_frac",
+                "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "prefill_tokens",
+                "cached_prompt_tokens", "prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "offload_bytes",
+                "reload_bytes", "cached_frac", "wall_time_s")
+
+
+@click.command("compare")
+@alias_option("--allocator", "--allocators", "allocators",
+              help=f"Comma-separated allocator names (default: all of {ALLOCATOR_NAMES}).")
+@click.option("--reuse-baseline", is_flag=True,
+              help="Also run each allocator whose prefix cache hit anything without prefix caching (named "
+                   "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT.")
+@simulation_options
+def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> None:
+    """Run several allocators on the same workload and show their summaries side by side.
+
+    TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals.
+    --out DIR writes each allocator's run to DIR/ALLOCATOR (for `kvsim plot DIR/*`; `--kind reuse` draws hits
+    by tier, prefill saved and TTFT)."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from allocators import ALLOCATORS
+    from sim.kernel.runner import resolve_workload, write_result
+    from sim.kernel.summary import format_comparison
+
+    names = [a.strip() for a in allocators.split(",")] if allocators else list(ALLOCATORS)
+    summaries = []
+    try:
+        workload = None
+        for name in names:
+            config = build_config(name, opts)
+            if workload is None:
+                workload = resolve_workload(config)
+                announce(config, workload)
+            runs = [(name, config)]
+            if reuse_baseline and config.prefix_caching:
+                runs.append((f"{name}-no-reuse", replace(config, prefix_caching=False)))
+            for run_name, run_config in runs:
+                if run_name != name and not summaries[-1]["cached_prompt_tokens"]:
+                    break  # nothing was reused: the baseline would repeat the run
+                result = simulate(run_config, workload, opts["as_json"], opts["workers"])
+                if run_name != name:
+                    result.summary["run"] = run_name
+                if opts["out"]:
+                    write_result(result, Path(opts["out"]) / run_name, opts["out_format"])
+                summaries.append(result.summary)
+    except (ValueError, KeyError, OSError) as exc:
+        fail(exc)
+    for summary in summaries:
+        warn_rejections(summary)
+    if opts["as_json"]:
+        click.echo(json.dumps(summaries))
+        return
+    first = summaries[0]
+    click.echo(f"workload: {first['workload']} ({first['requests']} requests) - {first['workload_source']}")
+    click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
+               f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
+               + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"
+                         for s in summaries if s.get("page_tokens")))
+    click.echo(format_comparison(summaries, COMPARE_KEYS))
+
+
+COMMANDS = [compare_command]
