@@ -9,8 +9,9 @@ Why not a linked list (vLLM's, and this module's first form): almost all traffic
 request's ~750 pages popped at admission, its table handed back when it finishes), and a linked list costs
 a few Python-level link writes per block. Here the queue is one Python list read from index ``lo`` on, so a
 run is popped with one slice and put back with one slice assignment (at the head, into room kept in front
-of ``lo``) or ``list.extend`` (at the tail). What stays per block is one store into ``pos`` (the block's
-place, for `remove` and ``in``) when it is appended::
+of ``lo``) or ``list.extend`` (at the tail). What stays per block is a store into ``pos`` (the block's
+place, for `remove` and ``in``) when it is appended, done by numpy for the whole run (an int64 array: no
+Python int is made or freed per block)::
 
     items:  . . . . | b3  b7  --  b1  b9      lo = 4; '--' a hole: b5 was removed (a prefix-cache hit)
     popleft() -> b3;  prepend_many([b2]): b2 goes into the slot before lo;  append(b4): after b9
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+
 _HOLE = -1
 """A removed block's slot: skipped by pops and iteration."""
 _NEVER = -(1 << 62)
@@ -50,7 +53,7 @@ class FreeBlockQueue:
         self._items: list[int] = [_HOLE] * self._room
         self._lo = self._room
         self._base = 0
-        self._pos = [_NEVER] * num_blocks
+        self._pos = np.full(num_blocks, _NEVER, dtype=np.int64)  # numpy: a bulk store, no int objects
         self._holes = 0  # holes at or after lo
         self._indexed = True  # every queued block's pos is right (else: those put back by prepend_released may not be)
         self.num_free = 0
@@ -60,7 +63,7 @@ class FreeBlockQueue:
         return self.num_free
 
     def __contains__(self, block_id: int) -> bool:
-        i = self._pos[block_id] - self._base
+        i = int(self._pos[block_id]) - self._base
         if self._lo <= i < len(self._items) and self._items[i] == block_id:
             return True
         if self._indexed:
@@ -118,7 +121,7 @@ class FreeBlockQueue:
         """Take a block out of anywhere in the queue (a prefix-cache hit on a free block)."""
         if block_id not in self:
             raise ValueError(f"block {block_id} is not in the free queue")
-        self._items[self._pos[block_id] - self._base] = _HOLE
+        self._items[int(self._pos[block_id]) - self._base] = _HOLE
         self._holes += 1
         self.num_free -= 1
         if self._holes > self.num_free + 64:
@@ -143,12 +146,16 @@ class FreeBlockQueue:
     def extend_released(self, block_ids: list[int]) -> None:
         """`extend` without the per-block check: the caller knows none of ``block_ids`` is queued and none
         repeats (the pool: their reference counts just fell to zero)."""
-        items, pos = self._items, self._pos
-        v = len(items) + self._base
+        items = self._items
+        v, n = len(items) + self._base, len(block_ids)
         items += block_ids
-        for b in block_ids:
-            pos[b] = v
-            v += 1
+        if n > 8:
+            self._pos[np.fromiter(block_ids, np.intp, n)] = np.arange(v, v + n)
+        else:  # a few blocks: numpy's per-call cost would exceed the scalar stores
+            pos = self._pos
+            for b in block_ids:
+                pos[b] = v
+                v += 1
         self.num_free += len(block_ids)
 
     def prepend_many(self, block_ids: list[int]) -> None:
@@ -174,12 +181,15 @@ class FreeBlockQueue:
 
     def _reindex(self) -> None:
         """Give every queued block its ``pos`` (after `prepend_released` left some without)."""
-        pos, v = self._pos, self._lo + self._base
-        for b in self._items[self._lo:]:
-            if b != _HOLE:
-                pos[b] = v
-            v += 1
+        self._index(self._items[self._lo:], self._lo + self._base)
         self._indexed = True
+
+    def _index(self, slots: list[int], v: int) -> None:
+        """Set ``pos`` of every block in ``slots`` (holes skipped), the first slot's virtual index being ``v``."""
+        ids = np.array(slots, dtype=np.int64)
+        at = np.arange(v, v + len(ids))
+        kept = ids != _HOLE
+        self._pos[ids[kept]] = at[kept]
 
     def _rebuild(self, room: int = 0) -> None:
         """Copy the queue into a fresh list with ``room`` + the usual free slots in front of the head; holes
@@ -191,9 +201,7 @@ class FreeBlockQueue:
             live = [b for b in live if b != _HOLE]
             self._holes = 0
             self._base = -lead
-            pos = self._pos
-            for v, b in enumerate(live):
-                pos[b] = v
+            self._index(live, 0)
             self._indexed = True
         else:
             self._base += self._lo - lead
@@ -209,7 +217,7 @@ class FreeBlockQueue:
         assert len(set(forward)) == len(forward), "free queue: a block is queued twice"
         assert all(0 <= b < len(self._pos) for b in forward), "free queue: a block id out of range"
         for i, b in enumerate(tail, self._lo):
-            stale = b != _HOLE and self._pos[b] - self._base != i
+            stale = b != _HOLE and int(self._pos[b]) - self._base != i
             assert not (stale and self._indexed), f"free queue: block {b}'s position is stale"
         queued = set(forward)
         assert all((b in self) == (b in queued) for b in range(len(self._pos))), "free queue: membership wrong"
