@@ -107,24 +107,29 @@ class BlockPool:
         """Take one holder off every block of ``table`` (a freed sequence) and put those left with none back
         in the free queue, tail first, as `release` would. Returns how many were released.
 
-        Runs once per finished request over every one of its blocks, so the usual case goes in bulk: every
-        block held by this sequence alone (all refs 1) and, with prefix caching, the hashed blocks a leading
-        run of the table (a prompt's cached blocks, then generated ones): slices, no per-block branches."""
+        Runs once per finished request over every one of its blocks, so it goes in bulk: the refs read in one
+        C-level gather (all 1, the rule: every block is released; else those at 1 are), and with prefix
+        caching the hashed blocks are as a rule a leading run of the table (a prompt's cached blocks, then
+        generated ones): slices, no per-block branches."""
         ref = self.ref
         n = len(table)
-        if n > 1 and getter(*table)(ref).count(1) == n:  # exclusive: every block is released
-            released = table[::-1]
-            for b in released:
-                ref[b] = 0
+        if n < 2:
+            released = [b for b in table if ref[b] == 1]
+            for b in table:
+                ref[b] -= 1
         else:
-            released = []
-            for b in reversed(table):
-                r = ref[b] = ref[b] - 1
-                if not r:
-                    released.append(b)
-            n = len(released)
-            if not n:
-                return 0
+            refs = getter(*table)(ref)
+            released = table[::-1]
+            if refs.count(1) == n:  # exclusive: every block is released
+                for b in released:
+                    ref[b] = 0
+            else:  # shared blocks stay held (a table holds a block once: `audit_paged` checks it)
+                for b in released:
+                    ref[b] -= 1
+                released = [b for b, r in zip(released, refs[::-1], strict=True) if r == 1]
+        n = len(released)
+        if not n:
+            return 0
         free = self.free
         if not prefix_caching:
             free.prepend_released(released)
