@@ -5,6 +5,7 @@ state changes; `paged-cow` paints its registered prefixes over them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import chain
 
 import numpy as np
 
@@ -19,9 +20,16 @@ def owner_map(capacity: int, block_size: int, num_blocks: int, tables: Mapping[i
     owners = np.full(capacity, FREE_OWNER, dtype=np.int64)
     owners[:bs] = OVERHEAD_OWNER
     owners[num_blocks * bs:] = OVERHEAD_OWNER
-    for seq_id, table in tables.items():
-        for b in table:
-            owners[b * bs:(b + 1) * bs] = seq_id if ref[b] == 1 else SHARED_OWNER
+    sizes = [len(table) for table in tables.values()]
+    count = sum(sizes)
+    if not count:
+        return owners
+    # every table's blocks at once (a block two tables hold is SHARED_OWNER from each, so order is moot)
+    blocks = np.fromiter(chain.from_iterable(tables.values()), np.int64, count)
+    seqs = np.repeat(np.fromiter(tables.keys(), np.int64, len(sizes)), sizes)
+    held = np.fromiter(map(ref.__getitem__, blocks.tolist()), np.int64, count)
+    owner = np.where(held == 1, seqs, SHARED_OWNER)
+    owners[(blocks[:, None] * bs + np.arange(bs)).ravel()] = np.repeat(owner, bs)
     return owners
 
 
