@@ -149,7 +149,7 @@ class FreeBlockQueue:
         items = self._items
         v, n = len(items) + self._base, len(block_ids)
         items += block_ids
-        if n > 8:
+        if n > 64:
             self._pos[np.fromiter(block_ids, np.intp, n)] = np.arange(v, v + n)
         else:  # a few blocks: numpy's per-call cost would exceed the scalar stores
             pos = self._pos

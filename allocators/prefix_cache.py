@@ -110,47 +110,58 @@ class PrefixCache:
         """Forget the hashes of ``blocks`` (just popped for reuse, in order) and spill them in that order in one
         call; returns how many were cached.
 
-        In bulk for the rule (no hash of the run held by several blocks): the hashes are read in one C-level
-        gather, and one ``map(get)`` tells parked blocks (not indexed) from the lone indexed ones, whose
-        entries are deleted; anything else goes through the exact per-block path (`_evict_each`)."""
-        hashed = self.block_hash
+        A long run goes in bulk when no hash of it is held by several blocks (the rule): the hashes are read
+        in one C-level gather, and one ``map(get)`` tells parked blocks (not indexed) from the lone indexed
+        ones, whose entries are deleted. Shorter runs (decode growth: one block) and anything unusual go through
+        the exact per-block path (`_evict_each`), whose set-up is cheaper."""
         n = len(blocks)
-        hashes = getter(*blocks)(hashed) if n > 1 else (hashed[blocks[0]],) if n else ()
+        if n < 64:
+            evicted = self._evict_each(blocks)
+        else:
+            evicted = self._evict_run(blocks)
+        if evicted and self.spill is not None:
+            self.spill(evicted)
+        return len(evicted)
+
+    def _evict_run(self, blocks: Sequence[int]) -> list[int]:
+        """`evict_many`'s bulk path; returns the evicted hashes in order."""
+        hashed = self.block_hash
+        hashes = list(getter(*blocks)(hashed))
         uncached = hashes.count(None)
-        if uncached == n:
-            return 0
+        if uncached == len(hashes):
+            return []
         if uncached:
             pairs = [(b, h) for b, h in zip(blocks, hashes, strict=True) if h is not None]
             blocks, hashes = [b for b, _ in pairs], [h for _, h in pairs]
         first, more = self._first, self._more
         if more and not more.keys().isdisjoint(hashes):
-            self._evict_each(blocks, hashes)
+            return self._evict_each(blocks)
+        got = list(map(first.get, hashes))
+        parked = got.count(None)
+        if got == blocks:
+            indexed = hashes
         else:
-            got = list(map(first.get, hashes))
-            parked = got.count(None)
-            if got == blocks:
-                indexed = hashes
-            else:
-                indexed = [h for h, g, b in zip(hashes, got, blocks, strict=True) if g == b]
-                if parked + len(indexed) != len(blocks):  # a duplicate of another block's hash
-                    indexed = None
-                    self._evict_each(blocks, hashes)
-            if indexed is not None:
-                for b in blocks:
-                    hashed[b] = None
-                for h in indexed:
-                    del first[h]
-                self.parked -= parked
-        if self.spill is not None:
-            self.spill(list(hashes))
-        return len(hashes)
+            indexed = [h for h, g, b in zip(hashes, got, blocks, strict=True) if g == b]
+            if parked + len(indexed) != len(blocks):  # a duplicate of another block's hash
+                return self._evict_each(blocks)
+        for b in blocks:
+            hashed[b] = None
+        for h in indexed:
+            del first[h]
+        self.parked -= parked
+        return hashes
 
-    def _evict_each(self, blocks: Sequence[int], hashes: Sequence[int]) -> None:
-        """`evict_many`'s per-block path for cached ``blocks`` (hashed ``hashes``), in order."""
+    def _evict_each(self, blocks: Sequence[int]) -> list[int]:
+        """`evict_many`'s per-block path; returns the evicted hashes in order."""
         hashed, first, more = self.block_hash, self._first, self._more
+        evicted: list[int] = []
         parked = 0
-        for block, h in zip(blocks, hashes, strict=True):
+        for block in blocks:
+            h = hashed[block]
+            if h is None:
+                continue
             hashed[block] = None
+            evicted.append(h)
             indexed = first.get(h)
             if indexed is None:  # parked: never indexed
                 parked += 1
@@ -159,6 +170,7 @@ class PrefixCache:
             else:
                 self._unindex(block, h)
         self.parked -= parked
+        return evicted
 
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""
