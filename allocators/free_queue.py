@@ -63,7 +63,7 @@ class FreeBlockQueue:
         return self.num_free
 
     def __contains__(self, block_id: int) -> bool:
-        i = int(self._pos[block_id]) - self._base
+        i = self._pos.item(block_id) - self._base
         if self._lo <= i < len(self._items) and self._items[i] == block_id:
             return True
         if self._indexed:
@@ -119,9 +119,12 @@ class FreeBlockQueue:
 
     def remove(self, block_id: int) -> None:
         """Take a block out of anywhere in the queue (a prefix-cache hit on a free block)."""
-        if block_id not in self:
-            raise ValueError(f"block {block_id} is not in the free queue")
-        self._items[int(self._pos[block_id]) - self._base] = _HOLE
+        i = self._pos.item(block_id) - self._base
+        if not (self._lo <= i < len(self._items) and self._items[i] == block_id):  # `in` (it may reindex)
+            if block_id not in self:
+                raise ValueError(f"block {block_id} is not in the free queue")
+            i = self._pos.item(block_id) - self._base
+        self._items[i] = _HOLE
         self._holes += 1
         self.num_free -= 1
         if self._holes > self.num_free + 64:
@@ -217,7 +220,7 @@ class FreeBlockQueue:
         assert len(set(forward)) == len(forward), "free queue: a block is queued twice"
         assert all(0 <= b < len(self._pos) for b in forward), "free queue: a block id out of range"
         for i, b in enumerate(tail, self._lo):
-            stale = b != _HOLE and int(self._pos[b]) - self._base != i
+            stale = b != _HOLE and self._pos.item(b) - self._base != i
             assert not (stale and self._indexed), f"free queue: block {b}'s position is stale"
         queued = set(forward)
         assert all((b in self) == (b in queued) for b in range(len(self._pos))), "free queue: membership wrong"
