@@ -178,29 +178,21 @@ class Recorder:
         attention group whose block holds the slot (empty for free and overhead slots)."""
         import pandas as pd
 
-        if not self.snapshots:
+        frames = []
+        for time_s, owners, request_of_seq, states, groups in self.snapshots:
+            inverse, uniq = pd.factorize(owners)  # hashing, not np.unique's sort: ~800K slots a snapshot
+            requests = np.array([request_of_seq.get(int(o), -1) for o in uniq], np.int64)
+            frame = pd.DataFrame({
+                "time_s": np.full(len(owners), time_s),
+                "slot": np.arange(len(owners), dtype=np.int64),
+                "owner": owners.astype(np.int64),
+                "request_id": requests[inverse] if len(owners) else np.zeros(0, np.int64),
+                "state": pd.Categorical.from_codes(states, SLOT_STATES),
+            })
+            if groups is not None:
+                frame["group"] = pd.Categorical.from_codes(groups, self.group_names)
+            frames.append(frame)
+        if not frames:
             return pd.DataFrame({"time_s": [], "slot": [], "owner": [], "request_id": [],
                                  "state": pd.Categorical([], SLOT_STATES)})
-        times, slots, owner_cols, request_cols, state_cols, group_cols = [], [], [], [], [], []
-        for time_s, owners, request_of_seq, states, groups in self.snapshots:
-            codes, uniq = pd.factorize(owners)  # hashing, not np.unique's sort: ~800K slots a snapshot
-            requests = np.array([request_of_seq.get(int(o), -1) for o in uniq], np.int64)
-            times.append(np.full(len(owners), time_s))
-            slots.append(np.arange(len(owners), dtype=np.int64))
-            owner_cols.append(owners.astype(np.int64))
-            request_cols.append(requests[codes] if len(owners) else np.zeros(0, np.int64))
-            state_cols.append(states)
-            group_cols.append(groups)
-        # one frame from the columns joined (as concatenating a frame per snapshot would give, faster)
-        frame = pd.DataFrame({
-            "time_s": np.concatenate(times),
-            "slot": np.concatenate(slots),
-            "owner": np.concatenate(owner_cols),
-            "request_id": np.concatenate(request_cols),
-            "state": pd.Categorical.from_codes(np.concatenate(state_cols), SLOT_STATES),
-        })
-        if all(g is not None for g in group_cols):
-            frame["group"] = pd.Categorical.from_codes(np.concatenate(group_cols), self.group_names)
-        elif any(g is not None for g in group_cols):
-            raise ValueError("memory snapshots disagree on whether slots have attention groups")
-        return frame
+        return pd.concat(frames, ignore_index=True)
