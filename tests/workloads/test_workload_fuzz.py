@@ -98,3 +98,17 @@ def test_json_rows_with_any_values(rows, skip):
     import json
 
     check("\n".join(json.dumps(row) for row in rows).encode(), ".jsonl", skip)
+
+
+def test_parquet_integer_past_float_precision_with_nulls_is_a_trace_error(tmp_path):
+    """An integer column with nulls is read as floats; a value past 2**53 (found by `test_mangled_parquet`: one
+    flipped byte) made Arrow's checked cast raise its own error instead of the row's one-line range error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"arrival_time_s": [0.0, 1.0, 2.0], "prompt_tokens": pa.array([2**56, None, 5]),
+                             "output_tokens": [3, 4, 5]}), path)
+    with pytest.raises(TraceError, match=r"big.parquet: row 1: field 'prompt_tokens': must be <= 1e\+09"):
+        load_trace(path)

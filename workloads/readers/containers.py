@@ -149,7 +149,9 @@ def _arrow_values(column) -> np.ndarray:
     import pyarrow as pa
 
     if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-        values = column.cast(pa.float64()) if column.null_count else column
+        # unchecked cast: an id past 2**53 (Arrow's safe range) must reach the range checks as a number and
+        # get their one-line error, not an Arrow traceback
+        values = column.cast(pa.float64(), safe=False) if column.null_count else column
         return values.to_numpy()
     if column.null_count == 0 and pa.types.is_boolean(column.type):
         return column.to_numpy()
