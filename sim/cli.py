@@ -11,7 +11,7 @@ import warnings
 
 import click
 
-from sim.commands.failure import fail  # noqa: F401  (kvsim.cli.fail, as before)
+from sim.commands.failure import fail  # noqa: F401  (sim.cli.fail still works for scripts that import it)
 
 COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "compare", "reproduce", "plan"]
 """Modules under `sim.commands`; each exposes the click commands listed in its ``COMMANDS``."""

@@ -13,6 +13,7 @@ import json
 
 import click
 
+from sim.commands.failure import fail
 from sim.commands.options import catalog_option, kv_cache_dtype_option
 
 
@@ -29,7 +30,6 @@ def _list_profiles() -> None:
 
 
 def _from_trace(path: str, opts: dict) -> None:
-    from sim.commands.failure import fail
     from sim.kernel.config import SimConfig
     from sim.measured import read_measured
     from sim.trace_fit import fit_trace, trace_table
@@ -115,7 +115,6 @@ def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: 
     """Fit the step-cost model: time kernels on this machine (default), fit a measured run (--from-trace),
     or list the named cost profiles (--list). A CPU calibration (--device cpu) is labelled 'cpu' and drives
     `kvsim run --gpu cpu --model MODEL`."""
-    from sim.commands.failure import fail
     from sim.kernel.calibration_store import user_table_path
 
     if list_profiles:

@@ -11,6 +11,7 @@ import json
 
 import click
 
+from sim.commands.failure import fail
 from sim.commands.options import ALLOCATOR_NAMES, catalog_option, kv_cache_dtype_option
 
 
@@ -155,7 +156,6 @@ def _print_text(r: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
     """KV capacity of a deployment and how many requests of a given length fit at once."""
-    from sim.commands.failure import fail
 
     try:
         report = capacity_report(**options)

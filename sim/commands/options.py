@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from sim.commands.failure import fail
+
 ALLOCATOR_NAMES = ("contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow, vattention or radix")
 """Every name in `allocators.ALLOCATORS`, for --allocator's help without importing the allocators (a test
 keeps the two in step)."""
@@ -42,7 +44,6 @@ def alias_option(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
 def _read_catalog(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         from allocators.catalog_file import register_catalog_file
-        from sim.commands.failure import fail
 
         try:
             register_catalog_file(value)

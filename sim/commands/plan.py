@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from sim.commands.failure import fail
 from sim.commands.sweep import _GRID_CONTEXT, GridCommand, _execution, _executor_options, _slo_target_options
 from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
 
@@ -55,7 +56,6 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
     --ttft-p99 2. Brackets by doubling from one replica, then bisects (about 2 log2 N simulations per router).
     A run with any rejected or unfinished request fails the target, whatever its latency.
     """
-    from sim.commands.failure import fail
     from sim.sweep.replicas import run_plan
     from sim.sweep.slo import SLO_METRICS, SloTarget
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from sim.commands.failure import fail
+
 RUN_KINDS = ("memory", "breakdown", "batch", "batch-sizes", "memory-map", "latency", "reuse")
 """Figures drawn from run directories; `SWEEP_KIND` is the one drawn from a sweep table."""
 FLEET_KINDS = ("replicas",)
@@ -125,7 +127,6 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
     coloured by slot state, each request outlined), latency (TTFT and TPOT CDFs), replicas (each replica's KV
     memory and queue over time, for one `kvsim run --replicas N` run). Several runs are drawn side by side.
     """
-    from sim.commands.failure import fail
     from sim.sweep.store import TABLE_SUFFIXES
 
     is_sweep = len(paths) == 1 and paths[0].suffix in TABLE_SUFFIXES

@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from sim.commands.failure import fail
+
 GRID_HELP = """
 Grid flags: every SimConfig field, as --field-name V1,V2,... (for example --allocator paged,contiguous-max
 --block-size 8,16,32 --seed 0,1,2 --preset sharegpt-paper --trace FILE); a boolean flag alone means true;
@@ -133,7 +135,6 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
 
     Exits 1 when any point failed, after writing every point that finished (a rerun retries the failed
     ones), and says how many failed and why."""
-    from sim.commands.failure import fail
     from sim.sweep.run import run_sweep
 
     try:
@@ -176,7 +177,6 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
     time per output token. Bound --ttft-p99, --e2e-p50 or --normalized-latency, and use 1,000 requests or
     more, or an overloaded rate can pass (the status then reads above-max).
     """
-    from sim.commands.failure import fail
     from sim.commands.plot import FIGURE_SUFFIXES
     from sim.sweep.run import run_slo
     from sim.sweep.slo import SLO_METRICS, SearchSettings, SloTarget

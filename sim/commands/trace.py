@@ -9,6 +9,7 @@ import json
 
 import click
 
+from sim.commands.failure import fail
 from sim.commands.options import columns_option, trace_format_option
 
 SPEC_HELP = """
@@ -33,7 +34,6 @@ Example: --lengths "lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,outp
 
 
 def _fail(error: Exception) -> None:
-    from sim.commands.failure import fail
 
     fail(error)
 
