@@ -137,14 +137,13 @@ class BlockPool:
         hashed = self.cache.block_hash
         hashes = getter(*released)(hashed) if n > 1 else (hashed[released[0]],)
         empty = hashes.count(None)  # uncached blocks: the table's tail, first in ``released`` as a rule
-        if hashes[:empty].count(None) == empty:
-            if empty:
-                free.prepend_released(released[:empty] if empty < n else released)
-            if empty < n:
-                free.extend_released(released[empty:] if empty else released)
-        else:
-            free.prepend_released([b for b, h in zip(released, hashes, strict=True) if h is None])
-            free.extend_released([b for b, h in zip(released, hashes, strict=True) if h is not None])
+        if hashes[:empty].count(None) != empty:  # not a leading run: `release` sorts them block by block
+            self.release(released, True)
+            return n
+        if empty:
+            free.prepend_released(released[:empty] if empty < n else released)
+        if empty < n:
+            free.extend_released(released[empty:] if empty else released)
         self.num_cached += n - empty
         return n
 
