@@ -18,7 +18,7 @@ from allocators.kv_layout import KVGroup, kv_element_bytes, layout_groups
 GIB = 1024**3
 
 
-def _check_positive(entry: str, field: str, value: object, *, integer: bool = False) -> None:
+def check_positive(entry: str, field: str, value: object, *, integer: bool = False) -> None:
     """A one-line ValueError unless ``value`` is a positive number (an integer where ``integer``): catalog
     files are user input, and a string or a bool must not reach the arithmetic."""
     kind = Integral if integer else Real
@@ -63,17 +63,17 @@ class ModelSpec:
         entry = f"model {self.name!r}"
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "max_seq_len",
                   "intermediate_size", "vocab_size", "dtype_bytes"):
-            _check_positive(entry, f, getattr(self, f), integer=True)
-        _check_positive(entry, "num_params", self.num_params)
+            check_positive(entry, f, getattr(self, f), integer=True)
+        check_positive(entry, "num_params", self.num_params)
         for f in ("sliding_window", "sliding_window_layers"):
             if getattr(self, f) is not None:
-                _check_positive(entry, f, getattr(self, f), integer=True)
+                check_positive(entry, f, getattr(self, f), integer=True)
         for f in ("weights_gib", "active_params"):
             if getattr(self, f) is not None:
-                _check_positive(entry, f, getattr(self, f))
+                check_positive(entry, f, getattr(self, f))
         for f in ("kv_lora_rank", "qk_rope_head_dim"):
             if getattr(self, f):
-                _check_positive(entry, f, getattr(self, f), integer=True)
+                check_positive(entry, f, getattr(self, f), integer=True)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"{entry}: num_heads must be a multiple of num_kv_heads")
         if self.sliding_window_layers is not None and (self.sliding_window is None
@@ -143,9 +143,9 @@ class GpuSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        _check_positive(f"gpu {self.name!r}", "memory_bytes", self.memory_bytes, integer=True)
+        check_positive(f"gpu {self.name!r}", "memory_bytes", self.memory_bytes, integer=True)
         for f in ("hbm_bandwidth_gb_s", "bf16_tflops", "pcie_gb_s"):
-            _check_positive(f"gpu {self.name!r}", f, getattr(self, f))
+            check_positive(f"gpu {self.name!r}", f, getattr(self, f))
 
     @property
     def memory_gib(self) -> float:

@@ -12,7 +12,7 @@ import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, _check_positive
+from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, check_positive
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,7 +76,7 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
     for name, table in _tables(data, "gpus", path).items():
         if "memory_gib" in table:
             gib = table.pop("memory_gib")
-            _check_positive(f"{path}: gpu {name!r}", "memory_gib", gib)  # not a string times GIB
+            check_positive(f"{path}: gpu {name!r}", "memory_gib", gib)  # not a string times GIB
             table["memory_bytes"] = int(gib * GIB)
         gpus[name.lower()] = _spec_from_table(GpuSpec, "gpus", name, table, path)
     if not models and not gpus:
