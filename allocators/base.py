@@ -47,8 +47,8 @@ class Copy(NamedTuple):
 
 class PageMap(NamedTuple):
     """``pages`` page sets that a call mapped into a sequence's virtual range (vAttention: one driver map call
-    per page per cache tensor: K and V of every layer), returned beside any `Copy` so the cost model charges the mapping.
-    It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
+    per page per cache tensor: K and V of every layer), returned beside any `Copy` so the cost model charges
+    the mapping. It moves no KV, so ``slots`` is 0 and sums of copied slots stay right."""
 
     pages: int
     slots: int = 0

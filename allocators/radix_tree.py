@@ -15,8 +15,9 @@ objects, not behaviour, except that SGLang evicts a whole leaf node at a time wh
 The tree knows no reference counts or free list: those are the `BlockPool`'s, which holds this tree as its
 ``cache`` (the same interface as `PrefixCache`: ``block_hash``, `evict`, `check`, ``len``, ``spill``), so the
 pool's free queue orders eviction, and an evicted page's hash goes to a host tier when one is attached
-(``--cpu-offload-gib``: SGLang's HiCache keeps evicted radix nodes in host memory the same way). `RadixAllocator` keeps that queue's order such that its cached head is always an
-unreferenced leaf (``radix.py``), and `evict` asserts it.
+(``--cpu-offload-gib``: SGLang's HiCache keeps evicted radix nodes in host memory the same way).
+`RadixAllocator` keeps that queue's order such that its cached head is always an unreferenced leaf
+(``radix.py``), and `evict` asserts it.
 """
 
 from __future__ import annotations

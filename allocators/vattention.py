@@ -12,9 +12,10 @@ The unit here is a *page set*: one physical page in every layer's K and V tensor
 layer for MLA), mapped together, as vAttention's ``MAP_PAGES`` does for every layer at once. It holds
 ``page_tokens`` tokens (the page's bytes over one token's bytes in one tensor: `page_geometry`); page set
 ``p`` is slots ``[p * page_tokens, (p + 1) * page_tokens)`` of the arena. The pool has ``num_pages`` of them
-(the KV pool's bytes over ``page bytes x cache tensors``); the slots no page set covers (the pool's remainder, and the bytes of
-each page that hold less than a whole token) are allocator overhead. Waste then moves to the unused tail of
-each request's last page, in every layer and tensor: that is internal fragmentation here.
+(the KV pool's bytes over ``page bytes x cache tensors``); the slots no page set covers (the pool's
+remainder, and the bytes of each page that hold less than a whole token) are allocator overhead. Waste then
+moves to the unused tail of each request's last page, in every layer and tensor: that is internal
+fragmentation here.
 
 Identities are real: page-set ids, a free list (a stack, as vAttention's ``cuda_pages`` vector: the page
 freed last is mapped next), each request's list of mapped pages in virtual order (the kernel never reads

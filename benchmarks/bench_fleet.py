@@ -108,7 +108,8 @@ def main() -> None:
               f"peak RSS {sampler.peak_rss / 2**20:.0f} MiB (sampled: parent + fork server + workers)")
     print(f"completed {s['completed']}, rejected {s['rejected']}, preemptions {s['preemptions']}, "
           f"sim time {s['sim_time_s']:.0f} s, mean running per replica {s['mean_running']:.1f}, "
-          f"ttft p50 {s['ttft_p50_s']:.3f} s, p99 {s['ttft_p99_s']:.3f} s, load imbalance {s.get('load_imbalance', 1.0):.3f}")
+          f"ttft p50 {s['ttft_p50_s']:.3f} s, p99 {s['ttft_p99_s']:.3f} s, "
+          f"load imbalance {s.get('load_imbalance', 1.0):.3f}")
 
 
 if __name__ == "__main__":

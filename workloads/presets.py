@@ -102,8 +102,9 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
     file_rows = len(workload)
     if num_requests is not None:
         if num_requests > len(workload):
+            sample = "" if full else ", a shipped sample; set KVSIM_TRACES for the full trace"
             raise TraceError(f"preset {name}: --num-requests {num_requests} asks for more requests than the trace "
-                             f"has ({len(workload)}{'' if full else ', a shipped sample; set KVSIM_TRACES for the full trace'})")
+                             f"has ({len(workload)}{sample})")
         workload = workload.head(num_requests)
     if name == "sharegpt-etalon":
         process = Poisson(1.0 if rate is None else rate)
@@ -113,8 +114,8 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
         times = process.times(np.random.default_rng(seed), len(workload), workload)
         workload = workload.with_arrivals(times)
     where = f"full trace {path}" if full else (
-        f"shipped {file_rows}-row sample workloads/data/traces/{path.name} (package data; the full trace, from {TRACE_ORIGINS[path.name]}, is read "
-        f"from $KVSIM_TRACES/{path.name} when that is set)")
+        f"shipped {file_rows}-row sample workloads/data/traces/{path.name} (package data; the full trace, "
+        f"from {TRACE_ORIGINS[path.name]}, is read from $KVSIM_TRACES/{path.name} when that is set)")
     arrivals = f"; arrivals {_describe(process)}" if process is not None else ""
     workload.name = name
     workload.source = f"{ATTRIBUTIONS[path.name]} From the {where}{arrivals}."

@@ -53,7 +53,8 @@ class Request:
         nan = float("nan")
         record = {"prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
                   "max_tokens": nan if self.max_tokens is None else self.max_tokens, "n": self.n,
-                  "beam_width": self.beam_width, "prefix_group": nan if self.prefix_group is None else self.prefix_group,
+                  "beam_width": self.beam_width,
+                  "prefix_group": nan if self.prefix_group is None else self.prefix_group,
                   "prefix_len": self.prefix_len, "hash_counts": len(self.prefix_hashes)}
         if (problem := record_problem(record, self.prefix_hash_tokens)) is not None:
             raise ValueError(f"request {self.id}: {problem}")

@@ -35,8 +35,8 @@ def _from_trace(path: str, opts: dict) -> None:
     from sim.trace_fit import fit_trace, trace_table
 
     fields = ("model", "gpu", "kv_tokens", "kv_gib", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-              "block_size", "tensor_parallel", "gpu_memory_utilization", "kv_cache_dtype", "prefix_caching", "chunked_prefill",
-              "watermark", "seed", "catalog")
+              "block_size", "tensor_parallel", "gpu_memory_utilization", "kv_cache_dtype", "prefix_caching",
+              "chunked_prefill", "watermark", "seed", "catalog")
     try:
         if opts["gpu"] is None:
             raise ValueError("--from-trace needs --gpu (the catalog GPU the run was measured on)")

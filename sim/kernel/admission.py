@@ -126,8 +126,8 @@ class GroupMechanics(Preemption):
         s.beams.groups += group.beam
 
     def admit_waiting(self, budget: int) -> bool:
-        """FCFS (or priority order, or longest cached prefix first), head of line. Returns whether anything was admitted; sets
-        `memory_blocked`."""
+        """FCFS (or priority order, or longest cached prefix first), head of line. Returns whether anything
+        was admitted; sets `memory_blocked`."""
         s = self.s
         s.memory_blocked = bool(s.waiting)
         if not s.continuous and s.running:

@@ -44,9 +44,9 @@ sources:
   bytes at the catalog GPU's ``pcie_gb_s``, host-to-device over PCIe, plus ``swap_copy_latency_s`` per
   block, layer and K/V): vLLM's offloading connector loads with the same per-block ``cudaMemcpyAsync``
   copies. `radix` (SGLang's HiCache) pays the copy latency once per load instead of once per block: HiCache
-  moves a load with one transfer kernel per layer (``--hicache-io-backend kernel``), and per page at page size 1
-  would charge a latency per token (`Allocator.reload_transfers`). Offloads (device to host) are not charged: they run asynchronously beside compute in vLLM's
-  connector, and nothing waits on them.
+  moves a load with one transfer kernel per layer (``--hicache-io-backend kernel``), and per page at page
+  size 1 would charge a latency per token (`Allocator.reload_transfers`). Offloads (device to host) are not
+  charged: they run asynchronously beside compute in vLLM's connector, and nothing waits on them.
 
 Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).
 

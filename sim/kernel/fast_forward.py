@@ -18,8 +18,9 @@ Memory is integrated exactly without re-reading the breakdown at every sub-event
 the run changes the breakdown by constants from then on: ``blocks`` used blocks more (``block_size`` slots
 each, taken from the free share), and the sequence's slots move between reservation and internal
 fragmentation; token states do not move (the allocator learns the tokens the decode set's lag counted
-already); a block past the free queue's empty blocks is evicted from the prefix cache, leaving ``cached``. So each sync adds ``delta x (T - t_m)`` to the integrals, where ``t_m`` is when step ``m``
-starts and ``T`` the run's duration: O(1) per sub-event from sums of ``delta`` and ``delta x t_m``::
+already); a block past the free queue's empty blocks is evicted from the prefix cache, leaving ``cached``.
+So each sync adds ``delta x (T - t_m)`` to the integrals, where ``t_m`` is when step ``m`` starts and ``T``
+the run's duration: O(1) per sub-event from sums of ``delta`` and ``delta x t_m``::
 
     breakdown b(t):  b0 ------------+ b0 + d1 ------------+ b0 + d1 + d2 ------|
     time:            0            t_m1                  t_m2                   T

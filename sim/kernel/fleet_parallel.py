@@ -8,10 +8,10 @@ and the same Generator draws as in one process), splits the replicas into ``work
 in which only its group's replicas have requests and engines. Nothing couples replicas: the memory-map
 snapshot times come from the fleet's arrival span, which every worker computes alike, and the fleet's end is
 the latest replica end. A worker sends back compact data (its requests' result arrays, each replica's step
-rows and snapshots as raw arrays, its counters), and the parent builds the tables and summary with `fleet_summary.fleet_result`
-as the in-process fleet does, so every table and summary (``wall_time_s`` aside) is byte-identical to
-``workers=1``. A router that reads state (least-requests, least-kv, prefix-aware) couples the replicas at
-every arrival: such a fleet runs in one process (`parallel_note` says so).
+rows and snapshots as raw arrays, its counters), and the parent builds the tables and summary with
+`fleet_summary.fleet_result` as the in-process fleet does, so every table and summary (``wall_time_s`` aside)
+is byte-identical to ``workers=1``. A router that reads state (least-requests, least-kv, prefix-aware)
+couples the replicas at every arrival: such a fleet runs in one process (`parallel_note` says so).
 
 ``workers`` is how to run, not what to simulate, so it is an argument of `run_simulation`, not a `SimConfig`
 field: ``config.json`` and sweep grids are the same whatever it is.

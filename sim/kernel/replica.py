@@ -167,6 +167,7 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
         "request_id": np.asarray(workload.ids, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
         "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
         "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64), "output_tokens": out, "num_seqs": num_seqs,
-        "cached_tokens": cached, "gpu_hit_tokens": cached - host, "host_hit_tokens": host, "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons,
+        "cached_tokens": cached, "gpu_hit_tokens": cached - host, "host_hit_tokens": host,
+        "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons,
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
     })

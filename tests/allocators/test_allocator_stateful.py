@@ -235,7 +235,8 @@ class HybridMachine(AllocatorMachine):
 
 
 HYBRID_LAYOUTS = {  # KVGroup-like fixtures: window 8 and 6 (a multiple of the block and not), pure sliding
-    "gemma_like": (KVGroupFixture("local", "sliding_window", 2, 8, 200), KVGroupFixture("global", "full", 1, None, 100)),
+    "gemma_like": (KVGroupFixture("local", "sliding_window", 2, 8, 200),
+                   KVGroupFixture("global", "full", 1, None, 100)),
     "odd_window": (KVGroupFixture("sw", "sliding_window", 1, 6, 100), KVGroupFixture("full", "full", 1, None, 100)),
     "mistral_like": (KVGroupFixture("sliding", "sliding_window", 2, 8, 200),),
 }

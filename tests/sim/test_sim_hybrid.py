@@ -103,7 +103,8 @@ def test_memory_map_shows_the_groups(hybrid_model):
     memory = run_simulation(cfg, long_prompts(count=6)).memory
     assert list(memory["group"].cat.categories) == ["sliding_window", "full"]
     held = memory["owner"] >= 0
-    assert held.any() and memory.loc[held, "group"].notna().all() and memory.loc[~held & (memory["owner"] != -3), "group"].isna().all()
+    assert held.any() and memory.loc[held, "group"].notna().all()
+    assert memory.loc[~held & (memory["owner"] != -3), "group"].isna().all()
     fig = plot_memory_map(memory)
     text = fig.axes[0].get_title(loc="left")
     assert "KV groups: sliding_window" in text and "full" in text
