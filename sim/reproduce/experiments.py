@@ -3,7 +3,8 @@
 Every run uses the paper's setup (`paper_config`): OPT-13B on an A100-40GB with 12 GiB of KV memory, vLLM's
 defaults of the time (block 16, FCFS, recompute on preemption, a 1% watermark, no automatic prefix caching: set
 explicitly, since kvsim's defaults now follow vLLM v1) and no chunked prefill (the paper predates it), with
-sequences capped at 2,048 tokens. `Sizes` says how much of each experiment to run: `FULL` follows the paper
+sequences capped at 2,048 tokens; the "sizes" curves swap in Table 1's OPT-66B and OPT-175B deployments
+(`deployment`) and keep the rest. `Sizes` says how much of each experiment to run: `FULL` follows the paper
 (one hour of arrivals), `QUICK` is a smoke-sized version for CI whose numbers are not comparable.
 
 Runs are independent, so they go through the sweep's executor (`sim.sweep.executors.run_tasks`) and use as many
