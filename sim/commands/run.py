@@ -180,14 +180,14 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
 
 def warn_on_summary(summary: dict) -> None:
     """One-line stderr warnings of what is easy to miss in a table or in JSON: requests rejected
-    (`sim.kernel.summary.rejection_warning`) and a host tier asked for but not used (``host_tier_ignored``)."""
+    (`sim.kernel.summary.rejection_warning`) and settings that changed nothing (``ignored_settings``)."""
     from sim.kernel.summary import rejection_warning
 
     line = rejection_warning(summary)
     if line:
         click.echo(line, err=True)
-    if summary.get("host_tier_ignored"):
-        click.echo(f"Warning: {summary['allocator']}: {summary['host_tier_ignored']}", err=True)
+    for flag, why in summary.get("ignored_settings", {}).items():
+        click.echo(f"Warning: {summary['allocator']}: {flag} ignored: {why}", err=True)
 
 
 @click.command("run")

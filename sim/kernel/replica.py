@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from allocators import ALLOCATORS, allocator_class, make_allocator
+from allocators import allocator_class, make_allocator
 from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
 from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
@@ -21,6 +21,7 @@ from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.kernel.cost_profiles import make_step_cost
+from sim.kernel.ignored_settings import ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.metrics import Recorder
 from sim.kernel.scheduler import Scheduler
@@ -87,26 +88,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
-    } | ({"host_tier_ignored": ignored} if (ignored := host_tier_ignored(config, model)) else {})
-
-
-def host_tier_ignored(config: SimConfig, model) -> str | None:
-    """Why ``--cpu-offload-gib`` changes nothing in this run, or None (no tier asked for, or it is used).
-
-    Why: a host tier sits behind a prefix cache (`Allocator.attach_host_tier`), so a run without one would
-    otherwise report zero host hits as if the tier had been tried. The summary carries the reason as
-    ``host_tier_ignored`` and ``kvsim run``/``compare`` print it, so that is never read as a measurement."""
-    if config.cpu_offload_gib <= 0:
-        return None
-    gib = f"--cpu-offload-gib {config.cpu_offload_gib:g} ignored: "
-    if hybrid_kv_groups(config, model):
-        return gib + f"{model.name}'s hybrid KV pool (attention groups) has no host tier in kvsim"
-    if not allocator_class(config.allocator).supports_host_tier:
-        behind = ", ".join(name for name in ALLOCATORS if allocator_class(name).supports_host_tier)
-        return gib + f"{config.allocator} keeps no prefix cache to spill (a host tier sits behind {behind})"
-    if not config.prefix_caching:
-        return gib + "prefix caching is off (--no-prefix-caching), so nothing cached is spilled"
-    return None
+    } | ({"ignored_settings": ignored} if (ignored := ignored_settings(config, model,
+                                                                       bool(hybrid_kv_groups(config, model)))) else {})
 
 
 def hybrid_kv_groups(config: SimConfig, model) -> tuple:
