@@ -95,6 +95,11 @@ class Allocator(ABC):
     """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
     deltas; otherwise it re-reads `breakdown` at every sub-event."""
+    window_released: int = 0
+    """Blocks released so far because they slid out of a sliding window during growth (vLLM's
+    ``remove_skipped_blocks``; only a hybrid pool has windows). Decode growth otherwise only takes memory, so a
+    queued request refused at the start of a decode run stays refused through it; a release can let it in, so
+    the fast-forward ends a run where one happens while requests wait."""
     slots_per_token: int = 1
     """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
     cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""

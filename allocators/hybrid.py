@@ -146,6 +146,7 @@ class HybridPagedAllocator(HybridQueries):
         """vLLM's ``remove_skipped_blocks``: replace each window group's blocks that ``computed`` tokens left
         out of the window by the null block, and release them (a block a prefix hit shares stays held)."""
         targets = targets or self._targets(s, computed)
+        used = sum(self._used)
         for g, target in enumerate(targets):
             table = s.tables[g]
             stop = min(target, len(table))
@@ -155,6 +156,7 @@ class HybridPagedAllocator(HybridQueries):
             self._drop(s, g, start, stop)
             table[start:stop] = [0] * (stop - start)
             s.skipped[g] = stop
+        self.window_released += used - sum(self._used)
 
     def _cache_full_blocks(self, s: HybridSeq) -> None:
         """Cache every live block full by now under its hash and group (vLLM caches a block when the step that

@@ -29,12 +29,12 @@ class RecordingStepCost(StepCostModel):
         self.calls.append(("step", args, kwargs, value))
         return value
 
-    def decode_run(self, n: int, c0: int, k: int) -> tuple[float, float]:
-        value = super().decode_run(n, c0, k)
+    def decode_run(self, n: int, c0: int, k: int, window: tuple[int, int] | None = None) -> tuple[float, float]:
+        value = super().decode_run(n, c0, k, window)
         last = self.calls[-1] if self.calls else None
         if last is not None and last[0] == "run" and last[1][:2] == (n, c0):
             self.calls.pop()  # a trial run cut short at the next arrival (`fast_forward`): the later call stands
-        self.calls.append(("run", (n, c0, k), {}, value[0]))
+        self.calls.append(("run", (n, c0, k), {"window": window}, value[0]))
         return value
 
     def transfer_time(self, *args, **kwargs) -> float:
@@ -46,7 +46,7 @@ class RecordingStepCost(StepCostModel):
 def _price(cost: StepCostModel, call: tuple[str, tuple, dict, float]) -> float:
     kind, args, kwargs, _ = call
     if kind == "run":
-        return cost.decode_run(*args)[0]
+        return cost.decode_run(*args, **kwargs)[0]
     return cost.step_time(*args, **kwargs) if kind == "step" else cost.transfer_time(*args, **kwargs)
 
 

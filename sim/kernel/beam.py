@@ -49,6 +49,14 @@ class BeamSearch:
                 context += g.num_seqs * (g.prompt + step - g.base)
         return seqs, context
 
+    def window_context(self, running: list[SequenceGroup], joiners: list[SequenceGroup], step: int,
+                       window: int) -> int:
+        """`decoders`' context with each sequence's clipped to a sliding window of ``window`` tokens."""
+        if not self.groups:
+            return 0
+        return sum(g.num_seqs * min(g.prompt + step - g.base, window) for g in running
+                   if g.beam and g.base >= 0 and g not in joiners)
+
     def step(self, group: SequenceGroup, memory: KVMemory, plan, until_fits) -> None:
         """Re-pick parents, fork and free, then give every beam a slot for this step's token. On a failed
         allocator call ``until_fits`` preempts the latest admitted group; if that is ``group``, stop.

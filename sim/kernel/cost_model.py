@@ -50,9 +50,16 @@ sources:
 
 Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).
 
+Sliding windows (Mistral, Gemma 3, gpt-oss): a window layer attends to, and reads the KV of, at most the window's
+last tokens, so a step's attention pairs and KV bytes are ``(1 - w) x full + w x clipped``, with ``w`` the share
+of layers that have a window and ``clipped`` the same count with each sequence's keys capped at the window
+(`sim.kernel.window_context`). This is the attention kernel's work, whatever the memory manager keeps
+(``--disable-hybrid-kv-cache-manager`` keeps every token's KV, and the kernel still reads only the window).
+
 A run of ``k`` pure decode steps of ``n`` sequences has durations linear in the step index on each side of
 the roofline's crossover (the per-sequence term is a constant ``n x seq_overhead`` per step), so `decode_run`
-sums them, and their index-weighted sum, in closed form (O(1) per run).
+sums them, and their index-weighted sum, in closed form (O(1) per run). With windows the clipped count grows
+by the sequences still inside the window; a run ends before one leaves it, so it stays linear.
 
 This module is the cost models' one import path and holds the constant model; the roofline model is
 ``roofline_cost.py`` (its closed-form sums ``decode_sums.py``), the calibrated one ``calibrated_cost.py``.
@@ -84,17 +91,18 @@ class ConstantStepCost(StepCostModel):
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
-                  swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0) -> float:
+                  swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0,
+                  window_context: int | None = None, window_pairs: int | None = None) -> float:
         return self.constant
 
     def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0,
                       page_maps: int = 0) -> float:
         return 0.0
 
-    def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
+    def _sums(self, n: int, c0: int, k: int, window: tuple[int, int] | None = None) -> tuple[float, float]:
         return self.constant * k, self.constant * (k * (k - 1) // 2)
 
-    def decode_prefix(self, n: int, c0: int) -> Callable[[int], float]:
+    def decode_prefix(self, n: int, c0: int, window: tuple[int, int] | None = None) -> Callable[[int], float]:
         constant = self.constant
         return lambda m: constant * m
 

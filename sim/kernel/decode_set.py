@@ -25,14 +25,18 @@ from __future__ import annotations
 
 import heapq
 
+from sim.kernel.window_context import WindowContext
+
 
 class DecodeSet:
     """Sequences in the decode phase: their sync step ``g0``, synced tokens, and a heap of sync deadlines."""
 
-    __slots__ = ("lazy", "g0", "tokens", "deadline", "heap", "n", "sum_g0", "sum_tokens")
+    __slots__ = ("lazy", "g0", "tokens", "deadline", "heap", "n", "sum_g0", "sum_tokens", "windows")
 
-    def __init__(self, lazy: bool = True) -> None:
+    def __init__(self, lazy: bool = True, window: int = 0) -> None:
+        """``window``: the model's sliding window in tokens (0: none), for `window_context`."""
         self.lazy = lazy
+        self.windows = WindowContext(window) if window else None
         self.g0: dict[int, int] = {}
         self.tokens: dict[int, int] = {}
         self.deadline: dict[int, int] = {}
@@ -54,9 +58,13 @@ class DecodeSet:
         self.n += 1
         self.sum_g0 += next_step
         self.sum_tokens += tokens
+        if self.windows is not None:
+            self.windows.enter(seq_id, tokens - next_step)
 
     def leave(self, seq_id: int) -> None:
         """Stop tracking (finished or preempted); its heap entry goes stale."""
+        if self.windows is not None:
+            self.windows.leave(seq_id, self.tokens[seq_id] - self.g0[seq_id])
         self.n -= 1
         self.sum_g0 -= self.g0.pop(seq_id)
         self.sum_tokens -= self.tokens.pop(seq_id)
@@ -129,11 +137,34 @@ class DecodeSet:
     def defer(self, seq_id: int) -> None:
         """The sequence computes nothing this step (the token budget ran out before it): its sync step and
         deadline move one step later."""
+        if self.windows is not None:
+            self.windows.defer(seq_id, self.tokens[seq_id] - self.g0[seq_id])
         self.g0[seq_id] += 1
         self.sum_g0 += 1
         due = self.deadline[seq_id] + 1
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
+
+    def window_context(self, step: int) -> int:
+        """``sum min(c, W)`` over the tracked sequences' attended contexts ``c`` at ``step`` (the fed token
+        included, as `context` + ``n``), with the model's window ``W`` (`sim.kernel.window_context`)."""
+        windows = self.windows
+        windows.clip(step, self._offset)
+        return windows.total(step, self.n)
+
+    def window_of(self, seq_id: int, step: int) -> int:
+        """One tracked sequence's attended context at ``step``, clipped to the window."""
+        return min(self.tokens[seq_id] - self.g0[seq_id] + step + 1, self.windows.window)
+
+    def window_run(self, step: int) -> tuple[tuple[int, int], int | None]:
+        """For a decode run from ``step``: ((clipped context, sequences inside the window), the step at which
+        the next one leaves it, before which the run must end (None: none will))."""
+        windows = self.windows
+        clipped = self.window_context(step)
+        return (clipped, windows.inside), windows.next_exit()
+
+    def _offset(self, seq_id: int) -> int:
+        return self.tokens[seq_id] - self.g0[seq_id]
 
     def pending(self, seq_id: int, step: int) -> int:
         """Tokens appended before ``step`` that the allocator has not been told about."""

@@ -113,7 +113,8 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
         duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
                                   plan.copies, plan.swap_blocks + plan.reload_transfers, plan.attention_pairs,
                                   copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
-                                  prefill_seqs=len(plan.chunks), page_maps=plan.page_maps)
+                                  prefill_seqs=len(plan.chunks), page_maps=plan.page_maps,
+                                  window_context=plan.window_context, window_pairs=plan.window_pairs)
         if duration <= 0:
             raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
         rec.memory.add(b, lag, duration, 0.0, running)

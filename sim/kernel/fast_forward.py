@@ -7,7 +7,11 @@ step appends one token to each decoding sequence and nothing else happens, until
   goes on, unless there is no room: the run then ends before that step, and the scheduler's next step
   preempts;
 - a group produces its last token: the run ends after that step;
-- a request arrives while the queue is empty: the run ends before the first step starting at or after it.
+- a request arrives while the queue is empty: the run ends before the first step starting at or after it;
+- a sequence leaves the model's sliding window (its clipped context, which the clock reads, stops growing):
+  the run ends before that step;
+- a window releases blocks (a hybrid pool) while requests wait: they may now fit, so the run ends at that
+  step and the scheduler plans it, as step by step it would try to admit them there.
 
 The step durations are linear in the step index (on each side of the roofline's crossover), so
 `StepCostModel.decode_run` sums them, and their index-weighted sum, which integrates the linearly growing
@@ -59,20 +63,31 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     context = decode.context(step0) + n  # each decoder also attends to the token it feeds
     lag0 = decode.lag(step0)
     k = last + 1 - step0
-    prefix = cost.decode_prefix(n, context)  # when step m of the run starts, in seconds from its start
+    window, k = _window(decode, step0, k)
+    prefix = cost.decode_prefix(n, context, window)  # when step m of the run starts, in seconds from its start
     if horizon != math.inf:
-        k = cost.steps_starting_before(n, context, k, horizon, prefix)
+        k = cost.steps_starting_before(n, context, k, horizon, prefix, window)
     end = step0 + k
     # blocks come off the free queue empty ones first, cached ones after (`allocators.block_pool`)
     spare = b.total_blocks - b.used_blocks - b.cached // memory.block_size if b.cached else 1 << 62
     end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(step0, end, grow_due, prefix, spare)
     k = end - step0
-    seconds, weighted = cost.decode_run(n, context, k)
+    seconds, weighted = cost.decode_run(n, context, k, window)
     integral.add(b, lag0, seconds, n * weighted, len(sched.running))
     if blocks or moved:
         integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting,
                             evicted * seconds - evicted_t)
     return k, seconds
+
+
+def _window(decode, step: int, k: int) -> tuple[tuple[int, int] | None, int]:
+    """The run's sliding-window figures for the cost model (`DecodeSet.window_run`; None for a model without
+    windows) and its length cut to end before a sequence leaves the window (the clipped context then stops
+    being linear in the step)."""
+    if decode.windows is None:
+        return None, k
+    window, exit_step = decode.window_run(step)
+    return window, k if exit_step is None else min(k, exit_step - step)
 
 
 def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
@@ -94,13 +109,14 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         if k == math.inf:
             raise RuntimeError("decode run with no deadline and no completion: the scheduler lost track")
         context = decode.context(step) + n
+        window, k = _window(decode, step, k)
         stop = False
-        seconds, weighted = cost.decode_run(n, context, k)
+        seconds, weighted = cost.decode_run(n, context, k, window)
         if total + seconds >= horizon:  # the last steps may start at or after the next arrival
-            fits = cost.steps_starting_before(n, context, k, horizon - total)
+            fits = cost.steps_starting_before(n, context, k, horizon - total, window=window)
             if fits < k:
                 k, stop = fits, True
-                seconds, weighted = cost.decode_run(n, context, k)
+                seconds, weighted = cost.decode_run(n, context, k, window)
         integral.add(b, decode.lag(step), seconds, n * weighted, running)
         total += seconds
         step += k
@@ -110,6 +126,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         due = decode.pop_due(step)
         slots = maps = 0
         stopped = False
+        released = memory.window_released
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
             copies = memory.grow(seq_id, added)
@@ -122,7 +139,9 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
                 slots += c.slots
                 maps += c.pages if type(c) is PageMap else 0
             decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
-        if stopped:  # the step that preempts pays for what its syncs did, as it does step by step
+        # the step that preempts pays for what its syncs did, as it does step by step; so does a step at which
+        # a window released blocks while requests wait: they may now be admitted, so the scheduler plans it
+        if stopped or (sched.waiting and memory.window_released != released):
             sched.carry = (slots, maps)
             return steps, total
         b = memory.breakdown(waiting)

@@ -62,6 +62,11 @@ class KVMemory:
         self.grow_chunk = alloc.grow_chunk
 
     # -- questions -----------------------------------------------------------------------------------------
+    @property
+    def window_released(self) -> int:
+        """Blocks released so far by sliding windows during growth (`Allocator.window_released`)."""
+        return self._alloc.window_released
+
     def never_fits(self, group: SequenceGroup) -> str | None:
         return self._alloc.never_fits(group.prompt, final_tokens=group.final_tokens, max_total_tokens=group.max_total)
 

@@ -78,6 +78,9 @@ class StepCostModel:
         self._t_swap_slot = kv / tp / (self.gpu.pcie_gb_s * 1e9)  # one token's KV over PCIe
         self._t_swap_transfer = 2 * m.num_layers * self.swap_copy_latency_s  # one copy call per layer, K and V
         self._t_page_map = cache_tensors(m) * self.page_map_latency_s  # a page set: a map call per cache tensor
+        # sliding-window layers attend to (and read the KV of) at most the window's last tokens
+        self.window_frac = ((m.sliding_window_layers or m.num_layers) / m.num_layers
+                            if m.sliding_window is not None else 0.0)
 
     def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0,
                       page_maps: int = 0) -> float:
@@ -89,10 +92,14 @@ class StepCostModel:
 
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
-                  swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0) -> float:
+                  swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0,
+                  window_context: int | None = None, window_pairs: int | None = None) -> float:
         """Seconds for one step. ``context_tokens``: KV tokens attention reads; ``attention_pairs``: query-key
         pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle).
         ``prefill_seqs``: sequences the prefill tokens belong to (default: one if there are any).
+        ``window_context`` and ``window_pairs``: the same, each sequence's keys clipped to the model's sliding
+        window, which is what its window layers read (`window_frac` of the layers); ignored for a model without
+        windows, and taken as the full figures if not given.
 
         ``copies`` and ``swap_blocks`` count copy-on-write copies and swap transfers; ``copy_slots`` and
         ``swap_slots`` are the token slots they move (`StepPlan`), which is what is charged. Without them
@@ -102,8 +109,13 @@ class StepCostModel:
         if tokens == 0 and copies == 0 and swap_blocks == 0 and not copy_slots and not swap_slots and not page_maps:
             return 0.0
         pairs = context_tokens if attention_pairs is None else attention_pairs
+        read = context_tokens
+        if self.window_frac and window_context is not None:
+            fw = self.window_frac
+            pairs -= fw * (pairs - (window_context if window_pairs is None else window_pairs))
+            read -= fw * (read - window_context)
         compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
-        memory = self._t_weights + context_tokens * self._t_kv_read + tokens * self._t_kv_write
+        memory = self._t_weights + read * self._t_kv_read + tokens * self._t_kv_write
         longer, shorter = (compute, memory) if compute > memory else (memory, compute)
         t = self.step_overhead_s + longer
         if self.seq_overhead_s:
@@ -117,20 +129,28 @@ class StepCostModel:
                                     swap_blocks, page_maps)
         return t
 
-    def _decode_lines(self, n: int, c0: int) -> tuple[float, float, float, float]:
-        """Compute and memory time of decode step j as (a1 + b1 j, a2 + b2 j), context c0 + n j."""
-        a1 = n * self._t_token_flops + c0 * self._t_pair_flops
-        b1 = n * self._t_pair_flops
-        a2 = self._t_weights + c0 * self._t_kv_read + n * self._t_kv_write
-        b2 = n * self._t_kv_read
+    def _decode_lines(self, n: int, c0: int, window: tuple[int, int] | None = None
+                      ) -> tuple[float, float, float, float]:
+        """Compute and memory time of decode step j as (a1 + b1 j, a2 + b2 j), context c0 + n j. ``window``:
+        (clipped context at j = 0, sequences still inside the window), for a model with sliding windows: its
+        window layers read ``wc0 + wn j`` tokens (`DecodeSet.window_context`; the run ends before any sequence
+        leaves the window, so that stays linear)."""
+        c, g = c0, n
+        if window is not None and self.window_frac:
+            fw, (wc0, wn) = self.window_frac, window
+            c, g = c0 - fw * (c0 - wc0), n - fw * (n - wn)
+        a1 = n * self._t_token_flops + c * self._t_pair_flops
+        b1 = g * self._t_pair_flops
+        a2 = self._t_weights + c * self._t_kv_read + n * self._t_kv_write
+        b2 = g * self._t_kv_read
         return a1, b1, a2, b2
 
     def _per_step(self, n: int) -> float:
         """The fixed seconds of a decode step of ``n`` sequences: the step's own and ``n`` sequences' CPU work."""
         return self.step_overhead_s + n * self.seq_overhead_s
 
-    def _sums(self, n: int, c0: int, k: int) -> tuple[float, float]:
-        a1, b1, a2, b2 = self._decode_lines(n, c0)
+    def _sums(self, n: int, c0: int, k: int, window: tuple[int, int] | None = None) -> tuple[float, float]:
+        a1, b1, a2, b2 = self._decode_lines(n, c0, window)
         o = self._per_step(n)
         last = k - 1
         if (a2 >= a1) == (a2 + b2 * last >= a1 + b1 * last):  # one line wins at both ends, so throughout
@@ -150,18 +170,18 @@ class StepCostModel:
                 weighted += a * sj + b * sjj
         return total, weighted
 
-    def decode_run(self, n: int, c0: int, k: int) -> tuple[float, float]:
+    def decode_run(self, n: int, c0: int, k: int, window: tuple[int, int] | None = None) -> tuple[float, float]:
         """For ``k`` decode steps of ``n`` sequences starting at context ``c0`` (growing by ``n`` a step):
-        (sum of durations, sum of j x duration_j), j = 0..k-1."""
+        (sum of durations, sum of j x duration_j), j = 0..k-1. ``window``: see `_decode_lines`."""
         if k <= 0 or n <= 0:
             return 0.0, 0.0
-        return self._sums(n, c0, k)
+        return self._sums(n, c0, k, window)
 
-    def decode_prefix(self, n: int, c0: int) -> Callable[[int], float]:
+    def decode_prefix(self, n: int, c0: int, window: tuple[int, int] | None = None) -> Callable[[int], float]:
         """For decode steps of ``n`` sequences starting at context ``c0``: a function giving the seconds the
         first ``m`` steps take (when step ``m`` starts). O(1) per call: the fast-forward asks it once per
-        sub-event to integrate memory without re-summing the run."""
-        mc, head, tail = crossover(*self._decode_lines(n, c0))
+        sub-event to integrate memory without re-summing the run. ``window``: see `_decode_lines`."""
+        mc, head, tail = crossover(*self._decode_lines(n, c0, window))
         o = self._per_step(n)
         ha, hb = head[0] + o, head[1] / 2
         ta, tb = tail[0] + o, tail[1] / 2
@@ -176,7 +196,8 @@ class StepCostModel:
         return prefix
 
     def steps_starting_before(self, n: int, c0: int, k_max: int, horizon: float,
-                              prefix: Callable[[int], float] | None = None) -> int:
+                              prefix: Callable[[int], float] | None = None,
+                              window: tuple[int, int] | None = None) -> int:
         """How many of the next ``k_max`` decode steps start strictly before ``horizon`` seconds from now
         (at least 1: the first starts now).
 
@@ -184,7 +205,7 @@ class StepCostModel:
         step's duration bracket the answer within a step or two; a short binary search settles it.
         ``prefix``: `decode_prefix` of the same ``n`` and ``c0``, if the caller has it already."""
         if prefix is None:
-            prefix = self.decode_prefix(n, c0)
+            prefix = self.decode_prefix(n, c0, window)
         if k_max <= 1 or prefix(k_max - 1) < horizon:
             return max(k_max, 1)
         # the largest m in [0, k_max - 2] whose start prefix(m) is before the horizon (prefix(0) = 0)

@@ -26,6 +26,7 @@ from sim.kernel.memory import KVMemory
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
 from sim.kernel.step_plan import StepPlan
 from sim.kernel.waiting_queue import WaitingQueue
+from sim.kernel.window_context import clipped_sum
 
 
 class Scheduler:
@@ -36,7 +37,7 @@ class Scheduler:
                  swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
-                 scheduling_policy: str = "fcfs") -> None:
+                 scheduling_policy: str = "fcfs", sliding_window: int = 0) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -50,13 +51,14 @@ class Scheduler:
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
         self.returned = 0  # budget given back by groups preempted after being scheduled this step
         self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
+        self.deferred_window = 0  # their context clipped to the sliding window (a model with windows)
         self.lazy = lazy
         self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
         self.waiting = WaitingQueue(scheduling_policy == "priority", lpm=scheduling_policy == "lpm")
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
         self.live: dict[int, SequenceGroup] = {}
-        self.decode = DecodeSet(lazy)
+        self.decode = DecodeSet(lazy, sliding_window)
         self.completions = Completions()
         self.joiners: list[SequenceGroup] = []
         self.step = 0
@@ -112,7 +114,7 @@ class Scheduler:
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
         self.returned = 0
-        self.deferred_seqs = self.deferred_context = 0
+        self.deferred_seqs = self.deferred_context = self.deferred_window = 0
         # beam groups re-pick parents and append a token, every step
         beams = self.beams
         if beams.groups:
@@ -202,6 +204,8 @@ class Scheduler:
         for seq_id in group.seq_ids:
             self.deferred_context += decode.context_of(seq_id, step)
             decode.defer(seq_id)
+            if decode.windows is not None:
+                self.deferred_window += decode.window_of(seq_id, step)
             due.discard(seq_id)
         self.deferred_seqs += len(group.seq_ids)
         group.base += 1
@@ -234,11 +238,30 @@ class Scheduler:
             prefill_pairs += chunk * group.prefill_done + chunk * (chunk + 1) // 2
         plan.context_tokens = decode_context + prefill_context
         plan.attention_pairs = decode_context + prefill_pairs
+        if decode.windows is not None:
+            self.window_figures(plan, joining)
         plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
                         and not self.beams.groups
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
+
+    def window_figures(self, plan: StepPlan, joining: list[SequenceGroup]) -> None:
+        """The step's context and attention pairs with every sequence's keys clipped to the model's sliding
+        window (what its window layers read), each decoder counted exactly as `finish_plan` counts it."""
+        step, decode = self.step, self.decode
+        window = decode.windows.window
+        context = decode.window_context(step) - self.deferred_window
+        for group in joining:
+            if not group.beam:
+                context -= sum(decode.window_of(seq_id, step) for seq_id in group.seq_ids)
+        context += self.beams.window_context(self.running, self.joiners, step, window)
+        pairs = context
+        for group, chunk in plan.chunks:
+            done = group.prefill_done
+            context += min(done + chunk, window + chunk - 1)
+            pairs += clipped_sum(done + 1, done + chunk, window)
+        plan.window_context, plan.window_pairs = context, pairs
 
     def waiting_flag(self) -> bool:
         """Whether queued requests are being refused memory (free slots then count as external fragmentation)."""

@@ -16,6 +16,8 @@ class StepPlan:
     decode_seqs: int = 0
     context_tokens: int = 0
     attention_pairs: int = 0
+    window_context: int | None = None  # context_tokens with each sequence clipped to the sliding window (if any)
+    window_pairs: int | None = None  # attention_pairs likewise
     copies: int = 0  # copy-on-write copies (blocks, or slabs for contiguous allocators)
     swap_blocks: int = 0  # swap transfers, out and in (blocks, or slabs for contiguous allocators)
     copy_slots: int = 0  # token slots those copies move inside HBM (what the cost model charges)
