@@ -12,7 +12,7 @@ import click
 
 from sim.commands.failure import fail
 from sim.commands.options import ALLOCATOR_NAMES, alias_option
-from sim.commands.run import announce, build_config, simulate, simulation_options, warn_rejections
+from sim.commands.run import announce, build_config, simulate, simulation_options, warn_on_summary
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
@@ -66,7 +66,7 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
     for summary in summaries:
-        warn_rejections(summary)
+        warn_on_summary(summary)
     if opts["as_json"]:
         click.echo(json.dumps(summaries))
         return

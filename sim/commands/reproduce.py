@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-EXPERIMENT_CHOICES = ("capacity", "fig2", "curves", "block-size", "sharing")
+EXPERIMENT_CHOICES = ("capacity", "fig2", "curves", "sizes", "block-size", "sharing")
 
 
 @click.group("reproduce")
@@ -31,9 +31,10 @@ def paper_command(quick: bool, out: Path | None, as_json: bool, workers: int, on
 
     Runs the capacity check, the Fig. 2 memory breakdown and Fig. 13 batch sizes (ShareGPT at 2 req/s, one hour
     of arrivals, contiguous-max/pow2/oracle and paged), normalized latency against rate with sustained-rate
-    ratios, the block-size sweep, and parallel sampling and beam search with paged-cow; prints ours against
-    the paper's values with pass or miss. The sustained rate is the highest rate whose normalized latency stays
-    under 0.2 s/token (the knee bisected, then interpolated).
+    ratios (also on the paper's OPT-66B and OPT-175B deployments: "sizes"), the block-size sweep, and parallel
+    sampling and beam search with paged-cow; prints ours against the paper's values with pass or miss. The
+    sustained rate is the highest rate whose normalized latency stays under 0.2 s/token (the knee bisected,
+    then interpolated).
     """
     from sim.reproduce import paper
     from sim.reproduce.experiments import SIZES
@@ -58,6 +59,11 @@ def paper_command(quick: bool, out: Path | None, as_json: bool, workers: int, on
             listed = ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items())
             click.echo(f"sustained rate (req/s, normalized latency <= {rep.bound_s_per_token} s/token), "
                        f"{preset}: {listed}")
+        for model, rates in rep.size_sustained.items():
+            gpu, gpus, kv_gib = paper.LARGER_MODELS[model]
+            listed = ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items())
+            click.echo(f"sustained rate (req/s), sharegpt-paper on {model} ({gpus} x {gpu}, {kv_gib:g} GiB KV): "
+                       f"{listed}")
         click.echo(f"{tally(rep.checks)}; {time.perf_counter() - start:.0f} s")
     if out is not None:
         paths = write_outputs(rep, out, command)

@@ -178,14 +178,16 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
         return run_simulation(config, workload, progress=bar.update, workers=workers)
 
 
-def warn_rejections(summary: dict) -> None:
-    """The one-line stderr warning of a run that rejected requests (`sim.kernel.summary.rejection_warning`): a
-    rejected request is easy to miss in a table or in JSON."""
+def warn_on_summary(summary: dict) -> None:
+    """One-line stderr warnings of what is easy to miss in a table or in JSON: requests rejected
+    (`sim.kernel.summary.rejection_warning`) and settings that changed nothing (``ignored_settings``)."""
     from sim.kernel.summary import rejection_warning
 
     line = rejection_warning(summary)
     if line:
         click.echo(line, err=True)
+    for flag, why in summary.get("ignored_settings", {}).items():
+        click.echo(f"Warning: {summary['allocator']}: {flag} ignored: {why}", err=True)
 
 
 @click.command("run")
@@ -212,7 +214,7 @@ def run_command(allocator: str, **opts) -> None:
             write_result(result, opts["out"], opts["out_format"])
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
-    warn_rejections(result.summary)
+    warn_on_summary(result.summary)
     if opts["as_json"]:
         click.echo(json.dumps(result.summary))
     elif "per_replica" in result.summary:

@@ -21,6 +21,7 @@ from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.kernel.cost_profiles import make_step_cost
+from sim.kernel.ignored_settings import ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.metrics import Recorder
 from sim.kernel.scheduler import Scheduler
@@ -87,7 +88,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
-    }
+    } | ({"ignored_settings": ignored} if (ignored := ignored_settings(config, model,
+                                                                       bool(hybrid_kv_groups(config, model)))) else {})
 
 
 def hybrid_kv_groups(config: SimConfig, model) -> tuple:

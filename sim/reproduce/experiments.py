@@ -3,7 +3,8 @@
 Every run uses the paper's setup (`paper_config`): OPT-13B on an A100-40GB with 12 GiB of KV memory, vLLM's
 defaults of the time (block 16, FCFS, recompute on preemption, a 1% watermark, no automatic prefix caching: set
 explicitly, since kvsim's defaults now follow vLLM v1) and no chunked prefill (the paper predates it), with
-sequences capped at 2,048 tokens. `Sizes` says how much of each experiment to run: `FULL` follows the paper
+sequences capped at 2,048 tokens; the "sizes" curves swap in Table 1's OPT-66B and OPT-175B deployments
+(`deployment`) and keep the rest. `Sizes` says how much of each experiment to run: `FULL` follows the paper
 (one hour of arrivals), `QUICK` is a smoke-sized version for CI whose numbers are not comparable.
 
 Runs are independent, so they go through the sweep's executor (`sim.sweep.executors.run_tasks`) and use as many
@@ -27,6 +28,9 @@ CURVE_STOP_FACTOR = 3.0
 (and the runs get slower), and the figure's y axis ends there."""
 
 
+SIZE_ALLOCATORS = ("contiguous-max", "contiguous-oracle", "paged")
+"""The systems whose sustained rates section 6.2 compares (vLLM and the Orca baselines it states ratios to)."""
+
 BLOCK_RATES = {"sharegpt-paper": 2.5, "alpaca-paper": 80.0}
 """The block-size sweep's load: about the paged allocator's knee (block 16) on each preset, where memory is the
 bottleneck and block size can matter; at lighter loads every block size serves the same throughput."""
@@ -41,6 +45,8 @@ class Sizes:
     curve_rates: dict[str, tuple[float, ...]]
     curve_duration_s: dict[str, float]
     curve_bisections: int
+    size_rates: dict[str, tuple[float, ...]]
+    size_duration_s: float
     block_sizes: tuple[int, ...]
     block_rates: dict[str, float]
     block_duration_s: float
@@ -58,6 +64,9 @@ FULL = Sizes(
                                   70.0, 80.0, 90.0, 100.0, 110.0, 120.0)},
     curve_duration_s={"sharegpt-paper": 3600.0, "alpaca-paper": 600.0},
     curve_bisections=5,
+    size_rates={"opt-66b": tuple(np.round(np.arange(0.1, 3.01, 0.1), 2)),
+                "opt-175b": tuple(np.round(np.arange(0.25, 6.01, 0.25), 2))},
+    size_duration_s=3600.0,
     block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     block_rates=BLOCK_RATES,
     block_duration_s=600.0,
@@ -71,6 +80,8 @@ QUICK = Sizes(
     curve_rates={"sharegpt-paper": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)},
     curve_duration_s={"sharegpt-paper": 300.0},
     curve_bisections=2,
+    size_rates={"opt-66b": (0.2, 0.5, 1.0, 2.0), "opt-175b": (1.0, 2.0, 4.0)},
+    size_duration_s=300.0,
     block_sizes=(8, 16, 32, 64, 128),
     block_rates=BLOCK_RATES,
     block_duration_s=120.0,
@@ -155,9 +166,18 @@ def fig2_specs(sizes: Sizes, allocators: Sequence[str] = paper.BATCH_ORDER) -> l
                     keep_tables=True, labels={"allocator": a}) for a in allocators]
 
 
-def curve_spec(allocator: str, preset: str, rate: float, duration_s: float) -> RunSpec:
-    return RunSpec(paper_config(allocator, preset, rate, max(1, round(rate * duration_s))),
-                   labels={"allocator": allocator, "workload": preset, "rate": rate})
+def deployment(model: str) -> dict:
+    """Config fields of one of the paper's deployments (Table 1): OPT-13B's (`paper_config`'s own) or one of
+    `paper.LARGER_MODELS`."""
+    if model == paper.MODEL:
+        return {}
+    gpu, gpus, kv_gib = paper.LARGER_MODELS[model]
+    return {"model": model, "gpu": gpu, "tensor_parallel": gpus, "kv_gib": kv_gib}
+
+
+def curve_spec(allocator: str, preset: str, rate: float, duration_s: float, model: str = paper.MODEL) -> RunSpec:
+    return RunSpec(paper_config(allocator, preset, rate, max(1, round(rate * duration_s)), **deployment(model)),
+                   labels={"allocator": allocator, "workload": preset, "model": model, "rate": rate})
 
 
 def under_bound(out: RunOutput, bound: float) -> bool:
@@ -166,7 +186,7 @@ def under_bound(out: RunOutput, bound: float) -> bool:
 
 
 def latency_curve(allocator: str, preset: str, rates: Sequence[float], duration_s: float, bisections: int = 0,
-                  bound: float = LATENCY_BOUND_S_PER_TOKEN) -> list[RunOutput]:
+                  bound: float = LATENCY_BOUND_S_PER_TOKEN, model: str = paper.MODEL) -> list[RunOutput]:
     """One allocator's normalized latency over increasing rates, stopping past `CURVE_STOP_FACTOR` x bound,
     then ``bisections`` more runs that halve the bracket where the curve first crosses ``bound``.
 
@@ -177,7 +197,7 @@ def latency_curve(allocator: str, preset: str, rates: Sequence[float], duration_
     """
     outputs = []
     for rate in sorted(rates):
-        out = run_spec(curve_spec(allocator, preset, rate, duration_s))
+        out = run_spec(curve_spec(allocator, preset, rate, duration_s, model))
         outputs.append(out)
         if not under_bound(out, CURVE_STOP_FACTOR * bound):
             break
@@ -187,7 +207,7 @@ def latency_curve(allocator: str, preset: str, rates: Sequence[float], duration_
     lo, hi = outputs[first_over - 1].labels["rate"], outputs[first_over].labels["rate"]
     for _ in range(bisections):
         mid = (lo + hi) / 2
-        out = run_spec(curve_spec(allocator, preset, mid, duration_s))
+        out = run_spec(curve_spec(allocator, preset, mid, duration_s, model))
         outputs.append(out)
         lo, hi = (mid, hi) if under_bound(out, bound) else (lo, mid)
     return sorted(outputs, key=lambda o: o.labels["rate"])
@@ -200,19 +220,32 @@ class CurveTask:
     rates: tuple[float, ...]
     duration_s: float
     bisections: int = 0
+    model: str = paper.MODEL
 
 
 def run_curve_task(task: CurveTask) -> list[RunOutput]:
-    return latency_curve(task.allocator, task.preset, task.rates, task.duration_s, task.bisections)
+    return latency_curve(task.allocator, task.preset, task.rates, task.duration_s, task.bisections,
+                         model=task.model)
 
 
 def latency_curves(sizes: Sizes, allocators: Sequence[str] = paper.BATCH_ORDER, workers: int = 1) -> pd.DataFrame:
     """Normalized latency against rate for every preset in ``sizes.curve_rates`` and every allocator (each
     curve is one task, so curves run in parallel)."""
+    return run_curves([CurveTask(a, preset, rates, sizes.curve_duration_s[preset], sizes.curve_bisections)
+                       for preset, rates in sizes.curve_rates.items() for a in allocators], workers)
+
+
+def size_curves(sizes: Sizes, allocators: Sequence[str] = SIZE_ALLOCATORS, workers: int = 1) -> pd.DataFrame:
+    """Fig. 12's ShareGPT curves on the paper's larger deployments (`paper.LARGER_MODELS`), for the sustained
+    ratios that section 6.2 states over all three sizes."""
+    return run_curves([CurveTask(a, "sharegpt-paper", rates, sizes.size_duration_s, sizes.curve_bisections, model)
+                       for model, rates in sizes.size_rates.items() for a in allocators], workers)
+
+
+def run_curves(tasks: list[CurveTask], workers: int) -> pd.DataFrame:
+    """Every curve, one task each (so curves run in parallel), as one tidy frame."""
     from sim.sweep.executors import run_tasks
 
-    tasks = [CurveTask(a, preset, rates, sizes.curve_duration_s[preset], sizes.curve_bisections)
-             for preset, rates in sizes.curve_rates.items() for a in allocators]
     curves: list[list[RunOutput] | None] = [None] * len(tasks)
     for outcome in run_tasks(run_curve_task, tasks, workers=workers):
         if outcome.error is not None:

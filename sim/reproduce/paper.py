@@ -66,8 +66,13 @@ BATCH_ORDER = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged"
 """Fig. 13's ordering: Max < Pow2 < Oracle < vLLM."""
 
 SUSTAINED_RATIO = {"contiguous-oracle": (1.7, 2.7), "contiguous-max": (2.7, 8.0)}
-"""Section 6.2: on ShareGPT vLLM sustains 1.7x-2.7x the rate of Orca (Oracle) and 2.7x-8x that of Orca (Max)
-(over the paper's three model sizes; kvsim runs the OPT-13B setting only)."""
+"""Section 6.2: on ShareGPT vLLM sustains 1.7x-2.7x the rate of Orca (Oracle) and 2.7x-8x that of Orca (Max),
+over the paper's three model sizes (`LARGER_MODELS` are the other two), so each size's ratio lies in the range."""
+
+LARGER_MODELS = {"opt-66b": ("a100-40gb", 4, 21.0), "opt-175b": ("a100-80gb", 8, 264.0)}
+"""Table 1's other two deployments, model -> (GPU, GPUs as tensor-parallel ranks, KV GiB): OPT-66B on 4 A100s
+with 21 GB of KV memory (about 9.7K slots), OPT-175B on 8 A100-80GBs with 264 GB (about 60.1K slots). The
+`experiments` "sizes" runs Fig. 12's ShareGPT curves on them; every other experiment is OPT-13B's."""
 
 BEST_BLOCK_SIZES = {"sharegpt-paper": (16, 32, 64, 128), "alpaca-paper": (16, 32)}
 """Section 7.2 / Fig. 18 (a): block sizes that perform best (lowest normalized latency)."""

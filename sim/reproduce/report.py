@@ -1,7 +1,8 @@
 """Presenting a `Reproduction`: the table of ours against the paper's, its figures, and the files in ``--out``.
 
 Files: ``results.json`` (every number, the checks and how they were run), ``checks.csv``, one CSV per tidy table
-(``fig2.csv``, ``latency_curves.csv``, ``block_sizes.csv``, ``sharing.csv``) and one PNG per figure.
+(``fig2.csv``, ``latency_curves.csv``, ``latency_curves_sizes.csv``, ``block_sizes.csv``, ``sharing.csv``) and one
+PNG per figure.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def figures(rep: Reproduction) -> dict[str, Figure]:
         figs[f"latency_vs_rate_{preset}"] = plots.plot_latency_vs_rate(
             group, bound=rep.bound_s_per_token, sustained=rep.sustained.get(preset),
             title=f"Normalized latency vs rate, {preset} (Fig. 12)")
+    for model, group in (rep.size_curves.groupby("model", sort=False) if len(rep.size_curves) else []):
+        gpu, gpus, _ = paper.LARGER_MODELS[model]
+        figs[f"latency_vs_rate_sharegpt-paper_{model}"] = plots.plot_latency_vs_rate(
+            group, bound=rep.bound_s_per_token, sustained=rep.size_sustained.get(model),
+            title=f"Normalized latency vs rate, {model} on {gpus} x {gpu} (Fig. 12)")
     if len(rep.block_sizes):
         figs["block_sizes"] = plots.plot_block_size_sweep(
             rep.block_sizes, panels=("waste_frac", "throughput_tok_s", "normalized_latency_s_per_tok"))
@@ -113,6 +119,9 @@ def results_json(rep: Reproduction, command: str) -> dict:
         "capacity": rep.capacity,
         "fig2_summaries": rep.fig2_summaries,
         "sustained_rates": rep.sustained,
+        "larger_models": {m: {"gpu": g, "tensor_parallel": n, "kv_gib": kv}
+                          for m, (g, n, kv) in paper.LARGER_MODELS.items()},
+        "size_sustained_rates": rep.size_sustained,
         "checks": [c.as_row() for c in rep.checks],
         "tally": tally(rep.checks),
         "wall_s": rep.wall_s,
@@ -127,7 +136,7 @@ def write_outputs(rep: Reproduction, out: str | Path, command: str, dpi: int = 1
     paths[0].write_text(json.dumps(results_json(rep, command), indent=2, default=float) + "\n")
     checks_frame(rep.checks).to_csv(paths[1], index=False)
     tables = {"fig2": pd.DataFrame([{"allocator": k, **s} for k, s in rep.fig2_summaries.items()]),
-              "latency_curves": rep.curves, "block_sizes": rep.block_sizes, "sharing": rep.sharing}
+              "latency_curves": rep.curves, "latency_curves_sizes": rep.size_curves, "block_sizes": rep.block_sizes, "sharing": rep.sharing}
     for name, frame in tables.items():
         if len(frame):
             paths.append(out / f"{name}.csv")

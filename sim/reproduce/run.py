@@ -24,11 +24,12 @@ from sim.reproduce.experiments import (
     latency_curves,
     run_specs,
     sharing_specs,
+    size_curves,
     summary_rows,
 )
 from sim.reproduce.sustained import LATENCY_BOUND_S_PER_TOKEN, sustained_rates
 
-EXPERIMENTS = ("capacity", "fig2", "curves", "block-size", "sharing")
+EXPERIMENTS = ("capacity", "fig2", "curves", "sizes", "block-size", "sharing")
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Reproduction:
     fig2: dict[str, RunOutput] = field(default_factory=dict)
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     sustained: dict[str, dict[str, float]] = field(default_factory=dict)
+    size_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    size_sustained: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> allocator -> req/s
     block_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
     sharing: pd.DataFrame = field(default_factory=pd.DataFrame)
     checks: list[C.Check] = field(default_factory=list)
@@ -103,6 +106,12 @@ def reproduce_paper(sizes: Sizes = QUICK, *, workers: int = 1, experiments: tupl
         if "sharegpt-paper" in rep.sustained:
             rep.checks += C.sustained_checks(rep.sustained["sharegpt-paper"])
 
+    def model_sizes() -> None:
+        rep.size_curves = size_curves(sizes, workers=workers)
+        for model, group in rep.size_curves.groupby("model", sort=False):
+            rep.size_sustained[model] = sustained_rates(group, rep.bound_s_per_token)
+            rep.checks += C.sustained_checks(rep.size_sustained[model], model)
+
     def block_size() -> None:
         rep.block_sizes = summary_rows(run_specs(block_size_specs(sizes), workers))
         rep.checks += C.block_size_checks(rep.block_sizes)
@@ -114,6 +123,7 @@ def reproduce_paper(sizes: Sizes = QUICK, *, workers: int = 1, experiments: tupl
     timed("capacity", capacity)
     timed("fig2", fig2)
     timed("curves", curves)
+    timed("sizes", model_sizes)
     timed("block-size", block_size)
     timed("sharing", sharing)
     return rep

@@ -1,0 +1,30 @@
+"""Which allocators a setting acts on: facts the simulator reads to tell a user that a setting changed nothing
+(`sim.kernel.ignored_settings`), kept here so that nothing outside the package needs the classes."""
+
+from __future__ import annotations
+
+from allocators import ALLOCATORS, allocator_class
+from allocators.contiguous import ContiguousAllocator
+from allocators.paged_queries import PagedQueries
+from allocators.vattention import VAttentionAllocator
+
+
+def keeps_prefix_cache(name: str, prefix_caching: bool) -> bool:
+    """Whether ``name`` with ``prefix_caching`` looks prompts up in an automatic prefix cache (a paged pool;
+    contiguous slabs and vAttention accept the option and ignore it)."""
+    return prefix_caching and issubclass(allocator_class(name), PagedQueries)
+
+
+def host_tier_allocators() -> tuple[str, ...]:
+    """The allocators a host-memory tier can sit behind (`Allocator.supports_host_tier`)."""
+    return tuple(name for name in ALLOCATORS if allocator_class(name).supports_host_tier)
+
+
+def maps_pages(name: str) -> bool:
+    """Whether ``name`` maps pages of ``--page-size-kib`` into virtual ranges (vAttention)."""
+    return issubclass(allocator_class(name), VAttentionAllocator)
+
+
+def places_slabs(name: str) -> bool:
+    """Whether ``name`` places slabs in an arena under a ``--placement`` policy (the contiguous allocators)."""
+    return issubclass(allocator_class(name), ContiguousAllocator)

@@ -1,0 +1,42 @@
+"""Settings a run was given that change nothing in it, each with the reason.
+
+Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
+vAttention, slab placement on contiguous allocators, a long-prefill threshold on chunked prefill, a
+cache-aware order on a prefix cache). Accepting one silently would let a user read a run as the answer to the
+question the flag asked. The summary carries them as ``ignored_settings`` (flag -> why; the key only when
+there are any) and ``kvsim run``/``compare`` print one warning each. Only values that differ from the default
+can be told apart from "not given", so those are the ones reported.
+"""
+
+from __future__ import annotations
+
+from allocators.option_use import host_tier_allocators, keeps_prefix_cache, maps_pages, places_slabs
+from sim.kernel.config import SimConfig
+
+
+def ignored_settings(config: SimConfig, model, hybrid: bool) -> dict[str, str]:
+    """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
+    vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`)."""
+    defaults = SimConfig()
+    name = config.allocator
+    ignored: dict[str, str] = {}
+    if config.cpu_offload_gib > 0:
+        flag = f"--cpu-offload-gib {config.cpu_offload_gib:g}"
+        if hybrid:
+            ignored[flag] = f"{model.name}'s hybrid KV pool (attention groups) has no host tier in kvsim"
+        elif name not in host_tier_allocators():
+            ignored[flag] = (f"{name} keeps no prefix cache to spill (a host tier sits behind "
+                             f"{', '.join(host_tier_allocators())})")
+        elif not config.prefix_caching:
+            ignored[flag] = "prefix caching is off (--no-prefix-caching), so nothing cached is spilled"
+    if config.page_size_kib != defaults.page_size_kib and not maps_pages(name):
+        ignored[f"--page-size-kib {config.page_size_kib}"] = f"only vattention maps pages; {name} does not"
+    if config.placement != defaults.placement and not places_slabs(name):
+        ignored[f"--placement {config.placement}"] = f"slab placement applies to contiguous allocators, not {name}"
+    if config.long_prefill_token_threshold > 0 and not (config.chunked_prefill and config.scheduler == "continuous"):
+        ignored[f"--long-prefill-token-threshold {config.long_prefill_token_threshold}"] = (
+            "it caps prefill chunks, and this run has no chunked prefill")
+    if config.scheduling_policy == "lpm" and not (hybrid and config.prefix_caching
+                                                  or keeps_prefix_cache(name, config.prefix_caching)):
+        ignored["--scheduling-policy lpm"] = "it orders by cached prefix, and this run keeps no prefix cache: FCFS"
+    return ignored

@@ -1,0 +1,77 @@
+"""Settings that change nothing in a run are reported, never silently accepted: ``--cpu-offload-gib`` where no
+host tier can sit (no prefix cache to spill: a contiguous allocator or vAttention, prefix caching off, a hybrid
+KV pool), pages, placement, a long-prefill threshold or ``lpm`` where they do not apply. The summary carries
+them (``ignored_settings``: flag -> why) and ``kvsim run``/``compare`` warn."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from allocators import ALLOCATORS, allocator_class
+from allocators.catalog import get_gpu, get_model
+from sim.cli import main
+from sim.kernel.config import SimConfig
+from sim.kernel.ignored_settings import ignored_settings
+from sim.kernel.metrics import Recorder
+from sim.kernel.replica import build_replica, hybrid_kv_groups
+
+
+@pytest.mark.parametrize("allocator", list(ALLOCATORS))
+@pytest.mark.parametrize("model_name", ["llama-3-8b", "gemma-3-12b"])
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_the_host_tier_is_reported_exactly_when_none_is_attached(allocator, model_name, prefix_caching):
+    config = SimConfig(allocator=allocator, model=model_name, gpu="h100-80gb", kv_tokens=40_000,
+                       cpu_offload_gib=1.0, prefix_caching=prefix_caching)
+    model = get_model(model_name)
+    memory, _, _ = build_replica(config, model, get_gpu("h100-80gb"), 40_000, Recorder(0))
+    ignored = ignored_settings(config, model, bool(hybrid_kv_groups(config, model)))
+    assert ("--cpu-offload-gib 1" not in ignored) == (memory.host_tier is not None)
+    if allocator_class(allocator).supports_host_tier and prefix_caching and model_name == "llama-3-8b":
+        assert ignored == {}
+
+
+@pytest.mark.parametrize("allocator", list(ALLOCATORS))
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_lpm_is_reported_exactly_when_no_prefix_cache_is_kept(allocator, prefix_caching):
+    config = SimConfig(allocator=allocator, model="llama-3-8b", gpu="h100-80gb", kv_tokens=40_000,
+                       scheduling_policy="lpm", prefix_caching=prefix_caching)
+    model = get_model("llama-3-8b")
+    memory, _, _ = build_replica(config, model, get_gpu("h100-80gb"), 40_000, Recorder(0))
+    ignored = ignored_settings(config, model, False)
+    assert ("--scheduling-policy lpm" in ignored) == (not getattr(memory._alloc, "prefix_caching", False))
+
+
+def test_defaults_are_never_reported():
+    for allocator in ALLOCATORS:
+        config = SimConfig(allocator=allocator, model="llama-3-8b", gpu="h100-80gb", kv_tokens=40_000)
+        assert ignored_settings(config, get_model("llama-3-8b"), False) == {}
+
+
+@pytest.mark.parametrize("args,flag,why", [
+    (["--allocator", "contiguous-max", "--cpu-offload-gib", "2"], "--cpu-offload-gib 2",
+     "contiguous-max keeps no prefix cache to spill (a host tier sits behind paged, paged-cow, radix)"),
+    (["--no-prefix-caching", "--cpu-offload-gib", "2"], "--cpu-offload-gib 2", "prefix caching is off"),
+    (["--model", "gemma-3-12b", "--gpu", "h100-80gb", "--cpu-offload-gib", "2"], "--cpu-offload-gib 2",
+     "gemma-3-12b's hybrid KV pool (attention groups) has no host tier in kvsim"),
+    (["--page-size-kib", "64"], "--page-size-kib 64", "only vattention maps pages"),
+    (["--placement", "first-fit"], "--placement first-fit", "slab placement applies to contiguous allocators"),
+    (["--no-chunked-prefill", "--long-prefill-token-threshold", "100"], "--long-prefill-token-threshold 100",
+     "it caps prefill chunks"),
+    (["--scheduling-policy", "lpm", "--allocator", "contiguous-oracle"], "--scheduling-policy lpm",
+     "it orders by cached prefix, and this run keeps no prefix cache"),
+])
+def test_run_warns_and_the_summary_says_why(args, flag, why):
+    result = CliRunner().invoke(main, ["run", "--num-requests", "5", "--json", *args])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert list(summary["ignored_settings"]) == [flag] and summary["ignored_settings"][flag].startswith(why)
+    assert f"Warning: {summary['allocator']}: {flag} ignored: {why}" in result.stderr
+
+
+def test_a_used_host_tier_is_not_reported():
+    result = CliRunner().invoke(main, ["run", "--num-requests", "5", "--cpu-offload-gib", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert "ignored_settings" not in summary and summary["host_tier_blocks"] > 0
+    assert "ignored" not in result.stderr
