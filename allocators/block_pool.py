@@ -126,7 +126,11 @@ class BlockPool:
             else:  # shared blocks stay held (a table holds a block once: `audit_paged` checks it)
                 for b in released:
                     ref[b] -= 1
-                released = [b for b, r in zip(released, refs[::-1], strict=True) if r == 1]
+                m = refs.count(1)
+                if refs[n - m:].count(1) == m:  # as a rule the shared ones lead (prefix hits): a slice
+                    released = released[:m]
+                else:
+                    released = [b for b, r in zip(released, refs[::-1], strict=True) if r == 1]
         n = len(released)
         if not n:
             return 0
@@ -134,10 +138,10 @@ class BlockPool:
         if not prefix_caching:
             free.prepend_released(released)
             return n
-        hashed = self.cache.block_hash
-        hashes = getter(*released)(hashed) if n > 1 else (hashed[released[0]],)
-        empty = hashes.count(None)  # uncached blocks: the table's tail, first in ``released`` as a rule
-        if hashes[:empty].count(None) != empty:  # not a leading run: `release` sorts them block by block
+        marks, vacant = self.cache.vacancy  # a list per block whose entry is ``vacant`` where it has no hash
+        hashes = getter(*released)(marks) if n > 1 else (marks[released[0]],)
+        empty = hashes.count(vacant)  # uncached blocks: the table's tail, first in ``released`` as a rule
+        if hashes[:empty].count(vacant) != empty:  # not a leading run: `release` sorts them block by block
             self.release(released, True)
             return n
         if empty:

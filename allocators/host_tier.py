@@ -33,13 +33,14 @@ swap traffic is the scheduler's (``swap_blocks``), as without a tier.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice
 
 
 class HostTier:
     """``num_blocks`` host KV blocks of ``block_bytes`` bytes: an LRU cache by block hash plus swap parking."""
 
-    __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_head", "_stale", "_free", "_swapped",
-                 "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
+    __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
+                 "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
 
     def __init__(self, num_blocks: int, block_bytes: int) -> None:
         if num_blocks < 0 or block_bytes <= 0:
@@ -51,11 +52,16 @@ class HostTier:
         # first (``_order[_head:]``), where a hash touched again is queued again and its earlier entries are
         # stale (``_stale`` counts them). Why not an OrderedDict: its per-key bookkeeping costs twice a
         # dict's, and a long prompt's allocation offloads and evicts hundreds of blocks, which this does
-        # with slices and bulk dict operations.
+        # with slices and bulk dict operations. The queue also has each entry's host block
+        # (``_order_blocks``, parallel to ``_order``; a hash keeps its block when touched), so the blocks of the
+        # oldest hashes are a slice, known before those hashes leave the dict (`offload_many`).
         self._lru: dict[int, int] = {}
         self._order: list[int] = []
+        self._order_blocks: list[int] = []
         self._head = 0  # `_order[:_head]` is dequeued already (dropped in one go once it is half the list)
-        self._stale: dict[int, int] = {}  # hash -> how many of its entries in the queue are stale
+        # host block -> how many queue entries of the hash it holds are stale (a block, not the hash: the
+        # queue's blocks are a few thousand small ints, checked without reading the hashes' cold objects)
+        self._stale: dict[int, int] = {}
         self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))  # popped from the end: id 0 first
         self._swapped: dict[int, list[int]] = {}  # swap key (a request) -> the host blocks its KV takes
         self.offloaded_blocks = 0  # blocks written to the host (a hash already there costs nothing)
@@ -105,46 +111,62 @@ class HostTier:
     # -- changing ------------------------------------------------------------------------------------------
     def _touch(self, block_hash: int) -> None:
         """Make a cached hash the most recently used."""
+        block = self._lru[block_hash]
         self._order.append(block_hash)
-        self._stale[block_hash] = self._stale.get(block_hash, 0) + 1
+        self._order_blocks.append(block)
+        self._stale[block] = self._stale.get(block, 0) + 1
 
-    def _evict_oldest(self, count: int) -> list[int]:
-        """Drop the ``count`` least recently used cached hashes (there must be as many); returns their host
-        blocks, oldest first. Stale queue entries met on the way are dropped as well."""
-        order, stale, head = self._order, self._stale, self._head
+    def _oldest(self, count: int) -> tuple[list[int], list[int], int, dict[int, int]]:
+        """The ``count`` least recently used cached hashes (there must be as many) and their host blocks,
+        oldest first, the queue head past them and the stale counts they leave (block -> count left, 0: none),
+        changing nothing: `offload_many` evicts them (`_dequeue_past`) once its batch turned out all new."""
+        order, order_blocks, stale, head = self._order, self._order_blocks, self._stale, self._head
         oldest: list[int] = []
+        blocks: list[int] = []
+        left: dict[int, int] = {}
         while len(oldest) < count:
-            window = order[head:head + count - len(oldest)]
+            stop = head + count - len(oldest)
+            window, window_blocks = order[head:stop], order_blocks[head:stop]
             if not window:
                 raise AssertionError(f"host tier: {count} hashes to evict, fewer cached")
             head += len(window)
-            if stale and not stale.keys().isdisjoint(window):  # some are stale: sort them out in order
-                live = []
-                for h in window:
-                    n = stale.get(h)
-                    if n is None:
-                        live.append(h)
-                    elif n == 1:
-                        del stale[h]
+            if stale and not stale.keys().isdisjoint(window_blocks):  # some are stale: sort them out in order
+                live, live_blocks = [], []
+                for h, block in zip(window, window_blocks, strict=True):
+                    n = left.get(block, stale.get(block))
+                    if n:
+                        left[block] = n - 1
                     else:
-                        stale[h] = n - 1
-                window = live
+                        live.append(h)
+                        live_blocks.append(block)
+                window, window_blocks = live, live_blocks
             oldest += window
+            blocks += window_blocks
+        return oldest, blocks, head, left
+
+    def _dequeue_past(self, head: int, left: dict[int, int]) -> None:
+        """Commit an `_oldest`: the stale counts it leaves and the queue head past it."""
+        stale = self._stale
+        for block, n in left.items():
+            if n:
+                stale[block] = n
+            else:
+                del stale[block]
         self._dequeue(head)
-        self.evicted_blocks += count
-        return list(map(self._lru.pop, oldest))
 
     def _pop_oldest(self) -> int:
-        """`_evict_oldest` of one hash, without building lists: a decoding sequence evicts one at a time."""
-        order, stale, head = self._order, self._stale, self._head
-        h = order[head]
+        """Evict the least recently used hash and return its block, without building lists (`_oldest` and
+        `_dequeue_past` in one): a decoding sequence evicts one at a time."""
+        order, order_blocks, stale, head = self._order, self._order_blocks, self._stale, self._head
+        block = order_blocks[head]
         head += 1
-        while stale and h in stale:  # a stale entry: the hash's live one is further on
-            n = stale.pop(h)
+        while stale and block in stale:  # a stale entry: the hash's live one is further on
+            n = stale.pop(block)
             if n > 1:
-                stale[h] = n - 1
-            h = order[head]
+                stale[block] = n - 1
+            block = order_blocks[head]
             head += 1
+        h = order[head - 1]
         self._dequeue(head)
         self.evicted_blocks += 1
         return self._lru.pop(h)
@@ -153,6 +175,7 @@ class HostTier:
         """Move the queue's head to ``head``, dropping the dequeued part now and then (a memmove)."""
         if head > 1024 and 2 * head > len(self._order):
             del self._order[:head]
+            del self._order_blocks[:head]
             head = 0
         self._head = head
 
@@ -173,25 +196,41 @@ class HostTier:
     def offload_many(self, block_hashes: Sequence[int]) -> int:
         """`offload` each of ``block_hashes`` in order (the blocks one allocation evicted, oldest first);
         returns how many moved bytes. One call per allocation, not per block: a long prompt evicts hundreds,
-        so the usual case (none cached yet, no hash twice, enough blocks free or cached) is done in bulk."""
+        so the usual case (none cached yet, no hash twice, enough blocks free or cached before) is done in
+        bulk, optimistically: the batch is entered with one `dict.setdefault` a hash, the blocks it takes
+        known beforehand (free ones, then the oldest hashes' from the queue), and the dict's growth tells
+        whether every hash was new; if so the oldest hashes leave, else the batch's new keys (the dict's
+        last) are taken out again and it goes hash by hash. Two dict operations a hash, where checking
+        first took four."""
         lru, free = self._lru, self._free
         n = len(block_hashes)
-        if n > 1 and len(set(block_hashes)) == n and lru.keys().isdisjoint(block_hashes):
-            need = n - len(free)  # blocks to evict once the free ones are used
-            if need <= 0:
-                blocks = free[:-n - 1:-1]  # popped from the end, as `_room` does
-                del free[-n:]
-            elif need <= len(lru):  # evictions take only hashes cached before this batch
-                blocks = free[::-1]
-                free.clear()
-                blocks += self._evict_oldest(need)
-            else:
-                return self._offload_each(block_hashes)
-            lru.update(zip(block_hashes, blocks, strict=True))
-            self._order += block_hashes
-            self.offloaded_blocks += n
-            return n
-        return self._offload_each(block_hashes)
+        need = n - len(free)  # blocks to evict once the free ones are used
+        if n < 2 or need > len(lru):  # one hash, or evictions would reach into this batch
+            return self._offload_each(block_hashes)
+        if need <= 0:
+            blocks = free[:-n - 1:-1]  # popped from the end, as `_room` does
+        else:
+            oldest, evicted, head, left = self._oldest(need)
+            blocks = free[::-1] + evicted
+        before = len(lru)
+        for _ in map(lru.setdefault, block_hashes, blocks):  # keeps the block of a hash cached already
+            pass
+        if len(lru) - before != n:  # a hash cached already (the oldest too: they are still in) or twice
+            for h in list(islice(reversed(lru), len(lru) - before)):  # the keys this batch entered
+                del lru[h]
+            return self._offload_each(block_hashes)
+        if need <= 0:
+            del free[-n:]
+        else:
+            free.clear()
+            for h in oldest:
+                del lru[h]
+            self._dequeue_past(head, left)
+            self.evicted_blocks += need
+        self._order += block_hashes
+        self._order_blocks += blocks
+        self.offloaded_blocks += n
+        return n
 
     def _offload_each(self, block_hashes: Sequence[int]) -> int:
         """`offload_many` one hash at a time (hashes cached already or twice, or a host full of swap)."""
@@ -209,6 +248,7 @@ class HostTier:
                 continue
             lru[h] = block
             self._order.append(h)
+            self._order_blocks.append(block)
             moved += 1
         self.offloaded_blocks += moved
         return moved
@@ -255,5 +295,8 @@ class HostTier:
         for h in self._order[self._head:]:
             queued[h] = queued.get(h, 0) + 1
         assert queued.keys() == self._lru.keys(), "host tier: the LRU order and the cached hashes disagree"
-        assert self._stale.keys() <= queued.keys(), "host tier: a stale count for a hash not queued"
-        assert all(n == self._stale.get(h, 0) + 1 for h, n in queued.items()), "host tier: stale entries miscounted"
+        stale = {self._lru[h]: n - 1 for h, n in queued.items() if n > 1}
+        assert stale == self._stale, "host tier: stale entries miscounted"
+        assert len(self._order_blocks) == len(self._order), "host tier: the queue's blocks out of step"
+        live = zip(self._order[self._head:], self._order_blocks[self._head:], strict=True)
+        assert all(self._lru[h] == b for h, b in live), "host tier: a queued entry's block is not its hash's"

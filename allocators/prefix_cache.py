@@ -35,7 +35,7 @@ class PrefixCache:
     cost of caching is one dict store, and of eviction one dict delete. Parked blocks (a running request's own
     blocks) carry their hash in ``block_hash`` but sit in neither dict; ``parked`` counts them."""
 
-    __slots__ = ("block_hash", "_first", "_more", "parked", "spill")
+    __slots__ = ("block_hash", "_first", "_more", "parked", "spill", "vacancy")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
@@ -43,6 +43,7 @@ class PrefixCache:
         self._more: dict[int, dict[int, None]] = {}
         self.parked = 0
         self.spill = None  # called with the hashes of the evicted blocks (a host tier's `offload_many`), if set
+        self.vacancy = (self.block_hash, None)  # a list, and its entry for a block not cached (`BlockPool.drop`)
 
     def get(self, block_hash: int) -> int | None:
         """A block holding ``block_hash`` (the first cached), or None on a miss."""

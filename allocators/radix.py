@@ -30,6 +30,7 @@ filled last page, as copy-on-write would on the first write.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter as getter
 
 from allocators.base import NO_COPIES, Copy, cdiv
 from allocators.paged import PagedAllocator
@@ -73,7 +74,7 @@ class RadixAllocator(PagedAllocator):
         ref, table = self._ref, s.table
         run = table[i:full]
         if len(run) > 1:
-            refs = [ref[page] for page in run]
+            refs = getter(*run)(ref)
             if refs.count(1) != len(refs):  # a page a fork shares: its holders settle it
                 del run[next(k for k, r in enumerate(refs) if r != 1):]
         elif ref[run[0]] != 1:

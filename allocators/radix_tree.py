@@ -13,9 +13,9 @@ Unlike SGLang's tree, an edge here is always one page (no path compression): com
 objects, not behaviour, except that SGLang evicts a whole leaf node at a time where this evicts a leaf page.
 
 The tree knows no reference counts or free list: those are the `BlockPool`'s, which holds this tree as its
-``cache`` (the same interface as `PrefixCache`: ``block_hash``, `evict`, `check`, ``len``, ``spill``), so the
-pool's free queue orders eviction, and an evicted page's hash goes to a host tier when one is attached
-(``--cpu-offload-gib``: SGLang's HiCache keeps evicted radix nodes in host memory the same way).
+``cache`` (the same interface as `PrefixCache`: ``block_hash``, `evict`, `check`, ``len``, ``spill``,
+``vacancy``), so the pool's free queue orders eviction, and an evicted page's hash goes to a host tier when one
+is attached (``--cpu-offload-gib``: SGLang's HiCache keeps evicted radix nodes in host memory the same way).
 `RadixAllocator` keeps that queue's order such that its cached head is always an unreferenced leaf
 (``radix.py``), and `evict` asserts it.
 """
@@ -23,6 +23,7 @@ pool's free queue orders eviction, and an evicted page's hash goes to a host tie
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter as getter
 
 ROOT = 0
 """The root's node id: the null page, which is never handed out, so no cached page has it."""
@@ -35,7 +36,7 @@ class RadixTree:
     a link of one request's chain, and a dict per page is what inserting and evicting chains of hundreds of
     pages cost most. The root's children are always a dict."""
 
-    __slots__ = ("block_hash", "parent", "children", "spill")
+    __slots__ = ("block_hash", "parent", "children", "spill", "vacancy")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
@@ -43,6 +44,9 @@ class RadixTree:
         self.children: list[int | dict[int, int] | None] = [None] * num_blocks
         self.children[ROOT] = {}
         self.spill = None  # called with the hashes of the evicted pages (a host tier's `offload_many`), if set
+        # A list and the entry it has for a page not cached (`BlockPool.drop`): the parent links, -1 exactly
+        # when the hash is None (`check`), are page ids read warm where a freed request's hashes are cold.
+        self.vacancy = (self.parent, -1)
 
     def child(self, node: int, block_hash: int) -> int | None:
         """The page under ``node`` keyed ``block_hash``, or None."""
@@ -130,19 +134,27 @@ class RadixTree:
         chain at a time: so the pages are cut into runs, each page in a run the lone parent of the page before
         it, and a run costs a check of its first page and an unlink of its last from its parent."""
         hashed, children = self.block_hash, self.children
-        if len(pages) < 2:  # a decoding sequence crossing into a new page
-            if not pages or hashed[pages[0]] is None:
+        if len(pages) < 2:  # a decoding sequence crossing into a new page: a leaf or nothing
+            if not pages or (block_hash := hashed[pages[0]]) is None:
                 return 0
-            pages, hashes = [pages[0]], [hashed[pages[0]]]
-            self._evict_run(pages, hashes, 0, 1)
+            self._evict_run(pages, (block_hash,), 0, 1)
+            hashed[pages[0]] = None
+            self.parent[pages[0]] = -1  # its children are None: a leaf (`_evict_run` checks)
+            if self.spill is not None:
+                self.spill([block_hash])
+            return 1
+        pages = tuple(pages)
+        gather = getter(*pages)  # C-level gathers: a list comprehension costs three times as much a page
+        hashes, kids = list(gather(hashed)), gather(children)
+        empty = hashes.count(None)
+        if empty and hashes[:empty].count(None) == empty:  # the free queue's empty head, as a rule: cut off
+            if empty == len(pages):
+                return 0
+            pages, hashes, kids = pages[empty:], hashes[empty:], kids[empty:]
+        if hashes[0] is not None and kids[1:] == pages[:-1]:  # one chain, tail first (all cached)
+            self._evict_run(pages, hashes, 0, len(pages))
         else:
-            pages = list(pages)
-            hashes = [hashed[p] for p in pages]
-            kids = [children[p] for p in pages]
-            if hashes[0] is not None and kids[1:] == pages[:-1]:  # one chain, tail first (all cached)
-                self._evict_run(pages, hashes, 0, len(pages))
-            else:
-                pages, hashes = self._evict_runs(pages, hashes, kids)
+            pages, hashes = self._evict_runs(list(pages), hashes, list(kids))
         parents = self.parent
         for page in pages:
             hashed[page] = None
@@ -175,7 +187,7 @@ class RadixTree:
             start = stop
         return pages, hashes
 
-    def _evict_run(self, pages: list[int], hashes: list[int], start: int, stop: int) -> None:
+    def _evict_run(self, pages: Sequence[int], hashes: Sequence[int], start: int, stop: int) -> None:
         """Unlink the chain ``pages[start:stop]`` (each page the lone parent of the one before it) from the
         tree: its first page must be a leaf by now, its last is taken from its parent's children."""
         children = self.children

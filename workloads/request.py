@@ -87,9 +87,10 @@ class Request:
             return min(len(self.prefix_hashes) * self.prefix_hash_tokens, self.prompt_tokens)
         return self.prefix_len if self.prefix_group is not None else 0
 
-    def block_hashes(self, block_size: int) -> tuple[int, ...]:
+    def block_hashes(self, block_size: int, chain: np.ndarray | None = None) -> tuple[int, ...]:
         """Chained hashes of the full blocks of ``block_size`` tokens whose identity is known: the prompt's, and
-        for a session turn its generated tokens' too.
+        for a session turn its generated tokens' too. ``chain``: the chained units ``c_u`` of this request's
+        ``prefix_hashes`` if the caller has them already (`prefix_chains`, for a whole workload at once).
 
         Two requests get equal hashes for block ``j`` exactly when their first ``(j + 1) * block_size`` tokens
         are known to be equal, so a hash stands for the block *and everything before it* (vLLM's chained
@@ -123,11 +124,13 @@ class Request:
         elif self.prefix_hashes:
             unit_size = self.prefix_hash_tokens
             units = (ends - 1) // unit_size
-            chain = [0] * (int(units[-1]) + 1)
-            parent = _HASHES_SEED
-            for u in range(len(chain)):
-                parent = chain[u] = _chain_mix(parent, self.prefix_hashes[u])
-            hashed = mix_array(np.array(chain, dtype=np.uint64)[units], ends - units * unit_size)
+            if chain is None:
+                links = [0] * (int(units[-1]) + 1)
+                parent = _HASHES_SEED
+                for u in range(len(links)):
+                    parent = links[u] = _chain_mix(parent, self.prefix_hashes[u])
+                chain = np.array(links, dtype=np.uint64)
+            hashed = mix_array(chain[units], ends - units * unit_size)
         else:
             hashed = mix_array(mix(_GROUP_SEED, self.prefix_group), ends)
         hashed >>= np.uint64(1)
@@ -136,3 +139,24 @@ class Request:
 
 _SLOTS = tuple(getattr(Request, f.name) for f in fields(Request))
 """The slot of each field, in field order (how `Request.checked` fills a record without re-checking it)."""
+
+
+def prefix_chains(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The chained units ``c_u`` (`Request.block_hashes`) of every request of a ragged ``prefix_hashes``
+    column (Arrow layout: request ``i`` holds ``values[offsets[i]:offsets[i + 1]]``), aligned with ``values``,
+    as uint64. Why: one request at a time, a link never seen before is a `mix` of Python ints (about 1 us,
+    most links of the Mooncake trace), a third of building its hashes; here link ``u`` of every request that
+    long is one numpy pass, so a workload's chains cost a few hundred passes."""
+    chains = np.empty(len(values), np.uint64)
+    lengths = np.diff(offsets)
+    rows = np.flatnonzero(lengths)
+    at, left = offsets[:-1][rows].astype(np.int64), lengths[rows]
+    link = np.full(len(rows), _HASHES_SEED, np.uint64)
+    while len(at):
+        link = mix_array(link, values[at])
+        chains[at] = link
+        at, left = at + 1, left - 1
+        going = left > 0
+        at, left, link = at[going], left[going], link[going]
+    return chains
+

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from workloads.ragged import take_ragged
-from workloads.request import Request
+from workloads.request import Request, prefix_chains
 from workloads.sessions import SESSION_RULES, session_reasons
 from workloads.validation import first_problem
 
@@ -159,6 +160,15 @@ class Workload:
     def prefix_hashes(self, i: int) -> np.ndarray:
         """Request ``i``'s prefix hashes as an array view (no tuple built)."""
         return self.hash_values[self.hash_offsets[i] : self.hash_offsets[i + 1]]
+
+    def prefix_chain(self, i: int) -> np.ndarray:
+        """Request ``i``'s chained prefix units for `Request.block_hashes` (``chain``), a view of
+        `workloads.request.prefix_chains` over every request, computed at the first call."""
+        return self._prefix_chains[self.hash_offsets[i] : self.hash_offsets[i + 1]]
+
+    @cached_property
+    def _prefix_chains(self) -> np.ndarray:
+        return prefix_chains(self.hash_offsets, self.hash_values)
 
     def with_arrivals(self, arrival_time_s: np.ndarray, **attrs) -> Workload:
         """The same requests at new (sorted) arrival times, e.g. re-timed to another rate."""

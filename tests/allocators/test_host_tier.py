@@ -62,6 +62,7 @@ def lru_order(tier: HostTier) -> list[tuple[int, int]]:
     copy (the only order the tier promises is the one it evicts in)."""
     probe = HostTier(tier.num_blocks, tier.block_bytes)
     probe._lru, probe._order, probe._head = dict(tier._lru), list(tier._order), tier._head
+    probe._order_blocks = list(tier._order_blocks)
     probe._stale, probe._free = dict(tier._stale), []
     order = []
     while probe.cached_blocks:
