@@ -125,3 +125,19 @@ def test_select_keeps_ragged_hashes_aligned():
     picked = w.select(np.array([1, 3]))
     assert [r.prefix_hashes for r in picked] == [(0, 7), ()]
     assert picked.head(1)[0].prompt_tokens == 600
+
+
+def test_prefix_chains_of_a_whole_workload_equal_each_requests_own():
+    """`Workload.prefix_chain` (one vectorised pass over every request) gives every request the same block
+    hashes as chaining its own prefix hashes one at a time, including requests without any."""
+    rng = np.random.default_rng(7)
+    hashes = [rng.integers(0, 50, rng.integers(0, 7)) for _ in range(40)]
+    prompts = [len(h) * 512 - int(rng.integers(0, 400)) if len(h) else int(rng.integers(1, 3000)) for h in hashes]
+    w = Workload(arrival_time_s=np.arange(40.0), prompt_tokens=np.array(prompts), output_tokens=np.full(40, 5),
+                 hash_offsets=np.concatenate([[0], np.cumsum([len(h) for h in hashes])]),
+                 hash_values=np.concatenate(hashes).astype(np.int64), prefix_hash_tokens=512, name="chains")
+    assert sum(1 for h in hashes if len(h)) > 30
+    for i, r in enumerate(w):
+        assert r.prefix_hashes == tuple(int(h) for h in hashes[i])
+        chain = w.prefix_chain(i) if r.prefix_hashes else None
+        assert r.block_hashes(16, chain) == r.block_hashes(16)
