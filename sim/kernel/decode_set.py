@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 
+from sim.kernel.lazy_heap import earliest
 from sim.kernel.window_context import WindowContext
 
 
@@ -176,13 +177,7 @@ class DecodeSet:
 
     def next_deadline(self) -> int | None:
         """The earliest valid deadline (stale heap entries are dropped on the way)."""
-        heap, deadline = self.heap, self.deadline
-        while heap:
-            due, seq_id = heap[0]
-            if deadline.get(seq_id) == due:
-                return due
-            heapq.heappop(heap)
-        return None
+        return earliest(self.heap, self.deadline)
 
     def pop_due(self, step: int) -> list[int]:
         """Sequences whose deadline is ``step`` (or earlier), removed from the heap, in (deadline, id) order."""

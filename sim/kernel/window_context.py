@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import heapq
 
+from sim.kernel.lazy_heap import earliest
+
 
 class WindowContext:
     """Decoders inside a window of ``window`` tokens: count, sum of offsets, and their exit steps."""
@@ -70,13 +72,7 @@ class WindowContext:
 
     def next_exit(self) -> int | None:
         """The earliest exit step of a sequence still inside (after `clip`), or None."""
-        heap, exit_at = self.heap, self.exit_at
-        while heap:
-            exit_step, seq_id = heap[0]
-            if exit_at.get(seq_id) == exit_step:
-                return exit_step
-            heapq.heappop(heap)
-        return None
+        return earliest(self.heap, self.exit_at)
 
 
 def clipped_sum(first: int, last: int, window: int) -> int:
