@@ -11,6 +11,13 @@ It is an *inclusive* cache, as vLLM's CPU offloading manager and LMCache are: lo
 and the host keeps its copy (touched as most recently used), so a block evicted from the GPU again later
 costs no second transfer. Host blocks are evicted in LRU order when a new block needs room.
 
+When a block reaches the host: when the GPU evicts it (write-back), so the host holds only blocks the GPU
+dropped, most recently dropped last. vLLM's ``OffloadingConnector`` (0.33, the oracle's version) writes a
+request's blocks as they are computed instead (write-through, stores issued as chunks complete, LRU or ARC on
+the host): its host also holds blocks the GPU still caches, ranked by when they were stored, and every block
+it does not hold yet crosses PCIe once computed. So on traces whose reuse outlives the GPU cache the two can
+hit differently; kvsim's ``offload_bytes`` counts only evicted blocks.
+
 With ``--preemption swap`` the swapped-out KV of a preempted request lives in the same host memory: it
 takes host blocks (evicting cached ones, LRU first) that no lookup can hit and no eviction can take, until
 the request is swapped back in. So the tier's size bounds cache and swap together.
