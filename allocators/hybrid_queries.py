@@ -40,6 +40,32 @@ class HybridSeq:
         self.room = self.res = self.num_hashed = 0
 
 
+def _window_hit(get, block_hashes: Sequence[int], n: int, g: int, length: int, need: int) -> int:
+    """The longest prefix of at most ``length`` blocks a window group accepts: the largest ``e <= length``
+    whose ``need`` blocks before it are all cached in group ``g`` (block ``i``'s key ``block_hashes[i] * n +
+    g``), else the leading run of cached blocks (shorter than ``need``: nothing before it is needed). A
+    candidate's first block is tried first: if it is not cached, no candidate ending in the next ``need``
+    blocks can be, so the search skips them all; otherwise the candidate is read right to left, and an
+    uncached block ends the next one. So a long uncached stretch costs one lookup per ``need`` blocks."""
+    if need <= 0:  # a one-token window needs no earlier block
+        return length
+    e = length
+    while e >= need:
+        if get(block_hashes[e - need] * n + g) is None:
+            e -= need
+            continue
+        for i in range(e - 1, e - need, -1):
+            if get(block_hashes[i] * n + g) is None:
+                e = i
+                break
+        else:
+            return e
+    run = 0
+    while run < length and get(block_hashes[run] * n + g) is not None:
+        run += 1
+    return run
+
+
 class HybridQueries(Allocator):
     """A hybrid pool's state and its read-only side; `HybridPagedAllocator` is the one to build.
 
@@ -53,6 +79,8 @@ class HybridQueries(Allocator):
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
         self.windows = [g.window for g in self.groups]
+        # `_hit_blocks` asks full-attention groups first (a miss is settled at its first uncached block)
+        self._lookup_order = sorted(enumerate(self.windows), key=lambda gw: gw[1] is not None)
         self.group_names = tuple(dict.fromkeys(g.name for g in kv_groups))
         self._attention_of = [self.group_names.index(g.group) for g in self.groups]
         self.slots_per_token = len(self.groups)
@@ -107,42 +135,42 @@ class HybridQueries(Allocator):
         """Per group, the blocks of the longest prefix every group can use (vLLM's hybrid coordinator): a
         full group needs every block cached, a window group only the last ``cdiv(window - 1, block_size)``
         before the end (nulls before them). Never covers the last of ``num_tokens``; [] on a miss."""
-        limit = (num_tokens - 1) // self.block_size
-        if not self.prefix_caching or limit <= 0 or not block_hashes:
-            return []
-        n, get, bs = len(self.groups), self._cache.get, self.block_size
-        keys = [h * n for h in block_hashes[:limit]]
-        length = len(keys)
-        changed = True
-        while changed and length:
-            changed = False
-            for g, w in enumerate(self.windows):
-                if w is None:
-                    hit = 0
-                    while hit < length and get(keys[hit] + g) is not None:
-                        hit += 1
-                else:
-                    need, run, hit = cdiv(w - 1, bs), 0, None
-                    for i in range(length - 1, -1, -1):  # right to left: the first long enough run wins
-                        run = run + 1 if get(keys[i] + g) is not None else 0
-                        if run >= need:
-                            hit = i + run
-                            break
-                    if hit is None:  # no run long enough: the leading run is a hit (nothing before it)
-                        hit = run
-                if hit < length:
-                    length, changed = hit, True
+        length = self._hit_blocks(block_hashes, num_tokens)
         if not length:
             return []
+        n, get, bs = len(self.groups), self._cache.get, self.block_size
         out = []
         for g, w in enumerate(self.windows):
             first = 0 if w is None else max(0, length - cdiv(w - 1, bs))
-            out.append([0] * first + [get(keys[i] + g) for i in range(first, length)])
+            out.append([0] * first + [get(block_hashes[i] * n + g) for i in range(first, length)])
         return out
 
+    def _hit_blocks(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        """How many blocks `_lookup` hits. The hit is the longest prefix every group accepts: each group's
+        test gives the longest it accepts within ``length`` (monotone in ``length``), so taking them in turn
+        until none shortens it reaches that prefix in any order; full groups go first because they settle a
+        miss at its first uncached block, where a window group would have to look for a run."""
+        limit = (num_tokens - 1) // self.block_size
+        if not self.prefix_caching or limit <= 0 or not block_hashes:
+            return 0
+        n, get, bs = len(self.groups), self._cache.get, self.block_size
+        length = min(limit, len(block_hashes))
+        changed = True
+        while changed and length:
+            changed = False
+            for g, w in self._lookup_order:
+                if w is None:
+                    hit = 0
+                    while hit < length and get(block_hashes[hit] * n + g) is not None:
+                        hit += 1
+                else:
+                    hit = _window_hit(get, block_hashes, n, g, length, cdiv(w - 1, bs))
+                if hit < length:
+                    length, changed = hit, True
+        return length
+
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
-        hits = self._lookup(block_hashes, num_tokens)
-        return len(hits[0]) * self.block_size if hits else 0
+        return self._hit_blocks(block_hashes, num_tokens) * self.block_size
 
     def _admission_blocks(self, hits: list[list[int]], num_tokens: int) -> int:
         """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group, plus the

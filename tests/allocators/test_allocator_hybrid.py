@@ -4,6 +4,8 @@ sliding windows freeing what fell out of them, and prefix hits that need only a 
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from allocators.base import cdiv
 from allocators.hybrid import HybridPagedAllocator
@@ -121,3 +123,45 @@ def test_refused_growth_changes_nothing_and_counts_blocks_the_window_frees():
     assert a.grow(0, 1) == ()  # token 13 needs a new block, and computing it frees block 0 .. 1
     assert a.live_blocks(0) == [2]
     a.check_invariants()
+
+
+def reference_hit_blocks(cached: list[set[int]], windows: list[int | None], need_of, limit: int) -> int:
+    """The longest prefix of at most ``limit`` blocks every group accepts, by trying every length from the
+    longest: a full group needs all its blocks cached, a window group the ``need`` blocks before the end (or
+    all of them, when there are fewer)."""
+    for length in range(limit, 0, -1):
+        if all(all(i in hit for i in range(max(0, length - need_of(w)) if w else 0, length))
+               for hit, w in zip(cached, windows, strict=True)):
+            return length
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_prefix_hit_is_the_longest_prefix_every_group_accepts(data):
+    """`_lookup`'s hit (full groups asked first, window groups skipping a window's length past an uncached
+    block) equals a brute-force reading of vLLM's rule on random caches: per group a random set of cached
+    blocks of one prompt, with windows of 1-5 blocks and a full group or none."""
+    bs = 4
+    windows = data.draw(st.lists(st.sampled_from([None, 5, 8, 13, 20]), min_size=1, max_size=3))
+    groups = tuple(KVGroupFixture(f"g{i}", "full" if w is None else "sliding_window", 1, w, 1)
+                   for i, w in enumerate(windows))
+    a = HybridPagedAllocator(4096, block_size=bs, kv_groups=groups, prefix_caching=True)
+    num_blocks = data.draw(st.integers(1, 40))
+    hashes = [1000 + i for i in range(num_blocks)]
+    n = len(a.groups)
+    cached = [data.draw(st.sets(st.integers(0, num_blocks - 1))) for _ in a.groups]
+    block = 1
+    for g, hit in enumerate(cached):
+        for i in sorted(hit):
+            a._cache.insert(block, hashes[i] * n + g)
+            block += 1
+    num_tokens = data.draw(st.integers(1, num_blocks * bs + bs))
+    limit = min((num_tokens - 1) // bs, num_blocks)
+    want = reference_hit_blocks(cached, a.windows, lambda w: cdiv(w - 1, bs), limit)
+    hits = a._lookup(hashes, num_tokens)
+    assert a.num_cached_tokens(hashes, num_tokens) == want * bs
+    assert (len(hits[0]) if hits else 0) == want
+    for g, (hit, w) in enumerate(zip(hits, a.windows, strict=True) if hits else ()):
+        first = 0 if w is None else max(0, want - cdiv(w - 1, bs))
+        assert hit[:first] == [0] * first and all(b != 0 for b in hit[first:]), f"group {g}: {hit}"
