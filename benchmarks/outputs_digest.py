@@ -31,6 +31,7 @@ _QWEN = ["--preset", "mooncake-conv", "--model", "qwen3-8b", "--gpu", "h200", "-
 _AZURE = ["--preset", "azure-conv", "--model", "llama-2-7b", "--gpu", "a100-40gb", "--num-requests", "800",
           "--rate", "6"]
 _SESSIONS = ["--preset", "sharegpt-demo", "--num-requests", "300"]
+_HYBRID = ["--preset", "mooncake-conv", "--num-requests", "200", "--allocator", "paged"]  # vLLM's hybrid manager
 
 CONFIGS: dict[str, list[str]] = {
     "paged-mooncake": _MOONCAKE + ["--allocator", "paged"],
@@ -54,6 +55,11 @@ CONFIGS: dict[str, list[str]] = {
     "paged-cow-demo": _SESSIONS + ["--allocator", "paged-cow"],
     "paged-demo-fleet": _SESSIONS + ["--allocator", "paged", "--replicas", "3", "--router", "prefix-aware"],
     "radix-demo-fleet": _SESSIONS + ["--allocator", "radix", "--replicas", "3", "--router", "least-kv"],
+    "hybrid-gemma": _HYBRID + ["--model", "gemma-3-12b", "--gpu", "h100-80gb"],
+    "hybrid-gpt-oss-step": _HYBRID + ["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--kv-tokens", "60000",
+                                      "--step-by-step"],
+    "hybrid-mistral-lpm": _HYBRID + ["--model", "mistral-7b", "--gpu", "a100-80gb", "--kv-tokens", "30000",
+                                     "--scheduling-policy", "lpm"],
 }
 
 
