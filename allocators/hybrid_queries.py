@@ -7,7 +7,7 @@ vLLM's hybrid coordinator, the fit checks, the memory accounting (per group and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,7 +40,8 @@ class HybridSeq:
         self.room = self.res = self.num_hashed = 0
 
 
-def _window_hit(get, block_hashes: Sequence[int], n: int, g: int, length: int, need: int) -> int:
+def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n: int, g: int, length: int,
+                need: int) -> int:
     """The longest prefix of at most ``length`` blocks a window group accepts: the largest ``e <= length``
     whose ``need`` blocks before it are all cached in group ``g`` (block ``i``'s key ``block_hashes[i] * n +
     g``), else the leading run of cached blocks (shorter than ``need``: nothing before it is needed). A
