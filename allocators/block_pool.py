@@ -154,7 +154,7 @@ class BlockPool:
     def lookup(self, block_hashes: Sequence[int], limit: int) -> list[int]:
         """Cached blocks holding the longest prefix of ``block_hashes``, at most ``limit`` of them."""
         hits: list[int] = []
-        get = self.cache.get
+        get = self.cache.getter
         for i in range(min(limit, len(block_hashes))):  # by index: a slice would copy the hashes
             block = get(block_hashes[i])
             if block is None:

@@ -49,6 +49,12 @@ class PrefixCache:
         """A block holding ``block_hash`` (the first cached), or None on a miss."""
         return self._first.get(block_hash)
 
+    @property
+    def getter(self):
+        """`get` as the index's own C-level ``dict.get``, for loops that look up block after block (a lookup
+        runs for every waiting request at every step under ``--scheduling-policy lpm``)."""
+        return self._first.get
+
     def insert(self, block: int, block_hash: int) -> None:
         """Cache a block that has just become full."""
         assert self.block_hash[block] is None, f"block {block} is already cached"
