@@ -65,8 +65,8 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
                 summaries.append(result.summary)
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
-    for summary in summaries:
-        warn_on_summary(summary)
+    for i, summary in enumerate(summaries):
+        warn_on_summary(summary, clock=i == 0)  # one deployment, one clock
     if opts["as_json"]:
         click.echo(json.dumps(summaries))
         return

@@ -178,9 +178,11 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
         return run_simulation(config, workload, progress=bar.update, workers=workers)
 
 
-def warn_on_summary(summary: dict) -> None:
+def warn_on_summary(summary: dict, *, clock: bool = True) -> None:
     """One-line stderr warnings of what is easy to miss in a table or in JSON: requests rejected
-    (`sim.kernel.summary.rejection_warning`) and settings that changed nothing (``ignored_settings``)."""
+    (`sim.kernel.summary.rejection_warning`), settings that changed nothing (``ignored_settings``) and costs
+    the step clock leaves out (``clock_omits``; ``clock=False`` skips them, for runs of one deployment after
+    the first)."""
     from sim.kernel.summary import rejection_warning
 
     line = rejection_warning(summary)
@@ -188,6 +190,8 @@ def warn_on_summary(summary: dict) -> None:
         click.echo(line, err=True)
     for flag, why in summary.get("ignored_settings", {}).items():
         click.echo(f"Warning: {summary['allocator']}: {flag} ignored: {why}", err=True)
+    for what in summary.get("clock_omits", []) if clock else ():
+        click.echo(f"Note: the step clock omits {what}", err=True)
 
 
 @click.command("run")

@@ -48,7 +48,9 @@ sources:
   size 1 would charge a latency per token (`Allocator.reload_transfers`). Offloads (device to host) are not
   charged: they run asynchronously beside compute in vLLM's connector, and nothing waits on them.
 
-Tensor parallelism divides FLOPs and bytes over the GPUs (communication is not modelled).
+Tensor parallelism divides FLOPs and bytes over the GPUs. Communication is not modelled, and a run with
+``tensor_parallel > 1`` says so in its summary (``clock_omits``, `StepCostModel.omits`); what NCCL's
+all-reduces would add was measured as an experiment at OPT-66B and 175B (``docs/reproduction.md``).
 
 Sliding windows (Mistral, Gemma 3, gpt-oss): a window layer attends to, and reads the KV of, at most the window's
 last tokens, so a step's attention pairs and KV bytes are ``(1 - w) x full + w x clipped``, with ``w`` the share
@@ -105,6 +107,9 @@ class ConstantStepCost(StepCostModel):
     def decode_prefix(self, n: int, c0: int, window: tuple[int, int] | None = None) -> Callable[[int], float]:
         constant = self.constant
         return lambda m: constant * m
+
+    def omits(self) -> tuple[str, ...]:
+        return ()  # a given step time claims no physics
 
     def describe(self) -> dict:
         return {"cost_model": self.source}

@@ -89,7 +89,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
     } | ({"ignored_settings": ignored} if (ignored := ignored_settings(config, model,
-                                                                       bool(hybrid_kv_groups(config, model)))) else {})
+                                                                       bool(hybrid_kv_groups(config, model)))) else {}
+         ) | ({"clock_omits": list(omits)} if (omits := cost.omits()) else {})
 
 
 def hybrid_kv_groups(config: SimConfig, model) -> tuple:

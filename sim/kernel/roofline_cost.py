@@ -228,6 +228,15 @@ class StepCostModel:
                 hi = mid - 1
         return lo + 1 if prefix(lo) < horizon else 1
 
+    def omits(self) -> tuple[str, ...]:
+        """What this run's steps cost on real GPUs that the model leaves out, each as a phrase (none: empty):
+        the summary's ``clock_omits``, so that a multi-GPU step time is not read as a checked one."""
+        if self.tensor_parallel > 1:
+            return (f"tensor-parallel communication: two all-reduces per layer per step across the "
+                    f"{self.tensor_parallel} GPUs (step times are optimistic; docs/reproduction.md measured "
+                    "what NCCL's would add at OPT-66B and 175B)",)
+        return ()
+
     def describe(self) -> dict:
         return {"cost_model": self.source, "cost_profile": self.profile, "bandwidth_frac": self.bandwidth_frac,
                 "flops_frac": self.flops_frac, "step_overhead_s": self.step_overhead_s,
