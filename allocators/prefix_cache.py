@@ -23,7 +23,7 @@ lookup: nobody can look an own id up while its request runs or after it finished
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter as getter
 
 
@@ -50,7 +50,7 @@ class PrefixCache:
         return self._first.get(block_hash)
 
     @property
-    def getter(self):
+    def getter(self) -> Callable[[int], int | None]:
         """`get` as the index's own C-level ``dict.get``, for loops that look up block after block (a lookup
         runs for every waiting request at every step under ``--scheduling-policy lpm``)."""
         return self._first.get

@@ -78,9 +78,9 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
-    None unless the allocator maps pages)."""
+    None unless the allocator maps pages; ``ignored_settings`` and ``clock_omits`` only when there are any)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
-    return {
+    extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
         "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
@@ -88,9 +88,12 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
-    } | ({"ignored_settings": ignored} if (ignored := ignored_settings(config, model,
-                                                                       bool(hybrid_kv_groups(config, model)))) else {}
-         ) | ({"clock_omits": list(omits)} if (omits := cost.omits()) else {})
+    }
+    if ignored := ignored_settings(config, model, bool(hybrid_kv_groups(config, model))):
+        extra["ignored_settings"] = ignored
+    if omits := cost.omits():
+        extra["clock_omits"] = list(omits)
+    return extra
 
 
 def hybrid_kv_groups(config: SimConfig, model) -> tuple:
