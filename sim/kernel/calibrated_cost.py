@@ -10,9 +10,12 @@ from pathlib import Path
 from allocators.catalog import GpuSpec, ModelSpec
 from sim.kernel.roofline_cost import DEFAULT_PAGED_KERNEL_OVERHEAD, StepCostModel
 
-OPTIONAL_COEFFICIENTS = {"seq_overhead_s": 0.0, "prefill_token_s": 0.0, "mixed_overlap": 1.0}
+OPTIONAL_COEFFICIENTS = {"seq_overhead_s": 0.0, "prefill_token_s": 0.0, "mixed_overlap": 1.0,
+                         "allreduce_latency_s": 0.0, "allreduce_bus_gb_s": 0.0}
 """Terms a calibration table may leave out (version-1 tables, kernel calibrations that cannot see them):
-absent, the step is a plain roofline."""
+absent, the step is a plain roofline. The all-reduce terms are for tensor-parallel runs, from the user's own
+measurements (nccl-tests' ``all_reduce_perf``: its small-message time and its bus bandwidth); absent, the
+summary says communication is left out (``clock_omits``)."""
 
 
 def coefficients_from_table(data: object, path: str | Path) -> dict:

@@ -48,9 +48,14 @@ sources:
   size 1 would charge a latency per token (`Allocator.reload_transfers`). Offloads (device to host) are not
   charged: they run asynchronously beside compute in vLLM's connector, and nothing waits on them.
 
-Tensor parallelism divides FLOPs and bytes over the GPUs. Communication is not modelled, and a run with
-``tensor_parallel > 1`` says so in its summary (``clock_omits``, `StepCostModel.omits`); what NCCL's
-all-reduces would add was measured as an experiment at OPT-66B and 175B (``docs/reproduction.md``).
+Tensor parallelism divides FLOPs and bytes over the GPUs. Its communication is charged only when a
+calibration table (``--calibration`` or ``--cost-profile FILE``) gives ``allreduce_latency_s`` and
+``allreduce_bus_gb_s`` (the user's own nccl-tests ``all_reduce_perf``: small-message time, bus bandwidth):
+two all-reduces per layer per forward pass, each the latency plus every token's 16-bit hidden state moved
+``2 (tp - 1) / tp`` times over the bus, a per-step and a per-token term, so decode runs stay in closed form.
+The shipped profiles give none (no public measurement of vLLM's all-reduces at hand), and a run with
+``tensor_parallel > 1`` without them says so in its summary (``clock_omits``, `StepCostModel.omits`); what
+NCCL's would add at OPT-66B and 175B is in ``docs/reproduction.md``.
 
 Sliding windows (Mistral, Gemma 3, gpt-oss): a window layer attends to, and reads the KV of, at most the window's
 last tokens, so a step's attention pairs and KV bytes are ``(1 - w) x full + w x clipped``, with ``w`` the share

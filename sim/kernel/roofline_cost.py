@@ -54,6 +54,8 @@ class StepCostModel:
     seq_overhead_s: float = 0.0
     prefill_token_s: float = 0.0
     mixed_overlap: float = 1.0
+    allreduce_latency_s: float = 0.0
+    allreduce_bus_gb_s: float = 0.0
     source: str = "roofline (default coefficients)"
     profile: str = ""
 
@@ -62,6 +64,8 @@ class StepCostModel:
             raise ValueError("cost model: bandwidth_frac and flops_frac must be in (0, 1], step_overhead_s >= 0")
         if not (self.seq_overhead_s >= 0 and self.prefill_token_s >= 0 and 0 <= self.mixed_overlap <= 1):
             raise ValueError("cost model: seq_overhead_s and prefill_token_s must be >= 0, mixed_overlap in [0, 1]")
+        if not (self.allreduce_latency_s >= 0 and self.allreduce_bus_gb_s >= 0):
+            raise ValueError("cost model: allreduce_latency_s and allreduce_bus_gb_s must be >= 0")
         m, tp = self.model, self.tensor_parallel
         flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
         bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
@@ -78,6 +82,13 @@ class StepCostModel:
         self._t_swap_slot = kv / tp / (self.gpu.pcie_gb_s * 1e9)  # one token's KV over PCIe
         self._t_swap_transfer = 2 * m.num_layers * self.swap_copy_latency_s  # one copy call per layer, K and V
         self._t_page_map = cache_tensors(m) * self.page_map_latency_s  # a page set: a map call per cache tensor
+        # tensor-parallel all-reduces, when the coefficients are given (0: not modelled, `omits` says so): two
+        # per layer (Megatron's split: after attention's output projection and after the MLP) of each
+        # token's 16-bit hidden state, a ring moving 2 (tp - 1) / tp of it over the bus bandwidth
+        calls = 2 * m.num_layers if tp > 1 else 0
+        self._t_comm_step = calls * self.allreduce_latency_s
+        self._t_comm_token = (calls * m.hidden_size * 2 * 2 * (tp - 1) / tp / (self.allreduce_bus_gb_s * 1e9)
+                              if calls and self.allreduce_bus_gb_s else 0.0)
         # sliding-window layers attend to (and read the KV of) at most the window's last tokens
         self.window_frac = ((m.sliding_window_layers or m.num_layers) / m.num_layers
                             if m.sliding_window is not None else 0.0)
@@ -123,6 +134,8 @@ class StepCostModel:
             t += seqs * self.seq_overhead_s
         if prefill_tokens:
             t += (1.0 - self.mixed_overlap) * shorter + prefill_tokens * self.prefill_token_s
+        if tokens and (self._t_comm_step or self._t_comm_token):  # a forward pass: its all-reduces
+            t += self._t_comm_step + tokens * self._t_comm_token
         if copies or swap_blocks or copy_slots or swap_slots or page_maps:
             t += self.transfer_time(copies * self.block_size if copy_slots is None else copy_slots,
                                     swap_blocks * self.block_size if swap_slots is None else swap_slots,
@@ -146,8 +159,9 @@ class StepCostModel:
         return a1, b1, a2, b2
 
     def _per_step(self, n: int) -> float:
-        """The fixed seconds of a decode step of ``n`` sequences: the step's own and ``n`` sequences' CPU work."""
-        return self.step_overhead_s + n * self.seq_overhead_s
+        """The fixed seconds of a decode step of ``n`` sequences: the step's own and ``n`` sequences' CPU work,
+        and its all-reduces (`step_time` adds the same terms)."""
+        return self.step_overhead_s + n * self.seq_overhead_s + self._t_comm_step + n * self._t_comm_token
 
     def _sums(self, n: int, c0: int, k: int, window: tuple[int, int] | None = None) -> tuple[float, float]:
         a1, b1, a2, b2 = self._decode_lines(n, c0, window)
@@ -231,14 +245,17 @@ class StepCostModel:
     def omits(self) -> tuple[str, ...]:
         """What this run's steps cost on real GPUs that the model leaves out, each as a phrase (none: empty):
         the summary's ``clock_omits``, so that a multi-GPU step time is not read as a checked one."""
-        if self.tensor_parallel > 1:
+        if self.tensor_parallel > 1 and not (self.allreduce_latency_s or self.allreduce_bus_gb_s):
             return (f"tensor-parallel communication: two all-reduces per layer per step across the "
-                    f"{self.tensor_parallel} GPUs (step times are optimistic; docs/reproduction.md measured "
-                    "what NCCL's would add at OPT-66B and 175B)",)
+                    f"{self.tensor_parallel} GPUs (step times are optimistic; a calibration table's "
+                    "allreduce_latency_s and allreduce_bus_gb_s add them; docs/reproduction.md measured what "
+                    "NCCL's would add at OPT-66B and 175B)",)
         return ()
 
     def describe(self) -> dict:
         return {"cost_model": self.source, "cost_profile": self.profile, "bandwidth_frac": self.bandwidth_frac,
                 "flops_frac": self.flops_frac, "step_overhead_s": self.step_overhead_s,
                 "seq_overhead_s": self.seq_overhead_s, "prefill_token_s": self.prefill_token_s,
-                "mixed_overlap": self.mixed_overlap}
+                "mixed_overlap": self.mixed_overlap} | (
+            {"allreduce_latency_s": self.allreduce_latency_s, "allreduce_bus_gb_s": self.allreduce_bus_gb_s}
+            if self.allreduce_latency_s or self.allreduce_bus_gb_s else {})

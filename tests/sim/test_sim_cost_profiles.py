@@ -109,3 +109,52 @@ def test_paper_2023_batches_the_papers_fig13_vllm():
 
     batch = mean_batch(PROFILES["paper-2023"].coefficients["seq_overhead_s"])
     assert batch == pytest.approx(paper.FIG13_BATCH["paged"], rel=0.10)
+
+
+OPT66 = get_model("opt-66b")
+COMM = dict(allreduce_latency_s=38.6e-6, allreduce_bus_gb_s=141.9)  # Vidur's A100 DGX all-reduces at 4 GPUs
+
+
+def test_allreduce_terms_charge_two_per_layer_and_each_tokens_hidden_state():
+    """With the all-reduce coefficients, a step on 4 tensor-parallel GPUs pays 2 x 64 all-reduces of latency
+    plus each token's 9,216 16-bit values moved 2 x 3/4 times over the bus; one GPU, or no coefficients, pays
+    nothing, and a step that computes no token (a swap alone) runs no all-reduce."""
+    a100 = get_gpu("a100-40gb")
+    with_comm = StepCostModel(OPT66, a100, tensor_parallel=4, **COMM)
+    plain = StepCostModel(OPT66, a100, tensor_parallel=4)
+    per_token = 2 * 64 * 9216 * 2 * 1.5 / 141.9e9
+    for prefill, seqs in ((0, 1), (0, 37), (512, 8)):
+        extra = with_comm.step_time(prefill, seqs, 5000) - plain.step_time(prefill, seqs, 5000)
+        assert extra == pytest.approx(2 * 64 * 38.6e-6 + (prefill + seqs) * per_token, rel=1e-9)
+    assert with_comm.step_time(0, 0, 0, swap_blocks=3) == plain.step_time(0, 0, 0, swap_blocks=3)
+    one = StepCostModel(OPT66, a100, tensor_parallel=1, **COMM)
+    assert one.step_time(0, 37, 5000) == StepCostModel(OPT66, a100).step_time(0, 37, 5000)
+    assert plain.omits() and not with_comm.omits() and not one.omits()
+    assert with_comm.describe()["allreduce_bus_gb_s"] == 141.9 and "allreduce_bus_gb_s" not in plain.describe()
+    total, weighted = with_comm.decode_run(37, 5000, 60)
+    durations = [with_comm.step_time(0, 37, 5000 + 37 * j) for j in range(60)]
+    assert total == pytest.approx(sum(durations), rel=1e-12)
+    assert weighted == pytest.approx(sum(j * d for j, d in enumerate(durations)), rel=1e-12)
+
+
+def test_fast_forward_equals_step_by_step_with_allreduces(tmp_path):
+    """A calibration table with the all-reduce terms (given as --cost-profile) keeps decode runs in closed
+    form: fast-forward and step by step agree on OPT-66B over 4 GPUs, and the summary no longer says the
+    clock omits communication."""
+    roofline = {"bandwidth_frac": 0.8, "flops_frac": 0.6, "step_overhead_s": 0.003}
+    for name, coefficients in (("tp4", dict(roofline, **COMM)), ("plain", roofline)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"format": "kvsim-calibration", "version": 2,
+                                                            "gpu": "a100-40gb", "model": "opt-66b",
+                                                            "coefficients": coefficients}))
+    path = tmp_path / "tp4.json"
+    options = dict(model="opt-66b", gpu="a100-40gb", tensor_parallel=4, kv_tokens=6000, cost_profile=str(path),
+                   max_num_batched_tokens=512)
+    w = _workload(80)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert len(fast.steps) < len(slow.steps)
+    for column in ("first_token_s", "finished_s"):
+        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
+    assert "clock_omits" not in fast.summary and fast.summary["allreduce_latency_s"] == 38.6e-6
+    plain = run_simulation(SimConfig(**dict(options, cost_profile=str(tmp_path / "plain.json"))), w)
+    assert plain.summary["clock_omits"] and plain.requests["finished_s"].max() < fast.requests["finished_s"].max()
