@@ -139,7 +139,7 @@ class HybridQueries(Allocator):
         length = self._hit_blocks(block_hashes, num_tokens)
         if not length:
             return []
-        n, get, bs = len(self.groups), self._cache.get, self.block_size
+        n, get, bs = len(self.groups), self._cache.getter, self.block_size
         out = []
         for g, w in enumerate(self.windows):
             first = 0 if w is None else max(0, length - cdiv(w - 1, bs))
@@ -154,7 +154,7 @@ class HybridQueries(Allocator):
         limit = (num_tokens - 1) // self.block_size
         if not self.prefix_caching or limit <= 0 or not block_hashes:
             return 0
-        n, get, bs = len(self.groups), self._cache.get, self.block_size
+        n, get, bs = len(self.groups), self._cache.getter, self.block_size
         length = min(limit, len(block_hashes))
         changed = True
         while changed and length:

@@ -165,12 +165,12 @@ class PagedCowAllocator(PagedAllocator):
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Registered prefixes first, then (with automatic prefix caching) the cache, block by block."""
         hits: list[int] = []
-        registry, cache = self._registry, self._cache if self.prefix_caching else None
+        registry, cached = self._registry, self._cache.getter if self.prefix_caching else None
         for i in range(min(len(block_hashes), (num_tokens - 1) // self.block_size)):
             h = block_hashes[i]
             block = registry.get(h)
-            if block is None and cache is not None:
-                block = cache.get(h)
+            if block is None and cached is not None:
+                block = cached(h)
             if block is None:
                 break
             hits.append(block)

@@ -51,8 +51,9 @@ class PrefixCache:
 
     @property
     def getter(self) -> Callable[[int], int | None]:
-        """`get` as the index's own C-level ``dict.get``, for loops that look up block after block (a lookup
-        runs for every waiting request at every step under ``--scheduling-policy lpm``)."""
+        """`get` as the index's own C-level ``dict.get``, for every loop that looks up block after block (the
+        paged, copy-on-write and hybrid lookups: a lookup runs for every waiting request at every step under
+        ``--scheduling-policy lpm``, and for a blocked head at every step)."""
         return self._first.get
 
     def insert(self, block: int, block_hash: int) -> None:
