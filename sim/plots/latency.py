@@ -62,8 +62,10 @@ def plot_latency_vs_rate(
         if sustained is not None and bound is not None and name in sustained and np.isfinite(sustained[name]):
             ax.plot([sustained[name]], [bound], marker="v", markersize=9, color=color, markeredgecolor="black",
                     linestyle="none", zorder=5)
+            # on a white box: the curve is near vertical where it crosses the bound, right through the label
             ax.annotate(f"{sustained[name]:.2f}", (sustained[name], bound), textcoords="offset points",
-                        xytext=(0, 8), ha="center", fontsize="x-small", color=color)
+                        xytext=(0, 8), ha="center", fontsize="x-small", color=color, zorder=6,
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"})
     if bound is not None:
         ax.axhline(bound, color="#616161", linestyle="--", linewidth=0.8,
                    label=f"bound {bound:g} s/token" + (" (▼ sustained rate)" if sustained else ""))
