@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from allocators import allocator_class
 from allocators.catalog import get_gpu, get_model
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.cost_profiles import get_profile
+from sim.kernel.replica import cost_options
 from sim.measured import MeasuredRun
 from sim.replay import METRICS, score, workload_of
 from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
@@ -100,8 +100,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     started = time.monotonic()
     model, gpu = get_model(config.model).with_kv_cache_dtype(config.kv_cache_dtype), get_gpu(config.gpu)
     base = dict(get_profile(start_profile).coefficients)
-    common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
-                  tensor_parallel=config.tensor_parallel)
+    common = cost_options(config, model)
     train = split_halves(len(run.frame), holdout, seed) & run.scored
     ttft, decode = _targets(run.frame)
     names = tuple(fit)

@@ -17,7 +17,10 @@ only partly). Pure decode steps keep the roofline's ``max``, so a decode run sta
 
 Copies and swaps are charged for the token slots they really move (slots x KV bytes per token), whatever the
 allocator: a paged copy moves a whole block, a contiguous fork copies the parent's tokens into the child's
-slab, a swap moves every block of a paged sequence or a slab's tokens in one transfer.
+slab, a swap moves every block of a paged sequence or a slab's tokens in one transfer. A hybrid pool (vLLM's
+manager for sliding-window models) counts group slots, one token in one KV cache group of ``unit`` layers, so
+its slot moves ``unit / layers`` of a token's KV and a block's transfer makes that share of the per-layer copy
+calls (``slot_frac``: Gemma-3-12B's six groups of 8 layers make it 1/6).
 
 Named, sourced sets of coefficients are `sim.kernel.cost_profiles` (``--cost-profile``); the dataclass defaults
 of `StepCostModel` are the plain roofline kvsim used before profiles existed (``paper-2023`` keeps them). Their

@@ -15,7 +15,7 @@ from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
-from allocators.kv_cache_groups import group_slots, needs_hybrid
+from allocators.kv_cache_groups import group_slots, needs_hybrid, split_kv_groups
 from allocators.vattention import page_options
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
@@ -55,12 +55,22 @@ def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
     (`sim.kernel.cost_profiles`)."""
     if config.step_time is not None:
         return ConstantStepCost(config.step_time)
-    common = dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
-                  tensor_parallel=config.tensor_parallel)
+    common = cost_options(config, model)
     path = config.calibration or (None if config.cost_profile else find_calibration(gpu.name, model.name))
     if path is not None:
         return CalibratedStepCost.from_file(path, model, peaks_of(path, gpu), **common)
     return make_step_cost(config.cost_profile, model, gpu, **common)
+
+
+def cost_options(config: SimConfig, model) -> dict:
+    """The step-cost model's settings that come from the deployment rather than a profile. ``slot_frac``: a
+    hybrid pool counts (and copies and swaps) group slots, each one token in ``unit`` of the layers
+    (`allocators.kv_cache_groups`), so a slot moves that share of a token's KV and takes that share of the
+    per-layer copy calls."""
+    groups = hybrid_kv_groups(config, model)
+    slot_frac = split_kv_groups(groups)[0] / sum(g.layers for g in groups) if groups else 1.0
+    return dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
+                tensor_parallel=config.tensor_parallel, slot_frac=slot_frac)
 
 
 def resolve_capacity(config: SimConfig) -> KVCapacity:

@@ -56,6 +56,7 @@ class StepCostModel:
     mixed_overlap: float = 1.0
     allreduce_latency_s: float = 0.0
     allreduce_bus_gb_s: float = 0.0
+    slot_frac: float = 1.0
     source: str = "roofline (default coefficients)"
     profile: str = ""
 
@@ -66,6 +67,8 @@ class StepCostModel:
             raise ValueError("cost model: seq_overhead_s and prefill_token_s must be >= 0, mixed_overlap in [0, 1]")
         if not (self.allreduce_latency_s >= 0 and self.allreduce_bus_gb_s >= 0):
             raise ValueError("cost model: allreduce_latency_s and allreduce_bus_gb_s must be >= 0")
+        if not 0 < self.slot_frac <= 1:
+            raise ValueError(f"cost model: slot_frac must be in (0, 1], got {self.slot_frac}")
         m, tp = self.model, self.tensor_parallel
         flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
         bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
@@ -78,9 +81,12 @@ class StepCostModel:
         self._t_weights = roofline.weight_bytes(m) / tp / bytes_s
         self._t_kv_read = kv * ovh / tp / bytes_s
         self._t_kv_write = kv / tp / bytes_s
-        self._t_copy_slot = 2 * kv / tp / bytes_s  # read and write one token's KV in HBM
-        self._t_swap_slot = kv / tp / (self.gpu.pcie_gb_s * 1e9)  # one token's KV over PCIe
-        self._t_swap_transfer = 2 * m.num_layers * self.swap_copy_latency_s  # one copy call per layer, K and V
+        # a pool slot is one token's KV in `slot_frac` of the layers (a hybrid pool's group slot: `unit` layers)
+        slot = kv * self.slot_frac
+        self._t_copy_slot = 2 * slot / tp / bytes_s  # read and write one slot's KV in HBM
+        self._t_swap_slot = slot / tp / (self.gpu.pcie_gb_s * 1e9)  # one slot's KV over PCIe
+        # one copy call per layer of the block, K and V
+        self._t_swap_transfer = 2 * m.num_layers * self.slot_frac * self.swap_copy_latency_s
         self._t_page_map = cache_tensors(m) * self.page_map_latency_s  # a page set: a map call per cache tensor
         # tensor-parallel all-reduces, when the coefficients are given (0: not modelled, `omits` says so): two
         # per layer (Megatron's split: after attention's output projection and after the MLP) of each

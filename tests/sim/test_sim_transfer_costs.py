@@ -1,14 +1,17 @@
 """Copies and swaps are charged for the bytes they really move (token slots x KV bytes per token), whatever
 the allocator: a paged copy moves a block, a contiguous fork the parent's tokens, a swap every block of a
-paged sequence or a slab's tokens in one transfer."""
+paged sequence or a slab's tokens in one transfer. A hybrid pool's slot is one token in one KV cache group,
+so it moves that group's share of the layers."""
 
 import pytest
 
 from allocators import make_allocator
 from allocators.catalog import get_gpu, get_model
 from allocators.paged import PagedAllocator
+from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import ConstantStepCost, StepCostModel
 from sim.kernel.memory import KVMemory
+from sim.kernel.replica import cost_options, make_cost_model
 from sim.kernel.scheduler import Scheduler
 from sim.kernel.sequence_group import RUNNING, SWAPPED, SequenceGroup
 
@@ -136,3 +139,30 @@ def test_a_contiguous_fork_is_charged_its_slab_copy_end_to_end():
     without_copy = cost.step_time(prefill, int(row.decode_seqs), int(row.context_tokens),
                                   attention_pairs=prefill * (prefill + 1) // 2)
     assert row.duration_s == pytest.approx(without_copy + cost.transfer_time(copy_slots=1000), rel=1e-9)
+
+
+@pytest.mark.parametrize(("model", "groups"), [("gemma-3-12b", 6), ("gpt-oss-20b", 2), ("mistral-7b", 1)])
+def test_a_hybrid_pools_slot_moves_its_groups_share_of_the_layers(model, groups):
+    """Gemma-3-12B's pool has 6 KV cache groups of 8 layers: swapping one token in every group moves one
+    token's KV (48 layers) and takes one block's copy calls, not six; likewise copies inside HBM."""
+    spec, gpu = get_model(model), get_gpu("h100-80gb")
+    config = SimConfig(model=model, gpu="h100-80gb", allocator="paged")
+    assert cost_options(config, spec)["slot_frac"] == pytest.approx(1 / groups)
+    whole_tokens = SimConfig(model=model, gpu="h100-80gb", allocator="paged", disable_hybrid_kv_cache_manager=True)
+    hybrid, whole = make_cost_model(config, spec, gpu), make_cost_model(whole_tokens, spec, gpu)
+    assert hybrid.slot_frac == pytest.approx(1 / groups)
+    assert hybrid.transfer_time(swap_slots=groups * 16, swap_transfers=groups) == pytest.approx(
+        whole.transfer_time(swap_slots=16, swap_transfers=1), rel=1e-12)
+    assert hybrid.transfer_time(copy_slots=groups * 16) == pytest.approx(whole.transfer_time(copy_slots=16))
+
+
+@pytest.mark.parametrize("setting", [dict(model="llama-3-8b"), dict(model="gemma-3-12b", allocator="paged-cow"),
+                                     dict(model="gemma-3-12b", disable_hybrid_kv_cache_manager=True)])
+def test_a_pool_of_whole_tokens_moves_whole_tokens(setting):
+    config = SimConfig(gpu="h100-80gb", **setting)
+    assert cost_options(config, get_model(config.model))["slot_frac"] == 1.0
+
+
+def test_slot_frac_outside_0_1_is_refused():
+    with pytest.raises(ValueError, match="slot_frac"):
+        StepCostModel(MODEL, GPU, slot_frac=0.0)
