@@ -66,11 +66,13 @@ def cdiv(a: int, b: int) -> int:
 class Admission:
     """What `Allocator.admit` did: ``cached_tokens`` prompt tokens were found in the prefix cache or a shared
     prefix and need no prefill; ``host_tokens`` of them came from the host tier (`allocators.host_tier`) and
-    are loaded over PCIe; ``copies`` are block copies the admission caused."""
+    are loaded over PCIe, in ``host_blocks`` blocks (``host_tokens / block_size``, except in a hybrid pool, where
+    a hit needs blocks of every KV cache group); ``copies`` are block copies the admission caused."""
 
     cached_tokens: int = 0
     copies: tuple[Copy, ...] = ()
     host_tokens: int = 0
+    host_blocks: int = 0
 
 
 class Allocator(ABC):
@@ -88,7 +90,8 @@ class Allocator(ABC):
     """Whether `register_prefix` pins shared prefixes (the caller then hashes prompts even without caching)."""
     supports_host_tier: bool = False
     """Whether the class can spill evicted cached blocks to a `HostTier` and load host hits back
-    (`attach_host_tier`)."""
+    (`attach_host_tier`); such a class keeps its prefix cache at ``_cache`` (a `PrefixCache` or `RadixTree`),
+    whose evictions call its ``spill``."""
     host_tier = None
     """The attached `allocators.host_tier.HostTier`, or None (no host tier)."""
     reports_growth: bool = False
@@ -131,19 +134,20 @@ class Allocator(ABC):
         self.max_model_len = int(max_model_len)
 
     def attach_host_tier(self, tier) -> bool:
-        """Put a host-memory tier behind the prefix cache; False (nothing attached) if this allocator has no
-        prefix cache to spill (``supports_host_tier`` and ``prefix_caching`` both needed). Subclasses that
-        support it extend this to hook their eviction path."""
+        """Put a host-memory tier behind the prefix cache, whose evicted blocks then spill into the tier's
+        `offload_many`; False (nothing attached) if this allocator has no prefix cache to spill
+        (``supports_host_tier`` and ``prefix_caching`` both needed)."""
         if not (self.supports_host_tier and self.prefix_caching):
             return False
         self.host_tier = tier
+        self._cache.spill = tier.offload_many
         return True
 
-    def reload_transfers(self, host_tokens: int) -> int:
-        """Copy calls (per layer, K and V) that loading ``host_tokens`` back from the host tier in one admission
-        takes. Default: one per block, as vLLM moves offloaded blocks (``swap_blocks``: one
+    def reload_transfers(self, host_blocks: int) -> int:
+        """Copy calls (per layer, K and V) that loading ``host_blocks`` blocks back from the host tier in one
+        admission takes. Default: one per block, as vLLM moves offloaded blocks (``swap_blocks``: one
         ``cudaMemcpyAsync`` per block pair, per layer and K/V)."""
-        return -(-host_tokens // self.block_size)
+        return host_blocks
 
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """``(slots, transfers)`` that moving this sequence's KV to host memory (or back) takes, when it holds

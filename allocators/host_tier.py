@@ -22,8 +22,11 @@ With ``--preemption swap`` the swapped-out KV of a preempted request lives in th
 takes host blocks (evicting cached ones, LRU first) that no lookup can hit and no eviction can take, until
 the request is swapped back in. So the tier's size bounds cache and swap together.
 
+Behind a hybrid pool (``hybrid.py``) a host block is one group block and the keys are the pool's ``(hash,
+group)`` keys, so the tier works the same.
+
 The interface an allocator uses (a few lines each; paged wires them in ``paged.py`` and
-``paged_queries.py``)::
+``paged_queries.py``, the hybrid pool in ``hybrid.py``)::
 
     tier = HostTier(num_blocks, block_bytes)
     tier.offload(block_hash)             # a cached GPU block is being reused: keep its KV on the host

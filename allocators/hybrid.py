@@ -21,7 +21,9 @@ fast-forward re-reads the breakdown after every call).
 Prefix caching (vLLM's ``HybridKVCacheCoordinator``): a block is cached under its hash and its group, a
 full-attention group hits on a prefix whose every block is cached, a window group on a prefix whose last
 ``cdiv(window - 1, block_size)`` blocks are (the blocks before it become nulls), and the hit is the longest
-prefix every group accepts. The read-only side and the audit are in ``hybrid_queries.py``.
+prefix every group accepts. With a host tier a needed block may be cached on the host instead (`HOST` in a
+lookup): it is loaded into a new block at admission, and the tokens the tier adds to the GPU's own hit are the
+admission's ``host_tokens``. The read-only side and the audit are in ``hybrid_queries.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from allocators.base import NO_COPIES, Admission, Copy, cdiv
-from allocators.hybrid_queries import HybridQueries, HybridSeq
+from allocators.hybrid_queries import HOST, HybridQueries, HybridSeq
 from allocators.kv_cache_groups import skipped_blocks
 
 _NO_HITS = Admission()
@@ -55,19 +57,26 @@ class HybridPagedAllocator(HybridQueries):
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
-        hits = self._lookup(block_hashes, max(num_tokens, full_tokens or 0))
+        looked_up = max(num_tokens, full_tokens or 0)
+        hits = self._lookup(block_hashes, looked_up)
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
             return None
         if self._admission_blocks(hits, num_tokens) > free:
             return None
+        # with host hits, the hit the GPU alone gives: the tokens the tier adds are the rest
+        gpu = (self._hit_blocks(block_hashes, looked_up, self._cache.getter)
+               if self.host_tier is not None and any(HOST in h for h in hits) else None)
         bs, pool, ref = self.block_size, self._pool, self._ref
         num_hit = len(hits[0]) if hits else 0
         length = cdiv(num_tokens, bs)
         hits = hits or [[] for _ in self.groups]
+        n, loads = len(self.groups), []
         for g, group_hits in enumerate(hits):  # every group's hits first, so that popping cannot evict them
-            for b in group_hits:
-                if b == 0:
+            for i, b in enumerate(group_hits):
+                if b <= 0:  # a null, or a host hit
+                    if b == HOST:
+                        loads.append(block_hashes[i] * n + g)
                     continue
                 if ref[b] > 0:
                     self._shared_saved += bs
@@ -75,9 +84,14 @@ class HybridPagedAllocator(HybridQueries):
                     self._tok[g] += bs
                     self._used[g] += 1
                     self._group_of[b] = g
+        if loads:  # touched on the host before new blocks are popped, so that their spills cannot drop them
+            self.host_tier.take(loads)
         tables = []
         for g, group_hits in enumerate(hits):
-            tables.append(list(group_hits) + self._pop(g, length - num_hit))
+            table = list(group_hits)
+            if loads:
+                self._load(g, table, block_hashes)
+            tables.append(table + self._pop(g, length - num_hit))
             self._tok[g] += num_tokens - num_hit * bs
         s = HybridSeq(tables, num_tokens, final_tokens, tuple(block_hashes) if self.prefix_caching else ())
         s.skipped = [sum(1 for b in t[:num_hit] if b == 0) for t in tables]
@@ -86,7 +100,21 @@ class HybridPagedAllocator(HybridQueries):
         self._skip(s, num_hit * bs)
         self._settle(s)
         self._cache_full_blocks(s)
+        if loads:
+            return Admission(cached_tokens=num_hit * bs, host_tokens=(num_hit - gpu) * bs, host_blocks=len(loads))
         return Admission(cached_tokens=num_hit * bs) if num_hit else _NO_HITS
+
+    def _load(self, g: int, table: list[int], block_hashes: Sequence[int]) -> None:
+        """Put a new block of group ``g`` in place of each `HOST` entry of ``table`` (a hit's blocks), holding
+        the KV loaded back from the host tier, and cache it under its key as a computed block would be."""
+        at = [i for i, b in enumerate(table) if b == HOST]
+        if not at:
+            return
+        cache, n = self._cache, len(self.groups)
+        for i, b in zip(at, self._pop(g, len(at)), strict=True):
+            table[i] = b
+            cache.insert(b, block_hashes[i] * n + g)
+        self._tok[g] += len(at) * self.block_size
 
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         """Append decode tokens (the last computed now): the window groups free what the last one no longer

@@ -26,6 +26,9 @@ from allocators.base import (
 from allocators.block_pool import BlockPool, pool_size
 from allocators.kv_cache_groups import group_slots, split_kv_groups
 
+HOST = -1
+"""`HybridQueries._lookup`'s entry for a block cached only in the host tier (block ids are >= 0)."""
+
 
 class HybridSeq:
     """One sequence: a block table per KV cache group (0: the null block), its tokens and final length, the
@@ -71,7 +74,10 @@ class HybridQueries(Allocator):
     """A hybrid pool's state and its read-only side; `HybridPagedAllocator` is the one to build.
 
     ``capacity_slots`` is the pool in full tokens (every layer), as for every allocator; the pool counts
-    ``capacity`` in group slots (``kv_cache_groups.py``)."""
+    ``capacity`` in group slots (``kv_cache_groups.py``). A host tier (``--cpu-offload-gib``) keeps evicted
+    blocks under their group keys, in host blocks of one group block each."""
+
+    supports_host_tier = True
 
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
@@ -135,26 +141,44 @@ class HybridQueries(Allocator):
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[list[int]]:
         """Per group, the blocks of the longest prefix every group can use (vLLM's hybrid coordinator): a
         full group needs every block cached, a window group only the last ``cdiv(window - 1, block_size)``
-        before the end (nulls before them). Never covers the last of ``num_tokens``; [] on a miss."""
-        length = self._hit_blocks(block_hashes, num_tokens)
+        before the end (nulls before them). With a host tier a block may be cached there instead: its entry is
+        `HOST` (loaded into a new block at admission). Never covers the last of ``num_tokens``; [] on a miss."""
+        get = self._cached_getter()
+        length = self._hit_blocks(block_hashes, num_tokens, get)
         if not length:
             return []
-        n, get, bs = len(self.groups), self._cache.getter, self.block_size
+        n, bs = len(self.groups), self.block_size
         out = []
         for g, w in enumerate(self.windows):
             first = 0 if w is None else max(0, length - cdiv(w - 1, bs))
             out.append([0] * first + [get(block_hashes[i] * n + g) for i in range(first, length)])
         return out
 
-    def _hit_blocks(self, block_hashes: Sequence[int], num_tokens: int) -> int:
-        """How many blocks `_lookup` hits. The hit is the longest prefix every group accepts: each group's
+    def _cached_getter(self) -> Callable[[int], int | None]:
+        """Where a group block's key is cached: the GPU block holding it, else `HOST` if the host tier holds
+        it, else None. Without a tier, the GPU index's own ``dict.get``."""
+        get, tier = self._cache.getter, self.host_tier
+        if tier is None:
+            return get
+
+        def cached(key: int) -> int | None:
+            block = get(key)
+            return block if block is not None else HOST if key in tier else None
+
+        return cached
+
+    def _hit_blocks(self, block_hashes: Sequence[int], num_tokens: int,
+                    get: Callable[[int], int | None] | None = None) -> int:
+        """How many blocks `_lookup` hits, with ``get`` telling where a key is cached (default: the GPU or
+        the host tier, `_cached_getter`). The hit is the longest prefix every group accepts: each group's
         test gives the longest it accepts within ``length`` (monotone in ``length``), so taking them in turn
         until none shortens it reaches that prefix in any order; full groups go first because they settle a
         miss at its first uncached block, where a window group would have to look for a run."""
         limit = (num_tokens - 1) // self.block_size
         if not self.prefix_caching or limit <= 0 or not block_hashes:
             return 0
-        n, get, bs = len(self.groups), self._cache.getter, self.block_size
+        get = get or self._cached_getter()
+        n, bs = len(self.groups), self.block_size
         length = min(limit, len(block_hashes))
         changed = True
         while changed and length:
@@ -174,13 +198,13 @@ class HybridQueries(Allocator):
         return self._hit_blocks(block_hashes, num_tokens) * self.block_size
 
     def _admission_blocks(self, hits: list[list[int]], num_tokens: int) -> int:
-        """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group, plus the
-        hits that sit in the free queue."""
+        """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group (host hits
+        load into new blocks too), plus the hits that sit in the free queue."""
         length = cdiv(num_tokens, self.block_size)
         if not hits:
             return length * len(self.groups)
         ref = self._ref
-        return sum(length - len(h) + sum(1 for b in h if b and ref[b] == 0) for h in hits)
+        return sum(length - len(h) + sum(1 for b in h if b < 0 or b and ref[b] == 0) for h in hits)
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:

@@ -108,7 +108,7 @@ class PagedAllocator(PagedQueries):
         if hashes:
             self._cache_full_blocks(s)
         if loaded:
-            return Admission(cached_tokens=(len(hits) + loaded) * bs, host_tokens=loaded * bs)
+            return Admission(cached_tokens=(len(hits) + loaded) * bs, host_tokens=loaded * bs, host_blocks=loaded)
         return Admission(cached_tokens=len(hits) * bs) if hits else _NO_HITS
 
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:

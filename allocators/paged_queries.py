@@ -118,13 +118,6 @@ class PagedQueries(Allocator):
         tier = self.host_tier
         return 0 if tier is None else tier.lookup(block_hashes, start, (num_tokens - 1) // self.block_size)
 
-    def attach_host_tier(self, tier) -> bool:
-        """Evicted cached blocks spill into ``tier`` (the prefix cache's eviction calls its `offload_many`)."""
-        if not super().attach_host_tier(tier):
-            return False
-        self._cache.spill = tier.offload_many
-        return True
-
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         """An empty pool admits without the watermark (vLLM applies it only while others run), so only the
         usable blocks bound a request: its prompt, and the slots it holds when its last token is sampled."""

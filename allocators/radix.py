@@ -51,11 +51,11 @@ class RadixAllocator(PagedAllocator):
         super().__init__(capacity_slots, **options)
         self._cache = self._pool.cache = RadixTree(self.num_blocks)
 
-    def reload_transfers(self, host_tokens: int) -> int:
+    def reload_transfers(self, host_blocks: int) -> int:
         """One transfer per load, whatever its pages: SGLang's HiCache moves a load with one transfer kernel
         per layer (``--hicache-io-backend kernel``, its recommended backend), not one copy per page, which at
         page size 1 would charge a copy latency per token."""
-        return 1 if host_tokens else 0
+        return 1 if host_blocks else 0
 
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """The longest cached path from the root, never covering the last of ``num_tokens``."""

@@ -60,6 +60,10 @@ CONFIGS: dict[str, list[str]] = {
                                       "--step-by-step"],
     "hybrid-mistral-lpm": _HYBRID + ["--model", "mistral-7b", "--gpu", "a100-80gb", "--kv-tokens", "30000",
                                      "--scheduling-policy", "lpm"],
+    "hybrid-gpt-oss-host": _HYBRID + ["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--kv-tokens", "30000",
+                                      "--cpu-offload-gib", "8"],
+    "hybrid-gpt-oss-swap-host": _SESSIONS + ["--model", "gpt-oss-20b", "--gpu", "h200", "--rate", "20",
+                                             "--kv-tokens", "4000", "--cpu-offload-gib", "1", "--preemption", "swap"],
 }
 
 

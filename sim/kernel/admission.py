@@ -19,6 +19,7 @@ fit and is rejected, so nothing loops forever.
 
 from __future__ import annotations
 
+from allocators.base import Admission
 from sim.kernel.preemption import Preemption
 from sim.kernel.sequence_group import FINISHED, REJECTED, RUNNING, SWAPPED, SequenceGroup
 
@@ -80,7 +81,7 @@ class GroupMechanics(Preemption):
             if admission is None:
                 return False
             group.prefill_done = admission.cached_tokens
-            self._count_cached(group, admission.cached_tokens, admission.host_tokens)
+            self._count_cached(group, admission.cached_tokens, admission)
             self._start_running(group)
             return True
         placed = s.memory.place(group)
@@ -94,15 +95,15 @@ class GroupMechanics(Preemption):
             self._release_swap(group)
         else:
             group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
-            self._count_cached(group, group.prefill_done, admission.host_tokens)
+            self._count_cached(group, group.prefill_done, admission)
         self._start_running(group)
         return True
 
-    def _count_cached(self, group: SequenceGroup, cached: int, host: int) -> None:
-        """Count an admission's hits, ``host`` of the ``cached`` tokens loaded from the host tier: in the
+    def _count_cached(self, group: SequenceGroup, cached: int, admission: Admission) -> None:
+        """Count an admission's ``cached`` hit tokens, those it loaded from the host tier among them: in the
         totals, per request and in the step being planned; the host loads are charged to the step."""
         if cached:
-            host = min(host, cached)
+            host = min(admission.host_tokens, cached)
             self.cached_prompt_tokens += cached
             self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
             plan = self.s.plan
@@ -111,9 +112,10 @@ class GroupMechanics(Preemption):
                 self.host_prompt_tokens += host
                 self.host_by_index[group.index] = self.host_by_index.get(group.index, 0) + host
                 plan.host_hit_tokens += host
-                plan.reload_slots += host
-                plan.reload_blocks += -(-host // self.s.memory.block_size)
-                plan.reload_transfers += self.s.memory.reload_transfers(host)
+                blocks = admission.host_blocks
+                plan.reload_slots += blocks * self.s.memory.block_size
+                plan.reload_blocks += blocks
+                plan.reload_transfers += self.s.memory.reload_transfers(blocks)
 
     def _start_running(self, group: SequenceGroup) -> None:
         s = self.s

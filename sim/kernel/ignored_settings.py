@@ -22,9 +22,7 @@ def ignored_settings(config: SimConfig, model, hybrid: bool) -> dict[str, str]:
     ignored: dict[str, str] = {}
     if config.cpu_offload_gib > 0:
         flag = f"--cpu-offload-gib {config.cpu_offload_gib:g}"
-        if hybrid:
-            ignored[flag] = f"{model.name}'s hybrid KV pool (attention groups) has no host tier in kvsim"
-        elif name not in host_tier_allocators():
+        if name not in host_tier_allocators():
             ignored[flag] = (f"{name} keeps no prefix cache to spill (a host tier sits behind "
                              f"{', '.join(host_tier_allocators())})")
         elif not config.prefix_caching:

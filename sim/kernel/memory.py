@@ -77,8 +77,8 @@ class KVMemory:
     def num_tokens(self, seq_id: int) -> int:
         return self._alloc.num_tokens(seq_id)
 
-    def reload_transfers(self, host_tokens: int) -> int:
-        return self._alloc.reload_transfers(host_tokens)
+    def reload_transfers(self, host_blocks: int) -> int:
+        return self._alloc.reload_transfers(host_blocks)
 
     def swap_extent(self, seq_id: int, pending: int) -> tuple[int, int]:
         return self._alloc.swap_extent(seq_id, pending)

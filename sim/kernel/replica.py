@@ -62,15 +62,18 @@ def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
     return make_step_cost(config.cost_profile, model, gpu, **common)
 
 
-def cost_options(config: SimConfig, model) -> dict:
-    """The step-cost model's settings that come from the deployment rather than a profile. ``slot_frac``: a
-    hybrid pool counts (and copies and swaps) group slots, each one token in ``unit`` of the layers
-    (`allocators.kv_cache_groups`), so a slot moves that share of a token's KV and takes that share of the
-    per-layer copy calls."""
+def slot_frac(config: SimConfig, model) -> float:
+    """A pool slot's share of a token's KV: 1, except in a hybrid pool, which counts (and copies, swaps and
+    offloads) group slots, each one token in ``unit`` of the layers (`allocators.kv_cache_groups`)."""
     groups = hybrid_kv_groups(config, model)
-    slot_frac = split_kv_groups(groups)[0] / sum(g.layers for g in groups) if groups else 1.0
+    return split_kv_groups(groups)[0] / sum(g.layers for g in groups) if groups else 1.0
+
+
+def cost_options(config: SimConfig, model) -> dict:
+    """The step-cost model's settings that come from the deployment rather than a profile (``slot_frac``: a
+    slot moves that share of a token's KV and takes that share of the per-layer copy calls)."""
     return dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
-                tensor_parallel=config.tensor_parallel, slot_frac=slot_frac)
+                tensor_parallel=config.tensor_parallel, slot_frac=slot_frac(config, model))
 
 
 def resolve_capacity(config: SimConfig) -> KVCapacity:
@@ -133,7 +136,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                      // pool_bytes_per_token(model, config.tensor_parallel))
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
-    tier = (HostTier.from_gib(config.cpu_offload_gib, model.kv_bytes_per_token, config.block_size)
+    slot_bytes = round(model.kv_bytes_per_token * slot_frac(config, model))  # a host block holds a pool block
+    tier = (HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size)
             if config.cpu_offload_gib > 0 else None)
     memory = KVMemory(alloc, tier)
     recorder.describe_pool(memory.slots_per_token, memory.group_names)

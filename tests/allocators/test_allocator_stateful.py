@@ -6,8 +6,8 @@ changes nothing, that growing by the headroom needs no allocator work, that free
 what the sequence held, and (where the allocator has it) that ``grow_due`` does what ``grow`` does.
 vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list reads as a block table here.
 
-`HostTierMachine` puts a small host tier behind the paged allocators' prefix cache and a small GPU pool in
-front of it, so that evictions spill to the host, host hits are loaded back and swapped KV is parked there:
+`HostTierMachine` puts a small host tier behind the paged allocators' prefix cache (and `HybridHostTierMachine`
+behind a hybrid pool's) and a small GPU pool in front of it, so that evictions spill to the host, host hits are loaded back and swapped KV is parked there:
 after every step the tiers' blocks are conserved (GPU: used + free = usable; host: cached + swapped + free =
 capacity, every host block held once).
 """
@@ -313,6 +313,7 @@ class HostTierMachine(AllocatorMachine):
     def host_counters(self):
         if hasattr(self, "tier"):
             t = self.tier
+            t.check_invariants()
             assert t.offload_bytes == t.offloaded_blocks * t.block_bytes
             assert t.cached_blocks + t.swapped_blocks + t.num_free == t.num_blocks
 
@@ -321,6 +322,54 @@ for _name in ("paged", "paged-cow", "radix"):
     _machine = type(f"HostTierMachine_{_name}", (HostTierMachine,), {"allocator_name": _name})
     globals()[f"Test_host_tier_{_name.replace('-', '_')}"] = settings(SETTINGS, max_examples=25,
                                                                       stateful_step_count=40)(_machine).TestCase
+
+
+class HybridHostTierMachine(HostTierMachine, HybridMachine):
+    """A hybrid pool (sliding windows) with prefix caching and a host tier: a hit's blocks may be on the GPU or
+    on the host in any mix (a window group needs only the last blocks before the hit's end), so an admission
+    checks its hit against the GPU's alone and the loads against the tier's counters."""
+
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=16 * BLOCK + 3), host=st.integers(0, 10))
+    def build(self, capacity, host):
+        HybridMachine.build(self, capacity)
+        self.tier = HostTier(host, block_bytes=BLOCK * 10)
+        assert self.alloc.attach_host_tier(self.tier) and self.alloc.host_tier is self.tier
+        self.parked = []
+
+    def held(self, seq):
+        return HybridMachine.held(self, seq)
+
+    @rule(num=st.integers(5, 33), group=st.sampled_from([1, 2]))
+    def admit_shared(self, num, group):
+        """The hit with the tier is at least the GPU's alone; the tokens it adds are the host's, loaded in
+        ``host_blocks`` blocks the tier counts, and every block of the hit is cached under its group key."""
+        alloc, hashes = self.alloc, chained_hashes(group, num // BLOCK)
+        seq, self.next_id = self.next_id, self.next_id + 1
+        if alloc.never_fits(num, final_tokens=num):
+            return
+        total = alloc.num_cached_tokens(hashes, num)
+        gpu = alloc._hit_blocks(hashes, num, alloc._cache.getter) * BLOCK
+        assert gpu <= total
+        reloaded, before = self.tier.reloaded_blocks, self.snapshot()
+        adm = alloc.admit(seq, num, final_tokens=num, block_hashes=hashes)
+        if adm is None:
+            assert self.snapshot() == before and self.tier.reloaded_blocks == reloaded
+            return
+        assert (adm.cached_tokens, adm.host_tokens) == (total, total - gpu)
+        assert (adm.host_blocks > 0) == (total > gpu) and self.tier.reloaded_blocks == reloaded + adm.host_blocks
+        n = len(alloc.groups)
+        for g, table in enumerate(alloc.block_tables(seq)):
+            for i in range(total // BLOCK):
+                if table[i]:
+                    assert alloc._cache.block_hash[table[i]] == hashes[i] * n + g
+        self.tokens[seq] = num
+
+
+for _layout, _groups in HYBRID_LAYOUTS.items():
+    _machine = type(f"HybridHostTierMachine_{_layout}", (HybridHostTierMachine,),
+                    {"kv_groups": _groups, "options": {"prefix_caching": True}})
+    globals()[f"Test_host_tier_hybrid_{_layout}"] = settings(SETTINGS, max_examples=25,
+                                                             stateful_step_count=40)(_machine).TestCase
 
 
 def test_the_host_tier_machine_spills_and_hits():

@@ -164,11 +164,16 @@ def test_the_tier_is_off_by_default_and_ignored_without_prefix_caching():
         assert s["gpu_hit_tokens"] == s["cached_prompt_tokens"] and s["miss_tokens"] == s["prefill_tokens"]
 
 
-def test_swapped_kv_is_parked_in_the_host_tier():
+@pytest.mark.parametrize("model", ["llama-3-8b", "gpt-oss-20b"])  # gpt-oss: a hybrid pool parks group blocks
+def test_swapped_kv_is_parked_in_the_host_tier(model):
     """With --preemption swap and a tier, preempted KV takes host blocks instead of the --swap-space-gib space:
-    a tier too small for any victim makes every preemption recompute, whatever the swap space."""
-    w = workloads.load_trace(MOONCAKE).head(60)
-    options = dict(model="llama-3-8b", gpu="h200", kv_tokens=12_000, preemption="swap", debug_invariants=10)
+    a tier too small for any victim makes every preemption recompute, whatever the swap space. (gpt-oss's window
+    layers hold little KV: it needs many short requests at once to preempt.)"""
+    if model == "llama-3-8b":
+        w, kv_tokens = workloads.load_trace(MOONCAKE).head(60), 12_000
+    else:
+        w, kv_tokens = workloads.load_preset("sharegpt-demo", num_requests=120, rate=20), 4_000
+    options = dict(model=model, gpu="h200", kv_tokens=kv_tokens, preemption="swap", debug_invariants=10)
     swap = run_simulation(SimConfig(**options), w)
     assert swap.steps["swap_blocks"].sum() > 0
     tiny = run_simulation(SimConfig(cpu_offload_gib=1e-6, **options), w)  # less than a block: zero host blocks
@@ -205,3 +210,50 @@ def test_every_replica_of_a_fleet_has_its_own_tier():
     for key in ("gpu_hit_tokens", "host_hit_tokens", "miss_tokens", "offload_bytes", "reload_bytes"):
         assert s[key] == sum(r[key] for r in s["per_replica"]), key
     assert s["host_hit_tokens"] > 0
+
+
+HYBRID_GPU = dict(model="gpt-oss-20b", gpu="h100-80gb", step_time=0.01)
+"""gpt-oss-20b: a sliding-window group (window 128) and a full group of 12 layers each, so a host block holds one
+group block, half a token's KV: 24 KiB x 16 = 384 KiB."""
+HYBRID_BLOCK_BYTES = get_model("gpt-oss-20b").kv_bytes_per_token // 2 * 16
+
+
+def test_a_hybrid_pool_loads_from_the_host_what_its_gpu_lost():
+    """The A, B, C workload on vLLM's hybrid pool of gpt-oss-20b. With room for everything C hits its group's
+    512-token prefix. In a pool of 1,024 tokens (128 blocks of 16, shared by the two groups) B evicts most of
+    A's blocks, and the GPU alone keeps a hit of 96 tokens. With a host tier the hit is the whole prefix again:
+    96 tokens the GPU gives and 416 the tier adds. Of the 40 group blocks that hit needs (the full group's 32,
+    the window group's last 8) the GPU still holds 35: 5 are loaded back."""
+    w = evicting_workload()
+    unlimited = run_simulation(SimConfig(kv_tokens=20_000, **HYBRID_GPU), w).requests
+    gpu_only = run_simulation(SimConfig(kv_tokens=1024, **HYBRID_GPU), w).requests
+    tiered = run_simulation(SimConfig(kv_tokens=1024, cpu_offload_gib=1.0, **HYBRID_GPU), w)
+    assert unlimited["cached_tokens"].tolist() == [0, 0, 512] and gpu_only["cached_tokens"].tolist() == [0, 0, 96]
+    r, s = tiered.requests, tiered.summary
+    assert r["gpu_hit_tokens"].tolist() == [0, 0, 96] and r["host_hit_tokens"].tolist() == [0, 0, 416]
+    assert s["host_tier_blocks"] == 2**30 // HYBRID_BLOCK_BYTES
+    assert tiered.steps["reload_blocks"].sum() == 5 and s["reload_bytes"] == 5 * HYBRID_BLOCK_BYTES
+    assert s["offload_bytes"] % HYBRID_BLOCK_BYTES == 0 and s["offload_bytes"] > 0
+
+
+def test_a_hybrid_pools_reloads_are_charged_for_group_blocks():
+    """The step that loads C's 5 group blocks moves 5 x 16 group slots, half a token's KV each."""
+    cost = RecordingCost()
+    config = SimConfig(kv_tokens=1024, cpu_offload_gib=1.0, **(HYBRID_GPU | {"step_time": None}))
+    run_simulation(config, evicting_workload(), cost=cost)
+    loads = [(args, kwargs) for args, kwargs, _ in cost.calls if kwargs["swap_slots"]]
+    assert [(args[4], kwargs["swap_slots"]) for args, kwargs in loads] == [(5, 80)]
+
+
+def test_a_hybrid_pool_with_a_tier_fast_forwards_as_it_steps():
+    w = workloads.load_trace(MOONCAKE).head(100)
+    options = dict(model="gpt-oss-20b", gpu="h200", kv_tokens=30_000, cpu_offload_gib=1000.0, debug_invariants=50)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["host_hit_tokens"] > 0 and len(fast.steps) < len(slow.steps)
+    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "kv_groups"))
+    for name, shares in fast.summary["kv_groups"].items():  # float shares in a dict per group
+        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
