@@ -42,7 +42,7 @@ swap traffic is the scheduler's (``swap_blocks``), as without a tier.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 
 
@@ -107,6 +107,12 @@ class HostTier:
 
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._lru
+
+    @property
+    def holds(self) -> Callable[[int], bool]:
+        """``in`` as the LRU dict's own C-level ``__contains__``, for loops that ask block after block (the
+        hybrid pool's lookups)."""
+        return self._lru.__contains__
 
     def lookup(self, block_hashes: Sequence[int], start: int, stop: int) -> int:
         """How many of ``block_hashes[start:stop]``, from ``start`` on, the host holds in a row (no side

@@ -160,10 +160,11 @@ class HybridQueries(Allocator):
         get, tier = self._cache.getter, self.host_tier
         if tier is None:
             return get
+        on_host = tier.holds
 
         def cached(key: int) -> int | None:
             block = get(key)
-            return block if block is not None else HOST if key in tier else None
+            return block if block is not None else HOST if on_host(key) else None
 
         return cached
 
