@@ -329,7 +329,7 @@ class HybridHostTierMachine(HostTierMachine, HybridMachine):
     on the host in any mix (a window group needs only the last blocks before the hit's end), so an admission
     checks its hit against the GPU's alone and the loads against the tier's counters."""
 
-    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=16 * BLOCK + 3), host=st.integers(0, 10))
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=10 * BLOCK + 3), host=st.integers(0, 12))
     def build(self, capacity, host):
         HybridMachine.build(self, capacity)
         self.tier = HostTier(host, block_bytes=BLOCK * 10)
