@@ -1,5 +1,5 @@
 """Prefix reuse through the simulator: every prefix-caching allocator hits a trace's whole theoretical reuse
-with unlimited memory, `radix` and `paged` agree on block-aligned prefixes while `radix` at block size 1 also
+with unlimited memory (GPU, or a small GPU behind an unlimited host tier, on vLLM's hybrid pool too), `radix` and `paged` agree on block-aligned prefixes while `radix` at block size 1 also
 hits the unaligned rest, ``--scheduling-policy lpm`` admits the longest cached prefix first, the same in
 fast-forward and step by step, and `radix` spills to and reloads from the host tier as `paged` does."""
 
@@ -183,3 +183,17 @@ def test_radix_with_a_host_tier_fast_forward_equals_step_by_step(block_size, row
     for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
     assert_same_summary(fast.summary, slow.summary)
+
+
+@pytest.mark.parametrize(("allocator", "model"), [("paged", "llama-3-8b"), ("radix", "llama-3-8b"),
+                                                  ("paged", "gpt-oss-20b"), ("paged", "gemma-3-12b")])
+def test_a_small_gpu_with_unlimited_host_memory_hits_the_whole_theoretical_reuse(allocator, model):
+    """The same trace in a GPU pool of 1,024 tokens (two requests' worth), behind a host tier too large to
+    evict anything: every block the GPU drops is found on the host. gpt-oss-20b and gemma-3-12b run on vLLM's
+    hybrid pool (sliding-window groups beside a full one)."""
+    w, ids = hashed_trace()
+    expected = theoretical_hits(ids, w.prompt_tokens.tolist(), 16)
+    r = run_simulation(SimConfig(allocator=allocator, model=model, gpu="h100-80gb", kv_tokens=1024,
+                                 cpu_offload_gib=64.0, memory_snapshots=0), w)
+    assert r.requests["cached_tokens"].tolist() == expected
+    assert r.summary["host_hit_tokens"] > 0 and r.summary["preemptions"] == 0
