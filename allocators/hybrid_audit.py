@@ -4,7 +4,7 @@ Everything kept incrementally (reference counts, each block's group, the free qu
 per-group token, reservation and block counters, shared slots, each sequence's room) is recomputed from the
 block tables alone; the tables are checked against the windows (nulls only as a leading run, only in window
 groups, never over a block the last token still attends to), and the breakdown must sum to capacity, in
-total and per group.
+total and per group, its cached slots being the free blocks that keep a hash.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def audit_hybrid(a) -> None:
     b = a.breakdown()
     total = b.token_states + b.reservation + b.internal_frag + b.external_frag + b.free
     assert total == a.capacity and b.internal_frag >= 0, f"breakdown sums to {total}, not {a.capacity}"
+    cached = sum(1 for blk in queued if a._pool.cache.block_hash[blk] is not None) * bs
+    assert b.cached == cached <= b.free + b.external_frag, f"cached slots {b.cached}, {cached} recounted"
     parts = b.groups
     assert sum(p.used_blocks for p in parts) == b.used_blocks, "group blocks do not sum to the used blocks"
     assert sum(p.token_states + p.reservation + p.internal_frag for p in parts) == b.used_blocks * bs, \

@@ -250,7 +250,7 @@ class HybridQueries(Allocator):
             internal_frag=used * bs - tokens - reserved,
             external_frag=self.overhead_slots + (free if waiting else 0), free=0 if waiting else free,
             used_blocks=used, total_blocks=self.num_usable_blocks, shared_saved=self._shared_saved,
-            groups=self.group_shares())
+            cached=self._pool.num_cached * bs, groups=self.group_shares())
 
     def group_shares(self) -> tuple[GroupShare, ...]:
         """The used share split by attention group (its KV cache groups summed)."""

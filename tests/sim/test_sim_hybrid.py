@@ -165,3 +165,18 @@ def test_fast_forward_equals_step_by_step_under_memory_pressure(hybrid_model, kv
     slow = run_simulation(config(hybrid_model, kv_tokens=kv_tokens, step_by_step=True), w)
     assert (fast.steps["waiting"] > 0).sum() > 100 and len(fast.steps) < len(slow.steps)
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+
+
+def test_a_hybrid_pool_reports_its_cached_blocks():
+    """Free blocks that keep their hash (evictable prefix-cache entries, window-freed blocks among them) are the
+XX, part of the free and overhead shares; none without
+    prefix caching."""
+    w = Workload(arrival_time_s=np.arange(6) * 50.0, prompt_tokens=np.full(6, 900), output_tokens=np.full(6, 20),
+                 prefix_group=np.array([0, 1, 0, 1, 2, 0]), prefix_len=np.full(6, 512), name="groups")
+    options = dict(model="gpt-oss-20b", gpu="h100-80gb", kv_tokens=20_000, step_time=0.01)
+    on = run_simulation(SimConfig(**options), w)
+    s = on.summary
+    assert 0 < s["cached_frac"] <= s["free_frac"] + s["external_frag_frac"]
+    assert on.steps["cached"].max() > 0
+    off = run_simulation(SimConfig(prefix_caching=False, **options), w)
+    assert off.summary["cached_frac"] == 0 and off.steps["cached"].max() == 0
