@@ -180,9 +180,9 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
 
 def warn_on_summary(summary: dict, *, clock: bool = True) -> None:
     """One-line stderr warnings of what is easy to miss in a table or in JSON: requests rejected
-    (`sim.kernel.summary.rejection_warning`), settings that changed nothing (``ignored_settings``) and costs
+    (`sim.kernel.summary.rejection_warning`), settings that changed nothing (``ignored_settings``), costs
     the step clock leaves out (``clock_omits``; ``clock=False`` skips them, for runs of one deployment after
-    the first)."""
+    the first) and what the allocator's memory leaves out (``memory_omits``, per allocator)."""
     from sim.kernel.summary import rejection_warning
 
     line = rejection_warning(summary)
@@ -192,6 +192,8 @@ def warn_on_summary(summary: dict, *, clock: bool = True) -> None:
         click.echo(f"Warning: {summary['allocator']}: {flag} ignored: {why}", err=True)
     for what in summary.get("clock_omits", []) if clock else ():
         click.echo(f"Note: the step clock omits {what}", err=True)
+    for what in summary.get("memory_omits", []):
+        click.echo(f"Note: {summary['allocator']}'s KV memory omits {what}", err=True)
 
 
 @click.command("run")

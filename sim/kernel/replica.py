@@ -23,6 +23,7 @@ from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCost
 from sim.kernel.cost_profiles import make_step_cost
 from sim.kernel.ignored_settings import ignored_settings
 from sim.kernel.memory import KVMemory
+from sim.kernel.memory_omits import memory_omits
 from sim.kernel.metrics import Recorder
 from sim.kernel.scheduler import Scheduler
 
@@ -91,7 +92,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
-    None unless the allocator maps pages; ``ignored_settings`` and ``clock_omits`` only when there are any)."""
+    None unless the allocator maps pages; ``ignored_settings``, ``clock_omits`` and ``memory_omits`` only when
+    there are any)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
@@ -106,6 +108,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)
+    if omits := memory_omits(config, model, bool(hybrid_kv_groups(config, model))):
+        extra["memory_omits"] = list(omits)
     return extra
 
 

@@ -1,0 +1,26 @@
+"""What a run's KV memory model leaves out of the model it serves, each said once, never implied.
+
+Why: only ``paged`` on a sliding-window model is vLLM's hybrid KV cache manager (`allocators.hybrid`), which
+frees the blocks that fall out of a window. Every other allocator keeps every token's KV in every layer, so on
+Gemma 3, gpt-oss or Mistral it holds more memory, and fits fewer requests, than the model needs; a comparison
+table would otherwise read that as the allocator's own waste. The step clock reads only the window either way
+(`sim.kernel.cost_model`). The summary carries the phrases as ``memory_omits`` (only when there are any) and
+``kvsim run``/``compare`` print each as a note.
+"""
+
+from __future__ import annotations
+
+from allocators.kv_cache_groups import SLIDING
+from sim.kernel.config import SimConfig
+
+
+def memory_omits(config: SimConfig, model, hybrid: bool) -> tuple[str, ...]:
+    """Phrases for the summary's ``memory_omits``; ``hybrid``: the run's pool is vLLM's hybrid manager
+    (`sim.kernel.replica.hybrid_kv_groups`). ``--disable-hybrid-kv-cache-manager`` asks for full layers on
+    purpose (vLLM's own flag), so it is not reported."""
+    windows = sorted({g.window for g in model.kv_groups() if g.attention == SLIDING})
+    if not windows or hybrid or config.disable_hybrid_kv_cache_manager:
+        return ()
+    return (f"sliding windows: {config.allocator} keeps every token's KV in {model.name}'s window layers "
+            f"(window {', '.join(f'{w:,}' for w in windows)} tokens), where only paged, vLLM's hybrid KV cache "
+            "manager, frees the blocks that leave the window",)
