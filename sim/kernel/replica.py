@@ -104,11 +104,12 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
     }
-    if ignored := ignored_settings(config, model, bool(hybrid_kv_groups(config, model))):
+    hybrid = bool(hybrid_kv_groups(config, model))
+    if ignored := ignored_settings(config, model, hybrid):
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)
-    if omits := memory_omits(config, model, bool(hybrid_kv_groups(config, model))):
+    if omits := memory_omits(config, model, hybrid):
         extra["memory_omits"] = list(omits)
     return extra
 
