@@ -45,15 +45,12 @@ class PrefixCache:
         self.spill = None  # called with the hashes of the evicted blocks (a host tier's `offload_many`), if set
         self.vacancy = (self.block_hash, None)  # a list, and its entry for a block not cached (`BlockPool.drop`)
 
-    def get(self, block_hash: int) -> int | None:
-        """A block holding ``block_hash`` (the first cached), or None on a miss."""
-        return self._first.get(block_hash)
-
     @property
     def getter(self) -> Callable[[int], int | None]:
-        """`get` as the index's own C-level ``dict.get``, for every loop that looks up block after block (the
-        paged, copy-on-write and hybrid lookups: a lookup runs for every waiting request at every step under
-        ``--scheduling-policy lpm``, and for a blocked head at every step)."""
+        """The lookup: hash -> a block holding it (the first cached), or None on a miss. It is the index's own
+        C-level ``dict.get``, for every loop that looks up block after block (the paged, copy-on-write and
+        hybrid lookups: a lookup runs for every waiting request at every step under ``--scheduling-policy lpm``,
+        and for a blocked head at every step)."""
         return self._first.get
 
     def insert(self, block: int, block_hash: int) -> None:
