@@ -4,6 +4,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 # Without a GPU, the Triton kernel's tests run in triton's CPU interpreter. Triton reads the switch when torch
 # first imports it, which can happen in any test, so it is set here, once; on a CUDA machine it stays unset.
 if not os.path.exists("/dev/nvidiactl"):
@@ -18,3 +20,17 @@ os.environ["KVSIM_HOME"] = tempfile.mkdtemp(prefix="kvsim-home-")
 _SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 if "KVSIM_TRACES" not in os.environ and "KVSIM_SHARED_TRACES" not in os.environ and _SHARED.is_dir():
     os.environ["KVSIM_TRACES"] = str(_SHARED)
+
+
+@pytest.fixture
+def restore_catalog():
+    """Put the built-in catalog back after a test that registers catalog files (commands taking ``--catalog``
+    do, into the process-wide catalog)."""
+    from allocators import catalog
+
+    models, gpus = dict(catalog.MODELS), dict(catalog.GPUS)
+    yield
+    catalog.MODELS.clear()
+    catalog.MODELS.update(models)
+    catalog.GPUS.clear()
+    catalog.GPUS.update(gpus)

@@ -1,8 +1,6 @@
 """The hybrid paged allocator (vLLM v1's KV cache groups over one pool): grouping, capacity in group slots,
 sliding windows freeing what fell out of them, and prefix hits that need only a window's blocks."""
 
-from dataclasses import dataclass
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,18 +8,7 @@ from hypothesis import strategies as st
 from allocators.base import cdiv
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import needs_hybrid, skipped_blocks, split_kv_groups
-
-
-@dataclass(frozen=True)
-class KVGroupFixture:
-    """The fields of the catalog's `KVGroup` the hybrid allocator reads."""
-
-    name: str
-    attention: str
-    layers: int
-    window: int | None
-    bytes_per_token: int
-
+from tests.allocators.kv_group_fixture import KVGroupFixture
 
 LAYER = 8192  # bytes per token per layer: 2 (K, V) x 8 KV heads x 256 dims x 2 bytes (Gemma-3-12B)
 GEMMA = (KVGroupFixture("local", "sliding_window", 40, 1024, 40 * LAYER),

@@ -13,7 +13,6 @@ capacity, every host block held once).
 """
 
 import copy
-from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -24,21 +23,11 @@ from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.placement import PLACEMENTS
+from tests.allocators.kv_group_fixture import KVGroupFixture
 
 SETTINGS = settings(max_examples=12, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 BLOCK = 4
-
-
-@dataclass(frozen=True)
-class KVGroupFixture:
-    """The fields of the catalog's `KVGroup` the hybrid allocator reads."""
-
-    name: str
-    attention: str
-    layers: int
-    window: int | None
-    bytes_per_token: int
 
 
 def chained_hashes(group: int, num_blocks: int) -> list[int]:

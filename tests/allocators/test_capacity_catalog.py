@@ -37,16 +37,6 @@ def test_weights_are_what_vllm_loads(name, logged_gib):
     assert get_model(name).weight_bytes / GIB == pytest.approx(logged_gib, rel=1e-3)
 
 
-@pytest.fixture
-def restore_catalog():
-    models, gpus = dict(catalog.MODELS), dict(catalog.GPUS)
-    yield
-    catalog.MODELS.clear()
-    catalog.MODELS.update(models)
-    catalog.GPUS.clear()
-    catalog.GPUS.update(gpus)
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED_KV_BYTES_PER_TOKEN))
 def test_kv_bytes_per_token(name):
     assert get_model(name).kv_bytes_per_token == EXPECTED_KV_BYTES_PER_TOKEN[name]

@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allocators import catalog
 from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.sweep.hashing import point_id
@@ -20,15 +19,7 @@ GOOD = f"[models.tiny-lm]\n{MODEL}[gpus.toy-gpu]\n{GPU}"
 CUSTOM = ["--model", "tiny-lm", "--gpu", "toy-gpu"]
 
 
-@pytest.fixture(autouse=True)
-def restore_catalog():
-    """Commands register catalog files into the process-wide catalog; put the built-in one back."""
-    models, gpus = dict(catalog.MODELS), dict(catalog.GPUS)
-    yield
-    catalog.MODELS.clear()
-    catalog.MODELS.update(models)
-    catalog.GPUS.clear()
-    catalog.GPUS.update(gpus)
+pytestmark = pytest.mark.usefixtures("restore_catalog")  # commands register catalog files process-wide
 
 
 @pytest.fixture
