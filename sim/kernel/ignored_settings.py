@@ -14,7 +14,7 @@ from allocators.option_use import host_tier_allocators, keeps_prefix_cache, maps
 from sim.kernel.config import SimConfig
 
 
-def ignored_settings(config: SimConfig, model, hybrid: bool) -> dict[str, str]:
+def ignored_settings(config: SimConfig, hybrid: bool) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
     vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`)."""
     defaults = SimConfig()

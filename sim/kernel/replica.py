@@ -105,7 +105,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
     }
     hybrid = bool(hybrid_kv_groups(config, model))
-    if ignored := ignored_settings(config, model, hybrid):
+    if ignored := ignored_settings(config, hybrid):
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)

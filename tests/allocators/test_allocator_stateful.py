@@ -7,9 +7,9 @@ what the sequence held, and (where the allocator has it) that ``grow_due`` does 
 vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list reads as a block table here.
 
 `HostTierMachine` puts a small host tier behind the paged allocators' prefix cache (and `HybridHostTierMachine`
-behind a hybrid pool's) and a small GPU pool in front of it, so that evictions spill to the host, host hits are loaded back and swapped KV is parked there:
-after every step the tiers' blocks are conserved (GPU: used + free = usable; host: cached + swapped + free =
-capacity, every host block held once).
+behind a hybrid pool's) and a small GPU pool in front of it, so that evictions spill to the host, host hits are
+loaded back and swapped KV is parked there: after every step the tiers' blocks are conserved (GPU: used + free
+= usable; host: cached + swapped + free = capacity, every host block held once).
 """
 
 import copy

@@ -1,6 +1,7 @@
 """Settings that change nothing in a run are reported, never silently accepted: ``--cpu-offload-gib`` where no
-host tier can sit (no prefix cache to spill: a contiguous allocator or vAttention, or prefix caching off), pages, placement, a long-prefill threshold or ``lpm`` where they do not apply. The summary carries
-them (``ignored_settings``: flag -> why) and ``kvsim run``/``compare`` warn."""
+host tier can sit (no prefix cache to spill: a contiguous allocator or vAttention, or prefix caching off),
+pages, placement, a long-prefill threshold or ``lpm`` where they do not apply. The summary carries them
+(``ignored_settings``: flag -> why) and ``kvsim run``/``compare`` warn."""
 
 import json
 
@@ -24,7 +25,7 @@ def test_the_host_tier_is_reported_exactly_when_none_is_attached(allocator, mode
                        cpu_offload_gib=1.0, prefix_caching=prefix_caching)
     model = get_model(model_name)
     memory, _, _ = build_replica(config, model, get_gpu("h100-80gb"), 40_000, Recorder(0))
-    ignored = ignored_settings(config, model, bool(hybrid_kv_groups(config, model)))
+    ignored = ignored_settings(config, bool(hybrid_kv_groups(config, model)))
     assert ("--cpu-offload-gib 1" not in ignored) == (memory.host_tier is not None)
     if allocator_class(allocator).supports_host_tier and prefix_caching:
         assert ignored == {}
@@ -37,14 +38,14 @@ def test_lpm_is_reported_exactly_when_no_prefix_cache_is_kept(allocator, prefix_
                        scheduling_policy="lpm", prefix_caching=prefix_caching)
     model = get_model("llama-3-8b")
     memory, _, _ = build_replica(config, model, get_gpu("h100-80gb"), 40_000, Recorder(0))
-    ignored = ignored_settings(config, model, False)
+    ignored = ignored_settings(config, False)
     assert ("--scheduling-policy lpm" in ignored) == (not getattr(memory._alloc, "prefix_caching", False))
 
 
 def test_defaults_are_never_reported():
     for allocator in ALLOCATORS:
         config = SimConfig(allocator=allocator, model="llama-3-8b", gpu="h100-80gb", kv_tokens=40_000)
-        assert ignored_settings(config, get_model("llama-3-8b"), False) == {}
+        assert ignored_settings(config, False) == {}
 
 
 @pytest.mark.parametrize("args,flag,why", [

@@ -1,7 +1,8 @@
 """Prefix reuse through the simulator: every prefix-caching allocator hits a trace's whole theoretical reuse
-with unlimited memory (GPU, or a small GPU behind an unlimited host tier, on vLLM's hybrid pool too), `radix` and `paged` agree on block-aligned prefixes while `radix` at block size 1 also
-hits the unaligned rest, ``--scheduling-policy lpm`` admits the longest cached prefix first, the same in
-fast-forward and step by step, and `radix` spills to and reloads from the host tier as `paged` does."""
+with unlimited memory (GPU, or a small GPU behind an unlimited host tier, on vLLM's hybrid pool too), `radix`
+and `paged` agree on block-aligned prefixes while `radix` at block size 1 also hits the unaligned rest,
+``--scheduling-policy lpm`` admits the longest cached prefix first, the same in fast-forward and step by step,
+and `radix` spills to and reloads from the host tier as `paged` does."""
 
 import numpy as np
 import pytest
