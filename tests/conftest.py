@@ -5,6 +5,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+from tests.soak import SOAK
 
 # Without a GPU, the Triton kernel's tests run in triton's CPU interpreter. Triton reads the switch when torch
 # first imports it, which can happen in any test, so it is set here, once; on a CUDA machine it stays unset.
@@ -20,6 +23,11 @@ os.environ["KVSIM_HOME"] = tempfile.mkdtemp(prefix="kvsim-home-")
 _SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 if "KVSIM_TRACES" not in os.environ and "KVSIM_SHARED_TRACES" not in os.environ and _SHARED.is_dir():
     os.environ["KVSIM_TRACES"] = str(_SHARED)
+
+# Hypothesis tests that set no example count of their own run 100 examples, scaled like the rest by KVSIM_SOAK.
+if SOAK > 1:
+    settings.register_profile("soak", max_examples=100 * SOAK)
+    settings.load_profile("soak")
 
 
 @pytest.fixture

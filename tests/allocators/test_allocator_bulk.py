@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from allocators import make_allocator
 from allocators.free_queue import FreeBlockQueue
 from allocators.paged import PagedAllocator
+from tests.soak import examples
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(max_examples=examples(40), deadline=None)
 
 
 # -- FreeBlockQueue --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from allocators.base import cdiv
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import needs_hybrid, skipped_blocks, split_kv_groups
 from tests.allocators.kv_group_fixture import KVGroupFixture
+from tests.soak import examples
 
 LAYER = 8192  # bytes per token per layer: 2 (K, V) x 8 KV heads x 256 dims x 2 bytes (Gemma-3-12B)
 GEMMA = (KVGroupFixture("local", "sliding_window", 40, 1024, 40 * LAYER),
@@ -123,7 +124,7 @@ def reference_hit_blocks(cached: list[set[int]], windows: list[int | None], need
     return 0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_prefix_hit_is_the_longest_prefix_every_group_accepts(data):
     """`_lookup`'s hit (full groups asked first, window groups skipping a window's length past an uncached

@@ -24,8 +24,9 @@ from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.placement import PLACEMENTS
 from tests.allocators.kv_group_fixture import KVGroupFixture
+from tests.soak import examples, steps
 
-SETTINGS = settings(max_examples=12, stateful_step_count=30, deadline=None,
+SETTINGS = settings(max_examples=examples(12), stateful_step_count=steps(30), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 BLOCK = 4
 
@@ -309,8 +310,8 @@ class HostTierMachine(AllocatorMachine):
 
 for _name in ("paged", "paged-cow", "radix"):
     _machine = type(f"HostTierMachine_{_name}", (HostTierMachine,), {"allocator_name": _name})
-    globals()[f"Test_host_tier_{_name.replace('-', '_')}"] = settings(SETTINGS, max_examples=25,
-                                                                      stateful_step_count=40)(_machine).TestCase
+    globals()[f"Test_host_tier_{_name.replace('-', '_')}"] = settings(SETTINGS, max_examples=examples(25),
+                                                                      stateful_step_count=steps(40))(_machine).TestCase
 
 
 class HybridHostTierMachine(HostTierMachine, HybridMachine):
@@ -357,8 +358,8 @@ class HybridHostTierMachine(HostTierMachine, HybridMachine):
 for _layout, _groups in HYBRID_LAYOUTS.items():
     _machine = type(f"HybridHostTierMachine_{_layout}", (HybridHostTierMachine,),
                     {"kv_groups": _groups, "options": {"prefix_caching": True}})
-    globals()[f"Test_host_tier_hybrid_{_layout}"] = settings(SETTINGS, max_examples=25,
-                                                             stateful_step_count=40)(_machine).TestCase
+    globals()[f"Test_host_tier_hybrid_{_layout}"] = settings(SETTINGS, max_examples=examples(25),
+                                                             stateful_step_count=steps(40))(_machine).TestCase
 
 
 def test_the_host_tier_machine_spills_and_hits():

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocators.host_tier import HostTier
+from tests.soak import examples
 
 
 class ReferenceTier:
@@ -80,7 +81,7 @@ operation = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(num_blocks=st.integers(0, 12), ops=st.lists(operation, max_size=40))
 def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
     tier, ref = HostTier(num_blocks, 10), ReferenceTier(num_blocks)

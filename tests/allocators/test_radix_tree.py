@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocators.radix_tree import ROOT, RadixTree
+from tests.soak import examples
 
 
 class ReferenceTree:
@@ -90,7 +91,7 @@ def leaf_order_batch(ref: ReferenceTree, rng: random.Random, size: int, num_page
     return batch
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 40))
 def test_the_radix_tree_matches_a_plain_one(seed, steps):
     rng = random.Random(seed)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.cli import main
+from tests.soak import examples
 from workloads.presets import SAMPLES_DIR
 
 SAMPLE = SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv"
@@ -81,7 +82,7 @@ def check(args: list[str]) -> None:
     assert peak < MEMORY_LIMIT, (args, peak)
 
 
-FUZZ = settings(max_examples=30, deadline=20_000, derandomize=True,
+FUZZ = settings(max_examples=examples(30), deadline=20_000, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

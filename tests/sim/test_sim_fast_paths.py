@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from allocators.catalog import get_gpu, get_model
 from sim.kernel.cost_model import ConstantStepCost, StepCostModel
+from tests.soak import examples
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=examples(60), deadline=None)
 
 
 def synthetic(token_flops: float, pair_flops: float, weights: float, kv_read: float, kv_write: float,

@@ -18,6 +18,7 @@ from sim.kernel.decode_set import DecodeSet
 from sim.kernel.runner import run_simulation
 from sim.kernel.window_context import clipped_sum
 from tests.sim.summaries import assert_same_summary
+from tests.soak import examples
 from workloads import Workload
 
 
@@ -27,7 +28,7 @@ def test_clipped_sum_is_the_sum_of_the_clipped_terms(first, span, window):
     assert clipped_sum(first, last, window) == sum(min(q, window) for q in range(first, last + 1))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(1, 64), st.lists(st.tuples(st.sampled_from("jlrds"), st.integers(0, 7), st.integers(1, 90)),
                                     max_size=60))
 def test_the_clipped_context_follows_every_change(window, ops):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.soak import examples
 from workloads import TraceError, Workload, load_trace
 from workloads.presets import SAMPLES_DIR
 
@@ -16,7 +17,7 @@ from workloads.presets import SAMPLES_DIR
 # which is reading correctly; what is fuzzed here is that nothing but `TraceError` is ever raised.
 pytestmark = pytest.mark.filterwarnings("ignore::workloads.errors.TraceWarning")
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 SEEDS = {
     ".csv": (SAMPLES_DIR / "AzureLLMInferenceTrace_conv.csv").read_bytes()[:600],
