@@ -4,6 +4,7 @@ same hashes in the same LRU order on the same host blocks, with the same counter
 in a queue with stale entries and offloads a batch with bulk operations; this guards that it is still
 exactly an LRU, block ids included."""
 
+import copy
 from collections import OrderedDict
 
 from hypothesis import given, settings
@@ -61,10 +62,8 @@ class ReferenceTier:
 def lru_order(tier: HostTier) -> list[tuple[int, int]]:
     """The tier's cached (hash, host block) pairs, least recently used first, read by evicting them all from a
     copy (the only order the tier promises is the one it evicts in)."""
-    probe = HostTier(tier.num_blocks, tier.block_bytes)
-    probe._lru, probe._order, probe._head = dict(tier._lru), list(tier._order), tier._head
-    probe._order_blocks = list(tier._order_blocks)
-    probe._stale, probe._free = dict(tier._stale), []
+    probe = copy.deepcopy(tier)
+    probe._free.clear()
     order = []
     while probe.cached_blocks:
         before = dict(probe._lru)
