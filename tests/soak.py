@@ -8,9 +8,10 @@ tests/allocators`` is the same suite run twenty times as hard, on demand (the RE
 
 import os
 
-SOAK = int(os.environ.get("KVSIM_SOAK", "1"))
-if SOAK < 1:
-    raise ValueError(f"KVSIM_SOAK must be a whole number >= 1, got {SOAK}")
+_SOAK = os.environ.get("KVSIM_SOAK", "1")
+if not _SOAK.isdigit() or int(_SOAK) < 1:
+    raise ValueError(f"KVSIM_SOAK must be a whole number >= 1, got {_SOAK!r}")
+SOAK = int(_SOAK)
 
 
 def examples(count: int) -> int:
