@@ -169,8 +169,7 @@ def test_fast_forward_equals_step_by_step_under_memory_pressure(hybrid_model, kv
 
 def test_a_hybrid_pool_reports_its_cached_blocks():
     """Free blocks that keep their hash (evictable prefix-cache entries, window-freed blocks among them) are the
-XX, part of the free and overhead shares; none without
-    prefix caching."""
+    summary's ``cached_frac``, part of the free and overhead shares; none without prefix caching."""
     w = Workload(arrival_time_s=np.arange(6) * 50.0, prompt_tokens=np.full(6, 900), output_tokens=np.full(6, 20),
                  prefix_group=np.array([0, 1, 0, 1, 2, 0]), prefix_len=np.full(6, 512), name="groups")
     options = dict(model="gpt-oss-20b", gpu="h100-80gb", kv_tokens=20_000, step_time=0.01)
