@@ -122,9 +122,7 @@ def test_fast_forward_equals_step_by_step_with_windows(windowed, options):
     slow = run_simulation(replace(config, step_by_step=True), w)
     assert len(fast.steps) < len(slow.steps)
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
-    assert_same_summary(fast.summary, slow.summary)
-    for name, shares in fast.summary["kv_groups"].items():
-        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
+    assert_same_summary(fast.summary, slow.summary)  # the per-group shares (``kv_groups``) too, key by key
 
 
 def test_windows_make_long_decodes_faster(windowed):
