@@ -135,12 +135,14 @@ class Allocator(ABC):
 
     def attach_host_tier(self, tier) -> bool:
         """Put a host-memory tier behind the prefix cache, whose evicted blocks then spill into the tier's
-        `offload_many`; False (nothing attached) if this allocator has no prefix cache to spill
+        `offload_many` (write-back; a write-through tier is given computed blocks instead, by `admit` and
+        `grow_due`); False (nothing attached) if this allocator has no prefix cache to spill
         (``supports_host_tier`` and ``prefix_caching`` both needed)."""
         if not (self.supports_host_tier and self.prefix_caching):
             return False
         self.host_tier = tier
-        self._cache.spill = tier.offload_many
+        if not tier.write_through:
+            self._cache.spill = tier.offload_many
         return True
 
     def reload_transfers(self, host_blocks: int) -> int:

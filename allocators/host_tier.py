@@ -11,19 +11,27 @@ It is an *inclusive* cache, as vLLM's CPU offloading manager and LMCache are: lo
 and the host keeps its copy (touched as most recently used), so a block evicted from the GPU again later
 costs no second transfer. Host blocks are evicted in LRU order when a new block needs room.
 
-When a block reaches the host: when the GPU evicts it (write-back), so the host holds only blocks the GPU
-dropped, most recently dropped last. vLLM's ``OffloadingConnector`` (0.33, the oracle's version) writes a
-request's blocks as they are computed instead (write-through, stores issued as chunks complete, LRU or ARC on
-the host): its host also holds blocks the GPU still caches, ranked by when they were stored, and every block
-it does not hold yet crosses PCIe once computed. So on traces whose reuse outlives the GPU cache the two can
-hit differently; kvsim's ``offload_bytes`` counts only evicted blocks.
+When a block reaches the host is the write policy (``--offload-write-policy``):
+
+- ``write_back`` (the default): when the GPU evicts it, so the host holds only blocks the GPU dropped, most
+  recently dropped last, and only evicted blocks cross PCIe (SGLang HiCache's ``write_back``).
+- ``write_through`` (``write_through=True``): as soon as it is computed (every full block of a request, hits
+  included, in order; a hash the host holds already is touched, not written again), and a GPU eviction writes
+  nothing. The host then also holds blocks the GPU still caches, ranked by when they were last stored or hit,
+  and every block crosses PCIe once. This is vLLM's ``OffloadingConnector`` (0.33, the oracle's version, with
+  its LRU host policy; it stores asynchronously as chunks complete, kvsim when the block is allocated) and
+  SGLang HiCache's ``write_through``, except that SGLang's host never drops a block its GPU still holds.
+
+A host smaller than the GPU's cache is nearly useless under ``write_through`` (it holds the newest blocks,
+which the GPU holds too) and useful under ``write_back``; with a host larger than what the GPU evicts, both
+hit the same blocks.
 
 With ``--preemption swap`` the swapped-out KV of a preempted request lives in the same host memory: it
 takes host blocks (evicting cached ones, LRU first) that no lookup can hit and no eviction can take, until
 the request is swapped back in. So the tier's size bounds cache and swap together.
 
 Behind a hybrid pool (``hybrid.py``) a host block is one group block and the keys are the pool's ``(hash,
-group)`` keys, so the tier works the same.
+group)`` keys, so the tier works the same (write-back only: the hybrid pool refuses a write-through tier).
 
 The interface an allocator uses (a few lines each; paged wires them in ``paged.py`` and
 ``paged_queries.py``, the hybrid pool in ``hybrid.py``)::
@@ -31,6 +39,7 @@ The interface an allocator uses (a few lines each; paged wires them in ``paged.p
     tier = HostTier(num_blocks, block_bytes)
     tier.offload(block_hash)             # a cached GPU block is being reused: keep its KV on the host
     tier.offload_many(block_hashes)      # the same for every block one allocation evicts, in order
+                                         # (write-through: every block a request has computed, in order)
     n = tier.lookup(hashes, start, stop) # consecutive host hits hashes[start:stop] after `start` GPU hits
     tier.take(hashes[start:start + n])   # load them into newly allocated GPU blocks (counts reload bytes)
     tier.swap_out(key, blocks) / tier.swap_in(key)   # a preempted request's KV parked on the host
@@ -49,15 +58,18 @@ from itertools import islice
 class HostTier:
     """``num_blocks`` host KV blocks of ``block_bytes`` bytes: an LRU cache by block hash plus swap parking."""
 
-    __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
-                 "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
+    __slots__ = ("num_blocks", "block_bytes", "write_through", "_lru", "_order", "_order_blocks", "_head", "_stale",
+                 "_free", "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
 
-    def __init__(self, num_blocks: int, block_bytes: int) -> None:
+    def __init__(self, num_blocks: int, block_bytes: int, *, write_through: bool = False) -> None:
+        """``write_through``: the allocator stores every computed block here (`offload_many`) and its
+        evictions spill nothing; else (write-back) evictions spill (the module doc)."""
         if num_blocks < 0 or block_bytes <= 0:
             raise ValueError(f"host tier: num_blocks must be >= 0 and block_bytes > 0, got {num_blocks}, "
                              f"{block_bytes}")
         self.num_blocks = int(num_blocks)
         self.block_bytes = int(block_bytes)
+        self.write_through = bool(write_through)
         # The LRU: a dict block hash -> host block, and its order as a queue of hashes, least recently used
         # first (``_order[_head:]``), where a hash touched again is queued again and its earlier entries are
         # stale (``_stale`` counts them). Why not an OrderedDict: its per-key bookkeeping costs twice a
@@ -79,10 +91,11 @@ class HostTier:
         self.evicted_blocks = 0  # host blocks whose cached hash was dropped to make room
 
     @classmethod
-    def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int) -> HostTier:
+    def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, *,
+                 write_through: bool = False) -> HostTier:
         """A tier of ``gib`` GiB holding blocks of ``block_size`` tokens of ``kv_bytes_per_token`` bytes."""
         block_bytes = kv_bytes_per_token * block_size
-        return cls(int(gib * 2**30 // block_bytes), block_bytes)
+        return cls(int(gib * 2**30 // block_bytes), block_bytes, write_through=write_through)
 
     # -- reading -------------------------------------------------------------------------------------------
     @property

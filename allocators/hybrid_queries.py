@@ -75,9 +75,19 @@ class HybridQueries(Allocator):
 
     ``capacity_slots`` is the pool in full tokens (every layer), as for every allocator; the pool counts
     ``capacity`` in group slots (``kv_cache_groups.py``). A host tier (``--cpu-offload-gib``) keeps evicted
-    blocks under their group keys, in host blocks of one group block each."""
+    blocks under their group keys, in host blocks of one group block each (write-back only)."""
 
     supports_host_tier = True
+
+    def attach_host_tier(self, tier) -> bool:
+        """`Allocator.attach_host_tier`, refusing a write-through tier: storing a window group's blocks as
+        they are computed (vLLM's HMA-aware connector) is not modelled, and running write-back instead would
+        answer another question than the one asked."""
+        if tier.write_through and self.prefix_caching:
+            raise ValueError("--offload-write-policy write_through is not modelled for vLLM's hybrid KV cache "
+                             "manager (this model's sliding-window groups): use write_back, or "
+                             "--disable-hybrid-kv-cache-manager")
+        return super().attach_host_tier(tier)
 
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,

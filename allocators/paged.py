@@ -95,9 +95,10 @@ class PagedAllocator(PagedQueries):
                 self._shared_saved += bs
             if pool.take(b):
                 self._num_token_slots += bs
-        loaded = self._host_hits(block_hashes, len(hits), num_tokens) if self.host_tier is not None else 0
+        tier = self.host_tier
+        loaded = self._host_hits(block_hashes, len(hits), num_tokens) if tier is not None else 0
         if loaded:  # host hits fill the first new blocks, cached under their hashes below like computed ones
-            self.host_tier.take(block_hashes[len(hits):len(hits) + loaded])
+            tier.take(block_hashes[len(hits):len(hits) + loaded])
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         s = SeqBlocks(table, num_tokens, final_tokens, hashes, own_from if hashes else None)
@@ -107,6 +108,8 @@ class PagedAllocator(PagedQueries):
         self._settle_last_block(s)
         if hashes:
             self._cache_full_blocks(s)
+            if tier is not None and tier.write_through:  # every block computed so far, the hits included
+                tier.offload_many(hashes[:num_tokens // bs])
         if loaded:
             return Admission(cached_tokens=(len(hits) + loaded) * bs, host_tokens=loaded * bs, host_blocks=loaded)
         return Admission(cached_tokens=len(hits) * bs) if hits else _NO_HITS
@@ -171,6 +174,12 @@ class PagedAllocator(PagedQueries):
         s.tokens, s.room, s.res = tokens, held - tokens, res
         self._reserved += delta
         self._num_token_slots += num_tokens
+        headroom = held - tokens
+        tier = self.host_tier
+        if tier is not None and tier.write_through:  # the blocks this growth fills, as they are computed
+            tier.offload_many(s.hashes[(tokens - num_tokens) // bs:tokens // bs])
+            if headroom and tokens // bs < len(s.hashes):
+                headroom -= 1  # filling the last block stores it: a sync then (`headroom`)
         done, hashes = s.num_hashed, s.hashes
         if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
             full = tokens // bs
@@ -183,7 +192,7 @@ class PagedAllocator(PagedQueries):
                 s.num_hashed = full
             elif full > done:
                 self._cache_full_blocks(s)
-        return held - tokens, num_new, delta
+        return headroom, num_new, delta
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """Without copy-on-write the child gets private blocks and every parent block is copied."""

@@ -72,7 +72,13 @@ class PagedQueries(Allocator):
         return self._seqs[seq_id].tokens
 
     def headroom(self, seq_id: int) -> int:
-        return self._seqs[seq_id].room
+        """The last block's free slots; one fewer where filling it is allocator work: a write-through tier
+        stores a block with a hash once it is full, in the step that fills it, skipped ahead or not."""
+        s = self._seqs[seq_id]
+        tier = self.host_tier
+        if s.room and tier is not None and tier.write_through and s.tokens // self.block_size < len(s.hashes):
+            return s.room - 1
+        return s.room
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:

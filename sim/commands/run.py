@@ -22,7 +22,13 @@ from sim.commands.options import (
     columns_option,
     kv_cache_dtype_option,
 )
-from sim.kernel.config import PREEMPTION_MODES, SCHEDULERS, SCHEDULING_POLICIES, SimConfig
+from sim.kernel.config import (
+    OFFLOAD_WRITE_POLICIES,
+    PREEMPTION_MODES,
+    SCHEDULERS,
+    SCHEDULING_POLICIES,
+    SimConfig,
+)
 from sim.kernel.routers import ROUTERS
 
 _DEFAULTS = SimConfig()
@@ -108,9 +114,13 @@ def simulation_options(func):
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
         _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
                       help="Host memory (GiB, for the whole replica) for a KV tier behind the prefix cache: "
-                           "evicted cached blocks move "
-                           "there, LRU, and host hits are loaded back over PCIe (0: no tier). vLLM's "
+                           "cached blocks are kept there, LRU (when the GPU evicts them, or as computed: "
+                           "--offload-write-policy), and host hits are loaded back over PCIe (0: no tier). vLLM's "
                            "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
+        _field_option("--offload-write-policy", type=click.Choice(OFFLOAD_WRITE_POLICIES),
+                      help="When a block reaches the host tier: write_back (when the GPU evicts it) or "
+                           "write_through (as soon as it is computed: vLLM's offloading connector, SGLang "
+                           "HiCache's recommended policy)."),
         _field_option("--watermark", type=float,
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),

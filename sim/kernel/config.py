@@ -25,6 +25,9 @@ def flag(field: str) -> str:
 
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
+OFFLOAD_WRITE_POLICIES = ("write_back", "write_through")
+"""When a block reaches the host tier: when the GPU evicts it, or as soon as it is computed
+(`allocators.host_tier`; SGLang HiCache's ``--hicache-write-policy`` values)."""
 
 
 @dataclass(slots=True)
@@ -39,6 +42,8 @@ class SimConfig:
     ``catalog`` is a TOML file of extra models and GPUs, read before ``model`` and ``gpu`` are looked up.
     ``cpu_offload_gib`` is host memory for a KV tier behind the prefix cache (`allocators.host_tier`; 0: none);
     vLLM's name for it is ``--kv-offloading-size`` (``cpu_offload_gb`` is vLLM's *weights* offload, not this).
+    ``offload_write_policy`` is when a block reaches that tier: ``write_back`` (when the GPU evicts it) or
+    ``write_through`` (when it is computed, as vLLM's offloading connector does).
     """
 
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
@@ -69,6 +74,7 @@ class SimConfig:
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
     cpu_offload_gib: float = 0.0
+    offload_write_policy: str = "write_back"
     watermark: float = 0.0
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
@@ -143,6 +149,9 @@ class SimConfig:
         if isinstance(self.cpu_offload_gib, bool) or not isinstance(self.cpu_offload_gib, (int, float)) \
                 or not 0 <= self.cpu_offload_gib < math.inf:
             raise ValueError(f"--cpu-offload-gib must be a finite number of GiB >= 0, got {self.cpu_offload_gib!r}")
+        if self.offload_write_policy not in OFFLOAD_WRITE_POLICIES:
+            raise ValueError(f"--offload-write-policy must be one of {', '.join(OFFLOAD_WRITE_POLICIES)}, "
+                             f"got {self.offload_write_policy!r}")
         if not 0 <= self.watermark < 1:
             raise ValueError(f"--watermark must be a fraction in [0, 1), got {self.watermark!r}")
         if not 0 <= self.beam_keep_prob <= 1:

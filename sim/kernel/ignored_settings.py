@@ -27,6 +27,9 @@ def ignored_settings(config: SimConfig, hybrid: bool) -> dict[str, str]:
                              f"{', '.join(host_tier_allocators())})")
         elif not config.prefix_caching:
             ignored[flag] = "prefix caching is off (--no-prefix-caching), so nothing cached is spilled"
+    if config.offload_write_policy != defaults.offload_write_policy and (
+            config.cpu_offload_gib == 0 or name not in host_tier_allocators() or not config.prefix_caching):
+        ignored[f"--offload-write-policy {config.offload_write_policy}"] = "this run has no host tier to write to"
     if config.page_size_kib != defaults.page_size_kib and not maps_pages(name):
         ignored[f"--page-size-kib {config.page_size_kib}"] = f"only vattention maps pages; {name} does not"
     if config.placement != defaults.placement and not places_slabs(name):

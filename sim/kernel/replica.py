@@ -92,8 +92,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
-    None unless the allocator maps pages; ``ignored_settings``, ``clock_omits`` and ``memory_omits`` only when
-    there are any)."""
+    None unless the allocator maps pages; ``offload_write_policy``: None without ``--cpu-offload-gib``;
+    ``ignored_settings``, ``clock_omits`` and ``memory_omits`` only when there are any)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
@@ -103,6 +103,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
+        "offload_write_policy": config.offload_write_policy if config.cpu_offload_gib > 0 else None,
     }
     hybrid = bool(hybrid_kv_groups(config, model))
     if ignored := ignored_settings(config, hybrid):
@@ -142,7 +143,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
     slot_bytes = round(model.kv_bytes_per_token * slot_frac(config, model))  # a host block holds a pool block
-    tier = (HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size)
+    tier = (HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size,
+                              write_through=config.offload_write_policy == "write_through")
             if config.cpu_offload_gib > 0 else None)
     memory = KVMemory(alloc, tier)
     recorder.describe_pool(memory.slots_per_token, memory.group_names)

@@ -1,6 +1,7 @@
 """The radix allocator by hand and against a reference: hits under limited memory, one request at a time,
-equal an LRU cache of page hashes written here (for `paged` too); eviction takes unreferenced leaves only,
-least recently used first; forks share full pages and copy the partial one."""
+equal an LRU cache of page hashes written here (for `paged` too; and with a write-through host tier, GPU hits
+and host hits equal that LRU and a second one for the host); eviction takes unreferenced leaves only, least
+recently used first; forks share full pages and copy the partial one."""
 
 from collections import OrderedDict
 
@@ -9,6 +10,7 @@ import pytest
 
 from allocators import make_allocator
 from allocators.base import cdiv
+from allocators.host_tier import HostTier
 
 BS = 4
 
@@ -68,6 +70,57 @@ def test_hits_equal_a_reference_lru_one_request_at_a_time(allocator, seed):
         total += expected
     assert total > 1000  # the sequence really reuses, and really evicts
     assert len(ref.cache) > usable // 2
+
+
+def write_through(host: OrderedDict, size: int, hashes: list[int], gpu_hits: int, limit: int) -> int:
+    """The write-through host tier as a reference LRU of ``size`` hashes: the host hits after ``gpu_hits`` GPU
+    hits (consecutive, at most up to ``limit`` blocks), loaded and so touched; then every full block of the
+    prompt is stored in order (one held already is touched). Returns the host hits."""
+    n = 0
+    while gpu_hits + n < min(len(hashes), limit) and hashes[gpu_hits + n] in host:
+        host.move_to_end(hashes[gpu_hits + n])
+        n += 1
+    for h in hashes:
+        if h not in host and len(host) == size:
+            host.popitem(last=False)
+        host[h] = None
+        host.move_to_end(h)
+    return n
+
+
+@pytest.mark.parametrize("allocator", ["paged", "radix"])
+@pytest.mark.parametrize("seed", range(3))
+def test_hits_with_a_write_through_tier_equal_two_reference_lrus(allocator, seed):
+    """A GPU of 30 pages and a host of 60: the GPU's hits are those of the LRU above, the host's those of a
+    second LRU that every request's full prompt pages enter as they are computed, not as the GPU evicts them
+    (a host smaller than the GPU would hit nothing: it would hold the newest pages, which the GPU holds too)."""
+    rng = np.random.default_rng(seed)
+    usable, host_size = 30, 60
+    a = make_allocator(allocator, (usable + 1) * BS, block_size=BS, max_model_len=200, prefix_caching=True)
+    tier = HostTier(host_size, block_bytes=1, write_through=True)
+    assert a.attach_host_tier(tier)
+    gpu_ref, host_ref = ReferenceLRU(usable), OrderedDict()
+    gpu_total = host_total = 0
+    for seq in range(300):
+        group, depth = int(rng.integers(0, 6)), int(rng.integers(0, 8))
+        prompt = int(rng.integers(1, 12)) * BS + int(rng.integers(1, BS))
+        final = prompt + int(rng.integers(1, 30))
+        if cdiv(final, BS) > usable:
+            continue
+        hashes = prompt_hashes(group, depth, prompt // BS)
+        gpu = gpu_ref.run(hashes, prompt, final) // BS
+        host = write_through(host_ref, host_size, hashes, gpu, (prompt - 1) // BS)
+        admission = a.admit(seq, prompt, final_tokens=final, block_hashes=hashes)
+        assert admission is not None, seq
+        assert (admission.cached_tokens, admission.host_tokens) == ((gpu + host) * BS, host * BS), seq
+        assert a.grow(seq, final - prompt) is not None
+        a.free(seq)
+        a.check_invariants()
+        tier.check_invariants()
+        assert tier.cached_blocks == len(host_ref) and all(h in tier for h in host_ref)
+        gpu_total, host_total = gpu_total + gpu, host_total + host
+    assert gpu_total > 100 and host_total > 50  # both tiers really hit
+    assert tier.offloaded_blocks > tier.evicted_blocks > 0
 
 
 def test_eviction_takes_unreferenced_leaves_least_recently_used_first():

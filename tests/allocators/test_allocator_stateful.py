@@ -9,7 +9,8 @@ vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list read
 `HostTierMachine` puts a small host tier behind the paged allocators' prefix cache (and `HybridHostTierMachine`
 behind a hybrid pool's) and a small GPU pool in front of it, so that evictions spill to the host, host hits are
 loaded back and swapped KV is parked there: after every step the tiers' blocks are conserved (GPU: used + free
-= usable; host: cached + swapped + free = capacity, every host block held once).
+= usable; host: cached + swapped + free = capacity, every host block held once). The paged allocators run it
+with a write-back tier and with a write-through one (every computed block is on the host after admission).
 """
 
 import copy
@@ -238,15 +239,17 @@ for _layout, _groups in HYBRID_LAYOUTS.items():
 
 
 class HostTierMachine(AllocatorMachine):
-    """A paged allocator with prefix caching and a host tier, both small, prompts sharing long prefixes."""
+    """A paged allocator with prefix caching and a host tier, both small, prompts sharing long prefixes; the
+    tier write-back (evicted blocks spill to it) or, with ``write_through``, given every block as computed."""
 
     options = {"prefix_caching": True}
+    write_through = False
     admit = grow_by_headroom = grow_due = None  # `admit_shared` admits; the fewer rules, the more spills and hits
 
     @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=8 * BLOCK + 3), host=st.integers(0, 10))
     def build(self, capacity, host):
         super().build(capacity)
-        self.tier = HostTier(host, block_bytes=BLOCK * 10)
+        self.tier = HostTier(host, block_bytes=BLOCK * 10, write_through=self.write_through)
         assert self.alloc.attach_host_tier(self.tier) and self.alloc.host_tier is self.tier
         self.parked: list[int] = []
 
@@ -269,6 +272,8 @@ class HostTierMachine(AllocatorMachine):
         assert self.tier.reloaded_blocks == reloaded + host
         for i in range(gpu, gpu + host):  # loaded blocks are cached again, under their hashes
             assert self.alloc.block_hash(self.alloc.block_table(seq)[i]) == hashes[i]
+        if self.write_through and len(hashes) <= self.tier.num_blocks - self.tier.swapped_blocks:
+            assert all(h in self.tier for h in hashes), "write-through: a computed block is not on the host"
         self.tokens[seq] = num
 
     @rule(num=st.integers(5, 33), group=st.sampled_from([1, 2]))
@@ -309,9 +314,12 @@ class HostTierMachine(AllocatorMachine):
 
 
 for _name in ("paged", "paged-cow", "radix"):
-    _machine = type(f"HostTierMachine_{_name}", (HostTierMachine,), {"allocator_name": _name})
-    globals()[f"Test_host_tier_{_name.replace('-', '_')}"] = settings(SETTINGS, max_examples=examples(25),
-                                                                      stateful_step_count=steps(40))(_machine).TestCase
+    for _through in (False, True):
+        _machine = type(f"HostTierMachine_{_name}_{_through}", (HostTierMachine,),
+                        {"allocator_name": _name, "write_through": _through})
+        _test = f"Test_host_tier_{_name.replace('-', '_')}" + ("_write_through" if _through else "")
+        globals()[_test] = settings(SETTINGS, max_examples=examples(25),
+                                    stateful_step_count=steps(40))(_machine).TestCase
 
 
 class HybridHostTierMachine(HostTierMachine, HybridMachine):

@@ -70,3 +70,30 @@ def test_the_capacity_row_quotes_what_capacity_prints():
     assert r["kv_bytes_per_token"] / 1024 == float(kib)
     assert r["max_concurrent_requests"] == int(requests.replace(",", ""))
     assert f"{100 * r['unusable_frac']:.2f}" == unusable
+
+
+def test_the_host_tier_row_quotes_what_run_prints():
+    """The host-tier row: hits with and without 16 GiB of host memory, then the two write policies at 16 and
+    2 GiB (host hits and, at 16 GiB, GiB offloaded)."""
+    row = next(line for line in README.splitlines() if line.startswith("| Does host memory for evicted KV"))
+    args = shlex.split(re.search(r"`(kvsim run [^`]+)`", row).group(1))[1:-1]  # without its --json
+    text = " ".join(row.split())
+
+    def number(pattern: str) -> list[float]:
+        return [float(x.replace(",", "")) for x in re.search(pattern, text).groups()]
+
+    def hits(gib: str, policy: str = "write_back") -> dict:
+        at = args.index("--cpu-offload-gib") + 1
+        return run_json([*args[:at], gib, *args[at + 1:], "--offload-write-policy", policy])
+
+    gpu_only, back, through = hits("0"), hits("16"), hits("16", "write_through")
+    before, after, host = number(r"from ([\d,]+) to ([\d,]+), ([\d,]+) of them loaded from the host")
+    assert (gpu_only["gpu_hit_tokens"], back["gpu_hit_tokens"] + back["host_hit_tokens"]) == (before, after)
+    assert back["host_hit_tokens"] == host
+    through_hits, through_gib, back_hits, back_gib = number(
+        r"([\d,]+) host hits for ([\d.]+) GiB offloaded, against write-back's ([\d,]+) for ([\d.]+) GiB")
+    assert (through["host_hit_tokens"], back["host_hit_tokens"]) == (through_hits, back_hits)
+    assert (round(through["offload_bytes"] / 2**30, 1), round(back["offload_bytes"] / 2**30, 1)) == (
+        through_gib, back_gib)
+    small_through, small_back = number(r"with `--cpu-offload-gib 2`, ([\d,]+) host hits against write-back's ([\d,]+)")
+    assert (hits("2", "write_through")["host_hit_tokens"], hits("2")["host_hit_tokens"]) == (small_through, small_back)

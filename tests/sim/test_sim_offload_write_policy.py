@@ -1,0 +1,122 @@
+"""The host tier's write policy end to end (``--offload-write-policy``): write-through stores every block as it
+is computed, so a host larger than what the GPU evicts hits what write-back hits at more offload traffic, and
+a host smaller than the GPU's cache hits nothing; generated blocks are stored as decoding fills them, in the
+same steps whether decode runs are skipped ahead or stepped; the flag's values, its summary key, and where it
+does not apply."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_summary
+from tests.sim.test_sim_host_tier import BLOCK_BYTES, SMALL_GPU, evicting_workload, host_gib
+from workloads.named import generate
+
+
+def blocks(summary: dict, key: str) -> float:
+    return summary[key] / BLOCK_BYTES
+
+
+def test_a_roomy_host_hits_the_same_blocks_for_more_traffic():
+    """The A, B, C workload of `test_sim_host_tier` (37 hashed blocks a request, 32 of them its group's prefix)
+    with 81 host blocks: write-back offloads the 56 blocks B and C evict; write-through stores A's 37 and B's
+    37 as they are computed and C's 5 own ones (its 32 prefix blocks are on the host already), 79 in all.
+    Both find C's prefix: 144 tokens on the GPU, 368 on the host, 23 blocks loaded back."""
+    w = evicting_workload()
+    back = run_simulation(SimConfig(cpu_offload_gib=1.0, **SMALL_GPU), w)
+    through = run_simulation(SimConfig(cpu_offload_gib=1.0, offload_write_policy="write_through", **SMALL_GPU), w)
+    for r in (back, through):
+        assert r.requests["gpu_hit_tokens"].tolist() == [0, 0, 144]
+        assert r.requests["host_hit_tokens"].tolist() == [0, 0, 368]
+        assert blocks(r.summary, "reload_bytes") == 23
+    assert (blocks(back.summary, "offload_bytes"), blocks(through.summary, "offload_bytes")) == (56, 79)
+    assert (back.summary["offload_write_policy"], through.summary["offload_write_policy"]) == (
+        "write_back", "write_through")
+
+
+def test_a_host_smaller_than_the_gpu_cache_hits_nothing_when_written_through():
+    """10 host blocks: write-back keeps the last 10 blocks the GPU evicted, A's h9..h18, and C hits them (160
+    tokens); write-through keeps the last 10 computed, B's, which C does not share. Every request's 37 blocks
+    are stored (C's prefix left the host while B ran): 111."""
+    w = evicting_workload()
+    back = run_simulation(SimConfig(cpu_offload_gib=host_gib(10), **SMALL_GPU), w)
+    through = run_simulation(SimConfig(cpu_offload_gib=host_gib(10), offload_write_policy="write_through",
+                                       **SMALL_GPU), w)
+    assert back.requests["host_hit_tokens"].tolist() == [0, 0, 160]
+    assert through.requests["host_hit_tokens"].tolist() == [0, 0, 0]
+    assert through.requests["gpu_hit_tokens"].tolist() == [0, 0, 144]
+    assert blocks(through.summary, "offload_bytes") == 111
+
+
+def test_generated_blocks_are_stored_as_decoding_fills_them():
+    """Three turns of one session (100-token messages, 50-token outputs, block 16) on a GPU that evicts
+    nothing: turn 1 holds 149 slots (9 full blocks: 6 of prompt, 3 generated), turn 2 299 (18) and turn 3 449
+    (28). Write-through stores each full block once: 28. Write-back stores none, as nothing is evicted."""
+    w = generate("fixed:prompt=100,output=50", "constant:rate=0.001", 3, seed=0, turns=3, turn_gap_s=1000.0)
+    for step_by_step in (False, True):
+        r = run_simulation(SimConfig(kv_tokens=20_000, cpu_offload_gib=1.0, offload_write_policy="write_through",
+                                     step_by_step=step_by_step), w)
+        assert r.requests["cached_tokens"].tolist() == [0, 144, 288]
+        assert blocks(r.summary, "offload_bytes") == 28
+    back = run_simulation(SimConfig(kv_tokens=20_000, cpu_offload_gib=1.0), w)
+    assert back.summary["offload_bytes"] == 0
+
+
+@pytest.mark.parametrize("allocator", ["paged", "paged-cow", "radix"])
+def test_fast_forward_equals_step_by_step_when_written_through(allocator):
+    """Sessions (generated blocks have hashes) on a small GPU and a 16-block host, where the order of stores
+    decides what the host keeps: skipping decode runs ahead must store in the steps stepping does."""
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
+                 "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
+                 system_prompt_frac=0.5)
+    options = dict(allocator=allocator, kv_tokens=6000, cpu_offload_gib=0.2, offload_write_policy="write_through",
+                   debug_invariants=50)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert len(fast.steps) < len(slow.steps)
+    assert fast.summary["host_hit_tokens"] > 0 and fast.summary["host_tier_blocks"] == 16
+    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary)
+
+
+def test_the_flag_is_reported_and_named_where_it_does_nothing():
+    common = ["--num-requests", "3", "--step-time", "0.01", "--json"]
+    tiered = CliRunner().invoke(main, ["run", "--cpu-offload-gib", "1", "--offload-write-policy", "write_through",
+                                       *common])
+    assert tiered.exit_code == 0, tiered.output
+    summary = json.loads(tiered.stdout)
+    assert summary["offload_write_policy"] == "write_through" and "ignored_settings" not in summary
+    alone = CliRunner().invoke(main, ["run", "--offload-write-policy", "write_through", *common])
+    assert alone.exit_code == 0, alone.output
+    summary = json.loads(alone.stdout)
+    assert summary["offload_write_policy"] is None
+    assert summary["ignored_settings"] == {
+        "--offload-write-policy write_through": "this run has no host tier to write to"}
+
+
+def test_a_bad_policy_is_a_one_line_error():
+    result = CliRunner().invoke(main, ["run", "--cpu-offload-gib", "1", "--offload-write-policy", "write-around"])
+    assert result.exit_code == 2 and "'write-around' is not one of 'write_back', 'write_through'" in result.output
+    with pytest.raises(ValueError, match="^--offload-write-policy must be one of write_back, write_through, "
+                                         "got 'lazy'$"):
+        SimConfig(offload_write_policy="lazy")
+
+
+def test_the_hybrid_pool_refuses_a_write_through_tier():
+    """Storing a sliding-window group's blocks as computed is not modelled: a one-line error, not a
+    write-back run answering another question."""
+    config = SimConfig(model="gpt-oss-20b", gpu="h100-80gb", step_time=0.01, num_requests=2, cpu_offload_gib=1.0,
+                       offload_write_policy="write_through")
+    with pytest.raises(ValueError, match="write_through is not modelled for vLLM's hybrid KV cache manager"):
+        run_simulation(config, evicting_workload())
+    result = CliRunner().invoke(main, ["run", "--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--num-requests", "2",
+                                       "--cpu-offload-gib", "1", "--offload-write-policy", "write_through"])
+    assert result.exit_code != 0 and result.output.strip().splitlines()[-1].startswith(
+        "Error: --offload-write-policy write_through is not modelled")
