@@ -230,8 +230,16 @@ class HostTier:
         known beforehand (free ones, then the oldest hashes' from the queue), and the dict's growth tells
         whether every hash was new; if so the oldest hashes leave, else the batch's new keys (the dict's
         last) are taken out again and it goes hash by hash. Two dict operations a hash, where checking
-        first took four."""
+        first took four. A leading run of hashes the host holds is touched first, one by one, and the rest
+        goes on as above: a write-through admission hands the tier its hits (held already) before its new
+        blocks."""
         lru, free = self._lru, self._free
+        held = 0
+        while held < len(block_hashes) and block_hashes[held] in lru:
+            self._touch(block_hashes[held])
+            held += 1
+        if held:
+            block_hashes = block_hashes[held:]
         n = len(block_hashes)
         need = n - len(free)  # blocks to evict once the free ones are used
         if n < 2 or need > len(lru):  # one hash, or evictions would reach into this batch

@@ -177,8 +177,10 @@ class PagedAllocator(PagedQueries):
         headroom = held - tokens
         tier = self.host_tier
         if tier is not None and tier.write_through:  # the blocks this growth fills, as they are computed
-            tier.offload_many(s.hashes[(tokens - num_tokens) // bs:tokens // bs])
-            if headroom and tokens // bs < len(s.hashes):
+            full = tokens // bs
+            if (tokens - num_tokens) // bs < full and s.hashes:
+                tier.offload_many(s.hashes[(tokens - num_tokens) // bs:full])
+            if headroom and full < len(s.hashes):
                 headroom -= 1  # filling the last block stores it: a sync then (`headroom`)
         done, hashes = s.num_hashed, s.hashes
         if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
