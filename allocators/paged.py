@@ -180,8 +180,7 @@ class PagedAllocator(PagedQueries):
             full = tokens // bs
             if (tokens - num_tokens) // bs < full and s.hashes:
                 tier.offload_many(s.hashes[(tokens - num_tokens) // bs:full])
-            if headroom and full < len(s.hashes):
-                headroom -= 1  # filling the last block stores it: a sync then (`headroom`)
+            headroom = self._headroom(s)  # one short of a block whose fill stores it
         done, hashes = s.num_hashed, s.hashes
         if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
             full = tokens // bs

@@ -72,9 +72,11 @@ class PagedQueries(Allocator):
         return self._seqs[seq_id].tokens
 
     def headroom(self, seq_id: int) -> int:
+        return self._headroom(self._seqs[seq_id])
+
+    def _headroom(self, s: SeqBlocks) -> int:
         """The last block's free slots; one fewer where filling it is allocator work: a write-through tier
         stores a block with a hash once it is full, in the step that fills it, skipped ahead or not."""
-        s = self._seqs[seq_id]
         tier = self.host_tier
         if s.room and tier is not None and tier.write_through and s.tokens // self.block_size < len(s.hashes):
             return s.room - 1
