@@ -21,6 +21,9 @@ When a block reaches the host is the write policy (``--offload-write-policy``):
   and every block crosses PCIe once. This is vLLM's ``OffloadingConnector`` (0.33, the oracle's version, with
   its LRU host policy; it stores asynchronously as chunks complete, kvsim when the block is allocated) and
   SGLang HiCache's ``write_through``, except that SGLang's host never drops a block its GPU still holds.
+  With a store threshold (``store_threshold=N``, ``--offload-store-threshold``, vLLM's ``store_threshold``) a
+  block is stored only once N requests have offered it (``store_filter.py``), so one-off blocks stay off the
+  host and off PCIe.
 
 A host smaller than the GPU's cache is nearly useless under ``write_through`` (it holds the newest blocks,
 which the GPU holds too) and useful under ``write_back``; with a host larger than what the GPU evicts, both
@@ -54,22 +57,31 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import islice
 
+from allocators.store_filter import StoreFilter
+
 
 class HostTier:
     """``num_blocks`` host KV blocks of ``block_bytes`` bytes: an LRU cache by block hash plus swap parking."""
 
-    __slots__ = ("num_blocks", "block_bytes", "write_through", "_lru", "_order", "_order_blocks", "_head", "_stale",
-                 "_free", "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
+    __slots__ = ("num_blocks", "block_bytes", "write_through", "store_filter", "_lru", "_order", "_order_blocks",
+                 "_head", "_stale", "_free", "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
 
-    def __init__(self, num_blocks: int, block_bytes: int, *, write_through: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_bytes: int, *, write_through: bool = False,
+                 store_threshold: int = 0) -> None:
         """``write_through``: the allocator stores every computed block here (`offload_many`) and its
-        evictions spill nothing; else (write-back) evictions spill (the module doc)."""
+        evictions spill nothing; else (write-back) evictions spill (the module doc). ``store_threshold``
+        (write-through only; below 2: none): a block is stored once it has been offered that many times
+        (`store_filter.StoreFilter`, vLLM's ``store_threshold``)."""
         if num_blocks < 0 or block_bytes <= 0:
             raise ValueError(f"host tier: num_blocks must be >= 0 and block_bytes > 0, got {num_blocks}, "
                              f"{block_bytes}")
+        if store_threshold >= 2 and not write_through:
+            raise ValueError("host tier: a store threshold filters write-through stores; a write-back tier stores "
+                             "what the GPU evicts")
         self.num_blocks = int(num_blocks)
         self.block_bytes = int(block_bytes)
         self.write_through = bool(write_through)
+        self.store_filter = StoreFilter(store_threshold) if store_threshold >= 2 else None
         # The LRU: a dict block hash -> host block, and its order as a queue of hashes, least recently used
         # first (``_order[_head:]``), where a hash touched again is queued again and its earlier entries are
         # stale (``_stale`` counts them). Why not an OrderedDict: its per-key bookkeeping costs twice a
@@ -92,12 +104,18 @@ class HostTier:
 
     @classmethod
     def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, *,
-                 write_through: bool = False) -> HostTier:
+                 write_through: bool = False, store_threshold: int = 0) -> HostTier:
         """A tier of ``gib`` GiB holding blocks of ``block_size`` tokens of ``kv_bytes_per_token`` bytes."""
         block_bytes = kv_bytes_per_token * block_size
-        return cls(int(gib * 2**30 // block_bytes), block_bytes, write_through=write_through)
+        return cls(int(gib * 2**30 // block_bytes), block_bytes, write_through=write_through,
+                   store_threshold=store_threshold)
 
     # -- reading -------------------------------------------------------------------------------------------
+    @property
+    def skipped_blocks(self) -> int:
+        """Blocks offered for a write-through store that the store threshold skipped (0 without one)."""
+        return 0 if self.store_filter is None else self.store_filter.skipped_blocks
+
     @property
     def offload_bytes(self) -> int:
         return self.offloaded_blocks * self.block_bytes
@@ -232,8 +250,10 @@ class HostTier:
         last) are taken out again and it goes hash by hash. Two dict operations a hash, where checking
         first took four. A leading run of hashes the host holds is touched first, one by one, and the rest
         goes on as above: a write-through admission hands the tier its hits (held already) before its new
-        blocks."""
+        blocks. With a store threshold, the batch is first cut to the hashes held or offered often enough."""
         lru, free = self._lru, self._free
+        if self.store_filter is not None:
+            block_hashes = self.store_filter.offer(block_hashes, lru)
         held = 0
         while held < len(block_hashes) and block_hashes[held] in lru:
             self._touch(block_hashes[held])
@@ -337,3 +357,5 @@ class HostTier:
         assert len(self._order_blocks) == len(self._order), "host tier: the queue's blocks out of step"
         live = zip(self._order[self._head:], self._order_blocks[self._head:], strict=True)
         assert all(self._lru[h] == b for h, b in live), "host tier: a queued entry's block is not its hash's"
+        if self.store_filter is not None:
+            self.store_filter.check_invariants()

@@ -121,6 +121,9 @@ def simulation_options(func):
                       help="When a block reaches the host tier: write_back (when the GPU evicts it) or "
                            "write_through (as soon as it is computed: vLLM's offloading connector, SGLang "
                            "HiCache's recommended policy)."),
+        _field_option("--offload-store-threshold", type=int,
+                      help="With --offload-write-policy write_through: store a block on the host only once this "
+                           "many requests have offered it (vLLM's store_threshold; below 2: every block)."),
         _field_option("--watermark", type=float,
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),

@@ -43,7 +43,9 @@ class SimConfig:
     ``cpu_offload_gib`` is host memory for a KV tier behind the prefix cache (`allocators.host_tier`; 0: none);
     vLLM's name for it is ``--kv-offloading-size`` (``cpu_offload_gb`` is vLLM's *weights* offload, not this).
     ``offload_write_policy`` is when a block reaches that tier: ``write_back`` (when the GPU evicts it) or
-    ``write_through`` (when it is computed, as vLLM's offloading connector does).
+    ``write_through`` (when it is computed, as vLLM's offloading connector does); ``offload_store_threshold``
+    (write-through; below 2: off) stores a block only once that many requests have offered it (vLLM's
+    ``store_threshold``, `allocators.store_filter`).
     """
 
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
@@ -75,6 +77,7 @@ class SimConfig:
     swap_space_gib: float = 4.0
     cpu_offload_gib: float = 0.0
     offload_write_policy: str = "write_back"
+    offload_store_threshold: int = 0
     watermark: float = 0.0
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
@@ -152,6 +155,10 @@ class SimConfig:
         if self.offload_write_policy not in OFFLOAD_WRITE_POLICIES:
             raise ValueError(f"--offload-write-policy must be one of {', '.join(OFFLOAD_WRITE_POLICIES)}, "
                              f"got {self.offload_write_policy!r}")
+        if isinstance(self.offload_store_threshold, bool) or not isinstance(self.offload_store_threshold, int) \
+                or self.offload_store_threshold < 0:
+            raise ValueError(f"--offload-store-threshold must be a whole number of offers >= 0 (below 2: every "
+                             f"block is stored), got {self.offload_store_threshold!r}")
         if not 0 <= self.watermark < 1:
             raise ValueError(f"--watermark must be a fraction in [0, 1), got {self.watermark!r}")
         if not 0 <= self.beam_keep_prob <= 1:

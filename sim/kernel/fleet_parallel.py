@@ -116,8 +116,9 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
             SimpleNamespace(cached_by_index=g.cached_by_index, host_by_index=g.host_by_index,
                             num_preemptions=g.num_preemptions, cached_prompt_tokens=g.cached_prompt_tokens,
                             host_prompt_tokens=g.host_prompt_tokens),
-            None if tier is None else SimpleNamespace(offload_bytes=tier.offload_bytes,
-                                                      reload_bytes=tier.reload_bytes, num_blocks=tier.num_blocks)))
+            None if tier is None else SimpleNamespace(offload_bytes=tier.offload_bytes, reload_bytes=tier.reload_bytes,
+                                                      skipped_blocks=tier.skipped_blocks,
+                                                      num_blocks=tier.num_blocks)))
     index = np.flatnonzero(np.isin(replica_of, numbers))
     return GroupOutcome(index, {name: getattr(fleet.rec, name)[index] for name in _REQUEST_ARRAYS},
                         fleet.source.arrival_s[index], fleet.rec.reasons, outcomes)

@@ -30,6 +30,13 @@ def ignored_settings(config: SimConfig, hybrid: bool) -> dict[str, str]:
     if config.offload_write_policy != defaults.offload_write_policy and (
             config.cpu_offload_gib == 0 or name not in host_tier_allocators() or not config.prefix_caching):
         ignored[f"--offload-write-policy {config.offload_write_policy}"] = "this run has no host tier to write to"
+    if config.offload_store_threshold >= 2:
+        flag = f"--offload-store-threshold {config.offload_store_threshold}"
+        if config.cpu_offload_gib == 0 or name not in host_tier_allocators() or not config.prefix_caching:
+            ignored[flag] = "this run has no host tier to store to"
+        elif config.offload_write_policy != "write_through":
+            ignored[flag] = ("it filters write-through stores (vLLM's store_threshold); a write_back tier stores "
+                             "only what the GPU evicts")
     if config.page_size_kib != defaults.page_size_kib and not maps_pages(name):
         ignored[f"--page-size-kib {config.page_size_kib}"] = f"only vattention maps pages; {name} does not"
     if config.placement != defaults.placement and not places_slabs(name):

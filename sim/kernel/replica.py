@@ -92,7 +92,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
-    None unless the allocator maps pages; ``offload_write_policy``: None without ``--cpu-offload-gib``;
+    None unless the allocator maps pages; ``offload_write_policy`` and ``offload_store_threshold``: None without
+    ``--cpu-offload-gib``;
     ``ignored_settings``, ``clock_omits`` and ``memory_omits`` only when there are any)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
@@ -104,6 +105,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
         "offload_write_policy": config.offload_write_policy if config.cpu_offload_gib > 0 else None,
+        "offload_store_threshold": config.offload_store_threshold if config.cpu_offload_gib > 0 else None,
     }
     hybrid = bool(hybrid_kv_groups(config, model))
     if ignored := ignored_settings(config, hybrid):
@@ -143,8 +145,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
     slot_bytes = round(model.kv_bytes_per_token * slot_frac(config, model))  # a host block holds a pool block
-    tier = (HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size,
-                              write_through=config.offload_write_policy == "write_through")
+    write_through = config.offload_write_policy == "write_through"
+    tier = (HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size, write_through=write_through,
+                              store_threshold=config.offload_store_threshold if write_through else 0)
             if config.cpu_offload_gib > 0 else None)
     memory = KVMemory(alloc, tier)
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
@@ -161,10 +164,12 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
 
 def tier_summary(replicas) -> dict:
     """The host tier's figures for `build_summary`, summed over ``replicas`` (pairs of a `KVMemory` and its
-    scheduler's `GroupMechanics`): prompt tokens loaded from the host, its traffic, its size in blocks."""
+    scheduler's `GroupMechanics`): prompt tokens loaded from the host, its traffic, the stores its threshold
+    skipped, its size in blocks."""
     tiers = [memory.host_tier for memory, _ in replicas if memory.host_tier is not None]
     return {"host_hit_tokens": sum(groups.host_prompt_tokens for _, groups in replicas),
             "offload_bytes": sum(t.offload_bytes for t in tiers), "reload_bytes": sum(t.reload_bytes for t in tiers),
+            "offload_stores_skipped": sum(t.skipped_blocks for t in tiers),
             "host_tier_blocks": sum(t.num_blocks for t in tiers)}
 
 

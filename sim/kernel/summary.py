@@ -72,7 +72,8 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     prefix and did not compute. What prefix caching buys is ``prefix_hit_frac``, the cached share of all
     the prefill tokens admissions needed: ``gpu_hit_tokens + host_hit_tokens`` over that plus ``miss_tokens``
     (the prefill tokens computed). ``tier``: the host tier's figures (`sim.kernel.replica.tier_summary`:
-    ``host_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``host_tier_blocks``); absent, all 0.
+    ``host_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``offload_stores_skipped``, ``host_tier_blocks``);
+    absent, all 0.
 
     ``capacity``: the pool in the breakdown's slots; ``kv_tokens``: in full tokens, when they differ (a hybrid
     pool counts one slot per KV cache group: its summary adds ``kv_capacity_slots`` and, per attention group,
@@ -117,6 +118,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "miss_tokens": int(prefill_tokens),
         "offload_bytes": int(tier.get("offload_bytes", 0)),
         "reload_bytes": int(tier.get("reload_bytes", 0)),
+        "offload_stores_skipped": int(tier.get("offload_stores_skipped", 0)),
         "host_tier_blocks": int(tier.get("host_tier_blocks", 0)),
         "kv_capacity_tokens": int(capacity if kv_tokens is None else kv_tokens),
         **extra,

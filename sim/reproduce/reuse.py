@@ -16,8 +16,8 @@ from sim.kernel.config import SimConfig
 NO_REUSE = {"allocator": "paged", "prefix_caching": False}
 """The baseline: vLLM's paged KV cache with prefix caching off."""
 REUSE_COLUMNS = ("completed", "rejected", "prefill_tokens", "cached_prompt_tokens", "prefix_hit_frac",
-                 "gpu_hit_tokens", "host_hit_tokens", "offload_bytes", "reload_bytes", "ttft_p50_s", "ttft_p99_s",
-                 "throughput_tok_s")
+                 "gpu_hit_tokens", "host_hit_tokens", "offload_bytes", "offload_stores_skipped", "reload_bytes",
+                 "ttft_p50_s", "ttft_p99_s", "throughput_tok_s")
 
 
 def sessions_workload(num_requests: int = 600, *, turns: int = 4, think_time_s: float = 10.0, rate: float = 4.0,

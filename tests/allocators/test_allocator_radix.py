@@ -1,6 +1,6 @@
 """The radix allocator by hand and against a reference: hits under limited memory, one request at a time,
 equal an LRU cache of page hashes written here (for `paged` too; and with a write-through host tier, GPU hits
-and host hits equal that LRU and a second one for the host); eviction takes unreferenced leaves only, least
+and host hits equal that LRU and a second one for the host, with or without a store threshold); eviction takes unreferenced leaves only, least
 recently used first; forks share full pages and copy the partial one."""
 
 from collections import OrderedDict
@@ -72,15 +72,22 @@ def test_hits_equal_a_reference_lru_one_request_at_a_time(allocator, seed):
     assert len(ref.cache) > usable // 2
 
 
-def write_through(host: OrderedDict, size: int, hashes: list[int], gpu_hits: int, limit: int) -> int:
+def write_through(host: OrderedDict, size: int, hashes: list[int], gpu_hits: int, limit: int,
+                  offers: dict[int, int] | None = None, threshold: int = 0) -> int:
     """The write-through host tier as a reference LRU of ``size`` hashes: the host hits after ``gpu_hits`` GPU
     hits (consecutive, at most up to ``limit`` blocks), loaded and so touched; then every full block of the
-    prompt is stored in order (one held already is touched). Returns the host hits."""
+    prompt is stored in order (one held already is touched). With a ``threshold``, ``offers`` counts how
+    often each hash has been offered (every full block, once a request), and one not held is stored only
+    once its count reaches the threshold. Returns the host hits."""
     n = 0
     while gpu_hits + n < min(len(hashes), limit) and hashes[gpu_hits + n] in host:
         host.move_to_end(hashes[gpu_hits + n])
         n += 1
     for h in hashes:
+        if offers is not None:
+            offers[h] = offers.get(h, 0) + 1
+            if h not in host and offers[h] < threshold:
+                continue
         if h not in host and len(host) == size:
             host.popitem(last=False)
         host[h] = None
@@ -90,16 +97,18 @@ def write_through(host: OrderedDict, size: int, hashes: list[int], gpu_hits: int
 
 @pytest.mark.parametrize("allocator", ["paged", "radix"])
 @pytest.mark.parametrize("seed", range(3))
-def test_hits_with_a_write_through_tier_equal_two_reference_lrus(allocator, seed):
+@pytest.mark.parametrize("threshold", [0, 2])
+def test_hits_with_a_write_through_tier_equal_two_reference_lrus(allocator, seed, threshold):
     """A GPU of 30 pages and a host of 60: the GPU's hits are those of the LRU above, the host's those of a
     second LRU that every request's full prompt pages enter as they are computed, not as the GPU evicts them
-    (a host smaller than the GPU would hit nothing: it would hold the newest pages, which the GPU holds too)."""
+    (a host smaller than the GPU would hit nothing: it would hold the newest pages, which the GPU holds too);
+    with a store threshold of 2, only pages a second request has offered."""
     rng = np.random.default_rng(seed)
     usable, host_size = 30, 60
     a = make_allocator(allocator, (usable + 1) * BS, block_size=BS, max_model_len=200, prefix_caching=True)
-    tier = HostTier(host_size, block_bytes=1, write_through=True)
+    tier = HostTier(host_size, block_bytes=1, write_through=True, store_threshold=threshold)
     assert a.attach_host_tier(tier)
-    gpu_ref, host_ref = ReferenceLRU(usable), OrderedDict()
+    gpu_ref, host_ref, offers = ReferenceLRU(usable), OrderedDict(), {} if threshold else None
     gpu_total = host_total = 0
     for seq in range(300):
         group, depth = int(rng.integers(0, 6)), int(rng.integers(0, 8))
@@ -109,7 +118,7 @@ def test_hits_with_a_write_through_tier_equal_two_reference_lrus(allocator, seed
             continue
         hashes = prompt_hashes(group, depth, prompt // BS)
         gpu = gpu_ref.run(hashes, prompt, final) // BS
-        host = write_through(host_ref, host_size, hashes, gpu, (prompt - 1) // BS)
+        host = write_through(host_ref, host_size, hashes, gpu, (prompt - 1) // BS, offers, threshold)
         admission = a.admit(seq, prompt, final_tokens=final, block_hashes=hashes)
         assert admission is not None, seq
         assert (admission.cached_tokens, admission.host_tokens) == ((gpu + host) * BS, host * BS), seq
@@ -121,6 +130,7 @@ def test_hits_with_a_write_through_tier_equal_two_reference_lrus(allocator, seed
         gpu_total, host_total = gpu_total + gpu, host_total + host
     assert gpu_total > 100 and host_total > 50  # both tiers really hit
     assert tier.offloaded_blocks > tier.evicted_blocks > 0
+    assert (tier.skipped_blocks > 0) == bool(threshold)
 
 
 def test_eviction_takes_unreferenced_leaves_least_recently_used_first():

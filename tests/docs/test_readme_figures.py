@@ -74,7 +74,7 @@ def test_the_capacity_row_quotes_what_capacity_prints():
 
 def test_the_host_tier_row_quotes_what_run_prints():
     """The host-tier row: hits with and without 16 GiB of host memory, then the two write policies at 16 and
-    2 GiB (host hits and, at 16 GiB, GiB offloaded)."""
+    2 GiB (host hits and, at 16 GiB, GiB offloaded), then write-through at 16 GiB with a store threshold."""
     row = next(line for line in README.splitlines() if line.startswith("| Does host memory for evicted KV"))
     args = shlex.split(re.search(r"`(kvsim run [^`]+)`", row).group(1))[1:-1]  # without its --json
     text = " ".join(row.split())
@@ -82,9 +82,9 @@ def test_the_host_tier_row_quotes_what_run_prints():
     def number(pattern: str) -> list[float]:
         return [float(x.replace(",", "")) for x in re.search(pattern, text).groups()]
 
-    def hits(gib: str, policy: str = "write_back") -> dict:
+    def hits(gib: str, policy: str = "write_back", *more: str) -> dict:
         at = args.index("--cpu-offload-gib") + 1
-        return run_json([*args[:at], gib, *args[at + 1:], "--offload-write-policy", policy])
+        return run_json([*args[:at], gib, *args[at + 1:], "--offload-write-policy", policy, *more])
 
     gpu_only, back, through = hits("0"), hits("16"), hits("16", "write_through")
     before, after, host = number(r"from ([\d,]+) to ([\d,]+), ([\d,]+) of them loaded from the host")
@@ -97,3 +97,8 @@ def test_the_host_tier_row_quotes_what_run_prints():
         through_gib, back_gib)
     small_through, small_back = number(r"with `--cpu-offload-gib 2`, ([\d,]+) host hits against write-back's ([\d,]+)")
     assert (hits("2", "write_through")["host_hit_tokens"], hits("2")["host_hit_tokens"]) == (small_through, small_back)
+    gib, filtered_hits, skipped = number(r"cuts the traffic to ([\d.]+) GiB offloaded for ([\d,]+) host hits, "
+                                         r"([\d,]+) stores skipped")
+    filtered = hits("16", "write_through", "--offload-store-threshold", "2")
+    assert (round(filtered["offload_bytes"] / 2**30, 1), filtered["host_hit_tokens"]) == (gib, filtered_hits)
+    assert filtered["offload_stores_skipped"] == skipped

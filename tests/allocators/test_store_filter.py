@@ -1,0 +1,62 @@
+"""The store threshold of a write-through host tier by hand: a block is stored once it has been offered often
+enough, a block the tier holds always passes, the count table is bounded and forgets the least recently
+offered hash that the current batch does not offer, and the tier stores only what passes."""
+
+import pytest
+
+from allocators.host_tier import HostTier
+from allocators.store_filter import StoreFilter
+
+
+def test_a_block_passes_on_its_second_offer_and_a_held_one_always():
+    f = StoreFilter(2)
+    assert f.offer([1, 2, 3], held=()) == [] and f.skipped_blocks == 3
+    assert f.offer([2, 3, 4], held=()) == [2, 3] and f.skipped_blocks == 4
+    assert f.offer([4, 9], held={9}) == [4, 9] and f.skipped_blocks == 4  # 9: held, passed on to be touched
+    assert [f.count(h) for h in (1, 2, 3, 4, 9, 5)] == [1, 2, 2, 2, 1, 0]
+    f.check_invariants()
+
+
+def test_a_hash_twice_in_one_batch_counts_twice_only_once_tracked():
+    """As vLLM counts: a new hash enters with 1 however often the batch offers it; a tracked one is counted
+    at each of its places."""
+    f = StoreFilter(3)
+    assert f.offer([7, 7], held=()) == [] and f.count(7) == 1
+    assert f.offer([7, 7], held=()) == [7, 7] and f.count(7) == 3
+
+
+def test_the_table_forgets_the_least_recently_offered_hash_not_in_the_batch():
+    f = StoreFilter(2, max_tracked=3)
+    f.offer([1, 2, 3], held=())
+    assert f.offer([1, 4], held=()) == [1]  # 1 counted again (now the most recent); 4 takes 2's place
+    assert [f.count(h) for h in (1, 2, 3, 4)] == [2, 0, 1, 1]
+    assert f.offer([2], held=()) == []  # 2 was forgotten: its count starts again (3, the oldest, leaves)
+    assert [f.count(h) for h in (1, 2, 3, 4)] == [2, 1, 0, 1]
+    f.check_invariants()
+
+
+def test_a_table_full_of_this_batchs_hashes_tracks_no_new_one():
+    f = StoreFilter(2, max_tracked=2)
+    f.offer([1, 2], held=())
+    assert f.offer([1, 2, 3], held=()) == [1, 2] and f.count(3) == 0 and f.skipped_blocks == 3
+
+
+def test_the_tier_stores_only_what_the_threshold_passes():
+    tier = HostTier(4, block_bytes=10, write_through=True, store_threshold=2)
+    assert tier.offload_many([1, 2, 3]) == 0 and tier.cached_blocks == 0 and tier.skipped_blocks == 3
+    assert tier.offload_many([1, 2, 5]) == 2 and 1 in tier and 2 in tier and 5 not in tier
+    assert tier.offload_many([1, 2, 5]) == 1 and tier.cached_blocks == 3  # 1, 2 touched, 5 stored
+    assert (tier.offloaded_blocks, tier.skipped_blocks, tier.offload_bytes) == (3, 4, 30)
+    tier.check_invariants()
+    assert HostTier(4, block_bytes=10, write_through=True, store_threshold=1).store_filter is None
+
+
+@pytest.mark.parametrize("threshold, max_tracked", [(1, 10), (2, 0)])
+def test_a_filter_that_filters_nothing_is_an_error(threshold, max_tracked):
+    with pytest.raises(ValueError, match="threshold must be >= 2"):
+        StoreFilter(threshold, max_tracked)
+
+
+def test_a_write_back_tier_refuses_a_threshold():
+    with pytest.raises(ValueError, match="a store threshold filters write-through stores"):
+        HostTier(4, block_bytes=10, store_threshold=2)
