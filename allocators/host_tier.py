@@ -15,19 +15,16 @@ When a block reaches the host is the write policy (``--offload-write-policy``):
 
 - ``write_back`` (the default): when the GPU evicts it, so the host holds only blocks the GPU dropped, most
   recently dropped last, and only evicted blocks cross PCIe (SGLang HiCache's ``write_back``).
-- ``write_through`` (``write_through=True``): as soon as it is computed (every full block of a request, hits
-  included, in order; a hash the host holds already is touched, not written again), and a GPU eviction writes
-  nothing. The host then also holds blocks the GPU still caches, ranked by when they were last stored or hit,
-  and every block crosses PCIe once. This is vLLM's ``OffloadingConnector`` (0.33, the oracle's version, with
-  its LRU host policy; it stores asynchronously as chunks complete, kvsim when the block is allocated) and
-  SGLang HiCache's ``write_through``, except that SGLang's host never drops a block its GPU still holds.
-  With a store threshold (``store_threshold=N``, ``--offload-store-threshold``, vLLM's ``store_threshold``) a
-  block is stored only once N requests have offered it (``store_filter.py``), so one-off blocks stay off the
-  host and off PCIe.
+- ``write_through``: as soon as it is computed, and a GPU eviction writes nothing. The host then also holds
+  blocks the GPU still caches, and every stored block crosses PCIe once. This is vLLM's
+  ``OffloadingConnector`` (0.33, the oracle's version, with its LRU host policy), which ranks and stores by
+  request: `write_through_tier.WriteThroughTier`, a subclass, models it (its module doc says how), with
+  vLLM's store threshold (``--offload-store-threshold``, ``store_filter.py``). SGLang HiCache's
+  ``write_through`` differs in that its host never drops a block its GPU still holds.
 
 A host smaller than the GPU's cache is nearly useless under ``write_through`` (it holds the newest blocks,
-which the GPU holds too) and useful under ``write_back``; with a host larger than what the GPU evicts, both
-hit the same blocks.
+which the GPU holds too; smaller than a step's blocks, it stores nothing) and useful under ``write_back``;
+with a host larger than what the GPU evicts, both hit the same blocks.
 
 With ``--preemption swap`` the swapped-out KV of a preempted request lives in the same host memory: it
 takes host blocks (evicting cached ones, LRU first) that no lookup can hit and no eviction can take, until
@@ -42,13 +39,13 @@ The interface an allocator uses (a few lines each; paged wires them in ``paged.p
     tier = HostTier(num_blocks, block_bytes)
     tier.offload(block_hash)             # a cached GPU block is being reused: keep its KV on the host
     tier.offload_many(block_hashes)      # the same for every block one allocation evicts, in order
-                                         # (write-through: every block a request has computed, in order)
     n = tier.lookup(hashes, start, stop) # consecutive host hits hashes[start:stop] after `start` GPU hits
     tier.take(hashes[start:start + n])   # load them into newly allocated GPU blocks (counts reload bytes)
     tier.swap_out(key, blocks) / tier.swap_in(key)   # a preempted request's KV parked on the host
     tier.check_invariants()
 
-``offload_bytes`` and ``reload_bytes`` count the cache traffic (evicted blocks written, host hits read);
+(`WriteThroughTier` takes ``load``, ``computed`` and ``release`` by request instead of ``take`` and the
+offloads.) ``offload_bytes`` and ``reload_bytes`` count the cache traffic (evicted blocks written, host hits read);
 swap traffic is the scheduler's (``swap_blocks``), as without a tier.
 """
 
@@ -57,31 +54,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import islice
 
-from allocators.store_filter import StoreFilter
-
 
 class HostTier:
     """``num_blocks`` host KV blocks of ``block_bytes`` bytes: an LRU cache by block hash plus swap parking."""
 
-    __slots__ = ("num_blocks", "block_bytes", "write_through", "store_filter", "_lru", "_order", "_order_blocks",
-                 "_head", "_stale", "_free", "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
+    __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
+                 "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
 
-    def __init__(self, num_blocks: int, block_bytes: int, *, write_through: bool = False,
-                 store_threshold: int = 0) -> None:
-        """``write_through``: the allocator stores every computed block here (`offload_many`) and its
-        evictions spill nothing; else (write-back) evictions spill (the module doc). ``store_threshold``
-        (write-through only; below 2: none): a block is stored once it has been offered that many times
-        (`store_filter.StoreFilter`, vLLM's ``store_threshold``)."""
+    write_through = False
+    """Write-back: the allocator's evictions spill here (`offload_many`); `WriteThroughTier` is the other policy."""
+
+    def __init__(self, num_blocks: int, block_bytes: int) -> None:
         if num_blocks < 0 or block_bytes <= 0:
             raise ValueError(f"host tier: num_blocks must be >= 0 and block_bytes > 0, got {num_blocks}, "
                              f"{block_bytes}")
-        if store_threshold >= 2 and not write_through:
-            raise ValueError("host tier: a store threshold filters write-through stores; a write-back tier stores "
-                             "what the GPU evicts")
         self.num_blocks = int(num_blocks)
         self.block_bytes = int(block_bytes)
-        self.write_through = bool(write_through)
-        self.store_filter = StoreFilter(store_threshold) if store_threshold >= 2 else None
         # The LRU: a dict block hash -> host block, and its order as a queue of hashes, least recently used
         # first (``_order[_head:]``), where a hash touched again is queued again and its earlier entries are
         # stale (``_stale`` counts them). Why not an OrderedDict: its per-key bookkeeping costs twice a
@@ -103,18 +91,17 @@ class HostTier:
         self.evicted_blocks = 0  # host blocks whose cached hash was dropped to make room
 
     @classmethod
-    def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, *,
-                 write_through: bool = False, store_threshold: int = 0) -> HostTier:
-        """A tier of ``gib`` GiB holding blocks of ``block_size`` tokens of ``kv_bytes_per_token`` bytes."""
+    def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, **options) -> HostTier:
+        """A tier of ``gib`` GiB holding blocks of ``block_size`` tokens of ``kv_bytes_per_token`` bytes
+        (``options``: the class's own, e.g. `WriteThroughTier`'s ``store_threshold``)."""
         block_bytes = kv_bytes_per_token * block_size
-        return cls(int(gib * 2**30 // block_bytes), block_bytes, write_through=write_through,
-                   store_threshold=store_threshold)
+        return cls(int(gib * 2**30 // block_bytes), block_bytes, **options)
 
     # -- reading -------------------------------------------------------------------------------------------
     @property
     def skipped_blocks(self) -> int:
-        """Blocks offered for a write-through store that the store threshold skipped (0 without one)."""
-        return 0 if self.store_filter is None else self.store_filter.skipped_blocks
+        """Blocks offered for a write-through store that a store threshold skipped (none here)."""
+        return 0
 
     @property
     def offload_bytes(self) -> int:
@@ -250,10 +237,8 @@ class HostTier:
         last) are taken out again and it goes hash by hash. Two dict operations a hash, where checking
         first took four. A leading run of hashes the host holds is touched first, one by one, and the rest
         goes on as above: a write-through admission hands the tier its hits (held already) before its new
-        blocks. With a store threshold, the batch is first cut to the hashes held or offered often enough."""
+        blocks."""
         lru, free = self._lru, self._free
-        if self.store_filter is not None:
-            block_hashes = self.store_filter.offer(block_hashes, lru)
         held = 0
         while held < len(block_hashes) and block_hashes[held] in lru:
             self._touch(block_hashes[held])
@@ -340,7 +325,7 @@ class HostTier:
 
     def check_invariants(self) -> None:
         """Host blocks are conserved (cached + swapped + free = capacity) and each is held once: by one hash,
-        one swapped request, or the free list."""
+        one swapped request, or the free list; then the eviction order (`_check_order`)."""
         held = list(self._lru.values()) + [b for blocks in self._swapped.values() for b in blocks] + self._free
         assert len(held) == self.num_blocks, (f"host tier: bytes not conserved: {len(held)} blocks of "
                                               f"{self.block_bytes} B accounted for, capacity {self.num_blocks}")
@@ -348,6 +333,10 @@ class HostTier:
         assert all(0 <= b < self.num_blocks for b in held), "host tier: host block id out of range"
         assert self.reloaded_blocks >= 0 and self.offloaded_blocks >= self.evicted_blocks >= 0, \
             "host tier: counters out of step"
+        self._check_order()
+
+    def _check_order(self) -> None:
+        """The LRU queue holds every cached hash, its stale entries counted, each entry with its hash's block."""
         queued: dict[int, int] = {}
         for h in self._order[self._head:]:
             queued[h] = queued.get(h, 0) + 1
@@ -357,5 +346,3 @@ class HostTier:
         assert len(self._order_blocks) == len(self._order), "host tier: the queue's blocks out of step"
         live = zip(self._order[self._head:], self._order_blocks[self._head:], strict=True)
         assert all(self._lru[h] == b for h, b in live), "host tier: a queued entry's block is not its hash's"
-        if self.store_filter is not None:
-            self.store_filter.check_invariants()

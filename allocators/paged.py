@@ -98,7 +98,10 @@ class PagedAllocator(PagedQueries):
         tier = self.host_tier
         loaded = self._host_hits(block_hashes, len(hits), num_tokens) if tier is not None else 0
         if loaded:  # host hits fill the first new blocks, cached under their hashes below like computed ones
-            tier.take(block_hashes[len(hits):len(hits) + loaded])
+            if tier.write_through:
+                tier.load(seq_id, block_hashes, len(hits), loaded)
+            else:
+                tier.take(block_hashes[len(hits):len(hits) + loaded])
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         s = SeqBlocks(table, num_tokens, final_tokens, hashes, own_from if hashes else None)
@@ -108,8 +111,8 @@ class PagedAllocator(PagedQueries):
         self._settle_last_block(s)
         if hashes:
             self._cache_full_blocks(s)
-            if tier is not None and tier.write_through:  # every block computed so far, the hits included
-                tier.offload_many(hashes[:num_tokens // bs])
+            if tier is not None and tier.write_through:  # the blocks computed so far (`WriteThroughTier`)
+                tier.computed(seq_id, hashes, num_tokens // bs)
         if loaded:
             return Admission(cached_tokens=(len(hits) + loaded) * bs, host_tokens=loaded * bs, host_blocks=loaded)
         return Admission(cached_tokens=len(hits) * bs) if hits else _NO_HITS
@@ -177,9 +180,8 @@ class PagedAllocator(PagedQueries):
         headroom = held - tokens
         tier = self.host_tier
         if tier is not None and tier.write_through:  # the blocks this growth fills, as they are computed
-            full = tokens // bs
-            if (tokens - num_tokens) // bs < full and s.hashes:
-                tier.offload_many(s.hashes[(tokens - num_tokens) // bs:full])
+            if (tokens - num_tokens) // bs < tokens // bs and s.hashes:
+                tier.computed(seq_id, s.hashes, tokens // bs)
             headroom = self._headroom(s)  # one short of a block whose fill stores it
         done, hashes = s.num_hashed, s.hashes
         if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled

@@ -44,6 +44,8 @@ CONFIGS: dict[str, list[str]] = {
                                                 "--offload-write-policy", "write_through"],
     "radix-mooncake-host-through": _MOONCAKE + ["--allocator", "radix", "--cpu-offload-gib", "2",
                                                 "--offload-write-policy", "write_through"],
+    "radix-mooncake-host-through-big": _MOONCAKE + ["--allocator", "radix", "--cpu-offload-gib", "24",
+                                                    "--offload-write-policy", "write_through"],
     "radix-mooncake-host-threshold": _MOONCAKE + ["--allocator", "radix", "--cpu-offload-gib", "2",
                                                   "--offload-write-policy", "write_through",
                                                   "--offload-store-threshold", "2"],

@@ -121,11 +121,14 @@ class KVMemory:
         return made
 
     def free(self, seq_id: int, finished: bool = False) -> None:
-        """``finished``: the request is done for good (an allocator that parks own blocks drops them)."""
+        """``finished``: the request is done for good (an allocator that parks own blocks drops them; a
+        write-through host tier ranks its blocks anew)."""
         if finished and self.parks_own:
             self._alloc.free(seq_id, finished=True)
         else:
             self._alloc.free(seq_id)
+        if self.host_tier is not None and self.host_tier.write_through:
+            self.host_tier.release(seq_id, finished)
         del self.owner[seq_id]
 
     def free_group(self, group: SequenceGroup, lags: Mapping[int, int], finished: bool = False) -> tuple[Copy, ...]:

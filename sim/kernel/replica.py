@@ -17,6 +17,7 @@ from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, needs_hybrid, split_kv_groups
 from allocators.vattention import page_options
+from allocators.write_through_tier import WriteThroughTier
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -145,10 +146,12 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
     slot_bytes = round(model.kv_bytes_per_token * slot_frac(config, model))  # a host block holds a pool block
-    write_through = config.offload_write_policy == "write_through"
-    tier = (HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size, write_through=write_through,
-                              store_threshold=config.offload_store_threshold if write_through else 0)
-            if config.cpu_offload_gib > 0 else None)
+    tier = None
+    if config.cpu_offload_gib > 0:
+        tier = (WriteThroughTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size,
+                                          store_threshold=config.offload_store_threshold)
+                if config.offload_write_policy == "write_through"
+                else HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size))
     memory = KVMemory(alloc, tier)
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",

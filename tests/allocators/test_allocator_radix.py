@@ -1,6 +1,6 @@
 """The radix allocator by hand and against a reference: hits under limited memory, one request at a time,
 equal an LRU cache of page hashes written here (for `paged` too; and with a write-through host tier, GPU hits
-and host hits equal that LRU and a second one for the host, with or without a store threshold); eviction takes unreferenced leaves only, least
+and host hits equal that LRU and vLLM's offloading ranks written out, with or without a store threshold); eviction takes unreferenced leaves only, least
 recently used first; forks share full pages and copy the partial one."""
 
 from collections import OrderedDict
@@ -10,7 +10,7 @@ import pytest
 
 from allocators import make_allocator
 from allocators.base import cdiv
-from allocators.host_tier import HostTier
+from allocators.write_through_tier import WriteThroughTier
 
 BS = 4
 
@@ -72,43 +72,73 @@ def test_hits_equal_a_reference_lru_one_request_at_a_time(allocator, seed):
     assert len(ref.cache) > usable // 2
 
 
-def write_through(host: OrderedDict, size: int, hashes: list[int], gpu_hits: int, limit: int,
-                  offers: dict[int, int] | None = None, threshold: int = 0) -> int:
-    """The write-through host tier as a reference LRU of ``size`` hashes: the host hits after ``gpu_hits`` GPU
-    hits (consecutive, at most up to ``limit`` blocks), loaded and so touched; then every full block of the
-    prompt is stored in order (one held already is touched). With a ``threshold``, ``offers`` counts how
-    often each hash has been offered (every full block, once a request), and one not held is stored only
-    once its count reaches the threshold. Returns the host hits."""
-    n = 0
-    while gpu_hits + n < min(len(hashes), limit) and hashes[gpu_hits + n] in host:
-        host.move_to_end(hashes[gpu_hits + n])
-        n += 1
-    for h in hashes:
-        if offers is not None:
-            offers[h] = offers.get(h, 0) + 1
-            if h not in host and offers[h] < threshold:
-                continue
-        if h not in host and len(host) == size:
-            host.popitem(last=False)
-        host[h] = None
-        host.move_to_end(h)
-    return n
+class WriteThroughReference:
+    """vLLM 0.33's CPU offloading with its LRU policy, one request at a time, as ranks compared in full: a
+    request takes the next tick; its host hits (after its GPU hits) are reused; it offers its full prompt
+    blocks (from the first after its hits if it loaded any, else all), reusing the held ones and storing the
+    others (with a ``threshold``, only those offered that often), ranked ``(tick, -position)`` and evicting
+    the lowest ranks outside the offer; when it finishes every block it reused or stored is ranked anew,
+    tail first. Returns the host hits."""
+
+    def __init__(self, size: int, threshold: int = 0) -> None:
+        self.size, self.threshold = size, threshold
+        self.rank: dict[int, tuple[int, int]] = {}
+        self.offers: dict[int, int] = {}
+        self.tick = 0
+
+    def run(self, hashes: list[int], gpu_hits: int, limit: int) -> int:
+        self.tick += 1
+        tick, rank, seen = self.tick, self.rank, {}
+
+        def reuse(pos: int) -> None:
+            if hashes[pos] not in seen:
+                seen[hashes[pos]] = pos
+                rank[hashes[pos]] = max(rank[hashes[pos]], (tick, -pos))
+
+        n = 0
+        while gpu_hits + n < min(len(hashes), limit) and hashes[gpu_hits + n] in rank:
+            reuse(gpu_hits + n)
+            n += 1
+        start = gpu_hits + n if n else 0
+        new = []
+        for pos in range(start, len(hashes)):
+            self.offers[hashes[pos]] = self.offers.get(hashes[pos], 0) + 1
+        for pos in range(start, len(hashes)):
+            if hashes[pos] in rank:
+                reuse(pos)
+            elif self.offers[hashes[pos]] >= self.threshold:
+                new.append(pos)
+        seen.update((hashes[pos], pos) for pos in new)
+        need = len(new) - (self.size - len(rank))
+        offered = set(hashes[start:])
+        outside = sorted((r, h) for h, r in rank.items() if h not in offered)
+        assert need <= len(outside), "the reference does not model a failed store"
+        for _, h in outside[:max(need, 0)]:
+            del rank[h]
+        for pos in new:
+            rank[hashes[pos]] = (tick, -pos)
+        for h, _ in sorted(seen.items(), key=lambda item: -item[1]):
+            if h in rank:
+                self.tick += 1
+                rank[h] = (self.tick, 0)
+        return n
 
 
 @pytest.mark.parametrize("allocator", ["paged", "radix"])
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("threshold", [0, 2])
-def test_hits_with_a_write_through_tier_equal_two_reference_lrus(allocator, seed, threshold):
-    """A GPU of 30 pages and a host of 60: the GPU's hits are those of the LRU above, the host's those of a
-    second LRU that every request's full prompt pages enter as they are computed, not as the GPU evicts them
-    (a host smaller than the GPU would hit nothing: it would hold the newest pages, which the GPU holds too);
-    with a store threshold of 2, only pages a second request has offered."""
+def test_hits_with_a_write_through_tier_equal_the_references(allocator, seed, threshold):
+    """A GPU of 30 pages and a host of 60: the GPU's hits are those of the LRU above, the host's those of
+    vLLM's offloading written out above, where every request's full prompt pages are offered as they are
+    computed, not as the GPU evicts them (a host smaller than the GPU would hit nothing: it would hold the
+    newest pages, which the GPU holds too); with a store threshold of 2, stored once a second request offers
+    them."""
     rng = np.random.default_rng(seed)
     usable, host_size = 30, 60
     a = make_allocator(allocator, (usable + 1) * BS, block_size=BS, max_model_len=200, prefix_caching=True)
-    tier = HostTier(host_size, block_bytes=1, write_through=True, store_threshold=threshold)
+    tier = WriteThroughTier(host_size, block_bytes=1, store_threshold=threshold)
     assert a.attach_host_tier(tier)
-    gpu_ref, host_ref, offers = ReferenceLRU(usable), OrderedDict(), {} if threshold else None
+    gpu_ref, host_ref = ReferenceLRU(usable), WriteThroughReference(host_size, threshold)
     gpu_total = host_total = 0
     for seq in range(300):
         group, depth = int(rng.integers(0, 6)), int(rng.integers(0, 8))
@@ -118,15 +148,16 @@ def test_hits_with_a_write_through_tier_equal_two_reference_lrus(allocator, seed
             continue
         hashes = prompt_hashes(group, depth, prompt // BS)
         gpu = gpu_ref.run(hashes, prompt, final) // BS
-        host = write_through(host_ref, host_size, hashes, gpu, (prompt - 1) // BS, offers, threshold)
+        host = host_ref.run(hashes, gpu, (prompt - 1) // BS)
         admission = a.admit(seq, prompt, final_tokens=final, block_hashes=hashes)
         assert admission is not None, seq
         assert (admission.cached_tokens, admission.host_tokens) == ((gpu + host) * BS, host * BS), seq
         assert a.grow(seq, final - prompt) is not None
         a.free(seq)
+        tier.release(seq, finished=True)
         a.check_invariants()
         tier.check_invariants()
-        assert tier.cached_blocks == len(host_ref) and all(h in tier for h in host_ref)
+        assert tier.cached_blocks == len(host_ref.rank) and all(h in tier for h in host_ref.rank)
         gpu_total, host_total = gpu_total + gpu, host_total + host
     assert gpu_total > 100 and host_total > 50  # both tiers really hit
     assert tier.offloaded_blocks > tier.evicted_blocks > 0

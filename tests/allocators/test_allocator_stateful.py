@@ -24,6 +24,7 @@ from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.placement import PLACEMENTS
+from allocators.write_through_tier import WriteThroughTier
 from tests.allocators.kv_group_fixture import KVGroupFixture
 from tests.soak import examples, steps
 
@@ -251,8 +252,8 @@ class HostTierMachine(AllocatorMachine):
     @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=8 * BLOCK + 3), host=st.integers(0, 10))
     def build(self, capacity, host):
         super().build(capacity)
-        self.tier = HostTier(host, block_bytes=BLOCK * 10, write_through=self.write_through,
-                             store_threshold=self.store_threshold)
+        self.tier = (WriteThroughTier(host, block_bytes=BLOCK * 10, store_threshold=self.store_threshold)
+                     if self.write_through else HostTier(host, block_bytes=BLOCK * 10))
         assert self.alloc.attach_host_tier(self.tier) and self.alloc.host_tier is self.tier
         self.parked: list[int] = []
 
@@ -275,7 +276,7 @@ class HostTierMachine(AllocatorMachine):
         assert self.tier.reloaded_blocks == reloaded + host
         for i in range(gpu, gpu + host):  # loaded blocks are cached again, under their hashes
             assert self.alloc.block_hash(self.alloc.block_table(seq)[i]) == hashes[i]
-        if self.write_through and len(hashes) <= self.tier.num_blocks - self.tier.swapped_blocks:
+        if self.write_through and not host and 2 * len(hashes) <= self.tier.num_blocks - self.tier.swapped_blocks:
             offered = self.tier.store_filter.count if self.tier.store_filter else None
             assert all(h in self.tier or offered and offered(h) < self.store_threshold for h in hashes), \
                 "write-through: a computed block offered often enough is not on the host"
@@ -290,6 +291,19 @@ class HostTierMachine(AllocatorMachine):
             held = self.held(seq)
             assert self.alloc.free(seq) == held
             del self.tokens[seq]
+            if self.write_through:
+                self.tier.release(seq, finished=True)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), finished=st.booleans())
+    def free(self, data, finished):
+        """A sequence freed for good (a write-through tier ranks its blocks anew) or preempted."""
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        held = self.held(seq)
+        assert self.alloc.free(seq) == held
+        del self.tokens[seq]
+        if self.write_through:
+            self.tier.release(seq, finished)
 
 
     @precondition(lambda self: len(getattr(self, "parked", ())) < 2)
@@ -316,6 +330,7 @@ class HostTierMachine(AllocatorMachine):
             t.check_invariants()
             assert t.offload_bytes == t.offloaded_blocks * t.block_bytes
             assert t.cached_blocks + t.swapped_blocks + t.num_free == t.num_blocks
+            assert t.cached_blocks == t.offloaded_blocks - t.evicted_blocks
 
 
 for _name in ("paged", "paged-cow", "radix"):

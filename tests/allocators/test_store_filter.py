@@ -1,11 +1,11 @@
 """The store threshold of a write-through host tier by hand: a block is stored once it has been offered often
 enough, a block the tier holds always passes, the count table is bounded and forgets the least recently
-offered hash that the current batch does not offer, and the tier stores only what passes."""
+offered hash that the current batch does not offer, and a write-through tier stores only what passes."""
 
 import pytest
 
-from allocators.host_tier import HostTier
 from allocators.store_filter import StoreFilter
+from allocators.write_through_tier import WriteThroughTier
 
 
 def test_a_block_passes_on_its_second_offer_and_a_held_one_always():
@@ -42,21 +42,18 @@ def test_a_table_full_of_this_batchs_hashes_tracks_no_new_one():
 
 
 def test_the_tier_stores_only_what_the_threshold_passes():
-    tier = HostTier(4, block_bytes=10, write_through=True, store_threshold=2)
-    assert tier.offload_many([1, 2, 3]) == 0 and tier.cached_blocks == 0 and tier.skipped_blocks == 3
-    assert tier.offload_many([1, 2, 5]) == 2 and 1 in tier and 2 in tier and 5 not in tier
-    assert tier.offload_many([1, 2, 5]) == 1 and tier.cached_blocks == 3  # 1, 2 touched, 5 stored
+    """Three requests offer blocks 1, 2, 3 / 1, 2, 5 / 1, 2, 5: the second stores 1 and 2 (offered twice), the
+    third 5 and reuses 1 and 2."""
+    tier = WriteThroughTier(4, block_bytes=10, store_threshold=2)
+    assert tier.computed(0, [1, 2, 3], 3) == 0 and tier.cached_blocks == 0 and tier.skipped_blocks == 3
+    assert tier.computed(1, [1, 2, 5], 3) == 2 and 1 in tier and 2 in tier and 5 not in tier
+    assert tier.computed(2, [1, 2, 5], 3) == 1 and tier.cached_blocks == 3
     assert (tier.offloaded_blocks, tier.skipped_blocks, tier.offload_bytes) == (3, 4, 30)
     tier.check_invariants()
-    assert HostTier(4, block_bytes=10, write_through=True, store_threshold=1).store_filter is None
+    assert WriteThroughTier(4, block_bytes=10, store_threshold=1).store_filter is None
 
 
 @pytest.mark.parametrize("threshold, max_tracked", [(1, 10), (2, 0)])
 def test_a_filter_that_filters_nothing_is_an_error(threshold, max_tracked):
     with pytest.raises(ValueError, match="threshold must be >= 2"):
         StoreFilter(threshold, max_tracked)
-
-
-def test_a_write_back_tier_refuses_a_threshold():
-    with pytest.raises(ValueError, match="a store threshold filters write-through stores"):
-        HostTier(4, block_bytes=10, store_threshold=2)

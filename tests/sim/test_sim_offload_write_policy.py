@@ -1,6 +1,6 @@
 """The host tier's write policy end to end (``--offload-write-policy``): write-through stores every block as it
 is computed, so a host larger than what the GPU evicts hits what write-back hits at more offload traffic, and
-a host smaller than the GPU's cache hits nothing; generated blocks are stored as decoding fills them, in the
+a host smaller than a prefill's blocks stores nothing; generated blocks are stored as decoding fills them, in the
 same steps whether decode runs are skipped ahead or stepped; the flag's values, its summary key, and where it
 does not apply."""
 
@@ -25,7 +25,8 @@ def blocks(summary: dict, key: str) -> float:
 def test_a_roomy_host_hits_the_same_blocks_for_more_traffic():
     """The A, B, C workload of `test_sim_host_tier` (37 hashed blocks a request, 32 of them its group's prefix)
     with 81 host blocks: write-back offloads the 56 blocks B and C evict; write-through stores A's 37 and B's
-    37 as they are computed and C's 5 own ones (its 32 prefix blocks are on the host already), 79 in all.
+    37 as they are computed and C's 5 own ones (its 32 prefix blocks are hits, and a request that loads host
+    hits does not offer its hit blocks), 79 in all.
     Both find C's prefix: 144 tokens on the GPU, 368 on the host, 23 blocks loaded back."""
     w = evicting_workload()
     back = run_simulation(SimConfig(cpu_offload_gib=1.0, **SMALL_GPU), w)
@@ -39,10 +40,11 @@ def test_a_roomy_host_hits_the_same_blocks_for_more_traffic():
         "write_back", "write_through")
 
 
-def test_a_host_smaller_than_the_gpu_cache_hits_nothing_when_written_through():
+def test_a_host_smaller_than_a_prefill_stores_nothing_when_written_through():
     """10 host blocks: write-back keeps the last 10 blocks the GPU evicted, A's h9..h18, and C hits them (160
-    tokens); write-through keeps the last 10 computed, B's, which C does not share. Every request's 37 blocks
-    are stored (C's prefix left the host while B ran): 111."""
+    tokens). Written through, each request offers its 37 prompt blocks in the step that computes them, which
+    would take 27 evictions from a host holding nothing outside the offer: vLLM stores a step's blocks all or
+    none, so nothing is stored (and the 5 generated tokens fill no further block)."""
     w = evicting_workload()
     back = run_simulation(SimConfig(cpu_offload_gib=host_gib(10), **SMALL_GPU), w)
     through = run_simulation(SimConfig(cpu_offload_gib=host_gib(10), offload_write_policy="write_through",
@@ -50,7 +52,7 @@ def test_a_host_smaller_than_the_gpu_cache_hits_nothing_when_written_through():
     assert back.requests["host_hit_tokens"].tolist() == [0, 0, 160]
     assert through.requests["host_hit_tokens"].tolist() == [0, 0, 0]
     assert through.requests["gpu_hit_tokens"].tolist() == [0, 0, 144]
-    assert blocks(through.summary, "offload_bytes") == 111
+    assert through.summary["offload_bytes"] == 0
 
 
 def test_generated_blocks_are_stored_as_decoding_fills_them():

@@ -1,0 +1,102 @@
+"""The write-through host tier by hand, as vLLM 0.33's CPU offloading with its LRU policy decides: a request's
+tail leaves before its head, a finished request's blocks outrank a running one's, a store that cannot evict
+enough outside its offer stores nothing and is offered again with the next blocks, a request that loads host
+hits offers only the blocks after them, a preempted request's blocks are not ranked anew, and swapped KV
+evicts the lowest rank."""
+
+import pytest
+
+from allocators.write_through_tier import WriteThroughTier
+
+A, B, C, D, E, F, X = 101, 102, 103, 104, 105, 106, 199
+
+
+def tier(blocks: int) -> WriteThroughTier:
+    return WriteThroughTier(blocks, block_bytes=10)
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_requests_tail_leaves_before_its_head(finished):
+    """Four blocks stored by one request, then one more block: the fourth (the tail) makes room, whether the
+    first request still runs (ranks ``(request, -position)``) or has finished (ranked anew, tail first)."""
+    t = tier(4)
+    assert t.computed(0, [A, B, C, D], 4) == 4
+    t.release(0, finished=finished)
+    assert t.computed(1, [E], 1) == 1
+    assert (A in t, B in t, C in t, D in t, E in t) == (True, True, True, False, True)
+    assert t.evicted_blocks == 1
+    t.check_invariants()
+
+
+def test_a_finished_request_outranks_one_still_running():
+    """Request 0 stores A, B; request 1 (ranked after it) stores C, D; request 0 finishes, so A and B are
+    ranked anew: the running request's blocks go first, its tail D before C."""
+    t = tier(4)
+    t.computed(0, [A, B], 2)
+    t.computed(1, [C, D], 2)
+    t.release(0, finished=True)
+    t.computed(2, [E], 1)
+    assert D not in t and C in t
+    t.computed(3, [F], 1)
+    assert C not in t and A in t and B in t
+    t.check_invariants()
+
+
+def test_a_preempted_request_is_not_ranked_anew():
+    """As above, but request 0 is preempted, not finished: its blocks keep its (earlier) rank and go first."""
+    t = tier(4)
+    t.computed(0, [A, B], 2)
+    t.computed(1, [C, D], 2)
+    t.release(0, finished=False)
+    t.computed(2, [E], 1)
+    assert B not in t and D in t
+
+
+def test_a_store_that_cannot_make_room_stores_nothing_and_is_offered_again():
+    """Two host blocks: three blocks at once need an eviction and nothing outside the offer can go, so none is
+    stored; the next offer carries them again (four blocks: still none); a lone block later fits."""
+    t = tier(2)
+    assert t.computed(0, [A, B, C], 3) == 0 and t.cached_blocks == 0
+    assert t.computed(0, [A, B, C, D], 4) == 0 and t.cached_blocks == 0 and t.offloaded_blocks == 0
+    assert t.computed(1, [X], 1) == 1 and X in t
+    t.check_invariants()
+
+
+def test_a_store_offers_only_the_blocks_since_the_last_one():
+    t = tier(8)
+    assert t.computed(0, [A, B, C, D], 2) == 2  # A, B computed
+    assert t.computed(0, [A, B, C, D], 4) == 2  # then C, D: A and B are not offered again
+    assert t.computed(0, [A, B, C, D], 4) == 0
+    assert t.offloaded_blocks == 4
+
+
+def test_a_request_that_loads_host_hits_offers_only_the_blocks_after_them():
+    """vLLM's default (chunk-level) policy skips a loading request's hit blocks when it stores; a request
+    without host hits offers its GPU hits too, reusing the held ones."""
+    t = tier(8)
+    t.computed(0, [A, B], 2)
+    t.release(0, finished=True)
+    assert t.lookup([A, B, C], 0, 3) == 2
+    assert t.load(1, [A, B, C], 0, 2) == 2 and t.reloaded_blocks == 2
+    assert t.computed(1, [A, B, C], 3) == 1 and C in t
+    assert t.computed(2, [A, B, X], 3) == 1 and X in t  # no load: A and B offered, held, reused
+    with pytest.raises(KeyError):
+        t.load(3, [D], 0, 1)
+    t.check_invariants()
+
+
+def test_swapped_kv_evicts_the_lowest_rank():
+    t = tier(3)
+    t.computed(0, [A, B, C], 3)
+    assert t.swap_out(7, 1) and C not in t and A in t
+    assert not t.swap_out(8, 3)  # 2 cached + 0 free < 3
+    t.swap_in(7)
+    t.check_invariants()
+
+
+def test_the_write_back_calls_are_refused():
+    t = tier(2)
+    with pytest.raises(TypeError, match="given computed blocks"):
+        t.offload_many([A])
+    with pytest.raises(TypeError, match="loads a request's hits with `load`"):
+        t.take([A])
