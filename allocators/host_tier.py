@@ -17,9 +17,10 @@ When a block reaches the host is the write policy (``--offload-write-policy``):
   recently dropped last, and only evicted blocks cross PCIe (SGLang HiCache's ``write_back``).
 - ``write_through``: as soon as it is computed, and a GPU eviction writes nothing. The host then also holds
   blocks the GPU still caches, and every stored block crosses PCIe once. This is vLLM's
-  ``OffloadingConnector`` (0.33, the oracle's version, with its LRU host policy), which ranks and stores by
-  request: `write_through_tier.WriteThroughTier`, a subclass, models it (its module doc says how), with
-  vLLM's store threshold (``--offload-store-threshold``, ``store_filter.py``). SGLang HiCache's
+  ``OffloadingConnector`` (0.33, the oracle's version), which ranks and stores by request:
+  `request_tier.RequestTier`, a subclass, models it (its module doc says how), with vLLM's LRU policy
+  (``lru_tier.py``) or ARC (``arc_tier.py``, ``--offload-eviction-policy arc``) and its store
+  threshold (``--offload-store-threshold``, ``store_filter.py``). SGLang HiCache's
   ``write_through`` differs in that its host never drops a block its GPU still holds.
 
 A host smaller than the GPU's cache is nearly useless under ``write_through`` (it holds the newest blocks,
@@ -44,7 +45,7 @@ The interface an allocator uses (a few lines each; paged wires them in ``paged.p
     tier.swap_out(key, blocks) / tier.swap_in(key)   # a preempted request's KV parked on the host
     tier.check_invariants()
 
-(`WriteThroughTier` takes ``load``, ``computed`` and ``release`` by request instead of ``take`` and the
+(`RequestTier` takes ``load``, ``computed`` and ``release`` by request instead of ``take`` and the
 offloads.) ``offload_bytes`` and ``reload_bytes`` count the cache traffic (evicted blocks written, host hits read);
 swap traffic is the scheduler's (``swap_blocks``), as without a tier.
 """
@@ -62,7 +63,7 @@ class HostTier:
                  "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
 
     write_through = False
-    """Write-back: the allocator's evictions spill here (`offload_many`); `WriteThroughTier` is the other policy."""
+    """Write-back: the allocator's evictions spill here (`offload_many`); `RequestTier` is the other policy."""
 
     def __init__(self, num_blocks: int, block_bytes: int) -> None:
         if num_blocks < 0 or block_bytes <= 0:
@@ -93,7 +94,7 @@ class HostTier:
     @classmethod
     def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, **options) -> HostTier:
         """A tier of ``gib`` GiB holding blocks of ``block_size`` tokens of ``kv_bytes_per_token`` bytes
-        (``options``: the class's own, e.g. `WriteThroughTier`'s ``store_threshold``)."""
+        (``options``: the class's own, e.g. `RequestTier`'s ``store_threshold``)."""
         block_bytes = kv_bytes_per_token * block_size
         return cls(int(gib * 2**30 // block_bytes), block_bytes, **options)
 

@@ -111,7 +111,7 @@ class PagedAllocator(PagedQueries):
         self._settle_last_block(s)
         if hashes:
             self._cache_full_blocks(s)
-            if tier is not None and tier.write_through:  # the blocks computed so far (`WriteThroughTier`)
+            if tier is not None and tier.write_through:  # the blocks computed so far (`RequestTier`)
                 tier.computed(seq_id, hashes, num_tokens // bs)
         if loaded:
             return Admission(cached_tokens=(len(hits) + loaded) * bs, host_tokens=loaded * bs, host_blocks=loaded)

@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--cpu-offload-gib", type=float, default=0.0, help="host-memory KV tier (GiB)")
     parser.add_argument("--offload-write-policy", default="write_back", choices=["write_back", "write_through"],
                         help="when a block reaches the host tier")
+    parser.add_argument("--offload-eviction-policy", default="lru", choices=["lru", "arc"],
+                        help="write-through: how the host tier picks what to drop")
     parser.add_argument("--offload-store-threshold", type=int, default=0,
                         help="write-through: store a block once this many requests offered it (below 2: all)")
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
@@ -77,7 +79,8 @@ def main() -> None:
     workload = load(args.workload, count, args.rate, args.seed)
     t1 = time.perf_counter()
     tier = ({"cpu_offload_gib": args.cpu_offload_gib, "offload_write_policy": args.offload_write_policy,
-             "offload_store_threshold": args.offload_store_threshold} if args.cpu_offload_gib else {})
+             "offload_store_threshold": args.offload_store_threshold,
+             "offload_eviction_policy": args.offload_eviction_policy} if args.cpu_offload_gib else {})
     common = dict(allocator=args.allocator, seed=args.seed, prefix_caching=args.prefix_caching, **tier)
     if args.workload == "azure":
         config = SimConfig(model="llama-2-7b", gpu="a100-40gb", **common)

@@ -23,6 +23,7 @@ from sim.commands.options import (
     kv_cache_dtype_option,
 )
 from sim.kernel.config import (
+    OFFLOAD_EVICTION_POLICIES,
     OFFLOAD_WRITE_POLICIES,
     PREEMPTION_MODES,
     SCHEDULERS,
@@ -121,6 +122,9 @@ def simulation_options(func):
                       help="When a block reaches the host tier: write_back (when the GPU evicts it) or "
                            "write_through (as soon as it is computed: vLLM's offloading connector, SGLang "
                            "HiCache's recommended policy)."),
+        _field_option("--offload-eviction-policy", type=click.Choice(OFFLOAD_EVICTION_POLICIES),
+                      help="With --offload-write-policy write_through: how the host tier picks what to drop, "
+                           "lru (default) or arc (vLLM's eviction_policy)."),
         _field_option("--offload-store-threshold", type=int,
                       help="With --offload-write-policy write_through: store a block on the host only once this "
                            "many requests have offered it (vLLM's store_threshold; below 2: every block)."),

@@ -28,6 +28,9 @@ SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
 OFFLOAD_WRITE_POLICIES = ("write_back", "write_through")
 """When a block reaches the host tier: when the GPU evicts it, or as soon as it is computed
 (`allocators.host_tier`; SGLang HiCache's ``--hicache-write-policy`` values)."""
+OFFLOAD_EVICTION_POLICIES = ("lru", "arc")
+"""How a write-through host tier picks what to drop: vLLM's CPU offloading ``eviction_policy`` values
+(`allocators.lru_tier`, `allocators.arc_tier`)."""
 
 
 @dataclass(slots=True)
@@ -45,7 +48,8 @@ class SimConfig:
     ``offload_write_policy`` is when a block reaches that tier: ``write_back`` (when the GPU evicts it) or
     ``write_through`` (when it is computed, as vLLM's offloading connector does); ``offload_store_threshold``
     (write-through; below 2: off) stores a block only once that many requests have offered it (vLLM's
-    ``store_threshold``, `allocators.store_filter`).
+    ``store_threshold``, `allocators.store_filter`); ``offload_eviction_policy`` (write-through) is vLLM's
+    ``eviction_policy``: ``lru`` or ``arc``.
     """
 
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
@@ -78,6 +82,7 @@ class SimConfig:
     cpu_offload_gib: float = 0.0
     offload_write_policy: str = "write_back"
     offload_store_threshold: int = 0
+    offload_eviction_policy: str = "lru"
     watermark: float = 0.0
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
@@ -155,6 +160,9 @@ class SimConfig:
         if self.offload_write_policy not in OFFLOAD_WRITE_POLICIES:
             raise ValueError(f"--offload-write-policy must be one of {', '.join(OFFLOAD_WRITE_POLICIES)}, "
                              f"got {self.offload_write_policy!r}")
+        if self.offload_eviction_policy not in OFFLOAD_EVICTION_POLICIES:
+            raise ValueError(f"--offload-eviction-policy must be one of {', '.join(OFFLOAD_EVICTION_POLICIES)}, "
+                             f"got {self.offload_eviction_policy!r}")
         if isinstance(self.offload_store_threshold, bool) or not isinstance(self.offload_store_threshold, int) \
                 or self.offload_store_threshold < 0:
             raise ValueError(f"--offload-store-threshold must be a whole number of offers >= 0 (below 2: every "

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from allocators import allocator_class, make_allocator
+from allocators.arc_tier import ArcTier
 from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
 from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, needs_hybrid, split_kv_groups
+from allocators.lru_tier import LruTier
 from allocators.vattention import page_options
-from allocators.write_through_tier import WriteThroughTier
 from sim.kernel.calibration_store import find_calibration, peaks_of
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -93,8 +94,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
-    None unless the allocator maps pages; ``offload_write_policy`` and ``offload_store_threshold``: None without
-    ``--cpu-offload-gib``;
+    None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold`` and
+    ``offload_eviction_policy``: None without ``--cpu-offload-gib``;
     ``ignored_settings``, ``clock_omits`` and ``memory_omits`` only when there are any)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
@@ -107,6 +108,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
         "offload_write_policy": config.offload_write_policy if config.cpu_offload_gib > 0 else None,
         "offload_store_threshold": config.offload_store_threshold if config.cpu_offload_gib > 0 else None,
+        "offload_eviction_policy": config.offload_eviction_policy if config.cpu_offload_gib > 0 else None,
     }
     hybrid = bool(hybrid_kv_groups(config, model))
     if ignored := ignored_settings(config, hybrid):
@@ -148,10 +150,12 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     slot_bytes = round(model.kv_bytes_per_token * slot_frac(config, model))  # a host block holds a pool block
     tier = None
     if config.cpu_offload_gib > 0:
-        tier = (WriteThroughTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size,
-                                          store_threshold=config.offload_store_threshold)
-                if config.offload_write_policy == "write_through"
-                else HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size))
+        if config.offload_write_policy == "write_through":
+            policy = ArcTier if config.offload_eviction_policy == "arc" else LruTier
+            tier = policy.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size,
+                                   store_threshold=config.offload_store_threshold)
+        else:
+            tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size)
     memory = KVMemory(alloc, tier)
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",

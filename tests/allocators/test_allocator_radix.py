@@ -10,7 +10,7 @@ import pytest
 
 from allocators import make_allocator
 from allocators.base import cdiv
-from allocators.write_through_tier import WriteThroughTier
+from allocators.lru_tier import LruTier
 
 BS = 4
 
@@ -136,7 +136,7 @@ def test_hits_with_a_write_through_tier_equal_the_references(allocator, seed, th
     rng = np.random.default_rng(seed)
     usable, host_size = 30, 60
     a = make_allocator(allocator, (usable + 1) * BS, block_size=BS, max_model_len=200, prefix_caching=True)
-    tier = WriteThroughTier(host_size, block_bytes=1, store_threshold=threshold)
+    tier = LruTier(host_size, block_bytes=1, store_threshold=threshold)
     assert a.attach_host_tier(tier)
     gpu_ref, host_ref = ReferenceLRU(usable), WriteThroughReference(host_size, threshold)
     gpu_total = host_total = 0

@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from allocators import ALLOCATORS, make_allocator
+from allocators.arc_tier import ArcTier
 from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
+from allocators.lru_tier import LruTier
 from allocators.placement import PLACEMENTS
-from allocators.write_through_tier import WriteThroughTier
 from tests.allocators.kv_group_fixture import KVGroupFixture
 from tests.soak import examples, steps
 
@@ -247,12 +248,13 @@ class HostTierMachine(AllocatorMachine):
     options = {"prefix_caching": True}
     write_through = False
     store_threshold = 0
+    eviction_policy = LruTier  # or ArcTier (write-through only)
     admit = grow_by_headroom = grow_due = None  # `admit_shared` admits; the fewer rules, the more spills and hits
 
     @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=8 * BLOCK + 3), host=st.integers(0, 10))
     def build(self, capacity, host):
         super().build(capacity)
-        self.tier = (WriteThroughTier(host, block_bytes=BLOCK * 10, store_threshold=self.store_threshold)
+        self.tier = (self.eviction_policy(host, block_bytes=BLOCK * 10, store_threshold=self.store_threshold)
                      if self.write_through else HostTier(host, block_bytes=BLOCK * 10))
         assert self.alloc.attach_host_tier(self.tier) and self.alloc.host_tier is self.tier
         self.parked: list[int] = []
@@ -334,11 +336,13 @@ class HostTierMachine(AllocatorMachine):
 
 
 for _name in ("paged", "paged-cow", "radix"):
-    for _through, _threshold in ((False, 0), (True, 0), (True, 2)):
-        _machine = type(f"HostTierMachine_{_name}_{_through}_{_threshold}", (HostTierMachine,),
-                        {"allocator_name": _name, "write_through": _through, "store_threshold": _threshold})
+    for _through, _threshold, _policy in ((False, 0, None), (True, 0, LruTier), (True, 2, LruTier),
+                                          (True, 0, ArcTier)):
+        _machine = type(f"HostTierMachine_{_name}_{_through}_{_threshold}_{_policy}", (HostTierMachine,),
+                        {"allocator_name": _name, "write_through": _through, "store_threshold": _threshold,
+                         "eviction_policy": _policy})
         _test = (f"Test_host_tier_{_name.replace('-', '_')}" + ("_write_through" if _through else "")
-                 + (f"_store_threshold_{_threshold}" if _threshold else ""))
+                 + (f"_store_threshold_{_threshold}" if _threshold else "") + ("_arc" if _policy is ArcTier else ""))
         globals()[_test] = settings(SETTINGS, max_examples=examples(25),
                                     stateful_step_count=steps(40))(_machine).TestCase
 

@@ -4,8 +4,8 @@ offered hash that the current batch does not offer, and a write-through tier sto
 
 import pytest
 
+from allocators.lru_tier import LruTier
 from allocators.store_filter import StoreFilter
-from allocators.write_through_tier import WriteThroughTier
 
 
 def test_a_block_passes_on_its_second_offer_and_a_held_one_always():
@@ -44,13 +44,13 @@ def test_a_table_full_of_this_batchs_hashes_tracks_no_new_one():
 def test_the_tier_stores_only_what_the_threshold_passes():
     """Three requests offer blocks 1, 2, 3 / 1, 2, 5 / 1, 2, 5: the second stores 1 and 2 (offered twice), the
     third 5 and reuses 1 and 2."""
-    tier = WriteThroughTier(4, block_bytes=10, store_threshold=2)
+    tier = LruTier(4, block_bytes=10, store_threshold=2)
     assert tier.computed(0, [1, 2, 3], 3) == 0 and tier.cached_blocks == 0 and tier.skipped_blocks == 3
     assert tier.computed(1, [1, 2, 5], 3) == 2 and 1 in tier and 2 in tier and 5 not in tier
     assert tier.computed(2, [1, 2, 5], 3) == 1 and tier.cached_blocks == 3
     assert (tier.offloaded_blocks, tier.skipped_blocks, tier.offload_bytes) == (3, 4, 30)
     tier.check_invariants()
-    assert WriteThroughTier(4, block_bytes=10, store_threshold=1).store_filter is None
+    assert LruTier(4, block_bytes=10, store_threshold=1).store_filter is None
 
 
 @pytest.mark.parametrize("threshold, max_tracked", [(1, 10), (2, 0)])

@@ -74,7 +74,8 @@ def test_the_capacity_row_quotes_what_capacity_prints():
 
 def test_the_host_tier_row_quotes_what_run_prints():
     """The host-tier row: hits with and without 16 GiB of host memory, then the two write policies at 16 and
-    2 GiB (host hits and, at 16 GiB, GiB offloaded), then write-through at 16 GiB with a store threshold."""
+    2 GiB (host hits and, at 16 GiB, GiB offloaded), then write-through at 16 GiB with a store threshold and
+    with ARC."""
     row = next(line for line in README.splitlines() if line.startswith("| Does host memory for evicted KV"))
     args = shlex.split(re.search(r"`(kvsim run [^`]+)`", row).group(1))[1:-1]  # without its --json
     text = " ".join(row.split())
@@ -102,3 +103,6 @@ def test_the_host_tier_row_quotes_what_run_prints():
     filtered = hits("16", "write_through", "--offload-store-threshold", "2")
     assert (round(filtered["offload_bytes"] / 2**30, 1), filtered["host_hit_tokens"]) == (gib, filtered_hits)
     assert filtered["offload_stores_skipped"] == skipped
+    arc_hits, = number(r"`--offload-eviction-policy arc` \(vLLM's ARC host policy\) instead lifts its host hits to "
+                       r"([\d,]+)")
+    assert hits("16", "write_through", "--offload-eviction-policy", "arc")["host_hit_tokens"] == arc_hits

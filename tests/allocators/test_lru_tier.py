@@ -6,13 +6,13 @@ evicts the lowest rank."""
 
 import pytest
 
-from allocators.write_through_tier import WriteThroughTier
+from allocators.lru_tier import LruTier
 
 A, B, C, D, E, F, X = 101, 102, 103, 104, 105, 106, 199
 
 
-def tier(blocks: int) -> WriteThroughTier:
-    return WriteThroughTier(blocks, block_bytes=10)
+def tier(blocks: int) -> LruTier:
+    return LruTier(blocks, block_bytes=10)
 
 
 @pytest.mark.parametrize("finished", [False, True])

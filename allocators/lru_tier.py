@@ -1,46 +1,20 @@
-"""`WriteThroughTier`: the host tier that stores blocks as they are computed, as vLLM's CPU offloading does.
+"""`LruTier`: vLLM's CPU offloading with its LRU policy (the default ``eviction_policy``).
 
-Why a class of its own: vLLM 0.33's ``OffloadingConnector`` with its CPU spec and LRU policy (the oracle's
-version; ``--offload-write-policy write_through``) decides what the host keeps by request, not by block, and
-its choices differ from a plain LRU of blocks in ways that move the answer:
-
-- **Order.** Each request gets a rank when it first stores or loads (a counter shared by the whole tier); a
-  block it stores or reuses ranks ``(request rank, -position)``, so while a request runs its blocks are older
-  than anything ranked after it started, and its tail leaves before its head. When the request finishes, all
-  the blocks it stored or reused are ranked anew, tail first, so its head is the most recently used block
-  (`LRUCachePolicy.on_request_finished`). A plain LRU in store order would drop the head first, which leaves
-  the rest of the chain unreachable (lookups run from the head).
-- **What is offered.** Each step offers the blocks the request completed since its last successful store
-  (its own hits included), except that a request loading host hits skips every hit block (vLLM's default
-  ``CHUNK_LEVEL`` policy). A block the host holds is reused (ranked as above), one it lacks is stored.
-- **All or nothing.** A store that needs more evictions than the host has blocks outside the offer fails
-  whole, and its blocks are offered again with the next step's (`prepare_store` returns None and the
-  request's store index does not advance): a host smaller than one step's blocks stores nothing.
-- **Store threshold.** With ``store_threshold`` (``--offload-store-threshold``) a block is stored only once it
-  has been offered that many times (`store_filter.StoreFilter`); a skipped block is not offered again by the
-  same request.
-
-What kvsim leaves out: stores and loads complete at once (vLLM's are asynchronous, and a block being written
-or read cannot be evicted meanwhile); a request preempted and recomputed starts a new record (vLLM keeps its
-rank and the blocks it has seen); ARC (vLLM's other policy).
-
-The allocator's calls (``paged.py``), each with the sequence id as the request::
-
-    n = tier.lookup(hashes, start, stop)      # as `HostTier`
-    tier.load(seq, hashes, start, n)          # host hits hashes[start:start + n] loaded
-    tier.computed(seq, hashes, full)          # the sequence has hashes[:full] computed: store what is due
-    tier.release(seq, finished)               # the sequence is freed (finished: for good)
+Why not a plain LRU of blocks: vLLM 0.33's ``LRUCachePolicy`` ranks by request. Each request gets a rank
+when it first records a block (a counter shared by the whole tier); a block it stores or reuses ranks
+``(request rank, -position)``, so while a request runs its blocks are older than anything ranked after it
+started, and its tail leaves before its head. When the request finishes, all the blocks it stored or reused
+are ranked anew, tail first, so its head is the most recently used block (``on_request_finished``). A plain
+LRU in store order would drop the head first, which leaves the rest of the chain unreachable (lookups run
+from the head). What is offered and stored when is `request_tier.RequestTier`'s.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from operator import itemgetter
 
-from allocators.host_tier import HostTier
-from allocators.store_filter import StoreFilter
+from allocators.request_tier import Access, RequestTier
 
 _SHIFT = 24
 _QUEUED = (1 << _SHIFT) - 1
@@ -48,7 +22,6 @@ _TOP = (1 << (_SHIFT - 1)) - 1
 """Ranks are ints: ``(tick, 1)`` is ``tick << _SHIFT | _QUEUED`` and ``(request rank, -position)`` is
 ``rank << _SHIFT | (_TOP - position)`` (positions below 2**23 blocks), so they compare as the pairs do and
 cost no tuple."""
-
 
 _position = itemgetter(1)
 
@@ -58,19 +31,8 @@ def _request_rank(rank: int, pos: int) -> int:
     return (rank << _SHIFT) + _TOP - pos
 
 
-@dataclass(slots=True)
-class _Access:
-    """A request's record: its rank (0 until it first records a block), the blocks it has stored or reused
-    (hash -> position, first seen first) and where its next offer starts."""
-
-    rank: int = 0
-    seen: dict[int, int] = field(default_factory=dict)
-    next_stored: int = 0
-
-
-class WriteThroughTier(HostTier):
-    """`HostTier`'s blocks, swap parking and lookups, ordered and filled as vLLM's CPU offloading manager
-    does (the module doc).
+class LruTier(RequestTier):
+    """`RequestTier` ordered as vLLM's LRU policy orders it (the module doc).
 
     Every cached hash has a rank (an int, ``_SHIFT``): ``(tick, 1)`` once ranked by a finished request,
     ``(request rank, -position)`` while a running request holds its latest rank. Ticks and request ranks come
@@ -81,15 +43,10 @@ class WriteThroughTier(HostTier):
     ranks: from the queue's head in bulk as long as no request holds an older rank and nothing in the way is
     protected, else one at a time, merging the queue with the requests' lists from their tails."""
 
-    __slots__ = ("store_filter", "_rank", "_order_ticks", "_groups", "_unsorted", "_group_ranks", "_num_queued",
-                 "_clock", "_requests")
-
-    write_through = True
+    __slots__ = ("_rank", "_order_ticks", "_groups", "_unsorted", "_group_ranks", "_num_queued", "_clock")
 
     def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0) -> None:
-        """``store_threshold``: offers a block needs before it is stored (below 2: none)."""
-        super().__init__(num_blocks, block_bytes)
-        self.store_filter = StoreFilter(store_threshold) if store_threshold >= 2 else None
+        super().__init__(num_blocks, block_bytes, store_threshold=store_threshold)
         self._rank: dict[int, int] = {}
         self._order_ticks: list[int] = []  # the tick of each entry of ``_order`` (increasing)
         self._groups: dict[int, list[tuple[int, int]]] = {}
@@ -97,92 +54,25 @@ class WriteThroughTier(HostTier):
         self._group_ranks: list[int] = []  # a heap of the request ranks that have (or had) a list
         self._num_queued = 0  # cached hashes ranked ``(tick, 1)``: live in the queue
         self._clock = 0
-        self._requests: dict[int, _Access] = {}
 
-    @property
-    def skipped_blocks(self) -> int:
-        return 0 if self.store_filter is None else self.store_filter.skipped_blocks
+    # -- the policy's ------------------------------------------------------------------------------------
+    def _recording(self, a: Access) -> None:
+        self._ranked(a)
 
-    # -- the allocator's calls -----------------------------------------------------------------------------
-    def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
-        """Load the host hits ``block_hashes[start:start + count]`` (after ``start`` GPU hits) into the GPU: the
-        request reuses them, and its stores skip every hit block. Returns the blocks loaded."""
-        lru = self._lru
-        a = self._access(seq_id)
-        for pos in range(start, start + count):
-            if block_hashes[pos] not in lru:
-                raise KeyError(block_hashes[pos])  # not a host hit (`lookup` first)
-            self._reuse(a, block_hashes[pos], pos)
-        a.next_stored = max(a.next_stored, start + count)
-        self.reloaded_blocks += count
-        return count
-
-    def computed(self, seq_id: int, block_hashes: Sequence[int], full: int) -> int:
-        """The sequence has computed its first ``full`` blocks: offer those after its last store (the tier
-        stores the new ones, evicting the lowest ranks outside the offer, or none if too few are left).
-        Returns the blocks stored."""
-        a = self._access(seq_id)
-        stop = min(full, len(block_hashes))
-        if stop <= a.next_stored:
-            return 0
-        if stop > _TOP:
-            raise ValueError(f"write-through tier: a request of {stop} blocks; ranks hold positions below {_TOP}")
-        start = a.next_stored
-        offered = block_hashes[start:stop]
-        lru = self._lru
-        passing = None if self.store_filter is None else set(self.store_filter.offer(offered, lru))
-        new: dict[int, int] = {}  # hash -> position, first occurrence (a hash twice in one offer is stored once)
-        held: list[tuple[int, int]] = []
-        for pos, h in enumerate(offered, start):
-            if h in lru:
-                held.append((pos, h))
-            elif passing is None or h in passing:
-                new.setdefault(h, pos)
-        if not new and not held:
-            a.next_stored = stop
-            return 0
-        need = len(new) - len(self._free)
-        stored = need <= 0 or self._evict(need, set(offered))  # all or nothing
-        # vLLM records the offer (reused blocks ranked, new ones seen, even if the store fails) before it
-        # evicts; doing it after orders nothing differently, as the offer is protected.
-        rank = self._ranked(a)
-        seen = a.seen
-        for pos, h in held:
-            if h not in seen:
-                self._reuse(a, h, pos)
-        seen.update(new)
-        if not stored:
-            return 0  # offered again with the next step's blocks
-        if new:
-            self._store(new, rank)
-        a.next_stored = stop
-        return len(new)
-
-    def _store(self, new: dict[int, int], rank: int) -> None:
-        """Put ``new`` (hash -> position, none cached, as many blocks free) on the host, ranked as the request
-        ``rank``'s: in bulk, as a prefill stores hundreds at once."""
-        free, n = self._free, len(new)
-        blocks = free[:-n - 1:-1]  # popped from the end
-        del free[-n:]
+    def _store(self, new: dict[int, int], a: Access) -> None:
+        """Rank ``new`` as the request's, in bulk: a prefill stores hundreds at once."""
         keys = list(new)
-        self._lru.update(zip(keys, blocks, strict=True))
-        top = (rank << _SHIFT) + _TOP
+        top = (a.rank << _SHIFT) + _TOP
         self._rank.update(zip(keys, [top - pos for pos in new.values()], strict=True))
-        group = self._group(rank)
-        first = next(iter(new.values()))
-        if group and group[-1][0] > first:
-            self._unsorted.add(rank)
+        group = self._group(a.rank)
+        if group and group[-1][0] > next(iter(new.values())):
+            self._unsorted.add(a.rank)
         group += zip(new.values(), keys, strict=True)
-        self.offloaded_blocks += n
 
-    def release(self, seq_id: int, finished: bool) -> None:
-        """The sequence is freed: if it ``finished``, every block it stored or reused is ranked anew, tail
-        first (its head the most recently used); either way its record ends."""
-        a = self._requests.pop(seq_id, None)
-        if a is None or not finished:
-            return
+    def _finish(self, a: Access) -> None:
+        """Rank every block the request stored or reused anew, tail first (its head the most recent)."""
         lru, ranks = self._lru, self._rank
-        keys = [h for h, _ in sorted(a.seen.items(), key=_position, reverse=True) if h in lru]  # tail first
+        keys = [h for h, _ in sorted(a.seen.items(), key=_position, reverse=True) if h in lru]
         for h in keys:
             if ranks[h] & _QUEUED == _QUEUED:  # ranked by tick already (reused, ranked after this request)
                 self._unqueue(h)
@@ -193,28 +83,26 @@ class WriteThroughTier(HostTier):
         self._order_blocks += [lru[h] for h in keys]
         self._order_ticks += range(first, self._clock + 1)
         self._num_queued += len(keys)
-        self._groups.pop(a.rank, None)  # every hash in it is ranked anew or gone
-        self._unsorted.discard(a.rank)
+
+    def _forget(self, a: Access, finished: bool) -> None:
+        if finished:  # every hash in its list is ranked anew or gone; a preempted request's keep their ranks
+            self._groups.pop(a.rank, None)
+            self._unsorted.discard(a.rank)
+
+    def _check_positions(self, stop: int) -> None:
+        if stop > _TOP:
+            raise ValueError(f"write-through tier: a request of {stop} blocks; ranks hold positions below {_TOP}")
 
     # -- ranks ---------------------------------------------------------------------------------------------
-    def _access(self, seq_id: int) -> _Access:
-        a = self._requests.get(seq_id)
-        if a is None:
-            a = self._requests[seq_id] = _Access()
-        return a
-
-    def _ranked(self, a: _Access) -> int:
+    def _ranked(self, a: Access) -> int:
         """The request's rank, taken from the clock when it first records a block (vLLM's request rank)."""
         if not a.rank:
             self._clock += 1
             a.rank = self._clock
         return a.rank
 
-    def _reuse(self, a: _Access, block_hash: int, pos: int) -> None:
-        """A held block the request reuses, the first time it sees it: ranked no lower than the request's."""
-        if block_hash in a.seen:
-            return
-        a.seen[block_hash] = pos
+    def _reuse(self, a: Access, block_hash: int, pos: int) -> None:
+        """Ranked no lower than the request's."""
         rank = self._ranked(a)
         if self._rank[block_hash] < _request_rank(rank, pos):
             self._to_group(block_hash, rank, pos)
@@ -345,23 +233,11 @@ class WriteThroughTier(HostTier):
             head += 1
         self._dequeue_past(head, left)
 
-    def _room(self) -> int | None:
-        """A free host block for swapped KV, evicting the lowest-ranked cached hash if none is free."""
-        if not self._free and not self._evict(1, set()):
-            return None
-        return self._free.pop()
-
     def _dequeue(self, head: int) -> None:
+        """`HostTier._dequeue`, the ticks with the hashes."""
         if head > 1024 and 2 * head > len(self._order):
             del self._order_ticks[:head]
         super()._dequeue(head)
-
-    # -- the write-back calls do not apply ------------------------------------------------------------------
-    def offload_many(self, block_hashes: Sequence[int]) -> int:
-        raise TypeError("a write-through tier is given computed blocks (`computed`), not evicted ones")
-
-    def take(self, block_hashes: Sequence[int]) -> int:
-        raise TypeError("a write-through tier loads a request's hits with `load`")
 
     def _check_order(self) -> None:
         """Every cached hash has a rank; the queue holds a live entry, with its tick, for exactly those ranked by

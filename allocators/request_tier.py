@@ -1,0 +1,204 @@
+"""`RequestTier`: a host tier that stores blocks as they are computed and decides by request, as vLLM's CPU
+offloading manager does (``--offload-write-policy write_through``).
+
+Why: vLLM 0.33's ``OffloadingConnector`` with its CPU spec (the oracle's version) does not see blocks, it sees
+requests: what a request offers, reuses and stores, and when it finishes. Its two host policies, LRU
+(`lru_tier.LruTier`, the default) and ARC (`arc_tier.ArcTier`, ``eviction_policy: arc``),
+rank blocks on those events. What they share, here:
+
+- **What is offered.** Each step offers the blocks the request completed since its last successful store
+  (its own hits included), except that a request loading host hits skips every hit block (vLLM's default
+  ``CHUNK_LEVEL`` policy). A block the host holds is reused, one it lacks is stored.
+- **All or nothing.** A store that needs more evictions than the host has blocks outside the offer fails
+  whole, and its blocks are offered again with the next step's (`prepare_store` returns None and the
+  request's store index does not advance): a host smaller than one step's blocks stores nothing.
+- **Store threshold.** With ``store_threshold`` (``--offload-store-threshold``) a block is stored only once it
+  has been offered that many times (`store_filter.StoreFilter`); a skipped block is not offered again by the
+  same request.
+- **A request's record**: the blocks it has stored or reused (with their positions), which of them it
+  inserted and which it reused, and the store misses it has reported; the policy reads it when the request
+  finishes (`release`).
+
+What kvsim leaves out: stores and loads complete at once (vLLM's are asynchronous, and a block being written
+or read cannot be evicted meanwhile); a request preempted and recomputed starts a new record (vLLM keeps its
+record and the blocks it has seen).
+
+The allocator's calls (``paged.py``; ``KVMemory.free`` calls `release`), each with the sequence id as the
+request::
+
+    n = tier.lookup(hashes, start, stop)      # as `HostTier`
+    tier.load(seq, hashes, start, n)          # host hits hashes[start:start + n] loaded
+    tier.computed(seq, hashes, full)          # the sequence has hashes[:full] computed: store what is due
+    tier.release(seq, finished)               # the sequence is freed (finished: for good)
+
+A policy implements `_recording`, `_reuse` (via `_reused`), `_missed`, `_evict`, `_store`, `_finish`,
+`_forget` and `_check_order`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from allocators.host_tier import HostTier
+from allocators.store_filter import StoreFilter
+
+
+@dataclass(slots=True)
+class Access:
+    """A request's record: its rank (LRU: 0 until it first records a block), the blocks it has stored or
+    reused (hash -> position, first seen first), where its next offer starts, the blocks it inserted and
+    those it reused, and the store misses it has reported."""
+
+    rank: int = 0
+    seen: dict[int, int] = field(default_factory=dict)
+    next_stored: int = 0
+    inserted: set[int] = field(default_factory=set)
+    reused: set[int] = field(default_factory=set)
+    misses: set[int] = field(default_factory=set)
+
+
+class RequestTier(HostTier):
+    """`HostTier`'s blocks, swap parking and lookups, filled by request (the module doc); the order is the
+    subclass's."""
+
+    __slots__ = ("store_filter", "_requests")
+
+    write_through = True
+
+    def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0) -> None:
+        """``store_threshold``: offers a block needs before it is stored (below 2: none)."""
+        super().__init__(num_blocks, block_bytes)
+        self.store_filter = StoreFilter(store_threshold) if store_threshold >= 2 else None
+        self._requests: dict[int, Access] = {}
+
+    @property
+    def skipped_blocks(self) -> int:
+        return 0 if self.store_filter is None else self.store_filter.skipped_blocks
+
+    # -- the allocator's calls -----------------------------------------------------------------------------
+    def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
+        """Load the host hits ``block_hashes[start:start + count]`` (after ``start`` GPU hits) into the GPU: the
+        request reuses them, and its stores skip every hit block. Returns the blocks loaded."""
+        lru = self._lru
+        a = self._access(seq_id)
+        for pos in range(start, start + count):
+            if block_hashes[pos] not in lru:
+                raise KeyError(block_hashes[pos])  # not a host hit (`lookup` first)
+            self._reused(a, block_hashes[pos], pos)
+        a.next_stored = max(a.next_stored, start + count)
+        self.reloaded_blocks += count
+        return count
+
+    def computed(self, seq_id: int, block_hashes: Sequence[int], full: int) -> int:
+        """The sequence has computed its first ``full`` blocks: offer those after its last store (the tier
+        stores the new ones, evicting as its policy says outside the offer, or none if too few are left).
+        Returns the blocks stored."""
+        a = self._access(seq_id)
+        stop = min(full, len(block_hashes))
+        if stop <= a.next_stored:
+            return 0
+        self._check_positions(stop)
+        start = a.next_stored
+        offered = block_hashes[start:stop]
+        lru = self._lru
+        passing = None if self.store_filter is None else set(self.store_filter.offer(offered, lru))
+        new: dict[int, int] = {}  # hash -> position, first occurrence (a hash twice in one offer is stored once)
+        held: list[tuple[int, int]] = []
+        for pos, h in enumerate(offered, start):
+            if h in lru:
+                held.append((pos, h))
+            elif passing is None or h in passing:
+                new.setdefault(h, pos)
+        if not new and not held:
+            a.next_stored = stop
+            return 0
+        if new:
+            self._missed(a, new)
+        need = len(new) - len(self._free)
+        stored = need <= 0 or self._evict(need, set(offered))  # all or nothing
+        # vLLM records the offer (reused blocks, new ones seen, even if the store fails) before it evicts;
+        # doing it after orders nothing differently, as the offer is protected.
+        self._recording(a)
+        for pos, h in held:
+            self._reused(a, h, pos)
+        a.seen.update(new)
+        if not stored:
+            return 0  # offered again with the next step's blocks
+        if new:
+            free, n = self._free, len(new)
+            blocks = free[:-n - 1:-1]  # popped from the end
+            del free[-n:]
+            self._lru.update(zip(new, blocks, strict=True))
+            self._store(new, a)
+            a.inserted.update(new)
+            self.offloaded_blocks += n
+        a.next_stored = stop
+        return len(new)
+
+    def release(self, seq_id: int, finished: bool) -> None:
+        """The sequence is freed: if it ``finished``, the policy reads its record (`_finish`); either way the
+        record ends."""
+        a = self._requests.pop(seq_id, None)
+        if a is None:
+            return
+        if finished:
+            self._finish(a)
+        self._forget(a, finished)
+
+    # -- the record ----------------------------------------------------------------------------------------
+    def _access(self, seq_id: int) -> Access:
+        a = self._requests.get(seq_id)
+        if a is None:
+            a = self._requests[seq_id] = Access()
+        return a
+
+    def _reused(self, a: Access, block_hash: int, pos: int) -> None:
+        """A held block the request offers or loads: reused unless it inserted it, and recorded (`_reuse`) the
+        first time it sees it."""
+        if block_hash not in a.inserted:
+            a.reused.add(block_hash)
+        if block_hash not in a.seen:
+            a.seen[block_hash] = pos
+            self._reuse(a, block_hash, pos)
+
+    def _check_positions(self, stop: int) -> None:
+        """A policy whose ranks hold bounded positions refuses a longer request (none here)."""
+
+    # -- the policy's ------------------------------------------------------------------------------------
+    def _recording(self, a: Access) -> None:
+        """The request records blocks of an offer (before `_reuse` and `_store`)."""
+
+    def _reuse(self, a: Access, block_hash: int, pos: int) -> None:
+        """A held block the request reuses, first seen."""
+
+    def _missed(self, a: Access, new: dict[int, int]) -> None:
+        """Blocks the request offers that the host lacks, before the store evicts for them."""
+
+    def _evict(self, count: int, protected: set[int]) -> bool:
+        """Drop ``count`` cached hashes outside ``protected`` (their blocks to the free list); False, changing
+        nothing, if there are fewer."""
+        raise NotImplementedError
+
+    def _store(self, new: dict[int, int], a: Access) -> None:
+        """Order ``new`` (hash -> position, just cached in `_lru`) as the request's."""
+        raise NotImplementedError
+
+    def _finish(self, a: Access) -> None:
+        """The request finished: reorder what it stored and reused."""
+
+    def _forget(self, a: Access, finished: bool) -> None:
+        """The request's record ends."""
+
+    def _room(self) -> int | None:
+        """A free host block for swapped KV, evicting as the policy says if none is free."""
+        if not self._free and not self._evict(1, set()):
+            return None
+        return self._free.pop()
+
+    # -- the write-back calls do not apply ------------------------------------------------------------------
+    def offload_many(self, block_hashes: Sequence[int]) -> int:
+        raise TypeError("a write-through tier is given computed blocks (`computed`), not evicted ones")
+
+    def take(self, block_hashes: Sequence[int]) -> int:
+        raise TypeError("a write-through tier loads a request's hits with `load`")

@@ -1,0 +1,81 @@
+"""The write-through tier's eviction policy end to end (``--offload-eviction-policy``, vLLM's
+``eviction_policy``): ARC keeps a shared prefix that one-off prompts would push out of an LRU host; decode
+runs skipped ahead evict what stepping evicts; the summary key; where the flag does nothing; a bad value."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sim.cli import main
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_summary
+from tests.sim.test_sim_host_tier import SMALL_GPU, host_gib
+from workloads.named import generate
+from workloads.workload import Workload
+
+
+def prefix_among_one_offs() -> Workload:
+    """Prefix group 0 twice in a row, then three one-off prompts (groups 1, 2, 3), then group 0 again, and so
+    on: 600-token prompts whose first 512 tokens are their group's, each request alone."""
+    groups = np.array([0, 0, 1, 2, 3, 0, 4, 5, 6, 0])
+    n = len(groups)
+    return Workload(arrival_time_s=np.arange(n) * 100.0, prompt_tokens=np.full(n, 600), output_tokens=np.full(n, 5),
+                    prefix_group=groups, prefix_len=np.full(n, 512), name="prefix-among-one-offs")
+
+
+def test_arc_keeps_a_reused_prefix_that_one_off_prompts_push_out_of_lru():
+    """A host of 80 blocks behind a GPU of 47 (37 blocks a request, 32 of them its group's prefix). The second
+    request reuses the prefix from the GPU and offers it, held on the host: ARC moves it to T2 when the request
+    finishes, and the three one-off requests that follow (111 blocks) churn T1 around it, so the next use of
+    the prefix loads all 32 prefix blocks from the host (the GPU lost them), and so does the use after the
+    next three one-offs; LRU ranks the prefix newest too, but the one-offs push it off the host all the
+    same."""
+    runs = {policy: run_simulation(SimConfig(cpu_offload_gib=host_gib(80), offload_write_policy="write_through",
+                                             offload_eviction_policy=policy, **SMALL_GPU), prefix_among_one_offs())
+            for policy in ("lru", "arc")}
+    for r in runs.values():
+        assert r.requests["gpu_hit_tokens"].tolist() == [0, 512] + [0] * 8
+    assert runs["lru"].requests["host_hit_tokens"].tolist() == [0] * 10
+    assert runs["arc"].requests["host_hit_tokens"].tolist() == [0] * 5 + [512] + [0] * 3 + [512]
+    for policy, r in runs.items():
+        assert r.summary["offload_eviction_policy"] == policy
+
+
+def test_fast_forward_equals_step_by_step_under_arc():
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
+                 "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
+                 system_prompt_frac=0.5)
+    options = dict(allocator="radix", kv_tokens=6000, cpu_offload_gib=0.2, offload_write_policy="write_through",
+                   offload_eviction_policy="arc", debug_invariants=50)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["host_hit_tokens"] > 0
+    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    assert_same_summary(fast.summary, slow.summary)
+
+
+def test_the_flag_is_reported_and_named_where_it_does_nothing():
+    common = ["--num-requests", "3", "--step-time", "0.01", "--json", "--offload-eviction-policy", "arc"]
+    cases = {
+        ("--cpu-offload-gib", "1", "--offload-write-policy", "write_through"): None,
+        ("--cpu-offload-gib", "1"): "it is vLLM's policy for its write-through tier; the write_back tier (SGLang's) "
+                                    "evicts LRU",
+        (): "this run has no host tier to evict from",
+    }
+    for flags, why in cases.items():
+        result = CliRunner().invoke(main, ["run", *flags, *common])
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["offload_eviction_policy"] == ("arc" if flags else None)
+        assert summary.get("ignored_settings") == (None if why is None else {"--offload-eviction-policy arc": why})
+
+
+def test_a_bad_policy_is_a_one_line_error():
+    result = CliRunner().invoke(main, ["run", "--cpu-offload-gib", "1", "--offload-eviction-policy", "lfu"])
+    assert result.exit_code == 2 and "'lfu' is not one of 'lru', 'arc'" in result.output
+    with pytest.raises(ValueError, match="^--offload-eviction-policy must be one of lru, arc, got 'fifo'$"):
+        SimConfig(offload_eviction_policy="fifo")
