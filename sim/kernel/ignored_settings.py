@@ -30,20 +30,20 @@ def ignored_settings(config: SimConfig, hybrid: bool) -> dict[str, str]:
     no_tier = config.cpu_offload_gib == 0 or name not in host_tier_allocators() or not config.prefix_caching
     if config.offload_write_policy != defaults.offload_write_policy and no_tier:
         ignored[f"--offload-write-policy {config.offload_write_policy}"] = "this run has no host tier to write to"
+    write_through_only = []  # (flag, what a tier would do with it, why a write-back tier ignores it)
     if config.offload_store_threshold >= 2:
-        flag = f"--offload-store-threshold {config.offload_store_threshold}"
-        if no_tier:
-            ignored[flag] = "this run has no host tier to store to"
-        elif config.offload_write_policy != "write_through":
-            ignored[flag] = ("it filters write-through stores (vLLM's store_threshold); a write_back tier stores "
-                             "only what the GPU evicts")
+        write_through_only.append((f"--offload-store-threshold {config.offload_store_threshold}", "store to",
+                                   "it filters write-through stores (vLLM's store_threshold); a write_back tier "
+                                   "stores only what the GPU evicts"))
     if config.offload_eviction_policy != defaults.offload_eviction_policy:
-        flag = f"--offload-eviction-policy {config.offload_eviction_policy}"
+        write_through_only.append((f"--offload-eviction-policy {config.offload_eviction_policy}", "evict from",
+                                   "it is vLLM's policy for its write-through tier; the write_back tier (SGLang's) "
+                                   "evicts LRU"))
+    for flag, verb, why in write_through_only:
         if no_tier:
-            ignored[flag] = "this run has no host tier to evict from"
+            ignored[flag] = f"this run has no host tier to {verb}"
         elif config.offload_write_policy != "write_through":
-            ignored[flag] = ("it is vLLM's policy for its write-through tier; the write_back tier (SGLang's) "
-                             "evicts LRU")
+            ignored[flag] = why
     if config.page_size_kib != defaults.page_size_kib and not maps_pages(name):
         ignored[f"--page-size-kib {config.page_size_kib}"] = f"only vattention maps pages; {name} does not"
     if config.placement != defaults.placement and not places_slabs(name):

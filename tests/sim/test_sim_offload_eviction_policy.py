@@ -1,6 +1,7 @@
 """The write-through tier's eviction policy end to end (``--offload-eviction-policy``, vLLM's
-``eviction_policy``): ARC keeps a shared prefix that one-off prompts would push out of an LRU host; decode
-runs skipped ahead evict what stepping evicts; the summary key; where the flag does nothing; a bad value."""
+``eviction_policy``): ARC keeps a shared prefix that one-off prompts would push out of an LRU host; the
+summary key; where the flag does nothing; a bad value (decode runs skipped ahead against stepping:
+`test_sim_offload_write_policy`)."""
 
 import json
 
@@ -11,9 +12,7 @@ from click.testing import CliRunner
 from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_summary
 from tests.sim.test_sim_host_tier import SMALL_GPU, host_gib
-from workloads.named import generate
 from workloads.workload import Workload
 
 
@@ -42,20 +41,6 @@ def test_arc_keeps_a_reused_prefix_that_one_off_prompts_push_out_of_lru():
     assert runs["arc"].requests["host_hit_tokens"].tolist() == [0] * 5 + [512] + [0] * 3 + [512]
     for policy, r in runs.items():
         assert r.summary["offload_eviction_policy"] == policy
-
-
-def test_fast_forward_equals_step_by_step_under_arc():
-    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
-                 "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
-                 system_prompt_frac=0.5)
-    options = dict(allocator="radix", kv_tokens=6000, cpu_offload_gib=0.2, offload_write_policy="write_through",
-                   offload_eviction_policy="arc", debug_invariants=50)
-    fast = run_simulation(SimConfig(**options), w)
-    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
-    assert fast.summary["host_hit_tokens"] > 0
-    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
-        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
-    assert_same_summary(fast.summary, slow.summary)
 
 
 def test_the_flag_is_reported_and_named_where_it_does_nothing():

@@ -1,7 +1,8 @@
 """The store threshold of a write-through host tier end to end (``--offload-store-threshold``, vLLM's
 ``store_threshold``): a block reaches the host once that many requests have offered it, by hand on two
-prefix groups taking turns; fewer stores, and hits only from the third use on; decode runs skipped ahead store
-what stepping stores; the summary keys; where the flag does nothing; a bad value."""
+prefix groups taking turns; fewer stores, and hits only from the third use on; a fleet's replicas' skipped
+stores summed; the summary keys; where the flag does nothing; a bad value (decode runs skipped ahead against
+stepping: `test_sim_offload_write_policy`)."""
 
 import json
 
@@ -12,7 +13,6 @@ from click.testing import CliRunner
 from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_summary
 from tests.sim.test_sim_host_tier import BLOCK_BYTES, SMALL_GPU
 from workloads.named import generate
 from workloads.workload import Workload
@@ -49,22 +49,6 @@ def test_blocks_are_stored_once_offered_often_enough(threshold, host_hits, store
     assert r.summary["offload_bytes"] == stored * BLOCK_BYTES
     assert r.summary["offload_stores_skipped"] == skipped
     assert r.summary["offload_store_threshold"] == threshold
-
-
-def test_fast_forward_equals_step_by_step_with_a_threshold():
-    """Sessions on a small GPU and a 16-block host: generated blocks are offered as decoding fills them, and
-    skipping decode runs ahead must offer them in the steps stepping does."""
-    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
-                 "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
-                 system_prompt_frac=0.5)
-    options = dict(allocator="radix", kv_tokens=6000, cpu_offload_gib=0.2, offload_write_policy="write_through",
-                   offload_store_threshold=2, debug_invariants=50)
-    fast = run_simulation(SimConfig(**options), w)
-    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
-    assert fast.summary["host_hit_tokens"] > 0 and fast.summary["offload_stores_skipped"] > 0
-    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
-        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
-    assert_same_summary(fast.summary, slow.summary)
 
 
 def test_the_flag_is_reported_and_named_where_it_does_nothing():

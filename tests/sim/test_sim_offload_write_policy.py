@@ -69,15 +69,19 @@ def test_generated_blocks_are_stored_as_decoding_fills_them():
     assert back.summary["offload_bytes"] == 0
 
 
-@pytest.mark.parametrize("allocator", ["paged", "paged-cow", "radix"])
-def test_fast_forward_equals_step_by_step_when_written_through(allocator):
+@pytest.mark.parametrize(("allocator", "tier"), [
+    ("paged", {}), ("paged-cow", {}), ("radix", {}),
+    ("radix", {"offload_store_threshold": 2}), ("radix", {"offload_eviction_policy": "arc"}),
+])
+def test_fast_forward_equals_step_by_step_when_written_through(allocator, tier):
     """Sessions (generated blocks have hashes) on a small GPU and a 16-block host, where the order of stores
-    decides what the host keeps: skipping decode runs ahead must store in the steps stepping does."""
+    decides what the host keeps: skipping decode runs ahead must store in the steps stepping does, with a
+    store threshold (generated blocks are offered as decoding fills them) and under ARC too."""
     w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
                  "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
                  system_prompt_frac=0.5)
     options = dict(allocator=allocator, kv_tokens=6000, cpu_offload_gib=0.2, offload_write_policy="write_through",
-                   debug_invariants=50)
+                   debug_invariants=50, **tier)
     fast = run_simulation(SimConfig(**options), w)
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert len(fast.steps) < len(slow.steps)
