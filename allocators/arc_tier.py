@@ -22,8 +22,11 @@ What is offered and stored when is `request_tier.RequestTier`'s.
 from __future__ import annotations
 
 from collections import OrderedDict
+from operator import itemgetter
 
 from allocators.request_tier import Access, RequestTier
+
+_position = itemgetter(1)
 
 
 class ArcTier(RequestTier):
@@ -63,7 +66,7 @@ class ArcTier(RequestTier):
 
     def _finish(self, a: Access) -> None:
         t1, t2 = self._t1, self._t2
-        for h, _ in sorted(a.seen.items(), key=lambda item: item[1], reverse=True):
+        for h, _ in sorted(a.seen.items(), key=_position, reverse=True):  # tail first
             if h in a.inserted and h not in a.reused:
                 if h in t1:
                     t1.move_to_end(h)
