@@ -42,6 +42,7 @@ The interface an allocator uses (a few lines each; paged wires them in ``paged.p
     tier.offload_many(block_hashes)      # the same for every block one allocation evicts, in order
     n = tier.lookup(hashes, start, stop) # consecutive host hits hashes[start:stop] after `start` GPU hits
     tier.take(hashes[start:start + n])   # load them into newly allocated GPU blocks (counts reload bytes)
+    tier.load(seq, hashes, start, n)     # the same, as a paged allocator asks every tier
     tier.swap_out(key, blocks) / tier.swap_in(key)   # a preempted request's KV parked on the host
     tier.check_invariants()
 
@@ -307,6 +308,11 @@ class HostTier:
             self._touch(h)
         self.reloaded_blocks += len(block_hashes)
         return len(block_hashes)
+
+    def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
+        """`take` the host hits ``block_hashes[start:start + count]`` of sequence ``seq_id`` (the call a paged
+        allocator makes of every tier; a write-back tier does not need the sequence)."""
+        return self.take(block_hashes[start:start + count])
 
     def swap_out(self, key: int, num_blocks: int) -> bool:
         """Park ``num_blocks`` blocks of a preempted request's KV under ``key``, evicting cached blocks as

@@ -98,10 +98,7 @@ class PagedAllocator(PagedQueries):
         tier = self.host_tier
         loaded = self._host_hits(block_hashes, len(hits), num_tokens) if tier is not None else 0
         if loaded:  # host hits fill the first new blocks, cached under their hashes below like computed ones
-            if tier.write_through:
-                tier.load(seq_id, block_hashes, len(hits), loaded)
-            else:
-                tier.take(block_hashes[len(hits):len(hits) + loaded])
+            tier.load(seq_id, block_hashes, len(hits), loaded)
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         s = SeqBlocks(table, num_tokens, final_tokens, hashes, own_from if hashes else None)

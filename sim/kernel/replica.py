@@ -106,9 +106,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
-        "offload_write_policy": config.offload_write_policy if config.cpu_offload_gib > 0 else None,
-        "offload_store_threshold": config.offload_store_threshold if config.cpu_offload_gib > 0 else None,
-        "offload_eviction_policy": config.offload_eviction_policy if config.cpu_offload_gib > 0 else None,
+        **{key: getattr(config, key) if config.cpu_offload_gib > 0 else None
+           for key in ("offload_write_policy", "offload_store_threshold", "offload_eviction_policy")},
     }
     hybrid = bool(hybrid_kv_groups(config, model))
     if ignored := ignored_settings(config, hybrid):

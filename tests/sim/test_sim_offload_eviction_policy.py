@@ -3,7 +3,6 @@
 summary key; where the flag does nothing; a bad value (decode runs skipped ahead against stepping:
 `test_sim_offload_write_policy`)."""
 
-import json
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from tests.sim.test_sim_host_tier import SMALL_GPU, host_gib
+from tests.sim.test_sim_offload_write_policy import TIER_SETTINGS, summaries_by_tier
 from workloads.workload import Workload
 
 
@@ -44,19 +44,14 @@ def test_arc_keeps_a_reused_prefix_that_one_off_prompts_push_out_of_lru():
 
 
 def test_the_flag_is_reported_and_named_where_it_does_nothing():
-    common = ["--num-requests", "3", "--step-time", "0.01", "--json", "--offload-eviction-policy", "arc"]
-    cases = {
-        ("--cpu-offload-gib", "1", "--offload-write-policy", "write_through"): None,
-        ("--cpu-offload-gib", "1"): "it is vLLM's policy for its write-through tier; the write_back tier (SGLang's) "
-                                    "evicts LRU",
-        (): "this run has no host tier to evict from",
-    }
-    for flags, why in cases.items():
-        result = CliRunner().invoke(main, ["run", *flags, *common])
-        assert result.exit_code == 0, result.output
-        summary = json.loads(result.stdout)
-        assert summary["offload_eviction_policy"] == ("arc" if flags else None)
-        assert summary.get("ignored_settings") == (None if why is None else {"--offload-eviction-policy arc": why})
+    s = summaries_by_tier("--offload-eviction-policy", "arc")
+    assert [s[k]["offload_eviction_policy"] for k in TIER_SETTINGS] == ["arc", "arc", None]
+    assert "ignored_settings" not in s["write-through"]
+    assert s["write-back"]["ignored_settings"] == {
+        "--offload-eviction-policy arc": "it is vLLM's policy for its write-through tier; the write_back tier "
+                                         "(SGLang's) evicts LRU"}
+    assert s["no tier"]["ignored_settings"] == {
+        "--offload-eviction-policy arc": "this run has no host tier to evict from"}
 
 
 def test_a_bad_policy_is_a_one_line_error():

@@ -4,16 +4,14 @@ prefix groups taking turns; fewer stores, and hits only from the third use on; a
 stores summed; the summary keys; where the flag does nothing; a bad value (decode runs skipped ahead against
 stepping: `test_sim_offload_write_policy`)."""
 
-import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from tests.sim.test_sim_host_tier import BLOCK_BYTES, SMALL_GPU
+from tests.sim.test_sim_offload_write_policy import TIER_SETTINGS, summaries_by_tier
 from workloads.named import generate
 from workloads.workload import Workload
 
@@ -52,20 +50,14 @@ def test_blocks_are_stored_once_offered_often_enough(threshold, host_hits, store
 
 
 def test_the_flag_is_reported_and_named_where_it_does_nothing():
-    common = ["--num-requests", "3", "--step-time", "0.01", "--json", "--offload-store-threshold", "2"]
-    cases = {
-        ("--cpu-offload-gib", "1", "--offload-write-policy", "write_through"): None,
-        ("--cpu-offload-gib", "1"): "it filters write-through stores (vLLM's store_threshold); a write_back tier "
-                                    "stores only what the GPU evicts",
-        (): "this run has no host tier to store to",
-    }
-    for flags, why in cases.items():
-        result = CliRunner().invoke(main, ["run", *flags, *common])
-        assert result.exit_code == 0, result.output
-        summary = json.loads(result.stdout)
-        assert summary["offload_store_threshold"] == (2 if flags else None)
-        assert summary["offload_stores_skipped"] >= 0
-        assert summary.get("ignored_settings") == (None if why is None else {"--offload-store-threshold 2": why})
+    s = summaries_by_tier("--offload-store-threshold", "2")
+    assert [s[k]["offload_store_threshold"] for k in TIER_SETTINGS] == [2, 2, None]
+    assert all(summary["offload_stores_skipped"] >= 0 for summary in s.values())
+    assert "ignored_settings" not in s["write-through"]
+    assert s["write-back"]["ignored_settings"] == {
+        "--offload-store-threshold 2": "it filters write-through stores (vLLM's store_threshold); a write_back tier "
+                                       "stores only what the GPU evicts"}
+    assert s["no tier"]["ignored_settings"] == {"--offload-store-threshold 2": "this run has no host tier to store to"}
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True])

@@ -92,6 +92,22 @@ def test_fast_forward_equals_step_by_step_when_written_through(allocator, tier):
     assert_same_summary(fast.summary, slow.summary)
 
 
+TIER_SETTINGS = {"write-through": ("--cpu-offload-gib", "1", "--offload-write-policy", "write_through"),
+                 "write-back": ("--cpu-offload-gib", "1"), "no tier": ()}
+"""Three host tiers a write-through-only flag can meet (`summaries_by_tier`)."""
+
+
+def summaries_by_tier(*flag: str) -> dict[str, dict]:
+    """``kvsim run --json`` of three requests with ``flag``, behind each of `TIER_SETTINGS`: setting -> summary."""
+    summaries = {}
+    for setting, tier in TIER_SETTINGS.items():
+        result = CliRunner().invoke(main, ["run", *tier, "--num-requests", "3", "--step-time", "0.01", "--json",
+                                           *flag])
+        assert result.exit_code == 0, result.output
+        summaries[setting] = json.loads(result.stdout)
+    return summaries
+
+
 def test_the_flag_is_reported_and_named_where_it_does_nothing():
     common = ["--num-requests", "3", "--step-time", "0.01", "--json"]
     tiered = CliRunner().invoke(main, ["run", "--cpu-offload-gib", "1", "--offload-write-policy", "write_through",
