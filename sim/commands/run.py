@@ -115,8 +115,9 @@ def simulation_options(func):
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
         _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
                       help="Host memory (GiB, for the whole replica) for a KV tier behind the prefix cache: "
-                           "cached blocks are kept there, LRU (when the GPU evicts them, or as computed: "
-                           "--offload-write-policy), and host hits are loaded back over PCIe (0: no tier). vLLM's "
+                           "cached blocks are kept there (when the GPU evicts them, or as computed: "
+                           "--offload-write-policy; dropped LRU, or ARC: --offload-eviction-policy), and host "
+                           "hits are loaded back over PCIe (0: no tier). vLLM's "
                            "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
         _field_option("--offload-write-policy", type=click.Choice(OFFLOAD_WRITE_POLICIES),
                       help="When a block reaches the host tier: write_back (when the GPU evicts it) or "

@@ -98,7 +98,8 @@ def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.Data
     over_time.set_ylabel("prefix hit rate (of prompt tokens)")
     over_time.set_ylim(0, 1)
     percent_axis(over_time)
-    over_time.legend(fontsize="x-small", frameon=False)
+    over_time.legend(fontsize="x-small", frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                     ncol=2)  # below the panel: a line per run and tier would cover the curves
     over_time.set_title("hit rate by tier over time", fontsize="medium")
 
     saved = prefill_saved(summaries)
