@@ -86,10 +86,12 @@ def allocator_color(name: str) -> str:
 def run_colors(names: Iterable[str]) -> dict[str, str]:
     """Colours for the runs of one figure: an allocator keeps its fixed colour, any other run (``paged + host``,
     ``no reuse``) takes the next series colour no earlier run of the figure uses, so no two runs share one
-    (`allocator_color` alone hashes unknown names, and two can collide). Past the palette, colours repeat."""
+    (`allocator_color` alone hashes unknown names, and two can collide). Past the series colours come those of
+    allocators the figure does not draw; past those, colours repeat."""
     names = list(dict.fromkeys(names))
     colors = {n: ALLOCATOR_COLORS[n] for n in names if n in ALLOCATOR_COLORS}
-    spare = [c for c in SERIES_COLORS if c not in colors.values()] or list(SERIES_COLORS)
+    palette = dict.fromkeys((*SERIES_COLORS, *ALLOCATOR_COLORS.values()))
+    spare = [c for c in palette if c not in colors.values()] or list(SERIES_COLORS)
     others = [n for n in names if n not in colors]
     colors.update({n: spare[i % len(spare)] for i, n in enumerate(others)})
     return {n: colors[n] for n in names}
