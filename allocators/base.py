@@ -103,6 +103,15 @@ class Allocator(ABC):
     ``remove_skipped_blocks``; only a hybrid pool has windows). Decode growth otherwise only takes memory, so a
     queued request refused at the start of a decode run stays refused through it; a release can let it in, so
     the fast-forward ends a run where one happens while requests wait."""
+    hit_changes: int = 0
+    """Blocks a hybrid pool has evicted from or entered in its prefix cache so far, either of which can let a
+    queued request in during decode growth: a window group hits on the window's last blocks only and releases
+    blocks from the middle of a chain, so the free queue does not evict a chain tail first, and evicting one
+    block can cut a queued request's hit by many (a shorter hit's first chunk then needs fewer blocks); a block
+    a decoder fills may lengthen a queued request's hit (a session turn's output). The fast-forward ends a run
+    where growth changes it while requests wait, as it does at a window release. Pools whose hits are whole
+    prefixes evicted tail first leave it 0: an eviction there costs a queued request one hit block for the one
+    free block, and their decode fills say which hashes they index (`shared_fill`)."""
     slots_per_token: int = 1
     """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
     cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""
@@ -191,6 +200,11 @@ class Allocator(ABC):
     def grow_due(self, seq_id: int, num_tokens: int) -> tuple[int, int, int] | None:
         """`grow` reporting ``(headroom, new_blocks, reserved_delta)`` instead of copies; only allocators with
         ``reports_growth`` implement it (the caller reads the attribute, it never probes for the method)."""
+        raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
+
+    def shared_fill(self, seq_id: int, num_tokens: int) -> Sequence[int]:
+        """The hashes that `grow_due` of ``num_tokens`` would make hittable by other requests (blocks it fills
+        whose hashes others carry); only allocators with ``reports_growth`` implement it."""
         raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
 
     def register_prefix(self, block_hashes: Sequence[int]) -> int | None:

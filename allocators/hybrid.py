@@ -198,6 +198,7 @@ class HybridPagedAllocator(HybridQueries):
                 b = table[i]
                 if b and cache.block_hash[b] is None:
                     cache.insert(b, s.hashes[i] * n + g)
+        self.hit_changes += full - s.num_hashed
         s.num_hashed = full
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
@@ -232,7 +233,10 @@ class HybridPagedAllocator(HybridQueries):
     def _pop(self, g: int, count: int) -> list[int]:
         if count <= 0:
             return []
-        blocks = self._pool.pop_many(count)
+        pool = self._pool
+        cached = pool.num_cached
+        blocks = pool.pop_many(count)
+        self.hit_changes += cached - pool.num_cached  # `Allocator.hit_changes` (admissions count too: harmless)
         group_of = self._group_of
         for b in blocks:
             group_of[b] = g
@@ -266,6 +270,8 @@ class HybridPagedAllocator(HybridQueries):
         s.res = max(0, min(s.final, held) - s.tokens)
         self._reserved += s.res
         room = held - s.tokens
+        if room and self.prefix_caching and s.tokens // self.block_size < len(s.hashes):
+            room -= 1  # stop in the step that fills a hashed block: it is cached then (`_cache_full_blocks`)
         for g, w in enumerate(self.windows):
             if w is not None:
                 room = min(room, max(0, (s.skipped[g] + 1) * self.block_size + w - 1 - s.tokens))

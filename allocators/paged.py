@@ -174,12 +174,11 @@ class PagedAllocator(PagedQueries):
         s.tokens, s.room, s.res = tokens, held - tokens, res
         self._reserved += delta
         self._num_token_slots += num_tokens
-        headroom = held - tokens
         tier = self.host_tier
         if tier is not None and tier.write_through:  # the blocks this growth fills, as they are computed
             if (tokens - num_tokens) // bs < tokens // bs and s.hashes:
                 tier.computed(seq_id, s.hashes, tokens // bs)
-            headroom = self._headroom(s)  # one short of a block whose fill stores it
+        headroom = self._headroom(s) if s.hashes else held - tokens  # one short of a fill that is work
         done, hashes = s.num_hashed, s.hashes
         if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
             full = tokens // bs

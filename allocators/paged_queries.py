@@ -75,12 +75,29 @@ class PagedQueries(Allocator):
         return self._headroom(self._seqs[seq_id])
 
     def _headroom(self, s: SeqBlocks) -> int:
-        """The last block's free slots; one fewer where filling it is allocator work: a write-through tier
-        stores a block with a hash once it is full, in the step that fills it, skipped ahead or not."""
-        tier = self.host_tier
-        if s.room and tier is not None and tier.write_through and s.tokens // self.block_size < len(s.hashes):
-            return s.room - 1
+        """The last block's free slots; one fewer where filling it is allocator work in the step that fills
+        it, skipped ahead or not: a write-through tier stores a block with a hash once it is full, and a
+        block with a shared hash (a session turn's output, which the next turn's prompt carries) is indexed
+        in the prefix cache then, where a queued request may hit it at once (as vLLM caches a block when the
+        step that fills it is scheduled)."""
+        if s.room:
+            full = s.tokens // self.block_size
+            if full < len(s.hashes):
+                tier = self.host_tier
+                if tier is not None and tier.write_through or full < s.own_from and self.parks_own_blocks:
+                    return s.room - 1
         return s.room
+
+    def shared_fill(self, seq_id: int, num_tokens: int) -> Sequence[int]:
+        """The hashes that growing ``seq_id`` by ``num_tokens`` indexes in the prefix cache for other requests
+        (blocks it fills whose hashes are not its own: a session turn's output); empty, as a rule. Only an
+        allocator told which hashes are a request's own (``parks_own_blocks``: `paged`) can say; the others
+        (`radix`, `paged-cow`) say nothing, and their fast-forward may admit such a request a step late."""
+        s = self._seqs[seq_id]
+        done = s.num_hashed
+        if done >= s.own_from or done >= len(s.hashes) or not self.parks_own_blocks:
+            return ()
+        return s.hashes[done:min((s.tokens + num_tokens) // self.block_size, s.own_from)]
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:

@@ -6,12 +6,16 @@ step appends one token to each decoding sequence and nothing else happens, until
 - a sequence runs out of headroom (it needs a new block): the allocator is asked *at that step* and the run
   goes on, unless there is no room: the run then ends before that step, and the scheduler's next step
   preempts;
+- a sequence fills a block whose hash lengthens a queued request's prefix hit (a session turn's output,
+  which the next turn's prompt carries; `Allocator.shared_fill`): the run ends before that step, which the
+  scheduler plans, as step by step it would try the request there with the longer hit;
 - a group produces its last token: the run ends after that step;
 - a request arrives while the queue is empty: the run ends before the first step starting at or after it;
 - a sequence leaves the model's sliding window (its clipped context, which the clock reads, stops growing):
   the run ends before that step;
-- a window releases blocks (a hybrid pool) while requests wait: they may now fit, so the run ends at that
-  step and the scheduler plans it, as step by step it would try to admit them there.
+- a window releases blocks, or growth evicts or caches blocks (a hybrid pool), while requests wait: they
+  may now fit (`Allocator.hit_changes` says why), so the run ends at that step and the scheduler plans it,
+  as step by step it would try to admit them there.
 
 The step durations are linear in the step index (on each side of the roofline's crossover), so
 `StepCostModel.decode_run` sums them, and their index-weighted sum, which integrates the linearly growing
@@ -55,6 +59,8 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if not memory.reports_growth:
         return _run_by_sub_events(sched, cost, integral, waiting, horizon, b)
     grow_due = memory.grow_due
+    if sched.waiting and memory.prefix_caching:
+        grow_due = _ending_where_a_hit_grows(sched, grow_due)
     n = decode.n
     last = sched.next_completion()
     if last is None:
@@ -78,6 +84,25 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
         integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting,
                             evicted * seconds - evicted_t)
     return k, seconds
+
+
+def _ending_where_a_hit_grows(sched, grow_due):
+    """``grow_due`` that refuses (None: the run ends before that step, as when memory runs out) a sync that
+    would index a hash lengthening a queued request's hit: the hash after each one's hit, found at the first
+    shared fill of the run (session workloads; other runs never look)."""
+    shared_fill = sched.memory.shared_fill
+    frontier: set[int] | None = None
+
+    def grow(seq_id: int, num_tokens: int):
+        nonlocal frontier
+        filled = shared_fill(seq_id, num_tokens)
+        if filled:
+            if frontier is None:
+                frontier = sched.hit_frontier()
+            if not frontier.isdisjoint(filled):
+                return None
+        return grow_due(seq_id, num_tokens)
+    return grow
 
 
 def _window(decode, step: int, k: int) -> tuple[tuple[int, int] | None, int]:
@@ -126,7 +151,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         due = decode.pop_due(step)
         slots = maps = 0
         stopped = False
-        released = memory.window_released
+        openings = memory.growth_openings
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
             copies = memory.grow(seq_id, added)
@@ -140,8 +165,9 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
                 maps += c.pages if type(c) is PageMap else 0
             decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         # the step that preempts pays for what its syncs did, as it does step by step; so does a step at which
-        # a window released blocks while requests wait: they may now be admitted, so the scheduler plans it
-        if stopped or (sched.waiting and memory.window_released != released):
+        # a window released blocks, or a hybrid pool's prefix cache changed, while requests wait: they may now
+        # be admitted, so the scheduler plans it
+        if stopped or (sched.waiting and memory.growth_openings != openings):
             sched.carry = (slots, maps)
             return steps, total
         b = memory.breakdown(waiting)

@@ -34,7 +34,7 @@ class KVMemory:
     """An allocator plus the sequence ids of the groups placed in it."""
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
-                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "grow", "grow_due",
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "grow", "grow_due", "shared_fill",
                  "headroom", "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
@@ -58,14 +58,17 @@ class KVMemory:
         # would cost as much as they do. `grow_due` only where ``reports_growth``.
         self.grow = alloc.grow
         self.grow_due = alloc.grow_due
+        self.shared_fill = alloc.shared_fill
         self.headroom = alloc.headroom
         self.grow_chunk = alloc.grow_chunk
 
     # -- questions -----------------------------------------------------------------------------------------
     @property
-    def window_released(self) -> int:
-        """Blocks released so far by sliding windows during growth (`Allocator.window_released`)."""
-        return self._alloc.window_released
+    def growth_openings(self) -> int:
+        """Changes so far after which decode growth may let a refused request in: blocks a sliding window
+        released, and blocks a hybrid pool evicted from or entered in its prefix cache
+        (`Allocator.window_released`, `Allocator.hit_changes`)."""
+        return self._alloc.window_released + self._alloc.hit_changes
 
     def never_fits(self, group: SequenceGroup) -> str | None:
         return self._alloc.never_fits(group.prompt, final_tokens=group.final_tokens, max_total_tokens=group.max_total)

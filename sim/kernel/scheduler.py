@@ -263,6 +263,18 @@ class Scheduler:
             pairs += clipped_sum(done + 1, done + chunk, window)
         plan.window_context, plan.window_pairs = context, pairs
 
+    def hit_frontier(self) -> set[int]:
+        """The hash just past each queued request's prefix hit: indexing one lengthens that request's hit, which
+        can let it in (a longer hit held by a running sequence takes no free block)."""
+        memory = self.memory
+        frontier = set()
+        for group in self.waiting:
+            if group.hashes:
+                hit = memory.cached_tokens(group.hashes, group.prompt) // memory.block_size
+                if hit < len(group.hashes):
+                    frontier.add(group.hashes[hit])
+        return frontier
+
     def waiting_flag(self) -> bool:
         """Whether queued requests are being refused memory (free slots then count as external fragmentation)."""
         return bool(self.waiting) and (self.memory_blocked or (not self.continuous and bool(self.running)))
