@@ -104,14 +104,15 @@ class Allocator(ABC):
     queued request refused at the start of a decode run stays refused through it; a release can let it in, so
     the fast-forward ends a run where one happens while requests wait."""
     hit_changes: int = 0
-    """Blocks a hybrid pool has evicted from or entered in its prefix cache so far, either of which can let a
-    queued request in during decode growth: a window group hits on the window's last blocks only and releases
-    blocks from the middle of a chain, so the free queue does not evict a chain tail first, and evicting one
-    block can cut a queued request's hit by many (a shorter hit's first chunk then needs fewer blocks); a block
-    a decoder fills may lengthen a queued request's hit (a session turn's output). The fast-forward ends a run
-    where growth changes it while requests wait, as it does at a window release. Pools whose hits are whole
-    prefixes evicted tail first leave it 0: an eviction there costs a queued request one hit block for the one
-    free block, and their decode fills say which hashes they index (`shared_fill`)."""
+    """Blocks so far whose entry in or eviction from the prefix cache can let a queued request in during decode
+    growth, counted where the fast-forward reads it (its sub-event path: allocators without ``reports_growth``).
+    A hybrid pool counts every one: a window group hits on the window's last blocks only and releases blocks
+    from the middle of a chain, so the free queue does not evict a chain tail first, and evicting one block
+    can cut a queued request's hit by many (a shorter hit's first chunk then needs fewer blocks); a block a
+    decoder fills may lengthen a queued request's hit (a session turn's output). Other paged pools count the
+    blocks they index that other requests may carry (their evictions cost a queued request one hit block for
+    the one free block); with ``reports_growth`` they say so per growth instead (`shared_fill`). The
+    fast-forward ends a run where it moves while requests wait, as it does at a window release."""
     slots_per_token: int = 1
     """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
     cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""
@@ -123,6 +124,9 @@ class Allocator(ABC):
     parks_own_blocks: bool = False
     """Whether `admit` takes ``own_from`` (where a request's own block ids start) and `free` takes ``finished``:
     a request's own blocks are then indexed in the prefix cache only when it is freed to come back."""
+    knows_own_hashes: bool = False
+    """Whether `admit` takes ``own_from`` to tell, as a sequence grows, a block other requests may carry (a
+    session turn's output) from one of its own (`shared_fill`), whether or not it parks its own blocks."""
 
     def __init__(self, capacity_slots: int, *, block_size: int, max_model_len: int, placement: str,
                  prefix_caching: bool, watermark: float) -> None:

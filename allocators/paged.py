@@ -42,6 +42,7 @@ class PagedAllocator(PagedQueries):
     allocates_per_chunk = True
     reports_growth = True
     parks_own_blocks = True
+    knows_own_hashes = True  # `radix` and `paged-cow` too, though they park nothing
 
     # -- state changes ---------------------------------------------------------------------------------
     def _settle_last_block(self, s: SeqBlocks) -> None:
@@ -60,6 +61,8 @@ class PagedAllocator(PagedQueries):
             full = len(s.hashes)
         if s.num_hashed < full:
             self._cache.insert_full(s.table, s.hashes, s.num_hashed, full, s.own_from)
+            if s.num_hashed < s.shared_to:  # blocks others may hit now (`Allocator.hit_changes`)
+                self.hit_changes += min(full, s.shared_to) - s.num_hashed
             s.num_hashed = full
 
     def admit(
@@ -78,7 +81,8 @@ class PagedAllocator(PagedQueries):
         ``scheduler_reserve_full_isl``) admit only if blocks for that many tokens would be free, though only
         ``num_tokens`` are allocated now (chunked prefill allocates the rest chunk by chunk). The watermark
         applies only when ``apply_watermark`` (vLLM: only while other requests are running). ``own_from``:
-        the first of ``block_hashes`` that only this request carries (None: none)."""
+        the first of ``block_hashes`` that only this request carries (None: none); parked from there on
+        where ``parks_own_blocks``, and told apart from shared ones as the sequence grows (`shared_fill`)."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
@@ -101,7 +105,9 @@ class PagedAllocator(PagedQueries):
             tier.load(seq_id, block_hashes, len(hits), loaded)
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
-        s = SeqBlocks(table, num_tokens, final_tokens, hashes, own_from if hashes else None)
+        s = SeqBlocks(table, num_tokens, final_tokens, hashes, own_from if hashes and self.parks_own_blocks else None)
+        if own_from is not None and hashes:
+            s.shared_to = own_from
         s.num_hashed = len(hits)
         self._seqs[seq_id] = s
         self._num_token_slots += num_tokens - len(hits) * bs

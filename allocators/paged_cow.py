@@ -50,7 +50,7 @@ class PagedCowAllocator(PagedAllocator):
             ref[b] += 1
         self._shared_saved += len(parent.table) * bs
         child = SeqBlocks(list(parent.table), parent.tokens, final_tokens, parent.hashes)
-        child.num_hashed = parent.num_hashed
+        child.num_hashed, child.shared_to = parent.num_hashed, parent.shared_to
         self._seqs[child_id] = child
         last = parent.table[-1]
         if parent.tokens % bs:  # the tail is partly filled: freeze it for every sharer until one copies it

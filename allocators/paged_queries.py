@@ -84,20 +84,18 @@ class PagedQueries(Allocator):
             full = s.tokens // self.block_size
             if full < len(s.hashes):
                 tier = self.host_tier
-                if tier is not None and tier.write_through or full < s.own_from and self.parks_own_blocks:
+                if tier is not None and tier.write_through or full < s.shared_to:
                     return s.room - 1
         return s.room
 
     def shared_fill(self, seq_id: int, num_tokens: int) -> Sequence[int]:
         """The hashes that growing ``seq_id`` by ``num_tokens`` indexes in the prefix cache for other requests
-        (blocks it fills whose hashes are not its own: a session turn's output); empty, as a rule. Only an
-        allocator told which hashes are a request's own (``parks_own_blocks``: `paged`) can say; the others
-        (`radix`, `paged-cow`) say nothing, and their fast-forward may admit such a request a step late."""
+        (blocks it fills whose hashes are not its own: a session turn's output); empty, as a rule."""
         s = self._seqs[seq_id]
         done = s.num_hashed
-        if done >= s.own_from or done >= len(s.hashes) or not self.parks_own_blocks:
+        if done >= s.shared_to or done >= len(s.hashes):
             return ()
-        return s.hashes[done:min((s.tokens + num_tokens) // self.block_size, s.own_from)]
+        return s.hashes[done:min((s.tokens + num_tokens) // self.block_size, s.shared_to)]
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:

@@ -34,7 +34,7 @@ class KVMemory:
     """An allocator plus the sequence ids of the groups placed in it."""
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
-                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "grow", "grow_due", "shared_fill",
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow", "grow_due", "shared_fill",
                  "headroom", "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
@@ -52,6 +52,7 @@ class KVMemory:
         self.reports_growth = alloc.reports_growth
         self.per_chunk_capable = alloc.allocates_per_chunk
         self.parks_own = alloc.parks_own_blocks
+        self.knows_own = alloc.knows_own_hashes
         self.slots_per_token = alloc.slots_per_token
         self.group_names = alloc.group_names
         # The per-block calls of the decode path are the allocator's own methods, bound once: a wrapper call
@@ -218,8 +219,9 @@ class KVMemory:
         return admission
 
     def _own(self, group: SequenceGroup) -> dict[str, int]:
-        """``own_from`` for `admit`, where the allocator parks own blocks and the group has own block ids."""
-        return {"own_from": group.own_from} if self.parks_own else {}
+        """``own_from`` for `admit`, where the allocator takes it (``knows_own_hashes``: it parks own blocks, or
+        tells a fill of a block others may carry from one of a request's own)."""
+        return {"own_from": group.own_from} if self.knows_own else {}
 
     def register_prefix(self, group: SequenceGroup) -> None:
         """Shared prefixes (a prefix group) are pinned once with allocators that share them (paged-cow)."""
