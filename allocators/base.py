@@ -206,6 +206,11 @@ class Allocator(ABC):
         ``reports_growth`` implement it (the caller reads the attribute, it never probes for the method)."""
         raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
 
+    def evicts_cached(self, seq_id: int, num_tokens: int) -> bool:
+        """Whether `grow_due` of ``num_tokens`` would evict a cached block; only allocators with
+        ``reports_growth`` implement it."""
+        raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
+
     def shared_fill(self, seq_id: int, num_tokens: int) -> Sequence[int]:
         """The hashes that `grow_due` of ``num_tokens`` would make hittable by other requests (blocks it fills
         whose hashes others carry); only allocators with ``reports_growth`` implement it."""

@@ -88,6 +88,13 @@ class PagedQueries(Allocator):
                     return s.room - 1
         return s.room
 
+    def evicts_cached(self, seq_id: int, num_tokens: int) -> bool:
+        """Whether growing ``seq_id`` by ``num_tokens`` takes a cached block off the free queue (which hands
+        out empty blocks first), evicting a hash some queued request may hit."""
+        s = self._seqs[seq_id]
+        new = -(-(s.tokens + num_tokens) // self.block_size) - len(s.table)
+        return new > 0 and new > self._free.num_free - self._pool.num_cached
+
     def shared_fill(self, seq_id: int, num_tokens: int) -> Sequence[int]:
         """The hashes that growing ``seq_id`` by ``num_tokens`` indexes in the prefix cache for other requests
         (blocks it fills whose hashes are not its own: a session turn's output); empty, as a rule."""

@@ -80,7 +80,7 @@ class Engine:
             if not sched.running:  # everything queued was rejected
                 continue
             now = take_step(sched, cost, rec, plan, now,
-                            lambda: source.next_time() if not sched.waiting else None)
+                            lambda: source.next_time() if not sched.waiting or sched.waiting.reorders else None)
             watch.after_step(source.cursor - len(sched.live))
 
     def _snapshot(self, now: float) -> None:

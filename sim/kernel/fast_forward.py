@@ -10,12 +10,15 @@ step appends one token to each decoding sequence and nothing else happens, until
   which the next turn's prompt carries; `Allocator.shared_fill`): the run ends before that step, which the
   scheduler plans, as step by step it would try the request there with the longer hit;
 - a group produces its last token: the run ends after that step;
-- a request arrives while the queue is empty: the run ends before the first step starting at or after it;
+- a request arrives while the queue is empty, or at all under ``priority`` and ``lpm`` (it may go ahead of
+  a refused head, and fit): the run ends before the first step starting at or after it;
 - a sequence leaves the model's sliding window (its clipped context, which the clock reads, stops growing):
   the run ends before that step;
 - a window releases blocks, or growth evicts or caches blocks (a hybrid pool), while requests wait: they
   may now fit (`Allocator.hit_changes` says why), so the run ends at that step and the scheduler plans it,
-  as step by step it would try to admit them there.
+  as step by step it would try to admit them there;
+- under ``lpm``, growth evicts a cached block while requests wait: a shorter hit can re-sort the queue, and a
+  new head may fit (before that step where the allocator reports growth, at it otherwise).
 
 The step durations are linear in the step index (on each side of the roofline's crossover), so
 `StepCostModel.decode_run` sums them, and their index-weighted sum, which integrates the linearly growing
@@ -89,12 +92,16 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
 def _ending_where_a_hit_grows(sched, grow_due):
     """``grow_due`` that refuses (None: the run ends before that step, as when memory runs out) a sync that
     would index a hash lengthening a queued request's hit: the hash after each one's hit, found at the first
-    shared fill of the run (session workloads; other runs never look)."""
-    shared_fill = sched.memory.shared_fill
+    shared fill of the run (session workloads; other runs never look). Under ``lpm`` it also refuses one that
+    evicts a cached block: a shorter hit can reorder the queue, and a new head may fit."""
+    memory = sched.memory
+    shared_fill, evicts = memory.shared_fill, memory.evicts_cached if sched.waiting.lpm else None
     frontier: set[int] | None = None
 
     def grow(seq_id: int, num_tokens: int):
         nonlocal frontier
+        if evicts is not None and evicts(seq_id, num_tokens):
+            return None
         filled = shared_fill(seq_id, num_tokens)
         if filled:
             if frontier is None:
@@ -166,11 +173,14 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
             decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         # the step that preempts pays for what its syncs did, as it does step by step; so does a step at which
         # a window released blocks, or a hybrid pool's prefix cache changed, while requests wait: they may now
-        # be admitted, so the scheduler plans it
-        if stopped or (sched.waiting and memory.growth_openings != openings):
+        # be admitted, so the scheduler plans it; under lpm also one that evicted cached blocks (the queue's
+        # order may change: `_ending_where_a_hit_grows`)
+        before = b.cached
+        b = memory.breakdown(waiting)
+        if stopped or (sched.waiting and (memory.growth_openings != openings or
+                                          sched.waiting.lpm and b.cached < before)):
             sched.carry = (slots, maps)
             return steps, total
-        b = memory.breakdown(waiting)
         if slots or maps:  # charged before the step, with the memory as the step holds it (as step by step)
             extra = cost.transfer_time(slots, page_maps=maps)
             integral.add(b, decode.lag(step), extra, 0.0, running)

@@ -217,7 +217,8 @@ class Fleet:
             if not sched.running:  # everything queued was rejected
                 continue
             now = take_step(sched, cost, rec, plan, now,
-                            lambda: self._next_time(replica) if self.observed or not sched.waiting else None)
+                            lambda: self._next_time(replica) if self.observed or not sched.waiting or
+                            sched.waiting.reorders else None)
             watch.after_step(replica.delivered - len(sched.live))
             if self.observed:  # the router may look at this replica before the row ends
                 yield from catch_up(env, now)

@@ -34,7 +34,7 @@ class KVMemory:
     """An allocator plus the sequence ids of the groups placed in it."""
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
-                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow", "grow_due", "shared_fill",
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow", "grow_due", "shared_fill", "evicts_cached",
                  "headroom", "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
@@ -60,6 +60,7 @@ class KVMemory:
         self.grow = alloc.grow
         self.grow_due = alloc.grow_due
         self.shared_fill = alloc.shared_fill
+        self.evicts_cached = alloc.evicts_cached
         self.headroom = alloc.headroom
         self.grow_chunk = alloc.grow_chunk
 

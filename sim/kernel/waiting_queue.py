@@ -24,6 +24,9 @@ class WaitingQueue(deque):
         super().__init__()
         self.priority = priority
         self.lpm = lpm
+        # whether an arrival can go ahead of a head refused memory (and may fit): the decode fast-forward then
+        # ends a run at every arrival, not only while the queue is empty
+        self.reorders = priority or lpm
 
     def enqueue(self, group: SequenceGroup) -> None:
         """Queue a group: at the back (FCFS), or before the first of lower priority."""
