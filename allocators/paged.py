@@ -105,7 +105,8 @@ class PagedAllocator(PagedQueries):
             tier.load(seq_id, block_hashes, len(hits), loaded)
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
-        s = SeqBlocks(table, num_tokens, final_tokens, hashes, own_from if hashes and self.parks_own_blocks else None)
+        parked_from = own_from if hashes and self.parks_own_blocks else None
+        s = SeqBlocks(table, num_tokens, final_tokens, hashes, parked_from)
         if own_from is not None and hashes:
             s.shared_to = own_from
         s.num_hashed = len(hits)

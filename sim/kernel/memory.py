@@ -34,8 +34,9 @@ class KVMemory:
     """An allocator plus the sequence ids of the groups placed in it."""
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
-                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow", "grow_due", "shared_fill", "evicts_cached",
-                 "headroom", "grow_chunk", "slots_per_token", "group_names", "host_tier")
+                 "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow",
+                 "grow_due", "shared_fill", "evicts_cached", "headroom", "grow_chunk", "slots_per_token",
+                 "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
         """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
