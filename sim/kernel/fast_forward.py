@@ -6,9 +6,9 @@ step appends one token to each decoding sequence and nothing else happens, until
 - a sequence runs out of headroom (it needs a new block): the allocator is asked *at that step* and the run
   goes on, unless there is no room: the run then ends before that step, and the scheduler's next step
   preempts;
-- a sequence fills a block whose hash lengthens a queued request's prefix hit (a session turn's output,
-  which the next turn's prompt carries; `Allocator.shared_fill`): the run ends before that step, which the
-  scheduler plans, as step by step it would try the request there with the longer hit;
+- a sequence fills a block whose hash a queued request carries (a session turn's output, which the next
+  turn's prompt carries; `Allocator.shared_fill`): it may lengthen that request's hit, so the run ends before
+  that step, which the scheduler plans, as step by step it would try the request there;
 - a group produces its last token: the run ends after that step;
 - a request arrives while the queue is empty, or at all under ``priority`` and ``lpm`` (it may go ahead of
   a refused head, and fit): the run ends before the first step starting at or after it;
@@ -91,22 +91,22 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
 
 def _ending_where_a_hit_grows(sched, grow_due):
     """``grow_due`` that refuses (None: the run ends before that step, as when memory runs out) a sync that
-    would index a hash lengthening a queued request's hit: the hash after each one's hit, found at the first
-    shared fill of the run (session workloads; other runs never look). Under ``lpm`` it also refuses one that
-    evicts a cached block: a shorter hit can reorder the queue, and a new head may fit."""
+    would index a hash a queued request carries (`Scheduler.queued_hashes`, gathered at the first shared fill
+    of the run: session workloads; other runs never look). Under ``lpm`` it also refuses one that evicts a
+    cached block: a shorter hit can reorder the queue, and a new head may fit."""
     memory = sched.memory
     shared_fill, evicts = memory.shared_fill, memory.evicts_cached if sched.waiting.lpm else None
-    frontier: set[int] | None = None
+    queued: set[int] | None = None
 
     def grow(seq_id: int, num_tokens: int):
-        nonlocal frontier
+        nonlocal queued
         if evicts is not None and evicts(seq_id, num_tokens):
             return None
         filled = shared_fill(seq_id, num_tokens)
         if filled:
-            if frontier is None:
-                frontier = sched.hit_frontier()
-            if not frontier.isdisjoint(filled):
+            if queued is None:
+                queued = sched.queued_hashes()
+            if not queued.isdisjoint(filled):
                 return None
         return grow_due(seq_id, num_tokens)
     return grow

@@ -263,17 +263,11 @@ class Scheduler:
             pairs += clipped_sum(done + 1, done + chunk, window)
         plan.window_context, plan.window_pairs = context, pairs
 
-    def hit_frontier(self) -> set[int]:
-        """The hash just past each queued request's prefix hit: indexing one lengthens that request's hit, which
-        can let it in (a longer hit held by a running sequence takes no free block)."""
-        memory = self.memory
-        frontier = set()
-        for group in self.waiting:
-            if group.hashes:
-                hit = memory.cached_tokens(group.hashes, group.prompt) // memory.block_size
-                if hit < len(group.hashes):
-                    frontier.add(group.hashes[hit])
-        return frontier
+    def queued_hashes(self) -> set[int]:
+        """Every hash a queued request carries: indexing one can lengthen its hit in GPU memory (past the end
+        of its hit, or in place of a host hit, which needs a new block), and a block a running sequence holds
+        takes no free one, so the request may fit."""
+        return {h for group in self.waiting for h in group.hashes}
 
     def waiting_flag(self) -> bool:
         """Whether queued requests are being refused memory (free slots then count as external fragmentation)."""

@@ -93,6 +93,23 @@ def test_fast_forward_equals_step_by_step_under_lpm(options):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
 
 
+def test_fast_forward_equals_step_by_step_when_a_fill_replaces_a_host_hit():
+    """With a host tier a queued turn's hit can be part GPU, part host; a running turn filling a block of the
+    host part moves it to GPU memory, where a block a running sequence holds takes no free block, so the turn
+    may fit: a run ends before any fill of a hash a queued request carries. Before, it ended only past the
+    hit's end: 63,520 hit tokens fast-forwarded against stepping's 64,480."""
+    w = generate("lognormal:prompt_mean=400,prompt_cv=1,output_mean=200,output_cv=1,max_total=3000",
+                 "poisson:rate=3", 80, seed=0, turns=4, turn_gap_s=1.0, system_prompt_len=200,
+                 system_prompt_frac=0.5)
+    options = dict(kv_tokens=3000, prefix_caching=True, cpu_offload_gib=1.0, block_size=32,
+                   long_prefill_token_threshold=64)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["host_hit_tokens"] > 0 and len(fast.steps) < len(slow.steps) / 2
+    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+
+
 def test_rejected_turn_still_releases_the_next():
     """A turn that can never run (longer than max_model_len) is rejected; its user still sends the next."""
     w = Workload(arrival_time_s=np.zeros(3), prompt_tokens=[100, 3100, 3200], output_tokens=[50, 50, 50],
