@@ -58,9 +58,9 @@ def test_fast_forward_equals_step_by_step_with_sessions():
 def test_fast_forward_equals_step_by_step_when_a_turn_waits_on_a_running_one(options):
     """Open loop, a turn arrives 0.5 s after the previous one, which is still decoding: the generated
     blocks it will hit are filled while it waits. Each is cached in the step that fills it (vLLM), so a lazily
-    grown decoder syncs there (one slot short of the block's end), and a decode run ends before a fill that
-    lengthens a queued request's hit (`Allocator.shared_fill`; a pool without ``reports_growth`` ends it at
-    any such fill: `Allocator.hit_changes`). Before, the fast-forward cached such blocks a step late and ran
+    grown decoder syncs there (one slot short of the block's end), and a decode run ends before a fill of a
+    hash a queued request carries (`Allocator.shared_fill`; a pool without ``reports_growth`` ends it at any
+    shared fill: `Allocator.hit_changes`). Before, the fast-forward cached such blocks a step late and ran
     past them: 26,176 hit tokens against stepping's 26,272 (paged), finish times up to 0.14 s apart."""
     w = generate("fixed:prompt=600,output=300", "poisson:rate=4", 60, seed=0, turns=3, turn_gap_s=0.5)
     options = dict(kv_tokens=6000, prefix_caching=True) | options
