@@ -38,6 +38,9 @@ CASES: dict[str, dict] = {
                                  num_blocks=250, scheduler_reserve_full_isl=False),
     "priority": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5, priorities=4),
                      num_blocks=120, scheduling_policy="priority"),
+    # open-loop sessions: a turn arrives while the previous one may still decode, and hits its generated blocks
+    "sessions_open_loop": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                          turn_gap=(5, 60)), num_blocks=150),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
@@ -51,9 +54,13 @@ def settings(name: str) -> dict:
 
 
 def write_trace(name: str, path: Path, seed: int = 0) -> None:
-    """A kvsim canonical CSV: whole-step arrivals (first at 0), uniform lengths, optional groups/priorities."""
+    """A kvsim canonical CSV: whole-step arrivals (first at 0), uniform lengths, optional groups/priorities,
+    or sessions (``turns``)."""
     spec = CASES[name]["trace"]
     rng = np.random.default_rng([seed, sum(map(ord, name))])
+    if spec.get("turns"):
+        _write_sessions(spec, rng, path)
+        return
     n = spec["n"]
     gaps = rng.exponential(spec["gap"], n) if spec["gap"] else np.zeros(n)
     gaps[0] = 0
@@ -78,3 +85,26 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
             if spec.get("priorities"):
                 row.append(int(rng.integers(0, spec["priorities"])))
             w.writerow(row)
+
+
+def _write_sessions(spec: dict, rng: np.random.Generator, path: Path) -> None:
+    """``n`` sessions of ``turns`` turns, open loop: a session starts ``gap`` steps (exponential) after the
+    previous one, each later turn ``turn_gap`` steps (uniform) after the one before, whether or not it has
+    finished; a turn's prompt is the previous turn's prompt and output plus a new message of ``prompt`` tokens."""
+    rows = []
+    start = 0.0
+    for session in range(spec["n"]):
+        start += rng.exponential(spec["gap"]) if session else 0.0
+        arrival, prompt, output = int(start), 0, 0
+        for turn in range(spec["turns"]):
+            if turn:
+                arrival += int(rng.integers(spec["turn_gap"][0], spec["turn_gap"][1] + 1))
+            prompt += output + int(rng.integers(spec["prompt"][0], spec["prompt"][1] + 1))
+            output = int(rng.integers(spec["output"][0], spec["output"][1] + 1))
+            rows.append((arrival, session, turn, prompt, output))
+    rows.sort()
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["arrival_time_s", "prompt_tokens", "output_tokens", "session_id", "turn"])
+        for arrival, session, turn, prompt, output in rows:
+            w.writerow([arrival, prompt, output, session, turn])

@@ -7,8 +7,10 @@ Run with a venv that has vLLM (never a kvsim dependency; see ``docs/vllm-v1.md``
         [--long-prefill-token-threshold N] [--no-scheduler-reserve-full-isl] [--scheduling-policy priority]
 
 TRACE is a kvsim canonical CSV (arrival_time_s in whole engine steps, prompt_tokens, output_tokens and
-optionally prefix_group, prefix_len, priority). Token ids are random except a prefix group's first
-``prefix_len`` tokens, which are the same ids for every member. Writes ``steps.csv`` (one row per engine step,
+optionally prefix_group, prefix_len, priority, or session_id and turn). Token ids are random except a prefix
+group's first ``prefix_len`` tokens, which are the same ids for every member, and a session turn's prompt, which
+starts with the previous turn's prompt and output (each turn's output ids are drawn up front and emitted as
+sampled). Writes ``steps.csv`` (one row per engine step,
 empty steps included) and ``requests.csv`` (one row per request).
 """
 
@@ -89,6 +91,7 @@ def read_trace(path: str) -> list[dict]:
                 "output": int(row["output_tokens"]),
                 "group": row.get("prefix_group") or "", "prefix_len": int(row.get("prefix_len") or 0),
                 "priority": int(row.get("priority") or 0),
+                "session": row.get("session_id") or "", "turn": int(row.get("turn") or 0),
             })
     return rows
 
@@ -99,10 +102,20 @@ def make_requests(rows: list[dict], hasher, seed: int):
     from vllm.v1.request import Request
 
     rng = np.random.default_rng(seed)
+    session_rng = np.random.default_rng(seed + 2)
     prefixes: dict[str, list[int]] = {}
-    out = []
+    turns: dict[str, tuple[int, list[int]]] = {}  # session -> (its last turn, that turn's prompt + output ids)
+    out, outputs = [], {}
     for i, r in enumerate(rows):
         ids = rng.integers(3, VOCAB, r["prompt"]).tolist()
+        if r["session"] != "":  # the previous turn's prompt and (predetermined) output, then a new message
+            if r["turn"]:
+                last, history = turns[r["session"]]
+                if last != r["turn"] - 1 or len(history) > r["prompt"]:
+                    raise SystemExit(f"row {i}: session {r['session']} turn {r['turn']} does not follow turn {last}")
+                ids[: len(history)] = history
+            outputs[str(i)] = session_rng.integers(3, VOCAB, r["output"]).tolist()
+            turns[r["session"]] = (r["turn"], ids + outputs[str(i)])
         if r["group"] != "" and r["prefix_len"]:
             shared = prefixes.setdefault(r["group"], rng.integers(3, VOCAB, 100_000).tolist())
             ids[: r["prefix_len"]] = shared[: r["prefix_len"]]
@@ -111,7 +124,7 @@ def make_requests(rows: list[dict], hasher, seed: int):
         out.append(Request(request_id=str(i), prompt_token_ids=ids, sampling_params=params, pooling_params=None,
                            arrival_time=float(r["arrival"]) + i * 1e-9, priority=r["priority"],
                            block_hasher=hasher))
-    return out
+    return out, outputs
 
 
 def run(args) -> None:
@@ -120,7 +133,7 @@ def run(args) -> None:
 
     scheduler, hasher = build_scheduler(args)
     rows = read_trace(args.trace)
-    requests = make_requests(rows, hasher, args.seed)
+    requests, outputs = make_requests(rows, hasher, args.seed)
     token_rng = np.random.default_rng(args.seed + 1)
     stats = {str(i): {"id": i, "first_scheduled_step": -1, "first_token_step": -1, "finish_step": -1,
                       "preemptions": 0, "cached_tokens": 0} for i in range(len(rows))}
@@ -163,7 +176,8 @@ def run(args) -> None:
             else:
                 decode += n
             if done:
-                sampled.append([int(token_rng.integers(3, VOCAB))])
+                planned = outputs.get(req_id)  # a session turn emits the output the next turn's prompt holds
+                sampled.append([planned[len(req.output_token_ids)] if planned else int(token_rng.integers(3, VOCAB))])
                 in_prefill.discard(req_id)
                 if stats[req_id]["first_token_step"] < 0:
                     stats[req_id]["first_token_step"] = step
