@@ -10,6 +10,21 @@ from workloads import Workload
 from workloads.named import generate
 
 LENGTHS = "fixed:prompt=100,output=50"
+POOLS = pytest.mark.parametrize("options", [{}, {"allocator": "radix"}, {"allocator": "paged-cow"},
+                                            {"model": "gemma-3-12b", "gpu": "h100-80gb"}],
+                                ids=["paged", "radix", "paged-cow", "hybrid"])
+OPEN_LOOP_TURNS = "lognormal:prompt_mean=400,prompt_cv=1,output_mean=200,output_cv=1,max_total=3000"
+
+
+def fast_and_stepped(w, options: dict):
+    """The run fast-forwarded and step by step, after checking that they decided the same: every request's
+    hit tokens and admission, first-token and finish times."""
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    for column in ("admitted_s", "first_token_s", "finished_s"):
+        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
+    return fast, slow
 
 
 @pytest.mark.parametrize("timing", [{"turn_gap_s": 1000.0}, {"think_time_s": 5.0}])
@@ -52,9 +67,7 @@ def test_fast_forward_equals_step_by_step_with_sessions():
     assert fast.summary["prefix_hit_frac"] > 0.15
 
 
-@pytest.mark.parametrize("options", [{}, {"allocator": "radix"}, {"allocator": "paged-cow"},
-                                     {"model": "gemma-3-12b", "gpu": "h100-80gb"}],
-                         ids=["paged", "radix", "paged-cow", "hybrid"])
+@POOLS
 def test_fast_forward_equals_step_by_step_when_a_turn_waits_on_a_running_one(options):
     """Open loop, a turn arrives 0.5 s after the previous one, which is still decoding: the generated
     blocks it will hit are filled while it waits. Each is cached in the step that fills it (vLLM), so a lazily
@@ -63,34 +76,21 @@ def test_fast_forward_equals_step_by_step_when_a_turn_waits_on_a_running_one(opt
     shared fill: `Allocator.hit_changes`). Before, the fast-forward cached such blocks a step late and ran
     past them: 26,176 hit tokens against stepping's 26,272 (paged), finish times up to 0.14 s apart."""
     w = generate("fixed:prompt=600,output=300", "poisson:rate=4", 60, seed=0, turns=3, turn_gap_s=0.5)
-    options = dict(kv_tokens=6000, prefix_caching=True) | options
-    fast = run_simulation(SimConfig(**options), w)
-    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    fast, slow = fast_and_stepped(w, dict(kv_tokens=6000, prefix_caching=True) | options)
     assert len(fast.steps) < len(slow.steps) / 2 and fast.summary["preemptions"] > 0
-    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
-    for column in ("admitted_s", "first_token_s", "finished_s"):
-        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
 
 
-@pytest.mark.parametrize("options", [{}, {"allocator": "radix"}, {"allocator": "paged-cow"},
-                                     {"model": "gemma-3-12b", "gpu": "h100-80gb"}],
-                         ids=["paged", "radix", "paged-cow", "hybrid"])
+@POOLS
 def test_fast_forward_equals_step_by_step_under_lpm(options):
     """Under ``lpm`` the queue is re-sorted by cached prefix at every step, so a refused head can be passed by
     a request that arrives (a later turn, its history cached) or by one whose hit another's eviction did not
     shorten: a decode run ends at every arrival and, while requests wait, at every growth that evicts a cached
     block. Before, it ended at neither: 42,240 hit tokens fast-forwarded against stepping's 43,920 (paged);
     77,168 against 101,680 on Gemma 3."""
-    w = generate("lognormal:prompt_mean=400,prompt_cv=1,output_mean=200,output_cv=1,max_total=3000",
-                 "poisson:rate=3", 80, seed=0, turns=4, turn_gap_s=0.5, system_prompt_len=200,
-                 system_prompt_frac=0.5)
-    options = dict(kv_tokens=3000, scheduling_policy="lpm") | options
-    fast = run_simulation(SimConfig(**options), w)
-    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    w = generate(OPEN_LOOP_TURNS, "poisson:rate=3", 80, seed=0, turns=4, turn_gap_s=0.5,
+                 system_prompt_len=200, system_prompt_frac=0.5)
+    fast, slow = fast_and_stepped(w, dict(kv_tokens=3000, scheduling_policy="lpm") | options)
     assert len(fast.steps) < len(slow.steps) / 2 and fast.summary["preemptions"] > 0
-    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
-    for column in ("admitted_s", "first_token_s", "finished_s"):
-        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
 
 
 def test_fast_forward_equals_step_by_step_when_a_fill_replaces_a_host_hit():
@@ -98,16 +98,11 @@ def test_fast_forward_equals_step_by_step_when_a_fill_replaces_a_host_hit():
     host part moves it to GPU memory, where a block a running sequence holds takes no free block, so the turn
     may fit: a run ends before any fill of a hash a queued request carries. Before, it ended only past the
     hit's end: 63,520 hit tokens fast-forwarded against stepping's 64,480."""
-    w = generate("lognormal:prompt_mean=400,prompt_cv=1,output_mean=200,output_cv=1,max_total=3000",
-                 "poisson:rate=3", 80, seed=0, turns=4, turn_gap_s=1.0, system_prompt_len=200,
-                 system_prompt_frac=0.5)
-    options = dict(kv_tokens=3000, prefix_caching=True, cpu_offload_gib=1.0, block_size=32,
-                   long_prefill_token_threshold=64)
-    fast = run_simulation(SimConfig(**options), w)
-    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    w = generate(OPEN_LOOP_TURNS, "poisson:rate=3", 80, seed=0, turns=4, turn_gap_s=1.0,
+                 system_prompt_len=200, system_prompt_frac=0.5)
+    fast, slow = fast_and_stepped(w, dict(kv_tokens=3000, prefix_caching=True, cpu_offload_gib=1.0,
+                                          block_size=32, long_prefill_token_threshold=64))
     assert fast.summary["host_hit_tokens"] > 0 and len(fast.steps) < len(slow.steps) / 2
-    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
-    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
 
 
 def test_rejected_turn_still_releases_the_next():
