@@ -10,8 +10,8 @@ TRACE is a kvsim canonical CSV (arrival_time_s in whole engine steps, prompt_tok
 optionally prefix_group, prefix_len, priority, or session_id and turn). Token ids are random except a prefix
 group's first ``prefix_len`` tokens, which are the same ids for every member, and a session turn's prompt, which
 starts with the previous turn's prompt and output (each turn's output ids are drawn up front and emitted as
-sampled). Writes ``steps.csv`` (one row per engine step,
-empty steps included) and ``requests.csv`` (one row per request).
+sampled). Writes ``steps.csv`` (one row per engine step, empty steps included) and ``requests.csv`` (one row per
+request).
 """
 
 from __future__ import annotations
