@@ -109,9 +109,9 @@ class Allocator(ABC):
     A hybrid pool counts every one: a window group hits on the window's last blocks only and releases blocks
     from the middle of a chain, so the free queue does not evict a chain tail first, and evicting one block
     can cut a queued request's hit by many (a shorter hit's first chunk then needs fewer blocks); a block a
-    decoder fills may lengthen a queued request's hit (a session turn's output). Other paged pools count the
-    blocks they index that other requests may carry (their evictions cost a queued request one hit block for
-    the one free block); with ``reports_growth`` they say so per growth instead (`shared_fill`). The
+    decoder fills may lengthen a queued request's hit (a session turn's output). `paged-cow` counts the blocks
+    it indexes that other requests may carry (its evictions cost a queued request one hit block for the one
+    free block); pools with ``reports_growth`` say so per growth instead (`shared_fill`) and leave it 0. The
     fast-forward ends a run where it moves while requests wait, as it does at a window release."""
     slots_per_token: int = 1
     """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV

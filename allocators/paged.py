@@ -61,8 +61,6 @@ class PagedAllocator(PagedQueries):
             full = len(s.hashes)
         if s.num_hashed < full:
             self._cache.insert_full(s.table, s.hashes, s.num_hashed, full, s.own_from)
-            if s.num_hashed < s.shared_to:  # blocks others may hit now (`Allocator.hit_changes`)
-                self.hit_changes += min(full, s.shared_to) - s.num_hashed
             s.num_hashed = full
 
     def admit(

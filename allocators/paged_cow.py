@@ -89,6 +89,14 @@ class PagedCowAllocator(PagedAllocator):
         assert grown is not None, "free blocks were counted before copying"
         return (Copy(last, dst, bs), *grown)
 
+    def _cache_full_blocks(self, s: SeqBlocks) -> None:
+        """`PagedAllocator._cache_full_blocks`, counting the blocks others may hit now in ``hit_changes``: without
+        ``reports_growth`` the decode fast-forward reads that counter, not `shared_fill`."""
+        done = s.num_hashed
+        super()._cache_full_blocks(s)
+        if done < s.shared_to:
+            self.hit_changes += max(0, min(s.num_hashed, s.shared_to) - done)
+
     def free(self, seq_id: int) -> int:
         tail = self._seqs[seq_id].table[-1]
         if tail in self._partial:
