@@ -175,10 +175,11 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         # a window released blocks, or a hybrid pool's prefix cache changed, while requests wait: they may now
         # be admitted, so the scheduler plans it; under lpm also one that evicted cached blocks (the queue's
         # order may change: `_ending_where_a_hit_grows`)
-        before = b.cached
-        b = memory.breakdown(waiting)
-        if stopped or (sched.waiting and (memory.growth_openings != openings or
-                                          sched.waiting.lpm and b.cached < before)):
+        if not stopped:
+            cached, b = b.cached, memory.breakdown(waiting)
+            stopped = bool(sched.waiting) and (memory.growth_openings != openings or
+                                               sched.waiting.lpm and b.cached < cached)
+        if stopped:
             sched.carry = (slots, maps)
             return steps, total
         if slots or maps:  # charged before the step, with the memory as the step holds it (as step by step)
