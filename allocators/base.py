@@ -206,9 +206,29 @@ class Allocator(ABC):
         ``reports_growth`` implement it (the caller reads the attribute, it never probes for the method)."""
         raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
 
-    def evicts_cached(self, seq_id: int, num_tokens: int) -> bool:
-        """Whether `grow_due` of ``num_tokens`` would evict a cached block; only allocators with
-        ``reports_growth`` implement it."""
+    def evicted_blocks(self, seq_id: int, num_tokens: int) -> list[int]:
+        """The cached blocks `grow_due` of ``num_tokens`` would evict; only allocators with ``reports_growth``
+        implement it."""
+        raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
+
+    def new_blocks(self, seq_id: int, num_tokens: int) -> int:
+        """The blocks `grow_due` of ``num_tokens`` would take; only allocators with ``reports_growth``
+        implement it."""
+        raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
+
+    def hit_layout(self, block_hashes: Sequence[int], num_tokens: int) -> tuple[list[int], Sequence[int]]:
+        """A new sequence's prefix hit: its GPU blocks and the hashes after them only the host tier holds;
+        only allocators with ``reports_growth`` implement it."""
+        raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
+
+    def stores(self, seq_id: int, num_tokens: int) -> bool:
+        """Whether `grow_due` of ``num_tokens`` offers blocks to a write-through host tier; only allocators
+        with ``reports_growth`` implement it."""
+        raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
+
+    def host_evictions(self, seq_id: int, num_tokens: int, evicted: Sequence[int]) -> list[int] | None:
+        """The hashes `grow_due` of ``num_tokens`` would evict from the host tier (None: some, which the
+        tier's policy picks); only allocators with ``reports_growth`` implement it."""
         raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
 
     def shared_fill(self, seq_id: int, num_tokens: int) -> Sequence[int]:

@@ -117,6 +117,16 @@ class FreeBlockQueue:
             self._rebuild()
         return out
 
+    def peek(self, count: int) -> list[int]:
+        """The ``count`` blocks `pop_many` would return (fewer if fewer are free), leaving the queue as it is."""
+        items, i, stop = self._items, self._lo, len(self._items)
+        out: list[int] = []
+        while len(out) < count and i < stop:
+            if items[i] != _HOLE:
+                out.append(items[i])
+            i += 1
+        return out
+
     def remove(self, block_id: int) -> None:
         """Take a block out of anywhere in the queue (a prefix-cache hit on a free block)."""
         i = self._pos.item(block_id) - self._base

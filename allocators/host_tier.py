@@ -144,6 +144,12 @@ class HostTier:
             n += 1
         return n
 
+    def evicted_by(self, count: int) -> list[int]:
+        """The hashes offloading ``count`` new hashes would evict, changing nothing: the least recently used,
+        once the free blocks are taken (what a GPU eviction's spill takes off the host)."""
+        need = min(count - len(self._free), len(self._lru))
+        return self._oldest(need)[0] if need > 0 else []
+
     # -- changing ------------------------------------------------------------------------------------------
     def _touch(self, block_hash: int) -> None:
         """Make a cached hash the most recently used."""

@@ -183,7 +183,6 @@ class PagedAllocator(PagedQueries):
         if tier is not None and tier.write_through:  # the blocks this growth fills, as they are computed
             if (tokens - num_tokens) // bs < tokens // bs and s.hashes:
                 tier.computed(seq_id, s.hashes, tokens // bs)
-        headroom = self._headroom(s) if s.hashes else held - tokens  # one short of a fill that is work
         done, hashes = s.num_hashed, s.hashes
         if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
             full = tokens // bs
@@ -196,6 +195,7 @@ class PagedAllocator(PagedQueries):
                 s.num_hashed = full
             elif full > done:
                 self._cache_full_blocks(s)
+        headroom = self._headroom(seq_id, s) if hashes else held - tokens  # one short of a fill that is work
         return headroom, num_new, delta
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:

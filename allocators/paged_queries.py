@@ -72,28 +72,67 @@ class PagedQueries(Allocator):
         return self._seqs[seq_id].tokens
 
     def headroom(self, seq_id: int) -> int:
-        return self._headroom(self._seqs[seq_id])
+        return self._headroom(seq_id, self._seqs[seq_id])
 
-    def _headroom(self, s: SeqBlocks) -> int:
+    def _headroom(self, seq_id: int, s: SeqBlocks) -> int:
         """The last block's free slots; one fewer where filling it is allocator work in the step that fills
-        it, skipped ahead or not: a write-through tier stores a block with a hash once it is full, and a
-        block with a shared hash (a session turn's output, which the next turn's prompt carries) is indexed
-        in the prefix cache then, where a queued request may hit it at once (as vLLM caches a block when the
-        step that fills it is scheduled)."""
-        if s.room:
-            full = s.tokens // self.block_size
-            if full < len(s.hashes):
-                tier = self.host_tier
-                if tier is not None and tier.write_through or full < s.shared_to:
-                    return s.room - 1
+        it, skipped ahead or not: a block with a shared hash (a session turn's output, which the next turn's
+        prompt carries) is indexed in the prefix cache then, where a queued request may hit it at once (as
+        vLLM caches a block when the step that fills it is scheduled), and so are shared blocks indexed
+        late (`radix` hangs a page whose prefix another page caches once that page is gone, at the next
+        fill); a write-through tier is offered the blocks computed since its last store then
+        (`RequestTier.offers`: the block just filled, or blocks a fork or a failed store left unoffered)."""
+        if s.room and s.hashes:
+            full, done = s.tokens // self.block_size, s.num_hashed
+            if done <= full and done < s.shared_to and done < len(s.hashes):
+                return s.room - 1
+            tier = self.host_tier
+            if tier is not None and tier.write_through and tier.offers(seq_id, s.hashes, full + 1):
+                return s.room - 1
         return s.room
 
-    def evicts_cached(self, seq_id: int, num_tokens: int) -> bool:
-        """Whether growing ``seq_id`` by ``num_tokens`` takes a cached block off the free queue (which hands
-        out empty blocks first), evicting a hash some queued request may hit."""
+    def evicted_blocks(self, seq_id: int, num_tokens: int) -> list[int]:
+        """The cached blocks growing ``seq_id`` by ``num_tokens`` takes off the free queue, which hands out
+        empty blocks first (so: none, as a rule); their hashes are evicted."""
         s = self._seqs[seq_id]
         new = -(-(s.tokens + num_tokens) // self.block_size) - len(s.table)
-        return new > 0 and new > self._free.num_free - self._pool.num_cached
+        if new <= 0 or new <= self._free.num_free - self._pool.num_cached:
+            return []
+        hashed = self._cache.block_hash
+        return [b for b in self._free.peek(new) if hashed[b] is not None]
+
+    def new_blocks(self, seq_id: int, num_tokens: int) -> int:
+        """The blocks growing ``seq_id`` by ``num_tokens`` takes from the free queue."""
+        s = self._seqs[seq_id]
+        return max(-(-(s.tokens + num_tokens) // self.block_size) - len(s.table), 0)
+
+    def hit_layout(self, block_hashes: Sequence[int], num_tokens: int) -> tuple[list[int], Sequence[int]]:
+        """A new sequence's prefix hit as it lies: the GPU blocks it hits, in order, and the hashes after them
+        that only the host tier holds (what growth can evict, shortening the hit)."""
+        hits = self._lookup(block_hashes, num_tokens)
+        gpu = len(hits)
+        return hits, block_hashes[gpu:gpu + self._host_hits(block_hashes, gpu, num_tokens)]
+
+    def stores(self, seq_id: int, num_tokens: int) -> bool:
+        """Whether growing ``seq_id`` by ``num_tokens`` offers blocks to a write-through host tier (which may
+        enter some: a queued request's host hit can get longer)."""
+        tier, s = self.host_tier, self._seqs[seq_id]
+        return (tier is not None and tier.write_through and bool(s.hashes)
+                and tier.offers(seq_id, s.hashes, (s.tokens + num_tokens) // self.block_size))
+
+    def host_evictions(self, seq_id: int, num_tokens: int, evicted: Sequence[int]) -> list[int] | None:
+        """The hashes growing ``seq_id`` by ``num_tokens`` evicts from the host tier: a write-back tier takes
+        the GPU blocks it evicts (``evicted``, `evicted_blocks`) and drops its least recently used for them;
+        a write-through tier stores the blocks it fills, and None says such a store may evict (its policy
+        picks which). Empty, as a rule."""
+        tier = self.host_tier
+        if tier is None:
+            return []
+        if not tier.write_through:
+            return tier.evicted_by(len(evicted)) if evicted else []
+        s = self._seqs[seq_id]
+        full = (s.tokens + num_tokens) // self.block_size
+        return None if s.hashes and tier.store_evicts(seq_id, s.hashes, full) else []
 
     def shared_fill(self, seq_id: int, num_tokens: int) -> Sequence[int]:
         """The hashes that growing ``seq_id`` by ``num_tokens`` indexes in the prefix cache for other requests

@@ -136,6 +136,22 @@ class RequestTier(HostTier):
         a.next_stored = stop
         return len(new)
 
+    def offers(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
+        """Whether `computed` with ``full`` blocks computed would offer the tier anything: blocks past the
+        request's last store (a block just filled, or blocks a failed store or a fork left unoffered). A
+        lazily grown decoder stops one token short of such a fill (`PagedAllocator` ``headroom``), as it is
+        tier work in the step that fills the block."""
+        a = self._requests.get(seq_id)
+        return min(full, len(block_hashes)) > (0 if a is None else a.next_stored)
+
+    def store_evicts(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
+        """Whether `computed` with ``full`` blocks computed may evict: it would offer more blocks the host lacks
+        than it has free (the policy then picks what goes; a store threshold may store fewer)."""
+        a = self._requests.get(seq_id)
+        start, lru = 0 if a is None else a.next_stored, self._lru
+        new = sum(1 for h in block_hashes[start:min(full, len(block_hashes))] if h not in lru)
+        return new > len(self._free)
+
     def release(self, seq_id: int, finished: bool) -> None:
         """The sequence is freed: if it ``finished``, the policy reads its record (`_finish`); either way the
         record ends."""

@@ -19,6 +19,8 @@ fit and is rejected, so nothing loops forever.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from allocators.base import Admission
 from sim.kernel.preemption import Preemption
 from sim.kernel.sequence_group import FINISHED, REJECTED, RUNNING, SWAPPED, SequenceGroup
@@ -195,15 +197,20 @@ class GroupMechanics(Preemption):
                 s.decode.join(seq_id, memory.num_tokens(seq_id), memory.headroom(seq_id), step + 1)
         s.completions.push(group)
 
-    def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False) -> None:
+    def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False,
+                     stepped: Collection[int] = ()) -> None:
         """Free every sequence of a running group and take it off the running list (``finished``, or
         preempted): the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots
-        a last sync copies (a preemption; a group finishing after its step has run pays nothing)."""
+        a last sync copies (a preemption; a group finishing after its step has run pays nothing).
+        ``stepped``: decoders the running loop passed this step (`Scheduler.walked`), told this step's slot
+        too where they lag, as step by step they hold it (a block it fills is cached, as in vLLM, whose
+        scheduler caches the blocks it allocates before it preempts)."""
         s = self.s
         decode, lags = s.decode, {}
         for seq_id in group.seq_ids:
             if seq_id in decode:
-                lags[seq_id] = decode.pending(seq_id, s.step)
+                lag = decode.pending(seq_id, s.step)
+                lags[seq_id] = lag + 1 if lag >= 0 and seq_id in stepped else lag
                 decode.leave(seq_id)
         copies = s.memory.free_group(group, lags, finished)
         if charge and copies:

@@ -25,6 +25,20 @@ _OWN_BASE = 1 << 62
 share the 63-bit range of content hashes, where a collision is as unlikely as between two content hashes."""
 
 
+ARRIVAL_TIE_S = 1e-9
+"""An arrival this close after a step's start counts as at it, so the step sees it. Step starts are sums of
+step durations, added one step at a time or taken in closed form by the decode fast-forward, which round
+differently: an arrival that falls exactly on a step's start (constant step times against constant arrivals or
+think times) would land on either side of it by rounding, and the two modes would admit it a step apart."""
+
+
+def released_at(t: float) -> float:
+    """A release time (a finish plus a think time) on the whole nanosecond (`ARRIVAL_TIE_S`): a finish comes
+    from a step's end, which the two modes round differently, so an exact tie with another arrival (a
+    constant step time against constant arrivals) would be ordered either way by rounding."""
+    return round(t, 9)
+
+
 def own_block_hashes(index: int, start: int, tokens: int, block_size: int) -> tuple[int, ...]:
     """Ids of blocks ``start ..`` of a request's ``tokens`` tokens, unique to the request (workload position
     ``index``): vLLM hashes every full block a request computes, generated tokens included, so a request
@@ -114,9 +128,9 @@ class ArrivalSource:
         """Request ``index`` left the system at ``t`` (closed loop: its user thinks, then sends the next one;
         a session turn releases the session's next turn after its think time)."""
         if self.closed is not None and self.cursor + len(self.released) < self.size:
-            heapq.heappush(self.released, t + self.closed.think_time_s)
+            heapq.heappush(self.released, released_at(t + self.closed.think_time_s))
         elif self.sessions and index >= 0 and (following := int(self.next_turn[index])) >= 0:
-            heapq.heappush(self.due, (t + float(self.workload.think_time_s[following]), following))
+            heapq.heappush(self.due, (released_at(t + float(self.workload.think_time_s[following])), following))
 
     def deliver(self, now: float, sched) -> None:
         """Hand every request due at or before ``now`` to the scheduler, in order."""

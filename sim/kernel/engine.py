@@ -19,6 +19,7 @@ from collections.abc import Generator
 
 import simpy
 
+from sim.kernel.arrivals import ARRIVAL_TIE_S
 from sim.kernel.fast_forward import run_decode
 from sim.kernel.metrics import Recorder
 
@@ -61,7 +62,7 @@ class Engine:
         watch = StepWatch(memory, self.check_every, self.progress)
         now = env.now
         while True:
-            source.deliver(now, sched)
+            source.deliver(now + ARRIVAL_TIE_S, sched)
             if self.snapshot_times and now >= self.snapshot_times[0]:
                 self._snapshot(now)
             if sched.idle:
@@ -106,7 +107,7 @@ def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
     lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
     if plan.can_run:
         t_next = next_arrival()
-        horizon = math.inf if t_next is None else t_next - now
+        horizon = math.inf if t_next is None else t_next - now - ARRIVAL_TIE_S  # a tie is the next step's
         num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
     else:
         num_steps = 1  # host-tier loads (reload_*) are charged as swap-ins are

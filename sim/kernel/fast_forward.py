@@ -17,8 +17,11 @@ step appends one token to each decoding sequence and nothing else happens, until
 - a window releases blocks, or growth evicts or caches blocks (a hybrid pool), while requests wait: they
   may now fit (`Allocator.hit_changes` says why), so the run ends at that step and the scheduler plans it,
   as step by step it would try to admit them there;
-- under ``lpm``, growth evicts a cached block while requests wait: a shorter hit can re-sort the queue, and a
-  new head may fit (before that step where the allocator reports growth, at it otherwise).
+- growth evicts a cached block the head of the queue hits, or a host-tier block of its host hit (a spill or
+  a write-through store makes the host drop one): its hit gets shorter, and the shorter hit's first chunk
+  (capped by the token budget) takes fewer blocks, so it may fit; under ``lpm`` any cached block, or any
+  write-through store, while requests wait, as a hit that changes can also re-sort the queue and a new head
+  may fit (before that step where the allocator reports growth, at it otherwise).
 
 The step durations are linear in the step index (on each side of the roofline's crossover), so
 `StepCostModel.decode_run` sums them, and their index-weighted sum, which integrates the linearly growing
@@ -62,8 +65,10 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if not memory.reports_growth:
         return _run_by_sub_events(sched, cost, integral, waiting, horizon, b)
     grow_due = memory.grow_due
+    # blocks come off the free queue empty ones first, cached ones after (`allocators.block_pool`)
+    spare = b.total_blocks - b.used_blocks - b.cached // memory.block_size if b.cached else 1 << 62
     if sched.waiting and memory.prefix_caching:
-        grow_due = _ending_where_a_hit_grows(sched, grow_due)
+        grow_due = _ending_where_a_hit_changes(sched, grow_due, spare)
     n = decode.n
     last = sched.next_completion()
     if last is None:
@@ -77,8 +82,6 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if horizon != math.inf:
         k = cost.steps_starting_before(n, context, k, horizon, prefix, window)
     end = step0 + k
-    # blocks come off the free queue empty ones first, cached ones after (`allocators.block_pool`)
-    spare = b.total_blocks - b.used_blocks - b.cached // memory.block_size if b.cached else 1 << 62
     end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(step0, end, grow_due, prefix, spare)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k, window)
@@ -89,18 +92,71 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     return k, seconds
 
 
-def _ending_where_a_hit_grows(sched, grow_due):
+def _ending_where_a_hit_changes(sched, grow_due, spare: int):
     """``grow_due`` that refuses (None: the run ends before that step, as when memory runs out) a sync that
-    would index a hash a queued request carries (`Scheduler.queued_hashes`, gathered at the first shared fill
-    of the run: session workloads; other runs never look). Under ``lpm`` it also refuses one that evicts a
-    cached block: a shorter hit can reorder the queue, and a new head may fit."""
-    memory = sched.memory
-    shared_fill, evicts = memory.shared_fill, memory.evicts_cached if sched.waiting.lpm else None
+    changes what a queued request would hit, so that it may now fit:
+
+    - one that would index a hash a queued request carries (`Scheduler.queued_hashes`, gathered at the first
+      shared fill of the run: session workloads; other runs never look);
+    - one that would cut the head of the queue's hit short by more blocks than the run has taken with it:
+      evicting a block of its GPU hit cuts the hit there (the blocks after it, and its host part), evicting
+      a hash of its host hit cuts that (a write-back tier drops its least recently used for a GPU
+      eviction's spill; a write-through store that must evict may cut the whole host part, as the tier's
+      policy picks what goes). The head then needs at most that many blocks fewer (its first chunk is
+      capped by the token budget, and a held block it no longer hits was not counted), while the free queue
+      has the blocks taken fewer: a cut no longer than that (decoders taking the hit's last blocks, tail
+      first) cannot let it in. The layout of its hit is gathered at the run's first eviction.
+
+    Only the head counts, as FCFS and priority admit head of line; under ``lpm``, where a hit that changes
+    can also re-sort the queue, every eviction counts, and every write-through store. ``spare``: the free
+    blocks that hold nothing at the run's start, handed out before any cached one is evicted."""
+    memory, waiting = sched.memory, sched.waiting
+    shared_fill, evicted_blocks, lpm, block_size = memory.shared_fill, memory.evicted_blocks, waiting.lpm, \
+        memory.block_size
+    tier = memory.host_tier
+    host_evictions = memory.host_evictions if tier is not None else None
+    through = tier is not None and tier.write_through  # a store may evict; write-back, only a spill
+    stores = memory.stores if lpm and through else None
     queued: set[int] | None = None
+    gpu_at: dict[int, int] | None = None  # the head's hit, gathered once a run: GPU block -> position,
+    host_at: dict[int, int] = {}  # host hash -> position in the host part,
+    length = 0  # and its length in blocks
+    taken = 0  # blocks the run's growth took so far: the free queue has that many fewer
+
+    def gather() -> None:
+        nonlocal gpu_at, host_at, length
+        gpu, host = memory.hit_layout(waiting[0].hashes, waiting[0].prefill_target)
+        gpu_at, host_at, length = {b: i for i, b in enumerate(gpu)}, {h: i for i, h in enumerate(host)}, \
+            len(gpu) + len(host)
 
     def grow(seq_id: int, num_tokens: int):
-        nonlocal queued
-        if evicts is not None and evicts(seq_id, num_tokens):
+        nonlocal queued, taken
+        # growth by n tokens takes at most n // block_size + 1 blocks: none evicts before the spare ones are gone
+        evicted = evicted_blocks(seq_id, num_tokens) if taken + num_tokens // block_size >= spare else ()
+        cut = 0
+        if evicted:
+            if lpm:
+                return None
+            if gpu_at is None:
+                gather()
+            for b in evicted:
+                if b in gpu_at:
+                    cut = max(cut, length - gpu_at[b])
+        if stores is not None:  # lpm (a GPU eviction, and so a spill, has ended the run already)
+            if stores(seq_id, num_tokens):
+                return None
+        elif host_evictions is not None and (evicted or through):
+            if gpu_at is None:
+                gather()
+            if host_at:
+                gone = host_evictions(seq_id, num_tokens, evicted)
+                if gone is None:
+                    cut = max(cut, len(host_at))
+                else:
+                    for h in gone:
+                        if h in host_at:
+                            cut = max(cut, len(host_at) - host_at[h])
+        if cut and cut > taken + memory.new_blocks(seq_id, num_tokens):
             return None
         filled = shared_fill(seq_id, num_tokens)
         if filled:
@@ -108,7 +164,10 @@ def _ending_where_a_hit_grows(sched, grow_due):
                 queued = sched.queued_hashes()
             if not queued.isdisjoint(filled):
                 return None
-        return grow_due(seq_id, num_tokens)
+        grown = grow_due(seq_id, num_tokens)
+        if grown is not None:
+            taken += grown[1]
+        return grown
     return grow
 
 
@@ -132,6 +191,12 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
     step = sched.step
     total = 0.0
     steps = 0
+    # the head's hit, and the blocks used, at the start: a hit cut by more blocks than the run took may let the
+    # head in (`_ending_where_a_hit_changes`)
+    head = sched.waiting[0] if sched.waiting and memory.prefix_caching else None
+    head_hit = memory.cached_tokens(head.hashes, head.prefill_target) if head is not None else 0
+    used0 = b.used_blocks
+    tier = memory.host_tier  # a host tier's contents change with stores and spills, not seen in the breakdown
     while True:
         deadline = decode.next_deadline()
         end = last + 1 if last is not None else math.inf
@@ -173,12 +238,15 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
             decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         # the step that preempts pays for what its syncs did, as it does step by step; so does a step at which
         # a window released blocks, or a hybrid pool's prefix cache changed, while requests wait: they may now
-        # be admitted, so the scheduler plans it; under lpm also one that evicted cached blocks (the queue's
-        # order may change: `_ending_where_a_hit_grows`)
+        # be admitted, so the scheduler plans it; so does one whose evictions (GPU or host) have cut the head's
+        # hit by more blocks than the run took, and under lpm one that evicted any cached block or may have
+        # changed the host tier (`_ending_where_a_hit_changes`)
         if not stopped:
             cached, b = b.cached, memory.breakdown(waiting)
-            stopped = bool(sched.waiting) and (memory.growth_openings != openings or
-                                               sched.waiting.lpm and b.cached < cached)
+            stopped = bool(sched.waiting) and (memory.growth_openings != openings or (
+                head is not None and (b.cached < cached or tier is not None) and (sched.waiting.lpm or (
+                    head_hit - memory.cached_tokens(head.hashes, head.prefill_target)
+                    > (b.used_blocks - used0) * memory.block_size))))
         if stopped:
             sched.carry = (slots, maps)
             return steps, total

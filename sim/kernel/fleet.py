@@ -29,7 +29,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim.kernel.arrivals import ArrivalSource
+from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource
 from sim.kernel.config import SimConfig
 from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot, take_step
 from sim.kernel.metrics import Recorder
@@ -186,8 +186,8 @@ class Fleet:
         now = env.now
         while True:
             if self.observed:
-                self._route_due(now)
-            self._deliver(replica, now)
+                self._route_due(now + ARRIVAL_TIE_S)
+            self._deliver(replica, now + ARRIVAL_TIE_S)
             if snapshots and now >= snapshots[0]:
                 while snapshots and now >= snapshots[0]:
                     snapshots.pop(0)

@@ -35,8 +35,8 @@ class KVMemory:
 
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
                  "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow",
-                 "grow_due", "shared_fill", "evicts_cached", "headroom", "grow_chunk", "slots_per_token",
-                 "group_names", "host_tier")
+                 "grow_due", "shared_fill", "evicted_blocks", "new_blocks", "hit_layout", "stores",
+                 "host_evictions", "headroom", "grow_chunk", "slots_per_token", "group_names", "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
         """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
@@ -61,7 +61,9 @@ class KVMemory:
         self.grow = alloc.grow
         self.grow_due = alloc.grow_due
         self.shared_fill = alloc.shared_fill
-        self.evicts_cached = alloc.evicts_cached
+        self.evicted_blocks, self.new_blocks, self.hit_layout = alloc.evicted_blocks, alloc.new_blocks, \
+            alloc.hit_layout
+        self.stores, self.host_evictions = alloc.stores, alloc.host_evictions
         self.headroom = alloc.headroom
         self.grow_chunk = alloc.grow_chunk
 

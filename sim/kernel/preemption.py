@@ -44,7 +44,8 @@ class Preemption:
                 seq_slots, seq_transfers = s.memory.swap_extent(seq_id, lag)
                 moved += seq_slots
                 transfers += seq_transfers
-        self.stop_running(victim)
+        stepped = [seq_id for seq_id in victim.seq_ids if s.walked(victim, seq_id)] if decoding else ()
+        self.stop_running(victim, stepped=stepped)
         s.returned += s.step_tokens.pop(victim.index, 0)
         victim.epoch += 1
         victim.preemptions += 1

@@ -66,6 +66,8 @@ class Scheduler:
         self.memory_blocked = False
         self.plan: StepPlan | None = None
         self.carry: tuple[int, int] | None = None  # (copy slots, page maps) a stopped decode run left unpaid
+        self.syncing: tuple[SequenceGroup, int] | None = None  # the group and decoder whose sync is running
+        self.seq_id_order = False  # the running loop goes through decoders in seq-id order (decoders-only step)
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -124,8 +126,10 @@ class Scheduler:
         budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
         if self.running_seqs == self.decode.n and not beams.groups:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
+            self.seq_id_order = True
             for seq_id in self.decode.pop_due(self.step):
                 self.sync_decoder(seq_id)
+            self.seq_id_order = False
             budget -= self.decode.n
         else:
             budget = self.walk_running(budget)
@@ -151,12 +155,26 @@ class Scheduler:
         memory = self.memory
         copies = memory.grow(seq_id, added)
         if copies is None:
+            self.syncing = (group, seq_id)
             copies = self.groups.until_fits(group, lambda s=seq_id, a=added: memory.grow(s, a))
+            self.syncing = None
             if copies is None:
                 return False
         self.plan.add_copies(copies)
         decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         return True
+
+    def walked(self, group: SequenceGroup, seq_id: int) -> bool:
+        """Whether the running loop has passed decoder ``seq_id`` of ``group`` this step, so that step by step
+        (where it grows every decoder it passes) it holds this step's slot already: a group it scheduled, and
+        while a sync preempts, the decoders before the one syncing in its group, or in seq-id order in a
+        decoders-only step. A lazily grown decoder it passed without a sync is told that slot if preempted."""
+        if group.index in self.step_tokens:
+            return True
+        if self.syncing is None:
+            return False
+        current, at = self.syncing
+        return seq_id < at and (current is group or self.seq_id_order)
 
     def walk_running(self, budget: int) -> int:
         """vLLM's running loop, in running order; returns the budget left. Decoders the budget cannot reach

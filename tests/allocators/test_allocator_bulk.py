@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from allocators import make_allocator
 from allocators.free_queue import FreeBlockQueue
+from allocators.host_tier import HostTier
 from allocators.paged import PagedAllocator
 from tests.soak import examples
 
@@ -30,8 +31,9 @@ def test_pop_many_and_extend_equal_their_loops(order, ops):
     for pop, count in ops:
         if pop:
             count = min(count, len(single))
+            ahead = bulk.peek(count)
             got = bulk.pop_many(count)
-            assert got == [single.popleft() for _ in range(count)]
+            assert got == ahead == [single.popleft() for _ in range(count)]
             out += got
         else:
             count = min(count, len(out))
@@ -43,6 +45,13 @@ def test_pop_many_and_extend_equal_their_loops(order, ops):
         assert bulk.check() == single.check()
         assert len(bulk) == len(single)
     assert set(bulk) | set(out) == set(range(12))
+
+
+def test_peek_skips_removed_blocks_and_changes_nothing():
+    q = FreeBlockQueue(8, [5, 2, 7, 1])
+    q.remove(2)  # a prefix-cache hit on a free block leaves a hole
+    assert q.peek(2) == [5, 7] and q.peek(9) == [5, 7, 1]
+    assert q.check() == [5, 7, 1] and q.pop_many(2) == [5, 7]
 
 
 def test_pop_many_takes_the_head_in_order_and_refuses_too_many_without_change():
@@ -134,12 +143,33 @@ def test_grow_due_evicts_cached_blocks_in_queue_order():
     alloc.free(0)  # uncached 3 to the head, cached 2 and 1 to the back (tail first): queue 3 4 5 2 1
     alloc.admit(1, 5, final_tokens=40, block_hashes=[21])  # takes 3 and 4
     assert alloc.free_block_ids() == [5, 2, 1]
+    assert alloc.hit_layout([11, 12], 9) == ([1, 2], [])  # a prompt of 9 tokens would hit both, on the GPU
+    assert alloc.evicted_blocks(1, 3) == []  # 8 tokens fit in its 2 blocks
     check_grow_due(alloc, 1, 3)  # 8 tokens: its second block fills and is cached under no hash (none given)
+    assert alloc.evicted_blocks(1, 5) == [2] and alloc.new_blocks(1, 5) == 2  # the empty 5 first, then cached 2
     grown = check_grow_due(alloc, 1, 5)  # 13 tokens: needs 2 new blocks, popping 5 then cached 2
     assert grown == (3, 2, 3)  # 3 of the 16 slots held are still to fill
     assert alloc.block_table(1) == (3, 4, 5, 2) and alloc.block_hash(2) is None
     assert alloc.num_cached_tokens([11, 12], 9) == 4  # block 1 (hash 11) still hits; 12 was evicted
     assert alloc.block_hash(1) == 11
+
+
+def test_what_growth_evicts_from_a_write_back_host_tier():
+    """Blocks 1 and 2 cached (hashes 11, 12), a one-block host holding hash 99: growth that evicts block 2
+    spills hash 12, which evicts 99, the host's only block; a prompt 11, 99 hits block 1, then 99 on the host."""
+    alloc = PagedAllocator(6 * 4, block_size=4, prefix_caching=True)
+    tier = HostTier(1, 10)
+    alloc.attach_host_tier(tier)
+    tier.offload_many([99])
+    alloc.admit(0, 9, final_tokens=9, block_hashes=[11, 12])
+    alloc.free(0)  # queue 3 4 5 2 1
+    alloc.admit(1, 5, final_tokens=40, block_hashes=[21])  # takes 3 and 4
+    assert alloc.hit_layout([11, 99, 7], 13) == ([1], [99])
+    assert alloc.host_evictions(1, 3, alloc.evicted_blocks(1, 3)) == []  # no block taken, nothing spilled
+    alloc.grow(1, 3)
+    assert alloc.host_evictions(1, 5, alloc.evicted_blocks(1, 5)) == [99] and not alloc.stores(1, 5)
+    alloc.grow(1, 5)
+    assert 99 not in tier and 12 in tier
 
 
 @SETTINGS

@@ -87,6 +87,8 @@ def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
     next_key = 0
     for name, arg in ops:
         if name == "offload":
+            need = min(len(arg) - len(ref.free), len(ref.lru))  # what a batch this long would evict, if all new
+            assert tier.evicted_by(len(arg)) == list(ref.lru)[:max(need, 0)]
             assert tier.offload_many(arg) == ref.offload_many(arg)
         elif name == "take":  # load the most recently used ``arg`` cached hashes, oldest of them first
             hits = list(ref.lru)[-arg:] if arg else []

@@ -48,7 +48,9 @@ def test_a_store_that_cannot_make_room_stores_nothing_and_is_offered_again():
     """Two host blocks: three blocks at once need an eviction and nothing outside the offer can go, so none is
     stored; the next offer carries them again (four blocks: still none); a lone block later fits."""
     t = tier(2)
+    assert t.store_evicts(0, [A, B, C], 3) and not t.store_evicts(0, [A, B, C], 2)  # 3 new blocks, 2 free
     assert t.computed(0, [A, B, C], 3) == 0 and t.cached_blocks == 0
+    assert t.offers(0, [A, B, C], 3)  # still due: offered again with the next fill, even past the hashes
     assert t.computed(0, [A, B, C, D], 4) == 0 and t.cached_blocks == 0 and t.offloaded_blocks == 0
     assert t.computed(1, [X], 1) == 1 and X in t
     t.check_invariants()
@@ -60,6 +62,7 @@ def test_a_store_offers_only_the_blocks_since_the_last_one():
     assert t.computed(0, [A, B, C, D], 4) == 2  # then C, D: A and B are not offered again
     assert t.computed(0, [A, B, C, D], 4) == 0
     assert t.offloaded_blocks == 4
+    assert not t.offers(0, [A, B, C, D], 5) and t.offers(1, [A], 1)  # all offered; a new request has offered none
 
 
 def test_a_request_that_loads_host_hits_offers_only_the_blocks_after_them():

@@ -7,13 +7,18 @@ import pytest
 
 def assert_same_summary(fast: dict, slow: dict, skip: tuple[str, ...] = ("wall_time_s",)) -> None:
     """Every key but ``skip`` equal: floats to 1e-9 (the two modes sum the same steps in another order), nested
-    dicts (a hybrid pool's ``kv_groups`` shares) key by key the same way, everything else exactly."""
+    dicts (a hybrid pool's ``kv_groups`` shares) and lists of dicts (a fleet's replicas) key by key the same way,
+    everything else exactly."""
     for key, value in fast.items():
         if key in skip:
             continue
         if isinstance(value, dict) and isinstance(slow[key], dict):
             assert value.keys() == slow[key].keys(), key
             assert_same_summary(value, slow[key], skip=())
+        elif isinstance(value, list) and value and isinstance(value[0], dict):  # a fleet's ``per_replica``
+            assert len(value) == len(slow[key]), key
+            for one, other in zip(value, slow[key], strict=True):
+                assert_same_summary(one, other, skip=())
         elif isinstance(value, float):
             assert value == pytest.approx(slow[key], rel=1e-9, abs=1e-12), key
         else:
