@@ -94,9 +94,8 @@ class PagedQueries(Allocator):
     def evicted_blocks(self, seq_id: int, num_tokens: int) -> list[int]:
         """The cached blocks growing ``seq_id`` by ``num_tokens`` takes off the free queue, which hands out
         empty blocks first (so: none, as a rule); their hashes are evicted."""
-        s = self._seqs[seq_id]
-        new = -(-(s.tokens + num_tokens) // self.block_size) - len(s.table)
-        if new <= 0 or new <= self._free.num_free - self._pool.num_cached:
+        new = self.new_blocks(seq_id, num_tokens)
+        if not new or new <= self._free.num_free - self._pool.num_cached:
             return []
         hashed = self._cache.block_hash
         return [b for b in self._free.peek(new) if hashed[b] is not None]
