@@ -10,9 +10,11 @@ over all replicas together (each replica has the same capacity), and the largest
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral
+from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral, Recorder
 from sim.kernel.replica import SimResult, requests_frame, tier_summary
 from sim.kernel.summary import build_summary
 
@@ -53,14 +55,11 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
     requests["replica"] = fleet.replica_of
     pool = replicas[0].memory.breakdown()
     total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
-    steps, memories, per_replica, processed = [], [], [], []
+    steps, per_replica, processed = [], [], []
     for r in replicas:
         frame = r.rec.steps_frame(capacity, total_blocks)
         frame.insert(0, "replica", np.full(len(frame), r.number, np.int64))
         steps.append(frame)
-        memory = r.rec.memory_frame()
-        memory.insert(0, "replica", np.full(len(memory), r.number, np.int64))
-        memories.append(memory)
         prefill = int(frame["prefill_tokens"].sum())
         tokens = prefill + int((frame["decode_seqs"] * frame["num_steps"]).sum())
         processed.append(tokens)
@@ -84,7 +83,20 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         tier=tier_summary([(r.memory, r.sched.groups) for r in replicas]), extra=extra)
     summary.update({"replicas": len(replicas), "router": config.router,
                     "load_imbalance": load_imbalance(processed), "per_replica": per_replica})
-    return SimResult(requests, steps_frame, pd.concat(memories, ignore_index=True), summary, config)
+    return SimResult(requests, steps_frame, partial(fleet_memory_frame, [(r.number, r.rec) for r in replicas]), summary, config)
+
+
+def fleet_memory_frame(recorders: list[tuple[int, Recorder]]):
+    """The replicas' memory-map snapshots (replica number, its recorder) in one table with a ``replica``
+    column; built on first use, holding the recorders only, not the replicas' allocators."""
+    import pandas as pd
+
+    memories = []
+    for number, rec in recorders:
+        memory = rec.memory_frame()
+        memory.insert(0, "replica", np.full(len(memory), number, np.int64))
+        memories.append(memory)
+    return pd.concat(memories, ignore_index=True)
 
 
 def format_replicas(per_replica: list[dict]) -> str:

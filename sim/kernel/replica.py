@@ -5,8 +5,6 @@ and scheduler, and the tables and summary keys every run shares. `sim.kernel.run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from allocators import allocator_class, make_allocator
@@ -41,15 +39,23 @@ def snapshot_count(config: SimConfig, kv_tokens: int, replicas: int = 1) -> int:
     return min(config.memory_snapshots, MEMORY_MAP_ROWS // (kv_tokens * replicas))
 
 
-@dataclass
 class SimResult:
-    """Per-request table, per-step table, memory-map snapshots, the summary and the configuration."""
+    """Per-request table, per-step table, memory-map snapshots, the summary and the configuration.
 
-    requests: object
-    steps: object
-    memory: object
-    summary: dict
-    config: SimConfig
+    The memory-map table is built on first use (``memory`` may be given as a function that builds it): it has
+    a row per slot per snapshot, about 4 million for an H200's pool, and most runs (sweeps, ``--json``) never
+    read it, so a run does not spend a second building it for nothing."""
+
+    def __init__(self, requests, steps, memory, summary: dict, config: SimConfig) -> None:
+        self.requests, self.steps, self.summary, self.config = requests, steps, summary, config
+        self._memory = memory
+
+    @property
+    def memory(self):
+        """The memory-map snapshots: one row per slot per snapshot (`Recorder.memory_frame`)."""
+        if callable(self._memory):
+            self._memory = self._memory()
+        return self._memory
 
 
 def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:

@@ -74,7 +74,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
                             cached_prompt_tokens=sched.groups.cached_prompt_tokens,
                             tier=tier_summary([(memory, sched.groups)]), extra=extra, kv_tokens=cap.kv_tokens)
     summary["wall_time_s"] = time.perf_counter() - wall_start
-    return SimResult(requests, steps, recorder.memory_frame(), summary, config)
+    return SimResult(requests, steps, recorder.memory_frame, summary, config)
 
 
 def resolve_workload(config: SimConfig):

@@ -168,6 +168,14 @@ def test_memory_snapshots_cover_every_slot():
     assert memory["time_s"].nunique() == 2
     for _, snap in memory.groupby("time_s"):
         assert snap["slot"].tolist() == list(range(2000))
+    assert r.memory is memory  # built on first use, once
+
+
+def test_the_memory_table_is_the_recorders_whenever_it_is_read():
+    """Built on first use: a table read after other runs are the snapshots of its own run."""
+    first = run_simulation(SimConfig(kv_tokens=2000, memory_snapshots=2), poisson(30, 5.0))
+    second = run_simulation(SimConfig(kv_tokens=1000, memory_snapshots=3), poisson(30, 5.0))
+    assert len(second.memory) == 3 * 1000 and len(first.memory) == 2 * 2000
 
 
 def test_closed_loop_keeps_users_in_flight():
