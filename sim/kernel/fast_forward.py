@@ -105,7 +105,8 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
       policy picks what goes). The head then needs at most that many blocks fewer (its first chunk is
       capped by the token budget, and a held block it no longer hits was not counted), while the free queue
       has the blocks taken fewer: a cut no longer than that (decoders taking the hit's last blocks, tail
-      first) cannot let it in. The layout of its hit is gathered at the run's first eviction.
+      first) cannot let it in. The layout of its hit is gathered once a run, when growth first may evict
+      (a write-through tier: at the first sync), and a head that hits nothing needs no more.
 
     Only the head counts, as FCFS and priority admit head of line; under ``lpm``, where a hit that changes
     can also re-sort the queue, every eviction counts, and every write-through store. ``spare``: the free
@@ -131,17 +132,21 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
 
     def grow(seq_id: int, num_tokens: int):
         nonlocal queued, taken
+        evicted = ()
         # growth by n tokens takes at most n // block_size + 1 blocks: none evicts before the spare ones are gone
-        evicted = evicted_blocks(seq_id, num_tokens) if taken + num_tokens // block_size >= spare else ()
-        cut = 0
-        if evicted:
+        if taken + num_tokens // block_size >= spare:
             if lpm:
-                return None
-            if gpu_at is None:
-                gather()
-            for b in evicted:
-                if b in gpu_at:
-                    cut = max(cut, length - gpu_at[b])
+                if evicted_blocks(seq_id, num_tokens):
+                    return None
+            else:
+                if gpu_at is None:
+                    gather()
+                if length:  # a head that hits nothing loses nothing: its evictions are not worked out
+                    evicted = evicted_blocks(seq_id, num_tokens)
+        cut = 0
+        for b in evicted:
+            if b in gpu_at:
+                cut = max(cut, length - gpu_at[b])
         if stores is not None:  # lpm (a GPU eviction, and so a spill, has ended the run already)
             if stores(seq_id, num_tokens):
                 return None
