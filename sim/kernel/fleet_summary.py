@@ -83,7 +83,8 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         tier=tier_summary([(r.memory, r.sched.groups) for r in replicas]), extra=extra)
     summary.update({"replicas": len(replicas), "router": config.router,
                     "load_imbalance": load_imbalance(processed), "per_replica": per_replica})
-    return SimResult(requests, steps_frame, partial(fleet_memory_frame, [(r.number, r.rec) for r in replicas]), summary, config)
+    memory = partial(fleet_memory_frame, [(r.number, r.rec) for r in replicas])  # built when first read
+    return SimResult(requests, steps_frame, memory, summary, config)
 
 
 def fleet_memory_frame(recorders: list[tuple[int, Recorder]]):
