@@ -125,7 +125,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from sim.commands.huge_pages import without_huge_page_hint
+    from sim.kernel.huge_pages import without_huge_page_hint
 
     with without_huge_page_hint():  # as the `kvsim` command runs
         main()

@@ -12,7 +12,7 @@ import warnings
 import click
 
 from sim.commands.failure import fail  # noqa: F401  (sim.cli.fail still works for scripts that import it)
-from sim.commands.huge_pages import without_huge_page_hint
+from sim.kernel.huge_pages import without_huge_page_hint
 
 COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "compare", "reproduce", "plan"]
 """Modules under `sim.commands`; each exposes the click commands listed in its ``COMMANDS``."""
@@ -24,7 +24,7 @@ COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "co
 def main(ctx: click.Context) -> None:
     """kvsim: simulate LLM KV-cache memory allocation (contiguous, paged, copy-on-write)."""
     ctx.with_resource(warnings.catch_warnings())  # the hook is restored when the command ends
-    ctx.with_resource(without_huge_page_hint())  # as is numpy's huge-page hint (`sim.commands.huge_pages`)
+    ctx.with_resource(without_huge_page_hint())  # as is numpy's huge-page hint (`sim.kernel.huge_pages`)
     previous = warnings.showwarning
 
     def show(message, category, *args, **kwargs) -> None:

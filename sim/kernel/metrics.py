@@ -13,6 +13,7 @@ from array import array
 import numpy as np
 
 from allocators.base import SHARE_NAMES, SLOT_STATES, MemoryBreakdown
+from sim.kernel.huge_pages import without_huge_page_hint
 
 STEP_FLOAT = ("time_s", "duration_s")
 STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", "context_tokens", "copies",
@@ -180,7 +181,12 @@ class Recorder:
         Built as whole columns filled snapshot by snapshot, the three int64 ones as the rows of one 2-D
         array that pandas takes as its int block without copying: a frame per snapshot joined by
         ``pd.concat`` copied every row twice (the frame's block, then the join), about 0.5 s and twice the
-        table's memory for the ~800K slots of each of a dozen snapshots of an H200."""
+        table's memory for the ~800K slots of each of a dozen snapshots of an H200. Built without numpy's
+        huge-page hint, which made it ten times slower on a VM (`sim.kernel.huge_pages`)."""
+        with without_huge_page_hint():
+            return self._memory_frame()
+
+    def _memory_frame(self):
         import pandas as pd
 
         if not self.snapshots:

@@ -1,5 +1,5 @@
 """The `kvsim` command turns numpy's transparent-huge-page hint off for its run and puts it back after, unless
-the environment sets numpy's own switch (`sim.commands.huge_pages`)."""
+the environment sets numpy's own switch (`sim.kernel.huge_pages`)."""
 
 from __future__ import annotations
 

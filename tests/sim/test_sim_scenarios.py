@@ -171,6 +171,33 @@ def test_memory_snapshots_cover_every_slot():
     assert r.memory is memory  # built on first use, once
 
 
+def test_the_memory_table_is_built_without_numpys_huge_page_hint(monkeypatch):
+    """`sim.kernel.huge_pages`: off while the table is built (slow fresh arrays on VMs), back on after."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _set_madvise_hugepage
+
+    from sim.kernel.metrics import Recorder
+
+    seen = []
+    build = Recorder._memory_frame
+
+    def spy(rec):
+        seen.append(_set_madvise_hugepage(False))  # the hint as the build finds it (and leaves it off)
+        return build(rec)
+
+    monkeypatch.setattr(Recorder, "_memory_frame", spy)
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    previous = _set_madvise_hugepage(True)
+    try:
+        r = run_simulation(SimConfig(kv_tokens=2000, memory_snapshots=2), poisson(30, 5.0))
+        assert len(r.memory) == 4000
+        assert seen == [False] and _set_madvise_hugepage(previous) is True
+    finally:
+        _set_madvise_hugepage(previous)
+
+
 def test_the_memory_table_is_the_recorders_whenever_it_is_read():
     """Built on first use: a table read after other runs are the snapshots of its own run."""
     first = run_simulation(SimConfig(kv_tokens=2000, memory_snapshots=2), poisson(30, 5.0))

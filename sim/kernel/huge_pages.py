@@ -1,12 +1,14 @@
-"""The `kvsim` command's numpy setting for fresh large arrays: no transparent-huge-page hint.
+"""numpy's transparent-huge-page hint off where kvsim builds large arrays: the `kvsim` command's run, and the
+memory-map table (`Recorder.memory_frame`) wherever it is built.
 
 numpy asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on every array of 4 MiB or more.
 Where the kernel then compacts memory on each fault (``defrag`` set to ``madvise``, common on virtual
 machines) and still fails to find huge pages, first touching such an array costs ten times as much: on the
 2-core development VM a fresh 80 MB array took 0.32-0.51 s with the hint and 0.04 s without, and a Mooncake
 run's 4-million-row memory-map table 1.30 s against 0.13 s. kvsim's large arrays are tables built once and
-written out, which gain nothing from huge pages, so the command turns the hint off for its run and puts it
-back after; ``NUMPY_MADVISE_HUGEPAGE`` set in the environment (numpy's own switch) is left to rule.
+written out, which gain nothing from huge pages, so the command turns the hint off for its run, and building
+the memory table turns it off for that alone (a library user's own arrays keep numpy's default), each putting
+it back after; ``NUMPY_MADVISE_HUGEPAGE`` set in the environment (numpy's own switch) is left to rule.
 """
 
 from __future__ import annotations
