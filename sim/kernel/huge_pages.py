@@ -18,22 +18,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-@contextmanager
-def without_huge_page_hint() -> Iterator[None]:
-    """numpy's huge-page hint off inside the block (unless the environment sets numpy's switch)."""
+def _hint_setter():
+    """numpy's private switch (``_set_madvise_hugepage(bool) -> previous``), or None where numpy has none."""
     try:
         from numpy._core.multiarray import _set_madvise_hugepage
     except ImportError:  # numpy 1.x
         try:
             from numpy.core.multiarray import _set_madvise_hugepage
-        except ImportError:  # neither: nothing to turn off
-            yield
-            return
-    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        except ImportError:
+            return None
+    return _set_madvise_hugepage
+
+
+set_huge_page_hint = _hint_setter()
+"""``set_huge_page_hint(on) -> previous``: numpy's switch (None where this numpy has none)."""
+
+
+@contextmanager
+def without_huge_page_hint() -> Iterator[None]:
+    """numpy's huge-page hint off inside the block (unless the environment sets numpy's switch)."""
+    if set_huge_page_hint is None or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         yield
         return
-    previous = _set_madvise_hugepage(False)
+    previous = set_huge_page_hint(False)
     try:
         yield
     finally:
-        _set_madvise_hugepage(previous)
+        set_huge_page_hint(previous)

@@ -7,18 +7,14 @@ import click
 import pytest
 from click.testing import CliRunner
 
-try:
-    from numpy._core.multiarray import _set_madvise_hugepage
-except ImportError:  # numpy 1.x
-    from numpy.core.multiarray import _set_madvise_hugepage
-
 from sim.cli import main
+from sim.kernel.huge_pages import set_huge_page_hint
 
 
 def hint() -> bool:
     """numpy's current setting (read by setting it back)."""
-    value = _set_madvise_hugepage(True)
-    _set_madvise_hugepage(value)
+    value = set_huge_page_hint(True)
+    set_huge_page_hint(value)
     return value
 
 
@@ -30,9 +26,9 @@ def probe() -> None:
 @pytest.fixture
 def with_probe():
     main.add_command(probe)
-    previous = _set_madvise_hugepage(True)
+    previous = set_huge_page_hint(True)
     yield
-    _set_madvise_hugepage(previous)
+    set_huge_page_hint(previous)
     main.commands.pop("hint-probe")
 
 

@@ -173,29 +173,25 @@ def test_memory_snapshots_cover_every_slot():
 
 def test_the_memory_table_is_built_without_numpys_huge_page_hint(monkeypatch):
     """`sim.kernel.huge_pages`: off while the table is built (slow fresh arrays on VMs), back on after."""
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage
-    except ImportError:  # numpy 1.x
-        from numpy.core.multiarray import _set_madvise_hugepage
-
+    from sim.kernel.huge_pages import set_huge_page_hint
     from sim.kernel.metrics import Recorder
 
     seen = []
     build = Recorder._memory_frame
 
     def spy(rec):
-        seen.append(_set_madvise_hugepage(False))  # the hint as the build finds it (and leaves it off)
+        seen.append(set_huge_page_hint(False))  # the hint as the build finds it (and leaves it off)
         return build(rec)
 
     monkeypatch.setattr(Recorder, "_memory_frame", spy)
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
-    previous = _set_madvise_hugepage(True)
+    previous = set_huge_page_hint(True)
     try:
         r = run_simulation(SimConfig(kv_tokens=2000, memory_snapshots=2), poisson(30, 5.0))
         assert len(r.memory) == 4000
-        assert seen == [False] and _set_madvise_hugepage(previous) is True
+        assert seen == [False] and set_huge_page_hint(previous) is True
     finally:
-        _set_madvise_hugepage(previous)
+        set_huge_page_hint(previous)
 
 
 def test_the_memory_table_is_the_recorders_whenever_it_is_read():
