@@ -185,7 +185,7 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
     from sim.kernel.fleet_parallel import parallel_note
     from sim.kernel.runner import run_simulation
 
-    note = parallel_note(config, workers)
+    note = parallel_note(config, workers, workload)
     if note:
         click.echo(note, err=True)
     if as_json or not sys.stdout.isatty():

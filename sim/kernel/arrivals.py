@@ -49,6 +49,22 @@ def own_block_hashes(index: int, start: int, tokens: int, block_size: int) -> tu
     return tuple(range(base + start, base + tokens // block_size))
 
 
+def first_arrival_s(workload) -> float:
+    """When a run of ``workload`` starts: its first arrival, or 0 for a closed loop, whose users all send
+    their first requests at the start (its arrival times are only an order)."""
+    if not len(workload) or getattr(workload, "closed_loop", None) is not None:
+        return 0.0
+    return float(workload.arrival_time_s[0])
+
+
+def releases_arrivals(workload) -> bool:
+    """Whether some of ``workload``'s arrivals are released by earlier requests leaving (a closed loop, or
+    session turns with a think time), so that their times are known only as the simulation runs."""
+    if getattr(workload, "closed_loop", None) is not None:
+        return True
+    return bool(getattr(workload, "has_sessions", False) and closed_loop_turns(workload)[1].any())
+
+
 class ArrivalSource:
     """Delivers requests due at or before a time; knows the next arrival time."""
 
@@ -63,9 +79,9 @@ class ArrivalSource:
         self.own_identity = own_identity
         self.want_hashes = want_hashes and (own_identity or self._has_identity(workload))
         self.anonymous = self._anonymous(workload) if self.want_hashes else None
-        self.released: list[float] = []  # closed loop: heap of times a user sends its next request
+        self.ready: list[float] = []  # closed loop: heap of the times users send their next requests
         if self.closed is not None:
-            self.released = [start_s] * min(self.closed.users, self.size)
+            self.ready = [start_s] * min(self.closed.users, self.size)
         self.arrival_s = np.array(self.times, dtype=np.float64)  # actual arrivals (closed loop fills them in)
         self.sessions = bool(getattr(workload, "has_sessions", False))
         self.next_turn, released = closed_loop_turns(workload) if self.sessions else (None, None)
@@ -108,7 +124,7 @@ class ArrivalSource:
         if self.cursor >= self.size:
             return None
         if self.closed is not None:
-            return self.released[0] if self.released else None
+            return self.ready[0] if self.ready else None
         if self.sessions:
             head = self._session_head()
             return None if head is None else head[0]
@@ -124,41 +140,61 @@ class ArrivalSource:
                 return own
         return head
 
-    def on_done(self, t: float, index: int = -1) -> None:
+    @property
+    def released_arrivals(self) -> bool:
+        """Whether some arrivals are released by earlier requests leaving (a closed loop, or session turns with
+        a think time): their times are known only as the simulation runs."""
+        return self.closed is not None or self.sessions
+
+    @property
+    def min_think_s(self) -> float:
+        """The shortest think time between a request leaving and the arrival it releases (inf: none is)."""
+        if self.closed is not None:
+            return self.closed.think_time_s
+        if self.sessions:
+            return float(np.min(self.workload.think_time_s[self.next_turn[self.next_turn >= 0]]))
+        return np.inf
+
+    def on_done(self, t: float, index: int = -1, not_before: float = -np.inf) -> None:
         """Request ``index`` left the system at ``t`` (closed loop: its user thinks, then sends the next one;
-        a session turn releases the session's next turn after its think time)."""
-        if self.closed is not None and self.cursor + len(self.released) < self.size:
-            heapq.heappush(self.released, released_at(t + self.closed.think_time_s))
+        a session turn releases the session's next turn after its think time). ``not_before``: the earliest
+        time the released arrival may take (a fleet's, `sim.kernel.fleet`)."""
+        if self.closed is not None:  # every user that leaves is ready again (more than rows left: the earliest go)
+            heapq.heappush(self.ready, max(released_at(t + self.closed.think_time_s), not_before))
         elif self.sessions and index >= 0 and (following := int(self.next_turn[index])) >= 0:
-            heapq.heappush(self.due, (released_at(t + float(self.workload.think_time_s[following])), following))
+            think = float(self.workload.think_time_s[following])
+            heapq.heappush(self.due, (max(released_at(t + think), not_before), following))
+
+    def pop_due(self, now: float) -> tuple[float, int] | None:
+        """The next arrival due at or before ``now``, as ``(time, row)``, taken and its time recorded; None if
+        none is due. Rows due at the same time come in row order."""
+        if self.cursor >= self.size:
+            return None
+        if self.sessions:
+            head = self._session_head()
+            if head is None or head[0] > now:
+                return None
+            t, i = head
+            if self.due and self.due[0] == head:
+                heapq.heappop(self.due)
+            else:
+                self.position += 1
+        elif self.closed is not None:
+            if not self.ready or self.ready[0] > now:
+                return None
+            t, i = heapq.heappop(self.ready), self.cursor
+        else:
+            t, i = float(self.times[self.cursor]), self.cursor
+            if t > now:
+                return None
+        self.cursor += 1
+        self.arrival_s[i] = t
+        return t, i
 
     def deliver(self, now: float, sched) -> None:
         """Hand every request due at or before ``now`` to the scheduler, in order."""
-        while self.cursor < self.size:
-            if self.sessions:
-                head = self._session_head()
-                if head is None or head[0] > now:
-                    return
-                t, i = head
-                if self.due and self.due[0] == head:
-                    heapq.heappop(self.due)
-                else:
-                    self.position += 1
-                self.cursor += 1
-                self.arrival_s[i] = t
-                sched.add(self.make_group(i, t), t)
-                continue
-            if self.closed is not None:
-                if not self.released or self.released[0] > now:
-                    return
-                t = heapq.heappop(self.released)
-            else:
-                t = float(self.times[self.cursor])
-                if t > now:
-                    return
-            i = self.cursor
-            self.cursor += 1
-            self.arrival_s[i] = t
+        while (due := self.pop_due(now)) is not None:
+            t, i = due
             sched.add(self.make_group(i, t), t)
 
     def make_group(self, i: int, t: float) -> SequenceGroup:

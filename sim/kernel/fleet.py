@@ -17,6 +17,10 @@ looks at it mid-way, it keeps its own clock through a busy period and SimPy sees
 idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row. With such
 independent replicas, `sim.kernel.fleet_parallel` runs groups of them in worker processes (``--workers``).
 
+Arrivals released by requests leaving (closed-loop users, session turns with a think time) are routed at their
+times too, whichever replica the request before them ran on: such a fleet always routes at arrival time, and a
+decode run also ends where another replica could release an arrival it does not know yet (`_next_time`).
+
 Per-request results share one set of arrays (each request lives on one replica); the summary is built by
 `sim.kernel.fleet_summary`.
 """
@@ -29,7 +33,7 @@ from collections import deque
 import numpy as np
 import simpy
 
-from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource
+from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
 from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot, take_step
 from sim.kernel.metrics import Recorder
@@ -54,6 +58,7 @@ class Replica:
         self.delivered = 0
         self.end_s = 0.0
         self.wake: simpy.Event | None = None  # set while idle, waiting for the router
+        self.busy_until = 0.0  # the end of the row in flight (inf while idle): it plans nothing before
 
     # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
     @property
@@ -77,12 +82,6 @@ class Fleet:
     """N replicas, a router and the arrivals, run in one SimPy environment."""
 
     def __init__(self, config: SimConfig, workload, *, progress=None) -> None:
-        if getattr(workload, "closed_loop", None) is not None:
-            raise ValueError("closed-loop arrivals (users and think time) are not supported with more than one "
-                             "replica yet; use an open-loop arrival process")
-        if getattr(workload, "has_sessions", False) and not np.isnan(workload.think_time_s).all():
-            raise ValueError("session turns released by think time (closed loop per session) are not supported "
-                             "with more than one replica yet; give the turns arrival times instead")
         self.config = config
         self.cap = resolve_capacity(config)
         self.model, self.gpu = self.cap.model, self.cap.gpu
@@ -91,16 +90,25 @@ class Fleet:
         self.replicas = [Replica(r, config, self.model, self.gpu, self.cap.kv_tokens, self.rec)
                          for r in range(config.replicas)]
         self.times = np.asarray(workload.arrival_time_s, np.float64)
-        self.start = float(self.times[0]) if self.size else 0.0
+        self.start = first_arrival_s(workload)
         for replica in self.replicas:
-            replica.end_s = self.start
+            replica.end_s = replica.busy_until = self.start
         self.source = ArrivalSource.for_memory(workload, self.replicas[0].memory, start_s=self.start)
+        for replica in self.replicas:
+            replica.rec.on_done = self._on_done
+        # arrivals released by requests leaving (closed loop, session turns with a think time) come from every
+        # replica's completions, so routing follows the fleet's clock whatever the router reads
+        self.released = self.source.released_arrivals
+        self.think_s = self.source.min_think_s - ARRIVAL_TIE_S  # a release's least delay, less its rounding
+        self.release_wake: simpy.Event | None = None  # set while the arrivals process waits for releases
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight)
         self.routed = 0  # arrivals routed so far (positions 0 .. routed-1)
         self.replica_of = np.full(self.size, -1, np.int64)
-        self.observed = config.replicas > 1 and self.router.needs_state
+        # routed at arrival time (else all ahead): a router that reads state, or arrivals known only as they come
+        self.observed = self.released or (config.replicas > 1 and self.router.needs_state)
+        self.coupled = self.observed and config.replicas > 1  # replicas in step with the router's clock
         span = float(self.times[-1]) - self.start if self.size else 0.0
         self.num_snapshots = n = snapshot_count(config, self.replicas[0].memory.breakdown().capacity,
                                                          config.replicas)
@@ -117,9 +125,8 @@ class Fleet:
         return self.simulate(self.replicas)
 
     def route_ahead(self) -> None:
-        """Route every request now, in arrival order: for a router that reads no state."""
-        while self.routed < self.size:
-            self._route_next()
+        """Route every request now, in arrival order: for a router that reads no state (open loop)."""
+        self._route_due(np.inf)
 
     def simulate(self, replicas: list[Replica]) -> float:
         """Run ``replicas`` (all of them, or the group a worker of `sim.kernel.fleet_parallel` runs, their
@@ -130,50 +137,82 @@ class Fleet:
         return max((r.end_s for r in replicas), default=self.start)
 
     # -- routing ----------------------------------------------------------------------------------------
-    def _route_next(self) -> None:
-        i = self.routed
-        group = self.source.make_group(i, float(self.times[i])) if self.observed else None
+    def _route(self, t: float, i: int) -> None:
+        group = self.source.make_group(i, t) if self.observed else None
         chosen = self.router.choose(group, self.replicas) if len(self.replicas) > 1 else 0
         if not 0 <= chosen < len(self.replicas):
             raise RuntimeError(f"router {self.config.router} chose replica {chosen} of {len(self.replicas)}")
-        self.routed = i + 1
+        self.routed += 1
         self.replica_of[i] = chosen
         replica = self.replicas[chosen]
+        if group is not None and (reason := replica.sched.groups.never_runs(group)) is not None:
+            # rejected on arrival, as the single engine does: now, so that what it releases is known now
+            replica.sched.groups.reject(group, reason, t)
+            replica.delivered += 1
+            return
         replica.inbox.append(i)
         if group is not None:
             replica.groups[i] = group
         if replica.wake is not None and not replica.wake.triggered:
             replica.wake.succeed()
+            replica.busy_until = self.env.now  # it plans now, though SimPy may resume other replicas first
 
     def _route_due(self, now: float) -> None:
         """Route every arrival due at or before ``now``, before any replica plans a step at ``now``."""
-        while self.routed < self.size and self.times[self.routed] <= now:
-            self._route_next()
+        while (due := self.source.pop_due(now)) is not None:
+            self._route(*due)
 
     def _arrivals(self):
-        """Route each request at its arrival time (a replica reaching that time first routes it itself)."""
+        """Route each request at its arrival time (a replica reaching that time first routes it itself). An
+        arrival released by a request leaving becomes known when a replica plans that request's last step
+        (`_on_done`), which wakes this process if it waits for a later one or for none."""
         env = self.env
         while self.routed < self.size:
-            t = float(self.times[self.routed])
-            if t > env.now:
-                yield env.timeout(t - env.now)
+            t = self.source.next_time()
+            if t is None or t > env.now:
+                wait = env.event() if self.released else None
+                self.release_wake = wait
+                if t is None:
+                    yield wait
+                else:
+                    timeout = env.timeout(t - env.now)
+                    yield timeout if wait is None else timeout | wait
+                self.release_wake = None
             self._route_due(env.now)
         for replica in self.replicas:  # nothing more will come: idle replicas stop
             if replica.wake is not None and not replica.wake.triggered:
                 replica.wake.succeed()
 
+    def _on_done(self, t: float, index: int) -> None:
+        """A request left at ``t`` (`Recorder.on_done`): release what waits for it. With other replicas, what
+        a request leaving at this instant releases (a rejection, without think time) arrives just after it
+        (``2 * ARRIVAL_TIE_S``), once every replica has planned its step at this instant: else which of them
+        saw it would depend on the order SimPy resumes them in, which differs between fast-forward and step
+        by step."""
+        not_before = self.env.now + 2 * ARRIVAL_TIE_S if len(self.replicas) > 1 else -np.inf
+        self.source.on_done(t, index, not_before)
+        if self.release_wake is not None and not self.release_wake.triggered:
+            self.release_wake.succeed()
+
     def _next_time(self, replica: Replica) -> float | None:
-        """The next arrival that could reach ``replica``: its own (choices made ahead) or the fleet's."""
-        if self.observed:
-            return float(self.times[self.routed]) if self.routed < self.size else None
-        return float(self.times[replica.inbox[0]]) if replica.inbox else None
+        """The next arrival that could reach ``replica``: its own (choices made ahead) or the fleet's. With
+        released arrivals, also the earliest one another replica could still release: a request that
+        replica finishes in a step it has not planned yet (after the row it has in flight), plus the
+        shortest think time; ``replica``'s own completions end its runs anyway."""
+        if not self.observed:
+            return float(self.times[replica.inbox[0]]) if replica.inbox else None
+        t = self.source.next_time()
+        if self.released:
+            bound = min((r.busy_until for r in self.replicas if r is not replica), default=np.inf) + self.think_s
+            if bound < np.inf and (t is None or bound < t):
+                t = bound
+        return t
 
     def _deliver(self, replica: Replica, now: float) -> None:
-        inbox, sched, times, arrival_s = replica.inbox, replica.sched, self.times, self.source.arrival_s
-        while inbox and times[inbox[0]] <= now:
+        inbox, sched, arrival_s = replica.inbox, replica.sched, self.source.arrival_s
+        while inbox and arrival_s[inbox[0]] <= now:
             i = inbox.popleft()
-            t = float(times[i])
-            arrival_s[i] = t
+            t = float(arrival_s[i])
             group = replica.groups.pop(i, None) or self.source.make_group(i, t)
             replica.delivered += 1
             sched.add(group, t)
@@ -200,6 +239,7 @@ class Fleet:
                     if self.routed >= self.size and not replica.inbox:
                         return
                     replica.wake = env.event()
+                    replica.busy_until = np.inf
                     yield replica.wake
                     replica.wake = None
                     if not replica.inbox:
@@ -216,11 +256,11 @@ class Fleet:
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected
                 continue
-            now = take_step(sched, cost, rec, plan, now,
-                            lambda: self._next_time(replica) if self.observed or not sched.waiting or
-                            sched.waiting.reorders else None)
+            now = replica.busy_until = take_step(sched, cost, rec, plan, now,
+                                                 lambda: self._next_time(replica) if self.coupled or
+                                                 not sched.waiting or sched.waiting.reorders else None)
             watch.after_step(replica.delivered - len(sched.live))
-            if self.observed:  # the router may look at this replica before the row ends
+            if self.coupled:  # the router may look at this replica before the row ends
                 yield from catch_up(env, now)
 
     def _snapshot(self, replica: Replica, now: float) -> None:

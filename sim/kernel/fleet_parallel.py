@@ -27,6 +27,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from sim.kernel.arrivals import releases_arrivals
 from sim.kernel.config import SimConfig
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, summary_extra
@@ -42,18 +43,23 @@ def check_workers(workers: int) -> int:
     return int(workers)
 
 
-def runs_in_parallel(config: SimConfig, workers: int) -> bool:
+def runs_in_parallel(config: SimConfig, workers: int, workload=None) -> bool:
     """Whether a run of ``config`` with ``workers`` takes the parallel path: a fleet, a router that reads no
-    replica state, and more than one worker."""
-    return check_workers(workers) > 1 and config.replicas > 1 and not ROUTERS[config.router].needs_state
+    replica state, more than one worker, and a ``workload`` whose arrivals are all known before the run (a
+    closed loop's come from every replica's completions: `sim.kernel.fleet`)."""
+    return (check_workers(workers) > 1 and config.replicas > 1 and not ROUTERS[config.router].needs_state
+            and not (workload is not None and releases_arrivals(workload)))
 
 
-def parallel_note(config: SimConfig, workers: int) -> str | None:
+def parallel_note(config: SimConfig, workers: int, workload=None) -> str | None:
     """The line to tell a user whose ``--workers`` does not apply (None when it does or was not asked for)."""
-    if check_workers(workers) == 1 or runs_in_parallel(config, workers):
+    if check_workers(workers) == 1 or runs_in_parallel(config, workers, workload):
         return None
     if config.replicas == 1:
         return f"note: --workers {workers} splits the replicas of a fleet; one replica runs in one process"
+    if workload is not None and releases_arrivals(workload):
+        return (f"note: --workers {workers} applies to arrivals known before the run; this workload's are "
+                "released by requests finishing on every replica, so the fleet runs in one process")
     return (f"note: --workers {workers} applies to routers that read no replica state (round-robin, random); "
             f"{config.router} reads it at every arrival, so the fleet runs in one process")
 

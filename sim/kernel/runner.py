@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from sim.kernel.arrivals import ArrivalSource
+from sim.kernel.arrivals import ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.engine import Engine
@@ -39,7 +39,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     one ``config`` names (``kvsim calibrate --from-trace`` tries coefficients without writing tables). More
     than one replica: `sim.kernel.fleet.run_fleet`; ``workers`` > 1 runs a fleet whose router reads no replica
     state in that many processes, with identical results (`sim.kernel.fleet_parallel`; other runs ignore it)."""
-    if runs_in_parallel(config, workers):
+    if runs_in_parallel(config, workers, workload):
         return run_fleet_parallel(config, workload, workers, progress=progress)
     if config.replicas > 1:
         return run_fleet(config, workload, progress=progress)
@@ -49,7 +49,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     recorder = Recorder(len(workload))
     memory, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
     times = workload.arrival_time_s
-    start = float(times[0]) if len(workload) and getattr(workload, "closed_loop", None) is None else 0.0
+    start = first_arrival_s(workload)
     source = ArrivalSource.for_memory(workload, memory, start_s=start)
     recorder.on_done = source.on_done
     span = float(times[-1]) - start if len(workload) else 0.0

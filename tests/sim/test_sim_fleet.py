@@ -118,15 +118,6 @@ def test_fleet_runs_are_deterministic():
     assert c.requests["replica"].tolist() != a.requests["replica"].tolist()
 
 
-def test_closed_loop_fleets_are_refused():
-    from workloads import ClosedLoop
-
-    w = poisson(10, 1.0)
-    w = w.select(np.arange(10), closed_loop=ClosedLoop(users=2, think_time_s=1.0))
-    with pytest.raises(ValueError, match="closed-loop"):
-        run_fleet(SimConfig(kv_tokens=4000, replicas=2), w)
-
-
 def test_sweeps_vary_replicas_and_router(tmp_path):
     """`kvsim sweep` needs nothing fleet-specific: replicas and router are configuration fields like any."""
     from sim.sweep.grid import grid_from_flags
