@@ -22,16 +22,17 @@ import simpy
 from sim.kernel.arrivals import ARRIVAL_TIE_S
 from sim.kernel.fast_forward import run_decode
 from sim.kernel.metrics import Recorder
+from sim.kernel.snapshot_schedule import SnapshotSchedule
 
 
 class Engine:
     """Wires scheduler, cost model, arrival source and recorder into a SimPy environment."""
 
     def __init__(self, sched, cost, source, recorder: Recorder, *, start_s: float = 0.0,
-                 snapshot_times: tuple[float, ...] = (), check_every: int = 0, progress=None) -> None:
+                 snapshots: SnapshotSchedule | None = None, check_every: int = 0, progress=None) -> None:
         self.sched, self.cost, self.source, self.rec = sched, cost, source, recorder
         self.env = simpy.Environment(initial_time=start_s)
-        self.snapshot_times = sorted(snapshot_times)
+        self.snapshots = snapshots
         self.check_every = check_every
         self.progress = progress
         self.wake: simpy.Event | None = None
@@ -63,8 +64,8 @@ class Engine:
         now = env.now
         while True:
             source.deliver(now + ARRIVAL_TIE_S, sched)
-            if self.snapshot_times and now >= self.snapshot_times[0]:
-                self._snapshot(now)
+            if self.snapshots is not None and self.snapshots.due(now, source.cursor):
+                record_snapshot(sched, rec, now)
             if sched.idle:
                 t = source.next_time()
                 yield from catch_up(self.env, now)
@@ -83,12 +84,6 @@ class Engine:
             now = take_step(sched, cost, rec, plan, now,
                             lambda: source.next_time() if not sched.waiting or sched.waiting.reorders else None)
             watch.after_step(source.cursor - len(sched.live))
-
-    def _snapshot(self, now: float) -> None:
-        while self.snapshot_times and now >= self.snapshot_times[0]:
-            self.snapshot_times.pop(0)
-        record_snapshot(self.sched, self.rec, now)
-
 
 def record_snapshot(sched, rec, now: float) -> None:
     """Record the memory map at ``now``: every slot's owner and state, decode tokens the allocator has not

@@ -39,6 +39,7 @@ from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot,
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
 from sim.kernel.routers import make_router
+from sim.kernel.snapshot_schedule import SnapshotSchedule
 
 _RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
 
@@ -109,10 +110,8 @@ class Fleet:
         # routed at arrival time (else all ahead): a router that reads state, or arrivals known only as they come
         self.observed = self.released or (config.replicas > 1 and self.router.needs_state)
         self.coupled = self.observed and config.replicas > 1  # replicas in step with the router's clock
-        span = float(self.times[-1]) - self.start if self.size else 0.0
-        self.num_snapshots = n = snapshot_count(config, self.replicas[0].memory.breakdown().capacity,
-                                                         config.replicas)
-        self.snapshot_times = [self.start + span * (i + 1) / (n + 1) for i in range(n)]
+        self.num_snapshots = snapshot_count(config, self.replicas[0].memory.breakdown().capacity, config.replicas)
+        self.workload = workload
         self.progress = progress
         self.env = simpy.Environment(initial_time=self.start)
 
@@ -220,17 +219,15 @@ class Fleet:
     # -- one replica's engine loop (`sim.kernel.engine.Engine._engine`) ----------------------------------------
     def _engine(self, replica: Replica):
         env, sched, cost, rec, memory = self.env, replica.sched, replica.cost, replica.rec, replica.memory
-        snapshots = list(self.snapshot_times)
+        snapshots = SnapshotSchedule.for_workload(self.num_snapshots, self.workload, self.start, self.released)
         watch = StepWatch(memory, self.config.debug_invariants, self.progress)
         now = env.now
         while True:
             if self.observed:
                 self._route_due(now + ARRIVAL_TIE_S)
             self._deliver(replica, now + ARRIVAL_TIE_S)
-            if snapshots and now >= snapshots[0]:
-                while snapshots and now >= snapshots[0]:
-                    snapshots.pop(0)
-                self._snapshot(replica, now)
+            if snapshots.due(now, self.routed):
+                record_snapshot(sched, rec, now)
             if sched.idle:
                 replica.end_s = now
                 yield from catch_up(env, now)
@@ -263,13 +260,10 @@ class Fleet:
             if self.coupled:  # the router may look at this replica before the row ends
                 yield from catch_up(env, now)
 
-    def _snapshot(self, replica: Replica, now: float) -> None:
-        record_snapshot(replica.sched, replica.rec, now)
-
 
 def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     """Simulate ``workload`` on ``config.replicas`` replicas behind ``config.router``."""
-    from sim.kernel.fleet_summary import fleet_result
+    from sim.kernel.fleet_summary import fleet_result, snapshots_taken
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload, progress=progress)
@@ -278,7 +272,7 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
         for replica in fleet.replicas:
             replica.memory.check_invariants()
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, fleet.replicas[0].cost)
-    extra["memory_snapshots"] = fleet.num_snapshots
+    extra["memory_snapshots"] = snapshots_taken(fleet.replicas)
     result = fleet_result(fleet, workload, end, extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result

@@ -29,6 +29,7 @@ from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is wher
     summary_extra,
     tier_summary,
 )
+from sim.kernel.snapshot_schedule import SnapshotSchedule
 from sim.kernel.summary import build_summary
 
 
@@ -48,14 +49,12 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     model, gpu = cap.model, cap.gpu
     recorder = Recorder(len(workload))
     memory, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
-    times = workload.arrival_time_s
     start = first_arrival_s(workload)
     source = ArrivalSource.for_memory(workload, memory, start_s=start)
     recorder.on_done = source.on_done
-    span = float(times[-1]) - start if len(workload) else 0.0
     count = snapshot_count(config, memory.breakdown().capacity)  # slots: a hybrid pool counts group slots
-    snaps = tuple(start + span * (i + 1) / (count + 1) for i in range(count))
-    engine = Engine(sched, cost, source, recorder, start_s=start, snapshot_times=snaps,
+    snaps = SnapshotSchedule.for_workload(count, workload, start, source.released_arrivals)
+    engine = Engine(sched, cost, source, recorder, start_s=start, snapshots=snaps,
                     check_every=config.debug_invariants, progress=progress)
     end = engine.run() if len(workload) else start
     if config.debug_invariants:
@@ -65,7 +64,7 @@ def run_simulation(config: SimConfig, workload, *, progress=None, cost: StepCost
     pool = memory.breakdown()
     total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
     steps = recorder.steps_frame(capacity, total_blocks)
-    extra = summary_extra(config, workload, model, gpu, cap.source, cost) | {"memory_snapshots": count}
+    extra = summary_extra(config, workload, model, gpu, cap.source, cost) | {"memory_snapshots": snaps.taken}
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.groups.num_preemptions,
                             start_s=start, end_s=end, wall_time_s=0.0, capacity=capacity,

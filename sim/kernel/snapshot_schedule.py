@@ -1,0 +1,46 @@
+"""`SnapshotSchedule`: when a run takes its memory-map snapshots.
+
+Why not always at times spread over the arrival span: where arrivals are released by requests leaving (a
+closed loop of users, session turns with a think time) the span is not known before the run (a closed loop's
+arrival times are all 0, its rows only an order), so every snapshot fell at the start and the memory map showed
+an empty pool once. There the snapshots are spread over the requests instead: snapshot ``k`` of ``n`` once
+``ceil(size * (k + 1) / (n + 1))`` requests have arrived. Either way a snapshot is taken at the start of the
+first row at or after its moment; snapshots whose moments one row passes together are taken once, and
+`taken` counts what was (the summary's ``memory_snapshots``).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class SnapshotSchedule:
+    """The moments of ``count`` snapshots of a run of ``size`` requests whose first arrives at ``start``
+    and, open loop, whose last at ``end``; ``by_arrivals``: spread over the requests instead."""
+
+    __slots__ = ("_times", "_arrived", "taken")
+
+    def __init__(self, count: int, size: int, start: float, end: float, *, by_arrivals: bool) -> None:
+        span = end - start
+        self._times = [] if by_arrivals else [start + span * (k + 1) / (count + 1) for k in range(count)]
+        self._arrived = [max(1, math.ceil(size * (k + 1) / (count + 1))) for k in range(count)] if by_arrivals else []
+        self.taken = 0
+
+    @classmethod
+    def for_workload(cls, count: int, workload, start: float, by_arrivals: bool) -> SnapshotSchedule:
+        """``count`` snapshots of a run of ``workload`` starting at ``start`` (`first_arrival_s`)."""
+        end = float(workload.arrival_time_s[-1]) if len(workload) else start
+        return cls(count, len(workload), start, end, by_arrivals=by_arrivals)
+
+    def due(self, now: float, arrived: int) -> bool:
+        """Whether a row starting at ``now``, ``arrived`` requests having arrived, takes a snapshot (every
+        moment it passes is used up)."""
+        passed = False
+        while self._times and now >= self._times[0]:
+            self._times.pop(0)
+            passed = True
+        while self._arrived and arrived >= self._arrived[0]:
+            self._arrived.pop(0)
+            passed = True
+        self.taken += passed
+        return passed

@@ -1,0 +1,65 @@
+"""When the memory-map snapshots are taken: spread over the arrivals (open loop) or over the requests (arrivals
+released by requests leaving, whose span is not known before the run), and the summary's
+``memory_snapshots`` counts the snapshots the table holds."""
+
+import dataclasses
+
+import numpy as np
+
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from sim.kernel.snapshot_schedule import SnapshotSchedule
+from workloads import ClosedLoop, Workload
+from workloads.named import generate
+
+CONFIG = SimConfig(kv_tokens=4000, memory_snapshots=6)
+
+
+def snapshot_times(result) -> list[float]:
+    return sorted(set(result.memory["time_s"]))
+
+
+def test_a_closed_loop_is_snapshotted_over_its_requests():
+    """Regression: a closed loop's arrival times are all 0, so every snapshot fell at the start (one table of
+    an empty pool, the summary still saying 6)."""
+    rng = np.random.default_rng(0)
+    w = Workload(arrival_time_s=np.zeros(300), prompt_tokens=rng.integers(50, 500, 300),
+                 output_tokens=rng.integers(20, 300, 300), name="closed")
+    w = w.select(np.arange(300), closed_loop=ClosedLoop(users=8, think_time_s=0.2))
+    r = run_simulation(CONFIG, w)
+    times = snapshot_times(r)
+    assert len(times) == r.summary["memory_snapshots"] == 6
+    arrivals = np.sort(r.requests["arrival_s"].to_numpy())
+    for k, t in enumerate(times):  # at the first row starting once 43, 86, ... 258 requests have arrived
+        assert arrivals[int(np.ceil(300 * (k + 1) / 7)) - 1] <= t < r.requests["finished_s"].max()
+    tokens = r.memory[r.memory["state"] == "token"].groupby("time_s").size()
+    assert len(tokens) == 6 and (tokens > 0).all()
+
+
+def test_session_turns_released_by_think_time_are_snapshotted_on_every_replica():
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=100,output_cv=1,max_total=3000",
+                 "poisson:rate=2", 120, seed=1, turns=3, think_time_s=1.0)
+    r = run_simulation(dataclasses.replace(CONFIG, replicas=2, router="prefix-aware"), w)
+    per_replica = r.memory.groupby("replica")["time_s"].nunique()
+    assert per_replica.tolist() == [6, 6] and r.summary["memory_snapshots"] == 6
+    assert max(snapshot_times(r)) > 0.5 * r.requests["finished_s"].max()
+
+
+def test_moments_one_row_passes_make_one_snapshot_and_the_summary_says_so():
+    """Open loop, a burst then one request 100 s later: the moments spread over the span fall in the idle gap,
+    which one idle row covers, so they make one snapshot, and the summary counts what the table holds."""
+    w = Workload(arrival_time_s=np.r_[np.linspace(0, 1, 20), 100.0], prompt_tokens=np.full(21, 200),
+                 output_tokens=np.full(21, 50), name="gap")
+    r = run_simulation(CONFIG, w)
+    times = snapshot_times(r)
+    assert r.summary["memory_snapshots"] == len(times) < 6
+    assert times[-1] >= 100.0
+
+
+def test_schedule_moments():
+    by_time = SnapshotSchedule(3, 10, 2.0, 6.0, by_arrivals=False)  # at 3, 4 and 5 s
+    assert [by_time.due(t, 0) for t in (2.5, 3.0, 3.5, 5.5, 9.0)] == [False, True, False, True, False]
+    assert by_time.taken == 2  # the row starting at 5.5 s passed 4 and 5 s
+    by_count = SnapshotSchedule(3, 10, 0.0, 0.0, by_arrivals=True)  # once 3, 5 and 8 requests have arrived
+    assert [by_count.due(1.0, n) for n in (2, 3, 4, 9)] == [False, True, False, True]
+    assert by_count.taken == 2
