@@ -1,7 +1,10 @@
 """Summary statistics of a workload, computed as the shared traces' README computes them.
 
 p99 is ``numpy.percentile(x, 99)`` with linear interpolation; the rate is rows / (last arrival - first
-arrival); the inter-arrival CV is the population standard deviation of the gaps over their mean.
+arrival); the inter-arrival CV is the population standard deviation of the gaps over their mean. Session turns
+released by a think time (closed loop per session) arrive when their previous turn ends, in the simulation, so
+duration, rate and CV are of the rows that arrive on their own (``timed_rows``); a closed loop of users has
+none (its arrival times are only an order).
 Prefix reuse is the ceiling an unbounded cache could reach: with ``prefix_hashes``, the share of hash-block
 references that repeat an id seen earlier; with ``prefix_group``, the share of prompt tokens inside a shared
 prefix that an earlier request of the same group already carried; with sessions, also the share of prompt
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.sessions import session_reuse
+from workloads.sessions import closed_loop_turns, session_reuse
 from workloads.workload import NONE, Workload
 
 
@@ -40,12 +43,14 @@ def prefix_reuse(workload: Workload) -> tuple[float | None, str | None]:
 
 def trace_stats(workload: Workload) -> dict:
     """The numbers ``kvsim trace stats`` prints (``--json`` prints this dict)."""
-    times = workload.arrival_time_s
+    _, released = closed_loop_turns(workload)
+    closed = workload.closed_loop
+    times = workload.arrival_time_s[~released] if closed is None else workload.arrival_time_s[:0]
     duration = float(times[-1] - times[0]) if len(times) else 0.0
     gaps = np.diff(times)
     cv = float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else None
     share, basis = prefix_reuse(workload)
-    closed = workload.closed_loop
+    sessions = workload.session_id[workload.session_id != NONE]
     return {
         "name": workload.name,
         "source": workload.source,
@@ -53,7 +58,8 @@ def trace_stats(workload: Workload) -> dict:
         "skipped_rows": workload.skipped_rows,
         "skipped_reasons": dict(sorted(workload.skipped_reasons.items())),
         "duration_s": duration,
-        "rate_rps": len(workload) / duration if duration > 0 else None,
+        "rate_rps": len(times) / duration if duration > 0 else None,
+        "timed_rows": len(times),
         "interarrival_cv": cv,
         "prompt_tokens": _summary(workload.prompt_tokens),
         "output_tokens": _summary(workload.output_tokens),
@@ -62,4 +68,8 @@ def trace_stats(workload: Workload) -> dict:
         "prefix_reuse_share": share,
         "prefix_reuse_basis": basis,
         "closed_loop_users": closed.users if closed else None,
+        "sessions": len(np.unique(sessions)),
+        "released_turns": int(released.sum()),
+        "think_time_mean_s": (closed.think_time_s if closed else
+                              float(workload.think_time_s[released].mean()) if released.any() else None),
     }

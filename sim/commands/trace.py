@@ -56,7 +56,8 @@ def format_stats(stats: dict) -> str:
     lines = [
         f"{stats['name']}: {stats['rows']:,} requests; skipped rows: {stats['skipped_rows']} ({skipped})",
         f"source: {stats['source']}",
-        f"duration {stats['duration_s']:.1f} s, rate {rate}, inter-arrival CV {cv}",
+        f"duration {stats['duration_s']:.1f} s, rate {rate}, inter-arrival CV {cv}"
+        + (f" (the {stats['timed_rows']:,} rows that arrive on their own)" if stats["released_turns"] else ""),
         f"{'':15}{'mean':>10}{'p50':>10}{'p99':>10}{'max':>10}",
     ]
     for key in ("prompt_tokens", "output_tokens"):
@@ -65,7 +66,12 @@ def format_stats(stats: dict) -> str:
     if stats["prefix_reuse_share"] is not None:
         lines.append(f"prefix reuse: {stats['prefix_reuse_share']:.1%} of {stats['prefix_reuse_basis']}")
     if stats["closed_loop_users"]:
-        lines.append(f"closed loop of {stats['closed_loop_users']} users")
+        lines.append(f"closed loop of {stats['closed_loop_users']} users, think time {stats['think_time_mean_s']:g} s "
+                     "(arrival times come from the simulation)")
+    if stats["sessions"]:
+        lines.append(f"{stats['sessions']:,} sessions, {stats['rows'] / stats['sessions']:.1f} turns each on average"
+                     + (f"; {stats['released_turns']:,} later turns arrive when their previous turn ends, after a "
+                        f"think time of {stats['think_time_mean_s']:g} s on average" if stats["released_turns"] else ""))
     return "\n".join(lines)
 
 

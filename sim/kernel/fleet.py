@@ -263,7 +263,7 @@ class Fleet:
 
 def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     """Simulate ``workload`` on ``config.replicas`` replicas behind ``config.router``."""
-    from sim.kernel.fleet_summary import fleet_result, snapshots_taken
+    from sim.kernel.fleet_summary import fleet_result
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload, progress=progress)
@@ -272,7 +272,7 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
         for replica in fleet.replicas:
             replica.memory.check_invariants()
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, fleet.replicas[0].cost)
-    extra["memory_snapshots"] = snapshots_taken(fleet.replicas)
+    extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, end, extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result

@@ -143,7 +143,7 @@ class _Finished:
 def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=None) -> SimResult:
     """`sim.kernel.fleet.run_fleet` for a state-independent router, its replicas in ``workers`` processes."""
     from sim.kernel.fleet import Fleet
-    from sim.kernel.fleet_summary import fleet_result, snapshots_taken
+    from sim.kernel.fleet_summary import fleet_result
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload)  # routes, and holds the fleet-wide arrays the results are merged into
@@ -169,7 +169,7 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
     cost = fleet.replicas[0].cost
     fleet.replicas = [_Finished(outcomes[n], pool) for n in range(config.replicas)]
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, cost)
-    extra["memory_snapshots"] = snapshots_taken(fleet.replicas)
+    extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, max(o.end_s for o in outcomes.values()), extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result

@@ -35,11 +35,6 @@ def fleet_memory(integrals) -> MemoryIntegral:
     return total
 
 
-def snapshots_taken(replicas) -> int:
-    """The summary's ``memory_snapshots`` for a fleet: the most memory-map snapshots any replica took."""
-    return max((len(r.rec.snapshots) for r in replicas), default=0)
-
-
 def load_imbalance(processed: list[int]) -> float:
     """max / mean of per-replica processed tokens (1.0 when nothing was processed)."""
     mean = sum(processed) / len(processed) if processed else 0.0

@@ -5,8 +5,9 @@ closed loop of users, session turns with a think time) the span is not known bef
 arrival times are all 0, its rows only an order), so every snapshot fell at the start and the memory map showed
 an empty pool once. There the snapshots are spread over the requests instead: snapshot ``k`` of ``n`` once
 ``ceil(size * (k + 1) / (n + 1))`` requests have arrived. Either way a snapshot is taken at the start of the
-first row at or after its moment; snapshots whose moments one row passes together are taken once, and
-`taken` counts what was (the summary's ``memory_snapshots``).
+first row at or after its moment, and moments one row passes together (an idle gap, a decode run) make one
+snapshot: the summary's ``memory_snapshots`` counts the moments, which do not depend on how rows group steps,
+and the table's distinct times the snapshots.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ class SnapshotSchedule:
     """The moments of ``count`` snapshots of a run of ``size`` requests whose first arrives at ``start``
     and, open loop, whose last at ``end``; ``by_arrivals``: spread over the requests instead."""
 
-    __slots__ = ("_times", "_arrived", "taken")
+    __slots__ = ("_times", "_arrived")
 
     def __init__(self, count: int, size: int, start: float, end: float, *, by_arrivals: bool) -> None:
         span = end - start
         self._times = [] if by_arrivals else [start + span * (k + 1) / (count + 1) for k in range(count)]
         self._arrived = [max(1, math.ceil(size * (k + 1) / (count + 1))) for k in range(count)] if by_arrivals else []
-        self.taken = 0
 
     @classmethod
     def for_workload(cls, count: int, workload, start: float, by_arrivals: bool) -> SnapshotSchedule:
@@ -42,5 +42,4 @@ class SnapshotSchedule:
         while self._arrived and arrived >= self._arrived[0]:
             self._arrived.pop(0)
             passed = True
-        self.taken += passed
         return passed

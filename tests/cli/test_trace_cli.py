@@ -30,6 +30,19 @@ def test_stats_text_for_a_preset_and_a_file():
     assert "prefix reuse" in result.output and "Mooncake" in result.output and "p99" in result.output
 
 
+def test_stats_text_says_which_arrivals_the_simulation_times(tmp_path):
+    closed, sessions = tmp_path / "closed.csv", tmp_path / "sessions.csv"
+    assert run("generate", "--lengths", "fixed:prompt=100,output=50", "--arrivals", "closed:users=8,think_s=0.5",
+               "--num-requests", 40, "--out", closed).exit_code == 0
+    assert run("generate", "--lengths", "fixed:prompt=100,output=50", "--arrivals", "constant:rate=1",
+               "--num-requests", 30, "--turns", 3, "--think-time-s", 2, "--out", sessions).exit_code == 0
+    text = run("stats", closed).output
+    assert "rate n/a" in text and "closed loop of 8 users, think time 0.5 s (arrival times come from the" in text
+    text = run("stats", sessions).output
+    assert "rate 1.111 req/s, inter-arrival CV 0.00 (the 10 rows that arrive on their own)" in text
+    assert "10 sessions, 3.0 turns each on average; 20 later turns arrive when their previous turn ends" in text
+
+
 def test_stats_reports_skipped_rows(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n1,x,5\n2,10,0\n3,4,4\n")

@@ -41,6 +41,19 @@ def test_system_prompt_blocks_are_shared_across_sessions():
     assert w[1].block_hashes(16)[: len(a)] == a
 
 
+def test_stats_time_only_the_rows_that_arrive_on_their_own():
+    """Regression: a later turn's arrival_time_s is its session's start (it arrives when its previous turn ends,
+    in the simulation), so a rate over every row counted 3 rows a second for 1 session a second."""
+    w = generate("fixed:prompt=100,output=50", "constant:rate=1", 30, seed=0, turns=3, think_time_s=2.0)
+    stats = trace_stats(w)
+    assert stats["timed_rows"] == 10 and stats["duration_s"] == 9.0 and stats["rate_rps"] == pytest.approx(10 / 9)
+    assert stats["interarrival_cv"] == 0.0
+    assert (stats["sessions"], stats["released_turns"], stats["think_time_mean_s"]) == (10, 20, 2.0)
+    open_loop = trace_stats(generate("fixed:prompt=100,output=50", "constant:rate=1", 30, seed=0, turns=3,
+                                     turn_gap_s=5.0))
+    assert open_loop["timed_rows"] == 30 and open_loop["released_turns"] == 0 and open_loop["sessions"] == 10
+
+
 def test_session_trace_reads_and_counts_its_reuse(tmp_path):
     path = write(tmp_path, "s.csv", "arrival_time_s,prompt_tokens,output_tokens,session_id,turn,think_time_s\n"
                                     "0,100,50,7,0,\n0,250,50,7,1,1.5\n3,20,5,,0,\n4,400,10,7,2,\n")
