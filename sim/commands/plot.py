@@ -61,7 +61,7 @@ def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple
     return summaries, frames
 
 
-def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
+def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None, replica: int | None = None):
     """The figure ``kind`` for the given runs."""
     from sim import plots
 
@@ -86,8 +86,8 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None):
     if kind == "memory-map":
         if len(frames) == 1:
             (name, tables), = frames.items()
-            return plots.plot_memory_map(tables["memory"], time_s=time_s, title=name)
-        return plots.plot_memory_maps({k: t["memory"] for k, t in frames.items()}, time_s=time_s)
+            return plots.plot_memory_map(tables["memory"], time_s=time_s, title=name, replica=replica)
+        return plots.plot_memory_maps({k: t["memory"] for k, t in frames.items()}, time_s=time_s, replica=replica)
     if kind == "reuse":
         return plots.plot_reuse({k: t["steps"] for k, t in frames.items()},
                                 {k: t["requests"] for k, t in frames.items()}, summaries)
@@ -114,12 +114,14 @@ def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
 @click.option("--time", "time_s", type=float, default=None,
               help="memory-map: the instant to show, in simulated seconds (a run records 12 snapshots; the "
                    "nearest is shown and the caption says which; default the middle one).")
+@click.option("--replica", type=click.IntRange(min=0), default=None,
+              help="memory-map of a fleet run (--replicas N): the replica whose pool to show (default 0).")
 @click.option("--metric", default=None, help="sweep: the summary column to plot.")
 @click.option("--x", "x", default=None, help="sweep: the swept field on the x axis.")
 @click.option("--hue", default=None, help="sweep: the field that tells lines apart.")
 @click.option("--dpi", type=click.IntRange(min=20, max=600), default=150, show_default=True)
 def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, time_s: float | None,
-                 metric: str | None, x: str | None, hue: str | None, dpi: int) -> None:
+                 replica: int | None, metric: str | None, x: str | None, hue: str | None, dpi: int) -> None:
     """Draw a figure from one or more `kvsim run --out` directories, or from a `kvsim sweep` table.
 
     Kinds for runs: memory (shares of KV memory over time), breakdown (time-averaged shares, Fig. 2 style),
@@ -134,13 +136,15 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
     if (kind == SWEEP_KIND) != is_sweep:
         fail("--kind sweep takes one sweep table (.parquet or .csv)" if kind == SWEEP_KIND
              else f"--kind {kind} takes run directories, not a sweep table")
+    if replica is not None and kind != "memory-map":
+        fail(f"--replica applies to --kind memory-map, not {kind} (--kind replicas draws every replica)")
     if out is None:
         out = (paths[0].with_name(f"{paths[0].stem}{'-' + metric if metric else ''}.png") if is_sweep
                else paths[0] / f"{kind}.png")
     if out.suffix.lower() not in FIGURE_SUFFIXES:
         fail(f"--out {out}: the image type comes from the suffix; use one of {', '.join(FIGURE_SUFFIXES)}")
     try:
-        fig = draw_sweep(paths[0], metric, x, hue) if is_sweep else draw_runs(list(paths), kind, time_s)
+        fig = draw_sweep(paths[0], metric, x, hue) if is_sweep else draw_runs(list(paths), kind, time_s, replica)
     except (ValueError, KeyError) as exc:
         fail(exc)
     out.parent.mkdir(parents=True, exist_ok=True)

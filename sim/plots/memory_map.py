@@ -68,10 +68,14 @@ class Snapshot:
     owners: np.ndarray
     states: np.ndarray
     groups: pd.Categorical | None = None
+    replica: tuple[int, int] | None = None  # a fleet's: (the replica shown, how many the table has)
 
     def caption_time(self) -> str:
-        """Which instant is shown, said plainly when it is not the one asked for."""
+        """Which instant (and, of a fleet, which replica) is shown, said plainly when it is not the one asked
+        for."""
         shown = f"t = {self.time_s:.2f} s"
+        if self.replica is not None:
+            shown = f"replica {self.replica[0]} of {self.replica[1]}, {shown}"
         if self.requested_s is None:
             return f"{shown} (middle of {len(self.times)} snapshots)"
         if math.isclose(self.requested_s, self.time_s, rel_tol=1e-9, abs_tol=1e-9):
@@ -90,8 +94,20 @@ def snapshot_times(memory: pd.DataFrame) -> np.ndarray:
     return times
 
 
-def memory_snapshot(memory: pd.DataFrame, time_s: float | None = None) -> Snapshot:
-    """Every slot's owner and state at the snapshot nearest ``time_s`` (default: the middle snapshot)."""
+def memory_snapshot(memory: pd.DataFrame, time_s: float | None = None, replica: int | None = None) -> Snapshot:
+    """Every slot's owner and state at the snapshot nearest ``time_s`` (default: the middle snapshot). A fleet's
+    table (a ``replica`` column) holds each replica's own snapshots, of its own pool: ``replica`` picks one
+    (default the first)."""
+    shown = None
+    if "replica" in memory:
+        numbers = np.sort(memory["replica"].unique())
+        if replica is None:
+            replica = int(numbers[0]) if len(numbers) else 0
+        if replica not in numbers:
+            raise ValueError(f"memory table: no replica {replica} (it has {', '.join(map(str, numbers))})")
+        memory, shown = memory[memory["replica"] == replica], (replica, len(numbers))
+    elif replica is not None:
+        raise ValueError(f"replica {replica} asked for, but the memory table is of one replica (no fleet run)")
     times = snapshot_times(memory)
     chosen = times[len(times) // 2] if time_s is None else times[np.argmin(np.abs(times - time_s))]
     rows = memory[memory["time_s"] == chosen].sort_values("slot")
@@ -109,7 +125,7 @@ def memory_snapshot(memory: pd.DataFrame, time_s: float | None = None) -> Snapsh
         states = np.where(owners == FREE_OWNER, SLOT_FREE, np.where(owners == OVERHEAD_OWNER, SLOT_OVERHEAD,
                                                                   SLOT_TOKEN)).astype(np.int8)
     groups = pd.Categorical(rows["group"]) if "group" in rows else None
-    return Snapshot(float(chosen), time_s, times, owners, states, groups)
+    return Snapshot(float(chosen), time_s, times, owners, states, groups, shown)
 
 
 def slot_colors(owners: np.ndarray, states: np.ndarray) -> np.ndarray:
@@ -147,10 +163,12 @@ def plot_memory_map(
     width: int | None = None,
     ax: Axes | None = None,
     title: str | None = None,
+    replica: int | None = None,
 ) -> Figure:
     """The arena as a grid of ``width`` slots per row, coloured by slot state, a black line around each
-    request's slots, at the snapshot nearest ``time_s`` (the caption says which instant that is)."""
-    snap = memory_snapshot(memory, time_s)
+    request's slots, at the snapshot nearest ``time_s`` (the caption says which instant that is, and of a
+    fleet run which ``replica``: default the first)."""
+    snap = memory_snapshot(memory, time_s, replica)
     owners, states = snap.owners, snap.states
     capacity = len(owners)
     width = width or default_width(capacity)
@@ -201,7 +219,7 @@ def _draw_groups(ax: Axes, groups: pd.Categorical, width: int, handles: list) ->
 
 
 def plot_memory_maps(memory_by_allocator: Mapping[str, pd.DataFrame], *, time_s: float | None = None,
-                     width: int | None = None) -> Figure:
+                     width: int | None = None, replica: int | None = None) -> Figure:
     """Memory maps of several runs stacked, at the same instant, to contrast slabs with scattered blocks."""
     if not memory_by_allocator:
         raise ValueError("no memory tables to plot")
@@ -209,5 +227,6 @@ def plot_memory_maps(memory_by_allocator: Mapping[str, pd.DataFrame], *, time_s:
     fig = new_figure((9, 2.6 * len(names)))
     axes = fig.subplots(len(names), 1, squeeze=False)[:, 0]
     for ax, name in zip(axes, names, strict=True):
-        plot_memory_map(memory_by_allocator[name], time_s=time_s, width=width, ax=ax, title=allocator_label(name))
+        plot_memory_map(memory_by_allocator[name], time_s=time_s, width=width, ax=ax, title=allocator_label(name),
+                        replica=replica)
     return fig

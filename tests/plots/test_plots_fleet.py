@@ -1,5 +1,5 @@
 """Fleet figures: per-replica memory and queue over time (also as `kvsim plot --kind replicas`), hit rate by
-router."""
+router, one replica's memory map."""
 
 import pandas as pd
 import pytest
@@ -9,7 +9,8 @@ from matplotlib.figure import Figure
 from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_config
-from sim.plots import plot_hit_rate_by_router, plot_replicas_over_time
+from sim.plots import plot_hit_rate_by_router, plot_memory_map, plot_replicas_over_time
+from sim.plots.memory_map import memory_snapshot
 
 
 def test_replicas_over_time_draws_a_line_per_replica():
@@ -39,3 +40,38 @@ def test_cli_plot_kind_replicas(tmp_path):
     result = runner.invoke(main, ["plot", str(run_dir), "--kind", "replicas"])
     assert result.exit_code == 0, result.output
     assert (run_dir / "replicas.png").is_file()
+
+
+def fleet_memory() -> pd.DataFrame:
+    """Two replicas' snapshots of a 64-slot pool, both taken at t = 5 s (replica 1 fuller)."""
+    def snapshot(replica, held):
+        owners = [-1] * 64
+        owners[:held] = [replica] * held
+        return pd.DataFrame({"time_s": 5.0, "slot": range(64), "owner": owners, "replica": replica})
+    return pd.concat([snapshot(0, 8), snapshot(1, 40)], ignore_index=True)
+
+
+def test_memory_map_of_a_fleet_shows_one_replica_and_says_which():
+    """Regression: the snapshots of every replica were taken for one pool's (a 'middle of 2N snapshots' of an
+    unnamed replica, or an error where two replicas snapshotted at the same instant)."""
+    memory = fleet_memory()
+    assert memory_snapshot(memory).replica == (0, 2)
+    assert (memory_snapshot(memory, replica=1).owners == 1).sum() == 40
+    title = plot_memory_map(memory, replica=1).axes[0].get_title(loc="left")
+    assert title.startswith("replica 1 of 2, t = 5.00 s")
+    with pytest.raises(ValueError, match="no replica 3"):
+        memory_snapshot(memory, replica=3)
+    with pytest.raises(ValueError, match="of one replica"):
+        memory_snapshot(memory.drop(columns="replica").iloc[:64], replica=0)
+
+
+def test_cli_memory_map_takes_a_replica(tmp_path):
+    run_dir = tmp_path / "fleet"
+    runner = CliRunner()
+    args = ["run", "--num-requests", "40", "--replicas", "2", "--router", "least-requests", "--out", str(run_dir)]
+    assert runner.invoke(main, args).exit_code == 0
+    result = runner.invoke(main, ["plot", str(run_dir), "--kind", "memory-map", "--replica", "1"])
+    assert result.exit_code == 0, result.output
+    assert (run_dir / "memory-map.png").is_file()
+    result = runner.invoke(main, ["plot", str(run_dir), "--kind", "memory", "--replica", "1"])
+    assert result.exit_code == 2 and "--replica applies to --kind memory-map" in result.output
