@@ -105,7 +105,7 @@ class Fleet:
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight)
-        self.routed = 0  # arrivals routed so far (positions 0 .. routed-1)
+        self.routed = 0  # arrivals routed so far (in arrival order; released turns need not be in row order)
         self.replica_of = np.full(self.size, -1, np.int64)
         # routed at arrival time (else all ahead): a router that reads state, or arrivals known only as they come
         self.observed = self.released or (config.replicas > 1 and self.router.needs_state)
