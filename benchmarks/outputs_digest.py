@@ -10,7 +10,9 @@ out. Run it before and after a change and compare::
     python benchmarks/outputs_digest.py > after.txt    # on the new code
     diff before.txt after.txt                          # no output: nothing changed
 
-``--only SUBSTRING`` runs the configurations whose name contains it; ``--list`` names them.
+``--only SUBSTRING`` runs the configurations whose name contains it; ``--list`` names them. A ``{NAME}``
+argument is a trace `TRACES` generates first (`kvsim trace generate`, seeded): the closed-loop and session
+workloads, whose arrivals the simulation releases.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ _AZURE = ["--preset", "azure-conv", "--model", "llama-2-7b", "--gpu", "a100-40gb
           "--rate", "6"]
 _SESSIONS = ["--preset", "sharegpt-demo", "--num-requests", "300"]
 _HYBRID = ["--preset", "mooncake-conv", "--num-requests", "200", "--allocator", "paged"]  # vLLM's hybrid manager
+_CHAT = "lognormal:prompt_mean=600,prompt_cv=1,output_mean=200,output_cv=1,max_total=4000"
+TRACES: dict[str, list[str]] = {
+    "closed.csv": ["--lengths", _CHAT, "--arrivals", "closed:users=48,think_s=0.5", "--num-requests", "400"],
+    "sessions.csv": ["--lengths", _CHAT, "--arrivals", "poisson:rate=2", "--num-requests", "400", "--turns", "4",
+                     "--think-time-s", "2", "--system-prompt-len", "200", "--system-prompt-frac", "0.5"],
+}
+_LLAMA = ["--model", "llama-3-8b", "--gpu", "a100-40gb"]
 
 CONFIGS: dict[str, list[str]] = {
     "paged-mooncake": _MOONCAKE + ["--allocator", "paged"],
@@ -76,6 +85,11 @@ CONFIGS: dict[str, list[str]] = {
                                       "--cpu-offload-gib", "8"],
     "hybrid-gpt-oss-swap-host": _SESSIONS + ["--model", "gpt-oss-20b", "--gpu", "h200", "--rate", "20",
                                              "--kv-tokens", "4000", "--cpu-offload-gib", "1", "--preemption", "swap"],
+    "closed-loop": ["{closed.csv}", *_LLAMA, "--kv-tokens", "40000"],
+    "closed-loop-fleet": ["{closed.csv}", *_LLAMA, "--kv-tokens", "20000", "--replicas", "3", "--router",
+                          "least-requests"],
+    "sessions-fleet": ["{sessions.csv}", *_LLAMA, "--allocator", "radix", "--replicas", "3", "--router",
+                       "prefix-aware"],
 }
 
 
@@ -113,9 +127,16 @@ def main() -> int:
         return 0
     env = {k: v for k, v in os.environ.items() if k != "KVSIM_TRACES"}  # the shipped samples, always
     for name in names:
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "sim.cli", "run", *CONFIGS[name], "--out", tmp, "--format", "csv"]
-            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as traces:
+            run_args = []  # run where the traces are, which are named relatively: the outputs name them
+            for arg in CONFIGS[name]:
+                if arg.startswith("{"):
+                    arg = arg.strip("{}")
+                    subprocess.run([sys.executable, "-m", "sim.cli", "trace", "generate", *TRACES[arg], "--out",
+                                    arg], check=True, capture_output=True, env=env, cwd=traces)
+                run_args.append(arg)
+            cmd = [sys.executable, "-m", "sim.cli", "run", *run_args, "--out", tmp, "--format", "csv"]
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=traces)
             if done.returncode:
                 print(f"{name}: FAILED ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
                 continue
