@@ -2,12 +2,13 @@
 
 A *setup* is a name and the `SimConfig` fields that make it (the allocator, prefix caching on or off, a host
 tier's size); `run_setups` runs a workload under each on one deployment, `reuse_table` puts the reuse figures
-side by side, and `reuse_figure` draws `sim.plots.plot_reuse` from the results, so a notebook cell is one call.
+side by side, and `reuse_figure` draws `sim.plots.plot_reuse` from the results, so a notebook cell is one call;
+`router_table` runs a workload on fleets behind several routers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
@@ -18,6 +19,8 @@ NO_REUSE = {"allocator": "paged", "prefix_caching": False}
 REUSE_COLUMNS = ("completed", "rejected", "prefill_tokens", "cached_prompt_tokens", "prefix_hit_frac",
                  "gpu_hit_tokens", "host_hit_tokens", "offload_bytes", "offload_stores_skipped", "reload_bytes",
                  "ttft_p50_s", "ttft_p99_s", "throughput_tok_s")
+FLEET_COLUMNS = ("completed", "prefix_hit_frac", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "throughput_tok_s",
+                 "load_imbalance")
 
 
 def sessions_workload(num_requests: int = 600, *, turns: int = 4, think_time_s: float = 10.0, rate: float = 4.0,
@@ -38,6 +41,21 @@ def run_setups(workload, setups: Mapping[str, Mapping], **deployment) -> dict:
 
     return {name: run_simulation(SimConfig(**(dict(deployment) | dict(fields))), workload)
             for name, fields in setups.items()}
+
+
+def router_table(workload, routers: Sequence[str], replicas: Sequence[int], **deployment) -> pd.DataFrame:
+    """One fleet run per router and replica count, every replica ``deployment`` (model, gpu, allocator, ...): on
+    several replicas a conversation's next turn finds its past in the cache only where the router sends it. A
+    row per run: ``router``, ``replicas`` and the summary's `FLEET_COLUMNS` (`sim.plots.plot_hit_rate_by_router`
+    draws it)."""
+    from sim.kernel.runner import run_simulation
+
+    rows = []
+    for n in replicas:
+        for router in routers:
+            summary = run_simulation(SimConfig(**deployment, replicas=n, router=router), workload).summary
+            rows.append({"router": router, "replicas": n} | {k: summary[k] for k in FLEET_COLUMNS})
+    return pd.DataFrame(rows)
 
 
 def reuse_table(results: Mapping, baseline: str | None = "no reuse") -> pd.DataFrame:
