@@ -104,7 +104,8 @@ class Fleet:
         self.release_wake: simpy.Event | None = None  # set while the arrivals process waits for releases
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
-                                  load_weight=config.router_load_weight)
+                                  load_weight=config.router_load_weight,
+                                  sessions=workload.session_id if getattr(workload, "has_sessions", False) else None)
         self.routed = 0  # arrivals routed so far (in arrival order; released turns need not be in row order)
         self.replica_of = np.full(self.size, -1, np.int64)
         # routed at arrival time (else all ahead): a router that reads state, or arrivals known only as they come

@@ -23,6 +23,11 @@ With ``load_weight`` 0 it is the longest cached prefix, ties broken by load; wit
 worth exactly the prefill it saves, so a replica whose cache holds the prefix but whose queue holds more
 work than that loses the request (overload). A request count is a poor load measure for prompts of very
 different lengths (a 100k-token prompt queues like a 100-token one), hence tokens.
+
+Session affinity (sticky sessions, as gateways route on a session header: llm-d's session-affinity scorer,
+AIBrix's session routing) needs no view of any cache: a conversation's first turn goes where the fewest
+requests are, every later turn where its first went. It keeps a conversation's KV on one replica as
+``prefix-aware`` tends to, without reading caches, and without moving a turn off a replica that is overloaded.
 """
 
 from __future__ import annotations
@@ -121,18 +126,45 @@ class PrefixAware:
         return _least((prompt - r.cached_tokens(group) + w * r.pending_prefill, r.load) for r in replicas)
 
 
+class SessionAffinity:
+    """A session's turns on the replica its first turn went to, which is the one with the fewest requests (as
+    `LeastRequests`); a request outside sessions as `LeastRequests` too. ``sessions``: the workload's
+    ``session_id`` column (negative: none), by workload position."""
+
+    needs_state = True
+    needs_sessions = True
+
+    def __init__(self, *, rng: np.random.Generator, load_weight: float, sessions: np.ndarray | None) -> None:
+        self.sessions = sessions
+        self.home: dict[int, int] = {}  # session -> the replica of its first turn
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        session = -1 if self.sessions is None else int(self.sessions[group.index])
+        home = self.home.get(session)
+        if home is None:
+            home = _least(r.load for r in replicas)
+            if session >= 0:
+                self.home[session] = home
+        return home
+
+
 ROUTERS = {
     "round-robin": RoundRobin,
     "random": Random,
     "least-requests": LeastRequests,
     "least-kv": LeastKV,
     "prefix-aware": PrefixAware,
+    "session-affinity": SessionAffinity,
 }
 
 
-def make_router(name: str, *, rng: np.random.Generator, load_weight: float = 1.0):
+def make_router(name: str, *, rng: np.random.Generator, load_weight: float = 1.0,
+                sessions: np.ndarray | None = None):
+    """The router ``name``; ``sessions`` (the workload's ``session_id`` column, or None) for those that ask."""
     try:
         cls = ROUTERS[name]
     except KeyError:
         raise ValueError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}") from None
+    if getattr(cls, "needs_sessions", False):
+        return cls(rng=rng, load_weight=load_weight, sessions=sessions)
     return cls(rng=rng, load_weight=load_weight)

@@ -1,5 +1,6 @@
-"""Routers: each one's choice on hand-made replica states, and prefix-aware routing against round-robin and
-least-requests on whole workloads (the Mooncake conversation sample, synthetic conversations, no prefixes)."""
+"""Routers: each one's choice on hand-made replica states, prefix-aware routing against round-robin and
+least-requests on whole workloads (the Mooncake conversation sample, synthetic conversations, no prefixes), and
+session affinity on a fleet."""
 
 from dataclasses import dataclass
 
@@ -68,6 +69,36 @@ def test_prefix_aware_scoring_rule():
     assert choose("prefix-aware", [FakeReplica(), FakeReplica()]) == 0
 
 
+def test_session_affinity_keeps_a_session_where_its_first_turn_went():
+    sessions = np.array([7, 7, -1, 9, 7, 9])
+    router = make_router("session-affinity", rng=np.random.default_rng(0), sessions=sessions)
+    replicas = [FakeReplica(load=2), FakeReplica(load=0), FakeReplica(load=1)]
+
+    def route(index):
+        return router.choose(SequenceGroup(index, index, 0.0, 100, 10), replicas)
+
+    assert route(0) == 1  # session 7's first turn: the fewest requests
+    replicas[1].load = 5
+    assert route(1) == 1  # its next turn follows it, loaded or not
+    assert route(2) == 2  # outside sessions: the fewest requests
+    assert route(3) == 2 and route(4) == 1 and route(5) == 2
+    no_sessions = make_router("session-affinity", rng=np.random.default_rng(0))
+    assert no_sessions.choose(GROUP, replicas) == 2  # a workload without sessions: least-requests
+
+
+def test_session_affinity_on_a_fleet_sends_every_turn_to_its_first_turns_replica():
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=100,output_cv=1,max_total=3000",
+                 "poisson:rate=4", 200, seed=2, turns=4, think_time_s=1.0, system_prompt_len=256,
+                 system_prompt_frac=0.5)
+    r = run_simulation(SimConfig(replicas=3, router="session-affinity", kv_tokens=20_000), w).requests
+    first = {s: rep for s, t, rep in zip(w.session_id, w.turn, r["replica"], strict=True) if t == 0}
+    assert all(rep == first[s] for s, rep in zip(w.session_id, r["replica"], strict=True))
+    assert set(r["replica"]) == {0, 1, 2}
+    blind = run_simulation(SimConfig(replicas=3, router="least-requests", kv_tokens=20_000), w).summary
+    assert run_simulation(SimConfig(replicas=3, router="session-affinity", kv_tokens=20_000), w).summary[
+        "prefix_hit_frac"] > blind["prefix_hit_frac"] + 0.1
+
+
 def test_unknown_router_is_a_one_line_error():
     with pytest.raises(ValueError, match="--router must be one of round-robin, random"):
         SimConfig(router="sticky")
@@ -75,7 +106,7 @@ def test_unknown_router_is_a_one_line_error():
                                        "5"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith("Error: --router-load-weight must be")
-    assert set(ROUTERS) == {"round-robin", "random", "least-requests", "least-kv", "prefix-aware"}
+    assert set(ROUTERS) == {"round-robin", "random", "least-requests", "least-kv", "prefix-aware", "session-affinity"}
 
 
 def _compare(w, routers, **options):
