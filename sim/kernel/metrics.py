@@ -167,7 +167,8 @@ class Recorder:
         data["capacity"] = np.full(rows, capacity, np.int64)
         columns = {name: data[name] for name in STEP_COLUMNS}
         if self.group_names:
-            per_group = np.frombuffer(self.group_ints, dtype=np.int64).reshape(rows, -1)
+            per_group = np.frombuffer(self.group_ints, dtype=np.int64).reshape(rows, len(self.group_names) *
+                                                                                len(GROUP_KEYS))
             for i, (group, key) in enumerate((g, k) for g in self.group_names for k in GROUP_KEYS):
                 columns[f"{group}_{key}"] = per_group[:, i]
         return pd.DataFrame(columns)

@@ -130,3 +130,15 @@ def test_sweeps_vary_replicas_and_router(tmp_path):
     assert table["replicas"].tolist() == [1, 1, 3, 3]
     fleets = table[table["replicas"] == 3]
     assert (fleets["load_imbalance"] >= 1).all() and fleets["per_replica"].str.startswith("[").all()
+
+
+def test_a_replica_that_never_gets_a_request_has_no_rows():
+    """Regression: with a hybrid pool (per-group step columns) a replica without a single row made the steps
+    table fail (reshaping no data into an unknown width). Requests a second apart, each done before the next:
+    least-requests sends all to replica 0."""
+    w = Workload(arrival_time_s=np.arange(10.0), prompt_tokens=np.full(10, 200), output_tokens=np.full(10, 20),
+                 name="spaced")
+    r = run_fleet(SimConfig(kv_tokens=8000, replicas=3, router="least-requests", model="gemma-3-12b",
+                            gpu="h100-80gb"), w)
+    assert set(r.requests["replica"]) == {0} and set(r.steps["replica"]) == {0}
+    assert "full_token_states" in r.steps.columns and r.summary["completed"] == 10
