@@ -85,6 +85,7 @@ class Engine:
                             lambda: source.next_time() if not sched.waiting or sched.waiting.reorders else None)
             watch.after_step(source.cursor - len(sched.live))
 
+
 def record_snapshot(sched, rec, now: float) -> None:
     """Record the memory map at ``now``: every slot's owner and state, decode tokens the allocator has not
     been told about yet counted as tokens. Shared by the single engine and every fleet replica."""
