@@ -7,6 +7,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.kernel.config import SimConfig
 from sim.kernel.fleet import run_fleet
@@ -14,6 +16,7 @@ from sim.kernel.fleet_parallel import parallel_note, runs_in_parallel
 from sim.kernel.routers import ROUTERS
 from sim.kernel.runner import run_simulation
 from tests.sim.summaries import assert_same_summary
+from tests.soak import examples
 from workloads import ClosedLoop, Workload
 from workloads.named import generate
 
@@ -73,6 +76,29 @@ def test_fast_forward_equals_step_by_step(router, workload):
     for column in ("arrival_s", "admitted_s", "first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(seed=st.integers(0, 2**20), sessions_not_users=st.booleans(), think=st.sampled_from([0.0, 0.01, 0.4]),
+       replicas=st.integers(2, 4), router=st.sampled_from(list(ROUTERS)),
+       step_time=st.sampled_from([None, 0.02]), allocator=st.sampled_from(["paged", "radix", "contiguous-max"]))
+def test_fast_forward_equals_step_by_step_on_random_fleets(seed, sessions_not_users, think, replicas, router,
+                                                           step_time, allocator):
+    """The same on random small fleets, a fixed step time among them: every replica's row ends then fall on
+    the same few instants, the ties the release rules are for."""
+    if sessions_not_users:
+        w = generate(TURNS, "poisson:rate=3", 40, seed=seed, turns=3, think_time_s=think, system_prompt_len=128,
+                     system_prompt_frac=0.5)
+    else:
+        w = closed_loop(45, users=1 + seed % 8, think_time_s=think, seed=seed)
+    config = dataclasses.replace(CONFIG, replicas=replicas, router=router, step_time=step_time, allocator=allocator,
+                                 prefix_caching=allocator != "contiguous-max", seed=seed)
+    fast = run_fleet(config, w)
+    slow = run_fleet(dataclasses.replace(config, step_by_step=True), w)
+    assert fast.requests["replica"].tolist() == slow.requests["replica"].tolist()
+    assert fast.requests["rejected"].tolist() == slow.requests["rejected"].tolist()
+    for column in ("arrival_s", "admitted_s", "first_token_s", "finished_s"):
+        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9, atol=1e-9)
 
 
 def test_closed_loop_users_are_shared_by_the_fleet():
