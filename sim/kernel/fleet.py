@@ -28,7 +28,6 @@ Per-request results share one set of arrays (each request lives on one replica);
 from __future__ import annotations
 
 import time
-from collections import deque
 
 import numpy as np
 import simpy
@@ -36,47 +35,11 @@ import simpy
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
 from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot, take_step
+from sim.kernel.fleet_replica import Replica
 from sim.kernel.metrics import Recorder
-from sim.kernel.replica import SimResult, build_replica, resolve_capacity, snapshot_count, summary_extra
+from sim.kernel.replica import SimResult, resolve_capacity, snapshot_count, summary_extra
 from sim.kernel.routers import make_router
 from sim.kernel.snapshot_schedule import SnapshotSchedule
-
-_RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
-
-
-class Replica:
-    """One replica's scheduler, allocator and cost model, its recorder (step rows, memory integrals; the
-    per-request arrays are the fleet's) and its inbox of routed requests (workload positions)."""
-
-    def __init__(self, number: int, config: SimConfig, model, gpu, kv_tokens: int, shared: Recorder) -> None:
-        self.number = number
-        self.rec = Recorder(0)
-        for name in _RECORDER_ARRAYS:
-            setattr(self.rec, name, getattr(shared, name))
-        self.memory, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
-        self.inbox: deque[int] = deque()  # routed, not yet delivered, in arrival order
-        self.groups: dict[int, object] = {}  # groups built at routing time (the router read their hashes)
-        self.delivered = 0
-        self.end_s = 0.0
-        self.wake: simpy.Event | None = None  # set while idle, waiting for the router
-        self.busy_until = 0.0  # the end of the row in flight (inf while idle): it plans nothing before
-
-    # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
-    @property
-    def load(self) -> int:
-        return self.sched.load + len(self.inbox)
-
-    @property
-    def free_slots(self) -> int:
-        return self.memory.breakdown(False).free
-
-    @property
-    def pending_prefill(self) -> int:
-        """Prompt tokens still to be prefilled here: routed, queued, and the rest of running prefills."""
-        return sum(self.groups[i].prompt for i in self.inbox) + self.sched.pending_prefill()
-
-    def cached_tokens(self, group) -> int:
-        return self.memory.cached_tokens(group.hashes, group.prompt)
 
 
 class Fleet:

@@ -1,6 +1,6 @@
 """Request routers for a fleet of replicas: each is a small object with one method, `choose`.
 
-A router is asked at each arrival, with the replicas as they are at that instant (`sim.kernel.fleet.Replica`:
+A router is asked at each arrival, with the replicas as they are at that instant (`sim.kernel.fleet_replica.Replica`:
 ``load``, ``free_slots``, ``pending_prefill``, ``cached_tokens``), which replica gets the request; a request
 group (``n`` > 1 samples, beams) is one request and goes to one replica whole. ``ROUTERS`` maps the names the
 command line and `SimConfig.router` use to the classes, as `allocators.ALLOCATORS` does for allocators.
@@ -39,7 +39,7 @@ import numpy as np
 
 
 class ReplicaState(Protocol):
-    """What a router may read of a replica (`sim.kernel.fleet.Replica`)."""
+    """What a router may read of a replica (`sim.kernel.fleet_replica.Replica`)."""
 
     @property
     def load(self) -> int: ...

@@ -1,0 +1,54 @@
+"""`Replica`: one replica of a fleet (`sim.kernel.fleet`), as the fleet's engine loop and its router see it.
+
+Why its own object: a fleet runs N of them in one SimPy environment, and a router (`sim.kernel.routers`) reads
+each one's state at every arrival (``load``, ``free_slots``, ``pending_prefill``, ``cached_tokens``), so a
+replica is its scheduler, allocator and cost model (`sim.kernel.replica.build_replica`, as the single engine
+builds them), its own recorder, and the requests routed to it but not yet delivered (its inbox).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import simpy
+
+from sim.kernel.config import SimConfig
+from sim.kernel.metrics import Recorder
+from sim.kernel.replica import build_replica
+
+_RECORDER_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected", "reasons")
+
+
+class Replica:
+    """One replica's scheduler, allocator and cost model, its recorder (step rows, memory integrals; the
+    per-request arrays are the fleet's) and its inbox of routed requests (workload positions)."""
+
+    def __init__(self, number: int, config: SimConfig, model, gpu, kv_tokens: int, shared: Recorder) -> None:
+        self.number = number
+        self.rec = Recorder(0)
+        for name in _RECORDER_ARRAYS:
+            setattr(self.rec, name, getattr(shared, name))
+        self.memory, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
+        self.inbox: deque[int] = deque()  # routed, not yet delivered, in arrival order
+        self.groups: dict[int, object] = {}  # groups built at routing time (the router read their hashes)
+        self.delivered = 0
+        self.end_s = 0.0
+        self.wake: simpy.Event | None = None  # set while idle, waiting for the router
+        self.busy_until = 0.0  # the end of the row in flight (inf while idle): it plans nothing before
+
+    # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
+    @property
+    def load(self) -> int:
+        return self.sched.load + len(self.inbox)
+
+    @property
+    def free_slots(self) -> int:
+        return self.memory.breakdown(False).free
+
+    @property
+    def pending_prefill(self) -> int:
+        """Prompt tokens still to be prefilled here: routed, queued, and the rest of running prefills."""
+        return sum(self.groups[i].prompt for i in self.inbox) + self.sched.pending_prefill()
+
+    def cached_tokens(self, group) -> int:
+        return self.memory.cached_tokens(group.hashes, group.prompt)
