@@ -46,15 +46,15 @@ def run_setups(workload, setups: Mapping[str, Mapping], **deployment) -> dict:
 def router_table(workload, routers: Sequence[str], replicas: Sequence[int], **deployment) -> pd.DataFrame:
     """One fleet run per router and replica count, every replica ``deployment`` (model, gpu, allocator, ...): on
     several replicas a conversation's next turn finds its past in the cache only where the router sends it. A
-    row per run: ``router``, ``replicas`` and the summary's `FLEET_COLUMNS` (`sim.plots.plot_hit_rate_by_router`
-    draws it)."""
+    row per run: ``router``, ``replicas`` and the summary's `FLEET_COLUMNS` (empty ``load_imbalance`` for one
+    replica); `sim.plots.plot_hit_rate_by_router` draws it."""
     from sim.kernel.runner import run_simulation
 
     rows = []
     for n in replicas:
         for router in routers:
             summary = run_simulation(SimConfig(**deployment, replicas=n, router=router), workload).summary
-            rows.append({"router": router, "replicas": n} | {k: summary[k] for k in FLEET_COLUMNS})
+            rows.append({"router": router, "replicas": n} | {k: summary.get(k) for k in FLEET_COLUMNS})
     return pd.DataFrame(rows)
 
 

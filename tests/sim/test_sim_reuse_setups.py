@@ -36,3 +36,5 @@ def test_router_table_runs_a_fleet_per_router_and_size():
     assert (table["completed"] == 120).all()
     hits = table.set_index(["router", "replicas"])["prefix_hit_frac"]
     assert hits["prefix-aware", 3] > hits["round-robin", 3] + 0.1
+    single = router_table(workload, ["round-robin"], [1], model="llama-3-8b", gpu="a100-80gb", max_model_len=16384)
+    assert single["completed"].tolist() == [120] and single["load_imbalance"].isna().all()  # no fleet summary keys
