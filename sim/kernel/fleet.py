@@ -53,7 +53,6 @@ class Fleet:
         self.rec = Recorder(self.size)
         self.replicas = [Replica(r, config, self.model, self.gpu, self.cap.kv_tokens, self.rec)
                          for r in range(config.replicas)]
-        self.times = np.asarray(workload.arrival_time_s, np.float64)
         self.start = first_arrival_s(workload)
         for replica in self.replicas:
             replica.end_s = replica.busy_until = self.start
@@ -163,7 +162,7 @@ class Fleet:
         replica finishes in a step it has not planned yet (after the row it has in flight), plus the
         shortest think time; ``replica``'s own completions end its runs anyway."""
         if not self.observed:
-            return float(self.times[replica.inbox[0]]) if replica.inbox else None
+            return float(self.source.arrival_s[replica.inbox[0]]) if replica.inbox else None
         t = self.source.next_time()
         if self.released:
             bound = min((r.busy_until for r in self.replicas if r is not replica), default=np.inf) + self.think_s
