@@ -90,6 +90,9 @@ def kv_capacity(
         raise ValueError("give at most one of --kv-gib and --kv-tokens")
     if tensor_parallel < 1:
         raise ValueError(f"--tensor-parallel must be >= 1, got {tensor_parallel}")
+    if model.num_heads % tensor_parallel:  # as vLLM refuses it: each GPU takes whole attention heads
+        raise ValueError(f"{model.name}: its {model.num_heads} attention heads do not split evenly over "
+                         f"--tensor-parallel {tensor_parallel} (vLLM requires the heads to be divisible by it)")
     model = model.with_kv_cache_dtype(kv_cache_dtype)
     per_token = pool_bytes_per_token(model, tensor_parallel)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel)

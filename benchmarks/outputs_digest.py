@@ -10,7 +10,9 @@ out. Run it before and after a change and compare::
     python benchmarks/outputs_digest.py > after.txt    # on the new code
     diff before.txt after.txt                          # no output: nothing changed
 
-``--only SUBSTRING`` runs the configurations whose name contains it; ``--list`` names them. A ``{NAME}``
+``--only SUBSTRING`` runs the configurations whose name contains it; ``--list`` names them. ``--drop-key KEY``
+(repeatable) leaves a JSON key out as ``wall_time_s`` is, to compare across a change that only adds keys (run
+both sides with the same keys dropped). A ``{NAME}``
 argument is a trace `TRACES` generates first (`kvsim trace generate`, seeded): the closed-loop and session
 workloads, whose arrivals the simulation releases.
 """
@@ -93,33 +95,35 @@ CONFIGS: dict[str, list[str]] = {
 }
 
 
-def _digest(out: Path) -> str:
-    """sha256 over every file under ``out`` (sorted by name); JSON files without ``wall_time_s``."""
+def _digest(out: Path, dropped: frozenset[str] = frozenset()) -> str:
+    """sha256 over every file under ``out`` (sorted by name); JSON files without ``wall_time_s`` and ``dropped``."""
     h = hashlib.sha256()
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         data = path.read_bytes()
         if path.suffix == ".json":
             doc = json.loads(data)
-            _drop_wall_time(doc)
+            _drop_keys(doc, dropped | {"wall_time_s"})
             data = json.dumps(doc, sort_keys=True).encode()
         h.update(path.relative_to(out).as_posix().encode() + b"\0" + data)
     return h.hexdigest()
 
 
-def _drop_wall_time(doc: object) -> None:
+def _drop_keys(doc: object, keys: frozenset[str]) -> None:
     if isinstance(doc, dict):
-        doc.pop("wall_time_s", None)
+        for key in keys:
+            doc.pop(key, None)
         for value in doc.values():
-            _drop_wall_time(value)
+            _drop_keys(value, keys)
     elif isinstance(doc, list):
         for value in doc:
-            _drop_wall_time(value)
+            _drop_keys(value, keys)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run the configurations whose name contains this")
     parser.add_argument("--list", action="store_true", help="name the configurations and stop")
+    parser.add_argument("--drop-key", action="append", default=[], help="leave this JSON key out (repeatable)")
     args = parser.parse_args()
     names = [n for n in CONFIGS if args.only in n]
     if args.list:
@@ -140,7 +144,7 @@ def main() -> int:
             if done.returncode:
                 print(f"{name}: FAILED ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
                 continue
-            print(f"{name}: {_digest(Path(tmp))}", flush=True)
+            print(f"{name}: {_digest(Path(tmp), frozenset(args.drop_key))}", flush=True)
     return 0
 
 

@@ -57,7 +57,7 @@ def score(measured: pd.DataFrame, simulated: pd.DataFrame, scored: np.ndarray | 
     if scored is not None:
         err = err[np.asarray(scored, bool)]
     rows = []
-    phases = ["all", *dict.fromkeys(err["phase"])]
+    phases = ["all", *(p for p in dict.fromkeys(err["phase"]) if p != "all")]  # a file without phases: "all"
     for phase in phases:
         part = err if phase == "all" else err[err["phase"] == phase]
         for m in METRICS:

@@ -28,10 +28,13 @@ from workloads.lengths import Empirical, LengthDistribution
 from workloads.validation import BOTH_N_AND_BEAM
 from workloads.workload import NONE, Workload
 
+DEFAULT_TURN_GAP_S = 30.0
+"""Least time between a conversation's turns, arrival to arrival, when neither a gap nor a think time is given."""
+
 
 def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests: int,
              seed: int = 0, *, n: int = 1, beam_width: int = 1, system_prompt_len: int = 0,
-             system_prompt_frac: float = 0.0, turns: int = 1, turn_gap_s: float = 30.0,
+             system_prompt_frac: float = 0.0, turns: int = 1, turn_gap_s: float | None = None,
              think_time_s: float | None = None, name: str = "synthetic", source: str | None = None) -> Workload:
     """``num_requests`` synthetic requests (module docstring), from the distribution and process objects
     (`workloads.named.generate` takes their spec strings)."""
@@ -52,7 +55,8 @@ def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests
     if turns > 1:
         shape = {"sys_len": system_prompt_len, "turns": turns, "max_total": dist.max_total}
         if think_time_s is None:
-            convs = build_conversations(times, prompt, output, has_sys, turn_gap_s=turn_gap_s, **shape)
+            gap = DEFAULT_TURN_GAP_S if turn_gap_s is None else turn_gap_s
+            convs = build_conversations(times, prompt, output, has_sys, turn_gap_s=gap, **shape)
         else:
             convs = build_sessions(times, prompt, output, has_sys, **shape)
         prompt, has_sys, times = convs.prompt_tokens, convs.has_system, convs.times
@@ -93,7 +97,7 @@ def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarr
 
 
 def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int,
-           turn_gap_s: float, think_time_s: float | None) -> None:
+           turn_gap_s: float | None, think_time_s: float | None) -> None:
     problems = {
         "--num-requests must be >= 1": num_requests < 1,
         "n and beam_width must be >= 1": n < 1 or beam_width < 1,
@@ -101,9 +105,16 @@ def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: f
         "system_prompt_len must be >= 0": sys_len < 0,
         "system_prompt_frac must be within [0, 1]": not 0 <= sys_frac <= 1,
         "turns must be >= 1": turns < 1,
-        "turn_gap_s must be >= 0": not turn_gap_s >= 0,
+        "turn_gap_s must be >= 0": turn_gap_s is not None and not turn_gap_s >= 0,
         "think_time_s must be finite and >= 0": think_time_s is not None and not 0 <= think_time_s < np.inf,
         "think_time_s applies to multi-turn sessions (turns > 1)": think_time_s is not None and turns < 2,
+        # a setting that would change nothing is refused, not ignored: the user meant something by it
+        "turn_gap_s applies to open-loop multi-turn conversations (turns > 1, no think_time_s)":
+            turn_gap_s is not None and (turns < 2 or think_time_s is not None),
+        "system_prompt_len needs system_prompt_frac > 0 (the share of requests that carry it; 1: all)":
+            sys_len > 0 and sys_frac == 0,
+        "system_prompt_frac needs system_prompt_len > 0 (the tokens of the shared system prompt)":
+            sys_frac > 0 and sys_len == 0,
     }
     for message, bad in problems.items():
         if bad:

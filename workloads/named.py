@@ -14,6 +14,7 @@ from workloads import arrivals as arrival_kinds
 from workloads import lengths as length_kinds
 from workloads import readers
 from workloads.arrivals import ArrivalProcess, TraceTimes, retime
+from workloads.errors import TraceError
 from workloads.generate import generate as generate_from
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.presets import PRESETS, load_preset
@@ -59,12 +60,18 @@ def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, 
 
 
 def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None, seed: int = 0,
-               **read) -> Workload:
-    """`workloads.readers.load_trace` (``format``, ``columns``, ``skip_bad_rows`` pass through), then, when
+               num_requests: int | None = None, **read) -> Workload:
+    """`workloads.readers.load_trace` (``format``, ``columns``, ``skip_bad_rows`` pass through), cut to its first
+    ``num_requests`` rows when given (an error if it has fewer: never silently fewer than asked), then, when
     ``arrivals`` (a spec string or a process) is given, the trace's timestamps replaced by that process's,
-    seeded by ``seed``."""
-    if arrivals is None:
-        return readers.load_trace(path, seed=seed, **read)
-    process = parse_arrivals(arrivals)
-    workload = readers.load_trace(path, seed=seed, missing_times=None, **read)
-    return retime(workload, process, seed, str(arrivals))
+    seeded by ``seed``. The cut comes first, as a preset's does, so ``trace:rate=R`` scales the rows that run to R
+    requests a second (scaled first, 100 rows of a trace whose head is burstier than its whole ran at another
+    rate than R)."""
+    workload = readers.load_trace(path, seed=seed, **read) if arrivals is None else \
+        readers.load_trace(path, seed=seed, missing_times=None, **read)
+    if num_requests is not None:
+        if num_requests > len(workload):
+            raise TraceError(f"{path}: --num-requests {num_requests} asks for more requests than the trace has "
+                             f"({len(workload)})")
+        workload = workload.head(num_requests)
+    return workload if arrivals is None else retime(workload, parse_arrivals(arrivals), seed, str(arrivals))

@@ -27,6 +27,14 @@ def _list_profiles() -> None:
             shown = ", ".join(f"{k}: {v:g}" for k, v in value.items()) if isinstance(value, dict) else f"{value:g}"
             click.echo(f"  {key} = {shown}")
             click.echo(f"      source: {profile.sources[key]}")
+    from sim.kernel.calibration_store import SHIPPED_DIR, kvsim_home
+
+    click.echo("calibration tables (a run on that GPU and model uses one unless --cost-profile or --calibration "
+               "says otherwise; yours before kvsim's; --cost-profile FILE or --calibration FILE takes any):")
+    for label, root in (("shipped with kvsim", SHIPPED_DIR), ("yours", kvsim_home() / "calibration")):
+        tables = sorted(root.glob("*/*.json"))
+        click.echo(f"  {label} ({root}): " + (", ".join(f"--gpu {t.parent.name} --model {t.stem}" for t in tables)
+                                              if tables else "none"))
 
 
 def _from_trace(path: str, opts: dict) -> None:
@@ -85,7 +93,7 @@ def _from_trace(path: str, opts: dict) -> None:
               help="Fit to a measured run: a per-request CSV (arrival_time_s,prompt_tokens,output_tokens,ttft_s,"
                    "e2e_s), vLLM benchmark_serving --save-result JSON, or guidellm results JSON.")
 @click.option("--kv-tokens", type=int, help="--from-trace: the run's KV pool in token slots (vLLM's log).")
-@click.option("--kv-gib", type=float, help="--from-trace: the run's KV memory in GiB.")
+@click.option("--kv-gib", type=float, help="--from-trace: the run's KV memory in GiB, all GPUs together.")
 @click.option("--max-num-seqs", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--max-num-batched-tokens", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--max-model-len", type=int, help="--from-trace: the run's vLLM setting.")

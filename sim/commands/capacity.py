@@ -19,7 +19,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                     gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
                     prompt_len: int | None, output_len: int | None, max_model_len: int | None,
                     page_size_kib: int = 2048, kv_cache_dtype: str = "auto",
-                    disable_hybrid_kv_cache_manager: bool = False) -> dict:
+                    disable_hybrid_kv_cache_manager: bool = False, enforce_eager: bool = False,
+                    max_num_batched_tokens: int = 2048) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
     from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, kv_capacity, pool_bytes_per_token
@@ -33,6 +34,11 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     max_len = spec.max_seq_len if max_model_len is None else max_model_len
     if max_len <= 0:
         raise ValueError(f"--max-model-len must be positive, got {max_len}")
+    if max_num_batched_tokens < 1:
+        raise ValueError(f"--max-num-batched-tokens must be >= 1, got {max_num_batched_tokens}")
+    for flag, length in (("--prompt-len", prompt_len), ("--output-len", output_len)):
+        if length is not None and length > max_len:  # before the other is derived from it
+            raise ValueError(f"{flag} {length} exceeds --max-model-len {max_len}")
     if prompt_len is None and output_len is None:
         prompt_len, output_len = max_len, 0
     elif prompt_len is None:
@@ -45,7 +51,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     if prompt_len + output_len > max_len:
         raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
-                      kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype)
+                      kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
+                      enforce_eager=enforce_eager, max_num_batched_tokens=max_num_batched_tokens)
     spec = cap.model  # at --kv-cache-dtype
     if cap.kv_tokens <= 0:
         raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
@@ -134,8 +141,10 @@ def _print_text(r: dict) -> None:
 @click.command("capacity")
 @click.option("--model", default="opt-13b", show_default=True, help="Model name from the catalog.")
 @click.option("--gpu", default="a100-40gb", show_default=True, help="GPU name from the catalog.")
-@click.option("--kv-gib", type=float, default=None, help="KV memory in GiB (instead of deriving it).")
-@click.option("--kv-tokens", type=int, default=None, help="KV memory in token slots (instead of deriving it).")
+@click.option("--kv-gib", type=float, default=None,
+              help="KV memory in GiB, all --tensor-parallel GPUs together (instead of deriving it).")
+@click.option("--kv-tokens", type=int, default=None,
+              help="KV memory in token slots, the whole pool (instead of deriving it).")
 @click.option("--tensor-parallel", type=int, default=1, show_default=True, help="GPUs the model is split over.")
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
               help="Share of GPU memory vLLM may use (weights + activations + KV).")
@@ -151,6 +160,10 @@ def _print_text(r: dict) -> None:
               help="Output tokens per request [default: the rest of --max-model-len, or 0].")
 @click.option("--max-model-len", type=int, default=None, help="Maximum sequence length [default: the model's].")
 @catalog_option
+@click.option("--enforce-eager", is_flag=True,
+              help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache.")
+@click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
+              help="Tokens per step (vLLM's flag): sizes the activation memory reserved before the KV cache.")
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
               help="Treat sliding-window layers as full attention (vLLM's flag; paged on a hybrid model).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")

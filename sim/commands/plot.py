@@ -43,19 +43,22 @@ def _read_table(run_dir: Path, name: str, kind: str):
 
 
 def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple[dict[str, dict], dict[str, dict]]:
-    """Each run's summary and the named tables, keyed by allocator (or by directory name when two runs share
-    an allocator)."""
+    """Each run's summary and the named tables, keyed by allocator (or, when two runs share an allocator, by
+    directory name, then by the path as given)."""
     summaries: dict[str, dict] = {}
     frames: dict[str, dict] = {}
+    if len({d.resolve() for d in run_dirs}) < len(run_dirs):
+        raise ValueError(f"a run directory is given twice: {' '.join(map(str, run_dirs))}")
     for run_dir in run_dirs:
         if not run_dir.is_dir():
             raise ValueError(f"{run_dir}: not a run directory (expected `kvsim run --out` output or a sweep table)")
         summary = _read_json(run_dir / "summary.json")
         key = str(summary.get("allocator", run_dir.name))
+        for other in (run_dir.name, str(run_dir)):  # the same allocator twice: its directory, then its path
+            if key in summaries:
+                key = other
         if key in summaries:
-            key = run_dir.name
-        if key in summaries:
-            raise ValueError(f"{run_dir}: two runs are both named {key!r}")
+            raise ValueError(f"{run_dir}: given twice")
         summaries[key] = summary
         frames[key] = {name: _read_table(run_dir, name, kind) for name in tables}
     return summaries, frames
@@ -76,8 +79,9 @@ def draw_runs(run_dirs: list[Path], kind: str, time_s: float | None, replica: in
     if kind == "breakdown":
         return plots.plot_breakdown(summaries)
     if kind == "replicas":
-        if len(frames) != 1:
-            raise ValueError("--kind replicas draws one fleet run (kvsim run --replicas N --out DIR)")
+        if len(frames) != 1 or "replicas" not in next(iter(summaries.values())):
+            raise ValueError(f"--kind replicas draws one fleet run (kvsim run --replicas N --out DIR); "
+                             f"{', '.join(map(str, run_dirs))} {'is not one' if len(frames) == 1 else 'are several'}")
         return plots.plot_replicas_over_time(next(iter(frames.values()))["steps"])
     if kind == "batch":
         return plots.plot_batch_over_time({k: t["steps"] for k, t in frames.items()})
@@ -112,14 +116,16 @@ def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Image file (.png, .svg or .pdf); default RUN_DIR/KIND.png, or TABLE[-METRIC].png beside a table.")
 @click.option("--time", "time_s", type=float, default=None,
-              help="memory-map: the instant to show, in simulated seconds (a run records 12 snapshots; the "
-                   "nearest is shown and the caption says which; default the middle one).")
+              help="memory-map: the instant to show, in simulated seconds (a run records up to 12 snapshots, "
+                   "fewer of a large pool: its summary's memory_snapshots; the nearest is shown and the caption "
+                   "says which; default the middle one).")
 @click.option("--replica", type=click.IntRange(min=0), default=None,
               help="memory-map of a fleet run (--replicas N): the replica whose pool to show (default 0).")
 @click.option("--metric", default=None, help="sweep: the summary column to plot.")
 @click.option("--x", "x", default=None, help="sweep: the swept field on the x axis.")
 @click.option("--hue", default=None, help="sweep: the field that tells lines apart.")
-@click.option("--dpi", type=click.IntRange(min=20, max=600), default=150, show_default=True)
+@click.option("--dpi", type=click.IntRange(min=20, max=600), default=150, show_default=True,
+              help="Resolution of a .png, in dots per inch.")
 def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, time_s: float | None,
                  replica: int | None, metric: str | None, x: str | None, hue: str | None, dpi: int) -> None:
     """Draw a figure from one or more `kvsim run --out` directories, or from a `kvsim sweep` table.
@@ -127,7 +133,9 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
     Kinds for runs: memory (shares of KV memory over time), breakdown (time-averaged shares, Fig. 2 style),
     batch (running requests over time), batch-sizes (mean batch size, Fig. 13 style), memory-map (the arena
     coloured by slot state, each request outlined), latency (TTFT and TPOT CDFs), replicas (each replica's KV
-    memory and queue over time, for one `kvsim run --replicas N` run). Several runs are drawn side by side.
+    memory and queue over time, for one `kvsim run --replicas N` run), reuse (prefix-cache hits by tier over
+    time, prefill saved, TTFT). Several runs are drawn side by side, labelled by allocator (by directory when
+    two share one); with several, the figure goes into the first run's directory unless --out says where.
     """
     from sim.sweep.store import TABLE_SUFFIXES
 

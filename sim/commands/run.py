@@ -63,8 +63,10 @@ def simulation_options(func):
         _field_option("--model", help="Model from the catalog (e.g. opt-13b, llama-2-7b, llama-3-8b)."),
         _field_option("--gpu", help="GPU from the catalog."),
         catalog_option,
-        click.option("--kv-gib", type=float, help="KV memory in GiB (default: derived from the GPU)."),
-        click.option("--kv-tokens", type=int, help="KV memory in token slots."),
+        click.option("--kv-gib", type=float,
+                     help="KV memory in GiB, all --tensor-parallel GPUs together (vLLM's kv_cache_memory_bytes "
+                          "is per GPU) [default: derived from the GPU]."),
+        click.option("--kv-tokens", type=int, help="KV memory in token slots (the whole pool)."),
         _field_option("--tensor-parallel", type=int, help="GPUs the model and its KV cache are split over."),
         _field_option("--gpu-memory-utilization", type=float,
                       help="Share of GPU memory vLLM may use (weights + activations + KV); sizes the KV "
@@ -143,6 +145,10 @@ def simulation_options(func):
         _field_option("--router-load-weight", type=float,
                       help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
                            "tokens the request would compute there."),
+        _field_option("--router-kv-overlap-score-weight", type=float,
+                      help="kv-cost: weight of the prefill tokens (the request's uncached ones and those "
+                           "queued) against the KV the replica's requests hold (Dynamo's "
+                           "--router-kv-overlap-score-weight; higher favours cache hits, lower spreads load)."),
         click.option("--workers", type=int, default=1, show_default=True,
                      help="Parallel worker processes for a fleet whose router reads no replica state "
                           "(round-robin, random): its replicas are split among them, results identical; 1 runs "

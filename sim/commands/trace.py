@@ -130,12 +130,15 @@ def stats(file: str, trace_format: str | None, trace_columns: str | None, skip_b
 @click.option("--n", "n", type=int, default=1, show_default=True, help="Parallel samples per request.")
 @click.option("--beam-width", type=int, default=1, show_default=True, help="Beam width per request.")
 @click.option("--system-prompt-len", type=int, default=0, show_default=True,
-              help="Tokens of a shared system prompt.")
+              help="Tokens of a shared system prompt (with --system-prompt-frac).")
 @click.option("--system-prompt-frac", type=float, default=0.0, show_default=True,
-              help="Share of requests that carry the system prompt.")
-@click.option("--turns", type=int, default=1, show_default=True, help="Turns per multi-turn conversation.")
-@click.option("--turn-gap-s", type=float, default=30.0, show_default=True,
-              help="Least time between a conversation's turns (open loop: from arrival to arrival).")
+              help="Share of requests that carry the system prompt (0-1; with --system-prompt-len).")
+@click.option("--turns", type=int, default=1, show_default=True,
+              help="Turns per multi-turn conversation. --arrivals then times the conversations' first turns: "
+                   "K turns make about K times as many requests a second as its rate.")
+@click.option("--turn-gap-s", type=float, default=None,
+              help="Least time between a conversation's turns (open loop: from arrival to arrival) "
+                   "[default: 30].")
 @click.option("--think-time-s", type=float, default=None,
               help="Closed loop per session: each later turn arrives this long after the previous turn ends "
                    "(instead of --turn-gap-s).")
@@ -149,7 +152,7 @@ def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, bea
         if preset is not None:
             if lengths or arrivals:
                 raise ValueError("give either --preset or --lengths/--arrivals, not both")
-            if (turns != 1 or system_prompt_len or system_prompt_frac or turn_gap_s != 30.0
+            if (turns != 1 or system_prompt_len or system_prompt_frac or turn_gap_s is not None
                     or think_time_s is not None):
                 raise ValueError("--turns, --turn-gap-s, --think-time-s and --system-prompt-* shape synthetic "
                                  "requests; use them "

@@ -42,6 +42,7 @@ class GroupMechanics(Preemption):
         self.cached_prompt_tokens = 0  # prompt tokens admissions found cached (prefix cache or shared prefix)
         self.cached_by_index: dict[int, int] = {}  # the same per request (workload position), hits only
         self.host_prompt_tokens = 0  # the part of cached_prompt_tokens loaded from the host tier
+        self.preempted_prompt_tokens = 0  # the part found by requests preempted before (vLLM's preempted_hits)
         self.host_by_index: dict[int, int] = {}  # the same per request
 
     # -- admission ---------------------------------------------------------------------------------------
@@ -107,6 +108,8 @@ class GroupMechanics(Preemption):
         if cached:
             host = min(admission.host_tokens, cached)
             self.cached_prompt_tokens += cached
+            if group.preemptions:
+                self.preempted_prompt_tokens += cached
             self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
             plan = self.s.plan
             plan.gpu_hit_tokens += cached - host

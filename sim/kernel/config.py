@@ -107,6 +107,7 @@ class SimConfig:
     replicas: int = 1
     router: str = "round-robin"
     router_load_weight: float = 1.0
+    router_kv_overlap_score_weight: float = 1.0
 
     def __post_init__(self) -> None:
         def integer(name: str, low: int, allow_none: bool = False) -> None:
@@ -186,9 +187,10 @@ class SimConfig:
                 get_profile(self.cost_profile)
         if self.router not in ROUTERS:
             raise ValueError(f"--router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
-        if isinstance(self.router_load_weight, bool) or not isinstance(self.router_load_weight, (int, float)) \
-                or not 0 <= self.router_load_weight < math.inf:
-            raise ValueError(f"--router-load-weight must be a finite number >= 0, got {self.router_load_weight!r}")
+        for name in ("router_load_weight", "router_kv_overlap_score_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{flag(name)} must be a finite number >= 0, got {value!r}")
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")

@@ -67,6 +67,7 @@ class Fleet:
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight,
+                                  kv_overlap_score_weight=config.router_kv_overlap_score_weight,
                                   sessions=workload.session_id if getattr(workload, "has_sessions", False) else None)
         self.routed = 0  # arrivals routed so far (in arrival order; released turns need not be in row order)
         self.replica_of = np.full(self.size, -1, np.int64)

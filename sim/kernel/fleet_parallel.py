@@ -121,7 +121,8 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
             r.number, _slim(r.rec), r.end_s,
             SimpleNamespace(cached_by_index=g.cached_by_index, host_by_index=g.host_by_index,
                             num_preemptions=g.num_preemptions, cached_prompt_tokens=g.cached_prompt_tokens,
-                            host_prompt_tokens=g.host_prompt_tokens),
+                            host_prompt_tokens=g.host_prompt_tokens,
+                            preempted_prompt_tokens=g.preempted_prompt_tokens),
             None if tier is None else SimpleNamespace(offload_bytes=tier.offload_bytes, reload_bytes=tier.reload_bytes,
                                                       skipped_blocks=tier.skipped_blocks,
                                                       num_blocks=tier.num_blocks)))

@@ -1,9 +1,9 @@
 """`Replica`: one replica of a fleet (`sim.kernel.fleet`), as the fleet's engine loop and its router see it.
 
 Why its own object: a fleet runs N of them in one SimPy environment, and a router (`sim.kernel.routers`) reads
-each one's state at every arrival (``load``, ``free_slots``, ``pending_prefill``, ``cached_tokens``), so a
-replica is its scheduler, allocator and cost model (`sim.kernel.replica.build_replica`, as the single engine
-builds them), its own recorder, and the requests routed to it but not yet delivered (its inbox).
+each one's state at every arrival (``load``, ``free_slots``, ``held_tokens``, ``pending_prefill``,
+``cached_tokens``), so a replica is its scheduler, allocator and cost model (`sim.kernel.replica.build_replica`, as
+the single engine builds them), its own recorder, and the requests routed to it but not yet delivered (its inbox).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Replica:
         for name in _RECORDER_ARRAYS:
             setattr(self.rec, name, getattr(shared, name))
         self.memory, self.cost, self.sched = build_replica(config, model, gpu, kv_tokens, self.rec)
+        self.kv_tokens = kv_tokens
         self.inbox: deque[int] = deque()  # routed, not yet delivered, in arrival order
         self.groups: dict[int, object] = {}  # groups built at routing time (the router read their hashes)
         self.delivered = 0
@@ -44,6 +45,14 @@ class Replica:
     @property
     def free_slots(self) -> int:
         return self.memory.breakdown(False).free
+
+    @property
+    def held_tokens(self) -> int:
+        """KV memory its requests hold, in tokens of the pool: its slots held (whole blocks, so the decode
+        fast-forward, which tells the allocator a block's tokens late, reads the same as step by step), a
+        hybrid pool's group slots scaled to the tokens its capacity holds."""
+        b = self.memory.breakdown(False)
+        return (b.token_states + b.reservation + b.internal_frag) * self.kv_tokens // b.capacity
 
     @property
     def pending_prefill(self) -> int:

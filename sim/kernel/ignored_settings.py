@@ -2,7 +2,7 @@
 
 Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
 vAttention, slab placement on contiguous allocators, a long-prefill threshold on chunked prefill, a
-cache-aware order on a prefix cache). Accepting one silently would let a user read a run as the answer to the
+cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one silently would let a user read a run as the answer to the
 question the flag asked. The summary carries them as ``ignored_settings`` (flag -> why; the key only when
 there are any) and ``kvsim run``/``compare`` print one warning each. Only values that differ from the default
 can be told apart from "not given", so those are the ones reported.
@@ -54,4 +54,19 @@ def ignored_settings(config: SimConfig, hybrid: bool) -> dict[str, str]:
     if config.scheduling_policy == "lpm" and not (hybrid and config.prefix_caching
                                                   or keeps_prefix_cache(name, config.prefix_caching)):
         ignored["--scheduling-policy lpm"] = "it orders by cached prefix, and this run keeps no prefix cache: FCFS"
+    ignored.update(_router_settings(config, defaults))
+    return ignored
+
+
+def _router_settings(config: SimConfig, defaults: SimConfig) -> dict[str, str]:
+    """A router on one replica, and a router's weight given to another router."""
+    ignored: dict[str, str] = {}
+    if config.router != defaults.router and config.replicas == 1:
+        ignored[f"--router {config.router}"] = "one replica (--replicas 1): every request goes to it"
+    weights = (("router_load_weight", "--router-load-weight", "prefix-aware"),
+               ("router_kv_overlap_score_weight", "--router-kv-overlap-score-weight", "kv-cost"))
+    for field, flag, router in weights:
+        value = getattr(config, field)
+        if value != getattr(defaults, field) and (config.router != router or config.replicas == 1):
+            ignored[f"{flag} {value:g}"] = f"only the {router} router of a fleet (--replicas > 1) reads it"
     return ignored

@@ -177,9 +177,10 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
 def tier_summary(replicas) -> dict:
     """The host tier's figures for `build_summary`, summed over ``replicas`` (pairs of a `KVMemory` and its
     scheduler's `GroupMechanics`): prompt tokens loaded from the host, its traffic, the stores its threshold
-    skipped, its size in blocks."""
+    skipped, its size in blocks; and the hit tokens of requests preempted before (any tier)."""
     tiers = [memory.host_tier for memory, _ in replicas if memory.host_tier is not None]
     return {"host_hit_tokens": sum(groups.host_prompt_tokens for _, groups in replicas),
+            "preempted_hit_tokens": sum(groups.preempted_prompt_tokens for _, groups in replicas),
             "offload_bytes": sum(t.offload_bytes for t in tiers), "reload_bytes": sum(t.reload_bytes for t in tiers),
             "offload_stores_skipped": sum(t.skipped_blocks for t in tiers),
             "host_tier_blocks": sum(t.num_blocks for t in tiers)}

@@ -1,16 +1,16 @@
 """Request routers for a fleet of replicas: each is a small object with one method, `choose`.
 
 A router is asked at each arrival, with the replicas as they are at that instant (`sim.kernel.fleet_replica.Replica`:
-``load``, ``free_slots``, ``pending_prefill``, ``cached_tokens``), which replica gets the request; a request
-group (``n`` > 1 samples, beams) is one request and goes to one replica whole. ``ROUTERS`` maps the names the
-command line and `SimConfig.router` use to the classes, as `allocators.ALLOCATORS` does for allocators.
+``load``, ``free_slots``, ``held_tokens``, ``pending_prefill``, ``cached_tokens``), which replica gets the request; a
+request group (``n`` > 1 samples, beams) is one request and goes to one replica whole. ``ROUTERS`` maps the names
+the command line and `SimConfig.router` use to the classes, as `allocators.ALLOCATORS` does for allocators; each is
+built from one `RouterSettings`.
 
 ``needs_state`` says whether the choice reads the replicas' state. Routers that do not (round-robin, random)
 make the same choices whatever the replicas do, so the fleet takes them in arrival order before the run and
 each replica then knows its own next arrival, as a single replica does.
 
-The prefix-aware scoring rule (KV-aware routing in the manner of NVIDIA Dynamo's KV router, whose cost adds
-the blocks a request would prefill on a worker to that worker's load): send the request where the least
+The prefix-aware scoring rule (KV-aware routing counting prefill work only): send the request where the least
 prefill work stands between it and its first token::
 
     cost(r) = (prompt_tokens - cached_tokens(r))  +  load_weight * pending_prefill(r)
@@ -22,7 +22,23 @@ The lowest cost wins; ties go to fewer requests (running + waiting + routed), th
 With ``load_weight`` 0 it is the longest cached prefix, ties broken by load; with 1 (the default) a hit is
 worth exactly the prefill it saves, so a replica whose cache holds the prefix but whose queue holds more
 work than that loses the request (overload). A request count is a poor load measure for prompts of very
-different lengths (a 100k-token prompt queues like a 100-token one), hence tokens.
+different lengths (a 100k-token prompt queues like a 100-token one), hence tokens. What it does not count is the
+KV the replica's running requests hold: a replica that caches a popular prefix keeps winning new requests as long
+as its queue of prompts is short, however many it is decoding (new sessions herd to it).
+
+The kv-cost rule is NVIDIA Dynamo's KV router cost (``--router-mode kv``; its docs, "Routing Concepts": ``cost =
+overlap_score_weight * prefill_blocks + decode_blocks``), which adds that decode load::
+
+    cost(r) = kv_overlap_score_weight * (prompt_tokens - cached_tokens(r) + pending_prefill(r))
+              + held_tokens(r) + pending_prefill(r)
+
+``held_tokens(r)``: the KV memory the replica's requests hold now, in tokens of its pool (token states,
+reservations and partly filled blocks; a block several requests share, once); with ``pending_prefill(r)`` beside
+it, the KV they will hold once their prompts are in: Dynamo's active blocks, which it counts from a request's
+routing to its completion. Dynamo also adds the incoming request's own blocks, the same on every replica, and
+counts blocks where this counts tokens (the same order up to one block's rounding). ``kv_overlap_score_weight``
+(Dynamo's ``--router-kv-overlap-score-weight``, default 1) trades cache hits (TTFT) against spreading the decode
+load (ITL). Ties as above.
 
 Session affinity (sticky sessions, as gateways route on a session header: llm-d's session-affinity scorer,
 AIBrix's session routing) needs no view of any cache: a conversation's first turn goes where the fewest
@@ -33,9 +49,22 @@ requests are, every later turn where its first went. It keeps a conversation's K
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    """What the routers are built from (each takes what it uses): the run's seeded generator (``random``),
+    ``load_weight`` (``prefix-aware``), ``kv_overlap_score_weight`` (``kv-cost``) and the workload's
+    ``session_id`` column, None without sessions (``session-affinity``)."""
+
+    rng: np.random.Generator
+    load_weight: float = 1.0
+    kv_overlap_score_weight: float = 1.0
+    sessions: np.ndarray | None = None
 
 
 class ReplicaState(Protocol):
@@ -48,6 +77,9 @@ class ReplicaState(Protocol):
     def free_slots(self) -> int: ...
 
     @property
+    def held_tokens(self) -> int: ...
+
+    @property
     def pending_prefill(self) -> int: ...
 
     def cached_tokens(self, group) -> int: ...
@@ -58,7 +90,7 @@ class RoundRobin:
 
     needs_state = False
 
-    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+    def __init__(self, settings: RouterSettings) -> None:
         self.next = 0
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
@@ -72,8 +104,8 @@ class Random:
 
     needs_state = False
 
-    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
-        self.rng = rng
+    def __init__(self, settings: RouterSettings) -> None:
+        self.rng = settings.rng
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
         return int(self.rng.integers(len(replicas)))
@@ -93,7 +125,7 @@ class LeastRequests:
 
     needs_state = True
 
-    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+    def __init__(self, settings: RouterSettings) -> None:
         pass
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
@@ -105,7 +137,7 @@ class LeastKV:
 
     needs_state = True
 
-    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
+    def __init__(self, settings: RouterSettings) -> None:
         pass
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
@@ -118,12 +150,30 @@ class PrefixAware:
 
     needs_state = True
 
-    def __init__(self, *, rng: np.random.Generator, load_weight: float) -> None:
-        self.load_weight = load_weight
+    def __init__(self, settings: RouterSettings) -> None:
+        self.load_weight = settings.load_weight
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
         w, prompt = self.load_weight, group.prompt
         return _least((prompt - r.cached_tokens(group) + w * r.pending_prefill, r.load) for r in replicas)
+
+
+class KVCost:
+    """NVIDIA Dynamo's KV router cost: prefill work (cache hits counted) weighted against the KV the replica
+    holds and will hold (the module docstring)."""
+
+    needs_state = True
+
+    def __init__(self, settings: RouterSettings) -> None:
+        self.overlap_weight = settings.kv_overlap_score_weight
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        w, prompt = self.overlap_weight, group.prompt
+        costs = []
+        for r in replicas:
+            pending = r.pending_prefill
+            costs.append((w * (prompt - r.cached_tokens(group) + pending) + r.held_tokens + pending, r.load))
+        return _least(costs)
 
 
 class SessionAffinity:
@@ -132,10 +182,9 @@ class SessionAffinity:
     ``session_id`` column (negative: none), by workload position."""
 
     needs_state = True
-    needs_sessions = True
 
-    def __init__(self, *, rng: np.random.Generator, load_weight: float, sessions: np.ndarray | None) -> None:
-        self.sessions = sessions
+    def __init__(self, settings: RouterSettings) -> None:
+        self.sessions = settings.sessions
         self.home: dict[int, int] = {}  # session -> the replica of its first turn
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
@@ -154,17 +203,15 @@ ROUTERS = {
     "least-requests": LeastRequests,
     "least-kv": LeastKV,
     "prefix-aware": PrefixAware,
+    "kv-cost": KVCost,
     "session-affinity": SessionAffinity,
 }
 
 
-def make_router(name: str, *, rng: np.random.Generator, load_weight: float = 1.0,
-                sessions: np.ndarray | None = None):
-    """The router ``name``; ``sessions`` (the workload's ``session_id`` column, or None) for those that ask."""
+def make_router(name: str, *, rng: np.random.Generator, **settings):
+    """The router ``name``, built from ``rng`` and the other `RouterSettings` fields given (defaults else)."""
     try:
         cls = ROUTERS[name]
     except KeyError:
         raise ValueError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}") from None
-    if getattr(cls, "needs_sessions", False):
-        return cls(rng=rng, load_weight=load_weight, sessions=sessions)
-    return cls(rng=rng, load_weight=load_weight)
+    return cls(RouterSettings(rng, **settings))

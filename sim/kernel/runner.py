@@ -83,14 +83,9 @@ def resolve_workload(config: SimConfig):
 
     if config.trace is not None:
         arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else config.arrivals
-        workload = workloads.load_trace(config.trace, format=config.trace_format, columns=config.trace_columns,
-                                        skip_bad_rows=config.skip_bad_rows, arrivals=arrivals, seed=config.seed)
-        if config.num_requests is None:
-            return workload
-        if config.num_requests > len(workload):  # as a preset does: never silently fewer than asked
-            raise workloads.TraceError(f"{config.trace}: --num-requests {config.num_requests} asks for more "
-                                       f"requests than the trace has ({len(workload)})")
-        return workload.head(config.num_requests)
+        return workloads.load_trace(config.trace, format=config.trace_format, columns=config.trace_columns,
+                                    skip_bad_rows=config.skip_bad_rows, arrivals=arrivals, seed=config.seed,
+                                    num_requests=config.num_requests)
     if config.preset is not None:
         return workloads.load_preset(config.preset, num_requests=config.num_requests, rate=config.rate,
                                      seed=config.seed)

@@ -71,8 +71,11 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     ``cached_prompt_tokens``: prompt tokens admissions found in the prefix cache or a registered shared
     prefix and did not compute. What prefix caching buys is ``prefix_hit_frac``, the cached share of all
     the prefill tokens admissions needed: ``gpu_hit_tokens + host_hit_tokens`` over that plus ``miss_tokens``
-    (the prefill tokens computed). ``tier``: the host tier's figures (`sim.kernel.replica.tier_summary`:
-    ``host_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``offload_stores_skipped``, ``host_tier_blocks``);
+    (the prefill tokens computed). ``preempted_hit_tokens``: the part of the hits found by requests preempted
+    before, re-admitted to recompute (vLLM's ``preempted_hits``): a workload with no shared prefix still hits
+    its own blocks then, which is not reuse across requests. ``tier``: the host tier's figures (`sim.kernel.replica.tier_summary`:
+    ``host_hit_tokens``, ``preempted_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``offload_stores_skipped``,
+    ``host_tier_blocks``);
     absent, all 0.
 
     ``capacity``: the pool in the breakdown's slots; ``kv_tokens``: in full tokens, when they differ (a hybrid
@@ -115,6 +118,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
                             if cached_prompt_tokens else 0.0),
         "gpu_hit_tokens": int(cached_prompt_tokens - tier.get("host_hit_tokens", 0)),
         "host_hit_tokens": int(tier.get("host_hit_tokens", 0)),
+        "preempted_hit_tokens": int(tier.get("preempted_hit_tokens", 0)),
         "miss_tokens": int(prefill_tokens),
         "offload_bytes": int(tier.get("offload_bytes", 0)),
         "reload_bytes": int(tier.get("reload_bytes", 0)),

@@ -59,6 +59,22 @@ def test_defaults_follow_max_model_len():
     assert (r["prompt_len"], r["output_len"], r["max_concurrent_requests"]) == (800, 200, 9)
 
 
+def test_pool_follows_the_flags_that_size_it_as_run_does():
+    """--enforce-eager (no CUDA-graph reserve) and --max-num-batched-tokens (the activation reserve) size the
+    pool as they do for `kvsim run`: OPT-13B on an A100-40GB eager is the 15,404 slots the run reports."""
+    assert run_json("--model", "opt-13b", "--gpu", "a100-40gb")["kv_capacity_tokens"] == 14_565
+    assert run_json("--model", "opt-13b", "--gpu", "a100-40gb", "--enforce-eager")["kv_capacity_tokens"] == 15_404
+    bigger_steps = run_json("--model", "opt-13b", "--gpu", "a100-40gb", "--max-num-batched-tokens", "8192")
+    assert bigger_steps["kv_capacity_tokens"] < 14_565
+    from sim.kernel.config import SimConfig
+    from sim.kernel.replica import resolve_capacity
+
+    for flags, config in (([], {}), (["--enforce-eager"], {"enforce_eager": True}),
+                          (["--max-num-batched-tokens", "8192"], {"max_num_batched_tokens": 8192})):
+        expected = resolve_capacity(SimConfig(model="opt-13b", gpu="a100-40gb", **config)).kv_tokens
+        assert run_json("--model", "opt-13b", "--gpu", "a100-40gb", *flags)["kv_capacity_tokens"] == expected
+
+
 def test_request_that_never_fits_reports_zero_and_why():
     r = run_json("--kv-tokens", "1000", "--allocator", "paged")
     assert r["max_concurrent_requests"] == 0 and "usable" in r["never_fits"]
@@ -90,6 +106,10 @@ def test_catalog_file_extends_models(tmp_path):
         (["--block-size", "-16", "--kv-gib", "12"], "--block-size must be a positive integer"),
         (["--prompt-len", "-1", "--kv-gib", "12"], "--prompt-len must be positive"),
         (["--prompt-len", "3000", "--output-len", "0"], "exceeds --max-model-len 2048"),
+        (["--prompt-len", "3000"], "--prompt-len 3000 exceeds --max-model-len 2048"),
+        (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be >= 1"),
+        (["--model", "llama-3-70b", "--gpu", "h100-80gb", "--tensor-parallel", "3"],
+         "its 64 attention heads do not split evenly over --tensor-parallel 3"),
         (["--model", "opt-66b", "--gpu", "a100-40gb"], "does not fit"),
         (["--kv-gib", "12", "--kv-tokens", "100"], "at most one of --kv-gib and --kv-tokens"),
     ],

@@ -74,3 +74,19 @@ def test_run_time_scales_a_traces_own_timestamps(tmp_path):
     assert arrivals == pytest.approx([0.0, 0.5, 1.5, 2.0])  # 4 requests over 2 s: the same gaps, halved
     both = CliRunner().invoke(main, [*base, str(tmp_path / "o2"), "--arrivals", "trace:rate=2", "--rate", "2"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_num_requests_cuts_the_trace_before_its_times_are_scaled(tmp_path):
+    """`--num-requests N --arrivals trace:rate=R` runs the first N rows at R req/s, as a preset does: scaled
+    first, the 4 rows kept (a dense head of a sparse trace) would run at a quarter of R."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n3,10,5\n4,10,5\n"
+                    "20,10,5\n30,10,5\n40,10,5\n50,10,5\n")
+    result = CliRunner().invoke(main, ["run", str(path), "--step-time", "0.001", "--kv-tokens", "4096",
+                                       "--num-requests", "4", "--arrivals", "trace:rate=2",
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    import pandas as pd
+
+    arrivals = pd.read_parquet(tmp_path / "out" / "requests.parquet")["arrival_s"].tolist()
+    assert arrivals == pytest.approx([0.0, 0.5, 1.5, 2.0])

@@ -100,3 +100,18 @@ def test_a_sweep_table_goes_to_the_sweep_figure(tmp_path):
     result = CliRunner().invoke(plot_command, [str(table), "--x", "rate", "--hue", "allocator", "--dpi", "30"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_one_allocator_in_two_runs_is_told_apart_by_its_path(tmp_path):
+    """Two `paged` runs in directories of the same name (two traces' runs, say) are labelled by their paths;
+    one directory given twice is an error, not a figure of one run drawn twice."""
+    first, second = write_run(tmp_path / "x" / "paged", "paged"), write_run(tmp_path / "y" / "paged", "paged")
+    result = CliRunner().invoke(plot_command, [str(first), str(second), "--kind", "breakdown", "--dpi", "30"])
+    assert result.exit_code == 0, result.output
+    twice = CliRunner().invoke(plot_command, [str(first), str(first), "--kind", "breakdown"])
+    assert twice.exit_code == 2 and "given twice" in twice.output
+
+
+def test_replicas_kind_of_a_single_replica_run_says_so(runs):
+    result = CliRunner().invoke(plot_command, [str(runs[0]), "--kind", "replicas"])
+    assert result.exit_code == 2 and "is not one" in result.output.strip().splitlines()[-1]

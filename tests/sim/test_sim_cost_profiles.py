@@ -158,3 +158,20 @@ def test_fast_forward_equals_step_by_step_with_allreduces(tmp_path):
     assert "clock_omits" not in fast.summary and fast.summary["allreduce_latency_s"] == 38.6e-6
     plain = run_simulation(SimConfig(**dict(options, cost_profile=str(tmp_path / "plain.json"))), w)
     assert plain.summary["clock_omits"] and plain.requests["finished_s"].max() < fast.requests["finished_s"].max()
+
+
+def test_calibrate_list_names_every_profile_and_the_tables_a_run_would_pick_up(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from sim.cli import main
+
+    monkeypatch.setenv("KVSIM_HOME", str(tmp_path))
+    (tmp_path / "calibration" / "h100-80gb").mkdir(parents=True)
+    (tmp_path / "calibration" / "h100-80gb" / "llama-3-8b.json").write_text("{}")
+    result = CliRunner().invoke(main, ["calibrate", "--list"])
+    assert result.exit_code == 0, result.output
+    for name in PROFILES:
+        assert f"\n{name}" in "\n" + result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith("  shipped with kvsim") and "--gpu cpu --model llama-3-8b" in line for line in lines)
+    assert any(line.startswith("  yours") and "--gpu h100-80gb --model llama-3-8b" in line for line in lines)

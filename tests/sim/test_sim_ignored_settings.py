@@ -75,3 +75,17 @@ def test_a_used_host_tier_is_not_reported():
     summary = json.loads(result.stdout)
     assert "ignored_settings" not in summary and summary["host_tier_blocks"] > 0
     assert "ignored" not in result.stderr
+
+
+@pytest.mark.parametrize("router", ["round-robin", "prefix-aware", "kv-cost"])
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_router_settings_are_reported_where_no_router_reads_them(router, replicas):
+    """A router on one replica routes nothing; a router's weight is read by that router alone, on a fleet."""
+    config = SimConfig(router=router, replicas=replicas, router_load_weight=2.0, router_kv_overlap_score_weight=3.0)
+    ignored = ignored_settings(config, False)
+    assert ("--router " + router in ignored) == (replicas == 1 and router != "round-robin")
+    assert ("--router-load-weight 2" in ignored) == (replicas == 1 or router != "prefix-aware")
+    assert ("--router-kv-overlap-score-weight 3" in ignored) == (replicas == 1 or router != "kv-cost")
+    assert ignored_settings(SimConfig(router=router, replicas=replicas), False) == (
+        {"--router " + router: "one replica (--replicas 1): every request goes to it"}
+        if replicas == 1 and router != "round-robin" else {})

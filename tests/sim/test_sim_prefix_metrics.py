@@ -93,3 +93,19 @@ def test_cli_json_reports_the_prefix_keys(tmp_path):
     summary = json.loads(result.stdout)
     assert summary["cached_prompt_tokens"] > 0 and 0 < summary["prefix_hit_frac"] < 1
     assert summary["prefill_tokens"] > 0
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_hits_of_preempted_requests_are_told_apart(replicas):
+    """Prompts that share nothing, on a pool too small for them all: every hit is a preempted request finding its
+    own blocks again when it is re-admitted (vLLM's ``preempted_hits``), and the summary says so; the fleet's
+    worker processes carry the count back too."""
+    w = workloads.generate("fixed:prompt=600,output=400", "poisson:rate=40", 60, seed=0)
+    config = SimConfig(prefix_caching=True, kv_tokens=4000, memory_snapshots=0, replicas=replicas)
+    result = run_simulation(config, w, workers=replicas)
+    s = result.summary
+    assert s["preemptions"] > 0 and s["cached_prompt_tokens"] > 0
+    assert s["preempted_hit_tokens"] == s["cached_prompt_tokens"]
+    shared = run_simulation(SimConfig(prefix_caching=True, kv_tokens=200_000, memory_snapshots=0),
+                            system_prompt_workload()).summary
+    assert shared["preemptions"] == 0 and shared["preempted_hit_tokens"] == 0 < shared["cached_prompt_tokens"]

@@ -26,6 +26,7 @@ class FakeReplica:
     free_slots: int = 1000
     pending_prefill: int = 0
     cached: int = 0
+    held_tokens: int = 0
 
     def cached_tokens(self, group) -> int:
         return self.cached
@@ -34,8 +35,8 @@ class FakeReplica:
 GROUP = SequenceGroup(0, 0, 0.0, 1000, 10)
 
 
-def choose(name, replicas, load_weight=1.0, seed=0):
-    return make_router(name, rng=np.random.default_rng(seed), load_weight=load_weight).choose(GROUP, replicas)
+def choose(name, replicas, seed=0, **settings):
+    return make_router(name, rng=np.random.default_rng(seed), **settings).choose(GROUP, replicas)
 
 
 def test_round_robin_cycles_and_random_is_seeded():
@@ -67,6 +68,20 @@ def test_prefix_aware_scoring_rule():
     a, b = FakeReplica(load=4), FakeReplica(load=2)
     assert choose("prefix-aware", [a, b]) == 1  # equal cost: fewer requests
     assert choose("prefix-aware", [FakeReplica(), FakeReplica()]) == 0
+
+
+def test_kv_cost_scoring_rule():
+    """Dynamo's cost: w x (uncached prompt + pending prefill) + held KV + pending prefill; ties as above."""
+    hit = FakeReplica(load=2, cached=800, held_tokens=900)
+    cold = FakeReplica(load=2, cached=0, held_tokens=0)
+    assert choose("kv-cost", [cold, hit]) == 0  # 1000 + 0 < 200 + 900: the decode load outweighs the hit
+    assert choose("prefix-aware", [cold, hit]) == 1  # which prefix-aware does not see
+    assert choose("kv-cost", [cold, hit], kv_overlap_score_weight=2.0) == 1  # 2000 > 400 + 900
+    hit.held_tokens, hit.pending_prefill = 100, 400  # 2 x (200 + 400) + 100 + 400 = 1700 < 2000
+    assert choose("kv-cost", [cold, hit], kv_overlap_score_weight=2.0) == 1
+    assert choose("kv-cost", [cold, hit]) == 0  # 600 + 500 > 1000
+    assert choose("kv-cost", [cold, hit], kv_overlap_score_weight=0.0) == 0  # load only
+    assert choose("kv-cost", [FakeReplica(load=3), FakeReplica(load=1)]) == 1  # equal cost: fewer requests
 
 
 def test_session_affinity_keeps_a_session_where_its_first_turn_went():
@@ -106,7 +121,12 @@ def test_unknown_router_is_a_one_line_error():
                                        "5"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith("Error: --router-load-weight must be")
-    assert set(ROUTERS) == {"round-robin", "random", "least-requests", "least-kv", "prefix-aware", "session-affinity"}
+    result = CliRunner().invoke(main, ["run", "--replicas", "2", "--router", "kv-cost",
+                                       "--router-kv-overlap-score-weight", "nan", "--num-requests", "5"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].startswith("Error: --router-kv-overlap-score-weight must be")
+    assert set(ROUTERS) == {"round-robin", "random", "least-requests", "least-kv", "prefix-aware", "kv-cost",
+                            "session-affinity"}
 
 
 def _compare(w, routers, **options):
@@ -147,3 +167,18 @@ def test_prefix_aware_is_no_worse_than_least_requests_without_shared_prefixes():
     assert lr_hit == pa_hit == 0.0
     assert pa["completed"] == lr["completed"] == len(w)
     assert pa_ttft <= 1.05 * lr_ttft
+
+
+def test_kv_cost_spreads_what_prefix_aware_herds():
+    """Sessions sharing a 1,024-token system prompt on 4 replicas: prefix-aware sends new sessions where the
+    prompt is cached until that replica's prompt queue outweighs the hit, however much it decodes (load
+    imbalance 1.74); kv-cost counts the KV each replica holds and spreads them (1.08), still hitting far more
+    than least-requests."""
+    from sim.reproduce.reuse import sessions_workload
+
+    w = sessions_workload(300, turns=4, think_time_s=10.0, rate=4.0, system_prompt_len=1024)
+    out = _compare(w, ["least-requests", "prefix-aware", "kv-cost"], model="qwen3-8b", gpu="h200", kv_gib=16,
+                   max_num_batched_tokens=8192, allocator="radix", replicas=4)
+    (lr_hit, _, _), (pa_hit, _, pa), (kv_hit, _, kv) = out["least-requests"], out["prefix-aware"], out["kv-cost"]
+    assert pa["load_imbalance"] > 1.5 and kv["load_imbalance"] < 1.15
+    assert pa_hit > kv_hit > lr_hit + 0.15

@@ -14,7 +14,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.cost_profiles import PROFILES
 from sim.measured import read_measured
-from sim.replay import overall, replay
+from sim.replay import overall, replay, score
 from sim.trace_fit import fit_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_vllm"
@@ -105,3 +105,12 @@ def test_calibrate_from_trace_cli_writes_a_table_run_accepts(tmp_path):
                                         "64", "--num-requests", "20", flag, str(out), "--json"])
         assert run.exit_code == 0, run.output
         assert json.loads(run.stdout)["cost_model"] == "calibrated (cal.json)"
+
+
+def test_a_run_without_phases_is_scored_once():
+    """A measured file without a ``phase`` column is one phase, "all": each metric scored once, not twice."""
+    measured = pd.DataFrame({"ttft_s": [1.0, 2.0], "tpot_s": [0.1, 0.2], "e2e_s": [2.0, 4.0], "phase": "all"})
+    simulated = measured[["ttft_s", "tpot_s", "e2e_s"]] * 1.1
+    table = score(measured, simulated)
+    assert list(table["phase"]) == ["all"] * 3 and list(table["metric"]) == ["ttft", "tpot", "e2e"]
+    assert overall(table) == pytest.approx({"ttft": 0.1, "tpot": 0.1, "e2e": 0.1})

@@ -112,3 +112,16 @@ def test_sessions_and_closed_loop_users_do_not_mix(tmp_path):
         load_trace(path)
     with pytest.raises(TraceError, match="think_time_s applies to multi-turn sessions"):
         generate("fixed:prompt=10,output=5", "constant:rate=1", 4, think_time_s=1.0)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"turn_gap_s": 3.0}, "turn_gap_s applies to open-loop multi-turn conversations"),
+    ({"turns": 2, "turn_gap_s": 3.0, "think_time_s": 1.0}, "turn_gap_s applies to open-loop"),
+    ({"system_prompt_len": 50}, "system_prompt_len needs system_prompt_frac > 0"),
+    ({"system_prompt_frac": 0.5}, "system_prompt_frac needs system_prompt_len > 0"),
+])
+def test_a_setting_that_would_change_nothing_is_refused(options, message):
+    """A gap with no turns to space, a system prompt nobody carries: the user meant something, so say so
+    instead of writing the workload without it."""
+    with pytest.raises(TraceError, match=message):
+        generate("fixed:prompt=10,output=5", "constant:rate=1", 4, **options)

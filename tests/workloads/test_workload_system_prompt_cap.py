@@ -13,8 +13,9 @@ LENGTHS = "lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,output_cv=1.0
 
 @pytest.mark.parametrize("turns", [1, 3])
 def test_system_prompt_stays_within_the_cap(turns):
+    gap = {"turn_gap_s": 1.0} if turns > 1 else {}
     w = generate(LENGTHS, "poisson:rate=2", 2000, seed=1, system_prompt_len=500, system_prompt_frac=1.0,
-                 turns=turns, turn_gap_s=1.0)
+                 turns=turns, **gap)
     total = w.prompt_tokens + w.output_tokens
     assert total.max() <= 2048
     assert (w.prompt_tokens >= 500 + 1).all() and (w.output_tokens >= 1).all()
