@@ -66,7 +66,7 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
     for i, summary in enumerate(summaries):
-        warn_on_summary(summary, clock=i == 0)  # one deployment, one clock
+        warn_on_summary(summary, clock=i == 0, settings="run" not in summary)  # one deployment, one clock
     if opts["as_json"]:
         click.echo(json.dumps(summaries))
         return

@@ -75,6 +75,9 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
     varying = [name for name in grid.axes if len(grid.axes[name]) > 1] or ["router"]
     click.echo(f"target: {target.describe()}")
     click.echo(format_plan(rows, varying))
+    for row in rows:
+        if row.get("warning"):
+            click.echo(f"warning: {', '.join(str(row.get(name)) for name in varying)}: {row['warning']}")
 
 
 COMMANDS = [plan]

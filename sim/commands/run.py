@@ -202,22 +202,25 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
         return run_simulation(config, workload, progress=bar.update, workers=workers)
 
 
-def warn_on_summary(summary: dict, *, clock: bool = True) -> None:
+def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True) -> None:
     """One-line stderr warnings of what is easy to miss in a table or in JSON: requests rejected
-    (`sim.kernel.summary.rejection_warning`), settings that changed nothing (``ignored_settings``), costs
-    the step clock leaves out (``clock_omits``; ``clock=False`` skips them, for runs of one deployment after
-    the first) and what the allocator's memory leaves out (``memory_omits``, per allocator)."""
+    (`sim.kernel.summary.rejection_warning`), settings that changed nothing (``ignored_settings``;
+    ``settings=False`` skips them, for a run kvsim derived from the user's, such as compare's no-reuse
+    baseline, whose own changes would read as the user's), costs the step clock leaves out (``clock_omits``;
+    ``clock=False`` skips them, for runs of one deployment after the first) and what the allocator's memory
+    leaves out (``memory_omits``, per allocator). Each names the run (``run``, else the allocator)."""
     from sim.kernel.summary import rejection_warning
 
+    name = summary.get("run", summary["allocator"])
     line = rejection_warning(summary)
     if line:
         click.echo(line, err=True)
-    for flag, why in summary.get("ignored_settings", {}).items():
-        click.echo(f"Warning: {summary['allocator']}: {flag} ignored: {why}", err=True)
+    for flag, why in summary.get("ignored_settings", {}).items() if settings else ():
+        click.echo(f"Warning: {name}: {flag} ignored: {why}", err=True)
     for what in summary.get("clock_omits", []) if clock else ():
         click.echo(f"Note: the step clock omits {what}", err=True)
     for what in summary.get("memory_omits", []):
-        click.echo(f"Note: {summary['allocator']}'s KV memory omits {what}", err=True)
+        click.echo(f"Note: {name}'s KV memory omits {what}", err=True)
 
 
 @click.command("run")

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from allocators.breakdown import MemoryBreakdown
 from sim.kernel.arrivals import releases_arrivals
 from sim.kernel.config import SimConfig
 from sim.kernel.metrics import Recorder
@@ -80,6 +81,7 @@ class ReplicaOutcome:
     end_s: float
     groups: SimpleNamespace  # what fleet_result and tier_summary read of its `GroupMechanics`
     host_tier: SimpleNamespace | None
+    final: MemoryBreakdown  # its pool as its last row left it (`fleet_summary.idle_until` to the fleet's end)
 
 
 def _slim(rec: Recorder) -> Recorder:
@@ -125,7 +127,8 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
                             preempted_prompt_tokens=g.preempted_prompt_tokens),
             None if tier is None else SimpleNamespace(offload_bytes=tier.offload_bytes, reload_bytes=tier.reload_bytes,
                                                       skipped_blocks=tier.skipped_blocks,
-                                                      num_blocks=tier.num_blocks)))
+                                                      num_blocks=tier.num_blocks),
+            r.memory.breakdown(False)))
     index = np.flatnonzero(np.isin(replica_of, numbers))
     return GroupOutcome(index, {name: getattr(fleet.rec, name)[index] for name in _REQUEST_ARRAYS},
                         fleet.source.arrival_s[index], fleet.rec.reasons, outcomes)
@@ -144,7 +147,7 @@ class _Finished:
 def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=None) -> SimResult:
     """`sim.kernel.fleet.run_fleet` for a state-independent router, its replicas in ``workers`` processes."""
     from sim.kernel.fleet import Fleet
-    from sim.kernel.fleet_summary import fleet_result
+    from sim.kernel.fleet_summary import fleet_result, idle_until
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload)  # routes, and holds the fleet-wide arrays the results are merged into
@@ -171,6 +174,9 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
     fleet.replicas = [_Finished(outcomes[n], pool) for n in range(config.replicas)]
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, cost)
     extra["memory_snapshots"] = fleet.num_snapshots
-    result = fleet_result(fleet, workload, max(o.end_s for o in outcomes.values()), extra)
+    end = max(o.end_s for o in outcomes.values())
+    for o in outcomes.values():
+        idle_until(o.rec, o.final, o.end_s, end)
+    result = fleet_result(fleet, workload, end, extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result

@@ -3,7 +3,8 @@
 The fleet summary has the usual keys (`sim.kernel.summary.build_summary`) over every request of the fleet, then
 ``replicas``, ``router``, ``load_imbalance`` and ``per_replica`` (one summary per replica, with its own
 ``prefix_hit_frac``). Memory shares, ``mean_running`` and ``max_running`` are per replica: time-weighted
-over all replicas together (each replica has the same capacity), and the largest batch any replica ran.
+over all replicas together over the fleet's whole run (each replica has the same capacity; one idle early
+counts as idle, `idle_until`), and the largest batch any replica ran.
 ``load_imbalance`` is max / mean of the tokens each replica processed (prefill computed + tokens decoded):
 1.0 is a perfectly even fleet.
 """
@@ -33,6 +34,17 @@ def fleet_memory(integrals) -> MemoryIntegral:
             for i, value in enumerate(acc):
                 into[i] += value
     return total
+
+
+def idle_until(rec: Recorder, b, since: float, end: float) -> None:
+    """A replica idle from ``since`` (the end of its last row) to the fleet's ``end``: one idle row, its pool
+    as ``b`` leaves it. So every replica's rows and memory integrals span the fleet's run, as its summary's
+    ``sim_time_s`` does: a replica that finished early, or never got a request, counts its idle capacity in
+    ``mean_running`` and the memory shares, fleet-wide and its own."""
+    from sim.kernel.engine import record_idle
+
+    if since < end:
+        record_idle(rec, b, since, end)
 
 
 def load_imbalance(processed: list[int]) -> float:

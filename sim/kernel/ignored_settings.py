@@ -2,8 +2,8 @@
 
 Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
 vAttention, slab placement on contiguous allocators, a long-prefill threshold on chunked prefill, a
-cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one silently would let a user read a run as the answer to the
-question the flag asked. The summary carries them as ``ignored_settings`` (flag -> why; the key only when
+cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one
+silently would let a user read a run as the answer to the question the flag asked. The summary carries them as ``ignored_settings`` (flag -> why; the key only when
 there are any) and ``kvsim run``/``compare`` print one warning each. Only values that differ from the default
 can be told apart from "not given", so those are the ones reported.
 """
@@ -14,9 +14,10 @@ from allocators.option_use import host_tier_allocators, keeps_prefix_cache, maps
 from sim.kernel.config import SimConfig
 
 
-def ignored_settings(config: SimConfig, hybrid: bool) -> dict[str, str]:
+def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
-    vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`)."""
+    vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`); ``sessions``: the workload has
+    a ``session_id`` column (without one, session affinity routes as least-requests)."""
     defaults = SimConfig()
     name = config.allocator
     ignored: dict[str, str] = {}
@@ -54,15 +55,19 @@ def ignored_settings(config: SimConfig, hybrid: bool) -> dict[str, str]:
     if config.scheduling_policy == "lpm" and not (hybrid and config.prefix_caching
                                                   or keeps_prefix_cache(name, config.prefix_caching)):
         ignored["--scheduling-policy lpm"] = "it orders by cached prefix, and this run keeps no prefix cache: FCFS"
-    ignored.update(_router_settings(config, defaults))
+    ignored.update(_router_settings(config, defaults, sessions))
     return ignored
 
 
-def _router_settings(config: SimConfig, defaults: SimConfig) -> dict[str, str]:
-    """A router on one replica, and a router's weight given to another router."""
+def _router_settings(config: SimConfig, defaults: SimConfig, sessions: bool) -> dict[str, str]:
+    """A router on one replica, session affinity without sessions, a router's weight given to another
+    router."""
     ignored: dict[str, str] = {}
     if config.router != defaults.router and config.replicas == 1:
         ignored[f"--router {config.router}"] = "one replica (--replicas 1): every request goes to it"
+    elif config.router == "session-affinity" and not sessions:
+        ignored["--router session-affinity"] = ("the workload has no sessions (no session_id column), so every "
+                                                "request is routed as least-requests routes it")
     weights = (("router_load_weight", "--router-load-weight", "prefix-aware"),
                ("router_kv_overlap_score_weight", "--router-kv-overlap-score-weight", "kv-cost"))
     for field, flag, router in weights:

@@ -134,8 +134,8 @@ class Recorder:
 
     def row(self, time_s: float, duration: float, num_steps: int, running: int, waiting: int, plan,
             b: MemoryBreakdown, lag: int) -> None:
-        """One step row; memory columns as at the start of the row (``lag`` applied). ``plan``: the step's
-        `StepPlan`, or None for an idle row."""
+        """One step row; memory columns as the row runs (``b`` after its step's allocations, ``lag`` applied).
+        ``plan``: the step's `StepPlan`, or None for an idle row."""
         self.floats.extend((time_s, duration))
         if running > self.max_running:
             self.max_running = running

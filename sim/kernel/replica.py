@@ -116,7 +116,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
            for key in ("offload_write_policy", "offload_store_threshold", "offload_eviction_policy")},
     }
     hybrid = bool(hybrid_kv_groups(config, model))
-    if ignored := ignored_settings(config, hybrid):
+    if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False))):
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)

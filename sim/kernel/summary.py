@@ -42,8 +42,8 @@ def rejection_warning(summary: dict) -> str | None:
         return None
     top, count = next(iter(reasons.items()), ("unknown reason", summary["rejected"]))
     others = f"; {len(reasons) - 1} other reason(s) in rejected_reasons" if len(reasons) > 1 else ""
-    return (f"Warning: {summary['allocator']}: {summary['rejected']} of {summary['requests']} requests rejected "
-            f"({count}: {top}{others})")
+    name = summary.get("run", summary["allocator"])  # compare's no-reuse baseline has its own name
+    return f"Warning: {name}: {summary['rejected']} of {summary['requests']} requests rejected ({count}: {top}{others})"
 
 
 def rejected_reasons(reasons) -> dict[str, int]:
@@ -73,10 +73,9 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     the prefill tokens admissions needed: ``gpu_hit_tokens + host_hit_tokens`` over that plus ``miss_tokens``
     (the prefill tokens computed). ``preempted_hit_tokens``: the part of the hits found by requests preempted
     before, re-admitted to recompute (vLLM's ``preempted_hits``): a workload with no shared prefix still hits
-    its own blocks then, which is not reuse across requests. ``tier``: the host tier's figures (`sim.kernel.replica.tier_summary`:
-    ``host_hit_tokens``, ``preempted_hit_tokens``, ``offload_bytes``, ``reload_bytes``, ``offload_stores_skipped``,
-    ``host_tier_blocks``);
-    absent, all 0.
+    its own blocks then, which is not reuse across requests. ``tier``: the host tier's figures
+    (`sim.kernel.replica.tier_summary`: ``host_hit_tokens``, ``preempted_hit_tokens``, ``offload_bytes``,
+    ``reload_bytes``, ``offload_stores_skipped``, ``host_tier_blocks``); absent, all 0.
 
     ``capacity``: the pool in the breakdown's slots; ``kv_tokens``: in full tokens, when they differ (a hybrid
     pool counts one slot per KV cache group: its summary adds ``kv_capacity_slots`` and, per attention group,

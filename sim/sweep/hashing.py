@@ -3,7 +3,9 @@
 A rerun skips a point whose id is already in the results store, so the id must change whenever the result
 could: any configuration field, the simulator's version (a new release may simulate differently), and the
 contents of the files a configuration points to (a trace or calibration table edited in place keeps its
-name). Hashing the bytes of those files costs milliseconds against a simulation's seconds.
+name) or reads without naming (a trace preset's file, which ``$KVSIM_TRACES`` decides; the calibration table
+picked up for a GPU and model). Hashing the bytes of those files costs milliseconds against a simulation's
+seconds.
 """
 
 from __future__ import annotations
@@ -59,10 +61,32 @@ def file_digest(value: Any) -> str | None:
     return _digest_of(str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
+def implicit_files(values: dict[str, Any]) -> dict[str, Path]:
+    """Files a configuration reads without naming them: a trace preset's (the full trace when
+    ``$KVSIM_TRACES`` holds it, else the shipped sample: the same preset name, other requests) and the
+    calibration table a run picks up for its GPU and model (the user's, else a shipped one)."""
+    from sim.kernel.calibration_store import find_calibration
+    from workloads.presets import TRACE_PRESETS, trace_file
+
+    files: dict[str, Path] = {}
+    if values.get("trace") is None and values.get("preset") in TRACE_PRESETS:
+        try:
+            files["preset"] = trace_file(values["preset"])[0]
+        except ValueError:  # neither file is there: the run will say so
+            pass
+    if values.get("calibration") is None and values.get("cost_profile") is None:
+        table = find_calibration(str(values.get("gpu")), str(values.get("model")))
+        if table is not None:
+            files["picked_calibration"] = table
+    return files
+
+
 def point_id(config: Any, version: str | None = None) -> str:
-    """16 hex digits identifying a point: canonical JSON of the fields, the version and file digests."""
+    """16 hex digits identifying a point: canonical JSON of the fields, the version and the digests of the
+    files it names or reads without naming (`implicit_files`)."""
     values = config_values(config)
     digests = {name: file_digest(values.get(name)) for name in FILE_FIELDS if values.get(name) is not None}
+    digests |= {name: file_digest(path) for name, path in implicit_files(values).items()}
     payload = {"config": values, "kvsim": version if version is not None else kvsim_version(),
                "files": digests}
     text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))

@@ -17,7 +17,7 @@ from sim.sweep.executors import run_tasks
 from sim.sweep.grid import Grid
 from sim.sweep.hashing import config_values, kvsim_version
 from sim.sweep.point import STATUS_FAILED, STATUS_OK, PointFn, PointTask, describe_error, simulate_point
-from sim.sweep.slo import STATUS_ABOVE_MAX, Probes, SloTarget
+from sim.sweep.slo import STATUS_ABOVE_MAX, Probes, SloTarget, steady_state_warning
 
 DEFAULT_MAX_REPLICAS = 256
 
@@ -26,7 +26,8 @@ def search_replicas(point_fn: PointFn, config: Any, target: SloTarget, max_repli
                     point_id: str = "") -> dict[str, Any]:
     """Bracket and bisect one configuration's replica count; one result (never raises for a simulation
     error). ``replicas`` is the fewest that meet ``target`` (None when even ``max_replicas`` do not) and
-    ``summary`` the fleet summary there."""
+    ``summary`` the fleet summary there; ``warning`` says when that probe was too short to show the rate's
+    steady state (`sim.sweep.slo.steady_state_warning`; only with a ``rate`` to compare with)."""
     if max_replicas < 1:
         raise ValueError(f"max_replicas must be at least 1, got {max_replicas}")
     probes = Probes(point_fn, config, target, "replicas")
@@ -53,6 +54,8 @@ def search_replicas(point_fn: PointFn, config: Any, target: SloTarget, max_repli
         error = describe_error(exc)
     status = STATUS_FAILED if error else STATUS_ABOVE_MAX if high is None else STATUS_OK
     values = {k: v for k, v in config_values(config).items() if k != "replicas"}
+    summary = probes.summaries.get(high, {}) if high is not None else {}
+    rate = getattr(config, "rate", None)
     return {
         "point_id": point_id, "status": status, "error": error, **values,
         "target": target.describe(),
@@ -60,7 +63,10 @@ def search_replicas(point_fn: PointFn, config: Any, target: SloTarget, max_repli
         "fail_reason": probes.reason_at(low),
         "simulations": len(probes.tried),
         "probes": probes.outcomes(),
-        "summary": probes.summaries.get(high, {}) if high is not None else {},
+        "summary": summary,
+        # as the rate search warns: a fleet whose queues were still growing when the probe's arrivals stopped
+        # can pass a latency target it would miss in steady state
+        "warning": steady_state_warning(summary, rate) if summary and rate else None,
     }
 
 

@@ -66,6 +66,22 @@ def test_compare_reuse_baseline_then_plot(tmp_path):
     assert (tmp_path / "reuse.png").read_bytes()[:4] == b"\x89PNG"
 
 
+
+def test_compare_warnings_name_the_baseline_and_not_its_own_settings(tmp_path):
+    """The no-reuse baseline turns prefix caching off, so a host tier means nothing to it: that is kvsim's
+    doing, not the user's, and is not warned of; a rejection in it is told under its own name."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_time_s,prompt_tokens,output_tokens,prefix_group,prefix_len\n"
+                     + "".join(f"{i},300,20,0,256\n" for i in range(6)) + "6,5000,20,1,0\n")
+    result = CliRunner().invoke(main, ["compare", str(trace), "--allocator", "paged", "--reuse-baseline",
+                                       "--kv-tokens", "2000", "--cpu-offload-gib", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning")]
+    assert any(line.startswith("Warning: paged: 1 of 7 requests rejected") for line in warnings), warnings
+    assert any(line.startswith("Warning: paged-no-reuse: 1 of 7 requests rejected") for line in warnings)
+    assert not any("ignored" in line for line in warnings), warnings
+
+
 def test_plot_reuse_returns_three_panels_and_checks_its_runs():
     steps = pd.DataFrame({"time_s": [0.0, 1.0], "prefill_tokens": [10, 5], "gpu_hit_tokens": [0, 5],
                           "host_hit_tokens": [0, 5]})

@@ -67,6 +67,14 @@ def test_round_robin_replicas_are_single_runs_of_their_shares():
         if r > 0:  # the replica exists from the fleet's start: one idle row until its first request
             assert steps.loc[0, "num_steps"] == 0 and steps.loc[0, "time_s"] == w.arrival_time_s[0]
             steps = steps.iloc[1:].reset_index(drop=True)
+        last = single.steps.iloc[-1]
+        if last["time_s"] + last["duration_s"] < fleet.summary["sim_time_s"] + w.arrival_time_s[0]:
+            # and to the fleet's end: one idle row from its last row's end, its pool as that row left it
+            tail = steps.iloc[-1]
+            assert tail["num_steps"] == 0 and tail["running"] == 0 and tail["time_s"] == last["time_s"] + \
+                last["duration_s"] and tail["time_s"] + tail["duration_s"] == pytest.approx(
+                    fleet.summary["sim_time_s"] + w.arrival_time_s[0])
+            steps = steps.iloc[:-1]
         pd.testing.assert_frame_equal(steps, single.steps)
         mine_summary = fleet.summary["per_replica"][r]
         for key in ("requests", "completed", "rejected", "preemptions", "max_running", "ttft_p50_s", "ttft_p99_s",
@@ -135,13 +143,23 @@ def test_sweeps_vary_replicas_and_router(tmp_path):
     assert (fleets["load_imbalance"] >= 1).all() and fleets["per_replica"].str.startswith("[").all()
 
 
-def test_a_replica_that_never_gets_a_request_has_no_rows():
-    """Regression: with a hybrid pool (per-group step columns) a replica without a single row made the steps
-    table fail (reshaping no data into an unknown width). Requests a second apart, each done before the next:
-    least-requests sends all to replica 0."""
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_replica_that_never_gets_a_request_is_idle_the_whole_run(workers):
+    """A replica the router never picks (requests a second apart, each done before the next: least-requests, or
+    round-robin of one request, sends all to replica 0) is one idle row over the fleet's run, and its idle
+    capacity counts: the fleet's mean_running is replica 0's over three. Regression: with a hybrid pool
+    (per-group step columns) such a replica once made the steps table fail; and it used to add no time, so
+    the fleet's figures were replica 0's alone."""
     w = Workload(arrival_time_s=np.arange(10.0), prompt_tokens=np.full(10, 200), output_tokens=np.full(10, 20),
                  name="spaced")
-    r = run_fleet(SimConfig(kv_tokens=8000, replicas=3, router="least-requests", model="gemma-3-12b",
-                            gpu="h100-80gb"), w)
-    assert set(r.requests["replica"]) == {0} and set(r.steps["replica"]) == {0}
-    assert "full_token_states" in r.steps.columns and r.summary["completed"] == 10
+    config = SimConfig(kv_tokens=8000, replicas=3, router="least-requests" if workers == 1 else "round-robin",
+                       model="gemma-3-12b", gpu="h100-80gb")
+    r = run_simulation(config, w.head(1) if workers > 1 else w, workers=workers)
+    assert set(r.requests["replica"]) == {0}
+    for n in (1, 2):
+        idle = r.steps[r.steps["replica"] == n]
+        assert len(idle) == 1 and idle["running"].iloc[0] == 0 and idle["time_s"].iloc[0] == 0.0
+        assert idle["duration_s"].iloc[0] == pytest.approx(r.summary["sim_time_s"])
+        assert r.summary["per_replica"][n]["mean_running"] == 0.0
+    assert r.summary["mean_running"] == pytest.approx(r.summary["per_replica"][0]["mean_running"] / 3)
+    assert "full_token_states" in r.steps.columns and r.summary["completed"] == len(r.requests)

@@ -89,3 +89,9 @@ def test_router_settings_are_reported_where_no_router_reads_them(router, replica
     assert ignored_settings(SimConfig(router=router, replicas=replicas), False) == (
         {"--router " + router: "one replica (--replicas 1): every request goes to it"}
         if replicas == 1 and router != "round-robin" else {})
+
+
+def test_session_affinity_without_sessions_is_reported():
+    config = SimConfig(router="session-affinity", replicas=2)
+    assert "--router session-affinity" in ignored_settings(config, False, sessions=False)
+    assert ignored_settings(config, False, sessions=True) == {}

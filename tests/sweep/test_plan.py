@@ -33,6 +33,18 @@ def test_search_finds_the_threshold_with_few_simulations(needed):
     assert all(ok == (n >= needed) for n, ok in row["probes"])
 
 
+def test_a_probe_too_short_for_steady_state_is_warned_of():
+    """As the rate search does: a fleet that met the target only because the probe's arrivals stopped before
+    its queues could grow (completions behind arrivals) carries a warning; one that keeps up does not."""
+    def fleet(throughput):
+        return lambda config: {"requests": 1000, "completed": 1000, "rejected": 0, "ttft_p99_s": 0.5,
+                               "e2e_p50_s": 2.0, "throughput_req_s": throughput}
+    behind = search_replicas(fleet(6.0), SimConfig(rate=8.0), TARGET)
+    assert behind["replicas"] == 1 and "completions (6 req/s) fell behind arrivals (8 req/s)" in behind["warning"]
+    assert search_replicas(fleet(8.0), SimConfig(rate=8.0), TARGET)["warning"] is None
+    assert search_replicas(fleet(6.0), SimConfig(), TARGET)["warning"] is None  # no rate to compare with
+
+
 def test_search_reports_when_even_the_most_replicas_fail():
     row = search_replicas(threshold_point(100), SimConfig(), TARGET, max_replicas=10)
     assert row["status"] == "above-max" and row["replicas"] is None

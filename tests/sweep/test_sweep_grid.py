@@ -102,3 +102,27 @@ def test_point_id_follows_trace_contents(tmp_path):
     before = point_id(config, "v")
     trace.write_text("a,b\n1,2\n3,4\n")
     assert point_id(config, "v") != before
+
+
+def test_point_id_follows_the_files_a_point_reads_without_naming_them(tmp_path, monkeypatch):
+    """A trace preset reads the full trace where $KVSIM_TRACES holds it and the shipped sample else, and a run
+    picks up the user's calibration table for its GPU and model: a rerun must not reuse a point simulated on
+    the other file."""
+    from workloads.presets import TRACE_PRESETS
+
+    monkeypatch.delenv("KVSIM_TRACES", raising=False)
+    monkeypatch.setenv("KVSIM_HOME", str(tmp_path / "home"))
+    preset = SimConfig(preset="azure-code", rate=1.0)
+    sample = point_id(preset, "v")
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / TRACE_PRESETS["azure-code"]).write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    monkeypatch.setenv("KVSIM_TRACES", str(tmp_path / "traces"))
+    assert point_id(preset, "v") != sample
+    plain = SimConfig(gpu="h100-80gb", model="llama-3-8b")
+    profiled = SimConfig(gpu="h100-80gb", model="llama-3-8b", cost_profile="vllm-v1")  # picks up no table
+    before, profiled_before = point_id(plain, "v"), point_id(profiled, "v")
+    table = tmp_path / "home" / "calibration" / "h100-80gb" / "llama-3-8b.json"
+    table.parent.mkdir(parents=True)
+    table.write_text("{}")
+    assert point_id(plain, "v") != before
+    assert point_id(profiled, "v") == profiled_before

@@ -177,3 +177,12 @@ def test_preset_errors():
     assert len(load_preset("mooncake-conv", num_requests=50)) == 50
     assert set(PRESETS) == {"sharegpt-paper", "alpaca-paper", "sharegpt-demo", "azure-code", "azure-conv",
                             "mooncake-conv", "sharegpt-etalon"}
+
+
+def test_a_workload_round_trips_through_a_frame_by_the_public_names():
+    """`docs/architecture.md` names `workloads.workload_to_frame` / `workload_from_frame`: they exist there."""
+    import workloads
+
+    w = workloads.generate("fixed:prompt=40,output=20", "poisson:rate=2", 12, seed=0, turns=3, think_time_s=1.0)
+    back = workloads.workload_from_frame(workloads.workload_to_frame(w))
+    assert np.array_equal(back.prompt_tokens, w.prompt_tokens) and np.array_equal(back.turn, w.turn)
