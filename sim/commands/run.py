@@ -208,7 +208,8 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
     ``settings=False`` skips them, for a run kvsim derived from the user's, such as compare's no-reuse
     baseline, whose own changes would read as the user's), costs the step clock leaves out (``clock_omits``;
     ``clock=False`` skips them, for runs of one deployment after the first) and what the allocator's memory
-    leaves out (``memory_omits``, per allocator). Each names the run (``run``, else the allocator)."""
+    leaves out (``memory_omits``, per allocator), and a ``--max-model-len`` beyond the model's context
+    (``beyond_model_context``, with the clock's). Each names the run (``run``, else the allocator)."""
     from sim.kernel.summary import rejection_warning
 
     name = summary.get("run", summary["allocator"])
@@ -221,6 +222,8 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
         click.echo(f"Note: the step clock omits {what}", err=True)
     for what in summary.get("memory_omits", []):
         click.echo(f"Note: {name}'s KV memory omits {what}", err=True)
+    if clock and summary.get("beyond_model_context"):  # a deployment's note, as the clock's: once
+        click.echo(f"Note: {summary['beyond_model_context']}", err=True)
 
 
 @click.command("run")

@@ -102,7 +102,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
     None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold`` and
     ``offload_eviction_policy``: None without ``--cpu-offload-gib``;
-    ``ignored_settings``, ``clock_omits`` and ``memory_omits`` only when there are any)."""
+    ``ignored_settings``, ``clock_omits``, ``memory_omits`` and ``beyond_model_context``, a ``--max-model-len``
+    above the model's own context, only when there are any)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
@@ -122,6 +123,11 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         extra["clock_omits"] = list(omits)
     if omits := memory_omits(config, model, hybrid):
         extra["memory_omits"] = list(omits)
+    if config.max_model_len is not None and config.max_model_len > model.max_seq_len:
+        extra["beyond_model_context"] = (
+            f"--max-model-len {config.max_model_len:,} exceeds {model.name}'s own context of "
+            f"{model.max_seq_len:,} tokens: vLLM refuses that unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, and "
+            "kvsim simulates requests that long as if the model took them")
     return extra
 
 

@@ -95,3 +95,15 @@ def test_session_affinity_without_sessions_is_reported():
     config = SimConfig(router="session-affinity", replicas=2)
     assert "--router session-affinity" in ignored_settings(config, False, sessions=False)
     assert ignored_settings(config, False, sessions=True) == {}
+
+
+def test_a_max_model_len_beyond_the_models_context_is_noted():
+    """vLLM refuses a --max-model-len above the model's own context (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1);
+    kvsim runs it, and says so in the summary and as a note."""
+    result = CliRunner().invoke(main, ["run", "--max-model-len", "4096", "--num-requests", "5", "--json"])
+    assert result.exit_code == 0, result.output
+    note = json.loads(result.stdout)["beyond_model_context"]
+    assert note.startswith("--max-model-len 4,096 exceeds opt-13b's own context of 2,048 tokens")
+    assert f"Note: {note}" in result.stderr
+    plain = CliRunner().invoke(main, ["run", "--max-model-len", "2048", "--num-requests", "5", "--json"])
+    assert "beyond_model_context" not in json.loads(plain.stdout) and "Note: --max-model-len" not in plain.stderr
