@@ -64,7 +64,7 @@ def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None
     """`workloads.readers.load_trace` (``format``, ``columns``, ``skip_bad_rows`` pass through), cut to its first
     ``num_requests`` rows when given (an error if it has fewer: never silently fewer than asked), then, when
     ``arrivals`` (a spec string or a process) is given, the trace's timestamps replaced by that process's,
-    seeded by ``seed``. The cut comes first, as a preset's does, so ``trace:rate=R`` scales the rows that run to R
+    seeded by ``seed`` (the source says so when the file had timestamps of its own). The cut comes first, as a preset's does, so ``trace:rate=R`` scales the rows that run to R
     requests a second (scaled first, 100 rows of a trace whose head is burstier than its whole ran at another
     rate than R)."""
     workload = readers.load_trace(path, seed=seed, **read) if arrivals is None else \
@@ -74,4 +74,12 @@ def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None
             raise TraceError(f"{path}: --num-requests {num_requests} asks for more requests than the trace has "
                              f"({len(workload)})")
         workload = workload.head(num_requests)
-    return workload if arrivals is None else retime(workload, parse_arrivals(arrivals), seed, str(arrivals))
+    if arrivals is None:
+        return workload
+    process = parse_arrivals(arrivals)
+    times = workload.arrival_time_s
+    own = len(times) > 1 and float(times.max()) > float(times.min())
+    timed = retime(workload, process, seed, str(arrivals))
+    if own and not isinstance(process, TraceTimes):  # --rate on a trace file is easily read as trace:rate=R
+        timed.source += " replacing the file's own timestamps (--arrivals trace:rate=R keeps their pattern)"
+    return timed

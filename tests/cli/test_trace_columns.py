@@ -90,3 +90,15 @@ def test_num_requests_cuts_the_trace_before_its_times_are_scaled(tmp_path):
 
     arrivals = pd.read_parquet(tmp_path / "out" / "requests.parquet")["arrival_s"].tolist()
     assert arrivals == pytest.approx([0.0, 0.5, 1.5, 2.0])
+
+
+def test_a_rate_on_a_timestamped_trace_says_it_replaced_the_timestamps(tmp_path):
+    """`--rate R` on a trace file draws Poisson arrivals, where a trace preset's `--rate` scales its own times:
+    the run's workload source says the file's timestamps were replaced, and how to keep them."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n3,10,5\n")
+    base = ["run", str(path), "--step-time", "0.001", "--kv-tokens", "4096", "--json"]
+    poisson = json.loads(CliRunner().invoke(main, [*base, "--rate", "2"]).stdout)["workload_source"]
+    assert poisson.endswith("replacing the file's own timestamps (--arrivals trace:rate=R keeps their pattern)")
+    scaled = json.loads(CliRunner().invoke(main, [*base, "--arrivals", "trace:rate=2"]).stdout)["workload_source"]
+    assert "replacing" not in scaled
