@@ -43,24 +43,24 @@ def _read_table(run_dir: Path, name: str, kind: str):
 
 
 def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple[dict[str, dict], dict[str, dict]]:
-    """Each run's summary and the named tables, keyed by allocator (or, when two runs share an allocator, by
-    directory name, then by the path as given)."""
-    summaries: dict[str, dict] = {}
-    frames: dict[str, dict] = {}
+    """Each run's summary and the named tables, keyed by allocator; runs that share an allocator are all keyed
+    by their directory's name instead (compare's ``paged`` and ``paged-no-reuse``), or by their paths as given
+    where those names are the same too (two traces' ``paged`` runs)."""
     if len({d.resolve() for d in run_dirs}) < len(run_dirs):
         raise ValueError(f"a run directory is given twice: {' '.join(map(str, run_dirs))}")
     for run_dir in run_dirs:
         if not run_dir.is_dir():
             raise ValueError(f"{run_dir}: not a run directory (expected `kvsim run --out` output or a sweep table)")
-        summary = _read_json(run_dir / "summary.json")
-        key = str(summary.get("allocator", run_dir.name))
-        for other in (run_dir.name, str(run_dir)):  # the same allocator twice: its directory, then its path
-            if key in summaries:
-                key = other
-        if key in summaries:
-            raise ValueError(f"{run_dir}: given twice")
-        summaries[key] = summary
-        frames[key] = {name: _read_table(run_dir, name, kind) for name in tables}
+    loaded = [_read_json(run_dir / "summary.json") for run_dir in run_dirs]
+    allocators = [str(summary.get("allocator", run_dir.name)) for summary, run_dir in zip(loaded, run_dirs, strict=True)]
+    keys = []
+    for allocator, run_dir in zip(allocators, run_dirs, strict=True):
+        sharing = [d.name for a, d in zip(allocators, run_dirs, strict=True) if a == allocator]
+        keys.append(allocator if len(sharing) == 1 else run_dir.name if sharing.count(run_dir.name) == 1
+                    else str(run_dir))
+    summaries = dict(zip(keys, loaded, strict=True))
+    frames = {key: {name: _read_table(run_dir, name, kind) for name in tables}
+              for key, run_dir in zip(keys, run_dirs, strict=True)}
     return summaries, frames
 
 

@@ -47,6 +47,12 @@ def find_calibration(gpu: str, model: str) -> Path | None:
     return None
 
 
+def picked_table(calibration: str | Path | None, cost_profile: str | None, gpu: str, model: str) -> str | Path | None:
+    """The calibration table a run's clock reads (`sim.kernel.replica.make_cost_model`): the one given, else,
+    unless a profile is named, `find_calibration`'s; None: a profile."""
+    return calibration or (None if cost_profile else find_calibration(gpu, model))
+
+
 def shipped_tables(model: str, root: str | Path = SHIPPED_DIR) -> list[Path]:
     """The shipped tables of ``model``: GPU tables first (by GPU name), the CPU one last. (Here, not in
     `gpu_validation.fit`, which reads and writes the tables but never imports `sim`.)"""

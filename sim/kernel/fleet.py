@@ -227,13 +227,11 @@ class Fleet:
 
 def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     """Simulate ``workload`` on ``config.replicas`` replicas behind ``config.router``."""
-    from sim.kernel.fleet_summary import fleet_result, idle_until
+    from sim.kernel.fleet_summary import fleet_result
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload, progress=progress)
     end = fleet.run()
-    for replica in fleet.replicas:
-        idle_until(replica.rec, replica.memory.breakdown(False), replica.end_s, end)
     if config.debug_invariants:
         for replica in fleet.replicas:
             replica.memory.check_invariants()

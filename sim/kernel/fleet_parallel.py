@@ -137,24 +137,24 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
 class _Finished:
     """A replica as `fleet_summary.fleet_result` reads it, rebuilt from its `ReplicaOutcome`."""
 
-    def __init__(self, o: ReplicaOutcome, pool) -> None:
+    def __init__(self, o: ReplicaOutcome) -> None:
         self.number = o.number
         self.rec = o.rec
+        self.end_s = o.end_s
         self.sched = SimpleNamespace(groups=o.groups)
-        self.memory = SimpleNamespace(host_tier=o.host_tier, breakdown=lambda *args: pool)
+        self.memory = SimpleNamespace(host_tier=o.host_tier, breakdown=lambda *args: o.final)
 
 
 def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=None) -> SimResult:
     """`sim.kernel.fleet.run_fleet` for a state-independent router, its replicas in ``workers`` processes."""
     from sim.kernel.fleet import Fleet
-    from sim.kernel.fleet_summary import fleet_result, idle_until
+    from sim.kernel.fleet_summary import fleet_result
 
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload)  # routes, and holds the fleet-wide arrays the results are merged into
     fleet.route_ahead()
     for r in fleet.replicas:
         r.inbox.clear()
-    pool = fleet.replicas[0].memory.breakdown()
     outcomes: dict[int, ReplicaOutcome] = {}
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["sim.kernel.fleet_parallel", "sim.kernel.fleet"])  # imported once, not per worker
@@ -171,12 +171,9 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
             if progress is not None:
                 progress(len(group.index))
     cost = fleet.replicas[0].cost
-    fleet.replicas = [_Finished(outcomes[n], pool) for n in range(config.replicas)]
+    fleet.replicas = [_Finished(outcomes[n]) for n in range(config.replicas)]
     extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, cost)
     extra["memory_snapshots"] = fleet.num_snapshots
-    end = max(o.end_s for o in outcomes.values())
-    for o in outcomes.values():
-        idle_until(o.rec, o.final, o.end_s, end)
-    result = fleet_result(fleet, workload, end, extra)
+    result = fleet_result(fleet, workload, max(o.end_s for o in outcomes.values()), extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result

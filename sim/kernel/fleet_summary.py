@@ -54,10 +54,14 @@ def load_imbalance(processed: list[int]) -> float:
 
 
 def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
-    """Tables (each with a ``replica`` column) and the fleet summary of a finished `sim.kernel.fleet.Fleet`."""
+    """Tables (each with a ``replica`` column) and the fleet summary of a finished `sim.kernel.fleet.Fleet`
+    (its replicas, or with ``--workers`` their `fleet_parallel` outcomes), each replica first made idle to
+    ``end`` (`idle_until`)."""
     import pandas as pd
 
     config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
+    for r in replicas:
+        idle_until(r.rec, r.memory.breakdown(False), r.end_s, end)
     cached_by_index: dict[int, int] = {}
     host_by_index: dict[int, int] = {}
     for r in replicas:

@@ -3,9 +3,10 @@
 Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
 vAttention, slab placement on contiguous allocators, a long-prefill threshold on chunked prefill, a
 cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one
-silently would let a user read a run as the answer to the question the flag asked. The summary carries them as ``ignored_settings`` (flag -> why; the key only when
-there are any) and ``kvsim run``/``compare`` print one warning each. Only values that differ from the default
-can be told apart from "not given", so those are the ones reported.
+silently would let a user read a run as the answer to the question the flag asked. The summary carries them
+as ``ignored_settings`` (flag -> why; the key only when there are any) and ``kvsim run``/``compare`` print one
+warning each. Only values that differ from the default can be told apart from "not given", so those are the
+ones reported.
 """
 
 from __future__ import annotations

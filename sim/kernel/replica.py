@@ -17,7 +17,7 @@ from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, needs_hybrid, split_kv_groups
 from allocators.lru_tier import LruTier
 from allocators.vattention import page_options
-from sim.kernel.calibration_store import find_calibration, peaks_of
+from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.kernel.cost_profiles import make_step_cost
@@ -65,7 +65,7 @@ def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
     if config.step_time is not None:
         return ConstantStepCost(config.step_time)
     common = cost_options(config, model)
-    path = config.calibration or (None if config.cost_profile else find_calibration(gpu.name, model.name))
+    path = picked_table(config.calibration, config.cost_profile, gpu.name, model.name)
     if path is not None:
         return CalibratedStepCost.from_file(path, model, peaks_of(path, gpu), **common)
     return make_step_cost(config.cost_profile, model, gpu, **common)

@@ -65,7 +65,7 @@ def implicit_files(values: dict[str, Any]) -> dict[str, Path]:
     """Files a configuration reads without naming them: a trace preset's (the full trace when
     ``$KVSIM_TRACES`` holds it, else the shipped sample: the same preset name, other requests) and the
     calibration table a run picks up for its GPU and model (the user's, else a shipped one)."""
-    from sim.kernel.calibration_store import find_calibration
+    from sim.kernel.calibration_store import picked_table
     from workloads.presets import TRACE_PRESETS, trace_file
 
     files: dict[str, Path] = {}
@@ -74,10 +74,10 @@ def implicit_files(values: dict[str, Any]) -> dict[str, Path]:
             files["preset"] = trace_file(values["preset"])[0]
         except ValueError:  # neither file is there: the run will say so
             pass
-    if values.get("calibration") is None and values.get("cost_profile") is None:
-        table = find_calibration(str(values.get("gpu")), str(values.get("model")))
+    if values.get("calibration") is None:  # one named is among FILE_FIELDS
+        table = picked_table(None, values.get("cost_profile"), str(values.get("gpu")), str(values.get("model")))
         if table is not None:
-            files["picked_calibration"] = table
+            files["picked_calibration"] = Path(table)
     return files
 
 

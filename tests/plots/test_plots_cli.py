@@ -108,6 +108,11 @@ def test_one_allocator_in_two_runs_is_told_apart_by_its_path(tmp_path):
     first, second = write_run(tmp_path / "x" / "paged", "paged"), write_run(tmp_path / "y" / "paged", "paged")
     result = CliRunner().invoke(plot_command, [str(first), str(second), "--kind", "breakdown", "--dpi", "30"])
     assert result.exit_code == 0, result.output
+    from sim.commands.plot import load_runs
+
+    assert list(load_runs([first, second], (), "breakdown")[0]) == [str(first), str(second)]
+    other = write_run(tmp_path / "x" / "paged-no-reuse", "paged")  # compare's baseline: its directory's name
+    assert list(load_runs([first, other], (), "breakdown")[0]) == ["paged", "paged-no-reuse"]
     twice = CliRunner().invoke(plot_command, [str(first), str(first), "--kind", "breakdown"])
     assert twice.exit_code == 2 and "given twice" in twice.output
 
