@@ -12,7 +12,8 @@ out. Run it before and after a change and compare::
 
 ``--only SUBSTRING`` runs the configurations whose name contains it; ``--list`` names them. ``--drop-key KEY``
 (repeatable) leaves a JSON key out as ``wall_time_s`` is, to compare across a change that only adds keys (run
-both sides with the same keys dropped). A ``{NAME}``
+both sides with the same keys dropped). ``--keep DIR`` keeps each run's files in ``DIR/NAME``, to see which
+table a change moved. A ``{NAME}``
 argument is a trace `TRACES` generates first (`kvsim trace generate`, seeded): the closed-loop and session
 workloads, whose arrivals the simulation releases.
 """
@@ -23,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,6 +126,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="run the configurations whose name contains this")
     parser.add_argument("--list", action="store_true", help="name the configurations and stop")
     parser.add_argument("--drop-key", action="append", default=[], help="leave this JSON key out (repeatable)")
+    parser.add_argument("--keep", type=Path, help="keep each run's files in KEEP/NAME")
     args = parser.parse_args()
     names = [n for n in CONFIGS if args.only in n]
     if args.list:
@@ -145,6 +148,8 @@ def main() -> int:
                 print(f"{name}: FAILED ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
                 continue
             print(f"{name}: {_digest(Path(tmp), frozenset(args.drop_key))}", flush=True)
+            if args.keep is not None:
+                shutil.copytree(tmp, args.keep / name, dirs_exist_ok=True)
     return 0
 
 

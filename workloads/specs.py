@@ -7,6 +7,7 @@ Examples: ``poisson:rate=2``, ``gamma:rate=2,cv=3``, ``lognormal:prompt_mean=161
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -68,9 +69,25 @@ def build_from_spec(text: str, what: str, kinds: Mapping[str, Callable[..., obje
             params[key] = convert(value)
         except ValueError:
             raise TraceError(f"bad {what} spec {text!r}: {key}={value!r} is not a {convert.__name__}") from None
+    _check_parameters(kinds[kind], kind, params, f"bad {what} spec {text!r}")
     try:
         return kinds[kind](**params)
     except TypeError as exc:
         raise TraceError(f"bad {what} spec {text!r}: {exc}") from None
     except ValueError as exc:
         raise TraceError(f"bad {what} spec {text!r}: {exc}") from None
+
+
+def _check_parameters(build: Callable[..., object], kind: str, params: Mapping[str, object], context: str) -> None:
+    """A spec's parameters against what its kind takes: the missing required ones and those of another kind are
+    named with the kind's whole list, where Python's own message names the class's ``__init__``."""
+    taken = inspect.signature(build).parameters
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in taken.values()):
+        return  # takes what it is given: its own call says what is wrong
+    missing = [name for name, p in taken.items() if p.default is inspect.Parameter.empty and name not in params]
+    foreign = [name for name in params if name not in taken]
+    if missing or foreign:
+        listed = ", ".join(name if p.default is inspect.Parameter.empty else f"{name}={p.default}"
+                           for name, p in taken.items())
+        problem = f"needs {', '.join(missing)}" if missing else f"takes no {', '.join(foreign)}"
+        raise TraceError(f"{context}: {kind} {problem} (its parameters: {listed})")

@@ -130,6 +130,19 @@ class ArrivalSource:
             return None if head is None else head[0]
         return float(self.times[self.cursor])
 
+    def time_of(self, count: int) -> float | None:
+        """The earliest time the ``count``-th arrival of the run (from 1) can come, as far as is known now (a
+        memory snapshot falls due there, `SnapshotSchedule.next_moment`): -inf if it has come; its own time
+        where no arrival is released by another; else the next known arrival's, as any arrival may be the
+        one that releases it (a request rejected on delivery releases its user's next request, or its
+        session's next turn, a think time later); None if none is known (the next is released by a request
+        still running, whose leaving ends a decode run)."""
+        if count <= self.cursor:
+            return -np.inf
+        if count > self.size:
+            return None
+        return self.next_time() if self.released_arrivals else float(self.times[count - 1])
+
     def _session_head(self) -> tuple[float, int] | None:
         """The next session-workload arrival ``(time, row)``: a row due at its own time or a released turn."""
         head = self.due[0] if self.due else None

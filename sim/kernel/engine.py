@@ -81,8 +81,9 @@ class Engine:
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected
                 continue
-            now = take_step(sched, cost, rec, plan, now,
-                            lambda: source.next_time() if not sched.waiting or sched.waiting.reorders else None)
+            now = take_step(sched, cost, rec, plan, now, lambda: run_until(
+                source.next_time() if not sched.waiting or sched.waiting.reorders else None,
+                self.snapshots, source.time_of))
             watch.after_step(source.cursor - len(sched.live))
 
 
@@ -92,18 +93,31 @@ def record_snapshot(sched, rec, now: float) -> None:
     rec.snapshot(now, *sched.memory.snapshot(sched.pending_decode_tokens()))
 
 
-def take_step(sched, cost, rec, plan, now: float, next_arrival) -> float:
+def run_until(t_arrival: float | None, snapshots: SnapshotSchedule | None, arrival_time) -> float | None:
+    """The time before which every step of a decode run must start (None: no bound): that of the next arrival
+    that could change the schedule (``t_arrival``, None if none; an arrival within `ARRIVAL_TIE_S` of a
+    step's start is that step's) and of the next memory snapshot (`SnapshotSchedule.next_moment`, with
+    ``arrival_time`` the source's `time_of`), so that a row starts where each falls due, as step by step."""
+    until = None if t_arrival is None else t_arrival - ARRIVAL_TIE_S
+    if snapshots is not None:
+        t = snapshots.next_moment(arrival_time)
+        if t is not None and (until is None or t < until):
+            until = t
+    return until
+
+
+def take_step(sched, cost, rec, plan, now: float, until) -> float:
     """Account and complete the step ``plan`` describes, starting at ``now``, and return when it ends. A step
-    that only decodes runs on as a run of identical decode steps until the time ``next_arrival()`` gives (None:
-    no arrival can interrupt). Shared by the single engine and every fleet replica, so both take the same
-    steps."""
+    that only decodes runs on as a run of identical decode steps, every one starting before the time
+    ``until()`` gives (None: no bound, `run_until`). Shared by the single engine and every fleet replica,
+    so both take the same steps."""
     waiting = sched.waiting_flag()
     running = len(sched.running)
     b = sched.memory.breakdown(waiting)
     lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
     if plan.can_run:
-        t_next = next_arrival()
-        horizon = math.inf if t_next is None else t_next - now - ARRIVAL_TIE_S  # a tie is the next step's
+        t_end = until()
+        horizon = math.inf if t_end is None else t_end - now
         num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
     else:
         num_steps = 1  # host-tier loads (reload_*) are charged as swap-ins are

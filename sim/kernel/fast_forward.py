@@ -12,6 +12,8 @@ step appends one token to each decoding sequence and nothing else happens, until
 - a group produces its last token: the run ends after that step;
 - a request arrives while the queue is empty, or at all under ``priority`` and ``lpm`` (it may go ahead of
   a refused head, and fit): the run ends before the first step starting at or after it;
+- a memory snapshot falls due (`sim.kernel.snapshot_schedule`): the run ends before the first step starting
+  at or after its moment, which takes it, as step by step;
 - a sequence leaves the model's sliding window (its clipped context, which the clock reads, stops growing):
   the run ends before that step;
 - a window releases blocks, or growth evicts or caches blocks (a hybrid pool), while requests wait: they

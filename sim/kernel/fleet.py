@@ -34,7 +34,7 @@ import simpy
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
-from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot, take_step
+from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot, run_until, take_step
 from sim.kernel.fleet_replica import Replica
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, resolve_capacity, snapshot_count, summary_extra
@@ -217,9 +217,9 @@ class Fleet:
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected
                 continue
-            now = replica.busy_until = take_step(sched, cost, rec, plan, now,
-                                                 lambda: self._next_time(replica) if self.coupled or
-                                                 not sched.waiting or sched.waiting.reorders else None)
+            now = replica.busy_until = take_step(sched, cost, rec, plan, now, lambda: run_until(
+                self._next_time(replica) if self.coupled or not sched.waiting or sched.waiting.reorders
+                else None, snapshots, self.source.time_of))
             watch.after_step(replica.delivered - len(sched.live))
             if self.coupled:  # the router may look at this replica before the row ends
                 yield from catch_up(env, now)

@@ -115,6 +115,9 @@ class KVMemory:
 
     # -- sequences -----------------------------------------------------------------------------------------
     def new_seq(self, group: SequenceGroup) -> int:
+        """A new sequence id for ``group``. Ids are handed out in order, and a placement that fails gives its
+        ids back, so that the ids, which the memory map shows, do not depend on how often a blocked queue
+        head was tried (step by step tries it every step, the fast-forward once a run)."""
         seq_id = self._next_seq
         self._next_seq += 1
         self.owner[seq_id] = group
@@ -196,11 +199,13 @@ class KVMemory:
                     ok = False
                     break
                 copies += made
-        if not ok:  # undone: what it copied is not charged
-            for seq_id in group.seq_ids[1 if admission is None else 0:]:
-                alloc.free(seq_id)
-            for seq_id in group.seq_ids:
-                del self.owner[seq_id]
+        if not ok:  # undone, freed as a preemption frees (what it copied is not charged); its ids are reused
+            if admission is None:
+                del self.owner[first]
+            else:
+                for seq_id in group.seq_ids:
+                    self.free(seq_id)
+            self._next_seq = first
             group.seq_ids = []
             return None
         return admission, copies
@@ -219,6 +224,7 @@ class KVMemory:
                                       full_tokens=full_tokens, apply_watermark=apply_watermark, **self._own(group))
         if admission is None:
             del self.owner[first]
+            self._next_seq = first
             group.seq_ids = []
         return admission
 

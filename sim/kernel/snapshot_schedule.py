@@ -5,14 +5,21 @@ closed loop of users, session turns with a think time) the span is not known bef
 arrival times are all 0, its rows only an order), so every snapshot fell at the start and the memory map showed
 an empty pool once. There the snapshots are spread over the requests instead: snapshot ``k`` of ``n`` once
 ``ceil(size * (k + 1) / (n + 1))`` requests have arrived. Either way a snapshot is taken at the start of the
-first row at or after its moment, and moments one row passes together (an idle gap, a decode run) make one
+first row at or after its moment, and moments one idle gap passes together make one
 snapshot: the summary's ``memory_snapshots`` counts the moments, which do not depend on how rows group steps,
 and the table's distinct times the snapshots.
+
+A run of decode steps advanced in one move (`sim.kernel.fast_forward`) ends before the first step starting at
+or after the next moment (`next_moment`), so the fast-forward snapshots the same step as step by step does,
+and the two modes give the same memory-map table.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+from sim.kernel.arrivals import ARRIVAL_TIE_S
 
 
 class SnapshotSchedule:
@@ -36,10 +43,23 @@ class SnapshotSchedule:
         """Whether a row starting at ``now``, ``arrived`` requests having arrived, takes a snapshot (every
         moment it passes is used up)."""
         passed = False
-        while self._times and now >= self._times[0]:
+        while self._times and now >= self._times[0] - ARRIVAL_TIE_S:  # as an arrival: a tie is this step's
             self._times.pop(0)
             passed = True
         while self._arrived and arrived >= self._arrived[0]:
             self._arrived.pop(0)
             passed = True
         return passed
+
+    def next_moment(self, arrival_time: Callable[[int], float | None]) -> float | None:
+        """The earliest time a row could start and find a snapshot due, None if none can be known now: the next
+        moment in time, or the arrival that brings the count to the next threshold (``arrival_time(k)``:
+        when the ``k``-th arrival of the run comes, None if not known yet), less the tie within which a step
+        starting just after it takes it (`ARRIVAL_TIE_S`: step starts are sums of durations, which the
+        two modes round differently, and a constant step time can put one on a moment)."""
+        t = self._times[0] if self._times else None
+        if self._arrived:
+            a = arrival_time(self._arrived[0])
+            if a is not None and (t is None or a < t):
+                t = a
+        return None if t is None else t - ARRIVAL_TIE_S

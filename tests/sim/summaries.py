@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 
 
@@ -23,3 +25,13 @@ def assert_same_summary(fast: dict, slow: dict, skip: tuple[str, ...] = ("wall_t
             assert value == pytest.approx(slow[key], rel=1e-9, abs=1e-12), key
         else:
             assert value == slow[key], key
+
+
+def assert_same_memory_map(fast, slow) -> None:
+    """Two runs' memory-map tables (`SimResult.memory`) are the same: the snapshots fall on the same steps
+    (times to 1e-9, as the steps' start times) and show every slot with the same owner, request and state."""
+    a, b = fast.memory, slow.memory
+    assert list(a.columns) == list(b.columns)
+    assert len(a) == len(b), f"memory map: {len(a)} rows against {len(b)}"
+    np.testing.assert_allclose(a["time_s"], b["time_s"], rtol=1e-9)
+    pd.testing.assert_frame_equal(a.drop(columns="time_s"), b.drop(columns="time_s"))

@@ -11,7 +11,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.fleet import run_fleet
 from sim.kernel.routers import ROUTERS
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
 from workloads import Workload
 
 FLEET_KEYS = ("wall_time_s", "replicas", "router", "load_imbalance", "per_replica")
@@ -52,10 +52,11 @@ def test_one_replica_is_the_single_engine(router):
 def test_round_robin_replicas_are_single_runs_of_their_shares():
     """N identical replicas behind round-robin, on independent requests: replica r serves requests r, r+N,
     ... exactly as a single replica serving only those would (its step rows after the idle gap before its
-    first request, and every per-request time)."""
+    first request, and every per-request time). Without memory snapshots: a decode run ends where one falls
+    due, and the fleet's fall over all arrivals, a share's over its own."""
     n = 3
     w = poisson(150, 9.0)
-    config = SimConfig(kv_tokens=5000)
+    config = SimConfig(kv_tokens=5000, memory_snapshots=0)
     fleet = run_fleet(dataclasses.replace(config, replicas=n), w)
     assert fleet.requests["replica"].tolist() == [i % n for i in range(len(w))]
     for r in range(n):
@@ -95,6 +96,7 @@ def test_fast_forward_equals_step_by_step_with_replicas(router):
     for column in ("first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
+    assert_same_memory_map(fast, slow)
 
 
 def test_fleet_tables_and_summary_add_up():

@@ -15,7 +15,7 @@ from sim.kernel.fleet import run_fleet
 from sim.kernel.fleet_parallel import parallel_note, runs_in_parallel
 from sim.kernel.routers import ROUTERS
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
 from tests.soak import examples
 from workloads import ClosedLoop, Workload
 from workloads.named import generate
@@ -76,6 +76,7 @@ def test_fast_forward_equals_step_by_step(router, workload):
     for column in ("arrival_s", "admitted_s", "first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
+    assert_same_memory_map(fast, slow)
 
 
 @settings(max_examples=examples(20), deadline=None)

@@ -14,7 +14,7 @@ from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_profiles import make_step_cost
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
 from workloads import Workload
 from workloads.presets import SAMPLES_DIR
 
@@ -138,6 +138,7 @@ def test_fast_forward_equals_step_by_step_with_a_tier():
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
 
 
 def test_unlimited_host_memory_hits_what_unlimited_gpu_memory_hits():
@@ -255,3 +256,4 @@ def test_a_hybrid_pool_with_a_tier_fast_forwards_as_it_steps():
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
 from tests.sim.test_sim_host_tier import BLOCK_BYTES, SMALL_GPU, evicting_workload, host_gib
 from workloads.named import generate
 
@@ -90,6 +90,7 @@ def test_fast_forward_equals_step_by_step_when_written_through(allocator, tier):
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
 
 
 @pytest.mark.parametrize("allocator", ["radix", "paged-cow"])
@@ -109,6 +110,7 @@ def test_a_forked_sample_offers_its_prompt_in_the_step_stepping_does(allocator):
     assert len(fast.steps) < len(slow.steps)
     assert fast.summary["offload_bytes"] == slow.summary["offload_bytes"]
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
 
 
 @pytest.mark.parametrize("allocator", ["paged", "radix", "paged-cow"])
@@ -128,6 +130,7 @@ def test_a_store_that_evicts_the_heads_host_hit_ends_a_decode_run(allocator):
     assert len(fast.steps) < len(slow.steps) / 2 and fast.summary["host_hit_tokens"] > 0
     assert fast.requests["preemptions"].tolist() == slow.requests["preemptions"].tolist()
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
 
 
 TIER_SETTINGS = {"write-through": ("--cpu-offload-gib", "1", "--offload-write-policy", "write_through"),

@@ -10,7 +10,7 @@ import pytest
 import workloads
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
 from workloads import Workload
 from workloads.named import generate
 from workloads.presets import SAMPLES_DIR
@@ -130,6 +130,7 @@ def test_lpm_fast_forward_equals_step_by_step(allocator):
     assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
 
 
 @pytest.mark.parametrize("step_by_step", [False, True])
@@ -184,6 +185,7 @@ def test_radix_with_a_host_tier_fast_forward_equals_step_by_step(block_size, row
     for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
 
 
 @pytest.mark.parametrize(("allocator", "model"), [("paged", "llama-3-8b"), ("radix", "llama-3-8b"),

@@ -9,7 +9,7 @@ import pytest
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from sim.kernel.summary import SHARE_KEYS
-from tests.sim.summaries import assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
 from workloads import Workload
 
 
@@ -150,6 +150,7 @@ def test_fast_forward_equals_step_by_step(options):
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     np.testing.assert_allclose(fast.requests["first_token_s"], slow.requests["first_token_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
 
 
 def test_prefix_caching_cuts_prefill():

@@ -85,3 +85,15 @@ def test_cli_plan_refuses_a_replica_count():
     result = CliRunner().invoke(main, ["plan", "--replicas", "2", "--ttft-p99", "1", "--workers", "1"])
     assert result.exit_code == 2
     assert "do not give --replicas" in result.output
+
+
+def test_the_plan_table_shows_preempted_re_hits_beside_the_hit_rate():
+    """On a workload with no shared prefix the hit rate is preempted requests re-hitting their own blocks: the
+    table says how many of the hit tokens those are."""
+    from sim.commands.plan import format_plan
+
+    row = {"router": "round-robin", "status": "ok", "replicas": 2, "simulations": 3,
+           "summary": {"ttft_p99_s": 0.9, "prefix_hit_frac": 0.059, "preempted_hit_tokens": 12345}}
+    header, line = format_plan([row], ["router"]).splitlines()
+    cells = dict(zip(header.split(), line.split(), strict=False))
+    assert cells["prefix_hit_frac"] == "0.059" and cells["preempted_hit_tokens"] == "12345"

@@ -124,6 +124,19 @@ def test_bad_length_specs_are_trace_errors():
             parse_lengths(spec)
 
 
+@pytest.mark.parametrize(("spec", "message"), [
+    ("lognormal:prompt_mean=600,output_mean=200",
+     "lognormal needs prompt_cv, output_cv (its parameters: prompt_mean, prompt_cv, output_mean, output_cv, "
+     "max_total=None)"),
+    ("fixed:prompt=10,output=10,prompt_cv=1", "fixed takes no prompt_cv (its parameters: "),
+])
+def test_a_length_spec_missing_or_borrowing_a_parameter_names_the_kinds_parameters(spec, message):
+    """Not Python's "__init__() missing 2 required positional arguments": the spec's own words."""
+    with pytest.raises(TraceError) as caught:
+        parse_lengths(spec)
+    assert message in str(caught.value) and "__init__" not in str(caught.value)
+
+
 def test_same_seed_same_bytes_and_different_seed_differs(tmp_path):
     def write(seed, name):
         w = generate("lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,output_cv=1.0,max_total=2048",
