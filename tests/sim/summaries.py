@@ -1,4 +1,4 @@
-"""The fast-forward == step-by-step check every scenario makes of two runs' JSON summaries."""
+"""The fast-forward == step-by-step checks every scenario makes of two runs: their JSON summaries and memory maps."""
 
 from __future__ import annotations
 
