@@ -199,14 +199,8 @@ class KVMemory:
                     ok = False
                     break
                 copies += made
-        if not ok:  # undone, freed as a preemption frees (what it copied is not charged); its ids are reused
-            if admission is None:
-                del self.owner[first]
-            else:
-                for seq_id in group.seq_ids:
-                    self.free(seq_id)
-            self._next_seq = first
-            group.seq_ids = []
+        if not ok:  # undone (what it copied is not charged)
+            self._unplace(group, admitted=admission is not None)
             return None
         return admission, copies
 
@@ -223,10 +217,20 @@ class KVMemory:
                                       max_total_tokens=group.max_total, block_hashes=group.hashes,
                                       full_tokens=full_tokens, apply_watermark=apply_watermark, **self._own(group))
         if admission is None:
-            del self.owner[first]
-            self._next_seq = first
-            group.seq_ids = []
+            self._unplace(group, admitted=False)
         return admission
+
+    def _unplace(self, group: SequenceGroup, *, admitted: bool) -> None:
+        """Undo a placement that failed: free its sequences as a preemption frees them (``admitted``: the
+        allocator holds them), else forget their ids, and hand the ids out again (`new_seq`)."""
+        first = group.seq_ids[0]
+        for seq_id in group.seq_ids:
+            if admitted:
+                self.free(seq_id)
+            else:
+                del self.owner[seq_id]
+        self._next_seq = first
+        group.seq_ids = []
 
     def _own(self, group: SequenceGroup) -> dict[str, int]:
         """``own_from`` for `admit`, where the allocator takes it (``knows_own_hashes``: it parks own blocks, or

@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
+from sim.commands.plan import format_plan
 from sim.kernel.config import SimConfig
 from sim.sweep.point import simulate_point
 from sim.sweep.replicas import search_replicas
@@ -90,8 +91,6 @@ def test_cli_plan_refuses_a_replica_count():
 def test_the_plan_table_shows_preempted_re_hits_beside_the_hit_rate():
     """On a workload with no shared prefix the hit rate is preempted requests re-hitting their own blocks: the
     table says how many of the hit tokens those are."""
-    from sim.commands.plan import format_plan
-
     row = {"router": "round-robin", "status": "ok", "replicas": 2, "simulations": 3,
            "summary": {"ttft_p99_s": 0.9, "prefix_hit_frac": 0.059, "preempted_hit_tokens": 12345}}
     header, line = format_plan([row], ["router"]).splitlines()
