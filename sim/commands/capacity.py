@@ -77,7 +77,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "kv_source": cap.source,
         "kv_bytes": cap.kv_bytes,
         "kv_gib": cap.kv_gib,
-        "kv_cache_dtype": kv_cache_dtype,
+        "kv_cache_dtype": spec.kv_cache_dtype,  # as stored: the flag's, else a catalog entry's own, else auto
+        "kv_cache_dtype_flag": kv_cache_dtype.lower(),
         "kv_bytes_per_token": spec.kv_bytes_per_token,
         "kv_groups": [g.to_dict() for g in spec.kv_groups()],
         "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel),
@@ -101,12 +102,20 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     }
 
 
+def _dtype_text(r: dict) -> str:
+    """How the KV is stored: the flag, or, where they differ, a ``--catalog`` model entry's own
+    ``kv_cache_dtype`` (an fp8 entry stays fp8 under the flag's default ``auto``)."""
+    if r["kv_cache_dtype"] == r["kv_cache_dtype_flag"]:
+        return f"--kv-cache-dtype {r['kv_cache_dtype']}"
+    return f"stored as {r['kv_cache_dtype']} (the model entry's kv_cache_dtype; --kv-cache-dtype auto keeps it)"
+
+
 def _print_text(r: dict) -> None:
     where = {"kv_gib": "given by --kv-gib", "kv_tokens": "given by --kv-tokens"}.get(
         r["kv_source"], f"derived from {r['tensor_parallel']} x {r['gpu']}")
     click.echo(f"model {r['model']}: KV memory {r['kv_gib']:.2f} GiB ({where})")
     click.echo(f"KV bytes per token: {r['kv_bytes_per_token']:,} ({r['kv_bytes_per_token'] / 1024:.1f} KiB), "
-               f"--kv-cache-dtype {r['kv_cache_dtype']}")
+               + _dtype_text(r))
     for g in r["kv_groups"]:
         window = f", window {g['window']:,} tokens" if g["window"] is not None else ""
         click.echo(f"  group {g['name']}: {g['layers']} {g['attention']} layers{window}, "

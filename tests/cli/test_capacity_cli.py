@@ -183,6 +183,23 @@ def test_text_output_lists_the_groups():
     assert "group full: 12 full layers, 12,288 bytes per token" in result.output
 
 
+def test_a_catalog_entrys_own_fp8_is_what_it_prints(tmp_path):
+    """A `--catalog` model that stores its KV in fp8 keeps it under the flag's default ``auto``: the line and
+    the JSON say fp8 (they said ``auto`` beside fp8's byte count)."""
+    catalog = tmp_path / "models.toml"
+    catalog.write_text('[models.tiny]\nnum_layers = 4\nnum_heads = 4\nnum_kv_heads = 2\nhead_dim = 64\n'
+                       'hidden_size = 256\nintermediate_size = 1024\nvocab_size = 32000\nnum_params = 1e8\n'
+                       'max_seq_len = 2048\nkv_cache_dtype = "fp8"\n')
+    result = run("--catalog", str(catalog), "--model", "tiny", "--kv-gib", "1")
+    assert result.exit_code == 0, result.output
+    assert ("1,024 (1.0 KiB), stored as fp8 (the model entry's kv_cache_dtype; --kv-cache-dtype auto keeps it)"
+            in result.output)
+    data = run_json("--catalog", str(catalog), "--model", "tiny", "--kv-gib", "1")
+    assert (data["kv_cache_dtype"], data["kv_cache_dtype_flag"], data["kv_bytes_per_token"]) == ("fp8", "auto", 1024)
+    assert run_json("--catalog", str(catalog), "--model", "tiny", "--kv-gib", "1",
+                    "--kv-cache-dtype", "fp16")["kv_bytes_per_token"] == 2048
+
+
 def test_bad_kv_cache_dtype_is_a_one_line_error():
     result = run("--kv-cache-dtype", "int4")
     assert result.exit_code == 2
