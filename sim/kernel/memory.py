@@ -160,8 +160,8 @@ class KVMemory:
         """Put a waiting or swapped group's sequences in memory, all or nothing: the first with the prompt
         (plus, for one sequence being recomputed, its generated tokens); a group that had forked comes back
         as its ``n`` sequences (fork, then grow each by its generated tokens). A group that forks at its first
-        token is placed only if the allocator says all its sequences would fit (`Allocator.group_fits`).
-        Returns the admission and the copies made, or None (nothing changed)."""
+        token, or had forked, is placed only if the allocator says all its sequences would fit
+        (`Allocator.group_fits`). Returns the admission and the copies made, or None (nothing changed)."""
         alloc = self._alloc
         self.register_prefix(group)
         multi = group.forked and group.num_seqs > 1
@@ -169,10 +169,12 @@ class KVMemory:
                 group.prompt + group.generated, group.num_seqs - 1, final_tokens=group.final_tokens,
                 max_total_tokens=group.max_total, block_hashes=group.hashes):
             return None  # its samples or beams fork at the first token: admitted only if all of them fit
-        if multi and self.prefix_caching and not alloc.group_fits(
+        if multi and not alloc.group_fits(
                 group.prompt, group.num_seqs - 1, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
                 block_hashes=group.hashes, then_tokens=group.generated):
-            return None  # asked first: a failed try would evict cached blocks on its way
+            return None  # asked first: a failed try would evict cached blocks on its way, and undoing it frees
+            # the sequences' blocks in another order than they were taken, which moves where later ones land
+            # (step by step tries it every step, a fast-forwarded run once: their memory maps would differ)
         first = self.new_seq(group)
         tokens = group.prompt + (0 if multi else group.generated)
         swapped = self.host_tier is not None and group.state == SWAPPED
