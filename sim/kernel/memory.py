@@ -165,16 +165,16 @@ class KVMemory:
         alloc = self._alloc
         self.register_prefix(group)
         multi = group.forked and group.num_seqs > 1
-        if group.num_seqs > 1 and not group.forked and not alloc.group_fits(
-                group.prompt + group.generated, group.num_seqs - 1, final_tokens=group.final_tokens,
-                max_total_tokens=group.max_total, block_hashes=group.hashes):
-            return None  # its samples or beams fork at the first token: admitted only if all of them fit
-        if multi and not alloc.group_fits(
-                group.prompt, group.num_seqs - 1, final_tokens=group.final_tokens, max_total_tokens=group.max_total,
-                block_hashes=group.hashes, then_tokens=group.generated):
-            return None  # asked first: a failed try would evict cached blocks on its way, and undoing it frees
-            # the sequences' blocks in another order than they were taken, which moves where later ones land
-            # (step by step tries it every step, a fast-forwarded run once: their memory maps would differ)
+        if group.num_seqs > 1:
+            # Asked first. A group whose samples or beams fork at the first token would otherwise be prefilled,
+            # fail to fork and preempt itself. One that had forked (fork, then grow each by its generated
+            # tokens) would, on a failed try, evict cached blocks on its way, and undoing it frees its blocks in
+            # another order than they were taken, which moves where later ones land (step by step tries it
+            # every step, a fast-forwarded run once: their memory maps would differ).
+            tokens, then = (group.prompt, group.generated) if multi else (group.prompt + group.generated, 1)
+            if not alloc.group_fits(tokens, group.num_seqs - 1, final_tokens=group.final_tokens,
+                                    max_total_tokens=group.max_total, block_hashes=group.hashes, then_tokens=then):
+                return None
         first = self.new_seq(group)
         tokens = group.prompt + (0 if multi else group.generated)
         swapped = self.host_tier is not None and group.state == SWAPPED
