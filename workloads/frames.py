@@ -30,7 +30,8 @@ def workload_to_frame(workload: Workload, *, hashes_as: str = "list") -> pd.Data
     frame["max_tokens"] = _nullable(w.max_tokens)
     frame["n"], frame["beam_width"] = w.n, w.beam_width
     frame["prefix_group"] = _nullable(w.prefix_group)
-    frame["prefix_len"] = w.prefix_len
+    frame["prefix_len"] = np.where(w.prefix_group == NONE, 0, w.prefix_len)  # no group: shares nothing, and
+    # a reader rejects a length without its group
     frame["priority"] = w.priority
     if w.has_sessions:
         frame["session_id"], frame["turn"], frame["think_time_s"] = _nullable(w.session_id), w.turn, w.think_time_s

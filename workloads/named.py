@@ -14,7 +14,7 @@ from workloads import arrivals as arrival_kinds
 from workloads import lengths as length_kinds
 from workloads import readers
 from workloads.arrivals import ArrivalProcess, TraceTimes, retime
-from workloads.errors import TraceError
+from workloads.errors import SKIP_HINT, TraceError
 from workloads.generate import generate as generate_from
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.presets import PRESETS, load_preset
@@ -23,8 +23,16 @@ from workloads.workload import Workload
 
 
 def load_named(name: str) -> Workload:
-    """A preset by name, else a trace file by path (for ``empirical:trace=...`` and ``trace:path=...``)."""
-    return load_preset(name) if name in PRESETS else readers.load_trace(name)
+    """A preset by name, else a trace file by path (for ``empirical:trace=...`` and ``trace:path=...``). Such
+    a file is read whole: ``--skip-bad-rows`` applies to the command's own trace, not to one a spec names, so
+    its errors say to fix the row rather than hint at a flag that would not reach it."""
+    if name in PRESETS:
+        return load_preset(name)
+    try:
+        return readers.load_trace(name)
+    except TraceError as exc:
+        raise TraceError(str(exc).replace(f" {SKIP_HINT}", " (a file a spec names is read whole: fix or "
+                                          "remove that row)")) from exc
 
 
 def _empirical(trace: str | None = None, max_total: int | None = None) -> Empirical:

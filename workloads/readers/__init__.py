@@ -137,7 +137,11 @@ def _convert_times(raw: RawTable, fmt: TraceFormat) -> None:
     if fmt.time_unit == "datetime" and times.dtype.kind not in "iufb":
         parsed = _parse_datetimes(pd.Series(times, dtype=object))
         seconds = (parsed - parsed.min()).dt.total_seconds().to_numpy(np.float64, na_value=np.nan)
-        raw.columns["arrival_time_s"] = np.where(parsed.isna().to_numpy(), times, seconds)
+        unparsed = parsed.isna().to_numpy()
+        raw.columns["arrival_time_s"] = np.where(unparsed, times, seconds)
+        with np.errstate(invalid="ignore"):  # a number among datetimes is no time the file's clock knows
+            text = unparsed & ~np.isnan(to_float(times))
+        raw.format_rules.append(("arrival_time_s", "not a datetime (YYYY-MM-DD HH:MM:SS[.fraction])", text))
     elif fmt.time_unit == "ms":
         raw.columns["arrival_time_s"] = to_float(times) / 1000.0
 

@@ -39,6 +39,9 @@ class RawTable:
     where: str = "line"
     hashes: Ragged | None = None
     pre_skipped: dict[str, int] = field(default_factory=dict)
+    format_rules: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
+    """Rules a format's conversion found broken (a timestamp that is not a datetime): checked first, their
+    cells read as no value by the rules after them, the cell shown as the file wrote it."""
 
     @property
     def rows(self) -> int:
@@ -46,19 +49,27 @@ class RawTable:
 
 
 def to_float(values: np.ndarray) -> np.ndarray:
-    """Numbers as float64; anything that is not a number (text, lists, blanks) becomes NaN."""
+    """Numbers as float64; anything that is not a number (text, lists, blanks, booleans) becomes NaN. A
+    boolean is not a count: ``True`` read as 1 token would be a silent misread."""
     arr = np.asarray(values)
-    if arr.dtype.kind in "iufb":
+    if arr.dtype.kind in "iuf":
         return arr.astype(np.float64)
+    if arr.dtype.kind == "b":
+        return np.full(len(arr), np.nan)
     try:
-        return pd.to_numeric(pd.Series(arr, dtype=object), errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        out = pd.to_numeric(pd.Series(arr, dtype=object), errors="coerce").to_numpy(np.float64, na_value=np.nan)
     except (TypeError, ValueError):
         return np.array([_one_float(v) for v in arr], np.float64)
+    flags = [i for i in np.flatnonzero((out == 0) | (out == 1)) if isinstance(arr[i], (bool, np.bool_))]
+    if flags:  # only where a boolean could have turned into a number
+        out = out.copy()
+        out[flags] = np.nan
+    return out
 
 
 def group_ids(values: np.ndarray, numbers: np.ndarray) -> np.ndarray:
-    """``prefix_group`` values as ids: numbers as they are; any other text is a group name (same name, same
-    prefix) mapped to a stable id of its own (`workloads.hashing.mix` over its UTF-8 bytes, a multiple of
+    """``prefix_group`` (or ``session_id``) values as ids: numbers as they are; any other text is a name (same
+    name, same group) mapped to a stable id of its own (`workloads.hashing.mix` over its UTF-8 bytes, a multiple of
     1024 so float64 holds it exactly), never to "no group". A value that is neither (a list, a boolean) becomes
     -1.5, which the whole-number rule rejects with the usual error naming the row."""
     from workloads.hashing import mix
@@ -91,12 +102,17 @@ def _one_float(value: object) -> float:
         return np.nan
 
 
-def _integer_rules(name: str, x: np.ndarray, lo: float | None, hi: float, optional: bool) -> list[tuple]:
-    """Parsing rules for a whole-number field in [lo, hi]; a missing optional value is allowed (a default).
-    ``lo`` None: a request field, whose lower bound is the record rule of `workloads.validation`."""
+def _integer_rules(name: str, x: np.ndarray, lo: float | None, hi: float, optional: bool,
+                   cells: np.ndarray | None = None) -> list[tuple]:
+    """Parsing rules for a whole-number field in [lo, hi]; a missing optional value is allowed (a default),
+    but a cell of ``cells`` (the file's own values) that holds something else than a number is not: text in
+    ``n`` silently read as the default 1 would be a misread. ``lo`` None: a request field, whose lower bound
+    is the record rule of `workloads.validation`."""
     present = ~np.isnan(x)
     with np.errstate(invalid="ignore"):
         rules = [] if optional else [(name, "missing or not a number", ~present)]
+        if optional and cells is not None:
+            rules.append((name, "not a number", _not_numbers(cells, present)))
         rules.append((name, "must be a whole number", present & (x != np.floor(x))))
         rules.append(lower_bound_rule(name, x) if lo is None else (name, f"must be >= {lo:g}", present & (x < lo)))
         rules.append((name, f"must be <= {hi:g}", present & (x > hi)))
@@ -109,16 +125,20 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     if raw.rows == 0 and not raw.pre_skipped:
         raise TraceError(f"{raw.path}: no requests (the file has no data rows)")
     x = {key: to_float(values) for key, values in raw.columns.items()}
+    for key, _, mask in raw.format_rules:
+        x[key] = np.where(mask, np.nan, x[key])
     rows = raw.rows
     nan = np.full(rows, np.nan)
+    cells = raw.columns.get
     prompt, output = x["prompt_tokens"], x["output_tokens"]
-    rules: list[tuple[str, str, np.ndarray]] = []
+    rules: list[tuple[str, str, np.ndarray]] = list(raw.format_rules)
     if "arrival_time_s" in x:
         t = x["arrival_time_s"]
         rules.append(("arrival_time_s", "missing or not a number", np.isnan(t)))
         rules.append(("arrival_time_s", "must be finite and >= 0", ~np.isnan(t) & ~(np.abs(t) < np.inf) | (t < 0)))
     if "id" in x:
         rules += _integer_rules("id", x["id"], 0, MAX_ID, optional=False)
+        rules.append(("id", "repeats an earlier row's id", _repeats(x["id"])))
     mx, n, beam, plen = (x.get(key, nan) for key in ("max_tokens", "n", "beam_width", "prefix_len"))
     hashes = raw.hashes if raw.hashes is not None else empty(rows)
     record = {"prompt_tokens": prompt, "output_tokens": output, "max_tokens": mx, "n": n, "beam_width": beam,
@@ -127,29 +147,27 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         cross = {rule[0]: rule for rule in cross_field_rules(record, prefix_hash_tokens)}
     rules += _integer_rules("prompt_tokens", prompt, None, MAX_TOKENS, optional=False)
     rules += _integer_rules("output_tokens", output, None, MAX_TOKENS, optional=False)
-    rules += _integer_rules("max_tokens", mx, None, MAX_TOKENS, optional=True)
+    rules += _integer_rules("max_tokens", mx, None, MAX_TOKENS, optional=True, cells=cells("max_tokens"))
     rules.append(cross["max_tokens"])
-    rules += _integer_rules("n", n, None, 10**6, optional=True)
-    rules += _integer_rules("beam_width", beam, None, 10**6, optional=True)
+    rules += _integer_rules("n", n, None, 10**6, optional=True, cells=cells("n"))
+    rules += _integer_rules("beam_width", beam, None, 10**6, optional=True, cells=cells("beam_width"))
     rules.append(cross["beam_width"])
-    group = x.get("prefix_group", nan)
-    if "prefix_group" in raw.columns:
-        numeric = group
-        group = group_ids(raw.columns["prefix_group"], group)
-        with np.errstate(invalid="ignore"):
-            rules.append(("prefix_group", f"must be <= {MAX_ID:g}", numeric > MAX_ID))
-    rules += _integer_rules("prefix_group", group, None, MAX_NAMED_ID, optional=True)
+    group, group_rules = _named_ids(raw, "prefix_group", x)
+    rules += group_rules
     priority = x.get("priority", nan)
     if "priority" in raw.columns:
         rules.append(("priority", "must be a whole number", _not_numbers(raw.columns["priority"], ~np.isnan(priority))))
     rules += _integer_rules("priority", priority, -MAX_ID, MAX_ID, optional=True)
-    rules += _integer_rules("prefix_len", plen, None, MAX_TOKENS, optional=True)
+    rules += _integer_rules("prefix_len", plen, None, MAX_TOKENS, optional=True, cells=cells("prefix_len"))
     rules.append(cross["prefix_len"])
+    if "prefix_len" in x:  # without a group nothing shares the prefix: the value would be dropped unread
+        rules.append(("prefix_len", "given without prefix_group", (plen > 0) & np.isnan(group)))
     rules.append(("prefix_hashes", "not a list of non-negative integers", hashes.bad))
     rules.append(cross["prefix_hashes"])
-    session, turn, think = x.get("session_id", nan), x.get("turn", nan), x.get("think_time_s", nan)
-    rules += _integer_rules("session_id", session, 0, MAX_ID, optional=True)
-    rules += _integer_rules("turn", turn, 0, MAX_TOKENS, optional=True)
+    session, session_rules = _named_ids(raw, "session_id", x)
+    rules += session_rules
+    turn, think = x.get("turn", nan), x.get("think_time_s", nan)
+    rules += _integer_rules("turn", turn, 0, MAX_TOKENS, optional=True, cells=cells("turn"))
     if "think_time_s" in raw.columns:
         rules.append(("think_time_s", "not a number", _not_numbers(raw.columns["think_time_s"], ~np.isnan(think))))
 
@@ -218,6 +236,31 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         skipped_reasons=skipped,
         **attrs,
     )
+
+
+def _named_ids(raw: RawTable, field: str, x: dict[str, np.ndarray]) -> tuple[np.ndarray, list[tuple]]:
+    """An id column that may hold names (``prefix_group``, ``session_id``): numbers as they are, text as a
+    stable id of its own (`group_ids`): a conversation id such as ``conv-a`` read as "no session" would
+    silently turn a multi-turn trace into unrelated requests. Returns the ids and their rules."""
+    ids = x.get(field, np.full(raw.rows, np.nan))
+    rules: list[tuple] = []
+    if field in raw.columns:
+        numeric = ids
+        ids = group_ids(raw.columns[field], ids)
+        with np.errstate(invalid="ignore"):
+            rules.append((field, f"must be <= {MAX_ID:g}", numeric > MAX_ID))
+    lo = None if field == "prefix_group" else 0
+    return ids, rules + _integer_rules(field, ids, lo, MAX_NAMED_ID, optional=True)
+
+
+def _repeats(ids: np.ndarray) -> np.ndarray:
+    """Rows whose id an earlier row has already (request ids name rows in every output table)."""
+    order = np.argsort(ids, kind="stable")
+    ranked = ids[order]
+    repeat = np.zeros(len(ids), bool)
+    with np.errstate(invalid="ignore"):
+        repeat[order[1:]] = ranked[1:] == ranked[:-1]
+    return repeat
 
 
 def _session_reasons(reason: np.ndarray, session: np.ndarray, turn: np.ndarray, think: np.ndarray,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workloads.errors import SKIP_HINT, TraceError
+from workloads.errors import SKIP_HINT, TraceError, TraceWarning
 from workloads.ragged import Ragged, from_arrow, from_lists, from_strings
 
 BAD_LINE = "line: wrong number of fields"
@@ -36,7 +36,11 @@ def csv_header(path: Path, head: bytes) -> list[str]:
     line = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()[:1]
     if not line or not line[0].strip():
         raise TraceError(f"{path}: empty file (no header line)")
-    return [name.strip().strip('"') for name in line[0].split(",")]
+    names = [name.strip().strip('"') for name in line[0].split(",")]
+    twice = sorted({name for name in names if names.count(name) > 1 and name})
+    if twice:  # pandas would read the second as 'name.1' and the reader the first alone: the other dropped
+        raise TraceError(f"{path}: line 1: column '{twice[0]}' appears more than once in the header")
+    return names
 
 
 def read_csv(path: Path, wanted: dict[str, str], hash_field: str | None, skip: bool) -> tuple:
@@ -47,13 +51,17 @@ def read_csv(path: Path, wanted: dict[str, str], hash_field: str | None, skip: b
             warnings.simplefilter("always", pd.errors.ParserWarning)
             frame = pd.read_csv(path, skip_blank_lines=False, on_bad_lines="warn" if skip else "error",
                                 encoding="utf-8-sig", encoding_errors="replace", dtype=dtype,
-                                low_memory=False)
+                                low_memory=False, index_col=False)
     except pd.errors.EmptyDataError as exc:
         raise TraceError(f"{path}: empty file (no header line)") from exc
     except (pd.errors.ParserError, ValueError, OverflowError) as exc:
         found = re.search(r"line (\d+)", str(exc))
         where = f"line {found.group(1)}" if found else "parse error"
         raise TraceError(f"{path}: {where}: {str(exc).splitlines()[-1].strip()} {SKIP_HINT}") from exc
+    if any("Length of header" in str(w.message) for w in caught):  # every row longer than the header: pandas
+        # would take the first column as an index and shift the fields left; told not to, it drops the extras
+        raise TraceError(f"{path}: line 2: more fields than the header names ({len(frame.columns)}): a trailing "
+                         "comma, or a column without a header name")
     skipped_lines = sorted(int(m) for w in caught for m in re.findall(r"Skipping line (\d+)", str(w.message)))
     rows = len(frame)
     lines = np.arange(2, rows + len(skipped_lines) + 2, dtype=np.int64)
@@ -86,7 +94,10 @@ def read_jsonl(path: Path, wanted: dict[str, str], hash_field: str | None, skip:
     cells: list[object] = []
     lines: list[int] = []
     pre: dict[str, int] = {}
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    data = path.read_bytes()
+    header = jsonl_header(path, data[:1 << 16])
+    text = data.decode("utf-8", errors="replace")
+    keys: set[str] = set()
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
@@ -100,10 +111,16 @@ def read_jsonl(path: Path, wanted: dict[str, str], hash_field: str | None, skip:
             pre[BAD_JSON] = pre.get(BAD_JSON, 0) + 1
             continue
         lines.append(number)
+        keys.update(record)
         for f, c in names:
             values[f].append(record.get(c))
         if hash_field in wanted:
             cells.append(record.get(wanted[hash_field]))
+    late = sorted(keys - set(header))
+    if late:  # the header is the first record's keys: a field that starts later is never read
+        warnings.warn(f"{path}: key(s) {', '.join(repr(k) for k in late[:5])} are not in the first record and are "
+                      "not read (the first record's keys are the file's columns); give every key on the first line",
+                      TraceWarning, stacklevel=4)
     columns = {f: _object_array(v) for f, v in values.items()}
     hashes = from_lists(cells) if hash_field in wanted else None
     return columns, np.array(lines, np.int64), hashes, pre
