@@ -10,6 +10,7 @@ sheets; the ``source`` field of each entry says which. Users add their own entri
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
@@ -19,11 +20,21 @@ GIB = 1024**3
 
 
 def check_positive(entry: str, field: str, value: object, *, integer: bool = False) -> None:
-    """A one-line ValueError unless ``value`` is a positive number (an integer where ``integer``): catalog
-    files are user input, and a string or a bool must not reach the arithmetic."""
+    """A one-line ValueError unless ``value`` is a positive finite number (an integer where ``integer``):
+    catalog files are user input, and a string, a bool, nan or inf (TOML spells both, and ``1e400`` reads as
+    inf) must not reach the arithmetic, where they fail later without the entry's name, or not at all."""
     kind = Integral if integer else Real
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        raise ValueError(f"{entry}: {field} must be a positive {'integer' if integer else 'number'}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, kind) or not 0 < value < math.inf:
+        what = ("integer" if integer else
+                "finite number" if isinstance(value, Real) and not math.isfinite(value) else "number")
+        raise ValueError(f"{entry}: {field} must be a positive {what}, got {value!r}")
+
+
+def check_source(entry: str, value: object) -> None:
+    """A one-line ValueError unless ``source`` is text: it is printed as the entry's citation, and a number
+    there is a misplaced value (``source = 5``), not a source."""
+    if not isinstance(value, str):
+        raise ValueError(f"{entry}: source must be a string (where the numbers come from), got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +82,10 @@ class ModelSpec:
         for f in ("weights_gib", "active_params"):
             if getattr(self, f) is not None:
                 check_positive(entry, f, getattr(self, f))
+        if self.active_params is not None and self.active_params > self.num_params:
+            raise ValueError(f"{entry}: active_params ({self.active_params:g}) must be at most num_params "
+                             f"({self.num_params:g}): a token passes through some of the parameters, not more")
+        check_source(entry, self.source)
         for f in ("kv_lora_rank", "qk_rope_head_dim"):
             if getattr(self, f):
                 check_positive(entry, f, getattr(self, f), integer=True)
@@ -84,7 +99,10 @@ class ModelSpec:
             raise ValueError(f"{entry}: qk_rope_head_dim is an MLA dimension and needs kv_lora_rank")
         if self.kv_lora_rank and self.sliding_window is not None:
             raise ValueError(f"{entry}: give sliding_window or the MLA dimensions (kv_lora_rank), not both")
-        kv_element_bytes(self.kv_cache_dtype, self.dtype_bytes)  # a one-line error for an unknown name
+        try:
+            kv_element_bytes(self.kv_cache_dtype, self.dtype_bytes)
+        except ValueError as exc:  # the flag's message; a catalog entry's field also needs the entry's name
+            raise ValueError(f"{entry}: kv_cache_dtype: {exc}") from None
 
     def kv_groups(self, kv_cache_dtype: str | None = None) -> tuple[KVGroup, ...]:
         """The model's KV groups with bytes per token at ``kv_cache_dtype`` (default: the spec's own,
@@ -146,6 +164,7 @@ class GpuSpec:
         check_positive(f"gpu {self.name!r}", "memory_bytes", self.memory_bytes, integer=True)
         for f in ("hbm_bandwidth_gb_s", "bf16_tflops", "pcie_gb_s"):
             check_positive(f"gpu {self.name!r}", f, getattr(self, f))
+        check_source(f"gpu {self.name!r}", self.source)
 
     @property
     def memory_gib(self) -> float:

@@ -46,6 +46,12 @@ def _tables(data: dict, section: str, path: Path) -> dict[str, dict]:
     for name, table in entries.items():
         if not isinstance(table, dict):
             raise ValueError(f"{path}: {section}.{name} must be a table [{section}.{name}] of fields")
+    seen: dict[str, str] = {}
+    for name in entries:  # names are case-insensitive (`get_model`): a second spelling would replace the first
+        if name.lower() in seen:
+            raise ValueError(f"{path}: [{section}.{seen[name.lower()]}] and [{section}.{name}] are the same entry "
+                             "(names are case-insensitive); keep one")
+        seen[name.lower()] = name
     return {name: dict(table) for name, table in entries.items()}
 
 
@@ -57,7 +63,7 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
     """
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # drops a BOM (Windows editors write one; TOML has none)
         data = tomllib.loads(text)
     except OSError as exc:
         raise ValueError(f"{path}: cannot read catalog file: {exc.strerror or exc}") from None
@@ -75,6 +81,10 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
     gpus = {}
     for name, table in _tables(data, "gpus", path).items():
         if "memory_gib" in table:
+            if "memory_bytes" in table:  # one would silently win over the other
+                raise ValueError(f"{path}: [gpus.{name}]: give one of memory_gib, memory_bytes, not both "
+                                 f"(got memory_gib = {table['memory_gib']!r}, "
+                                 f"memory_bytes = {table['memory_bytes']!r})")
             gib = table.pop("memory_gib")
             check_positive(f"{path}: gpu {name!r}", "memory_gib", gib)  # not a string times GIB
             table["memory_bytes"] = int(gib * GIB)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from importlib.resources import files
 from pathlib import Path
@@ -62,15 +63,28 @@ def shipped_tables(model: str, root: str | Path = SHIPPED_DIR) -> list[Path]:
 
 def peaks_of(path: str | Path, gpu: GpuSpec) -> GpuSpec:
     """The ``cpu`` entry with the peaks a CPU calibration measured (its fractions are relative to them);
-    any other GPU, or a table without measured peaks, unchanged. A table that cannot be read is left for
-    the cost model to report."""
+    any other GPU, or a table without ``peaks``, unchanged. A table that cannot be read is left for the cost
+    model to report; measured peaks that are there but wrong (missing, not a number, <= 0, nan, inf) are a
+    one-line ValueError naming the file, the field and the value, not a silent fall back to the nominal
+    figures the fractions were not fitted against."""
     if gpu.name != "cpu":
         return gpu
     try:
-        peaks = json.loads(Path(path).read_text())["peaks"]
-        flops, bandwidth = float(peaks["flops_s"]), float(peaks["bandwidth_bytes_s"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
         return gpu
-    if not (flops > 0 and bandwidth > 0):
+    if not isinstance(data, dict) or "peaks" not in data:
         return gpu
-    return dataclasses.replace(gpu, bf16_tflops=flops / 1e12, hbm_bandwidth_gb_s=bandwidth / 1e9)
+    peaks = data["peaks"]
+    if not isinstance(peaks, dict):
+        raise ValueError(f"{path}: field 'peaks' must be an object with flops_s and bandwidth_bytes_s, "
+                         f"got {peaks!r}")
+    measured = {}
+    for key in ("flops_s", "bandwidth_bytes_s"):
+        value = peaks.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{path}: field 'peaks.{key}' must be a positive finite number (the peak this "
+                             f"CPU calibration measured), got {value!r}")
+        measured[key] = float(value)
+    return dataclasses.replace(gpu, bf16_tflops=measured["flops_s"] / 1e12,
+                               hbm_bandwidth_gb_s=measured["bandwidth_bytes_s"] / 1e9)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from allocators.catalog import GpuSpec, ModelSpec
+from sim.kernel.calibration_store import peaks_of
 from sim.kernel.cost_model import DEFAULT_PAGED_KERNEL_OVERHEAD, CalibratedStepCost, StepCostModel
 
 DEFAULT_PROFILE = "vllm-v1"
@@ -100,8 +101,10 @@ def get_profile(name: str) -> CostProfile:
 
 
 def make_step_cost(name: str | None, model: ModelSpec, gpu: GpuSpec, **kwargs) -> StepCostModel:
-    """The step-cost model of profile ``name`` (default `DEFAULT_PROFILE`) or of a calibration table file."""
+    """The step-cost model of profile ``name`` (default `DEFAULT_PROFILE`) or of a calibration table file;
+    a table brings its measured CPU peaks (`peaks_of`) as it does under ``--calibration``, so that the two
+    spellings of the same table give the same clock."""
     name = name or DEFAULT_PROFILE
     if is_table_path(name):
-        return CalibratedStepCost.from_file(name, model, gpu, **kwargs)
+        return CalibratedStepCost.from_file(name, model, peaks_of(name, gpu), **kwargs)
     return get_profile(name).model(model, gpu, **kwargs)
