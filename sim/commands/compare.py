@@ -13,6 +13,7 @@ import click
 from sim.commands.failure import fail
 from sim.commands.options import ALLOCATOR_NAMES, alias_option
 from sim.commands.run import announce, build_config, simulate, simulation_options, warn_on_summary
+from sim.commands.sweep import skipped_rows_lines
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
@@ -72,6 +73,11 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
         return
     first = summaries[0]
     click.echo(f"workload: {first['workload']} ({first['requests']} requests) - {first['workload_source']}")
+    # as `kvsim run`'s summary table says them (--json: each summary's skipped_rows and skipped_reasons); one
+    # workload, so the first summary's count is every run's
+    trace = opts["trace_option"] or opts["trace"]
+    for line in skipped_rows_lines([{**first, "trace": trace, "skip_bad_rows": opts["skip_bad_rows"]}]):
+        click.echo(line)
     click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
                f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
                + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"

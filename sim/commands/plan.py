@@ -14,7 +14,14 @@ from typing import Any
 import click
 
 from sim.commands.failure import fail
-from sim.commands.sweep import _GRID_CONTEXT, GridCommand, _execution, _executor_options, _slo_target_options
+from sim.commands.sweep import (
+    _GRID_CONTEXT,
+    GridCommand,
+    _execution,
+    _executor_options,
+    _slo_target_options,
+    skipped_rows_lines,
+)
 from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
 
 SHOWN_SUMMARY_KEYS = ("ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_frac", "preempted_hit_tokens",
@@ -81,6 +88,9 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
     for row in rows:
         if row.get("warning"):
             click.echo(f"warning: {', '.join(str(row.get(name)) for name in varying)}: {row['warning']}")
+    # the fleet summary (each row's, in --json) counts the trace rows --skip-bad-rows dropped
+    for line in skipped_rows_lines({**(row.get("summary") or {}), **row} for row in rows):
+        click.echo(line)
 
 
 COMMANDS = [plan]

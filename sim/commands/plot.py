@@ -21,11 +21,21 @@ SWEEP_KIND = "sweep"
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+_JSON_TYPES = {"list": "an array", "str": "a string", "int": "a number", "float": "a number", "bool": "a boolean",
+               "NoneType": "null"}
+
+
 def _read_json(path: Path) -> dict:
+    """A run's ``summary.json``: a JSON object (what `kvsim run --out` writes), else one error naming the file,
+    before anything calls ``.get`` on an array."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a run summary: expected a JSON object, as `kvsim run --out` writes, "
+                         f"got {_JSON_TYPES.get(type(data).__name__, type(data).__name__)}")
+    return data
 
 
 def _read_table(run_dir: Path, name: str, kind: str):
@@ -35,9 +45,11 @@ def _read_table(run_dir: Path, name: str, kind: str):
     for path, reader in ((run_dir / f"{name}.parquet", pd.read_parquet), (run_dir / f"{name}.csv", pd.read_csv)):
         if path.is_file():
             try:
-                return reader(path)
+                frame = reader(path)
             except Exception as exc:  # pyarrow and the csv parser raise several types for a damaged file
                 raise ValueError(f"{path}: cannot read: {exc}") from None
+            frame.attrs["source"] = str(path)  # so `sim.plots.data.require_columns` names the file it checks
+            return frame
     raise ValueError(f"{run_dir}: no {name}.parquet or {name}.csv, which the {kind!r} figure needs "
                      "(write a run directory with `kvsim run --out DIR`)")
 

@@ -8,8 +8,10 @@ as ``--scheduler tcp://...``, the old spelling, is still taken as one).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,37 @@ def _execution(ctx: click.Context, config_file: str | None, workers: int | None,
     return _grid(args, config_file), {"workers": workers, "executor": executor, "scheduler": scheduler}
 
 
+def skipped_rows_text(count: Any, reasons: Any) -> str:
+    """``3 (1 x line: wrong number of fields; 2 x prompt_tokens: ...)``: a summary's ``skipped_rows`` and
+    ``skipped_reasons`` (a dict, or its JSON text in a results table) in the notation of `kvsim run`'s summary
+    table (`sim.kernel.summary.format_summary`), so every command says the same of the same rows."""
+    if isinstance(reasons, str):
+        try:
+            reasons = json.loads(reasons)
+        except ValueError:  # a table edited by hand: its text as it is, not a traceback after the run
+            return f"{int(count)} ({reasons})"
+    why = "; ".join(f"{n} x {reason}" for reason, n in (reasons if isinstance(reasons, dict) else {}).items())
+    return f"{int(count)} ({why})" if why else str(int(count))
+
+
+def skipped_rows_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``skipped rows of TRACE: 3 (...)`` for each trace read with --skip-bad-rows (or that skipped rows),
+    from rows holding a summary's ``skipped_rows``/``skipped_reasons`` and the configuration's ``trace`` and
+    ``skip_bad_rows``. Every point of a grid reads its trace itself, so the points of one trace make one line,
+    not one each; a failed point (no summary) makes none."""
+    import pandas as pd
+
+    lines: dict[str, None] = {}
+    for row in rows:
+        count = row.get("skipped_rows")
+        if count is None or pd.isna(count):  # None, NaN or pd.NA: a table's failed point
+            continue
+        if count or row.get("skip_bad_rows") in (True, "True"):  # numpy's True too; a CSV's may be text
+            source = row.get("trace") or row.get("preset") or "the workload"
+            lines[f"skipped rows of {source}: {skipped_rows_text(count, row.get('skipped_reasons'))}"] = None
+    return list(lines)
+
+
 def _failure_summary(failed: Any, total: int, noun: str = "points") -> str:
     """``3 of 12 points failed: 2 x ValueError: ...; 1 x ...``: how many, and why, most common first."""
     reasons = failed["error"].fillna("unknown error").value_counts()
@@ -143,6 +176,8 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     click.echo(f"{report.line()}; results in {out}")
+    for line in skipped_rows_lines(report.table.to_dict("records")):
+        click.echo(line)
     failed = report.table[report.table["status"] != "ok"]
     if len(failed):
         click.echo(f"Error: {_failure_summary(failed, len(report.table))} (status and error columns of {out})",
@@ -209,6 +244,8 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
         warned = table[table["warning"].notna()] if "warning" in table else table.iloc[:0]
         for _, row in warned.iterrows():
             click.echo(f"warning: {row['allocator']}: {row['warning']}")
+        for line in skipped_rows_lines(table.to_dict("records")):  # in --json and --out: the row's columns
+            click.echo(line)
     if plot_file:
         from sim.plots.sweep import plot_slo
 

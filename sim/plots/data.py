@@ -14,7 +14,11 @@ import pandas as pd
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    """Raise ValueError naming the table and every missing column, before any drawing starts."""
+    """Raise ValueError naming the table and every missing column, before any drawing starts. A table read
+    from a file (``df.attrs["source"]``, set by `kvsim plot`) is named by its path too: of several runs'
+    tables, the user must know which one is wrong."""
+    if df.attrs.get("source"):
+        what = f"{what} {df.attrs['source']}"
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{what} lacks column(s) {missing}; it has {list(df.columns)}")

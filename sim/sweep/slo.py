@@ -197,5 +197,11 @@ def search_rate(point_fn: PointFn, config: Any, target: SloTarget, settings: Sea
         value = at_ok.get(key)
         row[f"{key}_at_ok"] = math.nan if value is None else value
     row["warning"] = steady_state_warning(at_ok, low) if at_ok else None
+    # rows of the trace --skip-bad-rows dropped: the same at every rate (one trace), so any probe tells them;
+    # JSON text for the reasons, as a sweep table keeps a summary's dict
+    first = next(iter(probes.summaries.values()), {})
+    if "skipped_rows" in first:
+        row["skipped_rows"] = first["skipped_rows"]
+        row["skipped_reasons"] = json.dumps(first.get("skipped_reasons", {}), sort_keys=True)
     row["probes"] = json.dumps(probes.outcomes())
     return row

@@ -72,14 +72,30 @@ class ResultStore:
         self.parts_dir = self.path.with_name(self.path.name + ".parts")
 
     def _read_table(self) -> list[dict[str, Any]]:
+        """The table's rows, each with its ``point_id``. A file without that column is not a results table (a
+        trace given to `kvsim plot`, an unrelated CSV given to ``kvsim sweep --out``): one error naming the
+        file and what it holds, not a KeyError from the first row; a row without an id is named too, since
+        two of them would otherwise collapse silently into one."""
         if not self.path.exists():
             return []
         try:
             if self.path.suffix == ".csv":
-                return pd.read_csv(self.path).to_dict("records")
-            return pq.read_table(self.path).to_pylist()
+                frame = pd.read_csv(self.path)
+                columns, rows = [str(c) for c in frame.columns], frame.to_dict("records")
+            else:
+                table = pq.read_table(self.path)
+                columns, rows = table.column_names, table.to_pylist()
         except Exception as exc:
             raise ValueError(f"{self.path}: cannot read the results table: {exc}") from exc
+        if "point_id" not in columns:
+            shown = ", ".join(columns[:8]) + (f" and {len(columns) - 8} more" if len(columns) > 8 else "")
+            raise ValueError(f"{self.path}: not a kvsim sweep results table: no point_id column (its columns: "
+                             f"{shown or 'none'}); expected a table written by `kvsim sweep --out`")
+        for number, row in enumerate(rows, start=1):
+            if _missing(row["point_id"]):
+                raise ValueError(f"{self.path}: row {number}: point_id is empty; every row of a results table "
+                                 "has one")
+        return rows
 
     def _part_paths(self) -> list[Path]:
         if not self.parts_dir.is_dir():
