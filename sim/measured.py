@@ -4,30 +4,51 @@ Three inputs are read into one table (`MeasuredRun.frame`, columns ``arrival_tim
 output_tokens, ttft_s, e2e_s, tpot_s, phase, warmup`` and, where given, ``prefix_group, prefix_len``):
 
 - a per-request CSV with at least ``arrival_time_s,prompt_tokens,output_tokens,ttft_s,e2e_s`` (optional:
-  ``phase``, ``warmup`` 0/1, ``prefix_group``, ``prefix_len``); ``tpot_s`` is recomputed as
-  ``(e2e - ttft) / (output - 1)``;
+  ``phase``, ``warmup`` 0/1 or true/false, ``prefix_group`` (a whole number >= 0 or a group name, blank for
+  none), ``prefix_len``); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
 - vLLM's ``benchmark_serving.py --save-result`` JSON: per-request lists ``input_lens``, ``output_lens``,
   ``ttfts`` and ``itls`` (E2E = TTFT + the sum of the request's ITLs); it records no arrival times, so its
   requests are taken to arrive at ``request_rate`` (Poisson is not reproducible without its seed: evenly
-  spaced; all at 0 when the rate is ``inf``), which the fit replays;
+  spaced; all at 0 when the rate is ``inf``), which the fit replays. A request with an entry in ``errors``
+  failed (vLLM records it with ``output_lens`` 0) and is left out. ``itls`` holds one gap per streamed chunk
+  after the first, and a chunk may carry several tokens, so its length need not be ``output_lens - 1``;
 - guidellm's results JSON (``benchmarks[].requests.successful[]``, each with ``prompt_tokens``,
   ``output_tokens``, ``first_token_time``/``start_time``/``end_time`` or ``time_to_first_token_ms``/
-  ``request_latency``); each benchmark is a phase, arrivals are the requests' start times.
+  ``request_latency``); each benchmark is a phase, arrivals are the requests' start times. Its ``errored``
+  and ``incomplete`` requests (and any that ``request_totals`` counts but sampling left out of the file) are
+  left out.
 
-Every bad input is a one-line ValueError naming the file, row and field.
+Every bad input is a one-line `TraceError` naming the file, row and field. Nothing is dropped silently: the
+requests left out are counted in `MeasuredRun.skipped` and named in one `TraceWarning`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from workloads.errors import TraceError, TraceWarning
+
 REQUIRED = ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
+TOKENS = ("prompt_tokens", "output_tokens")
+MAX_TOKENS = 10**9
+"""Token counts above this are certainly corrupt (as `workloads.readers.build` has it)."""
+MAX_GROUP = 2**62
+"""Largest ``prefix_group`` id: numbers travel through float64, names map below this (`group_ids`)."""
+MIN_REQUESTS = 2
+"""A fit needs requests on both sides of its split: one half to fit, the other to score."""
+SAMPLED = "sampled out of the file (see request_totals)"
+"""guidellm's ``--output-sampling`` keeps a sample of each benchmark's requests; the rest are counted under this."""
+FLAGS = {"0": 0, "1": 1, "false": 0, "true": 1}
+"""The values a ``warmup`` cell may hold (text compared in lower case)."""
 
 
 @dataclass
@@ -37,6 +58,8 @@ class MeasuredRun:
     frame: pd.DataFrame
     path: str
     kind: str
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Requests in the file but not in ``frame``, by reason (failed ones): counted, never dropped silently."""
 
     @property
     def scored(self) -> np.ndarray:
@@ -44,20 +67,123 @@ class MeasuredRun:
         return ~self.frame["warmup"].to_numpy(bool)
 
 
-def _finish(frame: pd.DataFrame, path: Path, kind: str) -> MeasuredRun:
+def _shown(value: object) -> str:
+    """The value as the file wrote it (numpy scalars as plain numbers), cut short for a one-line message."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():  # pandas reads a column with a blank as floats
+        value = int(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bad(path: Path, where: str, name: str, value: object, problem: str) -> TraceError:
+    """The one error of this module: ``FILE: WHERE: field 'F': bad value V (problem)``, which the CLI prints
+    as its one ``Error:`` line."""
+    return TraceError(f"{path}: {where}: field '{name}': bad value {_shown(value)} ({problem})")
+
+
+def _numbers(values: Sequence | pd.Series, text: bool) -> np.ndarray:
+    """Each value as a float, NaN where it is not a number. A boolean never is one (JSON ``true`` is not a
+    count of tokens, though Python would take it as 1); text is parsed only where the file is text (CSV)."""
+    if isinstance(values, pd.Series) and values.dtype.kind in "iuf":
+        return values.to_numpy(np.float64)
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number, str)):
+            continue
+        if isinstance(v, str) and not text:
+            continue
+        try:
+            out[i] = float(v)
+        except OverflowError:  # an integer past float range, as JSON may write one
+            out[i] = math.copysign(math.inf, int(v))
+        except ValueError:
+            pass
+    return out
+
+
+def _given(values: pd.Series) -> np.ndarray:
+    """Cells that hold something (not blank): an optional column's blank means its default."""
+    blank = values.isna().to_numpy(bool)
+    return ~blank & ~np.array([isinstance(v, str) and not v.strip() for v in values], bool)
+
+
+def _flags(values: pd.Series) -> np.ndarray:
+    """``warmup`` as 0/1, NaN where the cell is not 0/1 or true/false (a blank, 7, 'yes'): a mistyped flag
+    would silently move a request in or out of the scores."""
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            out[i] = FLAGS.get(v.strip().lower(), np.nan)
+        elif isinstance(v, (bool, np.bool_, int, float, np.number)) and v in (0, 1):
+            out[i] = float(v)
+    return out
+
+
+def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], str], *, text: bool = False,
+            names: dict[str, str] | None = None, skipped: dict[str, int] | None = None) -> MeasuredRun:
+    """Check every row (the first bad one, in file order, is the error), then sort by arrival and rebase.
+    ``where(i)``: how the file locates row ``i``; ``names``: the file's names of the canonical fields."""
+    names = {col: col for col in frame.columns} | (names or {})
+    skipped = {k: v for k, v in (skipped or {}).items() if v}
+    if len(frame) == 0:
+        left = f" ({_skipped_text(skipped)}, left out)" if skipped else ""
+        raise TraceError(f"{path}: no requests to fit{left}")
+    x = {col: _numbers(frame[col], text) for col in REQUIRED}
+    rules: list[tuple[str, str, np.ndarray]] = []
+    with np.errstate(invalid="ignore"):  # NaN compares False: only its own rule catches it
+        for col in REQUIRED:
+            v = x[col]
+            rules.append((col, "missing or not a number", np.isnan(v)))
+            rules.append((col, "must be finite", np.isinf(v)))
+            if col in TOKENS:
+                rules.append((col, "must be a whole number", np.isfinite(v) & (v != np.floor(v))))
+                rules.append((col, "must be >= 1", v < 1))
+                rules.append((col, f"must be <= {MAX_TOKENS:g}", np.isfinite(v) & (v > MAX_TOKENS)))
+            elif col == "arrival_time_s":
+                rules.append((col, "must be >= 0", v < 0))
+            else:  # a zero latency cannot have been measured, and the scores (relative errors) would skip it
+                rules.append((col, "must be > 0", v <= 0))
+        rules.append(("ttft_s", f"must be <= {names['e2e_s']}: the first token comes before the last",
+                      x["ttft_s"] > x["e2e_s"]))
+        if "warmup" in frame:
+            warm = _flags(frame["warmup"])
+            rules.append(("warmup", "must be 0/1 or true/false", np.isnan(warm)))
+        if "prefix_group" in frame:
+            from workloads.readers.build import group_ids
+
+            raw = frame["prefix_group"].to_numpy(object)
+            group = np.where(_given(frame["prefix_group"]), group_ids(raw, _numbers(raw, text)), np.nan)
+            rules.append(("prefix_group", "must be a whole number >= 0, a group name, or blank for none",
+                          ~np.isnan(group) & ((group != np.floor(group)) | (group < 0) | (group > MAX_GROUP))))
+        if "prefix_len" in frame:
+            plen = _numbers(frame["prefix_len"], text)
+            rules.append(("prefix_len", "must be a whole number, or blank for none",
+                          _given(frame["prefix_len"]) & ((plen != np.floor(plen)) | np.isnan(plen))))
+            rules.append(("prefix_len", "must be >= 0", plen < 0))
+            rules.append(("prefix_len", f"must be <= {names['prompt_tokens']}: the prefix is part of the prompt",
+                          plen > x["prompt_tokens"]))
+    hits = np.array([mask for _, _, mask in rules], bool)
+    if hits.any():
+        i = int(np.argmax(hits.any(axis=0)))
+        col, problem, _ = rules[int(np.argmax(hits[:, i]))]
+        raise _bad(path, where(i), names[col], frame[col].iloc[i], problem)
+    frame = frame.copy()
     for col in REQUIRED:
-        values = pd.to_numeric(frame[col], errors="coerce")
-        bad = ~np.isfinite(values.to_numpy(float)) | (values.to_numpy(float) < 0)
-        if col in ("prompt_tokens", "output_tokens"):
-            bad |= values.to_numpy(float) < 1
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise ValueError(f"{path}: row {row + 1}: field {col!r}: bad value {frame[col].iloc[row]!r}")
-        frame[col] = values
+        frame[col] = x[col]
     if "phase" not in frame:
         frame["phase"] = "all"
     frame["phase"] = frame["phase"].astype(str)
-    frame["warmup"] = frame["warmup"].astype(int) if "warmup" in frame else 0
+    frame["warmup"] = warm.astype(np.int64) if "warmup" in frame else 0
+    if "prefix_group" in frame:
+        frame["prefix_group"] = np.where(np.isnan(group), -1, group).astype(np.int64)
+    if "prefix_len" in frame:
+        frame["prefix_len"] = np.where(np.isnan(plen), 0, plen).astype(np.int64)
+    scored = int((frame["warmup"] == 0).sum())
+    if scored < MIN_REQUESTS:
+        raise TraceError(f"{path}: {scored} request(s) besides warm-up; a fit needs at least {MIN_REQUESTS} "
+                         "(one half to fit, the other to score)")
     frame["prompt_tokens"] = frame["prompt_tokens"].astype(np.int64)
     frame["output_tokens"] = frame["output_tokens"].astype(np.int64)
     out = frame["output_tokens"].to_numpy()
@@ -66,38 +192,90 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str) -> MeasuredRun:
     frame = frame.sort_values("arrival_time_s", kind="stable").reset_index(drop=True)
     frame["arrival_time_s"] -= frame["arrival_time_s"].iloc[0]
     keep = [*REQUIRED, "tpot_s", "phase", "warmup"] + [c for c in ("prefix_group", "prefix_len") if c in frame]
-    return MeasuredRun(frame[keep], str(path), kind)
+    if skipped:
+        warnings.warn(f"{path}: {sum(skipped.values())} request(s) left out of the fit and its scores "
+                      f"({_skipped_text(skipped)}); {len(frame)} used", TraceWarning, stacklevel=3)
+    return MeasuredRun(frame[keep], str(path), kind, skipped)
+
+
+def _skipped_text(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{count} {reason}" for reason, count in skipped.items())
 
 
 def _read_csv(path: Path) -> MeasuredRun:
-    frame = pd.read_csv(path)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, encoding="utf-8-sig", index_col=False)
+    except pd.errors.EmptyDataError:
+        raise TraceError(f"{path}: empty file (a measured run needs the header "
+                         f"{','.join(REQUIRED)})") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        if found:
+            header, line, saw = found.groups()
+            raise TraceError(f"{path}: line {line}: {saw} fields, the header names {header}") from None
+        raise TraceError(f"{path}: cannot read as CSV: {str(exc).splitlines()[-1].strip()}") from None
+    if any("Length of header" in str(w.message) for w in caught):  # every row longer than the header: pandas
+        # would take the first column as an index and shift the fields left; told not to, it drops the extras
+        raise TraceError(f"{path}: line 2: more fields than the header names ({len(frame.columns)}): a trailing "
+                         "comma, or a column without a header name")
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a measured run needs "
+        raise TraceError(f"{path}: missing column(s) {', '.join(missing)} (a measured run needs "
                          f"{','.join(REQUIRED)})")
-    return _finish(frame, path, "measured CSV")
+    return _finish(frame, path, "measured CSV", lambda i: f"row {i + 1}", text=True)
+
+
+def _request_rate(data: dict, path: Path) -> float:
+    """``request_rate`` in requests per second: ``inf`` (or absent) means all at once; anything else must be a
+    finite number > 0 (a zero or negative rate has no arrival times)."""
+    rate = data.get("request_rate", "inf")
+    if rate is None or rate == "inf" or (isinstance(rate, float) and rate == math.inf):
+        return math.inf
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
+        raise _bad(path, "top level", "request_rate", rate, "must be a finite number of requests/s > 0, or 'inf'")
+    return float(rate)
 
 
 def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
     lists = {key: data.get(key) for key in ("input_lens", "output_lens", "ttfts", "itls")}
     for key, value in lists.items():
         if not isinstance(value, list) or len(value) != len(lists["input_lens"] or []):
-            raise ValueError(f"{path}: field {key!r} must be a list with one entry per request")
-    rate = data.get("request_rate", "inf")
-    rate = float("inf") if rate in (None, "inf") else float(rate)
+            raise TraceError(f"{path}: field {key!r} must be a list with one entry per request")
+    rate = _request_rate(data, path)
+    errors = data.get("errors")
+    if errors is not None and (not isinstance(errors, list) or len(errors) != len(lists["input_lens"])):
+        raise TraceError(f"{path}: field 'errors' must be a list with one entry per request")
+    ok = [i for i in range(len(lists["input_lens"])) if not (errors and errors[i])]
     n = len(lists["input_lens"])
-    arrivals = np.zeros(n) if math.isinf(rate) else np.arange(n) / rate
+    arrivals = np.zeros(n) if math.isinf(rate) else np.arange(n) / rate  # failed requests loaded it too
+    ttfts = _numbers(lists["ttfts"], text=False)
     e2e = []
-    for i, (ttft, itl) in enumerate(zip(lists["ttfts"], lists["itls"], strict=True)):
+    for i in ok:
+        itl = lists["itls"][i]
         if not isinstance(itl, list):
-            raise ValueError(f"{path}: request {i + 1}: field 'itls' must be a list of seconds")
-        e2e.append(float(ttft) + float(sum(itl)))
-    frame = pd.DataFrame({"arrival_time_s": arrivals, "prompt_tokens": lists["input_lens"],
-                          "output_tokens": lists["output_lens"], "ttft_s": lists["ttfts"], "e2e_s": e2e})
-    return _finish(frame, path, "vLLM benchmark_serving result")
+            raise _bad(path, f"request {i + 1}", "itls", itl, "must be a list of seconds")
+        gaps = _numbers(itl, text=False)
+        with np.errstate(invalid="ignore"):
+            wrong = ~(np.isfinite(gaps) & (gaps >= 0))
+        if wrong.any():
+            j = int(np.argmax(wrong))
+            raise _bad(path, f"request {i + 1}", f"itls[{j}]", itl[j], "must be a finite number of seconds >= 0")
+        e2e.append(ttfts[i] + float(gaps.sum()))
+    raw = {col: pd.Series([lists[key][i] for i in ok], dtype=object)  # as written: true stays a boolean
+           for col, key in (("prompt_tokens", "input_lens"), ("output_tokens", "output_lens"), ("ttft_s", "ttfts"))}
+    frame = pd.DataFrame({"arrival_time_s": arrivals[ok], **raw, "e2e_s": e2e})
+    names = {"prompt_tokens": "input_lens", "output_tokens": "output_lens", "ttft_s": "ttfts", "e2e_s": "itls",
+             "arrival_time_s": "request_rate"}
+    return _finish(frame, path, "vLLM benchmark_serving result", lambda i: f"request {ok[i] + 1}", names=names,
+                   skipped={"failed (an entry in 'errors')": n - len(ok)})
 
 
-def _guidellm_request(req: dict, where: str) -> dict:
+def _guidellm_request(req: object, where: str) -> dict:
+    if not isinstance(req, dict):
+        raise TraceError(f"{where}: must be an object (one request), got {_shown(req)}")
+
     def num(*keys: str) -> float | None:
         for key in keys:
             value = req.get(key)
@@ -116,45 +294,67 @@ def _guidellm_request(req: dict, where: str) -> dict:
     for name, value in (("start_time", start), ("time to first token", ttft), ("latency", e2e),
                         ("prompt_tokens", prompt), ("output_tokens", output)):
         if value is None:
-            raise ValueError(f"{where}: field {name!r} is missing")
+            raise TraceError(f"{where}: field {name!r} is missing or not a number")
     return {"arrival_time_s": start, "prompt_tokens": prompt, "output_tokens": output, "ttft_s": ttft,
             "e2e_s": e2e}
 
 
 def _guidellm(data: dict, path: Path) -> MeasuredRun:
-    rows = []
-    for b, bench in enumerate(data.get("benchmarks") or []):
+    benchmarks = data.get("benchmarks")
+    if not isinstance(benchmarks, list):
+        raise _bad(path, "top level", "benchmarks", benchmarks, "must be a list of benchmarks")
+    rows, locations = [], []
+    skipped = {"errored": 0, "incomplete": 0, SAMPLED: 0}
+    for b, bench in enumerate(benchmarks):
+        if not isinstance(bench, dict):
+            raise TraceError(f"{path}: benchmarks[{b}]: must be an object (one benchmark), got {_shown(bench)}")
         requests = bench.get("requests", {})
         successful = requests.get("successful") if isinstance(requests, dict) else None
         if not isinstance(successful, list):
-            raise ValueError(f"{path}: benchmarks[{b}]: field 'requests.successful' must be a list")
+            raise TraceError(f"{path}: benchmarks[{b}]: field 'requests.successful' must be a list")
+        listed = {"successful": len(successful)}
+        for status in ("errored", "incomplete"):
+            others = requests.get(status) or []
+            if not isinstance(others, list):
+                raise TraceError(f"{path}: benchmarks[{b}]: field 'requests.{status}' must be a list")
+            listed[status] = len(others)
+            skipped[status] += len(others)
+        totals = bench.get("request_totals")
+        if isinstance(totals, dict):  # guidellm's --output-sampling keeps a sample of each status's requests
+            skipped[SAMPLED] += sum(
+                max(0, int(totals[s]) - count) for s, count in listed.items()
+                if isinstance(totals.get(s), (int, float)) and not isinstance(totals.get(s), bool))
         args = bench.get("args", {}) if isinstance(bench.get("args"), dict) else {}
         strategy = args.get("strategy", {}) if isinstance(args.get("strategy"), dict) else {}
         phase = str(strategy.get("type_", strategy.get("type", f"benchmark-{b}")))
-        if "rate" in strategy:
-            phase += f"@{strategy['rate']:.3g}"
+        rate = strategy.get("rate")
+        if rate is not None:
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+                raise _bad(path, f"benchmarks[{b}]", "args.strategy.rate", rate, "must be a number of requests/s")
+            phase += f"@{rate:.3g}"
         for r, req in enumerate(successful):
-            row = _guidellm_request(req, f"{path}: benchmarks[{b}].requests.successful[{r}]")
-            rows.append(row | {"phase": phase})
-    if not rows:
-        raise ValueError(f"{path}: no successful requests under 'benchmarks'")
-    return _finish(pd.DataFrame(rows), path, "guidellm results")
+            locations.append(f"benchmarks[{b}].requests.successful[{r}]")
+            rows.append(_guidellm_request(req, f"{path}: {locations[-1]}") | {"phase": phase})
+    columns = [*REQUIRED, "phase"]
+    names = {"arrival_time_s": "start_time", "ttft_s": "time to first token", "e2e_s": "latency"}
+    return _finish(pd.DataFrame(rows, columns=columns), path, "guidellm results", locations.__getitem__,
+                   names=names, skipped=skipped)
 
 
 def read_measured(path: str | Path) -> MeasuredRun:
     """Read a measured run from any of the three formats (JSON by its keys, anything else as CSV)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+        raise TraceError(f"{path}: no such file")
     if path.suffix.lower() != ".json":
         return _read_csv(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read JSON: {exc}") from None
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read JSON: {exc}") from None
     if isinstance(data, dict) and "input_lens" in data:
         return _benchmark_serving(data, path)
     if isinstance(data, dict) and "benchmarks" in data:
         return _guidellm(data, path)
-    raise ValueError(f"{path}: neither a vLLM benchmark_serving result (input_lens, ttfts, itls) nor guidellm "
+    raise TraceError(f"{path}: neither a vLLM benchmark_serving result (input_lens, ttfts, itls) nor guidellm "
                      "results (benchmarks)")

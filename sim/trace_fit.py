@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.cost_profiles import get_profile
 from sim.kernel.replica import cost_options
+from sim.kernel.summary import reject_category
 from sim.measured import MeasuredRun
 from sim.replay import METRICS, score, workload_of
 from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
@@ -62,6 +64,9 @@ class TraceFit:
     simulations: int
     seconds: float
     start_profile: str
+    rejected: dict[str, int]
+    """Scored requests the fitted simulation rejected, by reason (`reject_category`): they have no simulated
+    latency, so no score counts them, and the report must say so."""
 
 
 def split_halves(n: int, how: str = "random", seed: int = 0) -> np.ndarray:
@@ -102,6 +107,11 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     base = dict(get_profile(start_profile).coefficients)
     common = cost_options(config, model)
     train = split_halves(len(run.frame), holdout, seed) & run.scored
+    for label, half in (("training", train), ("held-out", ~train & run.scored)):
+        if not half.any():  # a score over no requests would print nan% as if it were a result
+            raise ValueError(f"{run.path}: the {label} half has no scored requests ({int(run.scored.sum())} "
+                             f"scored of {len(run.frame)}; warm-up requests are not scored): the run is too "
+                             "short to fit and check")
     ttft, decode = _targets(run.frame)
     names = tuple(fit)
     # One request's TTFT jumps by up to a step as its arrival falls before or after a step boundary, so
@@ -166,8 +176,10 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
                 break
     sim = req[list(METRICS)].reset_index(drop=True)
     heldout = ~train & run.scored
+    lost = req[req["rejected"].to_numpy(bool) & run.scored]
+    rejected = dict(Counter(reject_category(reason) for reason in lost["reject_reason"]).most_common())
     return TraceFit(coefficients(x), names, train, score(run.frame, sim, train), score(run.frame, sim, heldout),
-                    evals, time.monotonic() - started, start_profile)
+                    evals, time.monotonic() - started, start_profile, rejected)
 
 
 def _scores(table: pd.DataFrame) -> dict:
@@ -190,5 +202,6 @@ def trace_table(result: TraceFit, run: MeasuredRun, config: SimConfig, created: 
                 "fitted": list(result.fitted), "start_profile": result.start_profile,
                 "simulations": result.simulations, "seconds": round(result.seconds, 1),
                 "train": _scores(result.train_score), "heldout": _scores(result.heldout_score),
+                "rejected": result.rejected,
                 "metrics": [m.removesuffix("_s") for m in METRICS]},
     }

@@ -10,6 +10,7 @@ named cost profiles. Both fits write a ``kvsim-calibration`` table that ``--cali
 from __future__ import annotations
 
 import json
+import math
 
 import click
 
@@ -37,6 +38,22 @@ def _list_profiles() -> None:
                                               if tables else "none"))
 
 
+def _check_fit_options(opts: dict) -> None:
+    """The fit's own options, before the file is read. A NaN or negative --time-limit would stop the search
+    after its first simulation without a word; the fit starts from a named profile's coefficients only
+    (`sim.trace_fit` looks the name up), so a calibration table is refused here with a message that says so,
+    rather than by the profile lookup, whose message offers tables (they work for --cost-profile)."""
+    from sim.kernel.cost_profiles import PROFILES
+
+    limit = opts["time_limit"]
+    if not 0 < limit < math.inf:
+        raise ValueError(f"--time-limit must be a finite number of seconds > 0, got {limit!r}")
+    if opts["start_profile"] not in PROFILES:
+        raise ValueError(f"--start-profile must be a named profile ({', '.join(PROFILES)}), got "
+                         f"{opts['start_profile']!r}; a calibration table cannot be the fit's start (use it with "
+                         "--calibration or --cost-profile)")
+
+
 def _from_trace(path: str, opts: dict) -> None:
     from sim.kernel.config import SimConfig
     from sim.measured import read_measured
@@ -46,6 +63,7 @@ def _from_trace(path: str, opts: dict) -> None:
               "block_size", "tensor_parallel", "gpu_memory_utilization", "kv_cache_dtype", "prefix_caching",
               "chunked_prefill", "watermark", "seed", "catalog")
     try:
+        _check_fit_options(opts)
         if opts["gpu"] is None:
             raise ValueError("--from-trace needs --gpu (the catalog GPU the run was measured on)")
         config = SimConfig(**{k: opts[k] for k in fields if opts[k] is not None})
@@ -70,6 +88,9 @@ def _from_trace(path: str, opts: dict) -> None:
         rows = part[part["phase"] == "all"]
         click.echo(f"  {label} ({int(rows['requests'].max())} requests): " + ", ".join(
             f"{r.metric} MAPE {r.mape:.1%} bias {r.bias:+.1%}" for r in rows.itertuples()))
+    if result.rejected:  # no simulated latency: left out of both scores, never silently
+        click.echo(f"  {sum(result.rejected.values())} scored request(s) rejected by the simulation, left out of "
+                   "the scores: " + "; ".join(f"{n} x {why}" for why, n in result.rejected.items()))
     if opts["as_json"]:
         click.echo(json.dumps(table))
     click.echo(f"wrote {out} (use it with --calibration or --cost-profile)")
