@@ -180,11 +180,15 @@ class SimConfig:
         if self.arrivals is not None and self.rate is not None:
             raise ValueError("give --rate (Poisson arrivals at that rate) or --arrivals (a spec such as "
                              "'trace:rate=4' or 'gamma:rate=2,cv=3'), not both")
-        if self.cost_profile is not None:
+        if self.cost_profile is not None or self.calibration is not None:
+            from sim.kernel.calibrated_cost import coefficients_from_table, read_calibration
             from sim.kernel.cost_profiles import get_profile, is_table_path
 
-            if not is_table_path(self.cost_profile):
+            if self.cost_profile is not None and not is_table_path(self.cost_profile):
                 get_profile(self.cost_profile)
+            for table in (self.calibration, self.cost_profile):  # a bad table fails here, before a run (or
+                if table is not None and is_table_path(table):  # a sweep's every point) prints anything
+                    coefficients_from_table(read_calibration(table), table)
         if self.router not in ROUTERS:
             raise ValueError(f"--router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
         for name in ("router_load_weight", "router_kv_overlap_score_weight"):
