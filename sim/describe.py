@@ -27,6 +27,8 @@ def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:
     """One line: workload and request count, model and GPU, KV capacity (with the KV dtype unless ``auto``)
     and its source."""
     dtype = "" if cap.model.kv_cache_dtype == "auto" else f" of {cap.model.kv_cache_dtype} KV"
+    fleet = f"{config.replicas} replicas of " if config.replicas > 1 else ""  # capacity is each replica's own
+    each = " per replica" if config.replicas > 1 else ""
     return (f"workload {getattr(workload, 'name', 'workload')} ({len(workload):,} requests); "
-            f"{cap.model.name} on {cap.tensor_parallel} x {cap.gpu.name}; KV capacity {cap.kv_gib:.2f} GiB "
-            f"= {cap.kv_tokens:,} token slots{dtype}, {capacity_source(cap, config)}")
+            f"{fleet}{cap.model.name} on {cap.tensor_parallel} x {cap.gpu.name}; KV capacity{each} "
+            f"{cap.kv_gib:.2f} GiB = {cap.kv_tokens:,} token slots{dtype}, {capacity_source(cap, config)}")

@@ -69,6 +69,7 @@ def trace_stats(workload: Workload) -> dict:
         "prefix_reuse_basis": basis,
         "closed_loop_users": closed.users if closed else None,
         "sessions": len(np.unique(sessions)),
+        "session_turns": len(sessions),  # rows in a session: a trace may mix them with single requests
         "released_turns": int(released.sum()),
         "think_time_mean_s": (closed.think_time_s if closed else
                               float(workload.think_time_s[released].mean()) if released.any() else None),

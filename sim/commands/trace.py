@@ -69,7 +69,7 @@ def format_stats(stats: dict) -> str:
         lines.append(f"closed loop of {stats['closed_loop_users']} users, think time {stats['think_time_mean_s']:g} s "
                      "(arrival times come from the simulation)")
     if stats["sessions"]:
-        lines.append(f"{stats['sessions']:,} sessions, {stats['rows'] / stats['sessions']:.1f} turns each on average"
+        lines.append(f"{stats['sessions']:,} sessions, {stats['session_turns'] / stats['sessions']:.1f} turns each on average"
                      + (f"; {stats['released_turns']:,} later turns arrive when their previous turn ends, after a "
                         f"think time of {stats['think_time_mean_s']:g} s on average" if stats["released_turns"] else ""))
     return "\n".join(lines)

@@ -158,10 +158,11 @@ def format_summary(summary: dict) -> str:
         if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
             text = "; ".join(f"{name}: " + ", ".join(f"{k[:-5]} {v:.4g}" for k, v in shares.items())
                              for name, shares in value.items())  # kv_groups
-        elif isinstance(value, dict):  # rejected_reasons: shown only when something was rejected
-            if not value:
+        elif isinstance(value, dict):  # counts by reason (rejected_reasons), or flag -> why (ignored_settings):
+            if not value:  # shown only when there is something to say
                 continue
-            text = "; ".join(f"{count} x {name}" for name, count in value.items())
+            text = "; ".join(f"{count} x {name}" if isinstance(count, int) else f"{name}: {count}"
+                             for name, count in value.items())
         elif isinstance(value, float):
             text = "nan" if math.isnan(value) else f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
         elif value is None:

@@ -92,3 +92,21 @@ def test_help_and_sample_sources_explain_the_full_traces(monkeypatch, tmp_path):
     source = load_preset("azure-conv", num_requests=10).source
     assert "not found" not in source
     assert "github.com/Azure/AzurePublicDataset" in source and "$KVSIM_TRACES" in source
+
+
+def test_the_summary_table_says_each_ignored_setting_and_why():
+    """``ignored_settings`` maps a flag to why it changed nothing; the table writes ``flag: why``, not the
+    ``count x reason`` of the counts beside it."""
+    result = CliRunner().invoke(main, ["run", "--preset", "sharegpt-demo", "--num-requests", "30",
+                                       "--page-size-kib", "64"])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("ignored_settings"))
+    assert line.split(None, 1)[1] == "--page-size-kib 64: only vattention maps pages; paged does not"
+
+
+def test_a_fleet_says_its_capacity_is_each_replicas():
+    result = CliRunner().invoke(main, ["run", "--preset", "sharegpt-demo", "--num-requests", "30", "--replicas",
+                                       "2"])
+    assert result.exit_code == 0, result.output
+    assert "; 2 replicas of opt-13b on 1 x a100-40gb; KV capacity per replica 11.11 GiB = 14,565 token" \
+        in result.output

@@ -40,3 +40,14 @@ def test_bad_session_rows_are_one_line_errors(tmp_path):
             assert result.exit_code == 2, result.output
             assert result.output.startswith("Error: ") and result.output.count("\n") == 1
             assert f"{name}: {message}" in result.output
+
+
+def test_turns_per_session_count_only_rows_in_a_session(tmp_path):
+    """A trace may mix sessions with single requests: one session of two turns among two single requests is
+    2.0 turns a session, not 4 rows over 1 session."""
+    path = tmp_path / "mixed.csv"
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens,session_id,turn,think_time_s\n"
+                    "0,100,50,0,0,\n1,300,50,0,1,1\n2,100,50,,,\n3,100,50,,,\n")
+    result = _invoke(["trace", "stats", path])
+    assert result.exit_code == 0, result.output
+    assert "1 sessions, 2.0 turns each on average" in result.output
