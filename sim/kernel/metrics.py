@@ -109,9 +109,12 @@ class Recorder:
 
     def describe_pool(self, slots_per_token: int, group_names: tuple[str, ...]) -> None:
         """Say how the pool counts (`Allocator.slots_per_token`, ``group_names``): a hybrid pool's step rows
-        and integrals scale the lag by it and get per-group columns."""
+        and integrals scale the lag by it and get per-group columns (registered now, so that a run that ends
+        at time 0, every request rejected, still reports its groups)."""
         self.memory.slots_per_token = slots_per_token
         self.group_names = group_names
+        for name in group_names:
+            self.memory.groups.setdefault(name, [0.0] * len(GROUP_KEYS))
 
     def finish(self, group, t: float) -> None:
         i = group.index

@@ -83,6 +83,15 @@ def test_memory_is_reported_per_group_and_in_total(hybrid_model):
     assert steps["full_used_blocks"].max() * 3 > steps["sliding_window_used_blocks"].max()
 
 
+def test_a_run_that_ends_at_time_zero_still_reports_its_groups(hybrid_model):
+    """Every request rejected on arrival at t = 0: no time passes, but the pool is still a hybrid one, so the
+    summary keeps ``kv_capacity_slots`` and ``kv_groups`` (with no shares: nothing was integrated)."""
+    w = Workload(arrival_time_s=np.zeros(1), prompt_tokens=np.array([50_000]), output_tokens=np.array([10]))
+    s = run_simulation(config(hybrid_model), w).summary
+    assert s["rejected"] == 1 and s["sim_time_s"] == 0.0
+    assert s["kv_capacity_slots"] == 160_000 and s["kv_groups"] == {"sliding_window": {}, "full": {}}
+
+
 def test_windows_run_more_requests_at_once_than_full_attention(hybrid_model):
     """The same memory, the same long prompts: freeing what falls out of the 256-token windows lets more
     requests decode together than allocating every layer for every token."""
