@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workloads.errors import TraceError, TraceWarning
+from workloads.errors import TraceError, TraceWarning, show_value
+from workloads.readers.containers import csv_frame
 
 REQUIRED = ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
 TOKENS = ("prompt_tokens", "output_tokens")
@@ -67,20 +68,10 @@ class MeasuredRun:
         return ~self.frame["warmup"].to_numpy(bool)
 
 
-def _shown(value: object) -> str:
-    """The value as the file wrote it (numpy scalars as plain numbers), cut short for a one-line message."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and value.is_integer():  # pandas reads a column with a blank as floats
-        value = int(value)
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _bad(path: Path, where: str, name: str, value: object, problem: str) -> TraceError:
     """The one error of this module: ``FILE: WHERE: field 'F': bad value V (problem)``, which the CLI prints
     as its one ``Error:`` line."""
-    return TraceError(f"{path}: {where}: field '{name}': bad value {_shown(value)} ({problem})")
+    return TraceError(f"{path}: {where}: field '{name}': bad value {show_value(value)} ({problem})")
 
 
 def _numbers(values: Sequence | pd.Series, text: bool) -> np.ndarray:
@@ -204,9 +195,7 @@ def _skipped_text(skipped: dict[str, int]) -> str:
 
 def _read_csv(path: Path) -> MeasuredRun:
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", pd.errors.ParserWarning)
-            frame = pd.read_csv(path, encoding="utf-8-sig", index_col=False)
+        frame, _ = csv_frame(path, encoding="utf-8-sig")
     except pd.errors.EmptyDataError:
         raise TraceError(f"{path}: empty file (a measured run needs the header "
                          f"{','.join(REQUIRED)})") from None
@@ -216,10 +205,6 @@ def _read_csv(path: Path) -> MeasuredRun:
             header, line, saw = found.groups()
             raise TraceError(f"{path}: line {line}: {saw} fields, the header names {header}") from None
         raise TraceError(f"{path}: cannot read as CSV: {str(exc).splitlines()[-1].strip()}") from None
-    if any("Length of header" in str(w.message) for w in caught):  # every row longer than the header: pandas
-        # would take the first column as an index and shift the fields left; told not to, it drops the extras
-        raise TraceError(f"{path}: line 2: more fields than the header names ({len(frame.columns)}): a trailing "
-                         "comma, or a column without a header name")
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise TraceError(f"{path}: missing column(s) {', '.join(missing)} (a measured run needs "
@@ -274,7 +259,7 @@ def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
 
 def _guidellm_request(req: object, where: str) -> dict:
     if not isinstance(req, dict):
-        raise TraceError(f"{where}: must be an object (one request), got {_shown(req)}")
+        raise TraceError(f"{where}: must be an object (one request), got {show_value(req)}")
 
     def num(*keys: str) -> float | None:
         for key in keys:
@@ -307,7 +292,7 @@ def _guidellm(data: dict, path: Path) -> MeasuredRun:
     skipped = {"errored": 0, "incomplete": 0, SAMPLED: 0}
     for b, bench in enumerate(benchmarks):
         if not isinstance(bench, dict):
-            raise TraceError(f"{path}: benchmarks[{b}]: must be an object (one benchmark), got {_shown(bench)}")
+            raise TraceError(f"{path}: benchmarks[{b}]: must be an object (one benchmark), got {show_value(bench)}")
         requests = bench.get("requests", {})
         successful = requests.get("successful") if isinstance(requests, dict) else None
         if not isinstance(successful, list):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.cost_profiles import get_profile
 from sim.kernel.replica import cost_options
-from sim.kernel.summary import reject_category
+from sim.kernel.summary import rejected_reasons
 from sim.measured import MeasuredRun
 from sim.replay import METRICS, score, workload_of
 from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
@@ -65,7 +64,7 @@ class TraceFit:
     seconds: float
     start_profile: str
     rejected: dict[str, int]
-    """Scored requests the fitted simulation rejected, by reason (`reject_category`): they have no simulated
+    """Scored requests the fitted simulation rejected, by reason (`rejected_reasons`): they have no simulated
     latency, so no score counts them, and the report must say so."""
 
 
@@ -107,7 +106,8 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     base = dict(get_profile(start_profile).coefficients)
     common = cost_options(config, model)
     train = split_halves(len(run.frame), holdout, seed) & run.scored
-    for label, half in (("training", train), ("held-out", ~train & run.scored)):
+    heldout = ~train & run.scored
+    for label, half in (("training", train), ("held-out", heldout)):
         if not half.any():  # a score over no requests would print nan% as if it were a result
             raise ValueError(f"{run.path}: the {label} half has no scored requests ({int(run.scored.sum())} "
                              f"scored of {len(run.frame)}; warm-up requests are not scored): the run is too "
@@ -175,9 +175,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
             if lam > 1e6:
                 break
     sim = req[list(METRICS)].reset_index(drop=True)
-    heldout = ~train & run.scored
-    lost = req[req["rejected"].to_numpy(bool) & run.scored]
-    rejected = dict(Counter(reject_category(reason) for reason in lost["reject_reason"]).most_common())
+    rejected = rejected_reasons(req["reject_reason"][req["rejected"].to_numpy(bool) & run.scored])
     return TraceFit(coefficients(x), names, train, score(run.frame, sim, train), score(run.frame, sim, heldout),
                     evals, time.monotonic() - started, start_profile, rejected)
 

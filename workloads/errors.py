@@ -23,12 +23,12 @@ def row_error(path: object, where: str, field: str, problem: str, value: object 
               skippable: bool = True) -> TraceError:
     """Build the standard message: ``FILE: line N: field 'F': problem (got V)``, with the hint to skip bad rows
     unless skipping cannot help (a workload-wide value)."""
-    got = "" if value is None else f" (got {_show(value)})"
+    got = "" if value is None else f" (got {show_value(value)})"
     hint = f" {SKIP_HINT}" if skippable else ""
     return TraceError(f"{path}: {where}: field '{field}': {problem}{got}{hint}")
 
 
-def _show(value: object) -> str:
+def show_value(value: object) -> str:
     """The value as the file wrote it: numpy scalars as plain numbers (``0``, not ``np.float64(0.0)``)."""
     if type(value).__module__ == "numpy" and hasattr(value, "item"):
         value = value.item()

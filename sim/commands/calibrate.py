@@ -56,6 +56,7 @@ def _check_fit_options(opts: dict) -> None:
 
 def _from_trace(path: str, opts: dict) -> None:
     from sim.kernel.config import SimConfig
+    from sim.kernel.summary import counts_text
     from sim.measured import read_measured
     from sim.trace_fit import fit_trace, trace_table
 
@@ -90,7 +91,7 @@ def _from_trace(path: str, opts: dict) -> None:
             f"{r.metric} MAPE {r.mape:.1%} bias {r.bias:+.1%}" for r in rows.itertuples()))
     if result.rejected:  # no simulated latency: left out of both scores, never silently
         click.echo(f"  {sum(result.rejected.values())} scored request(s) rejected by the simulation, left out of "
-                   "the scores: " + "; ".join(f"{n} x {why}" for why, n in result.rejected.items()))
+                   f"the scores: {counts_text(result.rejected)}")
     if opts["as_json"]:
         click.echo(json.dumps(table))
     click.echo(f"wrote {out} (use it with --calibration or --cost-profile)")

@@ -122,12 +122,14 @@ def skipped_rows_text(count: Any, reasons: Any) -> str:
     """``3 (1 x line: wrong number of fields; 2 x prompt_tokens: ...)``: a summary's ``skipped_rows`` and
     ``skipped_reasons`` (a dict, or its JSON text in a results table) in the notation of `kvsim run`'s summary
     table (`sim.kernel.summary.format_summary`), so every command says the same of the same rows."""
+    from sim.kernel.summary import counts_text
+
     if isinstance(reasons, str):
         try:
             reasons = json.loads(reasons)
         except ValueError:  # a table edited by hand: its text as it is, not a traceback after the run
             return f"{int(count)} ({reasons})"
-    why = "; ".join(f"{n} x {reason}" for reason, n in (reasons if isinstance(reasons, dict) else {}).items())
+    why = counts_text(reasons if isinstance(reasons, dict) else {})
     return f"{int(count)} ({why})" if why else str(int(count))
 
 

@@ -46,6 +46,12 @@ def rejection_warning(summary: dict) -> str | None:
     return f"Warning: {name}: {summary['rejected']} of {summary['requests']} requests rejected ({count}: {top}{others})"
 
 
+def counts_text(counts: dict[str, int]) -> str:
+    """``3 x reason; 1 x other``: counts by reason (rejections, skipped rows), as every table and report of
+    the command line writes them."""
+    return "; ".join(f"{count} x {reason}" for reason, count in counts.items())
+
+
 def rejected_reasons(reasons) -> dict[str, int]:
     """Rejections by category (`reject_category`), most frequent first, ties by name: deterministic."""
     counts: dict[str, int] = {}
@@ -161,8 +167,8 @@ def format_summary(summary: dict) -> str:
         elif isinstance(value, dict):  # counts by reason (rejected_reasons), or flag -> why (ignored_settings):
             if not value:  # shown only when there is something to say
                 continue
-            text = "; ".join(f"{count} x {name}" if isinstance(count, int) else f"{name}: {count}"
-                             for name, count in value.items())
+            text = (counts_text(value) if all(isinstance(v, int) for v in value.values())
+                    else "; ".join(f"{name}: {why}" for name, why in value.items()))
         elif isinstance(value, float):
             text = "nan" if math.isnan(value) else f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
         elif value is None:

@@ -43,25 +43,32 @@ def csv_header(path: Path, head: bytes) -> list[str]:
     return names
 
 
+def csv_frame(path: Path, **options) -> tuple[pd.DataFrame, list]:
+    """``pd.read_csv(path, **options)`` with parser warnings caught (returned, for the lines a caller told
+    pandas to skip) and rows longer than the header refused: pandas would take the first column as an index
+    and shift the fields left; told not to (``index_col=False``), it would drop the extras. pandas' own
+    errors propagate to the caller, which knows what to call them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", pd.errors.ParserWarning)
+        frame = pd.read_csv(path, index_col=False, **options)
+    if any("Length of header" in str(w.message) for w in caught):
+        raise TraceError(f"{path}: line 2: more fields than the header names ({len(frame.columns)}): a trailing "
+                         "comma, or a column without a header name")
+    return frame, caught
+
+
 def read_csv(path: Path, wanted: dict[str, str], hash_field: str | None, skip: bool) -> tuple:
     """Columns ``{field: values}`` for ``wanted`` (field -> file column), line numbers, hashes, skips."""
     dtype = {wanted[hash_field]: str} if hash_field in wanted else None
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", pd.errors.ParserWarning)
-            frame = pd.read_csv(path, skip_blank_lines=False, on_bad_lines="warn" if skip else "error",
-                                encoding="utf-8-sig", encoding_errors="replace", dtype=dtype,
-                                low_memory=False, index_col=False)
+        frame, caught = csv_frame(path, skip_blank_lines=False, on_bad_lines="warn" if skip else "error",
+                                  encoding="utf-8-sig", encoding_errors="replace", dtype=dtype, low_memory=False)
     except pd.errors.EmptyDataError as exc:
         raise TraceError(f"{path}: empty file (no header line)") from exc
     except (pd.errors.ParserError, ValueError, OverflowError) as exc:
         found = re.search(r"line (\d+)", str(exc))
         where = f"line {found.group(1)}" if found else "parse error"
         raise TraceError(f"{path}: {where}: {str(exc).splitlines()[-1].strip()} {SKIP_HINT}") from exc
-    if any("Length of header" in str(w.message) for w in caught):  # every row longer than the header: pandas
-        # would take the first column as an index and shift the fields left; told not to, it drops the extras
-        raise TraceError(f"{path}: line 2: more fields than the header names ({len(frame.columns)}): a trailing "
-                         "comma, or a column without a header name")
     skipped_lines = sorted(int(m) for w in caught for m in re.findall(r"Skipping line (\d+)", str(w.message)))
     rows = len(frame)
     lines = np.arange(2, rows + len(skipped_lines) + 2, dtype=np.int64)
