@@ -7,7 +7,9 @@ output_tokens, ttft_s, e2e_s, tpot_s, phase, warmup`` and, where given, ``prefix
   ``phase``, ``warmup`` 0/1 or true/false, ``prefix_group`` (a whole number >= 0 or a group name, blank for
   none), ``prefix_len``); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
 - vLLM's ``benchmark_serving.py --save-result`` JSON: per-request lists ``input_lens``, ``output_lens``,
-  ``ttfts`` and ``itls`` (E2E = TTFT + the sum of the request's ITLs); it records no arrival times, so its
+  ``ttfts`` and ``itls`` in seconds (E2E = TTFT + the sum of the request's ITLs; lists in milliseconds are
+  refused where the file's own ``duration``, ``mean_ttft_ms`` or ``mean_e2el_ms`` shows them to be, see
+  `_in_seconds`, and cannot be told apart otherwise); it records no arrival times, so its
   requests are taken to arrive at ``request_rate`` (Poisson is not reproducible without its seed: evenly
   spaced; all at 0 when the rate is ``inf``), which the fit replays. A request with an entry in ``errors``
   failed (vLLM records it with ``output_lens`` 0) and is left out. ``itls`` holds one gap per streamed chunk
@@ -248,6 +250,7 @@ def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
             j = int(np.argmax(wrong))
             raise _bad(path, f"request {i + 1}", f"itls[{j}]", itl[j], "must be a finite number of seconds >= 0")
         e2e.append(ttfts[i] + float(gaps.sum()))
+    _in_seconds(data, path, ttfts[ok], np.asarray(e2e) - ttfts[ok])
     raw = {col: pd.Series([lists[key][i] for i in ok], dtype=object)  # as written: true stays a boolean
            for col, key in (("prompt_tokens", "input_lens"), ("output_tokens", "output_lens"), ("ttft_s", "ttfts"))}
     frame = pd.DataFrame({"arrival_time_s": arrivals[ok], **raw, "e2e_s": e2e})
@@ -255,6 +258,33 @@ def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
              "arrival_time_s": "request_rate"}
     return _finish(frame, path, "vLLM benchmark_serving result", lambda i: f"request {ok[i] + 1}", names=names,
                    skipped={"failed (an entry in 'errors')": n - len(ok)})
+
+
+def _in_seconds(data: dict, path: Path, ttfts: np.ndarray, decode_s: np.ndarray) -> None:
+    """Refuse ``ttfts`` or ``itls`` in milliseconds (benchmark_serving writes seconds; a converted or
+    hand-made file may not), which would otherwise be fitted as a thousand times slower. Two tests only where
+    the file says so itself, never a guess from the values: a TTFT longer than the whole run's ``duration``
+    (seconds), and a mean that equals the file's own ``mean_ttft_ms`` or ``mean_e2el_ms`` instead of a
+    thousandth of it (the E2E mean, TTFT plus the ITLs' sum, tests the ``itls``)."""
+    ttfts, decode_s = ttfts[np.isfinite(ttfts)], decode_s[np.isfinite(decode_s)]  # others: `_finish` says why
+    if not len(ttfts):
+        return
+    duration = _positive(data.get("duration"))
+    if duration and ttfts.max() > duration:
+        raise TraceError(f"{path}: field 'ttfts' holds {ttfts.max():g}, longer than the run's 'duration' "
+                         f"{duration:g} s: are they milliseconds? benchmark_serving writes seconds")
+    for key, mean_key, mean in (("ttfts", "mean_ttft_ms", ttfts.mean()),
+                                ("itls", "mean_e2el_ms", ttfts.mean() + decode_s.mean())):
+        mean_ms = _positive(data.get(mean_key))
+        if mean_ms and 0.5 < mean / mean_ms < 2:  # seconds would give 1/1000
+            raise TraceError(f"{path}: field {key!r} is in milliseconds: its mean {mean:g} matches "
+                             f"'{mean_key}' {mean_ms:g}; benchmark_serving writes seconds")
+
+
+def _positive(value: object) -> float | None:
+    """A summary field of the file as a number > 0, else None (absent, null, text: it only informs a check)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+    return float(value) if ok else None
 
 
 def _guidellm_request(req: object, where: str) -> dict:

@@ -54,6 +54,22 @@ def _read_table(run_dir: Path, name: str, kind: str):
                      "(write a run directory with `kvsim run --out DIR`)")
 
 
+def summary_keys(kind: str) -> tuple[str, ...]:
+    """The summary values the figure ``kind`` draws: checked per file, since a frame of several runs' summaries
+    would hide one run's missing value as a gap in its bar."""
+    from sim.plots.style import SHARES
+
+    return {"breakdown": tuple(f"{s}_frac" for s in SHARES), "batch-sizes": ("mean_running",)}.get(kind, ())
+
+
+def _require_summary_keys(path: Path, summary: dict, kind: str) -> None:
+    """One error naming the summary file and the values the figure needs that it lacks (or holds as null)."""
+    missing = [key for key in summary_keys(kind) if summary.get(key) is None]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)}, which the {kind!r} figure draws "
+                         "(write a run directory with `kvsim run --out DIR`)")
+
+
 def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple[dict[str, dict], dict[str, dict]]:
     """Each run's summary and the named tables, keyed by allocator; runs that share an allocator are all keyed
     by their directory's name instead (compare's ``paged`` and ``paged-no-reuse``), or by their paths as given
@@ -64,6 +80,8 @@ def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple
         if not run_dir.is_dir():
             raise ValueError(f"{run_dir}: not a run directory (expected `kvsim run --out` output or a sweep table)")
     loaded = [_read_json(run_dir / "summary.json") for run_dir in run_dirs]
+    for run_dir, summary in zip(run_dirs, loaded, strict=True):
+        _require_summary_keys(run_dir / "summary.json", summary, kind)
     allocators = [str(summary.get("allocator", run_dir.name)) for summary, run_dir in zip(loaded, run_dirs, strict=True)]
     keys = []
     for allocator, run_dir in zip(allocators, run_dirs, strict=True):

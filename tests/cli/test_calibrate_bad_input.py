@@ -102,11 +102,28 @@ def _one_line_error(result, *expected: str) -> str:
     ("bs_bool.json", _bench(input_lens=[True, 200, 150, 120]),
      ["bs_bool.json: request 1: field 'input_lens': bad value True"]),
     ("m_zero.csv", f"{HEADER}\n{GOOD_ROWS}3,100,10,0,0\n", ["m_zero.csv: row 4: field 'ttft_s': bad value 0 (must be > 0)"]),
+    # milliseconds where benchmark_serving writes seconds, told by the file's own duration and summary means
+    ("bs_ms_duration.json", _bench(ttfts=[50, 60, 50, 50], duration=3.5),
+     ["bs_ms_duration.json: field 'ttfts' holds 60, longer than the run's 'duration' 3.5 s: are they milliseconds?"]),
+    ("bs_ms_mean.json", _bench(ttfts=[50, 60, 50, 50], mean_ttft_ms=52.5),
+     ["bs_ms_mean.json: field 'ttfts' is in milliseconds: its mean 52.5 matches 'mean_ttft_ms' 52.5"]),
+    ("bs_itls_ms.json", _bench(itls=[[20.0] * len(gaps) for gaps in ITLS], mean_e2el_ms=265.0),
+     ["bs_itls_ms.json: field 'itls' is in milliseconds: its mean 265.053 matches 'mean_e2el_ms' 265"]),
     # one request cannot be split into a half to fit and a half to score
     ("m_one.csv", f"{HEADER}\n0,100,10,0.1,0.5\n", ["m_one.csv: 1 request(s) besides warm-up; a fit needs at least 2"]),
 ])
 def test_bad_measured_run_is_one_line_naming_file_row_and_field(tmp_path, name, text, expected):
     _one_line_error(_calibrate(tmp_path, name, text), *expected)
+
+
+def test_seconds_with_the_summary_fields_of_benchmark_serving_read_as_seconds(tmp_path):
+    from sim.measured import read_measured
+
+    path = tmp_path / "bs.json"
+    path.write_text(_bench(duration=3.5, mean_ttft_ms=52.5, mean_e2el_ms=317.5))
+    frame = read_measured(path).frame
+    assert frame["ttft_s"].tolist() == [0.05, 0.06, 0.05, 0.05]
+    assert frame["e2e_s"].mean() == pytest.approx(0.3175)
 
 
 def test_fit_options_are_checked(tmp_path):

@@ -32,7 +32,7 @@ def _one_error_line(result) -> str:
 
 def _run_dir(tmp_path, summary, memory: str | None = None):
     run = tmp_path / "run"
-    run.mkdir()
+    run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps(summary))
     if memory is not None:
         (run / "memory.csv").write_text(memory)
@@ -52,6 +52,21 @@ def test_plot_memory_map_names_the_memory_table_it_rejects(tmp_path):
     line = _one_error_line(_invoke(["plot", run, "--kind", "memory-map", "--out", tmp_path / "m.png"]))
     assert f"memory table {run / 'memory.csv'} lacks column(s)" in line
     assert "'time_s'" in line and "it has ['a', 'b']" in line
+
+
+@pytest.mark.parametrize("kind, key", [("breakdown", "free_frac"), ("batch-sizes", "mean_running")])
+def test_plot_names_the_summary_that_lacks_a_value_the_figure_draws(tmp_path, kind, key):
+    # Beside a complete run, a summary without the value drew a bar with a gap; alone, the error named
+    # "summaries" and listed sixty keys, not the file.
+    from sim.plots.style import SHARES
+
+    whole = {"allocator": "paged", "mean_running": 3.0, **{f"{s}_frac": 1 / len(SHARES) for s in SHARES}}
+    good = _run_dir(tmp_path / "a", whole)
+    bad = _run_dir(tmp_path / "b", {k: v for k, v in whole.items() if k != key} | {"allocator": "radix"})
+    line = _one_error_line(_invoke(["plot", good, bad, "--kind", kind, "--out", tmp_path / "x.png"]))
+    assert line == (f"Error: {bad / 'summary.json'}: no {key}, which the {kind!r} figure draws "
+                    "(write a run directory with `kvsim run --out DIR`)")
+    assert _invoke(["plot", good, "--kind", kind, "--out", tmp_path / "x.png"]).exit_code == 0
 
 
 def test_plot_of_a_trace_says_it_is_not_a_sweep_table(tmp_path):
