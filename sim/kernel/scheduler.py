@@ -244,7 +244,9 @@ class Scheduler:
                 join_context += len(group.seq_ids) * (group.prompt + step - group.base)
         beam_seqs, beam_context = self.beams.decoders(self.running, self.joiners, step)
         if self.beams.groups:
-            plan.eager_appended = sum(g.num_seqs for g in self.running if g.beam and g.base >= 0)
+            # beams that joined this step (their prefill ended in it) append their first token next step
+            plan.eager_appended = sum(g.num_seqs for g in self.running
+                                      if g.beam and g.base >= 0 and g not in self.joiners)
         plan.lag_offset = join_seqs + self.deferred_seqs
         plan.decode_seqs = decode.n - join_seqs - self.deferred_seqs + beam_seqs
         # a decoder attends to the token it feeds this step too (its slot is part of the step's growth)

@@ -110,6 +110,22 @@ def test_static_batches_wait_for_the_whole_batch():
     assert (steps.loc[steps["prefill_tokens"] > 0, "decode_seqs"] == 0).all()
 
 
+@pytest.mark.parametrize("allocator, first_rows", [
+    # 4 beams of a 100-token prompt, block size 16: paged copies the prompt to every beam (4 x 7 blocks);
+    # copy-on-write shares its 7 blocks, the tail of 4 tokens frozen for all until each copies it (step 1)
+    ("paged", [(400, 48, 0, 28), (400, 48, 0, 28), (404, 44, 0, 28)]),
+    ("paged-cow", [(100, 12, 336, 7), (112, 48, 288, 10), (116, 44, 288, 10)]),
+])
+def test_beam_rows_count_the_prompt_as_token_states_in_its_prefill_step(allocator, first_rows):
+    # The prefill step's row took one slot per beam off the token states (a decoding beam's eagerly appended
+    # token, which beams that only joined that step have not appended): 96 of paged-cow's 100 prompt tokens.
+    w = workload([0.0], [100], [50], beam_width=np.array([4]))
+    steps = run_simulation(SimConfig(allocator=allocator, kv_tokens=16000, step_time=0.01), w).steps
+    columns = ["token_states", "reservation", "shared_saved", "used_blocks"]
+    assert [tuple(row) for row in steps[columns].head(3).itertuples(index=False)] == first_rows
+    assert steps["prefill_tokens"].tolist()[:2] == [100, 0] and steps["decode_seqs"].tolist()[:2] == [0, 4]
+
+
 @pytest.mark.parametrize("kind", ["n", "beam_width"])
 def test_sharing_saves_memory_with_copy_on_write(kind):
     w = poisson(40, 2.0, **{kind: np.full(40, 4)})
