@@ -83,7 +83,9 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     (`sim.kernel.replica.tier_summary`: ``host_hit_tokens``, ``preempted_hit_tokens``, ``offload_bytes``,
     ``reload_bytes``, ``offload_stores_skipped``, ``host_tier_blocks``); absent, all 0.
 
-    ``capacity``: the pool in the breakdown's slots; ``kv_tokens``: in full tokens, when they differ (a hybrid
+    ``start_s``/``end_s``: the run's window (``sim_time_s``, the throughputs' denominator): the first arrival
+    and the last event, which a request rejected on arrival after every step extends, as a benchmark client's
+    duration counts a request that failed at once. ``capacity``: the pool in the breakdown's slots; ``kv_tokens``: in full tokens, when they differ (a hybrid
     pool counts one slot per KV cache group: its summary adds ``kv_capacity_slots`` and, per attention group,
     ``kv_groups``: the time-weighted shares of the capacity each group's tokens, reservation, internal
     fragmentation and blocks hold)."""
