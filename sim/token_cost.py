@@ -11,10 +11,13 @@ capacity`` admits requests into a real allocator for that.
 
 from __future__ import annotations
 
+import numbers
+
 import pandas as pd
 
 from allocators.capacity import kv_capacity, pool_bytes_per_token
 from allocators.catalog import get_gpu, get_model
+from sim.sweep.grid import one_or_many
 from workloads.paper_lengths import PAPER_TARGETS
 
 TOKEN_COST_MODELS = ("llama-3.1-8b", "mistral-7b", "gemma-3-12b", "gpt-oss-20b", "deepseek-v3")
@@ -29,11 +32,12 @@ SHAREGPT_MEAN_TOKENS = round(PAPER_TARGETS["sharegpt-paper"][0] + PAPER_TARGETS[
 
 def token_cost_table(models=TOKEN_COST_MODELS, dtypes=("bf16", "fp8")) -> pd.DataFrame:
     """One row per model, KV dtype and KV group: the group's attention type, layers, window and bytes per
-    token (every layer of the group), and the model's bytes per token in all groups."""
+    token (every layer of the group), and the model's bytes per token in all groups. A lone model or dtype
+    name is a list of one."""
     rows = []
-    for name in models:
+    for name in one_or_many(models, "models"):
         spec = get_model(name)
-        for dtype in dtypes:
+        for dtype in one_or_many(dtypes, "dtypes"):
             groups = spec.kv_groups(dtype)
             total = sum(g.bytes_per_token for g in groups)
             rows += [{"model": name, "kv_cache_dtype": dtype, "group": g.name, "attention": g.attention,
@@ -46,11 +50,15 @@ def requests_per_gpu_table(models=TOKEN_COST_MODELS, dtypes=("bf16", "fp8"), *, 
                            tokens: int = SHAREGPT_MEAN_TOKENS) -> pd.DataFrame:
     """One row per model and KV dtype: the deployment (GPUs, KV memory and token slots as vLLM sizes them at
     --gpu-memory-utilization 0.9), the KV bytes a request of ``tokens`` tokens holds with sliding windows freed
-    and with every layer full, how many such requests fit each way, and the windowed count per GPU."""
+    and with every layer full, how many such requests fit each way, and the windowed count per GPU. A lone model
+    or dtype name is a list of one; a model is looked up in `TENSOR_PARALLEL` by its catalog name, in any case."""
+    if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 1:
+        raise ValueError(f"requests_per_gpu_table: tokens must be a whole number of tokens >= 1, got {tokens!r}")
+    tokens = int(tokens)
     rows = []
-    for name in models:
-        tp = TENSOR_PARALLEL.get(name, 1)
-        for dtype in dtypes:
+    for name in one_or_many(models, "models"):
+        tp = TENSOR_PARALLEL.get(get_model(name).name, 1)
+        for dtype in one_or_many(dtypes, "dtypes"):
             cap = kv_capacity(get_model(name), get_gpu(gpu), tensor_parallel=tp, kv_cache_dtype=dtype)
             spec = cap.model
             copies = pool_bytes_per_token(spec, tp) // spec.kv_bytes_per_token  # MLA: every GPU keeps the latent

@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from sim.plots.data import require_columns, summaries_frame, time_binned
+from sim.plots.data import require_columns, require_known, summaries_frame, tables_by_run, time_binned
 from sim.plots.style import (
     PAPER_HATCH,
     allocator_color,
@@ -34,11 +34,15 @@ def plot_batch_sizes(
     ax: Axes | None = None,
     title: str | None = "Mean batch size",
 ) -> Figure:
-    """Bars of each allocator's ``mean_running``, with the reference value (e.g. the paper's) hatched beside."""
-    frame = summaries_frame(summaries)
+    """Bars of each allocator's ``mean_running``, with the reference value (e.g. the paper's) hatched beside.
+
+    ``summaries`` maps run names to summaries or `SimResult` objects (`sim.plots.data.summaries_frame` says what
+    else it takes); ``reference`` must name runs drawn."""
+    frame = summaries_frame(summaries, "plot_batch_sizes")
     require_columns(frame, ["mean_running"], "summaries")
     names = order_allocators(frame.index)
     reference = reference or {}
+    require_known("plot_batch_sizes", "reference", reference, names, "runs plotted")
     fig, ax = figure_and_axes(ax, (1.6 + 1.3 * len(names), 3.6))
     width = 0.38
     for i, name in enumerate(names):
@@ -72,7 +76,9 @@ def plot_batch_over_time(
     max_points: int = 400,
     title: str | None = "Batch size over time",
 ) -> Figure:
-    """One line per allocator: the time-averaged number of running requests (or another steps column)."""
+    """One line per allocator: the time-averaged number of running requests (or another steps column).
+    ``steps_by_allocator`` maps run names to steps tables or `SimResult` objects; one table is one run."""
+    steps_by_allocator = tables_by_run(steps_by_allocator, "steps", "plot_batch_over_time", "steps_by_allocator")
     if not steps_by_allocator:
         raise ValueError("no runs to plot")
     fig, ax = figure_and_axes(ax, (8, 3.2))

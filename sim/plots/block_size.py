@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from sim.plots.data import require_columns
+from sim.plots.data import require_columns, require_frame
 from sim.plots.latency import METRIC_LABELS
 from sim.plots.style import SERIES_COLORS, axis_label, new_figure, percent_axis
 
@@ -40,7 +40,8 @@ def plot_block_size_sweep(
     ``waste_frac`` is derived as ``internal_frag_frac + external_frag_frac`` when the table lacks it; columns
     ending in ``_frac`` are drawn as percentages. ``log_panels`` get a log y axis (latency past a knee grows by
     orders of magnitude and would flatten the other lines)."""
-    results = results.copy()
+    results = require_frame(results, "plot_block_size_sweep", "results",
+                            "one row per run with a block_size column (a sweep table over block_size)").copy()
     if "waste_frac" in panels and "waste_frac" not in results.columns:
         require_columns(results, ["internal_frag_frac", "external_frag_frac"], "block-size results")
         results["waste_frac"] = results["internal_frag_frac"] + results["external_frag_frac"]

@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from sim.plots.data import require_columns, summaries_frame
+from sim.plots.data import require_columns, require_known, summaries_frame
 from sim.plots.style import (
     PAPER_HATCH,
     SHARE_COLORS,
@@ -54,13 +54,21 @@ def plot_breakdown(
 ) -> Figure:
     """Stacked bars of the time-averaged shares (summary keys ``*_frac``), with reference bars beside.
 
-    ``reference`` maps an allocator to shares keyed by `REFERENCE_SHARES` (e.g. the paper's Fig. 2 values);
-    allocators it does not name get only our bar.
+    ``summaries`` maps run names to summaries or `SimResult` objects (`sim.plots.data.summaries_frame` says
+    what else it takes). ``reference`` maps a run drawn to shares keyed by `REFERENCE_SHARES` (e.g. the
+    paper's Fig. 2 values); runs it does not name get only our bar. A name not drawn or a share not in
+    `REFERENCE_SHARES` is refused: the bar would be missing without a word.
     """
-    frame = summaries_frame(summaries)
+    frame = summaries_frame(summaries, "plot_breakdown")
     require_columns(frame, [f"{s}_frac" for s in SHARES], "summaries")
     names = order_allocators(frame.index)
     reference = reference or {}
+    require_known("plot_breakdown", "reference", reference, names, "runs plotted")
+    for name, shares in reference.items():
+        if not isinstance(shares, Mapping):
+            raise ValueError(f"plot_breakdown: `reference` must map a run to its shares "
+                             f"({', '.join(REFERENCE_SHARES)}), but {name!r} maps to {shares!r}")
+        require_known("plot_breakdown", f"reference[{name!r}]", shares, REFERENCE_SHARES, "shares")
     # the legend takes about 2.4 inches beside the axes: at least 6 inches in all, so that one run's bar
     # still leaves the title room over its axes
     fig, ax = figure_and_axes(ax, (max(6.0, 3.6 + 1.5 * len(names)), 4.2))

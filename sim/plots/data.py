@@ -12,11 +12,126 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+SINGLE_RUN = "run"
+"""The name a lone table is drawn under where a figure takes several runs' tables by name (and the name the
+single-run figures give a table in their messages)."""
+
+
+def is_result(value: object) -> bool:
+    """A `sim.SimResult` (or anything shaped like one): it carries ``summary``, ``steps`` and ``requests``.
+    Checked by shape, so drawing a figure does not import the simulator."""
+    return all(hasattr(value, name) for name in ("summary", "steps", "requests"))
+
+
+def describe(value: object) -> str:
+    """What a caller passed, for an error message: ``a SimResult``, ``a dict of 2 SimResults``, ``a list of
+    3 dicts``, ``a DataFrame``."""
+    def kind(v: object) -> str:
+        return "SimResult" if is_result(v) else type(v).__name__
+
+    if isinstance(value, Mapping | list | tuple) and not is_result(value):
+        items = list(value.values() if isinstance(value, Mapping) else value)
+        if not items:
+            return f"an empty {type(value).__name__}"
+        kinds = sorted({kind(v) for v in items})
+        return f"a {type(value).__name__} of {len(items)} {' and '.join(k + 's' for k in kinds)}"
+    return f"a {kind(value)}"
+
+
+def run_table(value: object, table: str, figure: str, param: str, several: str | None = None) -> pd.DataFrame:
+    """One run's ``table`` (``steps``, ``requests`` or ``memory``) from the frame itself or the run's
+    `SimResult`; else one ValueError naming ``figure``, ``param``, what it got and what to pass (``several``:
+    the figure that draws several runs)."""
+    if isinstance(value, pd.DataFrame):
+        return value
+    if is_result(value):
+        return getattr(value, table)
+    hint = f"; for several runs use {several}" if several and isinstance(value, Mapping) else ""
+    raise ValueError(f"{figure}: `{param}` must be one run's {table} table (a DataFrame, or its SimResult), "
+                     f"got {describe(value)}{hint}")
+
+
+def require_frame(value: object, figure: str, param: str, what: str) -> pd.DataFrame:
+    """``value`` itself when it is a frame (a figure drawn from a table of many runs' rows); else one
+    ValueError naming ``figure``, ``param``, what it got and ``what`` the frame holds."""
+    if not isinstance(value, pd.DataFrame):
+        raise ValueError(f"{figure}: `{param}` must be a DataFrame of {what}, got {describe(value)}")
+    return value
+
+
+def result_name(result: object) -> str:
+    """A lone `SimResult`'s run name: its allocator, as `compare_allocators` keys it."""
+    return str(result.summary.get("allocator") or SINGLE_RUN)
+
+
+def tables_by_run(value: object, table: str, figure: str, param: str) -> dict[str, pd.DataFrame]:
+    """Run name -> ``table`` from what a caller naturally passes: a mapping of names to frames or to
+    `SimResult` objects (what `compare_allocators` and `run_workload` return), one `SimResult` (named by its
+    allocator) or one frame (named `SINGLE_RUN`); anything else is one ValueError naming ``param``."""
+    if isinstance(value, pd.DataFrame):
+        return {SINGLE_RUN: value}
+    if is_result(value):
+        return {result_name(value): getattr(value, table)}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{figure}: `{param}` must map run name -> {table} table (or SimResult), got "
+                         f"{describe(value)}; pass {{name: r.{table} for name, r in runs.items()}} or the dict "
+                         f"compare_allocators/run_workload return")
+    out = {}
+    for name, item in value.items():
+        if isinstance(item, pd.DataFrame):
+            out[name] = item
+        elif is_result(item):
+            out[name] = getattr(item, table)
+        else:
+            raise ValueError(f"{figure}: `{param}` must map run name -> {table} table (or SimResult), but "
+                             f"{name!r} maps to {describe(item)}")
+    return out
+
+
+def _is_summary(value: object) -> bool:
+    """One run's summary dict (it names its allocator), as opposed to a mapping of run names to summaries."""
+    return isinstance(value, Mapping) and isinstance(value.get("allocator"), str)
+
+
+def summaries_by_run(value: object, figure: str, param: str = "summaries") -> dict[str, Mapping]:
+    """Run name -> summary dict from a mapping of names to summaries or to `SimResult` objects, one
+    `SimResult` or one summary (named by its allocator); anything else is one ValueError naming ``param``."""
+    if is_result(value):
+        return {result_name(value): value.summary}
+    if _is_summary(value):
+        return {str(value["allocator"]): value}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{figure}: `{param}` must map run name -> summary dict (or SimResult), got "
+                         f"{describe(value)}; pass {{name: r.summary for name, r in runs.items()}}")
+    out = {}
+    for name, item in value.items():
+        if is_result(item):
+            out[name] = item.summary
+        elif isinstance(item, Mapping):
+            out[name] = item
+        else:
+            raise ValueError(f"{figure}: `{param}` must map run name -> summary dict (or SimResult), but "
+                             f"{name!r} maps to {describe(item)}")
+    return out
+
+
+def require_known(figure: str, param: str, given: Iterable[str], valid: Iterable[str], what: str) -> None:
+    """One ValueError naming the keys of ``param`` that are not among ``valid`` (``what`` says what those
+    are) and listing the valid ones: a misspelled key would otherwise leave its bar out without a word."""
+    valid = list(valid)
+    unknown = [k for k in given if k not in valid]
+    if unknown:
+        raise ValueError(f"{figure}: `{param}` names {', '.join(map(repr, unknown))}, not among the {what} "
+                         f"({', '.join(map(str, valid))})")
+
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
     """Raise ValueError naming the table and every missing column, before any drawing starts. A table read
     from a file (``df.attrs["source"]``, set by `kvsim plot`) is named by its path too: of several runs'
-    tables, the user must know which one is wrong."""
+    tables, the user must know which one is wrong. Anything but a frame is refused by name, not with pandas'
+    or Python's error from deep inside a figure."""
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"{what} must be a DataFrame, got {describe(df)}")
     if df.attrs.get("source"):
         what = f"{what} {df.attrs['source']}"
     missing = [c for c in columns if c not in df.columns]
@@ -26,16 +141,25 @@ def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None
         raise ValueError(f"{what} has no rows to plot")
 
 
-def summaries_frame(summaries: Mapping[str, Mapping] | pd.DataFrame) -> pd.DataFrame:
-    """Summaries (allocator -> summary dict, or a frame with an ``allocator`` column) as a frame indexed by
-    allocator, one row each."""
+def summaries_frame(summaries: object, figure: str = "summaries_frame") -> pd.DataFrame:
+    """Summaries as a frame indexed by run name, one row each: from a frame with an ``allocator`` column, a
+    list of summaries or `SimResult` objects (each named by its allocator, as a frame's rows are), or anything
+    `summaries_by_run` takes."""
+    if isinstance(summaries, list | tuple):
+        if not summaries:
+            raise ValueError("no summaries to plot")
+        if not all(is_result(s) or _is_summary(s) for s in summaries):
+            raise ValueError(f"{figure}: `summaries` as a list must hold summary dicts or SimResults, got "
+                             f"{describe(summaries)}; pass {{name: r.summary for name, r in runs.items()}}")
+        summaries = pd.DataFrame([dict(s.summary if is_result(s) else s) for s in summaries])
     if isinstance(summaries, pd.DataFrame):
         require_columns(summaries, ["allocator"], "summaries table")
         frame = summaries.set_index("allocator")
     else:
-        if not summaries:
+        by_run = summaries_by_run(summaries, figure)
+        if not by_run:
             raise ValueError("no summaries to plot")
-        frame = pd.DataFrame.from_dict({k: dict(v) for k, v in summaries.items()}, orient="index")
+        frame = pd.DataFrame.from_dict({k: dict(v) for k, v in by_run.items()}, orient="index")
         frame = frame.drop(columns=["allocator"], errors="ignore")
     if frame.index.has_duplicates:
         raise ValueError(f"summaries name an allocator twice: {sorted(frame.index[frame.index.duplicated()])}")

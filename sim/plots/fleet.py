@@ -11,13 +11,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns, time_binned
+from sim.plots.data import require_columns, require_frame, run_table, time_binned
 from sim.plots.style import SERIES_COLORS, new_figure, percent_axis
+from sim.plots.sweep import swept_fields
 
 
 def plot_replicas_over_time(steps: pd.DataFrame, *, max_points: int = 400, title: str | None = None) -> Figure:
     """Two panels sharing the time axis: used KV blocks (share of each replica's pool) and waiting requests,
-    one line per replica, time-weighted over at most ``max_points`` bins."""
+    one line per replica, time-weighted over at most ``max_points`` bins. ``steps`` is the fleet run's steps
+    table or its `SimResult`."""
+    steps = run_table(steps, "steps", "plot_replicas_over_time", "steps")
     require_columns(steps, ["replica", "time_s", "duration_s", "used_blocks", "total_blocks", "waiting"],
                     "steps table")
     replicas = sorted(steps["replica"].unique())
@@ -42,11 +45,30 @@ def plot_replicas_over_time(steps: pd.DataFrame, *, max_points: int = 400, title
     return fig
 
 
+def _refuse_mixed_bars(results: pd.DataFrame, x: str | None) -> None:
+    """ValueError when one bar (a router, at one value of ``x``) would average rows of different fleets."""
+    keys = ["router", *([x] if x else [])]
+    for key, rows in results.groupby(keys, sort=False, dropna=False):
+        varied = [f for f in swept_fields(rows) if f not in (*keys, "seed")]
+        if varied:
+            at = f" at {x}={key[1]!r}" if x else ""
+            raise ValueError(f"plot_hit_rate_by_router: router {key[0]!r}{at} has {len(rows)} rows that differ in "
+                             f"{', '.join(varied)}, and one bar would average them: pass x={varied[0]!r} "
+                             f"(or keep the rows of one {varied[0]} value)")
+
+
 def plot_hit_rate_by_router(results: pd.DataFrame, *, x: str | None = None,
                             metric: str = "prefix_hit_frac") -> Figure:
     """Bars of ``metric`` (default the prefix hit rate) per ``router``; with ``x`` (e.g. ``replicas``), one
-    group of bars per value of that column."""
+    group of bars per value of that column.
+
+    A bar is the mean of its rows, so rows of one router that differ in a configuration field other than
+    ``x`` (`router_table` gives a row per replica count) are refused, naming the field: their mean is a hit
+    rate no fleet had. Rows differing only in ``seed`` are replicates and are averaged."""
+    require_frame(results, "plot_hit_rate_by_router", "results", "one row per run with a router column "
+                  "(router_table's, a sweep table over router)")
     require_columns(results, ["router", metric, *([x] if x else [])], "results table")
+    _refuse_mixed_bars(results, x)
     routers = list(dict.fromkeys(results["router"]))
     groups = list(dict.fromkeys(results[x])) if x else [None]
     fig = new_figure((max(4.0, 1.2 * len(groups) * len(routers) / 2 + 2.5), 3.4))

@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from sim.plots.data import require_columns
+from sim.plots.data import SINGLE_RUN, require_columns, require_frame, tables_by_run
 from sim.plots.style import (
     allocator_color,
     allocator_label,
@@ -49,6 +49,8 @@ def plot_latency_vs_rate(
 
     The y axis is cut at 3x the bound (or ``ylim``) as in the paper: past the knee latency grows without limit
     and would flatten everything else."""
+    require_frame(curves, "plot_latency_vs_rate", "curves", "rows of allocator, rate and latency (a sweep table "
+                  "over rate, or a reproduction's curves)")
     require_columns(curves, ["allocator", x, y], "latency curves")
     for column in (x, y):  # a sweep of traces replayed at their own timestamps has no `rate`: say so
         if curves[column].isna().all():
@@ -83,7 +85,7 @@ def plot_latency_vs_rate(
     return fig
 
 
-def values_for(requests: pd.DataFrame, metric: str, name: str = "run") -> np.ndarray:
+def values_for(requests: pd.DataFrame, metric: str, name: str = SINGLE_RUN) -> np.ndarray:
     """A metric's values over requests that were served and have one (rejected and missing left out)."""
     require_columns(requests, [metric], f"requests table of {name}")
     values = requests[metric]
@@ -101,7 +103,10 @@ def plot_latency_cdf(
     """Empirical CDFs of per-request latencies, one panel per metric, one line per allocator.
 
     Rejected requests and requests without a value (a one-token output has no TPOT) are left out; each line's
-    label says how many requests it covers. ``log_x`` draws a log axis when the values span over 20x."""
+    label says how many requests it covers. ``log_x`` draws a log axis when the values span over 20x.
+    ``requests_by_allocator`` maps run names to requests tables or `SimResult` objects; one table is one run."""
+    requests_by_allocator = tables_by_run(requests_by_allocator, "requests", "plot_latency_cdf",
+                                          "requests_by_allocator")
     if not requests_by_allocator:
         raise ValueError("no runs to plot")
     names = order_allocators(requests_by_allocator)

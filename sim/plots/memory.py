@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns, time_binned
+from sim.plots.data import require_columns, run_table, tables_by_run, time_binned
 from sim.plots.style import (
     SHARE_COLORS,
     SHARE_LABELS,
@@ -44,7 +44,8 @@ def plot_memory_over_time(
     max_points: int = 600,
 ) -> Figure:
     """Stacked areas of token states, reservation, internal and external fragmentation and free, against
-    simulated time, as a share of KV capacity."""
+    simulated time, as a share of KV capacity. ``steps`` is one run's steps table or its `SimResult`."""
+    steps = run_table(steps, "steps", "plot_memory_over_time", "steps", several="plot_memory_comparison")
     shares = memory_shares_over_time(steps, max_points=max_points)
     fig, ax = figure_and_axes(ax, (8, 3.2))
     ax.stackplot(
@@ -74,7 +75,9 @@ def _end_time(steps: pd.DataFrame) -> float:
 
 
 def plot_memory_comparison(steps_by_allocator: Mapping[str, pd.DataFrame], *, max_points: int = 400) -> Figure:
-    """Small multiples: one memory-over-time panel per allocator on shared axes, one legend for all."""
+    """Small multiples: one memory-over-time panel per allocator on shared axes, one legend for all.
+    ``steps_by_allocator`` maps run names to steps tables or `SimResult` objects; one table is one run."""
+    steps_by_allocator = tables_by_run(steps_by_allocator, "steps", "plot_memory_comparison", "steps_by_allocator")
     if not steps_by_allocator:
         raise ValueError("no runs to compare")
     names = order_allocators(steps_by_allocator)

@@ -34,7 +34,7 @@ from allocators.base import (
     SLOT_STATES,
     SLOT_TOKEN,
 )
-from sim.plots.data import require_columns
+from sim.plots.data import require_columns, run_table, tables_by_run
 from sim.plots.style import SHARE_COLORS, allocator_label, figure_and_axes, new_figure, order_allocators
 
 STATE_COLORS = {
@@ -167,7 +167,8 @@ def plot_memory_map(
 ) -> Figure:
     """The arena as a grid of ``width`` slots per row, coloured by slot state, a black line around each
     request's slots, at the snapshot nearest ``time_s`` (the caption says which instant that is, and of a
-    fleet run which ``replica``: default the first)."""
+    fleet run which ``replica``: default the first). ``memory`` is one run's memory table or its `SimResult`."""
+    memory = run_table(memory, "memory", "plot_memory_map", "memory", several="plot_memory_maps")
     snap = memory_snapshot(memory, time_s, replica)
     owners, states = snap.owners, snap.states
     capacity = len(owners)
@@ -220,7 +221,9 @@ def _draw_groups(ax: Axes, groups: pd.Categorical, width: int, handles: list) ->
 
 def plot_memory_maps(memory_by_allocator: Mapping[str, pd.DataFrame], *, time_s: float | None = None,
                      width: int | None = None, replica: int | None = None) -> Figure:
-    """Memory maps of several runs stacked, at the same instant, to contrast slabs with scattered blocks."""
+    """Memory maps of several runs stacked, at the same instant, to contrast slabs with scattered blocks.
+    ``memory_by_allocator`` maps run names to memory tables or `SimResult` objects; one table is one run."""
+    memory_by_allocator = tables_by_run(memory_by_allocator, "memory", "plot_memory_maps", "memory_by_allocator")
     if not memory_by_allocator:
         raise ValueError("no memory tables to plot")
     names = order_allocators(memory_by_allocator)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns
+from sim.plots.data import is_result, require_columns, summaries_by_run, tables_by_run
 from sim.plots.latency import values_for
 from sim.plots.style import allocator_label, new_figure, percent_axis, run_colors
 
@@ -73,10 +73,21 @@ def prefill_saved(summaries: Mapping[str, Mapping]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.DataFrame],
-               summaries: Mapping[str, Mapping], *, bins: int = 40, title: str | None = "Prefix reuse") -> Figure:
+def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.DataFrame] | None = None,
+               summaries: Mapping[str, Mapping] | None = None, *, bins: int = 40,
+               title: str | None = "Prefix reuse") -> Figure:
     """The three reuse panels (module docstring) for runs keyed by name (allocator or run directory); the
-    three mappings hold the same names."""
+    three mappings hold the same names, of tables or `SimResult` objects. Given the runs' `SimResult` objects
+    (what `sim.reproduce.reuse.run_setups` returns) as ``steps``, ``requests`` and ``summaries`` may be left
+    out: each result holds all three."""
+    results = is_result(steps) or (isinstance(steps, Mapping) and bool(steps)
+                                   and all(is_result(v) for v in steps.values()))
+    if (requests is None or summaries is None) and not results:
+        raise ValueError("plot_reuse: pass `requests` and `summaries` with the steps tables, or pass the runs' "
+                         "SimResults (the dict run_setups returns) alone")
+    requests = tables_by_run(steps if requests is None else requests, "requests", "plot_reuse", "requests")
+    summaries = summaries_by_run(steps if summaries is None else summaries, "plot_reuse")
+    steps = tables_by_run(steps, "steps", "plot_reuse", "steps")
     names = list(summaries)
     if not names:
         raise ValueError("no runs to plot")

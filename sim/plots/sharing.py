@@ -11,13 +11,15 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns
+from sim.plots.data import require_columns, require_frame
 from sim.plots.style import SERIES_COLORS, new_figure, percent_axis
 
 
 def plot_sharing_savings(results: pd.DataFrame, *, metric: str = "shared_saved_frac") -> Figure:
     """One panel per sharing ``mode`` (e.g. parallel sampling, beam search): bars of ``metric`` against
     ``width`` (samples or beams), one bar per ``workload``."""
+    require_frame(results, "plot_sharing_savings", "results", "rows of mode, width and workload (a "
+                  "reproduction's sharing table)")
     require_columns(results, ["mode", "width", "workload", metric], "sharing results")
     repeated = results.duplicated(["mode", "workload", "width"])
     if repeated.any():  # one bar per (mode, workload, width): two rows would have to be drawn as one

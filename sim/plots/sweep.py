@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns
+from sim.plots.data import require_columns, require_frame
 from sim.plots.style import (
     SERIES_COLORS,
     allocator_color,
@@ -94,6 +94,7 @@ def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x
     the first configuration field that varies. ``hue`` defaults to ``allocator`` when that varies and is not
     ``x``, else to the first other varied field but ``seed``: averaging allocators (whose latencies differ
     a thousandfold) into one line would hide the comparison the sweep was run for; seeds are replicates."""
+    require_frame(df, "plot_sweep", "df", "sweep results (run_sweep(...).table, or load_results)")
     rows = _ok_rows(df)
     if rows.empty:
         raise ValueError("sweep results have no successful points to plot")
@@ -139,6 +140,7 @@ def plot_slo(df: pd.DataFrame, x: str = "allocator", hue: str | None = None, *,
     """The sustained rate of each configuration against ``x`` (one line per ``hue``), with an error bar up to
     the lowest rate found failing: the true limit lies in that bracket. Searches that never met the target,
     or failed, are left out; searches that met it up to the rate ceiling are drawn at the ceiling."""
+    require_frame(df, "plot_slo", "df", "SLO search results (run_slo(...).table)")
     require_columns(df, ["sustained_rate", "rate_fail", x] + ([hue] if hue else []), "SLO results")
     rows = df[np.isfinite(df["sustained_rate"].astype(float))]
     if rows.empty:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns
+from sim.plots.data import require_columns, require_frame
 from sim.plots.style import SERIES_COLORS, new_figure
 
 ATTENTION_COLORS = {"full": "#4c72b0", "sliding_window": "#55a868", "mla": "#c44e52"}
@@ -19,6 +19,9 @@ def plot_token_cost(costs: pd.DataFrame, requests: pd.DataFrame) -> Figure:
     """Left: KiB per token (every layer, a token inside every window) for each model, one bar per KV dtype
     (hatched by dtype), stacked by attention type. Right: requests of ``request_tokens`` that fit per GPU with
     sliding windows freed, with a tick where they would if every layer kept every token."""
+    require_frame(costs, "plot_token_cost", "costs", "token costs (sim.token_cost.token_cost_table())")
+    require_frame(requests, "plot_token_cost", "requests", "requests per GPU "
+                  "(sim.token_cost.requests_per_gpu_table())")
     require_columns(costs, ["model", "kv_cache_dtype", "attention", "bytes_per_token"], "token costs")
     require_columns(requests, ["model", "kv_cache_dtype", "requests_per_gpu", "requests_all_full",
                                "tensor_parallel", "request_tokens", "gpu"], "requests per GPU")

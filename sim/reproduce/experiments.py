@@ -93,7 +93,11 @@ SIZES = {"full": FULL, "quick": QUICK}
 
 
 def paper_config(allocator: str, preset: str, rate: float, num_requests: int, **overrides) -> SimConfig:
-    """The paper's deployment, vLLM-like scheduler and clock (`paper.COST_PROFILE`) for one run."""
+    """The paper's deployment, vLLM-like scheduler and clock (`paper.COST_PROFILE`) for one run.
+
+    ``overrides`` replace only the fields they name: another ``model`` or ``gpu`` still gets the paper's
+    ``kv_gib``, ``max_model_len`` and cost profile unless those are overridden too (``kv_gib=None`` sizes the
+    KV memory from the GPU)."""
     values = dict(allocator=allocator, model=paper.MODEL, gpu=paper.GPU, kv_gib=paper.KV_GIB,
                   cost_profile=paper.COST_PROFILE,
                   block_size=paper.BLOCK_SIZE, max_model_len=paper.MAX_MODEL_LEN, chunked_prefill=False,

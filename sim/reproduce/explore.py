@@ -12,6 +12,7 @@ import pandas as pd
 
 from sim.kernel.config import SimConfig
 from sim.reproduce.experiments import paper_config
+from sim.sweep.grid import one_or_many
 
 SUMMARY_COLUMNS = ("allocator", "completed", "rejected", "preemptions", "mean_running", "throughput_tok_s",
                    "normalized_latency_s_per_tok", "ttft_p50_s", "token_states_frac", "reservation_frac",
@@ -20,22 +21,38 @@ SUMMARY_COLUMNS = ("allocator", "completed", "rejected", "preemptions", "mean_ru
 
 def compare_allocators(allocators: Sequence[str], preset: str = "sharegpt-paper", rate: float = 2.0,
                        num_requests: int = 600, **overrides) -> dict:
-    """One `SimResult` per allocator on the same workload, in the paper's setup (`paper_config`)."""
+    """One `SimResult` per allocator on the same workload, in the paper's setup (`paper_config`).
+
+    ``overrides`` are `SimConfig` fields; the paper's others stay. Overriding ``model`` or ``gpu`` keeps the
+    paper's ``kv_gib=12``, ``max_model_len=2048`` and ``paper-2023`` cost profile unless you override those too
+    (``kv_gib=None`` sizes the KV memory from the GPU as vLLM does). A lone name is one allocator."""
     from sim.kernel.runner import run_config
 
-    return {a: run_config(paper_config(a, preset, rate, num_requests, **overrides)) for a in allocators}
+    return {a: run_config(paper_config(a, preset, rate, num_requests, **overrides))
+            for a in one_or_many(allocators, "allocators")}
 
 
 def run_workload(workload, allocators: Sequence[str], **config_fields) -> dict:
     """One `SimResult` per allocator on a workload you already have (a trace you loaded, a generated one);
-    ``config_fields`` are `SimConfig` fields (model, gpu, kv_gib, block_size, ...)."""
+    ``config_fields`` are `SimConfig` fields (model, gpu, kv_gib, block_size, ...). A lone name is one
+    allocator."""
     from sim.kernel.runner import run_simulation
 
-    return {a: run_simulation(SimConfig(allocator=a, **config_fields), workload) for a in allocators}
+    return {a: run_simulation(SimConfig(allocator=a, **config_fields), workload)
+            for a in one_or_many(allocators, "allocators")}
 
 
 def summaries_table(results: dict, columns: Sequence[str] = SUMMARY_COLUMNS) -> pd.DataFrame:
-    """The chosen summary keys of several results, one row per run."""
+    """The chosen summary keys of several results, one row per run. A key no run's summary has is refused
+    (a misspelled name would be a column of empty cells); one some runs lack is empty for those."""
+    if not results:
+        raise ValueError("summaries_table: no results to tabulate")
+    columns = one_or_many(columns, "columns")
+    known = set().union(*(r.summary for r in results.values()))
+    unknown = [k for k in columns if k not in known]
+    if unknown:
+        raise ValueError(f"summaries_table: no run's summary has {', '.join(map(repr, unknown))}; "
+                         f"the keys are {', '.join(sorted(known))}")
     rows = [{k: r.summary.get(k) for k in columns} | {"run": name} for name, r in results.items()]
     return pd.DataFrame(rows).set_index("run")
 
@@ -50,7 +67,8 @@ def system_prompt_sharing(allocators: Sequence[str] = ("paged", "paged-cow"), *,
                           system_prompt_frac: float = 1.0, rate: float = 2.0, num_requests: int = 400,
                           seed: int = 0) -> pd.DataFrame:
     """Paper-length ShareGPT requests that all start with the same system prompt, per allocator: a sharing
-    allocator keeps one copy of the prompt's blocks, a plain one a copy per request."""
+    allocator keeps one copy of the prompt's blocks, a plain one a copy per request. A lone name is one
+    allocator."""
     from sim.kernel.runner import run_simulation
     from workloads import generate
     from workloads.arrivals import Poisson
@@ -60,7 +78,7 @@ def system_prompt_sharing(allocators: Sequence[str] = ("paged", "paged-cow"), *,
                         system_prompt_len=system_prompt_len, system_prompt_frac=system_prompt_frac,
                         name=f"sharegpt-paper + {system_prompt_len}-token system prompt")
     rows = []
-    for allocator in allocators:
+    for allocator in one_or_many(allocators, "allocators"):
         result = run_simulation(paper_config(allocator, None, None, None), workload)
         rows.append({**{k: result.summary.get(k) for k in SUMMARY_COLUMNS},
                      "prefill_tokens": prefill_tokens_computed(result)})

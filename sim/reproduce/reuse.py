@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from sim.kernel.config import SimConfig
+from sim.sweep.grid import one_or_many
 
 NO_REUSE = {"allocator": "paged", "prefix_caching": False}
 """The baseline: vLLM's paged KV cache with prefix caching off."""
@@ -47,12 +48,13 @@ def router_table(workload, routers: Sequence[str], replicas: Sequence[int], **de
     """One fleet run per router and replica count, every replica ``deployment`` (model, gpu, allocator, ...): on
     several replicas a conversation's next turn finds its past in the cache only where the router sends it. A
     row per run: ``router``, ``replicas`` and the summary's `FLEET_COLUMNS` (empty ``load_imbalance`` for one
-    replica); `sim.plots.plot_hit_rate_by_router` draws it."""
+    replica); `sim.plots.plot_hit_rate_by_router` draws it (with ``x="replicas"``). A lone router or replica
+    count is a list of one."""
     from sim.kernel.runner import run_simulation
 
     rows = []
-    for n in replicas:
-        for router in routers:
+    for n in one_or_many(replicas, "replicas"):
+        for router in one_or_many(routers, "routers"):
             summary = run_simulation(SimConfig(**deployment, replicas=n, router=router), workload).summary
             rows.append({"router": router, "replicas": n} | {k: summary.get(k) for k in FLEET_COLUMNS})
     return pd.DataFrame(rows)
@@ -60,11 +62,15 @@ def router_table(workload, routers: Sequence[str], replicas: Sequence[int], **de
 
 def reuse_table(results: Mapping, baseline: str | None = "no reuse") -> pd.DataFrame:
     """The reuse figures of each run (a key a run's summary lacks, e.g. host hits without a host tier, is
-    empty), plus, when ``baseline`` names one of the runs, ``prefill_saved_frac``: the share of the baseline's
-    prefill tokens each run did not compute."""
+    empty), plus ``prefill_saved_frac``: the share of the ``baseline`` run's prefill tokens each run did not
+    compute. ``baseline`` must name one of the runs (a misspelled name would drop the column without a word);
+    None leaves the column out."""
     rows = {name: {k: r.summary.get(k) for k in REUSE_COLUMNS} for name, r in results.items()}
     table = pd.DataFrame.from_dict(rows, orient="index")
-    if baseline in table.index:
+    if baseline is not None and baseline not in table.index:
+        raise ValueError(f"reuse_table: baseline {baseline!r} is not one of the runs "
+                         f"({', '.join(map(repr, table.index))}); pass one of them, or baseline=None")
+    if baseline is not None:
         table["prefill_saved_frac"] = 1 - table["prefill_tokens"] / table.loc[baseline, "prefill_tokens"]
     return table
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import numbers
 import types
 import typing
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,44 @@ _FALSE = {"false", "no", "off", "0"}
 _NONE = {"none", "null"}
 
 
+def one_or_many(value: Any, what: str) -> tuple[Any, ...]:
+    """The values of an argument that takes several (allocator names, an axis of a grid), in order: a lone
+    string or other single value is a list of one, so ``"paged"`` is one allocator and not five letters, and
+    ``16`` an axis of one block size. A set or a mapping is refused, naming ``what``: a set's order of names
+    changes from run to run, and with it the order of the results."""
+    if isinstance(value, (str, bytes, Path)) or not isinstance(value, Iterable):
+        return (value,)
+    if isinstance(value, (Set, Mapping)):
+        raise ValueError(f"{what} must be a list of values, got a {type(value).__name__} ({value!r}); "
+                         f"pass a list, whose order the results keep")
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class Grid:
-    """Fixed values plus ordered axes; ``points()`` expands them into per-point field dictionaries."""
+    """Fixed values plus ordered axes; ``points()`` expands them into per-point field dictionaries.
+
+    A grid built in Python is checked and coerced as the flag and TOML paths do (unknown fields refused, values
+    turned into the field's type, so numpy integers hash as plain ones): an axis given as a single value, a
+    string included, is an axis of one. An axis that repeats a value is kept: the sweep runs the point once
+    and reports it merged. ``config_cls`` (default `SimConfig`) gives the fields and their types."""
 
     base: dict[str, Any]
     axes: dict[str, tuple[Any, ...]]
+    config_cls: type | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.config_cls is None:
+            from sim.kernel.config import SimConfig
+
+            object.__setattr__(self, "config_cls", SimConfig)
+        types_ = config_field_types(self.config_cls)
+        base = {name: _coerce_all(name, [value], types_, "grid base")[0] for name, value in self.base.items()}
+        axes = {name: _coerce_all(name, list(one_or_many(values, f"grid axis {name!r}")), types_, "grid axes",
+                                  unique=False)
+                for name, values in self.axes.items()}
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "axes", axes)
 
     def __len__(self) -> int:
         n = 1
@@ -45,7 +79,7 @@ class Grid:
     def without(self, name: str) -> Grid:
         """The grid with ``name`` dropped from both base and axes (the SLO search owns the rate)."""
         return Grid({k: v for k, v in self.base.items() if k != name},
-                    {k: v for k, v in self.axes.items() if k != name})
+                    {k: v for k, v in self.axes.items() if k != name}, self.config_cls)
 
     def merged(self, other: Grid) -> Grid:
         """This grid with ``other``'s fields taking precedence: flags override a TOML file's base and axes."""
@@ -53,7 +87,7 @@ class Grid:
         axes = {k: v for k, v in self.axes.items() if k not in other.base}
         base.update(other.base)
         axes.update(other.axes)
-        return Grid(base, axes)
+        return Grid(base, axes, self.config_cls)
 
 
 def config_field_types(config_cls: type) -> dict[str, Any]:
@@ -103,7 +137,8 @@ def coerce_value(name: str, typ: Any, value: Any, where: str) -> Any:
         raise ValueError(f"{where}: field {name!r}: expected true or false, got {value!r}")
     if typ is int or typ is float:
         # An int field takes only integers (TOML's 2.0 is refused, not truncated); a float field takes both.
-        accepted = (int,) if typ is int else (int, float)
+        # numpy's count as well (a grid built from np.arange), stored as plain numbers so points hash alike.
+        accepted = numbers.Integral if typ is int else numbers.Real
         if isinstance(value, accepted) and not isinstance(value, bool):
             return typ(value)
         if isinstance(value, str):
@@ -120,12 +155,17 @@ def coerce_value(name: str, typ: Any, value: Any, where: str) -> Any:
     return value
 
 
-def _coerce_all(name: str, values: list[Any], types_: dict[str, Any], where: str) -> tuple[Any, ...]:
+def _coerce_all(name: str, values: list[Any], types_: dict[str, Any], where: str,
+                unique: bool = True) -> tuple[Any, ...]:
+    """Every value of field ``name`` coerced to its type; ``unique`` refuses a value given twice (a flag's or
+    a TOML file's typo), which a grid built in Python may hold, as the sweep merges such points."""
     if name not in types_:
         raise ValueError(f"{where}: unknown configuration field {name!r} (known: {', '.join(types_)})")
     if not values:
         raise ValueError(f"{where}: field {name!r} has no values")
     out = tuple(coerce_value(name, types_[name], v, where) for v in values)
+    if not unique:
+        return out
     seen: list[Any] = []
     for v in out:
         if v in seen:
@@ -174,7 +214,8 @@ def grid_from_flags(tokens: list[str], config_cls: type) -> Grid:
     """Every flag becomes an axis (a single value is an axis of one, which changes nothing)."""
     types_ = config_field_types(config_cls)
     raw = parse_flag_tokens(tokens, getattr(config_cls, "COMMA_FIELDS", ()), getattr(config_cls, "FLAG_ALIASES", {}))
-    return Grid({}, {name: _coerce_all(name, values, types_, "command line") for name, values in raw.items()})
+    return Grid({}, {name: _coerce_all(name, values, types_, "command line") for name, values in raw.items()},
+                config_cls)
 
 
 def load_grid_toml(path: str | Path, config_cls: type) -> Grid:
@@ -200,4 +241,4 @@ def load_grid_toml(path: str | Path, config_cls: type) -> Grid:
         if name in base:
             raise ValueError(f"{path}: field {name!r} is in both [base] and [axes]")
         axes[name] = _coerce_all(name, values, types_, f"{path} [axes]")
-    return Grid(base, axes)
+    return Grid(base, axes, config_cls)

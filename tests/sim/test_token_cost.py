@@ -52,3 +52,24 @@ def test_plot_has_both_panels():
     assert [t.get_text() for t in left.get_xticklabels()][0] == "llama-3.1-8b"
     with pytest.raises(ValueError):
         plot_token_cost(token_cost_table().drop(columns="attention"), requests_per_gpu_table())
+
+
+def test_tensor_parallel_follows_the_catalog_name_in_any_case():
+    upper = requests_per_gpu_table(["DeepSeek-V3"], ["bf16"]).iloc[0]
+    lower = requests_per_gpu_table(["deepseek-v3"], ["bf16"]).iloc[0]
+    assert upper["tensor_parallel"] == lower["tensor_parallel"] == 16
+    assert upper["requests"] == lower["requests"]
+
+
+def test_a_lone_model_or_dtype_is_a_list_of_one():
+    r = requests_per_gpu_table("llama-3.1-8b", "fp8")
+    assert r[["model", "kv_cache_dtype"]].values.tolist() == [["llama-3.1-8b", "fp8"]]
+    t = token_cost_table("gemma-3-12b", "bf16")
+    assert set(t["model"]) == {"gemma-3-12b"} and set(t["kv_cache_dtype"]) == {"bf16"}
+
+
+@pytest.mark.parametrize("tokens", [0, -100, 100.5, True, "499"])
+def test_request_tokens_must_be_a_positive_whole_number(tokens):
+    with pytest.raises(ValueError, match=f"requests_per_gpu_table: tokens must be a whole number of tokens >= 1, "
+                                         f"got {tokens!r}"):
+        requests_per_gpu_table(["llama-3.1-8b"], ["bf16"], tokens=tokens)

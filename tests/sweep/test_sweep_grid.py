@@ -126,3 +126,29 @@ def test_point_id_follows_the_files_a_point_reads_without_naming_them(tmp_path, 
     table.write_text("{}")
     assert point_id(plain, "v") != before
     assert point_id(profiled, "v") == profiled_before
+
+
+def test_a_grid_built_in_python_is_coerced_as_flags_are():
+    import numpy as np
+
+    grid = Grid({"kv_gib": np.int64(12), "rate": "2"}, {"allocator": "paged", "block_size": np.array([16, 32]),
+                                                        "seed": 3})
+    assert grid.base == {"kv_gib": 12.0, "rate": 2.0} and type(grid.base["kv_gib"]) is float
+    assert grid.axes == {"allocator": ("paged",), "block_size": (16, 32), "seed": (3,)}
+    assert all(type(v) is int for v in grid.axes["block_size"])
+    flags = grid_from_flags(["--allocator", "paged", "--block-size", "16,32", "--seed", "3"], SimConfig)
+    assert grid.axes == flags.axes
+    assert point_id(SimConfig(**grid.points()[0])) == point_id(SimConfig(**{**grid.base, **flags.points()[0]}))
+    assert Grid({}, {"rate": (1, 1.0)}).axes == {"rate": (1.0, 1.0)}  # kept: the sweep merges the two points
+
+
+@pytest.mark.parametrize(("axes", "message"), [
+    ({"blocksize": (16, 32)}, "grid axes: unknown configuration field 'blocksize'"),
+    ({"block_size": (16, 32.5)}, "grid axes: field 'block_size': expected an integer, got 32.5"),
+    ({"allocator": {"paged", "radix"}}, "grid axis 'allocator' must be a list of values, got a set"),
+    ({"block_size": ()}, "grid axes: field 'block_size' has no values"),
+])
+def test_a_grid_built_in_python_refuses_bad_axes_by_field(axes, message):
+    with pytest.raises(ValueError) as info:
+        Grid({}, axes)
+    assert message in str(info.value)
