@@ -133,6 +133,8 @@ class Allocator(ABC):
         """Validate every option of the constructor contract, so that a bad one is a one-line ValueError
         whichever allocator is built, even one it ignores (a typo should not pass silently). The public
         classes' signatures give the defaults; this sets the options every allocator uses."""
+        if isinstance(capacity_slots, bool) or not isinstance(capacity_slots, Integral):  # 1000.7 ran as 1000
+            raise ValueError(f"capacity must be a whole number of token slots, got {capacity_slots!r}")
         if capacity_slots <= 0:
             raise ValueError(f"capacity must be positive, got {capacity_slots}")
         for name, value in (("block_size", block_size), ("max_model_len", max_model_len)):

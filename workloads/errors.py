@@ -7,6 +7,10 @@ one-line exit-code-2 message.
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
+
 SKIP_HINT = "(add --skip-bad-rows to skip such rows)"
 
 
@@ -36,3 +40,40 @@ def show_value(value: object) -> str:
         value = int(value)
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def is_whole_number(value: object) -> bool:
+    """An integer (numpy's too) or a float such as 100.0, as a trace cell may hold a count; not a bool (True is
+    no count), not a string, not a fraction that a cast would silently truncate, not NaN."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer())
+
+
+def whole_number(context: str, name: str, value: object, low: int) -> int:
+    """``value`` as an ``int`` when it is a whole number (`is_whole_number`) >= ``low``, else a one-line
+    `TraceError` naming the argument, worded as a trace row's error is (``generate: n must be a whole number
+    (got 1.9)``). Why: numpy casts silently truncate (``n=1.9`` ran as 1, parallel sampling off) and a string
+    fails deep inside a comparison."""
+    if not is_whole_number(value):
+        raise TraceError(f"{context}: {name} must be a whole number (got {show_value(value)})")
+    if value < low:
+        raise TraceError(f"{context}: {name} must be >= {low} (got {show_value(value)})")
+    return int(value)
+
+
+def real_number(context: str, name: str, value: object) -> float:
+    """``value`` as a ``float`` when it is a real number (not a bool or a string: ``rate="2"`` failed inside
+    a format code); ranges are the caller's to check, with its own wording."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TraceError(f"{context}: {name} must be a number (got {show_value(value)})")
+    return float(value)
+
+
+def check_seed(context: str, seed: object) -> int:
+    """``seed`` as an ``int``, or a one-line `TraceError`. ``None`` is numpy's fresh entropy, a different
+    workload on every call, which breaks "same inputs and seed, same bytes"; a float, a string or a negative
+    number would fail inside numpy with a message that does not name the seed."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise TraceError(f"{context}: seed must be a non-negative integer, got {show_value(seed)}")
+    return int(seed)

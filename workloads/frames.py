@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workloads.errors import TraceError
+from workloads.errors import SKIP_HINT, TraceError
 from workloads.readers.build import RawTable, build_workload, workload_constants
 from workloads.workload import NONE, Workload
 
@@ -53,14 +53,19 @@ def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.where(none, 0, values), none)
 
 
-def workload_from_frame(frame: pd.DataFrame, **attrs) -> Workload:
-    """Rows with canonical column names to a validated `Workload`; bad rows raise `TraceError`."""
-    from workloads.readers.formats import FORMATS
+def workload_from_frame(frame: pd.DataFrame, *, skip_bad_rows: bool = False, **attrs) -> Workload:
+    """Rows with canonical column names to a validated `Workload`; bad rows raise `TraceError`, or with
+    ``skip_bad_rows`` are dropped and counted in ``skipped_reasons``, as `workloads.load_trace` does. A column
+    that is not a canonical field is named in a `TraceWarning`, or refused when it looks like a misspelled
+    field (`workloads.readers.formats.check_unread_columns`). A frame `workload_to_frame` wrote reads back, also
+    through Parquet (whose list cells come back as numpy arrays, and empty ones as None)."""
+    from workloads.readers.formats import FORMATS, check_unread_columns
 
     kvsim = FORMATS["kvsim"]
     missing = [c for c in kvsim.required if c not in frame]
     if missing:
         raise TraceError(f"<frame>: missing column(s) {', '.join(missing)}")
+    check_unread_columns("<frame>", frame.columns, {c: c for c in frame.columns if c in kvsim.columns})
     columns = {c: frame[c].to_numpy(dtype=object if frame[c].dtype.kind not in "iufb" else None)
                for c in frame.columns if c in kvsim.columns and c != "prefix_hashes"}
     hashes = None
@@ -71,11 +76,27 @@ def workload_from_frame(frame: pd.DataFrame, **attrs) -> Workload:
         if any(isinstance(c, str) for c in cells):
             hashes = from_strings(cells)
         else:
-            hashes = from_lists([None if c is None else list(c) for c in cells])
+            hashes = from_lists([_hash_list(c) for c in cells])
     raw = RawTable("<frame>", columns, np.arange(1, len(frame) + 1), "row", hashes)
     constants = workload_constants(raw, kvsim.hash_tokens)
     options = {"name": "frame", "source": "DataFrame"} | constants | attrs
-    return build_workload(raw, skip_bad_rows=False, **options)
+    try:
+        return build_workload(raw, skip_bad_rows=skip_bad_rows, **options)
+    except TraceError as exc:  # the command line's flag is this function's argument
+        raise TraceError(str(exc).replace(SKIP_HINT, "(pass skip_bad_rows=True to skip such rows)")) from None
+
+
+def _hash_list(cell: object) -> object:
+    """A ``prefix_hashes`` cell as `workloads.ragged.from_lists` takes it: None (or NaN, pandas' NA) for no
+    hashes; a tuple, list or numpy array (a Parquet list cell) as a list of Python ints. Anything else stays
+    as it is, for the reader's rule to reject with the row named."""
+    if cell is None or cell is pd.NA or (isinstance(cell, float) and cell != cell):
+        return None
+    if isinstance(cell, np.ndarray) and cell.dtype.kind in "iu":
+        return cell.tolist()
+    if isinstance(cell, (list, tuple, np.ndarray)):
+        return [int(x) if isinstance(x, np.integer) else x for x in cell]
+    return cell
 
 
 def write_trace(workload: Workload, path: str | Path) -> Path:

@@ -23,7 +23,7 @@ import numpy as np
 
 from workloads.arrivals import ArrivalProcess, closed_loop_of
 from workloads.conversations import build_conversations, build_sessions
-from workloads.errors import TraceError
+from workloads.errors import TraceError, check_seed, real_number, whole_number
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.validation import BOTH_N_AND_BEAM
 from workloads.workload import NONE, Workload
@@ -38,7 +38,15 @@ def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests
              think_time_s: float | None = None, name: str = "synthetic", source: str | None = None) -> Workload:
     """``num_requests`` synthetic requests (module docstring), from the distribution and process objects
     (`workloads.named.generate` takes their spec strings)."""
-    _check(num_requests, n, beam_width, system_prompt_len, system_prompt_frac, turns, turn_gap_s, think_time_s)
+    num_requests, n, beam_width, system_prompt_len, turns = (
+        whole_number("generate", arg, value, low) for arg, value, low in (
+            ("num_requests", num_requests, 1), ("n", n, 1), ("beam_width", beam_width, 1),
+            ("system_prompt_len", system_prompt_len, 0), ("turns", turns, 1)))
+    seed = check_seed("generate", seed)
+    system_prompt_frac = real_number("generate", "system_prompt_frac", system_prompt_frac)
+    turn_gap_s, think_time_s = (None if value is None else real_number("generate", arg, value)
+                                for arg, value in (("turn_gap_s", turn_gap_s), ("think_time_s", think_time_s)))
+    _check(n, beam_width, system_prompt_len, system_prompt_frac, turns, turn_gap_s, think_time_s)
     dist, process = lengths, arrivals
     closed = closed_loop_of(process)
     if closed is not None and turns > 1:
@@ -96,15 +104,12 @@ def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarr
     return np.where(has_sys, fitted_prompt, prompt), np.where(has_sys, fitted_output, output)
 
 
-def _check(num_requests: int, n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int,
-           turn_gap_s: float | None, think_time_s: float | None) -> None:
+def _check(n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int, turn_gap_s: float | None,
+           think_time_s: float | None) -> None:
+    """The rules between options, once each is a number of its kind (`whole_number`, `real_number`)."""
     problems = {
-        "--num-requests must be >= 1": num_requests < 1,
-        "n and beam_width must be >= 1": n < 1 or beam_width < 1,
         BOTH_N_AND_BEAM: n > 1 and beam_width > 1,
-        "system_prompt_len must be >= 0": sys_len < 0,
         "system_prompt_frac must be within [0, 1]": not 0 <= sys_frac <= 1,
-        "turns must be >= 1": turns < 1,
         "turn_gap_s must be >= 0": turn_gap_s is not None and not turn_gap_s >= 0,
         "think_time_s must be finite and >= 0": think_time_s is not None and not 0 <= think_time_s < np.inf,
         "think_time_s applies to multi-turn sessions (turns > 1)": think_time_s is not None and turns < 2,

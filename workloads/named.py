@@ -14,7 +14,7 @@ from workloads import arrivals as arrival_kinds
 from workloads import lengths as length_kinds
 from workloads import readers
 from workloads.arrivals import ArrivalProcess, TraceTimes, retime
-from workloads.errors import SKIP_HINT, TraceError
+from workloads.errors import SKIP_HINT, TraceError, check_seed, whole_number
 from workloads.generate import generate as generate_from
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.presets import PRESETS, load_preset
@@ -75,6 +75,9 @@ def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None
     seeded by ``seed`` (the source says so when the file had timestamps of its own). The cut comes first, as a preset's does, so ``trace:rate=R`` scales the rows that run to R
     requests a second (scaled first, 100 rows of a trace whose head is burstier than its whole ran at another
     rate than R)."""
+    seed = check_seed(str(path), seed)
+    if num_requests is not None:
+        num_requests = whole_number(str(path), "num_requests", num_requests, 1)
     workload = readers.load_trace(path, seed=seed, **read) if arrivals is None else \
         readers.load_trace(path, seed=seed, missing_times=None, **read)
     if num_requests is not None:

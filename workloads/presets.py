@@ -25,7 +25,7 @@ import numpy as np
 
 from workloads.arrivals import Poisson, TraceTimes
 from workloads.attribution import ATTRIBUTIONS
-from workloads.errors import TraceError
+from workloads.errors import TraceError, check_seed, real_number, whole_number
 from workloads.generate import generate
 from workloads.paper_lengths import PAPER_TARGETS, paper_lengths
 from workloads.readers import load_trace
@@ -84,8 +84,12 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
     """The named workload (see the module docstring); ``seed`` drives every random draw."""
     if name not in PRESETS:
         raise TraceError(f"unknown preset {name!r} (presets: {', '.join(PRESETS)})")
-    if num_requests is not None and num_requests < 1:
-        raise TraceError(f"preset {name}: --num-requests must be >= 1, got {num_requests}")
+    context = f"preset {name}"
+    seed = check_seed(context, seed)
+    if num_requests is not None:
+        num_requests = whole_number(context, "num_requests", num_requests, 1)
+    if rate is not None:
+        rate = real_number(context, "rate", rate)
     if name in DEMO_PRESETS:
         lengths, default_rate, default_count = DEMO_PRESETS[name]
         rate = default_rate if rate is None else rate

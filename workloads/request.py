@@ -15,6 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from workloads.errors import is_whole_number, show_value
 from workloads.hashing import mix, mix_array
 from workloads.validation import record_problem
 
@@ -27,6 +28,10 @@ _SESSION_SEED = 0x6B7673696D2D7373
 _chain_mix = lru_cache(maxsize=1 << 17)(mix)
 """`mix` remembered for the chains of ``prefix_hashes``: the turns of a conversation repeat their parents'
 units, so most links of a chain were computed for an earlier request (a lookup instead of 8 big-int ops)."""
+
+_WHOLE_NUMBERS = ("id", "prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width", "prefix_hash_tokens",
+                  "prefix_group", "prefix_len", "session_id", "turn")
+"""The fields that are counts or ids: a float in one (``prompt_tokens=100.5``) is refused, not truncated later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,15 @@ class Request:
     think_time_s: float | None = None
 
     def __post_init__(self) -> None:
+        """The checks a trace row gets (`workloads.validation`, and the readers' parsing rules that apply to a
+        record of Python values), so that a `Request` built by hand is held to what a file is."""
+        for name in _WHOLE_NUMBERS:
+            value = getattr(self, name)
+            if value is None or isinstance(value, int) and not isinstance(value, bool):
+                continue
+            if not is_whole_number(value):
+                raise ValueError(f"request {self.id}: {name}: must be a whole number (got {show_value(value)})")
+            object.__setattr__(self, name, int(value))  # 100.0 is 100, as in a trace file
         nan = float("nan")
         record = {"prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
                   "max_tokens": nan if self.max_tokens is None else self.max_tokens, "n": self.n,
@@ -58,6 +72,8 @@ class Request:
                   "prefix_len": self.prefix_len, "hash_counts": len(self.prefix_hashes)}
         if (problem := record_problem(record, self.prefix_hash_tokens)) is not None:
             raise ValueError(f"request {self.id}: {problem}")
+        if self.prefix_len > 0 and self.prefix_group is None:  # the readers' rule: nothing would share it
+            raise ValueError(f"request {self.id}: prefix_len: given without prefix_group")
 
     @classmethod
     def checked(cls, *values: object) -> Request:

@@ -42,7 +42,13 @@ def prefix_reuse(workload: Workload) -> tuple[float | None, str | None]:
 
 
 def trace_stats(workload: Workload) -> dict:
-    """The numbers ``kvsim trace stats`` prints (``--json`` prints this dict)."""
+    """The numbers ``kvsim trace stats`` prints (``--json`` prints this dict). A workload without requests
+    has no token statistics (no mean, no p99): one error says so, not numpy's IndexError and warnings."""
+    if not isinstance(workload, Workload):
+        raise TypeError(f"trace_stats: workload must be a workloads.Workload, got {type(workload).__name__} "
+                        "(a frame: workloads.workload_from_frame(df); a file: workloads.load_trace(path))")
+    if len(workload) == 0:
+        raise ValueError(f"trace_stats: workload {workload.name!r} has no requests")
     _, released = closed_loop_turns(workload)
     closed = workload.closed_loop
     times = workload.arrival_time_s[~released] if closed is None else workload.arrival_time_s[:0]

@@ -12,12 +12,15 @@ column is validated once, vectorised, on construction, so iteration never raises
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import overload
 
 import numpy as np
 
+from workloads.errors import is_whole_number, show_value, whole_number
 from workloads.ragged import take_ragged
 from workloads.request import Request, prefix_chains
 from workloads.sessions import SESSION_RULES, session_reasons
@@ -80,16 +83,33 @@ class Workload:
                     "priority": 0, "session_id": NONE, "turn": 0}
         for col in INT_COLUMNS:
             value = getattr(self, col)
-            value = np.full(size, defaults[col], np.int64) if value is None else np.asarray(value, np.int64)
+            value = np.full(size, defaults[col], np.int64) if value is None else self._whole_numbers(col, value)
             setattr(self, col, np.ascontiguousarray(value))
         think = np.full(size, np.nan) if self.think_time_s is None else self.think_time_s
         self.think_time_s = np.ascontiguousarray(think, dtype=np.float64)
-        self.ids = np.arange(size, dtype=np.int64) if self.ids is None else np.asarray(self.ids, np.int64)
+        self.ids = np.arange(size, dtype=np.int64) if self.ids is None else self._whole_numbers("ids", self.ids)
         if self.hash_offsets is None:
             self.hash_offsets = np.zeros(size + 1, np.int64)
         self.hash_offsets = np.asarray(self.hash_offsets, np.int64)
         self.hash_values = np.asarray([] if self.hash_values is None else self.hash_values, np.int64)
         self._validate(size)
+
+    def _whole_numbers(self, col: str, value: object) -> np.ndarray:
+        """``value`` as int64, refusing what the cast would silently change: a fraction (100.9 truncated to
+        100), NaN (cast to -2**63, then reported as below the field's bound), a bool or a string."""
+        values = np.asarray(value)
+        if values.dtype.kind in "iu":
+            return values.astype(np.int64, copy=False)
+        bad = np.ones(values.shape, bool)
+        if values.dtype.kind == "f":
+            bad = ~np.isfinite(values) | (values != np.floor(values))
+        elif values.dtype.kind == "O":
+            bad = ~np.array([is_whole_number(v) for v in values.ravel()], bool).reshape(values.shape)
+        if bad.any():
+            i = np.flatnonzero(bad.ravel())[0]
+            raise ValueError(f"workload {self.name!r}: request {i}: {col}: must be a whole number (got "
+                             f"{show_value(values.ravel()[i])})")
+        return values.astype(np.int64)
 
     def _validate(self, size: int) -> None:
         """The request rules (`workloads.validation`) over the columns, so that iterating never raises."""
@@ -129,11 +149,24 @@ class Workload:
     def __len__(self) -> int:
         return len(self.arrival_time_s)
 
-    def __getitem__(self, index: int) -> Request:
+    @overload
+    def __getitem__(self, index: int) -> Request: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Workload: ...
+
+    def __getitem__(self, index: int | slice) -> Request | Workload:
+        """Request ``index``, or a slice of the workload as a `Workload` (``w[10:20]``), in arrival order."""
         size = len(self)
+        if isinstance(index, slice):
+            if index.step is not None:  # a reversed slice would not be in arrival order
+                whole_number("Workload slice", "step", index.step, 1)
+            return self.select(np.arange(size)[index])
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, numbers.Integral):
+            raise TypeError(f"workload indices must be integers or slices, not {type(index).__name__}")
         if not -size <= index < size:
             raise IndexError(f"request index {index} out of range for {size} requests")
-        return self._request(index % size if index < 0 else index)
+        return self._request(int(index) % size if index < 0 else int(index))
 
     def __iter__(self) -> Iterator[Request]:
         return (self._request(i) for i in range(len(self)))
@@ -188,7 +221,9 @@ class Workload:
         return Workload(**(columns | attrs | overrides))
 
     def head(self, count: int) -> Workload:
-        """The first ``count`` requests."""
+        """The first ``count`` requests (all of them when there are fewer); a negative or fractional count is
+        an error, not a silent empty or rounded cut."""
+        count = whole_number("Workload.head", "count", count, 0)
         return self.select(np.arange(min(count, len(self))))
 
     def describe_skips(self) -> str:

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from sim.commands.trace import trace
 from workloads import TraceError, generate, load_trace, write_trace
+from workloads.errors import TraceWarning
 from workloads.frames import workload_from_frame
 from workloads.lengths import Zipf
 from workloads.named import parse_lengths
@@ -66,12 +67,14 @@ def test_closed_loop_round_trips_through_every_container(tmp_path):
         assert back.closed_loop == ClosedLoop(3, 0.5)
 
 
-def test_from_frame_checks_workload_wide_columns_and_ignores_unknown_ones():
+def test_from_frame_checks_workload_wide_columns_and_names_unknown_ones():
     frame = pd.DataFrame({"arrival_time_s": [0.0, 1.0], "prompt_tokens": [10, 10], "output_tokens": [5, 5],
                           "closed_loop_users": [2, 3], "note": ["a", "b"]})
-    with pytest.raises(TraceError, match="row 2: field 'closed_loop_users': must be the same on every row"):
+    with pytest.raises(TraceError, match="row 2: field 'closed_loop_users': must be the same on every row"), \
+            pytest.warns(TraceWarning, match="'note' are not kvsim fields"):
         workload_from_frame(frame)
-    w = workload_from_frame(frame.assign(closed_loop_users=[2, 2]))
+    with pytest.warns(TraceWarning, match="'note' are not kvsim fields"):
+        w = workload_from_frame(frame.assign(closed_loop_users=[2, 2]))
     assert w.closed_loop == ClosedLoop(2) and len(w) == 2
 
 

@@ -24,7 +24,14 @@ from workloads.attribution import ATTRIBUTIONS
 from workloads.errors import TraceError, TraceWarning
 from workloads.readers import containers
 from workloads.readers.build import RawTable, build_workload, to_float, workload_constants
-from workloads.readers.formats import FORMATS, TraceFormat, detect_format, format_named, mapping_for
+from workloads.readers.formats import (
+    FORMATS,
+    TraceFormat,
+    check_unread_columns,
+    detect_format,
+    format_named,
+    mapping_for,
+)
 from workloads.specs import parse_columns
 from workloads.workload import Workload
 
@@ -67,6 +74,9 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
         if mapping[field] not in header:
             raise TraceError(_missing_field(path, fmt, field, mapping[field], header, mapped=bool(columns)))
     wanted = {f: c for f, c in mapping.items() if c in header}
+    if fmt.name == "kvsim":  # (the unread timestamps get the warning below, which says where times come from)
+        check_unread_columns(path, header, wanted, "" if kind == "parquet" else "line 1: ",
+                             warned=[c for c in header if TIMESTAMP_LIKE.search(c)])
     _warn_unread_times(path, header, wanted, missing_times)
     reader = {"csv": containers.read_csv, "jsonl": containers.read_jsonl, "parquet": containers.read_parquet}[kind]
     values, lines, hashes, pre = reader(path, wanted, "prefix_hashes", skip_bad_rows)
