@@ -240,15 +240,24 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 
+class UnknownNameError(KeyError, ValueError):
+    """A model or GPU the catalog does not have. A KeyError, as these lookups have always raised (``except
+    KeyError`` keeps working), and a ValueError, as every other bad setting is; its text is the message
+    itself, where a plain KeyError shows the message's repr (``KeyError: "unknown gpu 'H100'; ..."``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def get_model(name: str) -> ModelSpec:
     try:
         return MODELS[name.lower()]
     except KeyError:
-        raise KeyError(f"unknown model {name!r}; valid choices: {', '.join(MODELS)}") from None
+        raise UnknownNameError(f"unknown model {name!r}; valid choices: {', '.join(MODELS)}") from None
 
 
 def get_gpu(name: str) -> GpuSpec:
     try:
         return GPUS[name.lower()]
     except KeyError:
-        raise KeyError(f"unknown gpu {name!r}; valid choices: {', '.join(GPUS)}") from None
+        raise UnknownNameError(f"unknown gpu {name!r}; valid choices: {', '.join(GPUS)}") from None

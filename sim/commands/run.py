@@ -194,12 +194,12 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
     note = parallel_note(config, workers, workload)
     if note:
         click.echo(note, err=True)
-    if as_json or not sys.stdout.isatty():
-        return run_simulation(config, workload, workers=workers)
+    if as_json or not sys.stdout.isatty():  # warn=False: the note above and `warn_on_summary` say it as lines
+        return run_simulation(config, workload, workers=workers, warn=False)
     from tqdm import tqdm
 
     with tqdm(total=len(workload), unit="req", desc=config.allocator, leave=False) as bar:
-        return run_simulation(config, workload, progress=bar.update, workers=workers)
+        return run_simulation(config, workload, progress=bar.update, workers=workers, warn=False)
 
 
 def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True) -> None:
@@ -210,14 +210,15 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
     ``clock=False`` skips them, for runs of one deployment after the first) and what the allocator's memory
     leaves out (``memory_omits``, per allocator), and a ``--max-model-len`` beyond the model's context
     (``beyond_model_context``, with the clock's). Each names the run (``run``, else the allocator)."""
+    from sim.kernel.ignored_settings import ignored_lines
     from sim.kernel.summary import rejection_warning
 
     name = summary.get("run", summary["allocator"])
     line = rejection_warning(summary)
     if line:
         click.echo(line, err=True)
-    for flag, why in summary.get("ignored_settings", {}).items() if settings else ():
-        click.echo(f"Warning: {name}: {flag} ignored: {why}", err=True)
+    for line in ignored_lines(summary) if settings else ():
+        click.echo(f"Warning: {line}", err=True)
     for what in summary.get("clock_omits", []) if clock else ():
         click.echo(f"Note: the step clock omits {what}", err=True)
     for what in summary.get("memory_omits", []):

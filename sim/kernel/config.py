@@ -7,8 +7,11 @@ name, so a bad value fails here, once, with a one-line reason, rather than deep 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
+
+import numpy as np
 
 from allocators.kv_layout import kv_element_bytes
 from sim.kernel.routers import ROUTERS
@@ -22,6 +25,42 @@ def flag(field: str) -> str:
     """The command-line flag that sets a `SimConfig` field (``kv_gib`` -> ``--kv-gib``), for error messages:
     users type flags, not field names."""
     return _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+
+
+_POSITIVE_INTS = ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens", "replicas")
+_OPTIONAL_POSITIVE_INTS = ("kv_tokens", "max_model_len", "num_requests")
+_NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold")
+_NUMBERS = {  # field -> (None allowed, in range, what the range is)
+    "kv_gib": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
+    "step_time": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
+    "rate": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
+    "gpu_memory_utilization": (False, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "swap_space_gib": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "cpu_offload_gib": (False, lambda v: 0 <= v < math.inf, "a finite number of GiB >= 0"),
+    "watermark": (False, lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
+    "beam_keep_prob": (False, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "router_load_weight": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "router_kv_overlap_score_weight": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+}
+
+
+def plain_int(value: object) -> int | None:
+    """``value`` as a Python int if it is an integer (numpy's too, so a value read off an array or a DataFrame
+    works), else None. A bool is not an integer here: ``block_size=True`` is a mistake, not 1."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
+
+
+def plain_number(value: object) -> int | float | None:
+    """``value`` as a Python int or float if it is a real number (numpy's too), else None (a bool, a string).
+    An integer stays an int, so ``to_dict()``, ``config.json`` and sweep point ids are what a Python int gives."""
+    whole = plain_int(value)
+    if whole is not None:
+        return whole
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
 
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
@@ -57,6 +96,10 @@ class SimConfig:
     line must not split them into grid values."""
     FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns", "kv_offloading_size": "cpu_offload_gib"}
     """Flag names (as ``kvsim run`` spells them) that differ from the field they set."""
+    WORKLOAD_FIELDS: ClassVar[tuple[str, ...]] = ("trace", "trace_format", "trace_columns", "skip_bad_rows",
+                                                  "arrivals", "preset", "rate", "num_requests")
+    """Fields that only say which workload `sim.kernel.runner.resolve_workload` loads (``seed`` also seeds the
+    run's own draws, so it is not one): a workload passed to `run_simulation` must be the one they name."""
 
     allocator: str = "paged"
     model: str = "opt-13b"
@@ -110,38 +153,16 @@ class SimConfig:
     router_kv_overlap_score_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        def integer(name: str, low: int, allow_none: bool = False) -> None:
-            value = getattr(self, name)
-            if value is None and allow_none:
-                return
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                kind = "a positive" if low > 0 else "a non-negative"
-                raise ValueError(f"{flag(name)} must be {kind} integer, got {value!r}")
-
-        def positive_float(name: str) -> None:  # None allowed: every such field is optional
-            value = getattr(self, name)
-            if value is None:
-                return
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"{flag(name)} must be a positive finite number, got {value!r}")
-
-        for name in ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens", "replicas"):
-            integer(name, 1)
-        for name in ("kv_tokens", "max_model_len", "num_requests"):
-            integer(name, 1, allow_none=True)
-        for name in ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold"):
-            integer(name, 0)
-        for name in ("kv_gib", "step_time", "rate"):
-            positive_float(name)
+        self._check_types()
         from allocators.vattention_pages import PAGE_SIZES_KIB
 
-        if isinstance(self.page_size_kib, bool) or self.page_size_kib not in PAGE_SIZES_KIB:
+        page_size = plain_int(self.page_size_kib)  # 2048.0 is refused as any other integer field refuses it
+        if page_size not in PAGE_SIZES_KIB:
             raise ValueError(f"--page-size-kib must be one of {', '.join(map(str, PAGE_SIZES_KIB))}, "
                              f"got {self.page_size_kib!r}")
+        self.page_size_kib = page_size
         if self.kv_gib is not None and self.kv_tokens is not None:
             raise ValueError("give at most one of --kv-gib and --kv-tokens")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
         kv_element_bytes(self.kv_cache_dtype, 2)  # a one-line error for an unknown name
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
@@ -153,25 +174,12 @@ class SimConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
                              f"({self.max_num_seqs}), as vLLM requires, so every running sequence can decode")
-        if not isinstance(self.swap_space_gib, (int, float)) or not 0 <= self.swap_space_gib < math.inf:
-            raise ValueError(f"--swap-space-gib must be a finite number >= 0, got {self.swap_space_gib!r}")
-        if isinstance(self.cpu_offload_gib, bool) or not isinstance(self.cpu_offload_gib, (int, float)) \
-                or not 0 <= self.cpu_offload_gib < math.inf:
-            raise ValueError(f"--cpu-offload-gib must be a finite number of GiB >= 0, got {self.cpu_offload_gib!r}")
         if self.offload_write_policy not in OFFLOAD_WRITE_POLICIES:
             raise ValueError(f"--offload-write-policy must be one of {', '.join(OFFLOAD_WRITE_POLICIES)}, "
                              f"got {self.offload_write_policy!r}")
         if self.offload_eviction_policy not in OFFLOAD_EVICTION_POLICIES:
             raise ValueError(f"--offload-eviction-policy must be one of {', '.join(OFFLOAD_EVICTION_POLICIES)}, "
                              f"got {self.offload_eviction_policy!r}")
-        if isinstance(self.offload_store_threshold, bool) or not isinstance(self.offload_store_threshold, int) \
-                or self.offload_store_threshold < 0:
-            raise ValueError(f"--offload-store-threshold must be a whole number of offers >= 0 (below 2: every "
-                             f"block is stored), got {self.offload_store_threshold!r}")
-        if not 0 <= self.watermark < 1:
-            raise ValueError(f"--watermark must be a fraction in [0, 1), got {self.watermark!r}")
-        if not 0 <= self.beam_keep_prob <= 1:
-            raise ValueError(f"beam_keep_prob must be in [0, 1], got {self.beam_keep_prob!r}")
         if self.trace is not None and self.preset is not None:
             raise ValueError("give a TRACE file or --preset, not both")
         if self.trace is None and (self.trace_format or self.trace_columns or self.skip_bad_rows or self.arrivals):
@@ -191,13 +199,44 @@ class SimConfig:
                     coefficients_from_table(read_calibration(table), table)
         if self.router not in ROUTERS:
             raise ValueError(f"--router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
-        for name in ("router_load_weight", "router_kv_overlap_score_weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise ValueError(f"{flag(name)} must be a finite number >= 0, got {value!r}")
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")
+
+    def _check_types(self) -> None:
+        """Every bool, integer and number field is one (numpy's scalars accepted, stored as plain Python values),
+        and the numbers are in range: a string or a bool there would compare or act by its truth, not its
+        meaning (``enforce_eager="False"`` runs as True)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(value, (bool, np.bool_)):
+                    raise ValueError(f"{flag(f.name)} must be True or False, got {value!r}")
+                setattr(self, f.name, bool(value))
+        for names, low, kind in ((_POSITIVE_INTS + _OPTIONAL_POSITIVE_INTS, 1, "a positive"),
+                                 (_NON_NEGATIVE_INTS, 0, "a non-negative")):
+            for name in names:
+                value = getattr(self, name)
+                if value is None and name in _OPTIONAL_POSITIVE_INTS:
+                    continue
+                whole = plain_int(value)
+                if whole is None or whole < low:
+                    raise ValueError(f"{flag(name)} must be {kind} integer, got {value!r}")
+                setattr(self, name, whole)
+        whole = plain_int(self.offload_store_threshold)
+        if whole is None or whole < 0:
+            raise ValueError(f"--offload-store-threshold must be a whole number of offers >= 0 (below 2: every "
+                             f"block is stored), got {self.offload_store_threshold!r}")
+        self.offload_store_threshold = whole
+        for name, (optional, in_range, kind) in _NUMBERS.items():
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            number = plain_number(value)
+            if number is None or not in_range(number):
+                label = "beam_keep_prob" if name == "beam_keep_prob" else flag(name)  # no flag sets it
+                raise ValueError(f"{label} must be {kind}, got {value!r}")
+            setattr(self, name, number)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict, in field order (written as ``config.json``)."""

@@ -4,8 +4,8 @@ Why: several flags only act on some allocators or modes (a host tier behind a pr
 vAttention, slab placement on contiguous allocators, a long-prefill threshold on chunked prefill, a
 cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one
 silently would let a user read a run as the answer to the question the flag asked. The summary carries them
-as ``ignored_settings`` (flag -> why; the key only when there are any) and ``kvsim run``/``compare`` print one
-warning each. Only values that differ from the default can be told apart from "not given", so those are the
+as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
+warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`. Only values that differ from the default can be told apart from "not given", so those are the
 ones reported.
 """
 
@@ -76,3 +76,10 @@ def _router_settings(config: SimConfig, defaults: SimConfig, sessions: bool) -> 
         if value != getattr(defaults, field) and (config.router != router or config.replicas == 1):
             ignored[f"{flag} {value:g}"] = f"only the {router} router of a fleet (--replicas > 1) reads it"
     return ignored
+
+
+def ignored_lines(summary: dict) -> list[str]:
+    """``RUN: FLAG VALUE ignored: why`` for each of a summary's ``ignored_settings`` (RUN: its ``run`` name, else
+    its allocator): the one wording the CLI prints and `run_simulation` warns, so the two cannot drift."""
+    name = summary.get("run", summary["allocator"])
+    return [f"{name}: {flag} ignored: {why}" for flag, why in summary.get("ignored_settings", {}).items()]

@@ -22,10 +22,11 @@ STATUS_FAILED = "failed"
 
 
 def simulate_point(config: Any) -> dict[str, Any]:
-    """The default point function: run the simulator and return its summary (``kvsim run --json``)."""
+    """The default point function: run the simulator and return its summary (``kvsim run --json``). Quiet
+    about settings a point ignores: the results table holds each point's ``ignored_settings``."""
     from sim.kernel.runner import run_config
 
-    return dict(run_config(config).summary)
+    return dict(run_config(config, warn=False).summary)
 
 
 @dataclass(frozen=True)

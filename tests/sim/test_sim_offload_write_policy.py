@@ -175,7 +175,7 @@ def test_a_bad_policy_is_a_one_line_error():
 def test_the_hybrid_pool_refuses_a_lru_tier():
     """Storing a sliding-window group's blocks as computed is not modelled: a one-line error, not a
     write-back run answering another question."""
-    config = SimConfig(model="gpt-oss-20b", gpu="h100-80gb", step_time=0.01, num_requests=2, cpu_offload_gib=1.0,
+    config = SimConfig(model="gpt-oss-20b", gpu="h100-80gb", step_time=0.01, cpu_offload_gib=1.0,
                        offload_write_policy="write_through")
     with pytest.raises(ValueError, match="write_through is not modelled for vLLM's hybrid KV cache manager"):
         run_simulation(config, evicting_workload())

@@ -19,7 +19,7 @@ def simulations(monkeypatch) -> list:
     """`sim.kernel.runner.run_config` answers from the queue fake and records every configuration it runs."""
     ran: list = []
 
-    def run_config(config):
+    def run_config(config, **_options):
         ran.append(config)
         return types.SimpleNamespace(summary=queue_point(config))
 

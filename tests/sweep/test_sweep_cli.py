@@ -18,7 +18,7 @@ from sim.cli import main
 def fake_simulator(monkeypatch):
     """`sim.kernel.runner.run_config` answers from the queue fake (in-process runs only: --workers 1)."""
     module = types.ModuleType("sim.kernel.runner")
-    module.run_config = lambda config: types.SimpleNamespace(summary=queue_point(config))
+    module.run_config = lambda config, **_options: types.SimpleNamespace(summary=queue_point(config))
     monkeypatch.setitem(sys.modules, "sim.kernel.runner", module)
 
 
