@@ -143,5 +143,7 @@ def test_workers_do_not_split_a_closed_loop_fleet():
     config = dataclasses.replace(CONFIG, replicas=2)
     assert runs_in_parallel(config, 2) and not runs_in_parallel(config, 2, w)
     assert "one process" in parallel_note(config, 2, w)
-    one, two = run_simulation(config, w), run_simulation(config, w, workers=2)
+    one = run_simulation(config, w)
+    with pytest.warns(UserWarning, match="so the fleet runs in one process"):
+        two = run_simulation(config, w, workers=2)
     pd.testing.assert_frame_equal(one.requests, two.requests)

@@ -3,6 +3,7 @@ summary, the per-request and per-step columns, reloads charged in step time, fas
 step-by-step, swapped KV parked in the tier, and the flag's bad values."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -160,7 +161,11 @@ def test_the_tier_is_off_by_default_and_ignored_without_prefix_caching():
     w = evicting_workload()
     for config in (SimConfig(**SMALL_GPU), SimConfig(prefix_caching=False, cpu_offload_gib=1.0, **SMALL_GPU),
                    SimConfig(allocator="contiguous-max", cpu_offload_gib=1.0, kv_tokens=20_000, step_time=0.01)):
-        s = run_simulation(config, w).summary
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            s = run_simulation(config, w).summary
+        assert [str(c.message) for c in caught] == [f"{config.allocator}: {flag} ignored: {why}"
+                                                    for flag, why in s.get("ignored_settings", {}).items()]
         assert (s["host_hit_tokens"], s["offload_bytes"], s["reload_bytes"], s["host_tier_blocks"]) == (0, 0, 0, 0)
         assert s["gpu_hit_tokens"] == s["cached_prompt_tokens"] and s["miss_tokens"] == s["prefill_tokens"]
 
