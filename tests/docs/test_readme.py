@@ -46,3 +46,12 @@ def test_every_readme_command_runs(tmp_path, monkeypatch):
     assert ran >= 8
     assert (tmp_path / "runs" / "paged" / "memory.png").exists()
     assert (tmp_path / "sweep.parquet").exists()
+
+
+def test_the_readme_python_example_runs(tmp_path, monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    assert (tmp_path / "breakdown.png").exists()
