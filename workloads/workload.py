@@ -98,17 +98,30 @@ class Workload:
         """``value`` as int64, refusing what the cast would silently change: a fraction (100.9 truncated to
         100), NaN (cast to -2**63, then reported as below the field's bound), a bool or a string."""
         values = np.asarray(value)
-        if values.dtype.kind in "iu":
+        if values.dtype.kind == "i":
             return values.astype(np.int64, copy=False)
-        bad = np.ones(values.shape, bool)
-        if values.dtype.kind == "f":
-            bad = ~np.isfinite(values) | (values != np.floor(values))
+        flat = values.ravel()
+        whole = np.zeros(flat.shape, bool)
+        if values.dtype.kind == "u":
+            whole[:] = True
+        elif values.dtype.kind == "f":
+            whole = np.isfinite(flat) & (flat == np.floor(flat))
         elif values.dtype.kind == "O":
-            bad = ~np.array([is_whole_number(v) for v in values.ravel()], bool).reshape(values.shape)
-        if bad.any():
-            i = np.flatnonzero(bad.ravel())[0]
-            raise ValueError(f"workload {self.name!r}: request {i}: {col}: must be a whole number (got "
-                             f"{show_value(values.ravel()[i])})")
+            whole = np.array([is_whole_number(v) for v in flat], bool)
+        if not whole.all():
+            i = np.flatnonzero(~whole)[0]
+            raise ValueError(f"workload {self.name!r}: request {i}: {col}: must be a whole number "
+                             f"(got {show_value(flat[i])})")
+        if values.dtype.kind == "u":  # past 2**63 - 1 the cast wraps to a negative count
+            too_big = np.flatnonzero(flat > np.iinfo(np.int64).max)
+        elif values.dtype.kind == "f":
+            too_big = np.flatnonzero(np.abs(flat) >= 2.0 ** 63)
+        else:
+            too_big = [i for i, v in enumerate(flat) if not -2 ** 63 <= v < 2 ** 63]
+        if len(too_big):
+            i = too_big[0]
+            raise ValueError(f"workload {self.name!r}: request {i}: {col}: must be below 2**63 "
+                             f"(got {show_value(flat[i])})")
         return values.astype(np.int64)
 
     def _validate(self, size: int) -> None:
