@@ -202,6 +202,19 @@ class SimConfig:
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")
+        self._check_catalog_names()
+
+    def _check_catalog_names(self) -> None:
+        """``model`` and ``gpu`` name catalog entries (built in, registered, or in ``catalog``, read here without
+        registering it): an unknown name fails here, once, not when each run or sweep point starts."""
+        from allocators.catalog import GPUS, MODELS, get_gpu, get_model
+        from allocators.catalog_file import load_catalog_file
+
+        models, gpus = load_catalog_file(self.catalog) if self.catalog is not None else ({}, {})
+        if self.model.lower() not in MODELS and self.model.lower() not in models:
+            get_model(self.model)  # its UnknownNameError lists the valid names
+        if self.gpu.lower() not in GPUS and self.gpu.lower() not in gpus:
+            get_gpu(self.gpu)
 
     def _check_types(self) -> None:
         """Every bool, integer and number field is one (numpy's scalars accepted, stored as plain Python values),

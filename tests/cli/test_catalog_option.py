@@ -96,3 +96,17 @@ def test_a_bad_catalog_is_one_line_naming_the_file_and_the_field(tmp_path, text,
     result = invoke(*command, "--catalog", str(path))
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [f"Error: {path}: {message}"]
+
+
+def test_a_config_checks_its_model_and_gpu_names_when_built(files):
+    """An unknown name fails when the configuration is built (once, before any run or sweep point), and the
+    entries of the configuration's own catalog count without registering the file."""
+    from allocators.catalog import GPUS, MODELS, UnknownNameError
+
+    cat, trace = files
+    with pytest.raises(UnknownNameError, match="^unknown gpu 'H100'; valid choices: a100-40gb"):
+        SimConfig(gpu="H100")
+    with pytest.raises(UnknownNameError, match="^unknown model 'tiny-lm'"):
+        SimConfig(model="tiny-lm")
+    config = SimConfig(model="Tiny-LM", gpu="toy-gpu", catalog=cat, trace=trace)
+    assert "tiny-lm" not in MODELS and "toy-gpu" not in GPUS and config.model == "Tiny-LM"
