@@ -7,6 +7,7 @@ dict. `write_result` saves it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -61,6 +62,7 @@ def run_simulation(config: SimConfig, workload: Workload, *, progress=None, cost
     ``ignored_settings``) and a ``workers`` count that does not apply, in the words ``kvsim run`` prints
     them (the CLI and sweeps pass False: the CLI prints its own lines, a sweep's table has the column)."""
     check_run_arguments(config, workload)
+    dataclasses.replace(config)  # fields set after construction are checked as the constructor checks them
     loaded = check_workload_settings(config, workload)
     note = parallel_note(config, workers, workload)
     if warn and note:

@@ -133,5 +133,6 @@ def plot_latency_cdf(
         ax.set_xlabel(METRIC_LABELS.get(metric, axis_label(metric)))
         ax.set_ylabel("share of requests")
         ax.grid(alpha=0.3)
-    axes[-1].legend(loc="lower right", fontsize="x-small", frameon=False)
+    if axes[-1].get_legend_handles_labels()[0]:  # no line without a completed request (all rejected)
+        axes[-1].legend(loc="lower right", fontsize="x-small", frameon=False)
     return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -161,6 +162,15 @@ def test_latency_cdf_leaves_out_rejected_and_missing_values():
     assert ttft.lines[0].get_label().endswith("(n=2)")
     assert list(ttft.lines[0].get_ydata()) == [0.5, 1.0]
     assert tpot.lines[0].get_label().endswith("(n=2)")
+    render(fig)
+
+
+def test_latency_cdf_of_runs_with_every_request_rejected_draws_empty_axes_quietly():
+    requests = pd.DataFrame({"ttft_s": [np.nan], "tpot_s": [np.nan], "rejected": [True]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # was matplotlib's "No artists with labels found to put in legend"
+        fig = plot_latency_cdf({"paged": requests})
+    assert all(not ax.lines and ax.get_legend() is None for ax in fig.axes)
     render(fig)
 
 

@@ -102,6 +102,13 @@ def test_wrong_argument_types_are_one_line_type_errors(workload, make, expected)
     assert str(info.value).startswith("run_simulation: " + expected) and "\n" not in str(info.value)
 
 
+def test_fields_set_after_construction_are_checked_as_the_constructor_checks_them(workload):
+    config = SimConfig(**SMALL)
+    config.rate = -3.0  # was reported as a workload field naming another workload
+    with pytest.raises(ValueError, match=r"^--rate must be a positive finite number, got -3.0$"):
+        run_simulation(config, workload)
+
+
 def test_ignored_settings_are_warned_each_run(workload):
     config = SimConfig(**SMALL, placement="first-fit", prefix_caching=False, cpu_offload_gib=16,
                        router="prefix-aware")
