@@ -151,6 +151,24 @@ def skipped_rows_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return list(lines)
 
 
+def ignored_settings_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``Warning: FLAG ignored in N of M points: why`` for each setting points ran without (a summary's
+    ``ignored_settings``: a dict, or its JSON text in a results table), as `kvsim run` warns each: in a sweep
+    they were only in a column of the table, which nobody reads for a flag they meant to vary."""
+    rows = list(rows)
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        ignored = row.get("ignored_settings")
+        if isinstance(ignored, str):
+            try:
+                ignored = json.loads(ignored)
+            except ValueError:  # a table edited by hand: nothing to count
+                continue
+        for flag, why in (ignored.items() if isinstance(ignored, dict) else ()):
+            counts[(flag, why)] = counts.get((flag, why), 0) + 1
+    return [f"Warning: {flag} ignored in {n} of {len(rows)} points: {why}" for (flag, why), n in counts.items()]
+
+
 def _failure_summary(failed: Any, total: int, noun: str = "points") -> str:
     """``3 of 12 points failed: 2 x ValueError: ...; 1 x ...``: how many, and why, most common first."""
     reasons = failed["error"].fillna("unknown error").value_counts()
@@ -178,8 +196,11 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     click.echo(f"{report.line()}; results in {out}")
-    for line in skipped_rows_lines(report.table.to_dict("records")):
+    rows = report.table.to_dict("records")
+    for line in skipped_rows_lines(rows):
         click.echo(line)
+    for line in ignored_settings_lines(rows):
+        click.echo(line, err=True)  # as `kvsim run` warns
     failed = report.table[report.table["status"] != "ok"]
     if len(failed):
         click.echo(f"Error: {_failure_summary(failed, len(report.table))} (status and error columns of {out})",
