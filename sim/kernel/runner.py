@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -66,13 +67,24 @@ def run_simulation(config: SimConfig, workload: Workload, *, progress=None, cost
     loaded = check_workload_settings(config, workload)
     note = parallel_note(config, workers, workload)
     if warn and note:
-        warnings.warn(note, UserWarning, stacklevel=2)
+        warnings.warn(note, UserWarning, stacklevel=caller_stacklevel())
     result = _simulate(config, workload, progress, cost, workers)
     if not loaded and not draws_from_seed(config, workload):
         result.summary["seed"] = None  # nothing in the run used it, and the workload's own seed is in its source
     for line in ignored_lines(result.summary) if warn else ():
-        warnings.warn(line, UserWarning, stacklevel=2)
+        warnings.warn(line, UserWarning, stacklevel=caller_stacklevel())
     return result
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning from `run_simulation` point at the first line outside kvsim's
+    simulator and its helpers (a notebook cell calling `run_config` or `compare_allocators`), not at kvsim's
+    own call: that line is the one the user can change."""
+    own = (str(Path(__file__).resolve().parents[1]),)  # sim/: the runner, sim.reproduce, sim.sweep
+    frame, level = sys._getframe(2), 2  # level 1 is the caller of warnings.warn: run_simulation
+    while frame is not None and frame.f_code.co_filename.startswith(own):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostModel | None,

@@ -109,6 +109,16 @@ def test_fields_set_after_construction_are_checked_as_the_constructor_checks_the
         run_simulation(config, workload)
 
 
+def test_a_warning_points_at_the_callers_line_through_kvsims_helpers():
+    from sim.reproduce.explore import compare_allocators
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_config(SimConfig(**SMALL, placement="first-fit", num_requests=4))
+        compare_allocators(["paged"], preset="sharegpt-demo", num_requests=4, placement="best-fit", step_time=0.01)
+    assert [(w.filename, "ignored" in str(w.message)) for w in caught] == [(__file__, True)] * 2
+
+
 def test_ignored_settings_are_warned_each_run(workload):
     config = SimConfig(**SMALL, placement="first-fit", prefix_caching=False, cpu_offload_gib=16,
                        router="prefix-aware")
