@@ -220,9 +220,10 @@ def _request_rate(data: dict, path: Path) -> float:
     rate = data.get("request_rate", "inf")
     if rate is None or rate == "inf" or (isinstance(rate, float) and rate == math.inf):
         return math.inf
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
+    number = _positive(rate)
+    if number is None:
         raise _bad(path, "top level", "request_rate", rate, "must be a finite number of requests/s > 0, or 'inf'")
-    return float(rate)
+    return number
 
 
 def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
@@ -282,7 +283,8 @@ def _in_seconds(data: dict, path: Path, ttfts: np.ndarray, decode_s: np.ndarray)
 
 
 def _positive(value: object) -> float | None:
-    """A summary field of the file as a number > 0, else None (absent, null, text: it only informs a check)."""
+    """A field of the file as a finite number > 0, else None (absent, null, text, a boolean): the caller says
+    whether that is an error (``request_rate``) or only leaves a check out (``duration``, ``mean_ttft_ms``)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
     return float(value) if ok else None
 

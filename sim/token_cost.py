@@ -11,12 +11,11 @@ capacity`` admits requests into a real allocator for that.
 
 from __future__ import annotations
 
-import numbers
-
 import pandas as pd
 
 from allocators.capacity import kv_capacity, pool_bytes_per_token
 from allocators.catalog import get_gpu, get_model
+from sim.kernel.config import plain_int
 from sim.sweep.grid import one_or_many
 from workloads.paper_lengths import PAPER_TARGETS
 
@@ -52,9 +51,10 @@ def requests_per_gpu_table(models=TOKEN_COST_MODELS, dtypes=("bf16", "fp8"), *, 
     --gpu-memory-utilization 0.9), the KV bytes a request of ``tokens`` tokens holds with sliding windows freed
     and with every layer full, how many such requests fit each way, and the windowed count per GPU. A lone model
     or dtype name is a list of one; a model is looked up in `TENSOR_PARALLEL` by its catalog name, in any case."""
-    if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 1:
+    whole = plain_int(tokens)
+    if whole is None or whole < 1:
         raise ValueError(f"requests_per_gpu_table: tokens must be a whole number of tokens >= 1, got {tokens!r}")
-    tokens = int(tokens)
+    tokens = whole
     rows = []
     for name in one_or_many(models, "models"):
         tp = TENSOR_PARALLEL.get(get_model(name).name, 1)

@@ -5,8 +5,9 @@ vAttention, slab placement on contiguous allocators, a long-prefill threshold on
 cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one
 silently would let a user read a run as the answer to the question the flag asked. The summary carries them
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
-warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`. Only values that differ from the default can be told apart from "not given", so those are the
-ones reported.
+warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`
+(``kvsim sweep`` counts the points of each). Only values that differ from the default can be told apart from
+"not given", so those are the ones reported.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import numbers
 import types
 import typing
 from collections.abc import Iterable, Mapping, Set
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
+
+from sim.kernel.config import SimConfig, plain_int, plain_number
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -49,13 +50,9 @@ class Grid:
 
     base: dict[str, Any]
     axes: dict[str, tuple[Any, ...]]
-    config_cls: type | None = field(default=None, compare=False, repr=False)
+    config_cls: type = field(default=SimConfig, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.config_cls is None:
-            from sim.kernel.config import SimConfig
-
-            object.__setattr__(self, "config_cls", SimConfig)
         types_ = config_field_types(self.config_cls)
         base = {name: _coerce_all(name, [value], types_, "grid base")[0] for name, value in self.base.items()}
         axes = {name: _coerce_all(name, list(one_or_many(values, f"grid axis {name!r}")), types_, "grid axes",
@@ -138,9 +135,9 @@ def coerce_value(name: str, typ: Any, value: Any, where: str) -> Any:
     if typ is int or typ is float:
         # An int field takes only integers (TOML's 2.0 is refused, not truncated); a float field takes both.
         # numpy's count as well (a grid built from np.arange), stored as plain numbers so points hash alike.
-        accepted = numbers.Integral if typ is int else numbers.Real
-        if isinstance(value, accepted) and not isinstance(value, bool):
-            return typ(value)
+        number = plain_int(value) if typ is int else plain_number(value)
+        if number is not None:
+            return typ(number)
         if isinstance(value, str):
             try:
                 return typ(value)
