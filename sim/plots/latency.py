@@ -129,6 +129,9 @@ def plot_latency_cdf(
         if log_axis:
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
+        if not ax.lines:  # every request rejected (or no value of this metric): say so, not a blank frame
+            ax.text(0.5, 0.5, "no completed request", transform=ax.transAxes, ha="center", va="center",
+                    color="0.4")
         ax.set_ylim(0, 1)
         ax.set_xlabel(METRIC_LABELS.get(metric, axis_label(metric)))
         ax.set_ylabel("share of requests")

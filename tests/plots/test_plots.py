@@ -171,6 +171,7 @@ def test_latency_cdf_of_runs_with_every_request_rejected_draws_empty_axes_quietl
         warnings.simplefilter("error")  # was matplotlib's "No artists with labels found to put in legend"
         fig = plot_latency_cdf({"paged": requests})
     assert all(not ax.lines and ax.get_legend() is None for ax in fig.axes)
+    assert [[t.get_text() for t in ax.texts] for ax in fig.axes] == [["no completed request"]] * 2
     render(fig)
 
 
