@@ -109,7 +109,8 @@ def simulation_options(func):
         _field_option("--scheduling-policy", type=click.Choice(SCHEDULING_POLICIES),
                       help="fcfs, priority (the trace's priority column: lower first; the preemption "
                            "victim is the lowest priority, latest arrival), or lpm (longest cached prefix "
-                           "first, as SGLang's cache-aware scheduling; ties by arrival)."),
+                           "first, as SGLang's cache-aware scheduling: ties in queue order, a request sharing "
+                           "an uncached prefix with one before it last, and no sorting past 128 queued)."),
         _field_option("--preemption", type=click.Choice(PREEMPTION_MODES),
                       help="What happens to a preempted request: recompute its KV later, or swap it to host "
                            "memory."),

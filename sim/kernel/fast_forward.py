@@ -10,8 +10,8 @@ step appends one token to each decoding sequence and nothing else happens, until
   turn's prompt carries; `Allocator.shared_fill`): it may lengthen that request's hit, so the run ends before
   that step, which the scheduler plans, as step by step it would try the request there;
 - a group produces its last token: the run ends after that step;
-- a request arrives while the queue is empty, or at all under ``priority`` and ``lpm`` (it may go ahead of
-  a refused head, and fit): the run ends before the first step starting at or after it;
+- a request arrives while the queue is empty, or at all under ``priority`` and ``lpm`` while it sorts (at
+  most 128 queued: it may go ahead of a refused head, and fit): the run ends before the first step starting at or after it;
 - a memory snapshot falls due (`sim.kernel.snapshot_schedule`): the run ends before the first step starting
   at or after its moment, which takes it, as step by step;
 - a sequence leaves the model's sliding window (its clipped context, which the clock reads, stops growing):
@@ -21,7 +21,7 @@ step appends one token to each decoding sequence and nothing else happens, until
   as step by step it would try to admit them there;
 - growth evicts a cached block the head of the queue hits, or a host-tier block of its host hit (a spill or
   a write-through store makes the host drop one): its hit gets shorter, and the shorter hit's first chunk
-  (capped by the token budget) takes fewer blocks, so it may fit; under ``lpm`` any cached block, or any
+  (capped by the token budget) takes fewer blocks, so it may fit; under ``lpm`` while it sorts any cached block, or any
   write-through store, while requests wait, as a hit that changes can also re-sort the queue and a new head
   may fit (before that step where the allocator reports growth, at it otherwise).
 
@@ -110,11 +110,12 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
       first) cannot let it in. The layout of its hit is gathered once a run, when growth first may evict
       (a write-through tier: at the first sync), and a head that hits nothing needs no more.
 
-    Only the head counts, as FCFS and priority admit head of line; under ``lpm``, where a hit that changes
-    can also re-sort the queue, every eviction counts, and every write-through store. ``spare``: the free
+    Only the head counts, as FCFS and priority admit head of line (and ``lpm`` past 128 queued, where it does
+    not sort); under ``lpm`` while it sorts, where a hit that changes can also re-sort the queue, every
+    eviction counts, and every write-through store. ``spare``: the free
     blocks that hold nothing at the run's start, handed out before any cached one is evicted."""
     memory, waiting = sched.memory, sched.waiting
-    shared_fill, evicted_blocks, lpm, block_size = memory.shared_fill, memory.evicted_blocks, waiting.lpm, \
+    shared_fill, evicted_blocks, lpm, block_size = memory.shared_fill, memory.evicted_blocks, waiting.sorts_by_prefix, \
         memory.block_size
     tier = memory.host_tier
     host_evictions = memory.host_evictions if tier is not None else None
@@ -251,7 +252,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         if not stopped:
             cached, b = b.cached, memory.breakdown(waiting)
             stopped = bool(sched.waiting) and (memory.growth_openings != openings or (
-                head is not None and (b.cached < cached or tier is not None) and (sched.waiting.lpm or (
+                head is not None and (b.cached < cached or tier is not None) and (sched.waiting.sorts_by_prefix or (
                     head_hit - memory.cached_tokens(head.hashes, head.prefill_target)
                     > (b.used_blocks - used0) * memory.block_size))))
         if stopped:

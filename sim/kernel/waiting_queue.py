@@ -3,19 +3,39 @@
 FCFS (vLLM's default): arrivals join at the back, and a preempted group goes back in front, so it is the
 first to be re-admitted. ``priority``: lower ``priority`` value first, then earlier arrival, then workload
 position, as vLLM's priority queue orders requests; a preempted group goes back into its place in that order.
-``lpm`` (longest prefix match, SGLang's cache-aware policy): before each admission round the queue is sorted by
-the prompt tokens each group would find cached now (`Allocator.num_cached_tokens`, no side effects), most
-first; ties keep arrival order (arrival time, then workload position), so the order is deterministic. A
-swapped-out group (its KV waits in host memory) goes first, as under FCFS.
+``lpm`` (longest prefix match, SGLang's cache-aware policy, as its ``schedule_policy.py`` does it): before each
+admission round the queue is sorted by the prompt tokens each group would find cached now
+(`Allocator.num_cached_tokens`, GPU and host tier, no side effects), most first, in a stable sort (ties keep the
+queue's order, which earlier sorts made). Two more of SGLang's rules:
+
+- Past `LPM_SORT_LIMIT` (128) queued groups nothing is sorted ("turn off the expensive prefix matching and
+  sorting when the #queue is large"): the queue keeps its order, new arrivals at the back, as FCFS.
+- In-batch prefix caching: going through the queue in order, a group that finds at most
+  `IN_BATCH_CHECK_TOKENS` (32) tokens cached in GPU memory but shares at least
+  `IN_BATCH_DEPRIORITIZE_TOKENS` (32) with a group before it that was checked and kept is sorted last (it will hit
+  what that one computes); SGLang matches the queue token by token, kvsim by whole blocks (block hashes).
+
+A swapped-out group (its KV waits in host memory; SGLang has no swap) goes first, as under FCFS.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 
 from sim.kernel.sequence_group import SWAPPED, SequenceGroup
+
+LPM_SORT_LIMIT = 128
+"""The most queued groups ``lpm`` sorts; past it the queue keeps its order (SGLang's
+``SchedulePolicy._determine_active_policy``: the prefix matching of every queued request is too costly)."""
+IN_BATCH_CHECK_TOKENS = 32
+"""A group with at most this many tokens cached in GPU memory is matched against the groups before it (SGLang's
+``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD``)."""
+IN_BATCH_DEPRIORITIZE_TOKENS = 32
+"""A checked group sharing at least this many tokens with a kept one before it is sorted last (SGLang's
+``IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD``)."""
 
 
 def _priority_key(group: SequenceGroup) -> tuple[int, float, int]:
@@ -30,9 +50,19 @@ class WaitingQueue(deque):
         super().__init__()
         self.priority = priority
         self.lpm = lpm
-        # whether an arrival can go ahead of a head refused memory (and may fit): the decode fast-forward then
-        # ends a run at every arrival, not only while the queue is empty
-        self.reorders = priority or lpm
+
+    @property
+    def sorts_by_prefix(self) -> bool:
+        """Whether the next admission round sorts by cached prefix (``lpm`` with at most `LPM_SORT_LIMIT` queued):
+        a hit that changes can then re-sort the queue, so the decode fast-forward ends a run where one may."""
+        return self.lpm and len(self) <= LPM_SORT_LIMIT
+
+    @property
+    def reorders(self) -> bool:
+        """Whether an arrival can go ahead of a head refused memory (and may fit): the decode fast-forward then
+        ends a run at every arrival, not only while the queue is empty. A run adds no group to the queue but
+        arrivals, which end it here, so what this says at a run's start holds to its end."""
+        return self.priority or self.sorts_by_prefix
 
     def enqueue(self, group: SequenceGroup) -> None:
         """Queue a group: at the back (FCFS), or before the first of lower priority.
@@ -51,12 +81,32 @@ class WaitingQueue(deque):
         else:
             self.appendleft(group)
 
-    def order_by_prefix(self, cached_tokens: Callable[[Sequence[int], int], int]) -> None:
-        """Sort for ``lpm``: swapped-out groups first, then most prompt tokens cached (``cached_tokens(hashes,
-        prompt)``), then arrival order."""
-        if len(self) < 2:
+    def order_by_prefix(self, cached_tokens: Callable[[Sequence[int], int], int],
+                        gpu_cached_tokens: Callable[[Sequence[int], int], int], block_size: int) -> None:
+        """Sort for ``lpm`` (the module doc): swapped-out groups first, then most prompt tokens cached
+        (``cached_tokens(hashes, prompt)``), the groups the in-batch check defers last (``gpu_cached_tokens``:
+        the GPU part of a hit), ties in queue order; nothing past `LPM_SORT_LIMIT` groups."""
+        if len(self) < 2 or not self.sorts_by_prefix:
             return
-        groups = sorted(self, key=lambda g: (g.state != SWAPPED, -cached_tokens(g.hashes, g.prompt), g.arrival_s,
-                                             g.index))
+        keys: dict[int, float] = {}
+        kept: set[int] = set()  # block hashes of the checked groups not deferred (SGLang's waiting-queue tree)
+        for g in self:
+            if g.state == SWAPPED:
+                keys[g.index] = -math.inf
+                continue
+            cached = cached_tokens(g.hashes, g.prompt)
+            keys[g.index] = -cached
+            if cached > IN_BATCH_CHECK_TOKENS and gpu_cached_tokens(g.hashes, g.prompt) > IN_BATCH_CHECK_TOKENS:
+                continue
+            shared = 0
+            for h in g.hashes:
+                if h not in kept:
+                    break
+                shared += 1
+            if shared * block_size >= IN_BATCH_DEPRIORITIZE_TOKENS:
+                keys[g.index] = math.inf
+            else:
+                kept.update(g.hashes)
+        groups = sorted(self, key=lambda g: keys[g.index])
         self.clear()
         self.extend(groups)

@@ -115,18 +115,59 @@ def test_lpm_admits_the_longest_cached_prefix_first(allocator):
     assert order["lpm"] == [0, 2, 1, 3]  # 2 finds 512 tokens cached; 1 and 3 none, so arrival order
 
 
-@pytest.mark.parametrize("allocator", CACHING)
-def test_lpm_fast_forward_equals_step_by_step(allocator):
+@pytest.mark.parametrize("step_by_step", [False, True])
+def test_lpm_sorts_last_a_request_sharing_an_uncached_prefix_with_one_before_it(step_by_step):
+    """SGLang's in-batch prefix caching: 0 and 1 share a 512-token prefix nobody has computed yet, so 1 goes behind
+    2 and hits what 0 computed, where FCFS admits 0 and 1 together (two sequences at most)."""
+    w = Workload(arrival_time_s=np.zeros(3), prompt_tokens=np.full(3, 600), output_tokens=np.full(3, 20),
+                 prefix_group=np.array([2, 2, -1]), prefix_len=np.array([512, 512, 0]))
+    order = {}
+    for policy in ("fcfs", "lpm"):
+        r = run_simulation(SimConfig(allocator="paged", kv_tokens=20_000, max_num_seqs=2, scheduling_policy=policy,
+                                     step_by_step=step_by_step, memory_snapshots=0), w)
+        order[policy] = r.requests.sort_values(["admitted_s", "request_id"])["request_id"].tolist()
+        assert r.requests.set_index("request_id")["cached_tokens"][1] == 512
+    assert order == {"fcfs": [0, 1, 2], "lpm": [0, 2, 1]}
+
+
+@pytest.mark.parametrize("fillers, rank", [(100, 1), (140, 14)])
+def test_lpm_sorts_no_queue_of_more_than_128(fillers, rank):
+    """Request 0 caches a 512-token prefix while ``fillers`` requests without one queue, then one more with it. With
+    at most 128 queued it goes next (rank 1); with 141 nothing is sorted (SGLang's rule) until 13 fillers have
+    gone and 128 are left, so it is the 14th after request 0. The same step by step."""
+    count = fillers + 2
+    groups = np.full(count, -1)
+    groups[[0, -1]] = 1
+    w = Workload(arrival_time_s=np.arange(count) * 1e-3, prompt_tokens=np.full(count, 600),
+                 output_tokens=np.full(count, 5), prefix_group=groups, prefix_len=np.where(groups == 1, 512, 0))
+    runs = [run_simulation(SimConfig(allocator="paged", kv_tokens=20_000, max_num_seqs=1, scheduling_policy="lpm",
+                                     step_by_step=step_by_step, memory_snapshots=0), w)
+            for step_by_step in (False, True)]
+    for r in runs:
+        admitted = r.requests.sort_values("admitted_s")["request_id"].tolist()
+        assert admitted.index(count - 1) == rank
+        assert r.requests.set_index("request_id")["cached_tokens"][count - 1] == 512
+    assert_same_summary(runs[0].summary, runs[1].summary)
+
+
+@pytest.mark.parametrize("allocator, count, tier", [("paged", 80, {}), ("radix", 80, {}),
+                                                    ("paged", 400, {"cpu_offload_gib": 0.5}),
+                                                    ("radix", 400, {"cpu_offload_gib": 0.5,
+                                                                    "offload_write_policy": "write_through"})])
+def test_lpm_fast_forward_equals_step_by_step(allocator, count, tier):
+    """Also with a queue that grows past 128 and shrinks again (sorted, then left as it is, then sorted), and a
+    host tier whose stores and spills change what queued requests hit."""
     rng = np.random.default_rng(7)
-    count = 80
-    w = Workload(arrival_time_s=np.cumsum(rng.exponential(0.05, count)),
+    w = Workload(arrival_time_s=np.cumsum(rng.exponential(0.05 * 80 / count, count)),
                  prompt_tokens=rng.integers(300, 700, count), output_tokens=rng.integers(5, 200, count),
                  prefix_group=rng.integers(0, 4, count), prefix_len=rng.integers(100, 300, count))
-    options = dict(allocator=allocator, kv_tokens=5000, scheduling_policy="lpm", memory_snapshots=0)
+    options = dict(allocator=allocator, kv_tokens=5000, scheduling_policy="lpm", memory_snapshots=0, **tier)
     fast = run_simulation(SimConfig(**options), w)
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert len(fast.steps) < len(slow.steps)
     assert fast.summary["preemptions"] > 0 and fast.summary["cached_prompt_tokens"] > 0
+    assert fast.steps["waiting"].max() > 128 if count > 128 else True
+    assert fast.summary["host_hit_tokens"] > 0 if tier else True
     assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)

@@ -1,12 +1,14 @@
-"""The waiting queue's order under ``priority``: lower value first, then earlier arrival, then workload position,
-whatever order groups come in (arrivals, and preempted groups going back)."""
+"""The waiting queue's order: under ``priority`` lower value first, then earlier arrival, then workload position,
+whatever order groups come in (arrivals, and preempted groups going back); under ``lpm`` SGLang's sort (most
+cached first, ties in queue order, groups sharing a prefix with a group before them last, nothing sorted past
+128 queued)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from sim.kernel.sequence_group import SequenceGroup
-from sim.kernel.waiting_queue import WaitingQueue
+from sim.kernel.waiting_queue import LPM_SORT_LIMIT, WaitingQueue
 
 
 def test_priority_queue_keeps_vllms_order_for_any_insertion_order():
@@ -29,3 +31,49 @@ def test_fcfs_queue_appends_arrivals_and_puts_preempted_in_front():
         queue.enqueue(g)
     queue.requeue(queue.pop())
     assert [g.index for g in queue] == [2, 0, 1]
+
+
+def lpm_queue(hashes: list[tuple[int, ...]]) -> WaitingQueue:
+    queue = WaitingQueue(lpm=True)
+    for i, h in enumerate(hashes):
+        queue.enqueue(SequenceGroup(i, i, float(i), 16 * len(h) + 8, 5, hashes=h))
+    return queue
+
+
+def order(queue: WaitingQueue, cached: dict[int, int], gpu: dict[int, int] | None = None,
+          block_size: int = 16) -> list[int]:
+    """Sort ``queue`` with ``cached`` (a group's last hash -> its tokens cached, GPU and host) and ``gpu`` (their
+    GPU part)."""
+    gpu = cached if gpu is None else gpu
+    queue.order_by_prefix(lambda h, n: cached.get(h[-1], 0), lambda h, n: gpu.get(h[-1], 0), block_size)
+    return [g.index for g in queue]
+
+
+def test_lpm_sorts_most_cached_first_and_keeps_the_queue_order_for_ties():
+    queue = lpm_queue([(1,), (2,), (3,), (4,)])
+    assert order(queue, {3: 64}) == [2, 0, 1, 3]
+    assert order(queue, {1: 64}) == [0, 2, 1, 3]  # ties: 2 before 1, as the queue had them
+    assert order(queue, {}) == [0, 2, 1, 3]
+
+
+def test_lpm_sorts_last_a_group_sharing_a_prefix_with_one_before_it():
+    """SGLang's in-batch prefix caching: 1 shares two blocks (32 tokens) with 0 and finds at most 32 tokens
+    cached, so it waits for 0 to compute them, and so does 4; 3 shares one block (16 tokens, under 32) with 2;
+    5 finds more than 32 tokens cached in GPU memory and is not checked."""
+    queue = lpm_queue([(10, 11, 12), (10, 11, 13), (20, 21), (20, 22), (10, 11, 14), (10, 11, 15)])
+    assert order(queue, {12: 16, 13: 16, 14: 32, 15: 48}) == [5, 0, 2, 3, 1, 4]
+    queue = lpm_queue([(10, 11, 12), (10, 11, 13)])
+    assert order(queue, {13: 48}) == [1, 0]  # 48 cached tokens > 32: not checked
+    queue = lpm_queue([(10, 11, 12), (10, 11, 13)])
+    assert order(queue, {13: 48}, gpu={13: 16}) == [0, 1]  # ... unless 32 of them are on the host: checked
+    queue = lpm_queue([(10, 11, 12), (10, 11, 13), (10, 11, 14)])
+    assert order(queue, {}, block_size=8) == [0, 1, 2]  # two shared blocks of 8: 16 tokens, under 32
+
+
+def test_lpm_leaves_a_queue_of_more_than_128_as_it_is():
+    queue = lpm_queue([(i,) for i in range(LPM_SORT_LIMIT + 1)])
+    assert not queue.sorts_by_prefix and not queue.reorders
+    assert order(queue, {LPM_SORT_LIMIT: 64}) == list(range(LPM_SORT_LIMIT + 1))
+    queue.pop()
+    assert queue.sorts_by_prefix and queue.reorders
+    assert order(queue, {LPM_SORT_LIMIT - 1: 64})[0] == LPM_SORT_LIMIT - 1
