@@ -72,11 +72,12 @@ def workload_from_frame(frame: pd.DataFrame, *, skip_bad_rows: bool = False, **a
     if "prefix_hashes" in frame:
         from workloads.ragged import from_lists, from_strings
 
-        cells = frame["prefix_hashes"].to_numpy(dtype=object)
-        if any(isinstance(c, str) for c in cells):
-            hashes = from_strings(cells)
+        cells = [_hash_list(c) for c in frame["prefix_hashes"].to_numpy(dtype=object)]
+        if any(isinstance(c, str) for c in cells):  # text cells ("0 1 2"), lists among them written out so
+            hashes = from_strings(np.array([" ".join(map(str, c)) if isinstance(c, list) else c for c in cells],
+                                           dtype=object))
         else:
-            hashes = from_lists([_hash_list(c) for c in cells])
+            hashes = from_lists(cells)
     raw = RawTable("<frame>", columns, np.arange(1, len(frame) + 1), "row", hashes)
     constants = workload_constants(raw, kvsim.hash_tokens)
     options = {"name": "frame", "source": "DataFrame"} | constants | attrs

@@ -39,9 +39,16 @@ def test_hash_cells_may_be_arrays_tuples_lists_or_missing():
     assert [r.prefix_hashes for r in w] == [(4,), (5, 6), ()]
 
 
+def test_text_hash_cells_may_sit_beside_lists():
+    """A column the CSV reader left as text ("1 2") that a notebook then filled in part with lists."""
+    w = workload_from_frame(BASE.assign(prefix_hashes=pd.Series(["1 2", [1, 3], np.array([4])], dtype=object)))
+    assert [r.prefix_hashes for r in w] == [(1, 2), (1, 3), (4,)]
+
+
 @pytest.mark.parametrize("cell", [np.array([1.5]), [-1], {"a": 1}, [True], 7])
-def test_a_bad_hash_cell_names_its_row(cell):
-    cells = [(1,), (2,), cell]
+@pytest.mark.parametrize("first", [(1,), "1"])
+def test_a_bad_hash_cell_names_its_row(cell, first):
+    cells = [first, (2,), cell]
     with pytest.raises(TraceError, match="^<frame>: row 3: field 'prefix_hashes'"):
         workload_from_frame(BASE.assign(prefix_hashes=pd.Series(cells, dtype=object)))
 
