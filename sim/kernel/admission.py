@@ -140,7 +140,7 @@ class GroupMechanics(Preemption):
         if not s.continuous and s.running:
             return False
         if s.waiting.lpm:
-            s.waiting.order_by_prefix(s.memory.cached_tokens, s.memory.gpu_cached_tokens, s.memory.block_size)
+            s.waiting.order_by_prefix(s.memory.cached_split, s.memory.block_size)
         admitted = False
         while s.waiting and (budget > 0 or not s.continuous):
             group = s.waiting[0]

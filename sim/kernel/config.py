@@ -15,6 +15,7 @@ import numpy as np
 
 from allocators.kv_layout import kv_element_bytes
 from sim.kernel.routers import ROUTERS
+from sim.kernel.waiting_queue import LPM_SORT_LIMIT
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION_MODES = ("recompute", "swap")
@@ -29,7 +30,8 @@ def flag(field: str) -> str:
 
 _POSITIVE_INTS = ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens", "replicas")
 _OPTIONAL_POSITIVE_INTS = ("kv_tokens", "max_model_len", "num_requests")
-_NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold")
+_NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
+                      "lpm_max_queue")
 _NUMBERS = {  # field -> (None allowed, in range, what the range is)
     "kv_gib": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
     "step_time": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
@@ -130,6 +132,7 @@ class SimConfig:
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
+    lpm_max_queue: int = LPM_SORT_LIMIT
     step_time: float | None = None
     calibration: str | None = None
     cost_profile: str | None = None

@@ -57,6 +57,9 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> 
     if config.scheduling_policy == "lpm" and not (hybrid and config.prefix_caching
                                                   or keeps_prefix_cache(name, config.prefix_caching)):
         ignored["--scheduling-policy lpm"] = "it orders by cached prefix, and this run keeps no prefix cache: FCFS"
+    if config.lpm_max_queue != defaults.lpm_max_queue and config.scheduling_policy != "lpm":
+        ignored[f"--lpm-max-queue {config.lpm_max_queue}"] = (
+            f"it bounds lpm's sort, and this run's policy is {config.scheduling_policy}")
     ignored.update(_router_settings(config, defaults, sessions))
     return ignored
 

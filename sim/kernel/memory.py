@@ -82,13 +82,15 @@ class KVMemory:
         """Prompt tokens a new sequence would find cached (no side effects)."""
         return self._alloc.num_cached_tokens(hashes, num_tokens) if hashes else 0
 
-    def gpu_cached_tokens(self, hashes: Sequence[int], num_tokens: int) -> int:
-        """The part of `cached_tokens` in GPU memory, without the host tier's (``lpm``'s in-batch check reads
-        it). Allocators that do not lay a hit out (``reports_growth`` False: `paged-cow`, the hybrid pool)
-        count their host hits too."""
+    def cached_split(self, hashes: Sequence[int], num_tokens: int) -> tuple[int, int]:
+        """`cached_tokens` and the part of it in GPU memory, without the host tier's (``lpm`` sorts by the one
+        and its in-batch check reads the other), from one lookup. Allocators that do not lay a hit out
+        (``reports_growth`` False: `paged-cow`, the hybrid pool) count their host hits in both."""
         if self.host_tier is None or not self.reports_growth or not hashes:
-            return self.cached_tokens(hashes, num_tokens)
-        return len(self.hit_layout(hashes, num_tokens)[0]) * self.block_size
+            cached = self.cached_tokens(hashes, num_tokens)
+            return cached, cached
+        gpu, host = self.hit_layout(hashes, num_tokens)
+        return (len(gpu) + len(host)) * self.block_size, len(gpu) * self.block_size
 
     def num_tokens(self, seq_id: int) -> int:
         return self._alloc.num_tokens(seq_id)

@@ -176,7 +176,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
-                      scheduling_policy=config.scheduling_policy, sliding_window=model.sliding_window or 0)
+                      scheduling_policy=config.scheduling_policy, lpm_max_queue=config.lpm_max_queue,
+                      sliding_window=model.sliding_window or 0)
     return memory, cost, sched
 
 

@@ -25,7 +25,7 @@ from sim.kernel.decode_set import DecodeSet
 from sim.kernel.memory import KVMemory
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
 from sim.kernel.step_plan import StepPlan
-from sim.kernel.waiting_queue import WaitingQueue
+from sim.kernel.waiting_queue import LPM_SORT_LIMIT, WaitingQueue
 from sim.kernel.window_context import clipped_sum
 
 
@@ -37,7 +37,7 @@ class Scheduler:
                  swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
-                 scheduling_policy: str = "fcfs", sliding_window: int = 0) -> None:
+                 scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT, sliding_window: int = 0) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -54,7 +54,8 @@ class Scheduler:
         self.deferred_window = 0  # their context clipped to the sliding window (a model with windows)
         self.lazy = lazy
         self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
-        self.waiting = WaitingQueue(scheduling_policy == "priority", lpm=scheduling_policy == "lpm")
+        self.waiting = WaitingQueue(scheduling_policy == "priority", lpm=scheduling_policy == "lpm",
+                                    lpm_max_queue=lpm_max_queue)
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
         self.live: dict[int, SequenceGroup] = {}

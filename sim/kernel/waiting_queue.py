@@ -10,6 +10,7 @@ queue's order, which earlier sorts made). Two more of SGLang's rules:
 
 - Past `LPM_SORT_LIMIT` (128) queued groups nothing is sorted ("turn off the expensive prefix matching and
   sorting when the #queue is large"): the queue keeps its order, new arrivals at the back, as FCFS.
+  ``lpm_max_queue`` (``--lpm-max-queue``) sets another bound, 0 none: what the policy would do unbounded.
 - In-batch prefix caching: going through the queue in order, a group that finds at most
   `IN_BATCH_CHECK_TOKENS` (32) tokens cached in GPU memory but shares at least
   `IN_BATCH_DEPRIORITIZE_TOKENS` (32) with a group before it that was checked and kept is sorted last (it will hit
@@ -46,16 +47,17 @@ def _priority_key(group: SequenceGroup) -> tuple[int, float, int]:
 class WaitingQueue(deque):
     """A `deque` of `SequenceGroup` (the scheduler pops its head) that knows where a group goes in."""
 
-    def __init__(self, priority: bool = False, *, lpm: bool = False) -> None:
+    def __init__(self, priority: bool = False, *, lpm: bool = False, lpm_max_queue: int = LPM_SORT_LIMIT) -> None:
         super().__init__()
         self.priority = priority
         self.lpm = lpm
+        self.lpm_max_queue = lpm_max_queue or 1 << 62  # 0: no bound
 
     @property
     def sorts_by_prefix(self) -> bool:
-        """Whether the next admission round sorts by cached prefix (``lpm`` with at most `LPM_SORT_LIMIT` queued):
+        """Whether the next admission round sorts by cached prefix (``lpm`` with at most ``lpm_max_queue`` queued):
         a hit that changes can then re-sort the queue, so the decode fast-forward ends a run where one may."""
-        return self.lpm and len(self) <= LPM_SORT_LIMIT
+        return self.lpm and len(self) <= self.lpm_max_queue
 
     @property
     def reorders(self) -> bool:
@@ -81,11 +83,10 @@ class WaitingQueue(deque):
         else:
             self.appendleft(group)
 
-    def order_by_prefix(self, cached_tokens: Callable[[Sequence[int], int], int],
-                        gpu_cached_tokens: Callable[[Sequence[int], int], int], block_size: int) -> None:
-        """Sort for ``lpm`` (the module doc): swapped-out groups first, then most prompt tokens cached
-        (``cached_tokens(hashes, prompt)``), the groups the in-batch check defers last (``gpu_cached_tokens``:
-        the GPU part of a hit), ties in queue order; nothing past `LPM_SORT_LIMIT` groups."""
+    def order_by_prefix(self, cached_split: Callable[[Sequence[int], int], tuple[int, int]], block_size: int) -> None:
+        """Sort for ``lpm`` (the module doc): swapped-out groups first, then most prompt tokens cached, the
+        groups the in-batch check defers last, ties in queue order; nothing past ``lpm_max_queue`` groups.
+        ``cached_split(hashes, prompt)``: the tokens a group would find cached, and the part in GPU memory."""
         if len(self) < 2 or not self.sorts_by_prefix:
             return
         keys: dict[int, float] = {}
@@ -94,9 +95,9 @@ class WaitingQueue(deque):
             if g.state == SWAPPED:
                 keys[g.index] = -math.inf
                 continue
-            cached = cached_tokens(g.hashes, g.prompt)
+            cached, gpu = cached_split(g.hashes, g.prompt)
             keys[g.index] = -cached
-            if cached > IN_BATCH_CHECK_TOKENS and gpu_cached_tokens(g.hashes, g.prompt) > IN_BATCH_CHECK_TOKENS:
+            if gpu > IN_BATCH_CHECK_TOKENS:
                 continue
             shared = 0
             for h in g.hashes:

@@ -60,6 +60,7 @@ def test_defaults_are_never_reported():
      "it caps prefill chunks"),
     (["--scheduling-policy", "lpm", "--allocator", "contiguous-oracle"], "--scheduling-policy lpm",
      "it orders by cached prefix, and this run keeps no prefix cache"),
+    (["--lpm-max-queue", "0"], "--lpm-max-queue 0", "it bounds lpm's sort, and this run's policy is fcfs"),
 ])
 def test_run_warns_and_the_summary_says_why(args, flag, why):
     result = CliRunner().invoke(main, ["run", "--num-requests", "5", "--json", *args])

@@ -130,18 +130,19 @@ def test_lpm_sorts_last_a_request_sharing_an_uncached_prefix_with_one_before_it(
     assert order == {"fcfs": [0, 1, 2], "lpm": [0, 2, 1]}
 
 
-@pytest.mark.parametrize("fillers, rank", [(100, 1), (140, 14)])
-def test_lpm_sorts_no_queue_of_more_than_128(fillers, rank):
+@pytest.mark.parametrize("fillers, bound, rank", [(100, 128, 1), (140, 128, 14), (140, 0, 1), (140, 135, 7)])
+def test_lpm_sorts_no_queue_of_more_than_128(fillers, bound, rank):
     """Request 0 caches a 512-token prefix while ``fillers`` requests without one queue, then one more with it. With
     at most 128 queued it goes next (rank 1); with 141 nothing is sorted (SGLang's rule) until 13 fillers have
-    gone and 128 are left, so it is the 14th after request 0. The same step by step."""
+    gone and 128 are left, so it is the 14th after request 0; with no bound (``lpm_max_queue`` 0) next again, and
+    with a bound of 135 the 7th. The same step by step."""
     count = fillers + 2
     groups = np.full(count, -1)
     groups[[0, -1]] = 1
     w = Workload(arrival_time_s=np.arange(count) * 1e-3, prompt_tokens=np.full(count, 600),
                  output_tokens=np.full(count, 5), prefix_group=groups, prefix_len=np.where(groups == 1, 512, 0))
     runs = [run_simulation(SimConfig(allocator="paged", kv_tokens=20_000, max_num_seqs=1, scheduling_policy="lpm",
-                                     step_by_step=step_by_step, memory_snapshots=0), w)
+                                     lpm_max_queue=bound, step_by_step=step_by_step, memory_snapshots=0), w)
             for step_by_step in (False, True)]
     for r in runs:
         admitted = r.requests.sort_values("admitted_s")["request_id"].tolist()

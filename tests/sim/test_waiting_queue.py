@@ -45,7 +45,7 @@ def order(queue: WaitingQueue, cached: dict[int, int], gpu: dict[int, int] | Non
     """Sort ``queue`` with ``cached`` (a group's last hash -> its tokens cached, GPU and host) and ``gpu`` (their
     GPU part)."""
     gpu = cached if gpu is None else gpu
-    queue.order_by_prefix(lambda h, n: cached.get(h[-1], 0), lambda h, n: gpu.get(h[-1], 0), block_size)
+    queue.order_by_prefix(lambda h, n: (cached.get(h[-1], 0), gpu.get(h[-1], 0)), block_size)
     return [g.index for g in queue]
 
 
