@@ -11,7 +11,8 @@ step appends one token to each decoding sequence and nothing else happens, until
   that step, which the scheduler plans, as step by step it would try the request there;
 - a group produces its last token: the run ends after that step;
 - a request arrives while the queue is empty, or at all under ``priority`` and ``lpm`` while it sorts (at
-  most 128 queued: it may go ahead of a refused head, and fit): the run ends before the first step starting at or after it;
+  most 128 queued: it may go ahead of a refused head, and fit): the run ends before the first step starting
+  at or after it;
 - a memory snapshot falls due (`sim.kernel.snapshot_schedule`): the run ends before the first step starting
   at or after its moment, which takes it, as step by step;
 - a sequence leaves the model's sliding window (its clipped context, which the clock reads, stops growing):
@@ -21,9 +22,9 @@ step appends one token to each decoding sequence and nothing else happens, until
   as step by step it would try to admit them there;
 - growth evicts a cached block the head of the queue hits, or a host-tier block of its host hit (a spill or
   a write-through store makes the host drop one): its hit gets shorter, and the shorter hit's first chunk
-  (capped by the token budget) takes fewer blocks, so it may fit; under ``lpm`` while it sorts any cached block, or any
-  write-through store, while requests wait, as a hit that changes can also re-sort the queue and a new head
-  may fit (before that step where the allocator reports growth, at it otherwise).
+  (capped by the token budget) takes fewer blocks, so it may fit; under ``lpm`` while it sorts any cached
+  block, or any write-through store, while requests wait, as a hit that changes can also re-sort the queue
+  and a new head may fit (before that step where the allocator reports growth, at it otherwise).
 
 The step durations are linear in the step index (on each side of the roofline's crossover), so
 `StepCostModel.decode_run` sums them, and their index-weighted sum, which integrates the linearly growing
@@ -107,16 +108,20 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
       policy picks what goes). The head then needs at most that many blocks fewer (its first chunk is
       capped by the token budget, and a held block it no longer hits was not counted), while the free queue
       has the blocks taken fewer: a cut no longer than that (decoders taking the hit's last blocks, tail
-      first) cannot let it in. The layout of its hit is gathered once a run, when growth first may evict
-      (a write-through tier: at the first sync), and a head that hits nothing needs no more.
+      first) cannot let it in. Without chunked prefill any cut counts: the head's whole prefill may then
+      exceed the token budget, and a head waiting on the budget is not refused memory (`admit_waiting`'s
+      ``memory_blocked``: free slots stop counting as external fragmentation). The layout of its hit is
+      gathered once a run, when growth first may evict (a write-through tier: at the first sync), and a head
+      that hits nothing needs no more.
 
     Only the head counts, as FCFS and priority admit head of line (and ``lpm`` past 128 queued, where it does
     not sort); under ``lpm`` while it sorts, where a hit that changes can also re-sort the queue, every
-    eviction counts, and every write-through store. ``spare``: the free
-    blocks that hold nothing at the run's start, handed out before any cached one is evicted."""
+    eviction counts, and every write-through store. ``spare``: the free blocks that hold nothing at the run's
+    start, handed out before any cached one is evicted."""
     memory, waiting = sched.memory, sched.waiting
-    shared_fill, evicted_blocks, lpm, block_size = memory.shared_fill, memory.evicted_blocks, waiting.sorts_by_prefix, \
-        memory.block_size
+    shared_fill, evicted_blocks, block_size = memory.shared_fill, memory.evicted_blocks, memory.block_size
+    lpm = waiting.sorts_by_prefix  # the queue's length holds for the run (`WaitingQueue.reorders`)
+    whole = not sched.chunked  # any cut counts: the head's whole prefill may now exceed the token budget
     tier = memory.host_tier
     host_evictions = memory.host_evictions if tier is not None else None
     through = tier is not None and tier.write_through  # a store may evict; write-back, only a spill
@@ -164,7 +169,7 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
                     for h in gone:
                         if h in host_at:
                             cut = max(cut, len(host_at) - host_at[h])
-        if cut and cut > taken + memory.new_blocks(seq_id, num_tokens):
+        if cut and (whole or cut > taken + memory.new_blocks(seq_id, num_tokens)):
             return None
         filled = shared_fill(seq_id, num_tokens)
         if filled:
@@ -254,7 +259,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
             stopped = bool(sched.waiting) and (memory.growth_openings != openings or (
                 head is not None and (b.cached < cached or tier is not None) and (sched.waiting.sorts_by_prefix or (
                     head_hit - memory.cached_tokens(head.hashes, head.prefill_target)
-                    > (b.used_blocks - used0) * memory.block_size))))
+                    > (0 if not sched.chunked else (b.used_blocks - used0) * memory.block_size)))))
         if stopped:
             sched.carry = (slots, maps)
             return steps, total

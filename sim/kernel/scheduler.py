@@ -37,7 +37,8 @@ class Scheduler:
                  swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
-                 scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT, sliding_window: int = 0) -> None:
+                 scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT,
+                 sliding_window: int = 0) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs

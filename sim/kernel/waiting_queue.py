@@ -83,7 +83,8 @@ class WaitingQueue(deque):
         else:
             self.appendleft(group)
 
-    def order_by_prefix(self, cached_split: Callable[[Sequence[int], int], tuple[int, int]], block_size: int) -> None:
+    def order_by_prefix(self, cached_split: Callable[[Sequence[int], int], tuple[int, int]],
+                        block_size: int) -> None:
         """Sort for ``lpm`` (the module doc): swapped-out groups first, then most prompt tokens cached, the
         groups the in-batch check defers last, ties in queue order; nothing past ``lpm_max_queue`` groups.
         ``cached_split(hashes, prompt)``: the tokens a group would find cached, and the part in GPU memory."""
