@@ -110,10 +110,11 @@ def simulation_options(func):
                       help="fcfs, priority (the trace's priority column: lower first; the preemption "
                            "victim is the lowest priority, latest arrival), or lpm (longest cached prefix "
                            "first, as SGLang's cache-aware scheduling: ties in queue order, a request sharing "
-                           "an uncached prefix with one before it last, and no sorting past 128 queued)."),
+                           "an uncached prefix with one before it last, and no sorting past --lpm-max-queue "
+                           "queued)."),
         _field_option("--lpm-max-queue", type=int,
-                      help="The most queued requests lpm sorts; past it the queue keeps its order (SGLang's "
-                           "128; 0 = no bound, what the policy would do if the sort were free)."),
+                      help="The most queued requests lpm sorts; past it the queue keeps its order (the "
+                           "default is SGLang's; 0 = no bound, what the policy would do if the sort were free)."),
         _field_option("--preemption", type=click.Choice(PREEMPTION_MODES),
                       help="What happens to a preempted request: recompute its KV later, or swap it to host "
                            "memory."),

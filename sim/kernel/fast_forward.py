@@ -252,14 +252,15 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         # the step that preempts pays for what its syncs did, as it does step by step; so does a step at which
         # a window released blocks, or a hybrid pool's prefix cache changed, while requests wait: they may now
         # be admitted, so the scheduler plans it; so does one whose evictions (GPU or host) have cut the head's
-        # hit by more blocks than the run took, and under lpm one that evicted any cached block or may have
-        # changed the host tier (`_ending_where_a_hit_changes`)
+        # hit by more blocks than the run took (by any, without chunked prefill), and under lpm one that evicted
+        # any cached block or may have changed the host tier (`_ending_where_a_hit_changes`)
         if not stopped:
             cached, b = b.cached, memory.breakdown(waiting)
             stopped = bool(sched.waiting) and (memory.growth_openings != openings or (
-                head is not None and (b.cached < cached or tier is not None) and (sched.waiting.sorts_by_prefix or (
-                    head_hit - memory.cached_tokens(head.hashes, head.prefill_target)
-                    > (0 if not sched.chunked else (b.used_blocks - used0) * memory.block_size)))))
+                head is not None and (b.cached < cached or tier is not None) and (
+                    sched.waiting.sorts_by_prefix
+                    or head_hit - memory.cached_tokens(head.hashes, head.prefill_target)
+                    > (0 if not sched.chunked else (b.used_blocks - used0) * memory.block_size))))
         if stopped:
             sched.carry = (slots, maps)
             return steps, total
