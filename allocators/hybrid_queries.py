@@ -47,23 +47,38 @@ def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n
                 need: int) -> int:
     """The longest prefix of at most ``length`` blocks a window group accepts: the largest ``e <= length``
     whose ``need`` blocks before it are all cached in group ``g`` (block ``i``'s key ``block_hashes[i] * n +
-    g``), else the leading run of cached blocks (shorter than ``need``: nothing before it is needed). A
-    candidate's first block is tried first: if it is not cached, no candidate ending in the next ``need``
-    blocks can be, so the search skips them all; otherwise the candidate is read right to left, and an
-    uncached block ends the next one. So a long uncached stretch costs one lookup per ``need`` blocks."""
+    g``), else the leading run of cached blocks (shorter than ``need``: nothing before it is needed).
+
+    Candidates are tried from ``e = length`` down, each block looked up at most once: a candidate's first
+    block ``s = e - need`` is read first, and if it is not cached no candidate ending in the next ``need``
+    blocks can be, so the search skips them all (a long uncached stretch costs one lookup per ``need``
+    blocks); if it is, the blocks after it are read left to right, and an uncached one at ``j`` makes ``j``
+    the next candidate, of which ``s .. j - 1`` are known cached, so only the blocks before ``s`` are read,
+    right to left. Why not step the candidate back one block per miss: a cached island (a window group's
+    early blocks are freed, and evicted, first) would cost two lookups per block for up to ``need``
+    blocks, for every waiting request at every `lpm` sort."""
     if need <= 0:  # a one-token window needs no earlier block
         return length
     e = length
     while e >= need:
-        if get(block_hashes[e - need] * n + g) is None:
-            e -= need
+        s = e - need
+        if get(block_hashes[s] * n + g) is None:
+            e = s
             continue
-        for i in range(e - 1, e - need, -1):
-            if get(block_hashes[i] * n + g) is None:
-                e = i
-                break
-        else:
+        j = s + 1
+        while j < e and get(block_hashes[j] * n + g) is not None:
+            j += 1
+        if j == e:
             return e
+        e = j  # blocks s .. j - 1 are cached: the candidate ending at j needs the ones before s
+        if e < need:
+            break
+        i = s - 1
+        while i >= e - need and get(block_hashes[i] * n + g) is not None:
+            i -= 1
+        if i < e - need:
+            return e
+        e = i
     run = 0
     while run < length and get(block_hashes[run] * n + g) is not None:
         run += 1

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from allocators.base import cdiv
 from allocators.hybrid import HybridPagedAllocator
+from allocators.hybrid_queries import _window_hit
 from allocators.kv_cache_groups import needs_hybrid, skipped_blocks, split_kv_groups
 from tests.allocators.kv_group_fixture import KVGroupFixture
 from tests.soak import examples
@@ -153,3 +154,23 @@ def test_prefix_hit_is_the_longest_prefix_every_group_accepts(data):
     for g, (hit, w) in enumerate(zip(hits, a.windows, strict=True) if hits else ()):
         first = 0 if w is None else max(0, want - cdiv(w - 1, bs))
         assert hit[:first] == [0] * first and all(b != 0 for b in hit[first:]), f"group {g}: {hit}"
+
+
+def test_window_hit_reads_each_block_at_most_once():
+    """`_window_hit` looks each block up at most once: a miss found inside a candidate's window leaves the
+    blocks between the window's start and the miss known cached, so the next candidate reads only the ones
+    before them. Here every block but 90 is cached, with a window of 20 blocks: the hit ends at 90, read in
+    21 lookups (the candidate ending at 100 read from 80 up to the miss, then 79 down to 70)."""
+    asked: list[int] = []
+
+    def get(key: int) -> int | None:
+        asked.append(key)
+        return None if key == 90 or not cached[0] <= key < cached[1] else 1
+
+    cached = (0, 100)
+    assert _window_hit(get, range(100), 1, 0, 100, 20) == 90
+    assert sorted(asked) == list(range(70, 91))
+    asked.clear()
+    cached = (30, 45)  # an island shorter than the window: no window fits, the (empty) leading run is the hit
+    assert _window_hit(get, range(100), 1, 0, 100, 20) == 0
+    assert len(set(asked)) == len(asked)
