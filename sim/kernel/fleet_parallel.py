@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -33,6 +34,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, summary_extra
 from sim.kernel.routers import ROUTERS
+from sim.kernel.worker_processes import refuse_while_starting, worker_died
 
 _REQUEST_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected")
 
@@ -150,6 +152,7 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
     from sim.kernel.fleet import Fleet
     from sim.kernel.fleet_summary import fleet_result
 
+    refuse_while_starting(f"run_simulation(workers={workers})")
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload)  # routes, and holds the fleet-wide arrays the results are merged into
     fleet.route_ahead()
@@ -162,7 +165,10 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
     with ProcessPoolExecutor(max_workers=len(groups), mp_context=context) as executor:
         futures = [executor.submit(simulate_group, config, workload, fleet.replica_of, numbers) for numbers in groups]
         for future in futures:  # in group order: the merge does not depend on which worker ends first
-            group = future.result()
+            try:
+                group = future.result()
+            except BrokenProcessPool as exc:
+                raise worker_died(f"run_simulation(workers={workers})", exc) from None
             for name, values in group.arrays.items():
                 getattr(fleet.rec, name)[group.index] = values
             fleet.source.arrival_s[group.index] = group.source_arrival_s

@@ -15,9 +15,11 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from sim.kernel.worker_processes import refuse_while_starting, worker_died
 from sim.sweep.point import describe_error
 
 EXECUTORS = ("local", "dask")
@@ -67,6 +69,7 @@ def _run_inline(fn: Callable[[Any], Any], payloads: Sequence[Any]) -> Iterator[O
 
 
 def _run_processes(fn: Callable[[Any], Any], payloads: Sequence[Any], workers: int) -> Iterator[Outcome]:
+    refuse_while_starting(f"a sweep with workers={workers}")
     context = multiprocessing.get_context("forkserver")
     # The fork server imports the simulator once and every worker forks from it with the import done,
     # instead of each worker importing numpy, pandas and the simulator itself (a second each on a busy
@@ -82,7 +85,9 @@ def _run_processes(fn: Callable[[Any], Any], payloads: Sequence[Any], workers: i
                 i = pending.pop(future)
                 try:
                     yield Outcome(i, future.result())
-                except Exception as exc:  # BrokenProcessPool: the worker died under this task
+                except BrokenProcessPool as exc:  # the worker died under this task
+                    yield Outcome(i, error=describe_error(worker_died(f"a sweep with workers={workers}", exc)))
+                except Exception as exc:
                     yield Outcome(i, error=describe_error(exc))
         finished = True
     finally:
