@@ -238,6 +238,12 @@ class Allocator(ABC):
         whose hashes others carry); only allocators with ``reports_growth`` implement it."""
         raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
 
+    def touch_prefix(self, block_hashes: Sequence[int], num_tokens: int) -> None:
+        """The scheduler looked a waiting request up (it tried to admit it, or ``lpm`` sorted by it): an
+        allocator whose lookups count as use (SGLang's radix cache stamps every node it walks) makes the
+        request's cached blocks the most recently used. Default: lookups change nothing (vLLM's cache)."""
+        return None
+
     def register_prefix(self, block_hashes: Sequence[int]) -> int | None:
         """Pin a shared prefix (chained hashes of its full blocks); returns its length in tokens, or None
         (nothing changed) if it could not be placed. Default, for allocators without ``shares_prefixes``:

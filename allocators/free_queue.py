@@ -171,6 +171,17 @@ class FreeBlockQueue:
                 v += 1
         self.num_free += len(block_ids)
 
+    def move_to_tail(self, block_ids: list[int]) -> None:
+        """Move queued blocks to the tail, in this order, as if they had just been released (a radix lookup
+        stamping a waiting request's cached path, `RadixAllocator.touch_prefix`). A no-op where they are the
+        tail already in this order, which a request looked up at every step finds them."""
+        n, items = len(block_ids), self._items
+        if not n or (len(items) - self._lo >= n and items[-n:] == block_ids):
+            return
+        for b in block_ids:
+            self.remove(b)
+        self.extend_released(block_ids)
+
     def prepend_many(self, block_ids: list[int]) -> None:
         """Put blocks at the head, the first of ``block_ids`` first: freed blocks without a cached hash are
         handed out again before any cached block is evicted (vLLM's ``prepend_n``)."""

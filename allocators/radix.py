@@ -7,7 +7,8 @@ with reference counts on the nodes running sequences hold. A new sequence walks 
 shares the longest cached path (a partial-prefix hit, at page granularity, never covering its last prompt
 token); every page a sequence fills is hung under its parent as it fills (prompt and, where the workload gives
 them identity, generated tokens); an unreferenced leaf is evicted, least recently used first, only when a page
-is needed and no page is free.
+is needed and no page is free; looking a waiting request up counts as use (SGLang stamps the nodes a lookup
+walks: `touch_prefix`).
 
 Why the free queue is the LRU order of leaves: a page becomes evictable when its last holder frees it, and a
 sequence releases its pages deepest first, so every unreferenced page sits behind all its unreferenced
@@ -61,6 +62,18 @@ class RadixAllocator(PagedAllocator):
         """The longest cached path from the root, never covering the last of ``num_tokens``."""
         limit = (num_tokens - 1) // self.block_size
         return self._cache.match(block_hashes, limit) if self.prefix_caching and limit > 0 else []
+
+    def touch_prefix(self, block_hashes: Sequence[int], num_tokens: int) -> None:
+        """SGLang's ``match_prefix`` stamps every node it walks as just accessed (``last_access_time``) and
+        evicts the least recently accessed leaf first, so a request the scheduler keeps looking up (a head
+        waiting for memory; under ``lpm`` every request it sorts) keeps its cached prefix away from eviction.
+        Here the path's unreferenced pages move to the free queue's tail, deepest first, as if released now:
+        the queue's cached head stays a leaf (module doc), and the pages go last, as the newest stamps."""
+        if not self.prefix_caching:
+            return
+        ref = self._ref
+        idle = [page for page in reversed(self._lookup(block_hashes, num_tokens)) if not ref[page]]
+        self._free.move_to_tail(idle)
 
     def _cache_full_blocks(self, s: SeqBlocks) -> None:
         """Hang the pages the sequence has filled under its cached path, until a page whose prefix is cached

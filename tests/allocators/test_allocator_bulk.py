@@ -54,6 +54,16 @@ def test_peek_skips_removed_blocks_and_changes_nothing():
     assert q.check() == [5, 7, 1] and q.pop_many(2) == [5, 7]
 
 
+def test_move_to_tail_reorders_as_remove_then_extend_and_skips_a_tail_in_place():
+    q = FreeBlockQueue(8, [5, 2, 7, 1, 3])
+    q.move_to_tail([2, 5])
+    assert list(q) == [7, 1, 3, 2, 5] and q.num_free == 5
+    q.move_to_tail([2, 5])  # the tail already: nothing moves, no hole is left
+    assert list(q) == [7, 1, 3, 2, 5] and q.check() == [7, 1, 3, 2, 5]
+    q.move_to_tail([5, 3])
+    assert q.check() == [7, 1, 2, 5, 3]
+
+
 def test_pop_many_takes_the_head_in_order_and_refuses_too_many_without_change():
     q = FreeBlockQueue(8, [5, 2, 7, 1])
     assert q.pop_many(0) == []

@@ -183,6 +183,27 @@ def test_eviction_takes_unreferenced_leaves_least_recently_used_first():
     assert a.num_cached_tokens([10, 21, 99], 3 * BS) == 2 * BS
 
 
+@pytest.mark.parametrize("allocator", ["paged", "radix"])
+def test_a_lookup_counts_as_use_in_radix_only(allocator):
+    """SGLang stamps the nodes a lookup walks (a waiting request the scheduler keeps trying), so the branch a
+    waiting request would hit outlives a branch used after it; vLLM's lookups change nothing. The scene of
+    the test above, with A's branch looked up before a request that must evict one cached page: radix
+    evicts B's leaf b1 (used before the lookup), paged A's leaf a2 (A's branch ended first)."""
+    a = make_allocator(allocator, 9 * BS, block_size=BS, prefix_caching=True)
+    a.admit(0, 3 * BS + 1, final_tokens=3 * BS + 1, block_hashes=[10, 11, 12])
+    a.free(0)
+    a.admit(1, 2 * BS + 1, final_tokens=2 * BS + 1, block_hashes=[10, 21])
+    a.free(1)
+    a.touch_prefix([10, 11, 12, 13], 4 * BS + 1)  # A's next turn waits: its lookup walks a0 a1 a2
+    a.check_invariants()
+    a.admit(2, 5 * BS, final_tokens=5 * BS, block_hashes=[])  # the 4 empty pages and 1 cached one
+    a.check_invariants()
+    a.free(2)
+    a_hit, b_hit = (3 * BS, BS) if allocator == "radix" else (2 * BS, 2 * BS)
+    assert a.num_cached_tokens([10, 11, 12, 13], 4 * BS + 1) == a_hit
+    assert a.num_cached_tokens([10, 21, 99], 3 * BS) == b_hit
+
+
 def test_fork_shares_full_pages_and_copies_the_partial_one():
     a = make_allocator("radix", 20 * BS, block_size=BS, prefix_caching=True)
     a.admit(0, 2 * BS + 3, final_tokens=40, block_hashes=[1, 2])

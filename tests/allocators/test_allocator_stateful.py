@@ -145,6 +145,17 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert self.alloc.free(seq) == held
         del self.tokens[seq]
 
+    @rule(num=st.integers(2, 40), group=st.sampled_from([1, 2]))
+    def touch_prefix(self, num, group):
+        """A waiting request looked up (radix: its cached path becomes the most recently used): what it would
+        hit, and every held sequence, stay as they were."""
+        hashes = chained_hashes(group, num // BLOCK)
+        cached = self.alloc.num_cached_tokens(hashes, num)
+        held = {seq: self.held(seq) for seq in self.tokens}
+        self.alloc.touch_prefix(hashes, num)
+        assert self.alloc.num_cached_tokens(hashes, num) == cached
+        assert {seq: self.held(seq) for seq in self.tokens} == held
+
     @precondition(lambda self: hasattr(self.alloc, "register_prefix"))
     @rule(group=st.sampled_from([1, 2]), blocks=st.integers(1, 3))
     def register_prefix(self, group, blocks):

@@ -1,4 +1,5 @@
-"""The scheduler against vLLM's own scenarios (docs/paper-facts.md section 5, scenarios 7 and 8), driven directly."""
+"""The scheduler driven directly: vLLM's own scenarios (docs/paper-facts.md section 5, scenarios 7 and 8), and a
+lookup counting as use under `radix` (SGLang's) but not `paged` (vLLM's)."""
 
 from allocators.paged import PagedAllocator
 from sim.kernel.memory import KVMemory
@@ -120,3 +121,29 @@ def test_decoders_the_budget_does_not_reach_skip_the_step():
         # the prefills take steps 0-9 (4 tokens a step); the group's first token comes at step 0, its other four
         # at steps 10-13 once nothing is ahead of it; without the budget it would have finished after step 4
         assert finished[3] == 14.0 and finished[0] == finished[1] == 12.0, (lazy, finished)
+
+
+def test_a_request_tried_and_refused_keeps_its_cached_prefix_in_radix_only():
+    """SGLang looks a waiting request up whenever it tries to admit it, and its radix cache counts the lookup
+    as use; vLLM's does not. A's next turn D finds A's three pages cached and is tried, but waits (C took all
+    but 10 tokens of the step's budget, D needs 17); C's next token needs a page and one cached page must go:
+    `radix` evicts B's leaf (used before D's lookup), so D still finds 48 tokens; `paged` evicts A's leaf
+    (released before B's), and D finds 32."""
+    from allocators import make_allocator
+
+    for name, found in (("radix", 48), ("paged", 32)):
+        alloc = make_allocator(name, 11 * 16, block_size=16, max_model_len=2048, prefix_caching=True)
+        for seq, (prompt, hashes) in enumerate(((49, [10, 11, 12]), (33, [20, 21])), 1000):  # A, then B, ended
+            alloc.admit(seq, prompt, final_tokens=prompt, block_hashes=hashes)
+            alloc.free(seq)
+        sched, _ = make(alloc, max_num_batched_tokens=90, chunked_prefill=False)
+        c = SequenceGroup(0, 0, 0.0, 80, 10)
+        d = SequenceGroup(1, 1, 0.0, 65, 10, hashes=(10, 11, 12, 13))
+        sched.add(c, 0.0)
+        sched.add(d, 0.0)
+        sched.plan_step(0.0)
+        assert c.state == RUNNING and d.state == WAITING, name
+        sched.complete(1, 1.0)
+        sched.plan_step(1.0)  # C's 81st token takes a page: a cached one is evicted
+        assert alloc.num_cached_tokens([10, 11, 12, 13], 65) == found, name
+        alloc.check_invariants()

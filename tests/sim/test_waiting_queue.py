@@ -56,6 +56,17 @@ def test_lpm_sorts_most_cached_first_and_keeps_the_queue_order_for_ties():
     assert order(queue, {}) == [0, 2, 1, 3]
 
 
+def test_lpm_touches_every_sorted_group_in_the_sorted_order():
+    """The sort's lookups count as use where the cache says so (`Allocator.touch_prefix`): every group it
+    ranks is touched, in the order it leaves the queue in (the same at the next step, so touching again there
+    changes nothing)."""
+    queue = lpm_queue([(1,), (2,), (3,)])
+    touched: list[int] = []
+    for _ in range(2):
+        queue.order_by_prefix(lambda h, n: ({3: 64}.get(h[-1], 0),) * 2, 16, lambda h, n: touched.append(h[-1]))
+    assert [g.index for g in queue] == [2, 0, 1] and touched == [3, 1, 2] * 2
+
+
 def test_lpm_sorts_last_a_group_sharing_a_prefix_with_one_before_it():
     """SGLang's in-batch prefix caching: 1 shares two blocks (32 tokens) with 0 and finds at most 32 tokens
     cached, so it waits for 0 to compute them, and so does 4; 3 shares one block (16 tokens, under 32) with 2;
