@@ -26,5 +26,6 @@ def refuse_while_starting(what: str) -> None:
 def worker_died(what: str, exc: BaseException) -> RuntimeError:
     """The error for a pool whose worker died (``BrokenProcessPool``): the likely causes, the main guard
     first (the worker's own error, if any, is above on stderr)."""
-    return RuntimeError(f"a worker process of {what} died ({exc}). If a script started it: {MAIN_GUARD}. "
+    why = str(exc).rstrip(".")
+    return RuntimeError(f"a worker process of {what} died ({why}). If a script started it: {MAIN_GUARD}. "
                         "Otherwise the worker may have run out of memory; workers=1 runs in this process")
