@@ -238,10 +238,11 @@ class Allocator(ABC):
         whose hashes others carry); only allocators with ``reports_growth`` implement it."""
         raise NotImplementedError(f"{self.name} does not report growth deltas (reports_growth is False)")
 
-    def touch_prefix(self, block_hashes: Sequence[int], num_tokens: int) -> None:
-        """The scheduler looked a waiting request up (it tried to admit it, or ``lpm`` sorted by it): an
-        allocator whose lookups count as use (SGLang's radix cache stamps every node it walks) makes the
-        request's cached blocks the most recently used. Default: lookups change nothing (vLLM's cache)."""
+    def touch_prefixes(self, lookups: Sequence[tuple[Sequence[int], int]]) -> None:
+        """The scheduler looked waiting requests up, in this order (``(block_hashes, num_tokens)`` each: the
+        request it tried to admit, or every request an ``lpm`` sort ranked): an allocator whose lookups count
+        as use (SGLang's radix cache stamps every node it walks) makes their cached blocks the most recently
+        used, the last lookup's the newest. Default: lookups change nothing (vLLM's cache)."""
         return None
 
     def register_prefix(self, block_hashes: Sequence[int]) -> int | None:

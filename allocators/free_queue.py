@@ -173,7 +173,7 @@ class FreeBlockQueue:
 
     def move_to_tail(self, block_ids: list[int]) -> None:
         """Move queued blocks to the tail, in this order, as if they had just been released (a radix lookup
-        stamping a waiting request's cached path, `RadixAllocator.touch_prefix`). A no-op where they are the
+        stamping waiting requests' cached paths, `RadixAllocator.touch_prefixes`). A no-op where they are the
         tail already in this order, which a request looked up at every step finds them."""
         n, items = len(block_ids), self._items
         if not n or (len(items) - self._lo >= n and items[-n:] == block_ids):

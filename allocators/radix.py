@@ -8,7 +8,7 @@ shares the longest cached path (a partial-prefix hit, at page granularity, never
 token); every page a sequence fills is hung under its parent as it fills (prompt and, where the workload gives
 them identity, generated tokens); an unreferenced leaf is evicted, least recently used first, only when a page
 is needed and no page is free; looking a waiting request up counts as use (SGLang stamps the nodes a lookup
-walks: `touch_prefix`).
+walks: `touch_prefixes`).
 
 Why the free queue is the LRU order of leaves: a page becomes evictable when its last holder frees it, and a
 sequence releases its pages deepest first, so every unreferenced page sits behind all its unreferenced
@@ -51,6 +51,11 @@ class RadixAllocator(PagedAllocator):
         ``--disable-radix-cache``)."""
         super().__init__(capacity_slots, **options)
         self._cache = self._pool.cache = RadixTree(self.num_blocks)
+        # The last matches, by the hashes' identity, while the tree stands still (its ``version``): the
+        # scheduler looks a waiting request up several times a step (an ``lpm`` sort, its touches, the
+        # admission's fit test and the admission), each a walk of up to hundreds of pages.
+        self._matched: dict[int, tuple[tuple[int, ...], int, list[int]]] = {}
+        self._matched_at = -1
 
     def reload_transfers(self, host_blocks: int) -> int:
         """One transfer per load, whatever its pages: SGLang's HiCache moves a load with one transfer kernel
@@ -61,19 +66,38 @@ class RadixAllocator(PagedAllocator):
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """The longest cached path from the root, never covering the last of ``num_tokens``."""
         limit = (num_tokens - 1) // self.block_size
-        return self._cache.match(block_hashes, limit) if self.prefix_caching and limit > 0 else []
+        if not self.prefix_caching or limit <= 0:
+            return []
+        tree = self._cache
+        if block_hashes.__class__ is not tuple:  # a list may change under the same identity: not remembered
+            return tree.match(block_hashes, limit)
+        if self._matched_at != tree.version:
+            self._matched.clear()
+            self._matched_at = tree.version
+        key = id(block_hashes)
+        entry = self._matched.get(key)
+        if entry is not None and entry[0] is block_hashes and entry[1] == limit:
+            return entry[2][:]
+        hits = tree.match(block_hashes, limit)
+        self._matched[key] = (block_hashes, limit, hits)
+        return hits[:]
 
-    def touch_prefix(self, block_hashes: Sequence[int], num_tokens: int) -> None:
+    def touch_prefixes(self, lookups: Sequence[tuple[Sequence[int], int]]) -> None:
         """SGLang's ``match_prefix`` stamps every node it walks as just accessed (``last_access_time``) and
         evicts the least recently accessed leaf first, so a request the scheduler keeps looking up (a head
         waiting for memory; under ``lpm`` every request it sorts) keeps its cached prefix away from eviction.
-        Here the path's unreferenced pages move to the free queue's tail, deepest first, as if released now:
-        the queue's cached head stays a leaf (module doc), and the pages go last, as the newest stamps."""
+        Here each path's unreferenced pages move to the free queue's tail, deepest first, as if released now,
+        path after path: the queue's cached head stays a leaf (module doc), and a page on several paths ends
+        where the last of them put it. Moved in one go (the pages of every path, each where it was touched
+        last), so a step that repeats the last step's lookups finds them in place and moves nothing."""
         if not self.prefix_caching:
             return
-        ref = self._ref
-        idle = [page for page in reversed(self._lookup(block_hashes, num_tokens)) if not ref[page]]
-        self._free.move_to_tail(idle)
+        ref, pages = self._ref, []
+        for block_hashes, num_tokens in lookups:
+            pages += [page for page in reversed(self._lookup(block_hashes, num_tokens)) if not ref[page]]
+        if len(lookups) > 1:
+            pages = list(dict.fromkeys(reversed(pages)))[::-1]  # each page where it was touched last
+        self._free.move_to_tail(pages)
 
     def _cache_full_blocks(self, s: SeqBlocks) -> None:
         """Hang the pages the sequence has filled under its cached path, until a page whose prefix is cached

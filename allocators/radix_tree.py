@@ -36,7 +36,7 @@ class RadixTree:
     a link of one request's chain, and a dict per page is what inserting and evicting chains of hundreds of
     pages cost most. The root's children are always a dict."""
 
-    __slots__ = ("block_hash", "parent", "children", "spill", "vacancy")
+    __slots__ = ("block_hash", "parent", "children", "spill", "vacancy", "version")
 
     def __init__(self, num_blocks: int) -> None:
         self.block_hash: list[int | None] = [None] * num_blocks
@@ -47,6 +47,7 @@ class RadixTree:
         # A list and the entry it has for a page not cached (`BlockPool.drop`): the parent links, -1 exactly
         # when the hash is None (`check`), are page ids read warm where a freed request's hashes are cold.
         self.vacancy = (self.parent, -1)
+        self.version = 0  # counts the calls that may change the tree: a match stays valid while it stands still
 
     def child(self, node: int, block_hash: int) -> int | None:
         """The page under ``node`` keyed ``block_hash``, or None."""
@@ -94,6 +95,7 @@ class RadixTree:
         a long prompt fills hundreds at once."""
         if not pages:
             return 0
+        self.version += 1
         children, hashed = self.children, self.block_hash
         first, h = pages[0], block_hashes[0]
         kids = children[parent]
@@ -134,6 +136,7 @@ class RadixTree:
         chain at a time: so the pages are cut into runs, each page in a run the lone parent of the page before
         it, and a run costs a check of its first page and an unlink of its last from its parent."""
         hashed, children = self.block_hash, self.children
+        self.version += 1
         if len(pages) < 2:  # a decoding sequence crossing into a new page: a leaf or nothing
             if not pages or (block_hash := hashed[pages[0]]) is None:
                 return 0

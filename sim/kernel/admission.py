@@ -140,7 +140,7 @@ class GroupMechanics(Preemption):
         if not s.continuous and s.running:
             return False
         if s.waiting.lpm:
-            s.waiting.order_by_prefix(s.memory.cached_split, s.memory.block_size, s.memory.touch_prefix)
+            s.waiting.order_by_prefix(s.memory.cached_split, s.memory.block_size, s.memory.touch_prefixes)
         admitted = False
         while s.waiting and (budget > 0 or not s.continuous):
             group = s.waiting[0]
@@ -148,7 +148,7 @@ class GroupMechanics(Preemption):
                 s.memory_blocked = False
                 return admitted
             if group.state != SWAPPED:  # tried: its lookup may count as use (SGLang's, before its budget test)
-                s.memory.touch_prefix(group.hashes, group.prefill_target)
+                s.memory.touch_prefixes(((group.hashes, group.prefill_target),))
             if not s.chunked and self.prefill_need(group) > budget:
                 s.memory_blocked = False
                 return admitted

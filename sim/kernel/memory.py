@@ -36,7 +36,7 @@ class KVMemory:
     __slots__ = ("_alloc", "owner", "_next_seq", "registered_prefixes", "block_size", "kind", "prefix_caching",
                  "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow",
                  "grow_due", "shared_fill", "evicted_blocks", "new_blocks", "hit_layout", "stores",
-                 "host_evictions", "headroom", "grow_chunk", "touch_prefix", "slots_per_token", "group_names",
+                 "host_evictions", "headroom", "grow_chunk", "touch_prefixes", "slots_per_token", "group_names",
                  "host_tier")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
@@ -67,7 +67,7 @@ class KVMemory:
         self.stores, self.host_evictions = alloc.stores, alloc.host_evictions
         self.headroom = alloc.headroom
         self.grow_chunk = alloc.grow_chunk
-        self.touch_prefix = alloc.touch_prefix
+        self.touch_prefixes = alloc.touch_prefixes
 
     # -- questions -----------------------------------------------------------------------------------------
     @property

@@ -84,14 +84,17 @@ class WaitingQueue(deque):
             self.appendleft(group)
 
     def order_by_prefix(self, cached_split: Callable[[Sequence[int], int], tuple[int, int]],
-                        block_size: int, touch: Callable[[Sequence[int], int], None] | None = None) -> None:
+                        block_size: int,
+                        touch: Callable[[Sequence[tuple[Sequence[int], int]]], None] | None = None) -> None:
         """Sort for ``lpm`` (the module doc): swapped-out groups first, then most prompt tokens cached, the
         groups the in-batch check defers last, ties in queue order; nothing past ``lpm_max_queue`` groups.
         ``cached_split(hashes, prompt)``: the tokens a group would find cached, and the part in GPU memory.
-        ``touch(hashes, prompt)``: the lookup's side effect on the cache (`Allocator.touch_prefix`), applied
-        to every group in the sorted order (SGLang stamps them as it matches them, in the queue's order
-        before the sort: the same order from a run's second step on, and idempotent from then, so a decode
-        run that skips the sorts still leaves the cache as stepping would)."""
+        ``touch(lookups)``: the lookups' side effect on the cache (`Allocator.touch_prefixes`), for every
+        group in the sorted order but the head last: SGLang stamps the groups as it matches them, in the
+        queue's order before the sort (the last step's sorted order, as a rule), and the admission that
+        follows tries the head and stamps it again. Touched as that comes out, and in one call, the next
+        step's touches change nothing when nothing else did: a decode run that skips the sorts leaves the
+        cache as stepping would."""
         if len(self) < 2 or not self.sorts_by_prefix:
             return
         keys: dict[int, float] = {}
@@ -117,6 +120,4 @@ class WaitingQueue(deque):
         self.clear()
         self.extend(groups)
         if touch is not None:
-            for g in groups:
-                if g.state != SWAPPED:
-                    touch(g.hashes, g.prompt)
+            touch([(g.hashes, g.prefill_target) for g in groups[1:] + groups[:1] if g.state != SWAPPED])

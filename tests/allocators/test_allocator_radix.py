@@ -194,7 +194,7 @@ def test_a_lookup_counts_as_use_in_radix_only(allocator):
     a.free(0)
     a.admit(1, 2 * BS + 1, final_tokens=2 * BS + 1, block_hashes=[10, 21])
     a.free(1)
-    a.touch_prefix([10, 11, 12, 13], 4 * BS + 1)  # A's next turn waits: its lookup walks a0 a1 a2
+    a.touch_prefixes([([10, 11, 12, 13], 4 * BS + 1)])  # A's next turn waits: its lookup walks a0 a1 a2
     a.check_invariants()
     a.admit(2, 5 * BS, final_tokens=5 * BS, block_hashes=[])  # the 4 empty pages and 1 cached one
     a.check_invariants()

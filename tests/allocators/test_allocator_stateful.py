@@ -34,9 +34,10 @@ SETTINGS = settings(max_examples=examples(12), stateful_step_count=steps(30), de
 BLOCK = 4
 
 
-def chained_hashes(group: int, num_blocks: int) -> list[int]:
-    """Chained hashes of a prompt whose first blocks are shared within ``group`` (distinct across groups)."""
-    return [group * 1000 + i for i in range(num_blocks)]
+def chained_hashes(group: int, num_blocks: int) -> tuple[int, ...]:
+    """Chained hashes of a prompt whose first blocks are shared within ``group`` (distinct across groups); a
+    tuple, as a request's (`radix` remembers its matches of tuples while its tree stands still)."""
+    return tuple(group * 1000 + i for i in range(num_blocks))
 
 
 class AllocatorMachine(RuleBasedStateMachine):
@@ -145,15 +146,15 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert self.alloc.free(seq) == held
         del self.tokens[seq]
 
-    @rule(num=st.integers(2, 40), group=st.sampled_from([1, 2]))
-    def touch_prefix(self, num, group):
-        """A waiting request looked up (radix: its cached path becomes the most recently used): what it would
-        hit, and every held sequence, stay as they were."""
-        hashes = chained_hashes(group, num // BLOCK)
-        cached = self.alloc.num_cached_tokens(hashes, num)
+    @rule(lookups=st.lists(st.tuples(st.integers(2, 40), st.sampled_from([1, 2])), min_size=1, max_size=3))
+    def touch_prefixes(self, lookups):
+        """Waiting requests looked up (radix: their cached paths become the most recently used, a page on two
+        paths where the last put it): what they would hit, and every held sequence, stay as they were."""
+        asked = [(chained_hashes(group, num // BLOCK), num) for num, group in lookups]
+        cached = [self.alloc.num_cached_tokens(h, n) for h, n in asked]
         held = {seq: self.held(seq) for seq in self.tokens}
-        self.alloc.touch_prefix(hashes, num)
-        assert self.alloc.num_cached_tokens(hashes, num) == cached
+        self.alloc.touch_prefixes(asked)
+        assert [self.alloc.num_cached_tokens(h, n) for h, n in asked] == cached
         assert {seq: self.held(seq) for seq in self.tokens} == held
 
     @precondition(lambda self: hasattr(self.alloc, "register_prefix"))
@@ -174,6 +175,10 @@ class AllocatorMachine(RuleBasedStateMachine):
         if not hasattr(self, "alloc"):
             return
         self.alloc.check_invariants()
+        matched = getattr(self.alloc, "_matched", None)  # radix's remembered matches: only while they hold
+        if matched and self.alloc._matched_at == self.alloc._cache.version:
+            for hashes, limit, hits in matched.values():
+                assert self.alloc._cache.match(hashes, limit) == hits, "radix: a remembered match is stale"
         for waiting in (False, True):
             b = self.alloc.breakdown(waiting)
             parts = (b.token_states, b.reservation, b.internal_frag, b.external_frag, b.free)

@@ -56,15 +56,16 @@ def test_lpm_sorts_most_cached_first_and_keeps_the_queue_order_for_ties():
     assert order(queue, {}) == [0, 2, 1, 3]
 
 
-def test_lpm_touches_every_sorted_group_in_the_sorted_order():
-    """The sort's lookups count as use where the cache says so (`Allocator.touch_prefix`): every group it
-    ranks is touched, in the order it leaves the queue in (the same at the next step, so touching again there
-    changes nothing)."""
+def test_lpm_touches_every_sorted_group_the_head_last_in_one_call():
+    """The sort's lookups count as use where the cache says so (`Allocator.touch_prefixes`): every group it
+    ranks is touched, in the order it leaves the queue in but the head last (the admission that follows tries
+    the head, and touches it again), in one call, the same at the next step."""
     queue = lpm_queue([(1,), (2,), (3,)])
-    touched: list[int] = []
+    calls: list[list[int]] = []
     for _ in range(2):
-        queue.order_by_prefix(lambda h, n: ({3: 64}.get(h[-1], 0),) * 2, 16, lambda h, n: touched.append(h[-1]))
-    assert [g.index for g in queue] == [2, 0, 1] and touched == [3, 1, 2] * 2
+        queue.order_by_prefix(lambda h, n: ({3: 64}.get(h[-1], 0),) * 2, 16,
+                              lambda lookups: calls.append([h[-1] for h, _ in lookups]))
+    assert [g.index for g in queue] == [2, 0, 1] and calls == [[1, 2, 3]] * 2
 
 
 def test_lpm_sorts_last_a_group_sharing_a_prefix_with_one_before_it():
