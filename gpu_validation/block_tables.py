@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -45,8 +46,9 @@ class PagedBatch:
     def q_len(self) -> int:
         return self.query.shape[1]
 
-    @property
+    @cached_property
     def max_context_len(self) -> int:
+        # read once: reading a GPU tensor waits for the device, which a CUDA graph's capture forbids
         return int(self.context_lens.max())
 
 

@@ -87,9 +87,13 @@ def measure_peaks(device: torch.device, dtype: torch.dtype, spec: GpuSpec | None
 
 def calibrate(model: str, *, device: str | None = None, gpu: str | None = None, quick: bool = False,
               grid: Grid | None = None, seed: int = 0, decode_kernel: str | None = None,
-              progress: Callable[[str], None] | None = None, deadline: float | None = None) -> CalibrationRun:
+              cuda_graphs: bool = True, progress: Callable[[str], None] | None = None,
+              deadline: float | None = None) -> CalibrationRun:
     """Run the harness for ``model`` and fit it. Raises ValueError/KeyError with a one-line reason, and
-    TimeoutError if the harness crosses ``deadline`` (`harness.run_harness`)."""
+    TimeoutError if the harness crosses ``deadline`` (`harness.run_harness`).
+
+    On a GPU the parts are timed as CUDA graph replays unless ``cuda_graphs`` is False: the engines whose
+    clock the table sets (vLLM) replay captured graphs, so eager launch gaps are not theirs to pay."""
     spec = get_model(model)
     dev, gpu_label, gpu_spec = resolve_device(device, gpu)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -97,12 +101,13 @@ def calibrate(model: str, *, device: str | None = None, gpu: str | None = None, 
     timed = scaled_model(spec, grid.model_scale)
     peak_flops, peak_bw, copy_bw, source = measure_peaks(dev, dtype, gpu_spec, quick)
     frame = run_harness(timed, grid, device=dev, dtype=dtype, seed=seed, decode_kernel=decode_kernel,
-                        progress=progress, deadline=deadline)
+                        cuda_graphs=cuda_graphs, progress=progress, deadline=deadline)
     fit = fit_step_costs(frame, peak_flops, peak_bw)
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu_name()} (CPU, 1 thread)"
     table = calibration_table(fit, gpu=gpu_label, model=spec.name, device=dev.type, device_name=device_name,
                               dtype=str(dtype).removeprefix("torch."), peak_flops=peak_flops,
-                              peak_bandwidth=peak_bw, peaks_source=source, timed_model=timed.name)
+                              peak_bandwidth=peak_bw, peaks_source=source, timed_model=timed.name,
+                              timing=str(frame["timing"].iloc[0]))
     frame["modelled_step_s"] = fit.predicted
     frame["compute_bound"] = fit.compute_bound
     return CalibrationRun(table, frame, fit, copy_bw)

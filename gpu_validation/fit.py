@@ -167,9 +167,10 @@ def _sig(x: float, digits: int = 4) -> float:
 
 def calibration_table(fit: FitResult, *, gpu: str, model: str, device: str, device_name: str, dtype: str,
                       peak_flops: float, peak_bandwidth: float, peaks_source: str, timed_model: str,
-                      created: str | None = None) -> dict:
-    """The JSON object of ``docs/architecture.md``, plus ``peaks`` (what the fractions are fractions of)
-    and ``timed_model`` (the shapes actually timed, when a quick run scaled the model down)."""
+                      timing: str = "eager", created: str | None = None) -> dict:
+    """The JSON object of ``docs/architecture.md``, plus ``peaks`` (what the fractions are fractions of),
+    ``timed_model`` (the shapes actually timed, when a quick run scaled the model down) and ``timing``
+    (``cuda-graph`` or ``eager``: `harness.timing_mode`)."""
     c = fit.coefficients
     return {
         "format": FORMAT, "version": VERSION, "gpu": gpu, "model": model, "device": device,
@@ -181,7 +182,7 @@ def calibration_table(fit: FitResult, *, gpu: str, model: str, device: str, devi
         },
         "fit": {"points": fit.points, "rmse_s": _sig(fit.rmse_s), "mape": _sig(fit.mape)},
         "peaks": {"flops_s": _sig(peak_flops), "bandwidth_bytes_s": _sig(peak_bandwidth), "source": peaks_source},
-        "timed_model": timed_model,
+        "timed_model": timed_model, "timing": timing,
     }
 
 

@@ -139,16 +139,17 @@ class StepTimer:
 
 
 def run_harness(model: ModelSpec, grid: Grid, *, device: str | torch.device, dtype: torch.dtype,
-                seed: int = 0, decode_kernel: str | None = None,
+                seed: int = 0, decode_kernel: str | None = None, cuda_graphs: bool = False,
                 progress: Callable[[str], None] | None = None, deadline: float | None = None) -> pd.DataFrame:
     """Time every point of ``grid`` for ``model`` (already scaled if wanted); one row per step.
 
-    On CPU, torch runs single-threaded while timing (`timing.single_threaded_on_cpu`). ``deadline`` (a
-    `time.monotonic` value) is a time budget: crossing it before the last point raises TimeoutError, since a
-    fit to part of the grid would not be the calibration asked for.
+    On CPU, torch runs single-threaded while timing (`timing.single_threaded_on_cpu`). ``cuda_graphs`` times
+    each part as a CUDA graph's replay (`timing.Timer`; on a GPU only), as the ``timing`` column says.
+    ``deadline`` (a `time.monotonic` value) is a time budget: crossing it before the last point raises
+    TimeoutError, since a fit to part of the grid would not be the calibration asked for.
     """
     device = torch.device(device)
-    timer = Timer(device, warmup=grid.warmup, repeats=grid.repeats)
+    timer = Timer(device, warmup=grid.warmup, repeats=grid.repeats, graphs=cuda_graphs)
     steps = StepTimer(model, device, dtype, timer, np.random.default_rng(seed),
                       decode_kernel or default_decode_kernel(device))
     total = len(grid.block_sizes) * (len(grid.batch_sizes) * len(grid.context_lens)
@@ -178,4 +179,10 @@ def run_harness(model: ModelSpec, grid: Grid, *, device: str | torch.device, dty
     frame.insert(0, "model", model.name)
     frame["device"] = device.type
     frame["dtype"] = str(dtype).removeprefix("torch.")
+    frame["timing"] = timing_mode(timer)
     return frame
+
+
+def timing_mode(timer: Timer) -> str:
+    """How the harness's times were taken: ``cuda-graph`` (replays) or ``eager`` (one launch per kernel)."""
+    return "cuda-graph" if timer.graphs else "eager"

@@ -105,6 +105,9 @@ def _from_trace(path: str, opts: dict) -> None:
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Where to time (default: cuda if torch sees one, else cpu).")
 @click.option("--quick", is_flag=True, help="A small grid (and on CPU, a model scaled down 8x).")
+@click.option("--cuda-graphs/--no-cuda-graphs", "cuda_graphs", default=True, show_default=True,
+              help="On a GPU, time each part as a CUDA graph's replay, as vLLM runs its forward pass (off: eager "
+                   "launches, whose gaps at small batches are PyTorch's, not the engine's).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Table path (default $KVSIM_HOME/calibration/<gpu>/<model>.json, KVSIM_HOME defaulting to "
                    "~/.local/share/kvsim, where kvsim run finds it by --gpu and --model; never kvsim's shipped "
@@ -141,7 +144,8 @@ def _from_trace(path: str, opts: dict) -> None:
               help="--from-trace: wall-clock limit of the fit, seconds.")
 @click.option("--json", "as_json", is_flag=True, help="--from-trace: also print the table as JSON.")
 def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: str | None, quick: bool,
-                      out: str | None, list_profiles: bool, from_trace: str | None, **opts) -> None:
+                      cuda_graphs: bool, out: str | None, list_profiles: bool, from_trace: str | None,
+                      **opts) -> None:
     """Fit the step-cost model: time kernels on this machine (default), fit a measured run (--from-trace),
     or list the named cost profiles (--list). A CPU calibration (--device cpu) is labelled 'cpu' and drives
     `kvsim run --gpu cpu --model MODEL`."""
@@ -158,7 +162,7 @@ def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: 
     except ImportError as exc:  # torch is the optional "gpu" extra
         fail(f"kvsim calibrate needs torch (pip install 'kvsim[gpu]'): {exc}")
     try:
-        run = calibrate(model, device=device, gpu=gpu, quick=quick,
+        run = calibrate(model, device=device, gpu=gpu, quick=quick, cuda_graphs=cuda_graphs,
                         progress=lambda line: click.echo(f"  {line}", err=True))
     except (ValueError, KeyError) as exc:
         fail(exc)
@@ -166,7 +170,7 @@ def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: 
     path = out or user_table_path(table["gpu"], table["model"])
     table_path, csv_path = write_run(run, path)
     c, f = table["coefficients"], table["fit"]
-    label = "CPU numbers" if table["device"] == "cpu" else table["device_name"]
+    label = "CPU numbers" if table["device"] == "cpu" else f"{table['device_name']}, {table['timing']}"
     click.echo(f"calibration of {table['model']} on {table['gpu']} ({label}, {table['dtype']}, "
                f"timed as {table['timed_model']})")
     click.echo(f"  bandwidth_frac {c['bandwidth_frac']}  flops_frac {c['flops_frac']}  "

@@ -33,6 +33,8 @@ def test_calibrate_quick_on_cpu_writes_a_labelled_table_and_its_measurements(tmp
     measurements = pd.read_csv(out.with_suffix(".csv"))
     assert len(measurements) == table["fit"]["points"] > 0
     assert set(measurements["kind"]) == {"decode", "prefill"}
+    # CUDA graphs are asked for by default but exist only on a GPU: a CPU run says it timed eagerly
+    assert table["timing"] == "eager" and set(measurements["timing"]) == {"eager"}
     assert (measurements["step_s"] > 0).all()
     parts = measurements["num_layers"] * (measurements["attention_s"] + measurements["dense_layer_s"])
     composed = parts + measurements["lm_head_s"]  # the CSV keeps 6 significant digits

@@ -104,7 +104,8 @@ def test_table_has_the_documented_keys_and_the_simulator_loads_it(tmp_path):
                               timed_model="llama-3-8b", created="2026-11-29")
     documented = {"format", "version", "gpu", "model", "device", "device_name", "dtype", "created",
                   "coefficients", "fit"}
-    assert documented <= set(table) and set(table) - documented == {"peaks", "timed_model"}
+    assert documented <= set(table) and set(table) - documented == {"peaks", "timed_model", "timing"}
+    assert table["timing"] == "eager"  # the default when a caller does not say how it timed
     assert set(table["coefficients"]) == {"bandwidth_frac", "flops_frac", "step_overhead_s",
                                           "paged_kernel_overhead", "seq_overhead_s", "prefill_token_s",
                                           "mixed_overlap"}
