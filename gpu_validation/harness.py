@@ -71,12 +71,14 @@ def default_decode_kernel(device: torch.device) -> str:
 
 
 def timing_batch(model: ModelSpec, lengths: list[int], q_len: int, block_size: int, *, device: torch.device,
-                 dtype: torch.dtype, rng: np.random.Generator, generator: torch.Generator
+                 dtype: torch.dtype, rng: np.random.Generator, generator: torch.Generator, num_layers: int = 1
                  ) -> tuple[PagedKVCache, PagedBatch]:
-    """A cache holding exactly sequences of ``lengths`` (one layer, zeros: contents do not change the time),
-    their blocks scattered by a shuffled free list, and random queries for their last ``q_len`` positions."""
+    """A cache holding exactly sequences of ``lengths`` (``num_layers`` layers, zeros: contents do not change
+    the time), their blocks scattered by a shuffled free list, and random queries for their last ``q_len``
+    positions."""
     num_blocks = sum(-(-n // block_size) for n in lengths) + 1  # + the null block
-    cache = PagedKVCache(num_blocks, block_size, model.num_kv_heads, model.head_dim, dtype=dtype, device=device)
+    cache = PagedKVCache(num_blocks, block_size, model.num_kv_heads, model.head_dim, num_layers=num_layers,
+                         dtype=dtype, device=device)
     tables = random_block_tables(rng, lengths, block_size, num_blocks)
     query = torch.randn(len(lengths), q_len, model.num_heads, model.head_dim, generator=generator)
     batch = PagedBatch(query.to(device, dtype), pad_block_tables(tables, device),

@@ -5,6 +5,8 @@
 2. A quick calibration of Llama-3-8B (`calibration.calibrate`; on a GPU, parts timed as CUDA graph replays),
    written as ``DIR/llama-3-8b.json`` with its measurements in ``DIR/llama-3-8b.csv``.
 3. Decode bandwidth at 64 sequences x 4,096 tokens for each kernel against a measured device copy.
+4. Whole steps (`whole_step.whole_steps`): a few Llama-3-8B steps run as one forward pass over all 32 layers,
+   beside the calibration's composition of the same step from one layer's parts (``DIR/whole_steps.csv``).
 
 It prints a short table last and exits 1 unless every check ran and passed and every stage completed.
 Without a GPU (or with ``--device cpu``) it runs the same steps on CPU at sizes a CPU finishes quickly
@@ -38,15 +40,16 @@ from gpu_validation.calibration import CalibrationRun, calibrate, write_run
 from gpu_validation.checks import run_checks
 from gpu_validation.features import scaled_model
 from gpu_validation.timing import Timer, copy_bandwidth
+from gpu_validation.whole_step import whole_steps
 
 MODEL = "llama-3-8b"
 DEFAULT_BUDGET_S = 360.0
 """Default wall-clock budget: with the watchdog's grace and start-up, well inside an 8-minute slot."""
 WATCHDOG_GRACE_S = 60.0
-RESERVE_S = {"cuda": (150.0, 60.0), "cpu": (60.0, 20.0)}
-"""Seconds of the budget kept back, by device, for (calibration + bandwidth, bandwidth): on an H200 the
-quick calibration takes about a minute (a dozen Triton specialisations) and the bandwidth point about half
-of one (compiling FlexAttention at 262,144 slots)."""
+RESERVE_S = {"cuda": (180.0, 90.0, 30.0), "cpu": (80.0, 40.0, 20.0)}
+"""Seconds of the budget kept back, by device, for (calibration and what follows, bandwidth and what follows,
+whole steps): on an H200 the quick calibration took 10 s and the bandwidth point 2 s (2026-12-04; sized when
+guessed at a minute and half of one), and the whole steps build 16 GB of weights and up to 34 GB of KV."""
 
 
 def _log(start: float):
@@ -54,7 +57,7 @@ def _log(start: float):
 
 
 def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: pd.DataFrame | None,
-            errors: dict[str, str]) -> str:
+            errors: dict[str, str], whole: pd.DataFrame | None = None) -> str:
     """The short table printed last: what each stage found, and each stage that did not complete."""
     lines = ["", "== kvsim GPU validation summary =="]
     if checks is not None and len(checks):
@@ -85,6 +88,13 @@ def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: 
             vs_flex = f"  {flex_s / r.seconds:.2f}x flex" if math.isfinite(flex_s) else ""
             lines.append(f"  {r.kernel:14s} {r.seconds * 1e6:9.1f} us  {r.bandwidth_gb_s:7.1f} GB/s  "
                          f"{r.share_of_copy:6.1%} of copy{vs_flex}")
+    if whole is not None and len(whole):
+        lines.append(f"whole steps ({whole['timing'].iloc[0]}), one forward pass against the calibration's "
+                     "composition of it:")
+        for r in whole.itertuples():
+            lines.append(f"  {r.kind:7s} batch {r.batch_size:3d} context {r.context_len:5d}  whole "
+                         f"{r.whole_step_s * 1e3:8.2f} ms  composed {r.composed_step_s * 1e3:8.2f} ms  "
+                         f"{r.whole_over_composed:.3f}x")
     if checks is not None:
         failed = checks[~checks.passed]
         skipped = checks.attrs.get("skipped", 0)
@@ -101,6 +111,15 @@ def complete(checks: pd.DataFrame | None, bandwidth: pd.DataFrame | None, errors
     """Every stage ran to the end, every check ran and passed, every kernel was timed."""
     return (not errors and checks is not None and bool(checks.passed.all()) and not checks.attrs.get("skipped")
             and bandwidth is not None and not bandwidth["error"].astype(bool).any())
+
+
+def _whole_steps(device: str, log: Callable[[str], None]) -> pd.DataFrame:
+    model = get_model(MODEL)
+    if device == "cuda":
+        timer, dtype = Timer(device, warmup=2, repeats=5, graphs=True), torch.bfloat16
+    else:
+        timer, dtype, model = Timer(device, warmup=1, repeats=3), torch.float32, scaled_model(model, 8)
+    return whole_steps(model, device=device, dtype=dtype, timer=timer, progress=log)
 
 
 def _stage(name: str, deadline: float, log: Callable[[str], None], errors: dict[str, str], fn: Callable[[], object]):
@@ -171,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     end = start + args.budget_s
-    reserve_all, reserve_bandwidth = RESERVE_S[device]
+    reserve_all, reserve_bandwidth, reserve_whole = RESERVE_S[device]
     faulthandler.dump_traceback_later(args.budget_s + WATCHDOG_GRACE_S, exit=True, file=sys.__stderr__)
     try:
         log = _log(time.perf_counter())
@@ -190,11 +209,15 @@ def main(argv: list[str] | None = None) -> int:
             write_run(run, args.out_dir / f"{MODEL}.json")
         # the calibration's copy on a GPU; on CPU it was single-threaded, while the kernels here are not
         copy = run.copy_bandwidth if run is not None and device == "cuda" else None
-        bandwidth = _stage("bandwidth", end, log, errors, lambda: _bandwidth(device, compile_flex, copy, end))
+        bandwidth = _stage("bandwidth", end - reserve_whole, log, errors,
+                           lambda: _bandwidth(device, compile_flex, copy, end - reserve_whole))
         if bandwidth is not None:
             bandwidth.to_csv(args.out_dir / "bandwidth.csv", index=False)
+        whole = _stage("whole steps", end, log, errors, lambda: _whole_steps(device, log))
+        if whole is not None:
+            whole.to_csv(args.out_dir / "whole_steps.csv", index=False, float_format="%.6g")
         log(f"wrote {', '.join(sorted(p.name for p in args.out_dir.iterdir()))} to {args.out_dir}")
-        print(summary(checks, run, bandwidth, errors), flush=True)
+        print(summary(checks, run, bandwidth, errors, whole), flush=True)
         return 0 if complete(checks, bandwidth, errors) else 1
     finally:
         faulthandler.cancel_dump_traceback_later()

@@ -1,0 +1,94 @@
+"""Whole steps: every layer's attention and dense work, and the LM head, timed as one call, to check the
+harness's composition against the step it stands for.
+
+The harness (`harness.StepTimer`) times one layer's attention and one layer's dense work apart, each with L2
+flushed first, and charges a step ``num_layers`` times their sum plus the LM head. A real step runs the layers
+back to back with their own weights and KV: no flush between kernels, each kernel's launch and tail overlapping
+the next's only as the GPU allows. This runs that step: ``num_layers`` distinct dense layers (random weights of
+the catalog's shapes) over a ``num_layers``-layer paged cache, one Timer call for the whole forward pass (on a GPU
+a single CUDA graph's replay when the timer captures graphs), and reports it beside the composed time of the same
+step from the same timer. Points are kept small enough that the model's weights and the whole KV fit together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from allocators.catalog import ModelSpec
+from gpu_validation.dense_layer import DenseLayer, LMHead
+from gpu_validation.features import StepShape, decode_step, prefill_step
+from gpu_validation.harness import StepTimer, default_decode_kernel, timing_batch
+from gpu_validation.reference import paged_attention_reference
+from gpu_validation.timing import Timer, single_threaded_on_cpu
+from gpu_validation.triton_paged import triton_paged_decode
+
+BLOCK_SIZE = 16
+POINTS: dict[str, tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]] = {
+    "cuda": (((1, 1024), (16, 1024), (64, 1024), (1, 4096), (16, 4096), (64, 4096)), ((512, 0), (2048, 0), (2048, 2048))),
+    "cpu": (((1, 128), (4, 128)), ((32, 0),)),
+}
+"""(decode (batch, context), prefill (chunk, offset)) points by device type: on a GPU up to 64 x 4,096 tokens,
+34 GB of Llama-3-8B KV beside its 16 GB of weights."""
+
+
+class WholeModel:
+    """``num_layers`` dense layers and the LM head, built once and reused by every point."""
+
+    def __init__(self, model: ModelSpec, *, dtype: torch.dtype, device: torch.device, generator: torch.Generator):
+        self.layers = [DenseLayer(model, dtype=dtype, device=device, generator=generator)
+                       for _ in range(model.num_layers)]
+        self.head = LMHead(model, dtype=dtype, device=device, generator=generator)
+
+    def step(self, attend: Callable[[int], object], x: torch.Tensor, sampled: int) -> Callable[[], torch.Tensor]:
+        """The forward pass as a call: layer ``i``'s attention (``attend(i)``), then its dense work, for every
+        layer, then the LM head over the last ``sampled`` tokens."""
+        def forward() -> torch.Tensor:
+            h = x
+            for i, layer in enumerate(self.layers):
+                attend(i)
+                h = layer(h)
+            return self.head(h[-sampled:])
+        return forward
+
+
+def whole_steps(model: ModelSpec, *, device: str | torch.device, dtype: torch.dtype, timer: Timer, seed: int = 0,
+                progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Each point of `POINTS` timed whole and composed; one row per step with their ratio."""
+    device = torch.device(device)
+    rng = np.random.default_rng(seed)
+    parts = StepTimer(model, device, dtype, timer, rng, default_decode_kernel(device))
+    whole = WholeModel(model, dtype=dtype, device=device, generator=parts.generator)
+    decode_points, prefill_points = POINTS[device.type]
+    shapes = [("decode", decode_step(b, c, BLOCK_SIZE), [c] * b, 1, b, b, c, 0, 0) for b, c in decode_points]
+    shapes += [("prefill", prefill_step(n, o, BLOCK_SIZE), [o + n], n, 1, 1, o + n, n, o) for n, o in prefill_points]
+    rows = []
+    for kind, shape, lengths, q_len, sampled, batch_size, context_len, chunk, offset in shapes:
+        with single_threaded_on_cpu(device):  # as the harness times on CPU
+            composed = parts.step_row(kind, shape, lengths, q_len, sampled)
+            seconds = _time_whole(whole, parts, shape, lengths, q_len, sampled, timer)
+        rows.append({"model": model.name, "kind": kind, "batch_size": batch_size, "context_len": context_len,
+                     "chunk": chunk, "offset": offset, "block_size": BLOCK_SIZE,
+                     "attention_kernel": composed["attention_kernel"], "whole_step_s": seconds,
+                     "composed_step_s": composed["step_s"], "whole_over_composed": seconds / composed["step_s"]})
+        if progress:
+            progress(f"whole {kind} batch={batch_size} ctx={context_len}: {seconds * 1e3:.2f} ms, composed "
+                     f"{composed['step_s'] * 1e3:.2f} ms")
+    frame = pd.DataFrame(rows)
+    frame["device"] = device.type
+    frame["dtype"] = str(dtype).removeprefix("torch.")
+    frame["timing"] = "cuda-graph" if timer.graphs else "eager"
+    return frame
+
+
+def _time_whole(whole: WholeModel, parts: StepTimer, shape: StepShape, lengths: list[int], q_len: int,
+                sampled: int, timer: Timer) -> float:
+    cache, batch = timing_batch(parts.model, lengths, q_len, shape.block_size, device=parts.device,
+                                dtype=parts.dtype, rng=parts.rng, generator=parts.generator,
+                                num_layers=parts.model.num_layers)
+    kernel = triton_paged_decode if q_len == 1 and parts.decode_kernel == "triton" else paged_attention_reference
+    x = torch.randn(shape.tokens, parts.model.hidden_size, generator=parts.generator).to(parts.device, parts.dtype)
+    return timer(whole.step(lambda layer: kernel(cache, batch, layer), x, sampled))
