@@ -3,13 +3,16 @@
 Usage::
 
     python benchmarks/gpu_clock_check.py                 # the H200 run of 2026-12-04 (CUDA graphs, full grid)
-    python benchmarks/gpu_clock_check.py MEASURED.csv    # any harness CSV (gpu_validation, kvsim calibrate)
+    python benchmarks/gpu_clock_check.py --whole-steps   # that day's whole steps (one graph per forward pass)
+    python benchmarks/gpu_clock_check.py MEASURED.csv    # any harness CSV or whole_steps.csv of gpu_validation
 
 The harness times a forward pass (attention on the paged cache, the dense layers, the LM head) with no
 scheduler, sampler or detokenizer, so it is a floor under a serving engine's step: a profile that models an
 engine should come out at or above it, by the engine's CPU work. Each profile is scored twice: as it runs, and
 without its per-sequence CPU term (``seq_overhead_s``), which no forward pass contains. The table fitted to the
-same CSV is scored in-sample, as a check of the fit. Prints markdown (MAPE and bias by step kind and batch).
+same CSV is scored in-sample, as a check of the fit; a whole-steps CSV (`gpu_validation.whole_step`: all layers
+as one call, the time the composition stands for) is scored against the full grid's table, fitted to composed
+steps. Prints markdown (MAPE and bias by step kind and batch).
 """
 
 from __future__ import annotations
@@ -21,11 +24,22 @@ from pathlib import Path
 import pandas as pd
 
 from allocators.catalog import get_gpu, get_model
+from gpu_validation.features import decode_step, prefill_step
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.cost_profiles import PROFILES, make_step_cost
 
-RUN = Path(__file__).resolve().parent / "gpu" / "h200-2026-12-04" / "cuda-graph"
+RUNS = Path(__file__).resolve().parent / "gpu" / "h200-2026-12-04"
+RUN = RUNS / "cuda-graph"
 GPU = "h200"
+
+
+def whole_step_features(frame: pd.DataFrame) -> pd.DataFrame:
+    """A whole-steps CSV with the step's features (as the harness CSV has them) and ``step_s`` its whole time."""
+    shapes = [decode_step(r.batch_size, r.context_len, r.block_size) if r.kind == "decode"
+              else prefill_step(r.chunk, r.offset, r.block_size) for r in frame.itertuples()]
+    return frame.assign(prefill_tokens=[s.prefill_tokens for s in shapes], decode_seqs=[s.decode_seqs for s in shapes],
+                        context_tokens=[s.context_tokens for s in shapes],
+                        attention_pairs=[s.attention_pairs for s in shapes], step_s=frame["whole_step_s"])
 
 
 def predict(cost: StepCostModel, frame: pd.DataFrame) -> pd.Series:
@@ -34,8 +48,8 @@ def predict(cost: StepCostModel, frame: pd.DataFrame) -> pd.Series:
                      index=frame.index)
 
 
-def clocks(frame: pd.DataFrame, table: Path | None) -> dict[str, pd.Series]:
-    """Predicted step seconds by clock name, each at the row's block size."""
+def clocks(frame: pd.DataFrame, table: Path | None, table_label: str = "") -> dict[str, pd.Series]:
+    """Predicted step seconds by clock name (``table_label`` for the table's), each at the row's block size."""
     model, gpu = get_model(frame["model"].iloc[0]), get_gpu(GPU)
     out: dict[str, list[pd.Series]] = {}
     for block_size, rows in frame.groupby("block_size"):
@@ -46,7 +60,7 @@ def clocks(frame: pd.DataFrame, table: Path | None) -> dict[str, pd.Series]:
             out.setdefault(f"{name}, no per-sequence CPU", []).append(predict(no_cpu, rows))
         if table is not None:
             cost = make_step_cost(str(table), model, gpu, block_size=int(block_size))
-            out.setdefault(f"{table.name} (in-sample)", []).append(predict(cost, rows))
+            out.setdefault(table_label, []).append(predict(cost, rows))
     return {name: pd.concat(parts).sort_index() for name, parts in out.items()}
 
 
@@ -67,15 +81,23 @@ def scores(frame: pd.DataFrame, predicted: dict[str, pd.Series]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("measured", nargs="?", type=Path, default=RUN / "llama-3-8b-full.csv")
+    parser.add_argument("measured", nargs="?", type=Path, default=None)
+    parser.add_argument("--whole-steps", action="store_true", help="the committed run's whole steps")
     args = parser.parse_args(argv)
-    frame = pd.read_csv(args.measured)
-    table = args.measured.with_suffix(".json")
+    measured = args.measured or (RUNS / "whole-step" / "whole_steps.csv" if args.whole_steps
+                                 else RUN / "llama-3-8b-full.csv")
+    frame = pd.read_csv(measured)
+    if "whole_step_s" in frame:
+        frame, table = whole_step_features(frame), RUN / "llama-3-8b-full.json"
+        label, what = f"{table.name} (fitted to composed steps)", "whole steps"
+    else:
+        table, what = measured.with_suffix(".json"), "steps"
+        label = f"{table.name} (in-sample)"
     timing = frame["timing"].iloc[0] if "timing" in frame else "eager"  # CSVs from before the column: eager
-    print(f"{args.measured}: {len(frame)} steps of {frame['model'].iloc[0]} ({timing}), "
+    print(f"{measured}: {len(frame)} {what} of {frame['model'].iloc[0]} ({timing}), "
           f"MAPE / bias of each clock against the measured step")
     print()
-    print(scores(frame, clocks(frame, table if table.is_file() else None)))
+    print(scores(frame, clocks(frame, table if table.is_file() else None, label)))
 
 
 if __name__ == "__main__":
