@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from sim.plots.data import is_result, require_columns, summaries_by_run, tables_by_run
 from sim.plots.latency import values_for
-from sim.plots.style import allocator_label, new_figure, percent_axis, run_colors
+from sim.plots.style import allocator_label, count_axis, new_figure, percent_axis, run_colors, wrap_label
 
 TIERS = ("gpu", "host")
 TIER_STYLES = {"gpu": "-", "host": "--"}
@@ -126,9 +126,11 @@ def plot_reuse(steps: Mapping[str, pd.DataFrame], requests: Mapping[str, pd.Data
         left += values
     for yi, (total, frac) in enumerate(zip(left, saved["saved_frac"], strict=True)):
         saved_ax.text(total, yi, f" {frac:.0%} hit", va="center", fontsize="x-small")  # of its own prompt tokens
-    saved_ax.set_yticks(y, [allocator_label(n) for n in saved["run"]])
+    labels = [wrap_label(allocator_label(n)) for n in saved["run"]]
+    saved_ax.set_yticks(y, labels, fontsize="x-small" if any("\n" in label for label in labels) else "small")
     saved_ax.invert_yaxis()
     saved_ax.set_xlabel("prompt tokens")
+    count_axis(saved_ax)
     saved_ax.margins(x=0.25)
     saved_ax.legend(fontsize="x-small", frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     saved_ax.set_title("prefill tokens saved", fontsize="medium")

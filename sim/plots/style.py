@@ -129,6 +129,23 @@ def percent_axis(ax: Axes, axis: str = "y") -> None:
     target.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
 
 
+def count_axis(ax: Axes, axis: str = "x") -> None:
+    """Format an axis of large counts with SI prefixes (200k, 1.5M): no "1e6" offset text, which sits beside
+    the axis label and reads as part of it."""
+    from matplotlib.ticker import EngFormatter
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(EngFormatter(sep=""))
+
+
+def wrap_label(label: str, width: int = 28) -> str:
+    """A tick label broken at spaces onto lines of at most ``width`` characters, so one long run name does not
+    widen its panel's margin at the other panels' expense."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width, break_on_hyphens=False)) or label
+
+
 AXIS_LABELS = {
     "rate": "arrival rate (req/s)",
     "block_size": "block size (tokens)",

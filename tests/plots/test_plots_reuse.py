@@ -113,3 +113,20 @@ def test_every_run_of_the_reuse_figure_has_its_own_colour():
     assert [t.get_text() for t in legend.get_texts()][-1] == "radix, page 1"
     fig.canvas.draw()
     assert legend.get_window_extent().y1 < fig.axes[2].get_window_extent().y0
+
+
+def test_prefill_saved_panel_reads_millions_without_an_offset_and_wraps_long_run_names():
+    """Notebook 06's panel once printed "1e6" beside its axis label and gave its longest run name a margin that
+    pushed the panels apart."""
+    names = ["paged", "paged + host, write-through, threshold 2"]
+    steps = pd.DataFrame({"time_s": [0.0, 1.0], "prefill_tokens": [10, 5], "gpu_hit_tokens": [0, 5],
+                          "host_hit_tokens": [0, 0]})
+    requests = pd.DataFrame({"ttft_s": [0.1, 0.2], "rejected": [False, False]})
+    summary = {"gpu_hit_tokens": 2_000_000, "host_hit_tokens": 0, "prefill_tokens": 4_000_000}
+    fig = plot_reuse({n: steps for n in names}, {n: requests for n in names}, {n: summary for n in names})
+    saved = fig.axes[1]
+    fig.canvas.draw()
+    assert saved.xaxis.get_offset_text().get_text() == ""
+    assert any(t.get_text().endswith("M") for t in saved.get_xticklabels())
+    labels = [t.get_text() for t in saved.get_yticklabels()]
+    assert labels == ["Paged", "paged + host, write-through,\nthreshold 2"]
