@@ -7,11 +7,12 @@ the figure shows what the simulator would predict for each timed step, not what 
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter, FormatStrFormatter, LogLocator, NullFormatter
 
 from gpu_validation.fit import coefficients_from_table
 
@@ -48,7 +49,8 @@ def plot_calibration(measurements: pd.DataFrame, table: dict) -> Figure:
     Right: decode step time against KV tokens read, measured (markers) and modelled (lines), by block size."""
     modelled = modelled_step_s(measurements, table) * 1e3
     measured = measurements["step_s"].to_numpy() * 1e3
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 5), layout="constrained")
+    fig = Figure(figsize=(12, 5), layout="constrained")  # not pyplot's: nothing piles up in its figure list
+    ax, ax2 = fig.subplots(1, 2)
     for (kind, bs), idx in measurements.groupby(["kind", "block_size"]).groups.items():
         rows = measurements.index.get_indexer(idx)
         ax.scatter(measured[rows], modelled[rows], color=_COLORS.get(kind, "gray"), marker=_MARKERS.get(bs, "x"),
@@ -66,7 +68,7 @@ def plot_calibration(measurements: pd.DataFrame, table: dict) -> Figure:
     sizes = sorted(decode["block_size"].unique())
     styles = ["-", "--", ":", "-."]
     for i, batch in enumerate(batches):
-        color = plt.cm.viridis(i / max(1, len(batches) - 1) * 0.85)
+        color = matplotlib.colormaps["viridis"](i / max(1, len(batches) - 1) * 0.85)
         for j, bs in enumerate(sizes):
             g = decode[(decode["batch_size"] == batch) & (decode["block_size"] == bs)]
             g = g.sort_values("context_tokens")
@@ -74,9 +76,9 @@ def plot_calibration(measurements: pd.DataFrame, table: dict) -> Figure:
             x = g["context_tokens"].to_numpy()
             ax2.plot(x, modelled[rows], color=color, lw=1, ls=styles[j % len(styles)])
             ax2.scatter(x, measured[rows], color=color, marker=_MARKERS.get(int(bs), "x"), s=25)
-    handles = [plt.Line2D([], [], color=plt.cm.viridis(i / max(1, len(batches) - 1) * 0.85), lw=2,
+    handles = [Line2D([], [], color=matplotlib.colormaps["viridis"](i / max(1, len(batches) - 1) * 0.85), lw=2,
                           label=f"batch {b}") for i, b in enumerate(batches)]
-    handles += [plt.Line2D([], [], color="0.3", marker=_MARKERS.get(int(bs), "x"), ls=styles[j % len(styles)],
+    handles += [Line2D([], [], color="0.3", marker=_MARKERS.get(int(bs), "x"), ls=styles[j % len(styles)],
                            label=f"block {bs}") for j, bs in enumerate(sizes)]
     ax2.legend(handles=handles, fontsize=8, loc="upper left")
     ax2.set(xscale="log", yscale="log", xlabel="KV tokens read per step (batch x context length)",
@@ -87,10 +89,14 @@ def plot_calibration(measurements: pd.DataFrame, table: dict) -> Figure:
                   f"{c['bandwidth_frac']:.3g}, flops_frac {c['flops_frac']:.3g}, overhead "
                   f"{c['step_overhead_s'] * 1e3:.3g} ms\npaged kernel overhead by block size: {paged}",
                   fontsize=10)
-    for axis in (ax.xaxis, ax.yaxis, ax2.xaxis, ax2.yaxis):  # 1-2-5 ticks in plain numbers
+    for axis in (ax.xaxis, ax.yaxis, ax2.yaxis):  # step times: 1-2-5 ticks in plain numbers
         axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         axis.set_major_formatter(FormatStrFormatter("%g"))
         axis.set_minor_formatter(NullFormatter())
+    # KV tokens span four decades on a GPU grid: 1-3 ticks with SI prefixes (1k, 3k, ... 1M) stay apart
+    ax2.xaxis.set_major_locator(LogLocator(subs=(1.0, 3.0)))
+    ax2.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax2.xaxis.set_minor_formatter(NullFormatter())
     if table["device"] == "cpu":
         fig.suptitle("CPU calibration (a pipeline check, not GPU numbers)", fontsize=10, color="tab:red")
     return fig

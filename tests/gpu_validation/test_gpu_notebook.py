@@ -1,4 +1,5 @@
-"""Notebook 05 runs top to bottom against the shipped calibration, and is committed with its outputs."""
+"""Notebook 05 runs top to bottom against the H200 calibration kept in benchmarks/gpu, and is committed with its
+outputs."""
 
 from __future__ import annotations
 
