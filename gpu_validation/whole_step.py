@@ -13,6 +13,7 @@ step from the same timer. Points are kept small enough that the model's weights 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -56,13 +57,15 @@ class WholeModel:
 
 
 def whole_steps(model: ModelSpec, *, device: str | torch.device, dtype: torch.dtype, timer: Timer, seed: int = 0,
+                points: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]] | None = None,
                 progress: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Each point of `POINTS` timed whole and composed; one row per step with their ratio."""
+    """Each point (default `POINTS` for the device) timed whole and composed; one row per step with their
+    ratio."""
     device = torch.device(device)
     rng = np.random.default_rng(seed)
     parts = StepTimer(model, device, dtype, timer, rng, default_decode_kernel(device))
     whole = WholeModel(model, dtype=dtype, device=device, generator=parts.generator)
-    decode_points, prefill_points = POINTS[device.type]
+    decode_points, prefill_points = points or POINTS[device.type]
     shapes = [("decode", decode_step(b, c, BLOCK_SIZE), [c] * b, 1, b, b, c, 0, 0) for b, c in decode_points]
     shapes += [("prefill", prefill_step(n, o, BLOCK_SIZE), [o + n], n, 1, 1, o + n, n, o) for n, o in prefill_points]
     rows = []
@@ -92,3 +95,46 @@ def _time_whole(whole: WholeModel, parts: StepTimer, shape: StepShape, lengths: 
     kernel = triton_paged_decode if q_len == 1 and parts.decode_kernel == "triton" else paged_attention_reference
     x = torch.randn(shape.tokens, parts.model.hidden_size, generator=parts.generator).to(parts.device, parts.dtype)
     return timer(whole.step(lambda layer: kernel(cache, batch, layer), x, sampled))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpu_validation.whole_step OUT.csv --models A,B --batches 1,8,32``: decode whole steps of
+    several models at 1,024 tokens of context, one model's weights on the device at a time. Batch-1 steps of
+    models of different sizes give the achieved weight-read bandwidth as a slope, free of the fixed per-step
+    part, as `vllm-v1`'s bandwidth_frac was derived from vLLM's steps (`docs/validation.md`)."""
+    import argparse
+    import time
+
+    from allocators.catalog import get_model
+    from gpu_validation.features import scaled_model
+
+    parser = argparse.ArgumentParser(prog="python -m gpu_validation.whole_step", description=main.__doc__.split(":")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--models", default="llama-3-8b", help="comma-separated catalog models")
+    parser.add_argument("--batches", default="1,8,32", help="comma-separated decode batch sizes")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
+    args = parser.parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    points = (tuple((int(b), 1024) for b in args.batches.split(",")), ())
+    start = time.monotonic()
+    frames = []
+    for name in args.models.split(","):
+        model = get_model(name)
+        if device == "cuda":
+            timer, dtype = Timer(device, warmup=2, repeats=10, graphs=True), torch.bfloat16
+        else:  # a pipeline check: the model scaled down 16x, fp32
+            timer, dtype, model = Timer(device, warmup=1, repeats=2), torch.float32, scaled_model(model, 16)
+        frames.append(whole_steps(model, device=device, dtype=dtype, timer=timer, points=points,
+                                  progress=lambda line, n=name: print(f"[{time.monotonic() - start:6.1f}s] {n} {line}",
+                                                                      flush=True)))
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the next model's weights need the room
+    frame = pd.concat(frames, ignore_index=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out, index=False, float_format="%.6g")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
