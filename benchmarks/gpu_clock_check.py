@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/gpu_clock_check.py                 # the H200 run of 2026-12-04 (CUDA graphs, full grid)
     python benchmarks/gpu_clock_check.py --whole-steps   # that day's whole steps (one graph per forward pass)
+    python benchmarks/gpu_clock_check.py --models        # that day's batch-1 steps of three models: the slope
     python benchmarks/gpu_clock_check.py MEASURED.csv    # any harness CSV or whole_steps.csv of gpu_validation
 
 The harness times a forward pass (attention on the paged cache, the dense layers, the LM head) with no
@@ -12,7 +13,9 @@ engine should come out at or above it, by the engine's CPU work. Each profile is
 without its per-sequence CPU term (``seq_overhead_s``), which no forward pass contains. The table fitted to the
 same CSV is scored in-sample, as a check of the fit; a whole-steps CSV (`gpu_validation.whole_step`: all layers
 as one call, the time the composition stands for) is scored against the full grid's table, fitted to composed
-steps. Prints markdown (MAPE and bias by step kind and batch).
+steps. Prints markdown (MAPE and bias by step kind and batch). ``--models`` reads the batch-1 whole steps of
+models of different sizes instead and prints the weight-read bandwidth their slope implies, the way `vllm-v1`'s
+bandwidth_frac and step_overhead_s were derived from vLLM's batch-1 steps.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from allocators import roofline
 from allocators.catalog import get_gpu, get_model
 from gpu_validation.features import decode_step, prefill_step
 from sim.kernel.cost_model import StepCostModel
@@ -79,11 +83,34 @@ def scores(frame: pd.DataFrame, predicted: dict[str, pd.Series]) -> str:
     return "\n".join(lines)
 
 
+def slope(frame: pd.DataFrame) -> str:
+    """Markdown: each model's batch-1 whole step against its weight bytes, and the line through the smallest and
+    largest model (bandwidth as a fraction of the data sheet's, intercept)."""
+    steps = frame[frame["batch_size"] == 1].assign(
+        weight_bytes=lambda f: [roofline.weight_bytes(get_model(m), 2) for m in f["model"]])
+    steps = steps.sort_values("weight_bytes")
+    peak = get_gpu(GPU).hbm_bandwidth_gb_s * 1e9
+    lines = ["| model | weights (GB) | batch-1 step (ms) |", "|---|---:|---:|"]
+    lines += [f"| {r.model} | {r.weight_bytes / 1e9:.2f} | {r.whole_step_s * 1e3:.2f} |" for r in steps.itertuples()]
+    small, large = steps.iloc[0], steps.iloc[-1]
+    per_byte = (large.whole_step_s - small.whole_step_s) / (large.weight_bytes - small.weight_bytes)
+    intercept = small.whole_step_s - small.weight_bytes * per_byte
+    lines.append(f"\n{small.model} to {large.model}: {1 / per_byte / 1e12:.2f} TB/s, {1 / per_byte / peak:.2f} of "
+                 f"the data sheet's {peak / 1e12:.1f} TB/s, intercept {intercept * 1e3:.2f} ms")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("measured", nargs="?", type=Path, default=None)
     parser.add_argument("--whole-steps", action="store_true", help="the committed run's whole steps")
+    parser.add_argument("--models", action="store_true", help="the committed run's batch-1 steps of three models")
     args = parser.parse_args(argv)
+    if args.models:
+        measured = args.measured or RUNS / "models" / "models.csv"
+        print(f"{measured}: whole decode steps at batch 1, 1,024 tokens of context\n")
+        print(slope(pd.read_csv(measured)))
+        return
     measured = args.measured or (RUNS / "whole-step" / "whole_steps.csv" if args.whole_steps
                                  else RUN / "llama-3-8b-full.csv")
     frame = pd.read_csv(measured)

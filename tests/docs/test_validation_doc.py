@@ -51,3 +51,10 @@ def test_the_quoted_coefficients_are_the_committed_tables():
     assert f"flops_frac {c['flops_frac']:.3f}" in PROSE and f"step_overhead_s {c['step_overhead_s'] * 1e3:.2f} ms" in PROSE
     eager = json.loads((RUN / "eager" / "llama-3-8b.json").read_text())
     assert f"{eager['coefficients']['step_overhead_s'] * 1e3:.2f} ms of it in the per-step constant" in PROSE
+
+
+def test_the_models_slope_is_what_the_check_prints(capsys):
+    runpy.run_path(str(ROOT / "benchmarks" / "gpu_clock_check.py"))["main"](["--models"])
+    printed = capsys.readouterr().out.split("\n", 2)[2].strip()
+    assert printed in PAGE
+    assert "0.90 of the data sheet's 4.8 TB/s, intercept 1.43 ms" in printed
