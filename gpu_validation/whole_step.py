@@ -22,7 +22,7 @@ import torch
 from allocators.catalog import ModelSpec
 from gpu_validation.dense_layer import DenseLayer, LMHead
 from gpu_validation.features import StepShape, decode_step, prefill_step
-from gpu_validation.harness import StepTimer, default_decode_kernel, timing_batch
+from gpu_validation.harness import StepTimer, default_decode_kernel, timing_batch, timing_mode
 from gpu_validation.reference import paged_attention_reference
 from gpu_validation.timing import Timer, single_threaded_on_cpu
 from gpu_validation.triton_paged import triton_paged_decode
@@ -83,7 +83,7 @@ def whole_steps(model: ModelSpec, *, device: str | torch.device, dtype: torch.dt
     frame = pd.DataFrame(rows)
     frame["device"] = device.type
     frame["dtype"] = str(dtype).removeprefix("torch.")
-    frame["timing"] = "cuda-graph" if timer.graphs else "eager"
+    frame["timing"] = timing_mode(timer)
     return frame
 
 
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     from allocators.catalog import get_model
     from gpu_validation.features import scaled_model
 
-    parser = argparse.ArgumentParser(prog="python -m gpu_validation.whole_step", description=main.__doc__.split(":")[0])
+    parser = argparse.ArgumentParser(prog="python -m gpu_validation.whole_step",
+                                     description="Decode whole steps of several models, one model at a time.")
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="llama-3-8b", help="comma-separated catalog models")
     parser.add_argument("--batches", default="1,8,32", help="comma-separated decode batch sizes")
