@@ -1,6 +1,8 @@
 """Set-up shared by the whole test session, done before any test imports torch."""
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,8 +17,9 @@ if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # A user's own calibration tables (`kvsim calibrate` writes them under $KVSIM_HOME) must not change what the
-# tests simulate: every test session gets an empty KVSIM_HOME of its own.
+# tests simulate: every test session gets an empty KVSIM_HOME of its own, removed when the session ends.
 os.environ["KVSIM_HOME"] = tempfile.mkdtemp(prefix="kvsim-home-")
+atexit.register(shutil.rmtree, os.environ["KVSIM_HOME"], ignore_errors=True)
 
 # The full public traces: kvsim reads them only from the folder $KVSIM_TRACES names. Beside a checkout of the
 # development machine they sit in ../shared/traces; tests that need them skip when neither is there.
