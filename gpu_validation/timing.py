@@ -61,9 +61,14 @@ class Timer:
         return statistics.median(times)
 
 
+class GraphCaptureError(RuntimeError):
+    """A call could not be captured into a CUDA graph (it reads a GPU value on the host, say): time it eagerly."""
+
+
 def captured(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` captured into a CUDA graph: returns the graph's replay. ``fn`` must already have run once (its
-    kernels compiled, its Python-side values cached), and must not read GPU values on the host."""
+    kernels compiled, its Python-side values cached), and must not read GPU values on the host; if the capture
+    fails, GraphCaptureError says so in one line."""
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -71,8 +76,12 @@ def captured(fn: Callable[[], object]) -> Callable[[], object]:
         fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GraphCaptureError(f"CUDA graph capture failed ({first}); time eagerly with --no-cuda-graphs") from exc
     return graph.replay
 
 

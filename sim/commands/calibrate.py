@@ -159,12 +159,13 @@ def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: 
         return
     try:
         from gpu_validation.calibration import calibrate, write_run
+        from gpu_validation.timing import GraphCaptureError
     except ImportError as exc:  # torch is the optional "gpu" extra
         fail(f"kvsim calibrate needs torch (pip install 'kvsim[gpu]'): {exc}")
     try:
         run = calibrate(model, device=device, gpu=gpu, quick=quick, cuda_graphs=cuda_graphs,
                         progress=lambda line: click.echo(f"  {line}", err=True))
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, GraphCaptureError) as exc:
         fail(exc)
     table = run.table
     path = out or user_table_path(table["gpu"], table["model"])

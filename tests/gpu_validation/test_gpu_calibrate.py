@@ -52,6 +52,36 @@ def test_calibrate_bad_input_is_one_line_exit_2(args, message, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
 
 
+def test_a_failed_graph_capture_is_one_line_naming_the_way_out(monkeypatch, tmp_path):
+    """A capture that fails on a GPU (a kernel reading a device value on the host) ends the command with one line
+    that says to time eagerly, not a CUDA traceback."""
+    import torch
+
+    from gpu_validation import calibration, timing
+
+    def replay_of(fn):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: type("S", (), {"wait_stream": lambda self, s: None})())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("S", (), {"wait_stream": lambda self, s: None})())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+    monkeypatch.setattr(torch.cuda, "graph", replay_of)
+    with pytest.raises(timing.GraphCaptureError, match="operation not permitted when stream is capturing\\); time "
+                                                      "eagerly with --no-cuda-graphs$"):
+        timing.captured(lambda: None)
+
+    def failing(*args, **kwargs):
+        timing.captured(lambda: None)
+
+    monkeypatch.setattr(calibration, "calibrate", failing)
+    result = CliRunner().invoke(main, ["calibrate", "--model", "llama-3-8b", "--out", str(tmp_path / "x.json")])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: CUDA graph capture failed")
+    assert lines[0].endswith("--no-cuda-graphs"), result.output
+
+
 def test_gpu_names_map_onto_the_catalog():
     from gpu_validation.calibration import match_gpu
 
