@@ -38,7 +38,9 @@ GPU = "h200"
 
 
 def whole_step_features(frame: pd.DataFrame) -> pd.DataFrame:
-    """A whole-steps CSV with the step's features (as the harness CSV has them) and ``step_s`` its whole time."""
+    """A whole-steps CSV with the step's features (as the harness CSV has them) and ``step_s`` its whole time;
+    points skipped for memory (no time) are left out."""
+    frame = frame.dropna(subset=["whole_step_s"])
     shapes = [decode_step(r.batch_size, r.context_len, r.block_size) if r.kind == "decode"
               else prefill_step(r.chunk, r.offset, r.block_size) for r in frame.itertuples()]
     return frame.assign(prefill_tokens=[s.prefill_tokens for s in shapes], decode_seqs=[s.decode_seqs for s in shapes],

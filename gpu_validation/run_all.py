@@ -92,9 +92,9 @@ def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: 
         lines.append(f"whole steps ({whole['timing'].iloc[0]}), one forward pass against the calibration's "
                      "composition of it:")
         for r in whole.itertuples():
-            lines.append(f"  {r.kind:7s} batch {r.batch_size:3d} context {r.context_len:5d}  whole "
-                         f"{r.whole_step_s * 1e3:8.2f} ms  composed {r.composed_step_s * 1e3:8.2f} ms  "
-                         f"{r.whole_over_composed:.3f}x")
+            point = f"  {r.kind:7s} batch {r.batch_size:3d} context {r.context_len:5d}  "
+            lines.append(point + (r.note if r.note else f"whole {r.whole_step_s * 1e3:8.2f} ms  composed "
+                                  f"{r.composed_step_s * 1e3:8.2f} ms  {r.whole_over_composed:.3f}x"))
     if checks is not None:
         failed = checks[~checks.passed]
         skipped = checks.attrs.get("skipped", 0)

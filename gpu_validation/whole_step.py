@@ -7,7 +7,9 @@ back to back with their own weights and KV: no flush between kernels, each kerne
 the next's only as the GPU allows. This runs that step: ``num_layers`` distinct dense layers (random weights of
 the catalog's shapes) over a ``num_layers``-layer paged cache, one Timer call for the whole forward pass (on a GPU
 a single CUDA graph's replay when the timer captures graphs), and reports it beside the composed time of the same
-step from the same timer. Points are kept small enough that the model's weights and the whole KV fit together.
+step from the same timer. On a GPU, a model whose weights do not fit in the memory free is refused with a
+reason, and a point whose KV then does not fit is skipped with its reason in ``note`` (its times NaN): the default
+points need 16 GB of Llama-3-8B weights beside up to 34 GB of KV, more than a 40 GB card has.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from allocators import roofline
 from allocators.catalog import ModelSpec
 from gpu_validation.dense_layer import DenseLayer, LMHead
 from gpu_validation.features import StepShape, decode_step, prefill_step
@@ -34,6 +37,14 @@ POINTS: dict[str, tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]
 }
 """(decode (batch, context), prefill (chunk, offset)) points by device type: on a GPU up to 64 x 4,096 tokens,
 34 GB of Llama-3-8B KV beside its 16 GB of weights."""
+HEADROOM = 1.1
+"""What a model's weights or a point's KV must leave free, as a factor on their bytes (activations, the graph's
+pool, the one-layer parts the composition times)."""
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Bytes free on a GPU now; None on CPU, where kvsim does not police memory."""
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
 
 
 class WholeModel:
@@ -62,6 +73,11 @@ def whole_steps(model: ModelSpec, *, device: str | torch.device, dtype: torch.dt
     """Each point (default `POINTS` for the device) timed whole and composed; one row per step with their
     ratio."""
     device = torch.device(device)
+    dtype_bytes = torch.finfo(dtype).bits // 8
+    weights, free = roofline.weight_bytes(model, dtype_bytes), free_bytes(device)
+    if free is not None and weights * HEADROOM > free:
+        raise ValueError(f"{model.name}: its weights ({weights / 1e9:.1f} GB) do not fit in the {free / 1e9:.1f} GB "
+                         f"free on {torch.cuda.get_device_name(device) if device.type == 'cuda' else device}")
     rng = np.random.default_rng(seed)
     parts = StepTimer(model, device, dtype, timer, rng, default_decode_kernel(device))
     whole = WholeModel(model, dtype=dtype, device=device, generator=parts.generator)
@@ -70,13 +86,23 @@ def whole_steps(model: ModelSpec, *, device: str | torch.device, dtype: torch.dt
     shapes += [("prefill", prefill_step(n, o, BLOCK_SIZE), [o + n], n, 1, 1, o + n, n, o) for n, o in prefill_points]
     rows = []
     for kind, shape, lengths, q_len, sampled, batch_size, context_len, chunk, offset in shapes:
+        row = {"model": model.name, "kind": kind, "batch_size": batch_size, "context_len": context_len,
+               "chunk": chunk, "offset": offset, "block_size": BLOCK_SIZE}
+        kv = sum(-(-n // BLOCK_SIZE) for n in lengths) * BLOCK_SIZE * roofline.kv_bytes_per_token(model, dtype_bytes)
+        free = free_bytes(device)
+        if free is not None and kv * HEADROOM > free:
+            note = f"skipped: its KV ({kv / 1e9:.1f} GB) does not fit in the {free / 1e9:.1f} GB free"
+            rows.append({**row, "attention_kernel": "", "whole_step_s": np.nan, "composed_step_s": np.nan,
+                         "whole_over_composed": np.nan, "note": note})
+            if progress:
+                progress(f"whole {kind} batch={batch_size} ctx={context_len}: {note}")
+            continue
         with single_threaded_on_cpu(device):  # as the harness times on CPU
             composed = parts.step_row(kind, shape, lengths, q_len, sampled)
             seconds = _time_whole(whole, parts, shape, lengths, q_len, sampled, timer)
-        rows.append({"model": model.name, "kind": kind, "batch_size": batch_size, "context_len": context_len,
-                     "chunk": chunk, "offset": offset, "block_size": BLOCK_SIZE,
-                     "attention_kernel": composed["attention_kernel"], "whole_step_s": seconds,
-                     "composed_step_s": composed["step_s"], "whole_over_composed": seconds / composed["step_s"]})
+        rows.append({**row, "attention_kernel": composed["attention_kernel"], "whole_step_s": seconds,
+                     "composed_step_s": composed["step_s"], "whole_over_composed": seconds / composed["step_s"],
+                     "note": ""})
         if progress:
             progress(f"whole {kind} batch={batch_size} ctx={context_len}: {seconds * 1e3:.2f} ms, composed "
                      f"{composed['step_s'] * 1e3:.2f} ms")
