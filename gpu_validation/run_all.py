@@ -46,10 +46,11 @@ MODEL = "llama-3-8b"
 DEFAULT_BUDGET_S = 360.0
 """Default wall-clock budget: with the watchdog's grace and start-up, well inside an 8-minute slot."""
 WATCHDOG_GRACE_S = 60.0
-RESERVE_S = {"cuda": (180.0, 90.0, 30.0), "cpu": (80.0, 40.0, 20.0)}
+RESERVE_S = {"cuda": (90.0, 45.0, 30.0), "cpu": (80.0, 40.0, 20.0)}
 """Seconds of the budget kept back, by device, for (calibration and what follows, bandwidth and what follows,
-whole steps): on an H200 the quick calibration took 10 s and the bandwidth point 2 s (2026-12-04; sized when
-guessed at a minute and half of one), and the whole steps build 16 GB of weights and up to 34 GB of KV."""
+whole steps). Measured on an H200 (2026-12-04): checks 55-61 s, the quick calibration 8-10 s, the bandwidth point
+2 s, the whole steps 3-4 s (16 GB of weights, up to 34 GB of KV); the reserves are about six times that, for
+slower GPUs. Reserves of (180, 90, 30) left the checks only 60 s of a 240 s budget: 35 of 112 were skipped."""
 
 
 def _log(start: float):
