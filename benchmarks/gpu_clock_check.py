@@ -6,6 +6,7 @@ Usage::
     python benchmarks/gpu_clock_check.py --whole-steps   # that day's whole steps (one graph per forward pass)
     python benchmarks/gpu_clock_check.py --models        # that day's batch-1 steps of three models: the slope
     python benchmarks/gpu_clock_check.py MEASURED.csv    # any harness CSV or whole_steps.csv of gpu_validation
+                                                         # (--gpu NAME unless a table beside it names the GPU)
 
 The harness times a forward pass (attention on the paged cache, the dense layers, the LM head) with no
 scheduler, sampler or detokenizer, so it is a floor under a serving engine's step: a profile that models an
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +36,6 @@ from sim.kernel.cost_profiles import PROFILES, make_step_cost
 
 RUNS = Path(__file__).resolve().parent / "gpu" / "h200-2026-12-04"
 RUN = RUNS / "cuda-graph"
-GPU = "h200"
 
 
 def whole_step_features(frame: pd.DataFrame) -> pd.DataFrame:
@@ -54,9 +55,10 @@ def predict(cost: StepCostModel, frame: pd.DataFrame) -> pd.Series:
                      index=frame.index)
 
 
-def clocks(frame: pd.DataFrame, table: Path | None, table_label: str = "") -> dict[str, pd.Series]:
-    """Predicted step seconds by clock name (``table_label`` for the table's), each at the row's block size."""
-    model, gpu = get_model(frame["model"].iloc[0]), get_gpu(GPU)
+def clocks(frame: pd.DataFrame, gpu_name: str, table: Path | None, table_label: str = "") -> dict[str, pd.Series]:
+    """Predicted step seconds on ``gpu_name`` by clock name (``table_label`` for the table's), each at the row's
+    block size."""
+    model, gpu = get_model(frame["model"].iloc[0]), get_gpu(gpu_name)
     out: dict[str, list[pd.Series]] = {}
     for block_size, rows in frame.groupby("block_size"):
         for name in PROFILES:
@@ -85,13 +87,13 @@ def scores(frame: pd.DataFrame, predicted: dict[str, pd.Series]) -> str:
     return "\n".join(lines)
 
 
-def slope(frame: pd.DataFrame) -> str:
+def slope(frame: pd.DataFrame, gpu_name: str) -> str:
     """Markdown: each model's batch-1 whole step against its weight bytes, and the line through the smallest and
     largest model (bandwidth as a fraction of the data sheet's, intercept)."""
     steps = frame[frame["batch_size"] == 1].assign(
         weight_bytes=lambda f: [roofline.weight_bytes(get_model(m), 2) for m in f["model"]])
     steps = steps.sort_values("weight_bytes")
-    peak = get_gpu(GPU).hbm_bandwidth_gb_s * 1e9
+    peak = get_gpu(gpu_name).hbm_bandwidth_gb_s * 1e9
     lines = ["| model | weights (GB) | batch-1 step (ms) |", "|---|---:|---:|"]
     lines += [f"| {r.model} | {r.weight_bytes / 1e9:.2f} | {r.whole_step_s * 1e3:.2f} |" for r in steps.itertuples()]
     small, large = steps.iloc[0], steps.iloc[-1]
@@ -107,26 +109,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("measured", nargs="?", type=Path, default=None)
     parser.add_argument("--whole-steps", action="store_true", help="the committed run's whole steps")
     parser.add_argument("--models", action="store_true", help="the committed run's batch-1 steps of three models")
+    parser.add_argument("--gpu", help="catalog GPU the measurements ran on (default: the table's, or h200 for the "
+                                      "committed run)")
     args = parser.parse_args(argv)
+    if args.measured is not None and args.gpu is None and not args.measured.with_suffix(".json").is_file():
+        parser.error(f"{args.measured}: no calibration table beside it names its GPU: pass --gpu")
     if args.models:
         measured = args.measured or RUNS / "models" / "models.csv"
         print(f"{measured}: whole decode steps at batch 1, 1,024 tokens of context\n")
-        print(slope(pd.read_csv(measured)))
+        print(slope(pd.read_csv(measured), args.gpu or "h200"))
         return
     measured = args.measured or (RUNS / "whole-step" / "whole_steps.csv" if args.whole_steps
                                  else RUN / "llama-3-8b-full.csv")
     frame = pd.read_csv(measured)
     if "whole_step_s" in frame:
         frame, table = whole_step_features(frame), RUN / "llama-3-8b-full.json"
+        if args.measured is not None:  # a user's whole steps: no table of theirs to score
+            table = measured.with_suffix(".json")
         label, what = f"{table.name} (fitted to composed steps)", "whole steps"
     else:
         table, what = measured.with_suffix(".json"), "steps"
         label = f"{table.name} (in-sample)"
+    gpu = args.gpu or (json.loads(table.read_text())["gpu"] if table.is_file() else "h200")
     timing = frame["timing"].iloc[0] if "timing" in frame else "eager"  # CSVs from before the column: eager
-    print(f"{measured}: {len(frame)} {what} of {frame['model'].iloc[0]} ({timing}), "
+    print(f"{measured}: {len(frame)} {what} of {frame['model'].iloc[0]} on {gpu} ({timing}), "
           f"MAPE / bias of each clock against the measured step")
     print()
-    print(scores(frame, clocks(frame, table if table.is_file() else None, label)))
+    print(scores(frame, clocks(frame, gpu, table if table.is_file() else None, label)))
 
 
 if __name__ == "__main__":
