@@ -44,3 +44,19 @@ def test_what_does_not_fit_in_device_memory_is_refused_or_skipped_with_its_reaso
     assert small.note == "" and small.whole_step_s > 0
     assert large.note.startswith("skipped: its KV (") and "GB) does not fit in the" in large.note
     assert math.isnan(large.whole_step_s) and math.isnan(large.composed_step_s)
+
+
+def test_the_summary_says_which_whole_steps_were_skipped_and_why():
+    from gpu_validation.run_all import summary
+
+    whole = pd.DataFrame([
+        {"kind": "decode", "batch_size": 1, "context_len": 1024, "whole_step_s": 0.00475, "composed_step_s": 0.00526,
+         "whole_over_composed": 0.903, "note": "", "timing": "cuda-graph"},
+        {"kind": "decode", "batch_size": 64, "context_len": 4096, "whole_step_s": math.nan,
+         "composed_step_s": math.nan, "whole_over_composed": math.nan, "timing": "cuda-graph",
+         "note": "skipped: its KV (34.4 GB) does not fit in the 22.0 GB free"}])
+    lines = summary(None, None, None, {}, whole).splitlines()
+    assert lines[2] == "whole steps (cuda-graph), one forward pass against the calibration's composition of it:"
+    assert lines[3].split() == ["decode", "batch", "1", "context", "1024", "whole", "4.75", "ms", "composed", "5.26",
+                                "ms", "0.903x"]
+    assert lines[4].endswith("skipped: its KV (34.4 GB) does not fit in the 22.0 GB free")
