@@ -28,6 +28,8 @@ def _list_profiles() -> None:
             shown = ", ".join(f"{k}: {v:g}" for k, v in value.items()) if isinstance(value, dict) else f"{value:g}"
             click.echo(f"  {key} = {shown}")
             click.echo(f"      source: {profile.sources[key]}")
+        for check in profile.checked:
+            click.echo(f"  checked against: {check}")
     from sim.kernel.calibration_store import SHIPPED_DIR, kvsim_home
 
     click.echo("calibration tables (a run on that GPU and model uses one unless --cost-profile or --calibration "

@@ -173,5 +173,8 @@ def test_calibrate_list_names_every_profile_and_the_tables_a_run_would_pick_up(t
     for name in PROFILES:
         assert f"\n{name}" in "\n" + result.output
     lines = result.output.splitlines()
+    checks = [line for line in lines if line.startswith("  checked against: ")]
+    assert len(checks) == sum(len(p.checked) for p in PROFILES.values()) >= len(PROFILES)
+    assert any("H200" in line for line in checks)
     assert any(line.startswith("  shipped with kvsim") and "--gpu cpu --model llama-3-8b" in line for line in lines)
     assert any(line.startswith("  yours") and "--gpu h100-80gb --model llama-3-8b" in line for line in lines)
