@@ -119,12 +119,15 @@ class StepTimer:
         ``q_len`` positions of each), and the kernel that ran."""
         cache, batch = timing_batch(self.model, lengths, q_len, block_size, device=self.device, dtype=self.dtype,
                                     rng=self.rng, generator=self.generator)
-        kernel = self.decode_kernel if q_len == 1 else "reference"
-        if kernel == "triton":
-            seconds = self.timer(lambda: triton_paged_decode(cache, batch))
-        else:
-            seconds = self.timer(lambda: paged_attention_reference(cache, batch))
-        return seconds, kernel
+        name, kernel = self.attention_kernel(q_len)
+        return self.timer(lambda: kernel(cache, batch)), name
+
+    def attention_kernel(self, q_len: int) -> tuple[str, Callable[..., torch.Tensor]]:
+        """The kernel that attends ``q_len`` queries a sequence, and its name: the decode kernel for decode,
+        the reference (which handles the causal offset) for prefill chunks."""
+        if q_len == 1 and self.decode_kernel == "triton":
+            return "triton", triton_paged_decode
+        return "reference", paged_attention_reference
 
     def step_row(self, kind: str, step: StepShape, lengths: list[int], q_len: int, sampled: int) -> dict:
         attention_s, kernel = self.attention(lengths, q_len, step.block_size)

@@ -80,7 +80,7 @@ def captured(fn: Callable[[], object]) -> Callable[[], object]:
         with torch.cuda.graph(graph):
             fn()
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise GraphCaptureError(f"CUDA graph capture failed ({first}); time eagerly with --no-cuda-graphs") from exc
     return graph.replay
 

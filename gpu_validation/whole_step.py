@@ -26,9 +26,7 @@ from allocators.catalog import ModelSpec
 from gpu_validation.dense_layer import DenseLayer, LMHead
 from gpu_validation.features import StepShape, decode_step, prefill_step
 from gpu_validation.harness import StepTimer, default_decode_kernel, timing_batch, timing_mode
-from gpu_validation.reference import paged_attention_reference
 from gpu_validation.timing import Timer, single_threaded_on_cpu
-from gpu_validation.triton_paged import triton_paged_decode
 
 BLOCK_SIZE = 16
 POINTS: dict[str, tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]] = {
@@ -118,7 +116,7 @@ def _time_whole(whole: WholeModel, parts: StepTimer, shape: StepShape, lengths: 
     cache, batch = timing_batch(parts.model, lengths, q_len, shape.block_size, device=parts.device,
                                 dtype=parts.dtype, rng=parts.rng, generator=parts.generator,
                                 num_layers=parts.model.num_layers)
-    kernel = triton_paged_decode if q_len == 1 and parts.decode_kernel == "triton" else paged_attention_reference
+    _, kernel = parts.attention_kernel(q_len)
     x = torch.randn(shape.tokens, parts.model.hidden_size, generator=parts.generator).to(parts.device, parts.dtype)
     return timer(whole.step(lambda layer: kernel(cache, batch, layer), x, sampled))
 
