@@ -5,7 +5,8 @@ Usage::
     python benchmarks/gpu_clock_check.py                 # the H200 run of 2026-12-04 (CUDA graphs, full grid)
     python benchmarks/gpu_clock_check.py --whole-steps   # that day's whole steps (one graph per forward pass)
     python benchmarks/gpu_clock_check.py --models        # that day's batch-1 steps of three models: the slope
-    python benchmarks/gpu_clock_check.py MEASURED.csv    # any harness CSV or whole_steps.csv of gpu_validation
+    python benchmarks/gpu_clock_check.py --transfers     # that day's KV copies between host and GPU memory
+    python benchmarks/gpu_clock_check.py MEASURED.csv    # any harness CSV, whole_steps.csv or host_transfers.csv
                                                          # (--gpu NAME unless a table beside it names the GPU)
 
 The harness times a forward pass (attention on the paged cache, the dense layers, the LM head) with no
@@ -16,7 +17,10 @@ same CSV is scored in-sample, as a check of the fit; a whole-steps CSV (`gpu_val
 as one call, the time the composition stands for) is scored against the full grid's table, fitted to composed
 steps. Prints markdown (MAPE and bias by step kind and batch). ``--models`` reads the batch-1 whole steps of
 models of different sizes instead and prints the weight-read bandwidth their slope implies, the way `vllm-v1`'s
-bandwidth_frac and step_overhead_s were derived from vLLM's batch-1 steps.
+bandwidth_frac and step_overhead_s were derived from vLLM's batch-1 steps. ``--transfers`` reads KV copied
+between pinned host memory and the GPU (`gpu_validation.host_transfer`) and sets what kvsim charges a swap or a
+host-tier load (its ``transfer_time``: the catalog GPU's ``pcie_gb_s`` and ``swap_copy_latency_s`` per copy call)
+beside each measured per-block transfer.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from sim.kernel.cost_profiles import PROFILES, make_step_cost
 
 RUNS = Path(__file__).resolve().parent / "gpu" / "h200-2026-12-04"
 RUN = RUNS / "cuda-graph"
+TRANSFERS = [RUNS / "host-transfers" / f"host_transfers_{name}.csv"
+             for name in ("llama-3-8b_bs1", "llama-3-8b_bs16", "llama-3-8b_bs32", "llama-2-7b_bs16")]
 
 
 def whole_step_features(frame: pd.DataFrame) -> pd.DataFrame:
@@ -104,11 +110,42 @@ def slope(frame: pd.DataFrame, gpu_name: str) -> str:
     return "\n".join(lines)
 
 
+def transfers(frames: list[pd.DataFrame], gpu_name: str) -> str:
+    """Markdown: the link fitted to each file's contiguous copies, then each per-block transfer's measured
+    microseconds per copy call (eager, graph) beside kvsim's charge for the same blocks (`transfer_time`)."""
+    from gpu_validation.host_transfer import fit_link
+
+    gpu = get_gpu(gpu_name)
+    links = pd.concat([fit_link(f) for f in frames])
+    lines = ["| direction | link (GB/s) | latency per call (us) | catalog pcie_gb_s |", "|---|---:|---:|---:|"]
+    for direction, fits in links.groupby("direction", sort=False):
+        lines.append(f"| {direction} | {fits.gb_s.min():.1f}-{fits.gb_s.max():.1f} | "
+                     f"{fits.latency_s.min() * 1e6:.1f}-{fits.latency_s.max() * 1e6:.1f} | {gpu.pcie_gb_s:g} |")
+    timings = ["eager", "foreach", "cuda-graph"]
+    lines += ["", "| model, block | KiB per call | direction | " + " | ".join(f"{t} (us)" for t in timings)
+              + " | kvsim (us) | kvsim / foreach | kvsim / graph |", "|---|---:|---|" + "---:|" * 6]
+    for frame in frames:
+        model, block_size = get_model(frame["model"].iloc[0]), int(frame["block_size"].iloc[0])
+        cost = StepCostModel(model, gpu, block_size=block_size)
+        blocks = frame[frame.pattern == "per-block"]
+        for (direction, copies), rows in blocks.groupby(["direction", "copies"], sort=False):
+            if copies != blocks.copies.max():
+                continue  # the largest transfer of each: the per-call cost with the fixed part spread thin
+            per_call = rows.set_index("timing").seconds_per_copy.reindex(timings)
+            n = copies // (2 * model.num_layers)  # blocks: a call per block, layer and K/V
+            kvsim = cost.transfer_time(swap_slots=n * block_size, swap_transfers=n) / copies
+            lines.append(f"| {model.name}, {block_size} | {rows.bytes_per_copy.iloc[0] / 1024:g} | {direction} | "
+                         + " | ".join(f"{s * 1e6:.2f}" for s in per_call)
+                         + f" | {kvsim * 1e6:.2f} | {kvsim / per_call['foreach']:.2f} | {kvsim / per_call['cuda-graph']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("measured", nargs="?", type=Path, default=None)
     parser.add_argument("--whole-steps", action="store_true", help="the committed run's whole steps")
     parser.add_argument("--models", action="store_true", help="the committed run's batch-1 steps of three models")
+    parser.add_argument("--transfers", action="store_true", help="the committed run's KV copies over PCIe")
     parser.add_argument("--gpu", help="catalog GPU the measurements ran on (default: the table's, or h200 for the "
                                       "committed run)")
     args = parser.parse_args(argv)
@@ -118,6 +155,15 @@ def main(argv: list[str] | None = None) -> None:
         measured = args.measured or RUNS / "models" / "models.csv"
         print(f"{measured}: whole decode steps at batch 1, 1,024 tokens of context\n")
         print(slope(pd.read_csv(measured), args.gpu or "h200"))
+        return
+    if args.transfers or (args.measured is not None and args.measured.name.startswith("host_transfers")):
+        frames = [pd.read_csv(path) for path in ([args.measured] if args.measured is not None else TRANSFERS)]
+        if "model" not in frames[0]:
+            parser.error(f"{args.measured}: no model and block_size columns (gpu_validation writes them since "
+                         "2026-12-04): run python -m gpu_validation.host_transfer again")
+        gpu = args.gpu or "h200"
+        print(f"KV copied between pinned host memory and an {gpu}, against kvsim's charge for the same copies\n")
+        print(transfers(frames, gpu))
         return
     measured = args.measured or (RUNS / "whole-step" / "whole_steps.csv" if args.whole_steps
                                  else RUN / "llama-3-8b-full.csv")

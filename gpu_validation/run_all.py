@@ -7,6 +7,8 @@
 3. Decode bandwidth at 64 sequences x 4,096 tokens for each kernel against a measured device copy.
 4. Whole steps (`whole_step.whole_steps`): a few Llama-3-8B steps run as one forward pass over all 32 layers,
    beside the calibration's composition of the same step from one layer's parts (``DIR/whole_steps.csv``).
+5. Host transfers (`host_transfer.host_transfers`): KV copied between pinned host memory and the GPU, contiguous
+   and in vLLM's per-block pattern, for the swap and host-tier clock (``DIR/host_transfers.csv``).
 
 It prints a short table last and exits 1 unless every check ran and passed and every stage completed.
 Without a GPU (or with ``--device cpu``) it runs the same steps on CPU at sizes a CPU finishes quickly
@@ -39,6 +41,7 @@ from gpu_validation.bandwidth import decode_bandwidth
 from gpu_validation.calibration import CalibrationRun, calibrate, write_run
 from gpu_validation.checks import run_checks
 from gpu_validation.features import scaled_model
+from gpu_validation.host_transfer import describe, host_transfers
 from gpu_validation.timing import Timer, copy_bandwidth
 from gpu_validation.whole_step import whole_steps
 
@@ -46,11 +49,12 @@ MODEL = "llama-3-8b"
 DEFAULT_BUDGET_S = 360.0
 """Default wall-clock budget: with the watchdog's grace and start-up, well inside an 8-minute slot."""
 WATCHDOG_GRACE_S = 60.0
-RESERVE_S = {"cuda": (90.0, 45.0, 30.0), "cpu": (80.0, 40.0, 20.0)}
+RESERVE_S = {"cuda": (90.0, 45.0, 30.0, 10.0), "cpu": (80.0, 40.0, 20.0, 10.0)}
 """Seconds of the budget kept back, by device, for (calibration and what follows, bandwidth and what follows,
-whole steps). Measured on an H200 (2026-12-04): checks 55-61 s, the quick calibration 8-10 s, the bandwidth point
-2 s, the whole steps 3-4 s (16 GB of weights, up to 34 GB of KV); the reserves are about six times that, for
-slower GPUs. Reserves of (180, 90, 30) left the checks only 60 s of a 240 s budget: 35 of 112 were skipped."""
+whole steps and what follows, host transfers). Measured on an H200 (2026-12-04): checks 55-61 s, the quick
+calibration 8-10 s, the bandwidth point 2 s, the whole steps 3-4 s (16 GB of weights, up to 34 GB of KV); the
+reserves are about six times that, for slower GPUs. Reserves of (180, 90, 30) left the checks only 60 s of a 240 s
+budget: 35 of 112 were skipped."""
 
 
 def _log(start: float):
@@ -58,7 +62,8 @@ def _log(start: float):
 
 
 def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: pd.DataFrame | None,
-            errors: dict[str, str], whole: pd.DataFrame | None = None) -> str:
+            errors: dict[str, str], whole: pd.DataFrame | None = None,
+            transfers: pd.DataFrame | None = None) -> str:
     """The short table printed last: what each stage found, and each stage that did not complete."""
     lines = ["", "== kvsim GPU validation summary =="]
     if checks is not None and len(checks):
@@ -96,6 +101,9 @@ def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: 
             point = f"  {r.kind:7s} batch {r.batch_size:3d} context {r.context_len:5d}  "
             lines.append(point + (r.note if r.note else f"whole {r.whole_step_s * 1e3:8.2f} ms  composed "
                                   f"{r.composed_step_s * 1e3:8.2f} ms  {r.whole_over_composed:.3f}x"))
+    if transfers is not None and len(transfers):
+        lines.append("host transfers (each per-block call one layer's K or V of one block):")
+        lines += describe(transfers)
     if checks is not None:
         failed = checks[~checks.passed]
         skipped = checks.attrs.get("skipped", 0)
@@ -121,6 +129,11 @@ def _whole_steps(device: str, log: Callable[[str], None]) -> pd.DataFrame:
     else:
         timer, dtype, model = Timer(device, warmup=1, repeats=3), torch.float32, scaled_model(model, 8)
     return whole_steps(model, device=device, dtype=dtype, timer=timer, progress=log)
+
+
+def _host_transfers(device: str, log: Callable[[str], None]) -> pd.DataFrame:
+    timer = Timer(device, warmup=2, repeats=7) if device == "cuda" else Timer(device, warmup=1, repeats=2)
+    return host_transfers(get_model(MODEL), device=device, timer=timer, progress=log)
 
 
 def _stage(name: str, deadline: float, log: Callable[[str], None], errors: dict[str, str], fn: Callable[[], object]):
@@ -191,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     end = start + args.budget_s
-    reserve_all, reserve_bandwidth, reserve_whole = RESERVE_S[device]
+    reserve_all, reserve_bandwidth, reserve_whole, reserve_transfers = RESERVE_S[device]
     faulthandler.dump_traceback_later(args.budget_s + WATCHDOG_GRACE_S, exit=True, file=sys.__stderr__)
     try:
         log = _log(time.perf_counter())
@@ -214,11 +227,14 @@ def main(argv: list[str] | None = None) -> int:
                            lambda: _bandwidth(device, compile_flex, copy, end - reserve_whole))
         if bandwidth is not None:
             bandwidth.to_csv(args.out_dir / "bandwidth.csv", index=False)
-        whole = _stage("whole steps", end, log, errors, lambda: _whole_steps(device, log))
+        whole = _stage("whole steps", end - reserve_transfers, log, errors, lambda: _whole_steps(device, log))
         if whole is not None:
             whole.to_csv(args.out_dir / "whole_steps.csv", index=False, float_format="%.6g")
+        transfers = _stage("host transfers", end, log, errors, lambda: _host_transfers(device, log))
+        if transfers is not None:
+            transfers.to_csv(args.out_dir / "host_transfers.csv", index=False, float_format="%.6g")
         log(f"wrote {', '.join(sorted(p.name for p in args.out_dir.iterdir()))} to {args.out_dir}")
-        print(summary(checks, run, bandwidth, errors, whole), flush=True)
+        print(summary(checks, run, bandwidth, errors, whole, transfers), flush=True)
         return 0 if complete(checks, bandwidth, errors) else 1
     finally:
         faulthandler.cancel_dump_traceback_later()

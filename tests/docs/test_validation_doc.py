@@ -30,11 +30,11 @@ def test_the_gpu_tables_are_what_the_check_prints(argv, which, capsys):
     assert len(quoted_tables()) == 2 and printed == quoted_tables()[which]
 
 
-@pytest.mark.parametrize("run", ["eager", "cuda-graph", "whole-step"])
+@pytest.mark.parametrize("run", ["eager", "cuda-graph", "whole-step", "full"])
 def test_every_gpu_check_passed_as_the_page_says(run):
     frame = pd.read_csv(RUN / run / "checks.csv")
     assert len(frame) == 112 and frame.passed.all()
-    assert "112/112 checks in all three runs" in PROSE
+    assert "112/112 checks in all four full runs" in PROSE
 
 
 def test_the_quoted_whole_step_ratios_are_the_committed_ones():
@@ -58,3 +58,26 @@ def test_the_models_slope_is_what_the_check_prints(capsys):
     printed = capsys.readouterr().out.split("\n", 2)[2].strip()
     assert printed in PAGE
     assert "0.90 of the data sheet's 4.8 TB/s, intercept 1.43 ms" in printed
+
+
+def test_the_transfer_table_is_what_the_check_prints(capsys):
+    runpy.run_path(str(ROOT / "benchmarks" / "gpu_clock_check.py"))["main"](["--transfers"])
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    quoted = [line for line in PAGE.split("### KV over PCIe")[1].split("\n## ")[0].splitlines() if line.startswith("|")]
+    assert printed == quoted and len(printed) == 14
+
+
+def test_the_copy_latency_is_the_measured_fixed_part_of_a_block_copy():
+    """`swap_copy_latency_s` is what a block copy launched by a C++ loop costs beyond its bytes at the catalog's
+    PCIe bandwidth, averaged over the four block shapes, each way (3.1 and 3.3 us): 3.2 us."""
+    from allocators.catalog import get_gpu
+    from sim.kernel.cost_model import StepCostModel
+
+    frames = [pd.read_csv(path) for path in sorted((RUN / "host-transfers").glob("host_transfers_*.csv"))]
+    copies = pd.concat(frames).query("pattern == 'per-block' and timing == 'foreach' and copies == 4096")
+    fixed = copies.seconds_per_copy - copies.bytes_per_copy / (get_gpu("h200").pcie_gb_s * 1e9)
+    by_direction = fixed.groupby(copies.direction).mean()
+    assert by_direction.round(7).tolist() == [3.1e-6, 3.3e-6]
+    default = StepCostModel.__dataclass_fields__["swap_copy_latency_s"].default
+    assert default == pytest.approx(fixed.mean(), abs=0.05e-6)
+    assert "3.1-3.3 us on average each way" in PROSE and "now `swap_copy_latency_s` (3.2 us)" in PROSE

@@ -103,7 +103,7 @@ def test_gpu_script_runs_its_cpu_path_end_to_end(tmp_path):
     tmp_path = tmp_path / "out"
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert {p.name for p in tmp_path.iterdir()} == {"checks.csv", "bandwidth.csv", "llama-3-8b.json",
-                                                    "llama-3-8b.csv", "whole_steps.csv"}
+                                                    "llama-3-8b.csv", "whole_steps.csv", "host_transfers.csv"}
     whole = pd.read_csv(tmp_path / "whole_steps.csv")
     assert list(whole["kind"]) == ["decode", "decode", "prefill"] and (whole["whole_step_s"] > 0).all()
     assert whole["whole_over_composed"].to_numpy() == pytest.approx(
@@ -114,6 +114,7 @@ def test_gpu_script_runs_its_cpu_path_end_to_end(tmp_path):
     summary = result.stdout[result.stdout.index("== kvsim GPU validation summary =="):]
     assert "checks: " in summary and "of copy" in summary and "calibration llama-3-8b on cpu" in summary
     assert "whole steps (eager)" in summary
+    assert "host-to-device  link" in summary and "per block, eager" in summary
 
 
 def test_gpu_script_needs_a_directory():

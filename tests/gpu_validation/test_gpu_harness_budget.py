@@ -77,7 +77,7 @@ def test_a_failing_stage_is_reported_and_the_next_one_runs(monkeypatch, tmp_path
     assert "checks did not complete: RuntimeError: boom" in out
     assert "calibration did not complete: RuntimeError: boom" in out
     assert "of copy" in out  # the bandwidth point still ran
-    assert {p.name for p in tmp_path.iterdir()} == {"bandwidth.csv", "whole_steps.csv"}
+    assert {p.name for p in tmp_path.iterdir()} == {"bandwidth.csv", "whole_steps.csv", "host_transfers.csv"}
 
 
 def test_summary_leaves_out_the_flex_ratio_when_flex_was_not_timed():
