@@ -40,8 +40,9 @@ from sim.kernel.cost_profiles import PROFILES, make_step_cost
 
 RUNS = Path(__file__).resolve().parent / "gpu" / "h200-2026-12-04"
 RUN = RUNS / "cuda-graph"
-TRANSFERS = [RUNS / "host-transfers" / f"host_transfers_{name}.csv"
+TRANSFERS = [RUNS / "host-transfers" / run / f"host_transfers_{name}.csv" for run in ("run1", "run2")
              for name in ("llama-3-8b_bs1", "llama-3-8b_bs16", "llama-3-8b_bs32", "llama-2-7b_bs16")]
+"""Two sessions' calls of the four block shapes; the second also timed the per-layer transfer kernel."""
 
 
 def whole_step_features(frame: pd.DataFrame) -> pd.DataFrame:
@@ -112,7 +113,8 @@ def slope(frame: pd.DataFrame, gpu_name: str) -> str:
 
 def transfers(frames: list[pd.DataFrame], gpu_name: str) -> str:
     """Markdown: the link fitted to each file's contiguous copies, then each per-block transfer's measured
-    microseconds per copy call (eager, graph) beside kvsim's charge for the same blocks (`transfer_time`)."""
+    microseconds per copy call (eager, foreach, graph) beside kvsim's charge for the same blocks (`transfer_time`),
+    then each host-to-device load by a transfer kernel a layer beside what `radix` is charged for it."""
     from gpu_validation.host_transfer import fit_link
 
     gpu = get_gpu(gpu_name)
@@ -122,8 +124,8 @@ def transfers(frames: list[pd.DataFrame], gpu_name: str) -> str:
         lines.append(f"| {direction} | {fits.gb_s.min():.1f}-{fits.gb_s.max():.1f} | "
                      f"{fits.latency_s.min() * 1e6:.1f}-{fits.latency_s.max() * 1e6:.1f} | {gpu.pcie_gb_s:g} |")
     timings = ["eager", "foreach", "cuda-graph"]
-    lines += ["", "| model, block | KiB per call | direction | " + " | ".join(f"{t} (us)" for t in timings)
-              + " | kvsim (us) | kvsim / foreach | kvsim / graph |", "|---|---:|---|" + "---:|" * 6]
+    lines += ["", "| run | model, block | KiB per call | direction | " + " | ".join(f"{t} (us)" for t in timings)
+              + " | kvsim (us) | kvsim / foreach | kvsim / graph |", "|---|---|---:|---|" + "---:|" * 6]
     for frame in frames:
         model, block_size = get_model(frame["model"].iloc[0]), int(frame["block_size"].iloc[0])
         cost = StepCostModel(model, gpu, block_size=block_size)
@@ -134,9 +136,25 @@ def transfers(frames: list[pd.DataFrame], gpu_name: str) -> str:
             per_call = rows.set_index("timing").seconds_per_copy.reindex(timings)
             n = copies // (2 * model.num_layers)  # blocks: a call per block, layer and K/V
             kvsim = cost.transfer_time(swap_slots=n * block_size, swap_transfers=n) / copies
-            lines.append(f"| {model.name}, {block_size} | {rows.bytes_per_copy.iloc[0] / 1024:g} | {direction} | "
+            lines.append(f"| {frame['run'].iloc[0]} | {model.name}, {block_size} | {rows.bytes_per_copy.iloc[0] / 1024:g} | "
+                         f"{direction} | "
                          + " | ".join(f"{s * 1e6:.2f}" for s in per_call)
                          + f" | {kvsim * 1e6:.2f} | {kvsim / per_call['foreach']:.2f} | {kvsim / per_call['cuda-graph']:.2f} |")
+    loads = [f for f in frames if (f.pattern == "per-layer").any()]
+    if loads:
+        lines += ["", "| model, block | blocks a load | direction | eager (us a load) | cuda-graph (us a load) "
+                      "| kvsim radix (us a load) | kvsim / graph |", "|---|---:|---|---:|---:|---:|---:|"]
+    for frame in loads:
+        model, block_size = get_model(frame["model"].iloc[0]), int(frame["block_size"].iloc[0])
+        cost = StepCostModel(model, gpu, block_size=block_size)
+        block_bytes = frame.loc[frame.pattern == "per-block", "bytes_per_copy"].iloc[0]
+        kernel = frame[(frame.pattern == "per-layer") & (frame.direction == "host-to-device")]  # loads: charged
+        for (direction, load_bytes), rows in kernel.groupby(["direction", "bytes_per_copy"], sort=False):
+            n = load_bytes // block_bytes
+            seconds = rows.set_index("timing").seconds.reindex(["eager", "cuda-graph"])
+            kvsim = cost.transfer_time(swap_slots=n * block_size, swap_transfers=1)  # one latency a layer and K/V
+            lines.append(f"| {model.name}, {block_size} | {n} | {direction} | {seconds['eager'] * 1e6:.1f} | "
+                         f"{seconds['cuda-graph'] * 1e6:.1f} | {kvsim * 1e6:.1f} | {kvsim / seconds['cuda-graph']:.2f} |")
     return "\n".join(lines)
 
 
@@ -157,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
         print(slope(pd.read_csv(measured), args.gpu or "h200"))
         return
     if args.transfers or (args.measured is not None and args.measured.name.startswith("host_transfers")):
-        frames = [pd.read_csv(path) for path in ([args.measured] if args.measured is not None else TRANSFERS)]
+        paths = [args.measured] if args.measured is not None else TRANSFERS
+        frames = [pd.read_csv(path).assign(run=path.parent.name) for path in paths]
         if "model" not in frames[0]:
             parser.error(f"{args.measured}: no model and block_size columns (gpu_validation writes them since "
                          "2026-12-04): run python -m gpu_validation.host_transfer again")

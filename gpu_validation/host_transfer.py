@@ -15,6 +15,10 @@ first is a data sheet's peak and the second an estimate; this measures both, hos
   one ``torch._foreach_copy_`` (a C++ loop over the copies, as vLLM's ``swap_blocks`` is, with torch's C++
   dispatch per copy); and ``cuda-graph``, the copies replayed from one captured graph (no launch cost at all, the
   floor). An engine's per-call cost lies at or above the floor, about where its C++ loop puts it.
+- ``per-layer``: SGLang HiCache's pattern (on a GPU with Triton): the same blocks moved by one transfer kernel
+  launch per layer and K/V (`triton_transfer.copy_blocks`), the GPU reading or writing the pinned host memory
+  itself; a row's ``copies`` are the launches and ``bytes_per_copy`` a launch's bytes. kvsim charges `radix` a
+  load this way: one copy latency per layer and K/V, however many blocks.
 
 On CPU (no GPU, CI) the same code copies between two host buffers at small sizes: a check of the code, not a
 measurement of any link.
@@ -32,6 +36,8 @@ import torch
 
 from allocators.catalog import ModelSpec
 from gpu_validation.timing import GraphCaptureError, Timer, captured
+from gpu_validation.triton_paged import triton_available
+from gpu_validation.triton_transfer import copy_blocks
 
 SIZES = {"cuda": tuple(2**k for k in range(15, 29, 2)) + (2**28,), "cpu": (2**12, 2**14, 2**16)}
 """Contiguous copy sizes in bytes by device type: 32 KiB to 256 MiB on a GPU."""
@@ -79,11 +85,14 @@ def per_block(model: ModelSpec, device: torch.device, timer: Timer, block_size: 
     block_bytes = block_size * model.num_kv_heads * model.head_dim * dtype_bytes  # one layer's K (or V) of a block
     shape = (model.num_layers, 2, host_blocks, block_bytes)
     host, dev = _host(shape, device), torch.empty(shape, dtype=torch.uint8, device=device)
+    kernel = device.type == "cuda" and triton_available(device)
     rows = []
     for direction in DIRECTIONS:
         for n in block_counts:
             src_slots, dst_slots = rng.permutation(host_blocks)[:n], rng.permutation(host_blocks)[:n]
             dst_cache, src_cache = _pair(direction, host, dev)
+            if kernel:
+                rows += per_layer(direction, dst_cache, src_cache, src_slots, dst_slots, timer)
             # the views are made once, as an engine resolves its block addresses before copying
             pairs = list(zip(src_slots.tolist(), dst_slots.tolist(), strict=True))
             views = [(dst_cache[layer, kv, d], src_cache[layer, kv, s])
@@ -98,17 +107,50 @@ def per_block(model: ModelSpec, device: torch.device, timer: Timer, block_size: 
             rows.append(_row("per-block", direction, "foreach", len(views), block_bytes,
                              timer(lambda dsts=dsts, srcs=srcs: torch._foreach_copy_(dsts, srcs, non_blocking=True))))
             if device.type == "cuda":
-                rows.append(_graph_row(direction, copy_all, len(views), block_bytes, timer))
+                rows.append(_graph_row("per-block", direction, copy_all, len(views), block_bytes, timer))
     return rows
 
 
-def _graph_row(direction: str, copy_all: Callable[[], None], copies: int, block_bytes: int, timer: Timer) -> dict:
+def per_layer(direction: str, dst_cache: torch.Tensor, src_cache: torch.Tensor, src_slots: np.ndarray,
+              dst_slots: np.ndarray, timer: Timer) -> list[dict]:
+    """HiCache's pattern: a transfer kernel launch per layer and K/V moving all the blocks, eager and as a graph;
+    the copied bytes are checked once. A kernel that cannot run (Triton refusing a host pointer, say) gives NaN
+    rows with the reason."""
+    layers, _, _, block_bytes = dst_cache.shape
+    device = dst_cache.device if dst_cache.is_cuda else src_cache.device
+    slots = [torch.as_tensor(x, dtype=torch.int32, device=device) for x in (src_slots, dst_slots)]
+    planes = [(src_cache[layer, kv], dst_cache[layer, kv]) for layer in range(layers) for kv in (0, 1)]
+
+    def copy_all() -> None:
+        for src, dst in planes:
+            copy_blocks(src, dst, *slots)
+
+    launches, load_bytes = len(planes), len(src_slots) * block_bytes
+    timings = ("eager", "cuda-graph") if device.type == "cuda" else ("eager",)
+    try:
+        src_cache[-1, 1, int(src_slots[-1])].fill_(7)
+        copy_all()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if not bool((dst_cache[-1, 1, int(dst_slots[-1])] == 7).all()):
+            raise RuntimeError("the kernel copied the wrong bytes")
+        rows = [_row("per-layer", direction, "eager", launches, load_bytes, timer(copy_all))]
+    except Exception as exc:  # one pattern failing must not hide the others' numbers
+        error = f"{type(exc).__name__}: {exc}"[:200]
+        return [_row("per-layer", direction, t, launches, load_bytes, float("nan"), error) for t in timings]
+    if device.type == "cuda":
+        rows.append(_graph_row("per-layer", direction, copy_all, launches, load_bytes, timer))
+    return rows
+
+
+def _graph_row(pattern: str, direction: str, copy_all: Callable[[], None], copies: int, bytes_per_copy: int,
+               timer: Timer) -> dict:
     """The same copies replayed from one captured graph; NaN with the reason if they cannot be captured."""
     try:
         replay = captured(copy_all)
     except GraphCaptureError as exc:
-        return _row("per-block", direction, "cuda-graph", copies, block_bytes, float("nan"), str(exc)[:200])
-    return _row("per-block", direction, "cuda-graph", copies, block_bytes, timer(replay))
+        return _row(pattern, direction, "cuda-graph", copies, bytes_per_copy, float("nan"), str(exc)[:200])
+    return _row(pattern, direction, "cuda-graph", copies, bytes_per_copy, timer(replay))
 
 
 def fit_link(rows: pd.DataFrame) -> pd.DataFrame:
@@ -153,6 +195,12 @@ def describe(rows: pd.DataFrame) -> list[str]:
         lines.append(f"  {direction:15s} per block, {timing:10s} " + (
             f"{largest.seconds_per_copy * 1e6:5.2f} us per {largest.bytes_per_copy // 1024} KiB call "
             f"({largest.copies} calls, {largest.gb_s:.1f} GB/s)" if not largest.error else f"not timed: {largest.error}"))
+    kernels = rows[rows.pattern == "per-layer"]
+    for (direction, timing), group in kernels.groupby(["direction", "timing"], sort=False):
+        largest = group.sort_values("bytes").iloc[-1]
+        lines.append(f"  {direction:15s} per layer, {timing:10s} " + (
+            f"{largest.seconds_per_copy * 1e6:5.2f} us per {largest.bytes_per_copy // 1024} KiB launch "
+            f"({largest.copies} launches, {largest.gb_s:.1f} GB/s)" if not largest.error else f"not timed: {largest.error}"))
     return lines
 
 

@@ -32,13 +32,15 @@ sources:
 - ``paged_kernel_overhead``: the paper's paged attention kernel is 20-26% slower than a contiguous one
   (Kwon et al. 2023, section 7.1 and Fig. 18a), least so at 16-32 tokens per block; small blocks gather more.
   It multiplies the KV bytes read; contiguous allocators use 1.0.
-- ``swap_copy_latency_s = 3.2e-6``: vLLM swaps with one ``cudaMemcpyAsync`` per block, layer and K/V, each with
+- ``swap_copy_latency_s = 3.6e-6``: vLLM swaps with one ``cudaMemcpyAsync`` per block, layer and K/V, each with
   a fixed cost of a few microseconds, which is why swapping is poor at small block sizes (paper, section 7.4).
-  3.2 us is that fixed cost measured on an H200 (PCIe Gen5 x16, 2026-12-04): per-block copies of 2-128 KiB
-  between pinned host memory and the GPU, launched by one C++ loop (``torch._foreach_copy_``) as
-  ``swap_blocks`` launches them, took 3.1-5.5 us a call, 3.1-3.3 us each way beyond their bytes at the
-  catalog's 50 GB/s on average (`gpu_validation.host_transfer`, ``docs/validation.md``). Until then it was an
-  estimate of 5 us, 1.1-1.8x those measured calls.
+  3.6 us is that fixed cost measured on an H200 (PCIe Gen5 x16, 2026-12-04, two runs): per-block copies of
+  2-128 KiB between pinned host memory and the GPU, launched by one C++ loop (``torch._foreach_copy_``) as
+  ``swap_blocks`` launches them, took 3.1-5.6 us a call, 3.6 us beyond their bytes at the catalog's 50 GB/s
+  on average, both ways; the same copies replayed from a CUDA graph (no launch at all) 2.5-2.7 us
+  (`gpu_validation.host_transfer`, ``docs/validation.md``). It was an estimate of 5 us before. Loads moved by one
+  transfer kernel a layer and K/V (HiCache's pattern, which `radix` is charged as) took 0.72-0.97 of this
+  charge as graph replays.
 - ``page_map_latency_s = 37.44e-6``: vAttention maps a page set with a ``cuMemMap`` and a ``cuMemSetAccess`` per
   layer and per K/V tensor (per latent tensor for MLA) (``MAP_PAGES`` / ``map_cuda_pages`` in microsoft/vattention's
   ``vattention/``), on physical handles created up front (``reserve_physical_pages``), synchronously in its

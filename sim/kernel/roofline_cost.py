@@ -49,7 +49,7 @@ class StepCostModel:
     flops_frac: float = 0.6
     step_overhead_s: float = 0.003
     paged_kernel_overhead: dict[int, float] = field(default_factory=lambda: dict(DEFAULT_PAGED_KERNEL_OVERHEAD))
-    swap_copy_latency_s: float = 3.2e-6
+    swap_copy_latency_s: float = 3.6e-6
     page_map_latency_s: float = 37.44e-6
     seq_overhead_s: float = 0.0
     prefill_token_s: float = 0.0

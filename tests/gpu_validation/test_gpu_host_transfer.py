@@ -46,3 +46,36 @@ def test_a_copy_that_could_not_be_captured_is_reported_not_hidden(tmp_path, caps
     assert main([str(out), "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "host-to-device  link" in printed and "per 32 KiB call" in printed and len(pd.read_csv(out)) == 14
+
+
+def test_the_transfer_kernel_moves_each_block_to_its_slot_in_one_launch_per_layer_and_kv():
+    """HiCache's pattern, under the Triton interpreter on CPU: every layer's K and V of the chosen blocks land in
+    their destination slots, nothing else is written, and the row counts a launch per layer and K/V."""
+    pytest.importorskip("triton")
+    import numpy as np
+    import torch
+
+    from gpu_validation.host_transfer import per_layer
+
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(0, 255, (2, 2, 6, 64), dtype=torch.uint8, generator=gen)  # layers, K/V, slots, bytes
+    dst = torch.zeros(2, 2, 5, 64, dtype=torch.uint8)
+    src_slots, dst_slots = np.array([4, 0, 2]), np.array([1, 3, 0])
+    rows = per_layer("host-to-device", dst, src, src_slots, dst_slots, Timer("cpu", warmup=0, repeats=1))
+    assert [(r["pattern"], r["timing"], r["copies"], r["bytes_per_copy"], r["error"]) for r in rows] == [
+        ("per-layer", "eager", 4, 3 * 64, "")]
+    for s, d in zip(src_slots, dst_slots, strict=True):
+        assert torch.equal(dst[:, :, d], src[:, :, s])
+    assert int(dst[:, :, [2, 4]].sum()) == 0
+
+
+def test_a_kernel_that_cannot_run_gives_nan_rows_with_its_reason():
+    import numpy as np
+    import torch
+
+    from gpu_validation.host_transfer import per_layer
+
+    src, dst = torch.zeros(1, 2, 4, 12, dtype=torch.uint8), torch.zeros(1, 2, 4, 12, dtype=torch.uint8)  # 12 B rows
+    rows = per_layer("device-to-host", dst, src, np.array([0]), np.array([1]), Timer("cpu", warmup=0, repeats=1))
+    assert len(rows) == 1 and rows[0]["error"].startswith("ValueError: need contiguous caches")
+    assert rows[0]["seconds"] != rows[0]["seconds"]  # NaN

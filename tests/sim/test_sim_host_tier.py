@@ -109,7 +109,7 @@ def test_reloads_are_charged_in_the_step_time():
     args, kwargs, t = loads[0]
     assert (args[4], kwargs["swap_slots"]) == (23, 368)  # swap transfers, slots moved
     without = cost.cost.step_time(*args[:4], 0, *args[5:], **kwargs | {"swap_slots": 0})
-    reload_s = 368 * 819200 / 25e9 + 23 * 2 * 40 * 3.2e-6  # bytes at 25 GB/s PCIe + 3.2 us x 80 copies a block
+    reload_s = 368 * 819200 / 25e9 + 23 * 2 * 40 * 3.6e-6  # bytes at 25 GB/s PCIe + 3.6 us x 80 copies a block
     assert t - without == pytest.approx(reload_s, rel=1e-9)
     row = result.steps[result.steps["host_hit_tokens"] > 0]
     assert row["duration_s"].item() == t
@@ -125,7 +125,7 @@ def test_radix_reloads_a_load_with_one_transfer_per_layer():
     assert [(args[4], kwargs["swap_slots"]) for args, kwargs, _ in loads] == [(1, 368)]
     args, kwargs, t = loads[0]
     without = cost.cost.step_time(*args[:4], 0, *args[5:], **kwargs | {"swap_slots": 0})
-    assert t - without == pytest.approx(368 * 819200 / 25e9 + 2 * 40 * 3.2e-6, rel=1e-9)
+    assert t - without == pytest.approx(368 * 819200 / 25e9 + 2 * 40 * 3.6e-6, rel=1e-9)
 
 
 def test_fast_forward_equals_step_by_step_with_a_tier():

@@ -33,7 +33,7 @@ def test_transfer_time_is_bytes_over_bandwidth_plus_latency_per_swap_transfer():
     pcie = GPU.pcie_gb_s * 1e9
     assert cost.transfer_time(copy_slots=1000) == pytest.approx(2 * 1000 * KV / hbm, rel=1e-12)
     assert cost.transfer_time(swap_slots=1000, swap_transfers=1) == pytest.approx(
-        1000 * KV / pcie + 2 * MODEL.num_layers * 3.2e-6, rel=1e-12)
+        1000 * KV / pcie + 2 * MODEL.num_layers * 3.6e-6, rel=1e-12)
     base = cost.step_time(0, 8, 4000)
     # with slots given, the copies are charged for them, not for their count
     assert cost.step_time(0, 8, 4000, copies=1, copy_slots=1000) == pytest.approx(
