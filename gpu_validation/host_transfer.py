@@ -7,8 +7,7 @@ first is a data sheet's peak and the second an estimate; this measures both, hos
 
 - ``contiguous``: one copy each way of growing size, from one block's K in one layer (32 KiB for Llama-3-8B at
   block 16) to 256 MiB. Fitting ``latency + bytes / bandwidth`` to them gives the link's per-call latency and
-  bandwidth; a large copy is also what a transfer that moves a whole load at once achieves (SGLang HiCache's
-  one kernel per layer, when the blocks sit together in host memory).
+  bandwidth.
 - ``per-block``: vLLM's pattern: ``blocks`` blocks, each copied with one call per layer and K/V between
   scattered slots of a layer-major cache, timed three ways: ``eager``, launched one call at a time from Python
   (torch's Python dispatch adds microseconds that vLLM's C++ loop does not); ``foreach``, every copy launched by
@@ -81,7 +80,7 @@ def contiguous(device: torch.device, timer: Timer, sizes: tuple[int, ...]) -> li
 def per_block(model: ModelSpec, device: torch.device, timer: Timer, block_size: int, dtype_bytes: int,
               block_counts: tuple[int, ...], host_blocks: int, rng: np.random.Generator) -> list[dict]:
     """vLLM's swap pattern: a call per block, layer and K/V between scattered slots, launched from Python, from
-    one C++ loop, and as a graph."""
+    one C++ loop, and as a graph; with Triton on a GPU, HiCache's kernel a layer for the same blocks too."""
     block_bytes = block_size * model.num_kv_heads * model.head_dim * dtype_bytes  # one layer's K (or V) of a block
     shape = (model.num_layers, 2, host_blocks, block_bytes)
     host, dev = _host(shape, device), torch.empty(shape, dtype=torch.uint8, device=device)

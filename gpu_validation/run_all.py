@@ -7,8 +7,9 @@
 3. Decode bandwidth at 64 sequences x 4,096 tokens for each kernel against a measured device copy.
 4. Whole steps (`whole_step.whole_steps`): a few Llama-3-8B steps run as one forward pass over all 32 layers,
    beside the calibration's composition of the same step from one layer's parts (``DIR/whole_steps.csv``).
-5. Host transfers (`host_transfer.host_transfers`): KV copied between pinned host memory and the GPU, contiguous
-   and in vLLM's per-block pattern, for the swap and host-tier clock (``DIR/host_transfers.csv``).
+5. Host transfers (`host_transfer.host_transfers`): KV copied between pinned host memory and the GPU, contiguous,
+   in vLLM's per-block pattern and by a transfer kernel a layer (HiCache's), for the swap and host-tier clock
+   (``DIR/host_transfers.csv``).
 
 It prints a short table last and exits 1 unless every check ran and passed and every stage completed.
 Without a GPU (or with ``--device cpu``) it runs the same steps on CPU at sizes a CPU finishes quickly
