@@ -30,11 +30,11 @@ def test_the_gpu_tables_are_what_the_check_prints(argv, which, capsys):
     assert len(quoted_tables()) == 2 and printed == quoted_tables()[which]
 
 
-@pytest.mark.parametrize("run", ["eager", "cuda-graph", "whole-step", "full"])
+@pytest.mark.parametrize("run", ["eager", "cuda-graph", "whole-step", "full", "final-full"])
 def test_every_gpu_check_passed_as_the_page_says(run):
     frame = pd.read_csv(RUN / run / "checks.csv")
     assert len(frame) == 112 and frame.passed.all()
-    assert "112/112 checks in all four full runs" in PROSE
+    assert "112/112 checks in all five full runs" in PROSE
 
 
 def test_the_quoted_whole_step_ratios_are_the_committed_ones():
