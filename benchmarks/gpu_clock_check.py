@@ -127,35 +127,52 @@ def transfers(frames: list[pd.DataFrame], gpu_name: str) -> str:
     lines += ["", "| run | model, block | KiB per call | direction | " + " | ".join(f"{t} (us)" for t in timings)
               + " | kvsim (us) | kvsim / foreach | kvsim / graph |", "|---|---|---:|---|" + "---:|" * 6]
     for frame in frames:
-        model, block_size = get_model(frame["model"].iloc[0]), int(frame["block_size"].iloc[0])
-        cost = StepCostModel(model, gpu, block_size=block_size)
-        blocks = frame[frame.pattern == "per-block"]
-        for (direction, copies), rows in blocks.groupby(["direction", "copies"], sort=False):
-            if copies != blocks.copies.max():
-                continue  # the largest transfer of each: the per-call cost with the fixed part spread thin
-            per_call = rows.set_index("timing").seconds_per_copy.reindex(timings)
-            n = copies // (2 * model.num_layers)  # blocks: a call per block, layer and K/V
-            kvsim = cost.transfer_time(swap_slots=n * block_size, swap_transfers=n) / copies
-            lines.append(f"| {frame['run'].iloc[0]} | {model.name}, {block_size} | {rows.bytes_per_copy.iloc[0] / 1024:g} | "
-                         f"{direction} | "
-                         + " | ".join(f"{s * 1e6:.2f}" for s in per_call)
-                         + f" | {kvsim * 1e6:.2f} | {kvsim / per_call['foreach']:.2f} | {kvsim / per_call['cuda-graph']:.2f} |")
+        lines += _per_block_rows(frame, gpu, timings)
     loads = [f for f in frames if (f.pattern == "per-layer").any()]
     if loads:
         lines += ["", "| model, block | blocks a load | direction | eager (us a load) | cuda-graph (us a load) "
                       "| kvsim radix (us a load) | kvsim / graph |", "|---|---:|---|---:|---:|---:|---:|"]
     for frame in loads:
-        model, block_size = get_model(frame["model"].iloc[0]), int(frame["block_size"].iloc[0])
-        cost = StepCostModel(model, gpu, block_size=block_size)
-        block_bytes = frame.loc[frame.pattern == "per-block", "bytes_per_copy"].iloc[0]
-        kernel = frame[(frame.pattern == "per-layer") & (frame.direction == "host-to-device")]  # loads: charged
-        for (direction, load_bytes), rows in kernel.groupby(["direction", "bytes_per_copy"], sort=False):
-            n = load_bytes // block_bytes
-            seconds = rows.set_index("timing").seconds.reindex(["eager", "cuda-graph"])
-            kvsim = cost.transfer_time(swap_slots=n * block_size, swap_transfers=1)  # one latency a layer and K/V
-            lines.append(f"| {model.name}, {block_size} | {n} | {direction} | {seconds['eager'] * 1e6:.1f} | "
-                         f"{seconds['cuda-graph'] * 1e6:.1f} | {kvsim * 1e6:.1f} | {kvsim / seconds['cuda-graph']:.2f} |")
+        lines += _kernel_load_rows(frame, gpu)
     return "\n".join(lines)
+
+
+def _cost(frame: pd.DataFrame, gpu) -> tuple[StepCostModel, int]:
+    """kvsim's cost model for the model and block size whose blocks ``frame`` copied, and that block size."""
+    block_size = int(frame["block_size"].iloc[0])
+    return StepCostModel(get_model(frame["model"].iloc[0]), gpu, block_size=block_size), block_size
+
+
+def _per_block_rows(frame: pd.DataFrame, gpu, timings: list[str]) -> list[str]:
+    """The largest per-block transfer each way (the per-call cost with the fixed part spread thinnest)."""
+    cost, block_size = _cost(frame, gpu)
+    blocks = frame[(frame.pattern == "per-block") & (frame.copies == frame.copies.max())]
+    lines = []
+    for (direction, copies), rows in blocks.groupby(["direction", "copies"], sort=False):
+        per_call = rows.set_index("timing").seconds_per_copy.reindex(timings)
+        n = copies // (2 * cost.model.num_layers)  # blocks: a call per block, layer and K/V
+        kvsim = cost.transfer_time(swap_slots=n * block_size, swap_transfers=n) / copies
+        lines.append(f"| {frame['run'].iloc[0]} | {cost.model.name}, {block_size} | "
+                     f"{rows.bytes_per_copy.iloc[0] / 1024:g} | {direction} | "
+                     + " | ".join(f"{s * 1e6:.2f}" for s in per_call)
+                     + f" | {kvsim * 1e6:.2f} | {kvsim / per_call['foreach']:.2f} | {kvsim / per_call['cuda-graph']:.2f} |")
+    return lines
+
+
+def _kernel_load_rows(frame: pd.DataFrame, gpu) -> list[str]:
+    """Each host-to-device load by the transfer kernel (loads are what kvsim charges) against `radix`'s charge:
+    one latency a layer and K/V, however many blocks."""
+    cost, block_size = _cost(frame, gpu)
+    block_bytes = frame.loc[frame.pattern == "per-block", "bytes_per_copy"].iloc[0]
+    kernel = frame[(frame.pattern == "per-layer") & (frame.direction == "host-to-device")]
+    lines = []
+    for load_bytes, rows in kernel.groupby("bytes_per_copy", sort=False):
+        n = load_bytes // block_bytes
+        seconds = rows.set_index("timing").seconds.reindex(["eager", "cuda-graph"])
+        kvsim = cost.transfer_time(swap_slots=n * block_size, swap_transfers=1)
+        lines.append(f"| {cost.model.name}, {block_size} | {n} | host-to-device | {seconds['eager'] * 1e6:.1f} | "
+                     f"{seconds['cuda-graph'] * 1e6:.1f} | {kvsim * 1e6:.1f} | {kvsim / seconds['cuda-graph']:.2f} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -163,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("measured", nargs="?", type=Path, default=None)
     parser.add_argument("--whole-steps", action="store_true", help="the committed run's whole steps")
     parser.add_argument("--models", action="store_true", help="the committed run's batch-1 steps of three models")
-    parser.add_argument("--transfers", action="store_true", help="the committed run's KV copies over PCIe")
+    parser.add_argument("--transfers", action="store_true", help="the committed runs' KV copies over PCIe")
     parser.add_argument("--gpu", help="catalog GPU the measurements ran on (default: the table's, or h200 for the "
                                       "committed run)")
     args = parser.parse_args(argv)

@@ -37,7 +37,7 @@ sources:
   3.6 us is that fixed cost measured on an H200 (PCIe Gen5 x16, 2026-12-04, two runs): per-block copies of
   2-128 KiB between pinned host memory and the GPU, launched by one C++ loop (``torch._foreach_copy_``) as
   ``swap_blocks`` launches them, took 3.1-5.6 us a call, 3.6 us beyond their bytes at the catalog's 50 GB/s
-  on average, both ways; the same copies replayed from a CUDA graph (no launch at all) 2.5-2.7 us
+  on average, both ways; replayed from a CUDA graph (no launch at all), 2.5-2.7 us beyond their bytes
   (`gpu_validation.host_transfer`, ``docs/validation.md``). It was an estimate of 5 us before. Loads moved by one
   transfer kernel a layer and K/V (HiCache's pattern, which `radix` is charged as) took 0.72-0.97 of this
   charge as graph replays.
