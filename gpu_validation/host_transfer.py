@@ -183,23 +183,19 @@ def host_transfers(model: ModelSpec, *, device: str | torch.device, timer: Timer
 
 
 def describe(rows: pd.DataFrame) -> list[str]:
-    """Lines for a summary: the fitted link each way, and the per-call cost of vLLM's per-block pattern."""
+    """Lines for a summary: the fitted link each way, and the per-call cost of the largest per-block transfer and
+    of the largest per-layer load."""
     lines = []
     for r in fit_link(rows).itertuples():
         lines.append(f"  {r.direction:15s} link {r.gb_s:6.1f} GB/s (largest copy {r.largest_copy_gb_s:.1f}), "
                      f"latency {r.latency_s * 1e6:5.1f} us per call")
-    blocks = rows[rows.pattern == "per-block"]
-    for (direction, timing), group in blocks.groupby(["direction", "timing"], sort=False):
-        largest = group.sort_values("copies").iloc[-1]
-        lines.append(f"  {direction:15s} per block, {timing:10s} " + (
-            f"{largest.seconds_per_copy * 1e6:5.2f} us per {largest.bytes_per_copy // 1024} KiB call "
-            f"({largest.copies} calls, {largest.gb_s:.1f} GB/s)" if not largest.error else f"not timed: {largest.error}"))
-    kernels = rows[rows.pattern == "per-layer"]
-    for (direction, timing), group in kernels.groupby(["direction", "timing"], sort=False):
-        largest = group.sort_values("bytes").iloc[-1]
-        lines.append(f"  {direction:15s} per layer, {timing:10s} " + (
-            f"{largest.seconds_per_copy * 1e6:5.2f} us per {largest.bytes_per_copy // 1024} KiB launch "
-            f"({largest.copies} launches, {largest.gb_s:.1f} GB/s)" if not largest.error else f"not timed: {largest.error}"))
+    for pattern, unit in (("per-block", "call"), ("per-layer", "launch")):  # the largest transfer of each
+        for (direction, timing), group in rows[rows.pattern == pattern].groupby(["direction", "timing"], sort=False):
+            largest = group.sort_values("bytes").iloc[-1]
+            lines.append(f"  {direction:15s} {pattern.replace('-', ' ')}, {timing:10s} " + (
+                f"{largest.seconds_per_copy * 1e6:5.2f} us per {largest.bytes_per_copy // 1024} KiB {unit} "
+                f"({largest.copies} {unit}s, {largest.gb_s:.1f} GB/s)" if not largest.error
+                else f"not timed: {largest.error}"))
     return lines
 
 
