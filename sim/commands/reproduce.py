@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-EXPERIMENT_CHOICES = ("capacity", "fig2", "curves", "sizes", "block-size", "sharing")
+EXPERIMENT_CHOICES = ("capacity", "fig2", "curves", "sizes", "block-size", "preemption", "sharing")
 
 
 @click.group("reproduce")
@@ -31,8 +31,9 @@ def paper_command(quick: bool, out: Path | None, as_json: bool, workers: int, on
 
     Runs the capacity check, the Fig. 2 memory breakdown and Fig. 13 batch sizes (ShareGPT at 2 req/s, one hour
     of arrivals, contiguous-max/pow2/oracle and paged), normalized latency against rate with sustained-rate
-    ratios (also on the paper's OPT-66B and OPT-175B deployments: "sizes"), the block-size sweep, and parallel
-    sampling and beam search with paged-cow; prints ours against the paper's values with pass or miss. The
+    ratios (also on the paper's OPT-66B and OPT-175B deployments: "sizes"), the block-size sweep, recompute against
+    swap on preemption at each block size ("preemption", Fig. 19), and parallel sampling and beam search with
+    paged-cow; prints ours against the paper's values with pass or miss. The
     sustained rate is the highest rate whose normalized latency stays under 0.2 s/token (the knee bisected,
     then interpolated).
     """

@@ -151,5 +151,26 @@ def block_size_checks(results: pd.DataFrame, metric: str = "normalized_latency_s
     return checks
 
 
+def preemption_checks(results: pd.DataFrame, metric: str = "normalized_latency_s_per_tok") -> list[Check]:
+    """Section 7.4 / Fig. 19 (b): swapping's normalized latency over recomputation's is above 1 at the smallest
+    block size swept, and within `paper.SWAP_COMPARABLE_TOLERANCE` of 1 at every block size of 16-64 swept (the
+    one farthest from 1 is shown)."""
+    if results.empty:
+        return []
+    latency = results.pivot(index="block_size", columns="preemption", values=metric).sort_index()
+    ratio = latency["swap"] / latency["recompute"]
+    smallest = int(ratio.index[0])
+    checks = [Check("preemption", f"swap / recompute latency at block size {smallest}", float(ratio.iloc[0]), None,
+                    "> 1 (swap poor at small blocks)", bool(ratio.iloc[0] > 1), "ratio")]
+    medium = ratio[ratio.index.isin(paper.SWAP_COMPARABLE_BLOCK_SIZES)]
+    if len(medium):
+        worst = float(medium.iloc[(medium - 1).abs().argmax()])
+        sizes = "-".join(str(int(b)) for b in (medium.index[0], medium.index[-1]))
+        tolerance = paper.SWAP_COMPARABLE_TOLERANCE
+        checks.append(Check("preemption", f"swap / recompute latency at block sizes {sizes}, farthest from 1", worst,
+                            None, f"within {tolerance:.0%} of 1 (comparable)", abs(worst - 1) <= tolerance, "ratio"))
+    return checks
+
+
 def checks_frame(checks: list[Check]) -> pd.DataFrame:
     return pd.DataFrame([c.as_row() for c in checks])

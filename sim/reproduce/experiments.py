@@ -54,6 +54,7 @@ class Sizes:
     sharing_rates: dict[str, float]
     sharing_duration_s: float
     memory_snapshots: int = 3
+    preemption_block_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 FULL = Sizes(
@@ -88,6 +89,7 @@ QUICK = Sizes(
     sharing_widths=(2, 4, 6),
     sharing_rates={"sharegpt-paper": 0.5, "alpaca-paper": 10.0},
     sharing_duration_s=120.0,
+    preemption_block_sizes=(1, 4, 16, 64),
 )
 SIZES = {"full": FULL, "quick": QUICK}
 
@@ -256,6 +258,22 @@ def run_curves(tasks: list[CurveTask], workers: int) -> pd.DataFrame:
             raise RuntimeError(f"latency curve {tasks[outcome.index]} failed: {outcome.error}")
         curves[outcome.index] = outcome.result
     return summary_rows([o for curve in curves for o in curve])  # type: ignore[union-attr]
+
+
+PREEMPTION_MODES = ("recompute", "swap")
+"""Section 7.4's two ways to free a preempted request's KV: drop and prefill it again, or copy it to host memory
+and back (the paper's 4 GiB of swap space, `SimConfig.swap_space_gib`'s default)."""
+
+
+def preemption_specs(sizes: Sizes) -> list[RunSpec]:
+    """Section 7.4 / Fig. 19 (b): the paged allocator at each of ``preemption_block_sizes`` on ShareGPT,
+    recomputing or swapping the requests it preempts, at the block-size sweep's load and duration (past the
+    knee, so that requests are preempted)."""
+    preset = "sharegpt-paper"
+    rate = sizes.block_rates[preset]
+    return [RunSpec(paper_config("paged", preset, rate, max(1, round(rate * sizes.block_duration_s)), block_size=b,
+                                 preemption=mode), labels={"workload": preset, "block_size": b, "preemption": mode})
+            for mode in PREEMPTION_MODES for b in sizes.preemption_block_sizes]
 
 
 def block_size_specs(sizes: Sizes) -> list[RunSpec]:

@@ -76,3 +76,11 @@ with 21 GB of KV memory (about 9.7K slots), OPT-175B on 8 A100-80GBs with 264 GB
 
 BEST_BLOCK_SIZES = {"sharegpt-paper": (16, 32, 64, 128), "alpaca-paper": (16, 32)}
 """Section 7.2 / Fig. 18 (a): block sizes that perform best (lowest normalized latency)."""
+
+SWAP_COMPARABLE_BLOCK_SIZES = (16, 32, 64)
+"""Section 7.4 / Fig. 19 (b), ShareGPT end to end: "for medium block sizes from 16 to 64, the two methods [swapping
+and recomputation] exhibit comparable end-to-end performance"; at small block sizes swapping is poor (many small
+PCIe transfers)."""
+SWAP_COMPARABLE_TOLERANCE = 0.10
+"""How far from 1 swap's normalized latency over recompute's may be and still be "comparable": kvsim's reading of
+the paper's word, fixed before the runs (the paper gives no number)."""

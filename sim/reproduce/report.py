@@ -1,7 +1,7 @@
 """Presenting a `Reproduction`: the table of ours against the paper's, its figures, and the files in ``--out``.
 
 Files: ``results.json`` (every number, the checks and how they were run), ``checks.csv``, one CSV per tidy table
-(``fig2.csv``, ``latency_curves.csv``, ``latency_curves_sizes.csv``, ``block_sizes.csv``, ``sharing.csv``) and one
+(``fig2.csv``, ``latency_curves.csv``, ``latency_curves_sizes.csv``, ``block_sizes.csv``, ``preemption.csv``, ``sharing.csv``) and one
 PNG per figure.
 """
 
@@ -102,6 +102,10 @@ def figures(rep: Reproduction) -> dict[str, Figure]:
     if len(rep.block_sizes):
         figs["block_sizes"] = plots.plot_block_size_sweep(
             rep.block_sizes, panels=("waste_frac", "throughput_tok_s", "normalized_latency_s_per_tok"))
+    if len(rep.preemption):
+        figs["preemption"] = plots.plot_block_size_sweep(
+            rep.preemption, panels=("normalized_latency_s_per_tok", "throughput_tok_s"), hue="preemption",
+            log_panels=())  # within a factor of two: a log axis would label one tick
     if len(rep.sharing):
         figs["sharing"] = plots.plot_sharing_savings(rep.sharing)
     return figs
@@ -136,7 +140,8 @@ def write_outputs(rep: Reproduction, out: str | Path, command: str, dpi: int = 1
     paths[0].write_text(json.dumps(results_json(rep, command), indent=2, default=float) + "\n")
     checks_frame(rep.checks).to_csv(paths[1], index=False)
     tables = {"fig2": pd.DataFrame([{"allocator": k, **s} for k, s in rep.fig2_summaries.items()]),
-              "latency_curves": rep.curves, "latency_curves_sizes": rep.size_curves, "block_sizes": rep.block_sizes, "sharing": rep.sharing}
+              "latency_curves": rep.curves, "latency_curves_sizes": rep.size_curves, "block_sizes": rep.block_sizes,
+              "preemption": rep.preemption, "sharing": rep.sharing}
     for name, frame in tables.items():
         if len(frame):
             paths.append(out / f"{name}.csv")

@@ -22,6 +22,7 @@ from sim.reproduce.experiments import (
     block_size_specs,
     fig2_specs,
     latency_curves,
+    preemption_specs,
     run_specs,
     sharing_specs,
     size_curves,
@@ -29,7 +30,7 @@ from sim.reproduce.experiments import (
 )
 from sim.reproduce.sustained import LATENCY_BOUND_S_PER_TOKEN, sustained_rates
 
-EXPERIMENTS = ("capacity", "fig2", "curves", "sizes", "block-size", "sharing")
+EXPERIMENTS = ("capacity", "fig2", "curves", "sizes", "block-size", "preemption", "sharing")
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Reproduction:
     size_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     size_sustained: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> allocator -> req/s
     block_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    preemption: pd.DataFrame = field(default_factory=pd.DataFrame)
     sharing: pd.DataFrame = field(default_factory=pd.DataFrame)
     checks: list[C.Check] = field(default_factory=list)
     bound_s_per_token: float = LATENCY_BOUND_S_PER_TOKEN
@@ -116,6 +118,10 @@ def reproduce_paper(sizes: Sizes = QUICK, *, workers: int = 1, experiments: tupl
         rep.block_sizes = summary_rows(run_specs(block_size_specs(sizes), workers))
         rep.checks += C.block_size_checks(rep.block_sizes)
 
+    def preemption() -> None:
+        rep.preemption = summary_rows(run_specs(preemption_specs(sizes), workers))
+        rep.checks += C.preemption_checks(rep.preemption)
+
     def sharing() -> None:
         rep.sharing = summary_rows(run_specs(sharing_specs(sizes), workers))
         rep.checks += sharing_info(rep.sharing)
@@ -125,5 +131,6 @@ def reproduce_paper(sizes: Sizes = QUICK, *, workers: int = 1, experiments: tupl
     timed("curves", curves)
     timed("sizes", model_sizes)
     timed("block-size", block_size)
+    timed("preemption", preemption)
     timed("sharing", sharing)
     return rep

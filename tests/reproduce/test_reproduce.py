@@ -18,7 +18,8 @@ TOY = replace(QUICK, name="toy", fig2_requests=60, curve_rates={"sharegpt-paper"
               curve_duration_s={"sharegpt-paper": 30.0}, size_rates={"opt-66b": (0.5, 8.0), "opt-175b": (1.0, 16.0)},
               size_duration_s=30.0, block_sizes=(16, 64), block_duration_s=5.0,
               block_rates={"sharegpt-paper": 2.0, "alpaca-paper": 10.0}, sharing_widths=(2,),
-              sharing_rates={"alpaca-paper": 2.0}, sharing_duration_s=10.0, memory_snapshots=1)
+              sharing_rates={"alpaca-paper": 2.0}, sharing_duration_s=10.0, memory_snapshots=1,
+              preemption_block_sizes=(1, 16))
 
 
 def test_paper_config_is_the_papers_setup():
@@ -71,7 +72,10 @@ def test_toy_reproduction_runs_every_experiment(toy_reproduction):
     assert sized == [f"{m}: vLLM / {b} sustained rate" for m in ("OPT-66B", "OPT-175B")
                      for b in ("Orca (Oracle)", "Orca (Max)")]
     experiments = {c.experiment for c in rep.checks}
-    assert experiments == {"capacity", "fig2", "fig13", "sustained", "block-size", "sharing"}
+    assert experiments == {"capacity", "fig2", "fig13", "sustained", "block-size", "preemption", "sharing"}
+    assert set(rep.preemption["preemption"]) == {"recompute", "swap"}
+    assert (rep.preemption.groupby("preemption")["block_size"].apply(sorted).tolist()
+            == [sorted(TOY.preemption_block_sizes)] * 2)
     assert len(rep.sharing) == 2 and (rep.sharing["shared_saved_frac"] > 0).all()
     table = checks_table(rep.checks)
     assert "Orca (Max) requests that fit" in table and ("pass" in table)
@@ -82,7 +86,7 @@ def test_toy_reproduction_draws_and_writes(toy_reproduction, tmp_path):
     names = set(figures(toy_reproduction))
     assert {"fig2_breakdown", "fig13_batch_sizes", "memory_over_time", "memory_maps",
             "latency_vs_rate_sharegpt-paper", "latency_vs_rate_sharegpt-paper_opt-66b",
-            "latency_vs_rate_sharegpt-paper_opt-175b", "block_sizes", "sharing"} <= names
+            "latency_vs_rate_sharegpt-paper_opt-175b", "block_sizes", "preemption", "sharing"} <= names
     paths = write_outputs(toy_reproduction, tmp_path, "kvsim reproduce paper --toy", dpi=30)
     assert {p.name for p in paths} >= {"results.json", "checks.csv", "fig2.csv", "sharing.csv",
                                        "latency_curves_sizes.csv", "fig2_breakdown.png"}

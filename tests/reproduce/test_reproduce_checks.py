@@ -16,6 +16,7 @@ from sim.reproduce.checks import (
     capacity_checks,
     checks_frame,
     our_fig2_shares,
+    preemption_checks,
     sustained_checks,
 )
 from sim.reproduce.sustained import sustained_rate, sustained_rates
@@ -119,3 +120,19 @@ def test_checks_frame_has_a_row_per_check_with_miss_by():
     assert list(frame["experiment"]) == ["capacity"] * 3
     assert "miss_by" in frame.columns
     assert paper.FIG2_REQUESTS == 3600 * paper.FIG2_RATE
+
+
+def test_preemption_checks_read_swap_over_recompute_at_small_and_medium_blocks():
+    """Fig. 19 (b): swap above recompute at the smallest block size, within 10% of it at 16-64 (the one farthest
+    from 1 is reported: here 0.88 at 64, a miss)."""
+    latency = {(1, "recompute"): 1.0, (1, "swap"): 1.5, (16, "recompute"): 1.0, (16, "swap"): 1.05,
+               (32, "recompute"): 1.0, (32, "swap"): 0.97, (64, "recompute"): 1.0, (64, "swap"): 0.88,
+               (256, "recompute"): 1.0, (256, "swap"): 0.5}
+    results = pd.DataFrame([{"block_size": b, "preemption": m, "normalized_latency_s_per_tok": v}
+                            for (b, m), v in latency.items()])
+    small, medium = preemption_checks(results)
+    assert (small.metric, small.ours, small.passed) == ("swap / recompute latency at block size 1", 1.5, True)
+    assert medium.metric == "swap / recompute latency at block sizes 16-64, farthest from 1"
+    assert medium.ours == pytest.approx(0.88) and medium.passed is False and medium.unit == "ratio"
+    assert preemption_checks(results[results.block_size >= 128])[0].passed is False  # 0.5 at 256: swap is faster
+    assert preemption_checks(results.iloc[:0]) == []
