@@ -24,6 +24,7 @@ from sim.commands.options import (
 )
 from sim.kernel.config import (
     OFFLOAD_EVICTION_POLICIES,
+    OFFLOAD_LOAD_MODES,
     OFFLOAD_WRITE_POLICIES,
     PREEMPTION_MODES,
     SCHEDULERS,
@@ -130,6 +131,10 @@ def simulation_options(func):
                       help="When a block reaches the host tier: write_back (when the GPU evicts it) or "
                            "write_through (as soon as it is computed: vLLM's offloading connector, SGLang "
                            "HiCache's recommended policy)."),
+        _field_option("--offload-loads", type=click.Choice(OFFLOAD_LOAD_MODES),
+                      help="How host-tier hits are loaded: sync (default: charged to the step that admits the "
+                           "request) or async (beside the steps, as vLLM's offloading connector: the request "
+                           "waits for its load, the others do not; --allocator paged)."),
         _field_option("--offload-eviction-policy", type=click.Choice(OFFLOAD_EVICTION_POLICIES),
                       help="With --offload-write-policy write_through: how the host tier picks what to drop, "
                            "lru (default) or arc (vLLM's eviction_policy)."),

@@ -23,7 +23,7 @@ from collections.abc import Collection
 
 from allocators.base import Admission
 from sim.kernel.preemption import Preemption
-from sim.kernel.sequence_group import FINISHED, REJECTED, RUNNING, SWAPPED, SequenceGroup
+from sim.kernel.sequence_group import FINISHED, LOADED, LOADING, REJECTED, RUNNING, SWAPPED, SequenceGroup
 
 
 class GroupMechanics(Preemption):
@@ -77,15 +77,21 @@ class GroupMechanics(Preemption):
         s = self.s
         plan = s.plan
         if s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED:
+            # with loads beside the steps, a request with host hits gets blocks for its hits, and a slot for the
+            # first token it will compute (a lookup never covers the last token a sequence holds), no chunk
+            loads = s.loads is not None and self._host_hit(group)
             admission = s.memory.place_first_chunk(
-                group, lambda remaining: s.chunk(remaining, budget),
+                group, (lambda remaining: 1) if loads else (lambda remaining: s.chunk(remaining, budget)),
                 full_tokens=group.prefill_target if self.reserve_full_isl else None,
                 apply_watermark=bool(s.running))
             if admission is None:
                 return False
             group.prefill_done = admission.cached_tokens
             self._count_cached(group, admission.cached_tokens, admission)
-            self._start_running(group)
+            if loads:
+                self._start_loading(group, admission.host_blocks)
+            else:
+                self._start_running(group)
             return True
         placed = s.memory.place(group)
         if placed is None:
@@ -118,9 +124,40 @@ class GroupMechanics(Preemption):
                 self.host_by_index[group.index] = self.host_by_index.get(group.index, 0) + host
                 plan.host_hit_tokens += host
                 blocks = admission.host_blocks
-                plan.reload_slots += blocks * self.s.memory.block_size
                 plan.reload_blocks += blocks
-                plan.reload_transfers += self.s.memory.reload_transfers(blocks)
+                if self.s.loads is None:  # charged to this step; else loaded beside the steps (`HostLoads`)
+                    plan.reload_slots += blocks * self.s.memory.block_size
+                    plan.reload_transfers += self.s.memory.reload_transfers(blocks)
+
+    def _host_hit(self, group: SequenceGroup) -> bool:
+        """Whether a fresh group would find part of its prefix in the host tier now."""
+        if not group.hashes:
+            return False
+        cached, gpu = self.s.memory.cached_split(group.hashes, group.prefill_target)
+        return cached > gpu
+
+    def _start_loading(self, group: SequenceGroup, blocks: int) -> None:
+        """The group holds its hits' blocks and waits, off the queue, for its host blocks to be loaded."""
+        s = self.s
+        if group.admitted_s < 0:
+            group.admitted_s = s.now
+        group.state = LOADING
+        group.epoch += 1
+        s.loads.start(group, blocks, s.now)
+
+    def _admit_loaded(self, group: SequenceGroup, budget: int) -> int | None:
+        """Schedule a group whose host hits are loaded: its first chunk, if memory has room (no preemption, as for
+        any admission); returns the chunk, or None (nothing changed)."""
+        s = self.s
+        chunk = s.chunk(group.prefill_remaining, budget)
+        if chunk > 1:  # it holds the slot of the chunk's first token already
+            copies = s.memory.grow_chunk(group.seq_ids[0], chunk - 1)
+            if copies is None:
+                return None
+            s.plan.add_copies(copies)
+        s.waiting.popleft()
+        self._start_running(group)
+        return chunk
 
     def _start_running(self, group: SequenceGroup) -> None:
         s = self.s
@@ -147,6 +184,20 @@ class GroupMechanics(Preemption):
             if s.running_seqs + group.num_seqs > s.max_num_seqs:
                 s.memory_blocked = False
                 return admitted
+            if group.state == LOADED:  # its host hits are in: its first chunk, into the blocks it holds
+                chunk = self._admit_loaded(group, budget)
+                if chunk is None:
+                    if s.running or s.loads:  # memory frees as they finish, or their loads land
+                        return admitted
+                    s.waiting.popleft()
+                    s.memory.free_group(group, {}, False)
+                    self.reject(group, "its loaded prefix and first chunk do not fit beside the blocks the other "
+                                       "loaded requests hold, with nothing running", s.now)
+                    continue
+                admitted = True
+                budget -= chunk
+                self.schedule_chunk(group, chunk)
+                continue
             if group.state != SWAPPED:  # tried: its lookup may count as use (SGLang's, before its budget test)
                 s.memory.touch_prefixes(((group.hashes, group.prefill_target),))
             if not s.chunked and self.prefill_need(group) > budget:
@@ -159,8 +210,10 @@ class GroupMechanics(Preemption):
                 self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
                                    "than the whole pool has)", s.now)
                 continue
-            admitted = True
             s.waiting.popleft()
+            if group.state == LOADING:  # placed; scheduled once its host hits are loaded
+                continue
+            admitted = True
             chunk = s.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
             budget -= chunk
             if group.prefilling:

@@ -67,6 +67,7 @@ def plain_number(value: object) -> int | float | None:
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
 OFFLOAD_WRITE_POLICIES = ("write_back", "write_through")
+OFFLOAD_LOAD_MODES = ("sync", "async")
 """When a block reaches the host tier: when the GPU evicts it, or as soon as it is computed
 (`allocators.host_tier`; SGLang HiCache's ``--hicache-write-policy`` values)."""
 OFFLOAD_EVICTION_POLICIES = ("lru", "arc")
@@ -90,7 +91,10 @@ class SimConfig:
     ``write_through`` (when it is computed, as vLLM's offloading connector does); ``offload_store_threshold``
     (write-through; below 2: off) stores a block only once that many requests have offered it (vLLM's
     ``store_threshold``, `allocators.store_filter`); ``offload_eviction_policy`` (write-through) is vLLM's
-    ``eviction_policy``: ``lru`` or ``arc``.
+    ``eviction_policy``: ``lru`` or ``arc``. ``offload_loads``: ``sync`` charges a host hit's load to the step that
+    admits it (every request in that step waits for it); ``async`` runs it beside the steps as vLLM's offloading
+    connector does (the request holds its blocks, waits for its load, and is scheduled at the first step that
+    starts after it; the requests behind it go on being admitted): `paged` with chunked prefill, one replica.
     """
 
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
@@ -128,6 +132,7 @@ class SimConfig:
     offload_write_policy: str = "write_back"
     offload_store_threshold: int = 0
     offload_eviction_policy: str = "lru"
+    offload_loads: str = "sync"
     watermark: float = 0.0
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
@@ -180,6 +185,16 @@ class SimConfig:
         if self.offload_write_policy not in OFFLOAD_WRITE_POLICIES:
             raise ValueError(f"--offload-write-policy must be one of {', '.join(OFFLOAD_WRITE_POLICIES)}, "
                              f"got {self.offload_write_policy!r}")
+        if self.offload_loads not in OFFLOAD_LOAD_MODES:
+            raise ValueError(f"--offload-loads must be one of {', '.join(OFFLOAD_LOAD_MODES)}, got {self.offload_loads!r}")
+        if self.offload_loads == "async" and not self.cpu_offload_gib > 0:
+            raise ValueError("--offload-loads async loads host-tier hits: it needs --cpu-offload-gib > 0")
+        if self.offload_loads == "async" and (self.allocator != "paged" or not self.chunked_prefill
+                                              or self.scheduler != "continuous" or self.replicas != 1):
+            raise ValueError("--offload-loads async is vLLM's offloading connector: it needs --allocator paged, "
+                             "continuous batching with chunked prefill and one replica, got --allocator "
+                             f"{self.allocator}, --scheduler {self.scheduler}, chunked prefill "
+                             f"{'on' if self.chunked_prefill else 'off'}, --replicas {self.replicas}")
         if self.offload_eviction_policy not in OFFLOAD_EVICTION_POLICIES:
             raise ValueError(f"--offload-eviction-policy must be one of {', '.join(OFFLOAD_EVICTION_POLICIES)}, "
                              f"got {self.offload_eviction_policy!r}")

@@ -79,11 +79,13 @@ class Engine:
                 now = env.now
                 continue
             plan = sched.plan_step(now)
-            if not sched.running:  # everything queued was rejected
+            if not sched.running:  # everything queued was rejected, or waits for its host hits to load
+                if sched.loads:
+                    now = wait_for_loads(sched, rec, source.next_time(), now)
                 continue
             now = take_step(sched, cost, rec, plan, now, lambda: run_until(
                 source.next_time() if not sched.waiting or sched.waiting.reorders else None,
-                self.snapshots, source.time_of))
+                self.snapshots, source.time_of, sched.loads.next_ready() if sched.loads else None))
             watch.after_step(source.cursor - len(sched.live))
 
 
@@ -93,11 +95,15 @@ def record_snapshot(sched, rec, now: float) -> None:
     rec.snapshot(now, *sched.memory.snapshot(sched.pending_decode_tokens()))
 
 
-def run_until(t_arrival: float | None, snapshots: SnapshotSchedule | None, arrival_time) -> float | None:
+def run_until(t_arrival: float | None, snapshots: SnapshotSchedule | None, arrival_time,
+              t_load: float | None = None) -> float | None:
     """The time before which every step of a decode run must start (None: no bound): that of the next arrival
     that could change the schedule (``t_arrival``, None if none; an arrival within `ARRIVAL_TIE_S` of a
-    step's start is that step's) and of the next memory snapshot (`SnapshotSchedule.next_moment`, with
+    step's start is that step's), of the next host-tier load to land (``t_load``, `HostLoads`: its request is
+    scheduled at the next step) and of the next memory snapshot (`SnapshotSchedule.next_moment`, with
     ``arrival_time`` the source's `time_of`), so that a row starts where each falls due, as step by step."""
+    if t_load is not None and (t_arrival is None or t_load < t_arrival):
+        t_arrival = t_load
     until = None if t_arrival is None else t_arrival - ARRIVAL_TIE_S
     if snapshots is not None:
         t = snapshots.next_moment(arrival_time)
@@ -133,6 +139,16 @@ def take_step(sched, cost, rec, plan, now: float, until) -> float:
     now += duration
     sched.complete(num_steps, now)
     return now
+
+
+def wait_for_loads(sched, rec, t_arrival: float | None, now: float) -> float:
+    """Nothing runs while host-tier loads are in flight: an idle row until the first lands or the next request
+    arrives (``t_arrival``), whichever is first; returns that time."""
+    t = sched.loads.next_ready()
+    if t_arrival is not None and t_arrival < t:
+        t = t_arrival
+    record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t)
+    return t
 
 
 def record_idle(rec, b, now: float, until: float) -> None:

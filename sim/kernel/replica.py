@@ -5,6 +5,8 @@ and scheduler, and the tables and summary keys every run shares. `sim.kernel.run
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from allocators import allocator_class, make_allocator
@@ -168,6 +170,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
         else:
             tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size)
     memory = KVMemory(alloc, tier)
+    if config.offload_loads == "async" and groups:
+        raise ValueError("--offload-loads async needs a model without sliding-window layers (vLLM's hybrid KV cache "
+                         f"manager is not modelled with it), got {model.name}")
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
@@ -177,8 +182,19 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy, lpm_max_queue=config.lpm_max_queue,
-                      sliding_window=model.sliding_window or 0)
+                      sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost))
     return memory, cost, sched
+
+
+def load_seconds(config: SimConfig, memory: KVMemory, cost) -> Callable[[int], float] | None:
+    """With ``offload_loads`` async, the seconds a load of that many host blocks takes beside the steps: what
+    the cost model charges a sync load (its bytes over PCIe and its copy calls); None (sync): loads are charged
+    to the step that admits them."""
+    if config.offload_loads != "async":
+        return None
+    block_size = memory.block_size
+    return lambda blocks: cost.transfer_time(swap_slots=blocks * block_size,
+                                             swap_transfers=memory.reload_transfers(blocks))
 
 
 def tier_summary(replicas) -> dict:

@@ -16,14 +16,17 @@ scheduler owns the queues (``waiting`` a `WaitingQueue`), the decode set, the be
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sim.kernel.admission import GroupMechanics
 from sim.kernel.beam import BeamSearch
 from sim.kernel.completions import Completions
 from sim.kernel.decode_set import DecodeSet
+from sim.kernel.host_loads import HostLoads
 from sim.kernel.memory import KVMemory
-from sim.kernel.sequence_group import RUNNING, SequenceGroup
+from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
 from sim.kernel.step_plan import StepPlan
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT, WaitingQueue
 from sim.kernel.window_context import clipped_sum
@@ -38,7 +41,7 @@ class Scheduler:
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
                  scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT,
-                 sliding_window: int = 0) -> None:
+                 sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -70,6 +73,8 @@ class Scheduler:
         self.carry: tuple[int, int] | None = None  # (copy slots, page maps) a stopped decode run left unpaid
         self.syncing: tuple[SequenceGroup, int] | None = None  # the group and decoder whose sync is running
         self.seq_id_order = False  # the running loop goes through decoders in seq-id order (decoders-only step)
+        # host-tier loads beside the steps (offload_loads async): ``load_seconds(blocks)`` prices one
+        self.loads = HostLoads(load_seconds) if load_seconds is not None else None
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -85,12 +90,12 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return not self.running and not self.waiting
+        return not self.running and not self.waiting and not self.loads
 
     @property
     def load(self) -> int:
-        """Groups running or queued here."""
-        return len(self.running) + len(self.waiting)
+        """Groups running or queued here (loading their host hits included)."""
+        return len(self.running) + len(self.waiting) + (len(self.loads) if self.loads else 0)
 
     def pending_prefill(self) -> int:
         """Prompt tokens still to be prefilled by the queued groups and the rest of the running prefills."""
@@ -111,6 +116,10 @@ class Scheduler:
         preempting when that fails; then admissions into what is left, unless something was preempted. A
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
+        if self.loads:
+            for group in reversed(self.loads.done(now)):  # back at the head, the earliest first
+                group.state = LOADED
+                self.waiting.requeue(group)
         if self.carry is not None:
             plan.copy_slots, plan.page_maps = self.carry
             self.carry = None

@@ -11,7 +11,9 @@ chunked prefill and recompute after preemption are the same mechanism::
 
 from __future__ import annotations
 
-WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = range(5)
+WAITING, RUNNING, SWAPPED, FINISHED, REJECTED, LOADING, LOADED = range(7)
+"""LOADING: placed, its host-tier hits being loaded beside the steps (``--offload-loads async``); LOADED: loaded,
+back in the queue to be scheduled with its blocks held."""
 
 
 class SequenceGroup:

@@ -1,0 +1,51 @@
+"""Host-tier loads beside the steps (``--offload-loads async``), as vLLM's offloading connector runs them.
+
+vLLM admits a request whose prefix hits are partly in host memory by giving it blocks for its hits and nothing
+to compute (``WAITING_FOR_REMOTE_KVS``); its worker copies the host blocks in on a CUDA stream of its own while
+steps run, and the scheduler schedules the request at the first step after the load is seen done. The requests
+behind it are admitted meanwhile, and no step waits for the copy. Loads queue on that one stream: each starts
+when its step does or when the load before it ends, whichever is later, so they finish in the order they start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from sim.kernel.arrivals import ARRIVAL_TIE_S
+from sim.kernel.sequence_group import SequenceGroup
+
+
+class HostLoads:
+    """The loads in flight, in the order they started (which is the order they finish)."""
+
+    __slots__ = ("seconds_of", "_ready", "free_at")
+
+    def __init__(self, seconds_of: Callable[[int], float]) -> None:
+        self.seconds_of = seconds_of  # a load of that many host blocks, in seconds (the cost model's swap-in)
+        self._ready: dict[SequenceGroup, float] = {}
+        self.free_at = -math.inf  # when the stream has copied every load started so far
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def start(self, group: SequenceGroup, blocks: int, now: float) -> None:
+        """``group``'s load of ``blocks`` host blocks starts with the step that begins at ``now``."""
+        self.free_at = max(now, self.free_at) + self.seconds_of(blocks)
+        self._ready[group] = self.free_at
+
+    def next_ready(self) -> float | None:
+        """When the first load in flight ends (None: none in flight)."""
+        return next(iter(self._ready.values()), None)
+
+    def done(self, now: float) -> list[SequenceGroup]:
+        """Take out the groups whose loads ended by a step starting at ``now`` (within `ARRIVAL_TIE_S`, as an
+        arrival is that step's), in the order they started."""
+        done = []
+        for group, ready in self._ready.items():
+            if ready > now + ARRIVAL_TIE_S:
+                break
+            done.append(group)
+        for group in done:
+            del self._ready[group]
+        return done

@@ -1,0 +1,93 @@
+"""``--offload-loads async``: host-tier hits loaded beside the steps, as vLLM's offloading connector loads them.
+The loading request holds its blocks and waits; no step is charged the load; the requests behind it run; it is
+scheduled at the first step that starts after its load; fast-forward equals step-by-step; bad combinations get a
+one-line error."""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import workloads
+from sim.cli import main
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.test_sim_host_tier import MOONCAKE, RecordingCost, evicting_workload
+from workloads import Workload
+
+TIER = dict(cpu_offload_gib=1.0, kv_tokens=48 * 16)
+"""47 usable blocks of opt-13b: B evicts 28 of A's blocks to the host, and C loads 23 of them back
+(`test_sim_host_tier.SMALL_GPU`)."""
+
+
+def with_a_short_request_beside_c() -> Workload:
+    """`evicting_workload` plus D, a 64-token prompt of its own arriving with C (both fit beside each other)."""
+    return Workload(arrival_time_s=np.array([0.0, 100.0, 200.0, 200.0]), prompt_tokens=np.array([600, 600, 600, 64]),
+                    output_tokens=np.full(4, 5), prefix_group=np.array([0, 1, 0, 2]),
+                    prefix_len=np.array([512, 512, 512, 0]), name="evicting+short")
+
+
+def test_the_requests_behind_a_load_do_not_wait_for_it():
+    """At t=200 C is placed with its hits and loads 23 host blocks beside the first step, which prefills D alone
+    and is charged no load; C is scheduled at the next step (its 88 own tokens). With sync loads both prefill in
+    one step that pays the load, so D's first token comes later."""
+    cost = RecordingCost()
+    fast = run_simulation(SimConfig(offload_loads="async", **TIER), with_a_short_request_beside_c(), cost=cost)
+    sync = run_simulation(SimConfig(**TIER), with_a_short_request_beside_c(), cost=RecordingCost())
+    assert not any(kwargs["swap_slots"] for _, kwargs, _ in cost.calls)
+    r, steps = fast.requests, fast.steps
+    assert r["host_hit_tokens"].tolist() == sync.requests["host_hit_tokens"].tolist() == [0, 0, 368, 0]
+    assert r["gpu_hit_tokens"].tolist() == sync.requests["gpu_hit_tokens"].tolist() == [0, 0, 144, 0]
+    at_200 = steps[steps["time_s"] >= 200].head(2)
+    assert at_200[["prefill_tokens", "reload_blocks", "running"]].values.tolist() == [[64, 23, 1], [88, 0, 2]]
+    first, second = at_200["duration_s"].tolist()
+    load = cost.transfer_time(swap_slots=368, swap_transfers=23)  # 23 blocks of 16 over PCIe, 80 calls each
+    assert 0 < load < first  # landed within the first step: C goes in at the second
+    assert r["first_token_s"].iloc[3] == pytest.approx(200 + first)
+    assert r["first_token_s"].iloc[2] == pytest.approx(200 + first + second)
+    assert r["first_token_s"].iloc[3] < sync.requests["first_token_s"].iloc[3] - load / 2
+
+
+def test_a_request_alone_waits_for_its_load_in_an_idle_row():
+    """C alone at t=200: nothing to step while its load runs, so an idle row of exactly the load's length, then
+    C's prefill."""
+    cost = RecordingCost()
+    result = run_simulation(SimConfig(offload_loads="async", **TIER), evicting_workload(), cost=cost)
+    load = cost.transfer_time(swap_slots=368, swap_transfers=23)
+    at_200 = result.steps[result.steps["time_s"] >= 200].head(2)
+    assert at_200["num_steps"].tolist() == [0, 1] and at_200["prefill_tokens"].tolist() == [0, 88]
+    assert at_200["duration_s"].iloc[0] == pytest.approx(load)
+    assert result.requests["first_token_s"].iloc[2] == pytest.approx(200 + load + at_200["duration_s"].iloc[1])
+
+
+@pytest.mark.parametrize("policy,gib", [("write_back", 4.0), ("write_through", 16.0)])
+def test_fast_forward_equals_step_by_step_with_async_loads(policy, gib):
+    """(A write-through host smaller than the GPU's cache holds what the GPU holds: 16 GiB to see host hits.)"""
+    w = workloads.load_trace(MOONCAKE).head(300)
+    options = dict(model="llama-3-8b", gpu="h200", kv_tokens=60_000, cpu_offload_gib=gib, debug_invariants=100,
+                   offload_loads="async", offload_write_policy=policy)
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["host_hit_tokens"] > 0 and len(fast.steps) < len(slow.steps)
+    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
+    sync = run_simulation(SimConfig(**{**options, "offload_loads": "sync"}), w)
+    assert fast.summary["host_hit_tokens"] == sync.summary["host_hit_tokens"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--allocator", "radix", "--cpu-offload-gib", "1"], "--offload-loads async is vLLM's offloading connector"),
+    (["--no-chunked-prefill", "--cpu-offload-gib", "1"], "chunked prefill off"),
+    (["--cpu-offload-gib", "0"], "--offload-loads async loads host-tier hits: it needs --cpu-offload-gib > 0"),
+    (["--cpu-offload-gib", "1", "--model", "mistral-7b"], "a model without sliding-window layers"),
+])
+def test_async_loads_outside_vllms_setting_are_refused_in_one_line(args, message):
+    """(The model's layers are known once the pool is being built, after the run's description line.)"""
+    result = CliRunner().invoke(main, ["run", "--preset", "mooncake-conv", "--num-requests", "5", "--offload-loads",
+                                       "async", *args])
+    assert result.exit_code != 0
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.output
