@@ -35,3 +35,13 @@ def assert_same_memory_map(fast, slow) -> None:
     assert len(a) == len(b), f"memory map: {len(a)} rows against {len(b)}"
     np.testing.assert_allclose(a["time_s"], b["time_s"], rtol=1e-9)
     pd.testing.assert_frame_equal(a.drop(columns="time_s"), b.drop(columns="time_s"))
+
+
+def assert_same_tiered_run(fast, slow) -> None:
+    """A run with a host tier against its step-by-step twin: each request's hits by tier and preemptions exactly,
+    its finish time to 1e-9, the summary and the memory map (`assert_same_summary`, `assert_same_memory_map`)."""
+    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)

@@ -15,7 +15,7 @@ from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_profiles import make_step_cost
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_tiered_run
 from workloads import Workload
 from workloads.presets import SAMPLES_DIR
 
@@ -135,11 +135,7 @@ def test_fast_forward_equals_step_by_step_with_a_tier():
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert fast.summary["host_hit_tokens"] > 0 and fast.summary["reload_bytes"] > 0
     assert len(fast.steps) < len(slow.steps)
-    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
-        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
-    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
-    assert_same_summary(fast.summary, slow.summary)
-    assert_same_memory_map(fast, slow)
+    assert_same_tiered_run(fast, slow)
 
 
 def test_unlimited_host_memory_hits_what_unlimited_gpu_memory_hits():
@@ -257,8 +253,4 @@ def test_a_hybrid_pool_with_a_tier_fast_forwards_as_it_steps():
     fast = run_simulation(SimConfig(**options), w)
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert fast.summary["host_hit_tokens"] > 0 and len(fast.steps) < len(slow.steps)
-    for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
-        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
-    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
-    assert_same_summary(fast.summary, slow.summary)
-    assert_same_memory_map(fast, slow)
+    assert_same_tiered_run(fast, slow)
