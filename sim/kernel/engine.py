@@ -81,7 +81,7 @@ class Engine:
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected, or waits for its host hits to load
                 if sched.loads:
-                    now = wait_for_loads(sched, rec, source.next_time(), now)
+                    now = wait_for_loads(sched, rec, plan, source.next_time(), now)
                 continue
             now = take_step(sched, cost, rec, plan, now, lambda: run_until(
                 source.next_time() if not sched.waiting or sched.waiting.reorders else None,
@@ -141,13 +141,16 @@ def take_step(sched, cost, rec, plan, now: float, until) -> float:
     return now
 
 
-def wait_for_loads(sched, rec, t_arrival: float | None, now: float) -> float:
-    """Nothing runs while host-tier loads are in flight: an idle row until the first lands or the next request
-    arrives (``t_arrival``), whichever is first; returns that time."""
+def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float) -> float:
+    """Nothing runs while host-tier loads are in flight: a row of no steps until the first lands or the next
+    request arrives (``t_arrival``), whichever is first; returns that time. The row carries what ``plan`` (the
+    step planned at ``now``, which admitted only loading requests) counted: their hits and the blocks they load."""
     t = sched.loads.next_ready()
     if t_arrival is not None and t_arrival < t:
         t = t_arrival
-    record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t)
+    b = sched.memory.breakdown(sched.waiting_flag())
+    rec.memory.add(b, 0, t - now, 0.0, 0)
+    rec.row(now, t - now, 0, 0, len(sched.waiting), plan, b, 0)
     return t
 
 

@@ -49,14 +49,17 @@ def test_the_requests_behind_a_load_do_not_wait_for_it():
 
 
 def test_a_request_alone_waits_for_its_load_in_an_idle_row():
-    """C alone at t=200: nothing to step while its load runs, so an idle row of exactly the load's length, then
-    C's prefill."""
+    """C alone at t=200: nothing to step while its load runs, so a row of no steps of exactly the load's length
+    (carrying C's hits and the blocks it loads, so the step table's hits add up to the summary's), then C's
+    prefill."""
     cost = RecordingCost()
     result = run_simulation(SimConfig(offload_loads="async", **TIER), evicting_workload(), cost=cost)
     load = cost.transfer_time(swap_slots=368, swap_transfers=23)
     at_200 = result.steps[result.steps["time_s"] >= 200].head(2)
     assert at_200["num_steps"].tolist() == [0, 1] and at_200["prefill_tokens"].tolist() == [0, 88]
     assert at_200["duration_s"].iloc[0] == pytest.approx(load)
+    assert at_200[["gpu_hit_tokens", "host_hit_tokens", "reload_blocks"]].values.tolist() == [[144, 368, 23], [0, 0, 0]]
+    assert result.steps["host_hit_tokens"].sum() == result.summary["host_hit_tokens"] == 368
     assert result.requests["first_token_s"].iloc[2] == pytest.approx(200 + load + at_200["duration_s"].iloc[1])
 
 
@@ -70,6 +73,8 @@ def test_fast_forward_equals_step_by_step_with_async_loads(policy, gib):
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert fast.summary["host_hit_tokens"] > 0 and len(fast.steps) < len(slow.steps)
     assert_same_tiered_run(fast, slow)
+    for column in ("gpu_hit_tokens", "host_hit_tokens"):  # every admission's hits are in some row
+        assert fast.steps[column].sum() == fast.summary[column], column
     sync = run_simulation(SimConfig(**{**options, "offload_loads": "sync"}), w)
     assert fast.summary["host_hit_tokens"] == sync.summary["host_hit_tokens"]
 
