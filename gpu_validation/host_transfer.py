@@ -165,6 +165,13 @@ def fit_link(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(fits)
 
 
+def default_timer(device: str | torch.device) -> Timer:
+    """The repeats the transfers are timed with: a GPU's copies are short and steady, a CPU's only a code check."""
+    if torch.device(device).type == "cuda":
+        return Timer(device, warmup=2, repeats=7)
+    return Timer(device, warmup=1, repeats=2)
+
+
 def host_transfers(model: ModelSpec, *, device: str | torch.device, timer: Timer, block_size: int = 16,
                    dtype_bytes: int = 2, seed: int = 0,
                    progress: Callable[[str], None] | None = None) -> pd.DataFrame:
@@ -213,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    timer = Timer(device, warmup=2, repeats=7) if device == "cuda" else Timer(device, warmup=1, repeats=2)
     start = time.monotonic()
-    rows = host_transfers(get_model(args.model), device=device, timer=timer, block_size=args.block_size,
+    rows = host_transfers(get_model(args.model), device=device, timer=default_timer(device),
+                          block_size=args.block_size,
                           progress=lambda line: print(f"[{time.monotonic() - start:6.1f}s] {line}", flush=True))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows.to_csv(args.out, index=False, float_format="%.6g")

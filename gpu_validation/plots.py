@@ -67,8 +67,11 @@ def plot_calibration(measurements: pd.DataFrame, table: dict) -> Figure:
     batches = sorted(decode["batch_size"].unique())
     sizes = sorted(decode["block_size"].unique())
     styles = ["-", "--", ":", "-."]
+    def batch_color(i: int):
+        return matplotlib.colormaps["viridis"](i / max(1, len(batches) - 1) * 0.85)
+
     for i, batch in enumerate(batches):
-        color = matplotlib.colormaps["viridis"](i / max(1, len(batches) - 1) * 0.85)
+        color = batch_color(i)
         for j, bs in enumerate(sizes):
             g = decode[(decode["batch_size"] == batch) & (decode["block_size"] == bs)]
             g = g.sort_values("context_tokens")
@@ -76,8 +79,7 @@ def plot_calibration(measurements: pd.DataFrame, table: dict) -> Figure:
             x = g["context_tokens"].to_numpy()
             ax2.plot(x, modelled[rows], color=color, lw=1, ls=styles[j % len(styles)])
             ax2.scatter(x, measured[rows], color=color, marker=_MARKERS.get(int(bs), "x"), s=25)
-    handles = [Line2D([], [], color=matplotlib.colormaps["viridis"](i / max(1, len(batches) - 1) * 0.85), lw=2,
-                          label=f"batch {b}") for i, b in enumerate(batches)]
+    handles = [Line2D([], [], color=batch_color(i), lw=2, label=f"batch {b}") for i, b in enumerate(batches)]
     handles += [Line2D([], [], color="0.3", marker=_MARKERS.get(int(bs), "x"), ls=styles[j % len(styles)],
                            label=f"block {bs}") for j, bs in enumerate(sizes)]
     ax2.legend(handles=handles, fontsize=8, loc="upper left")

@@ -42,7 +42,7 @@ from gpu_validation.bandwidth import decode_bandwidth
 from gpu_validation.calibration import CalibrationRun, calibrate, write_run
 from gpu_validation.checks import run_checks
 from gpu_validation.features import scaled_model
-from gpu_validation.host_transfer import describe, host_transfers
+from gpu_validation.host_transfer import default_timer, describe, host_transfers
 from gpu_validation.timing import Timer, copy_bandwidth
 from gpu_validation.whole_step import whole_steps
 
@@ -133,8 +133,7 @@ def _whole_steps(device: str, log: Callable[[str], None]) -> pd.DataFrame:
 
 
 def _host_transfers(device: str, log: Callable[[str], None]) -> pd.DataFrame:
-    timer = Timer(device, warmup=2, repeats=7) if device == "cuda" else Timer(device, warmup=1, repeats=2)
-    return host_transfers(get_model(MODEL), device=device, timer=timer, progress=log)
+    return host_transfers(get_model(MODEL), device=device, timer=default_timer(device), progress=log)
 
 
 def _stage(name: str, deadline: float, log: Callable[[str], None], errors: dict[str, str], fn: Callable[[], object]):

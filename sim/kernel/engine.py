@@ -148,16 +148,16 @@ def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float) -> flo
     t = sched.loads.next_ready()
     if t_arrival is not None and t_arrival < t:
         t = t_arrival
-    b = sched.memory.breakdown(sched.waiting_flag())
-    rec.memory.add(b, 0, t - now, 0.0, 0)
-    rec.row(now, t - now, 0, 0, len(sched.waiting), plan, b, 0)
+    record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t, plan, len(sched.waiting))
     return t
 
 
-def record_idle(rec, b, now: float, until: float) -> None:
-    """Record the idle row from ``now`` to ``until``: nothing runs, memory stays as ``b`` says."""
+def record_idle(rec, b, now: float, until: float, plan=None, waiting: int = 0) -> None:
+    """Record the idle row from ``now`` to ``until``: nothing runs, memory stays as ``b`` says; ``plan``, the
+    step planned at ``now`` when it admitted only requests that wait for their host loads (its hits counted
+    there), and the requests ``waiting`` meanwhile."""
     rec.memory.add(b, 0, until - now, 0.0, 0)
-    rec.row(now, until - now, 0, 0, 0, None, b, 0)
+    rec.row(now, until - now, 0, 0, waiting, plan, b, 0)
 
 
 class StepWatch:
