@@ -74,18 +74,22 @@ class PagedAllocator(PagedQueries):
         full_tokens: int | None = None,
         apply_watermark: bool = True,
         own_from: int | None = None,
+        lookup_tokens: int | None = None,
     ) -> Admission | None:
         """Allocate ``num_tokens`` slots (prefix hits included). With ``full_tokens`` (vLLM's
         ``scheduler_reserve_full_isl``) admit only if blocks for that many tokens would be free, though only
         ``num_tokens`` are allocated now (chunked prefill allocates the rest chunk by chunk). The watermark
         applies only when ``apply_watermark`` (vLLM: only while other requests are running). ``own_from``:
         the first of ``block_hashes`` that only this request carries (None: none); parked from there on
-        where ``parks_own_blocks``, and told apart from shared ones as the sequence grows (`shared_fill`)."""
+        where ``parks_own_blocks``, and told apart from shared ones as the sequence grows (`shared_fill`).
+        ``lookup_tokens``: the tokens the lookups may cover (never the last of them), by default ``num_tokens``
+        (``full_tokens`` if more, on the GPU); a request given blocks for its hits only while the host tier
+        loads them (``--offload-loads async``) is looked up over its whole prompt, as vLLM looks it up."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
-        hits = self._lookup(block_hashes, max(num_tokens, full_tokens or 0))
+        hits = self._lookup(block_hashes, lookup_tokens or max(num_tokens, full_tokens or 0))
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
             return None
@@ -98,7 +102,7 @@ class PagedAllocator(PagedQueries):
             if pool.take(b):
                 self._num_token_slots += bs
         tier = self.host_tier
-        loaded = self._host_hits(block_hashes, len(hits), num_tokens) if tier is not None else 0
+        loaded = self._host_hits(block_hashes, len(hits), lookup_tokens or num_tokens) if tier is not None else 0
         if loaded:  # host hits fill the first new blocks, cached under their hashes below like computed ones
             tier.load(seq_id, block_hashes, len(hits), loaded)
         table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))

@@ -77,11 +77,11 @@ class GroupMechanics(Preemption):
         s = self.s
         plan = s.plan
         if s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED:
-            # with loads beside the steps, a request with host hits gets blocks for its hits, and a slot for the
-            # first token it will compute (a lookup never covers the last token a sequence holds), no chunk
+            # with loads beside the steps, a request with host hits gets blocks for its hits only, nothing to
+            # compute (vLLM's allocate_slots with no new tokens while the load runs)
             loads = s.loads is not None and self._host_hit(group)
             admission = s.memory.place_first_chunk(
-                group, (lambda remaining: 1) if loads else (lambda remaining: s.chunk(remaining, budget)),
+                group, (lambda remaining: 0) if loads else (lambda remaining: s.chunk(remaining, budget)),
                 full_tokens=group.prefill_target if self.reserve_full_isl else None,
                 apply_watermark=bool(s.running))
             if admission is None:
@@ -150,11 +150,10 @@ class GroupMechanics(Preemption):
         any admission); returns the chunk, or None (nothing changed)."""
         s = self.s
         chunk = s.chunk(group.prefill_remaining, budget)
-        if chunk > 1:  # it holds the slot of the chunk's first token already
-            copies = s.memory.grow_chunk(group.seq_ids[0], chunk - 1)
-            if copies is None:
-                return None
-            s.plan.add_copies(copies)
+        copies = s.memory.grow_chunk(group.seq_ids[0], chunk)
+        if copies is None:
+            return None
+        s.plan.add_copies(copies)
         s.waiting.popleft()
         self._start_running(group)
         return chunk

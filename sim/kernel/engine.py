@@ -135,7 +135,7 @@ def take_step(sched, cost, rec, plan, now: float, until) -> float:
         if duration <= 0:
             raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
         rec.memory.add(b, lag, duration, 0.0, running)
-    rec.row(now, duration, num_steps, running, len(sched.waiting), plan, b, lag)
+    rec.row(now, duration, num_steps, running, sched.queued, plan, b, lag)
     now += duration
     sched.complete(num_steps, now)
     return now
@@ -148,7 +148,7 @@ def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float) -> flo
     t = sched.loads.next_ready()
     if t_arrival is not None and t_arrival < t:
         t = t_arrival
-    record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t, plan, len(sched.waiting))
+    record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t, plan, sched.queued)
     return t
 
 

@@ -93,9 +93,15 @@ class Scheduler:
         return not self.running and not self.waiting and not self.loads
 
     @property
+    def queued(self) -> int:
+        """Groups waiting to be scheduled: the queue, and those loading their host hits beside the steps (vLLM
+        keeps them in its waiting queue, ``WAITING_FOR_REMOTE_KVS``): a step row's ``waiting``."""
+        return len(self.waiting) + (len(self.loads) if self.loads else 0)
+
+    @property
     def load(self) -> int:
         """Groups running or queued here (loading their host hits included)."""
-        return len(self.running) + len(self.waiting) + (len(self.loads) if self.loads else 0)
+        return len(self.running) + self.queued
 
     def pending_prefill(self) -> int:
         """Prompt tokens still to be prefilled by the queued groups and the rest of the running prefills."""

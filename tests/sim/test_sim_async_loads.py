@@ -30,7 +30,9 @@ def with_a_short_request_beside_c() -> Workload:
 def test_the_requests_behind_a_load_do_not_wait_for_it():
     """At t=200 C is placed with its hits and loads 23 host blocks beside the first step, which prefills D alone
     and is charged no load; C is scheduled at the next step (its 88 own tokens). With sync loads both prefill in
-    one step that pays the load, so D's first token comes later."""
+    one step that pays the load, so D's first token comes later. While it loads, C holds the blocks of its hits
+    and nothing more (32: 9 GPU hits, 23 loaded; D 4 more), and the step row counts it as waiting, as vLLM keeps
+    a request in ``WAITING_FOR_REMOTE_KVS`` in its waiting queue."""
     cost = RecordingCost()
     fast = run_simulation(SimConfig(offload_loads="async", **TIER), with_a_short_request_beside_c(), cost=cost)
     sync = run_simulation(SimConfig(**TIER), with_a_short_request_beside_c(), cost=RecordingCost())
@@ -39,7 +41,9 @@ def test_the_requests_behind_a_load_do_not_wait_for_it():
     assert r["host_hit_tokens"].tolist() == sync.requests["host_hit_tokens"].tolist() == [0, 0, 368, 0]
     assert r["gpu_hit_tokens"].tolist() == sync.requests["gpu_hit_tokens"].tolist() == [0, 0, 144, 0]
     at_200 = steps[steps["time_s"] >= 200].head(2)
-    assert at_200[["prefill_tokens", "reload_blocks", "running"]].values.tolist() == [[64, 23, 1], [88, 0, 2]]
+    assert at_200[["prefill_tokens", "reload_blocks", "running", "waiting"]].values.tolist() == [[64, 23, 1, 1],
+                                                                                             [88, 0, 2, 0]]
+    assert at_200["used_blocks"].iloc[0] == 32 + 4
     first, second = at_200["duration_s"].tolist()
     load = cost.transfer_time(swap_slots=368, swap_transfers=23)  # 23 blocks of 16 over PCIe, 80 calls each
     assert 0 < load < first  # landed within the first step: C goes in at the second
@@ -51,12 +55,13 @@ def test_the_requests_behind_a_load_do_not_wait_for_it():
 def test_a_request_alone_waits_for_its_load_in_an_idle_row():
     """C alone at t=200: nothing to step while its load runs, so a row of no steps of exactly the load's length
     (carrying C's hits and the blocks it loads, so the step table's hits add up to the summary's), then C's
-    prefill."""
+    prefill. The idle row has C waiting, with its 32 hit blocks held."""
     cost = RecordingCost()
     result = run_simulation(SimConfig(offload_loads="async", **TIER), evicting_workload(), cost=cost)
     load = cost.transfer_time(swap_slots=368, swap_transfers=23)
     at_200 = result.steps[result.steps["time_s"] >= 200].head(2)
     assert at_200["num_steps"].tolist() == [0, 1] and at_200["prefill_tokens"].tolist() == [0, 88]
+    assert at_200[["running", "waiting", "used_blocks"]].iloc[0].tolist() == [0, 1, 32]
     assert at_200["duration_s"].iloc[0] == pytest.approx(load)
     assert at_200[["gpu_hit_tokens", "host_hit_tokens", "reload_blocks"]].values.tolist() == [[144, 368, 23], [0, 0, 0]]
     assert result.steps["host_hit_tokens"].sum() == result.summary["host_hit_tokens"] == 368
