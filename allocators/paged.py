@@ -63,6 +63,11 @@ class PagedAllocator(PagedQueries):
             self._cache.insert_full(s.table, s.hashes, s.num_hashed, full, s.own_from)
             s.num_hashed = full
 
+    def cache_blocks(self, seq_id: int) -> None:
+        """Cache the full blocks of a sequence admitted with ``delay_cache_blocks`` (vLLM's ``cache_blocks``)."""
+        if self.prefix_caching:
+            self._cache_full_blocks(self._seqs[seq_id])
+
     def admit(
         self,
         seq_id: int,
@@ -75,6 +80,7 @@ class PagedAllocator(PagedQueries):
         apply_watermark: bool = True,
         own_from: int | None = None,
         lookup_tokens: int | None = None,
+        delay_cache_blocks: bool = False,
     ) -> Admission | None:
         """Allocate ``num_tokens`` slots (prefix hits included). With ``full_tokens`` (vLLM's
         ``scheduler_reserve_full_isl``) admit only if blocks for that many tokens would be free, though only
@@ -84,7 +90,9 @@ class PagedAllocator(PagedQueries):
         where ``parks_own_blocks``, and told apart from shared ones as the sequence grows (`shared_fill`).
         ``lookup_tokens``: the tokens the lookups may cover (never the last of them), by default ``num_tokens``
         (``full_tokens`` if more, on the GPU); a request given blocks for its hits only while the host tier
-        loads them (``--offload-loads async``) is looked up over its whole prompt, as vLLM looks it up."""
+        loads them (``--offload-loads async``) is looked up over its whole prompt, as vLLM looks it up.
+        ``delay_cache_blocks`` (vLLM's name): cache the blocks it fills only when told (`cache_blocks`), as
+        vLLM caches blocks being loaded only once their load is done."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
@@ -116,7 +124,8 @@ class PagedAllocator(PagedQueries):
         self._num_token_slots += num_tokens - len(hits) * bs
         self._settle_last_block(s)
         if hashes:
-            self._cache_full_blocks(s)
+            if not delay_cache_blocks:
+                self._cache_full_blocks(s)
             if tier is not None and tier.write_through:  # the blocks computed so far (`RequestTier`)
                 tier.computed(seq_id, hashes, num_tokens // bs)
         if loaded:

@@ -79,7 +79,7 @@ class GroupMechanics(Preemption):
         if s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED:
             # with loads beside the steps, a request with host hits gets blocks for its hits only, nothing to
             # compute (vLLM's allocate_slots with no new tokens while the load runs)
-            loads = s.loads is not None and self._host_hit(group)
+            loads = self._loads_apply(group) and self._host_hit(group)
             admission = s.memory.place_first_chunk(
                 group, (lambda remaining: 0) if loads else (lambda remaining: s.chunk(remaining, budget)),
                 full_tokens=group.prefill_target if self.reserve_full_isl else None,
@@ -89,7 +89,7 @@ class GroupMechanics(Preemption):
             group.prefill_done = admission.cached_tokens
             self._count_cached(group, admission.cached_tokens, admission)
             if loads:
-                self._start_loading(group, admission.host_blocks)
+                self._start_loading(group, admission)
             else:
                 self._start_running(group)
             return True
@@ -129,6 +129,12 @@ class GroupMechanics(Preemption):
                     plan.reload_slots += blocks * self.s.memory.block_size
                     plan.reload_transfers += self.s.memory.reload_transfers(blocks)
 
+    def _loads_apply(self, group: SequenceGroup) -> bool:
+        """Whether the group's host hits would load beside the steps: a fresh single sequence, placed a chunk at
+        a time (`place_group`), with ``--offload-loads async``."""
+        s = self.s
+        return s.loads is not None and s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED
+
     def _host_hit(self, group: SequenceGroup) -> bool:
         """Whether a fresh group would find part of its prefix in the host tier now."""
         if not group.hashes:
@@ -136,14 +142,38 @@ class GroupMechanics(Preemption):
         cached, gpu = self.s.memory.cached_split(group.hashes, group.prefill_target)
         return cached > gpu
 
-    def _start_loading(self, group: SequenceGroup, blocks: int) -> None:
+    def _load_in_flight(self, group: SequenceGroup) -> bool:
+        """Whether a fresh group's host hits include a block another request's load is bringing in: it then
+        waits for that load (vLLM's offloading connector delays it rather than load a block twice)."""
+        if not group.hashes or not self.s.loads.being_loaded:
+            return False
+        cached, gpu = self.s.memory.cached_split(group.hashes, group.prefill_target)
+        size = self.s.memory.block_size
+        return cached > gpu and self.s.loads.overlaps(group.hashes[gpu // size:cached // size])
+
+    def _loaded_first(self) -> bool:
+        """Put the queued groups whose host hits are loaded at the head (in queue order), where a priority or
+        ``lpm`` order may have left them behind a group that does not fit beside the blocks they hold, with
+        nothing running: each then runs or is refused before that group is (it is not refused while they hold
+        memory). Whether any moved. (They leave the queue in the same round, so a priority order holds again.)"""
+        waiting = self.s.waiting
+        loaded = [g for g in waiting if g.state == LOADED]
+        if not loaded:
+            return False
+        for group in loaded:
+            waiting.remove(group)
+        waiting.extendleft(reversed(loaded))
+        return True
+
+    def _start_loading(self, group: SequenceGroup, admission: Admission) -> None:
         """The group holds its hits' blocks and waits, off the queue, for its host blocks to be loaded."""
         s = self.s
         if group.admitted_s < 0:
             group.admitted_s = s.now
         group.state = LOADING
         group.epoch += 1
-        s.loads.start(group, blocks, s.now)
+        stop = admission.cached_tokens // s.memory.block_size
+        s.loads.start(group, group.hashes[stop - admission.host_blocks:stop], s.now)
 
     def _admit_loaded(self, group: SequenceGroup, budget: int) -> int | None:
         """Schedule a group whose host hits are loaded: its first chunk, if memory has room (no preemption, as for
@@ -177,6 +207,19 @@ class GroupMechanics(Preemption):
             return False
         if s.waiting.lpm:
             s.waiting.order_by_prefix(s.memory.cached_split, s.memory.block_size, s.memory.touch_prefixes)
+        if s.loads is None:
+            return self._admit_in_order(budget, None)
+        skipped: list[SequenceGroup] = []
+        admitted = self._admit_in_order(budget, skipped)
+        for group in reversed(skipped):  # back where they were (vLLM's skipped waiting requests)
+            s.waiting.requeue(group)
+        s.skipped_for_loads = bool(skipped)
+        return admitted
+
+    def _admit_in_order(self, budget: int, skipped: list[SequenceGroup] | None) -> bool:
+        """`admit_waiting`'s loop; ``skipped`` (with loads beside the steps) collects the groups taken off the
+        queue to wait for a load in flight, for the caller to put back."""
+        s = self.s
         admitted = False
         while s.waiting and (budget > 0 or not s.continuous):
             group = s.waiting[0]
@@ -199,12 +242,17 @@ class GroupMechanics(Preemption):
                 continue
             if group.state != SWAPPED:  # tried: its lookup may count as use (SGLang's, before its budget test)
                 s.memory.touch_prefixes(((group.hashes, group.prefill_target),))
+                if skipped is not None and self._loads_apply(group) and self._load_in_flight(group):
+                    skipped.append(s.waiting.popleft())
+                    continue
             if not s.chunked and self.prefill_need(group) > budget:
                 s.memory_blocked = False
                 return admitted
             if not self.place_group(group, budget):
-                if s.running:
+                if s.running or s.loads:  # memory frees as they finish, or their loads land (those go first)
                     return admitted
+                if self._loaded_first():
+                    continue
                 s.waiting.popleft()
                 self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
                                    "than the whole pool has)", s.now)

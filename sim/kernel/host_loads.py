@@ -5,12 +5,17 @@ to compute (``WAITING_FOR_REMOTE_KVS``); its worker copies the host blocks in on
 steps run, and the scheduler schedules the request at the first step after the load is seen done. The requests
 behind it are admitted meanwhile, and no step waits for the copy. Loads queue on that one stream: each starts
 when its step does or when the load before it ends, whichever is later, so they finish in the order they start.
+
+With prefix caching a loading request's blocks are cached only once its load is done (``delay_cache_blocks``),
+and a request whose host hits include a block another load is bringing in is not loaded twice: it is skipped
+(left in the queue, the requests behind it tried) until that load is done, when it hits those blocks on the GPU
+(the connector's ``_blocks_being_loaded``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S
 from sim.kernel.sequence_group import SequenceGroup
@@ -19,20 +24,28 @@ from sim.kernel.sequence_group import SequenceGroup
 class HostLoads:
     """The loads in flight, in the order they started (which is the order they finish)."""
 
-    __slots__ = ("seconds_of", "_ready", "free_at")
+    __slots__ = ("seconds_of", "_ready", "_hashes", "being_loaded", "free_at")
 
     def __init__(self, seconds_of: Callable[[int], float]) -> None:
         self.seconds_of = seconds_of  # a load of that many host blocks, in seconds (the cost model's swap-in)
         self._ready: dict[SequenceGroup, float] = {}
+        self._hashes: dict[SequenceGroup, Sequence[int]] = {}  # the block hashes each load brings in
+        self.being_loaded: set[int] = set()  # all of them
         self.free_at = -math.inf  # when the stream has copied every load started so far
 
     def __len__(self) -> int:
         return len(self._ready)
 
-    def start(self, group: SequenceGroup, blocks: int, now: float) -> None:
-        """``group``'s load of ``blocks`` host blocks starts with the step that begins at ``now``."""
-        self.free_at = max(now, self.free_at) + self.seconds_of(blocks)
+    def start(self, group: SequenceGroup, hashes: Sequence[int], now: float) -> None:
+        """``group``'s load of the host blocks hashed ``hashes`` starts with the step that begins at ``now``."""
+        self.free_at = max(now, self.free_at) + self.seconds_of(len(hashes))
         self._ready[group] = self.free_at
+        self._hashes[group] = hashes
+        self.being_loaded.update(hashes)
+
+    def overlaps(self, hashes: Sequence[int]) -> bool:
+        """Whether a load in flight brings in any of ``hashes`` (a request hitting them waits for it)."""
+        return bool(self.being_loaded) and not self.being_loaded.isdisjoint(hashes)
 
     def next_ready(self) -> float | None:
         """When the first load in flight ends (None: none in flight)."""
@@ -48,4 +61,5 @@ class HostLoads:
             done.append(group)
         for group in done:
             del self._ready[group]
+            self.being_loaded.difference_update(self._hashes.pop(group))
         return done

@@ -222,21 +222,27 @@ class KVMemory:
                           apply_watermark: bool) -> Admission | None:
         """Admit a single sequence about to be prefilled in chunks by a per-chunk allocator (vLLM's paged KV
         cache manager) with slots for its prefix hits and first chunk only; ``chunk_of(remaining)`` sizes the
-        chunk, 0 for none: slots for its hits only, looked up over its whole prompt (a request whose host hits
-        load beside the steps). ``full_tokens``: admit only if that many tokens would fit
-        (``scheduler_reserve_full_isl``)."""
+        chunk, 0 for none: slots for its hits only, looked up over its whole prompt and cached once loaded
+        (`cache_loaded`; a request whose host hits load beside the steps). ``full_tokens``: admit only if that
+        many tokens would fit (``scheduler_reserve_full_isl``)."""
         self.register_prefix(group)
         target = group.prefill_target
         cached = self.cached_tokens(group.hashes, target)
         first = self.new_seq(group)
         chunk = chunk_of(target - cached)
-        options = self._own(group) if chunk else {**self._own(group), "lookup_tokens": target}
+        options = self._own(group) if chunk else {**self._own(group), "lookup_tokens": target,
+                                                   "delay_cache_blocks": True}
         admission = self._alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
                                       max_total_tokens=group.max_total, block_hashes=group.hashes,
                                       full_tokens=full_tokens, apply_watermark=apply_watermark, **options)
         if admission is None:
             self._unplace(group, admitted=False)
         return admission
+
+    def cache_loaded(self, group: SequenceGroup) -> None:
+        """Cache the blocks a group's host hits were loaded into, now that the load is done (vLLM caches them
+        then, not when it allocates them: another request must not hit a block before its KV is in)."""
+        self._alloc.cache_blocks(group.seq_ids[0])
 
     def _unplace(self, group: SequenceGroup, *, admitted: bool) -> None:
         """Undo a placement that failed: free its sequences as a preemption frees them (``admitted``: the

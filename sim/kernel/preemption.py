@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.kernel.sequence_group import SWAPPED, WAITING, SequenceGroup
+from sim.kernel.sequence_group import LOADED, SWAPPED, WAITING, SequenceGroup
 
 
 class Preemption:
@@ -51,7 +51,7 @@ class Preemption:
         victim.preemptions += 1
         self.num_preemptions += 1
         s.plan.preempted += 1
-        if not s.running:
+        if not s.running and not self.held_off_running():
             self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
             return
         if self.swap and decoding and self._swap_room(victim, moved):
@@ -70,6 +70,12 @@ class Preemption:
                                     f"max_num_batched_tokens with chunked prefill off", s.now)
                 return
         s.waiting.requeue(victim)
+
+    def held_off_running(self) -> bool:
+        """Whether groups that are not running hold blocks (``--offload-loads async``: loading their host hits,
+        or loaded and queued): memory frees once they run, so a group that fits in no less is not refused."""
+        s = self.s
+        return s.loads is not None and (bool(s.loads) or any(g.state == LOADED for g in s.waiting))
 
     def _swap_room(self, victim: SequenceGroup, moved: int) -> bool:
         """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one

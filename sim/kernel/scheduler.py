@@ -75,6 +75,7 @@ class Scheduler:
         self.seq_id_order = False  # the running loop goes through decoders in seq-id order (decoders-only step)
         # host-tier loads beside the steps (offload_loads async): ``load_seconds(blocks)`` prices one
         self.loads = HostLoads(load_seconds) if load_seconds is not None else None
+        self.skipped_for_loads = False  # the last admission round left a group waiting for a load in flight
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -125,6 +126,7 @@ class Scheduler:
         if self.loads:
             for group in reversed(self.loads.done(now)):  # back at the head, the earliest first
                 group.state = LOADED
+                self.memory.cache_loaded(group)
                 self.waiting.requeue(group)
         if self.carry is not None:
             plan.copy_slots, plan.page_maps = self.carry
@@ -279,7 +281,7 @@ class Scheduler:
             self.window_figures(plan, joining)
         plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
-                        and not self.beams.groups
+                        and not self.beams.groups and not self.skipped_for_loads
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
 

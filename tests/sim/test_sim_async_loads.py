@@ -68,6 +68,39 @@ def test_a_request_alone_waits_for_its_load_in_an_idle_row():
     assert result.requests["first_token_s"].iloc[2] == pytest.approx(200 + load + at_200["duration_s"].iloc[1])
 
 
+def test_a_request_hitting_blocks_being_loaded_waits_for_that_load():
+    """C and C2 share A's prefix and arrive with D (16 tokens of its own). C loads the 23 host blocks; C2, whose
+    host hits are those blocks, is not loaded a second time: it waits in the queue (D behind it goes in), and
+    once C's load is done (within the first step) it hits all 32 blocks on the GPU and prefills beside C.
+    Before that C's loaded blocks are not cached, so nothing computes on KV that is not in yet."""
+    twins = Workload(arrival_time_s=np.array([0.0, 100.0, 200.0, 200.0, 200.0]),
+                     prompt_tokens=np.array([600, 600, 600, 600, 16]), output_tokens=np.full(5, 5),
+                     prefix_group=np.array([0, 1, 0, 0, 2]), prefix_len=np.array([512, 512, 512, 512, 0]),
+                     name="twins")
+    result = run_simulation(SimConfig(offload_loads="async", **TIER), twins, cost=RecordingCost())
+    r, steps = result.requests, result.steps
+    at_200 = steps[steps["time_s"] >= 200].head(2)
+    assert at_200[["prefill_tokens", "running", "waiting", "reload_blocks"]].values.tolist() == [[16, 1, 2, 23],
+                                                                                                 [176, 3, 0, 0]]
+    assert r[["gpu_hit_tokens", "host_hit_tokens"]].values.tolist()[2:] == [[144, 368], [512, 0], [0, 0]]
+    assert r["first_token_s"].iloc[3] == r["first_token_s"].iloc[2] > r["first_token_s"].iloc[4]
+    assert steps["reload_blocks"].sum() == 23
+
+
+def test_a_request_that_does_not_fit_beside_a_loading_one_waits_for_it():
+    """E (400 tokens, 25 blocks) arrives with C, which holds 32 of the 47 blocks while it loads, with nothing
+    running: E is not refused as if the pool were empty; it runs once C has finished, as with sync loads."""
+    w = Workload(arrival_time_s=np.array([0.0, 100.0, 200.0, 200.0]), prompt_tokens=np.array([600, 600, 600, 400]),
+                 output_tokens=np.full(4, 5), prefix_group=np.array([0, 1, 0, 3]),
+                 prefix_len=np.array([512, 512, 512, 0]), name="evicting+long")
+    fast = run_simulation(SimConfig(offload_loads="async", **TIER), w, cost=RecordingCost())
+    sync = run_simulation(SimConfig(**TIER), w, cost=RecordingCost())
+    assert not fast.requests["rejected"].any()
+    at_200 = fast.steps[fast.steps["time_s"] >= 200]
+    assert at_200[["running", "waiting", "used_blocks"]].iloc[0].tolist() == [0, 2, 32]
+    assert fast.requests["first_token_s"].tolist() == pytest.approx(sync.requests["first_token_s"].tolist())
+
+
 @pytest.mark.parametrize("policy,gib", [("write_back", 4.0), ("write_through", 16.0)])
 def test_fast_forward_equals_step_by_step_with_async_loads(policy, gib):
     """(A write-through host smaller than the GPU's cache holds what the GPU holds: 16 GiB to see host hits.)"""
