@@ -190,11 +190,11 @@ class SimConfig:
         if self.offload_loads == "async" and not self.cpu_offload_gib > 0:
             raise ValueError("--offload-loads async loads host-tier hits: it needs --cpu-offload-gib > 0")
         if self.offload_loads == "async" and (self.allocator != "paged" or not self.chunked_prefill
-                                              or self.scheduler != "continuous" or self.replicas != 1):
-            raise ValueError("--offload-loads async is vLLM's offloading connector: it needs --allocator paged, "
-                             "continuous batching with chunked prefill and one replica, got --allocator "
+                                              or self.scheduler != "continuous"):
+            raise ValueError("--offload-loads async is vLLM's offloading connector: it needs --allocator paged and "
+                             "continuous batching with chunked prefill, got --allocator "
                              f"{self.allocator}, --scheduler {self.scheduler}, chunked prefill "
-                             f"{'on' if self.chunked_prefill else 'off'}, --replicas {self.replicas}")
+                             f"{'on' if self.chunked_prefill else 'off'}")
         if self.offload_eviction_policy not in OFFLOAD_EVICTION_POLICIES:
             raise ValueError(f"--offload-eviction-policy must be one of {', '.join(OFFLOAD_EVICTION_POLICIES)}, "
                              f"got {self.offload_eviction_policy!r}")

@@ -34,7 +34,15 @@ import simpy
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
-from sim.kernel.engine import StepWatch, catch_up, record_idle, record_snapshot, run_until, take_step
+from sim.kernel.engine import (
+    StepWatch,
+    catch_up,
+    record_idle,
+    record_snapshot,
+    run_until,
+    take_step,
+    wait_for_loads,
+)
 from sim.kernel.fleet_replica import Replica
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, resolve_capacity, snapshot_count, summary_extra
@@ -215,11 +223,15 @@ class Fleet:
                 now = env.now
                 continue
             plan = sched.plan_step(now)
-            if not sched.running:  # everything queued was rejected
+            if not sched.running:  # everything queued was rejected, or waits for its host hits to load
+                if sched.loads:
+                    now = replica.busy_until = wait_for_loads(sched, rec, plan, self._next_time(replica), now)
+                    if self.coupled:  # the router may look at this replica before the wait ends
+                        yield from catch_up(env, now)
                 continue
             now = replica.busy_until = take_step(sched, cost, rec, plan, now, lambda: run_until(
                 self._next_time(replica) if self.coupled or not sched.waiting or sched.waiting.reorders
-                else None, snapshots, self.source.time_of))
+                else None, snapshots, self.source.time_of, sched.loads.next_ready() if sched.loads else None))
             watch.after_step(replica.delivered - len(sched.live))
             if self.coupled:  # the router may look at this replica before the row ends
                 yield from catch_up(env, now)

@@ -1,17 +1,21 @@
 """``--offload-loads async``: host-tier hits loaded beside the steps, as vLLM's offloading connector loads them.
-The loading request holds its blocks and waits; no step is charged the load; the requests behind it run; it is
-scheduled at the first step that starts after its load; fast-forward equals step-by-step; bad combinations get a
-one-line error."""
+The loading request holds its hits' blocks and waits; no step is charged the load; the requests behind it run;
+it is scheduled at the first step that starts after its load; a request hitting blocks being loaded waits for
+that load; fast-forward equals step-by-step, in fleets too; bad combinations get a one-line error."""
+
+import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 import workloads
 from sim.cli import main
 from sim.kernel.config import SimConfig
-from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_tiered_run
+from sim.kernel.fleet import run_fleet
+from sim.kernel.runner import run_simulation, write_result
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary, assert_same_tiered_run
 from tests.sim.test_sim_host_tier import MOONCAKE, RecordingCost, evicting_workload
 from workloads import Workload
 
@@ -115,6 +119,46 @@ def test_fast_forward_equals_step_by_step_with_async_loads(policy, gib):
         assert fast.steps[column].sum() == fast.summary[column], column
     sync = run_simulation(SimConfig(**{**options, "offload_loads": "sync"}), w)
     assert fast.summary["host_hit_tokens"] == sync.summary["host_hit_tokens"]
+
+
+FLEET = dict(model="qwen3-8b", gpu="h200", kv_tokens=40_000, cpu_offload_gib=4.0, offload_loads="async",
+             debug_invariants=50)
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-kv", "prefix-aware"])
+def test_each_replica_of_a_fleet_loads_beside_its_steps(router):
+    """Three replicas, each with its own host tier and copy stream: fast-forward equals step by step (routers
+    that read replica state see its loading requests as queued), and one replica is the single engine."""
+    w = workloads.load_trace(MOONCAKE).head(300)
+    config = SimConfig(replicas=3, router=router, **FLEET)
+    fast = run_fleet(config, w)
+    slow = run_fleet(dataclasses.replace(config, step_by_step=True), w)
+    assert fast.summary["host_hit_tokens"] > 0 and fast.summary["preemptions"] > 0
+    assert fast.requests["replica"].tolist() == slow.requests["replica"].tolist()
+    for column in ("first_token_s", "finished_s"):
+        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
+    assert_same_memory_map(fast, slow)
+
+
+def test_one_replica_loading_beside_its_steps_is_the_single_engine():
+    w = workloads.load_trace(MOONCAKE).head(300)
+    single = run_simulation(SimConfig(**FLEET), w)
+    fleet = run_fleet(SimConfig(**FLEET), w)
+    assert single.summary["host_hit_tokens"] > 0
+    for name in ("requests", "steps", "memory"):
+        pd.testing.assert_frame_equal(getattr(fleet, name).drop(columns="replica"), getattr(single, name))
+
+
+def test_a_fleet_loading_beside_its_steps_writes_the_same_files_from_worker_processes(tmp_path):
+    w = workloads.load_trace(MOONCAKE).head(300)
+    config = SimConfig(replicas=3, router="round-robin", **{**FLEET, "debug_invariants": 0})
+    one, two = run_simulation(config, w), run_simulation(config, w, workers=2)
+    assert one.summary["host_hit_tokens"] > 0
+    for result in (one, two):
+        result.summary.pop("wall_time_s")
+    files = [{p.name: p.read_bytes() for p in write_result(r, tmp_path / str(n), "csv")} for n, r in enumerate((one, two))]
+    assert files[0] == files[1]
 
 
 @pytest.mark.parametrize("args,message", [
