@@ -20,6 +20,7 @@ fit and is rejected, so nothing loops forever.
 from __future__ import annotations
 
 from collections.abc import Collection
+from itertools import islice
 
 from allocators.base import Admission
 from sim.kernel.preemption import Preemption
@@ -231,6 +232,9 @@ class GroupMechanics(Preemption):
                 if chunk is None:
                     if s.running or s.loads:  # memory frees as they finish, or their loads land
                         return admitted
+                    if any(g.state == LOADED for g in islice(s.waiting, 1, None)):  # another may fit: it goes
+                        skipped.append(s.waiting.popleft())  # first, this one after it (back at the head)
+                        continue
                     s.waiting.popleft()
                     s.memory.free_group(group, {}, False)
                     self.reject(group, "its loaded prefix and first chunk do not fit beside the blocks the other "
