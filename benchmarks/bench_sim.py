@@ -66,6 +66,8 @@ def main() -> None:
                         help="write-through: how the host tier picks what to drop")
     parser.add_argument("--offload-store-threshold", type=int, default=0,
                         help="write-through: store a block once this many requests offered it (below 2: all)")
+    parser.add_argument("--offload-loads", default="sync", choices=["sync", "async"],
+                        help="host-tier loads charged to the admitting step, or beside the steps (paged)")
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
                         help="turn vLLM v1's default automatic prefix caching off")
     args = parser.parse_args()
@@ -80,7 +82,8 @@ def main() -> None:
     t1 = time.perf_counter()
     tier = ({"cpu_offload_gib": args.cpu_offload_gib, "offload_write_policy": args.offload_write_policy,
              "offload_store_threshold": args.offload_store_threshold,
-             "offload_eviction_policy": args.offload_eviction_policy} if args.cpu_offload_gib else {})
+             "offload_eviction_policy": args.offload_eviction_policy, "offload_loads": args.offload_loads}
+            if args.cpu_offload_gib else {})
     common = dict(allocator=args.allocator, seed=args.seed, prefix_caching=args.prefix_caching, **tier)
     if args.workload == "azure":
         config = SimConfig(model="llama-2-7b", gpu="a100-40gb", **common)
