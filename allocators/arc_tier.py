@@ -35,8 +35,9 @@ class ArcTier(RequestTier):
 
     __slots__ = ("_t1", "_t2", "_b1", "_b2", "target_t1_size")
 
-    def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0) -> None:
-        super().__init__(num_blocks, block_bytes, store_threshold=store_threshold)
+    def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0,
+                 prompt_only: bool = False) -> None:
+        super().__init__(num_blocks, block_bytes, store_threshold=store_threshold, prompt_only=prompt_only)
         self._t1: OrderedDict[int, None] = OrderedDict()
         self._t2: OrderedDict[int, None] = OrderedDict()
         self._b1: OrderedDict[int, None] = OrderedDict()

@@ -45,8 +45,9 @@ class LruTier(RequestTier):
 
     __slots__ = ("_rank", "_order_ticks", "_groups", "_unsorted", "_group_ranks", "_num_queued", "_clock")
 
-    def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0) -> None:
-        super().__init__(num_blocks, block_bytes, store_threshold=store_threshold)
+    def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0,
+                 prompt_only: bool = False) -> None:
+        super().__init__(num_blocks, block_bytes, store_threshold=store_threshold, prompt_only=prompt_only)
         self._rank: dict[int, int] = {}
         self._order_ticks: list[int] = []  # the tick of each entry of ``_order`` (increasing)
         self._groups: dict[int, list[tuple[int, int]]] = {}

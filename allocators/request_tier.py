@@ -8,7 +8,9 @@ rank blocks on those events. What they share, here:
 
 - **What is offered.** Each step offers the blocks the request completed since its last successful store
   (its own hits included), except that a request loading host hits skips every hit block (vLLM's default
-  ``CHUNK_LEVEL`` policy). A block the host holds is reused, one it lacks is stored.
+  ``CHUNK_LEVEL`` policy). A block the host holds is reused, one it lacks is stored. With ``prompt_only``
+  (vLLM's ``offload_prompt_only``, on by default) only the blocks of its prompt are offered (`offer_limit`):
+  what it generates is stored, if at all, as part of a later request's prompt (a conversation's next turn).
 - **All or nothing.** A store that needs more evictions than the host has blocks outside the offer fails
   whole, and its blocks are offered again with the next step's (`prepare_store` returns None and the
   request's store index does not advance): a host smaller than one step's blocks stores nothing.
@@ -62,21 +64,30 @@ class RequestTier(HostTier):
     """`HostTier`'s blocks, swap parking and lookups, filled by request (the module doc); the order is the
     subclass's."""
 
-    __slots__ = ("store_filter", "_requests")
+    __slots__ = ("store_filter", "prompt_only", "_requests", "_limits")
 
     write_through = True
 
-    def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0) -> None:
-        """``store_threshold``: offers a block needs before it is stored (below 2: none)."""
+    def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0,
+                 prompt_only: bool = False) -> None:
+        """``store_threshold``: offers a block needs before it is stored (below 2: none); ``prompt_only``:
+        offer a sequence's prompt blocks only (told by `offer_limit`)."""
         super().__init__(num_blocks, block_bytes)
         self.store_filter = StoreFilter(store_threshold) if store_threshold >= 2 else None
+        self.prompt_only = prompt_only
         self._requests: dict[int, Access] = {}
+        self._limits: dict[int, int] = {}  # sequence -> the blocks it may offer (its prompt's full blocks)
 
     @property
     def skipped_blocks(self) -> int:
         return 0 if self.store_filter is None else self.store_filter.skipped_blocks
 
     # -- the allocator's calls -----------------------------------------------------------------------------
+    def offer_limit(self, seq_id: int, blocks: int) -> None:
+        """With ``prompt_only``, sequence ``seq_id`` offers at most its first ``blocks`` blocks (its prompt's
+        full blocks; told before it is placed)."""
+        if self.prompt_only:
+            self._limits[seq_id] = blocks
     def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
         """Load the host hits ``block_hashes[start:start + count]`` (after ``start`` GPU hits) into the GPU: the
         request reuses them, and its stores skip every hit block. Returns the blocks loaded."""
@@ -95,7 +106,7 @@ class RequestTier(HostTier):
         stores the new ones, evicting as its policy says outside the offer, or none if too few are left).
         Returns the blocks stored."""
         a = self._access(seq_id)
-        stop = min(full, len(block_hashes))
+        stop = min(full, len(block_hashes), self._limits.get(seq_id, full))
         if stop <= a.next_stored:
             return 0
         self._check_positions(stop)
@@ -155,6 +166,7 @@ class RequestTier(HostTier):
     def release(self, seq_id: int, finished: bool) -> None:
         """The sequence is freed: if it ``finished``, the policy reads its record (`_finish`); either way the
         record ends."""
+        self._limits.pop(seq_id, None)
         a = self._requests.pop(seq_id, None)
         if a is None:
             return

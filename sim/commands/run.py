@@ -141,6 +141,9 @@ def simulation_options(func):
         _field_option("--offload-store-threshold", type=int,
                       help="With --offload-write-policy write_through: store a block on the host only once this "
                            "many requests have offered it (vLLM's store_threshold; below 2: every block)."),
+        _field_option("--offload-prompt-only/--no-offload-prompt-only", "offload_prompt_only",
+                      help="With --offload-write-policy write_through: store a request's prompt blocks only, "
+                           "not the blocks it generates (vLLM's offload_prompt_only, on by default)."),
         _field_option("--watermark", type=float,
                       help="Fraction of blocks an admission must leave free (paged allocators)."),
         click.option("--step-time", type=float, help="Every step takes this many seconds (no cost model)."),

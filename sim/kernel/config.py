@@ -91,7 +91,8 @@ class SimConfig:
     ``write_through`` (when it is computed, as vLLM's offloading connector does); ``offload_store_threshold``
     (write-through; below 2: off) stores a block only once that many requests have offered it (vLLM's
     ``store_threshold``, `allocators.store_filter`); ``offload_eviction_policy`` (write-through) is vLLM's
-    ``eviction_policy``: ``lru`` or ``arc``. ``offload_loads``: ``sync`` charges a host hit's load to the step that
+    ``eviction_policy``: ``lru`` or ``arc``. ``offload_prompt_only`` (write-through) stores a request's prompt
+    blocks only, not what it generates (vLLM's ``offload_prompt_only``, on by default). ``offload_loads``: ``sync`` charges a host hit's load to the step that
     admits it (every request in that step waits for it); ``async`` runs it beside the steps as vLLM's offloading
     connector does (the request holds its blocks, waits for its load, and is scheduled at the first step that
     starts after it; the requests behind it go on being admitted): `paged` with chunked prefill, one replica.
@@ -131,6 +132,7 @@ class SimConfig:
     cpu_offload_gib: float = 0.0
     offload_write_policy: str = "write_back"
     offload_store_threshold: int = 0
+    offload_prompt_only: bool = True
     offload_eviction_policy: str = "lru"
     offload_loads: str = "sync"
     watermark: float = 0.0

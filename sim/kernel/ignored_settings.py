@@ -38,6 +38,10 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> 
         write_through_only.append((f"--offload-store-threshold {config.offload_store_threshold}", "store to",
                                    "it filters write-through stores (vLLM's store_threshold); a write_back tier "
                                    "stores only what the GPU evicts"))
+    if config.offload_prompt_only != defaults.offload_prompt_only:
+        write_through_only.append(("--no-offload-prompt-only", "store to",
+                                   "it widens write-through stores to generated blocks (vLLM's "
+                                   "offload_prompt_only); a write_back tier stores what the GPU evicts"))
     if config.offload_eviction_policy != defaults.offload_eviction_policy:
         write_through_only.append((f"--offload-eviction-policy {config.offload_eviction_policy}", "evict from",
                                    "it is vLLM's policy for its write-through tier; the write_back tier (SGLang's) "

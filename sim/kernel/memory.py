@@ -134,6 +134,8 @@ class KVMemory:
         self._next_seq += 1
         self.owner[seq_id] = group
         group.seq_ids.append(seq_id)
+        if self.host_tier is not None and self.host_tier.write_through:
+            self.host_tier.offer_limit(seq_id, group.prompt // self.block_size)
         return seq_id
 
     def fork(self, group: SequenceGroup, parent: int) -> tuple[Copy, ...] | None:

@@ -102,8 +102,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
-    None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold`` and
-    ``offload_eviction_policy``: None without ``--cpu-offload-gib``;
+    None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold``,
+    ``offload_eviction_policy`` and ``offload_prompt_only``: None without ``--cpu-offload-gib``;
     ``ignored_settings``, ``clock_omits``, ``memory_omits`` and ``beyond_model_context``, a ``--max-model-len``
     above the model's own context, only when there are any)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
@@ -116,7 +116,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
         **{key: getattr(config, key) if config.cpu_offload_gib > 0 else None
-           for key in ("offload_write_policy", "offload_store_threshold", "offload_eviction_policy")},
+           for key in ("offload_write_policy", "offload_store_threshold", "offload_eviction_policy",
+                       "offload_prompt_only")},
     }
     hybrid = bool(hybrid_kv_groups(config, model))
     if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False))):
@@ -166,7 +167,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
         if config.offload_write_policy == "write_through":
             policy = ArcTier if config.offload_eviction_policy == "arc" else LruTier
             tier = policy.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size,
-                                   store_threshold=config.offload_store_threshold)
+                                   store_threshold=config.offload_store_threshold,
+                                   prompt_only=config.offload_prompt_only)
         else:
             tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size)
     memory = KVMemory(alloc, tier)

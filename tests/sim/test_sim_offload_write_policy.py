@@ -58,13 +58,16 @@ def test_a_host_smaller_than_a_prefill_stores_nothing_when_written_through():
 def test_generated_blocks_are_stored_as_decoding_fills_them():
     """Three turns of one session (100-token messages, 50-token outputs, block 16) on a GPU that evicts
     nothing: turn 1 holds 149 slots (9 full blocks: 6 of prompt, 3 generated), turn 2 299 (18) and turn 3 449
-    (28). Write-through stores each full block once: 28. Write-back stores none, as nothing is evicted."""
+    (28). Write-through without ``offload_prompt_only`` stores each full block once: 28. With it (vLLM's
+    default) a turn's prompt blocks only: 6, then 15 and 25 (a turn's output is stored as part of the next
+    turn's prompt), so 25. Write-back stores none, as nothing is evicted."""
     w = generate("fixed:prompt=100,output=50", "constant:rate=0.001", 3, seed=0, turns=3, turn_gap_s=1000.0)
     for step_by_step in (False, True):
-        r = run_simulation(SimConfig(kv_tokens=20_000, cpu_offload_gib=1.0, offload_write_policy="write_through",
-                                     step_by_step=step_by_step), w)
-        assert r.requests["cached_tokens"].tolist() == [0, 144, 288]
-        assert blocks(r.summary, "offload_bytes") == 28
+        for prompt_only, stored in ((False, 28), (True, 25)):
+            r = run_simulation(SimConfig(kv_tokens=20_000, cpu_offload_gib=1.0, offload_write_policy="write_through",
+                                         offload_prompt_only=prompt_only, step_by_step=step_by_step), w)
+            assert r.requests["cached_tokens"].tolist() == [0, 144, 288]
+            assert blocks(r.summary, "offload_bytes") == stored
     back = run_simulation(SimConfig(kv_tokens=20_000, cpu_offload_gib=1.0), w)
     assert back.summary["offload_bytes"] == 0
 
@@ -72,16 +75,18 @@ def test_generated_blocks_are_stored_as_decoding_fills_them():
 @pytest.mark.parametrize(("allocator", "tier"), [
     ("paged", {}), ("paged-cow", {}), ("radix", {}),
     ("radix", {"offload_store_threshold": 2}), ("radix", {"offload_eviction_policy": "arc"}),
+    ("paged", {"offload_prompt_only": True}),
 ])
 def test_fast_forward_equals_step_by_step_when_written_through(allocator, tier):
     """Sessions (generated blocks have hashes) on a small GPU and a 16-block host, where the order of stores
     decides what the host keeps: skipping decode runs ahead must store in the steps stepping does, with a
-    store threshold (generated blocks are offered as decoding fills them) and under ARC too."""
+    store threshold (generated blocks are offered as decoding fills them, ``offload_prompt_only`` off) and under
+    ARC too; with prompts only stored (vLLM's default) as well."""
     w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=120,output_cv=1,max_total=4000",
                  "poisson:rate=4", 120, seed=3, turns=4, think_time_s=1.0, system_prompt_len=200,
                  system_prompt_frac=0.5)
     options = dict(allocator=allocator, kv_tokens=6000, cpu_offload_gib=0.2, offload_write_policy="write_through",
-                   debug_invariants=50, **tier)
+                   debug_invariants=50, **{"offload_prompt_only": False, **tier})
     fast = run_simulation(SimConfig(**options), w)
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert len(fast.steps) < len(slow.steps)
@@ -183,3 +188,14 @@ def test_the_hybrid_pool_refuses_a_lru_tier():
                                        "--cpu-offload-gib", "1", "--offload-write-policy", "write_through"])
     assert result.exit_code != 0 and result.output.strip().splitlines()[-1].startswith(
         "Error: --offload-write-policy write_through is not modelled")
+
+
+def test_storing_generated_blocks_is_reported_and_named_where_it_does_nothing():
+    s = summaries_by_tier("--no-offload-prompt-only")
+    assert [s[k]["offload_prompt_only"] for k in TIER_SETTINGS] == [False, False, None]
+    assert "ignored_settings" not in s["write-through"]
+    assert s["write-back"]["ignored_settings"] == {
+        "--no-offload-prompt-only": "it widens write-through stores to generated blocks (vLLM's offload_prompt_only); "
+                                    "a write_back tier stores what the GPU evicts"}
+    assert s["no tier"]["ignored_settings"] == {"--no-offload-prompt-only": "this run has no host tier to store to"}
+    assert summaries_by_tier()["write-through"]["offload_prompt_only"] is True
