@@ -20,7 +20,6 @@ fit and is rejected, so nothing loops forever.
 from __future__ import annotations
 
 from collections.abc import Collection
-from itertools import islice
 
 from allocators.base import Admission
 from sim.kernel.preemption import Preemption
@@ -152,20 +151,6 @@ class GroupMechanics(Preemption):
         size = self.s.memory.block_size
         return cached > gpu and self.s.loads.overlaps(group.hashes[gpu // size:cached // size])
 
-    def _loaded_first(self) -> bool:
-        """Put the queued groups whose host hits are loaded at the head (in queue order), where a priority or
-        ``lpm`` order may have left them behind a group that does not fit beside the blocks they hold, with
-        nothing running: each then runs or is refused before that group is (it is not refused while they hold
-        memory). Whether any moved. (They leave the queue in the same round, so a priority order holds again.)"""
-        waiting = self.s.waiting
-        loaded = [g for g in waiting if g.state == LOADED]
-        if not loaded:
-            return False
-        for group in loaded:
-            waiting.remove(group)
-        waiting.extendleft(reversed(loaded))
-        return True
-
     def _start_loading(self, group: SequenceGroup, admission: Admission) -> None:
         """The group holds its hits' blocks and waits, off the queue, for its host blocks to be loaded."""
         s = self.s
@@ -173,6 +158,7 @@ class GroupMechanics(Preemption):
             group.admitted_s = s.now
         group.state = LOADING
         group.epoch += 1
+        s.deferred.add(group)
         stop = admission.cached_tokens // s.memory.block_size
         s.loads.start(group, group.hashes[stop - admission.host_blocks:stop], s.now)
 
@@ -191,6 +177,8 @@ class GroupMechanics(Preemption):
 
     def _start_running(self, group: SequenceGroup) -> None:
         s = self.s
+        if s.loads is not None:
+            s.deferred.discard(group)
         if group.admitted_s < 0:
             group.admitted_s = s.now
         group.state = RUNNING
@@ -213,7 +201,10 @@ class GroupMechanics(Preemption):
         skipped: list[SequenceGroup] = []
         admitted = self._admit_in_order(budget, skipped)
         for group in reversed(skipped):  # back where they were (vLLM's skipped waiting requests)
-            s.waiting.requeue(group)
+            if group.state == LOADED:
+                s.waiting.hold(group, first=True)
+            else:
+                s.waiting.requeue(group)
         s.skipped_for_loads = bool(skipped)
         return admitted
 
@@ -232,8 +223,8 @@ class GroupMechanics(Preemption):
                 if chunk is None:
                     if s.running or s.loads:  # memory frees as they finish, or their loads land
                         return admitted
-                    if any(g.state == LOADED for g in islice(s.waiting, 1, None)):  # another may fit: it goes
-                        skipped.append(s.waiting.popleft())  # first, this one after it (back at the head)
+                    if s.waiting.held > 1:  # another loaded group may fit: it goes first, this one after it
+                        skipped.append(s.waiting.popleft())
                         continue
                     s.waiting.popleft()
                     s.memory.free_group(group, {}, False)
@@ -248,15 +239,15 @@ class GroupMechanics(Preemption):
                 s.memory.touch_prefixes(((group.hashes, group.prefill_target),))
                 if skipped is not None and self._loads_apply(group) and self._load_in_flight(group):
                     skipped.append(s.waiting.popleft())
+                    s.deferred.add(group)
                     continue
             if not s.chunked and self.prefill_need(group) > budget:
                 s.memory_blocked = False
                 return admitted
             if not self.place_group(group, budget):
-                if s.running or s.loads:  # memory frees as they finish, or their loads land (those go first)
+                # memory frees as they finish, as loads land, or as the loaded groups set aside run
+                if s.running or s.loads or skipped and any(g.state == LOADED for g in skipped):
                     return admitted
-                if self._loaded_first():
-                    continue
                 s.waiting.popleft()
                 self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
                                    "than the whole pool has)", s.now)
@@ -333,6 +324,7 @@ class GroupMechanics(Preemption):
         if group.state == SWAPPED:
             self._release_swap(group)
         group.state = REJECTED
+        s.deferred.discard(group)
         s.live.pop(group.index, None)
         self.sink.reject(group, reason, now)
 

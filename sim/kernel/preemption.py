@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.kernel.sequence_group import LOADED, SWAPPED, WAITING, SequenceGroup
+from sim.kernel.sequence_group import SWAPPED, WAITING, SequenceGroup
 
 
 class Preemption:
@@ -75,7 +75,7 @@ class Preemption:
         """Whether groups that are not running hold blocks (``--offload-loads async``: loading their host hits,
         or loaded and queued): memory frees once they run, so a group that fits in no less is not refused."""
         s = self.s
-        return s.loads is not None and (bool(s.loads) or any(g.state == LOADED for g in s.waiting))
+        return s.loads is not None and (bool(s.loads) or s.waiting.held > 0)
 
     def _swap_room(self, victim: SequenceGroup, moved: int) -> bool:
         """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one

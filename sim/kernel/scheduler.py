@@ -76,6 +76,7 @@ class Scheduler:
         # host-tier loads beside the steps (offload_loads async): ``load_seconds(blocks)`` prices one
         self.loads = HostLoads(load_seconds) if load_seconds is not None else None
         self.skipped_for_loads = False  # the last admission round left a group waiting for a load in flight
+        self.deferred: set[SequenceGroup] = set()  # groups deferred for a host load until scheduled (`queued`)
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -95,14 +96,15 @@ class Scheduler:
 
     @property
     def queued(self) -> int:
-        """Groups waiting to be scheduled: the queue, and those loading their host hits beside the steps (vLLM
-        keeps them in its waiting queue, ``WAITING_FOR_REMOTE_KVS``): a step row's ``waiting``."""
-        return len(self.waiting) + (len(self.loads) if self.loads else 0)
+        """A step row's ``waiting``, as vLLM counts ``num_requests_waiting``: the queue, less the groups deferred
+        for a host load (loading, loaded but not yet scheduled, or skipped for another's load: vLLM counts them
+        apart, ``num_skipped_waiting_reqs``, until they are scheduled)."""
+        return len(self.waiting) + (len(self.loads) - len(self.deferred) if self.loads is not None else 0)
 
     @property
     def load(self) -> int:
         """Groups running or queued here (loading their host hits included)."""
-        return len(self.running) + self.queued
+        return len(self.running) + len(self.waiting) + (len(self.loads) if self.loads else 0)
 
     def pending_prefill(self) -> int:
         """Prompt tokens still to be prefilled by the queued groups and the rest of the running prefills."""
@@ -124,10 +126,10 @@ class Scheduler:
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
         if self.loads:
-            for group in reversed(self.loads.done(now)):  # back at the head, the earliest first
+            for group in self.loads.done(now):  # back at the head, behind the groups loaded before
                 group.state = LOADED
                 self.memory.cache_loaded(group)
-                self.waiting.requeue(group)
+                self.waiting.hold(group)
         if self.carry is not None:
             plan.copy_slots, plan.page_maps = self.carry
             self.carry = None

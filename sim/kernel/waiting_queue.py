@@ -17,6 +17,10 @@ queue's order, which earlier sorts made). Two more of SGLang's rules:
   what that one computes); SGLang matches the queue token by token, kvsim by whole blocks (block hashes).
 
 A swapped-out group (its KV waits in host memory; SGLang has no swap) goes first, as under FCFS.
+
+Groups whose host-tier hits are loaded (``--offload-loads async``) hold KV blocks: they are the queue's head
+(``held`` of them, in the order their loads ended), ahead of every other group under every policy, as vLLM drains
+its ``kv_holding_waiting`` queue before its waiting one.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from sim.kernel.sequence_group import SWAPPED, SequenceGroup
+from sim.kernel.sequence_group import LOADED, SWAPPED, SequenceGroup
 
 LPM_SORT_LIMIT = 128
 """The most queued groups ``lpm`` sorts; past it the queue keeps its order (SGLang's
@@ -52,6 +56,13 @@ class WaitingQueue(deque):
         self.priority = priority
         self.lpm = lpm
         self.lpm_max_queue = lpm_max_queue or 1 << 62  # 0: no bound
+        self.held = 0  # the groups at the head that hold KV blocks (loaded host hits): the others queue behind
+
+    def popleft(self) -> SequenceGroup:
+        group = super().popleft()
+        if self.held:
+            self.held -= 1
+        return group
 
     @property
     def sorts_by_prefix(self) -> bool:
@@ -74,14 +85,23 @@ class WaitingQueue(deque):
         if not self.priority:
             self.append(group)
             return
-        self.insert(bisect_right(self, _priority_key(group), key=_priority_key), group)
+        self.insert(bisect_right(self, _priority_key(group), lo=self.held, key=_priority_key), group)
 
     def requeue(self, group: SequenceGroup) -> None:
-        """A preempted group goes back in front of the queue (FCFS), or in priority order (priority)."""
+        """A preempted group goes back in front of the queue (FCFS; behind the groups holding blocks), or in
+        priority order (priority)."""
         if self.priority:
             self.enqueue(group)
+        elif self.held:
+            self.insert(self.held, group)
         else:
             self.appendleft(group)
+
+    def hold(self, group: SequenceGroup, *, first: bool = False) -> None:
+        """A group that holds KV blocks (its host hits loaded) joins the head: behind those there already, or
+        ``first`` (one set aside in this admission round, put back)."""
+        self.insert(0 if first else self.held, group)
+        self.held += 1
 
     def order_by_prefix(self, cached_split: Callable[[Sequence[int], int], tuple[int, int]],
                         block_size: int,
@@ -100,7 +120,7 @@ class WaitingQueue(deque):
         keys: dict[int, float] = {}
         kept: set[int] = set()  # block hashes of the checked groups not deferred (SGLang's waiting-queue tree)
         for g in self:
-            if g.state == SWAPPED:
+            if g.state == SWAPPED or g.state == LOADED:  # (a stable sort keeps the loaded ones, the head, first)
                 keys[g.index] = -math.inf
                 continue
             cached, gpu = cached_split(g.hashes, g.prompt)
