@@ -85,10 +85,10 @@ class LruTier(RequestTier):
         self._order_ticks += range(first, self._clock + 1)
         self._num_queued += len(keys)
 
-    def _forget(self, a: Access, finished: bool) -> None:
-        if finished:  # every hash in its list is ranked anew or gone; a preempted request's keep their ranks
-            self._groups.pop(a.rank, None)
-            self._unsorted.discard(a.rank)
+    def _forget(self, a: Access) -> None:
+        # every hash in its list is ranked anew or gone
+        self._groups.pop(a.rank, None)
+        self._unsorted.discard(a.rank)
 
     def _check_positions(self, stop: int) -> None:
         if stop > _TOP:

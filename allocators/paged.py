@@ -81,6 +81,7 @@ class PagedAllocator(PagedQueries):
         own_from: int | None = None,
         lookup_tokens: int | None = None,
         delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> Admission | None:
         """Allocate ``num_tokens`` slots (prefix hits included). With ``full_tokens`` (vLLM's
         ``scheduler_reserve_full_isl``) admit only if blocks for that many tokens would be free, though only
@@ -92,7 +93,8 @@ class PagedAllocator(PagedQueries):
         (``full_tokens`` if more, on the GPU); a request given blocks for its hits only while the host tier
         loads them (``--offload-loads async``) is looked up over its whole prompt, as vLLM looks it up.
         ``delay_cache_blocks`` (vLLM's name): cache the blocks it fills only when told (`cache_blocks`), as
-        vLLM caches blocks being loaded only once their load is done."""
+        vLLM caches blocks being loaded only once their load is done. ``reserved_blocks``: free blocks what is
+        allocated now must leave to others (vLLM's, for prefills in flight; not counted against ``full_tokens``)."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
@@ -101,7 +103,7 @@ class PagedAllocator(PagedQueries):
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
             return None
-        if self._admission_blocks(hits, num_tokens) > free:
+        if self._admission_blocks(hits, num_tokens) > free - reserved_blocks:
             return None
         bs, pool = self.block_size, self._pool
         for b in hits:  # touch the hits first so that popping new blocks cannot evict them

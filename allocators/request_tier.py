@@ -9,7 +9,7 @@ rank blocks on those events. What they share, here:
 - **What is offered.** Each step offers the blocks the request completed since its last successful store
   (its own hits included), except that a request loading host hits skips every hit block (vLLM's default
   ``CHUNK_LEVEL`` policy). A block the host holds is reused, one it lacks is stored. With ``prompt_only``
-  (vLLM's ``offload_prompt_only``, on by default) only the blocks of its prompt are offered (`offer_limit`):
+  (vLLM's ``offload_prompt_only``, on by default) only the blocks of its prompt are offered (`bind`):
   what it generates is stored, if at all, as part of a later request's prompt (a conversation's next turn).
 - **All or nothing.** A store that needs more evictions than the host has blocks outside the offer fails
   whole, and its blocks are offered again with the next step's (`prepare_store` returns None and the
@@ -21,9 +21,13 @@ rank blocks on those events. What they share, here:
   inserted and which it reused, and the store misses it has reported; the policy reads it when the request
   finishes (`release`).
 
-What kvsim leaves out: stores and loads complete at once (vLLM's are asynchronous, and a block being written
-or read cannot be evicted meanwhile); a request preempted and recomputed starts a new record (vLLM keeps its
-record and the blocks it has seen).
+A request's record outlives its preemption, as vLLM keeps it (the request's context): the sequences that
+place it again are bound to it (`bind`, from `KVMemory.new_seq`), and its offers start again from its first
+block. Stores are made when vLLM makes them: a step's offers once the step is planned, after its admissions
+looked the host up (`hold_stores`, `flush_stores`), and a finished request's blocks are ranked anew after the next
+step's stores; blocks being loaded beside the steps (``--offload-loads async``) are ``pinned``: no store evicts
+them. What kvsim leaves out: stores complete at once (vLLM's are asynchronous, and a block being written cannot
+be evicted meanwhile).
 
 The allocator's calls (``paged.py``; ``KVMemory.free`` calls `release`), each with the sequence id as the
 request::
@@ -32,6 +36,8 @@ request::
     tier.load(seq, hashes, start, n)          # host hits hashes[start:start + n] loaded
     tier.computed(seq, hashes, full)          # the sequence has hashes[:full] computed: store what is due
     tier.release(seq, finished)               # the sequence is freed (finished: for good)
+
+and `KVMemory`'s, as it places a sequence: ``tier.bind(seq, request, prompt_blocks)``.
 
 A policy implements `_recording`, `_reuse` (via `_reused`), `_missed`, `_evict`, `_store`, `_finish`,
 `_forget` and `_check_order`.
@@ -64,30 +70,66 @@ class RequestTier(HostTier):
     """`HostTier`'s blocks, swap parking and lookups, filled by request (the module doc); the order is the
     subclass's."""
 
-    __slots__ = ("store_filter", "prompt_only", "_requests", "_limits")
+    __slots__ = ("store_filter", "prompt_only", "pinned", "_requests", "_bound", "_limits", "_queued", "_finished")
 
     write_through = True
 
     def __init__(self, num_blocks: int, block_bytes: int, *, store_threshold: int = 0,
                  prompt_only: bool = False) -> None:
         """``store_threshold``: offers a block needs before it is stored (below 2: none); ``prompt_only``:
-        offer a sequence's prompt blocks only (told by `offer_limit`)."""
+        offer a sequence's prompt blocks only (told by `bind`)."""
         super().__init__(num_blocks, block_bytes)
         self.store_filter = StoreFilter(store_threshold) if store_threshold >= 2 else None
         self.prompt_only = prompt_only
-        self._requests: dict[int, Access] = {}
-        self._limits: dict[int, int] = {}  # sequence -> the blocks it may offer (its prompt's full blocks)
+        self._requests: dict[object, Access] = {}  # by request (`bind`; a sequence never bound is its own)
+        self._bound: dict[int, object] = {}  # sequence -> its request
+        self._limits: dict[object, int] = {}  # request -> the blocks it may offer (its prompt's full blocks)
+        self._queued: list[tuple[int, Sequence[int], int]] | None = None  # offers held back (`hold_stores`)
+        self._finished: list[object] | None = None  # requests finished since the last `flush_stores` (None: no
+        # steps are planned, as when a test drives the tier: a finished request's record closes at once)
+        self.pinned: set[int] = set()  # hashes being loaded (``--offload-loads async``): no store evicts them
 
     @property
     def skipped_blocks(self) -> int:
         return 0 if self.store_filter is None else self.store_filter.skipped_blocks
 
     # -- the allocator's calls -----------------------------------------------------------------------------
-    def offer_limit(self, seq_id: int, blocks: int) -> None:
-        """With ``prompt_only``, sequence ``seq_id`` offers at most its first ``blocks`` blocks (its prompt's
-        full blocks; told before it is placed)."""
+    def hold_stores(self) -> None:
+        """Hold back every offer (`computed`) until `flush_stores`: vLLM prepares a step's stores after it has
+        scheduled the step, so the lookups of the step's admissions see the host as the step found it."""
+        self._queued = []
+        if self._finished is None:
+            self._finished = []
+
+    def flush_stores(self) -> None:
+        """Make the offers held back, in the order they came (those of sequences freed meanwhile dropped), then
+        close the records of the requests finished since the last flush: vLLM ranks a finished request's blocks
+        anew at the end of the next step it plans, after that step's stores."""
+        queued, self._queued = self._queued, None
+        for seq_id, block_hashes, full in queued or ():
+            self.computed(seq_id, block_hashes, full)
+        finished, self._finished = self._finished or (), []
+        for request in finished:
+            self._close(request)
+
+    def _close(self, request: object) -> None:
+        """The finished request's record: read by the policy (`_finish`), then ended."""
+        self._limits.pop(request, None)
+        a = self._requests.pop(request, None)
+        if a is not None:
+            self._finish(a)
+            self._forget(a)
+
+    def bind(self, seq_id: int, request: object, prompt_blocks: int) -> None:
+        """Sequence ``seq_id`` (about to be placed) is ``request``'s: it carries on the request's record if a
+        preemption left one, offering again from the first block (vLLM restarts its offers); with
+        ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt."""
+        self._bound[seq_id] = request
+        a = self._requests.get(request)
+        if a is not None:
+            a.next_stored = 0
         if self.prompt_only:
-            self._limits[seq_id] = blocks
+            self._limits[request] = prompt_blocks
     def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
         """Load the host hits ``block_hashes[start:start + count]`` (after ``start`` GPU hits) into the GPU: the
         request reuses them, and its stores skip every hit block. Returns the blocks loaded."""
@@ -104,9 +146,12 @@ class RequestTier(HostTier):
     def computed(self, seq_id: int, block_hashes: Sequence[int], full: int) -> int:
         """The sequence has computed its first ``full`` blocks: offer those after its last store (the tier
         stores the new ones, evicting as its policy says outside the offer, or none if too few are left).
-        Returns the blocks stored."""
+        Returns the blocks stored (0 while stores are held back, `hold_stores`)."""
+        if self._queued is not None:
+            self._queued.append((seq_id, block_hashes, full))
+            return 0
         a = self._access(seq_id)
-        stop = min(full, len(block_hashes), self._limits.get(seq_id, full))
+        stop = min(full, len(block_hashes), self._limits.get(self._bound.get(seq_id, seq_id), full))
         if stop <= a.next_stored:
             return 0
         self._check_positions(stop)
@@ -127,7 +172,7 @@ class RequestTier(HostTier):
         if new:
             self._missed(a, new)
         need = len(new) - len(self._free)
-        stored = need <= 0 or self._evict(need, set(offered))  # all or nothing
+        stored = need <= 0 or self._evict(need, set(offered).union(self.pinned))  # all or nothing
         # vLLM records the offer (reused blocks, new ones seen, even if the store fails) before it evicts;
         # doing it after orders nothing differently, as the offer is protected.
         self._recording(a)
@@ -152,33 +197,36 @@ class RequestTier(HostTier):
         request's last store (a block just filled, or blocks a failed store or a fork left unoffered). A
         lazily grown decoder stops one token short of such a fill (`PagedAllocator` ``headroom``), as it is
         tier work in the step that fills the block."""
-        a = self._requests.get(seq_id)
+        a = self._requests.get(self._bound.get(seq_id, seq_id))
         return min(full, len(block_hashes)) > (0 if a is None else a.next_stored)
 
     def store_evicts(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
         """Whether `computed` with ``full`` blocks computed may evict: it would offer more blocks the host lacks
         than it has free (the policy then picks what goes; a store threshold may store fewer)."""
-        a = self._requests.get(seq_id)
+        a = self._requests.get(self._bound.get(seq_id, seq_id))
         start, lru = 0 if a is None else a.next_stored, self._lru
         new = sum(1 for h in block_hashes[start:min(full, len(block_hashes))] if h not in lru)
         return new > len(self._free)
 
     def release(self, seq_id: int, finished: bool) -> None:
-        """The sequence is freed: if it ``finished``, the policy reads its record (`_finish`); either way the
-        record ends."""
-        self._limits.pop(seq_id, None)
-        a = self._requests.pop(seq_id, None)
-        if a is None:
-            return
+        """The sequence is freed. If its request ``finished``, the policy reads its record (`_finish`) and the
+        record ends, at the next `flush_stores`; a preempted request's record waits for the sequence that places
+        it again (`bind`)."""
+        request = self._bound.pop(seq_id, seq_id)
+        if self._queued:  # a sequence preempted while its step is planned offers nothing (vLLM: not scheduled)
+            self._queued = [offer for offer in self._queued if offer[0] != seq_id]
         if finished:
-            self._finish(a)
-        self._forget(a, finished)
+            if self._finished is None:
+                self._close(request)
+            else:
+                self._finished.append(request)
 
     # -- the record ----------------------------------------------------------------------------------------
     def _access(self, seq_id: int) -> Access:
-        a = self._requests.get(seq_id)
+        request = self._bound.get(seq_id, seq_id)
+        a = self._requests.get(request)
         if a is None:
-            a = self._requests[seq_id] = Access()
+            a = self._requests[request] = Access()
         return a
 
     def _reused(self, a: Access, block_hash: int, pos: int) -> None:
@@ -215,8 +263,8 @@ class RequestTier(HostTier):
     def _finish(self, a: Access) -> None:
         """The request finished: reorder what it stored and reused."""
 
-    def _forget(self, a: Access, finished: bool) -> None:
-        """The request's record ends."""
+    def _forget(self, a: Access) -> None:
+        """The finished request's record ends."""
 
     def _room(self) -> int | None:
         """A free host block for swapped KV, evicting as the policy says if none is free."""

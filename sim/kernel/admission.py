@@ -83,7 +83,7 @@ class GroupMechanics(Preemption):
             admission = s.memory.place_first_chunk(
                 group, (lambda remaining: 0) if loads else (lambda remaining: s.chunk(remaining, budget)),
                 full_tokens=group.prefill_target if self.reserve_full_isl else None,
-                apply_watermark=bool(s.running))
+                apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0)
             if admission is None:
                 return False
             group.prefill_done = admission.cached_tokens
@@ -134,6 +134,18 @@ class GroupMechanics(Preemption):
         a time (`place_group`), with ``--offload-loads async``."""
         s = self.s
         return s.loads is not None and s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED
+
+    def _prefills_in_flight(self) -> int:
+        """The blocks the prefills in flight (loading, loaded, or running with prompt left) still need to hold
+        their whole sequences: vLLM 0.33 admits a request that loads its hits only into the free blocks beyond
+        them, as it holds its blocks through the load and cannot be preempted meanwhile."""
+        s = self.s
+        memory, waiting = s.memory, s.waiting
+        held = [waiting[i] for i in range(waiting.held)]
+        need = 0
+        for g in (*s.loads.groups(), *held, *(g for g in s.running if g.num_seqs == 1 and g.prefilling)):
+            need += max(0, memory.blocks_for(g.prefill_target) - memory.held_blocks(g.seq_ids[0]))
+        return need
 
     def _host_hit(self, group: SequenceGroup) -> bool:
         """Whether a fresh group would find part of its prefix in the host tier now."""

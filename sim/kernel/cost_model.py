@@ -116,6 +116,10 @@ class ConstantStepCost(StepCostModel):
                       page_maps: int = 0) -> float:
         return 0.0
 
+    def empty_step_s(self) -> float:
+        """An empty step takes the step time too: a load is seen done at the end of a whole step."""
+        return self.constant
+
     def _sums(self, n: int, c0: int, k: int, window: tuple[int, int] | None = None) -> tuple[float, float]:
         return self.constant * k, self.constant * (k * (k - 1) // 2)
 

@@ -37,11 +37,11 @@ from sim.kernel.config import SimConfig
 from sim.kernel.engine import (
     StepWatch,
     catch_up,
+    empty_step,
     record_idle,
     record_snapshot,
     run_until,
     take_step,
-    wait_for_loads,
 )
 from sim.kernel.fleet_replica import Replica
 from sim.kernel.metrics import Recorder
@@ -223,9 +223,10 @@ class Fleet:
                 now = env.now
                 continue
             plan = sched.plan_step(now)
-            if not sched.running:  # everything queued was rejected, or waits for its host hits to load
-                if sched.loads:
-                    now = replica.busy_until = wait_for_loads(sched, rec, plan, self._next_time(replica), now)
+            if not sched.running:  # everything queued was rejected, waits for its host hits to load, or was preempted
+                waited = empty_step(sched, cost, rec, plan, self._next_time(replica), now)
+                if waited > now:
+                    now = replica.busy_until = waited
                     if self.coupled:  # the router may look at this replica before the wait ends
                         yield from catch_up(env, now)
                 continue

@@ -15,7 +15,7 @@ and a request whose host hits include a block another load is bringing in is not
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S
 from sim.kernel.sequence_group import SequenceGroup
@@ -42,6 +42,10 @@ class HostLoads:
         self._ready[group] = self.free_at
         self._hashes[group] = hashes
         self.being_loaded.update(hashes)
+
+    def groups(self) -> Iterable[SequenceGroup]:
+        """The groups loading, in the order their loads started."""
+        return self._ready.keys()
 
     def overlaps(self, hashes: Sequence[int]) -> bool:
         """Whether a load in flight brings in any of ``hashes`` (a request hitting them waits for it)."""

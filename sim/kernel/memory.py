@@ -134,8 +134,8 @@ class KVMemory:
         self._next_seq += 1
         self.owner[seq_id] = group
         group.seq_ids.append(seq_id)
-        if self.host_tier is not None and self.host_tier.write_through:
-            self.host_tier.offer_limit(seq_id, group.prompt // self.block_size)
+        if self.host_tier is not None and self.host_tier.write_through:  # its record is the request's
+            self.host_tier.bind(seq_id, (group.index, len(group.seq_ids) - 1), group.prompt // self.block_size)
         return seq_id
 
     def fork(self, group: SequenceGroup, parent: int) -> tuple[Copy, ...] | None:
@@ -221,25 +221,41 @@ class KVMemory:
         return admission, copies
 
     def place_first_chunk(self, group: SequenceGroup, chunk_of, *, full_tokens: int | None,
-                          apply_watermark: bool) -> Admission | None:
+                          apply_watermark: bool, reserved_blocks: int = 0) -> Admission | None:
         """Admit a single sequence about to be prefilled in chunks by a per-chunk allocator (vLLM's paged KV
         cache manager) with slots for its prefix hits and first chunk only; ``chunk_of(remaining)`` sizes the
         chunk, 0 for none: slots for its hits only, looked up over its whole prompt and cached once loaded
-        (`cache_loaded`; a request whose host hits load beside the steps). ``full_tokens``: admit only if that
-        many tokens would fit (``scheduler_reserve_full_isl``)."""
+        (`cache_loaded`; a request whose host hits load beside the steps), admitted only into the free blocks
+        beyond ``reserved_blocks``. ``full_tokens``: admit only if that many tokens would fit
+        (``scheduler_reserve_full_isl``)."""
         self.register_prefix(group)
         target = group.prefill_target
         cached = self.cached_tokens(group.hashes, target)
         first = self.new_seq(group)
         chunk = chunk_of(target - cached)
         options = self._own(group) if chunk else {**self._own(group), "lookup_tokens": target,
-                                                   "delay_cache_blocks": True}
+                                                   "delay_cache_blocks": True, "reserved_blocks": reserved_blocks}
         admission = self._alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
                                       max_total_tokens=group.max_total, block_hashes=group.hashes,
                                       full_tokens=full_tokens, apply_watermark=apply_watermark, **options)
         if admission is None:
             self._unplace(group, admitted=False)
         return admission
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks that hold ``num_tokens`` tokens of one sequence."""
+        return -(-num_tokens // self.block_size)
+
+    def held_blocks(self, seq_id: int) -> int:
+        """Blocks sequence ``seq_id`` holds (its block table's length)."""
+        return len(self._alloc.block_table(seq_id))
+
+    @property
+    def held_stores(self):
+        """The write-through host tier, whose stores a step holds back until it is planned (vLLM stores a step's
+        blocks after it schedules, so an admission's lookup sees the host as the step found it); None without."""
+        tier = self.host_tier
+        return tier if tier is not None and tier.write_through else None
 
     def cache_loaded(self, group: SequenceGroup) -> None:
         """Cache the blocks a group's host hits were loaded into, now that the load is done (vLLM caches them

@@ -99,6 +99,12 @@ class StepCostModel:
         self.window_frac = ((m.sliding_window_layers or m.num_layers) / m.num_layers
                             if m.sliding_window is not None else 0.0)
 
+    def empty_step_s(self) -> float:
+        """How long an engine step that schedules nothing takes (vLLM's, while the engine waits for KV loads it
+        has started): none, as vLLM returns such a step without running the model, so a load is seen done as it
+        lands."""
+        return 0.0
+
     def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0,
                       page_maps: int = 0) -> float:
         """Seconds for copies, swaps and page mappings: the bytes really moved (``copy_slots`` token slots

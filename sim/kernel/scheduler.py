@@ -75,6 +75,8 @@ class Scheduler:
         self.seq_id_order = False  # the running loop goes through decoders in seq-id order (decoders-only step)
         # host-tier loads beside the steps (offload_loads async): ``load_seconds(blocks)`` prices one
         self.loads = HostLoads(load_seconds) if load_seconds is not None else None
+        if self.loads is not None and memory.held_stores is not None:  # blocks being loaded are pinned (vLLM)
+            memory.host_tier.pinned = self.loads.being_loaded
         self.skipped_for_loads = False  # the last admission round left a group waiting for a load in flight
         self.deferred: set[SequenceGroup] = set()  # groups deferred for a host load until scheduled (`queued`)
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
@@ -125,6 +127,9 @@ class Scheduler:
         preempting when that fails; then admissions into what is left, unless something was preempted. A
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
+        stores = self.memory.held_stores  # a write-through tier stores the step's blocks once it is planned
+        if stores is not None:
+            stores.hold_stores()
         if self.loads:
             for group in self.loads.done(now):  # back at the head, behind the groups loaded before
                 group.state = LOADED
@@ -155,6 +160,8 @@ class Scheduler:
         else:
             budget = self.walk_running(budget)
         admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
+        if stores is not None:
+            stores.flush_stores()
         self.finish_plan(plan, admitted)
         return plan
 

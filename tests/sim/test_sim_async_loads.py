@@ -105,17 +105,21 @@ def test_a_request_that_does_not_fit_beside_a_loading_one_waits_for_it():
     assert fast.requests["first_token_s"].tolist() == pytest.approx(sync.requests["first_token_s"].tolist())
 
 
-def test_loaded_requests_that_do_not_fit_beside_each_other_go_one_after_the_other():
-    """C1 (620 tokens) and C2 (336) load their 320-token prefixes (20 blocks each) from the host during R's one
-    1-second step; R leaves with it. C1's first chunk (300 tokens, 19 blocks) does not fit beside the blocks C2
-    holds, and nothing runs: C2 (one more block) goes first, C1 once C2 has finished. Neither is refused."""
+def test_a_load_is_admitted_only_into_blocks_the_prefills_in_flight_do_not_need():
+    """C1 (620 tokens, 39 blocks) and C2 (336) have their 320-token prefixes (20 blocks each) on the host; R (16
+    tokens) arrives with them, behind them. C1 is admitted for its 20 hit blocks and loads; C2's 20 do not fit
+    in the free blocks beyond the 19 C1 still needs (27 free, vLLM 0.33's reservation for prefills in flight), so
+    C2 waits, and R behind it: an idle step while C1 loads, then C1, then R, then C2. Nobody is refused."""
     w = Workload(arrival_time_s=np.array([0.0, 0.0, 100.0, 200.0, 200.0, 200.0]),
                  prompt_tokens=np.array([336, 336, 700, 620, 336, 16]), output_tokens=np.array([5, 5, 5, 5, 5, 1]),
                  prefix_group=np.array([0, 1, 2, 0, 1, 3]), prefix_len=np.array([320, 320, 0, 320, 320, 0]),
                  name="two loads")
-    r = run_simulation(SimConfig(offload_loads="async", step_time=1.0, **TIER), w).requests
+    result = run_simulation(SimConfig(offload_loads="async", step_time=1.0, **TIER), w)
+    r = result.requests
     assert not r["rejected"].any() and r["host_hit_tokens"].tolist()[3:] == [320, 320, 0]
-    assert r["first_token_s"].tolist()[3:] == [207.0, 202.0, 201.0]
+    assert r["first_token_s"].tolist()[3:] == [202.0, 208.0, 207.0]
+    first = result.steps[result.steps["time_s"] >= 200].iloc[0]
+    assert (first["num_steps"], first["duration_s"], first["used_blocks"]) == (0, 1.0, 20)
 
 
 @pytest.mark.parametrize("policy,gib", [("write_back", 4.0), ("write_through", 16.0)])

@@ -2,7 +2,9 @@
 
 Each case is run by vLLM's real scheduler (`driver.py`, in a venv with vLLM) and by kvsim (`compare.py`, or
 ``tests/sim/test_sim_vllm_parity.py`` from the committed reference outputs) with the same settings: ``num_blocks``
-blocks of ``block_size`` tokens (kvsim: ``--kv-tokens num_blocks * block_size``), one engine step per second.
+blocks of ``block_size`` tokens (kvsim: ``--kv-tokens num_blocks * block_size``), one engine step per second;
+``cpu_offload_blocks`` host blocks behind vLLM's offloading connector (kvsim: a write-through tier of as many
+blocks, loads beside the steps).
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ CASES: dict[str, dict] = {
     # open-loop sessions: a turn arrives while the previous one may still decode, and hits its generated blocks
     "sessions_open_loop": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
                                           turn_gap=(5, 60)), num_blocks=150),
+    # vLLM's OffloadingConnector (CPU, LRU, prompt blocks only) behind a small GPU: sessions whose earlier turns
+    # come back from host memory, loaded asynchronously (kvsim: --offload-write-policy write_through
+    # --offload-loads async), with preemptions
+    "offload_sessions": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                        turn_gap=(5, 60)), num_blocks=100, cpu_offload_blocks=400),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",

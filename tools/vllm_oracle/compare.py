@@ -24,8 +24,14 @@ METRICS = ("total_steps", "mean_running", "max_running", "preemptions", "prefill
 
 def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
     """The kvsim configuration matching a case's vLLM settings (the flags a user would pass)."""
+    from allocators.catalog import get_model
     from sim.kernel.config import SimConfig
 
+    host = {}
+    if settings.get("cpu_offload_blocks"):  # that many host blocks of kvsim's model, vLLM's connector as it runs
+        block_bytes = get_model(SimConfig().model).kv_bytes_per_token * settings["block_size"]
+        host = dict(cpu_offload_gib=settings["cpu_offload_blocks"] * block_bytes / 2**30,
+                    offload_write_policy="write_through", offload_loads="async")
     return SimConfig(
         trace=str(trace), kv_tokens=settings["num_blocks"] * settings["block_size"],
         block_size=settings["block_size"], max_num_batched_tokens=settings["max_num_batched_tokens"],
@@ -34,7 +40,7 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         long_prefill_token_threshold=settings["long_prefill_token_threshold"],
         scheduler_reserve_full_isl=settings["scheduler_reserve_full_isl"],
         scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
-        memory_snapshots=0)
+        memory_snapshots=0, **host)
 
 
 def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:

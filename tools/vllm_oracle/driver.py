@@ -15,11 +15,9 @@ sampled). Writes ``steps.csv`` (one row per engine step, empty steps included; `
 ``num_requests_waiting``) and ``requests.csv`` (one row per request).
 
 ``--cpu-offload-blocks N`` adds vLLM's ``OffloadingConnector`` with its CPU spec (N host blocks, LRU) and plays its
-worker: every load and store a step asks for is reported done in that step's output (kvsim with ``--step-time 1``
-and ``--offload-loads async``, whose loads land within a step, as ``--offload-write-policy write_through``). No
-committed case uses it yet: on the ``sessions_open_loop`` trace at 100 GPU and 400 host blocks kvsim took vLLM
-0.33's steps exactly for 897 of about 4,360 steps (37 before the fixes this check led to), then a session turn found three host blocks that vLLM's host
-LRU (transfer pinning, provisional ranks by request) no longer held (`docs/vllm-v1.md`).
+worker: every load and store a step asks for is reported done in that step's output (kvsim with ``--step-time 1``,
+``--offload-write-policy write_through`` and ``--offload-loads async``, whose loads land within a step; the case
+``offload_sessions``).
 """
 
 from __future__ import annotations
