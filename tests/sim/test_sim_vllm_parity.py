@@ -31,7 +31,8 @@ def test_the_harness_covers_the_required_cases():
     assert set(CASES) >= {"contended", "ample", "shared_prefix_cached", "shared_prefix_uncached",
                           "long_prompts_2048", "long_prompts_8192", "max_num_seqs", "block_size_32",
                           "offline_burst", "long_prefill_threshold", "reserve_full_isl_off", "priority",
-                          "sessions_open_loop", "offload_sessions"}
+                          "sessions_open_loop", "offload_sessions",
+                          "offload_shared_prefix"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -16,8 +16,8 @@ sampled). Writes ``steps.csv`` (one row per engine step, empty steps included; `
 
 ``--cpu-offload-blocks N`` adds vLLM's ``OffloadingConnector`` with its CPU spec (N host blocks, LRU) and plays its
 worker: every load and store a step asks for is reported done in that step's output (kvsim with ``--step-time 1``,
-``--offload-write-policy write_through`` and ``--offload-loads async``, whose loads land within a step; the case
-``offload_sessions``).
+``--offload-write-policy write_through`` and ``--offload-loads async``, whose loads land within a step; the cases
+``offload_sessions`` and ``offload_shared_prefix``).
 """
 
 from __future__ import annotations
