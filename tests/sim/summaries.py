@@ -45,3 +45,13 @@ def assert_same_tiered_run(fast, slow) -> None:
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+
+
+def assert_same_fleet_run(fast, slow) -> None:
+    """A fleet run against its step-by-step twin: every request on the same replica, its first token and finish
+    to 1e-9, the summary (its replicas' apart) and the memory map."""
+    assert fast.requests["replica"].tolist() == slow.requests["replica"].tolist()
+    for column in ("first_token_s", "finished_s"):
+        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
+    assert_same_memory_map(fast, slow)

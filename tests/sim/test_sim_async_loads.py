@@ -15,7 +15,7 @@ from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.fleet import run_fleet
 from sim.kernel.runner import run_simulation, write_result
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary, assert_same_tiered_run
+from tests.sim.summaries import assert_same_fleet_run, assert_same_tiered_run
 from tests.sim.test_sim_host_tier import MOONCAKE, RecordingCost, evicting_workload
 from workloads import Workload
 
@@ -151,11 +151,7 @@ def test_each_replica_of_a_fleet_loads_beside_its_steps(router):
     fast = run_fleet(config, w)
     slow = run_fleet(dataclasses.replace(config, step_by_step=True), w)
     assert fast.summary["host_hit_tokens"] > 0 and fast.summary["preemptions"] > 0
-    assert fast.requests["replica"].tolist() == slow.requests["replica"].tolist()
-    for column in ("first_token_s", "finished_s"):
-        np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
-    assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
-    assert_same_memory_map(fast, slow)
+    assert_same_fleet_run(fast, slow)
 
 
 def test_one_replica_loading_beside_its_steps_is_the_single_engine():
