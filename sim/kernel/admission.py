@@ -213,10 +213,7 @@ class GroupMechanics(Preemption):
         skipped: list[SequenceGroup] = []
         admitted = self._admit_in_order(budget, skipped)
         for group in reversed(skipped):  # back where they were (vLLM's skipped waiting requests)
-            if group.state == LOADED:
-                s.waiting.hold(group, first=True)
-            else:
-                s.waiting.requeue(group)
+            s.waiting.requeue(group)
         s.skipped_for_loads = bool(skipped)
         return admitted
 
@@ -235,9 +232,6 @@ class GroupMechanics(Preemption):
                 if chunk is None:
                     if s.running or s.loads:  # memory frees as they finish, or their loads land
                         return admitted
-                    if s.waiting.held > 1:  # another loaded group may fit: it goes first, this one after it
-                        skipped.append(s.waiting.popleft())
-                        continue
                     s.waiting.popleft()
                     s.memory.free_group(group, {}, False)
                     self.reject(group, "its loaded prefix and first chunk do not fit beside the blocks the other "
@@ -257,8 +251,7 @@ class GroupMechanics(Preemption):
                 s.memory_blocked = False
                 return admitted
             if not self.place_group(group, budget):
-                # memory frees as they finish, as loads land, or as the loaded groups set aside run
-                if s.running or s.loads or skipped and any(g.state == LOADED for g in skipped):
+                if s.running or s.loads:  # memory frees as they finish, or as loads land
                     return admitted
                 s.waiting.popleft()
                 self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "

@@ -97,10 +97,9 @@ class WaitingQueue(deque):
         else:
             self.appendleft(group)
 
-    def hold(self, group: SequenceGroup, *, first: bool = False) -> None:
-        """A group that holds KV blocks (its host hits loaded) joins the head: behind those there already, or
-        ``first`` (one set aside in this admission round, put back)."""
-        self.insert(0 if first else self.held, group)
+    def hold(self, group: SequenceGroup) -> None:
+        """A group that holds KV blocks (its host hits loaded) joins the head, behind those there already."""
+        self.insert(self.held, group)
         self.held += 1
 
     def order_by_prefix(self, cached_split: Callable[[Sequence[int], int], tuple[int, int]],
