@@ -151,7 +151,7 @@ class RequestTier(HostTier):
             self._queued.append((seq_id, block_hashes, full))
             return 0
         a = self._access(seq_id)
-        stop = min(full, len(block_hashes), self._limits.get(self._bound.get(seq_id, seq_id), full))
+        stop = min(full, len(block_hashes), self._limits.get(self._request_of(seq_id), full))
         if stop <= a.next_stored:
             return 0
         self._check_positions(stop)
@@ -197,13 +197,13 @@ class RequestTier(HostTier):
         request's last store (a block just filled, or blocks a failed store or a fork left unoffered). A
         lazily grown decoder stops one token short of such a fill (`PagedAllocator` ``headroom``), as it is
         tier work in the step that fills the block."""
-        a = self._requests.get(self._bound.get(seq_id, seq_id))
+        a = self._requests.get(self._request_of(seq_id))
         return min(full, len(block_hashes)) > (0 if a is None else a.next_stored)
 
     def store_evicts(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
         """Whether `computed` with ``full`` blocks computed may evict: it would offer more blocks the host lacks
         than it has free (the policy then picks what goes; a store threshold may store fewer)."""
-        a = self._requests.get(self._bound.get(seq_id, seq_id))
+        a = self._requests.get(self._request_of(seq_id))
         start, lru = 0 if a is None else a.next_stored, self._lru
         new = sum(1 for h in block_hashes[start:min(full, len(block_hashes))] if h not in lru)
         return new > len(self._free)
@@ -222,8 +222,12 @@ class RequestTier(HostTier):
                 self._finished.append(request)
 
     # -- the record ----------------------------------------------------------------------------------------
+    def _request_of(self, seq_id: int) -> object:
+        """The request a sequence is bound to (`bind`; a sequence never bound is its own)."""
+        return self._bound.get(seq_id, seq_id)
+
     def _access(self, seq_id: int) -> Access:
-        request = self._bound.get(seq_id, seq_id)
+        request = self._request_of(seq_id)
         a = self._requests.get(request)
         if a is None:
             a = self._requests[request] = Access()

@@ -20,6 +20,7 @@ fit and is rejected, so nothing loops forever.
 from __future__ import annotations
 
 from collections.abc import Collection
+from itertools import islice
 
 from allocators.base import Admission
 from sim.kernel.preemption import Preemption
@@ -141,27 +142,33 @@ class GroupMechanics(Preemption):
         them, as it holds its blocks through the load and cannot be preempted meanwhile."""
         s = self.s
         memory, waiting = s.memory, s.waiting
-        held = [waiting[i] for i in range(waiting.held)]
         need = 0
-        for g in (*s.loads.groups(), *held, *(g for g in s.running if g.num_seqs == 1 and g.prefilling)):
+        for g in (*s.loads.groups(), *islice(waiting, waiting.held),
+                  *(g for g in s.running if g.num_seqs == 1 and g.prefilling)):
             need += max(0, memory.blocks_for(g.prefill_target) - memory.held_blocks(g.seq_ids[0]))
         return need
 
+    def _host_span(self, group: SequenceGroup) -> tuple[int, int]:
+        """The blocks of a fresh group's prefix it would find in the host tier now, ``(start, stop)`` (after its
+        GPU hits; empty if none)."""
+        if not group.hashes:
+            return 0, 0
+        cached, gpu = self.s.memory.cached_split(group.hashes, group.prefill_target)
+        size = self.s.memory.block_size
+        return gpu // size, cached // size
+
     def _host_hit(self, group: SequenceGroup) -> bool:
         """Whether a fresh group would find part of its prefix in the host tier now."""
-        if not group.hashes:
-            return False
-        cached, gpu = self.s.memory.cached_split(group.hashes, group.prefill_target)
-        return cached > gpu
+        start, stop = self._host_span(group)
+        return stop > start
 
     def _load_in_flight(self, group: SequenceGroup) -> bool:
         """Whether a fresh group's host hits include a block another request's load is bringing in: it then
         waits for that load (vLLM's offloading connector delays it rather than load a block twice)."""
-        if not group.hashes or not self.s.loads.being_loaded:
+        if not self.s.loads.being_loaded:
             return False
-        cached, gpu = self.s.memory.cached_split(group.hashes, group.prefill_target)
-        size = self.s.memory.block_size
-        return cached > gpu and self.s.loads.overlaps(group.hashes[gpu // size:cached // size])
+        start, stop = self._host_span(group)
+        return stop > start and self.s.loads.overlaps(group.hashes[start:stop])
 
     def _start_loading(self, group: SequenceGroup, admission: Admission) -> None:
         """The group holds its hits' blocks and waits, off the queue, for its host blocks to be loaded."""

@@ -67,9 +67,11 @@ def plain_number(value: object) -> int | float | None:
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
 OFFLOAD_WRITE_POLICIES = ("write_back", "write_through")
-OFFLOAD_LOAD_MODES = ("sync", "async")
 """When a block reaches the host tier: when the GPU evicts it, or as soon as it is computed
 (`allocators.host_tier`; SGLang HiCache's ``--hicache-write-policy`` values)."""
+OFFLOAD_LOAD_MODES = ("sync", "async")
+"""How host-tier hits are loaded: charged to the step that admits the request, or beside the steps as vLLM's
+offloading connector loads them (`sim.kernel.host_loads`)."""
 OFFLOAD_EVICTION_POLICIES = ("lru", "arc")
 """How a write-through host tier picks what to drop: vLLM's CPU offloading ``eviction_policy`` values
 (`allocators.lru_tier`, `allocators.arc_tier`)."""
@@ -92,10 +94,11 @@ class SimConfig:
     (write-through; below 2: off) stores a block only once that many requests have offered it (vLLM's
     ``store_threshold``, `allocators.store_filter`); ``offload_eviction_policy`` (write-through) is vLLM's
     ``eviction_policy``: ``lru`` or ``arc``. ``offload_prompt_only`` (write-through) stores a request's prompt
-    blocks only, not what it generates (vLLM's ``offload_prompt_only``, on by default). ``offload_loads``: ``sync`` charges a host hit's load to the step that
-    admits it (every request in that step waits for it); ``async`` runs it beside the steps as vLLM's offloading
-    connector does (the request holds its blocks, waits for its load, and is scheduled at the first step that
-    starts after it; the requests behind it go on being admitted): `paged` with chunked prefill, one replica.
+    blocks only, not what it generates (vLLM's ``offload_prompt_only``, on by default). ``offload_loads``:
+    ``sync`` charges a host hit's load to the step that admits it (every request in that step waits for it);
+    ``async`` runs it beside the steps as vLLM's offloading connector does (the request holds its blocks, waits
+    for its load, and is scheduled at the first step that starts after it; the requests behind it go on being
+    admitted): `paged` with chunked prefill, each replica of a fleet loading beside its own steps.
     """
 
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")

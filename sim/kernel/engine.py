@@ -145,27 +145,27 @@ def empty_step(sched, cost, rec, plan, t_arrival: float | None, now: float) -> f
     flight it waits for them (`wait_for_loads`); a step that preempted everything running still takes the time
     of an empty step (`StepCostModel.empty_step_s`; none for the roofline), as vLLM's does, in a row of no steps
     carrying its preemptions; else (everything queued refused) it plans again at once."""
-    if sched.loads:
-        return wait_for_loads(sched, rec, plan, t_arrival, now, cost.empty_step_s())
     seconds = cost.empty_step_s()
+    if sched.loads:
+        return wait_for_loads(sched, rec, plan, t_arrival, now, seconds)
     if plan.preempted and seconds > 0:
         record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, now + seconds, plan, sched.queued)
         return now + seconds
     return now
 
 
-def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float, empty_step: float = 0.0) -> float:
+def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float, step_s: float = 0.0) -> float:
     """Nothing runs while host-tier loads are in flight: a row of no steps until the first lands or the next
     request arrives (``t_arrival``), whichever is first; returns that time. The row carries what ``plan`` (the
     step planned at ``now``, which admitted only loading requests) counted: their hits and the blocks they load.
-    ``empty_step``: the time of an engine step that schedules nothing (`StepCostModel.empty_step_s`); if any,
+    ``step_s``: the time of an engine step that schedules nothing (`StepCostModel.empty_step_s`); if any,
     the engine takes such steps meanwhile, so the row lasts whole steps, at least one, as vLLM's engine sees a
     load done at the end of the step it lands in."""
     t = sched.loads.next_ready()
     if t_arrival is not None and t_arrival < t:
         t = t_arrival
-    if empty_step > 0:
-        t = now + max(1, math.ceil((t - now) / empty_step - 1e-9)) * empty_step
+    if step_s > 0:
+        t = now + max(1, math.ceil((t - now) / step_s - 1e-9)) * step_s
     record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t, plan, sched.queued)
     return t
 

@@ -92,10 +92,8 @@ class WaitingQueue(deque):
         priority order (priority)."""
         if self.priority:
             self.enqueue(group)
-        elif self.held:
-            self.insert(self.held, group)
         else:
-            self.appendleft(group)
+            self.insert(self.held, group)
 
     def hold(self, group: SequenceGroup) -> None:
         """A group that holds KV blocks (its host hits loaded) joins the head, behind those there already."""
