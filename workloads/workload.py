@@ -22,7 +22,7 @@ import numpy as np
 
 from workloads.errors import is_whole_number, show_value, whole_number
 from workloads.ragged import take_ragged
-from workloads.request import Request, prefix_chains
+from workloads.request import Request, prefix_units
 from workloads.sessions import SESSION_RULES, session_reasons
 from workloads.validation import first_problem
 
@@ -207,14 +207,15 @@ class Workload:
         """Request ``i``'s prefix hashes as an array view (no tuple built)."""
         return self.hash_values[self.hash_offsets[i] : self.hash_offsets[i + 1]]
 
-    def prefix_chain(self, i: int) -> np.ndarray:
-        """Request ``i``'s chained prefix units for `Request.block_hashes` (``chain``), a view of
-        `workloads.request.prefix_chains` over every request, computed at the first call."""
-        return self._prefix_chains[self.hash_offsets[i] : self.hash_offsets[i + 1]]
+    def prefix_units(self, i: int) -> np.ndarray:
+        """Request ``i``'s dense unit ids for `Request.block_hashes` (``units``), a view of
+        `workloads.request.prefix_units` over every request, computed at the first call: one numbering for
+        the whole workload, so its requests' block ids agree with each other (and only with each other)."""
+        return self._prefix_units[self.hash_offsets[i] : self.hash_offsets[i + 1]]
 
     @cached_property
-    def _prefix_chains(self) -> np.ndarray:
-        return prefix_chains(self.hash_offsets, self.hash_values)
+    def _prefix_units(self) -> np.ndarray:
+        return prefix_units(self.hash_offsets, self.hash_values)
 
     def with_arrivals(self, arrival_time_s: np.ndarray, **attrs) -> Workload:
         """The same requests at new (sorted) arrival times, e.g. re-timed to another rate."""

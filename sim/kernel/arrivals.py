@@ -221,8 +221,8 @@ class ArrivalSource:
                 hashes = own_block_hashes(i, 0, prompt + output, self.block_size)
         elif self.want_hashes:
             request = w[i]
-            chain = w.prefix_chain(i) if request.prefix_hashes and hasattr(w, "prefix_chain") else None
-            hashes = request.block_hashes(self.block_size, chain)
+            units = w.prefix_units(i) if request.prefix_hashes and hasattr(w, "prefix_units") else None
+            hashes = request.block_hashes(self.block_size, units)
             prefix_blocks = own_from = len(hashes)
             if request.session_id is not None:  # identity covers the whole turn; the group's part is shared
                 prefix_blocks = request.prefix_len // self.block_size if group_id >= 0 else 0

@@ -127,17 +127,32 @@ def test_select_keeps_ragged_hashes_aligned():
     assert picked.head(1)[0].prompt_tokens == 600
 
 
-def test_prefix_chains_of_a_whole_workload_equal_each_requests_own():
-    """`Workload.prefix_chain` (one vectorised pass over every request) gives every request the same block
-    hashes as chaining its own prefix hashes one at a time, including requests without any."""
+def test_dense_unit_ids_name_the_same_blocks_as_each_requests_own_chain():
+    """`Workload.prefix_units` (one numbering of every request's chained units) gives equal block ids exactly
+    where chaining each request's own prefix hashes gives equal hashes, at block sizes that divide the
+    512-token unit, that do not, and that span several units; a unit's blocks get consecutive ids."""
     rng = np.random.default_rng(7)
     hashes = [rng.integers(0, 50, rng.integers(0, 7)) for _ in range(40)]
     prompts = [len(h) * 512 - int(rng.integers(0, 400)) if len(h) else int(rng.integers(1, 3000)) for h in hashes]
-    w = Workload(arrival_time_s=np.arange(40.0), prompt_tokens=np.array(prompts), output_tokens=np.full(40, 5),
+    hashes += [h[:k] for h in hashes[:10] for k in (1, 2, 3)]  # whole first units of earlier requests: shared
+    prompts += [len(h) * 512 for h in hashes[40:]]
+    w = Workload(arrival_time_s=np.arange(float(len(hashes))), prompt_tokens=np.array(prompts),
+                 output_tokens=np.full(len(hashes), 5),
                  hash_offsets=np.concatenate([[0], np.cumsum([len(h) for h in hashes])]),
                  hash_values=np.concatenate(hashes).astype(np.int64), prefix_hash_tokens=512, name="chains")
     assert sum(1 for h in hashes if len(h)) > 30
-    for i, r in enumerate(w):
-        assert r.prefix_hashes == tuple(int(h) for h in hashes[i])
-        chain = w.prefix_chain(i) if r.prefix_hashes else None
-        assert r.block_hashes(16, chain) == r.block_hashes(16)
+    for block_size in (1, 16, 48, 512, 1024):
+        dense_of: dict[int, int] = {}
+        own_of: dict[int, int] = {}
+        shared = 0
+        for i, r in enumerate(w):
+            assert r.prefix_hashes == tuple(int(h) for h in hashes[i])
+            own = r.block_hashes(block_size)
+            dense = r.block_hashes(block_size, w.prefix_units(i) if r.prefix_hashes else None)
+            assert len(dense) == len(own)
+            for d, h in zip(dense, own, strict=True):
+                shared += h in own_of
+                assert own_of.setdefault(h, d) == d and dense_of.setdefault(d, h) == h, (block_size, i)
+        assert shared > 0 and len(dense_of) == len(own_of)
+    first = w.head(1)[0].block_hashes(16, w.prefix_units(0))
+    assert list(first[:32]) == list(range(first[0], first[0] + 32))
