@@ -39,10 +39,10 @@ def hashes_of(index: int, group: int, shared: int, total: int, block_size: int) 
     return [(group << 40) + i for i in range(inside)] + [(1 << 62) + (index << 24) + i for i in range(inside, pages)]
 
 
-def run(name: str, requests, block_size: int, concurrent: int, pool: int) -> tuple[float, int, int]:
+def run(name: str, requests, block_size: int, concurrent: int, pool: float) -> tuple[float, int, int]:
     """Seconds, request-tokens and cached tokens of the whole stream through one allocator."""
     longest = max(p + o for _, _, p, o in requests)
-    alloc = make_allocator(name, pool * concurrent * (longest + block_size), block_size=block_size,
+    alloc = make_allocator(name, int(pool * concurrent * (longest + block_size)), block_size=block_size,
                            max_model_len=longest + block_size, prefix_caching=True)
     hashes = [hashes_of(i, g, s, p + o, block_size) for i, (g, s, p, o) in enumerate(requests)]
     live: list[int] = []
