@@ -11,9 +11,12 @@ rank blocks on those events. What they share, here:
   ``CHUNK_LEVEL`` policy). A block the host holds is reused, one it lacks is stored. With ``prompt_only``
   (vLLM's ``offload_prompt_only``, on by default) only the blocks of its prompt are offered (`bind`):
   what it generates is stored, if at all, as part of a later request's prompt (a conversation's next turn).
-- **All or nothing.** A store that needs more evictions than the host has blocks outside the offer fails
-  whole, and its blocks are offered again with the next step's (`prepare_store` returns None and the
-  request's store index does not advance): a host smaller than one step's blocks stores nothing.
+- **All or nothing.** A store that needs more evictions than the host has blocks outside the offer (and
+  outside what is being written or loaded) fails whole: a host smaller than one step's blocks stores nothing.
+  vLLM's ``prepare_store`` then returns None and the request's store index does not advance, so the request
+  offers the same blocks again at every later step that schedules it, and once more after it finishes (its
+  final stores); kvsim does the same (`behind`, ``scheduled`` in `flush_stores`), skipping only the offers
+  again that nothing since could let through or make record anything new.
 - **Store threshold.** With ``store_threshold`` (``--offload-store-threshold``) a block is stored only once it
   has been offered that many times (`store_filter.StoreFilter`); a skipped block is not offered again by the
   same request.
@@ -26,8 +29,10 @@ place it again are bound to it (`bind`, from `KVMemory.new_seq`), and its offers
 block. Stores are made when vLLM makes them: a step's offers once the step is planned, after its admissions
 looked the host up (`hold_stores`, `flush_stores`), and a finished request's blocks are ranked anew after the next
 step's stores; blocks being loaded beside the steps (``--offload-loads async``) are ``pinned``: no store evicts
-them. What kvsim leaves out: stores complete at once (vLLM's are asynchronous, and a block being written cannot
-be evicted meanwhile).
+them. A block one offer of a step stores is being written until the step ends (vLLM: a chunk not ready), so a
+later offer of the same step neither reuses it nor evicts it (``_writing``; under ARC a reuse would move it to
+T2). What kvsim leaves out: every store is written by the end of its step (vLLM's are asynchronous and may take
+longer, holding their blocks meanwhile).
 
 The allocator's calls (``paged.py``; ``KVMemory.free`` calls `release`), each with the sequence id as the
 request::
@@ -70,7 +75,8 @@ class RequestTier(HostTier):
     """`HostTier`'s blocks, swap parking and lookups, filled by request (the module doc); the order is the
     subclass's."""
 
-    __slots__ = ("store_filter", "prompt_only", "pinned", "_requests", "_bound", "_limits", "_queued", "_finished")
+    __slots__ = ("store_filter", "prompt_only", "pinned", "_requests", "_bound", "_limits", "_queued", "_finished",
+                 "_writing", "_step", "_changes", "_behind", "_last_offers")
 
     write_through = True
 
@@ -88,29 +94,104 @@ class RequestTier(HostTier):
         self._finished: list[object] | None = None  # requests finished since the last `flush_stores` (None: no
         # steps are planned, as when a test drives the tier: a finished request's record closes at once)
         self.pinned: set[int] = set()  # hashes being loaded (``--offload-loads async``): no store evicts them
+        self._writing: set[int] = set()  # the hashes stored in the current step (`begin_step`): not written yet
+        self._step: int | None = None  # the current step (None: no steps are planned, stores are written at once)
+        self._changes = 0  # counts what can change a failed offer's outcome: stores, writes done, swaps
+        # sequences whose last offer failed -> that offer's (hashes, full) and its stamp (``_changes`` then,
+        # whether loads pinned blocks then): offered again at each step that schedules them (`flush_stores`), as
+        # vLLM retries a failed ``prepare_store`` at the request's next step, unless nothing changed since (the
+        # offer would fail again, recording nothing new)
+        self._behind: dict[int, tuple[Sequence[int], int, tuple[int, bool]]] = {}
+        # finished sequences that were behind -> (request, hashes, full, stamp): vLLM makes a finished request's
+        # failed store once more, after the next step's stores and before ranking it anew (`flush_stores`)
+        self._last_offers: dict[int, tuple[object, Sequence[int], int, tuple[int, bool]]] = {}
 
     @property
     def skipped_blocks(self) -> int:
         return 0 if self.store_filter is None else self.store_filter.skipped_blocks
 
     # -- the allocator's calls -----------------------------------------------------------------------------
-    def hold_stores(self) -> None:
-        """Hold back every offer (`computed`) until `flush_stores`: vLLM prepares a step's stores after it has
-        scheduled the step, so the lookups of the step's admissions see the host as the step found it."""
+    def begin_step(self, step: int) -> None:
+        """Stores from here on are step ``step``'s: those of an earlier step are written now (the oracle's worker
+        finishes every transfer within its step), and may be reused and evicted."""
+        if step != self._step:
+            if self._writing:
+                self._writing = set()
+                self._changes += 1
+            self._step = step
+
+    def hold_stores(self, step: int | None = None) -> None:
+        """Step ``step`` (the next one if None) is being planned: hold back every offer (`computed`) until
+        `flush_stores`, as vLLM prepares a step's stores after it has scheduled the step, so the lookups of the
+        step's admissions see the host as the step found it."""
+        self.begin_step(step if step is not None else (self._step or 0) + 1)
         self._queued = []
         if self._finished is None:
             self._finished = []
 
-    def flush_stores(self) -> None:
-        """Make the offers held back, in the order they came (those of sequences freed meanwhile dropped), then
-        close the records of the requests finished since the last flush: vLLM ranks a finished request's blocks
-        anew at the end of the next step it plans, after that step's stores."""
-        queued, self._queued = self._queued, None
-        for seq_id, block_hashes, full in queued or ():
+    @property
+    def behind(self) -> dict[int, tuple[Sequence[int], int, tuple[int, bool]]]:
+        """The sequences whose last offer failed (read-only): each step that schedules one offers it again."""
+        return self._behind
+
+    def _retry_changes(self, stamp: tuple[int, bool]) -> bool:
+        """Whether an offer that failed with this stamp may now do otherwise: something was stored, written or
+        swapped since, loads pinned blocks then or do now (a load landing unpins its blocks), or a store
+        threshold counts every offer."""
+        return stamp[0] != self._changes or stamp[1] or bool(self.pinned) or self.store_filter is not None
+
+    @property
+    def retries_due(self) -> bool:
+        """Whether a failed offer is to be made again at the next step that schedules its sequence (the decode
+        fast-forward then plans that step)."""
+        if self._last_offers:
+            return True
+        if not self._behind:
+            return False
+        if self._writing:  # written by the next step (`begin_step`): a change for every failed offer
+            return True
+        return any(self._retry_changes(entry[2]) for entry in self._behind.values())
+
+    def flush_stores(self, scheduled: Sequence[int] = ()) -> None:
+        """Make the offers held back, in the order they came (those of sequences freed meanwhile dropped), with
+        the failed offers of the ``scheduled`` sequences (the step's, in vLLM's order: its running loop, then
+        its admissions) made again where they fall in that order, then close the records of the requests
+        finished since the last flush: vLLM ranks a finished request's blocks anew at the end of the next step
+        it plans, after that step's stores."""
+        queued, self._queued = self._queued or [], None
+        if self._behind and scheduled:
+            queued = self._with_retries(queued, scheduled)
+        for seq_id, block_hashes, full in queued:
             self.computed(seq_id, block_hashes, full)
+        last_offers, self._last_offers = self._last_offers, {}
+        for seq_id, (request, block_hashes, full, stamp) in last_offers.items():
+            if self._retry_changes(stamp):
+                self._bound[seq_id] = request
+                self.computed(seq_id, block_hashes, full)
+                del self._bound[seq_id]
+                self._behind.pop(seq_id, None)
         finished, self._finished = self._finished or (), []
         for request in finished:
             self._close(request)
+
+    def _with_retries(self, queued: list[tuple[int, Sequence[int], int]],
+                      scheduled: Sequence[int]) -> list[tuple[int, Sequence[int], int]]:
+        """``queued`` with an offer again for each scheduled sequence that is behind and has none queued, all in
+        ``scheduled`` order (an offer of a sequence not in it stays behind the offer before it)."""
+        offering = {offer[0] for offer in queued}
+        behind = self._behind
+        retries = [(seq_id, *behind[seq_id][:2]) for seq_id in scheduled
+                   if seq_id in behind and seq_id not in offering and self._retry_changes(behind[seq_id][2])]
+        if not retries:
+            return queued
+        rank = {seq_id: i for i, seq_id in enumerate(scheduled)}
+        keys, last = [], -1
+        for offer in queued:
+            last = rank.get(offer[0], last)
+            keys.append(last)
+        keys += [rank[offer[0]] for offer in retries]
+        offers = queued + retries
+        return [offers[i] for i in sorted(range(len(offers)), key=keys.__getitem__)]
 
     def _close(self, request: object) -> None:
         """The finished request's record: read by the policy (`_finish`), then ended."""
@@ -151,19 +232,21 @@ class RequestTier(HostTier):
             self._queued.append((seq_id, block_hashes, full))
             return 0
         a = self._access(seq_id)
-        stop = min(full, len(block_hashes), self._limits.get(self._request_of(seq_id), full))
+        self._behind.pop(seq_id, None)
+        stop = self._stop(self._request_of(seq_id), block_hashes, full)
         if stop <= a.next_stored:
             return 0
         self._check_positions(stop)
         start = a.next_stored
         offered = block_hashes[start:stop]
-        lru = self._lru
+        lru, writing = self._lru, self._writing
         passing = None if self.store_filter is None else set(self.store_filter.offer(offered, lru))
         new: dict[int, int] = {}  # hash -> position, first occurrence (a hash twice in one offer is stored once)
         held: list[tuple[int, int]] = []
         for pos, h in enumerate(offered, start):
             if h in lru:
-                held.append((pos, h))
+                if h not in writing:  # stored by an earlier offer of this step: not written yet, neither reused
+                    held.append((pos, h))  # nor stored again (vLLM: a chunk not ready)
             elif passing is None or h in passing:
                 new.setdefault(h, pos)
         if not new and not held:
@@ -172,7 +255,7 @@ class RequestTier(HostTier):
         if new:
             self._missed(a, new)
         need = len(new) - len(self._free)
-        stored = need <= 0 or self._evict(need, set(offered).union(self.pinned))  # all or nothing
+        stored = need <= 0 or self._evict(need, set(offered).union(self.pinned, writing))  # all or nothing
         # vLLM records the offer (reused blocks, new ones seen, even if the store fails) before it evicts;
         # doing it after orders nothing differently, as the offer is protected.
         self._recording(a)
@@ -180,7 +263,8 @@ class RequestTier(HostTier):
             self._reused(a, h, pos)
         a.seen.update(new)
         if not stored:
-            return 0  # offered again with the next step's blocks
+            self._behind[seq_id] = (block_hashes, full, (self._changes, bool(self.pinned)))  # offered again
+            return 0
         if new:
             free, n = self._free, len(new)
             blocks = free[:-n - 1:-1]  # popped from the end
@@ -188,6 +272,9 @@ class RequestTier(HostTier):
             self._lru.update(zip(new, blocks, strict=True))
             self._store(new, a)
             a.inserted.update(new)
+            if self._step is not None:
+                writing.update(new)
+            self._changes += 1
             self.offloaded_blocks += n
         a.next_stored = stop
         return len(new)
@@ -197,22 +284,32 @@ class RequestTier(HostTier):
         request's last store (a block just filled, or blocks a failed store or a fork left unoffered). A
         lazily grown decoder stops one token short of such a fill (`PagedAllocator` ``headroom``), as it is
         tier work in the step that fills the block."""
-        a = self._requests.get(self._request_of(seq_id))
-        return min(full, len(block_hashes)) > (0 if a is None else a.next_stored)
+        request = self._request_of(seq_id)
+        a = self._requests.get(request)
+        return self._stop(request, block_hashes, full) > (0 if a is None else a.next_stored)
 
     def store_evicts(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
         """Whether `computed` with ``full`` blocks computed may evict: it would offer more blocks the host lacks
         than it has free (the policy then picks what goes; a store threshold may store fewer)."""
-        a = self._requests.get(self._request_of(seq_id))
+        request = self._request_of(seq_id)
+        a = self._requests.get(request)
         start, lru = 0 if a is None else a.next_stored, self._lru
-        new = sum(1 for h in block_hashes[start:min(full, len(block_hashes))] if h not in lru)
+        new = sum(1 for h in block_hashes[start:self._stop(request, block_hashes, full)] if h not in lru)
         return new > len(self._free)
+
+    def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
+        """Where an offer of the request's first ``full`` blocks ends: at its known blocks, and with
+        ``prompt_only`` at its prompt's."""
+        return min(full, len(block_hashes), self._limits.get(request, full))
 
     def release(self, seq_id: int, finished: bool) -> None:
         """The sequence is freed. If its request ``finished``, the policy reads its record (`_finish`) and the
         record ends, at the next `flush_stores`; a preempted request's record waits for the sequence that places
         it again (`bind`)."""
         request = self._bound.pop(seq_id, seq_id)
+        behind = self._behind.pop(seq_id, None)
+        if finished and behind is not None and self._finished is not None:
+            self._last_offers[seq_id] = (request, *behind)
         if self._queued:  # a sequence preempted while its step is planned offers nothing (vLLM: not scheduled)
             self._queued = [offer for offer in self._queued if offer[0] != seq_id]
         if finished:
@@ -269,6 +366,14 @@ class RequestTier(HostTier):
 
     def _forget(self, a: Access) -> None:
         """The finished request's record ends."""
+
+    def swap_out(self, key: int, num_blocks: int) -> bool:
+        self._changes += 1
+        return super().swap_out(key, num_blocks)
+
+    def swap_in(self, key: int) -> int:
+        self._changes += 1
+        return super().swap_in(key)
 
     def _room(self) -> int | None:
         """A free host block for swapped KV, evicting as the policy says if none is free."""

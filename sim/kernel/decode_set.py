@@ -81,14 +81,15 @@ class DecodeSet:
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
 
-    def sync_run(self, step0: int, end: int, grow_due, start_of,
-                 spare: int = 1 << 62) -> tuple[int, int, float, int, float, int, float]:
+    def sync_run(self, step0: int, end: int, grow_due, start_of, spare: int = 1 << 62,
+                 begin_step=None) -> tuple[int, int, float, int, float, int, float]:
         """Sync every sequence falling due in steps ``step0 .. end - 1`` of a decode run, in (deadline, id)
         order, including the later deadlines the syncs create. ``grow_due(seq_id, tokens)`` is the
         allocator's (headroom, new blocks, reservation change) or None when out of memory: the run then ends
         before that step (it stays due; the scheduler will preempt). ``start_of(m)``: when step ``step0 + m``
         starts, in seconds from the run's start. ``spare``: free blocks that hold nothing; the allocator hands
-        them out before it evicts cached blocks, so blocks past them are evictions.
+        them out before it evicts cached blocks, so blocks past them are evictions. ``begin_step(step)``, if
+        given, is called before the first sync of each step (a write-through tier's step, `RequestTier`).
 
         Returns ``(end, blocks, blocks_t, moved, moved_t, evicted, evicted_t)``: the run's end, the used blocks
         gained, the reservation gained (slots: the lag no longer counts the tokens just told) and the cached
@@ -98,6 +99,7 @@ class DecodeSet:
         pop, replace = heapq.heappop, heapq.heapreplace
         blocks = moved = synced = evicted = 0
         blocks_t = moved_t = evicted_t = 0.0
+        at = None
         while heap:
             due, seq_id = heap[0]
             if due >= end:
@@ -105,6 +107,9 @@ class DecodeSet:
             if deadline.get(seq_id) != due:
                 pop(heap)  # stale: the sequence left or was re-synced
                 continue
+            if begin_step is not None and due != at:
+                begin_step(due)
+                at = due
             added = due - g0[seq_id] + 1
             grown = grow_due(seq_id, added)
             if grown is None:

@@ -67,7 +67,7 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     decode, memory = sched.decode, sched.memory
     if not memory.reports_growth:
         return _run_by_sub_events(sched, cost, integral, waiting, horizon, b)
-    grow_due = memory.grow_due
+    grow_due, begin_step = _store_steps(memory, memory.grow_due)
     # blocks come off the free queue empty ones first, cached ones after (`allocators.block_pool`)
     spare = b.total_blocks - b.used_blocks - b.cached // memory.block_size if b.cached else 1 << 62
     if sched.waiting and memory.prefix_caching:
@@ -79,13 +79,14 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     step0 = sched.step
     context = decode.context(step0) + n  # each decoder also attends to the token it feeds
     lag0 = decode.lag(step0)
-    k = last + 1 - step0
+    k = 1 if _retries_due(memory) else last + 1 - step0
     window, k = _window(decode, step0, k)
     prefix = cost.decode_prefix(n, context, window)  # when step m of the run starts, in seconds from its start
     if horizon != math.inf:
         k = cost.steps_starting_before(n, context, k, horizon, prefix, window)
     end = step0 + k
-    end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(step0, end, grow_due, prefix, spare)
+    end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(step0, end, grow_due, prefix, spare,
+                                                                                begin_step)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k, window)
     integral.add(b, lag0, seconds, n * weighted, len(sched.running))
@@ -93,6 +94,30 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
         integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting,
                             evicted * seconds - evicted_t)
     return k, seconds
+
+
+def _retries_due(memory) -> bool:
+    """Whether a write-through tier has a failed store to make again at the next step (`RequestTier.retries_due`),
+    which only a planned step does, so the run is that one step."""
+    tier = memory.host_tier
+    return tier is not None and tier.write_through and tier.retries_due
+
+
+def _store_steps(memory, grow_due):
+    """For a write-through tier: ``grow_due`` that tells the tier each step whose syncs it makes (stores of
+    one step are not written yet for the rest of it, `RequestTier.begin_step`) and that, while failed stores
+    wait (`RequestTier.behind`), refuses a sync that stores: the run ends before that step, which the
+    scheduler plans, making its failed stores again in order with it. Else ``grow_due`` itself."""
+    tier = memory.host_tier
+    if tier is None or not tier.write_through:
+        return grow_due, None
+    stores, behind = memory.stores, tier.behind
+
+    def grow(seq_id: int, num_tokens: int):
+        if behind and stores(seq_id, num_tokens):
+            return None
+        return grow_due(seq_id, num_tokens)
+    return grow, tier.begin_step
 
 
 def _ending_where_a_hit_changes(sched, grow_due, spare: int):
@@ -210,6 +235,8 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
     head_hit = memory.cached_tokens(head.hashes, head.prefill_target) if head is not None else 0
     used0 = b.used_blocks
     tier = memory.host_tier  # a host tier's contents change with stores and spills, not seen in the breakdown
+    retry = _retries_due(memory)  # then one step only
+    through = tier is not None and tier.write_through
     while True:
         deadline = decode.next_deadline()
         end = last + 1 if last is not None else math.inf
@@ -231,16 +258,19 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         total += seconds
         step += k
         steps += k
-        if stop or (last is not None and step > last) or total >= horizon:
+        if stop or retry or (last is not None and step > last) or total >= horizon:
             return steps, total
         due = decode.pop_due(step)
         slots = maps = 0
         stopped = False
         openings = memory.growth_openings
+        if through:
+            tier.begin_step(step)
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
-            copies = memory.grow(seq_id, added)
-            if copies is None:  # out of memory: stop before this step; the scheduler will preempt
+            # out of memory, or a store while failed stores wait (`_store_steps`): stop before this step
+            copies = None if through and tier.behind and memory.stores(seq_id, added) else memory.grow(seq_id, added)
+            if copies is None:  # the scheduler plans it (and preempts, if memory ran out)
                 for rest in due[i:]:
                     decode.requeue(rest)
                 stopped = True

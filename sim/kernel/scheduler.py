@@ -128,8 +128,11 @@ class Scheduler:
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
         plan = self.plan = StepPlan()
         stores = self.memory.held_stores  # a write-through tier stores the step's blocks once it is planned
+        looped = None
         if stores is not None:
-            stores.hold_stores()
+            stores.hold_stores(self.step)
+            if stores.retries_due:  # failed stores are made again by the step's sequences, in vLLM's order
+                looped = list(self.running)
         if self.loads:
             for group in self.loads.done(now):  # back at the head, behind the groups loaded before
                 group.state = LOADED
@@ -150,7 +153,8 @@ class Scheduler:
                 if group.state == RUNNING:
                     beams.step(group, self.memory, plan, self.groups.until_fits)
         budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
-        if self.running_seqs == self.decode.n and not beams.groups:
+        decoders_only = self.running_seqs == self.decode.n and not beams.groups
+        if decoders_only:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             self.seq_id_order = True
             for seq_id in self.decode.pop_due(self.step):
@@ -161,9 +165,20 @@ class Scheduler:
             budget = self.walk_running(budget)
         admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
         if stores is not None:
-            stores.flush_stores()
+            stores.flush_stores(() if looped is None else self.scheduled_seqs(looped, decoders_only))
         self.finish_plan(plan, admitted)
         return plan
+
+    def scheduled_seqs(self, looped: list[SequenceGroup], decoders_only: bool) -> list[int]:
+        """The sequences the step planned computes, in vLLM's order (``num_scheduled_tokens``): the running loop's
+        (``looped``, the running groups as the step began; all of them in a decoders-only step, else those it
+        gave tokens), then the admitted ones."""
+        tokens = self.step_tokens
+        seqs = [seq_id for g in looped if g.state == RUNNING and (decoders_only or g.index in tokens)
+                for seq_id in g.seq_ids]
+        before = set(map(id, looped))
+        seqs += [seq_id for g in self.running if id(g) not in before for seq_id in g.seq_ids]
+        return seqs
 
     def chunk(self, remaining: int, budget: int) -> int:
         """Prefill tokens a group with ``remaining`` to compute gets this step: with chunked prefill, capped by

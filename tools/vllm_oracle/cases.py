@@ -54,6 +54,13 @@ CASES: dict[str, dict] = {
     # the same connector with shared system prompts that the GPU evicts between uses, and a host that evicts too
     "offload_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
                                   num_blocks=120, cpu_offload_blocks=150),
+    # the same connector with vLLM's ARC policy (kvsim: --offload-eviction-policy arc): a host too small for the
+    # sessions, so T1 and T2 both evict and the ghost lists move T1's target
+    "offload_arc_sessions": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                            turn_gap=(5, 60)), num_blocks=100, cpu_offload_blocks=120,
+                                 offload_eviction_policy="arc"),
+    "offload_arc_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                      num_blocks=120, cpu_offload_blocks=100, offload_eviction_policy="arc"),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",

@@ -5,7 +5,7 @@ Run with a venv that has vLLM (never a kvsim dependency; see ``docs/vllm-v1.md``
     HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/driver.py TRACE.csv OUT_DIR --num-blocks 300 \
         --block-size 16 --max-num-batched-tokens 2048 --max-num-seqs 256 [--no-prefix-caching] \
         [--long-prefill-token-threshold N] [--no-scheduler-reserve-full-isl] [--scheduling-policy priority] \
-        [--cpu-offload-blocks N [--no-offload-prompt-only]]
+        [--cpu-offload-blocks N [--no-offload-prompt-only] [--offload-eviction-policy arc]]
 
 TRACE is a kvsim canonical CSV (arrival_time_s in whole engine steps, prompt_tokens, output_tokens and
 optionally prefix_group, prefix_len, priority, or session_id and turn). Token ids are random except a prefix
@@ -14,10 +14,11 @@ starts with the previous turn's prompt and output (each turn's output ids are dr
 sampled). Writes ``steps.csv`` (one row per engine step, empty steps included; ``waiting`` as vLLM counts
 ``num_requests_waiting``) and ``requests.csv`` (one row per request).
 
-``--cpu-offload-blocks N`` adds vLLM's ``OffloadingConnector`` with its CPU spec (N host blocks, LRU) and plays its
+``--cpu-offload-blocks N`` adds vLLM's ``OffloadingConnector`` with its CPU spec (N host blocks, LRU by default) and plays its
 worker: every load and store a step asks for is reported done in that step's output (kvsim with ``--step-time 1``,
 ``--offload-write-policy write_through`` and ``--offload-loads async``, whose loads land within a step; the cases
-``offload_sessions`` and ``offload_shared_prefix``).
+``offload_sessions`` and ``offload_shared_prefix``); ``--offload-eviction-policy arc`` gives the CPU spec vLLM's ARC
+policy (kvsim: ``--offload-eviction-policy arc``; the cases ``offload_arc_sessions`` and ``offload_arc_shared_prefix``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def build_scheduler(args):
         offload["kv_transfer_config"] = KVTransferConfig(
             kv_connector="OffloadingConnector", kv_role="kv_both",
             kv_connector_extra_config={"cpu_bytes_to_use": host_block * args.cpu_offload_blocks,
-                                       "offload_prompt_only": args.offload_prompt_only})
+                                       "offload_prompt_only": args.offload_prompt_only,
+                                       "eviction_policy": args.offload_eviction_policy})
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config, device_config=DeviceConfig(device="cpu"), **offload)
     kv_cache_config = KVCacheConfig(
@@ -258,6 +260,8 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=200_000)
     p.add_argument("--cpu-offload-blocks", type=int, default=0, help="vLLM's OffloadingConnector with N host blocks")
     p.add_argument("--offload-prompt-only", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--offload-eviction-policy", choices=["lru", "arc"], default="lru",
+                   help="the CPU spec's eviction_policy (kvsim: --offload-eviction-policy)")
     run(p.parse_args())
 
 
