@@ -7,7 +7,7 @@ A group that stops, restarts or is deferred gets a new epoch, so its older entri
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
 
@@ -33,12 +33,21 @@ class Completions:
             heapq.heappop(heap)
         return None
 
-    def pop_before(self, step: int, live: dict[int, SequenceGroup]) -> Iterator[SequenceGroup]:
-        """The running groups whose last token came before ``step``, earliest first, each checked as it is
-        popped (finishing one may stop others); removes their entries."""
+    def pop_before(self, step: int, live: dict[int, SequenceGroup],
+                   rank: Callable[[int], int] | None = None) -> Iterator[SequenceGroup]:
+        """The running groups whose last token came before ``step``, earliest first, and those of one step in
+        ``rank`` order of their indexes (else by index), each checked as it is popped (finishing one may stop
+        others); removes their entries. Why the rank: vLLM frees the requests a step finishes as it walks the
+        step's scheduled requests, in running order, and the order of their freed blocks in the free queue
+        decides which cached blocks are evicted first."""
         heap = self.heap
         while heap and heap[0][0] < step:
-            _, index, epoch = heapq.heappop(heap)
-            group = live.get(index)
-            if group is not None and group.epoch == epoch and group.state == RUNNING:
-                yield group
+            entries = [heapq.heappop(heap)]
+            while heap and heap[0][0] == entries[0][0]:
+                entries.append(heapq.heappop(heap))
+            if len(entries) > 1 and rank is not None:
+                entries.sort(key=lambda entry: rank(entry[1]))
+            for _, index, epoch in entries:
+                group = live.get(index)
+                if group is not None and group.epoch == epoch and group.state == RUNNING:
+                    yield group

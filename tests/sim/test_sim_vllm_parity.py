@@ -32,7 +32,8 @@ def test_the_harness_covers_the_required_cases():
                           "long_prompts_2048", "long_prompts_8192", "max_num_seqs", "block_size_32",
                           "offline_burst", "long_prefill_threshold", "reserve_full_isl_off", "priority",
                           "sessions_open_loop", "offload_sessions",
-                          "offload_shared_prefix", "offload_arc_sessions", "offload_arc_shared_prefix"}
+                          "offload_shared_prefix", "offload_arc_sessions", "offload_arc_shared_prefix",
+                          "offload_arc_small_gpu"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -61,6 +61,11 @@ CASES: dict[str, dict] = {
                                  offload_eviction_policy="arc"),
     "offload_arc_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
                                       num_blocks=120, cpu_offload_blocks=100, offload_eviction_policy="arc"),
+    # its trace on a smaller GPU and host: requests finishing in one step free their blocks in running order,
+    # which after preemptions is not arrival order, and decides which cached system-prompt blocks survive
+    "offload_arc_small_gpu": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                  trace_of="offload_arc_shared_prefix", num_blocks=90, cpu_offload_blocks=40,
+                                  offload_eviction_policy="arc"),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
@@ -70,13 +75,14 @@ DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, en
 def settings(name: str) -> dict:
     """The case's scheduler settings, defaults filled in."""
     case = CASES[name]
-    return DEFAULTS | {k: v for k, v in case.items() if k != "trace"}
+    return DEFAULTS | {k: v for k, v in case.items() if k not in ("trace", "trace_of")}
 
 
 def write_trace(name: str, path: Path, seed: int = 0) -> None:
     """A kvsim canonical CSV: whole-step arrivals (first at 0), uniform lengths, optional groups/priorities,
     or sessions (``turns``)."""
     spec = CASES[name]["trace"]
+    name = CASES[name].get("trace_of", name)  # a case may rerun another's trace with other settings
     rng = np.random.default_rng([seed, sum(map(ord, name))])
     if spec.get("turns"):
         _write_sessions(spec, rng, path)
