@@ -134,7 +134,7 @@ class RequestTier(HostTier):
         """The sequences whose last offer failed (read-only): each step that schedules one offers it again."""
         return self._behind
 
-    def _retry_changes(self, stamp: tuple[int, bool]) -> bool:
+    def _worth_offering_again(self, stamp: tuple[int, bool]) -> bool:
         """Whether an offer that failed with this stamp may now do otherwise: something was stored, written or
         swapped since, loads pinned blocks then or do now (a load landing unpins its blocks), or a store
         threshold counts every offer."""
@@ -150,7 +150,7 @@ class RequestTier(HostTier):
             return False
         if self._writing:  # written by the next step (`begin_step`): a change for every failed offer
             return True
-        return any(self._retry_changes(entry[2]) for entry in self._behind.values())
+        return any(self._worth_offering_again(entry[2]) for entry in self._behind.values())
 
     def flush_stores(self, scheduled: Sequence[int] = ()) -> None:
         """Make the offers held back, in the order they came (those of sequences freed meanwhile dropped), with
@@ -165,7 +165,7 @@ class RequestTier(HostTier):
             self.computed(seq_id, block_hashes, full)
         last_offers, self._last_offers = self._last_offers, {}
         for seq_id, (request, block_hashes, full, stamp) in last_offers.items():
-            if self._retry_changes(stamp):
+            if self._worth_offering_again(stamp):
                 self._bound[seq_id] = request
                 self.computed(seq_id, block_hashes, full)
                 del self._bound[seq_id]
@@ -181,7 +181,7 @@ class RequestTier(HostTier):
         offering = {offer[0] for offer in queued}
         behind = self._behind
         retries = [(seq_id, *behind[seq_id][:2]) for seq_id in scheduled
-                   if seq_id in behind and seq_id not in offering and self._retry_changes(behind[seq_id][2])]
+                   if seq_id in behind and seq_id not in offering and self._worth_offering_again(behind[seq_id][2])]
         if not retries:
             return queued
         rank = {seq_id: i for i, seq_id in enumerate(scheduled)}

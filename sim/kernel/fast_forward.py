@@ -104,10 +104,11 @@ def _retries_due(memory) -> bool:
 
 
 def _store_steps(memory, grow_due):
-    """For a write-through tier: ``grow_due`` that tells the tier each step whose syncs it makes (stores of
-    one step are not written yet for the rest of it, `RequestTier.begin_step`) and that, while failed stores
-    wait (`RequestTier.behind`), refuses a sync that stores: the run ends before that step, which the
-    scheduler plans, making its failed stores again in order with it. Else ``grow_due`` itself."""
+    """``(grow_due, begin_step)`` for a run: with a write-through tier, ``grow_due`` refusing a sync that stores
+    while failed stores wait (`RequestTier.behind`: the run ends before that step, which the scheduler plans,
+    making the failed stores again in order with it), and the tier's `RequestTier.begin_step`, told each step
+    whose syncs the run makes (a step's stores are not written yet for the rest of it); else ``grow_due`` itself
+    and None."""
     tier = memory.host_tier
     if tier is None or not tier.write_through:
         return grow_due, None
