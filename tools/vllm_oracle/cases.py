@@ -66,6 +66,11 @@ CASES: dict[str, dict] = {
     "offload_arc_small_gpu": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
                                   trace_of="offload_arc_shared_prefix", num_blocks=90, cpu_offload_blocks=40,
                                   offload_eviction_policy="arc"),
+    # sessions whose generated blocks are stored too (vLLM's offload_prompt_only off; kvsim:
+    # --no-offload-prompt-only): a decode that fills a block offers it
+    "offload_generated_blocks": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                                turn_gap=(5, 60)), trace_of="offload_arc_sessions", num_blocks=100,
+                                     cpu_offload_blocks=400, offload_prompt_only=False),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",

@@ -32,7 +32,8 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         block_bytes = get_model(SimConfig().model).kv_bytes_per_token * settings["block_size"]
         host = dict(cpu_offload_gib=settings["cpu_offload_blocks"] * block_bytes / 2**30,
                     offload_write_policy="write_through", offload_loads="async",
-                    offload_eviction_policy=settings.get("offload_eviction_policy", "lru"))
+                    offload_eviction_policy=settings.get("offload_eviction_policy", "lru"),
+                    offload_prompt_only=settings.get("offload_prompt_only", True))
     return SimConfig(
         trace=str(trace), kv_tokens=settings["num_blocks"] * settings["block_size"],
         block_size=settings["block_size"], max_num_batched_tokens=settings["max_num_batched_tokens"],

@@ -40,7 +40,7 @@ def main() -> None:
                                scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
                                scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0,
                                max_steps=200_000, cpu_offload_blocks=s.get("cpu_offload_blocks", 0),
-                               offload_prompt_only=True,
+                               offload_prompt_only=s.get("offload_prompt_only", True),
                                offload_eviction_policy=s.get("offload_eviction_policy", "lru"))
         driver.run(args)
         steps = out / "steps.csv"
