@@ -7,7 +7,7 @@ A group that stops, restarts or is deferred gets a new epoch, so its older entri
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
 
@@ -34,19 +34,20 @@ class Completions:
         return None
 
     def pop_before(self, step: int, live: dict[int, SequenceGroup],
-                   rank: Callable[[int], int] | None = None) -> Iterator[SequenceGroup]:
+                   running: Sequence[SequenceGroup] | None = None) -> Iterator[SequenceGroup]:
         """The running groups whose last token came before ``step``, earliest first, and those of one step in
-        ``rank`` order of their indexes (else by index), each checked as it is popped (finishing one may stop
-        others); removes their entries. Why the rank: vLLM frees the requests a step finishes as it walks the
-        step's scheduled requests, in running order, and the order of their freed blocks in the free queue
-        decides which cached blocks are evicted first."""
+        their order in ``running`` (else by index), each checked as it is popped (finishing one may stop
+        others); removes their entries. Why the running order: vLLM frees the requests a step finishes as it
+        walks the step's scheduled requests, and the order of their freed blocks in the free queue decides
+        which cached blocks are evicted first."""
         heap = self.heap
         while heap and heap[0][0] < step:
             entries = [heapq.heappop(heap)]
             while heap and heap[0][0] == entries[0][0]:
                 entries.append(heapq.heappop(heap))
-            if len(entries) > 1 and rank is not None:
-                entries.sort(key=lambda entry: rank(entry[1]))
+            if len(entries) > 1 and running is not None:  # rare: most steps finish at most one group
+                place = {g.index: i for i, g in enumerate(running)}
+                entries.sort(key=lambda entry: place.get(entry[1], len(place)))
             for _, index, epoch in entries:
                 group = live.get(index)
                 if group is not None and group.epoch == epoch and group.state == RUNNING:

@@ -169,17 +169,6 @@ class Scheduler:
         self.finish_plan(plan, admitted)
         return plan
 
-    def running_rank(self) -> Callable[[int], int]:
-        """A group index's place in the running order as it is now (built at the first call: most steps
-        finish at most one group, which needs no order)."""
-        places: dict[int, int] = {}
-
-        def rank(index: int) -> int:
-            if not places:
-                places.update((g.index, i) for i, g in enumerate(self.running))
-            return places.get(index, len(self.running))
-        return rank
-
     def scheduled_seqs(self, looped: list[SequenceGroup], decoders_only: bool) -> list[int]:
         """The sequences the step planned computes, in vLLM's order (``num_scheduled_tokens``): the running loop's
         (``looped``, the running groups as the step began; all of them in a decoders-only step, else those it
@@ -361,5 +350,5 @@ class Scheduler:
                 group.first_token_s = end_s
         self.joiners = []
         self.step += num_steps
-        for group in self.completions.pop_before(self.step, self.live, self.running_rank()):
+        for group in self.completions.pop_before(self.step, self.live, self.running):
             self.groups.finish(group, end_s)

@@ -1,5 +1,5 @@
-"""The completion heap: groups come out by the step of their last token, and those of one step in the order the
-scheduler ranks them (its running order, as vLLM frees the requests a step finishes), else by index."""
+"""The completion heap: groups come out by the step of their last token, and those of one step in their order in
+the running list (as vLLM frees the requests a step finishes), else by index."""
 
 from sim.kernel.completions import Completions
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
@@ -11,14 +11,14 @@ def running(index: int, last_step: int) -> SequenceGroup:
     return group
 
 
-def test_groups_of_one_step_come_in_rank_order_and_steps_in_order():
+def test_groups_of_one_step_come_in_running_order_and_steps_in_order():
     groups = {g.index: g for g in (running(3, 5), running(7, 5), running(9, 4), running(1, 8))}
     for ranked in (False, True):
         done = Completions()
         for g in groups.values():
             done.push(g)
-        rank = {7: 0, 9: 1, 3: 2}.__getitem__ if ranked else None
-        order = [g.index for g in done.pop_before(6, groups, rank)]
+        order_of_running = [groups[7], groups[9], groups[3], groups[1]] if ranked else None
+        order = [g.index for g in done.pop_before(6, groups, order_of_running)]
         assert order == ([9, 7, 3] if ranked else [9, 3, 7])
         assert done.next_due(groups) == 8
 
@@ -29,4 +29,4 @@ def test_a_stale_entry_is_skipped():
     for g in groups.values():
         done.push(g)
     groups[7].epoch += 1  # stopped and restarted: its entry is stale
-    assert [g.index for g in done.pop_before(6, groups, {3: 1, 7: 0}.__getitem__)] == [3]
+    assert [g.index for g in done.pop_before(6, groups, [groups[7], groups[3]])] == [3]
