@@ -94,6 +94,11 @@ class Allocator(ABC):
     whose evictions call its ``spill``."""
     host_tier = None
     """The attached `allocators.host_tier.HostTier`, or None (no host tier)."""
+    host_hits_to_end = False
+    """Whether a host-tier lookup may cover the last of a request's tokens, which a GPU lookup never does: vLLM's
+    offloading connector looks the host up to the end of the request's tokens and loads beside the steps
+    (``--offload-loads async``), so a request whose whole block-aligned prompt is cached loads its last block
+    (GPU lookups stop a block short of it) and, once loaded, recomputes only its last token."""
     reports_growth: bool = False
     """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those
@@ -148,14 +153,16 @@ class Allocator(ABC):
         self.capacity = int(capacity_slots)
         self.max_model_len = int(max_model_len)
 
-    def attach_host_tier(self, tier) -> bool:
+    def attach_host_tier(self, tier, *, to_end: bool = False) -> bool:
         """Put a host-memory tier behind the prefix cache, whose evicted blocks then spill into the tier's
         `offload_many` (write-back; a write-through tier is given computed blocks instead, by `admit` and
         `grow_due`); False (nothing attached) if this allocator has no prefix cache to spill
-        (``supports_host_tier`` and ``prefix_caching`` both needed)."""
+        (``supports_host_tier`` and ``prefix_caching`` both needed). ``to_end``: host lookups may cover a
+        request's last token (``host_hits_to_end``)."""
         if not (self.supports_host_tier and self.prefix_caching):
             return False
         self.host_tier = tier
+        self.host_hits_to_end = to_end
         if not tier.write_through:
             self._cache.spill = tier.offload_many
         return True

@@ -94,7 +94,7 @@ class HybridQueries(Allocator):
 
     supports_host_tier = True
 
-    def attach_host_tier(self, tier) -> bool:
+    def attach_host_tier(self, tier, *, to_end: bool = False) -> bool:
         """`Allocator.attach_host_tier`, refusing a write-through tier: storing a window group's blocks as
         they are computed (vLLM's HMA-aware connector) is not modelled, and running write-back instead would
         answer another question than the one asked."""
@@ -102,7 +102,7 @@ class HybridQueries(Allocator):
             raise ValueError("--offload-write-policy write_through is not modelled for vLLM's hybrid KV cache "
                              "manager (this model's sliding-window groups): use write_back, or "
                              "--disable-hybrid-kv-cache-manager")
-        return super().attach_host_tier(tier)
+        return super().attach_host_tier(tier, to_end=to_end)
 
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,

@@ -182,9 +182,11 @@ class PagedQueries(Allocator):
 
     def _host_hits(self, block_hashes: Sequence[int], start: int, num_tokens: int) -> int:
         """Blocks the host tier holds in a row after ``start`` GPU hits, never covering the last of
-        ``num_tokens`` (0 without a tier)."""
+        ``num_tokens`` unless ``host_hits_to_end`` (0 without a tier)."""
         tier = self.host_tier
-        return 0 if tier is None else tier.lookup(block_hashes, start, (num_tokens - 1) // self.block_size)
+        if tier is None:
+            return 0
+        return tier.lookup(block_hashes, start, (num_tokens - (not self.host_hits_to_end)) // self.block_size)
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         """An empty pool admits without the watermark (vLLM applies it only while others run), so only the

@@ -87,8 +87,9 @@ class GroupMechanics(Preemption):
                 apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0)
             if admission is None:
                 return False
-            group.prefill_done = admission.cached_tokens
-            self._count_cached(group, admission.cached_tokens, admission)
+            # a hit of the whole prompt (from the host, `Allocator.host_hits_to_end`) recomputes its last token
+            group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
+            self._count_cached(group, group.prefill_done, admission)
             if loads:
                 self._start_loading(group, admission)
             else:
@@ -111,9 +112,11 @@ class GroupMechanics(Preemption):
 
     def _count_cached(self, group: SequenceGroup, cached: int, admission: Admission) -> None:
         """Count an admission's ``cached`` hit tokens, those it loaded from the host tier among them: in the
-        totals, per request and in the step being planned; the host loads are charged to the step."""
+        totals, per request and in the step being planned; the host loads are charged to the step. ``cached``
+        may be a token short of the admission's hit (a whole prompt hit, its last token recomputed): that token
+        lies in the last block, which the host gave."""
         if cached:
-            host = min(admission.host_tokens, cached)
+            host = max(0, admission.host_tokens - (admission.cached_tokens - cached))
             self.cached_prompt_tokens += cached
             if group.preemptions:
                 self.preempted_prompt_tokens += cached
@@ -186,10 +189,13 @@ class GroupMechanics(Preemption):
         any admission); returns the chunk, or None (nothing changed)."""
         s = self.s
         chunk = s.chunk(group.prefill_remaining, budget)
-        copies = s.memory.grow_chunk(group.seq_ids[0], chunk)
-        if copies is None:
-            return None
-        s.plan.add_copies(copies)
+        seq_id = group.seq_ids[0]
+        more = group.prefill_done + chunk - s.memory.num_tokens(seq_id)  # none when recomputing a held last token
+        if more > 0:
+            copies = s.memory.grow_chunk(seq_id, more)
+            if copies is None:
+                return None
+            s.plan.add_copies(copies)
         s.waiting.popleft()
         self._start_running(group)
         return chunk

@@ -39,11 +39,13 @@ class KVMemory:
                  "host_evictions", "headroom", "grow_chunk", "touch_prefixes", "slots_per_token", "group_names",
                  "host_tier")
 
-    def __init__(self, alloc: Allocator, host_tier: HostTier | None = None) -> None:
+    def __init__(self, alloc: Allocator, host_tier: HostTier | None = None, *, host_hits_to_end: bool = False) -> None:
         """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
-        kept only if the allocator can use it (`Allocator.attach_host_tier`), else ``host_tier`` is None."""
+        kept only if the allocator can use it (`Allocator.attach_host_tier`, which ``host_hits_to_end`` is
+        passed to), else ``host_tier`` is None."""
         self._alloc = alloc
-        self.host_tier = host_tier if host_tier is not None and alloc.attach_host_tier(host_tier) else None
+        self.host_tier = host_tier if host_tier is not None and alloc.attach_host_tier(
+            host_tier, to_end=host_hits_to_end) else None
         self.owner: dict[int, SequenceGroup] = {}  # seq id -> the group holding it
         self._next_seq = 0
         self.registered_prefixes: set[int] = set()  # prefix groups whose shared prefix is pinned

@@ -171,7 +171,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                                    prompt_only=config.offload_prompt_only)
         else:
             tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size)
-    memory = KVMemory(alloc, tier)
+    # loads beside the steps are vLLM's connector's, which looks the host up to the end of a request's tokens
+    memory = KVMemory(alloc, tier, host_hits_to_end=config.offload_loads == "async")
     if config.offload_loads == "async" and groups:
         raise ValueError("--offload-loads async needs a model without sliding-window layers (vLLM's hybrid KV cache "
                          f"manager is not modelled with it), got {model.name}")

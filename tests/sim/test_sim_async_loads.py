@@ -72,6 +72,50 @@ def test_a_request_alone_waits_for_its_load_in_an_idle_row():
     assert result.requests["first_token_s"].iloc[2] == pytest.approx(200 + load + at_200["duration_s"].iloc[1])
 
 
+def whole_prompts(arrivals: list[float], groups: list[int]) -> Workload:
+    """Requests whose whole prompt is their group's 512-token prefix (32 blocks, none partly filled), 5 output
+    tokens each: a prompt another request computed before is known to its last block."""
+    n = len(arrivals)
+    return Workload(arrival_time_s=np.array(arrivals), prompt_tokens=np.full(n, 512), output_tokens=np.full(n, 5),
+                    prefix_group=np.array(groups), prefix_len=np.full(n, 512), name="whole prompts")
+
+
+def test_a_whole_prompt_on_the_host_is_loaded_to_its_end_and_recomputes_its_last_token():
+    """A (group 0), B (group 1), C (group 0 again), each alone, whole 512-token prompts: A frees 33 blocks, its
+    partly filled last one to the head of the free queue, its 32 hashed ones to the tail behind the 14 it never
+    used; B takes the 1 + 14 and 18 of A's, b31 down to b14, which go to the host. vLLM's connector looks the
+    host up to the end of C's prompt (its GPU lookup stops a block short), so C loads all 18, holds 32 blocks
+    and, once loaded, computes its last token alone (vLLM sets its computed tokens one short): 511 tokens
+    cached, 287 of them from the host. Sync loads stop a block short on the host too: 17 blocks loaded, 16
+    tokens computed, 496 cached."""
+    w = whole_prompts([0.0, 100.0, 200.0], [0, 1, 0])
+    fast = run_simulation(SimConfig(offload_loads="async", **TIER), w)
+    sync = run_simulation(SimConfig(**TIER), w)
+    assert fast.requests[["cached_tokens", "gpu_hit_tokens", "host_hit_tokens"]].values.tolist()[2] == [511, 224, 287]
+    assert sync.requests[["cached_tokens", "gpu_hit_tokens", "host_hit_tokens"]].values.tolist()[2] == [496, 224, 272]
+    at_200 = fast.steps[fast.steps["time_s"] >= 200].head(3)
+    assert at_200[["num_steps", "prefill_tokens", "reload_blocks", "used_blocks"]].values.tolist() == [
+        [0, 0, 18, 32], [1, 1, 0, 32], [4, 0, 0, 33]]  # the load, its last token in a block it holds, decodes
+    at_200 = sync.steps[sync.steps["time_s"] >= 200].head(1)
+    assert at_200[["prefill_tokens", "reload_blocks"]].values.tolist() == [[16, 17]]
+    assert fast.steps["host_hit_tokens"].sum() == fast.summary["host_hit_tokens"] == 287
+
+
+def test_a_whole_prompt_cached_on_the_gpu_loads_its_last_block_from_a_write_through_host():
+    """The same prompt twice, 100 s apart, nothing evicted: the GPU lookup stops a block short of the prompt's
+    end, and the write-through host holds that last block (stored when the first request computed it), so the
+    second request loads it beside the steps and recomputes one token, as vLLM does: 511 cached, 15 of them
+    from the host. Sync: the last block is computed (16 tokens), 496 cached."""
+    w = whole_prompts([0.0, 100.0], [0, 0])
+    options = dict(cpu_offload_gib=1.0, offload_write_policy="write_through")
+    fast = run_simulation(SimConfig(offload_loads="async", **options), w)
+    sync = run_simulation(SimConfig(**options), w)
+    assert fast.requests[["cached_tokens", "gpu_hit_tokens", "host_hit_tokens"]].values.tolist()[1] == [511, 496, 15]
+    assert sync.requests[["cached_tokens", "gpu_hit_tokens", "host_hit_tokens"]].values.tolist()[1] == [496, 496, 0]
+    at_100 = fast.steps[fast.steps["time_s"] >= 100].head(2)
+    assert at_100[["num_steps", "prefill_tokens", "reload_blocks"]].values.tolist() == [[0, 0, 1], [1, 1, 0]]
+
+
 def test_a_request_hitting_blocks_being_loaded_waits_for_that_load():
     """C and C2 share A's prefix and arrive with D (16 tokens of its own). C loads the 23 host blocks; C2, whose
     host hits are those blocks, is not loaded a second time: it waits in the queue (D behind it goes in), and

@@ -71,6 +71,11 @@ CASES: dict[str, dict] = {
     "offload_generated_blocks": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
                                                 turn_gap=(5, 60)), trace_of="offload_arc_sessions", num_blocks=100,
                                      cpu_offload_blocks=400, offload_prompt_only=False),
+    # whole prompts repeated (a group's members all send its prompt, a whole number of blocks long) behind a
+    # write-through host tier: vLLM's connector looks the host up to the prompt's end, so a prompt whose
+    # blocks are all cached loads its last block (or more) from the host and recomputes only its last token
+    "offload_whole_prompts": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=4,
+                                             whole_prompts=True), num_blocks=120, cpu_offload_blocks=200),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
@@ -103,6 +108,8 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
     if groups:
         header += ["prefix_group", "prefix_len"]
         lens = rng.integers(100, 260, groups)
+        if spec.get("whole_prompts"):  # a member's prompt is its group's prefix, a whole number of blocks
+            lens = 16 * rng.integers(6, 30, groups)
     if spec.get("priorities"):
         header.append("priority")
     with open(path, "w", newline="") as f:
@@ -113,6 +120,8 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
             if groups:
                 g = int(rng.integers(0, groups + 1))  # one in groups + 1 has no shared prefix
                 row += [f"system-{chr(97 + g)}", int(lens[g])] if g < groups else ["", ""]
+                if g < groups and spec.get("whole_prompts"):
+                    row[1] = int(lens[g])
             if spec.get("priorities"):
                 row.append(int(rng.integers(0, spec["priorities"])))
             w.writerow(row)
