@@ -75,6 +75,9 @@ class Workload:
     skipped_rows: int = 0
     skipped_reasons: dict[str, int] = field(default_factory=dict)
     closed_loop: ClosedLoop | None = None
+    fan_parent: np.ndarray | None = None
+    """Set by the simulator on a workload whose requests sampled ``n > 1`` times were fanned out into ``n``
+    requests each (`sim.kernel.parallel_sampling`): the row each row came from."""
 
     def __post_init__(self) -> None:
         size = len(self.arrival_time_s)
@@ -232,6 +235,8 @@ class Workload:
         attrs = {"prefix_hash_tokens": self.prefix_hash_tokens, "name": self.name, "source": self.source}
         attrs |= {"skipped_rows": self.skipped_rows, "skipped_reasons": dict(self.skipped_reasons)}
         attrs |= {"closed_loop": self.closed_loop}
+        if self.fan_parent is not None:
+            attrs["fan_parent"] = self.fan_parent[index]
         return Workload(**(columns | attrs | overrides))
 
     def head(self, count: int) -> Workload:

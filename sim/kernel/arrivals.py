@@ -17,12 +17,16 @@ import heapq
 
 import numpy as np
 
+from sim.kernel.parallel_sampling import siblings
 from sim.kernel.sequence_group import SequenceGroup
 from workloads.sessions import closed_loop_turns
 
 _OWN_BASE = 1 << 62
 """Ids of a request's own blocks: ``_OWN_BASE + (index << 24) + block``, unique per request and block. They
 share the 63-bit range of content hashes, where a collision is as unlikely as between two content hashes."""
+_SIBLING_BASE = _OWN_BASE + (1 << 61)
+"""Ids of the prompt blocks the children of a fanned-out request share (`sim.kernel.parallel_sampling`):
+``_SIBLING_BASE + (row << 24) + block``, by the row they came from; above every own block's id."""
 
 
 ARRIVAL_TIE_S = 1e-9
@@ -39,13 +43,13 @@ def released_at(t: float) -> float:
     return round(t, 9)
 
 
-def own_block_hashes(index: int, start: int, tokens: int, block_size: int) -> tuple[int, ...]:
+def own_block_hashes(index: int, start: int, tokens: int, block_size: int, base: int = _OWN_BASE) -> tuple[int, ...]:
     """Ids of blocks ``start ..`` of a request's ``tokens`` tokens, unique to the request (workload position
     ``index``): vLLM hashes every full block a request computes, generated tokens included, so a request
     recomputed after preemption hits whichever of its own blocks are still cached. A block past the shared
     prefix is the request's own, and so is every block after it (hashes are chained), so nothing else can
     hold the same id."""
-    base = _OWN_BASE + (index << 24)
+    base += index << 24
     return tuple(range(base + start, base + tokens // block_size))
 
 
@@ -79,6 +83,8 @@ class ArrivalSource:
         self.own_identity = own_identity
         self.want_hashes = want_hashes and (own_identity or self._has_identity(workload))
         self.anonymous = self._anonymous(workload) if self.want_hashes else None
+        self.rows = getattr(workload, "fan_parent", None)  # a fanned-out workload: the row each came from
+        self.fanned = siblings(self.rows) if self.rows is not None and self.want_hashes else None
         self.ready: list[float] = []  # closed loop: heap of the times users send their next requests
         if self.closed is not None:
             self.ready = [start_s] * min(self.closed.users, self.size)
@@ -210,13 +216,29 @@ class ArrivalSource:
             t, i = due
             sched.add(self.make_group(i, t), t)
 
+    def _child_hashes(self, i: int, prompt: int, output: int) -> tuple[tuple[int, ...], int, int]:
+        """A fanned-out child's block ids, its shared-prefix blocks and where its own start: its row's prefix
+        identity (a group's or the trace's prefix hashes), then the rest of its prompt as its siblings have it
+        (ids by the row it came from), then its own generated blocks."""
+        w, size = self.workload, self.block_size
+        known: tuple[int, ...] = ()
+        if not self.anonymous[i]:
+            request = w[i]
+            units = w.prefix_units(i) if request.prefix_hashes and hasattr(w, "prefix_units") else None
+            known = request.block_hashes(size, units)
+        shared = own_block_hashes(int(self.rows[i]), len(known), prompt, size, base=_SIBLING_BASE)
+        own = own_block_hashes(i, prompt // size, prompt + output, size) if self.own_identity else ()
+        return known + shared + own, len(known), prompt // size
+
     def make_group(self, i: int, t: float) -> SequenceGroup:
         w = self.workload
         prompt, output = int(w.prompt_tokens[i]), int(w.output_tokens[i])
         max_tokens, group_id = int(w.max_tokens[i]), int(w.prefix_group[i])
         hashes: tuple[int, ...] = ()
         prefix_blocks = own_from = 0
-        if self.want_hashes and self.anonymous[i]:
+        if self.fanned is not None and self.fanned[i]:
+            hashes, prefix_blocks, own_from = self._child_hashes(i, prompt, output)
+        elif self.want_hashes and self.anonymous[i]:
             if self.own_identity:
                 hashes = own_block_hashes(i, 0, prompt + output, self.block_size)
         elif self.want_hashes:
@@ -233,4 +255,5 @@ class ArrivalSource:
             max_total=prompt + max_tokens - 1 if max_tokens >= 0 else None, hashes=hashes,
             prefix_group=group_id if group_id >= 0 else None, prefix_blocks=prefix_blocks,
             priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0, own_from=own_from,
+            row=int(self.rows[i]) if self.rows is not None else None,
         )

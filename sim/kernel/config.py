@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from allocators.kv_layout import kv_element_bytes
+from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 from sim.kernel.routers import ROUTERS
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT
 
@@ -158,6 +159,7 @@ class SimConfig:
     num_requests: int | None = None
     step_by_step: bool = False
     beam_keep_prob: float = 0.8
+    parallel_sampling: str = "auto"
     memory_snapshots: int = 12
     debug_invariants: int = 0
     replicas: int = 1
@@ -200,6 +202,9 @@ class SimConfig:
                              "continuous batching with chunked prefill, got --allocator "
                              f"{self.allocator}, --scheduler {self.scheduler}, chunked prefill "
                              f"{'on' if self.chunked_prefill else 'off'}")
+        if self.parallel_sampling not in PARALLEL_SAMPLING:
+            raise ValueError(f"--parallel-sampling must be one of {', '.join(PARALLEL_SAMPLING)}, "
+                             f"got {self.parallel_sampling!r}")
         if self.offload_eviction_policy not in OFFLOAD_EVICTION_POLICIES:
             raise ValueError(f"--offload-eviction-policy must be one of {', '.join(OFFLOAD_EVICTION_POLICIES)}, "
                              f"got {self.offload_eviction_policy!r}")

@@ -24,8 +24,10 @@ class Preemption:
             result = action()
             if result is not None:
                 return result
+            # vLLM's: the lowest priority, then the latest arrival; the first of those running (a fanned-out
+            # request's children tie)
             victim = s.running[-1] if not s.priority else max(
-                s.running, key=lambda g: (g.priority, g.arrival_s, g.index))
+                s.running, key=lambda g: (g.priority, g.arrival_s, g.row))
             self.preempt(victim)
             if victim is group:
                 return None

@@ -27,6 +27,7 @@ from sim.kernel.ignored_settings import ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.memory_omits import memory_omits
 from sim.kernel.metrics import Recorder
+from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.scheduler import Scheduler
 
 MEMORY_MAP_ROWS = 2**22
@@ -105,7 +106,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
     None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold``,
     ``offload_eviction_policy`` and ``offload_prompt_only``: None without ``--cpu-offload-gib``;
     ``ignored_settings``, ``clock_omits``, ``memory_omits`` and ``beyond_model_context``, a ``--max-model-len``
-    above the model's own context, only when there are any)."""
+    above the model's own context, only when there are any; ``parallel_sampling``, how requests sampled more
+    than once ran, only when there are such requests)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
@@ -119,6 +121,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
            for key in ("offload_write_policy", "offload_store_threshold", "offload_eviction_policy",
                        "offload_prompt_only")},
     }
+    if (sampling := sampling_mode(workload)) is not None:
+        extra["parallel_sampling"] = sampling
     hybrid = bool(hybrid_kv_groups(config, model))
     if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False))):
         extra["ignored_settings"] = ignored
@@ -216,29 +220,39 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
                    host_by_index: dict[int, int] | None = None):
     """One row per request (``docs/architecture.md``). ``cached_by_index``: prompt tokens each request's
     admissions found cached, by workload position (absent: none); ``host_by_index``: the part of them loaded
-    from the host tier (``host_hit_tokens``; ``gpu_hit_tokens`` is the rest)."""
+    from the host tier (``host_hit_tokens``; ``gpu_hit_tokens`` is the rest). A fanned-out workload's children
+    are folded back into their requests (`sim.kernel.parallel_sampling.aggregate`)."""
     import pandas as pd
 
-    out = np.asarray(workload.output_tokens, np.int64)
-    num_seqs = np.maximum(np.asarray(workload.n, np.int64), np.asarray(workload.beam_width, np.int64))
-    ttft = rec.first_token_s - arrival_s
-    e2e = rec.finished_s - arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out > 1, (rec.finished_s - rec.first_token_s) / np.maximum(out - 1, 1), np.nan)
-    reasons = np.full(len(out), "", dtype=object)
+    size = len(workload.output_tokens)
+    reasons = np.full(size, "", dtype=object)
     for i, reason in rec.reasons.items():
         reasons[i] = reason
-    cached = np.zeros(len(out), np.int64)
+    cached = np.zeros(size, np.int64)
     for i, tokens in (cached_by_index or {}).items():
         cached[i] = tokens
-    host = np.zeros(len(out), np.int64)
+    host = np.zeros(size, np.int64)
     for i, tokens in (host_by_index or {}).items():
         host[i] = tokens
+    c = {"request_id": np.asarray(workload.ids, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
+         "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
+         "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64),
+         "output_tokens": np.asarray(workload.output_tokens, np.int64),
+         "num_seqs": np.maximum(np.asarray(workload.n, np.int64), np.asarray(workload.beam_width, np.int64)),
+         "cached_tokens": cached, "host_tokens": host, "preemptions": rec.preemptions, "rejected": rec.rejected,
+         "reject_reason": reasons}
+    if getattr(workload, "fan_parent", None) is not None:
+        c = aggregate(c, workload.fan_parent)
+    out = c["output_tokens"]
+    ttft = c["first_token_s"] - c["arrival_s"]
+    e2e = c["finished_s"] - c["arrival_s"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (c["finished_s"] - c["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
     return pd.DataFrame({
-        "request_id": np.asarray(workload.ids, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
-        "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
-        "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64), "output_tokens": out, "num_seqs": num_seqs,
-        "cached_tokens": cached, "gpu_hit_tokens": cached - host, "host_hit_tokens": host,
-        "preemptions": rec.preemptions, "rejected": rec.rejected, "reject_reason": reasons,
+        "request_id": c["request_id"], "arrival_s": c["arrival_s"], "admitted_s": c["admitted_s"],
+        "first_token_s": c["first_token_s"], "finished_s": c["finished_s"], "prompt_tokens": c["prompt_tokens"],
+        "output_tokens": out, "num_seqs": c["num_seqs"], "cached_tokens": c["cached_tokens"],
+        "gpu_hit_tokens": c["cached_tokens"] - c["host_tokens"], "host_hit_tokens": c["host_tokens"],
+        "preemptions": c["preemptions"], "rejected": c["rejected"], "reject_reason": c["reject_reason"],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
     })

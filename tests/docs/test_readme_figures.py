@@ -106,3 +106,20 @@ def test_the_host_tier_row_quotes_what_run_prints():
     arc_hits, = number(r"`--offload-eviction-policy arc` \(vLLM's ARC host policy\) instead lifts its host hits to "
                        r"([\d,]+)")
     assert hits("16", "write_through", "--offload-eviction-policy", "arc")["host_hit_tokens"] == arc_hits
+
+
+def test_the_parallel_sampling_row_quotes_what_run_prints(tmp_path, monkeypatch):
+    """The many-samples row: its trace generated as the row says, then fan-out against fork."""
+    row = next(line for line in README.splitlines() if line.startswith("| Many samples per prompt"))
+    generate, run = re.findall(r"`kvsim ((?:trace generate|run) [^`]+)`", row)
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(main, shlex.split(generate)).exit_code == 0
+    args = shlex.split(run)[:-1]  # without its --json
+    at = args.index("--parallel-sampling") + 1
+    fan, fork = (run_json([*args[:at], mode, *args[at + 1:]]) for mode in ("fan-out", "fork"))
+    text = " ".join(row.split())
+    quoted = [float(x.replace(",", "")) for x in re.search(
+        r"fan-out sustains ([\d,]+) output tok/s against ([\d,]+), TTFT p50 ([\d.]+) s against ([\d.]+) s, with "
+        r"([\d,]+) child preemptions against ([\d,]+) group ones", text).groups()]
+    assert [round(fan["throughput_tok_s"]), round(fork["throughput_tok_s"]), round(fan["ttft_p50_s"], 1),
+            round(fork["ttft_p50_s"], 1), fan["preemptions"], fork["preemptions"]] == quoted

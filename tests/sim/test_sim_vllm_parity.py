@@ -33,7 +33,8 @@ def test_the_harness_covers_the_required_cases():
                           "offline_burst", "long_prefill_threshold", "reserve_full_isl_off", "priority",
                           "sessions_open_loop", "offload_sessions",
                           "offload_shared_prefix", "offload_arc_sessions", "offload_arc_shared_prefix",
-                          "offload_arc_small_gpu", "offload_generated_blocks", "offload_whole_prompts"}
+                          "offload_arc_small_gpu", "offload_generated_blocks", "offload_whole_prompts",
+                          "parallel_sampling"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -76,6 +76,10 @@ CASES: dict[str, dict] = {
     # blocks are all cached loads its last block (or more) from the host and recomputes only its last token
     "offload_whole_prompts": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=4,
                                              whole_prompts=True), num_blocks=120, cpu_offload_blocks=200),
+    # requests sampled n > 1 times, which vLLM v1's engine fans out into n requests (kvsim: --parallel-sampling
+    # fan-out): each child admitted and preempted alone, the prompt shared through the prefix cache
+    "parallel_sampling": dict(trace=dict(n=120, prompt=(50, 600), output=(20, 300), gap=1.0, samples=(1, 2, 4, 8)),
+                              num_blocks=300, parallel_sampling="fan-out"),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
@@ -112,6 +116,8 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
             lens = 16 * rng.integers(6, 30, groups)
     if spec.get("priorities"):
         header.append("priority")
+    if spec.get("samples"):
+        header.append("n")
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
@@ -124,6 +130,8 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
                     row[1] = int(lens[g])
             if spec.get("priorities"):
                 row.append(int(rng.integers(0, spec["priorities"])))
+            if spec.get("samples"):
+                row.append(int(rng.choice(spec["samples"])))
             w.writerow(row)
 
 

@@ -42,6 +42,7 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         long_prefill_token_threshold=settings["long_prefill_token_threshold"],
         scheduler_reserve_full_isl=settings["scheduler_reserve_full_isl"],
         scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
+        parallel_sampling=settings.get("parallel_sampling", "auto"),
         memory_snapshots=0, **host)
 
 

@@ -109,11 +109,14 @@ def read_trace(path: str) -> list[dict]:
                 "group": row.get("prefix_group") or "", "prefix_len": int(row.get("prefix_len") or 0),
                 "priority": int(row.get("priority") or 0),
                 "session": row.get("session_id") or "", "turn": int(row.get("turn") or 0),
+                "n": int(row.get("n") or 1),
             })
     return rows
 
 
 def make_requests(rows: list[dict], hasher, seed: int):
+    """The requests to add, in order, with their rows (``parent``): a row sampled ``n > 1`` times is ``n`` child
+    requests with its prompt, ``"{k}_{row}"`` as vLLM's engine front end fans it out (``ParentRequest``)."""
     import numpy as np
     from vllm import SamplingParams
     from vllm.v1.request import Request
@@ -122,7 +125,7 @@ def make_requests(rows: list[dict], hasher, seed: int):
     session_rng = np.random.default_rng(seed + 2)
     prefixes: dict[str, list[int]] = {}
     turns: dict[str, tuple[int, list[int]]] = {}  # session -> (its last turn, that turn's prompt + output ids)
-    out, outputs = [], {}
+    out, outputs, parent = [], {}, {}
     for i, r in enumerate(rows):
         ids = rng.integers(3, VOCAB, r["prompt"]).tolist()
         if r["session"] != "":  # the previous turn's prompt and (predetermined) output, then a new message
@@ -138,10 +141,13 @@ def make_requests(rows: list[dict], hasher, seed: int):
             ids[: r["prefix_len"]] = shared[: r["prefix_len"]]
         params = SamplingParams(max_tokens=r["output"], ignore_eos=True)
         params.update_from_generation_config({}, 2)
-        out.append(Request(request_id=str(i), prompt_token_ids=ids, sampling_params=params, pooling_params=None,
-                           arrival_time=float(r["arrival"]) + i * 1e-9, priority=r["priority"],
-                           block_hasher=hasher))
-    return out, outputs
+        for k in range(r["n"]):
+            out.append(Request(request_id=str(i) if r["n"] == 1 else f"{k}_{i}", prompt_token_ids=list(ids),
+                               sampling_params=params, pooling_params=None,
+                               arrival_time=float(r["arrival"]) + i * 1e-9, priority=r["priority"],
+                               block_hasher=hasher))
+            parent[out[-1].request_id] = str(i)
+    return out, outputs, parent
 
 
 def _transfers_done(meta):
@@ -157,24 +163,41 @@ def _transfers_done(meta):
     return KVConnectorOutput(finished_recving=landed, kv_connector_worker_meta=done)
 
 
+def per_row(stats: dict[str, dict]) -> list[dict]:
+    """Each row's figures from its requests' (a fanned-out row's children): the first scheduling and first token,
+    the last finish, preemptions and cached tokens summed."""
+    rows: dict[int, dict] = {}
+    for s in stats.values():
+        row = rows.get(s["id"])
+        if row is None:
+            rows[s["id"]] = dict(s)
+            continue
+        for key in ("first_scheduled_step", "first_token_step"):
+            row[key] = min(row[key], s[key])
+        row["finish_step"] = max(row["finish_step"], s["finish_step"])
+        row["preemptions"] += s["preemptions"]
+        row["cached_tokens"] += s["cached_tokens"]
+    return [rows[i] for i in sorted(rows)]
+
+
 def run(args) -> None:
     import numpy as np
     from vllm.v1.outputs import ModelRunnerOutput
 
     scheduler, hasher = build_scheduler(args)
     rows = read_trace(args.trace)
-    requests, outputs = make_requests(rows, hasher, args.seed)
+    requests, outputs, parent = make_requests(rows, hasher, args.seed)
     token_rng = np.random.default_rng(args.seed + 1)
-    stats = {str(i): {"id": i, "first_scheduled_step": -1, "first_token_step": -1, "finish_step": -1,
-                      "preemptions": 0, "cached_tokens": 0} for i in range(len(rows))}
+    stats = {r.request_id: {"id": int(parent[r.request_id]), "first_scheduled_step": -1, "first_token_step": -1,
+                            "finish_step": -1, "preemptions": 0, "cached_tokens": 0} for r in requests}
     in_prefill: set[str] = set()
     cursor = step = 0
     finished = 0
     step_rows = []
     preempted_total = 0
     prefill_total = 0
-    while finished < len(rows):
-        while cursor < len(rows) and rows[cursor]["arrival"] <= step:
+    while finished < len(requests):
+        while cursor < len(requests) and rows[stats[requests[cursor].request_id]["id"]]["arrival"] <= step:
             scheduler.add_request(requests[cursor])
             cursor += 1
         out = scheduler.schedule()
@@ -235,7 +258,7 @@ def run(args) -> None:
             raise SystemExit(f"no end after {args.max_steps} steps")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, table in (("steps", step_rows), ("requests", list(stats.values()))):
+    for name, table in (("steps", step_rows), ("requests", per_row(stats))):
         with open(out_dir / f"{name}.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(table[0]))
             w.writeheader()

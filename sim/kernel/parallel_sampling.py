@@ -1,0 +1,83 @@
+"""Parallel sampling as vLLM v1 runs it (``--parallel-sampling fan-out``): a request sampled ``n`` times is ``n``
+requests to the scheduler, which share their prompt through the prefix cache.
+
+vLLM v1's engine front end (``LLMEngine.add_request``, ``ParentRequest``) hands the scheduler ``n`` child requests
+with the same prompt, one after another. The scheduler admits, preempts and finishes each on its own; the first
+child admitted computes the prompt and caches its full blocks as it allocates them, so the children admitted
+after it, in the same step or later, hit those blocks and compute only the prompt's last, partly filled block
+(at least its last token); each child's generated blocks are its own. kvsim's own model (``fork``, vLLM v0's and
+the paper's) keeps the ``n`` sequences of a request together as one group: admitted only if all fit, forked at
+the first token (full blocks shared, the partial one copied), preempted together::
+
+    fork:     [prompt once] -> fork x n      one group: all or none admitted, preempted together
+    fan-out:  child 0 [prompt]               n requests: each admitted and preempted alone,
+              child 1 [hits .. last block]   the prompt's full blocks shared through the prefix cache
+              ...
+
+Here the fan-out is made on the workload: each row sampled ``n > 1`` times (no beam) becomes ``n`` rows sampled
+once, in its place, marked with the row they came from (``Workload.fan_parent``), so every part of the simulator
+(queues, fleets, fast-forward) sees plain requests. Siblings share their whole prompt's block ids (the arrival
+source gives them the ids of the row they came from) and own their generated blocks. The requests table has one
+row per request again (`aggregate`): the children's hits and preemptions summed, the first child's first token,
+the last child's finish.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PARALLEL_SAMPLING = ("auto", "fan-out", "fork")
+"""``--parallel-sampling`` values: ``fork`` (kvsim's sequence groups, vLLM v0's and the paper's), ``fan-out``
+(vLLM v1's child requests), ``auto`` (fork; fan-out is asked for by name while it is new)."""
+
+
+def fans_out(config, workload) -> bool:
+    """Whether a run of ``config`` (a `SimConfig`) fans ``workload``'s requests out: asked for, on `paged` and one
+    replica (elsewhere the setting is reported ignored, `sim.kernel.ignored_settings`), and some request is
+    sampled more than once without a beam."""
+    if config.parallel_sampling != "fan-out" or config.allocator != "paged" or config.replicas > 1:
+        return False
+    return bool(((np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)).any())
+
+
+def fan_out(workload):
+    """``workload`` with each row sampled ``n > 1`` times (no beam) replaced by ``n`` rows sampled once, in its
+    place; ``fan_parent`` gives every row the row it came from."""
+    n = np.where(np.asarray(workload.beam_width) > 1, 1, np.asarray(workload.n))
+    rows = np.repeat(np.arange(len(workload), dtype=np.int64), n)
+    fanned = (n > 1)[rows]
+    return workload.select(rows, n=np.where(fanned, 1, np.asarray(workload.n)[rows]), fan_parent=rows)
+
+
+def sampling_mode(workload) -> str | None:
+    """How the run's requests sampled more than once without a beam ran, for the summary: ``fan-out`` (the
+    workload was fanned out), ``fork``, or None (no such request)."""
+    if getattr(workload, "fan_parent", None) is not None:
+        return "fan-out"
+    sampled = (np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)
+    return "fork" if sampled.any() else None
+
+
+def siblings(fan_parent: np.ndarray) -> np.ndarray:
+    """Which rows of a fanned-out workload have siblings (came from a row sampled more than once)."""
+    return np.bincount(fan_parent)[fan_parent] > 1
+
+
+def aggregate(columns: dict[str, np.ndarray], fan_parent: np.ndarray) -> dict[str, np.ndarray]:
+    """The requests table's columns (per row of a fanned-out workload) per request again: ``fan_parent`` is
+    sorted, so each request's children are one run of rows. Times: the earliest admission and first token, the
+    last finish (none while a child has none); counts summed; rejected if any child was, with its reason."""
+    starts = np.flatnonzero(np.r_[True, fan_parent[1:] != fan_parent[:-1]])
+    out = {name: columns[name][starts] for name in ("request_id", "arrival_s", "prompt_tokens", "output_tokens")}
+    for name in ("admitted_s", "first_token_s"):
+        out[name] = np.fmin.reduceat(columns[name], starts)
+    out["finished_s"] = np.maximum.reduceat(columns["finished_s"], starts)  # NaN if any child has none
+    for name in ("num_seqs", "cached_tokens", "host_tokens", "preemptions"):
+        out[name] = np.add.reduceat(columns[name], starts)
+    rejected = columns["rejected"]
+    out["rejected"] = np.logical_or.reduceat(rejected, starts)
+    reasons = np.full(len(starts), "", dtype=object)
+    for i in np.flatnonzero(rejected)[::-1]:  # the first rejected child's reason
+        reasons[np.searchsorted(starts, i, side="right") - 1] = columns["reject_reason"][i]
+    out["reject_reason"] = reasons
+    return out

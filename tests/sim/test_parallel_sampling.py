@@ -1,0 +1,139 @@
+"""``--parallel-sampling fan-out``: a request sampled n times runs as vLLM v1's engine runs it, n requests sharing
+the prompt through the prefix cache, each admitted and preempted alone, folded back into one row of the requests
+table; ``fork`` (the default) keeps the n sequences one group. Exactness against vLLM's own scheduler is the
+``parallel_sampling`` case of ``test_sim_vllm_parity.py``."""
+
+import numpy as np
+import pytest
+
+from sim.kernel.config import SimConfig
+from sim.kernel.parallel_sampling import aggregate, fan_out
+from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from workloads import Workload
+from workloads.workload import ClosedLoop
+
+
+def sampled(n: list[int], prompt: list[int], output: list[int], **columns) -> Workload:
+    return Workload(arrival_time_s=np.zeros(len(n)), prompt_tokens=np.array(prompt), output_tokens=np.array(output),
+                    n=np.array(n), name="sampled", **columns)
+
+
+def test_the_children_share_the_prompts_full_blocks_and_compute_its_last_block_each():
+    """100 tokens sampled 4 times: the first child computes all 100; the other three, admitted in the same step,
+    hit its 6 full blocks (96 tokens: a lookup never covers the last token) and compute the last 4 each. Fork
+    computes the prompt once. One row per request either way, with its 4 sequences."""
+    w = sampled([4, 1], [100, 200], [10, 20])
+    fan = run_simulation(SimConfig(parallel_sampling="fan-out", step_time=1.0, debug_invariants=1), w)
+    fork = run_simulation(SimConfig(step_time=1.0, debug_invariants=1), w)
+    assert fan.steps["prefill_tokens"].iloc[0] == 100 + 3 * 4 + 200
+    assert fork.steps["prefill_tokens"].iloc[0] == 100 + 200
+    assert fan.requests["cached_tokens"].tolist() == [3 * 96, 0] and fork.requests["cached_tokens"].tolist() == [0, 0]
+    assert fan.requests["num_seqs"].tolist() == fork.requests["num_seqs"].tolist() == [4, 1]
+    assert fan.summary["completed"] == fork.summary["completed"] == 2
+    assert (fan.summary["parallel_sampling"], fork.summary["parallel_sampling"]) == ("fan-out", "fork")
+    assert fan.requests["first_token_s"].tolist() == fork.requests["first_token_s"].tolist() == [1.0, 1.0]
+
+
+def test_a_request_whose_samples_do_not_fit_together_runs_them_in_turn():
+    """A pool of 20 usable blocks; 300 tokens sampled 4 times, 4 tokens each. Fork needs the group's four
+    sequences in memory at once (19 blocks each, the partly filled last one copied): it can never fit, so it is
+    rejected with a reason. Fanned out, each child holds the prompt's 18 full blocks shared and one of its own:
+    two children run at once (20 blocks), the other two once those finish, each hitting the 18 blocks."""
+    w = sampled([4], [300], [4])
+    options = dict(kv_tokens=21 * 16, step_time=1.0, debug_invariants=1)
+    fork = run_simulation(SimConfig(**options), w)
+    fan = run_simulation(SimConfig(parallel_sampling="fan-out", **options), w)
+    assert fork.requests["rejected"].tolist() == [True]
+    assert not fan.requests["rejected"].any() and fan.summary["completed"] == 1
+    assert fan.steps["running"].max() == 2 and fan.requests["cached_tokens"].tolist() == [3 * 288]
+    assert fan.steps["prefill_tokens"].tolist()[:3] == [300 + 12, 0, 2 * 12]
+
+
+def test_siblings_share_their_whole_prompt_beyond_a_shared_system_prompt():
+    """Two requests of one prefix group (a 64-token system prompt), 160-token prompts, the first sampled 3 times:
+    its children share all 9 full blocks of their prompt (not only the group's 4), the other request only the
+    group's 4 with them."""
+    w = sampled([3, 1], [160, 160], [5, 5], prefix_group=np.array([7, 7]), prefix_len=np.array([64, 64]))
+    fan = run_simulation(SimConfig(parallel_sampling="fan-out", step_time=1.0), w)
+    assert fan.requests["cached_tokens"].tolist() == [2 * 144, 64]
+
+
+def test_the_table_folds_children_into_their_request():
+    """Earliest admission and first token, last finish (none while a child has none), counts summed, rejected if
+    any child was, with that child's reason."""
+    nan = np.nan
+    columns = {
+        "request_id": np.array([5, 5, 6]), "arrival_s": np.array([0.0, 0.0, 1.0]),
+        "prompt_tokens": np.array([10, 10, 20]), "output_tokens": np.array([3, 3, 4]),
+        "admitted_s": np.array([2.0, 1.0, nan]), "first_token_s": np.array([3.0, nan, nan]),
+        "finished_s": np.array([9.0, 7.0, nan]), "num_seqs": np.array([1, 1, 1]),
+        "cached_tokens": np.array([0, 8, 0]), "host_tokens": np.array([0, 8, 0]),
+        "preemptions": np.array([1, 2, 0]), "rejected": np.array([False, False, True]),
+        "reject_reason": np.array(["", "", "too long"], dtype=object),
+    }
+    out = aggregate(columns, np.array([0, 0, 1]))
+    assert out["request_id"].tolist() == [5, 6]
+    assert out["admitted_s"][0] == 1.0 and out["first_token_s"][0] == 3.0 and out["finished_s"][0] == 9.0
+    assert np.isnan(out["finished_s"][1]) and np.isnan(out["admitted_s"][1])
+    assert out["num_seqs"].tolist() == [2, 1] and out["preemptions"].tolist() == [3, 0]
+    assert out["rejected"].tolist() == [False, True] and out["reject_reason"].tolist() == ["", "too long"]
+    columns["finished_s"] = np.array([9.0, nan, nan])
+    assert np.isnan(aggregate(columns, np.array([0, 0, 1]))["finished_s"][0])
+
+
+def test_fan_out_keeps_order_and_beams():
+    """Rows in place, children one after another; a beam search keeps its group (vLLM v1's engine has none)."""
+    w = sampled([2, 1, 3], [10, 20, 30], [1, 2, 3], beam_width=np.array([1, 1, 1]))
+    fanned = fan_out(w)
+    assert fanned.fan_parent.tolist() == [0, 0, 1, 2, 2, 2]
+    assert fanned.prompt_tokens.tolist() == [10, 10, 20, 30, 30, 30] and (fanned.n == 1).all()
+    beams = sampled([1, 1], [10, 20], [1, 2], beam_width=np.array([4, 1]))
+    assert fan_out(beams).fan_parent.tolist() == [0, 1]
+
+
+def test_fast_forward_equals_step_by_step_with_fanned_out_requests():
+    rng = np.random.default_rng(3)
+    size = 120
+    w = Workload(arrival_time_s=np.sort(rng.uniform(0, 60, size)), prompt_tokens=rng.integers(60, 600, size),
+                 output_tokens=rng.integers(1, 200, size), n=rng.choice([1, 2, 4, 8], size),
+                 prefix_group=rng.integers(-1, 3, size), prefix_len=np.full(size, 48), name="sampled")
+    options = dict(parallel_sampling="fan-out", kv_tokens=300 * 16, cpu_offload_gib=0.2, debug_invariants=40,
+                   offload_write_policy="write_through", offload_loads="async")
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["preemptions"] > 0 and len(fast.steps) < len(slow.steps)
+    for column in ("cached_tokens", "host_hit_tokens", "preemptions", "num_seqs"):
+        assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
+
+
+@pytest.mark.parametrize("options", [dict(allocator="paged-cow"), dict(replicas=2)])
+def test_fan_out_elsewhere_is_reported_ignored_and_runs_the_groups(options):
+    """Other allocators (their own models of sharing) and fleets run a request's samples as one group, and say
+    the setting changed nothing."""
+    w = sampled([4, 1], [100, 200], [10, 20])
+    fan = run_simulation(SimConfig(parallel_sampling="fan-out", **options), w, warn=False)
+    fork = run_simulation(SimConfig(**options), w)
+    assert "--parallel-sampling fan-out" in fan.summary["ignored_settings"]
+    assert fan.summary["parallel_sampling"] == "fork"
+    assert fan.requests["finished_s"].tolist() == fork.requests["finished_s"].tolist()
+
+
+def test_an_unknown_mode_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="--parallel-sampling must be one of auto, fan-out, fork"):
+        SimConfig(parallel_sampling="fanout")
+
+
+def test_fan_out_with_sessions_or_a_closed_loop_is_refused():
+    """A session's next turn carries its previous turn's output: with n children, whose?"""
+    loop = Workload(arrival_time_s=np.zeros(2), prompt_tokens=np.array([10, 20]), output_tokens=np.array([3, 4]),
+                    n=np.array([2, 1]), closed_loop=ClosedLoop(users=1, think_time_s=1.0))
+    sessions = Workload(arrival_time_s=np.array([0.0, 5.0]), prompt_tokens=np.array([10, 30]),
+                        output_tokens=np.array([5, 5]), n=np.array([2, 1]), session_id=np.array([0, 0]),
+                        turn=np.array([0, 1]))
+    for w in (loop, sessions):
+        with pytest.raises(ValueError, match="fan-out with sessions or a closed loop is not modelled"):
+            run_simulation(SimConfig(parallel_sampling="fan-out"), w)
