@@ -17,7 +17,6 @@ import heapq
 
 import numpy as np
 
-from sim.kernel.parallel_sampling import siblings
 from sim.kernel.sequence_group import SequenceGroup
 from workloads.sessions import closed_loop_turns
 
@@ -84,7 +83,8 @@ class ArrivalSource:
         self.want_hashes = want_hashes and (own_identity or self._has_identity(workload))
         self.anonymous = self._anonymous(workload) if self.want_hashes else None
         self.rows = getattr(workload, "fan_parent", None)  # a fanned-out workload: the row each came from
-        self.fanned = siblings(self.rows) if self.rows is not None and self.want_hashes else None
+        # (`sim.kernel.parallel_sampling`), and which rows have siblings (came from a row sampled more than once)
+        self.fanned = np.bincount(self.rows)[self.rows] > 1 if self.rows is not None and self.want_hashes else None
         self.ready: list[float] = []  # closed loop: heap of the times users send their next requests
         if self.closed is not None:
             self.ready = [start_s] * min(self.closed.users, self.size)

@@ -6,8 +6,9 @@ with the same prompt, one after another. The scheduler admits, preempts and fini
 child admitted computes the prompt and caches its full blocks as it allocates them, so the children admitted
 after it, in the same step or later, hit those blocks and compute only the prompt's last, partly filled block
 (at least its last token); each child's generated blocks are its own. kvsim's own model (``fork``, vLLM v0's and
-the paper's) keeps the ``n`` sequences of a request together as one group: admitted only if all fit, forked at
-the first token (full blocks shared, the partial one copied), preempted together::
+the paper's, and what every other allocator and a fleet run) keeps the ``n`` sequences of a request together as
+one group: admitted only if all fit, forked at the first token (full blocks shared, the partial one copied),
+preempted together::
 
     fork:     [prompt once] -> fork x n      one group: all or none admitted, preempted together
     fan-out:  child 0 [prompt]               n requests: each admitted and preempted alone,
@@ -26,17 +27,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.kernel.arrivals import releases_arrivals
+
 PARALLEL_SAMPLING = ("auto", "fan-out", "fork")
 """``--parallel-sampling`` values: ``fork`` (kvsim's sequence groups, vLLM v0's and the paper's), ``fan-out``
-(vLLM v1's child requests), ``auto`` (fork; fan-out is asked for by name while it is new)."""
+(vLLM v1's child requests), ``auto`` (the default: fan-out where it is modelled, `paged` on one replica without
+sessions or a closed loop, as `paged` is vLLM v1's; fork elsewhere)."""
 
 
 def fans_out(config, workload) -> bool:
-    """Whether a run of ``config`` (a `SimConfig`) fans ``workload``'s requests out: asked for, on `paged` and one
-    replica (elsewhere the setting is reported ignored, `sim.kernel.ignored_settings`), and some request is
-    sampled more than once without a beam."""
-    if config.parallel_sampling != "fan-out" or config.allocator != "paged" or config.replicas > 1:
+    """Whether a run of ``config`` (a `SimConfig`) fans ``workload``'s requests out: on `paged` and one replica
+    (elsewhere a ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`), asked for or, under
+    ``auto``, without sessions or a closed loop (asked for with them, the runner refuses it), and some request
+    is sampled more than once without a beam."""
+    if config.parallel_sampling == "fork" or config.allocator != "paged" or config.replicas > 1:
         return False
+    if config.parallel_sampling == "auto":
+        if releases_arrivals(workload) or workload.has_sessions:
+            return False
     return bool(((np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)).any())
 
 
@@ -56,11 +64,6 @@ def sampling_mode(workload) -> str | None:
         return "fan-out"
     sampled = (np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)
     return "fork" if sampled.any() else None
-
-
-def siblings(fan_parent: np.ndarray) -> np.ndarray:
-    """Which rows of a fanned-out workload have siblings (came from a row sampled more than once)."""
-    return np.bincount(fan_parent)[fan_parent] > 1
 
 
 def aggregate(columns: dict[str, np.ndarray], fan_parent: np.ndarray) -> dict[str, np.ndarray]:

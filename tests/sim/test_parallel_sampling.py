@@ -1,6 +1,6 @@
-"""``--parallel-sampling fan-out``: a request sampled n times runs as vLLM v1's engine runs it, n requests sharing
-the prompt through the prefix cache, each admitted and preempted alone, folded back into one row of the requests
-table; ``fork`` (the default) keeps the n sequences one group. Exactness against vLLM's own scheduler is the
+"""``--parallel-sampling``: a request sampled n times runs as vLLM v1's engine runs it (``fan-out``, what ``auto``,
+the default, does on `paged`), n requests sharing the prompt through the prefix cache, each admitted and
+preempted alone, folded back into one row of the requests table; ``fork`` keeps the n sequences one group. Exactness against vLLM's own scheduler is the
 ``parallel_sampling`` case of ``test_sim_vllm_parity.py``."""
 
 import numpy as np
@@ -24,8 +24,8 @@ def test_the_children_share_the_prompts_full_blocks_and_compute_its_last_block_e
     hit its 6 full blocks (96 tokens: a lookup never covers the last token) and compute the last 4 each. Fork
     computes the prompt once. One row per request either way, with its 4 sequences."""
     w = sampled([4, 1], [100, 200], [10, 20])
-    fan = run_simulation(SimConfig(parallel_sampling="fan-out", step_time=1.0, debug_invariants=1), w)
-    fork = run_simulation(SimConfig(step_time=1.0, debug_invariants=1), w)
+    fan = run_simulation(SimConfig(step_time=1.0, debug_invariants=1), w)  # auto: fan-out on paged
+    fork = run_simulation(SimConfig(parallel_sampling="fork", step_time=1.0, debug_invariants=1), w)
     assert fan.steps["prefill_tokens"].iloc[0] == 100 + 3 * 4 + 200
     assert fork.steps["prefill_tokens"].iloc[0] == 100 + 200
     assert fan.requests["cached_tokens"].tolist() == [3 * 96, 0] and fork.requests["cached_tokens"].tolist() == [0, 0]
@@ -42,12 +42,23 @@ def test_a_request_whose_samples_do_not_fit_together_runs_them_in_turn():
     two children run at once (20 blocks), the other two once those finish, each hitting the 18 blocks."""
     w = sampled([4], [300], [4])
     options = dict(kv_tokens=21 * 16, step_time=1.0, debug_invariants=1)
-    fork = run_simulation(SimConfig(**options), w)
-    fan = run_simulation(SimConfig(parallel_sampling="fan-out", **options), w)
+    fork = run_simulation(SimConfig(parallel_sampling="fork", **options), w)
+    fan = run_simulation(SimConfig(**options), w)
     assert fork.requests["rejected"].tolist() == [True]
     assert not fan.requests["rejected"].any() and fan.summary["completed"] == 1
     assert fan.steps["running"].max() == 2 and fan.requests["cached_tokens"].tolist() == [3 * 288]
     assert fan.steps["prefill_tokens"].tolist()[:3] == [300 + 12, 0, 2 * 12]
+
+
+def test_more_samples_than_max_num_seqs_queue_instead_of_being_refused():
+    """300 samples of one prompt: as one group they can never run under max_num_seqs 256 (rejected with that
+    reason); as vLLM v1's 300 requests they queue and all finish."""
+    w = sampled([300], [100], [10])
+    fork = run_simulation(SimConfig(parallel_sampling="fork", kv_tokens=20_000), w)
+    fan = run_simulation(SimConfig(kv_tokens=20_000), w)
+    assert fork.requests["reject_reason"].tolist() == ["needs 300 sequences but max_num_seqs is 256"]
+    assert fan.summary["completed"] == 1 and fan.requests["num_seqs"].tolist() == [300]
+    assert fan.steps["running"].max() == 256
 
 
 def test_siblings_share_their_whole_prompt_beyond_a_shared_system_prompt():
@@ -116,9 +127,12 @@ def test_fan_out_elsewhere_is_reported_ignored_and_runs_the_groups(options):
     the setting changed nothing."""
     w = sampled([4, 1], [100, 200], [10, 20])
     fan = run_simulation(SimConfig(parallel_sampling="fan-out", **options), w, warn=False)
-    fork = run_simulation(SimConfig(**options), w)
+    fork = run_simulation(SimConfig(parallel_sampling="fork", **options), w)
+    auto = run_simulation(SimConfig(**options), w)
     assert "--parallel-sampling fan-out" in fan.summary["ignored_settings"]
-    assert fan.summary["parallel_sampling"] == "fork"
+    assert "ignored_settings" not in auto.summary  # auto asks for nothing: it forks where fan-out is not modelled
+    assert fan.summary["parallel_sampling"] == auto.summary["parallel_sampling"] == "fork"
+    assert auto.requests["finished_s"].tolist() == fork.requests["finished_s"].tolist()
     assert fan.requests["finished_s"].tolist() == fork.requests["finished_s"].tolist()
 
 
@@ -137,3 +151,4 @@ def test_fan_out_with_sessions_or_a_closed_loop_is_refused():
     for w in (loop, sessions):
         with pytest.raises(ValueError, match="fan-out with sessions or a closed loop is not modelled"):
             run_simulation(SimConfig(parallel_sampling="fan-out"), w)
+        assert run_simulation(SimConfig(), w).summary["parallel_sampling"] == "fork"  # auto

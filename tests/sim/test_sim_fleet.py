@@ -33,9 +33,10 @@ def shared_prefixes(count, rate):
 
 @pytest.mark.parametrize("router", list(ROUTERS))
 def test_one_replica_is_the_single_engine(router):
-    """Every router with one replica gives today's single-replica run, table for table."""
+    """Every router with one replica gives today's single-replica run, table for table (a fleet runs a request's
+    samples as one group: so does the single replica here)."""
     w = shared_prefixes(120, 6.0)
-    config = SimConfig(kv_tokens=6000, prefix_caching=True, memory_snapshots=2)
+    config = SimConfig(kv_tokens=6000, prefix_caching=True, memory_snapshots=2, parallel_sampling="fork")
     single = run_simulation(config, w)
     fleet = run_fleet(dataclasses.replace(config, router=router), w)
     assert (fleet.requests["replica"] == 0).all()

@@ -23,7 +23,8 @@ def test_reject_category_groups_messages_that_differ_in_numbers():
 def test_summary_counts_rejections_by_reason_deterministically():
     w = Workload(arrival_time_s=np.zeros(5), prompt_tokens=np.array([5000, 4500, 100, 100, 100]),
                  output_tokens=np.array([10, 20, 10, 10, 10]), n=np.array([1, 1, 1, 1, 300]), name="t")
-    config = SimConfig(kv_tokens=20_000, max_model_len=4096, step_time=0.01)
+    # (fork: a group's sequences count against max_num_seqs together; fanned out, the 300 samples queue alone)
+    config = SimConfig(kv_tokens=20_000, max_model_len=4096, step_time=0.01, parallel_sampling="fork")
     r = run_simulation(config, w)
     reasons = r.summary["rejected_reasons"]
     assert reasons == {"prompt + output = N tokens exceeds max_model_len 4096": 2,
