@@ -1,5 +1,5 @@
-"""Parallel sampling as vLLM v1 runs it (``--parallel-sampling fan-out``): a request sampled ``n`` times is ``n``
-requests to the scheduler, which share their prompt through the prefix cache.
+"""Parallel sampling as vLLM v1 runs it (``--parallel-sampling fan-out``, what the default ``auto`` does on `paged`):
+a request sampled ``n`` times is ``n`` requests to the scheduler, which share their prompt through the prefix cache.
 
 vLLM v1's engine front end (``LLMEngine.add_request``, ``ParentRequest``) hands the scheduler ``n`` child requests
 with the same prompt, one after another. The scheduler admits, preempts and finishes each on its own; the first
@@ -16,8 +16,8 @@ preempted together::
               ...
 
 Here the fan-out is made on the workload: each row sampled ``n > 1`` times (no beam) becomes ``n`` rows sampled
-once, in its place, marked with the row they came from (``Workload.fan_parent``), so every part of the simulator
-(queues, fleets, fast-forward) sees plain requests. Siblings share their whole prompt's block ids (the arrival
+once, in its place, marked with the row they came from (``Workload.fan_parent``), so the scheduler, the decode
+fast-forward and the memory maps see plain requests. Siblings share their whole prompt's block ids (the arrival
 source gives them the ids of the row they came from) and own their generated blocks. The requests table has one
 row per request again (`aggregate`): the children's hits and preemptions summed, the first child's first token,
 the last child's finish.
@@ -45,7 +45,7 @@ def fans_out(config, workload) -> bool:
     if config.parallel_sampling == "auto":
         if releases_arrivals(workload) or workload.has_sessions:
             return False
-    return bool(((np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)).any())
+    return bool(_sampled(workload).any())
 
 
 def fan_out(workload):
@@ -62,8 +62,12 @@ def sampling_mode(workload) -> str | None:
     workload was fanned out), ``fork``, or None (no such request)."""
     if getattr(workload, "fan_parent", None) is not None:
         return "fan-out"
-    sampled = (np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)
-    return "fork" if sampled.any() else None
+    return "fork" if _sampled(workload).any() else None
+
+
+def _sampled(workload) -> np.ndarray:
+    """Which rows are sampled more than once without a beam."""
+    return (np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)
 
 
 def aggregate(columns: dict[str, np.ndarray], fan_parent: np.ndarray) -> dict[str, np.ndarray]:
