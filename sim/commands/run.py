@@ -117,9 +117,10 @@ def simulation_options(func):
         _field_option("--parallel-sampling", type=click.Choice(PARALLEL_SAMPLING),
                       help="How a request sampled n > 1 times runs: fan-out (vLLM v1's engine: n requests "
                            "sharing the prompt through the prefix cache, each admitted and preempted alone; "
-                           "--allocator paged on one replica) or fork (one group of n sequences, admitted and "
-                           "preempted together, forked at the first token: vLLM v0's). auto (default): fan-out "
-                           "where modelled (paged, one replica, no sessions or closed loop), else fork."),
+                           "--allocator paged; a fleet routes a request's children together) or fork (one group "
+                           "of n sequences, admitted and preempted together, forked at the first token: vLLM "
+                           "v0's). auto (default): fan-out where modelled (paged, no sessions or closed loop), "
+                           "else fork."),
         _field_option("--lpm-max-queue", type=int,
                       help="The most queued requests lpm sorts; past it the queue keeps its order (the "
                            "default is SGLang's; 0 = no bound, what the policy would do if the sort were free)."),

@@ -45,6 +45,7 @@ from sim.kernel.engine import (
 )
 from sim.kernel.fleet_replica import Replica
 from sim.kernel.metrics import Recorder
+from sim.kernel.parallel_sampling import as_run
 from sim.kernel.replica import SimResult, resolve_capacity, snapshot_count, summary_extra
 from sim.kernel.routers import make_router
 from sim.kernel.snapshot_schedule import SnapshotSchedule
@@ -110,7 +111,11 @@ class Fleet:
     # -- routing ----------------------------------------------------------------------------------------
     def _route(self, t: float, i: int) -> None:
         group = self.source.make_group(i, t) if self.observed else None
-        chosen = self.router.choose(group, self.replicas) if len(self.replicas) > 1 else 0
+        rows = self.source.rows  # a fanned-out request's children go where its first went: one routing each
+        if rows is not None and i and rows[i] == rows[i - 1]:
+            chosen = int(self.replica_of[i - 1])
+        else:
+            chosen = self.router.choose(group, self.replicas) if len(self.replicas) > 1 else 0
         if not 0 <= chosen < len(self.replicas):
             raise RuntimeError(f"router {self.config.router} chose replica {chosen} of {len(self.replicas)}")
         self.routed += 1
@@ -243,6 +248,7 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     from sim.kernel.fleet_summary import fleet_result
 
     wall_start = time.perf_counter()
+    workload = as_run(config, workload)
     fleet = Fleet(config, workload, progress=progress)
     end = fleet.run()
     if config.debug_invariants:

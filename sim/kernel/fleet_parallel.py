@@ -151,7 +151,9 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
     """`sim.kernel.fleet.run_fleet` for a state-independent router, its replicas in ``workers`` processes."""
     from sim.kernel.fleet import Fleet
     from sim.kernel.fleet_summary import fleet_result
+    from sim.kernel.parallel_sampling import as_run
 
+    workload = as_run(config, workload)
     refuse_while_starting(f"run_simulation(workers={workers})")
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload)  # routes, and holds the fleet-wide arrays the results are merged into

@@ -16,6 +16,7 @@ from functools import partial
 import numpy as np
 
 from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral, Recorder
+from sim.kernel.parallel_sampling import first_children
 from sim.kernel.replica import SimResult, requests_frame, tier_summary
 from sim.kernel.summary import build_summary
 
@@ -68,7 +69,10 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         cached_by_index.update(r.sched.groups.cached_by_index)
         host_by_index.update(r.sched.groups.host_by_index)
     requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index, host_by_index)
-    requests["replica"] = fleet.replica_of
+    replica_of = fleet.replica_of  # a fanned-out request's, its children's (`Fleet._route`)
+    if getattr(workload, "fan_parent", None) is not None:
+        replica_of = replica_of[first_children(workload.fan_parent)]
+    requests["replica"] = replica_of
     pool = replicas[0].memory.breakdown()
     total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
     steps, per_replica, processed = [], [], []
@@ -79,7 +83,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         prefill = int(frame["prefill_tokens"].sum())
         tokens = prefill + int((frame["decode_seqs"] * frame["num_steps"]).sum())
         processed.append(tokens)
-        summary = build_summary(allocator=config.allocator, requests=requests[fleet.replica_of == r.number],
+        summary = build_summary(allocator=config.allocator, requests=requests[replica_of == r.number],
                                 memory=r.rec.memory, max_running=r.rec.max_running,
                                 num_preemptions=r.sched.groups.num_preemptions, start_s=fleet.start, end_s=end,
                                 wall_time_s=0.0, capacity=capacity, total_blocks=total_blocks, kv_tokens=cap.kv_tokens,

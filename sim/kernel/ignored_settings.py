@@ -64,10 +64,9 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> 
     if config.lpm_max_queue != defaults.lpm_max_queue and config.scheduling_policy != "lpm":
         ignored[f"--lpm-max-queue {config.lpm_max_queue}"] = (
             f"it bounds lpm's sort, and this run's policy is {config.scheduling_policy}")
-    if config.parallel_sampling == "fan-out" and (name != "paged" or config.replicas > 1):
+    if config.parallel_sampling == "fan-out" and name != "paged":
         ignored["--parallel-sampling fan-out"] = (
-            f"it is vLLM v1's engine, modelled for paged on one replica; {name} on {config.replicas} "
-            "replica(s) runs a request's samples as one group (fork)")
+            f"it is vLLM v1's engine, modelled for paged; {name} runs a request's samples as one group (fork)")
     ignored.update(_router_settings(config, defaults, sessions))
     return ignored
 

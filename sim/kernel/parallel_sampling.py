@@ -6,7 +6,7 @@ with the same prompt, one after another. The scheduler admits, preempts and fini
 child admitted computes the prompt and caches its full blocks as it allocates them, so the children admitted
 after it, in the same step or later, hit those blocks and compute only the prompt's last, partly filled block
 (at least its last token); each child's generated blocks are its own. kvsim's own model (``fork``, vLLM v0's and
-the paper's, and what every other allocator and a fleet run) keeps the ``n`` sequences of a request together as
+the paper's, and what every other allocator runs) keeps the ``n`` sequences of a request together as
 one group: admitted only if all fit, forked at the first token (full blocks shared, the partial one copied),
 preempted together::
 
@@ -31,21 +31,33 @@ from sim.kernel.arrivals import releases_arrivals
 
 PARALLEL_SAMPLING = ("auto", "fan-out", "fork")
 """``--parallel-sampling`` values: ``fork`` (kvsim's sequence groups, vLLM v0's and the paper's), ``fan-out``
-(vLLM v1's child requests), ``auto`` (the default: fan-out where it is modelled, `paged` on one replica without
-sessions or a closed loop, as `paged` is vLLM v1's; fork elsewhere)."""
+(vLLM v1's child requests), ``auto`` (the default: fan-out where it is modelled, `paged` without sessions or a
+closed loop, as `paged` is vLLM v1's; fork elsewhere)."""
 
 
 def fans_out(config, workload) -> bool:
-    """Whether a run of ``config`` (a `SimConfig`) fans ``workload``'s requests out: on `paged` and one replica
-    (elsewhere a ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`), asked for or, under
-    ``auto``, without sessions or a closed loop (asked for with them, the runner refuses it), and some request
-    is sampled more than once without a beam."""
-    if config.parallel_sampling == "fork" or config.allocator != "paged" or config.replicas > 1:
+    """Whether a run of ``config`` (a `SimConfig`) fans ``workload``'s requests out: on `paged` (elsewhere a
+    ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`), asked for or, under ``auto``,
+    without sessions or a closed loop (asked for with them, the runner refuses it), and some request is sampled
+    more than once without a beam. In a fleet a request's children go where its first goes (`sim.kernel.fleet`):
+    a router sends the request to one server, which fans it out."""
+    if config.parallel_sampling == "fork" or config.allocator != "paged":
         return False
     if config.parallel_sampling == "auto":
         if releases_arrivals(workload) or workload.has_sessions:
             return False
     return bool(_sampled(workload).any())
+
+
+def as_run(config, workload):
+    """The workload a run of ``config`` simulates: ``workload`` fanned out where `fans_out` says so (once: a
+    fanned-out workload is returned as it is); fan-out asked for with sessions or a closed loop is refused."""
+    if getattr(workload, "fan_parent", None) is not None or not fans_out(config, workload):
+        return workload
+    if releases_arrivals(workload) or workload.has_sessions:
+        raise ValueError("--parallel-sampling fan-out with sessions or a closed loop is not modelled (which "
+                         "child's output would the next turn carry?): use fork")
+    return fan_out(workload)
 
 
 def fan_out(workload):
@@ -70,11 +82,17 @@ def _sampled(workload) -> np.ndarray:
     return (np.asarray(workload.n) > 1) & (np.asarray(workload.beam_width) <= 1)
 
 
+def first_children(fan_parent: np.ndarray) -> np.ndarray:
+    """The first row of each request in a fanned-out workload (``fan_parent`` is sorted: a request's children
+    are one run of rows)."""
+    return np.flatnonzero(np.r_[True, fan_parent[1:] != fan_parent[:-1]])
+
+
 def aggregate(columns: dict[str, np.ndarray], fan_parent: np.ndarray) -> dict[str, np.ndarray]:
     """The requests table's columns (per row of a fanned-out workload) per request again: ``fan_parent`` is
     sorted, so each request's children are one run of rows. Times: the earliest admission and first token, the
     last finish (none while a child has none); counts summed; rejected if any child was, with its reason."""
-    starts = np.flatnonzero(np.r_[True, fan_parent[1:] != fan_parent[:-1]])
+    starts = first_children(fan_parent)
     out = {name: columns[name][starts] for name in ("request_id", "arrival_s", "prompt_tokens", "output_tokens")}
     for name in ("admitted_s", "first_token_s"):
         out[name] = np.fmin.reduceat(columns[name], starts)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.kernel.arrivals import ArrivalSource, first_arrival_s, releases_arrivals
+from sim.kernel.arrivals import ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.engine import Engine
@@ -25,7 +25,7 @@ from sim.kernel.fleet import run_fleet
 from sim.kernel.fleet_parallel import parallel_note, run_fleet_parallel, runs_in_parallel
 from sim.kernel.ignored_settings import ignored_lines
 from sim.kernel.metrics import Recorder
-from sim.kernel.parallel_sampling import fan_out, fans_out
+from sim.kernel.parallel_sampling import as_run
 from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is where callers look for them)
     MEMORY_MAP_ROWS,
     SimResult,
@@ -91,11 +91,7 @@ def caller_stacklevel() -> int:
 def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostModel | None,
               workers: int) -> SimResult:
     """The run itself: one replica here, a fleet in this process or in ``workers`` processes."""
-    if fans_out(config, workload):
-        if releases_arrivals(workload) or workload.has_sessions:
-            raise ValueError("--parallel-sampling fan-out with sessions or a closed loop is not modelled (which "
-                             "child's output would the next turn carry?): use fork")
-        workload = fan_out(workload)
+    workload = as_run(config, workload)  # a request sampled n times as vLLM v1 runs it, where modelled
     if runs_in_parallel(config, workers, workload):
         return run_fleet_parallel(config, workload, workers, progress=progress)
     if config.replicas > 1:

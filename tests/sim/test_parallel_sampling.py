@@ -70,6 +70,23 @@ def test_siblings_share_their_whole_prompt_beyond_a_shared_system_prompt():
     assert fan.requests["cached_tokens"].tolist() == [2 * 144, 64]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_fleet_sends_a_requests_children_where_its_first_goes(workers):
+    """A router sends a request sampled n times to one server, which fans it out: its children stay together,
+    one routing decision each request (round-robin alternates requests, not children), and the table has one row
+    per request with its replica. Worker processes give the same tables."""
+    w = sampled([4, 1, 3, 2], [100, 200, 150, 80], [10, 20, 5, 7])
+    w = Workload(**{**{k: getattr(w, k) for k in ("prompt_tokens", "output_tokens", "n")},
+                    "arrival_time_s": np.array([0.0, 1.0, 2.0, 3.0])})
+    fleet = run_simulation(SimConfig(replicas=2, step_time=0.01), w, workers=workers)
+    assert fleet.requests["replica"].tolist() == [0, 1, 0, 1]
+    assert fleet.requests["num_seqs"].tolist() == [4, 1, 3, 2] and fleet.summary["parallel_sampling"] == "fan-out"
+    assert [r["completed"] for r in fleet.summary["per_replica"]] == [2, 2]
+    assert fleet.requests["cached_tokens"].tolist() == [3 * 96, 0, 2 * 144, 64]
+    one = run_simulation(SimConfig(replicas=2, step_time=0.01), w)
+    assert fleet.requests.equals(one.requests)
+
+
 def test_the_table_folds_children_into_their_request():
     """Earliest admission and first token, last finish (none while a child has none), counts summed, rejected if
     any child was, with that child's reason."""
@@ -121,10 +138,10 @@ def test_fast_forward_equals_step_by_step_with_fanned_out_requests():
     assert_same_memory_map(fast, slow)
 
 
-@pytest.mark.parametrize("options", [dict(allocator="paged-cow"), dict(replicas=2)])
+@pytest.mark.parametrize("options", [dict(allocator="paged-cow"), dict(allocator="radix")])
 def test_fan_out_elsewhere_is_reported_ignored_and_runs_the_groups(options):
-    """Other allocators (their own models of sharing) and fleets run a request's samples as one group, and say
-    the setting changed nothing."""
+    """Other allocators (their own models of sharing) run a request's samples as one group, and say the setting
+    changed nothing."""
     w = sampled([4, 1], [100, 200], [10, 20])
     fan = run_simulation(SimConfig(parallel_sampling="fan-out", **options), w, warn=False)
     fork = run_simulation(SimConfig(parallel_sampling="fork", **options), w)

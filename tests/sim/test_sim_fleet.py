@@ -33,10 +33,9 @@ def shared_prefixes(count, rate):
 
 @pytest.mark.parametrize("router", list(ROUTERS))
 def test_one_replica_is_the_single_engine(router):
-    """Every router with one replica gives today's single-replica run, table for table (a fleet runs a request's
-    samples as one group: so does the single replica here)."""
+    """Every router with one replica gives today's single-replica run, table for table."""
     w = shared_prefixes(120, 6.0)
-    config = SimConfig(kv_tokens=6000, prefix_caching=True, memory_snapshots=2, parallel_sampling="fork")
+    config = SimConfig(kv_tokens=6000, prefix_caching=True, memory_snapshots=2)
     single = run_simulation(config, w)
     fleet = run_fleet(dataclasses.replace(config, router=router), w)
     assert (fleet.requests["replica"] == 0).all()
