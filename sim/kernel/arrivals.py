@@ -216,16 +216,19 @@ class ArrivalSource:
             t, i = due
             sched.add(self.make_group(i, t), t)
 
+    def _known_hashes(self, request, i: int) -> tuple[int, ...]:
+        """Row ``i``'s (``request``'s) block ids from its prefix identity (`Request.block_hashes`), numbered by the
+        workload's dense units where it has them."""
+        w = self.workload
+        units = w.prefix_units(i) if request.prefix_hashes and hasattr(w, "prefix_units") else None
+        return request.block_hashes(self.block_size, units)
+
     def _child_hashes(self, i: int, prompt: int, output: int) -> tuple[tuple[int, ...], int, int]:
         """A fanned-out child's block ids, its shared-prefix blocks and where its own start: its row's prefix
         identity (a group's or the trace's prefix hashes), then the rest of its prompt as its siblings have it
         (ids by the row it came from), then its own generated blocks."""
-        w, size = self.workload, self.block_size
-        known: tuple[int, ...] = ()
-        if not self.anonymous[i]:
-            request = w[i]
-            units = w.prefix_units(i) if request.prefix_hashes and hasattr(w, "prefix_units") else None
-            known = request.block_hashes(size, units)
+        size = self.block_size
+        known = () if self.anonymous[i] else self._known_hashes(self.workload[i], i)
         shared = own_block_hashes(int(self.rows[i]), len(known), prompt, size, base=_SIBLING_BASE)
         own = own_block_hashes(i, prompt // size, prompt + output, size) if self.own_identity else ()
         return known + shared + own, len(known), prompt // size
@@ -243,8 +246,7 @@ class ArrivalSource:
                 hashes = own_block_hashes(i, 0, prompt + output, self.block_size)
         elif self.want_hashes:
             request = w[i]
-            units = w.prefix_units(i) if request.prefix_hashes and hasattr(w, "prefix_units") else None
-            hashes = request.block_hashes(self.block_size, units)
+            hashes = self._known_hashes(request, i)
             prefix_blocks = own_from = len(hashes)
             if request.session_id is not None:  # identity covers the whole turn; the group's part is shared
                 prefix_blocks = request.prefix_len // self.block_size if group_id >= 0 else 0

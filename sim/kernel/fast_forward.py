@@ -104,7 +104,8 @@ def _retries_due(memory) -> bool:
 
 
 def _store_steps(memory, grow_due):
-    """``(grow_due, begin_step)`` for a run: with a write-through tier, ``grow_due`` refusing a sync that stores
+    """``(grow_due, begin_step)`` for a run (``grow_due``: `KVMemory.grow_due`, or `KVMemory.grow` where a run
+    goes by sub-events): with a write-through tier, ``grow_due`` refusing a sync that stores
     while failed stores wait (`RequestTier.behind`: the run ends before that step, which the scheduler plans,
     making the failed stores again in order with it), and the tier's `RequestTier.begin_step`, told each step
     whose syncs the run makes (a step's stores are not written yet for the rest of it); else ``grow_due`` itself
@@ -237,7 +238,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
     used0 = b.used_blocks
     tier = memory.host_tier  # a host tier's contents change with stores and spills, not seen in the breakdown
     retry = _retries_due(memory)  # then one step only
-    through = tier is not None and tier.write_through
+    grow, begin_step = _store_steps(memory, memory.grow)
     while True:
         deadline = decode.next_deadline()
         end = last + 1 if last is not None else math.inf
@@ -265,12 +266,11 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         slots = maps = 0
         stopped = False
         openings = memory.growth_openings
-        if through:
-            tier.begin_step(step)
+        if begin_step is not None:
+            begin_step(step)
         for i, seq_id in enumerate(due):
             added = decode.pending(seq_id, step) + 1
-            # out of memory, or a store while failed stores wait (`_store_steps`): stop before this step
-            copies = None if through and tier.behind and memory.stores(seq_id, added) else memory.grow(seq_id, added)
+            copies = grow(seq_id, added)  # None: out of memory, or a store while failed stores wait
             if copies is None:  # the scheduler plans it (and preempts, if memory ran out)
                 for rest in due[i:]:
                     decode.requeue(rest)

@@ -35,26 +35,18 @@ PARALLEL_SAMPLING = ("auto", "fan-out", "fork")
 closed loop, as `paged` is vLLM v1's; fork elsewhere)."""
 
 
-def fans_out(config, workload) -> bool:
-    """Whether a run of ``config`` (a `SimConfig`) fans ``workload``'s requests out: on `paged` (elsewhere a
-    ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`), asked for or, under ``auto``,
-    without sessions or a closed loop (asked for with them, the runner refuses it), and some request is sampled
-    more than once without a beam. In a fleet a request's children go where its first goes (`sim.kernel.fleet`):
-    a router sends the request to one server, which fans it out."""
-    if config.parallel_sampling == "fork" or config.allocator != "paged":
-        return False
-    if config.parallel_sampling == "auto":
-        if releases_arrivals(workload) or workload.has_sessions:
-            return False
-    return bool(_sampled(workload).any())
-
-
 def as_run(config, workload):
-    """The workload a run of ``config`` simulates: ``workload`` fanned out where `fans_out` says so (once: a
-    fanned-out workload is returned as it is); fan-out asked for with sessions or a closed loop is refused."""
-    if getattr(workload, "fan_parent", None) is not None or not fans_out(config, workload):
+    """The workload a run of ``config`` (a `SimConfig`) simulates: ``workload`` fanned out on `paged` (elsewhere a
+    ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`) when some request is sampled more
+    than once without a beam, unless it has sessions or a closed loop (``auto`` then forks; ``fan-out`` asked for
+    is refused); a fanned-out workload is returned as it is. In a fleet a request's children go where its first
+    goes (`sim.kernel.fleet`): a router sends the request to one server, which fans it out."""
+    if (getattr(workload, "fan_parent", None) is not None or config.parallel_sampling == "fork"
+            or config.allocator != "paged" or not _sampled(workload).any()):
         return workload
     if releases_arrivals(workload) or workload.has_sessions:
+        if config.parallel_sampling == "auto":
+            return workload
         raise ValueError("--parallel-sampling fan-out with sessions or a closed loop is not modelled (which "
                          "child's output would the next turn carry?): use fork")
     return fan_out(workload)
@@ -63,10 +55,9 @@ def as_run(config, workload):
 def fan_out(workload):
     """``workload`` with each row sampled ``n > 1`` times (no beam) replaced by ``n`` rows sampled once, in its
     place; ``fan_parent`` gives every row the row it came from."""
-    n = np.where(np.asarray(workload.beam_width) > 1, 1, np.asarray(workload.n))
-    rows = np.repeat(np.arange(len(workload), dtype=np.int64), n)
-    fanned = (n > 1)[rows]
-    return workload.select(rows, n=np.where(fanned, 1, np.asarray(workload.n)[rows]), fan_parent=rows)
+    sampled, n = _sampled(workload), np.asarray(workload.n)
+    rows = np.repeat(np.arange(len(workload), dtype=np.int64), np.where(sampled, n, 1))
+    return workload.select(rows, n=np.where(sampled[rows], 1, n[rows]), fan_parent=rows)
 
 
 def sampling_mode(workload) -> str | None:
