@@ -12,7 +12,8 @@ out. Run it before and after a change and compare::
 
 ``--only SUBSTRING`` runs the configurations whose name contains it; ``--list`` names them. ``--drop-key KEY``
 (repeatable) leaves a JSON key out as ``wall_time_s`` is, to compare across a change that only adds keys (run
-both sides with the same keys dropped). ``--keep DIR`` keeps each run's files in ``DIR/NAME``, to see which
+both sides with the same keys dropped); ``--drop-column COL`` (repeatable) leaves a column of the CSV tables out
+the same way, for a change that only adds a column. ``--keep DIR`` keeps each run's files in ``DIR/NAME``, to see which
 table a change moved. A ``{NAME}``
 argument is a trace `TRACES` generates first (`kvsim trace generate`, seeded): the closed-loop and session
 workloads, whose arrivals the simulation releases.
@@ -21,7 +22,9 @@ workloads, whose arrivals the simulation releases.
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -97,8 +100,9 @@ CONFIGS: dict[str, list[str]] = {
 }
 
 
-def _digest(out: Path, dropped: frozenset[str] = frozenset()) -> str:
-    """sha256 over every file under ``out`` (sorted by name); JSON files without ``wall_time_s`` and ``dropped``."""
+def _digest(out: Path, dropped: frozenset[str] = frozenset(), columns: frozenset[str] = frozenset()) -> str:
+    """sha256 over every file under ``out`` (sorted by name); JSON files without ``wall_time_s`` and ``dropped``,
+    CSV tables without ``columns``."""
     h = hashlib.sha256()
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         data = path.read_bytes()
@@ -106,8 +110,21 @@ def _digest(out: Path, dropped: frozenset[str] = frozenset()) -> str:
             doc = json.loads(data)
             _drop_keys(doc, dropped | {"wall_time_s"})
             data = json.dumps(doc, sort_keys=True).encode()
+        elif path.suffix == ".csv" and columns:
+            data = _drop_columns(data, columns)
         h.update(path.relative_to(out).as_posix().encode() + b"\0" + data)
     return h.hexdigest()
+
+
+def _drop_columns(data: bytes, columns: frozenset[str]) -> bytes:
+    """A CSV table's bytes without ``columns`` (those it has), written back as `csv` writes rows."""
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    if not rows:
+        return data
+    keep = [i for i, name in enumerate(rows[0]) if name not in columns]
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows([row[i] for i in keep] for row in rows)
+    return text.getvalue().encode()
 
 
 def _drop_keys(doc: object, keys: frozenset[str]) -> None:
@@ -126,6 +143,8 @@ def main() -> int:
     parser.add_argument("--only", default="", help="run the configurations whose name contains this")
     parser.add_argument("--list", action="store_true", help="name the configurations and stop")
     parser.add_argument("--drop-key", action="append", default=[], help="leave this JSON key out (repeatable)")
+    parser.add_argument("--drop-column", action="append", default=[],
+                        help="leave this column of the CSV tables out (repeatable)")
     parser.add_argument("--keep", type=Path, help="keep each run's files in KEEP/NAME")
     args = parser.parse_args()
     names = [n for n in CONFIGS if args.only in n]
@@ -147,7 +166,7 @@ def main() -> int:
             if done.returncode:
                 print(f"{name}: FAILED ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
                 continue
-            print(f"{name}: {_digest(Path(tmp), frozenset(args.drop_key))}", flush=True)
+            print(f"{name}: {_digest(Path(tmp), frozenset(args.drop_key), frozenset(args.drop_column))}", flush=True)
             if args.keep is not None:
                 shutil.copytree(tmp, args.keep / name, dirs_exist_ok=True)
     return 0

@@ -22,7 +22,8 @@ COMMAND_MODULES = ["capacity", "plot", "sweep", "trace", "calibrate", "run", "co
 @click.version_option(package_name="kvsim")
 @click.pass_context
 def main(ctx: click.Context) -> None:
-    """kvsim: simulate LLM KV-cache memory allocation (contiguous, paged, copy-on-write)."""
+    """kvsim: simulate LLM KV-cache memory allocation (contiguous, paged, copy-on-write, radix, vAttention;
+    a host-memory tier; hybrid pools)."""
     ctx.with_resource(warnings.catch_warnings())  # the hook is restored when the command ends
     ctx.with_resource(without_huge_page_hint())  # as is numpy's huge-page hint (`sim.kernel.huge_pages`)
     previous = warnings.showwarning

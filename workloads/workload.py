@@ -78,6 +78,9 @@ class Workload:
     fan_parent: np.ndarray | None = None
     """Set by the simulator on a workload whose requests sampled ``n > 1`` times were fanned out into ``n``
     requests each (`sim.kernel.parallel_sampling`): the row each row came from."""
+    length_capped: np.ndarray | None = None
+    """Set by the simulator on a workload whose outputs it cut at ``max_model_len`` as vLLM stops them
+    (`sim.kernel.over_length`): the output tokens each row lost (0: none)."""
 
     def __post_init__(self) -> None:
         size = len(self.arrival_time_s)
@@ -235,8 +238,9 @@ class Workload:
         attrs = {"prefix_hash_tokens": self.prefix_hash_tokens, "name": self.name, "source": self.source}
         attrs |= {"skipped_rows": self.skipped_rows, "skipped_reasons": dict(self.skipped_reasons)}
         attrs |= {"closed_loop": self.closed_loop}
-        if self.fan_parent is not None:
-            attrs["fan_parent"] = self.fan_parent[index]
+        for name in ("fan_parent", "length_capped"):
+            if getattr(self, name) is not None:
+                attrs[name] = getattr(self, name)[index]
         return Workload(**(columns | attrs | overrides))
 
     def head(self, count: int) -> Workload:

@@ -26,6 +26,7 @@ from sim.kernel.config import (
     OFFLOAD_EVICTION_POLICIES,
     OFFLOAD_LOAD_MODES,
     OFFLOAD_WRITE_POLICIES,
+    OVER_LENGTH,
     PARALLEL_SAMPLING,
     PREEMPTION_MODES,
     SCHEDULERS,
@@ -86,6 +87,11 @@ def simulation_options(func):
                            "the CUDA driver's 2 MB pages; 64-256: vAttention's driver extension)."),
         _field_option("--placement", help="Where contiguous slabs go in memory: buddy, first-fit or best-fit."),
         click.option("--max-model-len", type=int, help="Longest sequence (default: the model's)."),
+        _field_option("--over-length", type=click.Choice(OVER_LENGTH),
+                      help="A request whose prompt fits --max-model-len but prompt + output does not: cap "
+                           "(vLLM: its output stops at max_model_len; the requests table's length_capped_tokens "
+                           "says by how much) or reject it. A prompt of max_model_len tokens or more is "
+                           "rejected either way."),
         click.option("--rate", type=float,
                      help="Poisson arrival rate, requests per second (a preset's rate; for TRACE, new Poisson "
                           "arrivals replace its timestamps: see --arrivals)."),
@@ -238,6 +244,10 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
     line = rejection_warning(summary)
     if line:
         click.echo(line, err=True)
+    if capped := summary.get("length_capped"):
+        click.echo(f"Note: {name}: {capped} of {summary['requests']} requests' outputs stop at max_model_len, as "
+                   "vLLM stops them (length_capped_tokens in the requests table; --over-length reject rejects "
+                   "them instead)", err=True)
     for line in ignored_lines(summary) if settings else ():
         click.echo(f"Warning: {line}", err=True)
     for what in summary.get("clock_omits", []) if clock else ():

@@ -50,7 +50,10 @@ class GroupMechanics(Preemption):
     def never_runs(self, group: SequenceGroup) -> str | None:
         """Why a request can never run under this configuration, or None."""
         s = self.s
-        if group.total_tokens > self.max_model_len:
+        if group.prompt >= self.max_model_len:  # not one output token fits: vLLM refuses it too
+            return (f"prompt of {group.prompt} tokens leaves no room for an output token within max_model_len "
+                    f"{self.max_model_len}")
+        if group.total_tokens > self.max_model_len:  # only under --over-length reject (cap cuts the output)
             return f"prompt + output = {group.total_tokens} tokens exceeds max_model_len {self.max_model_len}"
         if group.num_seqs > s.max_num_seqs:
             return f"needs {group.num_seqs} sequences but max_num_seqs is {s.max_num_seqs}"

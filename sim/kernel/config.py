@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from allocators.kv_layout import kv_element_bytes
+from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 from sim.kernel.routers import ROUTERS
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT
@@ -126,6 +127,7 @@ class SimConfig:
     page_size_kib: int = 2048
     placement: str = "buddy"
     max_model_len: int | None = None
+    over_length: str = "cap"
     scheduler: str = "continuous"
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
@@ -202,6 +204,8 @@ class SimConfig:
                              "continuous batching with chunked prefill, got --allocator "
                              f"{self.allocator}, --scheduler {self.scheduler}, chunked prefill "
                              f"{'on' if self.chunked_prefill else 'off'}")
+        if self.over_length not in OVER_LENGTH:
+            raise ValueError(f"--over-length must be one of {', '.join(OVER_LENGTH)}, got {self.over_length!r}")
         if self.parallel_sampling not in PARALLEL_SAMPLING:
             raise ValueError(f"--parallel-sampling must be one of {', '.join(PARALLEL_SAMPLING)}, "
                              f"got {self.parallel_sampling!r}")

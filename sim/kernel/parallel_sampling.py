@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kernel.arrivals import releases_arrivals
+from sim.kernel.over_length import cap_outputs
 
 PARALLEL_SAMPLING = ("auto", "fan-out", "fork")
 """``--parallel-sampling`` values: ``fork`` (kvsim's sequence groups, vLLM v0's and the paper's), ``fan-out``
@@ -36,11 +37,13 @@ closed loop, as `paged` is vLLM v1's; fork elsewhere)."""
 
 
 def as_run(config, workload):
-    """The workload a run of ``config`` (a `SimConfig`) simulates: ``workload`` fanned out on `paged` (elsewhere a
+    """The workload a run of ``config`` (a `SimConfig`) simulates: ``workload`` with its outputs cut at
+    ``max_model_len`` as vLLM stops them (`sim.kernel.over_length`, under ``--over-length cap``), then fanned out on `paged` (elsewhere a
     ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`) when some request is sampled more
     than once without a beam, unless it has sessions or a closed loop (``auto`` then forks; ``fan-out`` asked for
     is refused); a fanned-out workload is returned as it is. In a fleet a request's children go where its first
     goes (`sim.kernel.fleet`): a router sends the request to one server, which fans it out."""
+    workload = cap_outputs(config, workload)
     if (getattr(workload, "fan_parent", None) is not None or config.parallel_sampling == "fork"
             or config.allocator != "paged" or not _sampled(workload).any()):
         return workload
@@ -84,7 +87,8 @@ def aggregate(columns: dict[str, np.ndarray], fan_parent: np.ndarray) -> dict[st
     sorted, so each request's children are one run of rows. Times: the earliest admission and first token, the
     last finish (none while a child has none); counts summed; rejected if any child was, with its reason."""
     starts = first_children(fan_parent)
-    out = {name: columns[name][starts] for name in ("request_id", "arrival_s", "prompt_tokens", "output_tokens")}
+    out = {name: columns[name][starts]
+           for name in ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "length_capped_tokens")}
     for name in ("admitted_s", "first_token_s"):
         out[name] = np.fmin.reduceat(columns[name], starts)
     out["finished_s"] = np.maximum.reduceat(columns["finished_s"], starts)  # NaN if any child has none

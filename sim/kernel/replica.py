@@ -238,6 +238,8 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
          "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
          "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64),
          "output_tokens": np.asarray(workload.output_tokens, np.int64),
+         "length_capped_tokens": (np.zeros(size, np.int64) if getattr(workload, "length_capped", None) is None
+                                  else np.asarray(workload.length_capped, np.int64)),
          "num_seqs": np.maximum(np.asarray(workload.n, np.int64), np.asarray(workload.beam_width, np.int64)),
          "cached_tokens": cached, "host_tokens": host, "preemptions": rec.preemptions, "rejected": rec.rejected,
          "reject_reason": reasons}
@@ -251,7 +253,7 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     return pd.DataFrame({
         "request_id": c["request_id"], "arrival_s": c["arrival_s"], "admitted_s": c["admitted_s"],
         "first_token_s": c["first_token_s"], "finished_s": c["finished_s"], "prompt_tokens": c["prompt_tokens"],
-        "output_tokens": out, "num_seqs": c["num_seqs"], "cached_tokens": c["cached_tokens"],
+        "output_tokens": out, "length_capped_tokens": c["length_capped_tokens"], "num_seqs": c["num_seqs"], "cached_tokens": c["cached_tokens"],
         "gpu_hit_tokens": c["cached_tokens"] - c["host_tokens"], "host_hit_tokens": c["host_tokens"],
         "preemptions": c["preemptions"], "rejected": c["rejected"], "reject_reason": c["reject_reason"],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,

@@ -102,6 +102,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "completed": int(len(done)),
         "rejected": int(requests["rejected"].sum()),
         "rejected_reasons": rejected_reasons(requests["reject_reason"][requests["rejected"]]),
+        "length_capped": int((requests["length_capped_tokens"] > 0).sum()),
         "preemptions": int(num_preemptions),
         "sim_time_s": sim_time,
         "wall_time_s": wall_time_s,

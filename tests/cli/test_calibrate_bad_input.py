@@ -190,10 +190,10 @@ def test_requests_the_simulation_rejects_are_counted_in_the_report(tmp_path):
     rows = GOOD_ROWS + "1.5,9000,50,0.5,2.0\n2.0,300,40,0.06,0.9\n2.5,200,30,0.05,0.7\n"
     result = _calibrate(tmp_path, "long.csv", HEADER + "\n" + rows)
     assert result.exit_code == 0, result.output
-    assert ("1 scored request(s) rejected by the simulation, left out of the scores: 1 x prompt + output = N "
-            "tokens exceeds max_model_len 8192") in result.output
+    assert ("1 scored request(s) rejected by the simulation, left out of the scores: 1 x prompt of N tokens "
+            "leaves no room for an output token within max_model_len 8192") in result.output
     table = json.loads((tmp_path / "cal.json").read_text())
-    assert table["fit"]["rejected"] == {"prompt + output = N tokens exceeds max_model_len 8192": 1}
+    assert table["fit"]["rejected"] == {"prompt of N tokens leaves no room for an output token within max_model_len 8192": 1}
 
 
 def test_a_split_with_an_empty_half_is_refused(tmp_path):

@@ -66,10 +66,10 @@ def test_rejections_state_the_limit_and_warn_on_stderr(trace):
     result = CliRunner().invoke(main, ["run", trace, "--max-model-len", "4096", "--step-time", "0.01", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)  # stdout stays pure JSON
-    assert summary["rejected_reasons"] == {"prompt + output = N tokens exceeds max_model_len 4096": 1}
+    assert summary["rejected_reasons"] == {"prompt of N tokens leaves no room for an output token within max_model_len 4096": 1}
     warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning")]
-    assert warnings == ["Warning: paged: 1 of 2 requests rejected (1: prompt + output = N tokens exceeds "
-                        "max_model_len 4096)"]
+    assert warnings == ["Warning: paged: 1 of 2 requests rejected (1: prompt of N tokens leaves no room for an "
+                        "output token within max_model_len 4096)"]
     clean = CliRunner().invoke(main, ["run", trace, "--max-model-len", "8192", "--step-time", "0.01", "--json"])
     assert clean.exit_code == 0 and "Warning" not in clean.stderr
 

@@ -94,6 +94,7 @@ def test_the_table_folds_children_into_their_request():
     columns = {
         "request_id": np.array([5, 5, 6]), "arrival_s": np.array([0.0, 0.0, 1.0]),
         "prompt_tokens": np.array([10, 10, 20]), "output_tokens": np.array([3, 3, 4]),
+        "length_capped_tokens": np.array([2, 2, 0]),
         "admitted_s": np.array([2.0, 1.0, nan]), "first_token_s": np.array([3.0, nan, nan]),
         "finished_s": np.array([9.0, 7.0, nan]), "num_seqs": np.array([1, 1, 1]),
         "cached_tokens": np.array([0, 8, 0]), "host_tokens": np.array([0, 8, 0]),
@@ -101,7 +102,7 @@ def test_the_table_folds_children_into_their_request():
         "reject_reason": np.array(["", "", "too long"], dtype=object),
     }
     out = aggregate(columns, np.array([0, 0, 1]))
-    assert out["request_id"].tolist() == [5, 6]
+    assert out["request_id"].tolist() == [5, 6] and out["length_capped_tokens"].tolist() == [2, 0]
     assert out["admitted_s"][0] == 1.0 and out["first_token_s"][0] == 3.0 and out["finished_s"][0] == 9.0
     assert np.isnan(out["finished_s"][1]) and np.isnan(out["admitted_s"][1])
     assert out["num_seqs"].tolist() == [2, 1] and out["preemptions"].tolist() == [3, 0]

@@ -27,10 +27,11 @@ def test_summary_counts_rejections_by_reason_deterministically():
     config = SimConfig(kv_tokens=20_000, max_model_len=4096, step_time=0.01, parallel_sampling="fork")
     r = run_simulation(config, w)
     reasons = r.summary["rejected_reasons"]
-    assert reasons == {"prompt + output = N tokens exceeds max_model_len 4096": 2,
+    assert reasons == {"prompt of N tokens leaves no room for an output token within max_model_len 4096": 2,
                        "needs N sequences but max_num_seqs is 256": 1}
     assert list(reasons) == sorted(reasons, key=lambda k: (-reasons[k], k))
-    assert r.requests["reject_reason"].iloc[0] == "prompt + output = 5010 tokens exceeds max_model_len 4096"
+    assert r.requests["reject_reason"].iloc[0] == ("prompt of 5000 tokens leaves no room for an output token within "
+                                                   "max_model_len 4096")
     assert run_simulation(config, w).summary["rejected_reasons"] == reasons
     assert run_simulation(config, w.select(np.array([2, 3]))).summary["rejected_reasons"] == {}
 
@@ -43,7 +44,7 @@ def test_kvsim_run_prints_reasons_only_when_something_was_rejected(tmp_path):
                                "--step-time", "0.01"])
     assert out.exit_code == 0, out.output
     assert "rejected_reasons" in out.output
-    assert "1 x prompt + output = N tokens exceeds max_model_len 4096" in out.output
+    assert "1 x prompt of N tokens leaves no room for an output token within max_model_len 4096" in out.output
     nothing = ["run", str(path), "--kv-tokens", "20000", "--step-time", "0.01", "--max-model-len", "8192"]
     assert json.loads(runner.invoke(main, [*nothing, "--json"]).stdout)["rejected_reasons"] == {}
     out = runner.invoke(main, nothing)

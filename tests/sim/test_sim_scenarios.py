@@ -92,10 +92,12 @@ def test_swap_falls_back_to_recompute_when_swap_space_is_full():
 def test_rejections_are_counted_with_reasons():
     w = workload([0.0, 0.1, 0.2], [100, 3000, 50], [10, 10, 5000])
     r = run_simulation(SimConfig(allocator="contiguous-max", kv_tokens=20000), w)
-    q = r.requests
-    assert q["rejected"].tolist() == [False, True, True]
-    assert all("max_model_len" in reason for reason in q["reject_reason"][1:])
-    assert r.summary["rejected"] == 2 and r.summary["completed"] == 1
+    q = r.requests  # (OPT-13B: max_model_len 2048; the third request's output stops there, as vLLM stops it)
+    assert q["rejected"].tolist() == [False, True, False] and q["output_tokens"].tolist() == [10, 10, 1998]
+    assert "max_model_len 2048" in q["reject_reason"][1] and q["reject_reason"][2] == ""
+    assert r.summary["rejected"] == 1 and r.summary["completed"] == 2 and r.summary["length_capped"] == 1
+    refused = run_simulation(SimConfig(allocator="contiguous-max", kv_tokens=20000, over_length="reject"), w)
+    assert refused.requests["rejected"].tolist() == [False, True, True] and refused.summary["completed"] == 1
 
 
 def test_static_batches_wait_for_the_whole_batch():

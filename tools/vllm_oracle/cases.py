@@ -80,6 +80,10 @@ CASES: dict[str, dict] = {
     # fan-out): each child admitted and preempted alone, the prompt shared through the prefix cache
     "parallel_sampling": dict(trace=dict(n=120, prompt=(50, 600), output=(20, 300), gap=1.0, samples=(1, 2, 4, 8)),
                               num_blocks=300, parallel_sampling="fan-out"),
+    # outputs that run past max_model_len: vLLM's scheduler stops a request whose tokens reach it
+    # (FINISHED_LENGTH_CAPPED); kvsim cuts its output there (--over-length cap, the default)
+    "max_model_len_capped": dict(trace=dict(n=150, prompt=(50, 1000), output=(20, 600), gap=0.5), num_blocks=150,
+                                 max_model_len=1024),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
