@@ -34,7 +34,8 @@ def test_the_harness_covers_the_required_cases():
                           "sessions_open_loop", "offload_sessions",
                           "offload_shared_prefix", "offload_arc_sessions", "offload_arc_shared_prefix",
                           "offload_arc_small_gpu", "offload_generated_blocks", "offload_whole_prompts",
-                          "parallel_sampling", "max_model_len_capped"}
+                          "parallel_sampling", "parallel_sampling_priority",
+                          "max_model_len_capped"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -80,6 +80,11 @@ CASES: dict[str, dict] = {
     # fan-out): each child admitted and preempted alone, the prompt shared through the prefix cache
     "parallel_sampling": dict(trace=dict(n=120, prompt=(50, 600), output=(20, 300), gap=1.0, samples=(1, 2, 4, 8)),
                               num_blocks=300, parallel_sampling="fan-out"),
+    # the same under the priority policy, some requests sampled more than ten times: vLLM orders a request's
+    # children by their ids ("{k}_{row}") as strings, so child 10 comes before child 2
+    "parallel_sampling_priority": dict(trace=dict(n=100, prompt=(50, 600), output=(20, 300), gap=1.5,
+                                                  samples=(1, 2, 12, 16), priorities=3),
+                                       num_blocks=400, parallel_sampling="fan-out", scheduling_policy="priority"),
     # outputs that run past max_model_len: vLLM's scheduler stops a request whose tokens reach it
     # (FINISHED_LENGTH_CAPPED); kvsim cuts its output there (--over-length cap, the default)
     "max_model_len_capped": dict(trace=dict(n=150, prompt=(50, 1000), output=(20, 600), gap=0.5), num_blocks=150,
