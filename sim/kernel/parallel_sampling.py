@@ -38,10 +38,10 @@ closed loop, as `paged` is vLLM v1's; fork elsewhere)."""
 
 def as_run(config, workload):
     """The workload a run of ``config`` (a `SimConfig`) simulates: ``workload`` with its outputs cut at
-    ``max_model_len`` as vLLM stops them (`sim.kernel.over_length`, under ``--over-length cap``), then fanned out on `paged` (elsewhere a
-    ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`) when some request is sampled more
-    than once without a beam, unless it has sessions or a closed loop (``auto`` then forks; ``fan-out`` asked for
-    is refused); a fanned-out workload is returned as it is. In a fleet a request's children go where its first
+    ``max_model_len`` as vLLM stops them (`sim.kernel.over_length`, under ``--over-length cap``), then fanned out
+    on `paged` (elsewhere a ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`) when some
+    request is sampled more than once without a beam, unless it has sessions or a closed loop (``auto`` then
+    forks; ``fan-out`` asked for is refused); a fanned-out workload is returned as it is. In a fleet a request's children go where its first
     goes (`sim.kernel.fleet`): a router sends the request to one server, which fans it out."""
     workload = cap_outputs(config, workload)
     if (getattr(workload, "fan_parent", None) is not None or config.parallel_sampling == "fork"
