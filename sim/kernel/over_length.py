@@ -5,11 +5,12 @@ vLLM serves a request whose prompt fits ``max_model_len`` even when prompt + out
 lowers ``max_tokens`` to ``max_model_len - prompt`` (``get_max_tokens``, 0.33) and its scheduler stops a
 request whose tokens reach ``max_model_len`` (``check_stop``: ``FINISHED_LENGTH_CAPPED``). Only a prompt of
 ``max_model_len`` tokens or more is refused, since not one output token fits after it. kvsim does the same
-to the workload before the run (`cap_outputs`): such a row's ``output_tokens`` (and ``max_tokens``, if given)
-become ``max_model_len - prompt``, and ``Workload.length_capped`` keeps how many tokens each row lost, so the
-requests table says it (``length_capped_tokens``) and the summary counts the rows (``length_capped``). Sampled
-and beam sequences are cut alike (each stops at the same length). A session's later turns keep their prompts
-as the trace gives them (what the client sent); they hit the cut turn's blocks as far as it computed them.
+to the workload before the run (`cap_outputs`): such a row's ``output_tokens`` become ``max_model_len -
+prompt``, as does any row's ``max_tokens`` (a bound `contiguous-max` reserves by) that is larger, and
+``Workload.length_capped`` keeps how many tokens each row lost, so the requests table says it
+(``length_capped_tokens``) and the summary counts the rows (``length_capped``). Sampled and beam sequences are
+cut alike (each stops at the same length). A session's later turns keep their prompts as the trace gives them
+(what the client sent); they hit the cut turn's blocks as far as it computed them.
 
 ``reject`` refuses every request whose prompt + output exceeds ``max_model_len`` on arrival, with that reason:
 what kvsim did before it modelled vLLM's cut, and what a server that refuses over-long requests does.
@@ -37,18 +38,20 @@ def max_model_len_of(config) -> int:
 
 def cap_outputs(config, workload):
     """``workload`` with the output of each request whose prompt fits ``max_model_len`` but whose prompt +
-    output does not cut to ``max_model_len - prompt`` (``config.over_length == "cap"``); ``workload`` itself
-    when there is none, or under ``reject``."""
+    output does not cut to ``max_model_len - prompt``, and every ``max_tokens`` past that room lowered to it
+    (``config.over_length == "cap"``; vLLM's server takes the least of the two); ``workload`` itself when there
+    is nothing to cut, or under ``reject``."""
     if config.over_length != "cap" or not len(workload):
         return workload
     limit = max_model_len_of(config)
     prompt, output = np.asarray(workload.prompt_tokens), np.asarray(workload.output_tokens)
+    max_tokens = np.asarray(workload.max_tokens)  # NONE (-1) where the trace gives none
     room = limit - prompt
-    cut = np.where((output > room) & (room >= 1), output - room, 0)
-    if not cut.any():
+    fits = room >= 1  # a longer prompt is rejected on arrival
+    cut = np.where(fits & (output > room), output - room, 0)
+    lower = fits & (max_tokens > room)
+    if not cut.any() and not lower.any():
         return workload
-    capped = cut > 0
-    max_tokens = np.asarray(workload.max_tokens)
     return workload.select(np.arange(len(workload)), output_tokens=output - cut,
-                           max_tokens=np.where(capped & (max_tokens > room), room, max_tokens),
+                           max_tokens=np.where(lower, room, max_tokens),
                            length_capped=cut if workload.length_capped is None else workload.length_capped + cut)

@@ -55,13 +55,16 @@ def test_reject_refuses_what_cap_cuts_with_the_limit_it_crosses():
 
 
 def test_a_cut_lowers_max_tokens_too_and_leaves_a_workload_that_fits_alone():
-    """The trace's max_tokens (a reservation bound: >= output_tokens) is cut with the output, as vLLM's server
-    takes the least of the requested and the model's room; a workload with nothing to cut is returned as is."""
-    w = lengths([900, 100], [300, 50], max_tokens=np.array([400, 60]))
+    """The trace's max_tokens (a bound contiguous-max reserves by: >= output_tokens) is lowered to the model's
+    room wherever it is larger, as vLLM's server takes the least of the two, whether or not the output is cut;
+    a workload with nothing to cut is returned as is."""
+    w = lengths([900, 100, 1000], [300, 50, 20], max_tokens=np.array([400, 60, 500]))
     config = SimConfig(max_model_len=1024)
     cut = cap_outputs(config, w)
-    assert cut.output_tokens.tolist() == [124, 50] and cut.max_tokens.tolist() == [124, 60]
-    assert cut.length_capped.tolist() == [176, 0]
+    assert cut.output_tokens.tolist() == [124, 50, 20] and cut.max_tokens.tolist() == [124, 60, 24]
+    assert cut.length_capped.tolist() == [176, 0, 0]
+    only_bound = cap_outputs(config, w.select(np.array([2])))  # nothing cut, the bound lowered all the same
+    assert only_bound.max_tokens.tolist() == [24] and only_bound.length_capped.tolist() == [0]
     assert cap_outputs(config, cut) is cut and cap_outputs(SimConfig(max_model_len=2048), w) is w
     assert cap_outputs(SimConfig(max_model_len=1024, over_length="reject"), w) is w
 
