@@ -54,13 +54,15 @@ def build_scheduler(args):
         init_none_hash,
         resolve_kv_cache_block_sizes,
     )
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
     from vllm.v1.structured_output import StructuredOutputManager
 
     model_config = ModelConfig(model=_model_dir(args.max_model_len), skip_tokenizer_init=True,
                                max_model_len=args.max_model_len, dtype="float16")
-    sched_kwargs = dict(enable_chunked_prefill=True, async_scheduling=False, max_num_seqs=args.max_num_seqs,
+    asynchronous = getattr(args, "async_scheduling", False)  # vLLM 0.33's default; `async_gap.py` runs it
+    sched_kwargs = dict(enable_chunked_prefill=True, async_scheduling=asynchronous, max_num_seqs=args.max_num_seqs,
                         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
                         long_prefill_token_threshold=args.long_prefill_token_threshold,
                         scheduler_reserve_full_isl=args.scheduler_reserve_full_isl, policy=args.scheduling_policy,
@@ -90,7 +92,7 @@ def build_scheduler(args):
     )
     cache_config.num_gpu_blocks = args.num_blocks
     block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-    scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+    scheduler = (AsyncScheduler if asynchronous else Scheduler)(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                           structured_output_manager=StructuredOutputManager(vllm_config), log_stats=False,
                           block_size=block_size, hash_block_size=hash_block_size)
     hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)

@@ -1,0 +1,127 @@
+"""How far vLLM's default engine loop is from the synchronous scheduler kvsim models: the cases again, run by
+vLLM's ``AsyncScheduler`` with its engine's batch queue, against the committed (synchronous) references.
+
+vLLM 0.33 turns ``async_scheduling`` on by default for generative models (``VllmConfig``: None becomes True
+unless something is incompatible). Its engine (``EngineCore.step_with_batch_queue``, a queue of two batches)
+schedules step t + 1 before it processes step t's output, so a request finished by step t gives its blocks and
+its ``max_num_seqs`` seat back only after step t + 1 was scheduled; the ``AsyncScheduler`` skips the step it knows
+reaches ``max_tokens``, so no token is wasted. kvsim, and the references it matches exactly, run the synchronous
+scheduler (``async_scheduling=False``). This prints the gap per case::
+
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/async_gap.py [CASE ...]
+
+Steps are counted as the engine schedules them (the last, empty one that drains the queue included). Sessions,
+parallel sampling and the offloading connector are left out (their driver paths assume synchronous outputs).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import cases  # noqa: E402
+import driver  # noqa: E402
+
+REFERENCES = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle"
+
+
+def run_async(args) -> tuple[dict, dict[int, int]]:
+    """The case's trace through the ``AsyncScheduler``, the engine's batch queue of two played: schedule step t,
+    then process step t - 1's output. Returns the totals and each request's finish step (the step whose output
+    finished it)."""
+    import numpy as np
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    args.async_scheduling = True
+    scheduler, hasher = driver.build_scheduler(args)
+    rows = driver.read_trace(args.trace)
+    requests, _, parent = driver.make_requests(rows, hasher, args.seed)
+    token_rng = np.random.default_rng(args.seed + 1)
+    finish: dict[int, int] = {}
+    cursor = step = preempted = prefill = running = 0
+    in_prefill: set[str] = set()
+    pending = None
+
+    def process(batch) -> None:
+        for engine_outputs in scheduler.update_from_output(*batch).values():
+            for o in engine_outputs.outputs:
+                if o.finish_reason is not None:
+                    finish[int(parent[o.request_id])] = step - 1
+
+    while len(finish) < len(rows):
+        while cursor < len(requests) and rows[int(parent[requests[cursor].request_id])]["arrival"] <= step:
+            scheduler.add_request(requests[cursor])
+            cursor += 1
+        out = scheduler.schedule()
+        in_prefill.update(r.req_id for r in out.scheduled_new_reqs)
+        in_prefill.update(out.scheduled_cached_reqs.resumed_req_ids)
+        for req_id in out.preempted_req_ids or ():
+            preempted += 1
+            in_prefill.discard(req_id)
+        req_ids, sampled = list(out.num_scheduled_tokens), []
+        for req_id in req_ids:
+            req = scheduler.requests[req_id]
+            if req_id in in_prefill:
+                prefill += out.num_scheduled_tokens[req_id]
+            done = req.num_computed_tokens >= req.num_tokens  # advanced by schedule(), placeholders included
+            sampled.append([int(token_rng.integers(3, driver.VOCAB))] if done else [])
+            if done:
+                in_prefill.discard(req_id)
+        running += len(scheduler.running)
+        output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                   sampled_token_ids=sampled)
+        if pending is not None:
+            process(pending)
+        pending = (out, output)
+        step += 1
+        if not scheduler.has_requests() and cursor == len(requests):
+            process(pending)
+            pending = None
+        if step > args.max_steps:
+            raise SystemExit(f"no end after {args.max_steps} steps")
+    return {"total_steps": step, "preemptions": preempted, "prefill_tokens": prefill,
+            "mean_running": running / step}, finish
+
+
+def reference(name: str) -> tuple[dict, dict[int, int]]:
+    """The committed synchronous reference's totals and finish steps."""
+    steps = list(csv.DictReader(gzip.open(REFERENCES / name / "steps.csv.gz", "rt")))
+    with open(REFERENCES / name / "requests.csv", newline="") as f:
+        finish = {int(r["id"]): int(r["finish_step"]) for r in csv.DictReader(f)}
+    return {"total_steps": len(steps), "preemptions": int(steps[-1]["preemptions"]),
+            "prefill_tokens": sum(int(r["prefill_tokens"]) for r in steps),
+            "mean_running": sum(int(r["running"]) for r in steps) / len(steps)}, finish
+
+
+def main() -> None:
+    names = sys.argv[1:] or [n for n, c in cases.CASES.items()
+                             if not c["trace"].get("turns") and not c["trace"].get("samples")
+                             and not c.get("cpu_offload_blocks")]
+    print("| case | total_steps sync / async | preemptions | prefill_tokens | mean_running | finish steps later "
+          "(mean) | same finish |")
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        s = cases.settings(name)
+        args = SimpleNamespace(trace=str(REFERENCES / name / "trace.csv"), num_blocks=s["num_blocks"],
+                               block_size=s["block_size"], max_num_batched_tokens=s["max_num_batched_tokens"],
+                               max_num_seqs=s["max_num_seqs"], max_model_len=s["max_model_len"],
+                               long_prefill_token_threshold=s["long_prefill_token_threshold"],
+                               prefix_caching=s["enable_prefix_caching"],
+                               scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
+                               scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0, max_steps=200_000,
+                               cpu_offload_blocks=0, offload_prompt_only=True, offload_eviction_policy="lru")
+        (sync, sync_finish), (asy, async_finish) = reference(name), run_async(args)
+        later = [async_finish[i] - sync_finish[i] for i in sync_finish]
+        cells = [f"{sync[k]:.3f} / {asy[k]:.3f}" if k == "mean_running" else f"{sync[k]} / {asy[k]}"
+                 for k in ("total_steps", "preemptions", "prefill_tokens", "mean_running")]
+        print(f"| {name} | {' | '.join(cells)} | {sum(later) / len(later):.1f} | "
+              f"{sum(d == 0 for d in later)} of {len(later)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
