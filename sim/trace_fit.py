@@ -66,6 +66,10 @@ class TraceFit:
     rejected: dict[str, int]
     """Scored requests the fitted simulation rejected, by reason (`rejected_reasons`): they have no simulated
     latency, so no score counts them, and the report must say so."""
+    length_capped: int = 0
+    """Scored requests whose measured output runs past ``max_model_len``, which the simulation stops there
+    (`sim.kernel.over_length`): each is scored against a shorter run than was measured, which the report says
+    (a sign that the run's ``--max-model-len`` was larger than the one given)."""
 
 
 def split_halves(n: int, how: str = "random", seed: int = 0) -> np.ndarray:
@@ -176,8 +180,9 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
                 break
     sim = req[list(METRICS)].reset_index(drop=True)
     rejected = rejected_reasons(req["reject_reason"][req["rejected"].to_numpy(bool) & run.scored])
+    capped = int(((req["length_capped_tokens"].to_numpy() > 0) & run.scored).sum())
     return TraceFit(coefficients(x), names, train, score(run.frame, sim, train), score(run.frame, sim, heldout),
-                    evals, time.monotonic() - started, start_profile, rejected)
+                    evals, time.monotonic() - started, start_profile, rejected, capped)
 
 
 def _scores(table: pd.DataFrame) -> dict:
@@ -200,6 +205,6 @@ def trace_table(result: TraceFit, run: MeasuredRun, config: SimConfig, created: 
                 "fitted": list(result.fitted), "start_profile": result.start_profile,
                 "simulations": result.simulations, "seconds": round(result.seconds, 1),
                 "train": _scores(result.train_score), "heldout": _scores(result.heldout_score),
-                "rejected": result.rejected,
+                "rejected": result.rejected, "length_capped": result.length_capped,
                 "metrics": [m.removesuffix("_s") for m in METRICS]},
     }

@@ -16,6 +16,7 @@ import click
 
 from sim.commands.failure import fail
 from sim.commands.options import catalog_option, kv_cache_dtype_option
+from sim.kernel.over_length import OVER_LENGTH
 
 
 def _list_profiles() -> None:
@@ -64,7 +65,7 @@ def _from_trace(path: str, opts: dict) -> None:
 
     fields = ("model", "gpu", "kv_tokens", "kv_gib", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
               "block_size", "tensor_parallel", "gpu_memory_utilization", "kv_cache_dtype", "prefix_caching",
-              "chunked_prefill", "watermark", "seed", "catalog")
+              "chunked_prefill", "watermark", "seed", "catalog", "over_length")
     try:
         _check_fit_options(opts)
         if opts["gpu"] is None:
@@ -94,6 +95,10 @@ def _from_trace(path: str, opts: dict) -> None:
     if result.rejected:  # no simulated latency: left out of both scores, never silently
         click.echo(f"  {sum(result.rejected.values())} scored request(s) rejected by the simulation, left out of "
                    f"the scores: {counts_text(result.rejected)}")
+    if result.length_capped:  # scored against a shorter run than was measured
+        click.echo(f"  {result.length_capped} scored request(s) measured past max_model_len, their outputs stopped "
+                   "there in the simulation as vLLM stops them (give the run's own --max-model-len, or "
+                   "--over-length reject to leave them out)")
     if opts["as_json"]:
         click.echo(json.dumps(table))
     click.echo(f"wrote {out} (use it with --calibration or --cost-profile)")
@@ -124,6 +129,9 @@ def _from_trace(path: str, opts: dict) -> None:
 @click.option("--max-num-seqs", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--max-num-batched-tokens", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--max-model-len", type=int, help="--from-trace: the run's vLLM setting.")
+@click.option("--over-length", type=click.Choice(OVER_LENGTH), default=None,
+              help="--from-trace: a measured request past --max-model-len: stopped there in the simulation as "
+                   "vLLM stops it (cap, the default) or left out of the scores (reject).")
 @click.option("--block-size", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--tensor-parallel", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--gpu-memory-utilization", type=float, help="--from-trace: the run's vLLM setting.")

@@ -184,6 +184,22 @@ def test_optional_columns_blank_means_their_default(tmp_path):
     assert frame["prefix_group"].iloc[0] >= 0 and frame["prefix_len"].tolist() == [50, 0, 0]
 
 
+def test_requests_measured_past_max_model_len_are_counted_in_the_report(tmp_path):
+    """A measured request whose prompt + output runs past the given max_model_len is stopped there by the
+    simulation (vLLM's rule): scored against a shorter run than was measured, so the report and the table's
+    ``fit.length_capped`` say how many; ``--over-length reject`` leaves it out of the scores instead."""
+    rows = GOOD_ROWS + "1.5,8000,500,0.5,9.0\n2.0,300,40,0.06,0.9\n2.5,200,30,0.05,0.7\n"
+    result = _calibrate(tmp_path, "long.csv", HEADER + "\n" + rows)
+    assert result.exit_code == 0, result.output
+    assert ("1 scored request(s) measured past max_model_len, their outputs stopped there in the simulation as "
+            "vLLM stops them") in result.output
+    assert json.loads((tmp_path / "cal.json").read_text())["fit"]["length_capped"] == 1
+    refused = _calibrate(tmp_path, "long.csv", HEADER + "\n" + rows, "--over-length", "reject")
+    assert refused.exit_code == 0, refused.output
+    assert "1 x prompt + output = N tokens exceeds max_model_len 8192" in refused.output
+    assert json.loads((tmp_path / "cal.json").read_text())["fit"]["length_capped"] == 0
+
+
 def test_requests_the_simulation_rejects_are_counted_in_the_report(tmp_path):
     """A measured request longer than the model's limit gets no simulated latency: both scores leave it out,
     and the report and the table's ``fit.rejected`` say how many and why."""
