@@ -253,8 +253,8 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     return pd.DataFrame({
         "request_id": c["request_id"], "arrival_s": c["arrival_s"], "admitted_s": c["admitted_s"],
         "first_token_s": c["first_token_s"], "finished_s": c["finished_s"], "prompt_tokens": c["prompt_tokens"],
-        "output_tokens": out, "length_capped_tokens": c["length_capped_tokens"], "num_seqs": c["num_seqs"], "cached_tokens": c["cached_tokens"],
-        "gpu_hit_tokens": c["cached_tokens"] - c["host_tokens"], "host_hit_tokens": c["host_tokens"],
+        "output_tokens": out, "length_capped_tokens": c["length_capped_tokens"], "num_seqs": c["num_seqs"],
+        "cached_tokens": c["cached_tokens"], "gpu_hit_tokens": c["cached_tokens"] - c["host_tokens"], "host_hit_tokens": c["host_tokens"],
         "preemptions": c["preemptions"], "rejected": c["rejected"], "reject_reason": c["reject_reason"],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
     })

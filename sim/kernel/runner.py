@@ -91,11 +91,11 @@ def caller_stacklevel() -> int:
 def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostModel | None,
               workers: int) -> SimResult:
     """The run itself: one replica here, a fleet in this process or in ``workers`` processes."""
-    workload = as_run(config, workload)  # a request sampled n times as vLLM v1 runs it, where modelled
     if runs_in_parallel(config, workers, workload):
-        return run_fleet_parallel(config, workload, workers, progress=progress)
+        return run_fleet_parallel(config, workload, workers, progress=progress)  # (each fleet takes `as_run`'s)
     if config.replicas > 1:
         return run_fleet(config, workload, progress=progress)
+    workload = as_run(config, workload)  # outputs cut at max_model_len, samples fanned out, as vLLM runs them
     wall_start = time.perf_counter()
     cap = resolve_capacity(config)
     model, gpu = cap.model, cap.gpu

@@ -20,7 +20,6 @@ import csv
 import gzip
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -106,15 +105,7 @@ def main() -> None:
           "(mean) | same finish |")
     print("|---|---|---|---|---|---|---|")
     for name in names:
-        s = cases.settings(name)
-        args = SimpleNamespace(trace=str(REFERENCES / name / "trace.csv"), num_blocks=s["num_blocks"],
-                               block_size=s["block_size"], max_num_batched_tokens=s["max_num_batched_tokens"],
-                               max_num_seqs=s["max_num_seqs"], max_model_len=s["max_model_len"],
-                               long_prefill_token_threshold=s["long_prefill_token_threshold"],
-                               prefix_caching=s["enable_prefix_caching"],
-                               scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
-                               scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0, max_steps=200_000,
-                               cpu_offload_blocks=0, offload_prompt_only=True, offload_eviction_policy="lru")
+        args = cases.driver_args(name, REFERENCES / name / "trace.csv")
         (sync, sync_finish), (asy, async_finish) = reference(name), run_async(args)
         later = [async_finish[i] - sync_finish[i] for i in sync_finish]
         cells = [f"{sync[k]:.3f} / {asy[k]:.3f}" if k == "mean_running" else f"{sync[k]} / {asy[k]}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -99,6 +100,21 @@ def settings(name: str) -> dict:
     """The case's scheduler settings, defaults filled in."""
     case = CASES[name]
     return DEFAULTS | {k: v for k, v in case.items() if k not in ("trace", "trace_of")}
+
+
+def driver_args(name: str, trace: Path, out: Path | None = None) -> SimpleNamespace:
+    """`driver.run`'s arguments for the case, its trace at ``trace`` (what the driver's command line parses)."""
+    s = settings(name)
+    return SimpleNamespace(trace=str(trace), out=str(out), num_blocks=s["num_blocks"], block_size=s["block_size"],
+                           max_num_batched_tokens=s["max_num_batched_tokens"], max_num_seqs=s["max_num_seqs"],
+                           max_model_len=s["max_model_len"],
+                           long_prefill_token_threshold=s["long_prefill_token_threshold"],
+                           prefix_caching=s["enable_prefix_caching"],
+                           scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
+                           scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0, max_steps=200_000,
+                           cpu_offload_blocks=s.get("cpu_offload_blocks", 0),
+                           offload_prompt_only=s.get("offload_prompt_only", True),
+                           offload_eviction_policy=s.get("offload_eviction_policy", "lru"))
 
 
 def write_trace(name: str, path: Path, seed: int = 0) -> None:

@@ -13,7 +13,6 @@ import gzip
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -30,19 +29,8 @@ def main() -> None:
         out = Path(a.out) / name
         out.mkdir(parents=True, exist_ok=True)
         cases.write_trace(name, out / "trace.csv")
-        s = cases.settings(name)
-        (out / "settings.json").write_text(json.dumps(s, indent=1) + "\n")
-        args = SimpleNamespace(trace=str(out / "trace.csv"), out=str(out), num_blocks=s["num_blocks"],
-                               block_size=s["block_size"], max_num_batched_tokens=s["max_num_batched_tokens"],
-                               max_num_seqs=s["max_num_seqs"], max_model_len=s["max_model_len"],
-                               long_prefill_token_threshold=s["long_prefill_token_threshold"],
-                               prefix_caching=s["enable_prefix_caching"],
-                               scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
-                               scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0,
-                               max_steps=200_000, cpu_offload_blocks=s.get("cpu_offload_blocks", 0),
-                               offload_prompt_only=s.get("offload_prompt_only", True),
-                               offload_eviction_policy=s.get("offload_eviction_policy", "lru"))
-        driver.run(args)
+        (out / "settings.json").write_text(json.dumps(cases.settings(name), indent=1) + "\n")
+        driver.run(cases.driver_args(name, out / "trace.csv", out))
         steps = out / "steps.csv"
         with open(steps, "rb") as f, gzip.GzipFile(out / "steps.csv.gz", "wb", 9, mtime=0) as z:
             z.write(f.read())
