@@ -75,9 +75,9 @@ class ContiguousAllocator(Allocator):
             return f"{self.name}: needs {need} slots but this policy reserves a slab of only {size}"
         physical = self.placement.physical_size(size)
         if physical > self.placement.largest_possible:
-            rounded = f" (a {physical}-slot {self.placement.name} block)" if physical != size else ""
+            rounded = f" (rounded up to {physical} by {self.placement.name} placement)" if physical != size else ""
             return (f"{self.name}: needs {size} slots{rounded} but the largest possible slab is "
-                    f"{self.placement.largest_possible} of {self.capacity}")
+                    f"{self.placement.largest_possible} in a pool of {self.capacity}")
         return None
 
     def _place(self, seq_id: int, num_tokens: int, final: int, max_total: int | None) -> _Slab | None:

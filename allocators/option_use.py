@@ -28,3 +28,10 @@ def maps_pages(name: str) -> bool:
 def places_slabs(name: str) -> bool:
     """Whether ``name`` places slabs in an arena under a ``--placement`` policy (the contiguous allocators)."""
     return issubclass(allocator_class(name), ContiguousAllocator)
+
+
+def hands_out_blocks(name: str) -> bool:
+    """Whether ``name`` hands out blocks of ``--block-size`` tokens from a pool (the paged allocators), the
+    only pools ``--block-size`` and a free-block ``--watermark`` act on: contiguous slabs are sized in tokens
+    and vAttention maps pages of ``--page-size-kib`` (its cost model charges no block-table overhead either)."""
+    return allocator_class(name).kind == "paged"

@@ -77,8 +77,14 @@ class TraceTimes:
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         if self.source is not None:
             source = self.source
-        if source is None or len(source) < 2 or source.closed_loop is not None:
-            raise TraceError("trace arrivals need a source trace with at least 2 timestamped rows (path=...)")
+        if source is None:
+            raise TraceError("trace arrivals need a source trace with timestamps (path=FILE_OR_PRESET)")
+        if source.closed_loop is not None:
+            raise TraceError(f"trace arrivals: the source trace {source.name!r} is a closed loop, whose requests "
+                             "have no timestamps of their own to keep")
+        if len(source) < 2:
+            raise TraceError(f"trace arrivals: the source trace {source.name!r} has {len(source)} row(s); they "
+                             "need at least 2 timestamped rows")
         base = source.arrival_time_s - source.arrival_time_s[0]
         duration = base[-1]
         if duration <= 0:

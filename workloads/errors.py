@@ -24,12 +24,15 @@ class TraceWarning(UserWarning):
 
 
 def row_error(path: object, where: str, field: str, problem: str, value: object = None, *,
-              skippable: bool = True) -> TraceError:
+              skippable: bool = True, column: str | None = None) -> TraceError:
     """Build the standard message: ``FILE: line N: field 'F': problem (got V)``, with the hint to skip bad rows
-    unless skipping cannot help (a workload-wide value)."""
+    unless skipping cannot help (a workload-wide value). ``column``: the file's name for the field where it has
+    another (Azure's ``TIMESTAMP`` for ``arrival_time_s``), shown as ``field 'F' (column 'C')``: the user looks
+    for the column in the file, not for kvsim's field."""
     got = "" if value is None else f" (got {show_value(value)})"
     hint = f" {SKIP_HINT}" if skippable else ""
-    return TraceError(f"{path}: {where}: field '{field}': {problem}{got}{hint}")
+    named = f" (column '{column}')" if column is not None and column != field else ""
+    return TraceError(f"{path}: {where}: field '{field}'{named}: {problem}{got}{hint}")
 
 
 def show_value(value: object) -> str:

@@ -8,13 +8,14 @@ names, and offers the string-accepting `generate` and `load_trace` that ``worklo
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from workloads import arrivals as arrival_kinds
 from workloads import lengths as length_kinds
 from workloads import readers
 from workloads.arrivals import ArrivalProcess, TraceTimes, retime
-from workloads.errors import SKIP_HINT, TraceError, check_seed, whole_number
+from workloads.errors import SKIP_HINT, TraceError, TraceWarning, check_seed, whole_number
 from workloads.generate import generate as generate_from
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.presets import PRESETS, load_preset
@@ -90,7 +91,14 @@ def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None
     process = parse_arrivals(arrivals)
     times = workload.arrival_time_s
     own = len(times) > 1 and float(times.max()) > float(times.min())
-    timed = retime(workload, process, seed, str(arrivals))
+    try:
+        timed = retime(workload, process, seed, str(arrivals))
+    except TraceError as exc:  # (the arrival process knows the workload, not the file it came from)
+        raise TraceError(f"{path}: --arrivals {arrivals}: {exc}") from None
+    if workload.closed_loop is not None:  # the file's closed loop (its own arrivals) gives way: say so
+        loop = workload.closed_loop
+        warnings.warn(f"{path}: a closed loop (closed:users={loop.users},think_s={loop.think_time_s:g}); --arrivals "
+                      f"{arrivals} replaces it with those arrivals", TraceWarning, stacklevel=2)
     if own and not isinstance(process, TraceTimes):  # --rate on a trace file is easily read as trace:rate=R
         timed.source += " replacing the file's own timestamps (--arrivals trace:rate=R keeps their pattern)"
     return timed

@@ -36,18 +36,13 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         raise ValueError(f"--max-model-len must be positive, got {max_len}")
     if max_num_batched_tokens < 1:
         raise ValueError(f"--max-num-batched-tokens must be >= 1, got {max_num_batched_tokens}")
-    for flag, length in (("--prompt-len", prompt_len), ("--output-len", output_len)):
-        if length is not None and length > max_len:  # before the other is derived from it
-            raise ValueError(f"{flag} {length} exceeds --max-model-len {max_len}")
+    _check_lengths(prompt_len, output_len, max_len)
     if prompt_len is None and output_len is None:
         prompt_len, output_len = max_len, 0
     elif prompt_len is None:
         prompt_len = max_len - output_len
     elif output_len is None:
         output_len = max_len - prompt_len
-    if prompt_len <= 0 or output_len < 0:
-        raise ValueError(f"--prompt-len must be positive and --output-len non-negative, got {prompt_len} and "
-                         f"{output_len} (--max-model-len {max_len})")
     if prompt_len + output_len > max_len:
         raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
@@ -100,6 +95,22 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "unusable_frac": 1.0 - shares["token_states"],
         "breakdown": shares,
     }
+
+
+def _check_lengths(prompt_len: int | None, output_len: int | None, max_len: int) -> None:
+    """Refuse a bad ``--prompt-len``/``--output-len`` before the missing one is derived from
+    ``--max-model-len``, naming only what the user gave: a derived length in the message (``got -5 and 2053``)
+    reads as a value they passed. A given output of all of ``--max-model-len`` leaves no prompt to derive."""
+    if prompt_len is not None and prompt_len < 1:
+        raise ValueError(f"--prompt-len must be positive, got {prompt_len}")
+    if output_len is not None and output_len < 0:
+        raise ValueError(f"--output-len must be non-negative, got {output_len}")
+    for flag, length in (("--prompt-len", prompt_len), ("--output-len", output_len)):
+        if length is not None and length > max_len:
+            raise ValueError(f"{flag} {length} exceeds --max-model-len {max_len}")
+    if prompt_len is None and output_len == max_len:
+        raise ValueError(f"--output-len {output_len} leaves no prompt token within --max-model-len {max_len} "
+                         "(a request needs at least one)")
 
 
 def _dtype_text(r: dict) -> str:

@@ -11,8 +11,8 @@ import json
 import click
 
 from sim.commands.failure import fail
-from sim.commands.options import ALLOCATOR_NAMES, alias_option
-from sim.commands.run import announce, build_config, simulate, simulation_options, warn_on_summary
+from sim.commands.options import ALLOCATOR_NAMES
+from sim.commands.run import announce, build_config, simulate, simulation_options, warn_on_summary, write_run
 from sim.commands.sweep import skipped_rows_lines
 
 COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughput_tok_s", "throughput_req_s",
@@ -23,14 +23,33 @@ COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughpu
                 "offload_bytes", "reload_bytes", "cached_frac", "wall_time_s")
 
 
+def allocator_names(allocator: str | None, old_spelling: str | None) -> list[str]:
+    """The names ``--allocator`` (or its old spelling ``--allocators``) lists, in order; empty when neither is
+    given. Both given is an error rather than one silently winning, and so is a name listed twice: its two
+    runs would be one run's repeat, and with ``--out DIR`` the second would overwrite DIR/NAME."""
+    if allocator is not None and old_spelling is not None:
+        raise ValueError(f"--allocator {allocator} and --allocators {old_spelling}: give one of --allocator and "
+                         "--allocators (the old spelling of --allocator)")
+    flag, given = ("--allocator", allocator) if allocator is not None else ("--allocators", old_spelling)
+    if not given:
+        return []
+    names = [name.strip() for name in given.split(",")]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ValueError(f"{flag} lists {name} twice; give each allocator once")
+    return names
+
+
 @click.command("compare")
-@alias_option("--allocator", "--allocators", "allocators",
+@click.option("--allocator", "allocators", default=None,
               help=f"Comma-separated allocator names (default: all of {ALLOCATOR_NAMES}).")
+@click.option("--allocators", "allocators_alias", default=None, hidden=True,
+              help="The old spelling of --allocator; giving both is an error, as TRACE and --trace.")
 @click.option("--reuse-baseline", is_flag=True,
               help="Also run each allocator whose prefix cache hit anything without prefix caching (named "
                    "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT.")
 @simulation_options
-def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> None:
+def compare_command(allocators: str | None, allocators_alias: str | None, reuse_baseline: bool, **opts) -> None:
     """Run several allocators on the same workload and show their summaries side by side.
 
     TRACE and the options are those of `kvsim run`; every allocator sees the same requests and arrivals.
@@ -40,12 +59,12 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
     from pathlib import Path
 
     from allocators import ALLOCATORS
-    from sim.kernel.runner import resolve_workload, write_result
+    from sim.kernel.runner import resolve_workload
     from sim.kernel.summary import format_comparison
 
-    names = [a.strip() for a in allocators.split(",")] if allocators else list(ALLOCATORS)
     summaries = []
     try:
+        names = allocator_names(allocators, allocators_alias) or list(ALLOCATORS)
         workload = None
         for name in names:
             config = build_config(name, opts)
@@ -62,7 +81,7 @@ def compare_command(allocators: str | None, reuse_baseline: bool, **opts) -> Non
                 if run_name != name:
                     result.summary["run"] = run_name
                 if opts["out"]:
-                    write_result(result, Path(opts["out"]) / run_name, opts["out_format"])
+                    write_run(result, Path(opts["out"]) / run_name, opts["out_format"])
                 summaries.append(result.summary)
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)

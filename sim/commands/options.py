@@ -1,8 +1,9 @@
 """Flags that several commands share, declared once so that one concept has one name on every command.
 
-Old spellings stay accepted as hidden aliases (`AliasOption`): ``compare --allocators``, ``--trace-columns``,
-``trace stats --format``. ``--catalog`` (or ``$KVSIM_CATALOG``) is read as soon as it is parsed, so every
-later lookup of ``--model`` and ``--gpu`` in the command sees its entries.
+Old spellings stay accepted as hidden aliases (`AliasOption`): ``--trace-columns``, ``trace stats --format``;
+``compare --allocators`` is a hidden option of its own, so that giving it with ``--allocator`` is an error.
+``--catalog`` (or ``$KVSIM_CATALOG``) is read as soon as it is parsed, so every later lookup of ``--model`` and
+``--gpu`` in the command sees its entries.
 """
 
 from __future__ import annotations

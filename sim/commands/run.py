@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -34,6 +36,9 @@ from sim.kernel.config import (
     SimConfig,
 )
 from sim.kernel.routers import ROUTERS
+
+if TYPE_CHECKING:
+    from sim.kernel.replica import SimResult
 
 _DEFAULTS = SimConfig()
 
@@ -229,6 +234,30 @@ def simulate(config, workload, as_json: bool, workers: int = 1):
         return run_simulation(config, workload, progress=bar.update, workers=workers, warn=False)
 
 
+TABLE_FORMATS = ("parquet", "csv")
+"""The formats ``--format`` writes a run's tables in (`sim.kernel.runner.write_result`)."""
+
+
+def write_run(result: SimResult, out_dir: str | Path, fmt: str) -> None:
+    """`write_result` into ``out_dir``, then remove that run directory's tables of the other format, those of
+    an earlier run there: `kvsim plot` reads ``NAME.parquet`` before ``NAME.csv``, so an old run's parquet
+    beside a new run's csv would be drawn under the new summary. Only the tables just written, by exact name
+    (``requests.csv`` -> ``requests.parquet``), are removed, never another file; one stderr line says which."""
+    from sim.kernel.runner import write_result
+
+    written = write_result(result, out_dir, fmt)
+    stale = [path.with_suffix(f".{other}") for path in written if path.suffix == f".{fmt}"
+             for other in TABLE_FORMATS if other != fmt]
+    removed = []
+    for path in stale:
+        if path.is_file():
+            path.unlink()
+            removed.append(path.name)
+    if removed:
+        click.echo(f"Note: removed an earlier run's {', '.join(removed)} from {out_dir}, so that only this run's "
+                   f".{fmt} tables are there", err=True)
+
+
 def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True) -> None:
     """One-line stderr warnings of what is easy to miss in a table or in JSON: requests rejected
     (`sim.kernel.summary.rejection_warning`), settings that changed nothing (``ignored_settings``;
@@ -245,7 +274,7 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
     if line:
         click.echo(line, err=True)
     if capped := summary.get("length_capped"):
-        click.echo(f"Note: {name}: {capped} of {summary['requests']} requests' outputs stop at max_model_len, as "
+        click.echo(f"Note: {name}: {capped} of {summary['requests']} requests' outputs stopped at max_model_len, as "
                    "vLLM stops them (length_capped_tokens in the requests table; --over-length reject rejects "
                    "them instead)", err=True)
     for line in ignored_lines(summary) if settings else ():
@@ -270,7 +299,7 @@ def run_command(allocator: str, **opts) -> None:
     preset (the paper's ShareGPT lengths, 400 requests at 2 req/s) on OPT-13B and an A100-40GB, the KV memory
     derived from --gpu-memory-utilization. The first line (stderr) names the workload and the KV capacity's
     source."""
-    from sim.kernel.runner import resolve_workload, write_result
+    from sim.kernel.runner import resolve_workload
     from sim.kernel.summary import format_summary
 
     try:
@@ -279,7 +308,7 @@ def run_command(allocator: str, **opts) -> None:
         announce(config, workload)
         result = simulate(config, workload, opts["as_json"], opts["workers"])
         if opts["out"]:
-            write_result(result, opts["out"], opts["out_format"])
+            write_run(result, opts["out"], opts["out_format"])
     except (ValueError, KeyError, OSError) as exc:
         fail(exc)
     warn_on_summary(result.summary)

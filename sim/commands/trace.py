@@ -6,11 +6,16 @@ Heavy imports (pandas, the readers) happen inside the commands so that ``kvsim -
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from sim.commands.failure import fail
 from sim.commands.options import columns_option, trace_format_option
+
+if TYPE_CHECKING:
+    from workloads.arrivals import ArrivalProcess
+    from workloads.lengths import LengthDistribution
 
 SPEC_HELP = """
 \b
@@ -25,7 +30,8 @@ Spec grammar: KIND[:key=value[,key=value...]]
 \b
 --arrivals:
   poisson:rate=R            gamma:rate=R,cv=C           constant:rate=R
-  trace[:rate=R][,path=FILE_OR_PRESET]  (a trace's own timestamps, time-scaled to R)
+  trace[:rate=R][,path=FILE_OR_PRESET]  (a trace's own timestamps, time-scaled to R; each used once, so
+                             --num-requests is at most its rows; without path=, the empirical trace's)
   closed:users=N[,think_s=T]  (closed loop; arrivals all 0 plus a marker the simulator honours)
 \b
 Example: --lengths "lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,output_cv=1.0,max_total=2048"
@@ -93,6 +99,30 @@ def with_samples(workload, n: int, beam_width: int):
                                source=f"{workload.source}; every request {label}")
 
 
+def check_trace_times(lengths: LengthDistribution, arrivals: ArrivalProcess, arrivals_spec: str,
+                      num_requests: int) -> None:
+    """Refuse ``--arrivals trace`` for more requests than its trace has timestamps. The trace is ``path=FILE``,
+    else the one ``--lengths empirical:trace=FILE`` resamples. `TraceTimes` would repeat the timestamps
+    cyclically, with their mean gap invented between repeats, a pattern the trace does not have; `kvsim run
+    FILE --num-requests N` refuses N past the trace's rows, and generate says the same (one line, naming the
+    file). Other arrival processes draw as many times as asked."""
+    from workloads.arrivals import TraceTimes
+    from workloads.lengths import Empirical
+    from workloads.specs import parse_spec
+
+    if not isinstance(arrivals, TraceTimes):
+        return
+    if arrivals.source is not None:  # the file or preset as given (the workload's name is the file's stem)
+        source, name = arrivals.source, parse_spec(arrivals_spec, "arrivals")[1].get("path", arrivals.source.name)
+    elif isinstance(lengths, Empirical):
+        source, name = lengths.workload, lengths.trace or lengths.workload.name
+    else:
+        return  # no trace to take timestamps from: `TraceTimes` says so
+    if num_requests > len(source):
+        raise ValueError(f"{name}: --num-requests {num_requests} asks for more requests than the trace has "
+                         f"({len(source)}); --arrivals trace uses each of its timestamps once")
+
+
 @click.group("trace")
 def trace() -> None:
     """Read, summarise and generate request traces."""
@@ -147,6 +177,7 @@ def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, bea
                      system_prompt_frac, turns, turn_gap_s, think_time_s, out) -> None:
     """Write a synthetic workload (or a preset) in the canonical kvsim format."""
     from workloads import generate, load_preset, write_trace
+    from workloads.named import parse_arrivals, parse_lengths
 
     try:
         if preset is not None:
@@ -164,7 +195,9 @@ def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, bea
                 raise ValueError("give --preset, or all of --lengths, --arrivals and --num-requests")
             if rate is not None:
                 raise ValueError("--rate applies to presets; put the rate in --arrivals")
-            workload = generate(lengths, arrivals, num_requests, seed, n=n, beam_width=beam_width,
+            dist, process = parse_lengths(lengths), parse_arrivals(arrivals)
+            check_trace_times(dist, process, arrivals, num_requests)
+            workload = generate(dist, process, num_requests, seed, n=n, beam_width=beam_width,
                                 system_prompt_len=system_prompt_len, system_prompt_frac=system_prompt_frac,
                                 turns=turns, turn_gap_s=turn_gap_s, think_time_s=think_time_s)
         path = write_trace(workload, out)

@@ -1,7 +1,7 @@
 """Settings a run was given that change nothing in it, each with the reason.
 
 Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
-vAttention, slab placement on contiguous allocators, a long-prefill threshold on chunked prefill, a
+vAttention, slab placement on contiguous allocators, block size and watermark on block pools, a long-prefill threshold on chunked prefill, a
 cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one
 silently would let a user read a run as the answer to the question the flag asked. The summary carries them
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
@@ -12,7 +12,13 @@ warning each and `sim.kernel.runner.run_simulation` warns them in Python, both i
 
 from __future__ import annotations
 
-from allocators.option_use import host_tier_allocators, keeps_prefix_cache, maps_pages, places_slabs
+from allocators.option_use import (
+    hands_out_blocks,
+    host_tier_allocators,
+    keeps_prefix_cache,
+    maps_pages,
+    places_slabs,
+)
 from sim.kernel.config import SimConfig
 
 
@@ -53,6 +59,14 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> 
             ignored[flag] = why
     if config.page_size_kib != defaults.page_size_kib and not maps_pages(name):
         ignored[f"--page-size-kib {config.page_size_kib}"] = f"only vattention maps pages; {name} does not"
+    if not hands_out_blocks(name):
+        if config.block_size != defaults.block_size:
+            holds = "maps pages of --page-size-kib" if maps_pages(name) else "reserves slabs of tokens"
+            ignored[f"--block-size {config.block_size}"] = (
+                f"{name} {holds}, not blocks (only the paged allocators hand out blocks)")
+        if config.watermark != defaults.watermark:
+            ignored[f"--watermark {config.watermark:g}"] = (
+                f"it keeps a share of a block pool free, and {name} has no block pool")
     if config.placement != defaults.placement and not places_slabs(name):
         ignored[f"--placement {config.placement}"] = f"slab placement applies to contiguous allocators, not {name}"
     if config.long_prefill_token_threshold > 0 and not (config.chunked_prefill and config.scheduler == "continuous"):

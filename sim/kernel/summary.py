@@ -21,7 +21,7 @@ _NUMBER = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?![\w.])")
 
 
 _LIMIT_PREFIXES = ("max_model_len ", "max_num_seqs is ", "max_num_batched_tokens ", "only ", "slab is ",
-                   "at most ", "watermark ", "blocks of ")
+                   "at most ", "watermark ", "blocks of ", "pool of ")
 """Words after which a number is the configuration's limit, not the request's size: kept in the category."""
 
 
@@ -102,7 +102,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "completed": int(len(done)),
         "rejected": int(requests["rejected"].sum()),
         "rejected_reasons": rejected_reasons(requests["reject_reason"][requests["rejected"]]),
-        "length_capped": int((requests["length_capped_tokens"] > 0).sum()),
+        "length_capped": int(((requests["length_capped_tokens"] > 0) & ~requests["rejected"]).sum()),
         "preemptions": int(num_preemptions),
         "sim_time_s": sim_time,
         "wall_time_s": wall_time_s,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from allocators.option_use import hands_out_blocks
 from sim.kernel.config import SimConfig
 from sim.reproduce import paper
 from sim.reproduce.sustained import LATENCY_BOUND_S_PER_TOKEN
@@ -103,7 +104,8 @@ def paper_config(allocator: str, preset: str, rate: float, num_requests: int, **
     values = dict(allocator=allocator, model=paper.MODEL, gpu=paper.GPU, kv_gib=paper.KV_GIB,
                   cost_profile=paper.COST_PROFILE,
                   block_size=paper.BLOCK_SIZE, max_model_len=paper.MAX_MODEL_LEN, chunked_prefill=False,
-                  preemption="recompute", watermark=paper.WATERMARK, prefix_caching=False, preset=preset,
+                  preemption="recompute", prefix_caching=False, preset=preset,
+                  watermark=paper.WATERMARK if hands_out_blocks(allocator) else 0.0,  # (Orca's slabs have no pool)
                   rate=rate, num_requests=num_requests, seed=0,
                   memory_snapshots=0)
     return SimConfig(**(values | overrides))

@@ -171,6 +171,21 @@ def _coerce_all(name: str, values: list[Any], types_: dict[str, Any], where: str
     return out
 
 
+TRACE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
+"""File name endings of a trace (`workloads.readers`), for `parse_flag_tokens`'s hint."""
+
+
+def _looks_like_trace(token: str) -> bool:
+    """Whether an unexpected positional argument is probably a trace: `kvsim run TRACE` takes one, so
+    ``kvsim sweep good.csv`` is an easy slip, and the grid's own error does not say where the trace goes."""
+    if token.lower().endswith(TRACE_SUFFIXES):
+        return True
+    try:
+        return Path(token).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
+        return False
+
+
 def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
                       aliases: dict[str, str] | None = None) -> dict[str, list[str]]:
     """``['--block-size', '8,16', '--prefix-caching', '--seed=0,1']`` -> ``{'block_size': ['8', '16'], ...}``.
@@ -184,7 +199,8 @@ def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
     while i < len(tokens):
         token = tokens[i]
         if not token.startswith("--") or token == "--":
-            raise ValueError(f"unexpected argument {token!r}: grid flags look like --field-name V1,V2")
+            raise ValueError(f"unexpected argument {token!r}: grid flags look like --field-name V1,V2"
+                             + (" (a trace file goes in --trace FILE)" if _looks_like_trace(token) else ""))
         flag, eq, value = token[2:].partition("=")
         if not eq:
             if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):

@@ -97,7 +97,7 @@ def test_never_fits_explains():
     a = make_allocator("contiguous-oracle", 15728)
     assert a.never_fits(100, final_tokens=8192) is None
     reason = a.never_fits(100, final_tokens=9000)
-    assert "needs 9000 slots (a 16384-slot buddy block) but the largest possible slab is 8192" in reason
+    assert "needs 9000 slots (rounded up to 16384 by buddy placement) but the largest possible slab is 8192" in reason
     m = make_allocator("contiguous-max", 15728, max_model_len=2048)
     assert "reserves a slab of only 2048" in m.never_fits(100, final_tokens=3000)
     assert make_allocator("contiguous-max", 1000, placement="first-fit").never_fits(1, final_tokens=5)

@@ -121,6 +121,22 @@ def test_bad_input_is_a_one_line_usage_error(args, message):
     assert len(error_lines) == 1 and message in error_lines[0], result.output
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--prompt-len", "-5"], "--prompt-len must be positive, got -5"),
+    (["--prompt-len", "0", "--output-len", "10"], "--prompt-len must be positive, got 0"),
+    (["--output-len", "-3"], "--output-len must be non-negative, got -3"),
+    (["--prompt-len", "100", "--output-len", "-3"], "--output-len must be non-negative, got -3"),
+    (["--output-len", "2048"], "--output-len 2048 leaves no prompt token within --max-model-len 2048 (a request "
+                               "needs at least one)"),
+])
+def test_a_bad_length_names_only_what_was_given(args, message):
+    """Guards `capacity --prompt-len -5`, which said `got -5 and 2053`: 2053 was the output length derived from
+    --max-model-len, which the user never gave. The message names the flag given and its value, nothing else."""
+    result = run("--kv-gib", "12", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"Error: {message}"]
+
+
 # --- KV groups and --kv-cache-dtype, by hand from the config values (one H100-80GB, vLLM's defaults) ----------
 
 H100_BYTES = 81559 * 1024**2

@@ -134,3 +134,24 @@ def test_allocator_help_names_every_allocator():
 
     listed = ALLOCATOR_NAMES.replace(" or ", ", ").split(", ")
     assert sorted(listed) == sorted(ALLOCATORS)
+
+
+def test_compare_refuses_both_spellings_of_allocator(trace):
+    """Guards `compare --allocator paged --allocators radix`, where the old spelling silently won and only radix
+    ran: giving both is an error, as TRACE with --trace is for `run`, before anything runs."""
+    result = invoke("compare", trace, "--allocator", "paged", "--allocators", "radix", *FAST)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == ["Error: --allocator paged and --allocators radix: give one of --allocator "
+                                          "and --allocators (the old spelling of --allocator)"]
+
+
+@pytest.mark.parametrize("flag", ["--allocator", "--allocators"])
+def test_compare_refuses_an_allocator_listed_twice(trace, tmp_path, flag):
+    """Guards `compare --allocator paged,paged --out DIR`, which ran paged twice and wrote both runs to DIR/paged,
+    the second over the first: the repeated name is an error naming it, and nothing is written."""
+    out = tmp_path / "cmp"
+    result = invoke("compare", trace, "--columns", "arrival_time_s=t,prompt_tokens=inp,output_tokens=outp",
+                    flag, "paged,contiguous-max,paged", *FAST, "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"Error: {flag} lists paged twice; give each allocator once"]
+    assert not out.exists()

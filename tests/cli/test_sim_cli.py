@@ -56,3 +56,38 @@ def test_bad_input_is_one_line_exit_2():
         lines = result.output.strip().splitlines()  # the run's setup line (stderr) may come first
         assert lines[-1].startswith("Error: ") and all(line.startswith("workload ") for line in lines[:-1]), \
             (args, result.output)
+
+
+def test_out_removes_an_earlier_runs_tables_of_the_other_format(tmp_path):
+    """Guards `run --out DIR` then `run --out DIR --format csv`, which left the first run's parquet tables beside
+    the second's csv ones, and `kvsim plot` (parquet first) drew the old run under the new summary. The other
+    format's requests/steps/memory tables go, named in one stderr line; any other file stays. Both ways, and
+    `compare --out`'s per-allocator directories too."""
+    out = tmp_path / "p"
+    out.mkdir()
+    keep = ["notes.txt", "requests.parquet.bak", "ttft.png", "extra.parquet"]
+    for name in keep:
+        (out / name).write_text("mine")
+    args = ["run", "--step-time", "0.01", "--out", str(out)]
+    first = CliRunner().invoke(main, [*args, "--num-requests", "10"])
+    assert first.exit_code == 0, first.output
+    assert "removed" not in first.stderr
+    second = CliRunner().invoke(main, [*args, "--num-requests", "12", "--format", "csv"])
+    assert second.exit_code == 0, second.output
+    notes = [line for line in second.stderr.splitlines() if "removed" in line]
+    assert notes == [f"Note: removed an earlier run's requests.parquet, steps.parquet, memory.parquet from {out}, "
+                     "so that only this run's .csv tables are there"]
+    tables = {p.name for p in out.iterdir()} - set(keep)
+    assert tables == {"requests.csv", "steps.csv", "memory.csv", "summary.json", "config.json"}
+    assert all((out / name).read_text() == "mine" for name in keep)
+    assert len(pd.read_csv(out / "requests.csv")) == 12
+    back = CliRunner().invoke(main, [*args, "--num-requests", "10", "--format", "parquet"])
+    assert back.exit_code == 0 and "removed an earlier run's requests.csv, steps.csv, memory.csv" in back.stderr
+    assert not list(out.glob("*.csv")) and (out / "requests.parquet").exists()
+    cmp = tmp_path / "cmp"
+    for fmt in ("parquet", "csv"):
+        result = CliRunner().invoke(main, ["compare", "--num-requests", "10", "--step-time", "0.01", "--allocator",
+                                           "paged", "--out", str(cmp), "--format", fmt])
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (cmp / "paged").iterdir()) == [
+        "config.json", "memory.csv", "requests.csv", "steps.csv", "summary.json"]

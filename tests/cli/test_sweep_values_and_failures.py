@@ -63,3 +63,19 @@ def test_a_points_own_trace_errors_are_counted_as_failures(trace, tmp_path):
     assert result.exit_code == 1
     assert "Error: 2 of 2 points failed: 2 x TraceError:" in result.stderr
     assert "field 'arrival_time_s'" in result.stderr and out.exists()
+
+
+@pytest.mark.parametrize("command", [["sweep"], ["slo", "--ttft-p99", "1"], ["plan", "--ttft-p99", "1"]])
+def test_a_trace_given_as_an_argument_is_pointed_to_trace(trace, tmp_path, monkeypatch, command):
+    """Guards `kvsim sweep good.csv` (as `kvsim run good.csv`), whose error said only what grid flags look like:
+    an existing file, or a name ending as a trace does, gets the hint where a trace goes; another word not."""
+    monkeypatch.chdir(tmp_path)
+    grid = "grid flags look like --field-name V1,V2"
+    for token in (trace, "missing.jsonl"):
+        result = CliRunner().invoke(main, [*command, token, *FAST])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.splitlines() == [
+            f"Error: unexpected argument {token!r}: {grid} (a trace file goes in --trace FILE)"]
+    result = CliRunner().invoke(main, [*command, "paged", *FAST])
+    assert result.exit_code == 2 and result.stderr.splitlines() == [f"Error: unexpected argument 'paged': {grid}"]
+    assert [p.name for p in tmp_path.iterdir()] == ["odd.csv"]  # refused before anything ran or was written

@@ -104,3 +104,28 @@ def test_trace_is_registered_in_the_cli():
     from sim.cli import COMMAND_MODULES
 
     assert "trace" in COMMAND_MODULES
+
+
+IRREGULAR = "arrival_time_s,prompt_tokens,output_tokens\n0,100,10\n0.1,100,10\n5,100,10\n"
+
+
+@pytest.mark.parametrize(("lengths", "arrivals"), [
+    ("fixed:prompt=200,output=100", "trace:path=irr.csv"),
+    ("empirical:trace=irr.csv", "trace:rate=2"),  # the timestamps of the trace the lengths resample
+])
+def test_generate_refuses_more_requests_than_the_arrival_trace_has(tmp_path, monkeypatch, lengths, arrivals):
+    """Guards `--arrivals trace:path=irr.csv --num-requests 8` on a 3-row trace, which looped its timestamps
+    (0, 0.1, 5, 7.5, 7.6, 12.5, ...) with an invented 2.5 s gap and exit 0. It is refused as `kvsim run irr.csv
+    --num-requests 8` refuses it, in one line naming the file, and writes nothing; 3 requests still work."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "irr.csv").write_text(IRREGULAR)
+    result = run("generate", "--lengths", lengths, "--arrivals", arrivals, "--num-requests", 8, "--out", "g.csv")
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        "Error: irr.csv: --num-requests 8 asks for more requests than the trace has (3); --arrivals trace uses "
+        "each of its timestamps once"]
+    assert not (tmp_path / "g.csv").exists()
+    ok = run("generate", "--lengths", "fixed:prompt=200,output=100", "--arrivals", "trace:path=irr.csv",
+             "--num-requests", 3, "--out", "g.csv")
+    assert ok.exit_code == 0, ok.output
+    assert load_trace(tmp_path / "g.csv").arrival_time_s.tolist() == [0.0, 0.1, 5.0]

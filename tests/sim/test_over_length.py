@@ -45,6 +45,15 @@ def test_an_output_past_max_model_len_stops_there_on_every_allocator(allocator):
     assert decoded == 123 + 49 + 23  # the first token of each comes with its prefill
 
 
+def test_a_cut_request_that_is_then_rejected_is_not_counted_as_stopped():
+    """``length_capped`` counts the requests whose output stopped at max_model_len: one cut and then refused (a
+    pool too small for it) never ran, so it is a rejection only; its row still says how much was cut."""
+    r = run_simulation(SimConfig(allocator="contiguous-max", kv_tokens=1000, max_model_len=1024, step_time=0.01), W)
+    req = r.requests
+    assert req["length_capped_tokens"].tolist() == [176, 0, 0, 0, 0] and bool(req["rejected"].iloc[0])
+    assert r.summary["length_capped"] == 0
+
+
 def test_reject_refuses_what_cap_cuts_with_the_limit_it_crosses():
     r = run_simulation(SimConfig(max_model_len=1024, over_length="reject", step_time=0.01), W)
     assert r.requests["rejected"].tolist() == [True, False, False, True, True]
@@ -111,7 +120,7 @@ def test_kvsim_run_notes_the_cut_on_stderr_and_takes_the_flag(tmp_path):
     cut = CliRunner().invoke(main, args)
     assert cut.exit_code == 0, cut.output
     assert json.loads(cut.stdout)["length_capped"] == 1
-    assert ("Note: paged: 1 of 2 requests' outputs stop at max_model_len, as vLLM stops them "
+    assert ("Note: paged: 1 of 2 requests' outputs stopped at max_model_len, as vLLM stops them "
             "(length_capped_tokens in the requests table; --over-length reject rejects them instead)") in cut.stderr
     refused = CliRunner().invoke(main, [*args, "--over-length", "reject"])
     assert json.loads(refused.stdout)["rejected"] == 1 and "Note: paged" not in refused.stderr

@@ -3,11 +3,14 @@ host tier can sit (no prefix cache to spill: a contiguous allocator or vAttentio
 pages, placement, a long-prefill threshold or ``lpm`` where they do not apply. The summary carries them
 (``ignored_settings``: flag -> why) and ``kvsim run``/``compare`` warn."""
 
+import dataclasses
 import json
+import warnings
 
 import pytest
 from click.testing import CliRunner
 
+import workloads
 from allocators import ALLOCATORS, allocator_class
 from allocators.catalog import get_gpu, get_model
 from sim.cli import main
@@ -15,6 +18,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.ignored_settings import ignored_settings
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import build_replica, hybrid_kv_groups
+from sim.kernel.runner import run_simulation
 
 
 @pytest.mark.parametrize("allocator", list(ALLOCATORS))
@@ -40,6 +44,22 @@ def test_lpm_is_reported_exactly_when_no_prefix_cache_is_kept(allocator, prefix_
     memory, _, _ = build_replica(config, model, get_gpu("h100-80gb"), 40_000, Recorder(0))
     ignored = ignored_settings(config, False)
     assert ("--scheduling-policy lpm" in ignored) == (not getattr(memory._alloc, "prefix_caching", False))
+
+
+@pytest.mark.parametrize("allocator", list(ALLOCATORS))
+@pytest.mark.parametrize("setting", [{"block_size": 32}, {"watermark": 0.2}])
+def test_block_settings_are_reported_exactly_when_they_change_nothing(allocator, setting):
+    """``--block-size`` and ``--watermark`` act on block pools: on an allocator without one the run is the
+    default run to the digit (so it is reported), on a paged one it moves (so it is not)."""
+    workload = workloads.load_preset("sharegpt-paper", num_requests=300, rate=4.0, seed=0)
+    base = SimConfig(allocator=allocator, kv_tokens=5000, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the ignored setting's own warning
+        plain, varied = (run_simulation(c, workload).summary for c in (base, dataclasses.replace(base, **setting)))
+    moved = {k for k in plain.keys() | varied.keys() if plain.get(k) != varied.get(k)} - {"wall_time_s", "block_size"}
+    ignored = varied.get("ignored_settings", {})
+    flag = next(iter(ignored), None)
+    assert (flag is not None) == (moved == {"ignored_settings"}), (ignored, moved)
 
 
 def test_defaults_are_never_reported():

@@ -18,6 +18,10 @@ def test_reject_category_groups_messages_that_differ_in_numbers():
     b = reject_category("prompt + output = 4100 tokens exceeds max_model_len 4096")
     assert a == b == "prompt + output = N tokens exceeds max_model_len 4096"
     assert reject_category("paged: needs 3.5 of x-2 (12 blocks)") == "paged: needs N of x-2 (N blocks)"
+    slab = "contiguous-oracle: needs 9000 slots (rounded up to 16384 by buddy placement) but the largest possible"
+    assert reject_category(f"{slab} slab is 8192 in a pool of 15728") == (
+        "contiguous-oracle: needs N slots (rounded up to N by buddy placement) but the largest possible slab is 8192 "
+        "in a pool of 15728")  # the request's sizes grouped, the pool's limits kept
 
 
 def test_summary_counts_rejections_by_reason_deterministically():

@@ -3,6 +3,7 @@ field is an error naming the column and the field; any other is named in one `Tr
 ``prefix_len`` dropped unread once moved a run's prefix hit rate from 0.84 to 0.04 without a word."""
 
 import json
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,6 +117,49 @@ def test_a_mapped_files_unmapped_columns_are_named_once(tmp_path):
     path.write_text("t_s,input_len,output_len,max_token\n0,100,10,20\n")
     with pytest.raises(TraceError, match="line 1: column 'max_token': not a kvsim field, but close to 'max_tokens'"):
         load_trace(path, columns="arrival_time_s=t_s,prompt_tokens=input_len,output_tokens=output_len")
+
+
+@pytest.mark.parametrize("header, hint", [
+    ("arrival_time,prompt_tokens,output_tokens", "column 'arrival_time' is close to 'arrival_time_s', which format "
+                                                 "kvsim (arrival times in seconds) requires; rename it to "
+                                                 "'arrival_time_s' if that is what it holds, or map the columns "
+                                                 "with --columns"),
+    ("arrival_time_s,prompt_token,output_tokens", "column 'prompt_token' is close to 'prompt_tokens', which format "
+                                                  "kvsim (arrival times in seconds) requires; rename it to "
+                                                  "'prompt_tokens'"),
+    ("timestamp,ContextTokens,GeneratedTokens", "column 'timestamp' is close to 'TIMESTAMP', which format azure "
+                                               "(arrival times as datetimes) requires"),
+    ("arrival_time,prompt_token,output_tokens", "columns 'arrival_time', 'prompt_token' are close to "
+                                                "'arrival_time_s', 'prompt_tokens', which format kvsim"),
+])
+def test_a_near_miss_of_a_required_column_is_named(tmp_path, header, hint):
+    """A misspelled required column got only the generic "unknown trace format", with no clue that one letter
+    was all that was wrong; an optional field's got the "close to" hint."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"{header}\n0,100,50\n")
+    with pytest.raises(TraceError, match=rf"^\S*t\.csv: unknown trace format: {re.escape(hint)}"):
+        load_trace(path)
+    path.write_text("t,in,out\n0,100,50\n")  # nothing close: the generic message
+    with pytest.raises(TraceError, match=r"unknown trace format: its columns \(t, in, out\) match none"):
+        load_trace(path)
+
+
+def test_a_near_miss_of_another_formats_column_names_its_units(tmp_path):
+    """Mooncake's names would read these seconds as milliseconds: the hint says so, and offers the mapping."""
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,input_len,output_len\n0.5,100,50\n")
+    with pytest.raises(TraceError, match=r"columns 'input_len', 'output_len' are close to 'input_length', "
+                                         r"'output_length', which format mooncake \(arrival times in milliseconds\) "
+                                         r"requires; rename them if that is what they hold, or map the columns"):
+        load_trace(path)
+
+
+def test_a_near_miss_is_named_when_the_format_is_given(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time_s,prompt_token,output_tokens\n0,100,50\n")
+    with pytest.raises(TraceError, match=r"line 1: field 'prompt_tokens': missing column 'prompt_tokens' for format "
+                                         r"kvsim .*; column 'prompt_token' is close to 'prompt_tokens': rename it"):
+        load_trace(path, format="kvsim")
 
 
 def trace_headers() -> dict[str, list[str]]:

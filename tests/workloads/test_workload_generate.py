@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from workloads import PRESETS, TraceError, generate, load_preset, trace_stats, write_trace
+from workloads import PRESETS, TraceError, generate, load_preset, load_trace, trace_stats, write_trace
 from workloads.arrivals import Gamma, Poisson
+from workloads.errors import TraceWarning
 from workloads.named import parse_arrivals, parse_lengths
 from workloads.paper_lengths import PAPER_TARGETS, capped_means, paper_lengths
 
@@ -105,6 +106,24 @@ def test_closed_loop_is_a_marker_not_a_timeline():
     assert w.closed_loop.users == 8 and w.closed_loop.think_time_s == 2 and (w.arrival_time_s == 0).all()
     with pytest.raises(TraceError, match="open-loop"):
         generate("fixed:prompt=10,output=10", "closed:users=8", 100, seed=0, turns=2)
+
+
+def test_retiming_a_trace_file_names_the_file_and_says_when_a_closed_loop_gives_way(tmp_path):
+    """``--arrivals trace`` on a one-row file or on a closed loop names the file and the reason; other arrivals
+    replace a file's closed loop with a warning, not silently."""
+    one = tmp_path / "one.csv"
+    one.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,100,50\n")
+    with pytest.raises(TraceError, match=r"one\.csv: --arrivals trace:rate=2: .*'one' has 1 row\(s\); they need at "
+                                         r"least 2 timestamped rows"):
+        load_trace(one, arrivals="trace:rate=2")
+    loop = write_trace(generate("fixed:prompt=10,output=10", "closed:users=4,think_s=1", 20, seed=0),
+                       tmp_path / "loop.csv")
+    with pytest.raises(TraceError, match="loop.csv: --arrivals trace:rate=2: .*is a closed loop"):
+        load_trace(loop, arrivals="trace:rate=2")
+    with pytest.warns(TraceWarning, match=r"a closed loop \(closed:users=4,think_s=1\); --arrivals poisson:rate=2 "
+                                          "replaces it"):
+        w = load_trace(loop, arrivals="poisson:rate=2")
+    assert w.closed_loop is None and len(w) == 20
 
 
 @pytest.mark.parametrize(("spec", "what"), [

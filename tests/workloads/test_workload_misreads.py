@@ -40,6 +40,38 @@ def test_a_column_named_twice_is_an_error(tmp_path):
         load_trace(path)
 
 
+def test_a_key_named_twice_in_a_jsonl_record_is_an_error(tmp_path):
+    """`json` keeps a repeated key's last value: the record below ran with 7 prompt tokens without a word."""
+    good = '{"arrival_time_s": 0, "prompt_tokens": 100, "output_tokens": 50}'
+    path = write(tmp_path, "t.jsonl", good + '\n{"arrival_time_s": 1, "prompt_tokens": 100, "output_tokens": 50, '
+                                      '"prompt_tokens": 7}\n' + good.replace("0,", "2,", 1) + "\n")
+    with pytest.raises(TraceError, match=r"^\S*t\.jsonl: line 2: key 'prompt_tokens' appears more than once in the "
+                                         r"JSON object \(add --skip-bad-rows to skip such rows\)$"):
+        load_trace(path)
+    w = load_trace(path, skip_bad_rows=True)
+    assert w.prompt_tokens.tolist() == [100, 100] and w.skipped_reasons == {"line: a key repeated in a JSON object": 1}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_file_that_is_not_utf8_is_an_error_naming_its_line(tmp_path, suffix):
+    """Read with replacement characters, Latin-1 session ids ``café`` and ``cafè`` both became ``caf\ufffd``: two
+    conversations merged into one."""
+    rows = [(0, "conv-a"), (1, "café"), (2, "cafè")]
+    if suffix == ".csv":
+        text = f"{HEADER},session_id,turn\n" + "".join(f"{t},100,50,{s},0\n" for t, s in rows)
+    else:
+        text = "".join(json.dumps({"arrival_time_s": t, "prompt_tokens": 100, "output_tokens": 50, "session_id": s,
+                                   "turn": 0}, ensure_ascii=False) + "\n" for t, s in rows)
+    path, line = tmp_path / f"t{suffix}", 3 if suffix == ".csv" else 2  # café's line (CSV: after the header)
+    path.write_bytes(text.encode("latin-1"))
+    for skip in (False, True):  # no row is bad: the file's encoding is
+        with pytest.raises(TraceError, match=rf"^\S*t{suffix}: line {line}: not valid UTF-8 \(byte 0xe9 at byte \d+\); "
+                                             "save the file as UTF-8$"):
+            load_trace(path, skip_bad_rows=skip)
+    path.write_bytes(text.encode())
+    assert len(set(load_trace(path).session_id.tolist())) == 3
+
+
 @pytest.mark.parametrize("container", ["csv", "jsonl", "parquet"])
 def test_a_boolean_is_not_a_token_count(tmp_path, container):
     if container == "csv":
@@ -79,8 +111,9 @@ def test_text_session_ids_are_sessions(tmp_path):
 def test_a_number_among_azure_datetimes_is_an_error(tmp_path):
     path = write(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
                                     "2023-11-16 18:15:46,374,44\n1700000001,396,109\n")
-    with pytest.raises(TraceError, match=r"a\.csv: line 3: field 'arrival_time_s': not a datetime "
-                                         r"\(YYYY-MM-DD HH:MM:SS\[\.fraction\]\) \(got '1700000001'\)"):
+    with pytest.raises(TraceError, match=r"a\.csv: line 3: field 'arrival_time_s' \(column 'TIMESTAMP'\): not a "
+                                         r"datetime \(YYYY-MM-DD HH:MM:SS\[\.fraction\], or ISO 8601 such as "
+                                         r"YYYY-MM-DDTHH:MM:SS\[\.fraction\]Z\) \(got '1700000001'\)"):
         load_trace(path)
     w = load_trace(path, skip_bad_rows=True)
     assert len(w) == 1 and w.skipped_rows == 1

@@ -113,6 +113,18 @@ def test_bad_rows_name_file_line_and_field(tmp_path, rows, line, field, problem)
     message = str(info.value)
     assert str(path) in message and f"line {line}:" in message and f"'{field}'" in message and problem in message
     assert "\n" not in message
+    column = {"arrival_time_s": "TIMESTAMP", "prompt_tokens": "ContextTokens", "output_tokens": "GeneratedTokens"}
+    assert f"field '{field}' (column '{column[field]}'):" in message  # the name the user finds in the file
+
+
+def test_azure_iso_8601_timestamps_read_as_the_published_form(tmp_path):
+    """``T``, ``Z`` and an offset, as other tools write Azure's times, are the same instants as the published
+    trace's space-separated naive form (an offset is converted to UTC); a date alone is still a bad row."""
+    iso = ["2023-11-16T18:17:04.03Z,1,2", "2023-11-16 18:17:05.5,1,2", "2023-11-16T19:17:06+01:00,1,2",
+           "2023-11-16T18:17:07.25,1,2", "2023-11-16T18:17:08.1234567-00:00,1,2"]
+    assert load_trace(azure(tmp_path, iso)).arrival_time_s.tolist() == pytest.approx([0, 1.47, 1.97, 3.22, 4.0934567])
+    with pytest.raises(TraceError, match=r"line 3: field 'arrival_time_s' \(column 'TIMESTAMP'\): .* \(got '2023-11-17'\)"):
+        load_trace(azure(tmp_path, ["2023-11-16T18:17:04Z,1,2", "2023-11-17,1,2"]))
 
 
 def test_skip_bad_rows_counts_each_reason(tmp_path):
@@ -132,6 +144,34 @@ def test_mangled_csv_line_is_an_error_with_its_line(tmp_path):
     path = azure(tmp_path, ["2023-11-16 18:15:46.0,374,44", "2023-11-16 18:15:49.0,5,5,9"])
     with pytest.raises(TraceError, match=r"line 3"):
         load_trace(path)
+
+
+def test_blank_csv_lines_are_no_rows_and_keep_the_line_numbers(tmp_path):
+    """A blank line (trailing or not, whitespace only) once failed the file as a row of missing values; a line of
+    only commas is a row, whose missing values keep their error, on its own line."""
+    header = "arrival_time_s,prompt_tokens,output_tokens"
+    w = load_trace(write(tmp_path, "t.csv", f"{header}\n0,100,50\n0.5,200,60\n\n"))
+    assert w.prompt_tokens.tolist() == [100, 200] and w.skipped_rows == 0
+    crlf = write(tmp_path, "c.csv", f"{header}\r\n0,100,50\r\n \t \r\n\r\n0.5,200,60\r\n")
+    assert load_trace(crlf, skip_bad_rows=True).prompt_tokens.tolist() == [100, 200]
+    commas = write(tmp_path, "k.csv", f"{header}\n0,100,50\n   \n\n0.5,200,60\n,,\n1,3,4\n")
+    with pytest.raises(TraceError, match=r"k\.csv: line 6: field 'arrival_time_s': missing or not a number"):
+        load_trace(commas)
+    w = load_trace(commas, skip_bad_rows=True)
+    assert w.prompt_tokens.tolist() == [100, 200, 3]
+    assert w.skipped_reasons == {"arrival_time_s: missing or not a number": 1}
+    late = write(tmp_path, "l.csv", f"{header}\n0,100,50\n\n1,x,4\n")
+    with pytest.raises(TraceError, match=r"l\.csv: line 4: field 'prompt_tokens'"):  # counted past the blank
+        load_trace(late)
+
+
+def test_a_utf8_bom_starts_a_jsonl_file_as_it_does_a_csv_one(tmp_path):
+    record = b'{"arrival_time_s": 0, "prompt_tokens": 100, "output_tokens": 50}\n'
+    for name in ("t.jsonl", "no_extension"):  # extension-less: sniffed as JSON Lines past the mark
+        w = load_trace(write(tmp_path, name, b"\xef\xbb\xbf" + record + record.replace(b"100", b"7")))
+        assert w.prompt_tokens.tolist() == [100, 7]
+    with pytest.raises(TraceError, match=r"b\.jsonl: line 2: truncated or invalid JSON"):  # lines still counted
+        load_trace(write(tmp_path, "b.jsonl", b"\xef\xbb\xbf" + record + b"{\n"))
 
 
 def test_jsonl_errors(tmp_path):

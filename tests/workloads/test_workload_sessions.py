@@ -73,6 +73,9 @@ BAD_ROWS = [  # (rows after the header, line, field, problem)
     ("0,100,50,1,0,3\n", 2, "think_time_s", "given on a session's first turn"),
     ("0,100,50,1,-1,\n", 2, "turn", "must be >= 0"),
     ("0,100,50,,1,\n", 2, "turn", "given without session_id"),
+    # a blank turn once read as turn 0 and was blamed on a later rule (a repeat, a first turn's think time)
+    ("0,100,50,1,0,\n0,250,50,1,,\n", 3, "turn", r"missing \(a session row needs its turn number\) \(add"),
+    ("0,100,50,1,,2\n", 2, "turn", r"missing \(a session row needs its turn number\) \(add"),
 ]
 
 
@@ -83,6 +86,21 @@ def test_bad_session_rows_name_file_line_and_field(tmp_path, rows, line, field, 
     with pytest.raises(TraceError, match=f"bad.csv: line {line}: field '{field}': {problem}") as error:
         load_trace(path)
     assert "\n" not in str(error.value)
+
+
+def test_a_session_id_column_without_a_turn_column(tmp_path):
+    """Without a turn column every row was turn 0, and a session's second row was blamed for repeating the
+    first; sessions of one row each need no turn column."""
+    header = "arrival_time_s,prompt_tokens,output_tokens,session_id\n"
+    path = write(tmp_path, "s.csv", header + "0,100,50,a\n0,20,5,b\n0,250,50,a\n")
+    for skip in (False, True):  # no row is wrong: the file lacks a column
+        with pytest.raises(TraceError, match=r"^\S*s\.csv: line 4: field 'session_id': repeats an earlier row's "
+                                             r"session, and the file has no turn column: a session_id column needs "
+                                             r"a turn column \(each row's turn in its session: 0, 1, 2, \.\.\. in "
+                                             r"file order\)$"):
+            load_trace(path, skip_bad_rows=skip)
+    w = load_trace(write(tmp_path, "one.csv", header + "0,100,50,a\n0,20,5,b\n1,5,5,\n"))
+    assert w.turn.tolist() == [0, 0, 0] and w.session_id[0] != w.session_id[1]
 
 
 def test_skipping_a_bad_turn_drops_the_turns_after_it(tmp_path):

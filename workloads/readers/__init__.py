@@ -28,6 +28,7 @@ from workloads.readers.formats import (
     FORMATS,
     TraceFormat,
     check_unread_columns,
+    close_column,
     detect_format,
     format_named,
     mapping_for,
@@ -38,6 +39,8 @@ from workloads.workload import Workload
 FAILED = "failed request (0 response tokens)"
 TIMESTAMP_LIKE = re.compile(r"time|date|(^|_)ts$|^t$", re.IGNORECASE)
 """Column names that probably hold arrival times; one left unread is named in a `TraceWarning`."""
+ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
+"""An ISO 8601 date and time (`_parse_datetimes`): a date alone, or a bare number, is no arrival time."""
 __all__ = ["FORMATS", "load_trace"]
 MISSING_TIMES = Poisson(1.0)
 """The arrivals of a file without timestamps: ``poisson:rate=1``."""
@@ -83,7 +86,8 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
     for field in fmt.required:
         if field not in values:  # the container's parser read the header differently from the sniffer
             raise TraceError(f"{path}: line 1: field '{field}': column '{mapping[field]}' could not be read")
-    raw = RawTable(str(path), values, lines, "row" if kind == "parquet" else "line", hashes, pre)
+    raw = RawTable(str(path), values, lines, "row" if kind == "parquet" else "line", hashes, pre,
+                   names={f: c for f, c in wanted.items() if f != c})
     _convert_times(raw, fmt)
     if fmt.failed_output_zero:
         _drop_failed(raw)
@@ -101,6 +105,9 @@ def _missing_field(path: Path, fmt: TraceFormat, field: str, column: str, header
     message = (f"{path}: line 1: field '{field}': missing column '{column}' for format {fmt.name} "
                f"(columns: {', '.join(header[:10])}{', ...' if len(header) > 10 else ''})")
     times = [c for c in header if TIMESTAMP_LIKE.search(c)] if field == "arrival_time_s" else []
+    close = close_column(column, header)
+    if close is not None:  # a near-miss spelling: say so, as for a misspelled optional column
+        message += f"; column '{close}' is close to '{column}': rename it to '{column}' if that is what it holds"
     if times:
         message += f"; map it with --columns {field}={times[0]} (seconds)"
     else:
@@ -151,18 +158,29 @@ def _convert_times(raw: RawTable, fmt: TraceFormat) -> None:
         raw.columns["arrival_time_s"] = np.where(unparsed, times, seconds)
         with np.errstate(invalid="ignore"):  # a number among datetimes is no time the file's clock knows
             text = unparsed & ~np.isnan(to_float(times))
-        raw.format_rules.append(("arrival_time_s", "not a datetime (YYYY-MM-DD HH:MM:SS[.fraction])", text))
+        raw.format_rules.append(("arrival_time_s", "not a datetime (YYYY-MM-DD HH:MM:SS[.fraction], or ISO 8601 "
+                                                   "such as YYYY-MM-DDTHH:MM:SS[.fraction]Z)", text))
     elif fmt.time_unit == "ms":
         raw.columns["arrival_time_s"] = to_float(times) / 1000.0
 
 
 def _parse_datetimes(text: pd.Series) -> pd.Series:
-    """Naive ``YYYY-MM-DD HH:MM:SS[.fraction]`` datetimes (Azure writes 7 fractional digits); anything else
-    is NaT, and becomes a bad row rather than a guess at a time zone."""
+    """Naive ``YYYY-MM-DD HH:MM:SS[.fraction]`` datetimes (Azure writes 7 fractional digits), or ISO 8601 ones
+    as other tools write the same times: ``T`` between date and time, ``Z`` or an offset (``+00:00``), read as
+    the UTC time they name (a naive one as UTC), so ``2023-11-16T18:17:04.03Z`` is ``2023-11-16 18:17:04.03``.
+    Anything else (a date alone, a number) is NaT, and becomes a bad row rather than a guess at a time. The
+    published traces take the first, fast form only."""
     parsed = pd.to_datetime(text, format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
     missing = parsed.isna()
     if missing.any():
         parsed[missing] = pd.to_datetime(text[missing], format="%Y-%m-%d %H:%M:%S", errors="coerce")
+        missing = parsed.isna()
+    if missing.any():
+        iso = text[missing]
+        iso = iso[iso.map(lambda v: isinstance(v, str) and ISO_DATETIME.fullmatch(v) is not None).astype(bool)]
+        if len(iso):
+            utc = pd.to_datetime(iso, format="ISO8601", utc=True, errors="coerce").dt.tz_localize(None)
+            parsed[utc.index] = utc.astype(parsed.dtype)
     return parsed
 
 

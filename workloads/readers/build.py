@@ -27,6 +27,9 @@ MAX_ID = 2**53
 """Group ids travel through float64 on the way in; larger ids would silently lose precision."""
 MAX_NAMED_ID = 2**62
 """Text group names map to ids in [MAX_ID, MAX_NAMED_ID), apart from every numeric id."""
+TURN_MISSING = "missing (a session row needs its turn number)"
+"""A session row with a blank turn: read as turn 0, it failed a later rule ("repeats an earlier row's
+session_id and turn", "think_time_s given on a session's first turn") that hid the cause."""
 
 
 @dataclass
@@ -42,6 +45,9 @@ class RawTable:
     format_rules: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
     """Rules a format's conversion found broken (a timestamp that is not a datetime): checked first, their
     cells read as no value by the rules after them, the cell shown as the file wrote it."""
+    names: dict[str, str] = field(default_factory=dict)
+    """The file's column for each field it names otherwise (Azure's ``TIMESTAMP`` for ``arrival_time_s``, a
+    ``--columns`` mapping), for errors to name both."""
 
     @property
     def rows(self) -> int:
@@ -167,7 +173,10 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     session, session_rules = _named_ids(raw, "session_id", x)
     rules += session_rules
     turn, think = x.get("turn", nan), x.get("think_time_s", nan)
+    _check_turn_column(raw, session)
     rules += _integer_rules("turn", turn, 0, MAX_TOKENS, optional=True, cells=cells("turn"))
+    if "turn" in raw.columns:  # (without the column each session has one row: `_check_turn_column`)
+        rules.append(("turn", TURN_MISSING, ~np.isnan(session) & np.isnan(turn)))
     if "think_time_s" in raw.columns:
         rules.append(("think_time_s", "not a number", _not_numbers(raw.columns["think_time_s"], ~np.isnan(think))))
 
@@ -192,8 +201,10 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         i = int(np.argmax(bad))
         column, problem, _ = rules[reason[i]]
         raw_value = raw.columns.get(column, None)
-        value = raw_value[i] if raw_value is not None and column != "prefix_hashes" else None
-        raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", column, problem, value)
+        shown = raw_value is not None and column != "prefix_hashes" and problem != TURN_MISSING  # (no "got nan")
+        value = raw_value[i] if shown else None
+        raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", column, problem, value,
+                        column=raw.names.get(column))
     skipped = dict(raw.pre_skipped)
     for k, count in zip(*np.unique(reason[bad], return_counts=True), strict=True):
         key = f"{rules[k][0]}: {rules[k][1]}"
@@ -251,6 +262,21 @@ def _named_ids(raw: RawTable, field: str, x: dict[str, np.ndarray]) -> tuple[np.
             rules.append((field, f"must be <= {MAX_ID:g}", numeric > MAX_ID))
     lo = None if field == "prefix_group" else 0
     return ids, rules + _integer_rules(field, ids, lo, MAX_NAMED_ID, optional=True)
+
+
+def _check_turn_column(raw: RawTable, session: np.ndarray) -> None:
+    """A session with more than one row needs a ``turn`` column: without one every row was read as turn 0, and
+    the error blamed the second row for repeating the first's session_id and turn. (Sessions of one row each
+    need none: each is its own first turn.) Not skippable: no row is wrong, the file lacks a column."""
+    if "turn" in raw.columns:
+        return
+    again = _repeats(session)
+    if again.any():
+        i = int(np.argmax(again))
+        raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", "session_id", "repeats an earlier row's "
+                        "session, and the file has no turn column: a session_id column needs a turn column (each "
+                        "row's turn in its session: 0, 1, 2, ... in file order)", skippable=False,
+                        column=raw.names.get("session_id"))
 
 
 def _repeats(ids: np.ndarray) -> np.ndarray:
@@ -315,7 +341,8 @@ def _constant(raw: RawTable, field: str, values: np.ndarray) -> float | None:
     if bad.any():
         i = int(np.argmax(bad))
         problem = next(problem for problem, mask in rules if mask[i])
-        raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", field, problem, values[i], skippable=False)
+        raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", field, problem, values[i], skippable=False,
+                        column=raw.names.get(field))
     return None if first is None else float(first)
 
 

@@ -2,11 +2,15 @@
 
 Containers know nothing of trace formats: they return the columns asked for by their names in the file, plus
 the header (for format detection). Parse failures become `TraceError`s naming the line; with
-``skip_bad_rows`` the lines a container cannot split into fields are dropped and counted.
+``skip_bad_rows`` the lines a container cannot split into fields are dropped and counted. Text files are UTF-8
+(a leading byte-order mark allowed); any other encoding is an error naming the line, not text read with
+replacement characters (two Latin-1 session ids ``café`` and ``cafè`` would both become ``caf\ufffd`` and merge).
+Blank lines (only whitespace) are no rows, in CSV as in JSON Lines.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import warnings
@@ -20,14 +24,17 @@ from workloads.ragged import Ragged, from_arrow, from_lists, from_strings
 
 BAD_LINE = "line: wrong number of fields"
 BAD_JSON = "line: truncated or invalid JSON"
+BAD_KEY = "line: a key repeated in a JSON object"
+BOM = codecs.BOM_UTF8
+"""The UTF-8 byte-order mark some editors (Notepad, Excel's "CSV UTF-8") put at the start of a file."""
 
 
 def container_of(path: Path, head: bytes) -> str:
-    """'parquet', 'jsonl' or 'csv', from the extension, else from the first bytes."""
+    """'parquet', 'jsonl' or 'csv', from the extension, else from the first bytes (after a byte-order mark)."""
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq") or head.startswith(b"PAR1"):
         return "parquet"
-    if suffix in (".jsonl", ".json", ".ndjson") or head.lstrip().startswith(b"{"):
+    if suffix in (".jsonl", ".json", ".ndjson") or head.removeprefix(BOM).lstrip().startswith(b"{"):
         return "jsonl"
     return "csv"
 
@@ -62,9 +69,11 @@ def read_csv(path: Path, wanted: dict[str, str], hash_field: str | None, skip: b
     dtype = {wanted[hash_field]: str} if hash_field in wanted else None
     try:
         frame, caught = csv_frame(path, skip_blank_lines=False, on_bad_lines="warn" if skip else "error",
-                                  encoding="utf-8-sig", encoding_errors="replace", dtype=dtype, low_memory=False)
+                                  encoding="utf-8-sig", dtype=dtype, low_memory=False)
     except pd.errors.EmptyDataError as exc:
         raise TraceError(f"{path}: empty file (no header line)") from exc
+    except UnicodeDecodeError as exc:  # (a ValueError: before the generic parse error below)
+        raise not_utf8(path, path.read_bytes()) from exc
     except (pd.errors.ParserError, ValueError, OverflowError) as exc:
         found = re.search(r"line (\d+)", str(exc))
         where = f"line {found.group(1)}" if found else "parse error"
@@ -74,14 +83,72 @@ def read_csv(path: Path, wanted: dict[str, str], hash_field: str | None, skip: b
     lines = np.arange(2, rows + len(skipped_lines) + 2, dtype=np.int64)
     if skipped_lines:
         lines = np.setdiff1d(lines, np.array(skipped_lines, np.int64))[:rows]
+    blank = _blank_rows(path, frame, lines)
+    if blank is not None:
+        frame, lines = frame[~blank], lines[~blank]
     pre = {BAD_LINE: len(skipped_lines)} if skipped_lines else {}
     columns = {f: frame[c].to_numpy() for f, c in wanted.items() if f != hash_field and c in frame}
     hashes = from_strings(frame[wanted[hash_field]].to_numpy(object)) if hash_field in wanted else None
     return columns, lines, hashes, pre
 
 
+def _blank_rows(path: Path, frame: pd.DataFrame, lines: np.ndarray) -> np.ndarray | None:
+    """Rows that are blank lines (only whitespace; None: none), which pandas reads as rows of missing values
+    (``skip_blank_lines=False`` keeps the line numbers right). A line of only commas is no blank line: its
+    row keeps its "missing" error. Cheap on the usual file: the raw lines are read only when some row has no
+    value after its first cell (a whitespace-only line puts its whitespace there)."""
+    maybe = frame.iloc[:, -1].isna().to_numpy()
+    if not maybe.any():
+        return None
+    for name in frame.columns[1:-1]:
+        maybe = maybe & frame[name].isna().to_numpy()  # (pandas' arrays are read-only)
+    rows = np.flatnonzero(maybe)
+    first = frame.iloc[:, 0].iloc[rows].to_numpy(object)
+    rows = rows[[not v.strip() if isinstance(v, str) else bool(pd.isna(v)) for v in first]]
+    if not len(rows):
+        return None
+    raw = path.read_bytes().splitlines()  # pandas' line ends too: \n, \r\n and a lone \r
+    blank = np.zeros(len(frame), bool)
+    blank[rows] = [n <= len(raw) and not raw[n - 1].strip() for n in lines[rows].tolist()]
+    return blank if blank.any() else None
+
+
+def not_utf8(path: Path, data: bytes) -> TraceError:
+    """The error for a file that is not UTF-8, naming the line of its first undecodable byte (a line ends at
+    LF, CRLF or a lone CR, as for the CSV parser). Computed from ``data`` only once a decode has failed."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = exc.start
+        line = data.count(b"\n", 0, at) + data.count(b"\r", 0, at) - data.count(b"\r\n", 0, at) + 1
+        return TraceError(f"{path}: line {line}: not valid UTF-8 (byte 0x{data[at]:02x} at byte {at}); save the "
+                          "file as UTF-8")
+    return TraceError(f"{path}: not valid UTF-8; save the file as UTF-8")
+
+
+class _RepeatedKey(Exception):
+    """A JSON object that names a key twice (`json` would keep the last value without a word)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's ``(key, value)`` pairs as a dict, or `_RepeatedKey` naming the first key given twice."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return record
+
+
+_DECODE = json.JSONDecoder(object_pairs_hook=_unique_keys).decode
+"""One decoder, built once: ``json.loads(line, object_pairs_hook=...)`` builds a decoder per call, which costs
+as much again as the hook; this one reads the full Mooncake trace as fast as plain ``json.loads`` did."""
+
+
 def jsonl_header(path: Path, head: bytes) -> list[str]:
-    for number, line in enumerate(head.decode("utf-8", errors="replace").split("\n"), start=1):
+    for number, line in enumerate(head.removeprefix(BOM).decode("utf-8", errors="replace").split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -95,7 +162,8 @@ def jsonl_header(path: Path, head: bytes) -> list[str]:
 
 
 def read_jsonl(path: Path, wanted: dict[str, str], hash_field: str | None, skip: bool) -> tuple:
-    """One ``json.loads`` per line (the slow container; canonical CSV and Parquet are the fast ones)."""
+    """One JSON decode per line (the slow container; canonical CSV and Parquet are the fast ones). A key
+    repeated in a record is an error (or, skipping, a bad line), as a CSV header naming a column twice is."""
     names = [(f, c) for f, c in wanted.items() if f != hash_field]
     values: dict[str, list] = {f: [] for f, _ in names}
     cells: list[object] = []
@@ -103,15 +171,24 @@ def read_jsonl(path: Path, wanted: dict[str, str], hash_field: str | None, skip:
     pre: dict[str, int] = {}
     data = path.read_bytes()
     header = jsonl_header(path, data[:1 << 16])
-    text = data.decode("utf-8", errors="replace")
+    try:
+        text = data.removeprefix(BOM).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, data) from exc
     keys: set[str] = set()
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = _DECODE(line)
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
+        except _RepeatedKey as exc:
+            if not skip:
+                raise TraceError(f"{path}: line {number}: key '{exc.args[0]}' appears more than once in the "
+                                 f"JSON object {SKIP_HINT}") from None
+            pre[BAD_KEY] = pre.get(BAD_KEY, 0) + 1
+            continue
         except (ValueError, RecursionError) as exc:
             if not skip:
                 raise TraceError(f"{path}: line {number}: truncated or invalid JSON ({exc}) {SKIP_HINT}") from exc

@@ -26,6 +26,11 @@ field: ``session`` -> ``session_id`` (0.82), ``prefix_length`` -> ``prefix_len``
 their own, and every column of the shared traces (``total_tokens`` 0.73) are only named in a warning."""
 
 
+UNITS = {"datetime": "arrival times as datetimes", "ms": "arrival times in milliseconds",
+         "s": "arrival times in seconds", None: "no arrival times"}
+"""`TraceFormat.time_unit` in words, for a message that suggests a format."""
+
+
 @dataclass(frozen=True)
 class TraceFormat:
     name: str
@@ -75,16 +80,63 @@ def mapping_for(fmt: TraceFormat, overrides: dict[str, str] | None) -> dict[str,
 
 
 def detect_format(path: object, header: list[str], overrides: dict[str, str] | None) -> TraceFormat:
-    """The first format whose required columns are all in ``header``."""
+    """The first format whose required columns are all in ``header``. When none is, a header that misses a
+    format's required columns only by a near-miss spelling (``arrival_time``, ``prompt_token``) is told which
+    column is close to which, as a misspelled optional column is (`check_unread_columns`): the generic "unknown
+    format" gave no clue that one letter was all that was wrong."""
     names = set(header)
     for fmt in FORMATS.values():
         mapping = mapping_for(fmt, overrides)
         if all(mapping[f] in names for f in fmt.required):
             return fmt
     shown = ", ".join(header[:8]) + (", ..." if len(header) > 8 else "")
+    near = _near_miss(header, overrides)
+    if near is not None:  # (with the format's units: a Mooncake name for a column in seconds reads as ms)
+        fmt, pairs = near
+        required = f"which format {fmt.name} ({UNITS[fmt.time_unit]}) requires"
+        if len(pairs) == 1:
+            close = (f"column '{pairs[0][0]}' is close to '{pairs[0][1]}', {required}; rename it to "
+                     f"'{pairs[0][1]}' if that is what it holds")
+        else:
+            close = (f"columns {', '.join(repr(c) for c, _ in pairs)} are close to "
+                     f"{', '.join(repr(w) for _, w in pairs)}, {required}; rename them if that is what they hold")
+        raise TraceError(f"{path}: unknown trace format: {close}, or map the columns with --columns "
+                         f"field=column,... (read as kvsim's canonical format) (columns: {shown})")
     raise TraceError(f"{path}: unknown trace format: its columns ({shown}) match none of "
                      f"{', '.join(FORMATS)}; name one with --trace-format, or map the columns with --columns "
                      "field=column,... (read as kvsim's canonical format)")
+
+
+def close_column(wanted: str, header: Iterable[object], taken: Collection[str] = ()) -> str | None:
+    """The column of ``header`` (not in ``taken``) whose name is close to ``wanted`` (`MISSPELLING_CUTOFF`,
+    compared lower-cased, as `check_unread_columns` compares), or None."""
+    candidates = {str(c).lower(): str(c) for c in header if str(c) not in taken and str(c).strip()}
+    close = difflib.get_close_matches(wanted.lower(), list(candidates), n=1, cutoff=MISSPELLING_CUTOFF)
+    return candidates[close[0]] if close else None
+
+
+def _near_miss(header: list[str], overrides: dict[str, str] | None
+               ) -> tuple[TraceFormat, list[tuple[str, str]]] | None:
+    """The format (most required columns present, then `FORMATS` order) whose every missing required column
+    has a close column in ``header``, with its ``(column, required column)`` pairs; None if there is none."""
+    names = set(header)
+    best: tuple[int, TraceFormat, list[tuple[str, str]]] | None = None
+    for fmt in FORMATS.values():
+        mapping = mapping_for(fmt, overrides)
+        required = [mapping[f] for f in fmt.required]
+        present = [c for c in required if c in names]
+        pairs = []
+        for wanted in required:
+            if wanted in names:
+                continue
+            column = close_column(wanted, header, taken=present + [c for c, _ in pairs])
+            if column is None:
+                break
+            pairs.append((column, wanted))
+        else:
+            if best is None or len(present) > best[0]:
+                best = (len(present), fmt, pairs)
+    return None if best is None else (best[1], best[2])
 
 
 def format_named(name: str) -> TraceFormat:
