@@ -93,6 +93,11 @@ def kv_capacity(
     if model.num_heads % tensor_parallel:  # as vLLM refuses it: each GPU takes whole attention heads
         raise ValueError(f"{model.name}: its {model.num_heads} attention heads do not split evenly over "
                          f"--tensor-parallel {tensor_parallel} (vLLM requires the heads to be divisible by it)")
+    kv, tp = model.num_kv_heads, tensor_parallel
+    if (kv % tp if kv >= tp else tp % kv) and any(g.attention != "mla" for g in model.kv_groups()):
+        # vLLM's QKVParallelLinear splits the KV heads evenly, or copies each to the same number of GPUs
+        raise ValueError(f"{model.name}: its {kv} KV heads neither split evenly over --tensor-parallel {tp} nor "
+                         f"copy evenly onto it (vLLM requires one of the two to divide the other)")
     model = model.with_kv_cache_dtype(kv_cache_dtype)
     per_token = pool_bytes_per_token(model, tensor_parallel)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel)

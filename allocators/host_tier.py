@@ -3,8 +3,8 @@
 Why: a GPU prefix cache forgets a block when its slot is reused; serving engines (vLLM's KV offloading
 connector, ``--kv-offloading-size``; LMCache; SGLang HiCache) keep such blocks in host memory and load them
 back over PCIe on a later hit, which is cheaper than prefilling them again. The tier has ``num_blocks`` host
-blocks of one GPU block each (``cpu_offload_gib`` GiB over the model's KV bytes per block), with real
-identities: host block ids, a free list, and an LRU map from the chained block hash (the keys of
+blocks of one GPU block each (``cpu_offload_gib`` GiB over a block's KV bytes on all the tensor-parallel GPUs),
+with real identities: host block ids, a free list, and an LRU map from the chained block hash (the keys of
 ``prefix_cache.py``) to the host block that holds it.
 
 It is an *inclusive* cache, as vLLM's CPU offloading manager and LMCache are: loading a block back copies it

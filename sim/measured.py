@@ -338,9 +338,14 @@ def _guidellm(data: dict, path: Path) -> MeasuredRun:
             skipped[status] += len(others)
         totals = bench.get("request_totals")
         if isinstance(totals, dict):  # guidellm's --output-sampling keeps a sample of each status's requests
-            skipped[SAMPLED] += sum(
-                max(0, int(totals[s]) - count) for s, count in listed.items()
-                if isinstance(totals.get(s), (int, float)) and not isinstance(totals.get(s), bool))
+            for status, count in listed.items():
+                total = totals.get(status)
+                if total is None:
+                    continue
+                if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 <= total < float("inf"):
+                    raise _bad(path, f"benchmarks[{b}]", f"request_totals.{status}", total,
+                               "must be a count of requests")
+                skipped[SAMPLED] += max(0, int(total) - count)
         args = bench.get("args", {}) if isinstance(bench.get("args"), dict) else {}
         strategy = args.get("strategy", {}) if isinstance(args.get("strategy"), dict) else {}
         phase = str(strategy.get("type_", strategy.get("type", f"benchmark-{b}")))

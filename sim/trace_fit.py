@@ -160,6 +160,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     x = np.log([max(float(base[name]), _FLOOR) for name in names])
     upper = np.log([1.0 if name in FRACTIONS else MAX_SECONDS for name in names])
     r, jac, req = evaluate(x)
+    _check_served(run, req["rejected"].to_numpy(bool), train, heldout)
     evals, lam, cost = 1, 1.0, float(r @ r)
     while evals < max_evals and time.monotonic() < started + time_limit_s:
         a, g = jac.T @ jac, jac.T @ r
@@ -185,10 +186,44 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
                     evals, time.monotonic() - started, start_profile, rejected, capped)
 
 
+MIN_SERVED = 1
+"""Requests of each half the simulation must serve for a fit to be written, as each half must have a scored
+request before it (`fit_trace`): its rejections (a pool or ``max_model_len`` smaller than the run's) can leave
+a half empty, a score over nothing."""
+
+
+def _check_served(run: MeasuredRun, rejected: np.ndarray, train: np.ndarray, heldout: np.ndarray) -> None:
+    """Refuse a fit whose halves the simulation left (nearly) empty by rejecting their requests: the check
+    before the fit counts scored requests, and rejections, which depend on the settings and not on the
+    coefficients, show only once the run is simulated."""
+    served = ~rejected
+    for label, half in (("training", train), ("held-out", heldout)):
+        n = int((half & served).sum())
+        if n < MIN_SERVED:
+            raise ValueError(f"{run.path}: the simulation served {n} of the {int(half.sum())} scored requests of "
+                             f"the {label} half ({int((rejected & run.scored).sum())} scored requests rejected in "
+                             f"all): too few to fit and check; give the run's own settings (--kv-tokens, "
+                             f"--max-model-len, ...)")
+
+
 def _scores(table: pd.DataFrame) -> dict:
+    """A score table's ``all`` rows as ``{metric}_{mape,bias}``; None where a metric had nothing to score (no
+    request generated two tokens: no TPOT), which JSON writes as null, where NaN is not JSON."""
     part = table[table["phase"] == "all"]
-    return {f"{row.metric}_{key}": round(float(getattr(row, key)), 4)
+
+    def value(v: float) -> float | None:
+        return round(float(v), 4) if np.isfinite(v) else None
+
+    return {f"{row.metric}_{key}": value(getattr(row, key))
             for row in part.itertuples() for key in ("mape", "bias")} | {"requests": int(part["requests"].max())}
+
+
+FIT_SETTINGS = ("tensor_parallel", "kv_cache_dtype", "kv_tokens", "kv_gib", "gpu_memory_utilization",
+                "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "prefix_caching",
+                "chunked_prefill")
+"""The deployment a fit was made under, recorded in its table (``fit.settings``): the coefficients are fitted
+to that run (an fp8 cache or another tensor-parallel size moves other bytes), so whoever uses the table can
+see what it was fitted to."""
 
 
 def trace_table(result: TraceFit, run: MeasuredRun, config: SimConfig, created: str | None = None) -> dict:
@@ -206,5 +241,6 @@ def trace_table(result: TraceFit, run: MeasuredRun, config: SimConfig, created: 
                 "simulations": result.simulations, "seconds": round(result.seconds, 1),
                 "train": _scores(result.train_score), "heldout": _scores(result.heldout_score),
                 "rejected": result.rejected, "length_capped": result.length_capped,
-                "metrics": [m.removesuffix("_s") for m in METRICS]},
+                "metrics": [m.removesuffix("_s") for m in METRICS],
+                "settings": {key: getattr(config, key) for key in FIT_SETTINGS}},
     }

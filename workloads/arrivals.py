@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workloads.errors import TraceError
+from workloads.sessions import closed_loop_turns
 from workloads.specs import check_positive
 from workloads.workload import ClosedLoop, Workload
 
@@ -132,9 +133,31 @@ def closed_loop_of(process: ArrivalProcess) -> ClosedLoop | None:
 
 def retime(workload: Workload, process: ArrivalProcess, seed: int, label: str | None = None) -> Workload:
     """``workload`` with arrival times drawn from ``process`` (seeded by ``seed``); ``label`` (the spec) is
-    added to its source."""
-    times = process.times(np.random.default_rng(seed), len(workload), workload)
-    timed = workload.with_arrivals(times, closed_loop=closed_loop_of(process))
+    added to its source.
+
+    In a session trace only the rows that arrive on their own (a session's first turn, or a turn without a
+    think time) take a drawn time: the rest are released by their previous turn's end (the simulator ignores
+    their times), so a rate of R is R sessions' first turns a second, as ``kvsim trace generate`` and ``trace
+    stats`` count it (drawing a time per row made the sessions' rate R x sessions / rows). A released turn keeps
+    its offset from the turn before it, so the rows stay in arrival order."""
+    closed = closed_loop_of(process)
+    next_turn, released = closed_loop_turns(workload)
+    if closed is not None or not released.any():
+        times = process.times(np.random.default_rng(seed), len(workload), workload)
+        timed = workload.with_arrivals(times, closed_loop=closed)
+    else:
+        own = np.flatnonzero(~released)
+        old = workload.arrival_time_s
+        times = np.empty(len(workload))
+        times[own] = process.times(np.random.default_rng(seed), len(own), workload.select(own))
+        frontier = own
+        while len(frontier):  # down each session's chain of released turns, a turn at a time
+            then = next_turn[frontier]
+            frontier, then = frontier[then >= 0], then[then >= 0]
+            times[then] = times[frontier] + np.maximum(old[then] - old[frontier], 0.0)
+            frontier = then
+        order = np.argsort(times, kind="stable")
+        timed = workload.select(order, arrival_time_s=times[order])
     if label is not None:
         timed.source += f"; arrivals {label} (seed {seed})"
     return timed

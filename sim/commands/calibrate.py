@@ -57,6 +57,34 @@ def _check_fit_options(opts: dict) -> None:
                          "--calibration or --cost-profile)")
 
 
+KERNEL_OPTIONS = ("device", "quick", "cuda_graphs")
+"""Options of the kernel timing only (the default mode)."""
+
+
+def _check_mode(ctx: click.Context, list_profiles: bool, from_trace: str | None) -> None:
+    """The three modes take their own options: one mode's option given to another was dropped without a word
+    (``--list --from-trace F`` listed; ``--from-trace F --quick`` fitted; ``--kv-tokens N`` without
+    ``--from-trace`` went on to time kernels). Only options given on the command line count."""
+    given = [p.name for p in ctx.command.params
+             if p.name and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+    flag = {p.name: p.opts[0] for p in ctx.command.params if p.name}
+    fit_only = [n for n in given if n not in KERNEL_OPTIONS + ("model", "gpu", "catalog", "out", "list_profiles",
+                                                                "from_trace")]
+    if list_profiles and len(given) > 1:
+        fail(f"--list takes no other option (got {', '.join(flag[n] for n in given if n != 'list_profiles')})")
+    if from_trace and (kernel := [n for n in given if n in KERNEL_OPTIONS]):
+        fail(f"{', '.join(flag[n] for n in kernel)}: options of timing kernels, not of fitting a measured run "
+             "(--from-trace)")
+    if not from_trace and not list_profiles and fit_only:
+        fail(f"{', '.join(flag[n] for n in fit_only)}: options of fitting a measured run; give --from-trace FILE")
+
+
+FIT_WARNING_MAPE = 0.5
+"""A held-out MAPE past which `calibrate --from-trace` warns that its table is no fit of the run: a fitted clock
+is within tens of percent (`docs/validation.md`), latencies in milliseconds read as seconds land near 100% (the
+simulation a thousand times short of them)."""
+
+
 def _from_trace(path: str, opts: dict) -> None:
     from sim.kernel.config import SimConfig
     from sim.kernel.summary import counts_text
@@ -91,7 +119,14 @@ def _from_trace(path: str, opts: dict) -> None:
     for label, part in (("train", result.train_score), ("held-out", result.heldout_score)):
         rows = part[part["phase"] == "all"]
         click.echo(f"  {label} ({int(rows['requests'].max())} requests): " + ", ".join(
-            f"{r.metric} MAPE {r.mape:.1%} bias {r.bias:+.1%}" for r in rows.itertuples()))
+            f"{r.metric} MAPE {r.mape:.1%} bias {r.bias:+.1%}" if r.mape == r.mape
+            else f"{r.metric} n/a (no request generated two tokens)" for r in rows.itertuples()))
+    held = result.heldout_score
+    worst = held[(held["phase"] == "all") & (held["mape"] > FIT_WARNING_MAPE)]
+    if len(worst):  # a table is still written (the user asked for it), with a reason not to trust it
+        click.echo(f"Warning: the fit misses the held-out half by {worst['mape'].max():.0%} "
+                   f"({', '.join(worst['metric'])} MAPE): check that the run's latencies are in seconds and that "
+                   "the settings are the run's own (--kv-tokens, --max-num-seqs, ...)", err=True)
     if result.rejected:  # no simulated latency: left out of both scores, never silently
         click.echo(f"  {sum(result.rejected.values())} scored request(s) rejected by the simulation, left out of "
                    f"the scores: {counts_text(result.rejected)}")
@@ -161,6 +196,7 @@ def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: 
     `kvsim run --gpu cpu --model MODEL`."""
     from sim.kernel.calibration_store import user_table_path
 
+    _check_mode(click.get_current_context(), list_profiles, from_trace)
     if list_profiles:
         _list_profiles()
         return

@@ -81,6 +81,7 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
         fail(exc)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
+        _exit_if_failed(rows)
         return
     varying = [name for name in grid.axes if len(grid.axes[name]) > 1] or ["router"]
     click.echo(f"target: {target.describe()}")
@@ -91,6 +92,20 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
     # the fleet summary (each row's, in --json) counts the trace rows --skip-bad-rows dropped
     for line in skipped_rows_lines({**(row.get("summary") or {}), **row} for row in rows):
         click.echo(line)
+    _exit_if_failed(rows)
+
+
+def _exit_if_failed(rows: list[dict]) -> None:
+    """Exit 1 with one ``Error:`` line when a search failed (an unknown router, a bad point), after the table
+    is out, as `kvsim slo` and `kvsim sweep` do: a failed row among the answers read as a plan."""
+    import pandas as pd
+
+    from sim.commands.sweep import _failure_summary
+
+    failed = [row for row in rows if row.get("status") == "failed"]
+    if failed:
+        click.echo(f"Error: {_failure_summary(pd.DataFrame(failed), len(rows), 'searches')}", err=True)
+        raise click.exceptions.Exit(1)
 
 
 COMMANDS = [plan]

@@ -7,6 +7,7 @@ run's allocator. A path ending in ``.parquet`` or ``.csv`` is a sweep table and 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -79,6 +80,12 @@ def load_runs(run_dirs: list[Path], tables: tuple[str, ...], kind: str) -> tuple
     for run_dir in run_dirs:
         if not run_dir.is_dir():
             raise ValueError(f"{run_dir}: not a run directory (expected `kvsim run --out` output or a sweep table)")
+        if not (run_dir / "summary.json").exists():
+            runs = sorted(d.name for d in run_dir.iterdir() if (d / "summary.json").is_file())
+            if runs:  # `kvsim compare --out DIR` writes a run directory per allocator under DIR
+                raise ValueError(f"{run_dir}: holds the runs {', '.join(runs)} (a `kvsim compare --out` directory); "
+                                 f"plot them: kvsim plot {run_dir}/*")
+            raise ValueError(f"{run_dir}: no summary.json: not a `kvsim run --out` directory")
     loaded = [_read_json(run_dir / "summary.json") for run_dir in run_dirs]
     for run_dir, summary in zip(run_dirs, loaded, strict=True):
         _require_summary_keys(run_dir / "summary.json", summary, kind)
@@ -135,6 +142,12 @@ def draw_sweep(table: Path, metric: str | None, x: str | None, hue: str | None):
     if not table.exists():
         raise ValueError(f"{table}: no such sweep table")
     results = load_results(table)
+    if "sustained_rate" in results.columns and metric in (None, "sustained_rate"):  # a `kvsim slo --out` table
+        from sim.plots.sweep import plot_slo, swept_fields
+
+        varying = swept_fields(results[results["status"] != "failed"] if "status" in results else results)
+        return plot_slo(results, x=x or (varying[0] if varying else "allocator"),
+                        hue=hue or (varying[1] if len(varying) > 1 and x is None else None))
     options = {k: v for k, v in {"metric": metric, "x": x, "hue": hue}.items() if v is not None}
     return plot_sweep(results, **options)
 
@@ -174,6 +187,11 @@ def plot_command(paths: tuple[Path, ...], kind: str | None, out: Path | None, ti
     if (kind == SWEEP_KIND) != is_sweep:
         fail("--kind sweep takes one sweep table (.parquet or .csv)" if kind == SWEEP_KIND
              else f"--kind {kind} takes run directories, not a sweep table")
+    if time_s is not None and (kind != "memory-map" or not math.isfinite(time_s) or time_s < 0):
+        fail(f"--time {time_s:g}: the instant of a --kind memory-map, in simulated seconds >= 0"
+             + ("" if kind == "memory-map" else f", not of --kind {kind}"))
+    if not is_sweep and (given := [f for f, v in (("--metric", metric), ("--x", x), ("--hue", hue)) if v]):
+        fail(f"{', '.join(given)}: options of a sweep table's figure, not of run directories")
     if replica is not None and kind != "memory-map":
         fail(f"--replica applies to --kind memory-map, not {kind} (--kind replicas draws every replica)")
     if out is None:

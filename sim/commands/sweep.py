@@ -265,8 +265,10 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
         click.echo(f"target: {target.describe()}")
         click.echo(table[[c for c in dict.fromkeys(shown) if c in table]].to_string(index=False))
         warned = table[table["warning"].notna()] if "warning" in table else table.iloc[:0]
-        for _, row in warned.iterrows():
-            click.echo(f"warning: {row['allocator']}: {row['warning']}")
+        for _, row in warned.iterrows():  # named by every axis that varies, as plan names its rows
+            point = ", ".join([str(row["allocator"])] + [f"{name} {row[name]}" for name in varying
+                                                          if name != "allocator" and name in row])
+            click.echo(f"warning: {point}: {row['warning']}")
         for line in skipped_rows_lines(table.to_dict("records")):  # in --json and --out: the row's columns
             click.echo(line)
     if plot_file:

@@ -1,8 +1,10 @@
 """Settings a run was given that change nothing in it, each with the reason.
 
 Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
-vAttention, slab placement on contiguous allocators, block size and watermark on block pools, a long-prefill threshold on chunked prefill, a
-cache-aware order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one
+vAttention, slab placement on contiguous allocators, block size and watermark on block pools, swap space on
+swap preemption without a host tier, a calibration or cost profile without a fixed step time, a long-prefill
+threshold on chunked prefill, a cache-aware order on a prefix cache, a router on a fleet, a router's weight on
+that router). Accepting one
 silently would let a user read a run as the answer to the question the flag asked. The summary carries them
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
 warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`
@@ -81,7 +83,38 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> 
     if config.parallel_sampling == "fan-out" and name != "paged":
         ignored["--parallel-sampling fan-out"] = (
             f"it is vLLM v1's engine, modelled for paged; {name} runs a request's samples as one group (fork)")
+    ignored.update(_swap_settings(config, defaults, tiered=not no_tier))
+    ignored.update(_clock_settings(config))
     ignored.update(_router_settings(config, defaults, sessions))
+    return ignored
+
+
+def _swap_settings(config: SimConfig, defaults: SimConfig, tiered: bool) -> dict[str, str]:
+    """Swap space where nothing is swapped into it: recompute preemption, or a host tier that takes the swapped
+    KV instead (`Preemption._swap_room`); and swap preemption with no host memory at all, which recomputes."""
+    ignored: dict[str, str] = {}
+    if config.swap_space_gib != defaults.swap_space_gib:
+        flag = f"--swap-space-gib {config.swap_space_gib:g}"
+        if config.preemption != "swap":
+            ignored[flag] = f"nothing is swapped: preemption is {config.preemption}"
+        elif tiered:
+            ignored[flag] = "swapped KV goes to the host tier (--cpu-offload-gib), not to the swap space"
+    if config.preemption == "swap" and config.swap_space_gib == 0 and not tiered:
+        ignored["--preemption swap"] = ("there is no host memory to swap into (--swap-space-gib 0, no host tier), "
+                                        "so every preemption recomputes")
+    return ignored
+
+
+def _clock_settings(config: SimConfig) -> dict[str, str]:
+    """The step clock's sources where a stronger one is given: ``--step-time`` wins, then ``--calibration``,
+    then ``--cost-profile`` (`sim.kernel.replica.make_cost_model`)."""
+    ignored: dict[str, str] = {}
+    if config.step_time is not None:
+        for flag, value in (("--calibration", config.calibration), ("--cost-profile", config.cost_profile)):
+            if value is not None:
+                ignored[f"{flag} {value}"] = f"--step-time {config.step_time:g} fixes every step's time"
+    elif config.calibration is not None and config.cost_profile is not None:
+        ignored[f"--cost-profile {config.cost_profile}"] = f"--calibration {config.calibration} sets the clock"
     return ignored
 
 

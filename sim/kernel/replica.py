@@ -101,10 +101,17 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
                        kv_cache_dtype=config.kv_cache_dtype)
 
 
+def has_host_tier(config: SimConfig) -> bool:
+    """Whether the run has a host tier: ``--cpu-offload-gib`` behind an allocator that keeps a prefix cache to
+    spill, with prefix caching on (else the flag is reported ignored, `ignored_settings`)."""
+    return (config.cpu_offload_gib > 0 and config.prefix_caching
+            and allocator_class(config.allocator).supports_host_tier)
+
+
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
     None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold``,
-    ``offload_eviction_policy`` and ``offload_prompt_only``: None without ``--cpu-offload-gib``;
+    ``offload_eviction_policy`` and ``offload_prompt_only``: None without a host tier, `has_host_tier`;
     ``ignored_settings``, ``clock_omits``, ``memory_omits`` and ``beyond_model_context``, a ``--max-model-len``
     above the model's own context, only when there are any; ``parallel_sampling``, how requests sampled more
     than once ran, only when there are such requests)."""
@@ -117,7 +124,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": capacity_source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
-        **{key: getattr(config, key) if config.cpu_offload_gib > 0 else None
+        **{key: getattr(config, key) if has_host_tier(config) else None
            for key in ("offload_write_policy", "offload_store_threshold", "offload_eviction_policy",
                        "offload_prompt_only")},
     }
@@ -165,7 +172,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                      // pool_bytes_per_token(model, config.tensor_parallel))
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
-    slot_bytes = round(model.kv_bytes_per_token * slot_frac(config, model))  # a host block holds a pool block
+    # A host block holds a pool block of every GPU: vLLM's CPU offloading keeps each rank's own copy (its
+    # ``kv_offloading_size`` is the sum over ranks), so KV that GPUs replicate takes host memory once per GPU too.
+    slot_bytes = round(pool_bytes_per_token(model, config.tensor_parallel) * slot_frac(config, model))
     tier = None
     if config.cpu_offload_gib > 0:
         if config.offload_write_policy == "write_through":

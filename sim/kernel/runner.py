@@ -202,6 +202,13 @@ def draws_from_seed(config: SimConfig, workload: Workload) -> bool:
     return (config.replicas > 1 and config.router == "random") or bool((workload.beam_width > 1).any())
 
 
+def exact(value: float) -> str:
+    """A float as a spec writes it: short (``4``) where that reads back as the same number, else every digit
+    (``:g`` alone rounds to six, so ``--rate 1.23456789`` on a trace ran at 1.23457)."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
 def resolve_workload(config: SimConfig) -> Workload:
     """The workload a configuration names: its trace, its preset, or the default preset (`DEFAULT_PRESET`),
     marked (`LOADED_WITH`) with the fields it was loaded with."""
@@ -209,7 +216,7 @@ def resolve_workload(config: SimConfig) -> Workload:
     from workloads.presets import DEFAULT_PRESET
 
     if config.trace is not None:
-        arrivals = f"poisson:rate={config.rate:g}" if config.rate is not None else config.arrivals
+        arrivals = f"poisson:rate={exact(config.rate)}" if config.rate is not None else config.arrivals
         workload = workloads.load_trace(config.trace, format=config.trace_format, columns=config.trace_columns,
                                         skip_bad_rows=config.skip_bad_rows, arrivals=arrivals, seed=config.seed,
                                         num_requests=config.num_requests)

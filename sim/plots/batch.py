@@ -83,9 +83,12 @@ def plot_batch_over_time(
         raise ValueError("no runs to plot")
     fig, ax = figure_and_axes(ax, (8, 3.2))
     for name in order_allocators(steps_by_allocator):
-        binned = time_binned(steps_by_allocator[name], [column], max_points=max_points)
-        ax.step(binned["time_s"], binned[column], where="post", color=allocator_color(name),
-                label=allocator_label(name), linewidth=1.2)
+        steps = steps_by_allocator[name]
+        binned = time_binned(steps, [column], max_points=max_points)  # a fleet's: all its replicas together
+        replicas = steps["replica"].nunique() if "replica" in steps.columns else 1
+        label = allocator_label(name) + (f" ({replicas} replicas together)" if replicas > 1 else "")
+        ax.step(binned["time_s"], binned[column], where="post", color=allocator_color(name), label=label,
+                linewidth=1.2)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("running requests" if column == "running" else axis_label(column))
     ax.set_ylim(bottom=0)

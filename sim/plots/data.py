@@ -170,22 +170,38 @@ def time_binned(steps: pd.DataFrame, columns: list[str], max_points: int = 600) 
     """Time-weighted means of ``columns`` over at most ``max_points`` equal bins of simulated time.
 
     Each row's values hold from its ``time_s`` until the next row starts (the last row for its own
-    ``duration_s``), so an idle gap between steps keeps the state the last step left. Returns a frame with
-    ``time_s`` (bin start), ``bin_s`` (bin width) and the averaged columns.
+    ``duration_s``), so an idle gap between steps keeps the state the last step left. A fleet's steps table (a
+    ``replica`` column) holds each replica's rows: each replica's state is binned on its own and the replicas'
+    means are added (running requests, slots and capacity of the whole fleet), where one timeline of every
+    replica's rows jumped from replica to replica. Returns a frame with ``time_s`` (bin start), ``bin_s`` (bin
+    width) and the averaged columns.
     """
     require_columns(steps, ["time_s", "duration_s", *columns], "steps table")
-    steps = steps.sort_values("time_s", kind="stable")
+    replicas = ([part for _, part in steps.groupby("replica", sort=True)]
+                if "replica" in steps.columns and steps["replica"].nunique() > 1 else [steps])
+    holds = [_holds(part.sort_values("time_s", kind="stable")) for part in replicas]
+    first = min(part["time_s"].iloc[0] for part, _, _ in holds)
+    last = max(end[-1] for _, _, end in holds)
+    edges = np.linspace(first, max(last, first + 1e-9), min(max_points, len(steps)) + 1)
+    out = {"time_s": edges[:-1], "bin_s": np.diff(edges)}
+    for column in columns:  # a fleet's replicas each hold their own state: their time-weighted means add up
+        out[column] = sum(_binned(part[column].to_numpy(dtype=float), start, end, edges) for part, start, end in holds)
+    return pd.DataFrame(out)
+
+
+def _holds(steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """One engine's rows (sorted by time) with when each starts and stops holding: at the next row's start, the
+    last one after its own duration (a zero-length span made a nanosecond, so it still counts)."""
     start = steps["time_s"].to_numpy(dtype=float)
     end = np.append(start[1:], start[-1] + max(float(steps["duration_s"].iloc[-1]), 0.0))
     if end[-1] <= start[0]:
         end[-1] = start[0] + 1e-9
-    hold = end - start
-    edges = np.linspace(start[0], end[-1], min(max_points, len(start)) + 1)
-    bounds = np.append(start, end[-1])
-    out = {"time_s": edges[:-1], "bin_s": np.diff(edges)}
-    for column in columns:
-        values = steps[column].to_numpy(dtype=float)
-        integral = np.concatenate([[0.0], np.cumsum(values * hold)])
-        at_edges = np.interp(edges, bounds, integral)
-        out[column] = np.diff(at_edges) / np.diff(edges)
-    return pd.DataFrame(out)
+    return steps, start, end
+
+
+def _binned(values: np.ndarray, start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The time-weighted mean of a step function (``values[i]`` from ``start[i]`` to ``end[i]``, nothing outside)
+    over each bin between ``edges``."""
+    integral = np.concatenate([[0.0], np.cumsum(values * (end - start))])
+    at_edges = np.interp(edges, np.append(start, end[-1]), integral)
+    return np.diff(at_edges) / np.diff(edges)

@@ -85,6 +85,24 @@ def swept_fields(df: pd.DataFrame) -> list[str]:
     return [n for n in names if n in df.columns and df[n].nunique(dropna=False) > 1]
 
 
+def _numeric_metric(rows: pd.DataFrame, metric: str) -> pd.Series:
+    """``rows[metric]`` as numbers, or a one-line error naming the metrics that are: a text column (``status``,
+    ``allocator``) failed in pandas' mean with a traceback, and a column empty in every point drew a blank
+    figure."""
+    values = rows[metric]
+    if not pd.api.types.is_numeric_dtype(values):
+        values = pd.to_numeric(values, errors="coerce")
+    if values.notna().any():
+        return values
+    from sim.kernel.config import SimConfig
+
+    config = {f.name for f in dataclasses.fields(SimConfig)}
+    numeric = [c for c in rows.columns if c not in config and pd.api.types.is_numeric_dtype(rows[c])
+               and rows[c].notna().any()]
+    raise ValueError(f"--metric {metric}: no number in any successful point; metrics with numbers here: "
+                     f"{', '.join(numeric[:12])}{', ...' if len(numeric) > 12 else ''}")
+
+
 def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x: str | None = None,
                hue: str | None = None, *, ax: Axes | None = None) -> Figure:
     """``metric`` against axis ``x``, one line per value of ``hue``; the mean over the other axes, with
@@ -107,6 +125,7 @@ def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x
         others = [f for f in swept if f not in (x, "seed")]
         hue = "allocator" if "allocator" in others else (others[0] if others else None)
     require_columns(rows, [metric, x] + ([hue] if hue else []), "sweep results")
+    rows = rows.assign(**{metric: _numeric_metric(rows, metric)})
     fig, ax = figure_and_axes(ax, (6.0, 4.0))
     positions, linestyle = _x_positions(rows, x, ax)
     for i, (key, group) in enumerate(_series(rows, hue)):

@@ -108,6 +108,9 @@ def paper_config(allocator: str, preset: str, rate: float, num_requests: int, **
                   watermark=paper.WATERMARK if hands_out_blocks(allocator) else 0.0,  # (Orca's slabs have no pool)
                   rate=rate, num_requests=num_requests, seed=0,
                   memory_snapshots=0)
+    if (overrides.get("step_time") is not None or overrides.get("calibration") is not None) \
+            and "cost_profile" not in overrides:
+        values["cost_profile"] = None  # a clock given in its place: the paper's profile would only be ignored
     return SimConfig(**(values | overrides))
 
 

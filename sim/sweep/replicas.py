@@ -87,6 +87,9 @@ def run_plan(grid: Grid, target: SloTarget, *, max_replicas: int = DEFAULT_MAX_R
         rows[task.index] = outcome.result or {"point_id": task.point_id, "status": STATUS_FAILED,
                                               "error": outcome.error, **config_values(task.config),
                                               "replicas": None, "summary": {}}
+    for row in rows.values():
+        if row.get("status") == STATUS_FAILED:  # an invalid point's row carries the config's replicas (1):
+            row["replicas"] = None  # no answer, which the table must not show as one
     return [rows[i] for i in sorted(rows)]
 
 

@@ -155,6 +155,8 @@ def run_slo(grid: Grid, target: SloTarget, settings: SearchSettings, *, point_fn
     """
     if "rate" in grid.base or "rate" in grid.axes:
         raise ValueError("the SLO search chooses the rate itself; do not give --rate")
+    if "arrivals" in grid.base or "arrivals" in grid.axes:  # each probe sets the rate, as --rate would
+        raise ValueError("the SLO search sets each probe's rate itself, as --rate does; do not give --arrivals")
     config_cls = config_cls or default_config_cls()
     version = kvsim_version()
     tasks, invalid, _ = build_tasks(grid, config_cls, version)

@@ -109,6 +109,12 @@ def _one_line_error(result, *expected: str) -> str:
      ["bs_ms_mean.json: field 'ttfts' is in milliseconds: its mean 52.5 matches 'mean_ttft_ms' 52.5"]),
     ("bs_itls_ms.json", _bench(itls=[[20.0] * len(gaps) for gaps in ITLS], mean_e2el_ms=265.0),
      ["bs_itls_ms.json: field 'itls' is in milliseconds: its mean 265.053 matches 'mean_e2el_ms' 265"]),
+    # guidellm's totals of a sampled run: counts, else the file's fault named (not a traceback, not ignored)
+    *[(f"gl_totals_{i}.json",
+       json.dumps({"benchmarks": [{"requests": {"successful": [_request(0), _request(1)]},
+                                   "request_totals": {"successful": total}}]}),
+       [f"gl_totals_{i}.json: benchmarks[0]: field 'request_totals.successful': bad value", "(must be a count of "
+        "requests)"]) for i, total in enumerate([float("inf"), float("nan"), "many", -3])],
     # one request cannot be split into a half to fit and a half to score
     ("m_one.csv", f"{HEADER}\n0,100,10,0.1,0.5\n", ["m_one.csv: 1 request(s) besides warm-up; a fit needs at least 2"]),
 ])
@@ -223,3 +229,63 @@ def test_a_split_with_an_empty_half_is_refused(tmp_path):
             return
         assert "nan" not in result.output
     pytest.fail("no seed left a half empty")
+
+
+def test_a_fit_the_simulation_leaves_too_few_requests_to_is_refused(tmp_path):
+    """Rejections (a pool or max_model_len smaller than the run's) show only once the run is simulated: when they
+    leave a half with no served request, no table is written, rather than one scored over nothing."""
+    rows = GOOD_ROWS.splitlines()[0] + "\n" + "".join(f"{0.5 + i / 2},9000,50,0.5,2.0\n" for i in range(5))
+    result = _calibrate(tmp_path, "long.csv", HEADER + "\n" + rows)
+    _one_line_error(result, "long.csv: the simulation served ", "5 scored requests rejected in all): too few to fit "
+                    "and check; give the run's own settings")
+    assert not (tmp_path / "cal.json").exists()
+
+
+def test_a_run_of_one_token_outputs_has_no_tpot_score_and_a_strict_json_table(tmp_path):
+    """With no request generating two tokens there is no TPOT to score: the report says n/a and the table holds
+    null, not NaN (which is no JSON: strict readers refuse the file)."""
+    rows = "0.0,482,1,0.0782,0.0782\n0.5,438,1,0.0738,0.0738\n1.0,70,1,0.0370,0.0370\n1.5,300,1,0.05,0.05\n"
+    result = _calibrate(tmp_path, "one.csv", HEADER + "\n" + rows)
+    assert result.exit_code == 0, result.output
+    assert "tpot n/a (no request generated two tokens)" in result.output and "nan" not in result.output
+
+    def refuse(name: str):
+        raise ValueError(name)
+
+    table = json.loads((tmp_path / "cal.json").read_text(), parse_constant=refuse)
+    assert table["fit"]["heldout"]["tpot_mape"] is None and table["fit"]["heldout"]["ttft_mape"] is not None
+
+
+def test_a_fit_far_from_the_held_out_half_warns(tmp_path):
+    """Latencies written in milliseconds under seconds' column names read as a thousand times the run's: the
+    fit cannot reach them, and the report says so on stderr (the table is still written, as asked)."""
+    ms = "".join(f"{line.rsplit(',', 2)[0]},{float(line.split(',')[3]) * 1000:g},{float(line.split(',')[4]) * 1000:g}\n"
+                 for line in (GOOD_ROWS + "1.5,300,40,0.06,0.9\n").splitlines())
+    result = _calibrate(tmp_path, "ms.csv", HEADER + "\n" + ms)
+    assert result.exit_code == 0, result.output
+    assert "Warning: the fit misses the held-out half by " in result.stderr
+    assert "check that the run's latencies are in seconds" in result.stderr and (tmp_path / "cal.json").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--list", "--from-trace", "run.csv"], "--list takes no other option (got --from-trace)"),
+    (["--from-trace", "run.csv", "--gpu", "a100-80gb", "--quick"],
+     "--quick: options of timing kernels, not of fitting a measured run (--from-trace)"),
+    (["--kv-tokens", "5000"], "--kv-tokens: options of fitting a measured run; give --from-trace FILE"),
+])
+def test_an_option_of_another_mode_is_refused(tmp_path, monkeypatch, args, message):
+    """Guards `--list --from-trace F` (listed, the file never read), `--from-trace F --quick` (fitted, --quick
+    dropped) and `--kv-tokens N` alone (went on to time kernels, then asked for torch)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.csv").write_text(HEADER + "\n" + GOOD_ROWS)
+    result = CliRunner().invoke(main, ["calibrate", *args])
+    assert result.exit_code == 2 and result.stderr.splitlines() == [f"Error: {message}"], result.output
+
+
+def test_the_table_records_the_deployment_it_was_fitted_under(tmp_path):
+    result = _calibrate(tmp_path, "run.csv", HEADER + "\n" + GOOD_ROWS + "1.5,300,40,0.06,0.9\n",
+                        "--kv-cache-dtype", "fp8", "--max-num-seqs", "64")
+    assert result.exit_code == 0, result.output
+    settings = json.loads((tmp_path / "cal.json").read_text())["fit"]["settings"]
+    assert settings["kv_cache_dtype"] == "fp8" and settings["max_num_seqs"] == 64
+    assert settings["kv_tokens"] == 100000 and settings["tensor_parallel"] == 1

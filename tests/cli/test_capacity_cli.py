@@ -110,6 +110,8 @@ def test_catalog_file_extends_models(tmp_path):
         (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be >= 1"),
         (["--model", "llama-3-70b", "--gpu", "h100-80gb", "--tensor-parallel", "3"],
          "its 64 attention heads do not split evenly over --tensor-parallel 3"),
+        (["--model", "qwen2.5-7b", "--gpu", "a100-40gb", "--tensor-parallel", "7"],  # 28 heads, 4 KV heads
+         "its 4 KV heads neither split evenly over --tensor-parallel 7 nor copy evenly onto it"),
         (["--model", "opt-66b", "--gpu", "a100-40gb"], "does not fit"),
         (["--kv-gib", "12", "--kv-tokens", "100"], "at most one of --kv-gib and --kv-tokens"),
     ],

@@ -34,7 +34,7 @@ def test_a_usage_error_is_one_line():
 def test_plot_of_a_directory_without_summary_names_the_file(tmp_path):
     result = _invoke(["plot", tmp_path])
     assert result.exit_code == 2
-    assert "summary.json'" in result.output and "Traceback" not in result.output
+    assert "no summary.json: not a `kvsim run --out` directory" in result.output and "Traceback" not in result.output
 
 
 def test_calibrate_runs_as_the_readme_shows_without_model(tmp_path):

@@ -120,3 +120,40 @@ def test_one_allocator_in_two_runs_is_told_apart_by_its_path(tmp_path):
 def test_replicas_kind_of_a_single_replica_run_says_so(runs):
     result = CliRunner().invoke(plot_command, [str(runs[0]), "--kind", "replicas"])
     assert result.exit_code == 2 and "is not one" in result.output.strip().splitlines()[-1]
+
+
+def test_a_compare_directory_or_an_empty_one_is_told_what_to_plot(tmp_path, runs):
+    """`kvsim compare --out DIR` writes a run directory per allocator: DIR itself is told to plot DIR/*, where
+    it said only that DIR/summary.json could not be read; an empty directory is told it is no run."""
+    result = CliRunner().invoke(plot_command, [str(tmp_path)])
+    assert result.exit_code == 2 and result.stderr.splitlines() == [
+        f"Error: {tmp_path}: holds the runs a, b (a `kvsim compare --out` directory); plot them: kvsim plot {tmp_path}/*"]
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(plot_command, [str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "empty: no summary.json: not a `kvsim run --out` directory" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kind", "memory-map", "--time", "nan"], "--time nan: the instant of a --kind memory-map, in simulated "
+                                                "seconds >= 0"),
+    (["--kind", "memory-map", "--time", "-5"], "--time -5: the instant of a --kind memory-map, in simulated seconds >= 0"),
+    (["--kind", "memory", "--time", "3"], "--time 3: the instant of a --kind memory-map, in simulated seconds >= 0, "
+                                          "not of --kind memory"),
+    (["--metric", "mean_running"], "--metric: options of a sweep table's figure, not of run directories"),
+])
+def test_options_a_figure_does_not_take_are_refused(runs, args, message):
+    """Guards `--time nan` (drawn with a caption about "the nan s asked for"), `--time` on another kind and the
+    sweep's --metric/--x/--hue on run directories, all accepted and dropped without a word."""
+    result = CliRunner().invoke(plot_command, [str(runs[0]), *args])
+    assert result.exit_code == 2 and result.stderr.splitlines() == [f"Error: {message}"], result.output
+
+
+def test_a_text_metric_of_a_sweep_table_is_a_one_line_error(tmp_path):
+    table = tmp_path / "sweep.parquet"
+    pd.DataFrame({"point_id": list("ab"), "status": "ok", "allocator": ["paged", "radix"], "rate": [1.0, 1.0],
+                  "throughput_tok_s": [10.0, 12.0], "step_time": [None, None]}).to_parquet(table)
+    for metric in ("allocator", "step_time"):
+        result = CliRunner().invoke(plot_command, [str(table), "--metric", metric])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"Error: --metric {metric}: no number in any successful point; metrics "
+                                        "with numbers here: throughput_tok_s")

@@ -1,6 +1,7 @@
 """Fleet figures: per-replica memory and queue over time (also as `kvsim plot --kind replicas`), hit rate by
 router, one replica's memory map."""
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -75,3 +76,20 @@ def test_cli_memory_map_takes_a_replica(tmp_path):
     assert (run_dir / "memory-map.png").is_file()
     result = runner.invoke(main, ["plot", str(run_dir), "--kind", "memory", "--replica", "1"])
     assert result.exit_code == 2 and "--replica applies to --kind memory-map" in result.output
+
+
+def test_a_fleets_steps_are_binned_per_replica_and_added():
+    """A fleet's steps table interleaves its replicas' rows; read as one timeline each row held until the next
+    replica's row, so the batch and memory figures jumped between replicas. Binned per replica and added, two
+    replicas running 3 and 5 requests (on pools of 100 and 300 slots, 50 and 60 used) are 8 running, 110 of 400."""
+    from sim.plots.data import time_binned
+
+    one = pd.DataFrame({"replica": 0, "time_s": np.arange(0, 10, 1.0), "duration_s": 1.0, "running": 3,
+                        "used": 50, "capacity": 100})
+    two = pd.DataFrame({"replica": 1, "time_s": np.arange(0.5, 10.5, 1.0), "duration_s": 1.0, "running": 5,
+                        "used": 60, "capacity": 300})
+    steps = pd.concat([one, two]).sort_values("time_s", kind="stable")
+    binned = time_binned(steps, ["running", "used", "capacity"], max_points=5)
+    inside = binned[(binned["time_s"] >= 1) & (binned["time_s"] + binned["bin_s"] <= 10)]
+    assert len(inside) and np.allclose(inside["running"], 8) and np.allclose(inside["used"] / inside["capacity"],
+                                                                             110 / 400)

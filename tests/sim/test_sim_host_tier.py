@@ -164,6 +164,7 @@ def test_the_tier_is_off_by_default_and_ignored_without_prefix_caching():
                                                     for flag, why in s.get("ignored_settings", {}).items()]
         assert (s["host_hit_tokens"], s["offload_bytes"], s["reload_bytes"], s["host_tier_blocks"]) == (0, 0, 0, 0)
         assert s["gpu_hit_tokens"] == s["cached_prompt_tokens"] and s["miss_tokens"] == s["prefill_tokens"]
+        assert s["offload_write_policy"] is None and s["offload_eviction_policy"] is None  # no tier to describe
 
 
 @pytest.mark.parametrize("model", ["llama-3-8b", "gpt-oss-20b"])  # gpt-oss: a hybrid pool parks group blocks
@@ -202,6 +203,20 @@ def test_run_takes_the_flag_and_vllms_name_and_reports_the_tier():
     for key in ("prefix_hit_frac", "gpu_hit_tokens", "host_hit_tokens", "miss_tokens", "offload_bytes",
                 "reload_bytes"):
         assert key in sa
+
+
+@pytest.mark.parametrize(("model", "tp", "copies"), [("llama-3-8b", 8, 1), ("llama-3-8b", 16, 2),
+                                                    ("deepseek-v3", 8, 8)])
+def test_a_host_block_holds_every_gpus_copy_of_its_kv(model, tp, copies):
+    """vLLM's CPU offloading keeps each tensor-parallel rank's own KV (``kv_offloading_size`` is the sum over
+    ranks), so KV the GPUs replicate (8 KV heads on 16 GPUs: two copies; MLA's latent on every GPU) takes host
+    memory once per copy: 8 GiB holds half (an eighth) as many blocks, and each offload moves as many more bytes."""
+    w = workloads.load_trace(MOONCAKE).head(60)
+    s = run_simulation(SimConfig(model=model, gpu="h200", tensor_parallel=tp, kv_tokens=20_000, cpu_offload_gib=8.0,
+                                 step_time=0.01), w).summary
+    block_bytes = get_model(model).kv_bytes_per_token * copies * 16
+    assert s["host_tier_blocks"] == 8 * 2**30 // block_bytes
+    assert s["offload_bytes"] > 0 and s["offload_bytes"] % block_bytes == 0
 
 
 def test_every_replica_of_a_fleet_has_its_own_tier():

@@ -81,6 +81,12 @@ def test_defaults_are_never_reported():
     (["--scheduling-policy", "lpm", "--allocator", "contiguous-oracle"], "--scheduling-policy lpm",
      "it orders by cached prefix, and this run keeps no prefix cache"),
     (["--lpm-max-queue", "0"], "--lpm-max-queue 0", "it bounds lpm's sort, and this run's policy is fcfs"),
+    (["--swap-space-gib", "8"], "--swap-space-gib 8", "nothing is swapped: preemption is recompute"),
+    (["--preemption", "swap", "--swap-space-gib", "8", "--cpu-offload-gib", "2"], "--swap-space-gib 8",
+     "swapped KV goes to the host tier (--cpu-offload-gib), not to the swap space"),
+    (["--preemption", "swap", "--swap-space-gib", "0"], "--preemption swap", "there is no host memory to swap into"),
+    (["--step-time", "0.01", "--cost-profile", "paper-2023"], "--cost-profile paper-2023",
+     "--step-time 0.01 fixes every step's time"),
 ])
 def test_run_warns_and_the_summary_says_why(args, flag, why):
     result = CliRunner().invoke(main, ["run", "--num-requests", "5", "--json", *args])
@@ -88,6 +94,22 @@ def test_run_warns_and_the_summary_says_why(args, flag, why):
     summary = json.loads(result.stdout)
     assert list(summary["ignored_settings"]) == [flag] and summary["ignored_settings"][flag].startswith(why)
     assert f"Warning: {summary['allocator']}: {flag} ignored: {why}" in result.stderr
+
+
+def test_the_clock_sources_a_stronger_one_overrides_are_reported():
+    """``--step-time`` wins over ``--calibration`` and ``--cost-profile``, ``--calibration`` over
+    ``--cost-profile`` (`make_cost_model`): the one that loses is reported, the one that wins is not."""
+    table = "sim/data/calibration/cpu/llama-3-8b.json"
+    both = SimConfig(model="llama-3-8b", gpu="cpu", calibration=table, cost_profile="paper-2023")
+    assert ignored_settings(both, False) == {"--cost-profile paper-2023": f"--calibration {table} sets the clock"}
+    fixed = dataclasses.replace(both, step_time=0.01)
+    assert set(ignored_settings(fixed, False)) == {f"--calibration {table}", "--cost-profile paper-2023"}
+    assert ignored_settings(dataclasses.replace(both, cost_profile=None), False) == {}
+
+
+def test_swap_preemption_with_swap_space_or_a_tier_is_not_reported():
+    for extra in ({}, {"swap_space_gib": 8.0}, {"cpu_offload_gib": 2.0}):
+        assert ignored_settings(SimConfig(preemption="swap", **extra), False) == {}, extra
 
 
 def test_a_used_host_tier_is_not_reported():

@@ -84,9 +84,13 @@ def test_preemption_modes_finish_everything(mode):
 
 def test_swap_falls_back_to_recompute_when_swap_space_is_full():
     w = poisson(120, 8.0, output=(100, 500))
-    r = run_simulation(SimConfig(kv_tokens=3000, preemption="swap", swap_space_gib=0.0), w)
+    with pytest.warns(UserWarning, match="--preemption swap ignored: there is no host memory to swap into"):
+        r = run_simulation(SimConfig(kv_tokens=3000, preemption="swap", swap_space_gib=0.0), w)
     assert r.summary["preemptions"] > 0 and r.summary["completed"] == 120
     assert int(r.steps["swap_blocks"].sum()) == 0
+    plain = run_simulation(SimConfig(kv_tokens=3000), w).summary  # which is why it is reported as ignored
+    assert {k: v for k, v in r.summary.items() if k not in ("wall_time_s", "ignored_settings")} == \
+        {k: v for k, v in plain.items() if k != "wall_time_s"}
 
 
 def test_rejections_are_counted_with_reasons():

@@ -96,3 +96,19 @@ def test_the_plan_table_shows_preempted_re_hits_beside_the_hit_rate():
     header, line = format_plan([row], ["router"]).splitlines()
     cells = dict(zip(header.split(), line.split(), strict=False))
     assert cells["prefix_hit_frac"] == "0.059" and cells["preempted_hit_tokens"] == "12345"
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_failed_search_fails_the_plan(as_json):
+    """A router the grid cannot run (a typo) fails its search: the table (or JSON) still shows every row, the
+    failed one with no replica count (not the grid's 1), and the command exits 1 with one Error line, as
+    `kvsim slo` and `kvsim sweep` do."""
+    args = ["plan", "--preset", "sharegpt-paper", "--num-requests", "40", "--rate", "4", "--kv-gib", "2",
+            "--memory-snapshots", "0", "--router", "round-robin,foo", "--ttft-p99", "5", "--max-replicas", "4",
+            "--workers", "1"] + (["--json"] if as_json else [])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[-1].startswith("Error: 1 of 2 searches failed: 1 x ValueError: --router must")
+    if as_json:
+        rows = json.loads(result.stdout)
+        assert [(r["router"], r["status"], r["replicas"]) for r in rows][1] == ("foo", "failed", None)

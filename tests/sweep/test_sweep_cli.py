@@ -86,6 +86,8 @@ def test_slo_table_json_parquet_and_plot(tmp_path, fake_simulator):
 @pytest.mark.parametrize(("args", "message"), [
     ([], "give at least one target"),
     (["--e2e-p50", "1", "--rate", "1,2"], "chooses the rate itself"),
+    (["--e2e-p50", "1", "--arrivals", "gamma:rate=1,cv=3"], "sets each probe's rate itself, as --rate does; do "
+                                                             "not give --arrivals"),
     (["--e2e-p50", "1", "--growth", "1"], "growth must be above 1"),
 ])
 def test_slo_usage_errors_exit_2(args, message, fake_simulator):

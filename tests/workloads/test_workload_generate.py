@@ -218,3 +218,22 @@ def test_a_workload_round_trips_through_a_frame_by_the_public_names():
     w = workloads.generate("fixed:prompt=40,output=20", "poisson:rate=2", 12, seed=0, turns=3, think_time_s=1.0)
     back = workloads.workload_from_frame(workloads.workload_to_frame(w))
     assert np.array_equal(back.prompt_tokens, w.prompt_tokens) and np.array_equal(back.turn, w.turn)
+
+
+def test_retiming_a_session_trace_draws_a_time_per_session_not_per_turn(tmp_path):
+    """A session's later turns are released by the turn before them, so ``trace:rate=R`` (and ``poisson:rate=R``)
+    times the rows that arrive on their own: R first turns a second, as ``trace stats`` counts the file's rate
+    (one time per row made the sessions' rate R x sessions / rows, 3.3x slower here). Each turn keeps its place
+    after the turn before it."""
+    w = generate("fixed:prompt=100,output=20", "poisson:rate=4", 300, seed=0, turns=4, think_time_s=3.0)
+    path = write_trace(w, tmp_path / "sess.csv")
+    for spec in ("trace:rate=8", "poisson:rate=8"):
+        timed = load_trace(path, arrivals=spec)
+        stats = trace_stats(timed)
+        assert stats["timed_rows"] == stats["sessions"] < len(timed) == 300
+        if spec.startswith("trace"):
+            assert stats["rate_rps"] == pytest.approx(8.0)
+        assert (np.diff(timed.arrival_time_s) >= 0).all()
+        for session in np.unique(timed.session_id):
+            turns = timed.turn[timed.session_id == session]
+            assert (np.diff(turns) > 0).all()  # the turns of a session still in order
