@@ -83,9 +83,12 @@ class TraceTimes:
         if source.closed_loop is not None:
             raise TraceError(f"trace arrivals: the source trace {source.name!r} is a closed loop, whose requests "
                              "have no timestamps of their own to keep")
+        _, released = closed_loop_turns(source)
+        if released.any():  # a session trace: a released turn's time is a placeholder (its previous turn's end
+            source = source.select(np.flatnonzero(~released))  # and think time release it), not an arrival
         if len(source) < 2:
-            raise TraceError(f"trace arrivals: the source trace {source.name!r} has {len(source)} row(s); they "
-                             "need at least 2 timestamped rows")
+            raise TraceError(f"trace arrivals: the source trace {source.name!r} has {len(source)} row(s) that "
+                             "arrive on their own; they need at least 2 timestamped rows")
         base = source.arrival_time_s - source.arrival_time_s[0]
         duration = base[-1]
         if duration <= 0:

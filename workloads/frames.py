@@ -61,6 +61,10 @@ def workload_from_frame(frame: pd.DataFrame, *, skip_bad_rows: bool = False, **a
     through Parquet (whose list cells come back as numpy arrays, and empty ones as None)."""
     from workloads.readers.formats import FORMATS, check_unread_columns
 
+    if not isinstance(frame, pd.DataFrame):  # a path named no missing columns, it is no frame at all
+        raise TypeError(f"workload_from_frame: frame must be a pandas DataFrame, got {type(frame).__name__} (a file: "
+                        "workloads.load_trace(path))")
+
     kvsim = FORMATS["kvsim"]
     missing = [c for c in kvsim.required if c not in frame]
     if missing:
@@ -102,6 +106,9 @@ def _hash_list(cell: object) -> object:
 
 def write_trace(workload: Workload, path: str | Path) -> Path:
     """Write the canonical format; the container comes from the extension (.csv, .jsonl, .parquet)."""
+    if not isinstance(workload, Workload) or not isinstance(path, (str, Path)):  # (or the two swapped)
+        raise TypeError(f"write_trace(workload, path): got {type(workload).__name__} and {type(path).__name__}; "
+                        "a frame becomes a workload with workloads.workload_from_frame(df)")
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in WRITE_FORMATS:

@@ -51,7 +51,7 @@ def parse_lengths(spec: str | LengthDistribution) -> LengthDistribution:
     if isinstance(spec, str):
         kinds = {**length_kinds.KINDS, "empirical": _empirical}
         return build_from_spec(spec, "lengths", kinds, length_kinds.TYPES)  # type: ignore[return-value]
-    return spec
+    return _of_kind(spec, tuple(length_kinds.KINDS.values()), "lengths", "fixed:prompt=100,output=50")
 
 
 def parse_arrivals(spec: str | ArrivalProcess) -> ArrivalProcess:
@@ -59,7 +59,16 @@ def parse_arrivals(spec: str | ArrivalProcess) -> ArrivalProcess:
     if isinstance(spec, str):
         kinds = {**arrival_kinds.KINDS, "trace": _trace_times}
         return build_from_spec(spec, "arrivals", kinds, arrival_kinds.TYPES)  # type: ignore[return-value]
-    return spec
+    return _of_kind(spec, tuple(arrival_kinds.KINDS.values()), "arrivals", "poisson:rate=2")
+
+
+def _of_kind(spec: object, kinds: tuple[type, ...], what: str, example: str):
+    """``spec`` itself when it is one of the ``kinds`` objects, else one `TraceError` saying what was expected
+    (a None or a dict failed later, inside the generator, as an AttributeError)."""
+    if isinstance(spec, kinds):
+        return spec
+    raise TraceError(f"{what}: expected a spec string such as {example!r}, or one of "
+                     f"{', '.join(k.__name__ for k in kinds)}, got {type(spec).__name__}")
 
 
 def generate(lengths: str | LengthDistribution, arrivals: str | ArrivalProcess, num_requests: int,
@@ -76,6 +85,9 @@ def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None
     seeded by ``seed`` (the source says so when the file had timestamps of its own). The cut comes first, as a preset's does, so ``trace:rate=R`` scales the rows that run to R
     requests a second (scaled first, 100 rows of a trace whose head is burstier than its whole ran at another
     rate than R)."""
+    if not isinstance(path, (str, Path)):  # a frame or a workload: pathlib's TypeError did not say what to do
+        raise TypeError(f"load_trace: path must be a file path (str or pathlib.Path), got {type(path).__name__} "
+                        "(a frame: workloads.workload_from_frame(df); a workload needs no loading)")
     seed = check_seed(str(path), seed)
     if num_requests is not None:
         num_requests = whole_number(str(path), "num_requests", num_requests, 1)

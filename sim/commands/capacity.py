@@ -94,7 +94,26 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "never_fits": reason,
         "unusable_frac": 1.0 - shares["token_states"],
         "breakdown": shares,
-    }
+    } | _notes(allocator, block_size, placement, page_size_kib, max_model_len, spec, hybrid)
+
+
+def _notes(allocator: str, block_size: int, placement: str, page_size_kib: int, max_model_len: int | None,
+           spec, hybrid: bool) -> dict:
+    """What `kvsim run` would say of the same settings: ``ignored_settings`` (a block size or placement the
+    allocator has no use for) and ``beyond_model_context`` (a ``--max-model-len`` past the model's own context),
+    each only when there is something to say, so that the two commands do not disagree in silence."""
+    from sim.kernel.config import SimConfig
+    from sim.kernel.ignored_settings import ignored_settings
+
+    config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib)
+    notes: dict = {}
+    if ignored := ignored_settings(config, hybrid):
+        notes["ignored_settings"] = ignored
+    if max_model_len is not None and max_model_len > spec.max_seq_len:
+        notes["beyond_model_context"] = (f"--max-model-len {max_model_len:,} exceeds {spec.name}'s own context of "
+                                         f"{spec.max_seq_len:,} tokens: vLLM refuses that unless "
+                                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
+    return notes
 
 
 def _check_lengths(prompt_len: int | None, output_len: int | None, max_len: int) -> None:
@@ -198,6 +217,10 @@ def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
         click.echo(json.dumps(report, sort_keys=True))
     else:
         _print_text(report)
+    for flag, why in report.get("ignored_settings", {}).items():
+        click.echo(f"Warning: {report['allocator']}: {flag} ignored: {why}", err=True)
+    if note := report.get("beyond_model_context"):
+        click.echo(f"Note: {note}", err=True)
 
 
 COMMANDS = [capacity]

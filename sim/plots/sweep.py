@@ -32,6 +32,19 @@ def _ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"] if "status" in df.columns else df
 
 
+def _latest_rows(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """One row per configuration, and how many older ones were left out. A store keeps every row it was given,
+    and a point re-run because its trace file (or kvsim) changed has a new id beside the old row: averaged
+    together they read as replicates. A store lists its newest sweep first (`ResultStore.consolidate`)."""
+    from sim.kernel.config import SimConfig
+
+    fields = [f.name for f in dataclasses.fields(SimConfig) if f.name in rows.columns]
+    if not fields:
+        return rows, 0
+    older = rows[fields].astype(str).duplicated(keep="first").to_numpy()
+    return rows[~older], int(older.sum())
+
+
 def _series(df: pd.DataFrame, hue: str | None) -> list[tuple[object, pd.DataFrame]]:
     """Groups in a stable order: allocators in the paper's order, other values sorted."""
     if hue is None:
@@ -113,7 +126,7 @@ def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x
     ``x``, else to the first other varied field but ``seed``: averaging allocators (whose latencies differ
     a thousandfold) into one line would hide the comparison the sweep was run for; seeds are replicates."""
     require_frame(df, "plot_sweep", "df", "sweep results (run_sweep(...).table, or load_results)")
-    rows = _ok_rows(df)
+    rows, superseded = _latest_rows(_ok_rows(df))
     if rows.empty:
         raise ValueError("sweep results have no successful points to plot")
     swept = swept_fields(rows)
@@ -144,8 +157,11 @@ def plot_sweep(df: pd.DataFrame, metric: str = "normalized_latency_s_per_tok", x
     ax.set_xlabel(axis_label(x))
     ax.set_ylabel(axis_label(metric))
     averaged = [f"{f} ({rows[f].nunique(dropna=False)} values)" for f in swept if f not in (x, hue)]
-    if averaged:
-        ax.set_title("mean over " + ", ".join(averaged) + "; band: min-max", fontsize="small")
+    title = ["mean over " + ", ".join(averaged) + "; band: min-max"] if averaged else []
+    if superseded:
+        title.append(f"{superseded} older row(s) of the same configurations left out")
+    if title:
+        ax.set_title("; ".join(title), fontsize="small")
     if metric.endswith("_frac"):
         percent_axis(ax)
     ax.grid(alpha=0.3)

@@ -224,3 +224,17 @@ def test_bad_kv_cache_dtype_is_a_one_line_error():
     assert [line for line in result.output.splitlines() if line.startswith("Error:")] == [
         "Error: --kv-cache-dtype must be one of auto, fp16, bf16, fp8 (or vLLM's float16, half, bfloat16, "
         "fp8_e4m3, fp8_e5m2), got 'int4'"]
+
+
+def test_capacity_says_what_run_would_say_of_the_same_settings():
+    """A block size or placement the allocator has no use for, and a --max-model-len past the model's context,
+    are reported as `kvsim run` reports them (stderr, and in --json), where capacity took them in silence."""
+    result = run("--allocator", "vattention", "--block-size", "32", "--placement", "first-fit", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert set(report["ignored_settings"]) == {"--block-size 32", "--placement first-fit"}
+    assert "Warning: vattention: --block-size 32 ignored: vattention maps pages of --page-size-kib" in result.stderr
+    long = run("--max-model-len", "4096")
+    assert long.exit_code == 0 and "Note: --max-model-len 4,096 exceeds opt-13b's own context of 2,048" in long.stderr
+    plain = run("--json")
+    assert "ignored_settings" not in json.loads(plain.stdout) and plain.stderr == ""

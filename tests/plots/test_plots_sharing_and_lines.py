@@ -42,3 +42,16 @@ def test_default_sweep_plot_draws_one_line_per_allocator_not_their_mean():
     assert len(lines) == 2
     assert ax.get_xlabel() == "arrival rate (req/s)"
     assert {round(float(y), 2) for line in lines for y in line.get_ydata()} == {0.03, 0.06, 25.0, 50.0}
+
+
+def test_older_rows_of_the_same_configuration_are_left_out_and_said_so():
+    """A store keeps the rows of a point re-run after its trace changed beside the old ones (new id, same
+    configuration): the newest (listed first) is drawn, not their mean, and the title says how many were left."""
+    df = pd.DataFrame({"point_id": list("abcd"), "status": "ok", "allocator": "paged", "rate": [1.0, 2.0, 1.0, 2.0],
+                       "normalized_latency_s_per_tok": [0.1, 0.2, 5.0, 6.0]})
+    from sim.plots.sweep import plot_sweep
+
+    fig = plot_sweep(df, x="rate")
+    ax = fig.axes[0]
+    assert list(ax.lines[0].get_ydata()) == [0.1, 0.2]
+    assert "2 older row(s) of the same configurations left out" in ax.get_title()

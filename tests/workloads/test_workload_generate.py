@@ -113,8 +113,8 @@ def test_retiming_a_trace_file_names_the_file_and_says_when_a_closed_loop_gives_
     replace a file's closed loop with a warning, not silently."""
     one = tmp_path / "one.csv"
     one.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,100,50\n")
-    with pytest.raises(TraceError, match=r"one\.csv: --arrivals trace:rate=2: .*'one' has 1 row\(s\); they need at "
-                                         r"least 2 timestamped rows"):
+    with pytest.raises(TraceError, match=r"one\.csv: --arrivals trace:rate=2: .*'one' has 1 row\(s\) that arrive "
+                                         r"on their own; they need at least 2 timestamped rows"):
         load_trace(one, arrivals="trace:rate=2")
     loop = write_trace(generate("fixed:prompt=10,output=10", "closed:users=4,think_s=1", 20, seed=0),
                        tmp_path / "loop.csv")
@@ -237,3 +237,40 @@ def test_retiming_a_session_trace_draws_a_time_per_session_not_per_turn(tmp_path
         for session in np.unique(timed.session_id):
             turns = timed.turn[timed.session_id == session]
             assert (np.diff(turns) > 0).all()  # the turns of a session still in order
+
+
+def test_a_session_trace_lends_only_its_own_arrivals_to_trace_times(tmp_path):
+    """``trace:path=SESSIONS`` takes the times of the rows that arrive on their own: a later turn's time is its
+    session's placeholder (the simulator releases it), which made bursts of identical timestamps."""
+    sessions = generate("fixed:prompt=200,output=100", "poisson:rate=1", 200, seed=0, turns=4, think_time_s=5.0)
+    path = write_trace(sessions, tmp_path / "sess.csv")
+    w = generate("fixed:prompt=10,output=5", f"trace:path={path}", 20, seed=0)
+    own = np.sort(np.unique(sessions.arrival_time_s[sessions.turn == 0]))
+    assert np.array_equal(w.arrival_time_s, own[:20] - own[0])
+
+
+def test_wrong_types_to_the_api_are_one_sentence_naming_what_was_expected(tmp_path):
+    """A frame where a workload or path goes, arguments swapped, a None spec: each was a library's AttributeError
+    or pathlib's TypeError that said nothing of what to pass."""
+    import pandas as pd
+
+    from workloads import workload_from_frame
+
+    w = generate("fixed:prompt=10,output=5", "poisson:rate=1", 5, seed=0)
+    cases = [
+        (lambda: write_trace(pd.DataFrame(), tmp_path / "x.csv"), TypeError, "write_trace(workload, path): got "
+         "DataFrame and PosixPath; a frame becomes a workload with workloads.workload_from_frame(df)"),
+        (lambda: write_trace(str(tmp_path / "x.csv"), w), TypeError, "got str and Workload"),
+        (lambda: load_trace(pd.DataFrame()), TypeError, "load_trace: path must be a file path (str or pathlib.Path), "
+         "got DataFrame"),
+        (lambda: generate(None, "poisson:rate=1", 10), TraceError, "lengths: expected a spec string such as "
+         "'fixed:prompt=100,output=50', or one of Fixed, Uniform, Lognormal, Zipf, Empirical, got NoneType"),
+        (lambda: generate("fixed:prompt=10,output=5", {"rate": 1}, 10), TraceError, "arrivals: expected a spec "
+         "string such as 'poisson:rate=2', or one of Poisson, Gamma, Constant, TraceTimes, Closed, got dict"),
+        (lambda: workload_from_frame("t.csv"), TypeError, "workload_from_frame: frame must be a pandas DataFrame, got "
+         "str (a file: workloads.load_trace(path))"),
+    ]
+    for call, kind, message in cases:
+        with pytest.raises(kind) as info:
+            call()
+        assert message in str(info.value) and "\n" not in str(info.value)
