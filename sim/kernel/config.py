@@ -36,7 +36,9 @@ _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_pref
                       "lpm_max_queue")
 _NUMBERS = {  # field -> (None allowed, in range, what the range is)
     "kv_gib": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
-    "step_time": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
+    # at least a microsecond: the clock ties arrivals to a step start within a nanosecond (`ARRIVAL_TIE_S`), so
+    # steps of a nanosecond or less broke fast-forward's equality with stepping; no engine's step is that short
+    "step_time": (True, lambda v: 1e-6 <= v < math.inf, "a finite number of seconds >= 1e-06"),
     "rate": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
     "gpu_memory_utilization": (False, lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "swap_space_gib": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),

@@ -65,6 +65,9 @@ class Fleet:
         self.start = first_arrival_s(workload)
         for replica in self.replicas:
             replica.end_s = replica.busy_until = self.start
+        # the latest request rejected on arrival by the router's replica: the run's window reaches it, as the
+        # single engine's does (a rejection at routing moves no replica's clock)
+        self.rejected_until = self.start
         self.source = ArrivalSource.for_memory(workload, self.replicas[0].memory, start_s=self.start)
         for replica in self.replicas:
             replica.rec.on_done = self._on_done
@@ -106,7 +109,7 @@ class Fleet:
         engines = [self.env.process(self._engine(r)) for r in replicas]
         if self.size:
             self.env.run(until=simpy.AllOf(self.env, engines))
-        return max((r.end_s for r in replicas), default=self.start)
+        return max(max((r.end_s for r in replicas), default=self.start), self.rejected_until)
 
     # -- routing ----------------------------------------------------------------------------------------
     def _route(self, t: float, i: int) -> None:
@@ -125,6 +128,7 @@ class Fleet:
             # rejected on arrival, as the single engine does: now, so that what it releases is known now
             replica.sched.groups.reject(group, reason, t)
             replica.delivered += 1
+            self.rejected_until = max(self.rejected_until, t)
             return
         replica.inbox.append(i)
         if group is not None:

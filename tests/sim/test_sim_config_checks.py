@@ -20,6 +20,15 @@ def test_infinite_or_nan_sizes_and_times_are_refused(field, value):
         SimConfig(**{field: value})
 
 
+@pytest.mark.parametrize("value", [1e-9, 5e-10, 0.0, -0.01])
+def test_a_step_time_under_a_microsecond_is_refused(value):
+    """The clock ties an arrival to a step start within a nanosecond: steps of a nanosecond or less broke
+    fast-forward's equality with stepping (shares differing in the fourth digit)."""
+    with pytest.raises(ValueError, match=r"--step-time must be a finite number of seconds >= 1e-06"):
+        SimConfig(step_time=value)
+    assert SimConfig(step_time=1e-6).step_time == 1e-6
+
+
 @pytest.mark.parametrize("flag", ["--kv-gib", "--step-time", "--swap-space-gib"])
 def test_cli_refuses_infinity_in_one_line(tmp_path, flag):
     path = tmp_path / "t.csv"

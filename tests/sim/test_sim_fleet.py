@@ -164,3 +164,18 @@ def test_a_replica_that_never_gets_a_request_is_idle_the_whole_run(workers):
         assert r.summary["per_replica"][n]["mean_running"] == 0.0
     assert r.summary["mean_running"] == pytest.approx(r.summary["per_replica"][0]["mean_running"] / 3)
     assert "full_token_states" in r.steps.columns and r.summary["completed"] == len(r.requests)
+
+
+@pytest.mark.filterwarnings("ignore:paged. --router session-affinity ignored")  # (no sessions here)
+@pytest.mark.parametrize("router", sorted(ROUTERS))
+def test_a_request_rejected_on_arrival_ends_the_window_under_every_router(router):
+    """The run's window reaches the arrival of a request rejected on arrival after every step, as the single
+    engine's does. A router that reads replica state rejects it at routing, which moved no replica's clock: the
+    window ended at the last step (0.24 s where it is 5 s) and the throughputs were 20x those of round-robin."""
+    w = Workload(arrival_time_s=np.array([0.0, 0.1, 5.0]), prompt_tokens=np.array([100, 100, 5000]),
+                 output_tokens=np.array([10, 10, 10]), name="late")
+    config = SimConfig(model="llama-3-8b", kv_tokens=2000, replicas=2, router=router, memory_snapshots=0)
+    s = run_simulation(config, w).summary
+    assert (s["completed"], s["rejected"], s["sim_time_s"], s["throughput_req_s"]) == (2, 1, 5.0, 0.4)
+    gone = run_simulation(config, w.select(np.array([2]))).summary  # nothing runs: an empty window at 5 s
+    assert (gone["rejected"], gone["sim_time_s"]) == (1, 0.0)
