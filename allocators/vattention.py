@@ -99,9 +99,9 @@ class VAttentionAllocator(Allocator):
         page_tokens = int(block_size if page_tokens is None else page_tokens)
         num_pages = self.capacity // page_tokens if num_pages is None else int(num_pages)
         if page_tokens <= 0 or not 0 < num_pages * page_tokens <= self.capacity:
-            raise ValueError(f"vattention: a KV pool of {capacity_slots} token slots holds no page set of {page_tokens} "
-                             f"tokens ({num_pages} page sets fit); give a larger pool (--kv-tokens, --kv-gib) or "
-                             "smaller pages (--page-size-kib)")
+            raise ValueError(f"vattention: a KV pool of {capacity_slots} token slots holds no page set of "
+                             f"{page_tokens} tokens ({num_pages} page sets fit); give a larger pool (--kv-tokens, "
+                             "--kv-gib) or smaller pages (--page-size-kib)")
         self.block_size = self.page_tokens = page_tokens
         self.num_pages = num_pages
         self.overhead_slots = self.capacity - num_pages * page_tokens

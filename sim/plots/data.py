@@ -185,7 +185,8 @@ def time_binned(steps: pd.DataFrame, columns: list[str], max_points: int = 600) 
     edges = np.linspace(first, max(last, first + 1e-9), min(max_points, len(steps)) + 1)
     out = {"time_s": edges[:-1], "bin_s": np.diff(edges)}
     for column in columns:  # a fleet's replicas each hold their own state: their time-weighted means add up
-        out[column] = sum(_binned(part[column].to_numpy(dtype=float), start, end, edges) for part, start, end in holds)
+        out[column] = sum(_binned(part[column].to_numpy(dtype=float), start, end, edges)
+                          for part, start, end in holds)
     return pd.DataFrame(out)
 
 
