@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from sim.plots.data import require_columns, require_frame
+from sim.plots.data import require_columns, require_frame, require_names
 from sim.plots.latency import METRIC_LABELS
 from sim.plots.style import SERIES_COLORS, axis_label, new_figure, percent_axis
 
@@ -42,6 +42,7 @@ def plot_block_size_sweep(
     orders of magnitude and would flatten the other lines)."""
     results = require_frame(results, "plot_block_size_sweep", "results",
                             "one row per run with a block_size column (a sweep table over block_size)").copy()
+    panels = require_names("plot_block_size_sweep", "panels", panels)
     if "waste_frac" in panels and "waste_frac" not in results.columns:
         require_columns(results, ["internal_frag_frac", "external_frag_frac"], "block-size results")
         results["waste_frac"] = results["internal_frag_frac"] + results["external_frag_frac"]

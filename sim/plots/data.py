@@ -125,6 +125,25 @@ def require_known(figure: str, param: str, given: Iterable[str], valid: Iterable
                          f"({', '.join(map(str, valid))})")
 
 
+def require_count(figure: str, param: str, value: object) -> int:
+    """``value`` as a whole number >= 1 (a number of points, bins or slots per row), else one ValueError
+    naming the figure and the parameter: 0 or less failed inside numpy or matplotlib, or drew nothing."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{figure}: `{param}` must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def require_names(figure: str, param: str, value: object) -> list[str]:
+    """``value`` as a non-empty list of column names: a lone string was read a character at a time ("lacks
+    column 't'") and an empty list made a figure of no panels (matplotlib's error)."""
+    if isinstance(value, str):
+        raise ValueError(f"{figure}: `{param}` must be a list of column names, such as ({value!r},), got a str")
+    names = list(value)
+    if not names:
+        raise ValueError(f"{figure}: `{param}` names no column to draw")
+    return names
+
+
 def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
     """Raise ValueError naming the table and every missing column, before any drawing starts. A table read
     from a file (``df.attrs["source"]``, set by `kvsim plot`) is named by its path too: of several runs'
@@ -177,6 +196,7 @@ def time_binned(steps: pd.DataFrame, columns: list[str], max_points: int = 600) 
     width) and the averaged columns.
     """
     require_columns(steps, ["time_s", "duration_s", *columns], "steps table")
+    max_points = require_count("time_binned", "max_points", max_points)
     replicas = ([part for _, part in steps.groupby("replica", sort=True)]
                 if "replica" in steps.columns and steps["replica"].nunique() > 1 else [steps])
     holds = [_holds(part.sort_values("time_s", kind="stable")) for part in replicas]

@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from sim.plots.data import SINGLE_RUN, require_columns, require_frame, tables_by_run
+from sim.plots.data import SINGLE_RUN, require_columns, require_frame, require_names, tables_by_run
 from sim.plots.style import (
     allocator_color,
     allocator_label,
@@ -109,6 +109,7 @@ def plot_latency_cdf(
                                           "requests_by_allocator")
     if not requests_by_allocator:
         raise ValueError("no runs to plot")
+    metrics = require_names("plot_latency_cdf", "metrics", metrics)
     names = order_allocators(requests_by_allocator)
     fig = new_figure((4.2 * len(metrics) + 1.5, 3.4))
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]

@@ -34,7 +34,7 @@ from allocators.base import (
     SLOT_STATES,
     SLOT_TOKEN,
 )
-from sim.plots.data import require_columns, run_table, tables_by_run
+from sim.plots.data import require_columns, require_count, run_table, tables_by_run
 from sim.plots.style import SHARE_COLORS, allocator_label, figure_and_axes, new_figure, order_allocators
 
 STATE_COLORS = {
@@ -172,7 +172,7 @@ def plot_memory_map(
     snap = memory_snapshot(memory, time_s, replica)
     owners, states = snap.owners, snap.states
     capacity = len(owners)
-    width = width or default_width(capacity)
+    width = default_width(capacity) if width is None else require_count("plot_memory_map", "width", width)
     rows = math.ceil(capacity / width)
     image = np.ones((rows * width, 3))
     image[:] = to_rgb(OUTSIDE_COLOR)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.plots.data import is_result, require_columns, summaries_by_run, tables_by_run
+from sim.plots.data import is_result, require_columns, require_count, summaries_by_run, tables_by_run
 from sim.plots.latency import values_for
 from sim.plots.style import allocator_label, count_axis, new_figure, percent_axis, run_colors, wrap_label
 
@@ -48,6 +48,7 @@ def hit_rate_over_time(steps: pd.DataFrame, requests: pd.DataFrame | None = None
         computed = admitted["prompt_tokens"].to_numpy(float) - tiers["gpu"]
     if len(times) == 0:
         return pd.DataFrame({"time_s": [], "tier": [], "hit_rate": []})
+    bins = require_count("hit_rate_over_time", "bins", bins)
     edges = np.linspace(times.min(), times.max() + 1e-9, bins + 1)
     which = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, bins - 1)
     total = np.bincount(which, computed, bins) + sum(np.bincount(which, v, bins) for v in tiers.values())

@@ -98,6 +98,17 @@ def test_one_table_where_several_go_is_one_run(runs):
     (lambda r: plot_block_size_sweep(r), "plot_block_size_sweep: `results` must be a DataFrame"),
     (lambda r: plot_replicas_over_time(r), "plot_replicas_over_time: `steps` must be one run's steps table"),
     (lambda r: plot_reuse({k: v.steps for k, v in r.items()}), "plot_reuse: pass `requests` and `summaries`"),
+    # numeric arguments and lists of columns: 0, a negative number or a lone string failed inside numpy
+    (lambda r: plot_memory_over_time(r["paged"], max_points=0), "time_binned: `max_points` must be a whole number "
+                                                                ">= 1, got 0"),
+    (lambda r: plot_batch_over_time(r, max_points=-5), "`max_points` must be a whole number >= 1, got -5"),
+    (lambda r: plot_memory_map(r["paged"], width=-3), "plot_memory_map: `width` must be a whole number >= 1, got -3"),
+    (lambda r: plot_memory_map(r["paged"], width=0), "`width` must be a whole number >= 1, got 0"),
+    (lambda r: plot_latency_cdf(r, metrics="ttft_s"), "plot_latency_cdf: `metrics` must be a list of column names, "
+                                                      "such as ('ttft_s',), got a str"),
+    (lambda r: plot_latency_cdf(r, metrics=()), "plot_latency_cdf: `metrics` names no column to draw"),
+    (lambda r: plot_block_size_sweep(pd.DataFrame({"block_size": [16]}), panels=()),
+     "plot_block_size_sweep: `panels` names no column to draw"),
 ])
 def test_other_inputs_get_one_line_naming_the_parameter(runs, call, message):
     with pytest.raises(ValueError) as info:
