@@ -111,11 +111,11 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     common = cost_options(config, model)
     train = split_halves(len(run.frame), holdout, seed) & run.scored
     heldout = ~train & run.scored
-    for label, half in (("training", train), ("held-out", heldout)):
-        if not half.any():  # a score over no requests would print nan% as if it were a result
-            raise ValueError(f"{run.path}: the {label} half has no scored requests ({int(run.scored.sum())} "
-                             f"scored of {len(run.frame)}; warm-up requests are not scored): the run is too "
-                             "short to fit and check")
+    halves = {"training": train, "held-out": heldout}
+    if (empty := _empty_half(halves)) is not None:  # a score over no requests would print nan%
+        raise ValueError(f"{run.path}: the {empty} half has no scored requests ({int(run.scored.sum())} "
+                         f"scored of {len(run.frame)}; warm-up requests are not scored): the run is too "
+                         "short to fit and check")
     ttft, decode = _targets(run.frame)
     names = tuple(fit)
     # One request's TTFT jumps by up to a step as its arrival falls before or after a step boundary, so
@@ -160,7 +160,11 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     x = np.log([max(float(base[name]), _FLOOR) for name in names])
     upper = np.log([1.0 if name in FRACTIONS else MAX_SECONDS for name in names])
     r, jac, req = evaluate(x)
-    _check_served(run, req["rejected"].to_numpy(bool), train, heldout)
+    refused = req["rejected"].to_numpy(bool)  # set by the settings, not the coefficients: known after one run
+    if (empty := _empty_half(halves, ~refused)) is not None:
+        raise ValueError(f"{run.path}: the simulation served 0 of the {int(halves[empty].sum())} scored requests of "
+                         f"the {empty} half ({int((refused & run.scored).sum())} scored requests rejected in all): "
+                         "too few to fit and check; give the run's own settings (--kv-tokens, --max-model-len, ...)")
     evals, lam, cost = 1, 1.0, float(r @ r)
     while evals < max_evals and time.monotonic() < started + time_limit_s:
         a, g = jac.T @ jac, jac.T @ r
@@ -186,24 +190,12 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
                     evals, time.monotonic() - started, start_profile, rejected, capped)
 
 
-MIN_SERVED = 1
-"""Requests of each half the simulation must serve for a fit to be written, as each half must have a scored
-request before it (`fit_trace`): its rejections (a pool or ``max_model_len`` smaller than the run's) can leave
-a half empty, a score over nothing."""
-
-
-def _check_served(run: MeasuredRun, rejected: np.ndarray, train: np.ndarray, heldout: np.ndarray) -> None:
-    """Refuse a fit whose halves the simulation left (nearly) empty by rejecting their requests: the check
-    before the fit counts scored requests, and rejections, which depend on the settings and not on the
-    coefficients, show only once the run is simulated."""
-    served = ~rejected
-    for label, half in (("training", train), ("held-out", heldout)):
-        n = int((half & served).sum())
-        if n < MIN_SERVED:
-            raise ValueError(f"{run.path}: the simulation served {n} of the {int(half.sum())} scored requests of "
-                             f"the {label} half ({int((rejected & run.scored).sum())} scored requests rejected in "
-                             f"all): too few to fit and check; give the run's own settings (--kv-tokens, "
-                             f"--max-model-len, ...)")
+def _empty_half(halves: dict[str, np.ndarray], counted: np.ndarray | None = None) -> str | None:
+    """The first half (label -> mask of its scored requests) with no request among ``counted`` (all when None):
+    a fit needs requests to fit and to score, counted before the fit and again after its first simulation, whose
+    rejections (a pool or ``max_model_len`` smaller than the run's) can empty a half."""
+    return next((label for label, half in halves.items() if not (half if counted is None else half & counted).any()),
+                None)
 
 
 def _scores(table: pd.DataFrame) -> dict:

@@ -152,7 +152,7 @@ def retime(workload: Workload, process: ArrivalProcess, seed: int, label: str | 
         own = np.flatnonzero(~released)
         old = workload.arrival_time_s
         times = np.empty(len(workload))
-        times[own] = process.times(np.random.default_rng(seed), len(own), workload.select(own))
+        times[own] = process.times(np.random.default_rng(seed), len(own), workload)  # (`TraceTimes` takes `own`)
         frontier = own
         while len(frontier):  # down each session's chain of released turns, a turn at a time
             then = next_turn[frontier]

@@ -104,15 +104,14 @@ def _notes(allocator: str, block_size: int, placement: str, page_size_kib: int, 
     each only when there is something to say, so that the two commands do not disagree in silence."""
     from sim.kernel.config import SimConfig
     from sim.kernel.ignored_settings import ignored_settings
+    from sim.kernel.over_length import beyond_model_context
 
     config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib)
     notes: dict = {}
     if ignored := ignored_settings(config, hybrid):
         notes["ignored_settings"] = ignored
-    if max_model_len is not None and max_model_len > spec.max_seq_len:
-        notes["beyond_model_context"] = (f"--max-model-len {max_model_len:,} exceeds {spec.name}'s own context of "
-                                         f"{spec.max_seq_len:,} tokens: vLLM refuses that unless "
-                                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set")
+    if note := beyond_model_context(max_model_len, spec):
+        notes["beyond_model_context"] = note
     return notes
 
 

@@ -20,6 +20,7 @@ from sim.commands.sweep import (
     _execution,
     _executor_options,
     _slo_target_options,
+    exit_if_searches_failed,
     skipped_rows_lines,
 )
 from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
@@ -96,16 +97,10 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
 
 
 def _exit_if_failed(rows: list[dict]) -> None:
-    """Exit 1 with one ``Error:`` line when a search failed (an unknown router, a bad point), after the table
-    is out, as `kvsim slo` and `kvsim sweep` do: a failed row among the answers read as a plan."""
+    """`exit_if_searches_failed` of the plan's rows (it exited 0 with a failed row among them, as if a plan)."""
     import pandas as pd
 
-    from sim.commands.sweep import _failure_summary
-
-    failed = [row for row in rows if row.get("status") == "failed"]
-    if failed:
-        click.echo(f"Error: {_failure_summary(pd.DataFrame(failed), len(rows), 'searches')}", err=True)
-        raise click.exceptions.Exit(1)
+    exit_if_searches_failed(pd.DataFrame(rows))
 
 
 COMMANDS = [plan]

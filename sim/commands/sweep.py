@@ -280,6 +280,12 @@ def slo(ctx: click.Context, config_file: str | None, workers: int | None, execut
         except ValueError as exc:
             fail(f"--plot {plot_file}: {exc}")
         fig.savefig(plot_file, bbox_inches="tight")
+    exit_if_searches_failed(table)
+
+
+def exit_if_searches_failed(table: Any) -> None:
+    """Exit 1 with one ``Error:`` line when a search of `kvsim slo` or `kvsim plan` failed (an unknown router, a
+    bad point), after its table is out: a failed row among the answers must not read as an answer."""
     failed = table[table["status"] == "failed"] if "status" in table else table.iloc[:0]
     if len(failed):
         click.echo(f"Error: {_failure_summary(failed, len(table), 'searches')}", err=True)

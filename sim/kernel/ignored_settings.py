@@ -4,8 +4,8 @@ Why: several flags only act on some allocators or modes (a host tier behind a pr
 vAttention, slab placement on contiguous allocators, block size and watermark on block pools, swap space on
 swap preemption without a host tier, a calibration or cost profile without a fixed step time, a long-prefill
 threshold on chunked prefill, a cache-aware order on a prefix cache, a router on a fleet, a router's weight on
-that router). Accepting one
-silently would let a user read a run as the answer to the question the flag asked. The summary carries them
+that router). Accepting one silently would let a user read a run as the answer to the question the flag asked.
+The summary carries them
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
 warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`
 (``kvsim sweep`` counts the points of each). Only values that differ from the default can be told apart from
@@ -24,6 +24,12 @@ from allocators.option_use import (
 from sim.kernel.config import SimConfig
 
 
+def has_host_tier(config: SimConfig) -> bool:
+    """Whether the run has a host tier: ``--cpu-offload-gib`` behind an allocator that keeps a prefix cache to
+    spill, with prefix caching on (`Allocator.attach_host_tier`'s rule); else the flag is reported ignored."""
+    return config.cpu_offload_gib > 0 and config.prefix_caching and config.allocator in host_tier_allocators()
+
+
 def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
     vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`); ``sessions``: the workload has
@@ -38,7 +44,7 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> 
                              f"{', '.join(host_tier_allocators())})")
         elif not config.prefix_caching:
             ignored[flag] = "prefix caching is off (--no-prefix-caching), so nothing cached is spilled"
-    no_tier = config.cpu_offload_gib == 0 or name not in host_tier_allocators() or not config.prefix_caching
+    no_tier = not has_host_tier(config)
     if config.offload_write_policy != defaults.offload_write_policy and no_tier:
         ignored[f"--offload-write-policy {config.offload_write_policy}"] = "this run has no host tier to write to"
     write_through_only = []  # (flag, what a tier would do with it, why a write-back tier ignores it)

@@ -36,6 +36,16 @@ def max_model_len_of(config) -> int:
     return get_model(config.model).max_seq_len
 
 
+def beyond_model_context(max_model_len: int | None, model) -> str | None:
+    """The note for a ``--max-model-len`` above ``model``'s own context (None when it is not): `kvsim run`'s
+    summary and `kvsim capacity` say it in the same words."""
+    if max_model_len is None or max_model_len <= model.max_seq_len:
+        return None
+    return (f"--max-model-len {max_model_len:,} exceeds {model.name}'s own context of {model.max_seq_len:,} tokens: "
+            "vLLM refuses that unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, and kvsim simulates requests that "
+            "long as if the model took them")
+
+
 def cap_outputs(config, workload):
     """``workload`` with the output of each request whose prompt fits ``max_model_len`` but whose prompt +
     output does not cut to ``max_model_len - prompt``, and every ``max_tokens`` past that room lowered to it

@@ -18,15 +18,17 @@ from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, needs_hybrid, split_kv_groups
 from allocators.lru_tier import LruTier
+from allocators.option_use import hands_out_blocks
 from allocators.vattention import page_options
 from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.kernel.cost_profiles import make_step_cost
-from sim.kernel.ignored_settings import ignored_settings
+from sim.kernel.ignored_settings import has_host_tier, ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.memory_omits import memory_omits
 from sim.kernel.metrics import Recorder
+from sim.kernel.over_length import beyond_model_context
 from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.scheduler import Scheduler
 
@@ -84,7 +86,7 @@ def slot_frac(config: SimConfig, model) -> float:
 def cost_options(config: SimConfig, model) -> dict:
     """The step-cost model's settings that come from the deployment rather than a profile (``slot_frac``: a
     slot moves that share of a token's KV and takes that share of the per-layer copy calls)."""
-    return dict(block_size=config.block_size, paged=allocator_class(config.allocator).kind == "paged",
+    return dict(block_size=config.block_size, paged=hands_out_blocks(config.allocator),
                 tensor_parallel=config.tensor_parallel, slot_frac=slot_frac(config, model))
 
 
@@ -99,13 +101,6 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
                        kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager,
                        kv_cache_dtype=config.kv_cache_dtype)
-
-
-def has_host_tier(config: SimConfig) -> bool:
-    """Whether the run has a host tier: ``--cpu-offload-gib`` behind an allocator that keeps a prefix cache to
-    spill, with prefix caching on (else the flag is reported ignored, `ignored_settings`)."""
-    return (config.cpu_offload_gib > 0 and config.prefix_caching
-            and allocator_class(config.allocator).supports_host_tier)
 
 
 def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
@@ -137,11 +132,8 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         extra["clock_omits"] = list(omits)
     if omits := memory_omits(config, model, hybrid):
         extra["memory_omits"] = list(omits)
-    if config.max_model_len is not None and config.max_model_len > model.max_seq_len:
-        extra["beyond_model_context"] = (
-            f"--max-model-len {config.max_model_len:,} exceeds {model.name}'s own context of "
-            f"{model.max_seq_len:,} tokens: vLLM refuses that unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, and "
-            "kvsim simulates requests that long as if the model took them")
+    if note := beyond_model_context(config.max_model_len, model):
+        extra["beyond_model_context"] = note
     return extra
 
 

@@ -32,13 +32,19 @@ def _ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"] if "status" in df.columns else df
 
 
+def _config_fields() -> list[str]:
+    """The configuration fields a sweep table's rows carry (`SimConfig`'s, in field order): what tells a
+    configuration (an axis, a repeat) from a result column."""
+    from sim.kernel.config import SimConfig
+
+    return [f.name for f in dataclasses.fields(SimConfig)]
+
+
 def _latest_rows(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """One row per configuration, and how many older ones were left out. A store keeps every row it was given,
     and a point re-run because its trace file (or kvsim) changed has a new id beside the old row: averaged
     together they read as replicates. A store lists its newest sweep first (`ResultStore.consolidate`)."""
-    from sim.kernel.config import SimConfig
-
-    fields = [f.name for f in dataclasses.fields(SimConfig) if f.name in rows.columns]
+    fields = [name for name in _config_fields() if name in rows.columns]
     if not fields:
         return rows, 0
     older = rows[fields].astype(str).duplicated(keep="first").to_numpy()
@@ -92,10 +98,7 @@ def _x_positions(df: pd.DataFrame, x: str, ax: Axes) -> tuple[dict[object, float
 
 def swept_fields(df: pd.DataFrame) -> list[str]:
     """Configuration fields that take more than one value among the table's rows, in field order."""
-    from sim.kernel.config import SimConfig
-
-    names = [f.name for f in dataclasses.fields(SimConfig)]
-    return [n for n in names if n in df.columns and df[n].nunique(dropna=False) > 1]
+    return [n for n in _config_fields() if n in df.columns and df[n].nunique(dropna=False) > 1]
 
 
 def _numeric_metric(rows: pd.DataFrame, metric: str) -> pd.Series:
@@ -107,9 +110,7 @@ def _numeric_metric(rows: pd.DataFrame, metric: str) -> pd.Series:
         values = pd.to_numeric(values, errors="coerce")
     if values.notna().any():
         return values
-    from sim.kernel.config import SimConfig
-
-    config = {f.name for f in dataclasses.fields(SimConfig)}
+    config = set(_config_fields())
     numeric = [c for c in rows.columns if c not in config and pd.api.types.is_numeric_dtype(rows[c])
                and rows[c].notna().any()]
     raise ValueError(f"--metric {metric}: no number in any successful point; metrics with numbers here: "
