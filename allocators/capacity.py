@@ -1,8 +1,9 @@
 """KV capacity: how many token slots a deployment has, derived the way vLLM sizes its KV cache.
 
 vLLM 0.11 takes ``gpu_memory_utilization`` of each GPU, subtracts the weights, the activation peak it
-profiles over a ``max_num_batched_tokens`` forward pass, and the memory its CUDA graphs and non-torch
-allocations hold, and gives the rest to KV blocks. kvsim does the same arithmetic from the catalog, or takes
+profiles over a ``max_num_batched_tokens`` forward pass, and the non-torch allocations that profiling
+measures, and gives the rest to KV blocks (its CUDA graphs are captured afterwards, out of the memory left
+over by ``gpu_memory_utilization``). kvsim does the same arithmetic from the catalog, or takes
 the KV size directly (``--kv-gib`` / ``--kv-tokens``) when the user knows it, as the paper states 12 GiB for
 OPT-13B on an A100-40GB.
 
@@ -30,18 +31,20 @@ class KVCapacity:
     tensor_parallel: int = 1
     weight_bytes_per_gpu: float = 0.0
     activation_reserve_bytes_per_gpu: float = 0.0
-    graph_reserve_bytes_per_gpu: float = 0.0
+    non_torch_reserve_bytes_per_gpu: float = 0.0
 
     @property
     def kv_gib(self) -> float:
         return self.kv_bytes / GIB
 
 
-CUDA_GRAPH_RESERVE_BYTES = int(0.64 * GIB)
-"""Memory vLLM 0.11 holds outside torch's activation peak before sizing the KV cache: its CUDA graphs and
-non-torch allocations (cuBLAS workspaces, the CUDA graph pool). The two logged H100 runs leave 655 MiB (Llama-2-7B)
-and 653 MiB (CodeLlama-34B) after weights and `activation_reserve_bytes`; this is their rounded mean, fitted to
-those two logs (the two cannot be told apart there). ``enforce_eager`` drops it."""
+NON_TORCH_RESERVE_BYTES = int(0.64 * GIB)
+"""Memory vLLM 0.11 holds outside torch's activation peak when it sizes the KV cache: non-torch allocations
+(cuBLAS workspaces, the CUDA context's growth, NCCL), measured by its profiling run. The two logged H100 runs leave
+655 MiB (Llama-2-7B) and 653 MiB (CodeLlama-34B) after weights and `activation_reserve_bytes`; this is their
+rounded mean, fitted to those two logs. It is not CUDA-graph memory: vLLM 0.11 captures its graphs after it has
+sized and allocated the KV cache, so ``--enforce-eager`` leaves the cache's size as it is (later vLLMs estimate the
+graphs' memory first, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``; kvsim sizes as 0.11 does)."""
 
 
 def activation_reserve_bytes(model: ModelSpec, max_num_batched_tokens: int, tensor_parallel: int = 1) -> float:
@@ -73,11 +76,10 @@ def kv_capacity(
     max_num_batched_tokens: int = 2048,
     kv_gib: float | None = None,
     kv_tokens: int | None = None,
-    enforce_eager: bool = False,
     kv_cache_dtype: str = "auto",
 ) -> KVCapacity:
     """Return the KV capacity, from an explicit size if one is given, else derived from the GPU as vLLM 0.11
-    does (``enforce_eager``: no CUDA graphs, so no `CUDA_GRAPH_RESERVE_BYTES`).
+    does (weights, the activation peak and `NON_TORCH_RESERVE_BYTES` out of the utilized memory).
 
     ``kv_cache_dtype`` (vLLM's ``--kv-cache-dtype``) sets the bytes per stored element: fp8 halves a token's
     cost, so the same memory holds twice the tokens. The returned ``model`` carries it
@@ -101,6 +103,8 @@ def kv_capacity(
     model = model.with_kv_cache_dtype(kv_cache_dtype)
     per_token = pool_bytes_per_token(model, tensor_parallel)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel)
+    if not 0 < gpu_memory_utilization <= 1:  # checked whether or not it is used, as `SimConfig` checks it
+        raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
     if kv_tokens is not None:
         if kv_tokens <= 0:
             raise ValueError(f"--kv-tokens must be positive, got {kv_tokens}")
@@ -116,16 +120,14 @@ def kv_capacity(
         return KVCapacity(kv_bytes=kv_bytes, kv_tokens=kv_bytes // per_token, source="kv_gib", **common)
     if gpu is None:
         raise ValueError("a GPU is needed to derive the KV capacity (or give --kv-gib / --kv-tokens)")
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
     weights = model.weight_bytes / tensor_parallel
     activations = activation_reserve_bytes(model, max_num_batched_tokens, tensor_parallel)
-    graphs = 0 if enforce_eager else CUDA_GRAPH_RESERVE_BYTES
-    per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations - graphs
+    non_torch = NON_TORCH_RESERVE_BYTES
+    per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations - non_torch
     if per_gpu <= 0:
         raise ValueError(
             f"{model.name} does not fit on {tensor_parallel} x {gpu.name}: weights {weights / GIB:.1f} GiB per GPU "
-            f"+ activations {activations / GIB:.2f} GiB + CUDA graphs {graphs / GIB:.2f} GiB exceed "
+            f"+ activations {activations / GIB:.2f} GiB + non-torch memory {non_torch / GIB:.2f} GiB exceed "
             f"{gpu_memory_utilization:.0%} of "
             f"{gpu.memory_gib:.1f} GiB; raise --tensor-parallel or pick a larger GPU"
         )
@@ -136,7 +138,7 @@ def kv_capacity(
         source="derived",
         weight_bytes_per_gpu=weights,
         activation_reserve_bytes_per_gpu=activations,
-        graph_reserve_bytes_per_gpu=graphs,
+        non_torch_reserve_bytes_per_gpu=non_torch,
         **common,
     )
 

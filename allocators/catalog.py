@@ -103,6 +103,7 @@ class ModelSpec:
             kv_element_bytes(self.kv_cache_dtype, self.dtype_bytes)
         except ValueError as exc:  # the flag's message; a catalog entry's field also needs the entry's name
             raise ValueError(f"{entry}: kv_cache_dtype: {exc}") from None
+        object.__setattr__(self, "kv_cache_dtype", self.kv_cache_dtype.lower())  # as the flag's value is stored
 
     def kv_groups(self, kv_cache_dtype: str | None = None) -> tuple[KVGroup, ...]:
         """The model's KV groups with bytes per token at ``kv_cache_dtype`` (default: the spec's own,

@@ -40,6 +40,20 @@ def needs_hybrid(kv_groups: Sequence) -> bool:
     return len(kv_groups) > 1 or any(g.attention == SLIDING for g in kv_groups)
 
 
+def disable_unifies(kv_groups: Sequence) -> bool:
+    """Whether vLLM's ``--disable-hybrid-kv-cache-manager`` turns this layout's window layers into full attention
+    (``unify_hybrid_kv_cache_specs``): only where window and full-attention layers meet. A model of window
+    layers alone, as Mistral-7B v0.1, is one uniform spec, which vLLM leaves as it is: its windows still free."""
+    windows = [g.attention == SLIDING for g in kv_groups]
+    return any(windows) and not all(windows)
+
+
+def uses_hybrid_manager(allocator: str, kv_groups: Sequence, disabled: bool) -> bool:
+    """Whether ``allocator`` on this layout is vLLM's hybrid KV cache manager (`needs_hybrid`, and only
+    ``paged`` models it), given ``--disable-hybrid-kv-cache-manager`` (``disabled``; `disable_unifies`)."""
+    return allocator == "paged" and needs_hybrid(kv_groups) and not (disabled and disable_unifies(kv_groups))
+
+
 def split_kv_groups(kv_groups: Sequence) -> tuple[int, tuple[CacheGroup, ...]]:
     """``(unit, cache groups)``: vLLM's grouping by the smallest attention group's layer count. Every layer
     must cost the same bytes per token (vLLM's one page size); a one-line ValueError otherwise."""

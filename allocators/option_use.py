@@ -6,7 +6,15 @@ from __future__ import annotations
 from allocators import ALLOCATORS, allocator_class
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged_queries import PagedQueries
+from allocators.placement import placement_class
 from allocators.vattention import VAttentionAllocator
+
+
+def require_registered(allocator: str, placement: str) -> None:
+    """A one-line ValueError, listing the valid names, unless ``allocator`` and ``placement`` are registered
+    (a configuration checks them when made, not when its run starts)."""
+    allocator_class(allocator)
+    placement_class(placement)
 
 
 def keeps_prefix_cache(name: str, prefix_caching: bool) -> bool:

@@ -25,6 +25,7 @@ measurement of any link.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ import pandas as pd
 import torch
 
 from allocators.catalog import ModelSpec
-from gpu_validation.timing import GraphCaptureError, Timer, captured
+from gpu_validation.timing import GraphCaptureError, Timer, captured, device_of
 from gpu_validation.triton_paged import triton_available
 from gpu_validation.triton_transfer import copy_blocks
 
@@ -154,13 +155,16 @@ def _graph_row(pattern: str, direction: str, copy_all: Callable[[], None], copie
 
 def fit_link(rows: pd.DataFrame) -> pd.DataFrame:
     """Per direction, ``seconds = latency + bytes / bandwidth`` fitted to the contiguous copies by least squares on
-    relative error (every size counts alike, 32 KiB as much as 256 MiB): latency_s and gb_s."""
+    relative error (every size counts alike, 32 KiB as much as 256 MiB): latency_s and gb_s, both NaN where the
+    times do not grow with the bytes (a fitted slope of zero or less: a CPU's noisy copies), not a negative link."""
     fits = []
     for direction, group in rows[(rows.pattern == "contiguous") & rows.seconds.notna()].groupby("direction"):
         t = group.seconds.to_numpy()
         a = np.column_stack([np.ones_like(t), group["bytes"].to_numpy(dtype=float)]) / t[:, None]
         (latency, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-        fits.append({"direction": direction, "latency_s": float(latency), "gb_s": 1 / float(per_byte) / 1e9,
+        fitted = per_byte > 0
+        fits.append({"direction": direction, "latency_s": float(latency) if fitted else math.nan,
+                     "gb_s": 1 / float(per_byte) / 1e9 if fitted else math.nan,
                      "largest_copy_gb_s": float(group.sort_values("bytes").gb_s.iloc[-1])})
     return pd.DataFrame(fits)
 
@@ -194,8 +198,10 @@ def describe(rows: pd.DataFrame) -> list[str]:
     of the largest per-layer load."""
     lines = []
     for r in fit_link(rows).itertuples():
-        lines.append(f"  {r.direction:15s} link {r.gb_s:6.1f} GB/s (largest copy {r.largest_copy_gb_s:.1f}), "
-                     f"latency {r.latency_s * 1e6:5.1f} us per call")
+        lines.append(f"  {r.direction:15s} " + (
+            f"link {r.gb_s:6.1f} GB/s (largest copy {r.largest_copy_gb_s:.1f}), latency {r.latency_s * 1e6:5.1f} us "
+            "per call" if math.isfinite(r.gb_s) else
+            f"link not fitted: copy times do not grow with their size (largest copy {r.largest_copy_gb_s:.1f} GB/s)"))
     for pattern, unit in (("per-block", "call"), ("per-layer", "launch")):  # the largest transfer of each
         for (direction, timing), group in rows[rows.pattern == pattern].groupby(["direction", "timing"], sort=False):
             largest = group.sort_values("bytes").iloc[-1]
@@ -219,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
     args = parser.parse_args(argv)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device_of(parser, args.device)
     start = time.monotonic()
     rows = host_transfers(get_model(args.model), device=device, timer=default_timer(device),
                           block_size=args.block_size,

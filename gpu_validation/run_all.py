@@ -43,7 +43,8 @@ from gpu_validation.calibration import CalibrationRun, calibrate, write_run
 from gpu_validation.checks import run_checks
 from gpu_validation.features import scaled_model
 from gpu_validation.host_transfer import default_timer, describe, host_transfers
-from gpu_validation.timing import Timer, copy_bandwidth
+from gpu_validation.timing import Timer, copy_bandwidth, device_of
+from gpu_validation.triton_paged import triton_available
 from gpu_validation.whole_step import whole_steps
 
 MODEL = "llama-3-8b"
@@ -64,8 +65,9 @@ def _log(start: float):
 
 def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: pd.DataFrame | None,
             errors: dict[str, str], whole: pd.DataFrame | None = None,
-            transfers: pd.DataFrame | None = None) -> str:
-    """The short table printed last: what each stage found, and each stage that did not complete."""
+            transfers: pd.DataFrame | None = None, unchecked: str | None = None) -> str:
+    """The short table printed last: what each stage found, each stage that did not complete, and
+    ``unchecked``, what no stage could check here (`triton_unchecked`)."""
     lines = ["", "== kvsim GPU validation summary =="]
     if checks is not None and len(checks):
         verdicts = checks.groupby(["kernel", "dtype"]).agg(cases=("passed", "size"), passed=("passed", "sum"),
@@ -114,7 +116,22 @@ def summary(checks: pd.DataFrame | None, run: CalibrationRun | None, bandwidth: 
             lines.append(f"  FAILED {r.kernel} {r.scenario} {r.dtype}: error {r.rel_error:.2e} {r.note}")
     for stage, error in errors.items():
         lines.append(f"{stage} did not complete: {error}")
+    if unchecked:
+        lines.append(f"triton: {unchecked}")
     return "\n".join(lines)
+
+
+def triton_unchecked(device: str) -> str | None:
+    """What to say when the Triton kernels cannot run on ``device``: their checks and timings are then left out,
+    which on a GPU leaves the run incomplete (`main`) and on CPU is said, not hidden."""
+    if triton_available(device):
+        return None
+    try:
+        import triton  # noqa: F401
+        why = "on CPU they run only under TRITON_INTERPRET=1"
+    except ImportError:
+        why = "triton is not importable"
+    return f"the Triton kernels were not checked or timed here ({why})"
 
 
 def complete(checks: pd.DataFrame | None, bandwidth: pd.DataFrame | None, errors: dict[str, str]) -> bool:
@@ -195,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"wall-clock budget in seconds (default {DEFAULT_BUDGET_S:g}); a watchdog ends the "
                              f"run {WATCHDOG_GRACE_S:g} s past it")
     args = parser.parse_args(argv)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch sees no CUDA device")
+    device = device_of(parser, args.device)
     if args.budget_s <= 0:
         parser.error("--budget-s must be positive")
     compile_flex = device == "cuda" if args.compile_flex is None else args.compile_flex
@@ -234,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         if transfers is not None:
             transfers.to_csv(args.out_dir / "host_transfers.csv", index=False, float_format="%.6g")
         log(f"wrote {', '.join(sorted(p.name for p in args.out_dir.iterdir()))} to {args.out_dir}")
-        print(summary(checks, run, bandwidth, errors, whole, transfers), flush=True)
+        unchecked = triton_unchecked(device)
+        if unchecked and device == "cuda":
+            errors["triton"] = unchecked
+            unchecked = None
+        print(summary(checks, run, bandwidth, errors, whole, transfers, unchecked), flush=True)
         return 0 if complete(checks, bandwidth, errors) else 1
     finally:
         faulthandler.cancel_dump_traceback_later()

@@ -24,6 +24,16 @@ import torch
 FLUSH_BYTES = 256 * 1024**2
 
 
+def device_of(parser, requested: str | None) -> str:
+    """The device a ``python -m gpu_validation...`` command runs on: ``--device`` as given, else cuda where torch
+    sees one; ``--device cuda`` without one is the parser's one-line error (``parser``: its argparse parser), not a
+    traceback from deep in torch."""
+    device = requested or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+    return device
+
+
 class Timer:
     """Median seconds of ``fn()`` on ``device`` after ``warmup`` untimed calls."""
 

@@ -26,7 +26,7 @@ from allocators.catalog import ModelSpec
 from gpu_validation.dense_layer import DenseLayer, LMHead
 from gpu_validation.features import StepShape, decode_step, prefill_step
 from gpu_validation.harness import StepTimer, default_decode_kernel, timing_batch, timing_mode
-from gpu_validation.timing import Timer, single_threaded_on_cpu
+from gpu_validation.timing import Timer, device_of, single_threaded_on_cpu
 
 BLOCK_SIZE = 16
 POINTS: dict[str, tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]] = {
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,8,32", help="comma-separated decode batch sizes")
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
     args = parser.parse_args(argv)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device_of(parser, args.device)
     points = (tuple((int(b), 1024) for b in args.batches.split(",")), ())
     start = time.monotonic()
     frames = []

@@ -19,8 +19,8 @@ def capacity_source(cap: KVCapacity, config: SimConfig) -> str:
         return f"given by --{cap.source.replace('_', '-')}"
     return (f"derived from --gpu-memory-utilization {config.gpu_memory_utilization:g} of {cap.gpu.memory_gib:.1f} "
             f"GiB per GPU minus weights ({cap.weight_bytes_per_gpu / GIB:.2f} GiB), activations "
-            f"({cap.activation_reserve_bytes_per_gpu / GIB:.2f} GiB) and CUDA graphs "
-            f"({cap.graph_reserve_bytes_per_gpu / GIB:.2f} GiB)")
+            f"({cap.activation_reserve_bytes_per_gpu / GIB:.2f} GiB) and non-torch memory "
+            f"({cap.non_torch_reserve_bytes_per_gpu / GIB:.2f} GiB)")
 
 
 def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:

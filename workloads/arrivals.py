@@ -8,7 +8,8 @@ Spec grammar (``--arrivals``):
 - ``constant:rate=R``: one request every 1/R seconds.
 - ``trace[:rate=R][,path=FILE]``: a trace's own timestamps (the file read or resampled, or FILE, which may be a
   preset name: `workloads.named` resolves it into the `TraceTimes.source` workload), optionally time-scaled
-  so the average rate is R; repeated cyclically if more are needed.
+  so the average rate is R; each used once, so at most as many requests as the trace has rows that arrive on
+  their own (a file without timestamps of its own has none to lend).
 - ``closed:users=N[,think_s=T]``: a closed loop of N users, each sending its next request T seconds after
   its previous one finishes. Arrival times are all 0 and the workload carries a `ClosedLoop` marker that the
   simulator must honour; a simulator that ignores it sees every request arrive at once.
@@ -90,13 +91,17 @@ class TraceTimes:
             raise TraceError(f"trace arrivals: the source trace {source.name!r} has {len(source)} row(s) that "
                              "arrive on their own; they need at least 2 timestamped rows")
         base = source.arrival_time_s - source.arrival_time_s[0]
-        duration = base[-1]
-        if duration <= 0:
-            raise TraceError(f"trace arrivals: the source trace {source.name!r} spans no time")
-        gaps = np.diff(base)
-        gaps = np.concatenate([gaps, [duration / (len(base) - 1)]])
-        times = _from_gaps(np.resize(gaps, count)) if count > len(base) else base[:count].copy()
-        if self.rate is not None and count > 1 and times[-1] > 0:
+        if base[-1] <= 0:
+            raise TraceError(f"trace arrivals: the source trace {source.name!r} spans no time (its timestamps are "
+                             "all equal, or it has none of its own)")
+        if count > len(base):  # repeating them would invent a pattern (and a gap between repeats) it does not have
+            raise TraceError(f"trace arrivals: {count} requests need {count} timestamps, and the source trace "
+                             f"{source.name!r} has {len(base)} (rows that arrive on their own; each is used once)")
+        times = base[:count].copy()
+        if self.rate is not None and count > 1:
+            if times[-1] <= 0:
+                raise TraceError(f"trace arrivals: the first {count} timestamps of {source.name!r} are all equal, so "
+                                 f"no rate can be set from them (rate={self.rate:g})")
             times *= (count / times[-1]) / self.rate  # the requests used, not the whole trace, get the rate
         return times
 

@@ -65,8 +65,10 @@ class Uniform:
 
     def __post_init__(self) -> None:
         check_positive(prompt_min=self.prompt_min, output_min=self.output_min)
-        if self.prompt_max < self.prompt_min or self.output_max < self.output_min:
-            raise ValueError("each max must be >= its min")
+        for kind in ("prompt", "output"):
+            low, high = getattr(self, f"{kind}_min"), getattr(self, f"{kind}_max")
+            if high < low:
+                raise ValueError(f"{kind}_max={high} must be >= {kind}_min={low}")
         _check_cap(self.max_total)
 
     def sample(self, rng: np.random.Generator, count: int) -> Lengths:

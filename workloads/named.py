@@ -18,19 +18,20 @@ from workloads.arrivals import ArrivalProcess, TraceTimes, retime
 from workloads.errors import SKIP_HINT, TraceError, TraceWarning, check_seed, whole_number
 from workloads.generate import generate as generate_from
 from workloads.lengths import Empirical, LengthDistribution
-from workloads.presets import PRESETS, load_preset
+from workloads.presets import PRESETS, TIMELESS_PRESETS, load_preset
 from workloads.specs import build_from_spec
 from workloads.workload import Workload
 
 
-def load_named(name: str) -> Workload:
-    """A preset by name, else a trace file by path (for ``empirical:trace=...`` and ``trace:path=...``). Such
-    a file is read whole: ``--skip-bad-rows`` applies to the command's own trace, not to one a spec names, so
-    its errors say to fix the row rather than hint at a flag that would not reach it."""
+def load_named(name: str, **read) -> Workload:
+    """A preset by name, else a trace file by path (for ``empirical:trace=...`` and ``trace:path=...``; ``read``:
+    `readers.load_trace`'s options). Such a file is read whole: ``--skip-bad-rows`` applies to the command's own
+    trace, not to one a spec names, so its errors say to fix the row rather than hint at a flag that would not
+    reach it."""
     if name in PRESETS:
         return load_preset(name)
     try:
-        return readers.load_trace(name)
+        return readers.load_trace(name, **read)
     except TraceError as exc:
         raise TraceError(str(exc).replace(f" {SKIP_HINT}", " (a file a spec names is read whole: fix or "
                                           "remove that row)")) from exc
@@ -43,7 +44,13 @@ def _empirical(trace: str | None = None, max_total: int | None = None) -> Empiri
 
 
 def _trace_times(rate: float | None = None, path: str | None = None) -> TraceTimes:
-    return TraceTimes(rate, load_named(path) if path is not None else None)
+    """A file's own timestamps: one without any (a length-only format) reads as all at 0, which `TraceTimes`
+    refuses, where the reader's stand-in Poisson times would have passed for the trace's. So does the one preset
+    whose file has none (``sharegpt-etalon``: its arrivals are drawn)."""
+    if path in TIMELESS_PRESETS:
+        raise TraceError(f"trace arrivals: preset {path} has no timestamps of its own (its arrivals are drawn "
+                         "poisson); give another arrival process")
+    return TraceTimes(rate, load_named(path, missing_times=None) if path is not None else None)
 
 
 def parse_lengths(spec: str | LengthDistribution) -> LengthDistribution:

@@ -18,6 +18,7 @@ with `importlib.resources`), and the workload's ``source`` says so, with where t
 from __future__ import annotations
 
 import os
+import warnings
 from importlib.resources import files
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from workloads.arrivals import Poisson, TraceTimes
 from workloads.attribution import ATTRIBUTIONS
-from workloads.errors import TraceError, check_seed, real_number, whole_number
+from workloads.errors import TraceError, TraceWarning, check_seed, real_number, whole_number
 from workloads.generate import generate
 from workloads.paper_lengths import PAPER_TARGETS, paper_lengths
 from workloads.readers import load_trace
@@ -60,19 +61,39 @@ DEFAULT_PRESET = "sharegpt-demo"
 PRESETS: tuple[str, ...] = (*PAPER_TARGETS, *DEMO_PRESETS, *TRACE_PRESETS)
 
 
+TIMELESS_PRESETS = frozenset({"sharegpt-etalon"})
+"""Trace presets whose file has no timestamps (lengths only): their arrivals are drawn, so they lend none."""
+
+
+def _traces_variable() -> tuple[str, str] | None:
+    """The variable that names the full traces' folder and its value: ``$KVSIM_TRACES``, or the older
+    ``$KVSIM_SHARED_TRACES``; None when neither is set."""
+    for name in ("KVSIM_TRACES", "KVSIM_SHARED_TRACES"):
+        if value := os.environ.get(name):
+            return name, value
+    return None
+
+
 def shared_traces_dir() -> Path | None:
     """The folder of full public traces ``$KVSIM_TRACES`` (or the older ``$KVSIM_SHARED_TRACES``) names, if it
     is one, else None."""
-    env = os.environ.get("KVSIM_TRACES") or os.environ.get("KVSIM_SHARED_TRACES")
-    return Path(env) if env and Path(env).is_dir() else None
+    variable = _traces_variable()
+    return Path(variable[1]) if variable and Path(variable[1]).is_dir() else None
 
 
 def trace_file(name: str) -> tuple[Path, bool]:
-    """The file behind a trace preset and whether it is the full trace (False: the shipped sample)."""
+    """The file behind a trace preset and whether it is the full trace (False: the shipped sample). A variable
+    set to a folder that is not there, or that lacks this trace, is a warning: it asked for the full trace, and
+    the sample's numbers must not pass for it."""
     filename = TRACE_PRESETS[name]
     shared = shared_traces_dir()
     if shared is not None and (shared / filename).is_file():
         return shared / filename, True
+    if variable := _traces_variable():
+        where = f"${variable[0]} ({variable[1]})"
+        missing = f"{where} has no {filename}" if shared is not None else f"{where} is not a folder"
+        warnings.warn(TraceWarning(f"preset {name}: {missing}, so the shipped sample is read, not the full trace"),
+                      stacklevel=2)
     sample = SAMPLES_DIR / filename
     if not sample.is_file():
         raise TraceError(f"preset {name}: neither the shared traces nor the sample {sample} are present")

@@ -32,18 +32,25 @@ SESSION_RULES: tuple[tuple[str, str], ...] = (
     ("turn", "refers to a missing earlier turn (no turn - 1 of its session_id in an earlier row)"),
     ("turn", "repeats an earlier row's session_id and turn"),
     ("prompt_tokens", "shorter than the previous turn's prompt_tokens + output_tokens"),
+    ("prefix_group", "differs from the previous turn's prefix_group or prefix_len (a session's turns extend one "
+                     "token stream, which starts with the same system prompt in every turn)"),
 )
 """``(field, problem)`` of each session rule, in the order a row's first failing rule is reported."""
-_MISSING, _REPEAT, _SHORT = 7, 8, 9
+_MISSING, _REPEAT, _SHORT, _PREFIX = 7, 8, 9, 10
+PREFIX_CHANGED = SESSION_RULES[_PREFIX][1]
+"""A turn's system prompt unlike its previous turn's (its own value may be blank, so the reader does not show it)."""
 
 
 def session_reasons(session: np.ndarray, turn: np.ndarray, think: np.ndarray, prompt: np.ndarray,
                     output: np.ndarray, hash_counts: np.ndarray | int = 0,
-                    candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    candidates: np.ndarray | None = None,
+                    prefix: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the index into `SESSION_RULES` of its first broken rule (-1: none), and the row of its previous
     turn (-1: none). ``session`` holds `NONE` for no session, ``think`` NaN for none; ``hash_counts``: prefix
-    hashes per row. Only ``candidates`` rows
-    (default all) are checked; the others count as absent, so a turn after a dropped turn is itself bad."""
+    hashes per row; ``prefix``: each row's ``prefix_group`` (`NONE`: none) and ``prefix_len``, checked equal to
+    its previous turn's when given (a turn naming its system prompt only on turn 0 would share no block with
+    it). Only ``candidates`` rows (default all) are checked; the others count as absent, so a turn after a
+    dropped turn is itself bad."""
     rows = len(session)
     reason = np.full(rows, -1, np.int64)
     previous = np.full(rows, -1, np.int64)
@@ -69,6 +76,9 @@ def session_reasons(session: np.ndarray, turn: np.ndarray, think: np.ndarray, pr
                 continue
             if prompt[i] < prompt[p] + output[p]:
                 reason[i] = _SHORT
+                continue
+            if prefix is not None and (prefix[0][i] != prefix[0][p] or prefix[1][i] != prefix[1][p]):
+                reason[i] = _PREFIX
                 continue
             previous[i] = p
         seen[(s, k)] = i

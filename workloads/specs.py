@@ -68,7 +68,7 @@ def build_from_spec(text: str, what: str, kinds: Mapping[str, Callable[..., obje
         try:
             params[key] = convert(value)
         except ValueError:
-            raise TraceError(f"bad {what} spec {text!r}: {key}={value!r} is not a {convert.__name__}") from None
+            raise TraceError(f"bad {what} spec {text!r}: {key}={value!r} is not {'an' if convert.__name__[0] in 'aeiou' else 'a'} {convert.__name__}") from None
     _check_parameters(kinds[kind], kind, params, f"bad {what} spec {text!r}")
     try:
         return kinds[kind](**params)

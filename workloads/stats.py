@@ -33,11 +33,13 @@ def prefix_reuse(workload: Workload) -> tuple[float | None, str | None]:
     grouped = (workload.prefix_group != NONE) & (workload.turn == 0)  # a later turn repeats its whole past
     if not grouped.any() and not sessions:
         return None, None
+    import pandas as pd
+
     groups = workload.prefix_group[grouped]
-    _, first = np.unique(groups, return_index=True)
-    repeated = np.ones(len(groups), bool)
-    repeated[first] = False
-    reused = workload.prefix_len[grouped][repeated].sum() + (session_reuse(workload) if sessions else 0)
+    lengths = pd.Series(workload.prefix_len[grouped])
+    # a row repeats as much of its group's prefix as some earlier row of the group carried (lengths may differ)
+    carried = lengths.groupby(groups).cummax().groupby(groups).shift(1).fillna(0).to_numpy()
+    reused = int(np.minimum(lengths.to_numpy(), carried).sum()) + (session_reuse(workload) if sessions else 0)
     return float(reused / workload.prompt_tokens.sum()), "prompt tokens"
 
 

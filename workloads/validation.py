@@ -23,6 +23,8 @@ LOWER_BOUNDS = {"prompt_tokens": 1, "output_tokens": 1, "max_tokens": 1, "n": 1,
 
 BOTH_N_AND_BEAM = "use either n (parallel sampling) or beam_width, not both"
 
+GROUP_AND_HASHES = "given with prefix_hashes: a request's shared prefix is its group's or its hashes', not both"
+
 Rule = tuple[str, str, Any]
 """``(field, problem, bad)``: ``bad`` is a boolean mask over records (or one bool for one record)."""
 
@@ -46,12 +48,18 @@ def cross_field_rules(columns: dict[str, Any], prefix_hash_tokens: int) -> list[
     ]
 
 
+def group_and_hashes_rule(group: Any, hash_counts: Any) -> Rule:
+    """A record names a prefix group (``group == group``: not NaN) and gives prefix hashes too."""
+    return "prefix_group", GROUP_AND_HASHES, (hash_counts > 0) & (group == group)
+
+
 def record_rules(columns: dict[str, Any], prefix_hash_tokens: int) -> list[Rule]:
     """Every rule of a request record, in the order a record's first failing rule is reported: each
     field's lower bound, then the rules between fields. ``columns`` as for `cross_field_rules`, plus
     ``prefix_group``."""
     bounds = [lower_bound_rule(field, columns[field]) for field in LOWER_BOUNDS]
-    return bounds + cross_field_rules(columns, prefix_hash_tokens)
+    return (bounds + cross_field_rules(columns, prefix_hash_tokens)
+            + [group_and_hashes_rule(columns["prefix_group"], columns["hash_counts"])])
 
 
 def hash_unit_problem(prefix_hash_tokens: int) -> str | None:

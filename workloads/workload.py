@@ -159,7 +159,8 @@ class Workload:
         if self.closed_loop is not None:
             raise ValueError(f"workload {self.name!r}: sessions and a closed loop of users cannot be combined")
         reason, _ = session_reasons(self.session_id, self.turn, self.think_time_s, self.prompt_tokens,
-                                    self.output_tokens, np.diff(self.hash_offsets))
+                                    self.output_tokens, np.diff(self.hash_offsets),
+                                    prefix=(self.prefix_group, self.prefix_len))
         if (reason >= 0).any():
             i = int(np.argmax(reason >= 0))
             field, problem = SESSION_RULES[reason[i]]

@@ -26,8 +26,11 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     from allocators.capacity import fill_to_capacity, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
     from allocators.hybrid import HybridPagedAllocator
-    from allocators.kv_cache_groups import needs_hybrid
+    from allocators.kv_cache_groups import uses_hybrid_manager
     from allocators.vattention import page_options
+    from sim.kernel.config import SimConfig
+    from sim.kernel.memory import KVMemory
+    from sim.kernel.over_length import vllm_refusals
 
     spec = get_model(model)
     gpu_spec = get_gpu(gpu)
@@ -47,18 +50,19 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
-                      enforce_eager=enforce_eager, max_num_batched_tokens=max_num_batched_tokens)
+                      max_num_batched_tokens=max_num_batched_tokens)
     spec = cap.model  # at --kv-cache-dtype
     if cap.kv_tokens <= 0:
         raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
-    hybrid = allocator == "paged" and not disable_hybrid_kv_cache_manager and needs_hybrid(spec.kv_groups())
+    hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
         alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
                                      max_model_len=max_len)
     else:
         alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
                                placement=placement, **pages)
+    refusals = vllm_refusals(SimConfig(), max_len, KVMemory(alloc).longest_request(max_len))
     final = prompt_len + output_len
     reason = alloc.never_fits(prompt_len, final_tokens=final)
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
@@ -94,22 +98,29 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "never_fits": reason,
         "unusable_frac": 1.0 - shares["token_states"],
         "breakdown": shares,
-    } | _notes(allocator, block_size, placement, page_size_kib, max_model_len, spec, hybrid)
+    } | _notes(dict(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
+                    kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
+                    enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager),
+               max_model_len, spec, hybrid) | ({"vllm_would_refuse": refusals} if refusals else {})
 
 
-def _notes(allocator: str, block_size: int, placement: str, page_size_kib: int, max_model_len: int | None,
-           spec, hybrid: bool) -> dict:
-    """What `kvsim run` would say of the same settings: ``ignored_settings`` (a block size or placement the
-    allocator has no use for) and ``beyond_model_context`` (a ``--max-model-len`` past the model's own context),
-    each only when there is something to say, so that the two commands do not disagree in silence."""
+def _notes(settings: dict, max_model_len: int | None, spec, hybrid: bool) -> dict:
+    """What `kvsim run` would say of the same settings (``settings``: the `SimConfig` fields given):
+    ``ignored_settings`` (a block size or placement the allocator has no use for, a utilization under a given KV
+    size, ...), ``memory_omits`` (window layers an allocator keeps whole) and ``beyond_model_context`` (a
+    ``--max-model-len`` past the model's own context), each only when there is something to say, so that the
+    two commands do not disagree in silence."""
     from sim.kernel.config import SimConfig
     from sim.kernel.ignored_settings import ignored_settings
+    from sim.kernel.memory_omits import memory_omits
     from sim.kernel.over_length import beyond_model_context
 
-    config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib)
+    config = SimConfig(**settings)
     notes: dict = {}
-    if ignored := ignored_settings(config, hybrid):
+    if ignored := ignored_settings(config, hybrid, model=spec):
         notes["ignored_settings"] = ignored
+    if omits := memory_omits(config, spec, hybrid):
+        notes["memory_omits"] = list(omits)
     if note := beyond_model_context(max_model_len, spec):
         notes["beyond_model_context"] = note
     return notes
@@ -199,7 +210,8 @@ def _print_text(r: dict) -> None:
 @click.option("--max-model-len", type=int, default=None, help="Maximum sequence length [default: the model's].")
 @catalog_option
 @click.option("--enforce-eager", is_flag=True,
-              help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache.")
+              help="No CUDA graphs (vLLM's flag). Accepted and reported ignored: vLLM 0.11 sizes the KV "
+                   "cache before it captures graphs, and kvsim's clock does not change with it.")
 @click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
               help="Tokens per step (vLLM's flag): sizes the activation memory reserved before the KV cache.")
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
@@ -218,6 +230,10 @@ def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
         _print_text(report)
     for flag, why in report.get("ignored_settings", {}).items():
         click.echo(f"Warning: {report['allocator']}: {flag} ignored: {why}", err=True)
+    for why in report.get("vllm_would_refuse", []):
+        click.echo(f"Warning: {report['allocator']}: vLLM would refuse to start this server: {why}", err=True)
+    for what in report.get("memory_omits", []):
+        click.echo(f"Note: {report['allocator']}'s KV memory omits {what}", err=True)
     if note := report.get("beyond_model_context"):
         click.echo(f"Note: {note}", err=True)
 

@@ -77,7 +77,7 @@ def compare_command(allocators: str | None, allocators_alias: str | None, reuse_
             for run_name, run_config in runs:
                 if run_name != name and not summaries[-1]["cached_prompt_tokens"]:
                     break  # nothing was reused: the baseline would repeat the run
-                result = simulate(run_config, workload, opts["as_json"], opts["workers"])
+                result = simulate(run_config, workload, opts["as_json"], opts["workers"], note=not summaries)
                 if run_name != name:
                     result.summary["run"] = run_name
                 if opts["out"]:

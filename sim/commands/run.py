@@ -84,7 +84,8 @@ def simulation_options(func):
                      help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
                           "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
         click.option("--enforce-eager", is_flag=True,
-                     help="No CUDA graphs (vLLM's flag): their memory is not reserved before the KV cache."),
+                     help="No CUDA graphs (vLLM's flag). Accepted and reported ignored: vLLM 0.11 sizes the KV "
+                   "cache before it captures graphs, and kvsim's clock does not change with it."),
         _field_option("--block-size", type=int,
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
         _field_option("--page-size-kib", type=int,
@@ -219,11 +220,13 @@ def announce(config: SimConfig, workload) -> None:
     click.echo(setup_line(config, workload, resolve_capacity(config)), err=True)
 
 
-def simulate(config, workload, as_json: bool, workers: int = 1):
+def simulate(config, workload, as_json: bool, workers: int = 1, note: bool = True):
+    """One run for the CLI (a progress bar on a terminal); ``note``: print the line saying why ``workers`` does
+    not apply, if it does not (compare says it once for all its runs)."""
     from sim.kernel.fleet_parallel import parallel_note
     from sim.kernel.runner import run_simulation
 
-    note = parallel_note(config, workers, workload)
+    note = note and parallel_note(config, workers, workload)
     if note:
         click.echo(note, err=True)
     if as_json or not sys.stdout.isatty():  # warn=False: the note above and `warn_on_summary` say it as lines
@@ -264,8 +267,9 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
     ``settings=False`` skips them, for a run kvsim derived from the user's, such as compare's no-reuse
     baseline, whose own changes would read as the user's), costs the step clock leaves out (``clock_omits``;
     ``clock=False`` skips them, for runs of one deployment after the first) and what the allocator's memory
-    leaves out (``memory_omits``, per allocator), and a ``--max-model-len`` beyond the model's context
-    (``beyond_model_context``, with the clock's). Each names the run (``run``, else the allocator)."""
+    leaves out (``memory_omits``, per allocator), a ``--max-model-len`` beyond the model's context
+    (``beyond_model_context``, with the clock's) and why vLLM would not start the server (``vllm_would_refuse``,
+    per allocator). Each names the run (``run``, else the allocator)."""
     from sim.kernel.ignored_settings import ignored_lines
     from sim.kernel.summary import rejection_warning
 
@@ -285,6 +289,9 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
         click.echo(f"Note: {name}'s KV memory omits {what}", err=True)
     if clock and summary.get("beyond_model_context"):  # a deployment's note, as the clock's: once
         click.echo(f"Note: {summary['beyond_model_context']}", err=True)
+    for why in summary.get("vllm_would_refuse", []):  # per allocator: each holds its own longest request
+        click.echo(f"Warning: {name}: vLLM would refuse to start this server: {why}; kvsim runs it, rejecting with "
+                   "their reason the requests that cannot fit", err=True)
 
 
 @click.command("run")

@@ -108,6 +108,7 @@ def check_trace_times(lengths: LengthDistribution, arrivals: ArrivalProcess, arr
     file). Other arrival processes draw as many times as asked."""
     from workloads.arrivals import TraceTimes
     from workloads.lengths import Empirical
+    from workloads.sessions import closed_loop_turns
     from workloads.specs import parse_spec
 
     if not isinstance(arrivals, TraceTimes):
@@ -118,9 +119,11 @@ def check_trace_times(lengths: LengthDistribution, arrivals: ArrivalProcess, arr
         source, name = lengths.workload, lengths.trace or lengths.workload.name
     else:
         return  # no trace to take timestamps from: `TraceTimes` says so
-    if num_requests > len(source):
+    timed = int((~closed_loop_turns(source)[1]).sum())  # a session's released turns have no time of their own
+    if num_requests > timed:
+        rows = f"{timed} that arrive on their own" if timed < len(source) else f"{timed}"
         raise ValueError(f"{name}: --num-requests {num_requests} asks for more requests than the trace has "
-                         f"({len(source)}); --arrivals trace uses each of its timestamps once")
+                         f"({rows}); --arrivals trace uses each of its timestamps once")
 
 
 @click.group("trace")
@@ -193,7 +196,7 @@ def generate_command(preset, lengths, arrivals, num_requests, rate, seed, n, bea
             workload = with_samples(load_preset(preset, num_requests=num_requests, rate=rate, seed=seed),
                                     n, beam_width)
         else:
-            if not (lengths and arrivals and num_requests):
+            if not (lengths and arrivals and num_requests is not None):
                 raise ValueError("give --preset, or all of --lengths, --arrivals and --num-requests")
             if rate is not None:
                 raise ValueError("--rate applies to presets; put the rate in --arrivals")

@@ -236,13 +236,17 @@ class SimConfig:
         for name in ("allocator", "model", "gpu", "placement"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")
-        self._check_catalog_names()
+        self._check_names()
 
-    def _check_catalog_names(self) -> None:
-        """``model`` and ``gpu`` name catalog entries (built in, registered, or in ``catalog``, read here without
-        registering it): an unknown name fails here, once, not when each run or sweep point starts."""
+    def _check_names(self) -> None:
+        """``allocator`` and ``placement`` name registered classes, ``model`` and ``gpu`` catalog entries (built
+        in, registered, or in ``catalog``, read here without registering it): an unknown name fails here, once,
+        not when each run or sweep point starts."""
         from allocators.catalog import GPUS, MODELS, get_gpu, get_model
         from allocators.catalog_file import load_catalog_file
+        from allocators.option_use import require_registered
+
+        require_registered(self.allocator, self.placement)
 
         models, gpus = load_catalog_file(self.catalog) if self.catalog is not None else ({}, {})
         if self.model.lower() not in MODELS and self.model.lower() not in models:

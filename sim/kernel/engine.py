@@ -144,11 +144,12 @@ def empty_step(sched, cost, rec, plan, t_arrival: float | None, now: float) -> f
     """A step ``plan`` left with nothing to run: returns when the engine plans again. While host-tier loads are in
     flight it waits for them (`wait_for_loads`); a step that preempted everything running still takes the time
     of an empty step (`StepCostModel.empty_step_s`; none for the roofline), as vLLM's does, in a row of no steps
-    carrying its preemptions; else (everything queued refused) it plans again at once."""
+    carrying its preemptions (of no duration where an empty step takes none, so that the steps table still
+    counts every preemption the summary does); else (everything queued refused) it plans again at once."""
     seconds = cost.empty_step_s()
     if sched.loads:
         return wait_for_loads(sched, rec, plan, t_arrival, now, seconds)
-    if plan.preempted and seconds > 0:
+    if plan.preempted:
         record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, now + seconds, plan, sched.queued)
         return now + seconds
     return now

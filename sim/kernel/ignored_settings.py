@@ -14,6 +14,7 @@ warning each and `sim.kernel.runner.run_simulation` warns them in Python, both i
 
 from __future__ import annotations
 
+from allocators.kv_cache_groups import SLIDING, disable_unifies
 from allocators.option_use import (
     hands_out_blocks,
     host_tier_allocators,
@@ -30,10 +31,13 @@ def has_host_tier(config: SimConfig) -> bool:
     return config.cpu_offload_gib > 0 and config.prefix_caching and config.allocator in host_tier_allocators()
 
 
-def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> dict[str, str]:
+def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, model=None,
+                     priorities: bool = False) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
     vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`); ``sessions``: the workload has
-    a ``session_id`` column (without one, session affinity routes as least-requests)."""
+    a ``session_id`` column (without one, session affinity routes as least-requests); ``model``: the model
+    served (its KV groups decide ``--disable-hybrid-kv-cache-manager``); ``priorities``: some request has a
+    priority other than 0 (reported, under the column's name, where the policy does not read it)."""
     defaults = SimConfig()
     name = config.allocator
     ignored: dict[str, str] = {}
@@ -89,9 +93,43 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True) -> 
     if config.parallel_sampling == "fan-out" and name != "paged":
         ignored["--parallel-sampling fan-out"] = (
             f"it is vLLM v1's engine, modelled for paged; {name} runs a request's samples as one group (fork)")
+    if config.scheduler == "static" and config.max_num_batched_tokens != defaults.max_num_batched_tokens:
+        ignored[f"--max-num-batched-tokens {config.max_num_batched_tokens}"] = (
+            "static batching runs whole prompts without a token budget (the value still sizes the activation "
+            "memory reserved before a derived KV cache)")
+    if priorities and config.scheduling_policy != "priority":
+        ignored["priority column"] = (f"the policy is {config.scheduling_policy}; only --scheduling-policy priority "
+                                      "orders by it (vLLM refuses a priority without that policy)")
+    ignored.update(_deployment_settings(config, defaults, model))
     ignored.update(_swap_settings(config, defaults, tiered=not no_tier))
     ignored.update(_clock_settings(config))
     ignored.update(_router_settings(config, defaults, sessions))
+    return ignored
+
+
+def _deployment_settings(config: SimConfig, defaults: SimConfig, model) -> dict[str, str]:
+    """A utilization under a given KV size (it only sizes a derived one); eager mode, which changes neither the
+    KV cache vLLM 0.11 sizes nor kvsim's clock; and vLLM's flag against its hybrid manager where the run has none
+    to disable, or where vLLM keeps the windows anyway (`disable_unifies`)."""
+    ignored: dict[str, str] = {}
+    given = "--kv-tokens" if config.kv_tokens is not None else "--kv-gib" if config.kv_gib is not None else None
+    if given is not None and config.gpu_memory_utilization != defaults.gpu_memory_utilization:
+        ignored[f"--gpu-memory-utilization {config.gpu_memory_utilization:g}"] = (
+            f"{given} gives the KV memory; this only sizes one derived from the GPU")
+    if config.enforce_eager:
+        ignored["--enforce-eager"] = ("vLLM 0.11 sizes the KV cache before it captures CUDA graphs, so eager mode "
+                                      "leaves its size as it is, and kvsim's step clock does not change with it")
+    if config.disable_hybrid_kv_cache_manager:
+        flag = "--disable-hybrid-kv-cache-manager"
+        groups = model.kv_groups() if model is not None else ()
+        if config.allocator != "paged":
+            ignored[flag] = (f"only paged is vLLM's hybrid KV cache manager; {config.allocator} keeps every token "
+                             "in every layer either way")
+        elif model is not None and not any(g.attention == SLIDING for g in groups):
+            ignored[flag] = f"{model.name} has no sliding-window layers"
+        elif model is not None and not disable_unifies(groups):
+            ignored[flag] = (f"every layer of {model.name} has a sliding window, which vLLM keeps: its flag makes "
+                             "window layers full attention only beside full-attention layers")
     return ignored
 
 

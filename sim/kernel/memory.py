@@ -80,7 +80,32 @@ class KVMemory:
         return self._alloc.window_released + self._alloc.hit_changes
 
     def never_fits(self, group: SequenceGroup) -> str | None:
-        return self._alloc.never_fits(group.prompt, final_tokens=group.final_tokens, max_total_tokens=group.max_total)
+        """Why ``group`` could not run even alone, or None. A request sampled ``n`` times as one group (``fork``)
+        is also bounded by its samples together: in a block pool they share at most the prompt, so at their final
+        length they hold the prompt once and each sample's own tokens (beams may share more, so they are not)."""
+        reason = self._alloc.never_fits(group.prompt, final_tokens=group.final_tokens,
+                                        max_total_tokens=group.max_total)
+        if reason is None and group.num_seqs > 1 and not group.beam and self.kind == "paged":
+            together = group.prompt + group.num_seqs * (group.final_tokens - group.prompt)
+            if self._alloc.never_fits(1, final_tokens=together, max_total_tokens=together) is not None:
+                reason = (f"{self._alloc.name}: its {group.num_seqs} samples together hold at least {together} tokens "
+                          "at their final length (the prompt once, each sample's own output), more than the whole pool")
+        return reason
+
+    def longest_request(self, limit: int) -> int:
+        """The most tokens, up to ``limit``, that one request can reach alone in this pool (the allocator's
+        `never_fits` for a request that grows to that length), by bisection: vLLM refuses to start a server
+        whose KV cache cannot hold one request of ``max_model_len`` (`sim.kernel.over_length.vllm_refusals`)."""
+        def fits(tokens: int) -> bool:
+            return self._alloc.never_fits(1, final_tokens=tokens, max_total_tokens=tokens) is None
+
+        if fits(limit):
+            return limit
+        low, high = 0, limit  # fits(low) (nothing), not fits(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid)
+        return low
 
     def cached_tokens(self, hashes: Sequence[int], num_tokens: int) -> int:
         """Prompt tokens a new sequence would find cached (no side effects)."""

@@ -46,6 +46,23 @@ def beyond_model_context(max_model_len: int | None, model) -> str | None:
             "long as if the model took them")
 
 
+def vllm_refusals(config, max_model_len: int, longest: int) -> list[str]:
+    """Why vLLM would refuse to start this server, which kvsim runs anyway (rejecting, with their reason, the
+    requests that cannot fit): a KV pool that holds one request of at most ``longest`` tokens
+    (`KVMemory.longest_request`), short of ``max_model_len`` (vLLM's ``check_enough_kv_cache_memory``); and a
+    token budget below ``max_model_len`` with chunked prefill off (its ``SchedulerConfig`` check). Empty if none."""
+    reasons = []
+    if longest < max_model_len:
+        reasons.append(f"the KV cache holds one request of at most {longest:,} tokens, short of max_model_len "
+                       f"{max_model_len:,} (lower --max-model-len to {longest:,} or give more KV memory)")
+    budget = config.max_num_batched_tokens
+    if config.scheduler == "continuous" and not config.chunked_prefill and budget < max_model_len:
+        reasons.append(f"max_num_batched_tokens {budget:,} is below max_model_len {max_model_len:,} with chunked "
+                       "prefill off (vLLM's default budget is then max_model_len), so longer prompts and recomputes "
+                       "cannot be scheduled")
+    return reasons
+
+
 def cap_outputs(config, workload):
     """``workload`` with the output of each request whose prompt fits ``max_model_len`` but whose prompt +
     output does not cut to ``max_model_len - prompt``, and every ``max_tokens`` past that room lowered to it

@@ -16,7 +16,7 @@ from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
-from allocators.kv_cache_groups import group_slots, needs_hybrid, split_kv_groups
+from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid_manager
 from allocators.lru_tier import LruTier
 from allocators.option_use import hands_out_blocks
 from allocators.vattention import page_options
@@ -28,7 +28,7 @@ from sim.kernel.ignored_settings import has_host_tier, ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.memory_omits import memory_omits
 from sim.kernel.metrics import Recorder
-from sim.kernel.over_length import beyond_model_context
+from sim.kernel.over_length import beyond_model_context, vllm_refusals
 from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.scheduler import Scheduler
 
@@ -99,17 +99,17 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
-                       kv_tokens=config.kv_tokens, enforce_eager=config.enforce_eager,
-                       kv_cache_dtype=config.kv_cache_dtype)
+                       kv_tokens=config.kv_tokens, kv_cache_dtype=config.kv_cache_dtype)
 
 
-def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost) -> dict:
+def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost, memory: KVMemory) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
     None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold``,
     ``offload_eviction_policy`` and ``offload_prompt_only``: None without a host tier, `has_host_tier`;
-    ``ignored_settings``, ``clock_omits``, ``memory_omits`` and ``beyond_model_context``, a ``--max-model-len``
-    above the model's own context, only when there are any; ``parallel_sampling``, how requests sampled more
-    than once ran, only when there are such requests)."""
+    ``ignored_settings``, ``clock_omits``, ``memory_omits``, ``beyond_model_context``, a ``--max-model-len``
+    above the model's own context, and ``vllm_would_refuse``, why vLLM would not start this server (a KV pool,
+    ``memory``'s, short of one ``max_model_len`` request; `vllm_refusals`), only when there are any; ``parallel_sampling``, how requests
+    sampled more than once ran, only when there are such requests)."""
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
@@ -126,7 +126,13 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
     if (sampling := sampling_mode(workload)) is not None:
         extra["parallel_sampling"] = sampling
     hybrid = bool(hybrid_kv_groups(config, model))
-    if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False))):
+    priority = getattr(workload, "priority", None)
+    ignored = ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False)),
+                               model=model, priorities=priority is not None and bool(np.any(priority != 0)))
+    if (tier := memory.host_tier) is not None and tier.num_blocks == 0:
+        ignored[f"--cpu-offload-gib {config.cpu_offload_gib:g}"] = (
+            f"it is less than one host block ({tier.block_bytes:,} bytes), so the tier holds nothing")
+    if ignored:
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)
@@ -134,6 +140,9 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         extra["memory_omits"] = list(omits)
     if note := beyond_model_context(config.max_model_len, model):
         extra["beyond_model_context"] = note
+    max_model_len = config.max_model_len or model.max_seq_len
+    if refusals := vllm_refusals(config, max_model_len, memory.longest_request(max_model_len)):
+        extra["vllm_would_refuse"] = refusals
     return extra
 
 
@@ -141,9 +150,7 @@ def hybrid_kv_groups(config: SimConfig, model) -> tuple:
     """The model's KV groups when ``paged`` on it is vLLM's hybrid KV cache manager (`allocators.hybrid`): more
     than one group or a sliding window, unless ``--disable-hybrid-kv-cache-manager``; else ()."""
     groups = model.kv_groups()
-    if config.allocator != "paged" or config.disable_hybrid_kv_cache_manager or not needs_hybrid(groups):
-        return ()
-    return groups
+    return groups if uses_hybrid_manager(config.allocator, groups, config.disable_hybrid_kv_cache_manager) else ()
 
 
 def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recorder,
@@ -244,13 +251,14 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
          "num_seqs": np.maximum(np.asarray(workload.n, np.int64), np.asarray(workload.beam_width, np.int64)),
          "cached_tokens": cached, "host_tokens": host, "preemptions": rec.preemptions, "rejected": rec.rejected,
          "reject_reason": reasons}
+    out = c["output_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):  # per row: a fanned-out request's per child, as vLLM's
+        c["tpot_s"] = np.where(out > 1, (c["finished_s"] - c["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
     if getattr(workload, "fan_parent", None) is not None:
         c = aggregate(c, workload.fan_parent)
-    out = c["output_tokens"]
+    out, tpot = c["output_tokens"], c["tpot_s"]
     ttft = c["first_token_s"] - c["arrival_s"]
     e2e = c["finished_s"] - c["arrival_s"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out > 1, (c["finished_s"] - c["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
     return pd.DataFrame({
         "request_id": c["request_id"], "arrival_s": c["arrival_s"], "admitted_s": c["admitted_s"],
         "first_token_s": c["first_token_s"], "finished_s": c["finished_s"], "prompt_tokens": c["prompt_tokens"],

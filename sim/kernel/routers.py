@@ -133,7 +133,10 @@ class LeastRequests:
 
 
 class LeastKV:
-    """Most free KV memory (free blocks, in token slots); ties to fewer requests, then the lower number."""
+    """Most free KV memory once the prompts already routed there take theirs: free blocks in token slots, less
+    ``pending_prefill`` (prompt tokens routed, queued or mid-prefill, not yet in memory); ties to fewer requests,
+    then the lower number. Counting free blocks alone, every request of a burst (routed before any step places
+    one) saw the same free memory and went to the same replica."""
 
     needs_state = True
 
@@ -141,7 +144,7 @@ class LeastKV:
         pass
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
-        return _least((-r.free_slots, r.load) for r in replicas)
+        return _least((r.pending_prefill - r.free_slots, r.load) for r in replicas)
 
 
 class PrefixAware:

@@ -2,7 +2,8 @@
 
 The first reads a fleet run's steps table (its ``replica`` column tells the replicas apart): a router that
 balances badly shows as replicas whose memory fills and whose queue grows while others idle. The second
-reads summaries, one row per run (a sweep table over ``router``, or the rows of `kvsim plan --json`).
+reads summaries, one row per run (a sweep table over ``router``, or `router_table`'s; the rows of `kvsim plan
+--json` nest each summary under ``summary``, so flatten them first).
 """
 
 from __future__ import annotations

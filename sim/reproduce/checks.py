@@ -40,7 +40,7 @@ class Check:
             if self.paper <= self.ours <= self.paper_high:
                 return ""
             nearer = self.paper if self.ours < self.paper else self.paper_high
-            return f"{self.ours - nearer:+.2f}x"
+            return f"{(self.ours - nearer) * 100:+.1f} pts" if self.unit == "share" else f"{self.ours - nearer:+.2f}x"
         if self.unit == "share":
             return f"{(self.ours - self.paper) * 100:+.1f} pts"
         if self.unit == "fine_share":
@@ -120,6 +120,18 @@ def batch_checks(summaries: Mapping[str, Mapping[str, float]]) -> list[Check]:
         in_order = all(a < b for a, b in zip(values, values[1:], strict=False))
         checks.append(Check("fig13", "order Max < Pow2 < Oracle < vLLM", float(in_order), 1.0, "holds", in_order,
                             "flag"))
+    return checks
+
+
+def sharing_checks(sharing: pd.DataFrame) -> list[Check]:
+    """Section 6.3: each width's memory saved by sharing inside the paper's range for its workload and mode
+    (`paper.SHARING_SAVED`, the range over widths 2-6)."""
+    checks = []
+    for r in sharing.itertuples():
+        low, high = paper.SHARING_SAVED[(r.workload, r.mode)]
+        saved = float(r.shared_saved_frac)
+        checks.append(Check("sharing", f"{r.workload} {r.mode} x{r.width}: memory saved", saved, low,
+                            f"{low:.1%}-{high:.1%} (x2-x6)", low <= saved <= high, "share", paper_high=high))
     return checks
 
 

@@ -74,6 +74,12 @@ LARGER_MODELS = {"opt-66b": ("a100-40gb", 4, 21.0), "opt-175b": ("a100-80gb", 8,
 with 21 GB of KV memory (about 9.7K slots), OPT-175B on 8 A100-80GBs with 264 GB (about 60.1K slots). The
 `experiments` "sizes" runs Fig. 12's ShareGPT curves on them; every other experiment is OPT-13B's."""
 
+SHARING_SAVED = {("alpaca-paper", "parallel sampling"): (0.061, 0.098), ("alpaca-paper", "beam search"): (0.376, 0.552),
+                 ("sharegpt-paper", "parallel sampling"): (0.162, 0.305),
+                 ("sharegpt-paper", "beam search"): (0.443, 0.663)}
+"""Section 6.3 / Fig. 15: memory saved by sharing (blocks saved over blocks needed without sharing), the range
+the paper gives over 2, 4 and 6 sampled sequences or beams, so each width's saving lies in it."""
+
 BEST_BLOCK_SIZES = {"sharegpt-paper": (16, 32, 64, 128), "alpaca-paper": (16, 32)}
 """Section 7.2 / Fig. 18 (a): block sizes that perform best (lowest normalized latency)."""
 

@@ -70,12 +70,6 @@ def measure_capacity() -> dict:
     return {"slots": slots, "max_fit": fit, "unusable_frac": (b.external_frag + b.free) / slots}
 
 
-def sharing_info(sharing: pd.DataFrame) -> list[C.Check]:
-    """Our sharing savings as rows without a paper value (`docs/paper-facts.md` gives none to compare with)."""
-    return [C.Check("sharing", f"{r.workload} {r.mode} x{r.width}: memory saved", float(r.shared_saved_frac), None,
-                    "(no paper value)", None) for r in sharing.itertuples()]
-
-
 def reproduce_paper(sizes: Sizes = QUICK, *, workers: int = 1, experiments: tuple[str, ...] = EXPERIMENTS,
                     log: Callable[[str], None] | None = None) -> Reproduction:
     """Run the chosen experiments at ``sizes`` and compare them with the paper (``sim.reproduce.paper``)."""
@@ -124,7 +118,7 @@ def reproduce_paper(sizes: Sizes = QUICK, *, workers: int = 1, experiments: tupl
 
     def sharing() -> None:
         rep.sharing = summary_rows(run_specs(sharing_specs(sizes), workers))
-        rep.checks += sharing_info(rep.sharing)
+        rep.checks += C.sharing_checks(rep.sharing)
 
     timed("capacity", capacity)
     timed("fig2", fig2)

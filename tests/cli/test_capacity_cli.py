@@ -16,7 +16,7 @@ def run(*args: str):
 def run_json(*args: str) -> dict:
     result = run(*args, "--json")
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def test_paper_check_opt13b_12gib_contiguous_max():
@@ -60,10 +60,11 @@ def test_defaults_follow_max_model_len():
 
 
 def test_pool_follows_the_flags_that_size_it_as_run_does():
-    """--enforce-eager (no CUDA-graph reserve) and --max-num-batched-tokens (the activation reserve) size the
-    pool as they do for `kvsim run`: OPT-13B on an A100-40GB eager is the 15,404 slots the run reports."""
+    """--max-num-batched-tokens (the activation reserve) sizes the pool as it does for `kvsim run`;
+    --enforce-eager does not (vLLM 0.11 captures CUDA graphs after it sizes the KV cache) and is reported."""
     assert run_json("--model", "opt-13b", "--gpu", "a100-40gb")["kv_capacity_tokens"] == 14_565
-    assert run_json("--model", "opt-13b", "--gpu", "a100-40gb", "--enforce-eager")["kv_capacity_tokens"] == 15_404
+    eager = run_json("--model", "opt-13b", "--gpu", "a100-40gb", "--enforce-eager")
+    assert eager["kv_capacity_tokens"] == 14_565 and "--enforce-eager" in eager["ignored_settings"]
     bigger_steps = run_json("--model", "opt-13b", "--gpu", "a100-40gb", "--max-num-batched-tokens", "8192")
     assert bigger_steps["kv_capacity_tokens"] < 14_565
     from sim.kernel.config import SimConfig
@@ -201,7 +202,7 @@ def test_text_output_lists_the_groups():
     assert "group full: 12 full layers, 12,288 bytes per token" in result.output
 
 
-def test_a_catalog_entrys_own_fp8_is_what_it_prints(tmp_path):
+def test_a_catalog_entrys_own_fp8_is_what_it_prints(tmp_path, restore_catalog):
     """A `--catalog` model that stores its KV in fp8 keeps it under the flag's default ``auto``: the line and
     the JSON say fp8 (they said ``auto`` beside fp8's byte count)."""
     catalog = tmp_path / "models.toml"

@@ -29,3 +29,16 @@ def test_windows_raise_the_requests_that_fit():
     per_request = cdiv(9000, 16) + 5 * (1024 // 16 + 1)
     assert hybrid["max_concurrent_requests"] == (usable - 6 * cdiv(8000, 16)) // per_request + 1 == 53
     assert full["max_concurrent_requests"] == full["usable_blocks"] // cdiv(9000, 16) == 14
+
+
+def test_an_all_window_model_keeps_its_window_under_the_flag():
+    """Mistral-7B v0.1's layers all have one window: vLLM's flag leaves that uniform spec as it is (only window
+    layers beside full ones become full attention), so the count is the same and the flag is reported."""
+    args = ["capacity", "--model", "mistral-7b", "--gpu", "h100-80gb", "--prompt-len", "8000", "--output-len", "1000",
+            "--json"]
+    plain = json.loads(CliRunner().invoke(main, args).output)
+    result = CliRunner().invoke(main, [*args, "--disable-hybrid-kv-cache-manager"])
+    flagged = json.loads(result.stdout)
+    assert flagged["max_concurrent_requests"] == plain["max_concurrent_requests"] == 113
+    assert flagged["ignored_settings"]["--disable-hybrid-kv-cache-manager"].startswith("every layer of mistral-7b")
+    assert "Warning: paged: --disable-hybrid-kv-cache-manager ignored" in result.stderr

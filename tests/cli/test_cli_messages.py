@@ -87,7 +87,7 @@ def test_help_and_sample_sources_explain_the_full_traces(monkeypatch, tmp_path):
     to point kvsim at it."""
     help_text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
     assert "$KVSIM_TRACES" in help_text and "data/traces/README.md" in help_text
-    monkeypatch.setenv("KVSIM_TRACES", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("KVSIM_TRACES", raising=False)
     monkeypatch.delenv("KVSIM_SHARED_TRACES", raising=False)
     source = load_preset("azure-conv", num_requests=10).source
     assert "not found" not in source
@@ -110,3 +110,12 @@ def test_a_fleet_says_its_capacity_is_each_replicas():
     assert result.exit_code == 0, result.output
     assert "; 2 replicas of opt-13b on 1 x a100-40gb; KV capacity per replica 11.11 GiB = 14,565 token" \
         in result.output
+
+
+def test_compare_says_once_that_workers_do_not_apply():
+    """Every allocator of a compare runs the same fleet: the note that --workers cannot split a router reading
+    replica state was printed once per allocator."""
+    result = CliRunner().invoke(main, ["compare", "--preset", "sharegpt-demo", "--num-requests", "20", "--allocators",
+                                       "paged,radix", "--replicas", "2", "--router", "kv-cost", "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("note: --workers 2 applies to routers that read no replica state") == 1

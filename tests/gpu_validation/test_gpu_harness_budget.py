@@ -93,6 +93,17 @@ def test_summary_leaves_out_the_flex_ratio_when_flex_was_not_timed():
     assert not run_all.complete(None, bandwidth, {})
 
 
+def test_kernels_left_unchecked_are_said(monkeypatch):
+    """Without the Triton interpreter on CPU the Triton kernels cannot run: the summary says so (on a GPU the run
+    counts as incomplete instead), where it once printed 24/24 passed and nothing about them."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    unchecked = run_all.triton_unchecked("cpu")
+    assert unchecked.startswith("the Triton kernels were not checked or timed here (")
+    assert run_all.summary(None, None, None, {}, unchecked=unchecked).endswith(f"triton: {unchecked}")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert (run_all.triton_unchecked("cpu") is None) == triton_available("cpu")
+
+
 def test_watchdog_ends_a_hung_run(tmp_path):
     code = ("import time, sys; from gpu_validation import run_all; "
             "run_all.WATCHDOG_GRACE_S = 0.5; run_all.run_checks = lambda *a, **k: time.sleep(60); "

@@ -3,6 +3,8 @@ link fit on rows of known latency and bandwidth, and the summary lines the GPU r
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -34,6 +36,16 @@ def test_the_link_fit_recovers_a_known_latency_and_bandwidth():
     assert fits.loc["host-to-device", "gb_s"] == pytest.approx(53.0)
     assert fits.loc["device-to-host", "gb_s"] == pytest.approx(55.0)
     assert fits.loc["device-to-host", "largest_copy_gb_s"] < 55.0
+
+
+def test_times_that_do_not_grow_with_size_fit_no_link():
+    """A CPU's copies can take longer small than large: the least-squares slope then goes negative, which once
+    printed a link of -19 GB/s; now the link is NaN and the summary says it was not fitted."""
+    rows = pd.DataFrame([{"pattern": "contiguous", "direction": "host-to-device", "timing": "eager", "bytes": b, "seconds": t,
+                          "gb_s": b / t / 1e9} for b, t in ((16384, 8e-3), (65536, 4e-3), (262144, 2e-3))])
+    fit = fit_link(rows).iloc[0]
+    assert math.isnan(fit.gb_s) and math.isnan(fit.latency_s)
+    assert describe(rows)[0].startswith("  host-to-device  link not fitted: copy times do not grow with their size")
 
 
 def test_a_copy_that_could_not_be_captured_is_reported_not_hidden(tmp_path, capsys):

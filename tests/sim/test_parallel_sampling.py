@@ -3,6 +3,8 @@ the default, does on `paged`), n requests sharing the prompt through the prefix 
 preempted alone, folded back into one row of the requests table; ``fork`` keeps the n sequences one group. Exactness against vLLM's own scheduler is the
 ``parallel_sampling`` case of ``test_sim_vllm_parity.py``."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -99,9 +101,10 @@ def test_the_table_folds_children_into_their_request():
         "finished_s": np.array([9.0, 7.0, nan]), "num_seqs": np.array([1, 1, 1]),
         "cached_tokens": np.array([0, 8, 0]), "host_tokens": np.array([0, 8, 0]),
         "preemptions": np.array([1, 2, 0]), "rejected": np.array([False, False, True]),
-        "reject_reason": np.array(["", "", "too long"], dtype=object),
+        "reject_reason": np.array(["", "", "too long"], dtype=object), "tpot_s": np.array([3.0, 2.0, nan]),
     }
     out = aggregate(columns, np.array([0, 0, 1]))
+    assert out["tpot_s"][0] == 2.5 and np.isnan(out["tpot_s"][1])  # the children's mean
     assert out["request_id"].tolist() == [5, 6] and out["length_capped_tokens"].tolist() == [2, 0]
     assert out["admitted_s"][0] == 1.0 and out["first_token_s"][0] == 3.0 and out["finished_s"][0] == 9.0
     assert np.isnan(out["finished_s"][1]) and np.isnan(out["admitted_s"][1])
@@ -170,3 +173,28 @@ def test_fan_out_with_sessions_or_a_closed_loop_is_refused():
         with pytest.raises(ValueError, match="fan-out with sessions or a closed loop is not modelled"):
             run_simulation(SimConfig(parallel_sampling="fan-out"), w)
         assert run_simulation(SimConfig(), w).summary["parallel_sampling"] == "fork"  # auto
+
+
+def test_a_fanned_out_requests_time_per_token_is_its_childrens():
+    """Eight samples, four running at a time, 10 ms a step: each child decodes a token a step, so TPOT is 10 ms
+    as vLLM times each child; the first child's first token to the last one's finish would say 20 ms."""
+    config = SimConfig(kv_tokens=100_000, max_num_seqs=4, step_time=0.01)
+    result = run_simulation(config, sampled([8], [100], [100]))
+    row = result.requests.iloc[0]
+    assert row.tpot_s == pytest.approx(0.01) and result.summary["tpot_p50_s"] == pytest.approx(0.01)
+    assert (row.finished_s - row.first_token_s) / 99 == pytest.approx(0.0201, rel=0.02)
+
+
+@pytest.mark.parametrize("allocator", ["paged", "paged-cow", "radix"])
+def test_samples_that_can_never_fit_together_are_rejected_on_arrival(allocator):
+    """Four samples of a 100-token prompt and 200-token outputs hold at least 100 + 4 x 199 = 896 tokens at their
+    final length: in a 600-token pool they were admitted, decoded and preempted before being refused; now they
+    are refused on arrival, and never preempt the requests beside them. In a 2,000-token pool they run."""
+    config = SimConfig(allocator=allocator, kv_tokens=600, parallel_sampling="fork", step_time=0.01)
+    w = sampled([4, 1, 1], [100, 50, 50], [200, 20, 20])
+    result = run_simulation(config, w)
+    assert result.summary["preemptions"] == 0 and result.requests.rejected.tolist() == [True, False, False]
+    assert result.requests.reject_reason[0] == (f"{allocator}: its 4 samples together hold at least 896 tokens at "
+                                                "their final length (the prompt once, each sample's own output), "
+                                                "more than the whole pool")
+    assert run_simulation(dataclasses.replace(config, kv_tokens=2000), w).summary["rejected"] == 0

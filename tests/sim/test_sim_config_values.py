@@ -103,3 +103,13 @@ def test_unknown_catalog_names_print_their_message():
         assert str(info.value).startswith(f"unknown {kind} 'H100x'; valid choices: ")
         assert isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
     assert get_gpu("H100-80GB").name == "h100-80gb"
+
+
+@pytest.mark.parametrize(("field", "message"), [
+    ("allocator", "unknown allocator 'pagd'; valid choices: contiguous-max, "),
+    ("placement", "unknown placement 'pagd'; valid choices: buddy, "),
+])
+def test_unknown_allocator_and_placement_are_refused_when_the_config_is_made(field, message):
+    """Not when a run (or each point of a sweep) starts: the Python API fails where the name was written."""
+    with pytest.raises(ValueError, match=f"^{message}"):
+        SimConfig(**{field: "pagd"})

@@ -17,7 +17,7 @@ from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.ignored_settings import ignored_settings
 from sim.kernel.metrics import Recorder
-from sim.kernel.replica import build_replica, hybrid_kv_groups
+from sim.kernel.replica import build_replica, hybrid_kv_groups, resolve_capacity
 from sim.kernel.runner import run_simulation
 
 
@@ -150,3 +150,59 @@ def test_a_max_model_len_beyond_the_models_context_is_noted():
     assert f"Note: {note}" in result.stderr
     plain = CliRunner().invoke(main, ["run", "--max-model-len", "2048", "--num-requests", "5", "--json"])
     assert "beyond_model_context" not in json.loads(plain.stdout) and "Note: --max-model-len" not in plain.stderr
+
+
+@pytest.mark.parametrize(("model", "allocator", "reported"), [
+    ("gemma-3-12b", "paged", None),  # window and full layers: vLLM makes the windows full attention
+    ("gpt-oss-20b", "paged", None),
+    ("mistral-7b", "paged", "every layer of mistral-7b has a sliding window"),  # one uniform spec: kept
+    ("llama-3-8b", "paged", "llama-3-8b has no sliding-window layers"),
+    ("gemma-3-12b", "radix", "only paged is vLLM's hybrid KV cache manager"),
+])
+def test_disabling_the_hybrid_manager_is_reported_where_vllm_would_change_nothing(model, allocator, reported):
+    """vLLM's ``unify_hybrid_kv_cache_specs`` turns window layers into full attention only beside full-attention
+    layers; where it changes nothing the pool is the one without the flag, and the flag is reported."""
+    config = SimConfig(allocator=allocator, model=model, gpu="h100-80gb", kv_tokens=40_000,
+                       disable_hybrid_kv_cache_manager=True)
+    spec = get_model(model)
+    groups = hybrid_kv_groups(config, spec)
+    why = ignored_settings(config, bool(groups), model=spec).get("--disable-hybrid-kv-cache-manager")
+    assert (why is None) == (reported is None) and (reported is None or why.startswith(reported))
+    plain = hybrid_kv_groups(dataclasses.replace(config, disable_hybrid_kv_cache_manager=False), spec)
+    assert (groups == plain) == (reported is not None)
+
+
+def test_deployment_and_workload_settings_that_change_nothing_are_reported():
+    """A utilization under a given KV size (it only sizes a derived one), eager mode (vLLM 0.11 sizes the KV cache
+    before it captures CUDA graphs), a token budget under static batching, and a priority column under a policy
+    that does not read it (vLLM refuses that)."""
+    given = SimConfig(kv_gib=10.0, gpu_memory_utilization=0.5)
+    assert list(ignored_settings(given, False)) == ["--gpu-memory-utilization 0.5"]
+    assert ignored_settings(dataclasses.replace(given, kv_gib=None), False) == {}
+    assert list(ignored_settings(SimConfig(enforce_eager=True), False)) == ["--enforce-eager"]
+    eager = SimConfig(model="opt-13b", gpu="a100-40gb", enforce_eager=True)
+    assert resolve_capacity(eager).kv_tokens == resolve_capacity(SimConfig(model="opt-13b", gpu="a100-40gb")).kv_tokens
+    static = SimConfig(scheduler="static", max_num_batched_tokens=256)
+    assert list(ignored_settings(static, False)) == ["--max-num-batched-tokens 256"]
+    assert ignored_settings(dataclasses.replace(static, scheduler="continuous"), False) == {}
+    for policy, reported in (("fcfs", True), ("lpm", True), ("priority", False)):
+        config = SimConfig(scheduling_policy=policy)
+        assert ("priority column" in ignored_settings(config, False, priorities=True)) == reported
+    frame = workloads.workload_to_frame(workloads.load_preset("sharegpt-demo", num_requests=20, seed=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for priority, reported in ((0, False), (1, True)):
+            summary = run_simulation(SimConfig(kv_tokens=5000),
+                                     workloads.workload_from_frame(frame.assign(priority=priority))).summary
+            assert ("priority column" in summary.get("ignored_settings", {})) == reported
+
+
+def test_a_host_tier_smaller_than_one_block_is_reported():
+    """--cpu-offload-gib below one host block made a tier of 0 blocks: no hit, no traffic, no word."""
+    workload = workloads.load_preset("sharegpt-demo", num_requests=20, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        summary = run_simulation(SimConfig(kv_tokens=5000, cpu_offload_gib=0.0001), workload).summary
+    assert summary["host_tier_blocks"] == 0
+    assert summary["ignored_settings"]["--cpu-offload-gib 0.0001"] == (
+        "it is less than one host block (13,107,200 bytes), so the tier holds nothing")

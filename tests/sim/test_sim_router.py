@@ -5,6 +5,7 @@ session affinity on a fleet."""
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -182,3 +183,14 @@ def test_kv_cost_spreads_what_prefix_aware_herds():
     (lr_hit, _, _), (pa_hit, _, pa), (kv_hit, _, kv) = out["least-requests"], out["prefix-aware"], out["kv-cost"]
     assert pa["load_imbalance"] > 1.5 and kv["load_imbalance"] < 1.15
     assert pa_hit > kv_hit > lr_hit + 0.15
+
+
+def test_least_kv_counts_the_prompts_already_routed_to_a_replica():
+    """A burst of twelve requests behind one long-running request: free blocks alone are the same for every
+    request of the burst (none is placed before the next is routed), which sent all twelve to one replica; the
+    prompts routed and not yet in memory count against it, so the burst alternates as least-requests does."""
+    rows = [dict(arrival_time_s=0.0, prompt_tokens=200, output_tokens=3000)]
+    rows += [dict(arrival_time_s=1.0, prompt_tokens=300, output_tokens=300)] * 12
+    workload = workloads.workload_from_frame(pd.DataFrame(rows))
+    config = SimConfig(model="llama-2-7b", kv_tokens=4000, replicas=2, router="least-kv")
+    assert run_simulation(config, workload).requests.replica.tolist() == [0] + [1, 0] * 6

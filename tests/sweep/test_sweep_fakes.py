@@ -8,7 +8,14 @@ capacity per allocator, so the SLO search has an answer computable by hand.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
+
+from allocators import ALLOCATORS
+from allocators.paged import PagedAllocator
+
+if multiprocessing.parent_process() is not None:  # a worker: conftest's fixture registers "broken" in the tests'
+    ALLOCATORS.setdefault("broken", PagedAllocator)  # process only, and a SimConfig names registered allocators
 
 CAPACITY = {"paged": 8.0, "contiguous-max": 2.0, "contiguous-pow2": 4.0}
 """Requests per second each fake allocator serves at block size 16 (scaled by block_size / 16)."""

@@ -3,7 +3,16 @@
 import numpy as np
 import pytest
 
-from workloads import PRESETS, TraceError, generate, load_preset, load_trace, trace_stats, write_trace
+from workloads import (
+    PRESETS,
+    TraceError,
+    Workload,
+    generate,
+    load_preset,
+    load_trace,
+    trace_stats,
+    write_trace,
+)
 from workloads.arrivals import Gamma, Poisson
 from workloads.errors import TraceWarning
 from workloads.named import parse_arrivals, parse_lengths
@@ -274,3 +283,34 @@ def test_wrong_types_to_the_api_are_one_sentence_naming_what_was_expected(tmp_pa
         with pytest.raises(kind) as info:
             call()
         assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_trace_arrivals_use_each_timestamp_once_and_only_real_ones(tmp_path):
+    """More requests than the source has own arrivals (its gaps were repeated cyclically), a file without
+    timestamps (the reader's stand-in Poisson times passed for the trace's), a rate over a head of equal
+    timestamps (all arrivals stayed at 0) and the length-only preset: each one error."""
+    sessions = generate("fixed:prompt=20,output=10", "poisson:rate=1", 40, seed=0, turns=4, think_time_s=1.0)
+    path = write_trace(sessions, tmp_path / "sess.csv")
+    timed = int((sessions.turn == 0).sum())
+    with pytest.raises(TraceError, match=rf"{timed + 1} requests need {timed + 1} timestamps, and the source "
+                                         rf"trace 'sess' has {timed} \(rows that arrive on their own"):
+        generate("fixed:prompt=10,output=5", f"trace:path={path}", timed + 1, seed=0)
+    lengths_only = tmp_path / "lengths.csv"
+    lengths_only.write_text("num_prefill_tokens,num_decode_tokens\n" + "10,5\n" * 20)
+    with pytest.raises(TraceError, match="spans no time \\(its timestamps are all equal, or it has none"):
+        generate("fixed:prompt=10,output=5", f"trace:path={lengths_only}", 10, seed=0)
+    burst = tmp_path / "burst.csv"
+    burst.write_text("arrival_time_s,prompt_tokens,output_tokens\n" + "0,10,5\n" * 5 + "3,10,5\n")
+    with pytest.raises(TraceError, match="the first 5 timestamps of 'burst' are all equal, so no rate"):
+        generate("fixed:prompt=10,output=5", f"trace:rate=2,path={burst}", 5, seed=0)
+    assert generate("fixed:prompt=10,output=5", f"trace:path={burst}", 5, seed=0).arrival_time_s.tolist() == [0] * 5
+    with pytest.raises(TraceError, match="preset sharegpt-etalon has no timestamps of its own"):
+        parse_arrivals("trace:path=sharegpt-etalon")
+
+
+def test_prefix_reuse_counts_what_an_earlier_row_of_the_group_carried():
+    """Prefix lengths may differ within a group: a row reuses at most the longest an earlier row carried (a
+    radix cache at block size 1 hits 100 then 200 of the 100, 200, 200 below: 300 of 900)."""
+    w = Workload(arrival_time_s=np.array([0.0, 10, 20]), prompt_tokens=np.array([300] * 3),
+                 output_tokens=np.array([5] * 3), prefix_group=np.array([0] * 3), prefix_len=np.array([100, 200, 200]))
+    assert trace_stats(w)["prefix_reuse_share"] == pytest.approx(300 / 900)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from workloads import TraceError, generate, load_trace, trace_stats, write_trace
+from workloads.errors import TraceWarning
 from workloads.presets import SAMPLES_DIR, shared_traces_dir
 
 needs_shared = pytest.mark.skipif(shared_traces_dir() is None,
@@ -211,10 +212,23 @@ def test_presets_fall_back_to_samples(monkeypatch, tmp_path):
     from workloads import load_preset
 
     monkeypatch.delenv("KVSIM_TRACES", raising=False)
-    monkeypatch.setenv("KVSIM_SHARED_TRACES", str(tmp_path / "nowhere"))
-    assert shared_traces_dir() is None
+    monkeypatch.delenv("KVSIM_SHARED_TRACES", raising=False)
     w = load_preset("azure-code")
     assert len(w) == 2000 and "shipped 2000-row sample" in w.source and "Splitwise" in w.source
+
+
+@pytest.mark.parametrize("folder", ["nowhere", "empty"])
+def test_a_traces_folder_that_lacks_the_trace_is_a_warning(monkeypatch, tmp_path, folder):
+    """The variable asks for the full trace: falling back to the sample says so, naming the variable."""
+    from workloads import load_preset
+
+    (tmp_path / "empty").mkdir()
+    monkeypatch.delenv("KVSIM_TRACES", raising=False)
+    monkeypatch.setenv("KVSIM_SHARED_TRACES", str(tmp_path / folder))
+    why = "is not a folder" if folder == "nowhere" else "has no AzureLLMInferenceTrace_code.csv"
+    with pytest.warns(TraceWarning, match=rf"preset azure-code: \$KVSIM_SHARED_TRACES \(.*{folder}\) {why}, so the"):
+        w = load_preset("azure-code")
+    assert len(w) == 2000 and "shipped 2000-row sample" in w.source
 
 
 @needs_shared

@@ -143,3 +143,18 @@ def test_a_setting_that_would_change_nothing_is_refused(options, message):
     instead of writing the workload without it."""
     with pytest.raises(TraceError, match=message):
         generate("fixed:prompt=10,output=5", "constant:rate=1", 4, **options)
+
+
+def test_a_turns_system_prompt_must_be_its_previous_turns(tmp_path):
+    """A turn that names its system prompt only on turn 0 shared no block with it (a turn's blocks inside the
+    prefix are the group's, the rest the session's): refused with its line, and a Workload built so too."""
+    header = "arrival_time_s,prompt_tokens,output_tokens,session_id,turn,think_time_s,prefix_group,prefix_len\n"
+    path = write(tmp_path, "t.csv", header + "0,100,50,s,0,,sys,40\n0,180,10,s,1,1,,\n")
+    with pytest.raises(TraceError, match=r"t.csv: line 3: field 'prefix_group': differs from the previous turn's "
+                                         r"prefix_group or prefix_len \(a session's"):
+        load_trace(path)
+    assert len(load_trace(write(tmp_path, "ok.csv", header + "0,100,50,s,0,,sys,40\n0,180,10,s,1,1,sys,40\n"))) == 2
+    with pytest.raises(ValueError, match="request 1: prefix_group: differs from the previous turn's"):
+        Workload(arrival_time_s=np.zeros(2), prompt_tokens=np.array([100, 180]), output_tokens=np.array([50, 10]),
+                 session_id=np.array([0, 0]), turn=np.array([0, 1]), think_time_s=np.array([np.nan, 1.0]),
+                 prefix_group=np.array([7, 7]), prefix_len=np.array([40, 64]))

@@ -61,3 +61,18 @@ def test_hash_unit_and_hash_count_rules():
     assert record_problem(GOOD | {"hash_counts": 2}, 64) is None  # the second hash covers the prompt's tail
     assert record_problem(GOOD | {"hash_counts": 3}, 64) == "prefix_hashes: more hashes than 64-token blocks of " \
         "the prompt"
+
+
+def test_a_group_and_hashes_together_are_refused(tmp_path):
+    """A row's shared prefix is its group's or its hashes': given both, the hashes were used and the group
+    dropped in silence (a row sharing a group's 64 tokens hit none of them)."""
+    from workloads.validation import GROUP_AND_HASHES
+
+    assert record_problem(GOOD | {"prefix_group": 3, "prefix_len": 64, "hash_counts": 1}, 512) == \
+        f"prefix_group: {GROUP_AND_HASHES}"
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_time_s": 0, "prompt_tokens": 100, "output_tokens": 5, "prefix_group": "a", '
+                    '"prefix_len": 64, "prefix_hashes": []}\n{"arrival_time_s": 1, "prompt_tokens": 100, '
+                    '"output_tokens": 5, "prefix_group": "a", "prefix_len": 64, "prefix_hashes": [1]}\n')
+    with pytest.raises(TraceError, match=re.escape(f"line 2: field 'prefix_group': {GROUP_AND_HASHES}")):
+        load_trace(path)

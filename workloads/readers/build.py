@@ -17,8 +17,8 @@ import pandas as pd
 from workloads.errors import TraceError, row_error
 from workloads.ragged import Ragged, empty
 from workloads.readers.formats import CONSTANT_FIELDS
-from workloads.sessions import SESSION_RULES, session_reasons
-from workloads.validation import cross_field_rules, lower_bound_rule
+from workloads.sessions import PREFIX_CHANGED, SESSION_RULES, session_reasons
+from workloads.validation import cross_field_rules, group_and_hashes_rule, lower_bound_rule
 from workloads.workload import NONE, ClosedLoop, Workload
 
 MAX_TOKENS = 10**9
@@ -170,6 +170,7 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         rules.append(("prefix_len", "given without prefix_group", (plen > 0) & np.isnan(group)))
     rules.append(("prefix_hashes", "not a list of non-negative integers", hashes.bad))
     rules.append(cross["prefix_hashes"])
+    rules.append(group_and_hashes_rule(group, hashes.counts))
     session, session_rules = _named_ids(raw, "session_id", x)
     rules += session_rules
     turn, think = x.get("turn", nan), x.get("think_time_s", nan)
@@ -192,7 +193,7 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         reason[ok[late]] = len(rules)
         rules.append(("arrival_time_s", "timestamps out of order (earlier than a previous row)", late))
     if "session_id" in x or "turn" in x or "think_time_s" in x:
-        found = _session_reasons(reason, session, turn, think, prompt, output, hashes.counts)
+        found = _session_reasons(reason, session, turn, think, prompt, output, hashes.counts, group, plen)
         reason[found >= 0] = len(rules) + found[found >= 0]
         rules += [(field, problem, found == k) for k, (field, problem) in enumerate(SESSION_RULES)]
 
@@ -201,7 +202,7 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         i = int(np.argmax(bad))
         column, problem, _ = rules[reason[i]]
         raw_value = raw.columns.get(column, None)
-        shown = raw_value is not None and column != "prefix_hashes" and problem != TURN_MISSING  # (no "got nan")
+        shown = raw_value is not None and column != "prefix_hashes" and problem not in (TURN_MISSING, PREFIX_CHANGED)
         value = raw_value[i] if shown else None
         raise row_error(raw.path, f"{raw.where} {raw.locations[i]}", column, problem, value,
                         column=raw.names.get(column))
@@ -290,13 +291,15 @@ def _repeats(ids: np.ndarray) -> np.ndarray:
 
 
 def _session_reasons(reason: np.ndarray, session: np.ndarray, turn: np.ndarray, think: np.ndarray,
-                     prompt: np.ndarray, output: np.ndarray, hash_counts: np.ndarray) -> np.ndarray:
+                     prompt: np.ndarray, output: np.ndarray, hash_counts: np.ndarray, group: np.ndarray,
+                     plen: np.ndarray) -> np.ndarray:
     """Each row's first broken `workloads.sessions.SESSION_RULES` rule (-1: none), over the rows no earlier
     rule rejected (``reason`` < 0), so that a turn after a bad turn is bad too."""
     ok = reason < 0
     ints = [np.where(ok & ~np.isnan(v), v, default).astype(np.int64)
-            for v, default in ((session, NONE), (turn, 0), (prompt, 1), (output, 1))]
-    return session_reasons(ints[0], ints[1], think, ints[2], ints[3], hash_counts, candidates=ok)[0]
+            for v, default in ((session, NONE), (turn, 0), (prompt, 1), (output, 1), (group, NONE), (plen, 0))]
+    return session_reasons(ints[0], ints[1], think, ints[2], ints[3], hash_counts, candidates=ok,
+                           prefix=(ints[4], ints[5]))[0]
 
 
 def workload_constants(raw: RawTable, default_hash_tokens: int) -> dict:
