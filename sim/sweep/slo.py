@@ -66,8 +66,10 @@ class SloTarget:
     def check(self, summary: dict[str, Any]) -> str | None:
         """None when the run meets the target, else the first reason it does not."""
         rejected = summary.get("rejected", 0) or 0
-        if rejected > 0:
-            return f"{rejected} rejected"
+        if rejected > 0:  # with the commonest reason: one no rate or replica count changes reads as such
+            reasons = summary.get("rejected_reasons") or {}
+            top = max(reasons.items(), key=lambda item: item[1], default=None)
+            return f"{rejected} rejected" + (f" ({top[1]}: {top[0]})" if top else "")
         requests, completed = summary.get("requests"), summary.get("completed")
         if requests is not None and completed is not None and completed < requests:
             return f"{requests - completed} unfinished"

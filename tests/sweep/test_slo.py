@@ -55,6 +55,9 @@ def test_rejected_or_unfinished_requests_fail_the_target():
     assert E2E.check({"requests": 10, "completed": 9, "rejected": 0, "e2e_p50_s": 0.1}) == "1 unfinished"
     assert E2E.check({"requests": 10, "completed": 10, "rejected": 0, "e2e_p50_s": math.nan}) == "e2e_p50_s missing"
     assert E2E.check({"requests": 10, "completed": 10, "rejected": 0, "e2e_p50_s": 0.5}) is None
+    reasons = {"prompt of N tokens leaves no room for an output token within max_model_len 8192": 3, "other": 1}
+    assert E2E.check({"requests": 10, "completed": 6, "rejected": 4, "rejected_reasons": reasons}) == (
+        "4 rejected (3: prompt of N tokens leaves no room for an output token within max_model_len 8192)")
 
 
 def test_below_min_above_max_and_errors():
