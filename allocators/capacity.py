@@ -143,15 +143,21 @@ def kv_capacity(
     )
 
 
+def final_tokens(prompt_len: int, output_len: int) -> int:
+    """The slots a request of ``prompt_len`` + ``output_len`` tokens holds when it finishes, as a run holds them:
+    its last sampled token never gets one (vLLM v1 allocates slots only for the tokens a step computes)."""
+    return prompt_len + max(output_len - 1, 0)
+
+
 def fill_to_capacity(allocator: Allocator, prompt_len: int, output_len: int) -> int:
-    """Admit requests of ``prompt_len`` tokens and grow each by ``output_len`` until one does not fit;
+    """Admit requests of ``prompt_len`` tokens and grow each to its `final_tokens` until one does not fit;
     returns how many fit (the one that did not is taken out again)."""
-    final = prompt_len + output_len
+    final = final_tokens(prompt_len, output_len)
     count = 0
     while True:
         if allocator.admit(count, prompt_len, final_tokens=final) is None:
             return count
-        if output_len and allocator.grow(count, output_len) is None:
+        if final > prompt_len and allocator.grow(count, final - prompt_len) is None:
             allocator.free(count)
             return count
         count += 1

@@ -196,6 +196,15 @@ def _skipped_text(skipped: dict[str, int]) -> str:
 
 
 def _read_csv(path: Path) -> MeasuredRun:
+    """A per-request table: CSV, or Parquet by its suffix. kvsim's own requests table (``kvsim run --out``) reads
+    as one, its ``arrival_s`` taken for ``arrival_time_s`` and its rejected requests (no latency) left out and
+    counted: a run simulated with known coefficients fits back without editing the file."""
+    if path.suffix.lower() == ".parquet":
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow's errors have no common base class
+            raise TraceError(f"{path}: cannot read as Parquet: {str(exc).splitlines()[0]}") from None
+        return _finish_table(frame, path, text=False)
     try:
         frame, _ = csv_frame(path, encoding="utf-8-sig")
     except pd.errors.EmptyDataError:
@@ -207,11 +216,22 @@ def _read_csv(path: Path) -> MeasuredRun:
             header, line, saw = found.groups()
             raise TraceError(f"{path}: line {line}: {saw} fields, the header names {header}") from None
         raise TraceError(f"{path}: cannot read as CSV: {str(exc).splitlines()[-1].strip()}") from None
+    return _finish_table(frame, path, text=True)
+
+
+def _finish_table(frame: pd.DataFrame, path: Path, *, text: bool) -> MeasuredRun:
+    """`_read_csv`'s columns checked, kvsim's requests table recognised (`_read_csv`), then `_finish`."""
+    skipped: dict[str, int] = {}
+    if "arrival_time_s" not in frame.columns and "arrival_s" in frame.columns and "rejected" in frame.columns:
+        rejected = frame["rejected"].astype(str).str.lower().isin(("true", "1"))
+        skipped["rejected by the simulation"] = int(rejected.sum())
+        frame = frame[~rejected].rename(columns={"arrival_s": "arrival_time_s"}).reset_index(drop=True)
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise TraceError(f"{path}: missing column(s) {', '.join(missing)} (a measured run needs "
                          f"{','.join(REQUIRED)})")
-    return _finish(frame, path, "measured CSV", lambda i: f"row {i + 1}", text=True)
+    kind = "measured Parquet" if path.suffix.lower() == ".parquet" else "measured CSV"
+    return _finish(frame, path, kind, lambda i: f"row {i + 1}", text=text, skipped=skipped)
 
 
 def _request_rate(data: dict, path: Path) -> float:

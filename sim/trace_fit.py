@@ -105,6 +105,8 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     unknown = [name for name in fit if name not in FITTABLE]
     if unknown or not fit:
         raise ValueError(f"cannot fit {', '.join(unknown) or 'nothing'}; fittable: {', '.join(FITTABLE)}")
+    if twice := sorted({name for name in fit if list(fit).count(name) > 1}):
+        raise ValueError(f"--fit names {', '.join(twice)} more than once")
     started = time.monotonic()
     model, gpu = get_model(config.model).with_kv_cache_dtype(config.kv_cache_dtype), get_gpu(config.gpu)
     base = dict(get_profile(start_profile).coefficients)

@@ -85,6 +85,12 @@ is within tens of percent (`docs/validation.md`), latencies in milliseconds read
 simulation a thousand times short of them)."""
 
 
+IMPLAUSIBLE_FRAC = 0.05
+"""A fitted ``bandwidth_frac`` or ``flops_frac`` under which `calibrate --from-trace` warns: real servers reach tens of
+percent of their GPU's peaks (vLLM 0.11 on an H100: 0.83 and 0.66, `docs/validation.md`), and latencies in
+milliseconds read as seconds fit at about a thousandth of them."""
+
+
 def _from_trace(path: str, opts: dict) -> None:
     from sim.kernel.config import SimConfig
     from sim.kernel.summary import counts_text
@@ -127,6 +133,11 @@ def _from_trace(path: str, opts: dict) -> None:
         click.echo(f"Warning: the fit misses the held-out half by {worst['mape'].max():.0%} "
                    f"({', '.join(worst['metric'])} MAPE): check that the run's latencies are in seconds and that "
                    "the settings are the run's own (--kv-tokens, --max-num-seqs, ...)", err=True)
+    low = [k for k in ("bandwidth_frac", "flops_frac") if k in result.fitted and c[k] < IMPLAUSIBLE_FRAC]
+    if low:  # a fit can absorb a unit error into the fractions and still score within FIT_WARNING_MAPE
+        click.echo(f"Warning: the fit puts {' and '.join(f'{k} at {c[k]:.3g}' for k in low)}: a GPU running at under "
+                   f"{IMPLAUSIBLE_FRAC:.0%} of its peak is implausible; check that the run's latencies are in seconds "
+                   "and that --model and --gpu are the run's", err=True)
     if result.rejected:  # no simulated latency: left out of both scores, never silently
         click.echo(f"  {sum(result.rejected.values())} scored request(s) rejected by the simulation, left out of "
                    f"the scores: {counts_text(result.rejected)}")

@@ -23,7 +23,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                     max_num_batched_tokens: int = 2048) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
     from allocators import allocator_class, make_allocator
-    from allocators.capacity import fill_to_capacity, kv_capacity, pool_bytes_per_token
+    from allocators.capacity import fill_to_capacity, final_tokens, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
     from allocators.hybrid import HybridPagedAllocator
     from allocators.kv_cache_groups import uses_hybrid_manager
@@ -62,9 +62,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     else:
         alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
                                placement=placement, **pages)
-    refusals = vllm_refusals(SimConfig(), max_len, KVMemory(alloc).longest_request(max_len))
-    final = prompt_len + output_len
-    reason = alloc.never_fits(prompt_len, final_tokens=final)
+    refusals = vllm_refusals(SimConfig(), max_len, KVMemory(alloc).longest_request(max_len), cap)
+    reason = alloc.never_fits(prompt_len, final_tokens=final_tokens(prompt_len, output_len))
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
     alloc.check_invariants()
     shares = alloc.breakdown(waiting=True).shares

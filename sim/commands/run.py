@@ -133,6 +133,9 @@ def simulation_options(func):
                            "of n sequences, admitted and preempted together, forked at the first token: vLLM "
                            "v0's). auto (default): fan-out where modelled (paged, no sessions or closed loop), "
                            "else fork."),
+        _field_option("--beam-keep-prob", type=float,
+                      help="Beam search's model: the chance a beam keeps its own lineage at a step, else it "
+                           "continues a random beam (kvsim has no token probabilities; sim/kernel/beam.py)."),
         _field_option("--lpm-max-queue", type=int,
                       help="The most queued requests lpm sorts; past it the queue keeps its order (the "
                            "default is SGLang's; 0 = no bound, what the policy would do if the sort were free)."),

@@ -77,6 +77,11 @@ def coefficients_from_table(data: object, path: str | Path) -> dict:
         if wanted:
             raise ValueError(f"{path}: field 'coefficients.{key}' must be {wanted}, got {value!r}")
         values[key] = float(value)
+    given = [key for key in ("allreduce_latency_s", "allreduce_bus_gb_s") if key in coeffs]
+    if len(given) == 1:  # the other term would be 0: half the communication charged, and no clock_omits to say so
+        other = ({"allreduce_latency_s", "allreduce_bus_gb_s"} - set(given)).pop()
+        raise ValueError(f"{path}: field 'coefficients.{given[0]}' needs 'coefficients.{other}' beside it "
+                         "(an all-reduce costs a latency and its bytes over a bus bandwidth; give both or neither)")
     values["paged_kernel_overhead"] = _paged_kernel_overhead(
         coeffs.get("paged_kernel_overhead", DEFAULT_PAGED_KERNEL_OVERHEAD), path)
     return values

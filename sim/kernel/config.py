@@ -285,8 +285,7 @@ class SimConfig:
                 continue
             number = plain_number(value)
             if number is None or not in_range(number):
-                label = "beam_keep_prob" if name == "beam_keep_prob" else flag(name)  # no flag sets it
-                raise ValueError(f"{label} must be {kind}, got {value!r}")
+                raise ValueError(f"{flag(name)} must be {kind}, got {value!r}")
             setattr(self, name, number)
 
     def to_dict(self) -> dict:

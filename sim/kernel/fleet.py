@@ -258,8 +258,7 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     if config.debug_invariants:
         for replica in fleet.replicas:
             replica.memory.check_invariants()
-    extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, fleet.replicas[0].cost,
-                          fleet.replicas[0].memory)
+    extra = summary_extra(config, workload, fleet.cap, fleet.replicas[0].cost, fleet.replicas[0].memory)
     extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, end, extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start

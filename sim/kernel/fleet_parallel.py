@@ -180,7 +180,7 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
                 progress(len(group.index))
     cost, memory = fleet.replicas[0].cost, fleet.replicas[0].memory
     fleet.replicas = [_Finished(outcomes[n]) for n in range(config.replicas)]
-    extra = summary_extra(config, workload, fleet.model, fleet.gpu, fleet.cap.source, cost, memory)
+    extra = summary_extra(config, workload, fleet.cap, cost, memory)
     extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, max(o.end_s for o in outcomes.values()), extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start

@@ -81,15 +81,19 @@ class KVMemory:
 
     def never_fits(self, group: SequenceGroup) -> str | None:
         """Why ``group`` could not run even alone, or None. A request sampled ``n`` times as one group (``fork``)
-        is also bounded by its samples together: in a block pool they share at most the prompt, so at their final
-        length they hold the prompt once and each sample's own tokens (beams may share more, so they are not)."""
+        is also bounded by its samples together: in a block pool (not a hybrid one, whose windows free blocks) they
+        share at most the prompt's full blocks, so at their final length they hold those once and each sample's
+        own blocks after them (beams may share more, so they are not)."""
         reason = self._alloc.never_fits(group.prompt, final_tokens=group.final_tokens,
                                         max_total_tokens=group.max_total)
-        if reason is None and group.num_seqs > 1 and not group.beam and self.kind == "paged":
-            together = group.prompt + group.num_seqs * (group.final_tokens - group.prompt)
-            if self._alloc.never_fits(1, final_tokens=together, max_total_tokens=together) is not None:
-                reason = (f"{self._alloc.name}: its {group.num_seqs} samples together hold at least {together} tokens "
-                          "at their final length (the prompt once, each sample's own output), more than the whole pool")
+        if reason is None and group.num_seqs > 1 and not group.beam and self.kind == "paged" and not self.group_names:
+            bs = self.block_size
+            shared = group.prompt // bs  # at best the prompt's full blocks, shared copy-on-write
+            need = shared + group.num_seqs * -(-(group.final_tokens - shared * bs) // bs)
+            if self._alloc.never_fits(1, final_tokens=need * bs, max_total_tokens=need * bs) is not None:
+                reason = (f"{self._alloc.name}: its {group.num_seqs} samples together need at least {need} blocks at "
+                          f"their final length (the prompt's {shared} full blocks once, each sample's own after "
+                          "them), more than the pool has")
         return reason
 
     def longest_request(self, limit: int) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocators.catalog import get_model
+from allocators.catalog import GIB, get_model
 from allocators.catalog_file import register_catalog_file
 
 OVER_LENGTH = ("cap", "reject")
@@ -46,12 +46,20 @@ def beyond_model_context(max_model_len: int | None, model) -> str | None:
             "long as if the model took them")
 
 
-def vllm_refusals(config, max_model_len: int, longest: int) -> list[str]:
+def vllm_refusals(config, max_model_len: int, longest: int, cap=None) -> list[str]:
     """Why vLLM would refuse to start this server, which kvsim runs anyway (rejecting, with their reason, the
     requests that cannot fit): a KV pool that holds one request of at most ``longest`` tokens
-    (`KVMemory.longest_request`), short of ``max_model_len`` (vLLM's ``check_enough_kv_cache_memory``); and a
-    token budget below ``max_model_len`` with chunked prefill off (its ``SchedulerConfig`` check). Empty if none."""
+    (`KVMemory.longest_request`), short of ``max_model_len`` (vLLM's ``check_enough_kv_cache_memory``); a
+    token budget below ``max_model_len`` with chunked prefill off (its ``SchedulerConfig`` check); and a
+    ``--kv-gib`` that no GPU of ``cap`` (the `KVCapacity`) has room for beside the weights. Empty if none."""
     reasons = []
+    if cap is not None and cap.source == "kv_gib" and cap.gpu is not None:
+        tp = cap.tensor_parallel
+        weights, kv = cap.model.weight_bytes / tp, cap.kv_bytes / tp
+        if weights + kv > cap.gpu.memory_bytes:
+            reasons.append(f"--kv-gib {cap.kv_gib:g} does not fit beside the weights: {kv / GIB:.2f} GiB of KV and "
+                           f"{weights / GIB:.2f} GiB of weights per GPU exceed the {cap.gpu.name}'s "
+                           f"{cap.gpu.memory_gib:.1f} GiB (--kv-tokens sizes a pool regardless of the GPU)")
     if longest < max_model_len:
         reasons.append(f"the KV cache holds one request of at most {longest:,} tokens, short of max_model_len "
                        f"{max_model_len:,} (lower --max-model-len to {longest:,} or give more KV memory)")

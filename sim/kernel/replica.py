@@ -102,14 +102,16 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
                        kv_tokens=config.kv_tokens, kv_cache_dtype=config.kv_cache_dtype)
 
 
-def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str, cost, memory: KVMemory) -> dict:
+def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KVMemory) -> dict:
     """The summary keys that describe the run rather than measure it (``page_size_kib`` and ``page_tokens``:
     None unless the allocator maps pages; ``offload_write_policy``, ``offload_store_threshold``,
     ``offload_eviction_policy`` and ``offload_prompt_only``: None without a host tier, `has_host_tier`;
     ``ignored_settings``, ``clock_omits``, ``memory_omits``, ``beyond_model_context``, a ``--max-model-len``
     above the model's own context, and ``vllm_would_refuse``, why vLLM would not start this server (a KV pool,
-    ``memory``'s, short of one ``max_model_len`` request; `vllm_refusals`), only when there are any; ``parallel_sampling``, how requests
-    sampled more than once ran, only when there are such requests)."""
+    ``memory``'s, short of one ``max_model_len`` request; `vllm_refusals`), only when there are any;
+    ``parallel_sampling``, how requests sampled more than once ran, only when there are such requests).
+    ``cap``: the deployment's KV capacity (its model at the run's KV dtype, its GPU, where its size came from)."""
+    model, gpu = cap.model, cap.gpu
     pages = page_options(allocator_class(config.allocator), model, config.page_size_kib, 0, config.tensor_parallel)
     extra = {
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
@@ -117,7 +119,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
         "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
         "model": model.name, "gpu": gpu.name,
         "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
-        "kv_capacity_source": capacity_source, **cost.describe(),
+        "kv_capacity_source": cap.source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
         **{key: getattr(config, key) if has_host_tier(config) else None
            for key in ("offload_write_policy", "offload_store_threshold", "offload_eviction_policy",
@@ -129,6 +131,9 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
     priority = getattr(workload, "priority", None)
     ignored = ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False)),
                                model=model, priorities=priority is not None and bool(np.any(priority != 0)))
+    if config.parallel_sampling != "auto" and sampling_mode(workload) is None:
+        ignored[f"--parallel-sampling {config.parallel_sampling}"] = (
+            "no request of this workload is sampled more than once (n > 1 without a beam)")
     if (tier := memory.host_tier) is not None and tier.num_blocks == 0:
         ignored[f"--cpu-offload-gib {config.cpu_offload_gib:g}"] = (
             f"it is less than one host block ({tier.block_bytes:,} bytes), so the tier holds nothing")
@@ -141,7 +146,7 @@ def summary_extra(config: SimConfig, workload, model, gpu, capacity_source: str,
     if note := beyond_model_context(config.max_model_len, model):
         extra["beyond_model_context"] = note
     max_model_len = config.max_model_len or model.max_seq_len
-    if refusals := vllm_refusals(config, max_model_len, memory.longest_request(max_model_len)):
+    if refusals := vllm_refusals(config, max_model_len, memory.longest_request(max_model_len), cap):
         extra["vllm_would_refuse"] = refusals
     return extra
 

@@ -257,7 +257,7 @@ class StepCostModel:
     def omits(self) -> tuple[str, ...]:
         """What this run's steps cost on real GPUs that the model leaves out, each as a phrase (none: empty):
         the summary's ``clock_omits``, so that a multi-GPU step time is not read as a checked one."""
-        if self.tensor_parallel > 1 and not (self.allreduce_latency_s or self.allreduce_bus_gb_s):
+        if self.tensor_parallel > 1 and not (self.allreduce_latency_s and self.allreduce_bus_gb_s):
             return (f"tensor-parallel communication: two all-reduces per layer per step across the "
                     f"{self.tensor_parallel} GPUs (step times are optimistic; a calibration table's "
                     "allreduce_latency_s and allreduce_bus_gb_s add them; docs/reproduction.md measured what "

@@ -15,7 +15,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from sim.plots.data import require_columns, require_known, summaries_frame, tables_by_run, time_binned
+from sim.plots.data import (
+    require_columns,
+    require_known,
+    step_points,
+    summaries_frame,
+    tables_by_run,
+    time_binned,
+)
 from sim.plots.style import (
     PAPER_HATCH,
     allocator_color,
@@ -84,7 +91,7 @@ def plot_batch_over_time(
     fig, ax = figure_and_axes(ax, (8, 3.2))
     for name in order_allocators(steps_by_allocator):
         steps = steps_by_allocator[name]
-        binned = time_binned(steps, [column], max_points=max_points)  # a fleet's: all its replicas together
+        binned = step_points(time_binned(steps, [column], max_points=max_points))  # a fleet's: replicas together
         replicas = steps["replica"].nunique() if "replica" in steps.columns else 1
         label = allocator_label(name) + (f" ({replicas} replicas together)" if replicas > 1 else "")
         ax.step(binned["time_s"], binned[column], where="post", color=allocator_color(name), label=label,

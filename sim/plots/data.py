@@ -210,6 +210,14 @@ def time_binned(steps: pd.DataFrame, columns: list[str], max_points: int = 600) 
     return pd.DataFrame(out)
 
 
+def step_points(binned: pd.DataFrame) -> pd.DataFrame:
+    """`time_binned`'s bins as the points of a line drawn ``where="post"`` (or a ``step="post"`` stack): each bin's
+    start, then the last bin's end repeating its values, without which the last bin was not drawn at all."""
+    last = binned.iloc[[-1]].copy()
+    last["time_s"] = last["time_s"] + last["bin_s"]
+    return pd.concat([binned, last], ignore_index=True)
+
+
 def _holds(steps: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """One engine's rows (sorted by time) with when each starts and stops holding: at the next row's start, the
     last one after its own duration (a zero-length span made a nanosecond, so it still counts)."""

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns, require_frame, run_table, time_binned
+from sim.plots.data import require_columns, require_frame, run_table, step_points, time_binned
 from sim.plots.style import SERIES_COLORS, new_figure, percent_axis
 from sim.plots.sweep import swept_fields
 
@@ -30,7 +30,7 @@ def plot_replicas_over_time(steps: pd.DataFrame, *, max_points: int = 400, title
     thin = len(replicas) > 8
     for i, replica in enumerate(replicas):
         rows = steps[steps["replica"] == replica]
-        binned = time_binned(rows, ["used_blocks", "waiting"], max_points)
+        binned = step_points(time_binned(rows, ["used_blocks", "waiting"], max_points))
         total = float(rows["total_blocks"].iloc[0]) or 1.0
         style = dict(color=SERIES_COLORS[i % len(SERIES_COLORS)], linewidth=0.7 if thin else 1.2,
                      alpha=0.6 if thin else 1.0, label=None if thin else f"replica {replica}")

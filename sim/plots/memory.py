@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from sim.plots.data import require_columns, run_table, tables_by_run, time_binned
+from sim.plots.data import require_columns, run_table, step_points, tables_by_run, time_binned
 from sim.plots.style import (
     SHARE_COLORS,
     SHARE_LABELS,
@@ -46,7 +46,7 @@ def plot_memory_over_time(
     """Stacked areas of token states, reservation, internal and external fragmentation and free, against
     simulated time, as a share of KV capacity. ``steps`` is one run's steps table or its `SimResult`."""
     steps = run_table(steps, "steps", "plot_memory_over_time", "steps", several="plot_memory_comparison")
-    shares = memory_shares_over_time(steps, max_points=max_points)
+    shares = step_points(memory_shares_over_time(steps, max_points=max_points))
     fig, ax = figure_and_axes(ax, (8, 3.2))
     ax.stackplot(
         shares["time_s"],
@@ -56,7 +56,7 @@ def plot_memory_over_time(
         step="post",
         linewidth=0,
     )
-    ax.set_xlim(shares["time_s"].iloc[0], shares["time_s"].iloc[-1] + shares["bin_s"].iloc[-1])
+    ax.set_xlim(shares["time_s"].iloc[0], shares["time_s"].iloc[-1])
     ax.set_ylim(0, 1)
     percent_axis(ax)
     ax.set_xlabel("simulated time (s)")

@@ -233,3 +233,15 @@ def test_sharing_savings_has_one_panel_per_mode_and_one_bar_per_workload():
     assert bar_heights(fig.axes[1]) == [[0.3, 0.5]]
     assert fig.axes[1].get_xlabel() == "beam width"
     render(fig)
+
+
+def test_lines_over_time_draw_the_last_bin_to_the_runs_end():
+    """A post-step line through the bins' starts stopped where the last bin began: five rows of a 32-s run drew
+    nothing of its last 6.4 s. The memory stack and the batch line now reach the last row's end."""
+    steps = steps_frame(n=5)
+    end = float(steps["time_s"].iloc[-1] + steps["duration_s"].iloc[-1])
+    line = plot_batch_over_time({"paged": steps}).axes[0].lines[0]
+    assert line.get_xdata()[-1] == pytest.approx(end) and line.get_ydata()[-1] == line.get_ydata()[-2]
+    ax = plot_memory_over_time(steps).axes[0]
+    assert ax.get_xlim()[1] == pytest.approx(end)
+    assert max(path.vertices[:, 0].max() for c in ax.collections for path in c.get_paths()) == pytest.approx(end)

@@ -42,6 +42,12 @@ BAD = [
     ({"paged_kernel_overhead": {"16": "1"}}, f"field '{PKO}.16' must be a positive finite factor, got '1'"),
     ({"paged_kernel_overhead": {"abc": 1}}, f"field '{PKO}': block size 'abc' is not a positive integer"),
     ({"paged_kernel_overhead": {"-16": 1}}, f"field '{PKO}': block size '-16' is not a positive integer"),
+    ({"allreduce_latency_s": 3e-5}, "field 'coefficients.allreduce_latency_s' needs 'coefficients.allreduce_bus_gb_s' "
+                                    "beside it (an all-reduce costs a latency and its bytes over a bus bandwidth; "
+                                    "give both or neither)"),
+    ({"allreduce_bus_gb_s": 90.0}, "field 'coefficients.allreduce_bus_gb_s' needs 'coefficients.allreduce_latency_s' "
+                                   "beside it (an all-reduce costs a latency and its bytes over a bus bandwidth; "
+                                   "give both or neither)"),
     ({"bandwith_frac": 0.5}, "unknown field(s) coefficients.bandwith_frac; known: bandwidth_frac, flops_frac, "
                              "step_overhead_s, seq_overhead_s, prefill_token_s, mixed_overlap, allreduce_latency_s, "
                              "allreduce_bus_gb_s, paged_kernel_overhead"),

@@ -187,14 +187,29 @@ def test_a_fanned_out_requests_time_per_token_is_its_childrens():
 
 @pytest.mark.parametrize("allocator", ["paged", "paged-cow", "radix"])
 def test_samples_that_can_never_fit_together_are_rejected_on_arrival(allocator):
-    """Four samples of a 100-token prompt and 200-token outputs hold at least 100 + 4 x 199 = 896 tokens at their
-    final length: in a 600-token pool they were admitted, decoded and preempted before being refused; now they
-    are refused on arrival, and never preempt the requests beside them. In a 2,000-token pool they run."""
+    """Four samples of a 100-token prompt and 200-token outputs need at least the prompt's 6 full blocks of 16
+    once and 13 blocks each after them (203 tokens to their final 299): 58 blocks, where a 600-token pool has 36
+    usable. They were admitted, decoded and preempted before being refused; now they are refused on arrival, and
+    never preempt the requests beside them. In a 2,000-token pool they run."""
     config = SimConfig(allocator=allocator, kv_tokens=600, parallel_sampling="fork", step_time=0.01)
     w = sampled([4, 1, 1], [100, 50, 50], [200, 20, 20])
     result = run_simulation(config, w)
     assert result.summary["preemptions"] == 0 and result.requests.rejected.tolist() == [True, False, False]
-    assert result.requests.reject_reason[0] == (f"{allocator}: its 4 samples together hold at least 896 tokens at "
-                                                "their final length (the prompt once, each sample's own output), "
-                                                "more than the whole pool")
+    assert result.requests.reject_reason[0] == (f"{allocator}: its 4 samples together need at least 58 blocks at "
+                                                "their final length (the prompt's 6 full blocks once, each sample's "
+                                                "own after them), more than the pool has")
     assert run_simulation(dataclasses.replace(config, kv_tokens=2000), w).summary["rejected"] == 0
+
+
+def test_a_sampling_mode_on_a_workload_that_samples_nothing_is_reported():
+    """--parallel-sampling fork or fan-out where no request has n > 1 (without a beam) changes nothing."""
+    import warnings
+
+    single = sampled([1, 1], [100, 50], [20, 20])
+    for mode in ("fork", "fan-out"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            summary = run_simulation(SimConfig(kv_tokens=5000, parallel_sampling=mode), single).summary
+        assert summary["ignored_settings"][f"--parallel-sampling {mode}"].startswith("no request of this workload")
+    summary = run_simulation(SimConfig(kv_tokens=5000, parallel_sampling="fork"), sampled([2], [100], [20])).summary
+    assert "ignored_settings" not in summary

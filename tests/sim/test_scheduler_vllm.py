@@ -83,8 +83,10 @@ def test_request_that_can_never_fit_is_rejected():
 
 
 def test_group_that_outgrows_the_pool_alone_is_rejected_not_retried():
-    # 4 samples of 40 + 40 tokens fit one at a time but not together in 10 usable blocks of a non-sharing pool
-    alloc = PagedAllocator(11 * 16, block_size=16, max_model_len=2048)
+    # 4 samples of 40 + 40 tokens fit one at a time but not together in 15 usable blocks of a non-sharing pool
+    # (a fork copies the table: 20 blocks at the end), though a sharing one would hold them (14: the prompt's 2
+    # full blocks once, 3 each after them), so they are admitted and refused only once they outgrow it
+    alloc = PagedAllocator(16 * 16, block_size=16, max_model_len=2048)
     sched, sink = make(alloc, max_num_batched_tokens=4096)
     sched.add(SequenceGroup(0, 0, 0.0, 40, 40, n=4), 0.0)
     for step in range(100):

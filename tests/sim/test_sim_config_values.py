@@ -79,7 +79,7 @@ def test_page_size_follows_the_integer_rule(value):
     ("gpu_memory_utilization", True, "--gpu-memory-utilization must be a number in (0, 1], got True"),
     ("watermark", "0.01", "--watermark must be a fraction in [0, 1), got '0.01'"),
     ("watermark", np.True_, "--watermark must be a fraction in [0, 1), got np.True_"),
-    ("beam_keep_prob", "0.5", "beam_keep_prob must be a number in [0, 1], got '0.5'"),
+    ("beam_keep_prob", "0.5", "--beam-keep-prob must be a number in [0, 1], got '0.5'"),
     ("swap_space_gib", True, "--swap-space-gib must be a finite number >= 0, got True"),
     ("swap_space_gib", "4", "--swap-space-gib must be a finite number >= 0, got '4'"),
     ("cpu_offload_gib", np.int64(-1), "--cpu-offload-gib must be a finite number of GiB >= 0, got np.int64(-1)"),

@@ -179,7 +179,8 @@ def test_swapped_kv_is_parked_in_the_host_tier(model):
     options = dict(model=model, gpu="h200", kv_tokens=kv_tokens, preemption="swap", debug_invariants=10)
     swap = run_simulation(SimConfig(**options), w)
     assert swap.steps["swap_blocks"].sum() > 0
-    tiny = run_simulation(SimConfig(cpu_offload_gib=1e-6, **options), w)  # less than a block: zero host blocks
+    with pytest.warns(UserWarning, match="less than one host block"):  # zero host blocks, and said so
+        tiny = run_simulation(SimConfig(cpu_offload_gib=1e-6, **options), w)
     assert tiny.summary["host_tier_blocks"] == 0 and tiny.steps["swap_blocks"].sum() == 0
     roomy = run_simulation(SimConfig(cpu_offload_gib=64.0, **options), w)
     assert roomy.steps["swap_blocks"].sum() > 0 and roomy.summary["completed"] == swap.summary["completed"]

@@ -58,3 +58,12 @@ def test_a_budget_below_max_model_len_without_chunked_prefill_is_said():
                         "default budget is then max_model_len), so longer prompts and recomputes cannot be scheduled"]
     for fine in (dict(max_num_batched_tokens=8192), dict(chunked_prefill=True), dict(max_model_len=2048)):
         assert "vllm_would_refuse" not in run_simulation(dataclasses.replace(config, **fine), ONE).summary
+
+
+def test_a_kv_size_no_gpu_has_room_for_beside_the_weights_is_said():
+    """--kv-gib 39 on an A100-40GB that OPT-13B's weights fill by 23.93 GiB: accepted (it is under the GPU's
+    40 GiB), though no server could hold both; the paper's 12 GiB fits."""
+    refusals = run_simulation(SimConfig(kv_gib=39.0), ONE).summary["vllm_would_refuse"]
+    assert refusals == ["--kv-gib 39 does not fit beside the weights: 39.00 GiB of KV and 23.93 GiB of weights per "
+                        "GPU exceed the a100-40gb's 40.0 GiB (--kv-tokens sizes a pool regardless of the GPU)"]
+    assert "vllm_would_refuse" not in run_simulation(SimConfig(kv_gib=12.0), ONE).summary
