@@ -18,6 +18,7 @@ A conversation ends after ``turns`` turns, or earlier if the next turn would exc
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 
@@ -34,6 +35,8 @@ class Conversations:
     turn: np.ndarray
     has_system: np.ndarray
     times: np.ndarray
+    cut_short: int = 0
+    """Open loop: conversations still waiting for their next turn when the arrivals ran out."""
 
 
 def build_conversations(times: np.ndarray, message: np.ndarray, output: np.ndarray, has_sys: np.ndarray, *,
@@ -51,7 +54,7 @@ def build_conversations(times: np.ndarray, message: np.ndarray, output: np.ndarr
         conv[i] = c = state.add(i, c)
         if state.turns_done[c] < turns:
             ready.append((t_list[i] + turn_gap_s, c))
-    return state.result(conv, times)
+    return dataclasses.replace(state.result(conv, times), cut_short=len(ready))
 
 
 def build_sessions(times: np.ndarray, message: np.ndarray, output: np.ndarray, has_sys: np.ndarray, *,

@@ -19,11 +19,13 @@ Sharing options:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from workloads.arrivals import ArrivalProcess, closed_loop_of
 from workloads.conversations import build_conversations, build_sessions
-from workloads.errors import TraceError, check_seed, real_number, whole_number
+from workloads.errors import TraceError, TraceWarning, check_seed, real_number, whole_number
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.validation import BOTH_N_AND_BEAM
 from workloads.workload import NONE, Workload
@@ -65,6 +67,7 @@ def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests
         if think_time_s is None:
             gap = DEFAULT_TURN_GAP_S if turn_gap_s is None else turn_gap_s
             convs = build_conversations(times, prompt, output, has_sys, turn_gap_s=gap, **shape)
+            _warn_short_conversations(convs, turns, gap)
         else:
             convs = build_sessions(times, prompt, output, has_sys, **shape)
         prompt, has_sys, times = convs.prompt_tokens, convs.has_system, convs.times
@@ -87,6 +90,21 @@ def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests
         closed_loop=closed,
         **columns,
     )
+
+
+def _warn_short_conversations(convs, turns: int, gap: float) -> None:
+    """A warning when open-loop conversations average well under ``turns`` turns because the arrivals ran out:
+    a turn waits ``gap`` seconds for a later arrival, so the arrivals of the first ``gap`` seconds all start
+    conversations and those still waiting at the end stop short (the help promised fewer turns only where
+    max_total cuts them, which is not warned about)."""
+    conversations = len(np.unique(convs.session_id))
+    mean = len(convs.session_id) / conversations
+    if mean < turns / 2 and convs.cut_short > 0.2 * conversations:
+        span = float(convs.times[-1] - convs.times[0]) if len(convs.times) else 0.0
+        warnings.warn(TraceWarning(
+            f"--turns {turns}: the conversations average {mean:.1f} turns, {convs.cut_short} of {conversations} "
+            f"still waiting for their next turn (--turn-gap-s {gap:g} s) when the {span:.0f} s of arrivals end "
+            "(more requests, a higher rate or a shorter gap give more turns)"), stacklevel=3)
 
 
 def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarray, sys_len: int,

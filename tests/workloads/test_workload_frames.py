@@ -18,8 +18,8 @@ def same_requests(a, b) -> bool:
 
 @pytest.mark.parametrize("workload", [
     load_preset("mooncake-conv", num_requests=20),  # prefix hashes
-    generate("fixed:prompt=300,output=50", "poisson:rate=4", 12, turns=3, system_prompt_len=100,
-             system_prompt_frac=0.5),  # sessions, think times NaN, nullable prefix groups
+    generate("fixed:prompt=300,output=50", "poisson:rate=4", 12, turns=3, turn_gap_s=0.5, system_prompt_len=100,
+             system_prompt_frac=0.5),  # sessions of several turns, think times NaN, nullable prefix groups
     generate("fixed:prompt=300,output=50", "closed:users=3,think_s=0.5", 6, n=2),  # closed loop, n
 ], ids=["hashes", "sessions", "closed-loop"])
 def test_a_frame_round_trips_through_pandas_parquet(tmp_path, workload):
