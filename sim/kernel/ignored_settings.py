@@ -32,12 +32,14 @@ def has_host_tier(config: SimConfig) -> bool:
 
 
 def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, model=None,
-                     priorities: bool = False) -> dict[str, str]:
+                     priorities: bool = False, sampled: bool = True, host_tier=None) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
     vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`); ``sessions``: the workload has
     a ``session_id`` column (without one, session affinity routes as least-requests); ``model``: the model
     served (its KV groups decide ``--disable-hybrid-kv-cache-manager``); ``priorities``: some request has a
-    priority other than 0 (reported, under the column's name, where the policy does not read it)."""
+    priority other than 0 (reported, under the column's name, where the policy does not read it);
+    ``sampled``: some request is sampled more than once without a beam (what ``--parallel-sampling`` acts on);
+    ``host_tier``: the run's tier, if any (one of no blocks holds nothing)."""
     defaults = SimConfig()
     name = config.allocator
     ignored: dict[str, str] = {}
@@ -97,6 +99,12 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
         ignored[f"--max-num-batched-tokens {config.max_num_batched_tokens}"] = (
             "static batching runs whole prompts without a token budget (the value still sizes the activation "
             "memory reserved before a derived KV cache)")
+    if config.parallel_sampling != defaults.parallel_sampling and not sampled:
+        ignored[f"--parallel-sampling {config.parallel_sampling}"] = (
+            "no request of this workload is sampled more than once (n > 1 without a beam)")
+    if host_tier is not None and host_tier.num_blocks == 0:
+        ignored[f"--cpu-offload-gib {config.cpu_offload_gib:g}"] = (
+            f"it is less than one host block ({host_tier.block_bytes:,} bytes), so the tier holds nothing")
     if priorities and config.scheduling_policy != "priority":
         ignored["priority column"] = (f"the policy is {config.scheduling_policy}; only --scheduling-policy priority "
                                       "orders by it (vLLM refuses a priority without that policy)")

@@ -129,15 +129,9 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
         extra["parallel_sampling"] = sampling
     hybrid = bool(hybrid_kv_groups(config, model))
     priority = getattr(workload, "priority", None)
-    ignored = ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False)),
-                               model=model, priorities=priority is not None and bool(np.any(priority != 0)))
-    if config.parallel_sampling != "auto" and sampling_mode(workload) is None:
-        ignored[f"--parallel-sampling {config.parallel_sampling}"] = (
-            "no request of this workload is sampled more than once (n > 1 without a beam)")
-    if (tier := memory.host_tier) is not None and tier.num_blocks == 0:
-        ignored[f"--cpu-offload-gib {config.cpu_offload_gib:g}"] = (
-            f"it is less than one host block ({tier.block_bytes:,} bytes), so the tier holds nothing")
-    if ignored:
+    if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False)),
+                                   model=model, priorities=priority is not None and bool(np.any(priority != 0)),
+                                   sampled=sampling is not None, host_tier=memory.host_tier):
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)
