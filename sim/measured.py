@@ -195,7 +195,7 @@ def _skipped_text(skipped: dict[str, int]) -> str:
     return ", ".join(f"{count} {reason}" for reason, count in skipped.items())
 
 
-def _read_csv(path: Path) -> MeasuredRun:
+def _read_table(path: Path) -> MeasuredRun:
     """A per-request table: CSV, or Parquet by its suffix. kvsim's own requests table (``kvsim run --out``) reads
     as one, its ``arrival_s`` taken for ``arrival_time_s`` and its rejected requests (no latency) left out and
     counted: a run simulated with known coefficients fits back without editing the file."""
@@ -220,7 +220,8 @@ def _read_csv(path: Path) -> MeasuredRun:
 
 
 def _finish_table(frame: pd.DataFrame, path: Path, *, text: bool) -> MeasuredRun:
-    """`_read_csv`'s columns checked, kvsim's requests table recognised (`_read_csv`), then `_finish`."""
+    """A per-request table's columns checked, kvsim's own requests table recognised (`_read_table`), then
+    `_finish`."""
     skipped: dict[str, int] = {}
     if "arrival_time_s" not in frame.columns and "arrival_s" in frame.columns and "rejected" in frame.columns:
         rejected = frame["rejected"].astype(str).str.lower().isin(("true", "1"))
@@ -384,12 +385,13 @@ def _guidellm(data: dict, path: Path) -> MeasuredRun:
 
 
 def read_measured(path: str | Path) -> MeasuredRun:
-    """Read a measured run from any of the three formats (JSON by its keys, anything else as CSV)."""
+    """Read a measured run from any of the three formats (JSON by its keys; a per-request table, Parquet by its
+    suffix, anything else as CSV)."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     if path.suffix.lower() != ".json":
-        return _read_csv(path)
+        return _read_table(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -12,7 +12,7 @@ import json
 import click
 
 from sim.commands.failure import fail
-from sim.commands.options import ALLOCATOR_NAMES, catalog_option, kv_cache_dtype_option
+from sim.commands.options import ALLOCATOR_NAMES, catalog_option, enforce_eager_option, kv_cache_dtype_option
 
 
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
@@ -62,7 +62,10 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     else:
         alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
                                placement=placement, **pages)
-    refusals = vllm_refusals(SimConfig(), max_len, KVMemory(alloc).longest_request(max_len), cap)
+    config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
+                       kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
+                       enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+    refusals = vllm_refusals(config, max_len, KVMemory(alloc).longest_request(max_len), cap)
     reason = alloc.never_fits(prompt_len, final_tokens=final_tokens(prompt_len, output_len))
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
     alloc.check_invariants()
@@ -97,28 +100,23 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "never_fits": reason,
         "unusable_frac": 1.0 - shares["token_states"],
         "breakdown": shares,
-    } | _notes(dict(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
-                    kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
-                    enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager),
-               max_model_len, spec, hybrid) | ({"vllm_would_refuse": refusals} if refusals else {})
+    } | _notes(config, max_model_len, spec, hybrid) | ({"vllm_would_refuse": refusals} if refusals else {})
 
 
-def _notes(settings: dict, max_model_len: int | None, spec, hybrid: bool) -> dict:
-    """What `kvsim run` would say of the same settings (``settings``: the `SimConfig` fields given):
+def _notes(config, max_model_len: int | None, spec, hybrid: bool) -> dict:
+    """What `kvsim run` would say of the same settings (``config``: a `SimConfig` of the fields given):
     ``ignored_settings`` (a block size or placement the allocator has no use for, a utilization under a given KV
     size, ...), ``memory_omits`` (window layers an allocator keeps whole) and ``beyond_model_context`` (a
     ``--max-model-len`` past the model's own context), each only when there is something to say, so that the
     two commands do not disagree in silence."""
-    from sim.kernel.config import SimConfig
     from sim.kernel.ignored_settings import ignored_settings
     from sim.kernel.memory_omits import memory_omits
     from sim.kernel.over_length import beyond_model_context
 
-    config = SimConfig(**settings)
     notes: dict = {}
     if ignored := ignored_settings(config, hybrid, model=spec):
         notes["ignored_settings"] = ignored
-    if omits := memory_omits(config, spec, hybrid):
+    if omits := memory_omits(config, spec):
         notes["memory_omits"] = list(omits)
     if note := beyond_model_context(max_model_len, spec):
         notes["beyond_model_context"] = note
@@ -208,9 +206,7 @@ def _print_text(r: dict) -> None:
               help="Output tokens per request [default: the rest of --max-model-len, or 0].")
 @click.option("--max-model-len", type=int, default=None, help="Maximum sequence length [default: the model's].")
 @catalog_option
-@click.option("--enforce-eager", is_flag=True,
-              help="No CUDA graphs (vLLM's flag). Accepted and reported ignored: vLLM 0.11 sizes the KV "
-                   "cache before it captures graphs, and kvsim's clock does not change with it.")
+@enforce_eager_option
 @click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
               help="Tokens per step (vLLM's flag): sizes the activation memory reserved before the KV cache.")
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
@@ -218,6 +214,7 @@ def _print_text(r: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
     """KV capacity of a deployment and how many requests of a given length fit at once."""
+    from sim.kernel.ignored_settings import ignored_lines
 
     try:
         report = capacity_report(**options)
@@ -227,8 +224,8 @@ def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
         click.echo(json.dumps(report, sort_keys=True))
     else:
         _print_text(report)
-    for flag, why in report.get("ignored_settings", {}).items():
-        click.echo(f"Warning: {report['allocator']}: {flag} ignored: {why}", err=True)
+    for line in ignored_lines(report):
+        click.echo(f"Warning: {line}", err=True)
     for why in report.get("vllm_would_refuse", []):
         click.echo(f"Warning: {report['allocator']}: vLLM would refuse to start this server: {why}", err=True)
     for what in report.get("memory_omits", []):

@@ -65,6 +65,12 @@ kv_cache_dtype_option = click.option(
          "fp8_e5m2); fp8 halves a token's bytes, so the same memory holds twice the tokens.")
 """``--kv-cache-dtype`` for every command that sizes KV memory (the `SimConfig` field of the same name)."""
 
+enforce_eager_option = click.option(
+    "--enforce-eager", is_flag=True,
+    help="No CUDA graphs (vLLM's flag). Accepted and reported ignored: vLLM 0.11 sizes the KV cache before it "
+         "captures graphs, and kvsim's clock does not change with it.")
+"""``--enforce-eager`` for the commands that size KV memory as vLLM does (``run``, ``compare``, ``capacity``)."""
+
 trace_format_option = alias_option("--trace-format", "--format", "trace_format", default=None,
                                    help=TRACE_FORMAT_HELP)
 """``--trace-format`` for commands without an output format (``trace stats``: ``--format`` is its old name)."""

@@ -22,6 +22,7 @@ from sim.commands.options import (
     AliasOption,
     catalog_option,
     columns_option,
+    enforce_eager_option,
     kv_cache_dtype_option,
 )
 from sim.kernel.config import (
@@ -83,9 +84,7 @@ def simulation_options(func):
         click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
                      help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
                           "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
-        click.option("--enforce-eager", is_flag=True,
-                     help="No CUDA graphs (vLLM's flag). Accepted and reported ignored: vLLM 0.11 sizes the KV "
-                   "cache before it captures graphs, and kvsim's clock does not change with it."),
+        enforce_eager_option,
         _field_option("--block-size", type=int,
                       help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
         _field_option("--page-size-kib", type=int,

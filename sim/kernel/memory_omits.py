@@ -14,12 +14,12 @@ from allocators.kv_cache_groups import SLIDING
 from sim.kernel.config import SimConfig
 
 
-def memory_omits(config: SimConfig, model, hybrid: bool) -> tuple[str, ...]:
-    """Phrases for the summary's ``memory_omits``; ``hybrid``: the run's pool is vLLM's hybrid manager
-    (`sim.kernel.replica.hybrid_kv_groups`). ``--disable-hybrid-kv-cache-manager`` on paged asks for full layers
-    on purpose (vLLM's own flag), so it is not reported; on another allocator the flag is ignored."""
+def memory_omits(config: SimConfig, model) -> tuple[str, ...]:
+    """Phrases for the summary's ``memory_omits``. ``paged`` on a model with windows is vLLM's hybrid manager
+    (`sim.kernel.replica.hybrid_kv_groups`), or holds full layers because vLLM's own
+    ``--disable-hybrid-kv-cache-manager`` asked for them: either way nothing is left out that vLLM would keep."""
     windows = sorted({g.window for g in model.kv_groups() if g.attention == SLIDING})
-    if not windows or hybrid or (config.disable_hybrid_kv_cache_manager and config.allocator == "paged"):
+    if not windows or config.allocator == "paged":
         return ()
     return (f"sliding windows: {config.allocator} keeps every token's KV in {model.name}'s window layers "
             f"(window {', '.join(f'{w:,}' for w in windows)} tokens), where only paged, vLLM's hybrid KV cache "

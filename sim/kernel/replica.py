@@ -135,7 +135,7 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)
-    if omits := memory_omits(config, model, hybrid):
+    if omits := memory_omits(config, model):
         extra["memory_omits"] = list(omits)
     if note := beyond_model_context(config.max_model_len, model):
         extra["beyond_model_context"] = note

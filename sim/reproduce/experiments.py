@@ -34,9 +34,10 @@ SIZE_ALLOCATORS = ("contiguous-max", "contiguous-oracle", "paged")
 
 BLOCK_RATES = {"sharegpt-paper": 2.5, "alpaca-paper": 80.0}
 """The block-size sweep's load: past the paged allocator's knee (block 16) on each preset, where memory is the
-bottleneck and block size can matter; at lighter loads every block size serves the same throughput. They were about the
-knees under the plain roofline clock; under ``paper-2023`` paged sustains about 2.07 req/s on ShareGPT and 38.9 on
-Alpaca (`docs/reproduction.md`), so ShareGPT runs 20% and Alpaca about 2x past it (kept, not re-picked to a verdict)."""
+bottleneck and block size can matter; at lighter loads every block size serves the same throughput. They were
+about the knees under the plain roofline clock; under ``paper-2023`` paged sustains about 2.07 req/s on ShareGPT
+and 38.9 on Alpaca (`docs/reproduction.md`), so ShareGPT runs 20% and Alpaca about 2x past it (kept, not re-picked
+to a verdict)."""
 
 
 @dataclass(frozen=True)
