@@ -64,7 +64,8 @@ class Engine:
         now = env.now
         while True:
             source.deliver(now + ARRIVAL_TIE_S, sched)
-            if self.snapshots is not None and self.snapshots.due(now, source.cursor):
+            arrived = source.cursor
+            if self.snapshots is not None and self.snapshots.due(now, arrived, arrived, arrived - len(sched.live)):
                 record_snapshot(sched, rec, now)
             if sched.idle:
                 t = source.next_time()

@@ -207,7 +207,7 @@ class Fleet:
             if self.observed:
                 self._route_due(now + ARRIVAL_TIE_S)
             self._deliver(replica, now + ARRIVAL_TIE_S)
-            if snapshots.due(now, self.routed):
+            if snapshots.due(now, self.routed, replica.delivered, replica.delivered - len(sched.live)):
                 record_snapshot(sched, rec, now)
             if sched.idle:
                 replica.end_s = now

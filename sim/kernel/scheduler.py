@@ -16,7 +16,7 @@ scheduler owns the queues (``waiting`` a `WaitingQueue`), the decode set, the be
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -55,6 +55,7 @@ class Scheduler:
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
         self.returned = 0  # budget given back by groups preempted after being scheduled this step
         self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
+        self.prefilling: list[SequenceGroup] = []  # the running groups this step found prefilling
         self.deferred_window = 0  # their context clipped to the sliding window (a model with windows)
         self.lazy = lazy
         self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
@@ -116,8 +117,29 @@ class Scheduler:
         return tokens
 
     def pending_decode_tokens(self) -> dict[int, int]:
-        """Tokens each decoder computed that the allocator was not told yet (for a memory map)."""
-        return self.decode.all_pending(self.step)
+        """Tokens each sequence computed that the allocator was not told yet (for a memory map); negative for a
+        prompt held whole and not computed yet (`unfilled_prompt`)."""
+        pending = self.decode.all_pending(self.step)
+        if self.running_seqs != self.decode.n or self.beams.groups:  # some running group is prefilling
+            for seq_id, tokens in self.unfilled_prompt(self.running, {}).items():
+                pending[seq_id] = -tokens
+        return pending
+
+    def unfilled_prompt(self, groups: Iterable[SequenceGroup], chunks: dict[int, int]) -> dict[int, int]:
+        """Prompt tokens the memory of each prefilling sequence among ``groups`` holds that no step has
+        computed, once the ``chunks`` (group index -> tokens) of the step being planned are. An allocator that
+        places a prompt whole (a contiguous slab, vAttention's pages, a group that will fork) holds it from
+        admission, while chunked prefill computes it over several steps: those slots are reservation (held, to
+        be filled), not token states. vLLM's paged manager allocates chunk by chunk, so holds none (left out)."""
+        unfilled: dict[int, int] = {}
+        memory = self.memory
+        for group in groups:
+            if group.prefill_done < group.prefill_target and len(group.seq_ids) == 1:
+                seq_id = group.seq_ids[0]
+                held = memory.num_tokens(seq_id) - group.prefill_done - chunks.get(group.index, 0)
+                if held > 0:
+                    unfilled[seq_id] = held
+        return unfilled
 
     def plan_step(self, now: float) -> StepPlan:
         """Do the allocator work of the next step (index ``self.step``) and say what the step computes.
@@ -146,6 +168,7 @@ class Scheduler:
         self.step_tokens.clear()
         self.returned = 0
         self.deferred_seqs = self.deferred_context = self.deferred_window = 0
+        self.prefilling = []
         # beam groups re-pick parents and append a token, every step
         beams = self.beams
         if beams.groups:
@@ -231,6 +254,7 @@ class Scheduler:
                 budget += self.returned
                 self.returned = 0
             if group.prefill_done < group.prefill_target:  # prefilling
+                self.prefilling.append(group)
                 if budget <= 0:
                     continue
                 chunk = self.chunk(group.prefill_target - group.prefill_done, budget)
@@ -290,7 +314,9 @@ class Scheduler:
             # beams that joined this step (their prefill ended in it) append their first token next step
             plan.eager_appended = sum(g.num_seqs for g in self.running
                                       if g.beam and g.base >= 0 and g not in self.joiners)
-        plan.lag_offset = join_seqs + self.deferred_seqs
+        unfilled = self.unfilled_prompt(self.prefilling + [g for g, _ in plan.chunks],
+                                        {g.index: c for g, c in plan.chunks}) if self.chunked else {}
+        plan.lag_offset = join_seqs + self.deferred_seqs - sum(unfilled.values())
         plan.decode_seqs = decode.n - join_seqs - self.deferred_seqs + beam_seqs
         # a decoder attends to the token it feeds this step too (its slot is part of the step's growth)
         decode_context = decode.context(step) + decode.n - join_context - self.deferred_context + beam_context

@@ -4,14 +4,18 @@ Why not always at times spread over the arrival span: where arrivals are release
 closed loop of users, session turns with a think time) the span is not known before the run (a closed loop's
 arrival times are all 0, its rows only an order), so every snapshot fell at the start and the memory map showed
 an empty pool once. There the snapshots are spread over the requests instead: snapshot ``k`` of ``n`` once
-``ceil(size * (k + 1) / (n + 1))`` requests have arrived. Either way a snapshot is taken at the start of the
+``ceil(size * (k + 1) / (n + 1))`` requests have arrived. Where every request arrives at once (an offline
+batch, a trace without timestamps) there is no span and no order of arrivals: there they are spread over the
+requests leaving (finished or refused), snapshot ``k`` once ``ceil(arrived * (k + 1) / (n + 1))`` have left (of
+those arrived so far: a fleet replica's own). Either way a snapshot is taken at the start of the
 first row at or after its moment, and moments one idle gap passes together make one
 snapshot: the summary's ``memory_snapshots`` counts the moments, which do not depend on how rows group steps,
 and the table's distinct times the snapshots.
 
 A run of decode steps advanced in one move (`sim.kernel.fast_forward`) ends before the first step starting at
 or after the next moment (`next_moment`), so the fast-forward snapshots the same step as step by step does,
-and the two modes give the same memory-map table.
+and the two modes give the same memory-map table; a request leaves only where a run ends anyway (a completion
+ends one, a refusal happens as a step is planned).
 """
 
 from __future__ import annotations
@@ -24,30 +28,38 @@ from sim.kernel.arrivals import ARRIVAL_TIE_S
 
 class SnapshotSchedule:
     """The moments of ``count`` snapshots of a run of ``size`` requests whose first arrives at ``start``
-    and, open loop, whose last at ``end``; ``by_arrivals``: spread over the requests instead."""
+    and, open loop, whose last at ``end``; ``by_arrivals``: spread over the requests instead; ``by_departures``
+    (all arriving at once): over the requests leaving."""
 
-    __slots__ = ("_times", "_arrived")
+    __slots__ = ("_times", "_arrived", "_shares")
 
-    def __init__(self, count: int, size: int, start: float, end: float, *, by_arrivals: bool) -> None:
+    def __init__(self, count: int, size: int, start: float, end: float, *, by_arrivals: bool,
+                 by_departures: bool = False) -> None:
         span = end - start
-        self._times = [] if by_arrivals else [start + span * (k + 1) / (count + 1) for k in range(count)]
+        by_time = not (by_arrivals or by_departures)
+        self._times = [start + span * (k + 1) / (count + 1) for k in range(count)] if by_time else []
         self._arrived = [max(1, math.ceil(size * (k + 1) / (count + 1))) for k in range(count)] if by_arrivals else []
+        self._shares = [(k + 1) / (count + 1) for k in range(count)] if by_departures else []
 
     @classmethod
     def for_workload(cls, count: int, workload, start: float, by_arrivals: bool) -> SnapshotSchedule:
         """``count`` snapshots of a run of ``workload`` starting at ``start`` (`first_arrival_s`)."""
         end = float(workload.arrival_time_s[-1]) if len(workload) else start
-        return cls(count, len(workload), start, end, by_arrivals=by_arrivals)
+        at_once = not by_arrivals and len(workload) > 1 and end == start
+        return cls(count, len(workload), start, end, by_arrivals=by_arrivals, by_departures=at_once)
 
-    def due(self, now: float, arrived: int) -> bool:
+    def due(self, now: float, arrived: int, delivered: int = 0, departed: int = 0) -> bool:
         """Whether a row starting at ``now``, ``arrived`` requests having arrived, takes a snapshot (every
-        moment it passes is used up)."""
+        moment it passes is used up); ``delivered``: those of them this engine took, ``departed`` of which left."""
         passed = False
         while self._times and now >= self._times[0] - ARRIVAL_TIE_S:  # as an arrival: a tie is this step's
             self._times.pop(0)
             passed = True
         while self._arrived and arrived >= self._arrived[0]:
             self._arrived.pop(0)
+            passed = True
+        while self._shares and departed and departed >= math.ceil(delivered * self._shares[0]):
+            self._shares.pop(0)
             passed = True
         return passed
 

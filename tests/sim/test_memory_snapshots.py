@@ -35,6 +35,26 @@ def test_a_closed_loop_is_snapshotted_over_its_requests():
     assert len(tokens) == 6 and (tokens > 0).all()
 
 
+def test_a_batch_arriving_at_once_is_snapshotted_as_its_requests_leave():
+    """Regression: an open-loop workload whose requests all arrive at 0 (an offline batch) has no arrival span,
+    so every moment fell at the start and the one snapshot showed an empty pool."""
+    rng = np.random.default_rng(0)
+    w = Workload(arrival_time_s=np.zeros(200), prompt_tokens=rng.integers(50, 800, 200),
+                 output_tokens=rng.integers(20, 400, 200), name="batch")
+    config = dataclasses.replace(CONFIG, kv_tokens=20000)
+    fast, slow = run_simulation(config, w), run_simulation(dataclasses.replace(config, step_by_step=True), w)
+    times = snapshot_times(fast)
+    assert len(times) == fast.summary["memory_snapshots"] == 6
+    finished = np.sort(fast.requests["finished_s"].to_numpy())
+    for k, t in enumerate(times):  # at the first row starting once 29, 58, ... 172 requests have left
+        assert finished[int(np.ceil(200 * (k + 1) / 7)) - 1] <= t < finished[-1]
+    tokens = fast.memory[fast.memory["state"] == "token"].groupby("time_s").size()
+    assert len(tokens) == 6 and (tokens > 0).all()
+    assert np.allclose(times, snapshot_times(slow), rtol=1e-12)
+    fleet = run_simulation(dataclasses.replace(config, replicas=2), w)  # each replica over its own requests
+    assert fleet.memory.groupby("replica")["time_s"].nunique().tolist() == [6, 6]
+
+
 def test_session_turns_released_by_think_time_are_snapshotted_on_every_replica():
     w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=100,output_cv=1,max_total=3000",
                  "poisson:rate=2", 120, seed=1, turns=3, think_time_s=1.0)
