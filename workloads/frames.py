@@ -27,14 +27,14 @@ def workload_to_frame(workload: Workload, *, hashes_as: str = "list") -> pd.Data
     w = workload
     frame = pd.DataFrame({"id": w.ids, "arrival_time_s": w.arrival_time_s, "prompt_tokens": w.prompt_tokens,
                           "output_tokens": w.output_tokens})
-    frame["max_tokens"] = _nullable(w.max_tokens)
+    frame["max_tokens"] = nullable(w.max_tokens)
     frame["n"], frame["beam_width"] = w.n, w.beam_width
-    frame["prefix_group"] = _nullable(w.prefix_group)
+    frame["prefix_group"] = nullable(w.prefix_group)
     frame["prefix_len"] = np.where(w.prefix_group == NONE, 0, w.prefix_len)  # no group: shares nothing, and
     # a reader rejects a length without its group
     frame["priority"] = w.priority
     if w.has_sessions:
-        frame["session_id"], frame["turn"], frame["think_time_s"] = _nullable(w.session_id), w.turn, w.think_time_s
+        frame["session_id"], frame["turn"], frame["think_time_s"] = nullable(w.session_id), w.turn, w.think_time_s
     if hashes_as != "none":
         split = np.split(w.hash_values, w.hash_offsets[1:-1]) if len(w) else []
         if hashes_as == "text":
@@ -48,9 +48,11 @@ def workload_to_frame(workload: Workload, *, hashes_as: str = "list") -> pd.Data
     return frame
 
 
-def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
-    none = values == NONE
-    return pd.arrays.IntegerArray(np.where(none, 0, values), none)
+def nullable(values: np.ndarray, missing: np.ndarray | None = None) -> pd.arrays.IntegerArray:
+    """``values`` as pandas nullable integers (``Int64``), NA where ``missing`` (default: where they hold the
+    `NONE` sentinel), so a table says "none" rather than showing the sentinel as a number."""
+    missing = values == NONE if missing is None else missing
+    return pd.arrays.IntegerArray(np.where(missing, 0, values), missing)
 
 
 def workload_from_frame(frame: pd.DataFrame, *, skip_bad_rows: bool = False, **attrs) -> Workload:

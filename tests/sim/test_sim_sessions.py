@@ -1,7 +1,9 @@
 """Multi-turn sessions in the simulator: a turn hits its previous turn's prompt AND generated output, and a
-closed-loop turn arrives its think time after the previous turn ends."""
+closed-loop turn arrives its think time after the previous turn ends; the requests table names each row's
+session and turn."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import workloads
@@ -143,3 +145,25 @@ def test_rejected_turn_still_releases_the_next():
     r = run_simulation(SimConfig(kv_tokens=20_000, max_model_len=3100), w).requests
     assert r["rejected"].tolist() == [False, True, True]
     assert r["arrival_s"][2] == pytest.approx(r["arrival_s"][1] + 1.0)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_requests_table_names_each_requests_session_and_turn(replicas):
+    """TTFT per turn needs each row's session and turn, right after ``request_id``, as nullable integers: NA on
+    a row that is no session's turn (a fleet's table too)."""
+    w = Workload(arrival_time_s=[0.0, 0.5, 1.0, 1.5, 2.0], prompt_tokens=[100, 80, 200, 90, 400],
+                 output_tokens=[50, 20, 50, 30, 50], session_id=[4, -1, 4, 9, 4], turn=[0, 0, 1, 0, 2])
+    r = run_simulation(SimConfig(kv_tokens=20_000, replicas=replicas), w).requests
+    assert list(r.columns[:3]) == ["request_id", "session_id", "turn"]
+    assert r["session_id"].dtype == "Int64" and r["turn"].dtype == "Int64"
+    assert r["session_id"].tolist() == [4, pd.NA, 4, 9, 4] and r["turn"].tolist() == [0, pd.NA, 1, 0, 2]
+    assert r.groupby("turn")["ttft_s"].size().to_dict() == {0: 2, 1: 1, 2: 1}
+
+
+def test_requests_table_without_sessions_has_them_all_na():
+    """Every run's table has the columns (a stable schema); a fanned-out one's rows are folded back first."""
+    w = generate(LENGTHS, "constant:rate=1", 4, seed=0, n=2)
+    r = run_simulation(SimConfig(kv_tokens=20_000, allocator="paged"), w)
+    assert r.summary["parallel_sampling"] == "fan-out" and len(r.requests) == 4
+    assert r.requests["session_id"].isna().all() and r.requests["turn"].isna().all()
+    assert r.requests["turn"].dtype == "Int64"

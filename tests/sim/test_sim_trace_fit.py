@@ -122,13 +122,13 @@ def test_a_run_without_phases_is_scored_once():
 def test_kvsims_own_requests_table_reads_as_a_measured_run(tmp_path, fmt):
     """`kvsim run --out`'s requests table (``arrival_s``; rejected requests without latencies; Parquet by
     default) was refused as a measured run: the round trip needed hand editing. Its rejected rows are left out
-    and counted."""
+    and counted; its ``session_id`` and ``turn`` (NA: no sessions here) are not read."""
     from workloads.errors import TraceWarning
 
     w = workloads.load_preset("sharegpt-demo", num_requests=60, seed=0)
     result = run_simulation(SimConfig(kv_tokens=600, max_model_len=512, step_time=0.01), w)
     rejected = int(result.summary["rejected"])
-    assert rejected > 0
+    assert rejected > 0 and result.requests["session_id"].isna().all()
     path = tmp_path / f"requests.{fmt}"
     getattr(result.requests, f"to_{fmt}")(path, index=False)
     with pytest.warns(TraceWarning, match=f"{rejected} request.s. left out .* rejected by the simulation"):
