@@ -60,7 +60,7 @@ class HybridPagedAllocator(HybridQueries):
         looked_up = max(num_tokens, full_tokens or 0)
         hits = self._lookup(block_hashes, looked_up)
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
-        if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
+        if full_tokens is not None and self._admission_blocks(hits, full_tokens, capped=True) > free:
             return None
         if self._admission_blocks(hits, num_tokens) > free:
             return None

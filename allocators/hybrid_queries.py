@@ -106,11 +106,16 @@ class HybridQueries(Allocator):
 
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
-                 kv_groups: Sequence = ()) -> None:
+                 kv_groups: Sequence = (), max_num_batched_tokens: int | None = None) -> None:
+        """``max_num_batched_tokens``: the scheduler's token budget, the tokens a step has in flight, which
+        bounds what a window group holds per request (`admission_caps`); None: a prompt's whole length."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
         self.windows = [g.window for g in self.groups]
+        self.admission_caps = [None if w is None or max_num_batched_tokens is None
+                               else cdiv(min(w - 1 + max_num_batched_tokens, self.max_model_len), block_size) + 1
+                               for w in self.windows]
         # `_hit_blocks` asks full-attention groups first (a miss is settled at its first uncached block)
         self._lookup_order = sorted(enumerate(self.windows), key=lambda gw: gw[1] is not None)
         self.group_names = tuple(dict.fromkeys(g.name for g in kv_groups))
@@ -223,14 +228,17 @@ class HybridQueries(Allocator):
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
         return self._hit_blocks(block_hashes, num_tokens) * self.block_size
 
-    def _admission_blocks(self, hits: list[list[int]], num_tokens: int) -> int:
+    def _admission_blocks(self, hits: list[list[int]], num_tokens: int, capped: bool = False) -> int:
         """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group (host hits
-        load into new blocks too), plus the hits that sit in the free queue."""
+        load into new blocks too), plus the hits that sit in the free queue. ``capped``: the test that a
+        request's whole sequence would fit, where a window group needs at most its `admission_caps` blocks."""
         length = cdiv(num_tokens, self.block_size)
+        lengths = [length if cap is None or not capped else min(length, cap) for cap in self.admission_caps]
         if not hits:
-            return length * len(self.groups)
+            return sum(lengths)
         ref = self._ref
-        return sum(length - len(h) + sum(1 for b in h if b < 0 or b and ref[b] == 0) for h in hits)
+        return sum(max(n - len(h), 0) + sum(1 for b in h if b < 0 or b and ref[b] == 0)
+                   for n, h in zip(lengths, hits, strict=True))
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
@@ -248,16 +256,20 @@ class HybridQueries(Allocator):
         return taken + count * live + tail <= free
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
-        """An empty pool bounds a request by its prompt in every group, and at its final length by its whole
-        table in full groups and about a window's blocks in window groups."""
+        """An empty pool bounds a request by its prompt in every group, a window group's share capped at the
+        blocks its window and a step's tokens in flight take (`admission_caps`: prefilled in chunks, a prompt's
+        earlier blocks leave the window as later ones come), and at its final length by its whole table in
+        full groups and about a window's blocks in window groups (vLLM sizes its pool, and admits, by these)."""
         bs, usable = self.block_size, self.num_usable_blocks
-        prompt = cdiv(num_tokens, bs) * len(self.groups)
+        length = cdiv(num_tokens, bs)
+        prompt = sum(length if cap is None else min(length, cap) for cap in self.admission_caps)
         if prompt > usable:
             return (f"{self.name}: {num_tokens} tokens need {prompt} blocks in {len(self.groups)} KV cache groups "
                     f"but the pool has only {usable} usable")
         final = cdiv(max(num_tokens, final_tokens), bs)
-        need = sum(final if w is None else min(final, max(cdiv(num_tokens, bs), cdiv(w, bs) + 1))
-                   for w in self.windows)
+        need = sum(final if w is None else min(final, max(length if cap is None else min(length, cap),
+                                                          cdiv(w, bs) + 1))
+                   for w, cap in zip(self.windows, self.admission_caps, strict=True))
         if need > usable:
             return (f"{self.name}: needs {need} blocks of {bs} in {len(self.groups)} KV cache groups at its final "
                     f"length {max(num_tokens, final_tokens)} but the pool has only {usable} usable")

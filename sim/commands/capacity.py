@@ -58,7 +58,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
         alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
-                                     max_model_len=max_len)
+                                     max_model_len=max_len, max_num_batched_tokens=max_num_batched_tokens)
     else:
         alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
                                placement=placement, **pages)

@@ -98,10 +98,12 @@ class KVMemory:
 
     def longest_request(self, limit: int) -> int:
         """The most tokens, up to ``limit``, that one request can reach alone in this pool (the allocator's
-        `never_fits` for a request that grows to that length), by bisection: vLLM refuses to start a server
-        whose KV cache cannot hold one request of ``max_model_len`` (`sim.kernel.over_length.vllm_refusals`)."""
+        `never_fits` for a prompt of that length), by bisection: vLLM refuses to start a server whose KV cache
+        cannot hold one request of ``max_model_len`` (`sim.kernel.over_length.vllm_refusals`). A prompt, not
+        growth, is the peak vLLM sizes for: prefilled in chunks it holds a window group's admission cap (the
+        window plus a step's tokens), where decoding holds about the window alone."""
         def fits(tokens: int) -> bool:
-            return self._alloc.never_fits(1, final_tokens=tokens, max_total_tokens=tokens) is None
+            return self._alloc.never_fits(tokens, final_tokens=tokens, max_total_tokens=tokens) is None
 
         if fits(limit):
             return limit

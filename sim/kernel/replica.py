@@ -161,7 +161,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     options = dict(block_size=config.block_size, max_model_len=max_model_len, placement=config.placement,
                    prefix_caching=config.prefix_caching, watermark=config.watermark)
     groups = hybrid_kv_groups(config, model)
-    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, **options) if groups
+    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=config.max_num_batched_tokens,
+                                  **options) if groups
              else make_allocator(config.allocator, kv_tokens, **options,
                                  **page_options(allocator_class(config.allocator), model, config.page_size_kib,
                                                 kv_tokens, config.tensor_parallel)))

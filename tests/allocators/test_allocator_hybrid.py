@@ -38,6 +38,48 @@ def test_capacity_is_counted_in_group_slots():
     assert a.slots_per_token == 6 and a.group_names == ("local", "global")
 
 
+def test_a_window_group_is_capped_at_its_window_and_a_steps_tokens_in_flight():
+    """vLLM 0.33's ``SlidingWindowSpec.max_admission_blocks_per_request``: ``cdiv(min(window - 1 +
+    max_num_batched_tokens, max_model_len), block_size) + 1`` blocks (the window's start may fall inside a
+    block); full-attention groups have no cap."""
+    a = HybridPagedAllocator(10_000, block_size=16, kv_groups=GEMMA, max_model_len=131_072,
+                             max_num_batched_tokens=2048)
+    assert a.admission_caps == [cdiv(1023 + 2048, 16) + 1] * 5 + [None] == [193] * 5 + [None]
+    short = HybridPagedAllocator(10_000, block_size=16, kv_groups=GEMMA, max_model_len=2000,
+                                 max_num_batched_tokens=2048)
+    assert short.admission_caps[0] == cdiv(2000, 16) + 1
+    assert HybridPagedAllocator(10_000, block_size=16, kv_groups=GEMMA).admission_caps == [None] * 6
+
+
+def test_a_prompt_longer_than_the_window_groups_could_hold_whole_is_admitted_in_chunks():
+    """12,000 tokens need 750 blocks in every one of Gemma-3-12B's six groups (4,500) in a pool of 4,499
+    usable: refused as never fitting where a window group counts its whole prompt. Prefilled in chunks a
+    window group never holds more than its cap (193), so vLLM admits it when 750 + 5 x 193 = 1,715 blocks are
+    free (``scheduler_reserve_full_isl``) and the request runs."""
+    a = HybridPagedAllocator(12_000, block_size=16, kv_groups=GEMMA, max_model_len=131_072,
+                             max_num_batched_tokens=2048)
+    assert a.num_usable_blocks == 4499
+    assert a.never_fits(12_000, final_tokens=12_050) is None
+    assert HybridPagedAllocator(12_000, block_size=16, kv_groups=GEMMA).never_fits(
+        12_000, final_tokens=12_050) is not None
+    assert a.admit(0, 2048, final_tokens=12_050, full_tokens=12_000) is not None
+    done = 2048
+    while done < 12_000:  # chunk by chunk, the window groups freeing what left their window
+        chunk = min(2048, 12_000 - done)
+        assert a.grow_chunk(0, chunk) is not None
+        done += chunk
+        assert max(a.live_blocks(0)[:5]) <= 193
+    assert a.live_blocks(0)[5] == 750
+    a.check_invariants()
+    # the whole-sequence test at its boundary: 1,715 usable blocks admit it, 1,713 do not
+    for kv_tokens, usable, admitted in ((4576, 1715, True), (4573, 1713, False)):
+        c = HybridPagedAllocator(kv_tokens, block_size=16, kv_groups=GEMMA, max_model_len=131_072,
+                                 max_num_batched_tokens=2048)
+        assert c.num_usable_blocks == usable
+        assert (c.admit(0, 2048, final_tokens=12_000, full_tokens=12_000) is not None) == admitted
+        assert (c.never_fits(12_000, final_tokens=12_000) is None) == admitted
+
+
 def test_window_groups_hold_about_a_window_of_blocks_during_decode():
     """After a 3000-token prompt, at every decode step each window group holds at most window / block_size + 1
     blocks while the full group keeps every block; the prompt step itself holds the whole prompt (vLLM frees

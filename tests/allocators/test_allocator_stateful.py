@@ -221,16 +221,31 @@ class HybridMachine(AllocatorMachine):
 
     kv_groups: tuple = ()
 
-    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=40 * BLOCK + 3))
-    def build(self, capacity):
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=40 * BLOCK + 3),
+                budget=st.sampled_from([None, 4, 16]))
+    def build(self, capacity, budget):
         self.alloc = HybridPagedAllocator(capacity, block_size=BLOCK, max_model_len=64, kv_groups=self.kv_groups,
-                                          **self.options)
+                                          max_num_batched_tokens=budget, **self.options)
         self.tokens: dict[int, int] = {}
         self.prefixes: list[list[int]] = []
         self.next_id = 0
 
     def held(self, seq):
         return sum(self.alloc.live_blocks(seq)) * BLOCK
+
+    @rule(num=st.integers(1, 60), chunk=st.integers(1, 20))
+    def admit_first_chunk(self, num, chunk):
+        """A prompt admitted for its first chunk only, if its whole length would fit (vLLM's
+        ``scheduler_reserve_full_isl``, a window group's share capped at its admission cap)."""
+        chunk = min(chunk, num)
+        if self.alloc.never_fits(num, final_tokens=num):
+            return
+        seq, self.next_id = self.next_id, self.next_id + 1
+        before = self.snapshot()
+        if self.alloc.admit(seq, chunk, final_tokens=num, full_tokens=num) is None:
+            assert self.snapshot() == before
+        else:
+            self.tokens[seq] = chunk
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), n=st.integers(1, 20))
@@ -368,9 +383,10 @@ class HybridHostTierMachine(HostTierMachine, HybridMachine):
     on the host in any mix (a window group needs only the last blocks before the hit's end), so an admission
     checks its hit against the GPU's alone and the loads against the tier's counters."""
 
-    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=10 * BLOCK + 3), host=st.integers(0, 12))
-    def build(self, capacity, host):
-        HybridMachine.build(self, capacity)
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=10 * BLOCK + 3), host=st.integers(0, 12),
+                budget=st.sampled_from([None, 4, 16]))
+    def build(self, capacity, host, budget):
+        HybridMachine.build(self, capacity, budget)
         self.tier = HostTier(host, block_bytes=BLOCK * 10)
         assert self.alloc.attach_host_tier(self.tier) and self.alloc.host_tier is self.tier
         self.parked = []

@@ -31,7 +31,21 @@ def test_the_longest_request_is_the_allocators_own_bound(allocator, kv_tokens, l
     assert got == (8192 if longest is None else longest)
     if longest is not None:  # the bisection's answer is the edge: one token more does not fit
         alloc = memory._alloc
-        assert alloc.never_fits(1, final_tokens=got) is None and alloc.never_fits(1, final_tokens=got + 1)
+        assert alloc.never_fits(got, final_tokens=got) is None and alloc.never_fits(got + 1, final_tokens=got + 1)
+
+
+@pytest.mark.parametrize(("kv_tokens", "vllm_estimate"), [(12_000, 56_544), (4576, 12_000), (4573, 11_968)])
+def test_a_windowed_models_longest_request_is_vllms_own_estimate(kv_tokens, vllm_estimate):
+    """Gemma-3-12B (40 window layers of 1,024 tokens, 8 full), 16-token blocks, max_num_batched_tokens 2048:
+    vLLM 0.33's ``check_enough_kv_cache_memory`` on as many bytes (`tools/vllm_oracle/max_model_len.py`) gives
+    these estimates. It sizes a window layer at its admission cap (the window and a step's tokens in flight,
+    193 blocks), not at the window alone: a prompt prefilled in chunks holds that much."""
+    from allocators.hybrid import HybridPagedAllocator
+    from tests.allocators.test_allocator_hybrid import GEMMA
+
+    alloc = HybridPagedAllocator(kv_tokens, block_size=16, kv_groups=GEMMA, max_model_len=131_072,
+                                 max_num_batched_tokens=2048)
+    assert KVMemory(alloc).longest_request(131_072) == vllm_estimate
 
 
 def test_a_run_and_capacity_say_vllm_would_not_start():
