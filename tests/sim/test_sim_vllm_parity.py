@@ -35,7 +35,7 @@ def test_the_harness_covers_the_required_cases():
                           "offload_shared_prefix", "offload_arc_sessions", "offload_arc_shared_prefix",
                           "offload_arc_small_gpu", "offload_generated_blocks", "offload_whole_prompts",
                           "parallel_sampling", "parallel_sampling_priority",
-                          "max_model_len_capped"}
+                          "max_model_len_capped", "hybrid_long_prompts", "hybrid_contended", "hybrid_shared_prefix"}
 
 
 @pytest.mark.parametrize("case", CASES)

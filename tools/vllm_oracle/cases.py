@@ -90,6 +90,18 @@ CASES: dict[str, dict] = {
     # (FINISHED_LENGTH_CAPPED); kvsim cuts its output there (--over-length cap, the default)
     "max_model_len_capped": dict(trace=dict(n=150, prompt=(50, 1000), output=(20, 600), gap=0.5), num_blocks=150,
                                  max_model_len=1024),
+    # vLLM's hybrid KV cache manager: a sliding-window group (window 128) beside a full-attention one, one pool
+    # (kvsim: gpt-oss-20b, whose 12 window and 12 full layers are these two groups). Prompts many windows long,
+    # prefilled in chunks: the window group frees what each chunk leaves behind, and admission counts its share
+    # of a whole prompt up to its admission cap (cdiv(127 + 512, 16) + 1 = 41 blocks)
+    "hybrid_long_prompts": dict(trace=dict(n=60, prompt=(200, 3000), output=(10, 200), gap=2.0), num_blocks=500,
+                                max_num_batched_tokens=512, sliding_window=128),
+    # the same manager with shared system prompts: a window group hits on the last blocks before a prefix's end
+    # the same manager under contention: decodes that outgrow the pool preempt, window groups free as they go
+    "hybrid_contended": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5), num_blocks=150,
+                             sliding_window=128),
+    "hybrid_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                 num_blocks=240, sliding_window=128),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
@@ -114,7 +126,8 @@ def driver_args(name: str, trace: Path, out: Path | None = None) -> SimpleNamesp
                            scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0, max_steps=200_000,
                            cpu_offload_blocks=s.get("cpu_offload_blocks", 0),
                            offload_prompt_only=s.get("offload_prompt_only", True),
-                           offload_eviction_policy=s.get("offload_eviction_policy", "lru"))
+                           offload_eviction_policy=s.get("offload_eviction_policy", "lru"),
+                           sliding_window=s.get("sliding_window", 0))
 
 
 def write_trace(name: str, path: Path, seed: int = 0) -> None:

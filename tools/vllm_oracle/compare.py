@@ -20,6 +20,9 @@ DATA = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_or
 METRICS = ("total_steps", "mean_running", "max_running", "preemptions", "prefill_tokens", "first_token_steps",
            "finish_steps", "request_preemptions", "request_cached_tokens")
 """Run-wide metrics, then per-request arrays (compared request by request)."""
+HYBRID_MODEL = "gpt-oss-20b"
+"""kvsim's model for the cases with a sliding window: 12 window layers (128 tokens) and 12 full ones, two KV cache
+groups of one page size, as the driver's two groups."""
 
 
 def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
@@ -34,8 +37,12 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
                     offload_write_policy="write_through", offload_loads="async",
                     offload_eviction_policy=settings.get("offload_eviction_policy", "lru"),
                     offload_prompt_only=settings.get("offload_prompt_only", True))
+    model, kv_tokens = SimConfig().model, settings["num_blocks"] * settings["block_size"]
+    if settings.get("sliding_window"):  # two KV cache groups in one pool of num_blocks blocks
+        model, kv_tokens = HYBRID_MODEL, kv_tokens // 2
+        assert get_model(model).sliding_window == settings["sliding_window"], "the case's window is the model's"
     return SimConfig(
-        trace=str(trace), kv_tokens=settings["num_blocks"] * settings["block_size"],
+        model=model, trace=str(trace), kv_tokens=kv_tokens,
         block_size=settings["block_size"], max_num_batched_tokens=settings["max_num_batched_tokens"],
         max_num_seqs=settings["max_num_seqs"], max_model_len=settings["max_model_len"],
         prefix_caching=settings["enable_prefix_caching"],

@@ -56,7 +56,13 @@ def build_scheduler(args):
     )
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheTensor,
+        SlidingWindowSpec,
+    )
     from vllm.v1.structured_output import StructuredOutputManager
 
     model_config = ModelConfig(model=_model_dir(args.max_model_len), skip_tokenizer_init=True,
@@ -84,11 +90,18 @@ def build_scheduler(args):
                                        "eviction_policy": args.offload_eviction_policy})
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config, device_config=DeviceConfig(device="cpu"), **offload)
+    groups = [KVCacheGroupSpec(["layer.0"], spec)]
+    window = getattr(args, "sliding_window", 0)
+    if window:  # a sliding-window layer first, then the full one: gpt-oss's order (its layer 0 slides)
+        sliding = SlidingWindowSpec(block_size=args.block_size, num_kv_heads=4, head_size=32, dtype=torch.float16,
+                                    sliding_window=window)
+        groups = [KVCacheGroupSpec(["layer.1"], sliding), KVCacheGroupSpec(["layer.0"], spec)]
     kv_cache_config = KVCacheConfig(
         num_blocks=args.num_blocks,
-        kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * args.num_blocks, layers=["layer.0"],
+        kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * args.num_blocks,
+                                        layers=[name for g in groups for name in g.layer_names],
                                         layer_stride=0, block_stride=spec.page_size_bytes)],
-        kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)],
+        kv_cache_groups=groups,
     )
     cache_config.num_gpu_blocks = args.num_blocks
     block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
@@ -283,6 +296,8 @@ def main() -> None:
     p.add_argument("--watermark", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=200_000)
+    p.add_argument("--sliding-window", type=int, default=0,
+                   help="a sliding-window KV cache group of this window beside the full one (vLLM's hybrid manager)")
     p.add_argument("--cpu-offload-blocks", type=int, default=0, help="vLLM's OffloadingConnector with N host blocks")
     p.add_argument("--offload-prompt-only", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--offload-eviction-policy", choices=["lru", "arc"], default="lru",
