@@ -32,7 +32,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
+
+from gpu_validation import refuse_without_torch
+
+try:
+    import torch
+except ImportError as exc:  # torch is the optional "gpu" extra
+    if __name__ == "__main__":
+        refuse_without_torch("python -m gpu_validation.host_transfer", exc)
+    raise
 
 from allocators.catalog import ModelSpec
 from gpu_validation.timing import GraphCaptureError, Timer, captured, device_of

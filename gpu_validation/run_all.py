@@ -35,7 +35,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-import torch
+
+from gpu_validation import refuse_without_torch
+
+try:
+    import torch
+except ImportError as exc:  # torch is the optional "gpu" extra
+    if __name__ == "__main__":
+        refuse_without_torch("python -m gpu_validation.run_all", exc)
+    raise
 
 from allocators.catalog import get_model
 from gpu_validation.bandwidth import decode_bandwidth

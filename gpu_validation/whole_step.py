@@ -19,7 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
+
+from gpu_validation import refuse_without_torch
+
+try:
+    import torch
+except ImportError as exc:  # torch is the optional "gpu" extra
+    if __name__ == "__main__":
+        refuse_without_torch("python -m gpu_validation.whole_step", exc)
+    raise
 
 from allocators import roofline
 from allocators.catalog import ModelSpec

@@ -17,14 +17,42 @@ Spec grammar (``--arrivals``):
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from workloads.errors import TraceError
 from workloads.sessions import closed_loop_turns
-from workloads.specs import check_positive
+from workloads.specs import check_cv, check_positive
 from workloads.workload import ClosedLoop, Workload
+
+MAX_ARRIVAL_S = 1e9
+"""Latest time, in seconds (about 32 years), a process may draw an arrival at, and the longest think time or
+turn gap a spec or `workloads.generate.generate` may set.
+kvsim's clock is float seconds: at 1e9 s it still resolves a step to 1e-7 s, past 1e13 s a step's time is
+visibly rounded and past 1e15 s latencies are off by percents. A rate that spreads the requests further
+(``rate=1e-20``) is a slip, whose run was wrong rather than refused."""
+
+
+def _within_clock(times_of: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """An arrival process's ``times``, refused with one `TraceError` naming the process where the last arrival
+    passes `MAX_ARRIVAL_S` or is no number (a rate below about 1e-308 makes 1/rate infinite); numpy's overflow
+    warnings on the way there are left unsaid, as the error says it."""
+
+    @functools.wraps(times_of)
+    def times(process, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            drawn = times_of(process, rng, count, source)
+        if len(drawn) and not drawn[-1] <= MAX_ARRIVAL_S:
+            last = f"{drawn[-1]:.3g} s" if np.isfinite(drawn[-1]) else "no finite time"
+            raise TraceError(f"arrivals {process}: the last of {len(drawn)} requests arrives at {last}, past the "
+                             f"{MAX_ARRIVAL_S:g} s (about 32 years) within which kvsim's clock resolves a step; "
+                             "raise the rate or ask for fewer requests")
+        return drawn
+
+    return times
 
 
 @dataclass(frozen=True)
@@ -34,6 +62,7 @@ class Poisson:
     def __post_init__(self) -> None:
         check_positive(rate=self.rate)
 
+    @_within_clock
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         gaps = rng.exponential(1.0 / self.rate, count)
         return _from_gaps(gaps)
@@ -45,11 +74,14 @@ class Gamma:
     cv: float
 
     def __post_init__(self) -> None:
-        check_positive(rate=self.rate, cv=self.cv)
+        check_positive(rate=self.rate)
+        check_cv(cv=self.cv)
 
+    @_within_clock
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         shape = 1.0 / self.cv**2
-        return _from_gaps(rng.gamma(shape, 1.0 / (self.rate * shape), count))
+        scale = 1.0 / (self.rate * shape) if self.rate * shape > 0 else np.inf  # (the product may underflow)
+        return _from_gaps(rng.gamma(shape, scale, count))
 
 
 @dataclass(frozen=True)
@@ -59,6 +91,7 @@ class Constant:
     def __post_init__(self) -> None:
         check_positive(rate=self.rate)
 
+    @_within_clock
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         return np.arange(count, dtype=np.float64) / self.rate
 
@@ -76,6 +109,7 @@ class TraceTimes:
         if self.rate is not None:
             check_positive(rate=self.rate)
 
+    @_within_clock
     def times(self, rng: np.random.Generator, count: int, source: Workload | None = None) -> np.ndarray:
         if self.source is not None:
             source = self.source
@@ -113,6 +147,8 @@ class Closed:
 
     def __post_init__(self) -> None:
         ClosedLoop(self.users, self.think_s)
+        if self.think_s > MAX_ARRIVAL_S:
+            raise ValueError(f"think_s must be <= {MAX_ARRIVAL_S:g} s, got {self.think_s:g}")
 
     @property
     def closed_loop(self) -> ClosedLoop:

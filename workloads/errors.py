@@ -53,8 +53,9 @@ def is_whole_number(value: object) -> bool:
     return isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer())
 
 
-def whole_number(context: str, name: str, value: object, low: int) -> int:
-    """``value`` as an ``int`` when it is a whole number (`is_whole_number`) >= ``low``, else a one-line
+def whole_number(context: str, name: str, value: object, low: int, high: int | None = None) -> int:
+    """``value`` as an ``int`` when it is a whole number (`is_whole_number`) >= ``low`` (and <= ``high``: a count
+    that no array or int64 column can hold failed inside numpy, or wrapped negative), else a one-line
     `TraceError` naming the argument, worded as a trace row's error is (``generate: n must be a whole number
     (got 1.9)``). Why: numpy casts silently truncate (``n=1.9`` ran as 1, parallel sampling off) and a string
     fails deep inside a comparison."""
@@ -62,6 +63,8 @@ def whole_number(context: str, name: str, value: object, low: int) -> int:
         raise TraceError(f"{context}: {name} must be a whole number (got {show_value(value)})")
     if value < low:
         raise TraceError(f"{context}: {name} must be >= {low} (got {show_value(value)})")
+    if high is not None and value > high:
+        raise TraceError(f"{context}: {name} must be <= {high:g} (got {show_value(value)})")
     return int(value)
 
 

@@ -23,13 +23,16 @@ import warnings
 
 import numpy as np
 
-from workloads.arrivals import ArrivalProcess, closed_loop_of
+from workloads.arrivals import MAX_ARRIVAL_S, ArrivalProcess, closed_loop_of
 from workloads.conversations import build_conversations, build_sessions
 from workloads.errors import TraceError, TraceWarning, check_seed, real_number, whole_number
 from workloads.lengths import Empirical, LengthDistribution
-from workloads.validation import BOTH_N_AND_BEAM
+from workloads.validation import BOTH_N_AND_BEAM, MAX_SAMPLES, MAX_TOKENS
 from workloads.workload import NONE, Workload
 
+MAX_REQUESTS = 10**8
+"""Most requests one call generates: about 13 GB of columns and hours of simulation. A count past it (a typo, or
+a paper preset's hour at a rate of 1e30) failed inside numpy, or ran the machine out of memory."""
 DEFAULT_TURN_GAP_S = 30.0
 """Least time between a conversation's turns, arrival to arrival, when neither a gap nor a think time is given."""
 
@@ -41,9 +44,10 @@ def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests
     """``num_requests`` synthetic requests (module docstring), from the distribution and process objects
     (`workloads.named.generate` takes their spec strings)."""
     num_requests, n, beam_width, system_prompt_len, turns = (
-        whole_number("generate", arg, value, low) for arg, value, low in (
-            ("num_requests", num_requests, 1), ("n", n, 1), ("beam_width", beam_width, 1),
-            ("system_prompt_len", system_prompt_len, 0), ("turns", turns, 1)))
+        whole_number("generate", arg, value, low, high) for arg, value, low, high in (
+            ("num_requests", num_requests, 1, MAX_REQUESTS), ("n", n, 1, MAX_SAMPLES),
+            ("beam_width", beam_width, 1, MAX_SAMPLES), ("system_prompt_len", system_prompt_len, 0, MAX_TOKENS),
+            ("turns", turns, 1, None)))
     seed = check_seed("generate", seed)
     system_prompt_frac = real_number("generate", "system_prompt_frac", system_prompt_frac)
     turn_gap_s, think_time_s = (None if value is None else real_number("generate", arg, value)
@@ -128,8 +132,11 @@ def _check(n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int, t
     problems = {
         BOTH_N_AND_BEAM: n > 1 and beam_width > 1,
         "system_prompt_frac must be within [0, 1]": not 0 <= sys_frac <= 1,
-        "turn_gap_s must be >= 0": turn_gap_s is not None and not turn_gap_s >= 0,
-        "think_time_s must be finite and >= 0": think_time_s is not None and not 0 <= think_time_s < np.inf,
+        # within the clock's range (`MAX_ARRIVAL_S`): an infinite gap gave conversations of one turn each
+        f"turn_gap_s must be >= 0 and <= {MAX_ARRIVAL_S:g}":
+            turn_gap_s is not None and not 0 <= turn_gap_s <= MAX_ARRIVAL_S,
+        f"think_time_s must be >= 0 and <= {MAX_ARRIVAL_S:g}":
+            think_time_s is not None and not 0 <= think_time_s <= MAX_ARRIVAL_S,
         "think_time_s applies to multi-turn sessions (turns > 1)": think_time_s is not None and turns < 2,
         # a setting that would change nothing is refused, not ignored: the user meant something by it
         "turn_gap_s applies to open-loop multi-turn conversations (turns > 1, no think_time_s)":

@@ -2,7 +2,8 @@
 
 Spec grammar (``--lengths``); every kind also takes ``max_total=T``, a cap on prompt + output (the paper's
 2048 for OPT): the prompt is cut to T-1 and the output to T minus the prompt, as a model's maximum length
-would. Samples are rounded to whole tokens, at least 1.
+would. Samples are rounded to whole tokens, at least 1 and at most `MAX_TOKENS` (10^9, what a trace row may
+hold), and every token count or mean a spec gives must be within that too.
 
 - ``fixed:prompt=P,output=O``
 - ``uniform:prompt_min=a,prompt_max=b,output_min=c,output_max=d`` (inclusive bounds)
@@ -20,16 +21,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workloads.specs import check_positive
+from workloads.specs import check_cv, check_positive, check_tokens
+from workloads.validation import MAX_TOKENS
 from workloads.workload import Workload
 
 Lengths = tuple[np.ndarray, np.ndarray]
 
 
 def apply_cap(prompt: np.ndarray, output: np.ndarray, max_total: int | None) -> Lengths:
-    """Round to whole tokens (at least 1) and cap prompt + output at ``max_total``."""
-    prompt = np.maximum(np.rint(prompt), 1).astype(np.int64)
-    output = np.maximum(np.rint(output), 1).astype(np.int64)
+    """Round to whole tokens in [1, `MAX_TOKENS`] (a lognormal's tail may pass it, and a float past int64 would
+    wrap negative) and cap prompt + output at ``max_total``."""
+    prompt = np.clip(np.rint(prompt), 1, MAX_TOKENS).astype(np.int64)
+    output = np.clip(np.rint(output), 1, MAX_TOKENS).astype(np.int64)
     if max_total is not None:
         np.minimum(prompt, max_total - 1, out=prompt)
         np.minimum(output, max_total - prompt, out=output)
@@ -37,8 +40,8 @@ def apply_cap(prompt: np.ndarray, output: np.ndarray, max_total: int | None) -> 
 
 
 def _check_cap(max_total: int | None) -> None:
-    if max_total is not None and max_total < 2:
-        raise ValueError(f"max_total must be >= 2, got {max_total}")
+    if max_total is not None and not 2 <= max_total <= MAX_TOKENS:
+        raise ValueError(f"max_total must be >= 2 and <= {MAX_TOKENS:g}, got {max_total}")
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Fixed:
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        check_positive(prompt=self.prompt, output=self.output)
+        check_tokens(prompt=self.prompt, output=self.output)
         _check_cap(self.max_total)
 
     def sample(self, rng: np.random.Generator, count: int) -> Lengths:
@@ -64,7 +67,8 @@ class Uniform:
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        check_positive(prompt_min=self.prompt_min, output_min=self.output_min)
+        check_tokens(prompt_min=self.prompt_min, prompt_max=self.prompt_max, output_min=self.output_min,
+                     output_max=self.output_max)
         for kind in ("prompt", "output"):
             low, high = getattr(self, f"{kind}_min"), getattr(self, f"{kind}_max")
             if high < low:
@@ -92,8 +96,8 @@ class Lognormal:
     max_total: int | None = None
 
     def __post_init__(self) -> None:
-        check_positive(prompt_mean=self.prompt_mean, prompt_cv=self.prompt_cv,
-                       output_mean=self.output_mean, output_cv=self.output_cv)
+        check_tokens(prompt_mean=self.prompt_mean, output_mean=self.output_mean)
+        check_cv(prompt_cv=self.prompt_cv, output_cv=self.output_cv)
         _check_cap(self.max_total)
 
     def sample(self, rng: np.random.Generator, count: int) -> Lengths:

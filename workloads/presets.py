@@ -17,6 +17,7 @@ with `importlib.resources`), and the workload's ``source`` says so, with where t
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from importlib.resources import files
@@ -26,8 +27,8 @@ import numpy as np
 
 from workloads.arrivals import Poisson, TraceTimes
 from workloads.attribution import ATTRIBUTIONS
-from workloads.errors import TraceError, TraceWarning, check_seed, real_number, whole_number
-from workloads.generate import generate
+from workloads.errors import TraceError, TraceWarning, check_seed, real_number, show_value, whole_number
+from workloads.generate import MAX_REQUESTS, generate
 from workloads.paper_lengths import PAPER_TARGETS, paper_lengths
 from workloads.readers import load_trace
 from workloads.workload import Workload
@@ -108,9 +109,11 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
     context = f"preset {name}"
     seed = check_seed(context, seed)
     if num_requests is not None:
-        num_requests = whole_number(context, "num_requests", num_requests, 1)
+        num_requests = whole_number(context, "num_requests", num_requests, 1, MAX_REQUESTS)
     if rate is not None:
         rate = real_number(context, "rate", rate)
+        if not 0 < rate < math.inf:  # (an infinite rate failed as "cannot convert float infinity to integer")
+            raise TraceError(f"{context}: rate must be a positive finite number (got {show_value(rate)})")
     if name in DEMO_PRESETS:
         lengths, default_rate, default_count = DEMO_PRESETS[name]
         rate = default_rate if rate is None else rate
@@ -119,6 +122,9 @@ def load_preset(name: str, *, num_requests: int | None = None, rate: float | Non
         return generate(paper_lengths(lengths), Poisson(rate), count, seed, name=name, source=source)
     if name in PAPER_TARGETS:
         rate = 1.0 if rate is None else rate
+        if num_requests is None and 3600 * rate > MAX_REQUESTS:
+            raise TraceError(f"{context}: an hour at rate {rate:g} is {3600 * rate:.3g} requests, more than "
+                             f"{MAX_REQUESTS:g}; give --num-requests")
         count = num_requests if num_requests is not None else max(1, round(3600 * rate))
         source = PAPER_SOURCE.format(name=name, rate=rate, seed=seed)
         return generate(paper_lengths(name), Poisson(rate), count, seed, name=name, source=source)

@@ -8,11 +8,14 @@ Examples: ``poisson:rate=2``, ``gamma:rate=2,cv=3``, ``lognormal:prompt_mean=161
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
 
-import numpy as np
-
 from workloads.errors import TraceError
+from workloads.validation import MAX_TOKENS
+
+MAX_CV = 1e100
+"""Largest coefficient of variation a spec takes (`check_cv`); any cv near it draws nothing but near-zero values."""
 
 
 def _key_values(items: str, context: str, pair: str, label: str = "") -> dict[str, str]:
@@ -48,10 +51,30 @@ def parse_columns(text: str) -> dict[str, str]:
 
 def check_positive(**values: float) -> None:
     """Raise ValueError naming the first parameter that is not a positive finite number (NaN included);
-    `build_from_spec` turns it into a `TraceError` that names the spec."""
+    `build_from_spec` turns it into a `TraceError` that names the spec. (Compared with ``inf``, not passed to
+    ``np.isfinite``, which fails on an int past int64 such as ``prompt=10**20``.)"""
     for name, value in values.items():
-        if not (value > 0 and np.isfinite(value)):
+        if not 0 < value < math.inf:
             raise ValueError(f"{name} must be a positive number, got {value}")
+
+
+def check_tokens(**values: float) -> None:
+    """`check_positive`, and at most `MAX_TOKENS`, the most a trace row may hold: token counts (or their means)
+    past it made draws that wrapped negative in int64 or could not be drawn at all, and a workload that its
+    own reader would refuse."""
+    check_positive(**values)
+    for name, value in values.items():
+        if value > MAX_TOKENS:
+            raise ValueError(f"{name} must be <= {MAX_TOKENS:g} tokens, got {value}")
+
+
+def check_cv(**values: float) -> None:
+    """`check_positive`, and within [1/`MAX_CV`, `MAX_CV`]: the distributions work from cv², which leaves
+    floating-point range (an OverflowError, a division by zero) a little past 1e154 either way."""
+    check_positive(**values)
+    for name, value in values.items():
+        if not 1 / MAX_CV <= value <= MAX_CV:
+            raise ValueError(f"{name} must be within [{1 / MAX_CV:g}, {MAX_CV:g}], got {value}")
 
 
 def build_from_spec(text: str, what: str, kinds: Mapping[str, Callable[..., object]],

@@ -7,8 +7,9 @@ columns (vectorised, one pass per rule) and over plain numbers (one `Request`). 
 NaN, which fails no comparison, so it breaks no rule. Callers add their context to the message: the readers
 the file, row and field (and count skipped rows by ``"field: problem"``), `Workload` its name, `Request` its id.
 
-What stays with the readers is parsing: "missing or not a number", "must be a whole number", and upper bounds
-that only catch corrupt files (`workloads.readers.build`).
+What stays with the readers is parsing: "missing or not a number" and "must be a whole number". The upper bounds
+(`MAX_TOKENS`, `MAX_SAMPLES`) are here: the readers refuse a row past them, and the generator refuses options and
+length specs that ask for more, so that what it writes reads back.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+MAX_TOKENS = 10**9
+"""Token counts above this are certainly corrupt (and would overflow downstream arithmetic)."""
+MAX_SAMPLES = 10**6
+"""Most parallel samples (``n``) or beams (``beam_width``) one request may have."""
 
 LOWER_BOUNDS = {"prompt_tokens": 1, "output_tokens": 1, "max_tokens": 1, "n": 1, "beam_width": 1,
                 "prefix_group": 0, "prefix_len": 0}

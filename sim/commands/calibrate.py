@@ -14,6 +14,7 @@ import math
 
 import click
 
+from gpu_validation import needs_torch
 from sim.commands.failure import fail
 from sim.commands.options import catalog_option, kv_cache_dtype_option
 from sim.kernel.over_length import OVER_LENGTH
@@ -218,7 +219,7 @@ def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: 
         from gpu_validation.calibration import calibrate, write_run
         from gpu_validation.timing import GraphCaptureError
     except ImportError as exc:  # torch is the optional "gpu" extra
-        fail(f"kvsim calibrate needs torch (pip install 'kvsim[gpu]'): {exc}")
+        fail(needs_torch("kvsim calibrate", exc))
     try:
         run = calibrate(model, device=device, gpu=gpu, quick=quick, cuda_graphs=cuda_graphs,
                         progress=lambda line: click.echo(f"  {line}", err=True))

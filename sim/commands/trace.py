@@ -34,6 +34,10 @@ Spec grammar: KIND[:key=value[,key=value...]]
                              --num-requests is at most its rows; without path=, the empirical trace's)
   closed:users=N[,think_s=T]  (closed loop; arrivals all 0 plus a marker the simulator honours)
 \b
+Limits: token counts and means up to 10^9 (what a trace row may hold), a cv within [1e-100, 1e100], at most
+10^8 requests, --n and --beam-width up to 10^6, and arrival times, gaps and think times up to 1e9 s (32 years,
+within which kvsim's clock resolves a step).
+\b
 Example: --lengths "lognormal:prompt_mean=161,prompt_cv=1.2,output_mean=338,output_cv=1.0,max_total=2048"
          --arrivals "gamma:rate=2,cv=3"
 """

@@ -1,8 +1,10 @@
 """Regression: ``kvsim run``/``compare`` take --gpu-memory-utilization; --num-requests beyond a trace file
-is a one-line error as for a preset; ``kvsim trace stats DIR`` says it is a directory."""
+is a one-line error as for a preset; ``kvsim trace stats DIR`` says it is a directory; counts, rates and spec
+values past what kvsim can hold or time are one-line errors naming them."""
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from sim.cli import main
@@ -45,3 +47,33 @@ def test_trace_stats_of_a_directory_says_so(tmp_path):
     out = CliRunner().invoke(main, ["trace", "stats", str(tmp_path)])
     assert out.exit_code == 2
     assert "is a directory" in out.output and "no such file" not in out.output
+
+
+@pytest.mark.parametrize("args, message", [
+    # before: numpy's "Maximum allowed dimension exceeded" or a MemoryError traceback
+    (["run", "--num-requests", str(10**20)], "preset sharegpt-demo: num_requests must be <= 1e+08"),
+    (["run", "--preset", "sharegpt-paper", "--rate", "1e6"],
+     "preset sharegpt-paper: an hour at rate 1e+06 is 3.6e+09 requests, more than 1e+08; give --num-requests"),
+    # before: "arrival_time_s must be finite and sorted", or a run on a clock too coarse to time its steps
+    (["run", "--num-requests", "20", "--rate", "1e-20"], "arrivals Poisson(rate=1e-20): the last of 20 requests"),
+    # before: "cannot convert float infinity to integer" (a traceback)
+    (["trace", "generate", "--preset", "sharegpt-paper", "--rate", "inf", "--out", "t.csv"],
+     "preset sharegpt-paper: rate must be a positive finite number (got inf)"),
+    # before: OverflowError tracebacks
+    (["trace", "generate", "--lengths", "fixed:prompt=10,output=10", "--arrivals", "gamma:rate=2,cv=1e200",
+      "--num-requests", "5", "--out", "t.csv"], "cv must be within [1e-100, 1e+100], got 1e+200"),
+    (["trace", "generate", "--lengths", "fixed:prompt=10,output=10", "--arrivals", "poisson:rate=2",
+      "--num-requests", "5", "--n", str(10**20), "--out", "t.csv"], "generate: n must be <= 1e+06"),
+])
+def test_values_past_what_kvsim_holds_are_one_line(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 2, out.output
+    assert out.output.strip().splitlines() == [out.output.strip()] and out.output.startswith("Error: "), out.output
+    assert message in out.output
+
+
+def test_a_huge_rate_is_still_a_burst():
+    out = CliRunner().invoke(main, ["run", "--num-requests", "20", "--rate", "1e30", "--step-time", "0.01", "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["completed"] == 20

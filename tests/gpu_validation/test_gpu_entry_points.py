@@ -1,10 +1,20 @@
-"""The ``python -m gpu_validation...`` commands refuse ``--device cuda`` where torch sees no CUDA device with the
-parser's one line (exit 2), not a traceback from deep in torch."""
+"""The ``python -m gpu_validation...`` commands and ``run_on_gpu.sh`` answer bad surroundings with one line and exit 2,
+not a traceback: ``--device cuda`` where torch sees no CUDA device (the parser's line), and no torch at all (the
+line ``kvsim calibrate`` prints)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from gpu_validation import host_transfer, run_all, whole_step
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = ["run_all", "host_transfer", "whole_step"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
@@ -14,3 +24,45 @@ def test_cuda_without_a_device_is_one_line(command, tmp_path, capsys):
         command.main([str(tmp_path / "out.csv"), "--device", "cuda"])
     assert info.value.code == 2
     assert capsys.readouterr().err.strip().endswith("error: --device cuda: torch sees no CUDA device")
+
+
+@pytest.fixture
+def without_torch(tmp_path) -> dict[str, str]:
+    """An environment whose python cannot import torch: a ``torch`` module first on the path that fails as a
+    missing one does (``sys.modules['torch'] = None`` cannot reach a ``python -m`` child)."""
+    (tmp_path / "torch.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+
+
+def assert_needs_torch(result: subprocess.CompletedProcess, command: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"Error: {command} needs torch (pip install 'kvsim[gpu]'): No module named 'torch'"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_without_torch_is_one_line(command, without_torch, tmp_path):
+    result = subprocess.run([sys.executable, "-m", f"gpu_validation.{command}", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT, env=without_torch)
+    assert_needs_torch(result, f"python -m gpu_validation.{command}")
+
+
+def test_gpu_script_without_torch_is_one_line(without_torch, tmp_path):
+    result = subprocess.run([shutil.which("bash"), str(ROOT / "gpu_validation" / "run_on_gpu.sh"), str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, env={**without_torch, "PYTHON": sys.executable})
+    assert_needs_torch(result, "python -m gpu_validation.run_all")
+    assert not (tmp_path / "out").exists()
+
+
+def test_calibrate_without_torch_is_the_same_line(without_torch):
+    result = subprocess.run([sys.executable, "-m", "sim", "calibrate", "--model", "llama-3-8b"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT, env=without_torch)
+    assert_needs_torch(result, "kvsim calibrate")
+
+
+def test_importing_a_command_without_torch_still_raises(without_torch):
+    """Imported (as ``kvsim calibrate`` imports gpu_validation), a module passes the ImportError on for its
+    importer to word, instead of ending the importer's process."""
+    result = subprocess.run([sys.executable, "-c", "import gpu_validation.run_all"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT, env=without_torch)
+    assert result.returncode == 1 and result.stderr.splitlines()[-1] == "ModuleNotFoundError: No module named 'torch'"

@@ -39,10 +39,39 @@ def test_generate_refuses_what_it_would_truncate(options, message):
 @pytest.mark.parametrize("count, message", [
     (10.5, "must be a whole number (got 10.5)"), ("100", "must be a whole number (got '100')"),
     (0, "must be >= 1 (got 0)"),
+    # before: numpy's "Maximum allowed dimension exceeded", or a MemoryError traceback
+    (10**20, "must be <= 1e+08 (got 100000000000000000000)"), (10**10, "must be <= 1e+08 (got 10000000000)"),
 ])
 def test_generate_names_a_bad_request_count(count, message):
     with pytest.raises(TraceError, match=exact(f"generate: num_requests {message}")):
         generate(LENGTHS, ARRIVALS, count)
+
+
+@pytest.mark.parametrize("options, message", [
+    # before: "Python int too large to convert to C long" tracebacks, n = 2**63 - 1 written to a file its reader
+    # refuses, a system prompt wrapped to a negative prompt, an infinite gap that left every conversation at
+    # one turn, and think times that put the clock past where it resolves a step
+    ({"n": 10**20}, "n must be <= 1e+06 (got 100000000000000000000)"),
+    ({"n": 2**63 - 1}, "n must be <= 1e+06 (got 9223372036854775807)"),
+    ({"beam_width": 10**20}, "beam_width must be <= 1e+06 (got 100000000000000000000)"),
+    ({"system_prompt_len": 2**63 - 1, "system_prompt_frac": 0.5},
+     "system_prompt_len must be <= 1e+09 (got 9223372036854775807)"),
+    ({"turns": 3, "turn_gap_s": float("inf")}, "turn_gap_s must be >= 0 and <= 1e+09"),
+    ({"turns": 3, "turn_gap_s": 1e30}, "turn_gap_s must be >= 0 and <= 1e+09"),
+    ({"turns": 3, "think_time_s": 1e300}, "think_time_s must be >= 0 and <= 1e+09"),
+])
+def test_generate_refuses_options_no_trace_can_hold(options, message):
+    with pytest.raises(TraceError, match=exact(f"generate: {message}")):
+        generate(LENGTHS, ARRIVALS, 10, **options)
+
+
+def test_the_largest_options_still_generate():
+    w = generate(LENGTHS, ARRIVALS, 10, n=10**6)
+    assert set(w.n.tolist()) == {10**6}
+    w = generate("fixed:prompt=10,output=5", ARRIVALS, 10, system_prompt_len=10**9, system_prompt_frac=1.0)
+    assert set(w.prompt_tokens.tolist()) == {10**9 + 10}
+    w = generate(LENGTHS, ARRIVALS, 10, turns=2, think_time_s=1e9)
+    assert np.nanmax(w.think_time_s) == 1e9
 
 
 def test_whole_floats_and_numpy_integers_are_counts():
@@ -68,6 +97,23 @@ def test_load_preset_checks_its_count_and_rate(name):
     with pytest.raises(TraceError, match=rf"^preset {name}: rate must be a number \(got '2'\)$"):
         load_preset(name, num_requests=10, rate="2")
     assert len(load_preset(name, num_requests=np.int64(10), rate=np.float64(2.0))) == 10
+    # before: "cannot convert float infinity to integer" (a traceback from the CLI) and "... NaN to integer"
+    for rate in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(TraceError, match=exact(f"preset {name}: rate must be a positive finite number "
+                                                   f"(got {rate:g})")):
+            load_preset(name, num_requests=10, rate=rate)
+    with pytest.raises(TraceError, match=exact(f"preset {name}: num_requests must be <= 1e+08 (got 10000000000)")):
+        load_preset(name, num_requests=10**10)
+
+
+def test_a_paper_presets_hour_past_the_request_limit_asks_for_a_count():
+    """An hour at the rate is the default count: at 10^6 req/s 3.6e9 requests, 27 GB that numpy failed to
+    allocate (a traceback); at 1e30 "Maximum allowed dimension exceeded"."""
+    with pytest.raises(TraceError, match=exact("preset sharegpt-paper: an hour at rate 1e+06 is 3.6e+09 requests, "
+                                               "more than 1e+08; give --num-requests")):
+        load_preset("sharegpt-paper", rate=1e6)
+    assert len(load_preset("sharegpt-paper", rate=1e6, num_requests=50)) == 50
+    assert len(load_preset("sharegpt-paper", rate=10)) == 36_000
 
 
 @pytest.mark.parametrize("count, message", [

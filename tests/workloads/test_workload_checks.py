@@ -1,6 +1,8 @@
 """Regressions from the review of `workloads/`: workload-wide columns checked row by row, finite think times,
 one-line errors from `kvsim trace stats` for unreadable files, and the shared spec checks."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +13,7 @@ from workloads import TraceError, generate, load_trace, write_trace
 from workloads.errors import TraceWarning
 from workloads.frames import workload_from_frame
 from workloads.lengths import Zipf
-from workloads.named import parse_lengths
+from workloads.named import parse_arrivals, parse_lengths
 from workloads.workload import ClosedLoop
 
 HEADER = "arrival_time_s,prompt_tokens,output_tokens"
@@ -106,6 +108,67 @@ def test_length_specs_share_the_positive_number_check(spec, message):
 def test_arrival_specs_share_the_positive_number_check(spec, message):
     with pytest.raises(TraceError, match=message):
         generate("fixed:prompt=10,output=5", spec, 3)
+
+
+@pytest.mark.parametrize("spec, message", [
+    # before: numpy's "ufunc 'isfinite' not supported", "high is out of bounds for int64", an OverflowError
+    # traceback, or counts that wrapped negative ("prompt_tokens: must be >= 1")
+    ("fixed:prompt=100000000000000000000,output=5", "prompt must be <= 1e+09 tokens, got 100000000000000000000"),
+    ("fixed:prompt=1000000001,output=5", "prompt must be <= 1e+09 tokens, got 1000000001"),
+    ("fixed:prompt=10,output=5,max_total=100000000000000000000",
+     "max_total must be >= 2 and <= 1e+09, got 100000000000000000000"),
+    ("uniform:prompt_min=1,prompt_max=100000000000000000000,output_min=1,output_max=5",
+     "prompt_max must be <= 1e+09 tokens, got 100000000000000000000"),
+    ("lognormal:prompt_mean=1e30,prompt_cv=1,output_mean=10,output_cv=1", "prompt_mean must be <= 1e+09 tokens, got 1e+30"),
+    ("lognormal:prompt_mean=10,prompt_cv=1,output_mean=10,output_cv=1e300",
+     "output_cv must be within [1e-100, 1e+100], got 1e+300"),
+    ("zipf:prompt_s=1,prompt_max=100000000000000000000,output_s=1,output_max=5", "prompt_max and output_max must be <= 10^7"),
+])
+def test_length_specs_refuse_counts_no_trace_can_hold(spec, message):
+    with pytest.raises(TraceError, match=re.escape(f"bad lengths spec {spec!r}: {message}")):
+        parse_lengths(spec)
+
+
+def test_the_largest_token_counts_generate_and_read_back(tmp_path):
+    """A lognormal of mean 10^9 draws past 10^9 tokens: those are cut to 10^9, as draws below 1 are raised to 1,
+    so the trace written reads back (a row past 10^9 is refused as corrupt)."""
+    w = generate("lognormal:prompt_mean=1e9,prompt_cv=3,output_mean=10,output_cv=1", "poisson:rate=2", 200)
+    assert w.prompt_tokens.max() == 10**9 and w.prompt_tokens.min() >= 1
+    assert np.array_equal(load_trace(write_trace(w, tmp_path / "w.csv")).prompt_tokens, w.prompt_tokens)
+    assert (generate("fixed:prompt=1000000000,output=1", "poisson:rate=2", 3).prompt_tokens == 10**9).all()
+
+
+@pytest.mark.parametrize("spec, message", [
+    # before: an OverflowError or a ZeroDivisionError traceback from 1 / cv**2
+    ("gamma:rate=2,cv=1e200", "cv must be within [1e-100, 1e+100], got 1e+200"),
+    ("gamma:rate=2,cv=1e-200", "cv must be within [1e-100, 1e+100], got 1e-200"),
+    ("closed:users=2,think_s=1e30", "think_s must be <= 1e+09 s, got 1e+30"),
+])
+def test_arrival_specs_refuse_values_out_of_float_or_clock_range(spec, message):
+    with pytest.raises(TraceError, match=re.escape(f"bad arrivals spec {spec!r}: {message}")):
+        parse_arrivals(spec)
+
+
+@pytest.mark.parametrize("spec, process, last", [
+    # before: "arrival_time_s must be finite and sorted" (1/rate infinite), or, short of that, a run whose clock
+    # rounded every step (at a rate of 1e-16 req/s the latencies came out a third of those at 1e-6)
+    ("poisson:rate=1e-20", "Poisson(rate=1e-20)", "2.33e+21 s"),
+    ("poisson:rate=5e-324", "Poisson(rate=5e-324)", "no finite time"),
+    ("constant:rate=1e-320", "Constant(rate=1e-320)", "no finite time"),
+    ("gamma:rate=1e-300,cv=1e99", "Gamma(rate=1e-300, cv=1e+99)", "no finite time"),
+    ("trace:rate=1e-300,path=azure-conv", "TraceTimes(rate=1e-300)", "2e+301 s"),
+])
+def test_arrivals_past_the_clocks_range_are_one_error_naming_the_process(spec, process, last):
+    with pytest.raises(TraceError, match=re.escape(
+            f"arrivals {process}: the last of 20 requests arrives at {last}, past the 1e+09 s (about 32 years)")):
+        generate("fixed:prompt=10,output=5", spec, 20)
+
+
+@pytest.mark.parametrize("spec", ["poisson:rate=1e-6", "poisson:rate=1e30", "gamma:rate=2,cv=1e30",
+                                  "gamma:rate=2,cv=1e-30", "constant:rate=1e300", "closed:users=2,think_s=1e9"])
+def test_extreme_but_representable_arrivals_still_generate(spec):
+    w = generate("fixed:prompt=10,output=5", spec, 20)
+    assert len(w) == 20 and w.arrival_time_s[-1] <= 1e9
 
 
 @pytest.mark.parametrize("s", [0.01, 1.0, 60.0])

@@ -18,11 +18,15 @@ from workloads.errors import TraceError, row_error
 from workloads.ragged import Ragged, empty
 from workloads.readers.formats import CONSTANT_FIELDS
 from workloads.sessions import PREFIX_CHANGED, SESSION_RULES, session_reasons
-from workloads.validation import cross_field_rules, group_and_hashes_rule, lower_bound_rule
+from workloads.validation import (
+    MAX_SAMPLES,
+    MAX_TOKENS,
+    cross_field_rules,
+    group_and_hashes_rule,
+    lower_bound_rule,
+)
 from workloads.workload import NONE, ClosedLoop, Workload
 
-MAX_TOKENS = 10**9
-"""Token counts above this are certainly corrupt (and would overflow downstream arithmetic)."""
 MAX_ID = 2**53
 """Group ids travel through float64 on the way in; larger ids would silently lose precision."""
 MAX_NAMED_ID = 2**62
@@ -155,8 +159,8 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     rules += _integer_rules("output_tokens", output, None, MAX_TOKENS, optional=False)
     rules += _integer_rules("max_tokens", mx, None, MAX_TOKENS, optional=True, cells=cells("max_tokens"))
     rules.append(cross["max_tokens"])
-    rules += _integer_rules("n", n, None, 10**6, optional=True, cells=cells("n"))
-    rules += _integer_rules("beam_width", beam, None, 10**6, optional=True, cells=cells("beam_width"))
+    rules += _integer_rules("n", n, None, MAX_SAMPLES, optional=True, cells=cells("n"))
+    rules += _integer_rules("beam_width", beam, None, MAX_SAMPLES, optional=True, cells=cells("beam_width"))
     rules.append(cross["beam_width"])
     group, group_rules = _named_ids(raw, "prefix_group", x)
     rules += group_rules
