@@ -1,11 +1,14 @@
 """A measured serving run, per request: what ``kvsim calibrate --from-trace`` fits to and scores against.
 
 Three inputs are read into one table (`MeasuredRun.frame`, columns ``arrival_time_s, prompt_tokens,
-output_tokens, ttft_s, e2e_s, tpot_s, phase, warmup`` and, where given, ``prefix_group, prefix_len``):
+output_tokens, ttft_s, e2e_s, tpot_s, phase, warmup`` and, where given, ``prefix_group, prefix_len, session_id,
+turn``):
 
 - a per-request CSV with at least ``arrival_time_s,prompt_tokens,output_tokens,ttft_s,e2e_s`` (optional:
   ``phase``, ``warmup`` 0/1 or true/false, ``prefix_group`` (a whole number >= 0 or a group name, blank for
-  none), ``prefix_len``); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
+  none), ``prefix_len``, and together ``session_id`` (a whole number >= 0 or a conversation name, blank for no
+  session) and ``turn`` (0, 1, 2, ... in its session), checked by the trace readers' session rules:
+  `workloads.sessions`); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
 - vLLM's ``benchmark_serving.py --save-result`` JSON: per-request lists ``input_lens``, ``output_lens``,
   ``ttfts`` and ``itls`` in seconds (E2E = TTFT + the sum of the request's ITLs; lists in milliseconds are
   refused where the file's own ``duration``, ``mean_ttft_ms`` or ``mean_e2el_ms`` shows them to be, see
@@ -39,6 +42,7 @@ import pandas as pd
 
 from workloads.errors import TraceError, TraceWarning, show_value
 from workloads.readers.containers import csv_frame
+from workloads.sessions import NONE, SESSION_RULES, session_reasons
 
 REQUIRED = ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
 TOKENS = ("prompt_tokens", "output_tokens")
@@ -50,6 +54,8 @@ MIN_REQUESTS = 2
 """A fit needs requests on both sides of its split: one half to fit, the other to score."""
 SAMPLED = "sampled out of the file (see request_totals)"
 """guidellm's ``--output-sampling`` keeps a sample of each benchmark's requests; the rest are counted under this."""
+OPTIONAL_IDS = ("prefix_group", "prefix_len", "session_id", "turn")
+"""Optional columns a measured table may carry into the replay: a shared system prompt, a multi-turn session."""
 FLAGS = {"0": 0, "1": 1, "false": 0, "true": 1}
 """The values a ``warmup`` cell may hold (text compared in lower case)."""
 
@@ -144,12 +150,9 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
             warm = _flags(frame["warmup"])
             rules.append(("warmup", "must be 0/1 or true/false", np.isnan(warm)))
         if "prefix_group" in frame:
-            from workloads.readers.build import group_ids
-
-            raw = frame["prefix_group"].to_numpy(object)
-            group = np.where(_given(frame["prefix_group"]), group_ids(raw, _numbers(raw, text)), np.nan)
+            group = _ids(frame["prefix_group"], text)
             rules.append(("prefix_group", "must be a whole number >= 0, a group name, or blank for none",
-                          ~np.isnan(group) & ((group != np.floor(group)) | (group < 0) | (group > MAX_GROUP))))
+                          _bad_ids(group)))
         if "prefix_len" in frame:
             plen = _numbers(frame["prefix_len"], text)
             rules.append(("prefix_len", "must be a whole number, or blank for none",
@@ -157,12 +160,21 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
             rules.append(("prefix_len", "must be >= 0", plen < 0))
             rules.append(("prefix_len", f"must be <= {names['prompt_tokens']}: the prefix is part of the prompt",
                           plen > x["prompt_tokens"]))
+        if "session_id" in frame:
+            from workloads.readers.build import TURN_MISSING
+
+            session, turn = _ids(frame["session_id"], text), _numbers(frame["turn"].to_numpy(object), text)
+            rules.append(("session_id", "must be a whole number >= 0, a session name, or blank for none",
+                          _bad_ids(session)))
+            rules.append(("turn", f"must be a whole number from 0 to {MAX_TOKENS:g}, or blank for no session's turn",
+                          _given(frame["turn"]) & ~((turn == np.floor(turn)) & (turn >= 0) & (turn <= MAX_TOKENS))))
+            rules.append(("turn", TURN_MISSING, ~np.isnan(session) & ~_given(frame["turn"])))
     hits = np.array([mask for _, _, mask in rules], bool)
     if hits.any():
         i = int(np.argmax(hits.any(axis=0)))
         col, problem, _ = rules[int(np.argmax(hits[:, i]))]
         raise _bad(path, where(i), names[col], frame[col].iloc[i], problem)
-    frame = frame.copy()
+    written, frame = frame, frame.copy()
     for col in REQUIRED:
         frame[col] = x[col]
     if "phase" not in frame:
@@ -173,22 +185,62 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
         frame["prefix_group"] = np.where(np.isnan(group), -1, group).astype(np.int64)
     if "prefix_len" in frame:
         frame["prefix_len"] = np.where(np.isnan(plen), 0, plen).astype(np.int64)
+    if "session_id" in frame:
+        frame["session_id"] = np.where(np.isnan(session), NONE, session).astype(np.int64)
+        frame["turn"] = np.where(np.isnan(turn), 0, turn).astype(np.int64)
     scored = int((frame["warmup"] == 0).sum())
     if scored < MIN_REQUESTS:
         raise TraceError(f"{path}: {scored} request(s) besides warm-up; a fit needs at least {MIN_REQUESTS} "
                          "(one half to fit, the other to score)")
     frame["prompt_tokens"] = frame["prompt_tokens"].astype(np.int64)
     frame["output_tokens"] = frame["output_tokens"].astype(np.int64)
+    if "session_id" in frame:
+        _check_sessions(frame, written, path, where, names)
     out = frame["output_tokens"].to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         frame["tpot_s"] = np.where(out > 1, (frame["e2e_s"] - frame["ttft_s"]) / np.maximum(out - 1, 1), np.nan)
     frame = frame.sort_values("arrival_time_s", kind="stable").reset_index(drop=True)
     frame["arrival_time_s"] -= frame["arrival_time_s"].iloc[0]
-    keep = [*REQUIRED, "tpot_s", "phase", "warmup"] + [c for c in ("prefix_group", "prefix_len") if c in frame]
+    keep = [*REQUIRED, "tpot_s", "phase", "warmup"] + [c for c in OPTIONAL_IDS if c in frame]
     if skipped:
         warnings.warn(f"{path}: {sum(skipped.values())} request(s) left out of the fit and its scores "
                       f"({_skipped_text(skipped)}); {len(frame)} used", TraceWarning, stacklevel=3)
     return MeasuredRun(frame[keep], str(path), kind, skipped)
+
+
+def _ids(values: pd.Series, text: bool) -> np.ndarray:
+    """A ``prefix_group`` or ``session_id`` column as ids (`workloads.readers.build.group_ids`: numbers as they
+    are, a name as a stable id of its own), NaN where blank."""
+    from workloads.readers.build import group_ids
+
+    raw = values.to_numpy(object)
+    return np.where(_given(values), group_ids(raw, _numbers(raw, text)), np.nan)
+
+
+def _bad_ids(ids: np.ndarray) -> np.ndarray:
+    """Ids (`_ids`) no group or session can have: a fraction, a negative number, one past `MAX_GROUP`."""
+    with np.errstate(invalid="ignore"):
+        return ~np.isnan(ids) & ((ids != np.floor(ids)) | (ids < 0) | (ids > MAX_GROUP))
+
+
+def _check_sessions(frame: pd.DataFrame, written: pd.DataFrame, path: Path, where: Callable[[int], str],
+                    names: dict[str, str]) -> None:
+    """The trace readers' session rules (`workloads.sessions.SESSION_RULES`) over ``frame``'s parsed rows in
+    arrival order, as the replay sends them: each turn after its session's previous turn, its prompt at least
+    that turn's prompt + output (it repeats them), the same system prompt. The first bad row in file order is the
+    error, its cell shown as the file wrote it (``written``)."""
+    order = np.argsort(frame["arrival_time_s"].to_numpy(), kind="stable")
+    col = {c: frame[c].to_numpy(np.int64)[order] if c in frame else np.full(len(order), default, np.int64)
+           for c, default in (("session_id", NONE), ("turn", 0), ("prompt_tokens", 1), ("output_tokens", 1),
+                              ("prefix_group", NONE), ("prefix_len", 0))}
+    found, _ = session_reasons(col["session_id"], col["turn"], np.full(len(order), np.nan), col["prompt_tokens"],
+                               col["output_tokens"], prefix=(col["prefix_group"], col["prefix_len"]))
+    if (found >= 0).any():
+        first = int(np.argmin(np.where(found >= 0, order, len(order))))  # the bad row earliest in the file
+        i = int(order[first])
+        field, problem = SESSION_RULES[found[first]]
+        value = written[field].iloc[i] if field in written else None
+        raise _bad(path, where(i), names.get(field, field), value, problem)
 
 
 def _skipped_text(skipped: dict[str, int]) -> str:
@@ -219,14 +271,29 @@ def _read_table(path: Path) -> MeasuredRun:
     return _finish_table(frame, path, text=True)
 
 
+def consecutive_turns(session: pd.Series, turn: pd.Series) -> pd.Series:
+    """Each session's turns numbered 0, 1, 2, ... again, in the order of their own numbers, after some were left
+    out (a turn the simulation rejected, a selection of rows). A later turn's prompt still begins with every
+    earlier turn's tokens, so it follows the last turn kept and hits what that one computed. Rows of no session
+    (NA or `NONE`) keep their values."""
+    in_session = session.notna() & (session != NONE)
+    rank = turn[in_session].groupby(session[in_session]).rank(method="first") - 1
+    return turn.mask(in_session, rank)
+
+
 def _finish_table(frame: pd.DataFrame, path: Path, *, text: bool) -> MeasuredRun:
     """A per-request table's columns checked, kvsim's own requests table recognised (`_read_table`), then
     `_finish`."""
     skipped: dict[str, int] = {}
+    if len(given := [c for c in ("session_id", "turn") if c in frame.columns]) == 1:
+        raise TraceError(f"{path}: column {given[0]} without {({'session_id', 'turn'} - set(given)).pop()}: a "
+                         "multi-turn session needs both (session_id: its conversation; turn: 0, 1, 2, ...)")
     if "arrival_time_s" not in frame.columns and "arrival_s" in frame.columns and "rejected" in frame.columns:
         rejected = frame["rejected"].astype(str).str.lower().isin(("true", "1"))
         skipped["rejected by the simulation"] = int(rejected.sum())
         frame = frame[~rejected].rename(columns={"arrival_s": "arrival_time_s"}).reset_index(drop=True)
+        if given and rejected.any() and pd.api.types.is_numeric_dtype(frame["turn"]):
+            frame["turn"] = consecutive_turns(frame["session_id"], frame["turn"])
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise TraceError(f"{path}: missing column(s) {', '.join(missing)} (a measured run needs "

@@ -14,17 +14,22 @@ import pandas as pd
 
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
-from sim.measured import MeasuredRun
+from sim.measured import OPTIONAL_IDS, MeasuredRun, consecutive_turns
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
 
 def workload_of(run: MeasuredRun, rows: np.ndarray | None = None):
-    """The measured requests (all, or the boolean mask ``rows``) as a kvsim workload."""
+    """The measured requests (all, or the boolean mask ``rows``) as a kvsim workload. A multi-turn session's
+    turns carry their session and turn, so that a turn hits what its previous turn computed as the measured
+    engine's prefix cache did (without them every turn would be an unrelated request, computed in full); each
+    arrives when the run says (no think time). A selection that leaves turns out numbers the rest again."""
     from workloads import Workload
 
     frame = run.frame if rows is None else run.frame[rows]
-    extra = {c: frame[c].to_numpy() for c in ("prefix_group", "prefix_len") if c in frame}
+    extra = {c: frame[c].to_numpy() for c in OPTIONAL_IDS if c in frame}
+    if rows is not None and "turn" in frame:
+        extra["turn"] = consecutive_turns(frame["session_id"], frame["turn"]).to_numpy()
     return Workload(arrival_time_s=frame["arrival_time_s"].to_numpy(float),
                     prompt_tokens=frame["prompt_tokens"].to_numpy(), output_tokens=frame["output_tokens"].to_numpy(),
                     max_tokens=frame["output_tokens"].to_numpy(), name="measured", source=run.path, **extra)

@@ -12,7 +12,9 @@ simulations and a wall-clock limit, and deterministic: the training half is a se
 requests (or the earlier half by arrival), and the simulation is seeded.
 
 The other half is held out: the fitted coefficients predict it, and its MAPE is reported beside the training
-error, per metric and per load phase (`sim.replay.score`).
+error, per metric and per load phase (`sim.replay.score`). The split chooses only which requests are compared:
+every request is simulated in every evaluation, so a multi-turn session's turns (`sim.replay.workload_of`) hit
+what their previous turns computed whichever half each turn falls in, as they did in the measured run.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ class TraceFit:
 
 
 def split_halves(n: int, how: str = "random", seed: int = 0) -> np.ndarray:
-    """A boolean mask of the training half: a seeded random half, or (``how="time"``) the earlier half."""
+    """A boolean mask of the training half: a seeded random half, or (``how="time"``) the earlier half. Requests,
+    not sessions: the other half is still simulated (`fit_trace`), so no turn loses its previous turn's hits."""
     if how == "time":
         return np.arange(n) < (n + 1) // 2
     if how != "random":

@@ -85,6 +85,26 @@ def _one_line_error(result, *expected: str) -> str:
      ["bs_rate_str.json: top level: field 'request_rate': bad value 'fast'"]),
     ("gl_rate_str.json", _guidellm({"successful": [_request(0), _request(1)]}, {"type_": "constant", "rate": "fast"}),
      ["gl_rate_str.json: benchmarks[0]: field 'args.strategy.rate': bad value 'fast'"]),
+    # a multi-turn session's turns, by the trace readers' rules (`workloads.sessions`)
+    ("s_missing.csv", f"{HEADER},session_id,turn\n0,100,10,0.1,0.5,7,0\n1,100,10,0.1,0.5,,\n2,200,10,0.1,0.5,7,2\n",
+     ["s_missing.csv: row 3: field 'turn': bad value 2 (refers to a missing earlier turn"]),
+    ("s_short.csv", f"{HEADER},session_id,turn\n0,100,10,0.1,0.5,chat-a,0\n1,100,10,0.1,0.5,chat-a,1\n",
+     ["s_short.csv: row 2: field 'prompt_tokens': bad value 100 (shorter than the previous turn's prompt_tokens + "
+      "output_tokens)"]),
+    ("s_repeat.csv", f"{HEADER},session_id,turn\n0,100,10,0.1,0.5,7,0\n1,200,10,0.1,0.5,7,0\n",
+     ["s_repeat.csv: row 2: field 'turn': bad value 0 (repeats an earlier row's session_id and turn)"]),
+    ("s_blank.csv", f"{HEADER},session_id,turn\n0,100,10,0.1,0.5,7,0\n1,200,10,0.1,0.5,7,\n",
+     ["s_blank.csv: row 2: field 'turn'", "(missing (a session row needs its turn number))"]),
+    ("s_text.csv", f"{HEADER},session_id,turn\n0,100,10,0.1,0.5,7,0\n1,200,10,0.1,0.5,7,x\n",
+     ["s_text.csv: row 2: field 'turn': bad value 'x' (must be a whole number"]),
+    ("s_lone.csv", f"{HEADER},session_id,turn\n0,100,10,0.1,0.5,,1\n1,200,10,0.1,0.5,,\n",
+     ["s_lone.csv: row 1: field 'turn': bad value 1 (given without session_id)"]),
+    ("s_neg.csv", f"{HEADER},session_id,turn\n0,100,10,0.1,0.5,-3,0\n1,200,10,0.1,0.5,,\n",
+     ["s_neg.csv: row 1: field 'session_id': bad value -3 (must be a whole number >= 0, a session name"]),
+    ("s_prefix.csv", f"{HEADER},session_id,turn,prefix_group,prefix_len\n0,100,10,0.1,0.5,7,0,1,50\n"
+     "1,200,10,0.1,0.5,7,1,,\n", ["s_prefix.csv: row 2: field 'prefix_group'", "(differs from the previous turn's"]),
+    ("s_no_turn.csv", f"{HEADER},session_id\n0,100,10,0.1,0.5,7\n1,200,10,0.1,0.5,7\n",
+     ["s_no_turn.csv: column session_id without turn: a multi-turn session needs both"]),
     # the wrong field blamed: arrival_time_s for a zero or negative rate
     ("bs_rate_zero.json", _bench(request_rate=0), ["field 'request_rate': bad value 0 (must be a finite number"]),
     ("bs_rate_neg.json", _bench(request_rate=-2), ["field 'request_rate': bad value -2"]),

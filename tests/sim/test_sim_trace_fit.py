@@ -160,3 +160,74 @@ def test_latencies_in_milliseconds_fit_to_implausible_fractions_and_warn(tmp_pat
                                        "h100-80gb", "--out", str(tmp_path / "t.json"), "--max-evals", "12"])
     assert result.exit_code == 0, result.output
     assert "a GPU running at under 5% of its peak is implausible" in result.stderr
+
+
+SESSION_TRUTH = dict(bandwidth_frac=0.75, flops_frac=0.58, seq_overhead_s=6e-5)
+
+
+def _session_run(path, num_requests: int = 240):
+    """A multi-turn chat run (4 turns, 2 s think time) simulated with `SESSION_TRUTH`, its requests table
+    written to ``path`` (Parquet, as ``kvsim run --out`` writes it)."""
+    from workloads.named import generate
+
+    w = generate("lognormal:prompt_mean=400,prompt_cv=1,output_mean=150,output_cv=1,max_total=3000",
+                 "poisson:rate=2", num_requests, seed=1, turns=4, think_time_s=2.0)
+    truth = dict(PROFILES["vllm-v1"].coefficients, **SESSION_TRUTH)
+    cost = StepCostModel(get_model("llama-2-7b"), get_gpu("h100-80gb"), **truth)
+    requests = run_simulation(SimConfig(**LLAMA), w, cost=cost).requests
+    assert requests["cached_tokens"].sum() > 0.5 * requests["prompt_tokens"].sum()  # later turns hit
+    requests.to_parquet(path, index=False)
+    return requests
+
+
+@pytest.mark.parametrize("holdout", ["random", "time"])
+def test_a_session_run_fits_back_with_each_turns_hits(tmp_path, holdout):
+    """A measured chat run's later turns hit what the previous turn computed; replayed as unrelated requests they
+    were computed in full, and the fit bent the coefficients to match (flops_frac at its bound 1.0, TTFT MAPE 50%
+    training, 44% held-out). With ``session_id`` and ``turn`` carried the fit recovers the coefficients, on both
+    halves, whichever half each turn falls in (every request is simulated: the split only picks the compared).
+    TTFT MAPE stays near 15%: a cached turn's TTFT is a step or two, and where in a step it arrives moves it."""
+    path = tmp_path / "requests.parquet"
+    _session_run(path)
+    config = SimConfig(**LLAMA)
+    result = fit_trace(read_measured(path), config, holdout=holdout)
+    for name in ("bandwidth_frac", "flops_frac"):
+        assert result.coefficients[name] == pytest.approx(SESSION_TRUTH[name], rel=0.05), name
+    assert result.coefficients["seq_overhead_s"] == pytest.approx(SESSION_TRUTH["seq_overhead_s"], rel=0.2)
+    for table in (result.train_score, result.heldout_score):
+        mape = overall(table)
+        assert mape["ttft"] < 0.2 and mape["tpot"] < 0.01 and mape["e2e"] < 0.01, mape
+    if holdout == "random":
+        pd.read_parquet(path).drop(columns=["session_id", "turn"]).to_parquet(path, index=False)
+        unrelated = fit_trace(read_measured(path), config, holdout=holdout)
+        assert overall(unrelated.train_score)["ttft"] > 0.35 and unrelated.coefficients["flops_frac"] > 0.9
+
+
+def test_a_turn_the_simulation_rejected_leaves_its_session_chained_to_the_turn_before(tmp_path):
+    """kvsim's own table leaves rejected requests out: the later turns of a session follow its last kept turn
+    (their prompts still begin with its tokens), numbered on, instead of refusing the file for a missing turn; so
+    does a replay of a selection of the rows."""
+    from workloads.errors import TraceWarning
+
+    path = tmp_path / "requests.parquet"
+    requests = _session_run(path, num_requests=40)
+    middle = int(np.flatnonzero(requests["turn"].to_numpy() == 1)[0])
+    session = requests["session_id"].iloc[middle]
+    requests.loc[middle, ["rejected", "ttft_s", "e2e_s"]] = [True, np.nan, np.nan]
+    requests.to_parquet(path, index=False)
+    with pytest.warns(TraceWarning, match="1 request.s. left out .* rejected by the simulation"):
+        run = read_measured(path)
+    assert run.frame.loc[run.frame["session_id"] == session, "turn"].tolist() == [0, 1, 2]
+    assert replay(run, SimConfig(**LLAMA))["ttft_s"].notna().all()
+    assert replay(run, SimConfig(**LLAMA), rows=run.frame["turn"].to_numpy() != 1)["ttft_s"].notna().all()
+
+
+def test_session_turns_are_checked_in_arrival_order(tmp_path):
+    """The replay sends turns in arrival order, so a file listing a later turn first reads; its session and turn
+    columns come through in arrival order, a name for a session reading as an id of its own."""
+    path = tmp_path / "m.csv"
+    path.write_text("arrival_time_s,prompt_tokens,output_tokens,ttft_s,e2e_s,session_id,turn\n"
+                    "3,300,10,0.1,0.5,chat-a,1\n0,100,10,0.1,0.5,chat-a,0\n1,50,10,0.1,0.5,,\n")
+    frame = read_measured(path).frame
+    assert frame["turn"].tolist() == [0, 0, 1] and frame["session_id"].iloc[1] == -1
+    assert frame["session_id"].iloc[0] == frame["session_id"].iloc[2] >= 0
