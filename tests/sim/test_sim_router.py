@@ -152,7 +152,7 @@ def test_prefix_aware_beats_round_robin_on_the_mooncake_sample():
 def test_prefix_aware_beats_round_robin_on_synthetic_conversations():
     w = generate("lognormal:prompt_mean=600,prompt_cv=1,output_mean=200,output_cv=1,max_total=8000",
                  "poisson:rate=30", 800, seed=0, system_prompt_len=512, system_prompt_frac=0.5, turns=6,
-                 turn_gap_s=20.0)
+                 turn_gap_s=2.0)  # (20 s left 654 of 654 conversations at 1.2 turns: the arrivals end at 26 s)
     out = _compare(w, ["round-robin", "prefix-aware"], model="llama-3-8b", gpu="a100-80gb", replicas=4)
     (rr_hit, rr_ttft, _), (pa_hit, pa_ttft, _) = out["round-robin"], out["prefix-aware"]
     assert pa_hit > rr_hit + 0.05
