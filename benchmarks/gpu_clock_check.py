@@ -18,9 +18,9 @@ as one call, the time the composition stands for) is scored against the full gri
 steps. Prints markdown (MAPE and bias by step kind and batch). ``--models`` reads the batch-1 whole steps of
 models of different sizes instead and prints the weight-read bandwidth their slope implies, the way `vllm-v1`'s
 bandwidth_frac and step_overhead_s were derived from vLLM's batch-1 steps. ``--transfers`` reads KV copied
-between pinned host memory and the GPU (`gpu_validation.host_transfer`) and sets what kvsim charges a swap or a
-host-tier load (its ``transfer_time``: the catalog GPU's ``pcie_gb_s`` and ``swap_copy_latency_s`` per copy call)
-beside each measured per-block transfer.
+between pinned host memory and the GPU (`gpu_validation.host_transfer` times them) and sets what kvsim charges a
+swap or a host-tier load (its ``transfer_time``: the catalog GPU's ``pcie_gb_s`` and ``swap_copy_latency_s`` per
+copy call) beside each measured per-block transfer. Every mode only reads CSVs: none needs torch.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import pandas as pd
 from allocators import roofline
 from allocators.catalog import get_gpu, get_model
 from gpu_validation.features import decode_step, prefill_step
+from gpu_validation.fit import fit_link
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.cost_profiles import PROFILES, make_step_cost
 
@@ -115,8 +116,6 @@ def transfers(frames: list[pd.DataFrame], gpu_name: str) -> str:
     """Markdown: the link fitted to each file's contiguous copies, then each per-block transfer's measured
     microseconds per copy call (eager, foreach, graph) beside kvsim's charge for the same blocks (`transfer_time`),
     then each host-to-device load by a transfer kernel a layer beside what `radix` is charged for it."""
-    from gpu_validation.host_transfer import fit_link
-
     gpu = get_gpu(gpu_name)
     links = pd.concat([fit_link(f) for f in frames])
     lines = ["| direction | link (GB/s) | latency per call (us) | catalog pcie_gb_s |", "|---|---:|---:|---:|"]

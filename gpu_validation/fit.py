@@ -1,4 +1,6 @@
-"""Fit the step-cost coefficients to measured step times, and read/write calibration tables.
+"""Fit the step-cost coefficients to measured step times, and read/write calibration tables; and `fit_link`, the
+host-GPU link fitted to timed KV copies. Torch-free, as fitting measurements needs no GPU: the benchmark that scores
+the committed runs (``benchmarks/gpu_clock_check.py``, ``--transfers`` too) runs without the ``gpu`` extra.
 
 The model (``docs/architecture.md``) is a roofline::
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,3 +225,19 @@ def load_calibration(path: str | Path) -> tuple[dict, pd.DataFrame]:
     if not csv.is_file():
         raise ValueError(f"{path}: its measurements {csv.name} are missing")
     return table, pd.read_csv(csv)
+
+
+def fit_link(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per direction, ``seconds = latency + bytes / bandwidth`` fitted to the contiguous copies by least squares on
+    relative error (every size counts alike, 32 KiB as much as 256 MiB): latency_s and gb_s, both NaN where the
+    times do not grow with the bytes (a fitted slope of zero or less: a CPU's noisy copies), not a negative link."""
+    fits = []
+    for direction, group in rows[(rows.pattern == "contiguous") & rows.seconds.notna()].groupby("direction"):
+        t = group.seconds.to_numpy()
+        a = np.column_stack([np.ones_like(t), group["bytes"].to_numpy(dtype=float)]) / t[:, None]
+        (latency, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+        fitted = per_byte > 0
+        fits.append({"direction": direction, "latency_s": float(latency) if fitted else math.nan,
+                     "gb_s": 1 / float(per_byte) / 1e9 if fitted else math.nan,
+                     "largest_copy_gb_s": float(group.sort_values("bytes").gb_s.iloc[-1])})
+    return pd.DataFrame(fits)

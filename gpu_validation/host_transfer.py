@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpu_validation import refuse_without_torch
+from gpu_validation import catalog_model, positive_int, refuse_without_torch
 
 try:
     import torch
@@ -43,6 +43,7 @@ except ImportError as exc:  # torch is the optional "gpu" extra
     raise
 
 from allocators.catalog import ModelSpec
+from gpu_validation.fit import fit_link
 from gpu_validation.timing import GraphCaptureError, Timer, captured, device_of
 from gpu_validation.triton_paged import triton_available
 from gpu_validation.triton_transfer import copy_blocks
@@ -161,22 +162,6 @@ def _graph_row(pattern: str, direction: str, copy_all: Callable[[], None], copie
     return _row(pattern, direction, "cuda-graph", copies, bytes_per_copy, timer(replay))
 
 
-def fit_link(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per direction, ``seconds = latency + bytes / bandwidth`` fitted to the contiguous copies by least squares on
-    relative error (every size counts alike, 32 KiB as much as 256 MiB): latency_s and gb_s, both NaN where the
-    times do not grow with the bytes (a fitted slope of zero or less: a CPU's noisy copies), not a negative link."""
-    fits = []
-    for direction, group in rows[(rows.pattern == "contiguous") & rows.seconds.notna()].groupby("direction"):
-        t = group.seconds.to_numpy()
-        a = np.column_stack([np.ones_like(t), group["bytes"].to_numpy(dtype=float)]) / t[:, None]
-        (latency, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-        fitted = per_byte > 0
-        fits.append({"direction": direction, "latency_s": float(latency) if fitted else math.nan,
-                     "gb_s": 1 / float(per_byte) / 1e9 if fitted else math.nan,
-                     "largest_copy_gb_s": float(group.sort_values("bytes").gb_s.iloc[-1])})
-    return pd.DataFrame(fits)
-
-
 def default_timer(device: str | torch.device) -> Timer:
     """The repeats the transfers are timed with: a GPU's copies are short and steady, a CPU's only a code check."""
     if torch.device(device).type == "cuda":
@@ -224,23 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gpu_validation.host_transfer OUT.csv [--model llama-3-8b] [--block-size 16]``."""
     import argparse
 
-    from allocators.catalog import get_model
-
     parser = argparse.ArgumentParser(prog="python -m gpu_validation.host_transfer",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--model", default="llama-3-8b", help="catalog model whose block shape is copied")
-    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--model", type=catalog_model, default="llama-3-8b",
+                        help="catalog model whose block shape is copied")
+    parser.add_argument("--block-size", type=positive_int, default=16)
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
     args = parser.parse_args(argv)
     device = device_of(parser, args.device)
     start = time.monotonic()
-    rows = host_transfers(get_model(args.model), device=device, timer=default_timer(device),
+    rows = host_transfers(args.model, device=device, timer=default_timer(device),
                           block_size=args.block_size,
                           progress=lambda line: print(f"[{time.monotonic() - start:6.1f}s] {line}", flush=True))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows.to_csv(args.out, index=False, float_format="%.6g")
-    print("\n".join([f"host transfers ({args.model}, block {args.block_size}):", *describe(rows), f"wrote {args.out}"]))
+    print("\n".join([f"host transfers ({args.model.name}, block {args.block_size}):", *describe(rows), f"wrote {args.out}"]))
     return 0
 
 

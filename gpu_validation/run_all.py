@@ -59,6 +59,9 @@ MODEL = "llama-3-8b"
 DEFAULT_BUDGET_S = 360.0
 """Default wall-clock budget: with the watchdog's grace and start-up, well inside an 8-minute slot."""
 WATCHDOG_GRACE_S = 60.0
+MAX_BUDGET_S = 7 * 86_400.0
+"""Longest --budget-s, a week: far past any run, and the watchdog's timer refused inf, NaN and 1e12 s with a
+traceback."""
 RESERVE_S = {"cuda": (90.0, 45.0, 30.0, 10.0), "cpu": (80.0, 40.0, 20.0, 10.0)}
 """Seconds of the budget kept back, by device, for (calibration and what follows, bandwidth and what follows,
 whole steps and what follows, host transfers). Measured on an H200 (2026-12-04): checks 55-61 s, the quick
@@ -221,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"run {WATCHDOG_GRACE_S:g} s past it")
     args = parser.parse_args(argv)
     device = device_of(parser, args.device)
-    if args.budget_s <= 0:
-        parser.error("--budget-s must be positive")
+    if not 0 < args.budget_s <= MAX_BUDGET_S:  # NaN and inf too: the watchdog's timer took neither
+        parser.error(f"--budget-s must be positive and at most {MAX_BUDGET_S:g} s (a week), got {args.budget_s:g}")
     compile_flex = device == "cuda" if args.compile_flex is None else args.compile_flex
     args.out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()

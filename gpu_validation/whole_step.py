@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpu_validation import refuse_without_torch
+from gpu_validation import catalog_model, comma_list, positive_int, refuse_without_torch
 
 try:
     import torch
@@ -53,6 +53,15 @@ def free_bytes(device: torch.device) -> int | None:
     return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
 
 
+def weights_misfit(model: ModelSpec, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why ``model``'s weights do not fit in the memory free on ``device`` now; None where they do (or a CPU)."""
+    weights, free = roofline.weight_bytes(model, torch.finfo(dtype).bits // 8), free_bytes(device)
+    if free is None or weights * HEADROOM <= free:
+        return None
+    return (f"{model.name}: its weights ({weights / 1e9:.1f} GB) do not fit in the {free / 1e9:.1f} GB free on "
+            f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else device}")
+
+
 class WholeModel:
     """``num_layers`` dense layers and the LM head, built once and reused by every point."""
 
@@ -80,10 +89,9 @@ def whole_steps(model: ModelSpec, *, device: str | torch.device, dtype: torch.dt
     ratio."""
     device = torch.device(device)
     dtype_bytes = torch.finfo(dtype).bits // 8
-    weights, free = roofline.weight_bytes(model, dtype_bytes), free_bytes(device)
-    if free is not None and weights * HEADROOM > free:
-        raise ValueError(f"{model.name}: its weights ({weights / 1e9:.1f} GB) do not fit in the {free / 1e9:.1f} GB "
-                         f"free on {torch.cuda.get_device_name(device) if device.type == 'cuda' else device}")
+    misfit = weights_misfit(model, device, dtype)
+    if misfit:
+        raise ValueError(misfit)
     rng = np.random.default_rng(seed)
     parts = StepTimer(model, device, dtype, timer, rng, default_decode_kernel(device))
     whole = WholeModel(model, dtype=dtype, device=device, generator=parts.generator)
@@ -137,30 +145,34 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import time
 
-    from allocators.catalog import get_model
     from gpu_validation.features import scaled_model
 
     parser = argparse.ArgumentParser(prog="python -m gpu_validation.whole_step",
                                      description="Decode whole steps of several models, one model at a time.")
     parser.add_argument("out", type=Path)
-    parser.add_argument("--models", default="llama-3-8b", help="comma-separated catalog models")
-    parser.add_argument("--batches", default="1,8,32", help="comma-separated decode batch sizes")
+    parser.add_argument("--models", type=comma_list(catalog_model), default="llama-3-8b",
+                        help="comma-separated catalog models")
+    parser.add_argument("--batches", type=comma_list(positive_int), default="1,8,32",
+                        help="comma-separated decode batch sizes")
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
     args = parser.parse_args(argv)
     device = device_of(parser, args.device)
-    points = (tuple((int(b), 1024) for b in args.batches.split(",")), ())
+    cuda = device == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    models = args.models if cuda else [scaled_model(m, 16) for m in args.models]  # CPU: a pipeline check
+    for model in models:  # all before any is timed: one that cannot load ended the run after the others were timed
+        misfit = weights_misfit(model, torch.device(device), dtype)
+        if misfit:
+            parser.error(f"argument --models: {misfit}")
+    points = (tuple((b, 1024) for b in args.batches), ())
     start = time.monotonic()
     frames = []
-    for name in args.models.split(","):
-        model = get_model(name)
-        if device == "cuda":
-            timer, dtype = Timer(device, warmup=2, repeats=10, graphs=True), torch.bfloat16
-        else:  # a pipeline check: the model scaled down 16x, fp32
-            timer, dtype, model = Timer(device, warmup=1, repeats=2), torch.float32, scaled_model(model, 16)
+    for given, model in zip(args.models, models, strict=True):
+        timer = Timer(device, warmup=2, repeats=10, graphs=True) if cuda else Timer(device, warmup=1, repeats=2)
         frames.append(whole_steps(model, device=device, dtype=dtype, timer=timer, points=points,
-                                  progress=lambda line, n=name: print(f"[{time.monotonic() - start:6.1f}s] {n} {line}",
-                                                                      flush=True)))
-        if device == "cuda":
+                                  progress=lambda line, n=given.name: print(
+                                      f"[{time.monotonic() - start:6.1f}s] {n} {line}", flush=True)))
+        if cuda:
             torch.cuda.empty_cache()  # the next model's weights need the room
     frame = pd.concat(frames, ignore_index=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

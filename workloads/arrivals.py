@@ -26,14 +26,8 @@ import numpy as np
 from workloads.errors import TraceError
 from workloads.sessions import closed_loop_turns
 from workloads.specs import check_cv, check_positive
+from workloads.validation import MAX_ARRIVAL_S
 from workloads.workload import ClosedLoop, Workload
-
-MAX_ARRIVAL_S = 1e9
-"""Latest time, in seconds (about 32 years), a process may draw an arrival at, and the longest think time or
-turn gap a spec or `workloads.generate.generate` may set.
-kvsim's clock is float seconds: at 1e9 s it still resolves a step to 1e-7 s, past 1e13 s a step's time is
-visibly rounded and past 1e15 s latencies are off by percents. A rate that spreads the requests further
-(``rate=1e-20``) is a slip, whose run was wrong rather than refused."""
 
 
 def _within_clock(times_of: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:

@@ -23,11 +23,11 @@ import warnings
 
 import numpy as np
 
-from workloads.arrivals import MAX_ARRIVAL_S, ArrivalProcess, closed_loop_of
+from workloads.arrivals import ArrivalProcess, closed_loop_of
 from workloads.conversations import build_conversations, build_sessions
 from workloads.errors import TraceError, TraceWarning, check_seed, real_number, whole_number
 from workloads.lengths import Empirical, LengthDistribution
-from workloads.validation import BOTH_N_AND_BEAM, MAX_SAMPLES, MAX_TOKENS
+from workloads.validation import BOTH_N_AND_BEAM, MAX_ARRIVAL_S, MAX_SAMPLES, MAX_TOKENS
 from workloads.workload import NONE, Workload
 
 MAX_REQUESTS = 10**8

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads.validation import MAX_ARRIVAL_S, PAST_CLOCK
+
 NONE = -1
 """No session (as `workloads.workload.NONE`, which imports this module)."""
 SESSION_RULES: tuple[tuple[str, str], ...] = (
@@ -26,6 +28,7 @@ SESSION_RULES: tuple[tuple[str, str], ...] = (
     ("turn", "given without session_id"),
     ("think_time_s", "given without session_id"),
     ("think_time_s", "must be finite and >= 0"),
+    ("think_time_s", PAST_CLOCK),
     ("think_time_s", "given on a session's first turn (turn 0 arrives at arrival_time_s)"),
     ("prefix_hashes", "given on a session turn, whose identity is its session (a shared system prompt is "
                       "prefix_group and prefix_len)"),
@@ -36,7 +39,7 @@ SESSION_RULES: tuple[tuple[str, str], ...] = (
                      "token stream, which starts with the same system prompt in every turn)"),
 )
 """``(field, problem)`` of each session rule, in the order a row's first failing rule is reported."""
-_MISSING, _REPEAT, _SHORT, _PREFIX = 7, 8, 9, 10
+_MISSING, _REPEAT, _SHORT, _PREFIX = 8, 9, 10, 11
 PREFIX_CHANGED = SESSION_RULES[_PREFIX][1]
 """A turn's system prompt unlike its previous turn's (its own value may be blank, so the reader does not show it)."""
 
@@ -59,7 +62,7 @@ def session_reasons(session: np.ndarray, turn: np.ndarray, think: np.ndarray, pr
     lone, given = session <= NONE, ~np.isnan(think)
     with np.errstate(invalid="ignore"):
         masks = [session < NONE, turn < 0, lone & (turn != 0), lone & given, given & ~((think >= 0) & (think < np.inf)),
-                 given & (turn == 0), ~lone & (hash_counts > 0)]
+                 think > MAX_ARRIVAL_S, given & (turn == 0), ~lone & (hash_counts > 0)]
     for k, mask in enumerate(masks):
         reason[candidates & (reason < 0) & mask] = k
     seen: dict[tuple[int, int], int] = {}

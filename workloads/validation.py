@@ -8,8 +8,8 @@ NaN, which fails no comparison, so it breaks no rule. Callers add their context 
 the file, row and field (and count skipped rows by ``"field: problem"``), `Workload` its name, `Request` its id.
 
 What stays with the readers is parsing: "missing or not a number" and "must be a whole number". The upper bounds
-(`MAX_TOKENS`, `MAX_SAMPLES`) are here: the readers refuse a row past them, and the generator refuses options and
-length specs that ask for more, so that what it writes reads back.
+(`MAX_TOKENS`, `MAX_SAMPLES`, `MAX_ARRIVAL_S`) are here: the readers refuse a row past them, and the generator
+refuses options and length specs that ask for more, so that what it writes reads back.
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ MAX_TOKENS = 10**9
 """Token counts above this are certainly corrupt (and would overflow downstream arithmetic)."""
 MAX_SAMPLES = 10**6
 """Most parallel samples (``n``) or beams (``beam_width``) one request may have."""
+MAX_ARRIVAL_S = 1e9
+"""Latest time, in seconds (about 32 years), a request may arrive at (a trace's: after its first arrival) and the
+longest think time or turn gap a trace row, spec or `workloads.generate.generate` may set.
+kvsim's clock is float seconds: at 1e9 s it still resolves a step to 1e-7 s, past 1e13 s a step's time is
+visibly rounded and past 1e15 s latencies are off by percents. A rate that spreads the requests further
+(``rate=1e-20``), or a trace timestamp that far out, is a slip, whose run was wrong rather than refused."""
+PAST_CLOCK = f"must be <= {MAX_ARRIVAL_S:g} s (about 32 years)"
+"""The problem a think time past `MAX_ARRIVAL_S` is, in a trace row or a `Workload`."""
 
 LOWER_BOUNDS = {"prompt_tokens": 1, "output_tokens": 1, "max_tokens": 1, "n": 1, "beam_width": 1,
                 "prefix_group": 0, "prefix_len": 0}

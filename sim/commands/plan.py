@@ -23,6 +23,7 @@ from sim.commands.sweep import (
     exit_if_searches_failed,
     skipped_rows_lines,
 )
+from sim.kernel.config import MAX_REPLICAS
 from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
 
 SHOWN_SUMMARY_KEYS = ("ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_frac", "preempted_hit_tokens",
@@ -55,7 +56,7 @@ def format_plan(rows: list[dict[str, Any]], varying: list[str]) -> str:
 @_executor_options
 @_slo_target_options
 @click.option("--max-replicas", type=int, default=DEFAULT_MAX_REPLICAS, show_default=True,
-              help="Most replicas tried.")
+              help=f"Most replicas tried (at most {MAX_REPLICAS:,}).")
 @click.option("--json", "as_json", is_flag=True, help="Print a list of objects (router, replicas, summary, ...).")
 @click.pass_context
 def plan(ctx: click.Context, config_file: str | None, workers: int | None, executor: str | None,
@@ -74,8 +75,8 @@ def plan(ctx: click.Context, config_file: str | None, workers: int | None, execu
              "normalized_latency": normalized_latency}
     try:
         target = SloTarget({SLO_METRICS[k]: v for k, v in given.items() if v is not None})
-        if max_replicas < 1:
-            raise ValueError(f"--max-replicas must be at least 1, got {max_replicas}")
+        if not 1 <= max_replicas <= MAX_REPLICAS:
+            raise ValueError(f"--max-replicas must be in 1..{MAX_REPLICAS:,}, got {max_replicas:,}")
         grid, execution = _execution(ctx, config_file, workers, executor, scheduler)
         rows = run_plan(grid, target, max_replicas=max_replicas, **execution)
     except (ValueError, RuntimeError) as exc:

@@ -30,6 +30,11 @@ def flag(field: str) -> str:
     return _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
+MAX_REPLICAS = 10_000
+"""Most replicas in a fleet: each is a simulator of its own (about 2.5 ms and 100 kB to build), so 10,000 take
+25 s and 1 GB before the first step; --replicas 10**12 (or a `kvsim plan --max-replicas` search that doubled its
+way there) ran out of memory instead of running."""
+
 _POSITIVE_INTS = ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens", "replicas")
 _OPTIONAL_POSITIVE_INTS = ("kv_tokens", "max_model_len", "num_requests")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
@@ -274,6 +279,8 @@ class SimConfig:
                 if whole is None or whole < low:
                     raise ValueError(f"{flag(name)} must be {kind} integer, got {value!r}")
                 setattr(self, name, whole)
+        if self.replicas > MAX_REPLICAS:
+            raise ValueError(f"--replicas must be at most {MAX_REPLICAS:,}, got {self.replicas:,}")
         whole = plain_int(self.offload_store_threshold)
         if whole is None or whole < 0:
             raise ValueError(f"--offload-store-threshold must be a whole number of offers >= 0 (below 2: every "

@@ -41,6 +41,13 @@ STEADY_LATENCIES = 5.0
 KEEP_UP = 0.9
 """...and if it completes requests at no less than this share of the arrival rate (else its queue grew)."""
 
+MAX_PROBES = 200
+"""Most simulations one rate search may take (`SearchSettings.most_probes`); the defaults take at most 16. A
+--growth of 1.0000000000001 asked for 7.6e13 to bracket 0.5 .. 1000 req/s: a search that never ends."""
+MIN_TOLERANCE = 1e-9
+"""Tightest --tolerance: below a few float steps (about 4e-16) the bracket's geometric midpoint is one of its
+ends, and the bisection never ended."""
+
 STATUS_BELOW_MIN = "below-min"
 STATUS_ABOVE_MAX = "above-max"
 """Besides a sweep point's ``ok`` and ``failed``: the target failed at ``rate_min``, or held up to ``rate_max``."""
@@ -84,7 +91,8 @@ class SloTarget:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """Where the rate search starts, how far it may go, and when the bracket is tight enough."""
+    """Where the rate search starts, how far it may go, and when the bracket is tight enough. Errors name
+    `kvsim slo`'s flags, which set these."""
 
     rate_min: float = 0.5
     rate_max: float = 1000.0
@@ -92,12 +100,29 @@ class SearchSettings:
     tolerance: float = 0.05
 
     def __post_init__(self) -> None:
-        if not 0 < self.rate_min <= self.rate_max:
-            raise ValueError(f"need 0 < rate_min <= rate_max, got {self.rate_min} and {self.rate_max}")
-        if not self.growth > 1:
-            raise ValueError(f"growth must be above 1, got {self.growth}")
-        if not self.tolerance > 0:
-            raise ValueError(f"tolerance must be positive, got {self.tolerance}")
+        if not 0 < self.rate_min <= self.rate_max < math.inf:
+            raise ValueError(f"need 0 < --rate-min <= --rate-max < inf, got {self.rate_min:g} and {self.rate_max:g}")
+        if not 1 < self.growth < math.inf:
+            raise ValueError(f"--growth must be above 1 and finite, got {self.growth:g}")
+        if not MIN_TOLERANCE <= self.tolerance < math.inf:
+            raise ValueError(f"--tolerance must be at least {MIN_TOLERANCE:g} and finite, got {self.tolerance:g}")
+        bracket, bisect = self.most_probes()
+        if bracket + bisect > MAX_PROBES:
+            raise ValueError(f"the search could take {bracket + bisect:.3g} simulations, over the {MAX_PROBES} one "
+                             f"may: {bracket:.3g} to bracket --rate-min {self.rate_min} .. --rate-max {self.rate_max} "
+                             f"by --growth {self.growth}, {bisect} to bisect to --tolerance {self.tolerance}; raise "
+                             "--growth or --tolerance, or narrow the rates")
+
+    def most_probes(self) -> tuple[float, int]:
+        """The most simulations the search can take to bracket (``rate_min`` times ``growth`` until past
+        ``rate_max``) and then to bisect (halving the log of a bracket of at most ``growth`` to ``tolerance``).
+        The first is a float: infinite where the rates are too far apart for one."""
+        span = self.rate_max / self.rate_min
+        if span == 1:
+            return 1, 0
+        bracket = 1 + math.log(span) / math.log(self.growth)
+        bisect = max(0, math.ceil(math.log2(math.log(min(self.growth, span)) / math.log1p(self.tolerance))))
+        return (math.ceil(bracket) if bracket < math.inf else bracket), bisect
 
 
 def steady_state_warning(summary: dict[str, Any], rate: float) -> str | None:

@@ -64,6 +64,12 @@ def test_trace_stats_of_a_directory_says_so(tmp_path):
       "--num-requests", "5", "--out", "t.csv"], "cv must be within [1e-100, 1e+100], got 1e+200"),
     (["trace", "generate", "--lengths", "fixed:prompt=10,output=10", "--arrivals", "poisson:rate=2",
       "--num-requests", "5", "--n", str(10**20), "--out", "t.csv"], "generate: n must be <= 1e+06"),
+    # before: a search of 7.6e13 simulations, one that never ended, a fleet that ran out of memory
+    (["slo", "--e2e-p50", "1", "--growth", "1.0000000000001"], "could take 7.61e+13 simulations, over the 200"),
+    (["slo", "--e2e-p50", "1", "--tolerance", "1e-300"], "--tolerance must be at least 1e-09 and finite, got 1e-300"),
+    (["plan", "--ttft-p99", "1", "--rate", "1", "--max-replicas", str(10**12)],
+     "--max-replicas must be in 1..10,000, got 1,000,000,000,000"),
+    (["run", "--replicas", str(10**12)], "--replicas must be at most 10,000, got 1,000,000,000,000"),
 ])
 def test_values_past_what_kvsim_holds_are_one_line(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

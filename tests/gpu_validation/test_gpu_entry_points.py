@@ -26,6 +26,40 @@ def test_cuda_without_a_device_is_one_line(command, tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("error: --device cuda: torch sees no CUDA device")
 
 
+@pytest.mark.parametrize(("command", "args", "line"), [
+    # before: int()'s ValueError, a batch of 0 failing in torch.max, the catalog's KeyError: tracebacks
+    (whole_step, ["--batches", "1,x"], "argument --batches: must be a positive integer, got 'x'"),
+    (whole_step, ["--batches", "0"], "argument --batches: must be a positive integer, got '0'"),
+    (whole_step, ["--models", "llama-3-8b,foo"], "argument --models: unknown model 'foo'; valid choices: opt-13b"),
+    (host_transfer, ["--model", "foo"], "argument --model: unknown model 'foo'; valid choices: opt-13b"),
+    # before: a tensor of negative size
+    (host_transfer, ["--block-size", "-3"], "argument --block-size: must be a positive integer, got '-3'"),
+    # before: the watchdog's timer raised ValueError (NaN) or OverflowError (inf)
+    (run_all, ["--budget-s", "nan"], "--budget-s must be positive and at most 604800 s (a week), got nan"),
+    (run_all, ["--budget-s", "inf"], "--budget-s must be positive and at most 604800 s (a week), got inf"),
+])
+def test_bad_options_are_one_line(command, args, line, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        command.main([str(tmp_path / "out"), "--device", "cpu", *args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith(f"python -m {command.__name__}: error: {line}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_whole_steps_refuse_a_model_too_big_before_timing_any(tmp_path, capsys, monkeypatch):
+    """A model whose weights do not fit ended the run with a ValueError traceback, after the models before it
+    were timed; now every model is checked first."""
+    monkeypatch.setattr(whole_step, "free_bytes", lambda device: 10**9)  # llama-3-8b/16's 0.3 GB fit
+    with pytest.raises(SystemExit) as info:
+        whole_step.main([str(tmp_path / "out.csv"), "--device", "cpu", "--models", "llama-3-8b,llama-3-70b"])
+    assert info.value.code == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.splitlines()[-1] == (
+        "python -m gpu_validation.whole_step: error: argument --models: llama-3-70b/16: its weights (2.6 GB) do not "
+        "fit in the 1.0 GB free on cpu")
+
+
 @pytest.fixture
 def without_torch(tmp_path) -> dict[str, str]:
     """An environment whose python cannot import torch: a ``torch`` module first on the path that fails as a
@@ -52,6 +86,15 @@ def test_gpu_script_without_torch_is_one_line(without_torch, tmp_path):
                             capture_output=True, text=True, timeout=120, env={**without_torch, "PYTHON": sys.executable})
     assert_needs_torch(result, "python -m gpu_validation.run_all")
     assert not (tmp_path / "out").exists()
+
+
+def test_clock_check_reads_committed_transfers_without_torch(without_torch):
+    """``benchmarks/gpu_clock_check.py --transfers`` only reads CSVs, as its other modes do: it imported the
+    torch-bound `gpu_validation.host_transfer` for the link fit and died with a traceback without torch."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_clock_check.py"), "--transfers"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT, env=without_torch)
+    assert result.returncode == 0, result.stderr
+    assert "| host-to-device |" in result.stdout
 
 
 def test_calibrate_without_torch_is_the_same_line(without_torch):

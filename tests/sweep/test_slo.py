@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from test_sweep_fakes import SERVICE_S, capacity, queue_point, rejecting_point
 
@@ -72,12 +73,36 @@ def test_below_min_above_max_and_errors():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"rate_min": 0.0}, "rate_min"), ({"rate_min": 5.0, "rate_max": 1.0}, "rate_min"),
-    ({"growth": 1.0}, "growth"), ({"tolerance": 0.0}, "tolerance"),
+    ({"rate_min": 0.0}, "--rate-min"), ({"rate_min": 5.0, "rate_max": 1.0}, "--rate-min"),
+    ({"rate_max": math.inf}, "--rate-max < inf"),
+    ({"growth": 1.0}, "--growth"), ({"growth": math.inf}, "--growth must be above 1 and finite"),
+    ({"tolerance": 0.0}, "--tolerance"), ({"tolerance": math.inf}, "--tolerance must be at least 1e-09 and finite"),
+    # before: a bisection whose midpoint rounds to an end of the bracket, forever
+    ({"tolerance": 1e-300}, "--tolerance must be at least 1e-09"),
+    # before: searches of days, or never ending (rates too far apart for a float)
+    ({"growth": 1.0000000000001}, r"could take 7\.61e\+13 simulations, over the 200 one may: 7\.61e\+13 to bracket "
+                                  r"--rate-min 0\.5 \.\. --rate-max 1000\.0 by --growth 1\.0000000000001, 0 to"),
+    ({"rate_min": 1e-300, "rate_max": 1e300}, "could take inf simulations"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SearchSettings(**kwargs)
+
+
+@pytest.mark.parametrize(("settings", "most"), [
+    (SearchSettings(), (12, 4)), (SearchSettings(growth=1.1), (81, 1)), (SearchSettings(rate_max=0.5), (1, 0)),
+    (SearchSettings(rate_min=1e-3, rate_max=1e6, tolerance=1e-9), (31, 30)),
+])
+def test_most_probes_bounds_every_search(settings, most):
+    """The bound the settings are refused past is the search's own: a limit anywhere in (or out of) the range
+    takes no more probes, and some limit takes all of them."""
+    assert settings.most_probes() == most
+    taken = []
+    for limit in np.geomspace(settings.rate_min / 3, settings.rate_max * 3, 400):
+        def point(config, limit=limit):
+            return {"requests": 1, "completed": 1, "e2e_p50_s": 0.1 if config.rate <= limit else 1.0}
+        taken.append(search_rate(point, SimConfig(), E2E, settings)["simulations"])
+    assert max(taken) == sum(most)
 
 
 def test_target_needs_a_positive_bound():

@@ -62,6 +62,14 @@ def test_infinite_think_time_is_rejected_everywhere(tmp_path):
         load_trace(path)
 
 
+def test_a_closed_loop_think_time_past_the_clock_is_rejected(tmp_path):
+    # before: 1e30 s was accepted, a run whose clock stopped resolving its steps
+    path = tmp_path / "t.csv"
+    path.write_text(f"{HEADER},closed_loop_users,think_time_s\n0,10,5,2,1e9\n1,10,5,2,1e30\n")
+    with pytest.raises(TraceError, match=r"line 3: field 'think_time_s': must be <= 1e\+09 s \(about 32 years\)"):
+        load_trace(path)
+
+
 def test_closed_loop_round_trips_through_every_container(tmp_path):
     w = generate("fixed:prompt=10,output=5", "closed:users=3,think_s=0.5", 4)
     for suffix in (".csv", ".jsonl", ".parquet"):

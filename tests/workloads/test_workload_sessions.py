@@ -68,6 +68,7 @@ BAD_ROWS = [  # (rows after the header, line, field, problem)
     ("0,100,50,1,0,\n0,250,50,1,2,1\n", 3, "turn", "refers to a missing earlier turn"),
     ("0,100,50,1,0,\n0,250,50,2,1,1\n", 3, "turn", "refers to a missing earlier turn"),
     ("0,100,50,1,0,\n0,250,50,1,1,-2\n", 3, "think_time_s", "must be finite and >= 0"),
+    ("0,100,50,1,0,\n0,250,50,1,1,1e30\n", 3, "think_time_s", r"must be <= 1e\+09 s \(about 32 years\)"),
     ("0,100,50,1,0,\n0,120,50,1,1,1\n", 3, "prompt_tokens", "shorter than the previous turn's"),
     ("0,100,50,1,0,\n0,250,50,1,0,\n", 3, "turn", "repeats an earlier row's session_id and turn"),
     ("0,100,50,1,0,3\n", 2, "think_time_s", "given on a session's first turn"),
@@ -119,6 +120,8 @@ def test_workload_columns_get_the_same_rules():
         Workload(**base, session_id=[1, 1], turn=[0, 2])
     with pytest.raises(ValueError, match="request 1: think_time_s: must be finite and >= 0"):
         Workload(**base, session_id=[1, 1], turn=[0, 1], think_time_s=[np.nan, -1.0])
+    with pytest.raises(ValueError, match=r"request 1: think_time_s: must be <= 1e\+09 s"):
+        Workload(**base, session_id=[1, 1], turn=[0, 1], think_time_s=[np.nan, 1e30])
     with pytest.raises(ValueError, match="request 0: prefix_hashes: given on a session turn"):
         Workload(**base, session_id=[1, 1], turn=[0, 1], hash_offsets=[0, 1, 1], hash_values=[5])
 

@@ -46,6 +46,18 @@ def test_non_finite_arrival_names_file_line_and_field(tmp_path, value):
         load_trace(path)
 
 
+def test_an_arrival_past_the_clock_after_the_first_names_file_line_and_field(tmp_path):
+    """Timestamps count from the first arrival, within `MAX_ARRIVAL_S` of it: 1e30 s later was read, and run on a
+    clock that no longer resolved a step. An epoch-sized first timestamp is no slip (rebased above)."""
+    path = write_csv(tmp_path / "t.csv", ["1700000000", "1700000001", str(1700000000 + 1e9), "1e30"])
+    with pytest.raises(TraceError, match=r"t\.csv: line 5: field 'arrival_time_s': more than 1e\+09 s \(about 32 "
+                                         r"years\) after the first arrival \(got 1000000000000000019884624838656\)"):
+        load_trace(path)
+    w = load_trace(path, skip_bad_rows=True)
+    assert w.arrival_time_s.tolist() == [0.0, 1.0, 1e9]
+    assert w.skipped_reasons == {"arrival_time_s: more than 1e+09 s (about 32 years) after the first arrival": 1}
+
+
 def test_rebasing_jsonl_and_parquet(tmp_path):
     import pandas as pd
 

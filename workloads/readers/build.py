@@ -19,8 +19,10 @@ from workloads.ragged import Ragged, empty
 from workloads.readers.formats import CONSTANT_FIELDS
 from workloads.sessions import PREFIX_CHANGED, SESSION_RULES, session_reasons
 from workloads.validation import (
+    MAX_ARRIVAL_S,
     MAX_SAMPLES,
     MAX_TOKENS,
+    PAST_CLOCK,
     cross_field_rules,
     group_and_hashes_rule,
     lower_bound_rule,
@@ -196,6 +198,11 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
         late[1:] = t_ok[1:] < previous_max[:-1]
         reason[ok[late]] = len(rules)
         rules.append(("arrival_time_s", "timestamps out of order (earlier than a previous row)", late))
+        # counted from the first arrival, as the rebased times are: an epoch-seconds start is no slip, 1e30 s is
+        far = (t_ok - t_ok[:1] > MAX_ARRIVAL_S) & ~late
+        reason[ok[far]] = len(rules)
+        rules.append(("arrival_time_s", f"more than {MAX_ARRIVAL_S:g} s (about 32 years) after the first arrival",
+                      far))
     if "session_id" in x or "turn" in x or "think_time_s" in x:
         found = _session_reasons(reason, session, turn, think, prompt, output, hashes.counts, group, plen)
         reason[found >= 0] = len(rules) + found[found >= 0]
@@ -339,6 +346,7 @@ def _constant(raw: RawTable, field: str, values: np.ndarray) -> float | None:
     if field == "think_time_s":
         with np.errstate(invalid="ignore"):
             rules.append(("must be finite and >= 0", given & ~((x >= 0) & (x < np.inf))))
+            rules.append((PAST_CLOCK, x > MAX_ARRIVAL_S))
     else:
         rules += [(problem, mask) for _, problem, mask in _integer_rules(field, x, 1, MAX_TOKENS, optional=True)]
     first = x[given][0] if given.any() else None
