@@ -149,15 +149,23 @@ def final_tokens(prompt_len: int, output_len: int) -> int:
     return prompt_len + max(output_len - 1, 0)
 
 
-def fill_to_capacity(allocator: Allocator, prompt_len: int, output_len: int) -> int:
+def fill_to_capacity(allocator: Allocator, prompt_len: int, output_len: int, chunk_tokens: int | None = None) -> int:
     """Admit requests of ``prompt_len`` tokens and grow each to its `final_tokens` until one does not fit;
-    returns how many fit (the one that did not is taken out again)."""
+    returns how many fit (the one that did not is taken out again). ``chunk_tokens``: prefill each prompt in
+    chunks of this many tokens where the allocator allocates chunk by chunk, as a run with chunked prefill does
+    (a hybrid pool's window groups free what each chunk leaves behind, so a long prompt never holds all of its
+    blocks there); None: the whole prompt at admission."""
     final = final_tokens(prompt_len, output_len)
+    chunk = prompt_len if chunk_tokens is None or not allocator.allocates_per_chunk else min(chunk_tokens, prompt_len)
+    whole = {"full_tokens": prompt_len} if chunk < prompt_len else {}  # as a run admits: if the prompt would fit
     count = 0
     while True:
-        if allocator.admit(count, prompt_len, final_tokens=final) is None:
+        if allocator.admit(count, chunk, final_tokens=final, **whole) is None:
             return count
-        if final > prompt_len and allocator.grow(count, final - prompt_len) is None:
+        done = chunk
+        while done < prompt_len and allocator.grow_chunk(count, min(chunk, prompt_len - done)) is not None:
+            done += chunk
+        if done < prompt_len or final > prompt_len and allocator.grow(count, final - prompt_len) is None:
             allocator.free(count)
             return count
         count += 1

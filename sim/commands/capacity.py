@@ -67,7 +67,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                        enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
     refusals = vllm_refusals(config, max_len, KVMemory(alloc).longest_request(max_len), cap)
     reason = alloc.never_fits(prompt_len, final_tokens=final_tokens(prompt_len, output_len))
-    count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len)
+    count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len, max_num_batched_tokens)
     alloc.check_invariants()
     shares = alloc.breakdown(waiting=True).shares
     paged = alloc.kind == "paged"
@@ -208,7 +208,8 @@ def _print_text(r: dict) -> None:
 @catalog_option
 @enforce_eager_option
 @click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
-              help="Tokens per step (vLLM's flag): sizes the activation memory reserved before the KV cache.")
+              help="Tokens per step (vLLM's flag): sizes the activation memory reserved before the KV cache, and "
+                   "the chunks a prompt is prefilled in (a sliding-window layer holds the window and one chunk).")
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
               help="Treat sliding-window layers as full attention (vLLM's flag; paged on a hybrid model).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")

@@ -227,10 +227,12 @@ def tier_summary(replicas) -> dict:
 def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_index: dict[int, int] | None = None,
                    host_by_index: dict[int, int] | None = None):
     """One row per request (``docs/architecture.md``), with its multi-turn session and turn (NA where it is no
-    session's turn) so that latency can be read per turn. ``cached_by_index``: prompt tokens each request's
-    admissions found cached, by workload position (absent: none); ``host_by_index``: the part of them loaded
-    from the host tier (``host_hit_tokens``; ``gpu_hit_tokens`` is the rest). A fanned-out workload's children
-    are folded back into their requests (`sim.kernel.parallel_sampling.aggregate`)."""
+    session's turn) so that latency can be read per turn, and its shared system prompt (``prefix_group``, NA for
+    none, and ``prefix_len``) so that ``kvsim calibrate --from-trace`` replays the hits the run had on it.
+    ``cached_by_index``: prompt tokens each request's admissions found cached, by workload position (absent:
+    none); ``host_by_index``: the part of them loaded from the host tier (``host_hit_tokens``; ``gpu_hit_tokens``
+    is the rest). A fanned-out workload's children are folded back into their requests
+    (`sim.kernel.parallel_sampling.aggregate`)."""
     import pandas as pd
 
     from workloads.frames import nullable
@@ -246,7 +248,8 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     for i, tokens in (host_by_index or {}).items():
         host[i] = tokens
     c = {"request_id": np.asarray(workload.ids, np.int64), "session_id": np.asarray(workload.session_id, np.int64),
-         "turn": np.asarray(workload.turn, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
+         "turn": np.asarray(workload.turn, np.int64), "prefix_group": np.asarray(workload.prefix_group, np.int64),
+         "prefix_len": np.asarray(workload.prefix_len, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
          "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
          "prompt_tokens": np.asarray(workload.prompt_tokens, np.int64),
          "output_tokens": np.asarray(workload.output_tokens, np.int64),
@@ -263,9 +266,10 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     out, tpot = c["output_tokens"], c["tpot_s"]
     ttft = c["first_token_s"] - c["arrival_s"]
     e2e = c["finished_s"] - c["arrival_s"]
-    session = nullable(c["session_id"])
+    session, prefix = nullable(c["session_id"]), nullable(c["prefix_group"])
     return pd.DataFrame({
         "request_id": c["request_id"], "session_id": session, "turn": nullable(c["turn"], session.isna()),
+        "prefix_group": prefix, "prefix_len": np.where(prefix.isna(), 0, c["prefix_len"]),  # no group shares nothing
         "arrival_s": c["arrival_s"], "admitted_s": c["admitted_s"],
         "first_token_s": c["first_token_s"], "finished_s": c["finished_s"], "prompt_tokens": c["prompt_tokens"],
         "output_tokens": out, "length_capped_tokens": c["length_capped_tokens"], "num_seqs": c["num_seqs"],

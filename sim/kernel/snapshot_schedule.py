@@ -7,10 +7,13 @@ an empty pool once. There the snapshots are spread over the requests instead: sn
 ``ceil(size * (k + 1) / (n + 1))`` requests have arrived. Where every request arrives at once (an offline
 batch, a trace without timestamps) there is no span and no order of arrivals: there they are spread over the
 requests leaving (finished or refused), snapshot ``k`` once ``ceil(arrived * (k + 1) / (n + 1))`` have left (of
-those arrived so far: a fleet replica's own). Either way a snapshot is taken at the start of the
-first row at or after its moment, and moments one idle gap passes together make one
-snapshot: the summary's ``memory_snapshots`` counts the moments, which do not depend on how rows group steps,
-and the table's distinct times the snapshots.
+those arrived so far: a fleet replica's own), but never all of them: with fewer requests than snapshots the last
+moments would fall after the last request left, on an empty pool, so they come once all but one have left.
+Either way a snapshot is taken at the start of the first row at or after its moment, and moments one idle gap
+passes together make one snapshot: the summary's ``memory_snapshots`` counts the moments, which do not depend on
+how rows group steps, and the table's distinct times the snapshots. A moment that falls at the run's start while
+requests are there to run (a single request's, a closed loop's first users', a replica's only request) waits for
+the end of the first row: before it nothing is allocated, so the map would show an empty pool by construction.
 
 A run of decode steps advanced in one move (`sim.kernel.fast_forward`) ends before the first step starting at
 or after the next moment (`next_moment`), so the fast-forward snapshots the same step as step by step does,
@@ -31,15 +34,17 @@ class SnapshotSchedule:
     and, open loop, whose last at ``end``; ``by_arrivals``: spread over the requests instead; ``by_departures``
     (all arriving at once): over the requests leaving."""
 
-    __slots__ = ("_times", "_arrived", "_shares")
+    __slots__ = ("_start", "_times", "_arrived", "_shares", "_parts")
 
     def __init__(self, count: int, size: int, start: float, end: float, *, by_arrivals: bool,
                  by_departures: bool = False) -> None:
         span = end - start
         by_time = not (by_arrivals or by_departures)
+        self._start = start
         self._times = [start + span * (k + 1) / (count + 1) for k in range(count)] if by_time else []
         self._arrived = [max(1, math.ceil(size * (k + 1) / (count + 1))) for k in range(count)] if by_arrivals else []
-        self._shares = [(k + 1) / (count + 1) for k in range(count)] if by_departures else []
+        self._shares = list(range(1, count + 1)) if by_departures else []  # snapshot k: (k + 1) / _parts of them
+        self._parts = count + 1
 
     @classmethod
     def for_workload(cls, count: int, workload, start: float, by_arrivals: bool) -> SnapshotSchedule:
@@ -51,6 +56,8 @@ class SnapshotSchedule:
     def due(self, now: float, arrived: int, delivered: int = 0, departed: int = 0) -> bool:
         """Whether a row starting at ``now``, ``arrived`` requests having arrived, takes a snapshot (every
         moment it passes is used up); ``delivered``: those of them this engine took, ``departed`` of which left."""
+        if now <= self._start and delivered > departed:  # nothing has run yet: wait for the first row's end
+            return False
         passed = False
         while self._times and now >= self._times[0] - ARRIVAL_TIE_S:  # as an arrival: a tie is this step's
             self._times.pop(0)
@@ -58,7 +65,7 @@ class SnapshotSchedule:
         while self._arrived and arrived >= self._arrived[0]:
             self._arrived.pop(0)
             passed = True
-        while self._shares and departed and departed >= math.ceil(delivered * self._shares[0]):
+        while self._shares and departed >= min(-(-delivered * self._shares[0] // self._parts), delivered - 1):
             self._shares.pop(0)
             passed = True
         return passed

@@ -81,3 +81,43 @@ def test_schedule_moments():
     # the row starting at 5.5 s passed 4 and 5 s: one snapshot for both
     by_count = SnapshotSchedule(3, 10, 0.0, 0.0, by_arrivals=True)  # once 3, 5 and 8 requests have arrived
     assert [by_count.due(1.0, n) for n in (2, 3, 4, 9)] == [False, True, False, True]
+
+
+def test_a_small_batch_keeps_its_last_snapshots_off_the_empty_pool():
+    """A batch of fewer requests than snapshots: snapshot k once ceil(5 (k + 1) / 13) have left put the last
+    moments after the last request left, on an empty pool (one snapshot of five); they now come once all but one
+    have left."""
+    rng = np.random.default_rng(0)
+    w = Workload(arrival_time_s=np.zeros(5), prompt_tokens=rng.integers(100, 800, 5),
+                 output_tokens=rng.integers(20, 300, 5), name="batch")
+    r = run_simulation(dataclasses.replace(CONFIG, memory_snapshots=12), w)
+    tokens = r.memory[r.memory["state"] == "token"].groupby("time_s").size().reindex(snapshot_times(r), fill_value=0)
+    assert len(tokens) == 4 and (tokens > 0).all()
+    assert max(snapshot_times(r)) < r.requests["finished_s"].max()
+
+
+def test_a_run_starting_with_requests_is_not_snapshotted_before_its_first_row():
+    """Before the first row nothing is allocated: a single request (no arrival span: every moment at the start)
+    and a closed loop whose first snapshot falls among its users arriving together showed an empty pool. Both
+    now take that snapshot once the first row has run; a run whose requests are all refused at the start still
+    shows its (empty) pool."""
+    one = Workload(arrival_time_s=np.zeros(1), prompt_tokens=np.array([1500]), output_tokens=np.array([100]))
+    r = run_simulation(CONFIG, one)
+    assert snapshot_times(r) == [r.steps["duration_s"].iloc[0]]
+    assert (r.memory["state"] == "token").sum() == 1500  # the prompt, computed
+    rng = np.random.default_rng(0)
+    w = Workload(arrival_time_s=np.zeros(40), prompt_tokens=rng.integers(50, 500, 40),
+                 output_tokens=rng.integers(20, 300, 40), name="closed")
+    closed = run_simulation(CONFIG, w.select(np.arange(40), closed_loop=ClosedLoop(users=16, think_time_s=0.2)))
+    tokens = closed.memory[closed.memory["state"] == "token"].groupby("time_s").size()
+    assert len(tokens) == len(snapshot_times(closed)) and (tokens > 0).all()
+    refused = run_simulation(CONFIG, dataclasses.replace(one, prompt_tokens=np.array([5000])))
+    assert refused.summary["rejected"] == 1 and snapshot_times(refused) == [0.0]
+
+
+def test_departures_moments_count_exactly():
+    """Snapshot k of n once ceil(arrived (k + 1) / (n + 1)) have left, in whole numbers: 77 x 9 / 11 is 63, which
+    the share 9 / 11 times 77 rounded up to 64."""
+    schedule = SnapshotSchedule(10, 77, 0.0, 0.0, by_arrivals=False, by_departures=True)
+    due = [left for left in range(1, 77) if schedule.due(1.0, 77, 77, left)]
+    assert due == [-(-77 * (k + 1) // 11) for k in range(10)] and 63 in due and 64 not in due

@@ -90,12 +90,12 @@ def test_a_fleet_sends_a_requests_children_where_its_first_goes(workers):
 
 
 def test_the_table_folds_children_into_their_request():
-    """The request's id, session and turn from its first child; earliest admission and first token, last finish
+    """The request's id, session, turn and system prompt from its first child; earliest admission and first token, last finish
     (none while a child has none), counts summed, rejected if any child was, with that child's reason."""
     nan = np.nan
     columns = {
         "request_id": np.array([5, 5, 6]), "session_id": np.array([-1, -1, 3]), "turn": np.array([0, 0, 2]),
-        "arrival_s": np.array([0.0, 0.0, 1.0]),
+        "prefix_group": np.array([7, 7, -1]), "prefix_len": np.array([4, 4, 0]), "arrival_s": np.array([0.0, 0.0, 1.0]),
         "prompt_tokens": np.array([10, 10, 20]), "output_tokens": np.array([3, 3, 4]),
         "length_capped_tokens": np.array([2, 2, 0]),
         "admitted_s": np.array([2.0, 1.0, nan]), "first_token_s": np.array([3.0, nan, nan]),
@@ -108,6 +108,7 @@ def test_the_table_folds_children_into_their_request():
     assert out["tpot_s"][0] == 2.5 and np.isnan(out["tpot_s"][1])  # the children's mean
     assert out["request_id"].tolist() == [5, 6] and out["length_capped_tokens"].tolist() == [2, 0]
     assert out["session_id"].tolist() == [-1, 3] and out["turn"].tolist() == [0, 2]
+    assert out["prefix_group"].tolist() == [7, -1] and out["prefix_len"].tolist() == [4, 0]
     assert out["admitted_s"][0] == 1.0 and out["first_token_s"][0] == 3.0 and out["finished_s"][0] == 9.0
     assert np.isnan(out["finished_s"][1]) and np.isnan(out["admitted_s"][1])
     assert out["num_seqs"].tolist() == [2, 1] and out["preemptions"].tolist() == [3, 0]

@@ -203,6 +203,31 @@ def test_a_session_run_fits_back_with_each_turns_hits(tmp_path, holdout):
         assert overall(unrelated.train_score)["ttft"] > 0.35 and unrelated.coefficients["flops_frac"] > 0.9
 
 
+def test_a_run_with_a_shared_system_prompt_fits_back_with_its_hits(tmp_path):
+    """Half the requests carry a 200-token system prompt that the run's prefix cache served after its first use.
+    kvsim's requests table did not say which (no ``prefix_group``, ``prefix_len``): replayed, every prompt was
+    computed in full and the fit bent flops_frac from 0.58 to 0.76 (TTFT MAPE 18% training, 21% held-out);
+    carried, it recovers the coefficients. A request without the prompt has the group NA and a length of 0."""
+    from workloads.named import generate
+
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=100,output_cv=1,max_total=3000",
+                 "poisson:rate=3", 200, seed=0, system_prompt_len=200, system_prompt_frac=0.5)
+    cost = StepCostModel(get_model("llama-2-7b"), get_gpu("h100-80gb"),
+                         **dict(PROFILES["vllm-v1"].coefficients, **SESSION_TRUTH))
+    requests = run_simulation(SimConfig(**LLAMA), w, cost=cost).requests
+    shared = requests["prefix_group"].notna()
+    assert requests["prefix_group"].dtype == "Int64" and 0 < shared.sum() < len(requests)
+    assert (requests["prefix_len"] == np.where(shared, 200, 0)).all()
+    path = tmp_path / "requests.csv"
+    requests.to_csv(path, index=False)
+    result = fit_trace(read_measured(path), SimConfig(**LLAMA))
+    for name in ("bandwidth_frac", "flops_frac"):
+        assert result.coefficients[name] == pytest.approx(SESSION_TRUTH[name], rel=0.05), name
+    assert overall(result.heldout_score)["ttft"] < 0.15
+    requests.drop(columns=["prefix_group", "prefix_len"]).to_csv(path, index=False)
+    assert fit_trace(read_measured(path), SimConfig(**LLAMA)).coefficients["flops_frac"] > 0.7
+
+
 def test_a_turn_the_simulation_rejected_leaves_its_session_chained_to_the_turn_before(tmp_path):
     """kvsim's own table leaves rejected requests out: the later turns of a session follow its last kept turn
     (their prompts still begin with its tokens), numbered on, instead of refusing the file for a missing turn; so
