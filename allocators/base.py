@@ -203,7 +203,8 @@ class Allocator(ABC):
     @abstractmethod
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         """Append ``num_tokens`` to a sequence; returns the copies it caused (`NO_COPIES` when none), or None
-        (and no change) if there is no room."""
+        (and no change) if there is no room. A hybrid pool's windows free what the computed tokens left even
+        then, as vLLM's ``allocate_slots`` does before it checks for room."""
 
     def grow_chunk(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
         """`grow` by a prefill chunk computed in one step. The same as `grow` except in a hybrid pool, whose

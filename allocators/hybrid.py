@@ -129,8 +129,10 @@ class HybridPagedAllocator(HybridQueries):
         return self._extend(s, num_tokens, s.tokens)
 
     def _extend(self, s: HybridSeq, num_tokens: int, computed: int) -> tuple[Copy, ...] | None:
-        """Free what ``computed`` tokens leave out of each window, then give the new tokens their blocks (all
-        or nothing: a refused call frees nothing either)."""
+        """Free what ``computed`` tokens leave out of each window, then give the new tokens their blocks. A
+        refused call still frees those (vLLM's ``allocate_slots`` removes the skipped blocks before it checks
+        for room): they join the free queue ahead of whatever the preemption that follows frees, which
+        decides what later allocations evict."""
         if num_tokens == 0:
             return NO_COPIES
         if num_tokens < 0:
@@ -145,6 +147,8 @@ class HybridPagedAllocator(HybridQueries):
             table = s.tables[g]
             released += sum(1 for i in range(s.skipped[g], min(target, old_len)) if ref[table[i]] == 1)
         if need > self._free.num_free + released:
+            self._skip(s, min(computed, old_len * bs))  # vLLM never computed more tokens than it has slots for
+            self._settle(s)
             return None
         self._skip(s, computed, targets)
         t = s.tokens
@@ -174,6 +178,7 @@ class HybridPagedAllocator(HybridQueries):
         """vLLM's ``remove_skipped_blocks``: replace each window group's blocks that ``computed`` tokens left
         out of the window by the null block, and release them (a block a prefix hit shares stays held)."""
         targets = targets or self._targets(s, computed)
+        s.computed = max(s.computed, computed)
         used = sum(self._used)
         for g, target in enumerate(targets):
             table = s.tables[g]
@@ -217,7 +222,7 @@ class HybridPagedAllocator(HybridQueries):
             copies += [Copy(src, dst, bs) for src, dst in zip(table[k:], new, strict=True)]
             self._tok[g] += p.tokens - k * bs
         child = HybridSeq(tables, p.tokens, final_tokens)
-        child.skipped = list(p.skipped)
+        child.skipped, child.computed = list(p.skipped), p.computed
         self._seqs[child_id] = child
         self._settle(child)
         return tuple(copies)

@@ -3,8 +3,8 @@
 Everything kept incrementally (reference counts, each block's group, the free queue, the prefix cache, the
 per-group token, reservation and block counters, shared slots, each sequence's room) is recomputed from the
 block tables alone; the tables are checked against the windows (nulls only as a leading run, only in window
-groups, never over a block the last token still attends to), and the breakdown must sum to capacity, in
-total and per group, its cached slots being the free blocks that keep a hash.
+groups, never over a block the last token, or a refused growth's first, still attends to), and the breakdown
+must sum to capacity, in total and per group, its cached slots being the free blocks that keep a hash.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def audit_hybrid(a) -> None:
                 f"sequence {seq_id} group {g}: nulls are not exactly the leading {k} entries"
             assert w is not None or k == 0, f"sequence {seq_id} group {g}: a full-attention group freed blocks"
             if w is not None:
-                assert k <= skipped_blocks(s.tokens - 1, w, bs), \
+                assert k <= skipped_blocks(max(s.tokens - 1, s.computed), w, bs), \
                     f"sequence {seq_id} group {g}: freed {k} blocks, but the last token still needs some"
             for i in range(k, length):
                 b = table[i]

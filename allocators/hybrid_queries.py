@@ -33,14 +33,16 @@ HOST = -1
 class HybridSeq:
     """One sequence: a block table per KV cache group (0: the null block), its tokens and final length, the
     leading nulls of each table (``skipped``), and its last block's ``room`` (tokens appendable before the
-    allocator has work: a new block or a window free) and ``res`` (slots it will still fill there)."""
+    allocator has work: a new block or a window free) and ``res`` (slots it will still fill there).
+    ``computed``: the most computed tokens its windows were freed for, at most ``tokens - 1`` except after a
+    refused growth (vLLM frees by the tokens computed before a step even when the step's blocks are refused)."""
 
-    __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed")
+    __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed", "computed")
 
     def __init__(self, tables: list[list[int]], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
         self.tables, self.tokens, self.final, self.hashes = tables, tokens, final, hashes
         self.skipped = [0] * len(tables)
-        self.room = self.res = self.num_hashed = 0
+        self.room = self.res = self.num_hashed = self.computed = 0
 
 
 def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n: int, g: int, length: int,
@@ -259,7 +261,9 @@ class HybridQueries(Allocator):
         """An empty pool bounds a request by its prompt in every group, a window group's share capped at the
         blocks its window and a step's tokens in flight take (`admission_caps`: prefilled in chunks, a prompt's
         earlier blocks leave the window as later ones come), and at its final length by its whole table in
-        full groups and about a window's blocks in window groups (vLLM sizes its pool, and admits, by these)."""
+        full groups and about a window's blocks in window groups (vLLM sizes its pool, and admits, by these).
+        The two peaks are apart: by the time the full groups hold the final length, decoding has long shrunk
+        a window group to its window."""
         bs, usable = self.block_size, self.num_usable_blocks
         length = cdiv(num_tokens, bs)
         prompt = sum(length if cap is None else min(length, cap) for cap in self.admission_caps)
@@ -267,9 +271,7 @@ class HybridQueries(Allocator):
             return (f"{self.name}: {num_tokens} tokens need {prompt} blocks in {len(self.groups)} KV cache groups "
                     f"but the pool has only {usable} usable")
         final = cdiv(max(num_tokens, final_tokens), bs)
-        need = sum(final if w is None else min(final, max(length if cap is None else min(length, cap),
-                                                          cdiv(w, bs) + 1))
-                   for w, cap in zip(self.windows, self.admission_caps, strict=True))
+        need = sum(final if w is None else min(final, cdiv(w, bs) + 1) for w in self.windows)
         if need > usable:
             return (f"{self.name}: needs {need} blocks of {bs} in {len(self.groups)} KV cache groups at its final "
                     f"length {max(num_tokens, final_tokens)} but the pool has only {usable} usable")

@@ -145,7 +145,7 @@ def test_prefix_hit_needs_only_the_window_blocks():
     a.check_invariants()
 
 
-def test_refused_growth_changes_nothing_and_counts_blocks_the_window_frees():
+def test_a_growth_counts_the_blocks_its_window_frees():
     """A pool too small for a new block refuses a growth unless the same step frees a window block."""
     groups = (KVGroupFixture("sw", "sliding_window", 1, 4, 100),)
     a = HybridPagedAllocator(4 * 4, block_size=4, kv_groups=groups)  # 4 blocks, 3 usable
@@ -153,6 +153,48 @@ def test_refused_growth_changes_nothing_and_counts_blocks_the_window_frees():
     assert a.num_free_blocks == 0
     assert a.grow(0, 1) == ()  # token 13 needs a new block, and computing it frees block 0 .. 1
     assert a.live_blocks(0) == [2]
+    a.check_invariants()
+
+
+def test_a_refused_chunk_frees_its_windows_blocks_before_the_preemption_does():
+    """vLLM's ``allocate_slots`` removes the blocks a window left before it checks for room, so a refused chunk
+    has freed them when the preemption that follows frees its victim's: they are evicted first, the victim's
+    cached blocks after them (kvsim freed them only on the retry, after the victim's, and evicted a cached
+    window block more, which cost later hits: 7 requests' hits and 14 steps in the harness's
+    ``hybrid_small_budget_threshold``)."""
+    groups = (KVGroupFixture("sw", "sliding_window", 1, 8, 100), KVGroupFixture("full", "full", 1, None, 100))
+    a = HybridPagedAllocator(22, block_size=4, kv_groups=groups, prefix_caching=True)  # 10 usable blocks
+    a.admit(0, 12, final_tokens=20, block_hashes=[1, 2, 3, 4])
+    a.admit(1, 8, final_tokens=8, block_hashes=[7, 8])
+    assert a.num_free_blocks == 0 and a.block_tables(0) == ((1, 2, 3), (4, 5, 6))
+    assert a.grow_chunk(0, 4) is None  # the chunk after token 12 frees window block 1, and needs two
+    assert a.block_tables(0) == ((0, 2, 3), (4, 5, 6)) and a.free_block_ids() == [1]
+    assert a.grow_chunk(0, 4) is None and a.free_block_ids() == [1]  # tried again: nothing more to free
+    a.free(1)  # the victim's blocks, each group's tail first, behind the window's
+    assert a.free_block_ids() == [1, 8, 7, 10, 9]
+    assert a.grow_chunk(0, 4) == () and a.block_tables(0) == ((0, 2, 3, 1), (4, 5, 6, 8))
+    a.check_invariants()
+
+
+def test_a_request_whose_window_holds_a_prompts_share_only_while_prefilling_fits():
+    """gpt-oss-20b's groups (window 128 beside a full one) in 300 blocks, a budget of 2048: a 2,500-token prompt
+    takes 157 full blocks and, prefilled in chunks, at most 137 window blocks (its admission cap): 294 fit in
+    299; decoding to 2,644 tokens holds 166 full blocks and a window's 9, not the prompt's share (kvsim added
+    the two and refused 3 of the harness's ``hybrid_reserve_full_isl_off`` requests that vLLM runs). Alone,
+    the request runs to its end; a final length needing 291 + 9 blocks never fits."""
+    groups = (KVGroupFixture("sw", "sliding_window", 1, 128, 100), KVGroupFixture("full", "full", 1, None, 100))
+    a = HybridPagedAllocator(2400, block_size=16, kv_groups=groups, max_model_len=16_384,
+                             max_num_batched_tokens=2048)
+    assert a.num_usable_blocks == 299 and a.admission_caps == [137, None]
+    assert a.never_fits(2500, final_tokens=2644) is None
+    assert a.never_fits(2500, final_tokens=290 * 16) is None
+    assert "needs 300 blocks of 16 in 2 KV cache groups at its final length 4641" in a.never_fits(
+        2500, final_tokens=290 * 16 + 1)
+    assert a.admit(0, 2048, final_tokens=2644, full_tokens=2500) is not None
+    assert a.grow_chunk(0, 452) is not None
+    for _ in range(2644 - 2500):
+        assert a.grow(0, 1) is not None
+    assert a.live_blocks(0) == [9, 166]
     a.check_invariants()
 
 

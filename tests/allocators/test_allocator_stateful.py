@@ -2,8 +2,9 @@
 
 After every step `check_invariants()` recomputes the allocator's state from scratch; the machine also keeps
 its own model of each sequence's tokens and checks that the breakdown sums to capacity, that a refused call
-changes nothing, that growing by the headroom needs no allocator work, that freeing returns exactly
-what the sequence held, and (where the allocator has it) that ``grow_due`` does what ``grow`` does.
+changes nothing (a hybrid pool's windows still free what they left behind, as vLLM's do), that growing by
+the headroom needs no allocator work, that freeing returns exactly what the sequence held, and (where the
+allocator has it) that ``grow_due`` does what ``grow`` does.
 vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list reads as a block table here.
 
 `HostTierMachine` puts a small host tier behind the paged allocators' prefix cache (and `HybridHostTierMachine`
@@ -24,6 +25,7 @@ from allocators.arc_tier import ArcTier
 from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
+from allocators.kv_cache_groups import skipped_blocks
 from allocators.lru_tier import LruTier
 from allocators.placement import PLACEMENTS
 from tests.allocators.kv_group_fixture import KVGroupFixture
@@ -249,13 +251,33 @@ class HybridMachine(AllocatorMachine):
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), n=st.integers(1, 20))
-    def grow_chunk(self, data, n):
+    def grow(self, data, n):
+        """A decode sync: the window groups free what its last token no longer needs."""
         seq = data.draw(st.sampled_from(sorted(self.tokens)))
-        before = self.snapshot()
-        if self.alloc.grow_chunk(seq, n) is None:
-            assert self.snapshot() == before
-        else:
+        self._extend(seq, n, self.tokens[seq] + n - 1, self.alloc.grow)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), n=st.integers(1, 20))
+    def grow_chunk(self, data, n):
+        """A prefill chunk: the window groups free what its first token no longer needs."""
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        self._extend(seq, n, self.tokens[seq], self.alloc.grow_chunk)
+
+    def _extend(self, seq, n, computed, call):
+        """A refused call still frees what ``computed`` tokens (at most the slots it holds) left out of each
+        window, as vLLM removes the skipped blocks before it checks for room, and changes nothing else; tried
+        again, it changes nothing at all."""
+        tables = self.alloc.block_tables(seq)
+        if call(seq, n) is not None:
             self.tokens[seq] += n
+            return
+        assert self.alloc.num_tokens(seq) == self.tokens[seq]
+        computed = min(computed, len(tables[0]) * BLOCK)
+        for table, was, w in zip(self.alloc.block_tables(seq), tables, self.alloc.windows, strict=True):
+            skipped = 0 if w is None else skipped_blocks(computed, w, BLOCK)
+            assert table == (0,) * skipped + was[skipped:]
+        before = self.snapshot()
+        assert call(seq, n) is None and self.snapshot() == before
 
 
 HYBRID_LAYOUTS = {  # KVGroup-like fixtures: window 8 and 6 (a multiple of the block and not), pure sliding

@@ -35,7 +35,13 @@ def test_the_harness_covers_the_required_cases():
                           "offload_shared_prefix", "offload_arc_sessions", "offload_arc_shared_prefix",
                           "offload_arc_small_gpu", "offload_generated_blocks", "offload_whole_prompts",
                           "parallel_sampling", "parallel_sampling_priority",
-                          "max_model_len_capped", "hybrid_long_prompts", "hybrid_contended", "hybrid_shared_prefix"}
+                          "max_model_len_capped", "hybrid_long_prompts", "hybrid_contended", "hybrid_shared_prefix",
+                          "hybrid_sessions", "hybrid_reserve_full_isl_off", "hybrid_long_prefill_threshold",
+                          "hybrid_small_budget_threshold", "hybrid_priority", "hybrid_priority_contended",
+                          "hybrid_long_prompts_2048", "hybrid_long_prompts_8192", "hybrid_block_size_32",
+                          "hybrid_block_size_256", "hybrid_offline_burst", "hybrid_max_num_seqs",
+                          "hybrid_shared_prefix_uncached", "hybrid_max_model_len_capped",
+                          "hybrid_parallel_sampling"}
 
 
 @pytest.mark.parametrize("case", CASES)

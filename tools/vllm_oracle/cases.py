@@ -102,6 +102,58 @@ CASES: dict[str, dict] = {
                              sliding_window=128),
     "hybrid_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
                                  num_blocks=240, sliding_window=128),
+    # the hybrid manager (a window group of 128 beside a full one) in the settings of the full-attention cases,
+    # most on their traces (``trace_of``) with a pool a little larger for the window group's blocks.
+    # Sessions whose later turns hit the earlier turns' generated blocks, which needs the window group to hold
+    # the blocks just before the hit's end
+    "hybrid_sessions": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                       turn_gap=(5, 60)), trace_of="sessions_open_loop", num_blocks=700,
+                            sliding_window=128),
+    # admission tests the first chunk only; at its final length a request holds its full group's blocks and a
+    # window's, not the window group's capped prompt share (kvsim added that and rejected 3 of these 100)
+    "hybrid_reserve_full_isl_off": dict(trace=dict(n=100, prompt=(200, 2500), output=(10, 200), gap=0.7),
+                                        trace_of="reserve_full_isl_off", num_blocks=300,
+                                        scheduler_reserve_full_isl=False, sliding_window=128),
+    "hybrid_long_prefill_threshold": dict(trace=dict(n=100, prompt=(50, 3000), output=(10, 150), gap=1.0),
+                                          trace_of="long_prefill_threshold", num_blocks=700,
+                                          long_prefill_token_threshold=256, sliding_window=128),
+    # chunks of 128 that outgrow the pool: a refused chunk still frees the blocks its window left, before the
+    # preemption frees the victim's, and that order decides which cached blocks later allocations evict
+    "hybrid_small_budget_threshold": dict(trace=dict(n=120, prompt=(30, 2000), output=(10, 150), gap=0.5),
+                                          trace_of="small_budget_threshold", num_blocks=400,
+                                          max_num_batched_tokens=512, max_num_seqs=64,
+                                          long_prefill_token_threshold=128, sliding_window=128),
+    "hybrid_priority": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5, priorities=4),
+                            trace_of="priority", num_blocks=150, scheduling_policy="priority", sliding_window=128),
+    "hybrid_priority_contended": dict(trace=dict(n=150, prompt=(20, 800), output=(100, 500), gap=3, priorities=2),
+                                      trace_of="priority_contended", num_blocks=170, scheduling_policy="priority",
+                                      sliding_window=128),
+    # long prompts with long outputs: admission counts a window group's share up to its cap (137 blocks at
+    # 2048, 521 at 8192), decoding holds 9, so only outputs of thousands of tokens preempt
+    "hybrid_long_prompts_2048": dict(trace=dict(n=16, prompt=(2000, 6000), output=(1000, 3000), gap=2),
+                                     num_blocks=1100, max_num_batched_tokens=2048, sliding_window=128),
+    "hybrid_long_prompts_8192": dict(trace=dict(n=16, prompt=(2000, 6000), output=(1000, 3000), gap=2),
+                                     trace_of="hybrid_long_prompts_2048", num_blocks=1200,
+                                     max_num_batched_tokens=8192, sliding_window=128),
+    "hybrid_block_size_32": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5),
+                                 trace_of="block_size_32", num_blocks=75, block_size=32, sliding_window=128),
+    # a block longer than the window: a window group keeps at most the two blocks the window spans
+    "hybrid_block_size_256": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5),
+                                  trace_of="block_size_32", num_blocks=14, block_size=256, sliding_window=128),
+    "hybrid_offline_burst": dict(trace=dict(n=150, prompt=(50, 600), output=(20, 300), gap=0.0),
+                                 trace_of="offline_burst", num_blocks=190, sliding_window=128),
+    "hybrid_max_num_seqs": dict(trace=dict(n=120, prompt=(20, 400), output=(20, 200), gap=0.3),
+                                trace_of="max_num_seqs", num_blocks=200, max_num_seqs=8, sliding_window=128),
+    "hybrid_shared_prefix_uncached": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                          trace_of="hybrid_shared_prefix", num_blocks=240,
+                                          enable_prefix_caching=False, sliding_window=128),
+    "hybrid_max_model_len_capped": dict(trace=dict(n=150, prompt=(50, 1000), output=(20, 600), gap=0.5),
+                                        trace_of="max_model_len_capped", num_blocks=180, max_model_len=1024,
+                                        sliding_window=128),
+    "hybrid_parallel_sampling": dict(trace=dict(n=120, prompt=(50, 600), output=(20, 300), gap=1.0,
+                                                samples=(1, 2, 4, 8)),
+                                     trace_of="parallel_sampling", num_blocks=350, parallel_sampling="fan-out",
+                                     sliding_window=128),
 }
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
