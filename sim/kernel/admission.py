@@ -335,7 +335,7 @@ class GroupMechanics(Preemption):
                 decode.leave(seq_id)
         copies = s.memory.free_group(group, lags, finished)
         if charge and copies:
-            s.plan.copy_slots += sum(c.slots for c in copies)
+            s.plan.add_copies(copies)
         s.running.remove(group)
         s.running_seqs -= group.num_seqs
         s.beams.groups -= group.beam

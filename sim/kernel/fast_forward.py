@@ -51,9 +51,10 @@ from __future__ import annotations
 
 import math
 
-from allocators.base import MemoryBreakdown, PageMap
+from allocators.base import MemoryBreakdown
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.metrics import MemoryIntegral
+from sim.kernel.step_plan import StepPlan
 
 
 def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
@@ -224,7 +225,7 @@ def _window(decode, step: int, k: int) -> tuple[tuple[int, int] | None, int]:
 def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bool, horizon: float,
                        b: MemoryBreakdown) -> tuple[int, float]:
     """The general run: the breakdown is re-read and integrated piecewise at every sub-event."""
-    decode, memory = sched.decode, sched.memory
+    decode, memory, plan = sched.decode, sched.memory, sched.plan
     n = decode.n
     running = len(sched.running)
     last = sched.next_completion()
@@ -263,7 +264,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         if stop or retry or (last is not None and step > last) or total >= horizon:
             return steps, total
         due = decode.pop_due(step)
-        slots = maps = 0
+        synced = StepPlan()  # what the step's syncs copied and mapped
         stopped = False
         openings = memory.growth_openings
         if begin_step is not None:
@@ -276,9 +277,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
                     decode.requeue(rest)
                 stopped = True
                 break
-            for c in copies:  # a shared tail copied on write, or pages mapped
-                slots += c.slots
-                maps += c.pages if type(c) is PageMap else 0
+            synced.add_copies(copies)  # a shared tail copied on write, or pages mapped
             decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         # the step that preempts pays for what its syncs did, as it does step by step; so does a step at which
         # a window released blocks, or a hybrid pool's prefix cache changed, while requests wait: they may now
@@ -293,9 +292,13 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
                     or head_hit - memory.cached_tokens(head.hashes, head.prefill_target)
                     > (0 if not sched.chunked else (b.used_blocks - used0) * memory.block_size))))
         if stopped:
-            sched.carry = (slots, maps)
+            sched.carry = synced
             return steps, total
-        if slots or maps:  # charged before the step, with the memory as the step holds it (as step by step)
-            extra = cost.transfer_time(slots, page_maps=maps)
+        if synced.copy_slots or synced.page_maps:  # charged before the step, with the memory as the step holds it
+            # (as step by step), and shown in the run's row
+            extra = cost.transfer_time(synced.copy_slots, page_maps=synced.page_maps)
             integral.add(b, decode.lag(step), extra, 0.0, running)
             total += extra
+            plan.copies += synced.copies
+            plan.copy_slots += synced.copy_slots
+            plan.page_maps += synced.page_maps

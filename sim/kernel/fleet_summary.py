@@ -2,9 +2,11 @@
 
 The fleet summary has the usual keys (`sim.kernel.summary.build_summary`) over every request of the fleet, then
 ``replicas``, ``router``, ``load_imbalance`` and ``per_replica`` (one summary per replica, with its own
-``prefix_hit_frac``). Memory shares, ``mean_running`` and ``max_running`` are per replica: time-weighted
-over all replicas together over the fleet's whole run (each replica has the same capacity; one idle early
-counts as idle, `idle_until`), and the largest batch any replica ran.
+``prefix_hit_frac`` and ``memory_maps``; the fleet's ``memory_maps`` is their sum, the maps in the fleet's memory
+table, where ``memory_snapshots`` counts one replica's moments). Memory shares, ``mean_running`` and
+``max_running`` are per replica: time-weighted over all replicas together over the fleet's whole run (each
+replica has the same capacity; one idle early counts as idle, `idle_until`), and the largest batch any replica
+ran.
 ``load_imbalance`` is max / mean of the tokens each replica processed (prefill computed + tokens decoded):
 1.0 is a perfectly even fleet.
 """
@@ -89,10 +91,11 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
                                 wall_time_s=0.0, capacity=capacity, total_blocks=total_blocks, kv_tokens=cap.kv_tokens,
                                 prefill_tokens=prefill, cached_prompt_tokens=r.sched.groups.cached_prompt_tokens,
                                 tier=tier_summary([(r.memory, r.sched.groups)]),
-                                extra={"processed_tokens": tokens})
+                                extra={"processed_tokens": tokens, "memory_maps": len(r.rec.snapshots)})
         del summary["wall_time_s"]
         per_replica.append({"replica": r.number, **summary})
     steps_frame = pd.concat(steps, ignore_index=True)
+    extra = extra | {"memory_maps": sum(r["memory_maps"] for r in per_replica)}  # after the callers' memory_snapshots
     summary = build_summary(
         allocator=config.allocator, requests=requests, memory=fleet_memory(r.rec.memory for r in replicas),
         max_running=max(r.rec.max_running for r in replicas),

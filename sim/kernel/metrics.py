@@ -16,11 +16,15 @@ from allocators.base import SHARE_NAMES, SLOT_STATES, MemoryBreakdown
 from sim.kernel.huge_pages import without_huge_page_hint
 
 STEP_FLOAT = ("time_s", "duration_s")
-STEP_INT = ("num_steps", "running", "waiting", "prefill_tokens", "decode_seqs", "context_tokens", "copies",
-            "swap_blocks", "preempted", "gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "token_states",
-            "reservation", "internal_frag", "external_frag", "free", "used_blocks", "shared_saved", "cached")
+STEP_WORK = ("prefill_tokens", "decode_seqs", "context_tokens", "copies", "copy_slots", "page_maps", "swap_blocks",
+             "swap_slots", "preempted", "gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "reload_slots",
+             "reload_transfers")
+"""What a row's steps did: the `StepPlan` fields of these names, the work and transfers the step clock charged
+(a fast-forwarded run's: the copies and page maps of its syncs) and the hits its admissions found."""
+STEP_INT = ("num_steps", "running", "waiting", *STEP_WORK, "token_states", "reservation", "internal_frag",
+            "external_frag", "free", "used_blocks", "shared_saved", "cached")
 STEP_COLUMNS = (*STEP_FLOAT, *STEP_INT[:-2], "total_blocks", "shared_saved", "cached", "capacity")
-_IDLE = (0,) * 9  # an idle row's prefill_tokens .. reload_blocks
+_IDLE = (0,) * len(STEP_WORK)  # an idle row's
 MEMORY_KEYS = (*SHARE_NAMES, "used_blocks", "shared_saved", "cached")
 GROUP_KEYS = ("token_states", "reservation", "internal_frag", "used_blocks")
 """A hybrid pool's per-group memory columns (``<group>_<key>`` in the step table) and integrals."""
@@ -142,9 +146,11 @@ class Recorder:
         self.floats.extend((time_s, duration))
         if running > self.max_running:
             self.max_running = running
-        work = _IDLE if plan is None else (plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
-                                           plan.copies, plan.swap_blocks, plan.preempted, plan.gpu_hit_tokens,
-                                           plan.host_hit_tokens, plan.reload_blocks)
+        # STEP_WORK, spelled out: attribute loads beat operator.attrgetter's call here (the per-row hot path)
+        work = _IDLE if plan is None else (plan.prefill_tokens, plan.decode_seqs, plan.context_tokens, plan.copies,
+                                           plan.copy_slots, plan.page_maps, plan.swap_blocks, plan.swap_slots,
+                                           plan.preempted, plan.gpu_hit_tokens, plan.host_hit_tokens,
+                                           plan.reload_blocks, plan.reload_slots, plan.reload_transfers)
         if b.groups:
             for part in b.groups:
                 moved = lag * part.slots_per_token

@@ -116,7 +116,8 @@ def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostMod
     pool = memory.breakdown()
     total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
     steps = recorder.steps_frame(capacity, total_blocks)
-    extra = summary_extra(config, workload, cap, cost, memory) | {"memory_snapshots": count}
+    extra = summary_extra(config, workload, cap, cost, memory) | {"memory_snapshots": count,
+                                                                   "memory_maps": len(recorder.snapshots)}
     summary = build_summary(allocator=config.allocator, requests=requests, memory=recorder.memory,
                             max_running=recorder.max_running, num_preemptions=sched.groups.num_preemptions,
                             start_s=start, end_s=end, wall_time_s=0.0, capacity=capacity,

@@ -71,7 +71,7 @@ class Scheduler:
         self.now = 0.0
         self.memory_blocked = False
         self.plan: StepPlan | None = None
-        self.carry: tuple[int, int] | None = None  # (copy slots, page maps) a stopped decode run left unpaid
+        self.carry: StepPlan | None = None  # the copies and page maps a stopped decode run left unpaid
         self.syncing: tuple[SequenceGroup, int] | None = None  # the group and decoder whose sync is running
         self.seq_id_order = False  # the running loop goes through decoders in seq-id order (decoders-only step)
         # host-tier loads beside the steps (offload_loads async): ``load_seconds(blocks)`` prices one
@@ -148,7 +148,9 @@ class Scheduler:
         is left of the budget, capped by ``long_prefill_token_threshold``), allocating what each computes and
         preempting when that fails; then admissions into what is left, unless something was preempted. A
         step in which every running sequence is a lazily grown decoder touches only the due ones."""
-        plan = self.plan = StepPlan()
+        # a stopped decode run's syncs (their copies and page maps) are this step's to pay
+        plan = self.plan = StepPlan() if self.carry is None else self.carry
+        self.carry = None
         stores = self.memory.held_stores  # a write-through tier stores the step's blocks once it is planned
         looped = None
         if stores is not None:
@@ -160,9 +162,6 @@ class Scheduler:
                 group.state = LOADED
                 self.memory.cache_loaded(group)
                 self.waiting.hold(group)
-        if self.carry is not None:
-            plan.copy_slots, plan.page_maps = self.carry
-            self.carry = None
         self.now = now
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
@@ -263,7 +262,7 @@ class Scheduler:
                     copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow_chunk(s, c))
                     if copies is None:
                         continue
-                    self.plan.copy_slots += sum(c.slots for c in copies)
+                    self.plan.add_copies(copies)
                 budget -= chunk
                 step_tokens[group.index] = chunk
                 self.groups.schedule_chunk(group, chunk)

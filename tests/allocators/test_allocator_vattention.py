@@ -15,6 +15,7 @@ from allocators.vattention import cache_tensors, page_geometry
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_profiles import make_step_cost
 from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_step_totals
 from workloads import Workload
 
 LLAMA = get_model("llama-3-8b")
@@ -118,6 +119,25 @@ def test_mapping_time_appears_in_the_step_times():
     pages = sum(-(-(p + o - 1) // 32) for p, o in zip(w.prompt_tokens, w.output_tokens, strict=True))
     busy = [r.steps["duration_s"].sum() for r in runs]
     assert busy[1] - busy[0] == pytest.approx(pages * 2 * 32 * 1e-4, rel=1e-9)
+    assert runs[1].steps["page_maps"].sum() == pages  # the step table shows every page set charged
+
+
+@pytest.mark.parametrize("step_by_step", [False, True])
+def test_the_step_rows_show_the_page_sets_they_map(step_by_step):
+    """One request, a 100-token prompt and 100 output tokens, in pages of 32 tokens: its admission maps 4 page
+    sets (128 slots), its decoding 3 more as it reaches 129, 161 and 193 tokens (199 at the end). A fast-forwarded
+    run carries the maps its syncs made; step by step each is in the step that crossed into the page."""
+    w = Workload(arrival_time_s=np.array([0.0]), prompt_tokens=np.array([100]), output_tokens=np.array([100]))
+    config = SimConfig(allocator="vattention", model="llama-3-8b", gpu="h100-80gb", kv_tokens=50_000,
+                       page_size_kib=64, step_by_step=step_by_step)
+    steps = run_simulation(config, w).steps
+    mapped = steps[steps["page_maps"] > 0]
+    assert mapped["prefill_tokens"].iloc[0] == 100 and mapped["page_maps"].iloc[0] == 4
+    if step_by_step:
+        assert mapped["page_maps"].tolist() == [4, 1, 1, 1] and (mapped["num_steps"] == 1).all()
+    else:
+        assert mapped[["num_steps", "page_maps"]].values.tolist() == [[1, 4], [99, 3]]
+    assert (steps[["copies", "copy_slots", "swap_slots", "reload_slots", "reload_transfers"]] == 0).all().all()
 
 
 @pytest.mark.parametrize("page_size_kib", [64, 2048])
@@ -133,6 +153,8 @@ def test_fast_forward_equals_step_by_step(page_size_kib):
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
     for key in ("preemptions", "sim_time_s", "mean_running", "internal_frag_frac", "reservation_frac"):
         assert fast.summary[key] == pytest.approx(slow.summary[key], rel=1e-9), key
+    assert fast.steps["page_maps"].sum() > 0
+    assert_same_step_totals(fast, slow)
 
 
 def test_capacity_counts_requests_in_page_sets():

@@ -37,21 +37,38 @@ def assert_same_memory_map(fast, slow) -> None:
     pd.testing.assert_frame_equal(a.drop(columns="time_s"), b.drop(columns="time_s"))
 
 
+STEP_TOTALS = ("prefill_tokens", "copies", "copy_slots", "page_maps", "swap_blocks", "swap_slots", "preempted",
+               "gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "reload_slots", "reload_transfers")
+"""The step columns that count events, whose sums do not depend on how rows group steps."""
+
+
+def assert_same_step_totals(fast, slow) -> None:
+    """Two runs' step tables charge the same work: every `STEP_TOTALS` column sums to the same, and so do the
+    decode steps' sequences (``decode_seqs`` a step, times the row's ``num_steps``)."""
+    for column in STEP_TOTALS:
+        assert fast.steps[column].sum() == slow.steps[column].sum(), column
+    decoded = [int((r.steps["decode_seqs"] * r.steps["num_steps"]).sum()) for r in (fast, slow)]
+    assert decoded[0] == decoded[1], "decode_seqs x num_steps"
+
+
 def assert_same_tiered_run(fast, slow) -> None:
     """A run with a host tier against its step-by-step twin: each request's hits by tier and preemptions exactly,
-    its finish time to 1e-9, the summary and the memory map (`assert_same_summary`, `assert_same_memory_map`)."""
+    its finish time to 1e-9, the summary, the memory map and the steps' totals (`assert_same_summary`,
+    `assert_same_memory_map`, `assert_same_step_totals`)."""
     for column in ("cached_tokens", "gpu_hit_tokens", "host_hit_tokens", "preemptions"):
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 def assert_same_fleet_run(fast, slow) -> None:
     """A fleet run against its step-by-step twin: every request on the same replica, its first token and finish
-    to 1e-9, the summary (its replicas' apart) and the memory map."""
+    to 1e-9, the summary (its replicas' apart), the memory map and the steps' totals."""
     assert fast.requests["replica"].tolist() == slow.requests["replica"].tolist()
     for column in ("first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)

@@ -4,6 +4,7 @@ released by requests leaving, whose span is not known before the run)."""
 import dataclasses
 
 import numpy as np
+import pytest
 
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
@@ -27,7 +28,7 @@ def test_a_closed_loop_is_snapshotted_over_its_requests():
     w = w.select(np.arange(300), closed_loop=ClosedLoop(users=8, think_time_s=0.2))
     r = run_simulation(CONFIG, w)
     times = snapshot_times(r)
-    assert len(times) == r.summary["memory_snapshots"] == 6
+    assert len(times) == r.summary["memory_snapshots"] == r.summary["memory_maps"] == 6
     arrivals = np.sort(r.requests["arrival_s"].to_numpy())
     for k, t in enumerate(times):  # at the first row starting once 43, 86, ... 258 requests have arrived
         assert arrivals[int(np.ceil(300 * (k + 1) / 7)) - 1] <= t < r.requests["finished_s"].max()
@@ -53,6 +54,7 @@ def test_a_batch_arriving_at_once_is_snapshotted_as_its_requests_leave():
     assert np.allclose(times, snapshot_times(slow), rtol=1e-12)
     fleet = run_simulation(dataclasses.replace(config, replicas=2), w)  # each replica over its own requests
     assert fleet.memory.groupby("replica")["time_s"].nunique().tolist() == [6, 6]
+    assert fleet.summary["memory_snapshots"] == 6 and fleet.summary["memory_maps"] == 12  # both replicas' maps
 
 
 def test_session_turns_released_by_think_time_are_snapshotted_on_every_replica():
@@ -71,8 +73,31 @@ def test_moments_one_row_passes_make_one_snapshot():
                  output_tokens=np.full(21, 50), name="gap")
     r = run_simulation(CONFIG, w)
     times = snapshot_times(r)
-    assert len(times) < r.summary["memory_snapshots"] == 6
+    assert len(times) == r.summary["memory_maps"] < r.summary["memory_snapshots"] == 6
     assert times[-1] >= 100.0
+
+
+def test_a_single_requests_run_makes_one_map():
+    """Every moment falls within the one request's run, which a prefill row and one decode run cover: the first
+    moment waits for the end of the prefill row, the rest pass inside the decode run's row."""
+    w = Workload(arrival_time_s=np.zeros(1), prompt_tokens=np.full(1, 200), output_tokens=np.full(1, 50),
+                 name="one")
+    r = run_simulation(CONFIG, w)
+    assert r.summary["memory_snapshots"] == 6 and r.summary["memory_maps"] == len(snapshot_times(r)) == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_fleet_counts_each_replicas_maps(workers):
+    """Each replica snapshots its own pool: the fleet's memory_maps is the maps its table holds, every replica's,
+    and each per-replica summary counts its own; two processes (``workers``) count as one does. The burst and
+    gap of `test_moments_one_row_passes_make_one_snapshot` on two replicas: replica 0 takes the late request
+    and one map at it; replica 1 is idle from the burst's end to the run's, and takes none."""
+    w = Workload(arrival_time_s=np.r_[np.linspace(0, 1, 20), 100.0], prompt_tokens=np.full(21, 200),
+                 output_tokens=np.full(21, 50), name="gap")
+    r = run_simulation(dataclasses.replace(CONFIG, replicas=2), w, workers=workers)
+    maps = r.memory.groupby("replica")["time_s"].nunique().reindex(range(2), fill_value=0).tolist()
+    assert [s["memory_maps"] for s in r.summary["per_replica"]] == maps == [1, 0]
+    assert r.summary["memory_maps"] == 1 and r.summary["memory_snapshots"] == 6
 
 
 def test_schedule_moments():

@@ -11,7 +11,7 @@ import pytest
 from sim.kernel.config import SimConfig
 from sim.kernel.parallel_sampling import aggregate, fan_out
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
 from workloads import Workload
 from workloads.workload import ClosedLoop
 
@@ -143,6 +143,7 @@ def test_fast_forward_equals_step_by_step_with_fanned_out_requests():
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize("options", [dict(allocator="paged-cow"), dict(allocator="radix")])

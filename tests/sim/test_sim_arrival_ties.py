@@ -8,7 +8,7 @@ import pytest
 
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
 from workloads.arrivals import retime
 from workloads.named import generate, parse_arrivals
 
@@ -24,6 +24,7 @@ def assert_fast_equals_stepped(w, options: dict) -> None:
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize(("rate", "step_time", "replicas"), [(5.0, 0.02, 1), (8.0, 0.025, 2)])

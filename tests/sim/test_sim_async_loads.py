@@ -96,8 +96,11 @@ def test_a_whole_prompt_on_the_host_is_loaded_to_its_end_and_recomputes_its_last
     at_200 = fast.steps[fast.steps["time_s"] >= 200].head(3)
     assert at_200[["num_steps", "prefill_tokens", "reload_blocks", "used_blocks"]].values.tolist() == [
         [0, 0, 18, 32], [1, 1, 0, 32], [4, 0, 0, 33]]  # the load, its last token in a block it holds, decodes
+    # the row waiting for the load shows its blocks, not a charge: the load runs beside the steps
+    assert (at_200[["reload_slots", "reload_transfers"]] == 0).all().all()
     at_200 = sync.steps[sync.steps["time_s"] >= 200].head(1)
-    assert at_200[["prefill_tokens", "reload_blocks"]].values.tolist() == [[16, 17]]
+    assert at_200[["prefill_tokens", "reload_blocks", "reload_slots", "reload_transfers"]].values.tolist() == [
+        [16, 17, 17 * 16, 17]]  # charged to the step that computes
     assert fast.steps["host_hit_tokens"].sum() == fast.summary["host_hit_tokens"] == 287
 
 

@@ -10,6 +10,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, StepCostModel
 from sim.kernel.cost_profiles import DEFAULT_PROFILE, PROFILES, make_step_cost
 from sim.kernel.runner import make_cost_model, run_simulation
+from tests.sim.summaries import assert_same_step_totals
 from workloads import Workload
 
 MODEL, GPU = get_model("llama-2-7b"), get_gpu("h100-80gb")
@@ -77,6 +78,7 @@ def test_fast_forward_equals_step_by_step_under_every_profile(name):
     for column in ("first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert fast.summary["mean_running"] == pytest.approx(slow.summary["mean_running"], rel=1e-9)
+    assert_same_step_totals(fast, slow)
 
 
 def test_calibration_tables_of_both_versions(tmp_path):

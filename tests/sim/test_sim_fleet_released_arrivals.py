@@ -15,7 +15,7 @@ from sim.kernel.fleet import run_fleet
 from sim.kernel.fleet_parallel import parallel_note, runs_in_parallel
 from sim.kernel.routers import ROUTERS
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
 from tests.soak import examples
 from workloads import ClosedLoop, Workload
 from workloads.named import generate
@@ -77,6 +77,7 @@ def test_fast_forward_equals_step_by_step(router, workload):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 @settings(max_examples=examples(20), deadline=None)

@@ -11,6 +11,7 @@ import pytest
 from allocators import ALLOCATORS
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_step_totals
 from workloads import Workload
 
 ALL = ["contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged", "paged-cow", "vattention", "radix"]
@@ -75,6 +76,7 @@ def test_fast_forward_equals_step_by_step_with_parallel_groups(options):
     assert len(fast.steps) < len(slow.steps) / 3
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert fast.summary["preemptions"] == slow.summary["preemptions"]
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize("allocator", ALL)

@@ -80,6 +80,9 @@ def test_the_step_columns_split_hits_by_tier():
     assert len(row) == 1
     assert row[["gpu_hit_tokens", "host_hit_tokens", "reload_blocks", "prefill_tokens"]].values.tolist() == [
         [144, 368, 23, 88]]
+    # the load it charges: 23 blocks of 16 slots, a copy call each
+    assert row[["reload_slots", "reload_transfers"]].values.tolist() == [[368, 23]]
+    assert steps["reload_slots"].sum() == 368 and steps["reload_transfers"].sum() == 23
     assert steps["gpu_hit_tokens"].sum() + steps["host_hit_tokens"].sum() == 512
 
 
@@ -113,16 +116,19 @@ def test_reloads_are_charged_in_the_step_time():
     assert t - without == pytest.approx(reload_s, rel=1e-9)
     row = result.steps[result.steps["host_hit_tokens"] > 0]
     assert row["duration_s"].item() == t
+    assert row[["reload_transfers", "reload_slots"]].values.tolist() == [[args[4], kwargs["swap_slots"]]]
 
 
 def test_radix_reloads_a_load_with_one_transfer_per_layer():
     """SGLang's HiCache moves a load with one transfer kernel per layer, so radix pays the copy latency once per
     load, not once per page: the same 23 blocks as `paged` above, 1 transfer instead of 23."""
     cost = RecordingCost()
-    run_simulation(SimConfig(cpu_offload_gib=1.0, kv_tokens=48 * 16, allocator="radix"), evicting_workload(),
-                   cost=cost)
+    steps = run_simulation(SimConfig(cpu_offload_gib=1.0, kv_tokens=48 * 16, allocator="radix"), evicting_workload(),
+                           cost=cost).steps
     loads = [(args, kwargs, t) for args, kwargs, t in cost.calls if kwargs["swap_slots"]]
     assert [(args[4], kwargs["swap_slots"]) for args, kwargs, _ in loads] == [(1, 368)]
+    loaded = steps[steps["reload_blocks"] > 0]
+    assert loaded[["reload_blocks", "reload_slots", "reload_transfers"]].values.tolist() == [[23, 368, 1]]
     args, kwargs, t = loads[0]
     without = cost.cost.step_time(*args[:4], 0, *args[5:], **kwargs | {"swap_slots": 0})
     assert t - without == pytest.approx(368 * 819200 / 25e9 + 2 * 40 * 3.6e-6, rel=1e-9)

@@ -13,6 +13,7 @@ from allocators.paged import PagedAllocator
 from sim.kernel.config import SimConfig
 from sim.kernel.metrics import GROUP_KEYS
 from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_step_totals
 from workloads import Workload
 
 
@@ -62,6 +63,7 @@ def test_fast_forward_equals_step_by_step(hybrid_model):
             assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
     for name, shares in fast.summary["kv_groups"].items():
         assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
+    assert_same_step_totals(fast, slow)
 
 
 def test_memory_is_reported_per_group_and_in_total(hybrid_model):
@@ -174,6 +176,7 @@ def test_fast_forward_equals_step_by_step_under_memory_pressure(hybrid_model, kv
     slow = run_simulation(config(hybrid_model, kv_tokens=kv_tokens, step_by_step=True), w)
     assert (fast.steps["waiting"] > 0).sum() > 100 and len(fast.steps) < len(slow.steps)
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    assert_same_step_totals(fast, slow)
 
 
 def test_a_hybrid_pool_reports_its_cached_blocks():
@@ -207,3 +210,4 @@ def test_fast_forward_equals_step_by_step_when_growth_evicts_a_queued_requests_h
     assert fast.summary["cached_prompt_tokens"] == slow.summary["cached_prompt_tokens"]
     np.testing.assert_allclose(fast.requests["admitted_s"], slow.requests["admitted_s"], rtol=1e-12)
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    assert_same_step_totals(fast, slow)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sim.cli import main
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
 from tests.sim.test_sim_host_tier import BLOCK_BYTES, SMALL_GPU, evicting_workload, host_gib
 from workloads.named import generate
 
@@ -96,6 +96,7 @@ def test_fast_forward_equals_step_by_step_when_written_through(allocator, tier):
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize("allocator", ["radix", "paged-cow"])
@@ -116,6 +117,7 @@ def test_a_forked_sample_offers_its_prompt_in_the_step_stepping_does(allocator):
     assert fast.summary["offload_bytes"] == slow.summary["offload_bytes"]
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize("allocator", ["paged", "radix", "paged-cow"])
@@ -136,6 +138,7 @@ def test_a_store_that_evicts_the_heads_host_hit_ends_a_decode_run(allocator):
     assert fast.requests["preemptions"].tolist() == slow.requests["preemptions"].tolist()
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 TIER_SETTINGS = {"write-through": ("--cpu-offload-gib", "1", "--offload-write-policy", "write_through"),

@@ -10,7 +10,7 @@ import pytest
 import workloads
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
 from workloads import Workload
 from workloads.named import generate
 from workloads.presets import SAMPLES_DIR
@@ -175,6 +175,7 @@ def test_lpm_fast_forward_equals_step_by_step(allocator, count, tier):
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize("step_by_step", [False, True])
@@ -230,6 +231,7 @@ def test_radix_with_a_host_tier_fast_forward_equals_step_by_step(block_size, row
         assert fast.requests[column].tolist() == slow.requests[column].tolist(), column
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize(("allocator", "model"), [("paged", "llama-3-8b"), ("radix", "llama-3-8b"),

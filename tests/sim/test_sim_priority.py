@@ -7,6 +7,7 @@ import pytest
 
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_step_totals
 from workloads.named import generate
 
 
@@ -26,6 +27,7 @@ def test_fast_forward_equals_step_by_step_when_an_arrival_outranks_a_refused_hea
     assert fast.summary["preemptions"] == slow.summary["preemptions"]
     for column in ("admitted_s", "first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
+    assert_same_step_totals(fast, slow)
 
 
 def test_a_decoder_preempted_after_the_running_loop_passed_it_holds_that_steps_slot():
@@ -45,3 +47,4 @@ def test_a_decoder_preempted_after_the_running_loop_passed_it_holds_that_steps_s
     assert fast.summary["preemptions"] == slow.summary["preemptions"] > 100
     assert fast.summary["offload_bytes"] == slow.summary["offload_bytes"]
     assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    assert_same_step_totals(fast, slow)

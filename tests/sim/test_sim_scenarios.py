@@ -9,7 +9,7 @@ import pytest
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from sim.kernel.summary import SHARE_KEYS
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
 from workloads import Workload
 from workloads.named import generate
 
@@ -179,6 +179,7 @@ def test_fast_forward_equals_step_by_step(options):
     np.testing.assert_allclose(fast.requests["first_token_s"], slow.requests["first_token_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 def test_vattention_forks_land_on_the_same_pages_in_both_modes():
@@ -194,6 +195,7 @@ def test_vattention_forks_land_on_the_same_pages_in_both_modes():
     assert fast.summary["preemptions"] > 0
     assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 def test_prefix_caching_cuts_prefill():

@@ -9,6 +9,7 @@ import pytest
 import workloads
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_step_totals
 from workloads import Workload
 from workloads.named import generate
 
@@ -27,6 +28,7 @@ def fast_and_stepped(w, options: dict):
     assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
     for column in ("admitted_s", "first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
+    assert_same_step_totals(fast, slow)
     return fast, slow
 
 
@@ -68,6 +70,7 @@ def test_fast_forward_equals_step_by_step_with_sessions():
     for column in ("arrival_s", "first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    assert_same_step_totals(fast, slow)
     assert fast.summary["prefix_hit_frac"] > 0.15
 
 

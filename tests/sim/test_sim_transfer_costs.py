@@ -3,6 +3,7 @@ the allocator: a paged copy moves a block, a contiguous fork the parent's tokens
 paged sequence or a slab's tokens in one transfer. A hybrid pool's slot is one token in one KV cache group,
 so it moves that group's share of the layers."""
 
+import numpy as np
 import pytest
 
 from allocators import make_allocator
@@ -11,9 +12,13 @@ from allocators.paged import PagedAllocator
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import ConstantStepCost, StepCostModel
 from sim.kernel.memory import KVMemory
+from sim.kernel.metrics import STEP_WORK, Recorder
 from sim.kernel.replica import cost_options, make_cost_model
+from sim.kernel.runner import run_simulation
 from sim.kernel.scheduler import Scheduler
 from sim.kernel.sequence_group import RUNNING, SWAPPED, SequenceGroup
+from sim.kernel.step_plan import StepPlan
+from workloads import Workload
 
 MODEL, GPU = get_model("opt-13b"), get_gpu("a100-40gb")
 KV = MODEL.kv_bytes_per_token
@@ -121,24 +126,48 @@ def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
 def test_a_contiguous_fork_is_charged_its_slab_copy_end_to_end():
     """A request sampled twice on a contiguous allocator: the step that forks it pays for copying the prompt's
     1,000 tokens of KV, not one 16-slot block."""
-    import numpy as np
-
-    from sim.kernel.config import SimConfig
-    from sim.kernel.runner import make_cost_model, run_simulation
-    from workloads import Workload
-
     workload = Workload(np.array([0.0]), np.array([1000]), np.array([4]), n=np.array([2]))
-    config = SimConfig(allocator="contiguous-oracle", model="opt-13b", gpu="a100-40gb", kv_gib=12)
+    config = SimConfig(allocator="contiguous-oracle", model="opt-13b", gpu="a100-40gb", kv_gib=12,
+                       parallel_sampling="fork")
     steps = run_simulation(config, workload).steps
     fork = steps[steps["copies"] > 0]
     assert len(fork) == 1 and int(fork["num_steps"].iloc[0]) == 1
     row = fork.iloc[0]
+    assert (row.copies, row.copy_slots) == (1, 1000) and steps["copy_slots"].sum() == 1000  # as the row shows
     cost = make_cost_model(config, MODEL, GPU)
     prefill = int(row.prefill_tokens)
     assert prefill == 1000  # the fork follows the prompt's prefill, in the same step
     without_copy = cost.step_time(prefill, int(row.decode_seqs), int(row.context_tokens),
                                   attention_pairs=prefill * (prefill + 1) // 2)
     assert row.duration_s == pytest.approx(without_copy + cost.transfer_time(copy_slots=1000), rel=1e-9)
+
+
+def test_every_figure_a_plan_charges_is_a_step_column():
+    """Each `STEP_WORK` column is the row's `StepPlan` field of that name (a distinct value each, so none lands
+    in another's column); an idle row, without a plan, has them all 0."""
+    plan = StepPlan(**{name: 10 + i for i, name in enumerate(STEP_WORK)})
+    rec = Recorder(0)
+    b = make_allocator("paged", 4096, block_size=16).breakdown()
+    rec.row(0.0, 0.5, 1, 2, 3, plan, b, 0)
+    rec.row(0.5, 1.0, 0, 0, 0, None, b, 0)
+    steps = rec.steps_frame(b.capacity, b.total_blocks)
+    assert set(STEP_WORK) <= set(steps.columns)
+    assert steps.loc[0, list(STEP_WORK)].tolist() == [getattr(plan, name) for name in STEP_WORK]
+    assert (steps.loc[1, list(STEP_WORK)] == 0).all()
+    assert steps.loc[0, ["num_steps", "running", "waiting"]].tolist() == [1, 2, 3]
+
+
+def test_the_step_rows_show_the_slots_their_swaps_move():
+    """Paged swap preemption: each transfer moves one block of 16 slots, and every request swapped out comes back
+    in (the run completes them all), so the preempting rows' slots are half of all the slots swapped."""
+    rng = np.random.default_rng(5)
+    w = Workload(np.cumsum(rng.exponential(0.3, 40)), rng.integers(20, 300, 40), rng.integers(20, 300, 40))
+    r = run_simulation(SimConfig(kv_tokens=3000, preemption="swap", swap_space_gib=1), w)
+    assert r.summary["completed"] == 40 and r.summary["preemptions"] > 0
+    swaps = r.steps[r.steps["swap_blocks"] > 0]
+    assert (swaps["swap_slots"] == 16 * swaps["swap_blocks"]).all()
+    out = swaps.loc[swaps["preempted"] > 0, "swap_slots"].sum()
+    assert out > 0 and 2 * out == r.steps["swap_slots"].sum()
 
 
 @pytest.mark.parametrize(("model", "groups"), [("gemma-3-12b", 6), ("gpt-oss-20b", 2), ("mistral-7b", 1)])

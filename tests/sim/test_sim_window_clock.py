@@ -17,7 +17,7 @@ from sim.kernel.cost_model import StepCostModel
 from sim.kernel.decode_set import DecodeSet
 from sim.kernel.runner import run_simulation
 from sim.kernel.window_context import clipped_sum
-from tests.sim.summaries import assert_same_memory_map, assert_same_summary
+from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
 from tests.soak import examples
 from workloads import Workload
 
@@ -124,6 +124,7 @@ def test_fast_forward_equals_step_by_step_with_windows(windowed, options):
     np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary)  # the per-group shares (``kv_groups``) too, key by key
     assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
 
 
 def test_windows_make_long_decodes_faster(windowed):
