@@ -2,13 +2,14 @@
 
 Three inputs are read into one table (`MeasuredRun.frame`, columns ``arrival_time_s, prompt_tokens,
 output_tokens, ttft_s, e2e_s, tpot_s, phase, warmup`` and, where given, ``prefix_group, prefix_len, session_id,
-turn``):
+turn, n, beam_width``):
 
 - a per-request CSV with at least ``arrival_time_s,prompt_tokens,output_tokens,ttft_s,e2e_s`` (optional:
   ``phase``, ``warmup`` 0/1 or true/false, ``prefix_group`` (a whole number >= 0 or a group name, blank for
   none), ``prefix_len``, and together ``session_id`` (a whole number >= 0 or a conversation name, blank for no
   session) and ``turn`` (0, 1, 2, ... in its session), checked by the trace readers' session rules:
-  `workloads.sessions`); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
+  `workloads.sessions`; ``n`` and ``beam_width``, a request's parallel samples or beams, blank for 1, not both
+  above 1); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
 - vLLM's ``benchmark_serving.py --save-result`` JSON: per-request lists ``input_lens``, ``output_lens``,
   ``ttfts`` and ``itls`` in seconds (E2E = TTFT + the sum of the request's ITLs; lists in milliseconds are
   refused where the file's own ``duration``, ``mean_ttft_ms`` or ``mean_e2el_ms`` shows them to be, see
@@ -43,6 +44,7 @@ import pandas as pd
 from workloads.errors import TraceError, TraceWarning, show_value
 from workloads.readers.containers import csv_frame
 from workloads.sessions import NONE, SESSION_RULES, session_reasons
+from workloads.validation import BOTH_N_AND_BEAM, MAX_SAMPLES
 
 REQUIRED = ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
 TOKENS = ("prompt_tokens", "output_tokens")
@@ -56,6 +58,12 @@ SAMPLED = "sampled out of the file (see request_totals)"
 """guidellm's ``--output-sampling`` keeps a sample of each benchmark's requests; the rest are counted under this."""
 OPTIONAL_IDS = ("prefix_group", "prefix_len", "session_id", "turn")
 """Optional columns a measured table may carry into the replay: a shared system prompt, a multi-turn session."""
+SAMPLING = ("n", "beam_width")
+"""Optional columns of a request's parallel samples and beams (vLLM's names, blank for 1): replayed as one
+sample, a request sampled ``n`` times would load the server with an ``n``-th of its sequences, and the fit
+would pay for the rest with a larger per-sequence cost."""
+REPLAYED = (*OPTIONAL_IDS, *SAMPLING)
+"""Every optional column the replay carries into its workload (`sim.replay.workload_of`)."""
 FLAGS = {"0": 0, "1": 1, "false": 0, "true": 1}
 """The values a ``warmup`` cell may hold (text compared in lower case)."""
 
@@ -160,6 +168,12 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
             rules.append(("prefix_len", "must be >= 0", plen < 0))
             rules.append(("prefix_len", f"must be <= {names['prompt_tokens']}: the prefix is part of the prompt",
                           plen > x["prompt_tokens"]))
+        samples = {col: _numbers(frame[col], text) for col in SAMPLING if col in frame}
+        for col, v in samples.items():
+            rules.append((col, f"must be a whole number from 1 to {MAX_SAMPLES:g}, or blank for 1",
+                          _given(frame[col]) & ~((v == np.floor(v)) & (v >= 1) & (v <= MAX_SAMPLES))))
+        if len(samples) == 2:
+            rules.append(("beam_width", BOTH_N_AND_BEAM, (samples["n"] > 1) & (samples["beam_width"] > 1)))
         if "session_id" in frame:
             from workloads.readers.build import TURN_MISSING
 
@@ -185,6 +199,8 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
         frame["prefix_group"] = np.where(np.isnan(group), -1, group).astype(np.int64)
     if "prefix_len" in frame:
         frame["prefix_len"] = np.where(np.isnan(plen), 0, plen).astype(np.int64)
+    for col, v in samples.items():
+        frame[col] = np.where(np.isnan(v), 1, v).astype(np.int64)
     if "session_id" in frame:
         frame["session_id"] = np.where(np.isnan(session), NONE, session).astype(np.int64)
         frame["turn"] = np.where(np.isnan(turn), 0, turn).astype(np.int64)
@@ -196,16 +212,24 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
     frame["output_tokens"] = frame["output_tokens"].astype(np.int64)
     if "session_id" in frame:
         _check_sessions(frame, written, path, where, names)
-    out = frame["output_tokens"].to_numpy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frame["tpot_s"] = np.where(out > 1, (frame["e2e_s"] - frame["ttft_s"]) / np.maximum(out - 1, 1), np.nan)
+    frame["tpot_s"] = tpot(frame)
     frame = frame.sort_values("arrival_time_s", kind="stable").reset_index(drop=True)
     frame["arrival_time_s"] -= frame["arrival_time_s"].iloc[0]
-    keep = [*REQUIRED, "tpot_s", "phase", "warmup"] + [c for c in OPTIONAL_IDS if c in frame]
+    keep = [*REQUIRED, "tpot_s", "phase", "warmup"] + [c for c in REPLAYED if c in frame]
     if skipped:
         warnings.warn(f"{path}: {sum(skipped.values())} request(s) left out of the fit and its scores "
                       f"({_skipped_text(skipped)}); {len(frame)} used", TraceWarning, stacklevel=3)
     return MeasuredRun(frame[keep], str(path), kind, skipped)
+
+
+def tpot(frame: pd.DataFrame) -> np.ndarray:
+    """Time per output token, ``(e2e_s - ttft_s) / (output_tokens - 1)`` (NaN for one-token outputs): all a
+    measured run's one TTFT and E2E per request give, so the replay's is computed the same way
+    (`sim.replay.latencies`). A request sampled ``n`` times spans its samples, first token to last finish."""
+    out = frame["output_tokens"].to_numpy()
+    decode = (frame["e2e_s"] - frame["ttft_s"]).to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(out > 1, decode / np.maximum(out - 1, 1), np.nan)
 
 
 def _ids(values: pd.Series, text: bool) -> np.ndarray:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
-from sim.measured import OPTIONAL_IDS, MeasuredRun, consecutive_turns
+from sim.measured import REPLAYED, MeasuredRun, consecutive_turns, tpot
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -23,11 +23,13 @@ def workload_of(run: MeasuredRun, rows: np.ndarray | None = None):
     """The measured requests (all, or the boolean mask ``rows``) as a kvsim workload. A multi-turn session's
     turns carry their session and turn, so that a turn hits what its previous turn computed as the measured
     engine's prefix cache did (without them every turn would be an unrelated request, computed in full); each
-    arrives when the run says (no think time). A selection that leaves turns out numbers the rest again."""
+    arrives when the run says (no think time). A selection that leaves turns out numbers the rest again. A
+    request sampled ``n`` times or searched by ``beam_width`` beams runs that many sequences, as it loaded the
+    measured server (under the configuration's ``parallel_sampling``)."""
     from workloads import Workload
 
     frame = run.frame if rows is None else run.frame[rows]
-    extra = {c: frame[c].to_numpy() for c in OPTIONAL_IDS if c in frame}
+    extra = {c: frame[c].to_numpy() for c in REPLAYED if c in frame}
     if rows is not None and "turn" in frame:
         extra["turn"] = consecutive_turns(frame["session_id"], frame["turn"]).to_numpy()
     return Workload(arrival_time_s=frame["arrival_time_s"].to_numpy(float),
@@ -40,8 +42,17 @@ def replay(run: MeasuredRun, config: SimConfig, cost: StepCostModel | None = Non
     """Simulated ``ttft_s, tpot_s, e2e_s`` of each measured request (in the run's order; ``rows`` selects)."""
     from sim.kernel.runner import run_simulation
 
-    result = run_simulation(config, workload_of(run, rows), cost=cost)
-    return result.requests[list(METRICS)].reset_index(drop=True)
+    return latencies(run_simulation(config, workload_of(run, rows), cost=cost).requests)
+
+
+def latencies(requests: pd.DataFrame) -> pd.DataFrame:
+    """A simulation's ``ttft_s, tpot_s, e2e_s`` per request, TPOT computed as the measured run's is
+    (`sim.measured.tpot`). The requests table's own ``tpot_s`` of a fanned-out request is its children's mean,
+    as vLLM times each child; against the measured span it would score the children's stagger as the clock's
+    error."""
+    out = requests[list(METRICS)].reset_index(drop=True)
+    out["tpot_s"] = tpot(requests)
+    return out
 
 
 def errors(measured: pd.DataFrame, simulated: pd.DataFrame) -> pd.DataFrame:

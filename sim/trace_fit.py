@@ -34,7 +34,7 @@ from sim.kernel.cost_profiles import get_profile
 from sim.kernel.replica import cost_options
 from sim.kernel.summary import rejected_reasons
 from sim.measured import MeasuredRun
-from sim.replay import METRICS, score, workload_of
+from sim.replay import METRICS, latencies, score, workload_of
 from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
 
 FITTABLE = ("bandwidth_frac", "flops_frac", "step_overhead_s", "seq_overhead_s", "prefill_token_s",
@@ -139,12 +139,13 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
             values[name] = min(float(v), 1.0) if name in FRACTIONS else float(v)
         return values
 
-    def evaluate(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
-        """Residuals (log ratios of TTFT and decode time on the training rows), their Jacobian, requests."""
+    def evaluate(x: np.ndarray, warn: bool = False) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+        """Residuals (log ratios of TTFT and decode time on the training rows), their Jacobian, requests.
+        ``warn``: warn the settings the run ignores (`run_simulation`), the same in every simulation: once."""
         from sim.kernel.runner import run_simulation
 
         cost = RecordingStepCost(model=model, gpu=gpu, source="trace fit", **coefficients(x), **common)
-        result = run_simulation(config, workload, cost=cost)
+        result = run_simulation(config, workload, cost=cost, warn=warn)
         req = result.requests
         s_ttft = req["ttft_s"].to_numpy(float)
         s_decode = req["e2e_s"].to_numpy(float) - s_ttft
@@ -164,7 +165,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
 
     x = np.log([max(float(base[name]), _FLOOR) for name in names])
     upper = np.log([1.0 if name in FRACTIONS else MAX_SECONDS for name in names])
-    r, jac, req = evaluate(x)
+    r, jac, req = evaluate(x, warn=True)
     refused = req["rejected"].to_numpy(bool)  # set by the settings, not the coefficients: known after one run
     if (empty := _empty_half(halves, ~refused)) is not None:
         raise ValueError(f"{run.path}: the simulation served 0 of the {int(halves[empty].sum())} scored requests of "
@@ -188,7 +189,7 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
             lam *= 5
             if lam > 1e6:
                 break
-    sim = req[list(METRICS)].reset_index(drop=True)
+    sim = latencies(req)
     rejected = rejected_reasons(req["reject_reason"][req["rejected"].to_numpy(bool) & run.scored])
     capped = int(((req["length_capped_tokens"].to_numpy() > 0) & run.scored).sum())
     return TraceFit(coefficients(x), names, train, score(run.frame, sim, train), score(run.frame, sim, heldout),
@@ -217,7 +218,7 @@ def _scores(table: pd.DataFrame) -> dict:
 
 FIT_SETTINGS = ("tensor_parallel", "kv_cache_dtype", "kv_tokens", "kv_gib", "gpu_memory_utilization",
                 "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "prefix_caching",
-                "chunked_prefill")
+                "chunked_prefill", "parallel_sampling")
 """The deployment a fit was made under, recorded in its table (``fit.settings``): the coefficients are fitted
 to that run (an fp8 cache or another tensor-parallel size moves other bytes), so whoever uses the table can
 see what it was fitted to."""

@@ -18,6 +18,7 @@ from gpu_validation import needs_torch
 from sim.commands.failure import fail
 from sim.commands.options import catalog_option, kv_cache_dtype_option
 from sim.kernel.over_length import OVER_LENGTH
+from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 
 
 def _list_profiles() -> None:
@@ -100,7 +101,7 @@ def _from_trace(path: str, opts: dict) -> None:
 
     fields = ("model", "gpu", "kv_tokens", "kv_gib", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
               "block_size", "tensor_parallel", "gpu_memory_utilization", "kv_cache_dtype", "prefix_caching",
-              "chunked_prefill", "watermark", "seed", "catalog", "over_length")
+              "chunked_prefill", "parallel_sampling", "watermark", "seed", "catalog", "over_length")
     try:
         _check_fit_options(opts)
         if opts["gpu"] is None:
@@ -186,6 +187,10 @@ def _from_trace(path: str, opts: dict) -> None:
 @kv_cache_dtype_option
 @click.option("--prefix-caching/--no-prefix-caching", default=None, help="--from-trace: the run's vLLM setting.")
 @click.option("--chunked-prefill/--no-chunked-prefill", default=None, help="--from-trace: the run's vLLM setting.")
+@click.option("--parallel-sampling", type=click.Choice(PARALLEL_SAMPLING), default=None,
+              help="--from-trace: how the run's requests sampled n > 1 times ran (its n column): fan-out "
+                   "(vLLM v1: n requests sharing the prompt; what auto, the default, does on paged) or fork "
+                   "(one group, vLLM v0's and kvsim's fork runs).")
 @click.option("--watermark", type=float, default=0.0, show_default=True,
               help="--from-trace: admission watermark (vLLM V1 has none).")
 @click.option("--start-profile", default="vllm-v1", show_default=True,

@@ -228,7 +228,8 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
                    host_by_index: dict[int, int] | None = None):
     """One row per request (``docs/architecture.md``), with its multi-turn session and turn (NA where it is no
     session's turn) so that latency can be read per turn, and its shared system prompt (``prefix_group``, NA for
-    none, and ``prefix_len``) so that ``kvsim calibrate --from-trace`` replays the hits the run had on it.
+    none, and ``prefix_len``) so that ``kvsim calibrate --from-trace`` replays the hits the run had on it, and
+    its samples and beams (``n``, ``beam_width``: vLLM's names; ``num_seqs`` is the larger) for it to replay.
     ``cached_by_index``: prompt tokens each request's admissions found cached, by workload position (absent:
     none); ``host_by_index``: the part of them loaded from the host tier (``host_hit_tokens``; ``gpu_hit_tokens``
     is the rest). A fanned-out workload's children are folded back into their requests
@@ -256,6 +257,7 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
          "length_capped_tokens": (np.zeros(size, np.int64) if getattr(workload, "length_capped", None) is None
                                   else np.asarray(workload.length_capped, np.int64)),
          "num_seqs": np.maximum(np.asarray(workload.n, np.int64), np.asarray(workload.beam_width, np.int64)),
+         "n": np.asarray(workload.n, np.int64), "beam_width": np.asarray(workload.beam_width, np.int64),
          "cached_tokens": cached, "host_tokens": host, "preemptions": rec.preemptions, "rejected": rec.rejected,
          "reject_reason": reasons}
     out = c["output_tokens"]
@@ -273,6 +275,7 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
         "arrival_s": c["arrival_s"], "admitted_s": c["admitted_s"],
         "first_token_s": c["first_token_s"], "finished_s": c["finished_s"], "prompt_tokens": c["prompt_tokens"],
         "output_tokens": out, "length_capped_tokens": c["length_capped_tokens"], "num_seqs": c["num_seqs"],
+        "n": c["n"], "beam_width": c["beam_width"],
         "cached_tokens": c["cached_tokens"], "gpu_hit_tokens": c["cached_tokens"] - c["host_tokens"], "host_hit_tokens": c["host_tokens"],
         "preemptions": c["preemptions"], "rejected": c["rejected"], "reject_reason": c["reject_reason"],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,

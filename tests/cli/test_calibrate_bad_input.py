@@ -105,6 +105,20 @@ def _one_line_error(result, *expected: str) -> str:
      "1,200,10,0.1,0.5,7,1,,\n", ["s_prefix.csv: row 2: field 'prefix_group'", "(differs from the previous turn's"]),
     ("s_no_turn.csv", f"{HEADER},session_id\n0,100,10,0.1,0.5,7\n1,200,10,0.1,0.5,7\n",
      ["s_no_turn.csv: column session_id without turn: a multi-turn session needs both"]),
+    # a request's parallel samples and beams (vLLM's n and beam_width), as the trace readers check them
+    ("m_n_frac.csv", f"{HEADER},n\n0,100,10,0.1,0.5,3\n1,100,10,0.1,0.5,2.5\n",
+     ["m_n_frac.csv: row 2: field 'n': bad value 2.5 (must be a whole number from 1 to 1e+06, or blank for "
+      "1)"]),
+    ("m_n_zero.csv", f"{HEADER},n\n0,100,10,0.1,0.5,0\n1,100,10,0.1,0.5,\n",
+     ["m_n_zero.csv: row 1: field 'n': bad value 0"]),
+    ("m_n_text.csv", f"{HEADER},n\n0,100,10,0.1,0.5,\n1,100,10,0.1,0.5,three\n",
+     ["m_n_text.csv: row 2: field 'n': bad value 'three'"]),
+    ("m_beam_big.csv", f"{HEADER},beam_width\n0,100,10,0.1,0.5,2000000\n1,100,10,0.1,0.5,1\n",
+     ["m_beam_big.csv: row 1: field 'beam_width': bad value 2000000 (must be a whole number from 1 to "
+      "1e+06"]),
+    ("m_n_beam.csv", f"{HEADER},n,beam_width\n0,100,10,0.1,0.5,1,4\n1,100,10,0.1,0.5,2,4\n",
+     ["m_n_beam.csv: row 2: field 'beam_width': bad value 4 (use either n (parallel sampling) or beam_width, "
+      "not both)"]),
     # the wrong field blamed: arrival_time_s for a zero or negative rate
     ("bs_rate_zero.json", _bench(request_rate=0), ["field 'request_rate': bad value 0 (must be a finite number"]),
     ("bs_rate_neg.json", _bench(request_rate=-2), ["field 'request_rate': bad value -2"]),
@@ -202,10 +216,11 @@ def test_itls_need_not_number_output_lens_minus_one(tmp_path):
 
 def test_optional_columns_blank_means_their_default(tmp_path):
     path = tmp_path / "m.csv"
-    path.write_text(f"{HEADER},warmup,prefix_group,prefix_len\n0,100,10,0.1,0.5,true,sys,50\n"
-                    "1,100,10,0.1,0.5,false,,\n2,100,10,0.1,0.5,0,3,0\n")
+    path.write_text(f"{HEADER},warmup,prefix_group,prefix_len,n,beam_width\n0,100,10,0.1,0.5,true,sys,50,4,\n"
+                    "1,100,10,0.1,0.5,false,,,,2\n2,100,10,0.1,0.5,0,3,0,1,1\n")
     frame = read_measured(path).frame
     assert frame["warmup"].tolist() == [1, 0, 0]
+    assert frame["n"].tolist() == [4, 1, 1] and frame["beam_width"].tolist() == [1, 2, 1]
     assert frame["prefix_group"].iloc[1] == -1 and frame["prefix_group"].iloc[2] == 3
     assert frame["prefix_group"].iloc[0] >= 0 and frame["prefix_len"].tolist() == [50, 0, 0]
 
@@ -304,8 +319,9 @@ def test_an_option_of_another_mode_is_refused(tmp_path, monkeypatch, args, messa
 
 def test_the_table_records_the_deployment_it_was_fitted_under(tmp_path):
     result = _calibrate(tmp_path, "run.csv", HEADER + "\n" + GOOD_ROWS + "1.5,300,40,0.06,0.9\n",
-                        "--kv-cache-dtype", "fp8", "--max-num-seqs", "64")
+                        "--kv-cache-dtype", "fp8", "--max-num-seqs", "64", "--parallel-sampling", "fork")
     assert result.exit_code == 0, result.output
     settings = json.loads((tmp_path / "cal.json").read_text())["fit"]["settings"]
     assert settings["kv_cache_dtype"] == "fp8" and settings["max_num_seqs"] == 64
+    assert settings["parallel_sampling"] == "fork"
     assert settings["kv_tokens"] == 100000 and settings["tensor_parallel"] == 1

@@ -24,7 +24,7 @@ def sampled(n: list[int], prompt: list[int], output: list[int], **columns) -> Wo
 def test_the_children_share_the_prompts_full_blocks_and_compute_its_last_block_each():
     """100 tokens sampled 4 times: the first child computes all 100; the other three, admitted in the same step,
     hit its 6 full blocks (96 tokens: a lookup never covers the last token) and compute the last 4 each. Fork
-    computes the prompt once. One row per request either way, with its 4 sequences."""
+    computes the prompt once. One row per request either way, with its 4 sequences, its n (vLLM's name) 4."""
     w = sampled([4, 1], [100, 200], [10, 20])
     fan = run_simulation(SimConfig(step_time=1.0, debug_invariants=1), w)  # auto: fan-out on paged
     fork = run_simulation(SimConfig(parallel_sampling="fork", step_time=1.0, debug_invariants=1), w)
@@ -32,6 +32,8 @@ def test_the_children_share_the_prompts_full_blocks_and_compute_its_last_block_e
     assert fork.steps["prefill_tokens"].iloc[0] == 100 + 200
     assert fan.requests["cached_tokens"].tolist() == [3 * 96, 0] and fork.requests["cached_tokens"].tolist() == [0, 0]
     assert fan.requests["num_seqs"].tolist() == fork.requests["num_seqs"].tolist() == [4, 1]
+    assert fan.requests["n"].tolist() == fork.requests["n"].tolist() == [4, 1]
+    assert (fan.requests["beam_width"] == 1).all() and (fork.requests["beam_width"] == 1).all()
     assert fan.summary["completed"] == fork.summary["completed"] == 2
     assert (fan.summary["parallel_sampling"], fork.summary["parallel_sampling"]) == ("fan-out", "fork")
     assert fan.requests["first_token_s"].tolist() == fork.requests["first_token_s"].tolist() == [1.0, 1.0]
@@ -90,8 +92,9 @@ def test_a_fleet_sends_a_requests_children_where_its_first_goes(workers):
 
 
 def test_the_table_folds_children_into_their_request():
-    """The request's id, session, turn and system prompt from its first child; earliest admission and first token, last finish
-    (none while a child has none), counts summed, rejected if any child was, with that child's reason."""
+    """The request's id, session, turn, system prompt and beam width from its first child; earliest admission
+    and first token, last finish (none while a child has none), counts summed (its n: one a child), rejected
+    if any child was, with that child's reason."""
     nan = np.nan
     columns = {
         "request_id": np.array([5, 5, 6]), "session_id": np.array([-1, -1, 3]), "turn": np.array([0, 0, 2]),
@@ -99,7 +102,8 @@ def test_the_table_folds_children_into_their_request():
         "prompt_tokens": np.array([10, 10, 20]), "output_tokens": np.array([3, 3, 4]),
         "length_capped_tokens": np.array([2, 2, 0]),
         "admitted_s": np.array([2.0, 1.0, nan]), "first_token_s": np.array([3.0, nan, nan]),
-        "finished_s": np.array([9.0, 7.0, nan]), "num_seqs": np.array([1, 1, 1]),
+        "finished_s": np.array([9.0, 7.0, nan]), "num_seqs": np.array([1, 1, 1]), "n": np.array([1, 1, 1]),
+        "beam_width": np.array([1, 1, 1]),
         "cached_tokens": np.array([0, 8, 0]), "host_tokens": np.array([0, 8, 0]),
         "preemptions": np.array([1, 2, 0]), "rejected": np.array([False, False, True]),
         "reject_reason": np.array(["", "", "too long"], dtype=object), "tpot_s": np.array([3.0, 2.0, nan]),
@@ -111,7 +115,8 @@ def test_the_table_folds_children_into_their_request():
     assert out["prefix_group"].tolist() == [7, -1] and out["prefix_len"].tolist() == [4, 0]
     assert out["admitted_s"][0] == 1.0 and out["first_token_s"][0] == 3.0 and out["finished_s"][0] == 9.0
     assert np.isnan(out["finished_s"][1]) and np.isnan(out["admitted_s"][1])
-    assert out["num_seqs"].tolist() == [2, 1] and out["preemptions"].tolist() == [3, 0]
+    assert out["num_seqs"].tolist() == out["n"].tolist() == [2, 1] and out["preemptions"].tolist() == [3, 0]
+    assert out["beam_width"].tolist() == [1, 1]
     assert out["rejected"].tolist() == [False, True] and out["reject_reason"].tolist() == ["", "too long"]
     columns["finished_s"] = np.array([9.0, nan, nan])
     assert np.isnan(aggregate(columns, np.array([0, 0, 1]))["finished_s"][0])
