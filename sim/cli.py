@@ -30,9 +30,11 @@ def main(ctx: click.Context) -> None:
 
     def show(message, category, *args, **kwargs) -> None:
         """kvsim's own warnings as one ``Warning: ...`` line on stderr; others as Python shows them."""
-        from workloads.errors import TraceWarning  # here: importing workloads costs a second per --help
+        # imported here: importing them costs a second per --help
+        from sim.kernel.ignored_settings import SettingWarning
+        from workloads.errors import TraceWarning
 
-        if issubclass(category, TraceWarning):
+        if issubclass(category, (TraceWarning, SettingWarning)):
             click.echo(f"Warning: {message}", err=True)
         else:
             previous(message, category, *args, **kwargs)

@@ -25,6 +25,12 @@ from allocators.option_use import (
 from sim.kernel.config import SimConfig
 
 
+class SettingWarning(UserWarning):
+    """A setting a run ignores, or a ``workers`` count that does not apply: kvsim's own note, which the command
+    line prints as one ``Warning:`` line wherever a command runs simulations (``calibrate --from-trace`` replays
+    through `run_simulation`), and Python shows in a notebook."""
+
+
 def has_host_tier(config: SimConfig) -> bool:
     """Whether the run has a host tier: ``--cpu-offload-gib`` behind an allocator that keeps a prefix cache to
     spill, with prefix caching on (`Allocator.attach_host_tier`'s rule); else the flag is reported ignored."""

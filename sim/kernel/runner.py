@@ -23,7 +23,7 @@ from sim.kernel.cost_model import StepCostModel
 from sim.kernel.engine import Engine
 from sim.kernel.fleet import run_fleet
 from sim.kernel.fleet_parallel import parallel_note, run_fleet_parallel, runs_in_parallel
-from sim.kernel.ignored_settings import ignored_lines
+from sim.kernel.ignored_settings import SettingWarning, ignored_lines
 from sim.kernel.metrics import Recorder
 from sim.kernel.parallel_sampling import as_run
 from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is where callers look for them)
@@ -68,12 +68,12 @@ def run_simulation(config: SimConfig, workload: Workload, *, progress=None, cost
     loaded = check_workload_settings(config, workload)
     note = parallel_note(config, workers, workload)
     if warn and note:
-        warnings.warn(note, UserWarning, stacklevel=caller_stacklevel())
+        warnings.warn(note, SettingWarning, stacklevel=caller_stacklevel())
     result = _simulate(config, workload, progress, cost, workers)
     if not loaded and not draws_from_seed(config, workload):
         result.summary["seed"] = None  # nothing in the run used it, and the workload's own seed is in its source
     for line in ignored_lines(result.summary) if warn else ():
-        warnings.warn(line, UserWarning, stacklevel=caller_stacklevel())
+        warnings.warn(line, SettingWarning, stacklevel=caller_stacklevel())
     return result
 
 

@@ -324,4 +324,7 @@ def test_the_table_records_the_deployment_it_was_fitted_under(tmp_path):
     settings = json.loads((tmp_path / "cal.json").read_text())["fit"]["settings"]
     assert settings["kv_cache_dtype"] == "fp8" and settings["max_num_seqs"] == 64
     assert settings["parallel_sampling"] == "fork"
+    # a setting the replayed runs ignore is said once, as kvsim run says it: one line, no Python warning
+    note = "Warning: paged: --parallel-sampling fork ignored: no request of this workload is sampled"
+    assert result.output.count(note) == 1 and "UserWarning" not in result.output
     assert settings["kv_tokens"] == 100000 and settings["tensor_parallel"] == 1
