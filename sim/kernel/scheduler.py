@@ -109,10 +109,16 @@ class Scheduler:
         """Groups running or queued here (loading their host hits included)."""
         return len(self.running) + len(self.waiting) + (len(self.loads) if self.loads else 0)
 
+    @property
+    def decoders_only(self) -> bool:
+        """Whether every running sequence is a lazily grown decoder: no group is prefilling, no beam search
+        steps (the running loop then touches only the due decoders)."""
+        return self.running_seqs == self.decode.n and not self.beams.groups
+
     def pending_prefill(self) -> int:
         """Prompt tokens still to be prefilled by the queued groups and the rest of the running prefills."""
         tokens = sum(g.prefill_remaining for g in self.waiting)
-        if self.running_seqs != self.decode.n or self.beams.groups:  # some running group is prefilling
+        if not self.decoders_only:  # some running group is prefilling
             tokens += sum(g.prefill_remaining for g in self.running if g.prefilling)
         return tokens
 
@@ -120,7 +126,7 @@ class Scheduler:
         """Tokens each sequence computed that the allocator was not told yet (for a memory map); negative for a
         prompt held whole and not computed yet (`unfilled_prompt`)."""
         pending = self.decode.all_pending(self.step)
-        if self.running_seqs != self.decode.n or self.beams.groups:  # some running group is prefilling
+        if not self.decoders_only:  # some running group is prefilling
             for seq_id, tokens in self.unfilled_prompt(self.running, {}).items():
                 pending[seq_id] = -tokens
         return pending
@@ -175,7 +181,7 @@ class Scheduler:
                 if group.state == RUNNING:
                     beams.step(group, self.memory, plan, self.groups.until_fits)
         budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
-        decoders_only = self.running_seqs == self.decode.n and not beams.groups
+        decoders_only = self.decoders_only
         if decoders_only:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             self.seq_id_order = True
