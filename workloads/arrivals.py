@@ -140,9 +140,10 @@ class Closed:
     think_s: float = 0.0
 
     def __post_init__(self) -> None:
-        ClosedLoop(self.users, self.think_s)
-        if self.think_s > MAX_ARRIVAL_S:
+        # a finite think time past the clock in the spec's words; anything else wrong is `ClosedLoop`'s error
+        if MAX_ARRIVAL_S < self.think_s < np.inf:
             raise ValueError(f"think_s must be <= {MAX_ARRIVAL_S:g} s, got {self.think_s:g}")
+        ClosedLoop(self.users, self.think_s)
 
     @property
     def closed_loop(self) -> ClosedLoop:

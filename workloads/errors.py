@@ -36,10 +36,13 @@ def row_error(path: object, where: str, field: str, problem: str, value: object 
 
 
 def show_value(value: object) -> str:
-    """The value as the file wrote it: numpy scalars as plain numbers (``0``, not ``np.float64(0.0)``)."""
+    """The value as the file wrote it: numpy scalars as plain numbers (``0``, not ``np.float64(0.0)``), a whole
+    float as an integer (``100``, not ``100.0``) while a float holds every integer of its size (below 2**53):
+    past it the digits an ``int`` prints are the float's, not the file's (a cell ``1e30`` showed as
+    ``1000000000000000019884624838656``), so it keeps the float's short form (``1e+30``)."""
     if type(value).__module__ == "numpy" and hasattr(value, "item"):
         value = value.item()
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2.0 ** 53:
         value = int(value)
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -29,7 +29,10 @@ kvsim's clock is float seconds: at 1e9 s it still resolves a step to 1e-7 s, pas
 visibly rounded and past 1e15 s latencies are off by percents. A rate that spreads the requests further
 (``rate=1e-20``), or a trace timestamp that far out, is a slip, whose run was wrong rather than refused."""
 PAST_CLOCK = f"must be <= {MAX_ARRIVAL_S:g} s (about 32 years)"
-"""The problem a think time past `MAX_ARRIVAL_S` is, in a trace row or a `Workload`."""
+"""The problem a think time past `MAX_ARRIVAL_S` is, in a trace row, a `Workload` or a closed loop."""
+PAST_SPAN = f"more than {MAX_ARRIVAL_S:g} s (about 32 years) after the first arrival"
+"""The problem an arrival past `MAX_ARRIVAL_S` is, in a trace row or a `Workload`: counted from the first arrival,
+as a trace's rebased times are, so that epoch-seconds timestamps are no slip and 1e30 s is."""
 
 LOWER_BOUNDS = {"prompt_tokens": 1, "output_tokens": 1, "max_tokens": 1, "n": 1, "beam_width": 1,
                 "prefix_group": 0, "prefix_len": 0}

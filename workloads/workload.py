@@ -24,7 +24,7 @@ from workloads.errors import is_whole_number, show_value, whole_number
 from workloads.ragged import take_ragged
 from workloads.request import Request, prefix_units
 from workloads.sessions import SESSION_RULES, session_reasons
-from workloads.validation import first_problem
+from workloads.validation import MAX_ARRIVAL_S, MAX_TOKENS, PAST_CLOCK, PAST_SPAN, first_problem
 
 INT_COLUMNS = ("prompt_tokens", "output_tokens", "max_tokens", "n", "beam_width", "prefix_group", "prefix_len",
                "priority", "session_id", "turn")
@@ -42,9 +42,14 @@ class ClosedLoop:
     think_time_s: float = 0.0
 
     def __post_init__(self) -> None:
-        # an infinite think time would release no user again: the run's clock ends at infinity
-        if self.users < 1 or not 0 <= self.think_time_s < np.inf:
-            raise ValueError(f"closed loop needs users >= 1 and a finite think_time_s >= 0, got {self}")
+        """The bounds a trace's ``closed_loop_users`` and ``think_time_s`` columns get: a think time of 1e30 s
+        put the clock past where it resolves a step (`MAX_ARRIVAL_S`), and an infinite one released no user
+        again (the run's clock ended at infinity)."""
+        whole_number("closed loop", "users", self.users, 1, MAX_TOKENS)
+        if not 0 <= self.think_time_s < np.inf:
+            raise ValueError(f"closed loop: needs a finite think_time_s >= 0 (got {show_value(self.think_time_s)})")
+        if self.think_time_s > MAX_ARRIVAL_S:
+            raise ValueError(f"closed loop: think_time_s {PAST_CLOCK} (got {show_value(self.think_time_s)})")
 
 
 @dataclass(eq=False)
@@ -81,6 +86,11 @@ class Workload:
     length_capped: np.ndarray | None = None
     """Set by the simulator on a workload whose outputs it cut at ``max_model_len`` as vLLM stops them
     (`sim.kernel.over_length`): the output tokens each row lost (0: none)."""
+    trace_row: np.ndarray | None = None
+    """Set by the readers: where in its file each row was read, as their errors name it (a CSV or JSON Lines
+    file's line, a Parquet file's or a DataFrame's 1-based row), so that results join back to the file when
+    ``skip_bad_rows`` left rows out (``ids`` are the file's ``id`` column, or count the rows kept); None for
+    requests read from no file."""
 
     def __post_init__(self) -> None:
         size = len(self.arrival_time_s)
@@ -94,6 +104,8 @@ class Workload:
         think = np.full(size, np.nan) if self.think_time_s is None else self.think_time_s
         self.think_time_s = np.ascontiguousarray(think, dtype=np.float64)
         self.ids = np.arange(size, dtype=np.int64) if self.ids is None else self._whole_numbers("ids", self.ids)
+        if self.trace_row is not None:
+            self.trace_row = self._whole_numbers("trace_row", self.trace_row)
         if self.hash_offsets is None:
             self.hash_offsets = np.zeros(size + 1, np.int64)
         self.hash_offsets = np.asarray(self.hash_offsets, np.int64)
@@ -132,8 +144,8 @@ class Workload:
 
     def _validate(self, size: int) -> None:
         """The request rules (`workloads.validation`) over the columns, so that iterating never raises."""
-        for col in (*INT_COLUMNS, "ids", "think_time_s"):
-            if len(getattr(self, col)) != size:
+        for col in (*INT_COLUMNS, "ids", "think_time_s", "trace_row"):
+            if getattr(self, col) is not None and len(getattr(self, col)) != size:
                 raise ValueError(f"column {col} has {len(getattr(self, col))} rows, expected {size}")
         offsets, t = self.hash_offsets, self.arrival_time_s
         counts = np.diff(offsets) if len(offsets) == size + 1 else None
@@ -142,6 +154,10 @@ class Workload:
                              "len(hash_values)")
         if not np.isfinite(t).all() or (np.diff(t) < 0).any():
             raise ValueError(f"workload {self.name!r}: arrival_time_s must be finite and sorted")
+        if size and t[-1] - t[0] > MAX_ARRIVAL_S:
+            i = int(np.argmax(t - t[0] > MAX_ARRIVAL_S))
+            raise ValueError(f"workload {self.name!r}: request {i}: arrival_time_s: {PAST_SPAN} "
+                             f"(got {show_value(t[i])})")
         columns = {col: getattr(self, col) for col in INT_COLUMNS}
         columns["hash_counts"] = counts if len(self.hash_values) else 0
         for col in ("max_tokens", "prefix_group"):  # the sentinel is a missing value: NaN to the rules
@@ -239,7 +255,7 @@ class Workload:
         attrs = {"prefix_hash_tokens": self.prefix_hash_tokens, "name": self.name, "source": self.source}
         attrs |= {"skipped_rows": self.skipped_rows, "skipped_reasons": dict(self.skipped_reasons)}
         attrs |= {"closed_loop": self.closed_loop}
-        for name in ("fan_parent", "length_capped"):
+        for name in ("fan_parent", "length_capped", "trace_row"):
             if getattr(self, name) is not None:
                 attrs[name] = getattr(self, name)[index]
         return Workload(**(columns | attrs | overrides))

@@ -84,8 +84,8 @@ def first_children(fan_parent: np.ndarray) -> np.ndarray:
 
 def aggregate(columns: dict[str, np.ndarray], fan_parent: np.ndarray) -> dict[str, np.ndarray]:
     """The requests table's columns (per row of a fanned-out workload) per request again: ``fan_parent`` is
-    sorted, so each request's children are one run of rows. Its id, session, turn, system prompt, arrival,
-    lengths and beam width: the first child's. Times: the earliest admission and first token, the last finish
+    sorted, so each request's children are one run of rows. Its id, trace row, session, turn, system prompt,
+    arrival, lengths and beam width: the first child's. Times: the earliest admission and first token, the last finish
     (none while a child has none), the children's mean time per output token (``tpot_s``: vLLM times each
     child request on its own; the first token to the last finish would span the children); counts summed
     (``n`` too: each child is one sample, so the request's ``n`` comes back); rejected if any child was, with
@@ -93,8 +93,8 @@ def aggregate(columns: dict[str, np.ndarray], fan_parent: np.ndarray) -> dict[st
     starts = first_children(fan_parent)
     children = np.diff(np.append(starts, len(fan_parent)))
     out = {name: columns[name][starts]
-           for name in ("request_id", "session_id", "turn", "prefix_group", "prefix_len", "arrival_s",
-                        "prompt_tokens", "output_tokens", "length_capped_tokens", "beam_width")}
+           for name in ("request_id", "trace_row", "session_id", "turn", "prefix_group", "prefix_len",
+                        "arrival_s", "prompt_tokens", "output_tokens", "length_capped_tokens", "beam_width")}
     for name in ("admitted_s", "first_token_s"):
         out[name] = np.fmin.reduceat(columns[name], starts)
     out["finished_s"] = np.maximum.reduceat(columns["finished_s"], starts)  # NaN if any child has none

@@ -226,7 +226,9 @@ def tier_summary(replicas) -> dict:
 
 def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_index: dict[int, int] | None = None,
                    host_by_index: dict[int, int] | None = None):
-    """One row per request (``docs/architecture.md``), with its multi-turn session and turn (NA where it is no
+    """One row per request (``docs/architecture.md``), with where in its trace file it was read (``trace_row``,
+    NA for a request read from no file: the row a user joins results on, once skipped rows have left
+    ``request_id`` counting only the rows kept), its multi-turn session and turn (NA where it is no
     session's turn) so that latency can be read per turn, and its shared system prompt (``prefix_group``, NA for
     none, and ``prefix_len``) so that ``kvsim calibrate --from-trace`` replays the hits the run had on it, and
     its samples and beams (``n``, ``beam_width``: vLLM's names; ``num_seqs`` is the larger) for it to replay.
@@ -237,6 +239,7 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     import pandas as pd
 
     from workloads.frames import nullable
+    from workloads.workload import NONE
 
     size = len(workload.output_tokens)
     reasons = np.full(size, "", dtype=object)
@@ -248,7 +251,10 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     host = np.zeros(size, np.int64)
     for i, tokens in (host_by_index or {}).items():
         host[i] = tokens
-    c = {"request_id": np.asarray(workload.ids, np.int64), "session_id": np.asarray(workload.session_id, np.int64),
+    rows = getattr(workload, "trace_row", None)
+    c = {"request_id": np.asarray(workload.ids, np.int64),
+         "trace_row": np.full(size, NONE, np.int64) if rows is None else np.asarray(rows, np.int64),
+         "session_id": np.asarray(workload.session_id, np.int64),
          "turn": np.asarray(workload.turn, np.int64), "prefix_group": np.asarray(workload.prefix_group, np.int64),
          "prefix_len": np.asarray(workload.prefix_len, np.int64), "arrival_s": arrival_s, "admitted_s": rec.admitted_s,
          "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
@@ -279,4 +285,5 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
         "cached_tokens": c["cached_tokens"], "gpu_hit_tokens": c["cached_tokens"] - c["host_tokens"], "host_hit_tokens": c["host_tokens"],
         "preemptions": c["preemptions"], "rejected": c["rejected"], "reject_reason": c["reject_reason"],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
+        "trace_row": nullable(c["trace_row"]),  # last: the columns before it keep their places
     })

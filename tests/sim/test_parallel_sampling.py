@@ -39,6 +39,13 @@ def test_the_children_share_the_prompts_full_blocks_and_compute_its_last_block_e
     assert fan.requests["first_token_s"].tolist() == fork.requests["first_token_s"].tolist() == [1.0, 1.0]
 
 
+def test_a_fanned_out_request_keeps_its_trace_row():
+    """Each child carries its request's row of the trace file, and the requests table's one row per request
+    names it."""
+    w = sampled([4, 1, 2], [100, 200, 50], [10, 20, 5], trace_row=np.array([2, 3, 5]))
+    assert fan_out(w).trace_row.tolist() == [2, 2, 2, 2, 3, 5, 5]
+    assert run_simulation(SimConfig(step_time=1.0), w).requests["trace_row"].tolist() == [2, 3, 5]
+
 def test_a_request_whose_samples_do_not_fit_together_runs_them_in_turn():
     """A pool of 20 usable blocks; 300 tokens sampled 4 times, 4 tokens each. Fork needs the group's four
     sequences in memory at once (19 blocks each, the partly filled last one copied): it can never fit, so it is
@@ -92,12 +99,12 @@ def test_a_fleet_sends_a_requests_children_where_its_first_goes(workers):
 
 
 def test_the_table_folds_children_into_their_request():
-    """The request's id, session, turn, system prompt and beam width from its first child; earliest admission
-    and first token, last finish (none while a child has none), counts summed (its n: one a child), rejected
-    if any child was, with that child's reason."""
+    """The request's id, trace row, session, turn, system prompt and beam width from its first child; earliest
+    admission and first token, last finish (none while a child has none), counts summed (its n: one a child),
+    rejected if any child was, with that child's reason."""
     nan = np.nan
     columns = {
-        "request_id": np.array([5, 5, 6]), "session_id": np.array([-1, -1, 3]), "turn": np.array([0, 0, 2]),
+        "request_id": np.array([5, 5, 6]), "trace_row": np.array([8, 8, 9]), "session_id": np.array([-1, -1, 3]), "turn": np.array([0, 0, 2]),
         "prefix_group": np.array([7, 7, -1]), "prefix_len": np.array([4, 4, 0]), "arrival_s": np.array([0.0, 0.0, 1.0]),
         "prompt_tokens": np.array([10, 10, 20]), "output_tokens": np.array([3, 3, 4]),
         "length_capped_tokens": np.array([2, 2, 0]),
@@ -111,6 +118,7 @@ def test_the_table_folds_children_into_their_request():
     out = aggregate(columns, np.array([0, 0, 1]))
     assert out["tpot_s"][0] == 2.5 and np.isnan(out["tpot_s"][1])  # the children's mean
     assert out["request_id"].tolist() == [5, 6] and out["length_capped_tokens"].tolist() == [2, 0]
+    assert out["trace_row"].tolist() == [8, 9]
     assert out["session_id"].tolist() == [-1, 3] and out["turn"].tolist() == [0, 2]
     assert out["prefix_group"].tolist() == [7, -1] and out["prefix_len"].tolist() == [4, 0]
     assert out["admitted_s"][0] == 1.0 and out["first_token_s"][0] == 3.0 and out["finished_s"][0] == 9.0

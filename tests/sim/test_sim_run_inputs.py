@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -73,6 +74,25 @@ def test_a_trace_loaded_as_the_config_names_it_runs(tmp_path, workload):
     path = write_trace(tmp_path / "t.csv", workload)
     summary = run_simulation(SimConfig(**SMALL, trace=str(path)), load_trace(path)).summary
     assert summary["requests"] == len(workload)
+
+
+def test_the_requests_table_joins_back_to_the_trace_file(tmp_path, workload):
+    """Skipped rows leave ``request_id`` counting only the rows kept; ``trace_row``, the line the reader's errors
+    name, says where each request was read, in one run's table and in a fleet's. A workload read from no file
+    has none (NA)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time_s,prompt_tokens,output_tokens\n0,10,5\n1,x,5\n\n2,20,5\n3,1e30,5\n4,30,5\n")
+    for replicas in ("1", "2"):
+        out = tmp_path / f"replicas{replicas}"
+        result = CliRunner().invoke(main, ["run", "--trace", str(trace), "--skip-bad-rows", "--replicas", replicas,
+                                           "--kv-gib", "2", "--step-time", "0.01", "--out", str(out), "--format",
+                                           "csv"])
+        assert result.exit_code == 0, result.output
+        table = pd.read_csv(out / "requests.csv")
+        assert table["request_id"].tolist() == [0, 1, 2] and table["trace_row"].tolist() == [2, 5, 7]
+        assert table["prompt_tokens"].tolist() == [10, 20, 30]
+    generated = run_simulation(SimConfig(**SMALL), workload).requests["trace_row"]
+    assert generated.dtype == "Int64" and generated.isna().all()
 
 
 def test_seed_of_a_run_that_draws_nothing_is_not_reported(workload):

@@ -14,7 +14,7 @@ from workloads.errors import TraceWarning
 from workloads.frames import workload_from_frame
 from workloads.lengths import Zipf
 from workloads.named import parse_arrivals, parse_lengths
-from workloads.workload import ClosedLoop
+from workloads.workload import ClosedLoop, Workload
 
 HEADER = "arrival_time_s,prompt_tokens,output_tokens"
 
@@ -68,6 +68,22 @@ def test_a_closed_loop_think_time_past_the_clock_is_rejected(tmp_path):
     path.write_text(f"{HEADER},closed_loop_users,think_time_s\n0,10,5,2,1e9\n1,10,5,2,1e30\n")
     with pytest.raises(TraceError, match=r"line 3: field 'think_time_s': must be <= 1e\+09 s \(about 32 years\)"):
         load_trace(path)
+
+
+def test_a_workload_built_in_python_gets_the_readers_clock_bounds():
+    """A think time or an arrival of 1e30 s, which a trace row may not hold, was accepted from Python: a run
+    whose clock no longer resolved a step. Arrivals count from the first, as a trace's rebased times do."""
+    with pytest.raises(ValueError, match=re.escape("closed loop: think_time_s must be <= 1e+09 s (about 32 years) "
+                                                   "(got 1e+30)")):
+        ClosedLoop(2, 1e30)
+    with pytest.raises(ValueError, match=re.escape("closed loop: users must be <= 1e+09 (got 1000000000000)")):
+        ClosedLoop(10**12)
+    assert ClosedLoop(2, 1e9).think_time_s == 1e9
+    with pytest.raises(ValueError, match=re.escape("workload 'w': request 2: arrival_time_s: more than 1e+09 s "
+                                                   "(about 32 years) after the first arrival (got 1e+30)")):
+        Workload(arrival_time_s=[0.0, 1.0, 1e30], prompt_tokens=[10] * 3, output_tokens=[5] * 3, name="w")
+    epoch = Workload(arrival_time_s=[1.7e9, 2.7e9], prompt_tokens=[10] * 2, output_tokens=[5] * 2)
+    assert len(epoch) == 2
 
 
 def test_closed_loop_round_trips_through_every_container(tmp_path):

@@ -59,7 +59,7 @@ def test_bad_rows_can_be_skipped_and_are_counted():
                                          r"\(pass skip_bad_rows=True to skip such rows\)$"):
         workload_from_frame(bad)
     w = workload_from_frame(bad, skip_bad_rows=True)
-    assert w.prompt_tokens.tolist() == [600, 800]
+    assert w.prompt_tokens.tolist() == [600, 800] and w.trace_row.tolist() == [1, 3]  # rows as the error counts
     assert (w.skipped_rows, w.skipped_reasons) == (1, {"output_tokens: must be >= 1": 1})
 
 

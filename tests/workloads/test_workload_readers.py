@@ -1,8 +1,10 @@
 """Trace readers: every format, detection, column mapping, and one clear `TraceError` for bad input."""
 
 import json
+import re
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from workloads import TraceError, generate, load_trace, trace_stats, write_trace
@@ -118,6 +120,18 @@ def test_bad_rows_name_file_line_and_field(tmp_path, rows, line, field, problem)
     assert f"field '{field}' (column '{column[field]}'):" in message  # the name the user finds in the file
 
 
+def test_a_huge_cell_is_shown_as_written_not_as_the_floats_digits(tmp_path):
+    """A cell of 1e30 was shown as the 31-digit integer its float holds (1000000000000000019884624838656); a
+    whole number a float holds exactly is still shown as one."""
+    header = "arrival_time_s,prompt_tokens,output_tokens"
+    for cell, shown in (("1e30", "1e+30"), ("10000000000", "10000000000"), ("2e16", "2e+16")):
+        with pytest.raises(TraceError, match=re.escape(f"line 3: field 'prompt_tokens': must be <= 1e+09 (got {shown})")):
+            load_trace(write(tmp_path, "t.csv", f"{header}\n0,10,5\n1,{cell},5\n"))
+    record = '{"arrival_time_s": 0, "prompt_tokens": 10, "output_tokens": 1e30}'
+    with pytest.raises(TraceError, match=re.escape("line 1: field 'output_tokens': must be <= 1e+09 (got 1e+30)")):
+        load_trace(write(tmp_path, "t.jsonl", record + "\n"))
+
+
 def test_azure_iso_8601_timestamps_read_as_the_published_form(tmp_path):
     """``T``, ``Z`` and an offset, as other tools write Azure's times, are the same instants as the published
     trace's space-separated naive form (an offset is converted to UTC); a date alone is still a bad row."""
@@ -164,6 +178,30 @@ def test_blank_csv_lines_are_no_rows_and_keep_the_line_numbers(tmp_path):
     late = write(tmp_path, "l.csv", f"{header}\n0,100,50\n\n1,x,4\n")
     with pytest.raises(TraceError, match=r"l\.csv: line 4: field 'prompt_tokens'"):  # counted past the blank
         load_trace(late)
+
+
+def test_each_request_keeps_the_line_or_row_its_errors_name(tmp_path):
+    """``trace_row``: where in its file each request was read, counted as the errors count (a CSV or JSON Lines
+    file's line, past blank lines; a Parquet file's row), so that results join back to the file once skipped
+    rows have left the request ids counting only the rows kept. A cut or re-timing keeps each request's row;
+    a generated workload has none."""
+    header = "arrival_time_s,prompt_tokens,output_tokens"
+    csv = write(tmp_path, "t.csv", f"{header}\n0,10,5\n1,x,5\n\n2,20,5\n3,0,5\n4,30,5\n")
+    with pytest.raises(TraceError, match=r"t\.csv: line 3: field 'prompt_tokens'"):
+        load_trace(csv)
+    w = load_trace(csv, skip_bad_rows=True)
+    assert w.prompt_tokens.tolist() == [10, 20, 30] and w.ids.tolist() == [0, 1, 2]
+    assert w.trace_row.tolist() == [2, 5, 7]
+    assert load_trace(csv, skip_bad_rows=True, num_requests=2, arrivals="constant:rate=1").trace_row.tolist() == [2, 5]
+    good = json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]})
+    mooncake = write(tmp_path, "m.jsonl", f"{good}\n{good[:30]}\n\n{good.replace('600', '700')}\n")
+    w = load_trace(mooncake, skip_bad_rows=True)
+    assert w.prompt_tokens.tolist() == [600, 700] and w.trace_row.tolist() == [1, 4]
+    parquet = tmp_path / "t.parquet"
+    pd.DataFrame({"arrival_time_s": [0.0, 1.0, 2.0], "prompt_tokens": [10, 0, 30], "output_tokens": 5}).to_parquet(
+        parquet)
+    assert load_trace(parquet, skip_bad_rows=True).trace_row.tolist() == [1, 3]
+    assert generate("fixed:prompt=10,output=5", "poisson:rate=2", 3).trace_row is None
 
 
 def test_a_utf8_bom_starts_a_jsonl_file_as_it_does_a_csv_one(tmp_path):

@@ -108,7 +108,7 @@ def test_skipping_a_bad_turn_drops_the_turns_after_it(tmp_path):
     path = write(tmp_path, "skip.csv", "arrival_time_s,prompt_tokens,output_tokens,session_id,turn,think_time_s\n"
                  "0,100,50,1,0,\n0,250,50,1,1,-1\n0,400,50,1,2,1\n1,10,5,2,0,\n")
     w = load_trace(path, skip_bad_rows=True)
-    assert w.session_id.tolist() == [1, 2]
+    assert w.session_id.tolist() == [1, 2] and w.trace_row.tolist() == [2, 5]  # the lines the rows were read on
     assert w.skipped_reasons == {"think_time_s: must be finite and >= 0": 1,
                                  "turn: refers to a missing earlier turn (no turn - 1 of its session_id in an "
                                  "earlier row)": 1}

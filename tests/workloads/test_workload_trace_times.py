@@ -51,7 +51,7 @@ def test_an_arrival_past_the_clock_after_the_first_names_file_line_and_field(tmp
     clock that no longer resolved a step. An epoch-sized first timestamp is no slip (rebased above)."""
     path = write_csv(tmp_path / "t.csv", ["1700000000", "1700000001", str(1700000000 + 1e9), "1e30"])
     with pytest.raises(TraceError, match=r"t\.csv: line 5: field 'arrival_time_s': more than 1e\+09 s \(about 32 "
-                                         r"years\) after the first arrival \(got 1000000000000000019884624838656\)"):
+                                         r"years\) after the first arrival \(got 1e\+30\)"):
         load_trace(path)
     w = load_trace(path, skip_bad_rows=True)
     assert w.arrival_time_s.tolist() == [0.0, 1.0, 1e9]
