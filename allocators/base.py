@@ -84,6 +84,9 @@ class Allocator(ABC):
     """``"contiguous"`` (one slab per sequence) or ``"paged"`` (blocks on demand): what the cost model's
     attention kernel and the capacity report key on. An attribute, never derived from ``name``."""
     block_size: int = 1
+    follows_vllm_block_size: bool = False
+    """Whether the class's blocks are vLLM's, whose size vLLM sets from an MLA model's attention backend
+    (`allocators.mla_backends`) rather than taking ``--block-size`` as given."""
     prefix_caching: bool = False
     """Whether `admit` looks ``block_hashes`` up in an automatic prefix cache."""
     shares_prefixes: bool = False

@@ -152,7 +152,13 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
-    """One accelerator: memory as the driver reports it, and the peaks the roofline cost model scales."""
+    """One accelerator: memory as the driver reports it, and the peaks the roofline cost model scales.
+
+    ``compute_capability``: the CUDA compute capability (NVIDIA's table of them: 8.0 for A100, 8.6 A10G, 8.9 L4,
+    9.0 Hopper, 10.0 Blackwell), from which vLLM picks an MLA model's attention backend and with it the KV block
+    size (`allocators.mla_backends`); None where it is not known (a catalog file's GPU that gives none, the host
+    CPU), and ``--block-size`` is then taken as given.
+    """
 
     name: str
     memory_bytes: int
@@ -160,12 +166,15 @@ class GpuSpec:
     bf16_tflops: float
     pcie_gb_s: float
     source: str = ""
+    compute_capability: float | None = None
 
     def __post_init__(self) -> None:
         check_positive(f"gpu {self.name!r}", "memory_bytes", self.memory_bytes, integer=True)
         for f in ("hbm_bandwidth_gb_s", "bf16_tflops", "pcie_gb_s"):
             check_positive(f"gpu {self.name!r}", f, getattr(self, f))
         check_source(f"gpu {self.name!r}", self.source)
+        if self.compute_capability is not None:
+            check_positive(f"gpu {self.name!r}", "compute_capability", self.compute_capability)
 
     @property
     def memory_gib(self) -> float:
@@ -227,12 +236,12 @@ _MIB = 1024**2
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        GpuSpec("a100-40gb", 40960 * _MIB, 1555, 312, 25, "NVIDIA A100 data sheet (SXM4 40GB)"),
-        GpuSpec("a100-80gb", 81920 * _MIB, 2039, 312, 25, "NVIDIA A100 data sheet (SXM4 80GB)"),
-        GpuSpec("h100-80gb", 81559 * _MIB, 3350, 989, 50, "NVIDIA H100 data sheet (SXM5), dense BF16"),
-        GpuSpec("h200", 143771 * _MIB, 4800, 989, 50, "NVIDIA H200 data sheet (SXM), dense BF16"),
-        GpuSpec("l4", 23034 * _MIB, 300, 121, 25, "NVIDIA L4 data sheet, dense BF16"),
-        GpuSpec("a10g", 23028 * _MIB, 600, 70, 25, "AWS G5 / NVIDIA A10G, dense BF16"),
+        GpuSpec("a100-40gb", 40960 * _MIB, 1555, 312, 25, "NVIDIA A100 data sheet (SXM4 40GB)", 8.0),
+        GpuSpec("a100-80gb", 81920 * _MIB, 2039, 312, 25, "NVIDIA A100 data sheet (SXM4 80GB)", 8.0),
+        GpuSpec("h100-80gb", 81559 * _MIB, 3350, 989, 50, "NVIDIA H100 data sheet (SXM5), dense BF16", 9.0),
+        GpuSpec("h200", 143771 * _MIB, 4800, 989, 50, "NVIDIA H200 data sheet (SXM), dense BF16", 9.0),
+        GpuSpec("l4", 23034 * _MIB, 300, 121, 25, "NVIDIA L4 data sheet, dense BF16", 8.9),
+        GpuSpec("a10g", 23028 * _MIB, 600, 70, 25, "AWS G5 / NVIDIA A10G, dense BF16", 8.6),
         GpuSpec("cpu", 64 * GIB, 22.2, 0.0864, 22.2,
                 "the host CPU, not an accelerator: one AMD EPYC core as `kvsim calibrate --device cpu` measured "
                 "it (copy 22.2 GB/s, float32 matmul 86 GFLOP/s; a CPU calibration's own measured peaks replace "

@@ -43,3 +43,9 @@ def hands_out_blocks(name: str) -> bool:
     only pools ``--block-size`` and a free-block ``--watermark`` act on: contiguous slabs are sized in tokens
     and vAttention maps pages of ``--page-size-kib`` (its cost model charges no block-table overhead either)."""
     return allocator_class(name).kind == "paged"
+
+
+def follows_vllm_block_size(name: str) -> bool:
+    """Whether ``name`` hands out vLLM's blocks, sized as vLLM sizes them for an MLA model
+    (`Allocator.follows_vllm_block_size`): ``paged`` and ``paged-cow``."""
+    return allocator_class(name).follows_vllm_block_size

@@ -39,6 +39,7 @@ class PagedAllocator(PagedQueries):
 
     name = "paged"
     kind = "paged"
+    follows_vllm_block_size = True  # and `paged-cow`'s; not `radix`'s pages, which are SGLang's
     allocates_per_chunk = True
     reports_growth = True
     parks_own_blocks = True

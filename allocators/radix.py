@@ -45,6 +45,7 @@ class RadixAllocator(PagedAllocator):
 
     name = "radix"
     parks_own_blocks = False  # every filled page is hung in the tree at once (SGLang's tree holds them all)
+    follows_vllm_block_size = False  # SGLang's page size is the one given
 
     def __init__(self, capacity_slots: int, **options: object) -> None:
         """Same options as `PagedAllocator`; ``prefix_caching=False`` turns the tree off (SGLang's

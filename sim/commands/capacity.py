@@ -28,6 +28,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     from allocators.hybrid import HybridPagedAllocator
     from allocators.kv_cache_groups import uses_hybrid_manager
     from allocators.vattention import page_options
+    from sim.kernel.block_size import run_block_size
     from sim.kernel.config import SimConfig
     from sim.kernel.memory import KVMemory
     from sim.kernel.over_length import vllm_refusals
@@ -56,15 +57,16 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
+    config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
+                       kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
+                       enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+    block_size = run_block_size(config, spec, gpu_spec)  # an MLA model's attention backend's, as vLLM sets it
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
         alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
                                      max_model_len=max_len, max_num_batched_tokens=max_num_batched_tokens)
     else:
         alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
                                placement=placement, **pages)
-    config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
-                       kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
-                       enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
     refusals = vllm_refusals(config, max_len, KVMemory(alloc).longest_request(max_len), cap)
     reason = alloc.never_fits(prompt_len, final_tokens=final_tokens(prompt_len, output_len))
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len, max_num_batched_tokens)
@@ -100,21 +102,21 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "never_fits": reason,
         "unusable_frac": 1.0 - shares["token_states"],
         "breakdown": shares,
-    } | _notes(config, max_model_len, spec, hybrid) | ({"vllm_would_refuse": refusals} if refusals else {})
+    } | _notes(config, max_model_len, spec, gpu_spec, hybrid) | ({"vllm_would_refuse": refusals} if refusals else {})
 
 
-def _notes(config, max_model_len: int | None, spec, hybrid: bool) -> dict:
+def _notes(config, max_model_len: int | None, spec, gpu, hybrid: bool) -> dict:
     """What `kvsim run` would say of the same settings (``config``: a `SimConfig` of the fields given):
-    ``ignored_settings`` (a block size or placement the allocator has no use for, a utilization under a given KV
-    size, ...), ``memory_omits`` (window layers an allocator keeps whole) and ``beyond_model_context`` (a
-    ``--max-model-len`` past the model's own context), each only when there is something to say, so that the
-    two commands do not disagree in silence."""
+    ``ignored_settings`` (a block size or placement the allocator has no use for, a default block size vLLM
+    replaces for an MLA model on ``gpu``, a utilization under a given KV size, ...), ``memory_omits`` (window
+    layers an allocator keeps whole) and ``beyond_model_context`` (a ``--max-model-len`` past the model's own
+    context), each only when there is something to say, so that the two commands do not disagree in silence."""
     from sim.kernel.ignored_settings import ignored_settings
     from sim.kernel.memory_omits import memory_omits
     from sim.kernel.over_length import beyond_model_context
 
     notes: dict = {}
-    if ignored := ignored_settings(config, hybrid, model=spec):
+    if ignored := ignored_settings(config, hybrid, model=spec, gpu=gpu):
         notes["ignored_settings"] = ignored
     if omits := memory_omits(config, spec):
         notes["memory_omits"] = list(omits)

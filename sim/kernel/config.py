@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from allocators.kv_layout import kv_element_bytes
+from allocators.mla_backends import DEFAULT_BLOCK_SIZE
 from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 from sim.kernel.routers import ROUTERS
@@ -130,7 +131,7 @@ class SimConfig:
     enforce_eager: bool = False
     kv_cache_dtype: str = "auto"
     disable_hybrid_kv_cache_manager: bool = False
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE  # vLLM's: taken as not given (`sim.kernel.block_size`)
     page_size_kib: int = 2048
     placement: str = "buddy"
     max_model_len: int | None = None

@@ -9,7 +9,8 @@ The summary carries them
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
 warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`
 (``kvsim sweep`` counts the points of each). Only values that differ from the default can be told apart from
-"not given", so those are the ones reported.
+"not given", so those are the ones reported, but for the default ``--block-size``, which vLLM replaces with an
+MLA model's attention backend's where that backend takes other blocks (`sim.kernel.block_size`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from allocators.option_use import (
     maps_pages,
     places_slabs,
 )
+from sim.kernel.block_size import block_size_settings
 from sim.kernel.config import SimConfig
 
 
@@ -38,12 +40,14 @@ def has_host_tier(config: SimConfig) -> bool:
 
 
 def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, model=None,
-                     priorities: bool = False, sampled: bool = True, host_tier=None) -> dict[str, str]:
+                     priorities: bool = False, sampled: bool = True, host_tier=None, gpu=None) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
     vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`); ``sessions``: the workload has
     a ``session_id`` column (without one, session affinity routes as least-requests); ``model``: the model
-    served (its KV groups decide ``--disable-hybrid-kv-cache-manager``); ``priorities``: some request has a
-    priority other than 0 (reported, under the column's name, where the policy does not read it);
+    served, at its KV dtype (its KV groups decide ``--disable-hybrid-kv-cache-manager``; with ``gpu``, the
+    GPU, an MLA model's attention backend decides the block size: `sim.kernel.block_size`); ``priorities``:
+    some request has a priority other than 0 (reported, under the column's name, where the policy does not
+    read it);
     ``sampled``: some request is sampled more than once without a beam (what ``--parallel-sampling`` acts on);
     ``host_tier``: the run's tier, if any (one of no blocks holds nothing)."""
     defaults = SimConfig()
@@ -87,6 +91,8 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
         if config.watermark != defaults.watermark:
             ignored[f"--watermark {config.watermark:g}"] = (
                 f"it keeps a share of a block pool free, and {name} has no block pool")
+    if model is not None and gpu is not None:
+        ignored.update(block_size_settings(config, model, gpu))
     if config.placement != defaults.placement and not places_slabs(name):
         ignored[f"--placement {config.placement}"] = f"slab placement applies to contiguous allocators, not {name}"
     if config.long_prefill_token_threshold > 0 and not (config.chunked_prefill and config.scheduler == "continuous"):

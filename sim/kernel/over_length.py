@@ -22,6 +22,7 @@ import numpy as np
 
 from allocators.catalog import GIB, get_model
 from allocators.catalog_file import register_catalog_file
+from sim.kernel.block_size import block_size_refusal
 
 OVER_LENGTH = ("cap", "reject")
 """``--over-length`` values: ``cap`` (vLLM: the output stops at ``max_model_len``) or ``reject``."""
@@ -50,9 +51,12 @@ def vllm_refusals(config, max_model_len: int, longest: int, cap=None) -> list[st
     """Why vLLM would refuse to start this server, which kvsim runs anyway (rejecting, with their reason, the
     requests that cannot fit): a KV pool that holds one request of at most ``longest`` tokens
     (`KVMemory.longest_request`), short of ``max_model_len`` (vLLM's ``check_enough_kv_cache_memory``); a
-    token budget below ``max_model_len`` with chunked prefill off (its ``SchedulerConfig`` check); and a
-    ``--kv-gib`` that no GPU of ``cap`` (the `KVCapacity`) has room for beside the weights. Empty if none."""
+    token budget below ``max_model_len`` with chunked prefill off (its ``SchedulerConfig`` check); a
+    ``--kv-gib`` that no GPU of ``cap`` (the `KVCapacity`) has room for beside the weights; and an MLA model
+    that none of vLLM's MLA attention backends takes on that GPU (`block_size_refusal`). Empty if none."""
     reasons = []
+    if cap is not None and cap.gpu is not None and (refusal := block_size_refusal(config, cap.model, cap.gpu)):
+        reasons.append(refusal)
     if cap is not None and cap.source == "kv_gib" and cap.gpu is not None:
         tp = cap.tensor_parallel
         weights, kv = cap.model.weight_bytes / tp, cap.kv_bytes / tp

@@ -20,6 +20,7 @@ from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid
 from allocators.lru_tier import LruTier
 from allocators.option_use import hands_out_blocks
 from allocators.vattention import page_options
+from sim.kernel.block_size import run_block_size
 from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -69,7 +70,7 @@ def make_cost_model(config: SimConfig, model, gpu) -> StepCostModel:
     (`sim.kernel.cost_profiles`)."""
     if config.step_time is not None:
         return ConstantStepCost(config.step_time)
-    common = cost_options(config, model)
+    common = cost_options(config, model, gpu)
     path = picked_table(config.calibration, config.cost_profile, gpu.name, model.name)
     if path is not None:
         return CalibratedStepCost.from_file(path, model, peaks_of(path, gpu), **common)
@@ -83,10 +84,11 @@ def slot_frac(config: SimConfig, model) -> float:
     return split_kv_groups(groups)[0] / sum(g.layers for g in groups) if groups else 1.0
 
 
-def cost_options(config: SimConfig, model) -> dict:
-    """The step-cost model's settings that come from the deployment rather than a profile (``slot_frac``: a
-    slot moves that share of a token's KV and takes that share of the per-layer copy calls)."""
-    return dict(block_size=config.block_size, paged=hands_out_blocks(config.allocator),
+def cost_options(config: SimConfig, model, gpu) -> dict:
+    """The step-cost model's settings that come from the deployment rather than a profile (``block_size``: the
+    run's, `run_block_size`; ``slot_frac``: a slot moves that share of a token's KV and takes that share of the
+    per-layer copy calls)."""
+    return dict(block_size=run_block_size(config, model, gpu), paged=hands_out_blocks(config.allocator),
                 tensor_parallel=config.tensor_parallel, slot_frac=slot_frac(config, model))
 
 
@@ -118,7 +120,7 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
         "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
         "model": model.name, "gpu": gpu.name,
-        "block_size": config.block_size, "scheduler": config.scheduler, "seed": config.seed,
+        "block_size": run_block_size(config, model, gpu), "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": cap.source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
         **{key: getattr(config, key) if has_host_tier(config) else None
@@ -131,7 +133,7 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
     priority = getattr(workload, "priority", None)
     if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False)),
                                    model=model, priorities=priority is not None and bool(np.any(priority != 0)),
-                                   sampled=sampling is not None, host_tier=memory.host_tier):
+                                   sampled=sampling is not None, host_tier=memory.host_tier, gpu=gpu):
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)
@@ -158,7 +160,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     builds one per replica).
     ``cost``: a step-cost model to use instead of the one ``config`` names."""
     max_model_len = config.max_model_len or model.max_seq_len
-    options = dict(block_size=config.block_size, max_model_len=max_model_len, placement=config.placement,
+    block_size = run_block_size(config, model, gpu)
+    options = dict(block_size=block_size, max_model_len=max_model_len, placement=config.placement,
                    prefix_caching=config.prefix_caching, watermark=config.watermark)
     groups = hybrid_kv_groups(config, model)
     alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=config.max_num_batched_tokens,
@@ -178,11 +181,11 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     if config.cpu_offload_gib > 0:
         if config.offload_write_policy == "write_through":
             policy = ArcTier if config.offload_eviction_policy == "arc" else LruTier
-            tier = policy.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size,
+            tier = policy.from_gib(config.cpu_offload_gib, slot_bytes, block_size,
                                    store_threshold=config.offload_store_threshold,
                                    prompt_only=config.offload_prompt_only)
         else:
-            tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, config.block_size)
+            tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, block_size)
     # loads beside the steps are vLLM's connector's, which looks the host up to the end of a request's tokens
     memory = KVMemory(alloc, tier, host_hits_to_end=config.offload_loads == "async")
     if config.offload_loads == "async" and groups:

@@ -38,6 +38,8 @@ BAD = [
     (gpu(memory_bytes="5"), "[gpus.mygpu]: give one of memory_gib, memory_bytes, not both "
                             "(got memory_gib = 80, memory_bytes = 5)"),
     (gpu(source="5"), "gpu 'mygpu': source must be a string (where the numbers come from), got 5"),
+    (gpu(compute_capability='"9.0"'), "gpu 'mygpu': compute_capability must be a positive number, got '9.0'"),
+    (gpu(compute_capability="0"), "gpu 'mygpu': compute_capability must be a positive number, got 0"),
     (model(num_params="nan"), "model 'mymodel': num_params must be a positive finite number, got nan"),
     (model(num_params="inf"), "model 'mymodel': num_params must be a positive finite number, got inf"),
     (model(num_params="1e400"), "model 'mymodel': num_params must be a positive finite number, got inf"),

@@ -254,3 +254,46 @@ def test_capacity_holds_a_request_as_a_run_does():
 
     w = Workload(arrival_time_s=np.zeros(12), prompt_tokens=np.full(12, 16), output_tokens=np.ones(12, np.int64))
     assert run_simulation(SimConfig(kv_tokens=160, step_time=0.01), w).summary["max_running"] == 9
+
+
+def test_an_mla_model_gets_the_block_size_of_vllms_attention_backend():
+    """DeepSeek-V3 with fp8 KV on H100s is served by vLLM's FLASHMLA backend, which takes blocks of 64, and
+    vLLM sets 64 when --block-size is not given: 1,030-token requests take 17 blocks of 64, 5.4% of them
+    unfilled (capacity counted 60,817 blocks of 16, 65 each, and 935 requests where vLLM holds 894)."""
+    flags = ("--model", "deepseek-v3", "--gpu", "h100-80gb", "--tensor-parallel", "16", "--max-model-len", "8192",
+             "--prompt-len", "1000", "--output-len", "30")
+    result = run(*flags, "--kv-cache-dtype", "fp8", "--json")
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    assert r["block_size"] == 64 and r["kv_capacity_blocks"] == r["kv_capacity_tokens"] // 64 == 15204
+    assert r["max_concurrent_requests"] == 15203 // 17 == 894
+    assert list(r["ignored_settings"]) == ["--block-size 16"]
+    assert "--block-size 16 ignored: vLLM serves deepseek-v3's MLA layers (--kv-cache-dtype fp8) on h100-80gb " \
+           "(compute capability 9.0) with its FLASHMLA attention backend" in result.stderr
+    bf16 = run_json(*flags)  # FLASH_ATTN_MLA takes blocks of 16
+    assert bf16["block_size"] == 16 and "ignored_settings" not in bf16
+    given = run_json(*flags, "--kv-cache-dtype", "fp8", "--block-size", "32")  # kept: TRITON_MLA takes it
+    assert given["block_size"] == 32 and "ignored_settings" not in given
+    sglang = run_json(*flags, "--kv-cache-dtype", "fp8", "--allocator", "radix")  # SGLang's pages: as given
+    assert sglang["block_size"] == 16 and "ignored_settings" not in sglang
+
+
+def test_a_block_size_no_mla_backend_takes_is_a_server_vllm_refuses():
+    result = run("--model", "deepseek-v3", "--gpu", "h200", "--tensor-parallel", "8", "--max-model-len", "8192",
+                 "--block-size", "8", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["block_size"] == 8  # run as given, as kvsim runs other refused servers
+    assert ("Warning: paged: vLLM would refuse to start this server: no MLA attention backend takes --block-size 8 "
+            "for deepseek-v3's MLA layers (--kv-cache-dtype auto) on h200 (compute capability 9.0): FLASH_ATTN_MLA, "
+            "FLASHMLA, TRITON_MLA take multiples of 16 or 64") in result.stderr
+
+
+def test_a_catalog_gpus_compute_capability_picks_the_backend(tmp_path, restore_catalog):
+    """A Blackwell GPU from a catalog file runs DeepSeek's MLA on FLASHINFER_MLA, blocks of 32; one that gives
+    no compute capability keeps --block-size."""
+    gpu = "memory_gib = 180\nhbm_bandwidth_gb_s = 8000\nbf16_tflops = 2250\npcie_gb_s = 50\n"
+    catalog = tmp_path / "gpus.toml"
+    catalog.write_text(f"[gpus.b200]\n{gpu}compute_capability = 10.0\n[gpus.unknown]\n{gpu}")
+    flags = ("--catalog", str(catalog), "--model", "deepseek-v3", "--tensor-parallel", "8", "--max-model-len", "8192")
+    assert run_json(*flags, "--gpu", "b200")["block_size"] == 32
+    assert run_json(*flags, "--gpu", "unknown")["block_size"] == 16

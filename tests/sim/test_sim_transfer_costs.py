@@ -176,7 +176,7 @@ def test_a_hybrid_pools_slot_moves_its_groups_share_of_the_layers(model, groups)
     token's KV (48 layers) and takes one block's copy calls, not six; likewise copies inside HBM."""
     spec, gpu = get_model(model), get_gpu("h100-80gb")
     config = SimConfig(model=model, gpu="h100-80gb", allocator="paged")
-    assert cost_options(config, spec)["slot_frac"] == pytest.approx(1 / groups)
+    assert cost_options(config, spec, gpu)["slot_frac"] == pytest.approx(1 / groups)
     whole_tokens = SimConfig(model=model, gpu="h100-80gb", allocator="paged", disable_hybrid_kv_cache_manager=True)
     hybrid, whole = make_cost_model(config, spec, gpu), make_cost_model(whole_tokens, spec, gpu)
     assert hybrid.slot_frac == pytest.approx(1 / groups)
@@ -189,7 +189,7 @@ def test_a_hybrid_pools_slot_moves_its_groups_share_of_the_layers(model, groups)
                                      dict(model="gemma-3-12b", disable_hybrid_kv_cache_manager=True)])
 def test_a_pool_of_whole_tokens_moves_whole_tokens(setting):
     config = SimConfig(gpu="h100-80gb", **setting)
-    assert cost_options(config, get_model(config.model))["slot_frac"] == 1.0
+    assert cost_options(config, get_model(config.model), get_gpu(config.gpu))["slot_frac"] == 1.0
 
 
 def test_slot_frac_outside_0_1_is_refused():

@@ -1,0 +1,88 @@
+"""The block size a run's pool hands out: ``--block-size``, except where vLLM sets it for an MLA model.
+
+Why: vLLM serves an MLA model (DeepSeek's latent KV) with the attention backend its GPU and KV dtype call for,
+and without a ``--block-size`` takes that backend's block size (`allocators.mla_backends`: 64 for FLASHMLA,
+which an H100 or H200 runs with fp8 KV). A ``paged`` run at 16 there would report block counts, last-block
+waste and prefix-cache granularity that no vLLM server has. kvsim's default ``--block-size`` is vLLM's
+default, 16, and is taken as not given (as `sim.kernel.ignored_settings` takes every default); the run then
+uses the backend's, and says so as an ignored setting. A block size given otherwise is vLLM's too, kept
+whenever a backend takes it; where none does vLLM refuses to start (`block_size_refusal`), and kvsim runs
+it as given. Only the allocators whose blocks are vLLM's follow it (`follows_vllm_block_size`), on GPUs
+whose compute capability is known.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from allocators.catalog import GpuSpec, ModelSpec
+from allocators.mla_backends import (
+    DEFAULT_BLOCK_SIZE,
+    FP8,
+    TRITON_MLA,
+    MlaBackend,
+    kv_cache_dtype_name,
+    mla_backend,
+    mla_head_size,
+    priority,
+)
+from allocators.option_use import follows_vllm_block_size
+
+if TYPE_CHECKING:  # `SimConfig` validates --over-length, whose module reports refusals from here
+    from sim.kernel.config import SimConfig
+
+
+def _given(config: SimConfig) -> int | None:
+    """``--block-size`` as vLLM would have it: None for kvsim's default, which is vLLM's."""
+    return None if config.block_size == DEFAULT_BLOCK_SIZE else config.block_size
+
+
+def _applies(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> bool:
+    return (bool(model.kv_lora_rank) and gpu.compute_capability is not None
+            and follows_vllm_block_size(config.allocator))
+
+
+def run_block_size(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
+    """The tokens per block of a run of ``config`` serving ``model`` (at its KV dtype) on ``gpu``."""
+    if not _applies(config, model, gpu) or _given(config) is not None:
+        return config.block_size
+    backend = mla_backend(model, gpu, None)
+    return config.block_size if backend is None else backend.preferred_block_size()
+
+
+def _takes(backends: list[MlaBackend]) -> str:
+    sizes = sorted({s for b in backends for s in b.kernel_block_sizes})
+    return "multiples of " + " or ".join(str(s) for s in sizes)
+
+
+def _where(model: ModelSpec, gpu: GpuSpec) -> str:
+    return (f"{model.name}'s MLA layers (--kv-cache-dtype {model.kv_cache_dtype}) on {gpu.name} (compute "
+            f"capability {gpu.compute_capability:.1f})")
+
+
+def block_size_settings(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> dict[str, str]:
+    """``--block-size`` -> why the run's blocks are another size (`run_block_size`); empty when they are not."""
+    size = run_block_size(config, model, gpu)
+    if size == config.block_size:
+        return {}
+    backend = mla_backend(model, gpu, None)
+    return {f"--block-size {config.block_size}": (
+        f"vLLM serves {_where(model, gpu)} with its {backend.name} attention backend, whose kernels take "
+        f"{_takes([backend])}, and sets {size} where --block-size is not given (kvsim takes its default "
+        f"{config.block_size} as not given; vLLM keeps a given block size that some backend takes)")}
+
+
+def block_size_refusal(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
+    """Why vLLM would find no MLA attention backend for this run, and refuse to start; None when it finds one
+    (or the rule does not apply: `run_block_size`)."""
+    if not _applies(config, model, gpu) or mla_backend(model, gpu, _given(config)) is not None:
+        return None
+    backends = priority(gpu.compute_capability)
+    if without := [b for b in backends if b.serves(model, gpu.compute_capability, None)]:
+        return (f"no MLA attention backend takes --block-size {config.block_size} for {_where(model, gpu)}: "
+                f"{', '.join(b.name for b in without)} take {_takes(without)}")
+    dtype = kv_cache_dtype_name(model)
+    fp8 = (f" (TRITON_MLA's fp8 needs compute capability {TRITON_MLA.fp8_capability:.1f})"
+           if dtype in FP8 and gpu.compute_capability < TRITON_MLA.fp8_capability else "")
+    return (f"none of vLLM's MLA attention backends ({', '.join(b.name for b in backends)}) takes "
+            f"{_where(model, gpu)}, a latent head size of {mla_head_size(model)} with {dtype} KV{fp8}")
