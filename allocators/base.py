@@ -57,6 +57,32 @@ class PageMap(NamedTuple):
 NO_COPIES: tuple[Copy, ...] = ()
 """The result of a `grow` or `fork` that copied nothing (the per-token hot path returns this shared constant)."""
 
+
+class GroupSwap(NamedTuple):
+    """What swapping a group's sequences out to host memory moves, and how they share it (`Allocator.swap_group`):
+    ``slots`` and ``transfers`` (each block the sequences hold moves once, as vLLM v0's swap maps every GPU
+    block of a group to one CPU block, reference counted, and back), and ``forks``, which rebuild that sharing
+    when the group is placed again: one ``(source, tokens)`` per sequence after the first, in the order they
+    are made (see `fork_plan`)."""
+
+    slots: int
+    transfers: int
+    forks: tuple[tuple[int, int], ...]
+
+
+def fork_plan(forks: Sequence[tuple[int, int]], count: int, num_tokens: int,
+              total_tokens: int) -> list[tuple[int, int]]:
+    """The ``count`` forks that make a group of sequences holding ``total_tokens`` each from one admitted with
+    ``num_tokens``, in order: ``(source, tokens)``, fork from sequence ``source`` (0 the admitted one, ``k`` the
+    ``k``-th fork) once it is grown to ``tokens``, then grow every sequence to ``total_tokens``. ``forks`` are
+    `GroupSwap.forks`' (their tokens clamped to ``num_tokens`` .. ``total_tokens``: the group first forked at its
+    prompt, and nobody holds more than the total); none: every fork from the first at ``num_tokens``."""
+    if not forks:
+        return [(0, num_tokens)] * count
+    assert len(forks) == count, f"{len(forks)} forks given for {count} sequences"
+    return [(source, min(max(tokens, num_tokens), total_tokens)) for source, tokens in forks]
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers (blocks needed for ``a`` tokens of ``b`` per block)."""
     return -(-a // b)
@@ -183,6 +209,18 @@ class Allocator(ABC):
         blocks, one transfer each."""
         return self.num_tokens(seq_id) + pending, 1
 
+    def swap_group(self, seq_ids: Sequence[int], pending: Sequence[int]) -> GroupSwap:
+        """What moving a group's sequences to host memory (or back) takes, each holding ``pending[i]`` tokens it
+        was not told, and the forks that make them again as they share memory (`GroupSwap`). Default, for
+        allocators whose sequences share nothing: every sequence's `swap_extent`, and every fork made where the
+        group first forked."""
+        slots = transfers = 0
+        for seq_id, lag in zip(seq_ids, pending, strict=True):
+            seq_slots, seq_transfers = self.swap_extent(seq_id, lag)
+            slots += seq_slots
+            transfers += seq_transfers
+        return GroupSwap(slots, transfers, ((0, 0),) * (len(seq_ids) - 1))
+
     @abstractmethod
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         """A reason why this sequence could not be admitted even into an empty pool, or None if it could."""
@@ -208,6 +246,12 @@ class Allocator(ABC):
         """Append ``num_tokens`` to a sequence; returns the copies it caused (`NO_COPIES` when none), or None
         (and no change) if there is no room. A hybrid pool's windows free what the computed tokens left even
         then, as vLLM's ``allocate_slots`` does before it checks for room."""
+
+    def grow_to(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
+        """`grow` a sequence until it holds ``num_tokens`` tokens (`NO_COPIES`, nothing done, if it holds as
+        many): how a group is made again at the points its forks were made (`fork_plan`)."""
+        more = num_tokens - self.num_tokens(seq_id)
+        return self.grow(seq_id, more) if more > 0 else NO_COPIES
 
     def grow_chunk(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
         """`grow` by a prefill chunk computed in one step. The same as `grow` except in a hybrid pool, whose
@@ -267,10 +311,13 @@ class Allocator(ABC):
         """Make ``child_id`` a copy of ``parent_id`` (shared where the allocator can share); None if no room."""
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1,
+                   forks: Sequence[tuple[int, int]] = ()) -> bool:
         """Whether a sequence admitted with ``num_tokens`` tokens, then forked ``count`` times, with every one
-        of the ``count + 1`` sequences then grown by ``then_tokens`` (a slot for its next token, or the tokens
-        a group being recomputed had generated), fits now; changes nothing.
+        of the ``count + 1`` sequences then grown to ``num_tokens + then_tokens`` (a slot for its next token,
+        or the tokens a group being recomputed or swapped in had generated), fits now; changes nothing.
+        ``forks``: where the forks are made (`fork_plan`: a swapped group's `GroupSwap.forks`); default, every
+        one from the first at ``num_tokens``.
 
         The scheduler asks it before admitting a group whose parallel samples or beams fork at the first
         token, so a group whose sequences cannot all be placed keeps waiting instead of being admitted,
@@ -283,14 +330,16 @@ class Allocator(ABC):
         if self.admit(parent, num_tokens, final_tokens=final_tokens, max_total_tokens=max_total_tokens) is None:
             return False
         made.append(parent)
-        for _ in range(count):
+        total = num_tokens + then_tokens
+        for source, tokens in fork_plan(forks, count, num_tokens, total):
             child = next(seq for seq in ids if not self._holds(seq))
-            if self.fork(parent, child, final_tokens=final_tokens) is None:
+            if self.grow_to(made[source], tokens) is None or \
+                    self.fork(made[source], child, final_tokens=final_tokens) is None:
                 ok = False
                 break
             made.append(child)
-        for seq in made if ok and then_tokens else ():
-            if self.grow(seq, then_tokens) is None:
+        for seq in made if ok else ():
+            if self.grow_to(seq, total) is None:
                 ok = False
                 break
         for seq in reversed(made):
@@ -340,7 +389,7 @@ class Allocator(ABC):
 
 # The breakdown names are re-exported: allocators and callers import them from base as before.
 __all__ = [
-    "Admission", "Allocator", "Copy", "FREE_OWNER", "GroupShare", "MemoryBreakdown", "NO_COPIES", "OVERHEAD_OWNER",
-    "PageMap", "SHARED_OWNER", "SHARE_NAMES", "SLOT_FREE", "SLOT_INTERNAL", "SLOT_OVERHEAD", "SLOT_RESERVED",
-    "SLOT_STATES", "SLOT_TOKEN", "cdiv", "fill_states",
+    "Admission", "Allocator", "Copy", "FREE_OWNER", "GroupShare", "GroupSwap", "MemoryBreakdown", "NO_COPIES",
+    "OVERHEAD_OWNER", "PageMap", "SHARED_OWNER", "SHARE_NAMES", "SLOT_FREE", "SLOT_INTERNAL", "SLOT_OVERHEAD",
+    "SLOT_RESERVED", "SLOT_STATES", "SLOT_TOKEN", "cdiv", "fill_states", "fork_plan",
 ]

@@ -243,10 +243,11 @@ class HybridQueries(Allocator):
                    for n, h in zip(lengths, hits, strict=True))
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1,
+                   forks: Sequence[tuple[int, int]] = ()) -> bool:
         """`admit`'s test, then ``count`` forks copying every live block and the blocks every group of the
         ``count + 1`` sequences takes for their next ``then_tokens`` (window frees those tokens would make are
-        not counted: a conservative answer)."""
+        not counted: a conservative answer, wherever the ``forks`` are made, as nothing is shared)."""
         hits = self._lookup(block_hashes, num_tokens)
         taken = self._admission_blocks(hits, num_tokens)
         free = self._free.num_free

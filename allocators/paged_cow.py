@@ -64,12 +64,12 @@ class PagedCowAllocator(PagedAllocator):
             self._count_partial(last)
         return NO_COPIES
 
-    def _fork_blocks(self, num_tokens: int, count: int, then_tokens: int) -> int:
-        """Forks share every block; growing then copies a partly filled tail for every sharer but the last
-        (``count`` blocks), and each of the ``count + 1`` sequences takes the blocks its growth crosses into."""
-        bs = self.block_size
-        copies = count if num_tokens % bs and then_tokens else 0
-        return copies + (count + 1) * (cdiv(num_tokens + then_tokens, bs) - cdiv(num_tokens, bs))
+    def _fork_shares(self, tokens: int, total_tokens: int) -> int:
+        """A fork shares every block; growing copies a partly filled tail it shares (for one of the two), so
+        the full blocks stay shared, and a tail too while neither grows."""
+        if tokens == total_tokens:
+            return cdiv(tokens, self.block_size)
+        return tokens // self.block_size
 
     def _grow_slow(self, seq_id: int, s: SeqBlocks, num_tokens: int) -> tuple[Copy, ...] | None:
         last = s.table[-1]

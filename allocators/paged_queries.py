@@ -4,7 +4,7 @@ block tables and the running counters (built here), the contract's read-only que
 the memory maps).
 
 `PagedAllocator` (``paged.py``) adds the state changes on top; copy-on-write (``paged_cow.py``) overrides
-`_lookup` and `_fork_blocks`, which the fit checks here call, so a hit on a registered prefix or a shared fork
+`_lookup` and `_fork_shares`, which the fit checks here call, so a hit on a registered prefix or a shared fork
 counts the same in a query as in the change it predicts.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from allocators.base import Allocator, MemoryBreakdown, cdiv
+from allocators.base import Allocator, GroupSwap, MemoryBreakdown, cdiv, fork_plan
 from allocators.block_pool import BlockPool, pool_size
 from allocators.paged_maps import owner_map, slot_state_map
 from allocators.paged_seq import SeqBlocks
@@ -143,15 +143,21 @@ class PagedQueries(Allocator):
         return s.hashes[done:min((s.tokens + num_tokens) // self.block_size, s.shared_to)]
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
-        """`admit`'s test, then the blocks ``count`` forks and everyone's next ``then_tokens`` take
-        (`_fork_blocks`)."""
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1,
+                   forks: Sequence[tuple[int, int]] = ()) -> bool:
+        """`admit`'s test, then the blocks the first sequence's growth and each fork take: every block a fork
+        holds at the end but those it shares with the sequence it was forked from (`_fork_shares`)."""
         hits = self._lookup(block_hashes, num_tokens)
         taken = self._admission_blocks(hits, num_tokens)
         free = self._free.num_free
         if taken > free - self.watermark_blocks:
             return False
-        return taken + self._fork_blocks(num_tokens, count, then_tokens) <= free
+        total = num_tokens + then_tokens
+        grown = cdiv(total, self.block_size)
+        more = grown - cdiv(num_tokens, self.block_size)
+        for _, tokens in fork_plan(forks, count, num_tokens, total):
+            more += grown - self._fork_shares(tokens, total)
+        return taken + more <= free
 
     def _admission_blocks(self, hits: list[int], num_tokens: int) -> int:
         """Free blocks admitting ``num_tokens`` tokens with these prefix hits takes: its new blocks, plus the
@@ -159,17 +165,34 @@ class PagedQueries(Allocator):
         ref = self._ref
         return cdiv(num_tokens, self.block_size) - len(hits) + sum(1 for b in hits if ref[b] == 0)
 
-    def _fork_blocks(self, num_tokens: int, count: int, then_tokens: int) -> int:
-        """Blocks ``count`` forks of a sequence of ``num_tokens`` take, plus ``then_tokens`` more in each of the
-        ``count + 1``: without copy-on-write every fork copies the whole table, then every sequence grows."""
-        table_len = cdiv(num_tokens, self.block_size)
-        return count * table_len + (count + 1) * (cdiv(num_tokens + then_tokens, self.block_size) - table_len)
+    def _fork_shares(self, tokens: int, total_tokens: int) -> int:
+        """Blocks a sequence forked from one holding ``tokens`` still shares with it once both hold
+        ``total_tokens``: none without copy-on-write (a fork copies the whole table)."""
+        return 0
 
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
         """Every block of the table, one transfer each (vLLM swaps block by block); pending tokens lie in
         blocks the table holds already."""
         blocks = len(self._seqs[seq_id].table)
         return blocks * self.block_size, blocks
+
+    def swap_group(self, seq_ids: Sequence[int], pending: Sequence[int]) -> GroupSwap:
+        """Every distinct block of the sequences' tables once, one transfer each: a block shared copy-on-write
+        (the prompt's, a beam's lineage) is copied to one host block and back, as vLLM v0 swaps a group (by a
+        map keyed by GPU block). Each sequence after the first is made again by a fork from the earlier one
+        it shares the most leading blocks with (the first such), at those blocks' tokens (a fork sharing a
+        whole table, its tail too, is clamped to the sequences' length), shallowest first: a sequence's
+        source was itself forked no deeper, so is made before it. Pending tokens lie in blocks held already."""
+        tables = [self._seqs[seq_id].table for seq_id in seq_ids]
+        forks: list[tuple[int, int, int]] = []  # (tokens shared, source, sequence) of each sequence after the first
+        for i in range(1, len(tables)):
+            shared = [_common_prefix(tables[i], tables[j]) for j in range(i)]
+            depth = max(shared)
+            forks.append((depth * self.block_size, shared.index(depth), i))
+        forks.sort(key=lambda fork: fork[0])  # stable: ties keep the sequences' order
+        made = {0: 0} | {seq: k for k, (_, _, seq) in enumerate(forks, 1)}  # sequence -> its place in the making
+        blocks = len({b for table in tables for b in table})
+        return GroupSwap(blocks * self.block_size, blocks, tuple((made[src], tokens) for tokens, src, _ in forks))
 
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""
@@ -227,3 +250,13 @@ class PagedQueries(Allocator):
     def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
         return slot_state_map(self.capacity, self.block_size, self.num_blocks,
                               {seq_id: (s.table, s.tokens, s.res) for seq_id, s in self._seqs.items()}, pending or {})
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading blocks two block tables share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import itemgetter as getter
 
-from allocators.base import NO_COPIES, Copy, cdiv
+from allocators.base import NO_COPIES, Copy
 from allocators.paged import PagedAllocator
 from allocators.paged_audit import audit_paged
 from allocators.paged_seq import SeqBlocks
@@ -175,12 +175,9 @@ class RadixAllocator(PagedAllocator):
         self._settle_last_block(child)
         return (Copy(parent.table[-1], table[-1], bs),) if tail else NO_COPIES
 
-    def _fork_blocks(self, num_tokens: int, count: int, then_tokens: int) -> int:
-        """Forks share full pages and copy a partly filled tail (``count`` pages); then each of the
-        ``count + 1`` sequences takes the pages its growth crosses into."""
-        bs = self.block_size
-        copies = count if num_tokens % bs else 0
-        return copies + (count + 1) * (cdiv(num_tokens + then_tokens, bs) - cdiv(num_tokens, bs))
+    def _fork_shares(self, tokens: int, total_tokens: int) -> int:
+        """A fork shares the full pages and copies a partly filled tail."""
+        return tokens // self.block_size
 
     def check_invariants(self) -> None:
         """The paged audit (pages, reference counts, free queue, accounting), then the tree's own facts:

@@ -137,9 +137,10 @@ class VAttentionAllocator(Allocator):
         return None
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
-                   block_hashes: Sequence[int] = (), then_tokens: int = 1) -> bool:
+                   block_hashes: Sequence[int] = (), then_tokens: int = 1,
+                   forks: Sequence[tuple[int, int]] = ()) -> bool:
         """Counted, not tried: the parent's pages, a copy of them per fork, and the pages each sequence maps
-        for its next ``then_tokens``."""
+        for its next ``then_tokens``; wherever the ``forks`` are made, as nothing is shared."""
         grown = cdiv(num_tokens + then_tokens, self.page_tokens)
         return (count + 1) * grown <= len(self._free)
 

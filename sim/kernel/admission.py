@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from itertools import islice
 
-from allocators.base import Admission
+from allocators.base import Admission, GroupSwap, PageMap
 from sim.kernel.preemption import Preemption
 from sim.kernel.sequence_group import FINISHED, LOADED, LOADING, REJECTED, RUNNING, SWAPPED, SequenceGroup
 
@@ -36,7 +36,7 @@ class GroupMechanics(Preemption):
         self.sink = sink  # receives finish(group, t) and reject(group, reason, t)
         self.swap = preemption == "swap"
         self.swap_slots, self.swap_used = swap_slots, 0
-        self.swap_transfers: dict[int, int] = {}  # swapped group index -> transfers its swap-out took
+        self.swapped: dict[int, GroupSwap] = {}  # swapped group index -> what its swap-out moved, how it shared
         self.max_model_len = max_model_len
         self.reserve_full_isl = scheduler_reserve_full_isl
         self.num_preemptions = 0
@@ -98,16 +98,18 @@ class GroupMechanics(Preemption):
             else:
                 self._start_running(group)
             return True
-        placed = s.memory.place(group)
+        swap = self.swapped.get(group.index)
+        placed = s.memory.place(group, swap.forks if swap is not None else ())
         if placed is None:
             return False
         admission, copies = placed
-        plan.add_copies(copies)
-        if group.state == SWAPPED:  # copied back in as it went out
-            plan.swap_blocks += self.swap_transfers[group.index]
-            plan.swap_slots += group.swapped_slots
+        if swap is not None:  # copied back in as it went out: what rebuilding its sequences copied came from host
+            plan.add_copies(tuple(c for c in copies if type(c) is PageMap))  # (the pages mapped for it, charged)
+            plan.swap_blocks += swap.transfers
+            plan.swap_slots += swap.slots
             self._release_swap(group)
         else:
+            plan.add_copies(copies)
             group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
             self._count_cached(group, group.prefill_done, admission)
         self._start_running(group)

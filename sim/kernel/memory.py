@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from allocators.base import NO_COPIES, Admission, Allocator, Copy, MemoryBreakdown
+from allocators.base import NO_COPIES, Admission, Allocator, Copy, GroupSwap, MemoryBreakdown, fork_plan
 from allocators.host_tier import HostTier
 from sim.kernel.sequence_group import SWAPPED, SequenceGroup
 
@@ -133,8 +133,15 @@ class KVMemory:
     def reload_transfers(self, host_blocks: int) -> int:
         return self._alloc.reload_transfers(host_blocks)
 
-    def swap_extent(self, seq_id: int, pending: int) -> tuple[int, int]:
-        return self._alloc.swap_extent(seq_id, pending)
+    def swap_group(self, group: SequenceGroup, pending: Sequence[int]) -> GroupSwap:
+        """What swapping a group's sequences out moves, and the forks that make them again as they share memory
+        (`Allocator.swap_group`); ``pending``: the tokens each holds that the allocator was not told. A beam
+        group preempted while it re-picks its beams may hold more sequences than its beams (the first are
+        kept) or fewer (a missing one is made again as a copy of the first, as a beam continuing another)."""
+        n = group.num_seqs
+        swap = self._alloc.swap_group(group.seq_ids[:n], pending[:n])
+        missing = n - 1 - len(swap.forks)
+        return swap._replace(forks=swap.forks + ((0, group.total_tokens),) * missing) if missing > 0 else swap
 
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         return self._alloc.breakdown(waiting)
@@ -203,10 +210,13 @@ class KVMemory:
         return copies
 
     # -- placing a group -----------------------------------------------------------------------------------
-    def place(self, group: SequenceGroup) -> tuple[Admission, tuple[Copy, ...]] | None:
+    def place(self, group: SequenceGroup, forks: Sequence[tuple[int, int]] = ()) -> \
+            tuple[Admission, tuple[Copy, ...]] | None:
         """Put a waiting or swapped group's sequences in memory, all or nothing: the first with the prompt
         (plus, for one sequence being recomputed, its generated tokens); a group that had forked comes back
-        as its ``n`` sequences (fork, then grow each by its generated tokens). A group that forks at its first
+        as its ``n`` sequences (fork, then grow each to the prompt plus its generated tokens), forked where
+        ``forks`` say (`fork_plan`: a swapped group's `GroupSwap.forks`, so its sequences share what they shared
+        when it was swapped out), else all from the first at the prompt. A group that forks at its first
         token, or had forked, is placed only if the allocator says all its sequences would fit
         (`Allocator.group_fits`). Returns the admission and the copies made, or None (nothing changed)."""
         alloc = self._alloc
@@ -220,7 +230,8 @@ class KVMemory:
             # every step, a fast-forwarded run once: their memory maps would differ).
             tokens, then = (group.prompt, group.generated) if multi else (group.prompt + group.generated, 1)
             if not alloc.group_fits(tokens, group.num_seqs - 1, final_tokens=group.final_tokens,
-                                    max_total_tokens=group.max_total, block_hashes=group.hashes, then_tokens=then):
+                                    max_total_tokens=group.max_total, block_hashes=group.hashes, then_tokens=then,
+                                    forks=forks):
                 return None
         first = self.new_seq(group)
         tokens = group.prompt + (0 if multi else group.generated)
@@ -236,14 +247,17 @@ class KVMemory:
         copies: tuple[Copy, ...] = NO_COPIES if admission is None else admission.copies  # pages it mapped
         ok = admission is not None
         if ok and multi:
-            for _ in range(group.num_seqs - 1):
-                made = self.fork(group, first)
+            total = group.prompt + group.generated
+            for source, at in fork_plan(forks, group.num_seqs - 1, tokens, total):
+                parent = group.seq_ids[source]
+                grown = alloc.grow_to(parent, at)
+                made = None if grown is None else self.fork(group, parent)
                 if made is None:
                     ok = False
                     break
-                copies += made
-            for seq_id in group.seq_ids if ok and group.generated else ():
-                made = alloc.grow(seq_id, group.generated)
+                copies += grown + made
+            for seq_id in group.seq_ids if ok else ():
+                made = alloc.grow_to(seq_id, total)
                 if made is None:
                     ok = False
                     break

@@ -3,7 +3,7 @@ how (recompute, or swap into the swap space or the host tier).
 
 `Preemption` is the half of `sim.kernel.admission.GroupMechanics` that frees memory; it is a base class of it
 only to keep each file to one concept, and uses the state ``GroupMechanics.__init__`` sets (``s``, ``swap``,
-``swap_slots``, ``swap_used``, ``swap_transfers``, ``num_preemptions``) and its `stop_running` and `reject`.
+``swap_slots``, ``swap_used``, ``swapped``, ``num_preemptions``) and its `stop_running` and `reject`.
 """
 
 from __future__ import annotations
@@ -38,14 +38,11 @@ class Preemption:
         if decoding:
             victim.generated = s.step - victim.base
             victim.base = -1
-        moved = transfers = 0
-        if self.swap:  # what a swap would move: the true tokens, including those a lazy decoder has not told
+        swap = None
+        if self.swap and decoding:  # what a swap moves: the true tokens, those a lazy decoder has not told too
             decode, step = s.decode, s.step
-            for seq_id in victim.seq_ids:
-                lag = decode.pending(seq_id, step) if seq_id in decode else 0
-                seq_slots, seq_transfers = s.memory.swap_extent(seq_id, lag)
-                moved += seq_slots
-                transfers += seq_transfers
+            swap = s.memory.swap_group(victim, [decode.pending(seq_id, step) if seq_id in decode else 0
+                                                for seq_id in victim.seq_ids])
         stepped = [seq_id for seq_id in victim.seq_ids if s.walked(victim, seq_id)] if decoding else ()
         self.stop_running(victim, stepped=stepped)
         s.returned += s.step_tokens.pop(victim.index, 0)
@@ -56,12 +53,11 @@ class Preemption:
         if not s.running and not self.held_off_running():
             self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
             return
-        if self.swap and decoding and self._swap_room(victim, moved):
+        if swap is not None and self._swap_room(victim, swap.slots):
             victim.state = SWAPPED
-            victim.swapped_slots = moved
-            self.swap_transfers[victim.index] = transfers
-            s.plan.swap_blocks += transfers
-            s.plan.swap_slots += moved
+            self.swapped[victim.index] = swap
+            s.plan.swap_blocks += swap.transfers
+            s.plan.swap_slots += swap.slots
         else:
             victim.state = WAITING
             g = victim.generated
@@ -92,9 +88,8 @@ class Preemption:
 
     def _release_swap(self, group: SequenceGroup) -> None:
         """Give back the host memory a swapped group's KV took (it is back on the GPU, or rejected)."""
-        del self.swap_transfers[group.index]
+        swap = self.swapped.pop(group.index)
         if self.s.memory.host_tier is not None:
             self.s.memory.unpark(group.index)
         else:
-            self.swap_used -= group.swapped_slots
-        group.swapped_slots = 0
+            self.swap_used -= swap.slots

@@ -23,7 +23,7 @@ class SequenceGroup:
         "index", "row", "request_id", "prefix_group", "prefix_blocks", "own_from", "priority", "arrival_s", "prompt",
         "output", "num_seqs", "beam", "max_total", "hashes",
         "state", "seq_ids", "generated", "prefill_target", "prefill_done", "admitted_s", "first_token_s",
-        "preemptions", "swapped_slots", "epoch", "forked", "base",
+        "preemptions", "epoch", "forked", "base",
     )
 
     def __init__(self, index: int, request_id: int, arrival_s: float, prompt: int, output: int, *, n: int = 1,
@@ -52,7 +52,6 @@ class SequenceGroup:
         self.admitted_s = -1.0
         self.first_token_s = -1.0
         self.preemptions = 0
-        self.swapped_slots = 0
         self.epoch = 0  # bumped at every admission and preemption: stale heap entries compare unequal
         self.forked = False  # its n sequences exist (forked at the first token); re-placed as n after preemption
         self.base = -1  # while decoding: the step index s.t. tokens generated before step G are G - base

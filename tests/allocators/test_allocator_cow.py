@@ -1,7 +1,7 @@
 """Copy-on-write: shared forks, the copies they report, parallel sampling, beam search, shared prefixes."""
 
 from allocators import make_allocator
-from allocators.base import SHARED_OWNER
+from allocators.base import SHARED_OWNER, fork_plan
 
 BS = 16
 
@@ -76,6 +76,66 @@ def test_beam_search_forks_from_chosen_parents_and_frees_the_losers():
     assert all(a.num_tokens(seq) == 32 for seq in beams)
     b = a.breakdown()
     assert b.used_blocks <= 2 * 2 + 1 and b.shared_saved >= BS  # at least the first prompt block is shared
+
+
+def block_trie(tables, depth=0):
+    """The sharing of block tables up to renaming blocks: at each depth, how many tables end there and the
+    tries of the groups of tables that hold the same block there."""
+    ends, kids = 0, {}
+    for table in tables:
+        if len(table) == depth:
+            ends += 1
+        else:
+            kids.setdefault(table[depth], []).append(table)
+    return ends, sorted(block_trie(group, depth + 1) for group in kids.values())
+
+
+def rebuild(a, ids, num_tokens, total_tokens, forks, final_tokens):
+    """Place a group as the simulator places a swapped one: admit the first, fork the rest where ``forks`` say
+    (`fork_plan`), grow every one to ``total_tokens``."""
+    a.admit(ids[0], num_tokens, final_tokens=final_tokens)
+    plan = fork_plan(forks, len(ids) - 1, num_tokens, total_tokens)
+    for child, (source, tokens) in zip(ids[1:], plan, strict=True):
+        grow_to(a, ids[source], tokens)
+        assert a.fork(ids[source], child, final_tokens=final_tokens) is not None
+    for seq in ids:
+        grow_to(a, seq, total_tokens)
+
+
+def grow_to(a, seq, tokens):
+    if a.num_tokens(seq) < tokens:
+        assert a.grow(seq, tokens - a.num_tokens(seq)) is not None
+
+
+def test_a_swapped_group_moves_each_shared_block_once_and_forks_back_sharing_them():
+    """Four beams of a 40-token prompt at 52 tokens: all share the prompt's 2 full blocks; beams 0, 2 and 3 a
+    third; 2 and 3 a partly filled tail too (3 forked from 2 and neither wrote since). vLLM v0 swaps a group
+    through a map keyed by GPU block, so the 7 distinct blocks move once each (not the 16 the tables list),
+    and the forks `swap_group` gives make the same sharing again, in a pool with just those 7 blocks free."""
+    a = cow()
+    a.admit(0, 40, final_tokens=80)
+    a.fork(0, 1, final_tokens=80)
+    a.grow(0, 8)  # copies the shared tail
+    a.grow(1, 8)
+    a.fork(0, 2, final_tokens=80)  # at a block boundary: shares 3 blocks
+    a.grow(0, 4)
+    a.grow(2, 4)
+    a.fork(2, 3, final_tokens=80)  # shares beam 2's tail
+    a.grow(1, 4)
+    tables = [a.block_table(seq) for seq in range(4)]
+    assert sum(map(len, tables)) == 16 and len({b for t in tables for b in t}) == 7
+    swap = a.swap_group(range(4), [0] * 4)
+    assert (swap.slots, swap.transfers) == (7 * BS, 7)
+    assert swap.forks == ((0, 2 * BS), (0, 3 * BS), (2, 4 * BS))  # from which, at how many tokens shared
+    assert not cow(7).group_fits(40, 3, final_tokens=80, then_tokens=12, forks=swap.forks)
+    back = cow(8)  # 7 usable blocks
+    assert back.group_fits(40, 3, final_tokens=80, then_tokens=12, forks=swap.forks)
+    rebuild(back, [10, 11, 12, 13], 40, 52, swap.forks, 80)
+    again = [back.block_table(seq) for seq in (10, 11, 12, 13)]
+    assert block_trie(again) == block_trie(tables) and back.num_free_blocks == 0
+    assert sorted(back.ref_count(b) for b in set(sum(again, ()))) == sorted(a.ref_count(b) for b in
+                                                                            set(sum(tables, ())))
+    back.check_invariants()
 
 
 def test_registered_prefix_is_allocated_once_and_shared():

@@ -219,3 +219,22 @@ def test_fork_shares_full_pages_and_copies_the_partial_one():
     a.free(1)
     a.check_invariants()
     assert a.breakdown().used_blocks == 0 and a.breakdown().cached == 2 * BS
+
+
+def test_a_swapped_group_moves_each_shared_page_once_and_is_counted_as_it_forks_back():
+    """Three beams of a 40-token prompt at 52 tokens, pages of 16: the prompt's 2 full pages shared by all, a
+    third by beams 0 and 2 (beam 1 forked before the prompt's tail filled, so got a copy of it): 7 distinct
+    pages of 12 listed, moved once each, and the forks `swap_group` gives are counted to need just those 7."""
+    a = make_allocator("radix", 320, block_size=16)
+    a.admit(0, 40, final_tokens=80)
+    a.fork(0, 1, final_tokens=80)  # copies the partly filled tail
+    a.grow(0, 8)
+    a.grow(1, 8)
+    a.fork(0, 2, final_tokens=80)  # at a page boundary: shares 3 pages
+    for seq in range(3):
+        a.grow(seq, 4)
+    swap = a.swap_group([0, 1, 2], [0] * 3)
+    assert (swap.slots, swap.transfers, swap.forks) == (7 * 16, 7, ((0, 32), (0, 48)))
+    fits = [make_allocator("radix", pages * 16, block_size=16).group_fits(
+        40, 2, final_tokens=80, then_tokens=12, forks=swap.forks) for pages in (7, 8)]  # 6 and 7 usable
+    assert fits == [False, True]

@@ -8,6 +8,7 @@ import pytest
 
 from allocators import make_allocator
 from allocators.catalog import get_gpu, get_model
+from allocators.host_tier import HostTier
 from allocators.paged import PagedAllocator
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import ConstantStepCost, StepCostModel
@@ -108,7 +109,7 @@ def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
     assert v.state == SWAPPED
     slots, transfers = (14, 1) if contiguous else (16, 1)  # the tokens of a slab; a paged sequence's one block
     assert (plan.swap_blocks, plan.swap_slots) == (transfers, slots)
-    assert v.swapped_slots == sched.groups.swap_used == slots
+    assert sched.groups.swapped[v.index].slots == sched.groups.swap_used == slots
     sched.complete(1, t + 0.1)
     back = sched.plan_step(t + 0.1)  # swapped back in: the same slots, the other way
     assert v.state == RUNNING and (back.swap_blocks, back.swap_slots) == (transfers, slots)
@@ -120,6 +121,52 @@ def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
     plain = cost.step_time(back.prefill_tokens, back.decode_seqs, back.context_tokens,
                            attention_pairs=back.attention_pairs)
     assert charged - plain == pytest.approx(cost.transfer_time(back.copy_slots, slots, transfers), rel=1e-9)
+    alloc.check_invariants()
+
+
+def block_trie(tables, depth=0):
+    """The sharing of block tables up to renaming blocks: at each depth, how many tables end there and the
+    tries of the groups of tables that hold the same block there."""
+    ends, kids = 0, {}
+    for table in tables:
+        if len(table) == depth:
+            ends += 1
+        else:
+            kids.setdefault(table[depth], []).append(table)
+    return ends, sorted(block_trie(group, depth + 1) for group in kids.values())
+
+
+@pytest.mark.parametrize("allocator", ["paged-cow", "radix"])
+@pytest.mark.parametrize("kind", ["beam_width", "n"])
+@pytest.mark.parametrize("tier", [False, True])
+def test_a_swapped_group_moves_each_shared_block_once_and_comes_back_sharing_them(allocator, kind, tier):
+    """Four beams or samples (forked) of a 100-token prompt, 40 steps in: their tables list 36 blocks, fewer of
+    them distinct (the prompt's full blocks, and the beams' shared lineages). vLLM v0 swaps a group through a
+    map keyed by GPU block, so each distinct block moves once out and once in, and takes one host block (swap
+    space, or the host tier's blocks); the group comes back with the same sharing, and swapping in copies
+    nothing inside the GPU (every block comes from the host)."""
+    alloc = make_allocator(allocator, 8192, block_size=16, max_model_len=1024, prefix_caching=True)
+    host = HostTier(1000, 1) if tier else None
+    sched = Scheduler(KVMemory(alloc, host), Sink(), max_num_batched_tokens=512, preemption="swap",
+                      swap_slots=100_000, max_model_len=1024)
+    group = SequenceGroup(0, 0, 0.0, 100, 200, **{kind: 4})
+    sched.add(group, 0.0)
+    sched.add(SequenceGroup(1, 1, 0.0, 10, 500), 0.0)  # still running when the group is preempted
+    _, t = _run_steps(sched, 40)
+    plan = sched.plan_step(t)
+    tables = [alloc.block_table(seq) for seq in group.seq_ids]
+    distinct = len({b for table in tables for b in table})
+    refs = sorted(alloc.ref_count(b) for table in tables for b in table)
+    assert sum(map(len, tables)) == 36 and distinct < 36
+    sched.groups.preempt(group)
+    assert group.state == SWAPPED and (plan.swap_blocks, plan.swap_slots) == (distinct, 16 * distinct)
+    assert (host.swapped_blocks if tier else sched.groups.swap_used // 16) == distinct
+    sched.complete(1, t + 0.1)
+    back = sched.plan_step(t + 0.1)
+    assert group.state == RUNNING and (back.swap_blocks, back.swap_slots, back.copies) == (distinct, 16 * distinct, 0)
+    again = [alloc.block_table(seq) for seq in group.seq_ids]
+    assert block_trie(again) == block_trie(tables)
+    assert sorted(alloc.ref_count(b) for table in again for b in table) == refs
     alloc.check_invariants()
 
 
