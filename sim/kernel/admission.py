@@ -24,6 +24,7 @@ from itertools import islice
 
 from allocators.base import Admission, GroupSwap, PageMap
 from sim.kernel.preemption import Preemption
+from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.sequence_group import FINISHED, LOADED, LOADING, REJECTED, RUNNING, SWAPPED, SequenceGroup
 
 
@@ -45,6 +46,8 @@ class GroupMechanics(Preemption):
         self.host_prompt_tokens = 0  # the part of cached_prompt_tokens loaded from the host tier
         self.preempted_prompt_tokens = 0  # the part found by requests preempted before (vLLM's preempted_hits)
         self.host_by_index: dict[int, int] = {}  # the same per request
+        self.prefix_cache = PrefixCacheStats()  # vLLM's counters of the GPU prefix cache's lookups
+        self.external_prefix_cache = PrefixCacheStats()  # and of the host tier's (vLLM's connector's)
 
     # -- admission ---------------------------------------------------------------------------------------
     def never_runs(self, group: SequenceGroup) -> str | None:
@@ -119,15 +122,23 @@ class GroupMechanics(Preemption):
         """Count an admission's ``cached`` hit tokens, those it loaded from the host tier among them: in the
         totals, per request and in the step being planned; the host loads are charged to the step. ``cached``
         may be a token short of the admission's hit (a whole prompt hit, its last token recomputed): that token
-        lies in the last block, which the host gave."""
+        lies in the last block, which the host gave (vLLM's connector counts it among its hits all the same).
+        Records the lookup in vLLM's counters (`sim.kernel.prefix_cache_stats`): with prefix caching, every
+        admission looks its tokens up."""
+        host = max(0, admission.host_tokens - (admission.cached_tokens - cached))
+        gpu = cached - host
+        if self.s.memory.prefix_caching:
+            preempted = group.preemptions > 0
+            self.prefix_cache.record(group.prefill_target, gpu, preempted)
+            if self.s.memory.host_tier is not None:
+                self.external_prefix_cache.record(group.prefill_target - gpu, admission.host_tokens, preempted)
         if cached:
-            host = max(0, admission.host_tokens - (admission.cached_tokens - cached))
             self.cached_prompt_tokens += cached
             if group.preemptions:
                 self.preempted_prompt_tokens += cached
             self.cached_by_index[group.index] = self.cached_by_index.get(group.index, 0) + cached
             plan = self.s.plan
-            plan.gpu_hit_tokens += cached - host
+            plan.gpu_hit_tokens += gpu
             if host:
                 self.host_prompt_tokens += host
                 self.host_by_index[group.index] = self.host_by_index.get(group.index, 0) + host

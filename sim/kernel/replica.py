@@ -31,6 +31,7 @@ from sim.kernel.memory_omits import memory_omits
 from sim.kernel.metrics import Recorder
 from sim.kernel.over_length import beyond_model_context, vllm_refusals
 from sim.kernel.parallel_sampling import aggregate, sampling_mode
+from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.scheduler import Scheduler
 
 MEMORY_MAP_ROWS = 2**22
@@ -218,10 +219,13 @@ def load_seconds(config: SimConfig, memory: KVMemory, cost) -> Callable[[int], f
 def tier_summary(replicas) -> dict:
     """The host tier's figures for `build_summary`, summed over ``replicas`` (pairs of a `KVMemory` and its
     scheduler's `GroupMechanics`): prompt tokens loaded from the host, its traffic, the stores its threshold
-    skipped, its size in blocks; and the hit tokens of requests preempted before (any tier)."""
+    skipped, its size in blocks; the hit tokens of requests preempted before (any tier); and vLLM's counters of
+    the lookups in GPU memory (``prefix_cache``) and in the host tier (``external_prefix_cache``)."""
     tiers = [memory.host_tier for memory, _ in replicas if memory.host_tier is not None]
     return {"host_hit_tokens": sum(groups.host_prompt_tokens for _, groups in replicas),
             "preempted_hit_tokens": sum(groups.preempted_prompt_tokens for _, groups in replicas),
+            "prefix_cache": sum((groups.prefix_cache for _, groups in replicas), PrefixCacheStats()),
+            "external_prefix_cache": sum((groups.external_prefix_cache for _, groups in replicas), PrefixCacheStats()),
             "offload_bytes": sum(t.offload_bytes for t in tiers), "reload_bytes": sum(t.reload_bytes for t in tiers),
             "offload_stores_skipped": sum(t.skipped_blocks for t in tiers),
             "host_tier_blocks": sum(t.num_blocks for t in tiers)}

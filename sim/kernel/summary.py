@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 
+from sim.kernel.prefix_cache_stats import PrefixCacheStats, summary_keys
+
 SHARE_KEYS = ("token_states_frac", "reservation_frac", "internal_frag_frac", "external_frag_frac", "free_frac")
 
 
@@ -81,7 +83,15 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     before, re-admitted to recompute (vLLM's ``preempted_hits``): a workload with no shared prefix still hits
     its own blocks then, which is not reuse across requests. ``tier``: the host tier's figures
     (`sim.kernel.replica.tier_summary`: ``host_hit_tokens``, ``preempted_hit_tokens``, ``offload_bytes``,
-    ``reload_bytes``, ``offload_stores_skipped``, ``host_tier_blocks``); absent, all 0.
+    ``reload_bytes``, ``offload_stores_skipped``, ``host_tier_blocks``, and vLLM's lookup counters
+    ``prefix_cache`` and ``external_prefix_cache``); absent, all 0.
+
+    ``prefix_cache_queries``, ``prefix_cache_hits`` and ``prefix_cache_hit_rate`` are a vLLM server's figures
+    (`sim.kernel.prefix_cache_stats`), read from another window than ``prefix_hit_frac``: they leave out the
+    admissions of requests preempted before (``prefix_cache_preempted_queries`` / ``_hits``) and the host tier's
+    hits (``external_prefix_cache_queries`` / ``_hits``), and count the tokens each admission looked up, where
+    ``prefix_hit_frac``'s denominator counts the prefill tokens computed (a request preempted mid-prefill adds
+    only what it computed). Without preemptions or a host tier the two rates are equal.
 
     ``start_s``/``end_s``: the run's window (``sim_time_s``, the throughputs' denominator): the first arrival
     and the last event, which a request rejected on arrival after every step extends, as a benchmark client's
@@ -128,6 +138,8 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "host_hit_tokens": int(tier.get("host_hit_tokens", 0)),
         "preempted_hit_tokens": int(tier.get("preempted_hit_tokens", 0)),
         "miss_tokens": int(prefill_tokens),
+        **summary_keys(tier.get("prefix_cache", PrefixCacheStats()),
+                       tier.get("external_prefix_cache", PrefixCacheStats())),
         "offload_bytes": int(tier.get("offload_bytes", 0)),
         "reload_bytes": int(tier.get("reload_bytes", 0)),
         "offload_stores_skipped": int(tier.get("offload_stores_skipped", 0)),

@@ -102,6 +102,12 @@ def test_a_whole_prompt_on_the_host_is_loaded_to_its_end_and_recomputes_its_last
     assert at_200[["prefill_tokens", "reload_blocks", "reload_slots", "reload_transfers"]].values.tolist() == [
         [16, 17, 17 * 16, 17]]  # charged to the step that computes
     assert fast.steps["host_hit_tokens"].sum() == fast.summary["host_hit_tokens"] == 287
+    # vLLM's connector counts the 18 blocks it loads, the last token too: 288 of the 288 past C's 224 GPU tokens
+    assert (fast.summary["external_prefix_cache_queries"], fast.summary["external_prefix_cache_hits"]) == (
+        512 + 512 + 288, 288)
+    assert (sync.summary["external_prefix_cache_queries"], sync.summary["external_prefix_cache_hits"]) == (
+        512 + 512 + 288, 272)
+    assert fast.summary["prefix_cache_hits"] == sync.summary["prefix_cache_hits"] == 224
 
 
 def test_a_whole_prompt_cached_on_the_gpu_loads_its_last_block_from_a_write_through_host():
@@ -115,6 +121,7 @@ def test_a_whole_prompt_cached_on_the_gpu_loads_its_last_block_from_a_write_thro
     sync = run_simulation(SimConfig(**options), w)
     assert fast.requests[["cached_tokens", "gpu_hit_tokens", "host_hit_tokens"]].values.tolist()[1] == [511, 496, 15]
     assert sync.requests[["cached_tokens", "gpu_hit_tokens", "host_hit_tokens"]].values.tolist()[1] == [496, 496, 0]
+    assert (fast.summary["prefix_cache_hits"], fast.summary["external_prefix_cache_hits"]) == (496, 16)
     at_100 = fast.steps[fast.steps["time_s"] >= 100].head(2)
     assert at_100[["num_steps", "prefill_tokens", "reload_blocks"]].values.tolist() == [[0, 0, 1], [1, 1, 0]]
 

@@ -65,6 +65,19 @@ def test_a_host_tier_recovers_the_hits_a_small_gpu_loses():
     assert big.summary["gpu_hit_tokens"] == s["gpu_hit_tokens"] + s["host_hit_tokens"]
 
 
+def test_host_hits_are_vllms_external_prefix_cache_hits():
+    """vLLM counts what its KV connector loads apart from its prefix cache's hits: C's 144 GPU tokens are
+    ``prefix_cache_hits`` (of 1,800 looked up), its 368 host tokens ``external_prefix_cache_hits``, of the
+    1,656 tokens the GPU did not hold (600 + 600 + 456); ``prefix_hit_frac`` counts both."""
+    s = run_simulation(SimConfig(cpu_offload_gib=1.0, **SMALL_GPU), evicting_workload()).summary
+    assert (s["prefix_cache_queries"], s["prefix_cache_hits"]) == (1800, 144)
+    assert (s["external_prefix_cache_queries"], s["external_prefix_cache_hits"]) == (1656, 368)
+    assert s["prefix_cache_hit_rate"] == pytest.approx(144 / 1800)
+    assert s["prefix_hit_frac"] == pytest.approx(512 / 1800)
+    untiered = run_simulation(SimConfig(**SMALL_GPU), evicting_workload()).summary
+    assert (untiered["external_prefix_cache_queries"], untiered["external_prefix_cache_hits"]) == (0, 0)
+
+
 def test_a_small_host_tier_keeps_the_most_recently_evicted_blocks():
     """10 host blocks keep the last 10 offloaded, h18..h9 (B evicted h36 first): C hits h0..h8 on the GPU and
     h9..h18 on the host, 19 blocks."""

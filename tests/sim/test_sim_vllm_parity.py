@@ -6,10 +6,14 @@ difference means kvsim decided something vLLM does not (``docs/vllm-v1.md``).
 """
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+
+from sim.kernel.runner import run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle"
@@ -50,6 +54,23 @@ def test_kvsim_makes_vllms_decisions(case):
     step equal vLLM's exactly."""
     ours, theirs = compare.kvsim_metrics(DATA / case), compare.oracle_metrics(DATA / case)
     assert compare.differences(ours, theirs) == dict.fromkeys(compare.METRICS, "")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "offload" not in c])
+def test_vllms_prefix_cache_counters(case):
+    """vLLM's ``prefix_cache_queries`` and hits, as fixed by the reference outputs: vLLM 0.33 records a lookup when
+    it admits a request, apart for a request preempted before, so each request's one fresh admission looks up
+    its prompt (every child's, when sampled ``n`` times) and the hits of all admissions are the requests' hits
+    summed; nothing is recorded without prefix caching. (A host tier's hits are another counter, its
+    connector's.)"""
+    settings = json.loads((DATA / case / "settings.json").read_text())
+    summary = run_config(compare.kvsim_config(settings, DATA / case / "trace.csv")).summary
+    trace, theirs = pd.read_csv(DATA / case / "trace.csv"), pd.read_csv(DATA / case / "requests.csv")
+    prompts = int((trace["prompt_tokens"] * trace.get("n", 1)).sum())
+    caching = settings["enable_prefix_caching"]
+    assert summary["prefix_cache_queries"] == (prompts if caching else 0)
+    assert summary["prefix_cache_hits"] + summary["prefix_cache_preempted_hits"] == theirs["cached_tokens"].sum()
+    assert caching or summary["prefix_cache_preempted_queries"] == 0
 
 
 @pytest.mark.parametrize("case", CASES)
