@@ -23,6 +23,7 @@ from allocators.breakdown import (
     OVERHEAD_OWNER,
     SHARE_NAMES,
     SHARED_OWNER,
+    SLOT_EXTERNAL,
     SLOT_FREE,
     SLOT_INTERNAL,
     SLOT_OVERHEAD,
@@ -32,6 +33,7 @@ from allocators.breakdown import (
     GroupShare,
     MemoryBreakdown,
     fill_states,
+    waiting_states,
 )
 from allocators.placement import placement_class
 
@@ -380,7 +382,9 @@ class Allocator(ABC):
         """State of every slot of the arena in physical order, as `SLOT_STATES` codes (int8), for the memory
         map: read with `memory_map`, it shows where each request's tokens, reservation and internal
         fragmentation lie. ``pending``: tokens a sequence has appended that the allocator was not told about
-        yet (the simulator's lazily grown decoders); they fill reserved slots."""
+        yet (the simulator's lazily grown decoders); they fill reserved slots (negative: told tokens a step has
+        not computed yet, shown reserved). Free slots are `SLOT_FREE`, as ``breakdown()`` counts them with
+        nobody waiting; `waiting_states` relabels them as ``breakdown(waiting=True)`` does."""
 
     @abstractmethod
     def check_invariants(self) -> None:
@@ -390,6 +394,6 @@ class Allocator(ABC):
 # The breakdown names are re-exported: allocators and callers import them from base as before.
 __all__ = [
     "Admission", "Allocator", "Copy", "FREE_OWNER", "GroupShare", "GroupSwap", "MemoryBreakdown", "NO_COPIES",
-    "OVERHEAD_OWNER", "PageMap", "SHARED_OWNER", "SHARE_NAMES", "SLOT_FREE", "SLOT_INTERNAL", "SLOT_OVERHEAD",
-    "SLOT_RESERVED", "SLOT_STATES", "SLOT_TOKEN", "cdiv", "fill_states", "fork_plan",
+    "OVERHEAD_OWNER", "PageMap", "SHARED_OWNER", "SHARE_NAMES", "SLOT_EXTERNAL", "SLOT_FREE", "SLOT_INTERNAL",
+    "SLOT_OVERHEAD", "SLOT_RESERVED", "SLOT_STATES", "SLOT_TOKEN", "cdiv", "fill_states", "fork_plan", "waiting_states",
 ]

@@ -20,11 +20,14 @@ SHARED_OWNER = -3
 """`Allocator.memory_map` value of a slot in a block that several sequences (or a registered prefix) share."""
 
 
-SLOT_STATES = ("token", "reserved", "internal_frag", "overhead", "free")
+SLOT_STATES = ("token", "reserved", "internal_frag", "overhead", "external_frag", "free")
 """`Allocator.slot_states` codes, by position: a slot holding a live token, one a sequence will fill before it
 finishes, one it holds but will never fill, one the allocator keeps for itself (null block, buddy rounding,
-a pool's remainder), and a free one. Together they are the paper's Fig. 3 view of memory."""
-SLOT_TOKEN, SLOT_RESERVED, SLOT_INTERNAL, SLOT_OVERHEAD, SLOT_FREE = range(len(SLOT_STATES))
+a pool's remainder), a free one that a waiting request cannot be given (`waiting_states`), and a free one.
+Together they are the paper's Fig. 3 view of memory, slot for slot the `MemoryBreakdown` shares: token,
+reserved and internal_frag are the shares of those names, overhead and external_frag together the
+``external_frag`` share, free the ``free`` share."""
+SLOT_TOKEN, SLOT_RESERVED, SLOT_INTERNAL, SLOT_OVERHEAD, SLOT_EXTERNAL, SLOT_FREE = range(len(SLOT_STATES))
 
 
 def fill_states(states: np.ndarray, slots: np.ndarray, tokens: int, final: int) -> None:
@@ -33,6 +36,16 @@ def fill_states(states: np.ndarray, slots: np.ndarray, tokens: int, final: int) 
     position = np.arange(len(slots))
     states[slots] = np.where(position < tokens, SLOT_TOKEN,
                              np.where(position < final, SLOT_RESERVED, SLOT_INTERNAL))
+
+
+def waiting_states(states: np.ndarray) -> np.ndarray:
+    """``states`` (`Allocator.slot_states`, changed in place) as `Allocator.breakdown` counts them with
+    ``waiting``: while a request waits that memory cannot take, every free slot is one it cannot be given, so
+    external fragmentation, not free. Done here, once, rather than by every allocator (a new allocator's
+    ``slot_states`` keeps its signature), whose ``slot_states`` stays the view with nobody waiting, as
+    ``breakdown()``."""
+    states[states == SLOT_FREE] = SLOT_EXTERNAL
+    return states
 
 
 class GroupShare(NamedTuple):

@@ -177,8 +177,9 @@ class DecodeSet:
         return step - self.g0[seq_id]
 
     def all_pending(self, step: int) -> dict[int, int]:
-        """`pending` of every tracked sequence (never below 0), for a memory map."""
-        return {seq_id: max(0, step - g0) for seq_id, g0 in self.g0.items()}
+        """`pending` of every tracked sequence, for a memory map taken with the row of ``step``: its terms of
+        `lag`, so -1 for one synced for the step's token (its slot held, the token not yet computed)."""
+        return {seq_id: step - g0 for seq_id, g0 in self.g0.items()}
 
     def next_deadline(self) -> int | None:
         """The earliest valid deadline (stale heap entries are dropped on the way)."""

@@ -65,9 +65,11 @@ class Engine:
         while True:
             source.deliver(now + ARRIVAL_TIE_S, sched)
             arrived = source.cursor
-            if self.snapshots is not None and self.snapshots.due(now, arrived, arrived, arrived - len(sched.live)):
-                record_snapshot(sched, rec, now)
+            departed = arrived - len(sched.live)
+            snap = self.snapshots is not None and self.snapshots.due(now, arrived, arrived, departed)
             if sched.idle:
+                if snap:
+                    record_snapshot(sched, rec, now, idle=True)
                 t = source.next_time()
                 yield from catch_up(self.env, now)
                 if t is None:
@@ -81,18 +83,26 @@ class Engine:
                 continue
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected, waits for its host hits to load, or was preempted
+                if snap:
+                    record_snapshot(sched, rec, now)
                 now = empty_step(sched, cost, rec, plan, source.next_time(), now)
                 continue
             now = take_step(sched, cost, rec, plan, now, lambda: run_until(
                 source.next_time() if not sched.waiting or sched.waiting.reorders else None,
-                self.snapshots, source.time_of, sched.loads.next_ready() if sched.loads else None))
+                self.snapshots, source.time_of, sched.loads.next_ready() if sched.loads else None), snap)
             watch.after_step(source.cursor - len(sched.live))
 
 
-def record_snapshot(sched, rec, now: float) -> None:
-    """Record the memory map at ``now``: every slot's owner and state, decode tokens the allocator has not
-    been told about yet counted as tokens. Shared by the single engine and every fleet replica."""
-    rec.snapshot(now, *sched.memory.snapshot(sched.pending_decode_tokens()))
+def record_snapshot(sched, rec, now: float, idle: bool = False) -> None:
+    """Record the memory map at ``now``, as the row starting there counts memory: once its step is planned
+    (its admissions, prefill chunks and growth allocated), every slot's state counted as the row's shares
+    (`Scheduler.row_pending`; free slots external fragmentation while a request waits that memory cannot
+    take). ``idle``: nothing runs or waits, and no step was planned (the pool as an idle row holds it).
+    Shared by the single engine and every fleet replica."""
+    if idle:
+        rec.snapshot(now, *sched.memory.snapshot({}, False))
+    else:
+        rec.snapshot(now, *sched.memory.snapshot(sched.row_pending(), sched.waiting_flag()))
 
 
 def run_until(t_arrival: float | None, snapshots: SnapshotSchedule | None, arrival_time,
@@ -112,15 +122,17 @@ def run_until(t_arrival: float | None, snapshots: SnapshotSchedule | None, arriv
     return until
 
 
-def take_step(sched, cost, rec, plan, now: float, until) -> float:
+def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False) -> float:
     """Account and complete the step ``plan`` describes, starting at ``now``, and return when it ends. A step
     that only decodes runs on as a run of identical decode steps, every one starting before the time
-    ``until()`` gives (None: no bound, `run_until`). Shared by the single engine and every fleet replica,
-    so both take the same steps."""
+    ``until()`` gives (None: no bound, `run_until`). ``snapshot``: record the memory map with the row
+    (`record_snapshot`). Shared by the single engine and every fleet replica, so both take the same steps."""
     waiting = sched.waiting_flag()
     running = len(sched.running)
     b = sched.memory.breakdown(waiting)
     lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
+    if snapshot:
+        record_snapshot(sched, rec, now)
     if plan.can_run:
         t_end = until()
         horizon = math.inf if t_end is None else t_end - now

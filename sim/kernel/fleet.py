@@ -199,17 +199,28 @@ class Fleet:
 
     # -- one replica's engine loop (`sim.kernel.engine.Engine._engine`) ----------------------------------------
     def _engine(self, replica: Replica):
-        env, sched, cost, rec, memory = self.env, replica.sched, replica.cost, replica.rec, replica.memory
+        """The replica's rows (`_rows`); then, if moments of its snapshots are still to come, they fall while it
+        stays idle to the fleet's end, not known yet: its pool is kept (``final_map``) for
+        `fleet_summary.fleet_result` to record at that end, as a row after an idle gap takes the moments the
+        gap passed. A replica idle across every moment (its last request done before them, or none at all)
+        still has a map, of its idle pool."""
         snapshots = SnapshotSchedule.for_workload(self.num_snapshots, self.workload, self.start, self.released)
+        yield from self._rows(replica, snapshots)
+        if snapshots.left:
+            replica.final_map = replica.memory.snapshot({}, False)
+
+    def _rows(self, replica: Replica, snapshots: SnapshotSchedule):
+        env, sched, cost, rec, memory = self.env, replica.sched, replica.cost, replica.rec, replica.memory
         watch = StepWatch(memory, self.config.debug_invariants, self.progress)
         now = env.now
         while True:
             if self.observed:
                 self._route_due(now + ARRIVAL_TIE_S)
             self._deliver(replica, now + ARRIVAL_TIE_S)
-            if snapshots.due(now, self.routed, replica.delivered, replica.delivered - len(sched.live)):
-                record_snapshot(sched, rec, now)
+            snap = snapshots.due(now, self.routed, replica.delivered, replica.delivered - len(sched.live))
             if sched.idle:
+                if snap:
+                    record_snapshot(sched, rec, now, idle=True)
                 replica.end_s = now
                 yield from catch_up(env, now)
                 b = memory.breakdown(False)
@@ -233,6 +244,8 @@ class Fleet:
                 continue
             plan = sched.plan_step(now)
             if not sched.running:  # everything queued was rejected, waits for its host hits to load, or was preempted
+                if snap:
+                    record_snapshot(sched, rec, now)
                 waited = empty_step(sched, cost, rec, plan, self._next_time(replica), now)
                 if waited > now:
                     now = replica.busy_until = waited
@@ -241,7 +254,8 @@ class Fleet:
                 continue
             now = replica.busy_until = take_step(sched, cost, rec, plan, now, lambda: run_until(
                 self._next_time(replica) if self.coupled or not sched.waiting or sched.waiting.reorders
-                else None, snapshots, self.source.time_of, sched.loads.next_ready() if sched.loads else None))
+                else None, snapshots, self.source.time_of, sched.loads.next_ready() if sched.loads else None),
+                snap)
             watch.after_step(replica.delivered - len(sched.live))
             if self.coupled:  # the router may look at this replica before the row ends
                 yield from catch_up(env, now)

@@ -84,6 +84,7 @@ class ReplicaOutcome:
     groups: SimpleNamespace  # what fleet_result and tier_summary read of its `GroupMechanics`
     host_tier: SimpleNamespace | None
     final: MemoryBreakdown  # its pool as its last row left it (`fleet_summary.idle_until` to the fleet's end)
+    final_map: tuple | None  # that pool's memory map, where snapshot moments fell after its last row
 
 
 def _slim(rec: Recorder) -> Recorder:
@@ -131,7 +132,7 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
             None if tier is None else SimpleNamespace(offload_bytes=tier.offload_bytes, reload_bytes=tier.reload_bytes,
                                                       skipped_blocks=tier.skipped_blocks,
                                                       num_blocks=tier.num_blocks),
-            r.memory.breakdown(False)))
+            r.memory.breakdown(False), r.final_map))
     index = np.flatnonzero(np.isin(replica_of, numbers))
     return GroupOutcome(index, {name: getattr(fleet.rec, name)[index] for name in _REQUEST_ARRAYS},
                         fleet.source.arrival_s[index], fleet.rec.reasons, outcomes)
@@ -144,6 +145,7 @@ class _Finished:
         self.number = o.number
         self.rec = o.rec
         self.end_s = o.end_s
+        self.final_map = o.final_map
         self.sched = SimpleNamespace(groups=o.groups)
         self.memory = SimpleNamespace(host_tier=o.host_tier, breakdown=lambda *args: o.final)
 

@@ -36,6 +36,7 @@ class Replica:
         self.end_s = 0.0
         self.wake: simpy.Event | None = None  # set while idle, waiting for the router
         self.busy_until = 0.0  # the end of the row in flight (inf while idle): it plans nothing before
+        self.final_map: tuple | None = None  # its idle pool's memory map, for moments after its last row (`Fleet`)
 
     # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
     @property

@@ -3,7 +3,8 @@
 The fleet summary has the usual keys (`sim.kernel.summary.build_summary`) over every request of the fleet, then
 ``replicas``, ``router``, ``load_imbalance`` and ``per_replica`` (one summary per replica, with its own
 ``prefix_hit_frac`` and ``memory_maps``; the fleet's ``memory_maps`` is their sum, the maps in the fleet's memory
-table, where ``memory_snapshots`` counts one replica's moments). Memory shares, ``mean_running`` and
+table, where ``memory_snapshots`` counts one replica's moments: every replica has at least one map where there
+are moments, a replica idle across them one of its idle pool, `idle_until`). Memory shares, ``mean_running`` and
 ``max_running`` are per replica: time-weighted over all replicas together over the fleet's whole run (each
 replica has the same capacity; one idle early counts as idle, `idle_until`), and the largest batch any replica
 ran.
@@ -39,15 +40,18 @@ def fleet_memory(integrals) -> MemoryIntegral:
     return total
 
 
-def idle_until(rec: Recorder, b, since: float, end: float) -> None:
+def idle_until(rec: Recorder, b, since: float, end: float, final_map: tuple | None = None) -> None:
     """A replica idle from ``since`` (the end of its last row) to the fleet's ``end``: one idle row, its pool
     as ``b`` leaves it. So every replica's rows and memory integrals span the fleet's run, as its summary's
     ``sim_time_s`` does: a replica that finished early, or never got a request, counts its idle capacity in
-    ``mean_running`` and the memory shares, fleet-wide and its own."""
+    ``mean_running`` and the memory shares, fleet-wide and its own. ``final_map``: its idle pool's memory map,
+    where snapshot moments fell in that stretch (`Fleet._engine`), recorded at ``end``."""
     from sim.kernel.engine import record_idle
 
     if since < end:
         record_idle(rec, b, since, end)
+    if final_map is not None:
+        rec.snapshot(end, *final_map)
 
 
 def load_imbalance(processed: list[int]) -> float:
@@ -64,7 +68,7 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
 
     config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
     for r in replicas:
-        idle_until(r.rec, r.memory.breakdown(False), r.end_s, end)
+        idle_until(r.rec, r.memory.breakdown(False), r.end_s, end, r.final_map)
     cached_by_index: dict[int, int] = {}
     host_by_index: dict[int, int] = {}
     for r in replicas:

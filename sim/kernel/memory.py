@@ -25,7 +25,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from allocators.base import NO_COPIES, Admission, Allocator, Copy, GroupSwap, MemoryBreakdown, fork_plan
+from allocators.base import (
+    NO_COPIES,
+    Admission,
+    Allocator,
+    Copy,
+    GroupSwap,
+    MemoryBreakdown,
+    fork_plan,
+    waiting_states,
+)
 from allocators.host_tier import HostTier
 from sim.kernel.sequence_group import SWAPPED, SequenceGroup
 
@@ -158,12 +167,16 @@ class KVMemory:
     def check_invariants(self) -> None:
         self._alloc.check_invariants()
 
-    def snapshot(self, pending: Mapping[int, int]) -> tuple[np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]:
+    def snapshot(self, pending: Mapping[int, int],
+                 waiting: bool) -> tuple[np.ndarray, dict[int, int], np.ndarray, np.ndarray | None]:
         """The memory map: every slot's owner, the request of each sequence, every slot's state, and (a hybrid
-        pool) every slot's attention group (index into ``group_names``, -1 for free and overhead)."""
+        pool) every slot's attention group (index into ``group_names``, -1 for free and overhead). ``pending``
+        and ``waiting`` as for `breakdown` and the step row taken with it, so that the states count its shares:
+        ``waiting``, free slots are external fragmentation (`waiting_states`)."""
         request_of_seq = {seq: group.request_id for seq, group in self.owner.items()}
         groups = self._alloc.slot_groups() if self.group_names else None
-        return self._alloc.memory_map(), request_of_seq, self._alloc.slot_states(pending), groups
+        states = self._alloc.slot_states(pending)
+        return self._alloc.memory_map(), request_of_seq, waiting_states(states) if waiting else states, groups
 
     # -- sequences -----------------------------------------------------------------------------------------
     def new_seq(self, group: SequenceGroup) -> int:

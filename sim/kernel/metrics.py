@@ -185,8 +185,9 @@ class Recorder:
     def memory_frame(self):
         """One row per slot per snapshot: ``time_s, slot, owner`` (seq id, or -1 free, -2 overhead, -3
         shared), ``request_id`` (the owning request, -1 when the slot has no single owner) and ``state``
-        (`SLOT_STATES`: token, reserved, internal_frag, overhead or free); a hybrid pool adds ``group``, the
-        attention group whose block holds the slot (empty for free and overhead slots).
+        (`SLOT_STATES`: token, reserved, internal_frag, overhead, external_frag or free, counted as the step row
+        starting at ``time_s`` counts its shares); a hybrid pool adds ``group``, the attention group whose block
+        holds the slot (empty for free and overhead slots).
 
         Built as whole columns filled snapshot by snapshot, the three int64 ones as the rows of one 2-D
         array that pandas takes as its int block without copying: a frame per snapshot joined by

@@ -54,7 +54,8 @@ class Scheduler:
         self.per_chunk = self.chunked and memory.per_chunk_capable
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
         self.returned = 0  # budget given back by groups preempted after being scheduled this step
-        self.deferred_seqs = self.deferred_context = 0  # decoders the budget did not reach this step
+        self.deferred_decoders: list[int] = []  # decoders the budget did not reach this step
+        self.deferred_context = 0  # their context
         self.prefilling: list[SequenceGroup] = []  # the running groups this step found prefilling
         self.deferred_window = 0  # their context clipped to the sliding window (a model with windows)
         self.lazy = lazy
@@ -122,14 +123,40 @@ class Scheduler:
             tokens += sum(g.prefill_remaining for g in self.running if g.prefilling)
         return tokens
 
-    def pending_decode_tokens(self) -> dict[int, int]:
-        """Tokens each sequence computed that the allocator was not told yet (for a memory map); negative for a
-        prompt held whole and not computed yet (`unfilled_prompt`)."""
+    def row_pending(self) -> dict[int, int]:
+        """For a memory map taken with the row of the step just planned: the tokens each sequence holds as that
+        row counts them beyond those the allocator was told, its ``lag`` (`sim.kernel.engine.take_step`) per
+        sequence, so that the map's states count the row's shares. A lazily grown decoder's since its last sync
+        (-1 where synced for this step's token: the row holds the step's slot, not yet its token; likewise a
+        decoding beam, which appends it eagerly); none for a joiner or a deferred decoder, which feed no token
+        this step (`finish_plan`'s ``lag_offset``); a prompt held whole that no step has computed, negative
+        (`unfilled_prompt`)."""
         pending = self.decode.all_pending(self.step)
-        if not self.decoders_only:  # some running group is prefilling
-            for seq_id, tokens in self.unfilled_prompt(self.running, {}).items():
-                pending[seq_id] = -tokens
+        for group in self.joiners:
+            if not group.beam:
+                for seq_id in group.seq_ids:
+                    pending[seq_id] += 1
+        for seq_id in self.deferred_decoders:
+            pending[seq_id] += 1
+        for group in self.eager_beams():
+            for seq_id in group.seq_ids:
+                pending[seq_id] = -1
+        for seq_id, tokens in self.unfilled(self.plan).items():
+            pending[seq_id] = -tokens
         return pending
+
+    def eager_beams(self) -> list[SequenceGroup]:
+        """The decoding beam groups that joined before this step: they append the step's token as it is
+        planned (`BeamSearch.step`), outside the decode set."""
+        return [g for g in self.running if g.beam and g.base >= 0 and g not in self.joiners]
+
+    def unfilled(self, plan: StepPlan) -> dict[int, int]:
+        """`unfilled_prompt` of the running prefills once ``plan``'s chunks are computed (with chunked prefill;
+        else every prompt is computed by the step that admits it)."""
+        if not self.chunked:
+            return {}
+        return self.unfilled_prompt(self.prefilling + [g for g, _ in plan.chunks],
+                                    {g.index: c for g, c in plan.chunks})
 
     def unfilled_prompt(self, groups: Iterable[SequenceGroup], chunks: dict[int, int]) -> dict[int, int]:
         """Prompt tokens the memory of each prefilling sequence among ``groups`` holds that no step has
@@ -172,7 +199,8 @@ class Scheduler:
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
         self.returned = 0
-        self.deferred_seqs = self.deferred_context = self.deferred_window = 0
+        self.deferred_decoders.clear()
+        self.deferred_context = self.deferred_window = 0
         self.prefilling = []
         # beam groups re-pick parents and append a token, every step
         beams = self.beams
@@ -297,7 +325,7 @@ class Scheduler:
             if decode.windows is not None:
                 self.deferred_window += decode.window_of(seq_id, step)
             due.discard(seq_id)
-        self.deferred_seqs += len(group.seq_ids)
+        self.deferred_decoders += group.seq_ids
         group.base += 1
         group.epoch += 1
         self.completions.push(group)
@@ -317,12 +345,10 @@ class Scheduler:
         beam_seqs, beam_context = self.beams.decoders(self.running, self.joiners, step)
         if self.beams.groups:
             # beams that joined this step (their prefill ended in it) append their first token next step
-            plan.eager_appended = sum(g.num_seqs for g in self.running
-                                      if g.beam and g.base >= 0 and g not in self.joiners)
-        unfilled = self.unfilled_prompt(self.prefilling + [g for g, _ in plan.chunks],
-                                        {g.index: c for g, c in plan.chunks}) if self.chunked else {}
-        plan.lag_offset = join_seqs + self.deferred_seqs - sum(unfilled.values())
-        plan.decode_seqs = decode.n - join_seqs - self.deferred_seqs + beam_seqs
+            plan.eager_appended = sum(g.num_seqs for g in self.eager_beams())
+        deferred_seqs = len(self.deferred_decoders)
+        plan.lag_offset = join_seqs + deferred_seqs - sum(self.unfilled(plan).values())
+        plan.decode_seqs = decode.n - join_seqs - deferred_seqs + beam_seqs
         # a decoder attends to the token it feeds this step too (its slot is part of the step's growth)
         decode_context = decode.context(step) + decode.n - join_context - self.deferred_context + beam_context
         prefill_context = prefill_pairs = 0

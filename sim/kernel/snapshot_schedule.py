@@ -13,7 +13,11 @@ Either way a snapshot is taken at the start of the first row at or after its mom
 passes together make one snapshot: the summary's ``memory_snapshots`` counts the moments, which do not depend on
 how rows group steps, and the table's distinct times the snapshots. A moment that falls at the run's start while
 requests are there to run (a single request's, a closed loop's first users', a replica's only request) waits for
-the end of the first row: before it nothing is allocated, so the map would show an empty pool by construction.
+the end of the first row: the map then shows requests that have run a step, not the pool their first step found
+empty. A snapshot shows memory as the row it starts counts it, once that row's step is planned
+(`sim.kernel.engine.record_snapshot`): its slots of each state are the row's memory columns. A fleet replica
+that stops with moments still to come (idle from its last row to the fleet's end) gets one map of its idle pool
+at that end (`sim.kernel.fleet.Fleet._engine`).
 
 A run of decode steps advanced in one move (`sim.kernel.fast_forward`) ends before the first step starting at
 or after the next moment (`next_moment`), so the fast-forward snapshots the same step as step by step does,
@@ -69,6 +73,11 @@ class SnapshotSchedule:
             self._shares.pop(0)
             passed = True
         return passed
+
+    @property
+    def left(self) -> bool:
+        """Whether moments are still to come."""
+        return bool(self._times or self._arrived or self._shares)
 
     def next_moment(self, arrival_time: Callable[[int], float | None]) -> float | None:
         """The earliest time a row could start and find a snapshot due, None if none can be known now: the next

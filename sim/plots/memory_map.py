@@ -2,8 +2,10 @@
 around each request's slots (the paper's Fig. 3 view).
 
 Read left to right, top to bottom, like memory addresses. A slot is a live token, reserved (the request will
-fill it), internal fragmentation (held, never filled), allocator overhead (buddy rounding, the null block) or
-free. Contiguous Max shows one slab per request that is mostly orange, never to be filled; paged shows the
+fill it), internal fragmentation (held, never filled), allocator overhead (buddy rounding, the null block),
+external fragmentation (free, while a request waits that cannot be given it) or free (while nobody waits): the
+breakdown's shares slot for slot, overhead and external fragmentation together its external share, in its
+colours. Contiguous Max shows one slab per request that is mostly orange, never to be filled; paged shows the
 same requests as small, almost full blocks. The map needs the ``memory`` table (``time_s, slot, owner``, and
 ``state`` since kvsim records it; owner -1 free, -2 overhead, -3 shared) that a run records; older tables
 without ``state`` are coloured by owner kind only (token for owned slots). A hybrid pool's table has a
@@ -42,11 +44,13 @@ STATE_COLORS = {
     "reserved": SHARE_COLORS["reservation"],
     "internal_frag": SHARE_COLORS["internal_frag"],
     "overhead": "#212121",
+    "external_frag": SHARE_COLORS["external_frag"],
     "free": "#eeeeee",
 }
 """The breakdown charts' share colours, so a map and a stacked bar read alike; overhead is black."""
 STATE_LABELS = {"token": "token states", "reserved": "reserved (will be filled)",
-                "internal_frag": "internal fragmentation", "overhead": "allocator overhead", "free": "free"}
+                "internal_frag": "internal fragmentation", "overhead": "allocator overhead",
+                "external_frag": "external frag. (free, a request waits)", "free": "free"}
 FREE_COLOR = STATE_COLORS["free"]
 OVERHEAD_COLOR = STATE_COLORS["overhead"]
 SHARED_COLOR = "#7a7a7a"
@@ -192,7 +196,8 @@ def plot_memory_map(
     shared_text = f" ({shared:.0%} shared)" if shared else ""
     caption = (f"{snap.caption_time()}\n{requests} sequences; tokens {share['token']:.0%}{shared_text}, reserved "
                f"{share['reserved']:.0%}, internal frag. {share['internal_frag']:.0%}, overhead "
-               f"{share['overhead']:.1%}, free {share['free']:.0%} ({capacity:,} slots, {width} per row)")
+               f"{share['overhead']:.1%}, external frag. {share['external_frag']:.0%}, free {share['free']:.0%} "
+               f"({capacity:,} slots, {width} per row)")
     handles = [Patch(color=STATE_COLORS[name], label=STATE_LABELS[name]) for name in SLOT_STATES]
     if snap.groups is not None:
         caption += "\n" + _draw_groups(ax, snap.groups, width, handles)

@@ -15,27 +15,32 @@ from click.testing import CliRunner
 from matplotlib.colors import to_rgb
 
 from allocators import ALLOCATORS, make_allocator
-from allocators.base import SLOT_STATES
+from allocators.base import SLOT_STATES, waiting_states
 from sim.cli import main
 from sim.plots import plot_breakdown
 from sim.plots.memory_map import STATE_COLORS, plot_memory_map
 from sim.plots.sweep import plot_sweep
 
 
+@pytest.mark.parametrize("waiting", [False, True])
 @pytest.mark.parametrize("name", sorted(ALLOCATORS))
-def test_slot_states_add_up_to_the_breakdown(name):
-    """The map's states are the accounting's shares, slot for slot."""
+def test_slot_states_add_up_to_the_breakdown(name, waiting):
+    """The map's states are the accounting's shares, slot for slot: with a request waiting that memory cannot
+    take, the free slots are external fragmentation in both (`waiting_states`), free in neither."""
     rng = np.random.default_rng(0)
     alloc = make_allocator(name, 4000, block_size=16, max_model_len=400)
     for seq in range(12):
         prompt = int(rng.integers(1, 150))
         if alloc.admit(seq, prompt, final_tokens=prompt + int(rng.integers(1, 200))) is not None:
             alloc.grow(seq, int(rng.integers(0, 3)))
-    counts = dict(zip(SLOT_STATES, np.bincount(alloc.slot_states(), minlength=len(SLOT_STATES)), strict=True))
-    b = alloc.breakdown()
-    assert (counts["token"], counts["reserved"], counts["internal_frag"]) == (
-        b.token_states, b.reservation, b.internal_frag)
-    assert counts["overhead"] + counts["free"] == b.external_frag + b.free
+    states = alloc.slot_states()
+    states = waiting_states(states) if waiting else states
+    counts = dict(zip(SLOT_STATES, np.bincount(states, minlength=len(SLOT_STATES)), strict=True))
+    b = alloc.breakdown(waiting)
+    external = counts["overhead"] + counts["external_frag"]
+    assert (counts["token"], counts["reserved"], counts["internal_frag"], external, counts["free"]) == (
+        b.token_states, b.reservation, b.internal_frag, b.external_frag, b.free)
+    assert (counts["free"] if waiting else counts["external_frag"]) == 0 < b.free + b.external_frag
 
 
 @pytest.mark.parametrize("name", ["contiguous-max", "paged"])
@@ -69,6 +74,26 @@ def test_contiguous_max_internal_fragmentation_is_visible(tmp_path):
     assert len(ax.collections[0].get_segments()) > 0  # request outlines
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert {"token states", "internal fragmentation", "allocator overhead", "free"} <= set(labels)
+
+
+def test_a_map_taken_while_a_request_waits_shows_external_fragmentation(tmp_path):
+    """A queued Pow2 run: the free slots of a map taken while a request waits are drawn in the breakdown's
+    external-fragmentation colour, named in the legend and the caption, as its stacked bar counts them."""
+    out = tmp_path / "pow2"
+    result = CliRunner().invoke(main, ["run", "--allocator", "contiguous-pow2", "--num-requests", "60", "--rate",
+                                       "20", "--kv-tokens", "6000", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    memory = pd.read_parquet(out / "memory.parquet")
+    waiting = memory[memory["state"] == "external_frag"]["time_s"]
+    assert len(waiting)
+    t = float(waiting.iloc[0])
+    fig = plot_memory_map(memory, time_s=t)
+    ax = fig.axes[0]
+    pixels = ax.images[0].get_array().reshape(-1, 3)[:6000]
+    red = np.all(np.isclose(pixels, to_rgb(STATE_COLORS["external_frag"])), axis=1)
+    assert red.sum() == (memory[memory["time_s"] == t]["state"] == "external_frag").sum() > 0
+    assert "external frag. (free, a request waits)" in [x.get_text() for x in ax.get_legend().get_texts()]
+    assert "external frag. " in ax.get_title(loc="left")
 
 
 def test_plot_time_says_which_snapshot_it_shows(tmp_path):

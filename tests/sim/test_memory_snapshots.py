@@ -1,18 +1,75 @@
 """When the memory-map snapshots are taken: spread over the arrivals (open loop) or over the requests (arrivals
-released by requests leaving, whose span is not known before the run)."""
+released by requests leaving, whose span is not known before the run); and what they show: the step row starting
+at their instant, slot for slot its memory shares."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
+from allocators import catalog
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from sim.kernel.snapshot_schedule import SnapshotSchedule
+from tests.sim.summaries import assert_same_memory_map
 from workloads import ClosedLoop, Workload
 from workloads.named import generate
 
 CONFIG = SimConfig(kv_tokens=4000, memory_snapshots=6)
+SHARES_OF_STATES = {"token_states": ["token"], "reservation": ["reserved"], "internal_frag": ["internal_frag"],
+                    "external_frag": ["overhead", "external_frag"], "free": ["free"]}
+"""The step row's memory columns and the map states that make each up."""
+
+
+def snapshot_keys(memory) -> list[str]:
+    """The columns that tell one snapshot from another: its time, and a fleet's replica."""
+    return ["replica", "time_s"] if "replica" in memory else ["time_s"]
+
+
+def map_shares(result) -> list[tuple[dict, dict]]:
+    """Per snapshot (of each replica): the slots of each state, summed as `SHARES_OF_STATES`, and the memory
+    columns of the step row starting at its instant (a fleet replica's map at the fleet's end: of its last row,
+    idle to that end)."""
+    pairs = []
+    memory, steps = result.memory, result.steps
+    for key, rows in memory.groupby(snapshot_keys(memory)):
+        counts = rows["state"].value_counts()
+        mine = steps[steps["replica"] == key[0]] if "replica" in steps else steps
+        at = mine[mine["time_s"] == key[-1]]
+        row = at.iloc[0] if len(at) else mine[mine["time_s"] < key[-1]].iloc[-1]
+        slots = {share: int(counts.reindex(states, fill_value=0).sum())
+                 for share, states in SHARES_OF_STATES.items()}
+        pairs.append((slots, {share: int(row[share]) for share in SHARES_OF_STATES}))
+    return pairs
+
+
+@pytest.mark.parametrize("allocator, options", [
+    ("contiguous-max", {}), ("contiguous-pow2", {}), ("contiguous-oracle", {"placement": "first-fit"}),
+    ("paged", {}), ("paged", {"replicas": 2, "kv_tokens": 2500}), ("paged-cow", {}), ("vattention", {}),
+    ("radix", {}),
+    ("paged", {"model": "test-hybrid", "gpu": "h100-80gb", "kv_tokens": 1500}),
+])
+def test_a_map_counts_the_step_rows_shares(allocator, options, monkeypatch):
+    """Every map's states, slot for slot, are the memory columns of the step row starting at its instant: while
+    a request waits that memory cannot take, the free slots the breakdown counts as external fragmentation are
+    ``external_frag`` in the map, ``free`` only while nobody waits; and the map is of the pool as that row holds
+    it, its step planned (admissions, prefill chunks, growth). A burst that queues, then a few requests alone;
+    the fast-forward and step by step alike."""
+    monkeypatch.setitem(catalog.MODELS, "test-hybrid", dataclasses.replace(
+        catalog.MODELS["llama-3-8b"], name="test-hybrid", sliding_window=256, sliding_window_layers=24))
+    rng = np.random.default_rng(0)
+    w = Workload(arrival_time_s=np.r_[np.linspace(0, 1, 40), np.linspace(40, 100, 4)],
+                 prompt_tokens=rng.integers(100, 800, 44), output_tokens=rng.integers(20, 300, 44), name="burst")
+    config = SimConfig(**{"kv_tokens": 5000, "memory_snapshots": 8, "allocator": allocator, "step_time": 0.02}
+                       | options)
+    fast, slow = run_simulation(config, w), run_simulation(dataclasses.replace(config, step_by_step=True), w)
+    for result in (fast, slow):
+        pairs = map_shares(result)
+        assert [states for states, _ in pairs] == [row for _, row in pairs]
+    waits = fast.memory.groupby(snapshot_keys(fast.memory))["state"].value_counts().unstack()
+    assert ((waits["external_frag"] > 0) & (waits["free"] == 0)).any()  # a map taken while a request waits
+    assert ((waits["external_frag"] == 0) & (waits["free"] > 0)).any()  # and one while nobody does
+    assert_same_memory_map(fast, slow)
 
 
 def snapshot_times(result) -> list[float]:
@@ -91,13 +148,19 @@ def test_a_fleet_counts_each_replicas_maps(workers):
     """Each replica snapshots its own pool: the fleet's memory_maps is the maps its table holds, every replica's,
     and each per-replica summary counts its own; two processes (``workers``) count as one does. The burst and
     gap of `test_moments_one_row_passes_make_one_snapshot` on two replicas: replica 0 takes the late request
-    and one map at it; replica 1 is idle from the burst's end to the run's, and takes none."""
+    and one map at it; replica 1 is idle from the burst's end to the run's, across every moment, and takes one
+    map of its idle pool at the fleet's end, where its idle row ends."""
     w = Workload(arrival_time_s=np.r_[np.linspace(0, 1, 20), 100.0], prompt_tokens=np.full(21, 200),
                  output_tokens=np.full(21, 50), name="gap")
     r = run_simulation(dataclasses.replace(CONFIG, replicas=2), w, workers=workers)
     maps = r.memory.groupby("replica")["time_s"].nunique().reindex(range(2), fill_value=0).tolist()
-    assert [s["memory_maps"] for s in r.summary["per_replica"]] == maps == [1, 0]
-    assert r.summary["memory_maps"] == 1 and r.summary["memory_snapshots"] == 6
+    assert [s["memory_maps"] for s in r.summary["per_replica"]] == maps == [1, 1]
+    assert r.summary["memory_maps"] == 2 and r.summary["memory_snapshots"] == 6
+    idle = r.memory[r.memory["replica"] == 1]
+    assert idle["time_s"].unique().tolist() == [r.summary["sim_time_s"]]  # the fleet's end (its start is 0)
+    assert idle["state"].value_counts()[["overhead", "free"]].tolist() == [16, 3984]  # the null block, the rest
+    last = r.steps[r.steps["replica"] == 1].iloc[-1]  # its idle row to the fleet's end, which the map shows
+    assert (last["external_frag"], last["free"]) == (16, 3984)
 
 
 def test_schedule_moments():

@@ -41,11 +41,14 @@ def test_a_prompt_placed_whole_is_token_states_only_as_its_chunks_are_computed(a
 
 @pytest.mark.parametrize("allocator", ["contiguous-oracle", "vattention"])
 def test_the_memory_map_marks_an_uncomputed_prompt_reserved(allocator):
+    """Each map is of the step row starting at its instant: the chunks computed before it and the one its step
+    computes are tokens, the rest of the prompt reserved."""
     whole = run(allocator)
     long_request = whole.memory[whole.memory["request_id"] == 0]
     tokens = long_request[long_request["state"] == "token"].groupby("time_s").size()
     reserved = long_request[long_request["state"] == "reserved"].groupby("time_s").size()
-    assert tokens.tolist()[:3] == [2048, 4096, 6144]
+    assert tokens.tolist()[:3] == [4096, 6144, 8000]
+    assert tokens.tolist()[:3] == whole.steps.set_index("time_s")["token_states"][tokens.index[:3]].tolist()
     assert (tokens + reserved).tolist()[:3] == [8099] * 3
 
 
