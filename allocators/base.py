@@ -223,6 +223,12 @@ class Allocator(ABC):
             transfers += seq_transfers
         return GroupSwap(slots, transfers, ((0, 0),) * (len(seq_ids) - 1))
 
+    def swap_hashes(self, seq_ids: Sequence[int]) -> frozenset[int]:
+        """The host-tier keys (the prefix cache's hashes) of the blocks these sequences hold that carry one: the
+        KV a swap-out parks on the host, which a write-back host tier then does not offload again. Default: none
+        (no prefix cache to spill)."""
+        return frozenset()
+
     @abstractmethod
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         """A reason why this sequence could not be admitted even into an empty pool, or None if it could."""

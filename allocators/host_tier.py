@@ -29,7 +29,14 @@ with a host larger than what the GPU evicts, both hit the same blocks.
 
 With ``--preemption swap`` the swapped-out KV of a preempted request lives in the same host memory: it
 takes host blocks (evicting cached ones, LRU first) that no lookup can hit and no eviction can take, until
-the request is swapped back in. So the tier's size bounds cache and swap together.
+the request is swapped back in. So the tier's size bounds cache and swap together. Swap is vLLM v0's and the
+tier vLLM v1's (or SGLang's), so how they meet is kvsim's own rule: a hashed block the swap parked is on the
+host already, so while it is parked a GPU eviction of the same hash (the victim's own blocks, freed by its
+preemption and taken at once by the allocation that preempted it, or a shared prefix's) stores no second copy
+and moves no bytes (``offload_many`` skips it, and `evicted_by` forecasts without it). When the request is
+swapped back in (or dropped), the swap blocks of such hashes are kept as their cache entries, the most
+recently used, as if offloaded then (``kept_blocks``, no bytes): the host ends up caching what an eviction
+would have stored, without holding it twice meanwhile or writing it twice.
 
 Behind a hybrid pool (``hybrid.py``) a host block is one group block and the keys are the pool's ``(hash,
 group)`` keys, so the tier works the same (write-back only: the hybrid pool refuses a write-through tier).
@@ -43,7 +50,7 @@ The interface an allocator uses (a few lines each; paged wires them in ``paged.p
     n = tier.lookup(hashes, start, stop) # consecutive host hits hashes[start:stop] after `start` GPU hits
     tier.take(hashes[start:start + n])   # load them into newly allocated GPU blocks (counts reload bytes)
     tier.load(seq, hashes, start, n)     # the same, as a paged allocator asks every tier
-    tier.swap_out(key, blocks) / tier.swap_in(key)   # a preempted request's KV parked on the host
+    tier.swap_out(key, blocks, hashes) / tier.swap_in(key)  # a preempted request's KV parked on the host
     tier.check_invariants()
 
 (`RequestTier` takes ``load``, ``computed`` and ``release`` by request instead of ``take`` and the
@@ -61,7 +68,8 @@ class HostTier:
     """``num_blocks`` host KV blocks of ``block_bytes`` bytes: an LRU cache by block hash plus swap parking."""
 
     __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
-                 "_swapped", "offloaded_blocks", "reloaded_blocks", "evicted_blocks")
+                 "_swapped", "_parked_hashes", "_parked", "_skipped", "offloaded_blocks", "reloaded_blocks",
+                 "evicted_blocks", "kept_blocks")
 
     write_through = False
     """Write-back: the allocator's evictions spill here (`offload_many`); `RequestTier` is the other policy."""
@@ -88,9 +96,14 @@ class HostTier:
         self._stale: dict[int, int] = {}
         self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))  # popped from the end: id 0 first
         self._swapped: dict[int, list[int]] = {}  # swap key (a request) -> the host blocks its KV takes
+        self._parked_hashes: dict[int, frozenset[int]] = {}  # swap key -> the hashes of the blocks it parked
+        self._parked: dict[int, int] = {}  # hash -> how many swapped requests parked it (not offloaded meanwhile)
+        self._skipped: dict[int, None] = {}  # parked hashes the GPU evicted, not stored (in that order): kept at
+        # `swap_in`
         self.offloaded_blocks = 0  # blocks written to the host (a hash already there costs nothing)
         self.reloaded_blocks = 0  # blocks read back into the GPU (host hits)
         self.evicted_blocks = 0  # host blocks whose cached hash was dropped to make room
+        self.kept_blocks = 0  # swap blocks kept as the cache entries of parked hashes the GPU evicted (`swap_in`)
 
     @classmethod
     def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, **options) -> HostTier:
@@ -144,10 +157,13 @@ class HostTier:
             n += 1
         return n
 
-    def evicted_by(self, count: int) -> list[int]:
-        """The hashes offloading ``count`` new hashes would evict, changing nothing: the least recently used,
-        once the free blocks are taken (what a GPU eviction's spill takes off the host)."""
-        need = min(count - len(self._free), len(self._lru))
+    def evicted_by(self, block_hashes: Sequence[int]) -> list[int]:
+        """The hashes offloading ``block_hashes`` would evict, changing nothing, each counted as new (one the host
+        holds is only touched: this may say more): the least recently used, once the free blocks are taken
+        (what a GPU eviction's spill takes off the host). A parked hash the host does not cache is not stored (`offload_many`): it takes no room."""
+        parked, lru = self._parked, self._lru
+        count = len(block_hashes) if not parked else sum(1 for h in block_hashes if h not in parked or h in lru)
+        need = min(count - len(self._free), len(lru))
         return self._oldest(need)[0] if need > 0 else []
 
     # -- changing ------------------------------------------------------------------------------------------
@@ -245,8 +261,11 @@ class HostTier:
         last) are taken out again and it goes hash by hash. Two dict operations a hash, where checking
         first took four. A leading run of hashes the host holds is touched first, one by one, and the rest
         goes on as above: a write-through admission hands the tier its hits (held already) before its new
-        blocks."""
+        blocks. A hash a swapped request parked is not stored (its KV is on the host already: module doc),
+        though touched if cached."""
         lru, free = self._lru, self._free
+        if self._parked:
+            block_hashes = self._skip_parked(block_hashes)
         held = 0
         while held < len(block_hashes) and block_hashes[held] in lru:
             self._touch(block_hashes[held])
@@ -281,6 +300,18 @@ class HostTier:
         self._order_blocks += blocks
         self.offloaded_blocks += n
         return n
+
+    def _skip_parked(self, block_hashes: Sequence[int]) -> list[int]:
+        """``block_hashes`` but those parked and not cached, which are noted (`_skipped`, latest last) instead."""
+        lru, parked, skipped = self._lru, self._parked, self._skipped
+        stored = []
+        for h in block_hashes:
+            if h in parked and h not in lru:
+                skipped.pop(h, None)
+                skipped[h] = None
+            else:
+                stored.append(h)
+        return stored
 
     def _offload_each(self, block_hashes: Sequence[int]) -> int:
         """`offload_many` one hash at a time (hashes cached already or twice, or a host full of swap)."""
@@ -320,20 +351,43 @@ class HostTier:
         allocator makes of every tier; a write-back tier does not need the sequence)."""
         return self.take(block_hashes[start:start + count])
 
-    def swap_out(self, key: int, num_blocks: int) -> bool:
+    def swap_out(self, key: int, num_blocks: int, block_hashes: frozenset[int] = frozenset()) -> bool:
         """Park ``num_blocks`` blocks of a preempted request's KV under ``key``, evicting cached blocks as
-        needed; False (nothing changed) if the host has too few blocks that are free or cached."""
+        needed, ``block_hashes`` those of its hashed blocks (not offloaded while parked); False (nothing
+        changed) if the host has too few blocks that are free or cached."""
         if key in self._swapped:
             raise ValueError(f"host tier: {key} is already swapped out")
         if num_blocks > len(self._free) + len(self._lru):
             return False
         self._swapped[key] = [self._room() for _ in range(num_blocks)]
+        if block_hashes:
+            self._parked_hashes[key] = block_hashes
+            parked = self._parked
+            for h in block_hashes:
+                parked[h] = parked.get(h, 0) + 1
         return True
 
     def swap_in(self, key: int) -> int:
-        """Free the host blocks of a request being swapped back in; returns how many."""
+        """Free the host blocks of a request being swapped back in (or dropped), but those that hold a hash the
+        GPU evicted while it was parked: they become its cache entry (the most recently used, in the order they
+        were evicted; no bytes move). Returns how many blocks it held."""
         blocks = self._swapped.pop(key)
-        self._free.extend(reversed(blocks))
+        free = self._free
+        free.extend(reversed(blocks))
+        hashes = self._parked_hashes.pop(key, ())
+        parked, skipped, lru = self._parked, self._skipped, self._lru
+        for h in hashes:
+            n = parked.pop(h)
+            if n > 1:
+                parked[h] = n - 1
+        kept = [h for h in skipped if h in hashes]  # no more than its blocks: a hash is one of them at least
+        for h in kept:
+            del skipped[h]
+            block = free.pop()
+            lru[h] = block
+            self._order.append(h)
+            self._order_blocks.append(block)
+        self.kept_blocks += len(kept)
         return len(blocks)
 
     def check_invariants(self) -> None:
@@ -344,8 +398,16 @@ class HostTier:
                                               f"{self.block_bytes} B accounted for, capacity {self.num_blocks}")
         assert len(set(held)) == len(held), "host tier: a host block is held twice"
         assert all(0 <= b < self.num_blocks for b in held), "host tier: host block id out of range"
-        assert self.reloaded_blocks >= 0 and self.offloaded_blocks >= self.evicted_blocks >= 0, \
+        assert self.reloaded_blocks >= 0 and self.offloaded_blocks + self.kept_blocks >= self.evicted_blocks >= 0, \
             "host tier: counters out of step"
+        parked: dict[int, int] = {}
+        for key, hashes in self._parked_hashes.items():
+            assert key in self._swapped, f"host tier: hashes parked under {key}, which is not swapped out"
+            for h in hashes:
+                parked[h] = parked.get(h, 0) + 1
+        assert parked == self._parked, "host tier: parked hashes miscounted"
+        assert all(h in parked and h not in self._lru for h in self._skipped), \
+            "host tier: a skipped hash is not parked, or cached"
         self._check_order()
 
     def _check_order(self) -> None:

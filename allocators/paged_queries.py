@@ -128,7 +128,8 @@ class PagedQueries(Allocator):
         if tier is None:
             return []
         if not tier.write_through:
-            return tier.evicted_by(len(evicted)) if evicted else []
+            hashed = self._cache.block_hash
+            return tier.evicted_by([hashed[b] for b in evicted]) if evicted else []
         s = self._seqs[seq_id]
         full = (s.tokens + num_tokens) // self.block_size
         return None if s.hashes and tier.store_evicts(seq_id, s.hashes, full) else []
@@ -193,6 +194,10 @@ class PagedQueries(Allocator):
         made = {0: 0} | {seq: k for k, (_, _, seq) in enumerate(forks, 1)}  # sequence -> its place in the making
         blocks = len({b for table in tables for b in table})
         return GroupSwap(blocks * self.block_size, blocks, tuple((made[src], tokens) for tokens, src, _ in forks))
+
+    def swap_hashes(self, seq_ids: Sequence[int]) -> frozenset[int]:
+        hashed = self._cache.block_hash
+        return frozenset(h for seq_id in seq_ids for b in self._seqs[seq_id].table if (h := hashed[b]) is not None)
 
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""

@@ -367,9 +367,9 @@ class RequestTier(HostTier):
     def _forget(self, a: Access) -> None:
         """The finished request's record ends."""
 
-    def swap_out(self, key: int, num_blocks: int) -> bool:
+    def swap_out(self, key: int, num_blocks: int, block_hashes: frozenset[int] = frozenset()) -> bool:
         self._changes += 1
-        return super().swap_out(key, num_blocks)
+        return super().swap_out(key, num_blocks, block_hashes)
 
     def swap_in(self, key: int) -> int:
         self._changes += 1

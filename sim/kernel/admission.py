@@ -332,13 +332,14 @@ class GroupMechanics(Preemption):
         s.completions.push(group)
 
     def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False,
-                     stepped: Collection[int] = ()) -> None:
+                     stepped: Collection[int] = (), parked: set[int] | None = None) -> None:
         """Free every sequence of a running group and take it off the running list (``finished``, or
         preempted): the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots
         a last sync copies (a preemption; a group finishing after its step has run pays nothing).
         ``stepped``: decoders the running loop passed this step (`Scheduler.walked`), told this step's slot
         too where they lag, as step by step they hold it (a block it fills is cached, as in vLLM, whose
-        scheduler caches the blocks it allocates before it preempts)."""
+        scheduler caches the blocks it allocates before it preempts). ``parked``: gathers the hashes of the
+        blocks it held (`KVMemory.free_group`)."""
         s = self.s
         decode, lags = s.decode, {}
         for seq_id in group.seq_ids:
@@ -346,7 +347,7 @@ class GroupMechanics(Preemption):
                 lag = decode.pending(seq_id, s.step)
                 lags[seq_id] = lag + 1 if lag >= 0 and seq_id in stepped else lag
                 decode.leave(seq_id)
-        copies = s.memory.free_group(group, lags, finished)
+        copies = s.memory.free_group(group, lags, finished, parked)
         if charge and copies:
             s.plan.add_copies(copies)
         s.running.remove(group)

@@ -155,10 +155,17 @@ class KVMemory:
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         return self._alloc.breakdown(waiting)
 
-    def park(self, key: int, slots: int) -> bool:
-        """Swap ``slots`` of a preempted request (``key``) out into the host tier's memory, whole blocks;
-        False if it has no room (only with a host tier)."""
-        return self.host_tier.swap_out(key, -(-slots // self.block_size))
+    def park(self, key: int, slots: int, block_hashes: frozenset[int] = frozenset()) -> bool:
+        """Swap ``slots`` of a preempted request (``key``) out into the host tier's memory, whole blocks,
+        ``block_hashes`` the keys of its hashed ones (`free_group`'s ``parked``: not offloaded meanwhile); False
+        if it has no room (only with a host tier)."""
+        return self.host_tier.swap_out(key, -(-slots // self.block_size), block_hashes)
+
+    @property
+    def parks_hashes(self) -> bool:
+        """Whether a swap-out tells the host tier the hashes it parks: a write-back tier, whose spills then skip
+        them (a write-through one stores blocks as they are computed, not as the GPU evicts them)."""
+        return self.host_tier is not None and not self.host_tier.write_through
 
     def unpark(self, key: int) -> None:
         """The request swapped out under ``key`` is back on the GPU: free its host blocks."""
@@ -209,15 +216,20 @@ class KVMemory:
             self.host_tier.release(seq_id, finished)
         del self.owner[seq_id]
 
-    def free_group(self, group: SequenceGroup, lags: Mapping[int, int], finished: bool = False) -> tuple[Copy, ...]:
+    def free_group(self, group: SequenceGroup, lags: Mapping[int, int], finished: bool = False,
+                   parked: set[int] | None = None) -> tuple[Copy, ...]:
         """Free every sequence of a group (``finished``: for good). ``lags``: tokens a sequence computed that the
         allocator was not told (a lazily grown decoder); with prefix caching they are told first, so its full
-        blocks get their hashes, as in vLLM. Returns the copies that telling them made."""
+        blocks get their hashes, as in vLLM. ``parked``: gathers the host-tier keys of the hashed blocks each
+        sequence holds when it is freed, those told included (a group being swapped out: `park`). Returns the
+        copies that telling them made."""
         copies: tuple[Copy, ...] = NO_COPIES
         for seq_id in group.seq_ids:
             lag = lags.get(seq_id, 0)
             if lag > 0 and self.prefix_caching:
                 copies += self._alloc.grow(seq_id, lag) or NO_COPIES
+            if parked is not None:
+                parked |= self._alloc.swap_hashes((seq_id,))
             self.free(seq_id, finished)
         group.seq_ids = []
         return copies

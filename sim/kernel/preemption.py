@@ -44,7 +44,8 @@ class Preemption:
             swap = s.memory.swap_group(victim, [decode.pending(seq_id, step) if seq_id in decode else 0
                                                 for seq_id in victim.seq_ids])
         stepped = [seq_id for seq_id in victim.seq_ids if s.walked(victim, seq_id)] if decoding else ()
-        self.stop_running(victim, stepped=stepped)
+        parked = set() if swap is not None and s.memory.parks_hashes else None  # what the swap parks, hashed
+        self.stop_running(victim, stepped=stepped, parked=parked)
         s.returned += s.step_tokens.pop(victim.index, 0)
         victim.epoch += 1
         victim.preemptions += 1
@@ -53,7 +54,7 @@ class Preemption:
         if not s.running and not self.held_off_running():
             self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
             return
-        if swap is not None and self._swap_room(victim, swap.slots):
+        if swap is not None and self._swap_room(victim, swap.slots, frozenset(parked or ())):
             victim.state = SWAPPED
             self.swapped[victim.index] = swap
             s.plan.swap_blocks += swap.transfers
@@ -75,12 +76,13 @@ class Preemption:
         s = self.s
         return s.loads is not None and (bool(s.loads) or s.waiting.held > 0)
 
-    def _swap_room(self, victim: SequenceGroup, moved: int) -> bool:
+    def _swap_room(self, victim: SequenceGroup, moved: int, block_hashes: frozenset[int]) -> bool:
         """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one
-        (its cached blocks evicted as needed), else the ``--swap-space-gib`` swap space; False if full."""
+        (its cached blocks evicted as needed; ``block_hashes``, those of its hashed blocks, then count as on the
+        host), else the ``--swap-space-gib`` swap space; False if full."""
         memory = self.s.memory
         if memory.host_tier is not None:
-            return memory.park(victim.index, moved)
+            return memory.park(victim.index, moved, block_hashes)
         if self.swap_used + moved > self.swap_slots:
             return False
         self.swap_used += moved

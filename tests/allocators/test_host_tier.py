@@ -1,6 +1,7 @@
 """The host tier against a plain LRU written here with an OrderedDict (the tier's former implementation):
-random offloads (in batches, with hashes cached already or repeated), loads and swap parking must leave the
-same hashes in the same LRU order on the same host blocks, with the same counters. The tier keeps its order
+random offloads (in batches, with hashes cached already or repeated), loads and swap parking (with the hashes
+it parks, which are not offloaded meanwhile) must leave the same hashes in the same LRU order on the same host
+blocks, with the same counters. The tier keeps its order
 in a queue with stale entries and offloads a batch with bulk operations; this guards that it is still
 exactly an LRU, block ids included."""
 
@@ -15,13 +16,24 @@ from tests.soak import examples
 
 
 class ReferenceTier:
-    """``HostTier``'s behaviour one hash at a time: free blocks popped from the end, then the LRU's oldest."""
+    """``HostTier``'s behaviour one hash at a time: free blocks popped from the end, then the LRU's oldest; a
+    parked hash the host does not cache is not stored but noted, and cached in a block its request frees when it
+    is swapped back in."""
 
     def __init__(self, num_blocks: int) -> None:
         self.lru: OrderedDict[int, int] = OrderedDict()
         self.free = list(range(num_blocks - 1, -1, -1))
         self.swapped: dict[int, list[int]] = {}
-        self.offloaded = self.reloaded = self.evicted = 0
+        self.parked: dict[int, frozenset[int]] = {}
+        self.skipped: dict[int, None] = {}
+        self.offloaded = self.reloaded = self.evicted = self.kept = 0
+
+    def is_parked(self, h: int) -> bool:
+        return any(h in hashes for hashes in self.parked.values())
+
+    def stored(self, hashes: list[int]) -> int:
+        """How many of ``hashes`` an offload would store if all were new (`HostTier.evicted_by`)."""
+        return sum(1 for h in hashes if h in self.lru or not self.is_parked(h))
 
     def room(self) -> int | None:
         if self.free:
@@ -37,6 +49,10 @@ class ReferenceTier:
             if h in self.lru:
                 self.lru.move_to_end(h)
                 continue
+            if self.is_parked(h):
+                self.skipped.pop(h, None)
+                self.skipped[h] = None
+                continue
             block = self.room()
             if block is not None:
                 self.lru[h] = block
@@ -49,14 +65,20 @@ class ReferenceTier:
             self.lru.move_to_end(h)
         self.reloaded += len(hashes)
 
-    def swap_out(self, key: int, num_blocks: int) -> bool:
+    def swap_out(self, key: int, num_blocks: int, hashes: frozenset[int]) -> bool:
         if num_blocks > len(self.free) + len(self.lru):
             return False
         self.swapped[key] = [self.room() for _ in range(num_blocks)]
+        self.parked[key] = hashes
         return True
 
     def swap_in(self, key: int) -> None:
         self.free.extend(reversed(self.swapped.pop(key)))
+        hashes = self.parked.pop(key)
+        for h in [h for h in self.skipped if h in hashes]:
+            del self.skipped[h]
+            self.lru[h] = self.free.pop()
+            self.kept += 1
 
 
 def lru_order(tier: HostTier) -> list[tuple[int, int]]:
@@ -75,7 +97,8 @@ def lru_order(tier: HostTier) -> list[tuple[int, int]]:
 operation = st.one_of(
     st.tuples(st.just("offload"), st.lists(st.integers(0, 40), max_size=12)),
     st.tuples(st.just("take"), st.integers(0, 6)),
-    st.tuples(st.just("swap_out"), st.integers(1, 4)),
+    st.tuples(st.just("swap_out"), st.integers(1, 4).flatmap(  # a request's hashed blocks are some of its blocks
+        lambda n: st.tuples(st.just(n), st.frozensets(st.integers(0, 40), max_size=n)))),
     st.tuples(st.just("swap_in"), st.integers(0, 3)),
 )
 
@@ -87,15 +110,15 @@ def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
     next_key = 0
     for name, arg in ops:
         if name == "offload":
-            need = min(len(arg) - len(ref.free), len(ref.lru))  # what a batch this long would evict, if all new
-            assert tier.evicted_by(len(arg)) == list(ref.lru)[:max(need, 0)]
+            need = min(ref.stored(arg) - len(ref.free), len(ref.lru))  # what the batch would evict, if all new
+            assert tier.evicted_by(arg) == list(ref.lru)[:max(need, 0)]
             assert tier.offload_many(arg) == ref.offload_many(arg)
         elif name == "take":  # load the most recently used ``arg`` cached hashes, oldest of them first
             hits = list(ref.lru)[-arg:] if arg else []
             assert tier.take(hits) == len(hits)
             ref.take(hits)
         elif name == "swap_out":
-            assert tier.swap_out(next_key, arg) == ref.swap_out(next_key, arg)
+            assert tier.swap_out(next_key, *arg) == ref.swap_out(next_key, *arg)
             next_key += 1
         elif ref.swapped:
             key = sorted(ref.swapped)[arg % len(ref.swapped)]
@@ -104,8 +127,8 @@ def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
         tier.check_invariants()
         assert lru_order(tier) == list(ref.lru.items())
         assert tier._free == ref.free and tier._swapped == ref.swapped
-        assert (tier.offloaded_blocks, tier.reloaded_blocks, tier.evicted_blocks) == \
-               (ref.offloaded, ref.reloaded, ref.evicted)
+        assert (tier.offloaded_blocks, tier.reloaded_blocks, tier.evicted_blocks, tier.kept_blocks) == \
+               (ref.offloaded, ref.reloaded, ref.evicted, ref.kept)
 
 
 def test_a_batch_of_new_hashes_takes_free_blocks_then_the_oldest_cached_ones():
@@ -119,4 +142,25 @@ def test_a_batch_of_new_hashes_takes_free_blocks_then_the_oldest_cached_ones():
     assert 4 not in tier and 3 in tier
     assert tier.offload_many([5, 10]) == 1  # 5 is touched, 10 evicts the oldest: 6
     assert 6 not in tier and 5 in tier
+    tier.check_invariants()
+
+
+def test_a_parked_hash_is_not_offloaded_again_and_stays_cached_when_swapped_back_in():
+    """A swapped request's hashed blocks are on the host already: while they are parked a GPU eviction of one
+    stores nothing (no bytes, no second block) and the forecast leaves it out; a cached one is only touched.
+    Swapped back in, the request's swap block of an evicted hash becomes its cache entry, the most recently
+    used, with no bytes moved."""
+    tier = HostTier(6, 10)
+    assert tier.offload_many([1, 2]) == 2  # 4 blocks free
+    assert tier.swap_out(7, 3, frozenset({1, 3, 4}))  # 1 free; hash 1 cached and parked
+    assert tier.evicted_by([3, 4, 5, 6]) == [1]  # only 5 and 6 are stored: the free block, then the oldest
+    assert tier.offload_many([3, 4, 5, 6]) == 2
+    assert (3 in tier, 4 in tier, 1 in tier, tier.offloaded_blocks) == (False, False, False, 4)
+    assert tier.offload_many([2]) == 0  # cached: touched, parked or not
+    tier.check_invariants()
+    assert tier.swap_in(7) == 3
+    assert 3 in tier and 4 in tier and tier.num_free == 1
+    assert (tier.offloaded_blocks, tier.kept_blocks, tier.offload_bytes) == (4, 2, 40)
+    assert [h for h, _ in lru_order(tier)] == [5, 6, 2, 3, 4]
+    assert tier.offload_many([3, 4]) == 0  # cached now: no bytes when the GPU evicts them again
     tier.check_invariants()
