@@ -264,8 +264,8 @@ class HostTier:
         blocks. A hash a swapped request parked is not stored (its KV is on the host already: module doc),
         though touched if cached."""
         lru, free = self._lru, self._free
-        if self._parked:
-            block_hashes = self._skip_parked(block_hashes)
+        if self._parked:  # whether a parked hash is cached depends on what the batch evicted before it
+            return self._offload_each(block_hashes)
         held = 0
         while held < len(block_hashes) and block_hashes[held] in lru:
             self._touch(block_hashes[held])
@@ -301,25 +301,18 @@ class HostTier:
         self.offloaded_blocks += n
         return n
 
-    def _skip_parked(self, block_hashes: Sequence[int]) -> list[int]:
-        """``block_hashes`` but those parked and not cached, which are noted (`_skipped`, latest last) instead."""
-        lru, parked, skipped = self._lru, self._parked, self._skipped
-        stored = []
-        for h in block_hashes:
-            if h in parked and h not in lru:
-                skipped.pop(h, None)
-                skipped[h] = None
-            else:
-                stored.append(h)
-        return stored
-
     def _offload_each(self, block_hashes: Sequence[int]) -> int:
-        """`offload_many` one hash at a time (hashes cached already or twice, or a host full of swap)."""
-        lru, free = self._lru, self._free
+        """`offload_many` one hash at a time (hashes cached already or twice, a host full of swap, or parked
+        hashes: one not cached when its turn comes is noted in `_skipped`, latest last, instead of stored)."""
+        lru, free, parked, skipped = self._lru, self._free, self._parked, self._skipped
         moved = 0
         for h in block_hashes:
             if h in lru:
                 self._touch(h)
+                continue
+            if h in parked:
+                skipped.pop(h, None)
+                skipped[h] = None
                 continue
             if free:
                 block = free.pop()

@@ -164,3 +164,17 @@ def test_a_parked_hash_is_not_offloaded_again_and_stays_cached_when_swapped_back
     assert [h for h, _ in lru_order(tier)] == [5, 6, 2, 3, 4]
     assert tier.offload_many([3, 4]) == 0  # cached now: no bytes when the GPU evicts them again
     tier.check_invariants()
+
+
+def test_a_parked_hash_a_batch_evicts_is_not_stored_again_by_the_same_batch():
+    """Whether a parked hash is cached is read when its turn in the batch comes: a new hash ahead of it may
+    evict it, and the parked copy still holds its KV, so it is not stored a second time."""
+    tier = HostTier(4, 10)
+    assert tier.offload_many([0, 2]) == 2
+    assert tier.swap_out(9, 2, frozenset({0}))  # no block free; hash 0 cached (the oldest) and parked
+    assert tier.offload_many([1, 0]) == 1  # 1 evicts 0, which is parked: not stored again
+    assert (0 in tier, 1 in tier, 2 in tier) == (False, True, True)
+    tier.check_invariants()
+    assert tier.swap_in(9) == 2
+    assert 0 in tier and tier.kept_blocks == 1
+    tier.check_invariants()
