@@ -13,7 +13,7 @@ whose compute capability is known.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from allocators.catalog import GpuSpec, ModelSpec
 from allocators.mla_backends import (
@@ -28,21 +28,26 @@ from allocators.mla_backends import (
 )
 from allocators.option_use import follows_vllm_block_size
 
-if TYPE_CHECKING:  # `SimConfig` validates --over-length, whose module reports refusals from here
-    from sim.kernel.config import SimConfig
+
+class BlockSizeConfig(Protocol):
+    """What these rules read of a `sim.kernel.config.SimConfig` (not imported: it validates --over-length,
+    whose module reports refusals from here)."""
+
+    allocator: str
+    block_size: int
 
 
-def _given(config: SimConfig) -> int | None:
+def _given(config: BlockSizeConfig) -> int | None:
     """``--block-size`` as vLLM would have it: None for kvsim's default, which is vLLM's."""
     return None if config.block_size == DEFAULT_BLOCK_SIZE else config.block_size
 
 
-def _applies(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> bool:
+def _applies(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> bool:
     return (bool(model.kv_lora_rank) and gpu.compute_capability is not None
             and follows_vllm_block_size(config.allocator))
 
 
-def run_block_size(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> int:
+def run_block_size(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> int:
     """The tokens per block of a run of ``config`` serving ``model`` (at its KV dtype) on ``gpu``."""
     if not _applies(config, model, gpu) or _given(config) is not None:
         return config.block_size
@@ -60,7 +65,7 @@ def _where(model: ModelSpec, gpu: GpuSpec) -> str:
             f"capability {gpu.compute_capability:.1f})")
 
 
-def block_size_settings(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> dict[str, str]:
+def block_size_settings(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> dict[str, str]:
     """``--block-size`` -> why the run's blocks are another size (`run_block_size`); empty when they are not."""
     size = run_block_size(config, model, gpu)
     if size == config.block_size:
@@ -72,7 +77,7 @@ def block_size_settings(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> di
         f"{config.block_size} as not given; vLLM keeps a given block size that some backend takes)")}
 
 
-def block_size_refusal(config: SimConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
+def block_size_refusal(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
     """Why vLLM would find no MLA attention backend for this run, and refuse to start; None when it finds one
     (or the rule does not apply: `run_block_size`)."""
     if not _applies(config, model, gpu) or mla_backend(model, gpu, _given(config)) is not None:
