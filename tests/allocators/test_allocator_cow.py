@@ -2,6 +2,7 @@
 
 from allocators import make_allocator
 from allocators.base import SHARED_OWNER, fork_plan
+from tests.allocators.block_trie import block_trie
 
 BS = 16
 
@@ -76,18 +77,6 @@ def test_beam_search_forks_from_chosen_parents_and_frees_the_losers():
     assert all(a.num_tokens(seq) == 32 for seq in beams)
     b = a.breakdown()
     assert b.used_blocks <= 2 * 2 + 1 and b.shared_saved >= BS  # at least the first prompt block is shared
-
-
-def block_trie(tables, depth=0):
-    """The sharing of block tables up to renaming blocks: at each depth, how many tables end there and the
-    tries of the groups of tables that hold the same block there."""
-    ends, kids = 0, {}
-    for table in tables:
-        if len(table) == depth:
-            ends += 1
-        else:
-            kids.setdefault(table[depth], []).append(table)
-    return ends, sorted(block_trie(group, depth + 1) for group in kids.values())
 
 
 def rebuild(a, ids, num_tokens, total_tokens, forks, final_tokens):

@@ -19,6 +19,7 @@ from sim.kernel.runner import run_simulation
 from sim.kernel.scheduler import Scheduler
 from sim.kernel.sequence_group import RUNNING, SWAPPED, SequenceGroup
 from sim.kernel.step_plan import StepPlan
+from tests.allocators.block_trie import block_trie
 from workloads import Workload
 
 MODEL, GPU = get_model("opt-13b"), get_gpu("a100-40gb")
@@ -122,18 +123,6 @@ def test_fork_and_swap_plans_carry_the_slots_moved(allocator):
                            attention_pairs=back.attention_pairs)
     assert charged - plain == pytest.approx(cost.transfer_time(back.copy_slots, slots, transfers), rel=1e-9)
     alloc.check_invariants()
-
-
-def block_trie(tables, depth=0):
-    """The sharing of block tables up to renaming blocks: at each depth, how many tables end there and the
-    tries of the groups of tables that hold the same block there."""
-    ends, kids = 0, {}
-    for table in tables:
-        if len(table) == depth:
-            ends += 1
-        else:
-            kids.setdefault(table[depth], []).append(table)
-    return ends, sorted(block_trie(group, depth + 1) for group in kids.values())
 
 
 @pytest.mark.parametrize("allocator", ["paged-cow", "radix"])
