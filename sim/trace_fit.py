@@ -2,13 +2,15 @@
 
 No GPU and no kernel timings: the measured per-request TTFT and decode time (E2E - TTFT) are the targets,
 and each trial set of coefficients is scored by simulating the whole run (every request loads the server)
-and comparing the training requests only. The search is Levenberg-Marquardt over the logarithms of the
-fitted coefficients. Its Jacobian comes from the simulated schedule held fixed: every step the simulation
-priced is re-priced under slightly changed coefficients (`sim.schedule_jacobian`). Finite
-differences of whole simulations would not do: a request's TTFT jumps by up to a step as its arrival falls
-before or after a step boundary, and those jumps swamp the derivative. Each trial point is then simulated
-afresh (the schedule may change) and kept only if it lowers the error. The search is bounded by a number of
-simulations and a wall-clock limit, and deterministic: the training half is a seeded random half of the
+and comparing the training requests only. The search (`sim.trace_search`) is least squares over the logarithms
+of the fitted coefficients. Its cheap model of how they move the residuals comes from the simulated schedule
+held fixed: every step the simulation priced is re-priced under slightly changed coefficients
+(`sim.schedule_jacobian`). Finite differences of whole simulations over small changes would not do: a
+request's TTFT jumps by up to a step as its arrival falls before or after a step boundary, and those jumps swamp
+the derivative. Over 5% changes they average out, and such differences see what the fixed schedule cannot, the
+queue's feedback on a loaded run, so the search uses both. Each trial point is simulated afresh (the schedule
+may change) and kept only if it lowers the error. The search is bounded by a number of simulations and a
+wall-clock limit, and deterministic: the training half is a seeded random half of the
 requests (or the earlier half by arrival), and the simulation is seeded.
 
 The other half is held out: the fitted coefficients predict it, and its MAPE is reported beside the training
@@ -36,6 +38,7 @@ from sim.kernel.summary import rejected_reasons
 from sim.measured import MeasuredRun
 from sim.replay import METRICS, latencies, score, workload_of
 from sim.schedule_jacobian import RecordingStepCost, schedule_jacobian
+from sim.trace_search import Point, Search
 
 FITTABLE = ("bandwidth_frac", "flops_frac", "step_overhead_s", "seq_overhead_s", "prefill_token_s",
             "mixed_overlap")
@@ -43,8 +46,6 @@ DEFAULT_FIT = ("bandwidth_frac", "flops_frac", "seq_overhead_s")
 FRACTIONS = ("bandwidth_frac", "flops_frac", "mixed_overlap")
 TTFT_GROUP = 16
 """TTFT is compared in sums over this many training requests of similar prompt length (see `fit_trace`)."""
-MAX_LOG_STEP = 1.0
-"""Largest change of a log coefficient in one step of the search (a factor e)."""
 MAX_SECONDS = 0.1
 """Largest value a fitted time coefficient may take (a tenth of a second per step, sequence or token)."""
 STEP = 1e-4
@@ -100,11 +101,11 @@ def _log_ratio(sim: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 
 def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm-v1",
-              fit: Sequence[str] = DEFAULT_FIT, holdout: str = "random", seed: int = 0, max_evals: int = 30,
+              fit: Sequence[str] = DEFAULT_FIT, holdout: str = "random", seed: int = 0, max_evals: int = 60,
               time_limit_s: float = 300.0) -> TraceFit:
     """Fit ``fit`` (names of `FITTABLE` coefficients) to a random (or the earlier) half of ``run``, starting
     from profile ``start_profile``; the other coefficients keep the profile's values. ``max_evals``: most
-    simulations of the run."""
+    simulations of the run, over the search's two starts (`sim.trace_search`)."""
     unknown = [name for name in fit if name not in FITTABLE]
     if unknown or not fit:
         raise ValueError(f"cannot fit {', '.join(unknown) or 'nothing'}; fittable: {', '.join(FITTABLE)}")
@@ -165,35 +166,20 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
 
     x = np.log([max(float(base[name]), _FLOOR) for name in names])
     upper = np.log([1.0 if name in FRACTIONS else MAX_SECONDS for name in names])
-    r, jac, req = evaluate(x, warn=True)
-    refused = req["rejected"].to_numpy(bool)  # set by the settings, not the coefficients: known after one run
+    start = Point(x, *evaluate(x, warn=True))
+    refused = start.requests["rejected"].to_numpy(bool)  # set by the settings, not the coefficients: known now
     if (empty := _empty_half(halves, ~refused)) is not None:
         raise ValueError(f"{run.path}: the simulation served 0 of the {int(halves[empty].sum())} scored requests of "
                          f"the {empty} half ({int((refused & run.scored).sum())} scored requests rejected in all): "
                          "too few to fit and check; give the run's own settings (--kv-tokens, --max-model-len, ...)")
-    evals, lam, cost = 1, 1.0, float(r @ r)
-    while evals < max_evals and time.monotonic() < started + time_limit_s:
-        a, g = jac.T @ jac, jac.T @ r
-        dx = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -g)
-        dx *= min(1.0, MAX_LOG_STEP / max(np.abs(dx).max(), 1e-300))  # at most a factor e per coefficient
-        dx = np.clip(x + dx, np.log(_FLOOR), upper) - x
-        r_new, jac_new, req_new = evaluate(x + dx)
-        evals += 1
-        new_cost = float(r_new @ r_new)
-        if np.isfinite(new_cost) and new_cost < cost:
-            done = np.abs(dx).max() < 1e-4 or cost - new_cost < 1e-9 * cost
-            x, r, jac, req, cost, lam = x + dx, r_new, jac_new, req_new, new_cost, max(lam / 4, 1e-6)
-            if done:
-                break
-        else:
-            lam *= 5
-            if lam > 1e6:
-                break
+    search = Search(evaluate, np.full(len(names), np.log(_FLOOR)), upper, max_evals, started + time_limit_s, evals=1)
+    best = search.fit(start)
+    x, req = best.x, best.requests
     sim = latencies(req)
     rejected = rejected_reasons(req["reject_reason"][req["rejected"].to_numpy(bool) & run.scored])
     capped = int(((req["length_capped_tokens"].to_numpy() > 0) & run.scored).sum())
     return TraceFit(coefficients(x), names, train, score(run.frame, sim, train), score(run.frame, sim, heldout),
-                    evals, time.monotonic() - started, start_profile, rejected, capped)
+                    search.evals, time.monotonic() - started, start_profile, rejected, capped)
 
 
 def _empty_half(halves: dict[str, np.ndarray], counted: np.ndarray | None = None) -> str | None:
@@ -234,7 +220,7 @@ def trace_table(result: TraceFit, run: MeasuredRun, config: SimConfig, created: 
         "device": "trace", "device_name": f"measured run {run.path} ({run.kind})",
         "created": created or _dt.date.today().isoformat(),
         "coefficients": coefficients,
-        "fit": {"method": "replay through kvsim, Levenberg-Marquardt on log coefficients",
+        "fit": {"method": "replay through kvsim, least squares on log coefficients (secant and schedule-frozen steps)",
                 "fitted": list(result.fitted), "start_profile": result.start_profile,
                 "simulations": result.simulations, "seconds": round(result.seconds, 1),
                 "train": _scores(result.train_score), "heldout": _scores(result.heldout_score),

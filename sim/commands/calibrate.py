@@ -201,8 +201,8 @@ def _from_trace(path: str, opts: dict) -> None:
               help="--from-trace: fit a seeded random half of the requests (or the earlier half) and report "
                    "the error on the other half.")
 @click.option("--seed", type=int, default=0, show_default=True, help="--from-trace: seed of the split and the run.")
-@click.option("--max-evals", type=click.IntRange(min=2), default=30, show_default=True,
-              help="--from-trace: most simulations of the run.")
+@click.option("--max-evals", type=click.IntRange(min=2), default=60, show_default=True,
+              help="--from-trace: most simulations of the run, over the search's two starts (the first gets half).")
 @click.option("--time-limit", type=float, default=300.0, show_default=True,
               help="--from-trace: wall-clock limit of the fit, seconds.")
 @click.option("--json", "as_json", is_flag=True, help="--from-trace: also print the table as JSON.")

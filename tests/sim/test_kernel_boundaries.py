@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = ROOT / "sim" / "kernel"
 OUTSIDE = ("sim.commands", "sim.cli", "sim.plots", "sim.sweep", "sim.reproduce", "sim.describe", "sim.trace_fit",
-           "sim.replay", "sim.measured", "sim.schedule_jacobian")
+           "sim.replay", "sim.measured", "sim.schedule_jacobian", "sim.trace_search")
 ALLOCATOR_IMPORTS = ("allocators.ALLOCATORS", "allocators.make_allocator", "allocators.allocator_class",
                      "allocators.base.Allocator", "allocators.paged", "allocators.contiguous", "allocators.block_pool",
                      "allocators.free_queue", "allocators.prefix_cache", "allocators.placement")

@@ -157,7 +157,7 @@ def test_latencies_in_milliseconds_fit_to_implausible_fractions_and_warn(tmp_pat
     path = tmp_path / "ms.csv"
     frame[["arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s"]].to_csv(path, index=False)
     result = CliRunner().invoke(main, ["calibrate", "--from-trace", str(path), "--model", "llama-2-7b", "--gpu",
-                                       "h100-80gb", "--out", str(tmp_path / "t.json"), "--max-evals", "12"])
+                                       "h100-80gb", "--out", str(tmp_path / "t.json"), "--max-evals", "20"])
     assert result.exit_code == 0, result.output
     assert "a GPU running at under 5% of its peak is implausible" in result.stderr
 
@@ -261,12 +261,13 @@ def test_session_turns_are_checked_in_arrival_order(tmp_path):
 SAMPLED_TRUTH = dict(bandwidth_frac=0.75, flops_frac=0.58, seq_overhead_s=2.7e-5)
 
 
-def _sampled_run(path, parallel_sampling: str, **sampling) -> tuple[SimConfig, StepCostModel]:
-    """The round trip's requests (`test_round_trip_recovers_known_coefficients`), each with ``sampling``
-    (``n=3``: sampled 3 times; ``beam_width=3``), simulated with `SAMPLED_TRUTH` under ``parallel_sampling``;
-    kvsim's own requests table is written to ``path`` (CSV). Returns the run's configuration and clock."""
+def _sampled_run(path, parallel_sampling: str, quiet_rate: float = 0.5, **sampling) -> tuple[SimConfig, StepCostModel]:
+    """The round trip's requests (`test_round_trip_recovers_known_coefficients`: the first third arriving at
+    ``quiet_rate`` a second, the rest at 5), each with ``sampling`` (``n=3``: sampled 3 times; ``beam_width=3``;
+    none: one sequence), simulated with `SAMPLED_TRUTH` under ``parallel_sampling``; kvsim's own requests table is
+    written to ``path`` (CSV). Returns the run's configuration and clock."""
     rng, size = np.random.default_rng(1), 240
-    gaps = rng.exponential(1 / np.where(np.arange(size) < size // 3, 0.5, 5.0))
+    gaps = rng.exponential(1 / np.where(np.arange(size) < size // 3, quiet_rate, 5.0))
     prompt, output = rng.integers(50, 3000, size), rng.integers(100, 600, size)
     w = workloads.Workload(np.cumsum(gaps), prompt, output, max_tokens=output,
                            **{name: np.full(size, value) for name, value in sampling.items()})
@@ -300,19 +301,33 @@ def test_a_sampled_run_replays_exactly_under_its_own_coefficients(tmp_path, para
 def test_a_sampled_run_fits_back_with_its_samples(tmp_path, parallel_sampling):
     """A run sampling each request 3 times, replayed as one sample each (kvsim's table said only ``num_seqs``,
     which mixes samples and beams), fitted seq_overhead_s 5.4e-4 against 2.7e-5 under fan-out (flops_frac 0.32
-    against 0.58, TTFT MAPE 57% held out) and flops_frac 0.15 under fork (TTFT 158%). With ``n`` carried
-    bandwidth_frac and flops_frac come back within 2%, seq_overhead_s exactly under fork and 15% high under
-    fan-out, where the children's stagger (a child admitted a step after its sibling) makes decode times jump
-    with the coefficients as TTFTs do, and the search stops short (E2E within 0.5%)."""
+    against 0.58, TTFT MAPE 57% held out) and flops_frac 0.15 under fork (TTFT 158%). With ``n`` carried every
+    coefficient comes back within 5%. Frozen-schedule steps alone stopped seq_overhead_s 15% high under fan-out,
+    where the children's stagger (a child admitted a step after its sibling) makes decode times jump with the
+    coefficients as TTFTs do; the secant-led start ends within 2%."""
     path = tmp_path / "requests.csv"
     config, _ = _sampled_run(path, parallel_sampling, n=3)
     result = fit_trace(read_measured(path), config)
     for name, value in SAMPLED_TRUTH.items():
-        rel = 0.2 if name == "seq_overhead_s" and parallel_sampling == "fan-out" else 0.05
-        assert result.coefficients[name] == pytest.approx(value, rel=rel), name
+        assert result.coefficients[name] == pytest.approx(value, rel=0.05), name
     assert overall(result.heldout_score)["e2e"] < 0.01
     if parallel_sampling == "fan-out":
         pd.read_csv(path).drop(columns=["n", "beam_width"]).to_csv(path, index=False)
         with pytest.warns(UserWarning, match="fan-out ignored: no request of this workload is sampled"):
             single = fit_trace(read_measured(path), config)
         assert single.coefficients["seq_overhead_s"] > 5 * SAMPLED_TRUTH["seq_overhead_s"]
+
+
+def test_a_loaded_run_fits_back_out_of_the_bandwidth_overhead_valley(tmp_path):
+    """240 requests at 5/s, 30 sequences a step on average: the whole run's derivatives are 2-3 times the
+    frozen schedule's (faster steps shrink later batches), and frozen steps alone slid along the valley where
+    bandwidth_frac and seq_overhead_s trade off, to bandwidth_frac +7.7% and seq_overhead_s +116% (TPOT 1.1%
+    held out). The secant-led start ends within 1% on both fractions and 6% on seq_overhead_s, TPOT 0.5%. That
+    6% is the objective's own: TTFTs move with where arrivals fall in a step, and 80% of points within 3% of the
+    truth score worse than the fit."""
+    path = tmp_path / "requests.csv"
+    config, _ = _sampled_run(path, "auto", quiet_rate=5.0)
+    result = fit_trace(read_measured(path), config)
+    for name, rel in (("bandwidth_frac", 0.02), ("flops_frac", 0.02), ("seq_overhead_s", 0.1)):
+        assert result.coefficients[name] == pytest.approx(SAMPLED_TRUTH[name], rel=rel), name
+    assert overall(result.heldout_score)["tpot"] < 0.008
