@@ -19,8 +19,8 @@ COMPARE_KEYS = ("completed", "rejected", "preemptions", "sim_time_s", "throughpu
                 "mean_running", "max_running", "normalized_latency_s_per_tok", "ttft_p50_s", "ttft_p99_s",
                 "tpot_p50_s", "e2e_p50_s", "token_states_frac", "reservation_frac", "internal_frag_frac",
                 "external_frag_frac", "free_frac", "block_usage_frac", "shared_saved_frac", "prefill_tokens",
-                "cached_prompt_tokens", "prefix_hit_frac", "preempted_hit_tokens", "gpu_hit_tokens", "host_hit_tokens",
-                "offload_bytes", "reload_bytes", "cached_frac", "wall_time_s")
+                "cached_prompt_tokens", "prefix_hit_frac", "prefix_cache_hit_rate", "preempted_hit_tokens",
+                "gpu_hit_tokens", "host_hit_tokens", "offload_bytes", "reload_bytes", "cached_frac", "wall_time_s")
 
 
 def allocator_names(allocator: str | None, old_spelling: str | None) -> list[str]:

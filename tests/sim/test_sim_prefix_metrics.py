@@ -154,6 +154,19 @@ def test_cli_json_reports_the_prefix_keys(tmp_path):
     assert summary["prefix_cache_hits"] > 0 and 0 < summary["prefix_cache_hit_rate"] < 1
 
 
+def test_compare_prints_vllms_hit_rate_beside_kvsims():
+    """`kvsim compare`'s table has vLLM's rate under kvsim's own, each allocator's as its run's summary says."""
+    args = [str(MOONCAKE), "--model", "llama-3-8b", "--gpu", "h200", "--num-requests", "40", "--prefix-caching"]
+    table = CliRunner().invoke(main, ["compare", "--allocator", "contiguous-oracle,paged", *args])
+    assert table.exit_code == 0, table.output
+    rows = {line.split()[0]: line.split()[1:] for line in table.stdout.splitlines() if line.strip()}
+    names = list(rows)
+    assert names.index("prefix_cache_hit_rate") == names.index("prefix_hit_frac") + 1
+    summary = json.loads(CliRunner().invoke(main, ["run", *args, "--allocator", "paged", "--json"]).stdout)
+    assert rows["prefix_cache_hit_rate"] == ["0", f"{summary['prefix_cache_hit_rate']:.4g}"]
+    assert summary["prefix_cache_hit_rate"] > 0
+
+
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_hits_of_preempted_requests_are_told_apart(replicas):
     """Prompts that share nothing, on a pool too small for them all: every hit is a preempted request finding its
