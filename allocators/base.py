@@ -223,8 +223,8 @@ class Allocator(ABC):
             transfers += seq_transfers
         return GroupSwap(slots, transfers, ((0, 0),) * (len(seq_ids) - 1))
 
-    def swap_hashes(self, seq_ids: Sequence[int]) -> frozenset[int]:
-        """The host-tier keys (the prefix cache's hashes) of the blocks these sequences hold that carry one: the
+    def swap_hashes(self, seq_id: int) -> frozenset[int]:
+        """The host-tier keys (the prefix cache's hashes) of the blocks this sequence holds that carry one: the
         KV a swap-out parks on the host, which a write-back host tier then does not offload again. Default: none
         (no prefix cache to spill)."""
         return frozenset()

@@ -160,7 +160,8 @@ class HostTier:
     def evicted_by(self, block_hashes: Sequence[int]) -> list[int]:
         """The hashes offloading ``block_hashes`` would evict, changing nothing, each counted as new (one the host
         holds is only touched: this may say more): the least recently used, once the free blocks are taken
-        (what a GPU eviction's spill takes off the host). A parked hash the host does not cache is not stored (`offload_many`): it takes no room."""
+        (what a GPU eviction's spill takes off the host). A parked hash the host does not cache is not stored
+        (`offload_many`): it takes no room."""
         parked, lru = self._parked, self._lru
         count = len(block_hashes) if not parked else sum(1 for h in block_hashes if h not in parked or h in lru)
         need = min(count - len(self._free), len(lru))

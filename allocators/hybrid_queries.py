@@ -170,11 +170,10 @@ class HybridQueries(Allocator):
         blocks = sum(self.live_blocks(seq_id))
         return blocks * self.block_size, blocks
 
-    def swap_hashes(self, seq_ids: Sequence[int]) -> frozenset[int]:
-        """The group keys of the live blocks these sequences hold that carry one (a window's nulls carry none)."""
+    def swap_hashes(self, seq_id: int) -> frozenset[int]:
+        """The group keys of the live blocks this sequence holds that carry one (a window's nulls carry none)."""
         hashed = self._cache.block_hash
-        return frozenset(h for seq_id in seq_ids for table in self._seqs[seq_id].tables for b in table
-                         if (h := hashed[b]) is not None)
+        return frozenset(h for table in self._seqs[seq_id].tables for b in table if (h := hashed[b]) is not None)
 
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[list[int]]:
         """Per group, the blocks of the longest prefix every group can use (vLLM's hybrid coordinator): a

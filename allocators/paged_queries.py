@@ -195,9 +195,9 @@ class PagedQueries(Allocator):
         blocks = len({b for table in tables for b in table})
         return GroupSwap(blocks * self.block_size, blocks, tuple((made[src], tokens) for tokens, src, _ in forks))
 
-    def swap_hashes(self, seq_ids: Sequence[int]) -> frozenset[int]:
+    def swap_hashes(self, seq_id: int) -> frozenset[int]:
         hashed = self._cache.block_hash
-        return frozenset(h for seq_id in seq_ids for b in self._seqs[seq_id].table if (h := hashed[b]) is not None)
+        return frozenset(h for b in self._seqs[seq_id].table if (h := hashed[b]) is not None)
 
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""

@@ -229,7 +229,7 @@ class KVMemory:
             if lag > 0 and self.prefix_caching:
                 copies += self._alloc.grow(seq_id, lag) or NO_COPIES
             if parked is not None:
-                parked |= self._alloc.swap_hashes((seq_id,))
+                parked |= self._alloc.swap_hashes(seq_id)
             self.free(seq_id, finished)
         group.seq_ids = []
         return copies
