@@ -13,7 +13,9 @@ Two ways to place turns in time:
 - closed loop per session (`build_sessions`, ``think_time_s``): the arrival process's times start sessions,
   and each later turn arrives ``think_time_s`` after the previous turn ends (the simulator releases it).
 
-A conversation ends after ``turns`` turns, or earlier if the next turn would exceed ``max_total`` tokens.
+A conversation ends after ``turns`` turns, or earlier if the next turn would exceed ``max_total`` tokens, or its
+prompt `MAX_TOKENS` (what a trace row may hold: without a cap, turns of 6e8-token messages made prompts of 1.2e9
+tokens, which `Workload` and the readers refuse).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+from workloads.validation import MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class _Growth:
         """Request ``i`` as the next turn of conversation ``c`` (-1, or a turn past the cap: a new one)."""
         if c >= 0:
             ctx = self.ctx_after[c] + self.msg[i]
-            if self.max_total is not None and ctx + self.out[i] > self.max_total:
+            if ctx > MAX_TOKENS or (self.max_total is not None and ctx + self.out[i] > self.max_total):
                 c = -1
         if c < 0:
             c = len(self.ctx_after)

@@ -12,6 +12,9 @@ Sharing options:
   ``system_prompt_frac`` of requests (``prefix_group`` 0 with ``prefix_len`` = its length); the lengths cap
   ``max_total`` holds for the whole request: a request given the system prompt has its drawn prompt
   shortened (to 1 token at least), then its output, so that system prompt + prompt + output fit the cap;
+  without a cap its drawn prompt is shortened so that system prompt + prompt stay within `MAX_TOKENS`, the
+  most prompt tokens a trace row may hold (so what ``generate`` writes reads back), which is why
+  ``system_prompt_len`` must be below it;
 - ``turns`` > 1: multi-turn conversations whose later turns extend earlier ones, as sessions
   (`workloads.conversations`): open loop, a turn at least ``turn_gap_s`` after the previous turn arrived, or,
   with ``think_time_s``, closed loop per session: a turn ``think_time_s`` after the previous turn ends.
@@ -25,7 +28,7 @@ import numpy as np
 
 from workloads.arrivals import ArrivalProcess, closed_loop_of
 from workloads.conversations import build_conversations, build_sessions
-from workloads.errors import TraceError, TraceWarning, check_seed, real_number, whole_number
+from workloads.errors import TraceError, TraceWarning, check_seed, real_number, show_value, whole_number
 from workloads.lengths import Empirical, LengthDistribution
 from workloads.validation import BOTH_N_AND_BEAM, MAX_ARRIVAL_S, MAX_SAMPLES, MAX_TOKENS
 from workloads.workload import NONE, Workload
@@ -46,7 +49,7 @@ def generate(lengths: LengthDistribution, arrivals: ArrivalProcess, num_requests
     num_requests, n, beam_width, system_prompt_len, turns = (
         whole_number("generate", arg, value, low, high) for arg, value, low, high in (
             ("num_requests", num_requests, 1, MAX_REQUESTS), ("n", n, 1, MAX_SAMPLES),
-            ("beam_width", beam_width, 1, MAX_SAMPLES), ("system_prompt_len", system_prompt_len, 0, MAX_TOKENS),
+            ("beam_width", beam_width, 1, MAX_SAMPLES), ("system_prompt_len", system_prompt_len, 0, None),
             ("turns", turns, 1, None)))
     seed = check_seed("generate", seed)
     system_prompt_frac = real_number("generate", "system_prompt_frac", system_prompt_frac)
@@ -114,9 +117,13 @@ def _warn_short_conversations(convs, turns: int, gap: float) -> None:
 def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarray, sys_len: int,
                        max_total: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Shorten the drawn prompt (at least 1 token left), then the output, of requests that get the system
-    prompt so that the cap holds for the final request; other requests keep their draws."""
-    if max_total is None or not has_sys.any():
+    prompt so that the cap holds for the final request; other requests keep their draws. Without a cap the
+    prompt alone is held to `MAX_TOKENS` (system prompt + drawn prompt): a system prompt of 1e9 tokens made
+    prompts of 1e9 + 10 tokens, which a trace row may not hold and `Workload` refuses."""
+    if not has_sys.any():
         return prompt, output
+    if max_total is None:
+        return np.where(has_sys, np.minimum(prompt, MAX_TOKENS - sys_len), prompt), output
     room = max_total - sys_len  # for the drawn prompt and the output together
     if room < 2:
         raise TraceError(f"generate: system_prompt_len {sys_len} leaves no room for a prompt and an output "
@@ -129,6 +136,9 @@ def _fit_system_prompt(prompt: np.ndarray, output: np.ndarray, has_sys: np.ndarr
 def _check(n: int, beam_width: int, sys_len: int, sys_frac: float, turns: int, turn_gap_s: float | None,
            think_time_s: float | None) -> None:
     """The rules between options, once each is a number of its kind (`whole_number`, `real_number`)."""
+    if sys_len >= MAX_TOKENS:  # a request's prompt is the system prompt and at least 1 token of its own
+        raise TraceError(f"generate: system_prompt_len must be < {MAX_TOKENS:g}, the most prompt tokens a trace "
+                         f"row may hold, to leave a token of the request's own (got {show_value(sys_len)})")
     problems = {
         BOTH_N_AND_BEAM: n > 1 and beam_width > 1,
         "system_prompt_frac must be within [0, 1]": not 0 <= sys_frac <= 1,

@@ -8,8 +8,9 @@ NaN, which fails no comparison, so it breaks no rule. Callers add their context 
 the file, row and field (and count skipped rows by ``"field: problem"``), `Workload` its name, `Request` its id.
 
 What stays with the readers is parsing: "missing or not a number" and "must be a whole number". The upper bounds
-(`MAX_TOKENS`, `MAX_SAMPLES`, `MAX_ARRIVAL_S`) are here: the readers refuse a row past them, and the generator
-refuses options and length specs that ask for more, so that what it writes reads back.
+(`MAX_TOKENS`, `MAX_SAMPLES`, `MAX_ARRIVAL_S`) are here: the readers refuse a row past them, a `Workload` or a
+`Request` built in Python refuses a count past them (`UPPER_BOUNDS`), and the generator refuses options and length
+specs that ask for more, so that what it writes reads back.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ as a trace's rebased times are, so that epoch-seconds timestamps are no slip and
 LOWER_BOUNDS = {"prompt_tokens": 1, "output_tokens": 1, "max_tokens": 1, "n": 1, "beam_width": 1,
                 "prefix_group": 0, "prefix_len": 0}
 """The smallest valid value of each whole-number field of a request."""
+UPPER_BOUNDS = {"prompt_tokens": MAX_TOKENS, "output_tokens": MAX_TOKENS, "max_tokens": MAX_TOKENS,
+                "n": MAX_SAMPLES, "beam_width": MAX_SAMPLES, "prefix_len": MAX_TOKENS}
+"""The largest valid value of each count of a request: the readers refuse a row past it, and a `Workload` or a
+`Request` built in Python does too (it accepted ``prompt_tokens=10**12``, which its own trace file then failed)."""
 
 BOTH_N_AND_BEAM = "use either n (parallel sampling) or beam_width, not both"
 
@@ -50,6 +55,12 @@ def lower_bound_rule(field: str, values: Any) -> Rule:
     """The record breaks ``field``'s lower bound (a missing value, NaN, does not)."""
     low = LOWER_BOUNDS[field]
     return field, f"must be >= {low}", values < low
+
+
+def upper_bound_rule(field: str, values: Any) -> Rule:
+    """The record breaks ``field``'s upper bound (a missing value, NaN, does not)."""
+    high = UPPER_BOUNDS[field]
+    return field, f"must be <= {high:g}", values > high
 
 
 def cross_field_rules(columns: dict[str, Any], prefix_hash_tokens: int) -> list[Rule]:
@@ -72,9 +83,10 @@ def group_and_hashes_rule(group: Any, hash_counts: Any) -> Rule:
 
 def record_rules(columns: dict[str, Any], prefix_hash_tokens: int) -> list[Rule]:
     """Every rule of a request record, in the order a record's first failing rule is reported: each
-    field's lower bound, then the rules between fields. ``columns`` as for `cross_field_rules`, plus
-    ``prefix_group``."""
+    field's lower bound, each count's upper bound, then the rules between fields. ``columns`` as for
+    `cross_field_rules`, plus ``prefix_group``."""
     bounds = [lower_bound_rule(field, columns[field]) for field in LOWER_BOUNDS]
+    bounds += [upper_bound_rule(field, columns[field]) for field in UPPER_BOUNDS]
     return (bounds + cross_field_rules(columns, prefix_hash_tokens)
             + [group_and_hashes_rule(columns["prefix_group"], columns["hash_counts"])])
 

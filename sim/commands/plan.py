@@ -27,9 +27,12 @@ from sim.kernel.config import MAX_REPLICAS
 from sim.sweep.replicas import DEFAULT_MAX_REPLICAS
 
 SHOWN_SUMMARY_KEYS = ("ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_frac", "preempted_hit_tokens",
-                      "load_imbalance")
+                      "prefix_cache_hit_rate", "load_imbalance")
 """``preempted_hit_tokens`` beside ``prefix_hit_frac``: requests preempted and recomputed re-hit their own
-blocks, which a workload with no shared prefix shows as hits too."""
+blocks, which a workload with no shared prefix shows as hits too. ``prefix_cache_hit_rate`` is the fleet's
+vLLM "Prefix cache hit rate" (`sim.kernel.prefix_cache_stats`; preempted and host hits left out), the figure a
+deployment's metrics will show to compare the plan with. ``--json`` has every key of the fleet summary, these
+included, under each row's ``summary``."""
 
 
 def _cell(value: Any) -> str:

@@ -171,7 +171,8 @@ def stats(file: str, trace_format: str | None, trace_columns: str | None, skip_b
 @click.option("--system-prompt-frac", type=float, default=0.0, show_default=True,
               help="Share of requests that carry the system prompt (0-1; with --system-prompt-len).")
 @click.option("--turns", type=int, default=1, show_default=True,
-              help="Turns per multi-turn conversation (fewer where the next turn would pass max_total, or, "
+              help="Turns per multi-turn conversation (fewer where the next turn would pass max_total, or its "
+                   "prompt 1e9 tokens, the most a trace row holds, or, "
                    "open loop, where the arrivals end before it: warned). Open "
                    "loop (--turn-gap-s) --arrivals times every request, so its rate stays the request rate and "
                    "K turns start about 1/K as many conversations; closed loop (--think-time-s) it times the "

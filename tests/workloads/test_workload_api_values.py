@@ -54,8 +54,8 @@ def test_generate_names_a_bad_request_count(count, message):
     ({"n": 10**20}, "n must be <= 1e+06 (got 100000000000000000000)"),
     ({"n": 2**63 - 1}, "n must be <= 1e+06 (got 9223372036854775807)"),
     ({"beam_width": 10**20}, "beam_width must be <= 1e+06 (got 100000000000000000000)"),
-    ({"system_prompt_len": 2**63 - 1, "system_prompt_frac": 0.5},
-     "system_prompt_len must be <= 1e+09 (got 9223372036854775807)"),
+    ({"system_prompt_len": 2**63 - 1, "system_prompt_frac": 0.5}, "system_prompt_len must be < 1e+09, the most "
+     "prompt tokens a trace row may hold, to leave a token of the request's own (got 9223372036854775807)"),
     ({"turns": 3, "turn_gap_s": float("inf")}, "turn_gap_s must be >= 0 and <= 1e+09"),
     ({"turns": 3, "turn_gap_s": 1e30}, "turn_gap_s must be >= 0 and <= 1e+09"),
     ({"turns": 3, "think_time_s": 1e300}, "think_time_s must be >= 0 and <= 1e+09"),
@@ -68,8 +68,10 @@ def test_generate_refuses_options_no_trace_can_hold(options, message):
 def test_the_largest_options_still_generate():
     w = generate(LENGTHS, ARRIVALS, 10, n=10**6)
     assert set(w.n.tolist()) == {10**6}
-    w = generate("fixed:prompt=10,output=5", ARRIVALS, 10, system_prompt_len=10**9, system_prompt_frac=1.0)
-    assert set(w.prompt_tokens.tolist()) == {10**9 + 10}
+    # the largest system prompt leaves one token of the request's own: prompts of 10**9 tokens, as a trace row
+    # may hold (10**9 was accepted and made prompts of 10**9 + 10 tokens, which no trace row may hold)
+    w = generate("fixed:prompt=10,output=5", ARRIVALS, 10, system_prompt_len=10**9 - 1, system_prompt_frac=1.0)
+    assert set(w.prompt_tokens.tolist()) == {10**9} and set(w.prefix_len.tolist()) == {10**9 - 1}
     w = generate(LENGTHS, ARRIVALS, 10, turns=2, think_time_s=1e9)
     assert np.nanmax(w.think_time_s) == 1e9
 

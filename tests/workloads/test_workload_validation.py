@@ -18,6 +18,13 @@ BAD = [  # (field overrides, "field: problem" every caller reports)
     ({"max_tokens": 5}, "max_tokens: must be >= output_tokens"),
     ({"n": 2, "beam_width": 2}, f"beam_width: {BOTH_N_AND_BEAM}"),
     ({"prefix_group": 3, "prefix_len": 101}, "prefix_len: must be within the prompt"),
+    # the readers' upper bounds: a `Workload` or `Request` built in Python accepted them, and its trace file failed
+    ({"prompt_tokens": 10**9 + 1}, "prompt_tokens: must be <= 1e+09"),
+    ({"output_tokens": 10**9 + 1}, "output_tokens: must be <= 1e+09"),
+    ({"max_tokens": 10**12}, "max_tokens: must be <= 1e+09"),
+    ({"n": 10**6 + 1}, "n: must be <= 1e+06"),
+    ({"beam_width": 10**7}, "beam_width: must be <= 1e+06"),
+    ({"prefix_group": 3, "prefix_len": 10**9 + 1}, "prefix_len: must be <= 1e+09"),
 ]
 
 

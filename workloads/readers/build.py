@@ -20,13 +20,13 @@ from workloads.readers.formats import CONSTANT_FIELDS
 from workloads.sessions import PREFIX_CHANGED, SESSION_RULES, session_reasons
 from workloads.validation import (
     MAX_ARRIVAL_S,
-    MAX_SAMPLES,
     MAX_TOKENS,
     PAST_CLOCK,
     PAST_SPAN,
     cross_field_rules,
     group_and_hashes_rule,
     lower_bound_rule,
+    upper_bound_rule,
 )
 from workloads.workload import NONE, ClosedLoop, Workload
 
@@ -115,12 +115,12 @@ def _one_float(value: object) -> float:
         return np.nan
 
 
-def _integer_rules(name: str, x: np.ndarray, lo: float | None, hi: float, optional: bool,
+def _integer_rules(name: str, x: np.ndarray, lo: float | None, hi: float | None, optional: bool,
                    cells: np.ndarray | None = None) -> list[tuple]:
     """Parsing rules for a whole-number field in [lo, hi]; a missing optional value is allowed (a default),
     but a cell of ``cells`` (the file's own values) that holds something else than a number is not: text in
-    ``n`` silently read as the default 1 would be a misread. ``lo`` None: a request field, whose lower bound
-    is the record rule of `workloads.validation`."""
+    ``n`` silently read as the default 1 would be a misread. ``lo`` and ``hi`` None: a request field, whose
+    bounds are the record rules of `workloads.validation`, which a `Workload` built in Python gets too."""
     present = ~np.isnan(x)
     with np.errstate(invalid="ignore"):
         rules = [] if optional else [(name, "missing or not a number", ~present)]
@@ -128,7 +128,7 @@ def _integer_rules(name: str, x: np.ndarray, lo: float | None, hi: float, option
             rules.append((name, "not a number", _not_numbers(cells, present)))
         rules.append((name, "must be a whole number", present & (x != np.floor(x))))
         rules.append(lower_bound_rule(name, x) if lo is None else (name, f"must be >= {lo:g}", present & (x < lo)))
-        rules.append((name, f"must be <= {hi:g}", present & (x > hi)))
+        rules.append(upper_bound_rule(name, x) if hi is None else (name, f"must be <= {hi:g}", present & (x > hi)))
     return rules
 
 
@@ -158,12 +158,12 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
               "prefix_len": plen, "hash_counts": hashes.counts}
     with np.errstate(invalid="ignore"):  # a missing value (NaN) breaks no rule
         cross = {rule[0]: rule for rule in cross_field_rules(record, prefix_hash_tokens)}
-    rules += _integer_rules("prompt_tokens", prompt, None, MAX_TOKENS, optional=False)
-    rules += _integer_rules("output_tokens", output, None, MAX_TOKENS, optional=False)
-    rules += _integer_rules("max_tokens", mx, None, MAX_TOKENS, optional=True, cells=cells("max_tokens"))
+    rules += _integer_rules("prompt_tokens", prompt, None, None, optional=False)
+    rules += _integer_rules("output_tokens", output, None, None, optional=False)
+    rules += _integer_rules("max_tokens", mx, None, None, optional=True, cells=cells("max_tokens"))
     rules.append(cross["max_tokens"])
-    rules += _integer_rules("n", n, None, MAX_SAMPLES, optional=True, cells=cells("n"))
-    rules += _integer_rules("beam_width", beam, None, MAX_SAMPLES, optional=True, cells=cells("beam_width"))
+    rules += _integer_rules("n", n, None, None, optional=True, cells=cells("n"))
+    rules += _integer_rules("beam_width", beam, None, None, optional=True, cells=cells("beam_width"))
     rules.append(cross["beam_width"])
     group, group_rules = _named_ids(raw, "prefix_group", x)
     rules += group_rules
@@ -171,7 +171,7 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     if "priority" in raw.columns:
         rules.append(("priority", "must be a whole number", _not_numbers(raw.columns["priority"], ~np.isnan(priority))))
     rules += _integer_rules("priority", priority, -MAX_ID, MAX_ID, optional=True)
-    rules += _integer_rules("prefix_len", plen, None, MAX_TOKENS, optional=True, cells=cells("prefix_len"))
+    rules += _integer_rules("prefix_len", plen, None, None, optional=True, cells=cells("prefix_len"))
     rules.append(cross["prefix_len"])
     if "prefix_len" in x:  # without a group nothing shares the prefix: the value would be dropped unread
         rules.append(("prefix_len", "given without prefix_group", (plen > 0) & np.isnan(group)))
