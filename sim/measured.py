@@ -2,14 +2,18 @@
 
 Three inputs are read into one table (`MeasuredRun.frame`, columns ``arrival_time_s, prompt_tokens,
 output_tokens, ttft_s, e2e_s, tpot_s, phase, warmup`` and, where given, ``prefix_group, prefix_len, session_id,
-turn, n, beam_width``):
+turn, n, beam_width`` and ``hash_ids`` (tuples of ints, their unit `MeasuredRun.prefix_hash_tokens`)):
 
 - a per-request CSV with at least ``arrival_time_s,prompt_tokens,output_tokens,ttft_s,e2e_s`` (optional:
   ``phase``, ``warmup`` 0/1 or true/false, ``prefix_group`` (a whole number >= 0 or a group name, blank for
   none), ``prefix_len``, and together ``session_id`` (a whole number >= 0 or a conversation name, blank for no
   session) and ``turn`` (0, 1, 2, ... in its session), checked by the trace readers' session rules:
   `workloads.sessions`; ``n`` and ``beam_width``, a request's parallel samples or beams, blank for 1, not both
-  above 1); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
+  above 1; ``hash_ids``, the prompt's block hashes as Mooncake's traces give them (whole numbers >= 0 separated
+  by spaces, ``0 1 2``, as the trace readers read ``prefix_hashes`` from a CSV cell; a list-of-integers column in
+  Parquet; blank for none), each covering ``prefix_hash_tokens`` prompt tokens (one value on every row, blank
+  or absent for Mooncake's 512), replayed as the request's ``prefix_hashes`` so that the simulated prefix cache
+  hits what the measured one did); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
 - vLLM's ``benchmark_serving.py --save-result`` JSON: per-request lists ``input_lens``, ``output_lens``,
   ``ttfts`` and ``itls`` in seconds (E2E = TTFT + the sum of the request's ITLs; lists in milliseconds are
   refused where the file's own ``duration``, ``mean_ttft_ms`` or ``mean_e2el_ms`` shows them to be, see
@@ -42,9 +46,11 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import TraceError, TraceWarning, show_value
+from workloads.ragged import Ragged, from_lists, from_strings
 from workloads.readers.containers import csv_frame
+from workloads.readers.formats import FORMATS
 from workloads.sessions import NONE, SESSION_RULES, session_reasons
-from workloads.validation import BOTH_N_AND_BEAM, MAX_SAMPLES
+from workloads.validation import BOTH_N_AND_BEAM, MAX_SAMPLES, cross_field_rules
 
 REQUIRED = ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s")
 TOKENS = ("prompt_tokens", "output_tokens")
@@ -64,6 +70,15 @@ sample, a request sampled ``n`` times would load the server with an ``n``-th of 
 would pay for the rest with a larger per-sequence cost."""
 REPLAYED = (*OPTIONAL_IDS, *SAMPLING)
 """Every optional column the replay carries into its workload (`sim.replay.workload_of`)."""
+HASHES = "hash_ids"
+"""Optional column of each request's block hashes, Mooncake's name for them (its traces' ``hash_ids``): a run
+that replayed a Mooncake trace on a server with prefix caching hit whatever blocks earlier requests shared, and a
+replay without them computed every prompt in full, so the fit paid for the hits with slower coefficients."""
+HASH_TOKENS = "prefix_hash_tokens"
+"""Optional column of the prompt tokens each hash covers, the trace readers' name (`workloads.readers.formats`):
+one value on every row, as there."""
+DEFAULT_HASH_TOKENS = FORMATS["mooncake"].hash_tokens
+"""Mooncake's 512 tokens per hash, which its reader assumes too when the file gives no ``prefix_hash_tokens``."""
 FLAGS = {"0": 0, "1": 1, "false": 0, "true": 1}
 """The values a ``warmup`` cell may hold (text compared in lower case)."""
 
@@ -77,6 +92,8 @@ class MeasuredRun:
     kind: str
     skipped: dict[str, int] = field(default_factory=dict)
     """Requests in the file but not in ``frame``, by reason (failed ones): counted, never dropped silently."""
+    prefix_hash_tokens: int = DEFAULT_HASH_TOKENS
+    """The prompt tokens each of a request's ``hash_ids`` covers (the replay's ``prefix_hash_tokens``)."""
 
     @property
     def scored(self) -> np.ndarray:
@@ -87,6 +104,8 @@ class MeasuredRun:
 def _bad(path: Path, where: str, name: str, value: object, problem: str) -> TraceError:
     """The one error of this module: ``FILE: WHERE: field 'F': bad value V (problem)``, which the CLI prints
     as its one ``Error:`` line."""
+    if isinstance(value, np.ndarray):  # a Parquet list cell (``hash_ids``), shown as the list it is
+        value = value.tolist()
     return TraceError(f"{path}: {where}: field '{name}': bad value {show_value(value)} ({problem})")
 
 
@@ -138,6 +157,7 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
         left = f" ({_skipped_text(skipped)}, left out)" if skipped else ""
         raise TraceError(f"{path}: no requests to fit{left}")
     x = {col: _numbers(frame[col], text) for col in REQUIRED}
+    unit = _hash_unit(frame, path, where, text)
     rules: list[tuple[str, str, np.ndarray]] = []
     with np.errstate(invalid="ignore"):  # NaN compares False: only its own rule catches it
         for col in REQUIRED:
@@ -161,6 +181,16 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
             group = _ids(frame["prefix_group"], text)
             rules.append(("prefix_group", "must be a whole number >= 0, a group name, or blank for none",
                           _bad_ids(group)))
+        if HASHES in frame:
+            hashes = _hash_lists(frame[HASHES], text)
+            rules.append((HASHES, _HASH_CELL[text], hashes.bad))
+            record = dict.fromkeys(("output_tokens", "max_tokens", "n", "beam_width", "prefix_len"), np.nan)
+            record |= {"prompt_tokens": x["prompt_tokens"], "hash_counts": hashes.counts}
+            _, problem, mask = next(r for r in cross_field_rules(record, unit) if r[0] == "prefix_hashes")
+            rules.append((HASHES, problem, mask))
+            if "prefix_group" in frame:
+                rules.append((HASHES, "given with prefix_group: a request's shared prefix is its group's or its "
+                              "hashes', not both", (hashes.counts > 0) & ~np.isnan(group)))
         if "prefix_len" in frame:
             plen = _numbers(frame["prefix_len"], text)
             rules.append(("prefix_len", "must be a whole number, or blank for none",
@@ -199,6 +229,9 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
         frame["prefix_group"] = np.where(np.isnan(group), -1, group).astype(np.int64)
     if "prefix_len" in frame:
         frame["prefix_len"] = np.where(np.isnan(plen), 0, plen).astype(np.int64)
+    if HASHES in frame:
+        ends = hashes.offsets.tolist()
+        frame[HASHES] = [tuple(hashes.values[a:b].tolist()) for a, b in zip(ends[:-1], ends[1:], strict=True)]
     for col, v in samples.items():
         frame[col] = np.where(np.isnan(v), 1, v).astype(np.int64)
     if "session_id" in frame:
@@ -215,11 +248,11 @@ def _finish(frame: pd.DataFrame, path: Path, kind: str, where: Callable[[int], s
     frame["tpot_s"] = tpot(frame)
     frame = frame.sort_values("arrival_time_s", kind="stable").reset_index(drop=True)
     frame["arrival_time_s"] -= frame["arrival_time_s"].iloc[0]
-    keep = [*REQUIRED, "tpot_s", "phase", "warmup"] + [c for c in REPLAYED if c in frame]
+    keep = [*REQUIRED, "tpot_s", "phase", "warmup"] + [c for c in (*REPLAYED, HASHES) if c in frame]
     if skipped:
         warnings.warn(f"{path}: {sum(skipped.values())} request(s) left out of the fit and its scores "
                       f"({_skipped_text(skipped)}); {len(frame)} used", TraceWarning, stacklevel=3)
-    return MeasuredRun(frame[keep], str(path), kind, skipped)
+    return MeasuredRun(frame[keep], str(path), kind, skipped, prefix_hash_tokens=unit)
 
 
 def tpot(frame: pd.DataFrame) -> np.ndarray:
@@ -241,6 +274,54 @@ def _ids(values: pd.Series, text: bool) -> np.ndarray:
     return np.where(_given(values), group_ids(raw, _numbers(raw, text)), np.nan)
 
 
+_HASH_CELL = {True: "must be whole numbers >= 0 separated by spaces (0 1 2), as the trace readers read "
+                    "prefix_hashes from a CSV cell, or blank for none",
+              False: "must be a list of whole numbers >= 0, or null for none"}
+"""The problem of a ``hash_ids`` cell that is no list of hashes, in a text file (CSV) and in Parquet."""
+
+
+def _hash_lists(values: pd.Series, text: bool) -> Ragged:
+    """A ``hash_ids`` column as ragged lists (`workloads.ragged`), ``bad`` where a cell holds no list of hashes.
+    CSV cells as the readers take ``prefix_hashes`` from a CSV (`from_strings`: ``0 1 2``; a JSON list
+    ``[0, 1, 2]`` is refused, not guessed at); Parquet's as lists of integers, or text spelled as in CSV."""
+    cells = values.to_numpy(object)
+    if text or not any(_listlike(c) for c in cells):  # (Parquet: a column of text, or of nothing)
+        return from_strings(cells)
+    return from_lists([_as_list(c) for c in cells])
+
+
+def _listlike(cell: object) -> bool:
+    return isinstance(cell, (list, tuple, np.ndarray))
+
+
+def _as_list(cell: object) -> object:
+    """A Parquet cell as `from_lists` takes it: a list (of Python ints where the cell's are integers; floats and
+    nulls inside stay what they are, which `from_lists` marks bad), None for a null, anything else as it is."""
+    if isinstance(cell, (list, tuple, np.ndarray)):
+        return list(cell.tolist() if isinstance(cell, np.ndarray) else cell)
+    return None if pd.isna(cell) else cell
+
+
+def _hash_unit(frame: pd.DataFrame, path: Path, where: Callable[[int], str], text: bool) -> int:
+    """``prefix_hash_tokens``: one whole number >= 1 on every row that is not blank, as the trace readers take it
+    (`workloads.readers.build.workload_constants`), or Mooncake's 512 where the file gives none. Checked before
+    the rows: every row's ``hash_ids`` count is checked against it."""
+    if HASH_TOKENS not in frame:
+        return DEFAULT_HASH_TOKENS
+    raw = frame[HASH_TOKENS]
+    v, given = _numbers(raw, text), _given(raw)
+    with np.errstate(invalid="ignore"):
+        wrong = given & ~((v == np.floor(v)) & (v >= 1) & (v <= MAX_TOKENS))
+    first = v[given & ~wrong][0] if (given & ~wrong).any() else None
+    differs = given & ~wrong & (v != first)
+    if (wrong | differs).any():
+        i = int(np.argmax(wrong | differs))
+        problem = (f"must be a whole number from 1 to {MAX_TOKENS:g} (the prompt tokens each hash covers), or blank"
+                   if wrong[i] else f"must be the same on every row (the first value is {first:g})")
+        raise _bad(path, where(i), HASH_TOKENS, raw.iloc[i], problem)
+    return DEFAULT_HASH_TOKENS if first is None else int(first)
+
+
 def _bad_ids(ids: np.ndarray) -> np.ndarray:
     """Ids (`_ids`) no group or session can have: a fraction, a negative number, one past `MAX_GROUP`."""
     with np.errstate(invalid="ignore"):
@@ -257,14 +338,16 @@ def _check_sessions(frame: pd.DataFrame, written: pd.DataFrame, path: Path, wher
     col = {c: frame[c].to_numpy(np.int64)[order] if c in frame else np.full(len(order), default, np.int64)
            for c, default in (("session_id", NONE), ("turn", 0), ("prompt_tokens", 1), ("output_tokens", 1),
                               ("prefix_group", NONE), ("prefix_len", 0))}
+    hash_counts = frame[HASHES].map(len).to_numpy(np.int64)[order] if HASHES in frame else 0
     found, _ = session_reasons(col["session_id"], col["turn"], np.full(len(order), np.nan), col["prompt_tokens"],
-                               col["output_tokens"], prefix=(col["prefix_group"], col["prefix_len"]))
+                               col["output_tokens"], hash_counts, prefix=(col["prefix_group"], col["prefix_len"]))
     if (found >= 0).any():
         first = int(np.argmin(np.where(found >= 0, order, len(order))))  # the bad row earliest in the file
         i = int(order[first])
         field, problem = SESSION_RULES[found[first]]
-        value = written[field].iloc[i] if field in written else None
-        raise _bad(path, where(i), names.get(field, field), value, problem)
+        column = HASHES if field == "prefix_hashes" else field  # (the readers' name of the file's hash_ids)
+        value = written[column].iloc[i] if column in written else None
+        raise _bad(path, where(i), names.get(column, column), value, problem)
 
 
 def _skipped_text(skipped: dict[str, int]) -> str:
@@ -282,7 +365,7 @@ def _read_table(path: Path) -> MeasuredRun:
             raise TraceError(f"{path}: cannot read as Parquet: {str(exc).splitlines()[0]}") from None
         return _finish_table(frame, path, text=False)
     try:
-        frame, _ = csv_frame(path, encoding="utf-8-sig")
+        frame, _ = csv_frame(path, encoding="utf-8-sig", dtype={HASHES: str})  # "5" stays text, not 5.0
     except pd.errors.EmptyDataError:
         raise TraceError(f"{path}: empty file (a measured run needs the header "
                          f"{','.join(REQUIRED)})") from None

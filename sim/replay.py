@@ -9,12 +9,14 @@ warm-up request.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 import pandas as pd
 
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
-from sim.measured import REPLAYED, MeasuredRun, consecutive_turns, tpot
+from sim.measured import HASHES, REPLAYED, MeasuredRun, consecutive_turns, tpot
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
@@ -25,13 +27,20 @@ def workload_of(run: MeasuredRun, rows: np.ndarray | None = None):
     engine's prefix cache did (without them every turn would be an unrelated request, computed in full); each
     arrives when the run says (no think time). A selection that leaves turns out numbers the rest again. A
     request sampled ``n`` times or searched by ``beam_width`` beams runs that many sequences, as it loaded the
-    measured server (under the configuration's ``parallel_sampling``)."""
+    measured server (under the configuration's ``parallel_sampling``). A request's ``hash_ids`` are its
+    ``prefix_hashes`` (at the run's ``prefix_hash_tokens``), so that it hits the blocks earlier requests shared
+    with it, as the measured engine's prefix cache did."""
     from workloads import Workload
 
     frame = run.frame if rows is None else run.frame[rows]
     extra = {c: frame[c].to_numpy() for c in REPLAYED if c in frame}
     if rows is not None and "turn" in frame:
         extra["turn"] = consecutive_turns(frame["session_id"], frame["turn"]).to_numpy()
+    if HASHES in frame:
+        lists = frame[HASHES].to_list()
+        extra["hash_offsets"] = np.concatenate([[0], np.cumsum([len(h) for h in lists], dtype=np.int64)])
+        extra["hash_values"] = np.fromiter(chain.from_iterable(lists), np.int64, int(extra["hash_offsets"][-1]))
+        extra["prefix_hash_tokens"] = run.prefix_hash_tokens
     return Workload(arrival_time_s=frame["arrival_time_s"].to_numpy(float),
                     prompt_tokens=frame["prompt_tokens"].to_numpy(), output_tokens=frame["output_tokens"].to_numpy(),
                     max_tokens=frame["output_tokens"].to_numpy(), name="measured", source=run.path, **extra)

@@ -172,7 +172,9 @@ def _from_trace(path: str, opts: dict) -> None:
 @click.option("--from-trace", "from_trace", type=click.Path(dir_okay=False),
               help="Fit to a measured run: a per-request CSV (arrival_time_s,prompt_tokens,output_tokens,ttft_s,"
                    "e2e_s; a multi-turn session run's session_id,turn give each turn its previous turn's cache "
-                   "hits), vLLM benchmark_serving --save-result JSON, or guidellm results JSON.")
+                   "hits, a shared system prompt's prefix_group,prefix_len and Mooncake-style hash_ids (block "
+                   "hashes separated by spaces, prefix_hash_tokens each, default 512) the hits on shared "
+                   "prompts), vLLM benchmark_serving --save-result JSON, or guidellm results JSON.")
 @click.option("--kv-tokens", type=int, help="--from-trace: the run's KV pool in token slots (vLLM's log).")
 @click.option("--kv-gib", type=float, help="--from-trace: the run's KV memory in GiB, all GPUs together.")
 @click.option("--max-num-seqs", type=int, help="--from-trace: the run's vLLM setting.")
