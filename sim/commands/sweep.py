@@ -196,6 +196,8 @@ def sweep(ctx: click.Context, config_file: str | None, workers: int | None, exec
     except (ValueError, RuntimeError) as exc:
         fail(exc)
     click.echo(f"{report.line()}; results in {out}")
+    if (superseded := report.superseded_line(out)) is not None:
+        click.echo(f"Warning: {superseded}", err=True)
     rows = report.table.to_dict("records")
     for line in skipped_rows_lines(rows):
         click.echo(line)

@@ -43,11 +43,23 @@ class SweepReport:
     ran: int
     failed: int
     duplicates: int
+    superseded: int = 0
+    """Rows the results file keeps from earlier runs of this grid's very settings (`superseded_rows`)."""
 
     def line(self) -> str:
         dup = f", {self.duplicates} duplicate point(s) merged" if self.duplicates else ""
         return (f"{self.points} points: {self.ran} run ({self.failed} failed), "
                 f"{self.skipped} already done{dup}")
+
+    def superseded_line(self, out: str | Path) -> str | None:
+        """The warning for `superseded`, or None: such rows carry the same settings as this grid's points,
+        so only their ``point_id`` tells them apart, and a table grouped by settings would average them in."""
+        if not self.superseded:
+            return None
+        return (f"{out} also keeps {self.superseded} row(s) with the same settings as this grid's points, from "
+                "an earlier run on other contents of their input files (a trace or table edited in place) or by "
+                "another kvsim version (its kvsim_version column); no setting column tells them apart, only "
+                f"point_id: write to a new --out, or remove {out} and rerun, for this grid's rows alone")
 
 
 def default_config_cls() -> type:
@@ -126,7 +138,39 @@ def run_sweep(grid: Grid, out: str | Path, *, point_fn: PointFn = simulate_point
         if bar is not None:
             bar.close()
         table = store.consolidate([pid for _, pid in order])
-    return SweepReport(table, len(order), skipped, len(pending) + len(invalid), failed, duplicates)
+    return SweepReport(table, len(order), skipped, len(pending) + len(invalid), failed, duplicates,
+                       superseded_rows(store, table, [f.name for f in dataclasses.fields(config_cls)]))
+
+
+def superseded_rows(store: ResultStore, table: pd.DataFrame, fields: list[str]) -> int:
+    """Rows of ``store`` outside this grid's ``table`` whose every configuration field equals one of its rows'.
+
+    Why: the file keeps every row it ever held (earlier grids stay useful), but a point's id also hashes its
+    input files' contents and the kvsim version, so rerunning a grid after editing its trace in place adds
+    rows that no setting tells from the old ones: a newcomer who fixed a trace's units and reran saw two rows
+    per point, half of them from the broken trace, and the sweep said nothing."""
+    rows = store.rows()
+    current = set(table["point_id"].astype(str)) if len(table) else set()
+    if len(rows) <= len(current):
+        return 0
+
+    def key(row: dict[str, Any]) -> str:
+        return repr([None if _missing(row.get(f)) else _plain(row.get(f)) for f in fields])
+
+    settings = {key(rows[pid]) for pid in current if pid in rows}
+    return sum(1 for pid, row in rows.items() if pid not in current and key(row) in settings)
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):  # a list or array cell
+        return False
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (a part file and the table may read one back as either)."""
+    return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

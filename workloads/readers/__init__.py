@@ -27,11 +27,13 @@ from workloads.readers.build import RawTable, build_workload, to_float, workload
 from workloads.readers.formats import (
     FORMATS,
     TraceFormat,
+    check_time_unit,
     check_unread_columns,
     close_column,
     detect_format,
     format_named,
     mapping_for,
+    time_mapping_hint,
 )
 from workloads.specs import parse_columns
 from workloads.workload import Workload
@@ -77,6 +79,7 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
         if mapping[field] not in header:
             raise TraceError(_missing_field(path, fmt, field, mapping[field], header, mapped=bool(columns)))
     wanted = {f: c for f, c in mapping.items() if c in header}
+    check_time_unit(path, fmt, wanted.get("arrival_time_s"))
     if fmt.name == "kvsim":  # (the unread timestamps get the warning below, which says where times come from)
         check_unread_columns(path, header, wanted, "" if kind == "parquet" else "line 1: ",
                              warned=[c for c in header if TIMESTAMP_LIKE.search(c)])
@@ -109,7 +112,7 @@ def _missing_field(path: Path, fmt: TraceFormat, field: str, column: str, header
     if close is not None:  # a near-miss spelling: say so, as for a misspelled optional column
         message += f"; column '{close}' is close to '{column}': rename it to '{column}' if that is what it holds"
     if times:
-        message += f"; map it with --columns {field}={times[0]} (seconds)"
+        message += f"; map it with {time_mapping_hint(times[0])}"
     else:
         message += f"; map it with --columns {field}=COLUMN"
     if mapped:
@@ -131,7 +134,7 @@ def _warn_unread_times(path: Path, header: list[str], wanted: dict[str, str],
         used = "arrival times are poisson:rate=1" if missing_times == MISSING_TIMES else "arrival times are drawn"
     names = ", ".join(f"'{c}'" for c in unread)
     warnings.warn(f"{path}: column(s) {names} look like timestamps but are not read ({used}); map one with "
-                  f"--columns arrival_time_s={unread[0]} (seconds) or name the format with --trace-format",
+                  f"{time_mapping_hint(unread[0])} or name the format with --trace-format",
                   TraceWarning, stacklevel=3)
 
 

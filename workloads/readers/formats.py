@@ -8,6 +8,7 @@ detection picks the first format whose required columns the file has, after the 
 from __future__ import annotations
 
 import difflib
+import re
 import warnings
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ their own, and every column of the shared traces (``total_tokens`` 0.73) are onl
 UNITS = {"datetime": "arrival times as datetimes", "ms": "arrival times in milliseconds",
          "s": "arrival times in seconds", None: "no arrival times"}
 """`TraceFormat.time_unit` in words, for a message that suggests a format."""
+NAMED_UNITS = {"s": ("s", "sec", "secs", "second", "seconds"), "ms": ("ms", "msec", "msecs", "millis", "milliseconds"),
+               "us": ("us", "usec", "usecs", "micros", "microseconds"), "ns": ("ns", "nsec", "nanos", "nanoseconds"),
+               "min": ("mins", "minute", "minutes")}
+"""The time unit a column's name states (``timestamp_ms``, ``TimeMs``, ``t (us)``): what `named_unit` reads."""
+UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "min": "minutes"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,48 @@ def _near_miss(header: list[str], overrides: dict[str, str] | None
             if best is None or len(present) > best[0]:
                 best = (len(present), fmt, pairs)
     return None if best is None else (best[1], best[2])
+
+
+def named_unit(column: str) -> str | None:
+    """The time unit ``column``'s name states, as a key of `NAMED_UNITS` (``timestamp_ms`` -> ``ms``,
+    ``arrivalTimeUs`` -> ``us``, ``arrival_time_s`` -> ``s``), or None when it states none, or two."""
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(column)).lower())
+    found = {unit for unit, names in NAMED_UNITS.items() for word in words if word in names}
+    return found.pop() if len(found) == 1 else None
+
+
+def check_time_unit(path: object, fmt: TraceFormat, column: str | None) -> None:
+    """A `TraceError` when the column read as arrival times names a unit other than the one ``fmt`` reads it
+    in. Why: ``--columns arrival_time_s=timestamp_ms`` (what an unknown-format error suggests) read
+    milliseconds as seconds, stretching a 3 req/s trace to 0.003 req/s without a word. A format's unit is how
+    kvsim converts, so the fix is the format with the column's unit, or seconds in the file."""
+    if column is None or fmt.time_unit not in ("s", "ms"):
+        return
+    unit = named_unit(column)
+    if unit is None or unit == fmt.time_unit:
+        return
+    if unit == "ms":
+        fix = ("add --trace-format mooncake to read it in milliseconds (mapping with --columns every field "
+               "whose column is not named as Mooncake's)")
+    elif unit == "s":
+        fix = "read it with a format in seconds (--trace-format kvsim)"
+    else:
+        fix = "convert it to seconds (kvsim reads arrival times in seconds, or milliseconds with --trace-format mooncake)"
+    raise TraceError(f"{path}: line 1: field 'arrival_time_s' (column '{column}'): the column's name says "
+                     f"{UNIT_WORDS[unit]}, but format {fmt.name} reads it in {UNIT_WORDS[fmt.time_unit]}; {fix}, "
+                     "or rename the column if its name is wrong")
+
+
+def time_mapping_hint(column: str) -> str:
+    """How to read ``column`` as the arrival times, in the unit its name states (`named_unit`): the advice an
+    error or warning gives must not itself read milliseconds as seconds."""
+    unit = named_unit(column)
+    if unit == "ms":
+        return (f"--trace-format mooncake --columns arrival_time_s={column},prompt_tokens=...,output_tokens=... "
+                "(milliseconds; the fields format mooncake reads from its own column names, mapped to yours)")
+    if unit in (None, "s"):
+        return f"--columns arrival_time_s={column} (seconds)"
+    return f"--columns arrival_time_s=COLUMN (seconds; '{column}' holds {UNIT_WORDS[unit]}: convert it first)"
 
 
 def format_named(name: str) -> TraceFormat:
