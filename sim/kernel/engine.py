@@ -21,7 +21,7 @@ import simpy
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S
 from sim.kernel.fast_forward import run_decode
-from sim.kernel.metrics import Recorder
+from sim.kernel.metrics import STEP_FLOAT, Recorder
 from sim.kernel.snapshot_schedule import SnapshotSchedule
 
 
@@ -73,6 +73,7 @@ class Engine:
                 t = source.next_time()
                 yield from catch_up(self.env, now)
                 if t is None:
+                    close_last_map(rec, memory.breakdown(False), now)
                     return
                 record_idle(rec, memory.breakdown(False), now, t)
                 self.wake = env.event()
@@ -182,6 +183,16 @@ def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float, step_s
         t = now + max(1, math.ceil((t - now) / step_s - 1e-9)) * step_s
     record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t, plan, sched.queued)
     return t
+
+
+def close_last_map(rec, b, end: float) -> None:
+    """Give a map taken at a run's last instant ``end`` the step row every other map has, starting at its time:
+    where none starts there (the run ends as the map is taken: its last request refused on arrival, or a fleet
+    replica stopping at the fleet's end with a map there, `fleet_summary.idle_until`), an idle row of no
+    duration, its memory as ``b`` (the idle pool the map shows) counts it. So a table joining maps to rows by time has no map
+    without its row; a row of no duration adds nothing to the summary's shares."""
+    if rec.snapshots and rec.snapshots[-1][0] == end and (not rec.floats or rec.floats[-len(STEP_FLOAT)] < end):
+        record_idle(rec, b, end, end)
 
 
 def record_idle(rec, b, now: float, until: float, plan=None, waiting: int = 0) -> None:

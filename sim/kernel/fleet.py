@@ -201,9 +201,9 @@ class Fleet:
     def _engine(self, replica: Replica):
         """The replica's rows (`_rows`); then, if moments of its snapshots are still to come, they fall while it
         stays idle to the fleet's end, not known yet: its pool is kept (``final_map``) for
-        `fleet_summary.fleet_result` to record at that end, as a row after an idle gap takes the moments the
-        gap passed. A replica idle across every moment (its last request done before them, or none at all)
-        still has a map, of its idle pool."""
+        `fleet_summary.fleet_result` to record with the idle row that holds it to that end, at the row's start
+        (`fleet_summary.idle_until`). A replica idle across every moment (its last request done before them, or
+        none at all) still has a map, of its idle pool."""
         snapshots = SnapshotSchedule.for_workload(self.num_snapshots, self.workload, self.start, self.released)
         yield from self._rows(replica, snapshots)
         if snapshots.left:

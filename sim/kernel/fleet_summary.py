@@ -45,13 +45,19 @@ def idle_until(rec: Recorder, b, since: float, end: float, final_map: tuple | No
     as ``b`` leaves it. So every replica's rows and memory integrals span the fleet's run, as its summary's
     ``sim_time_s`` does: a replica that finished early, or never got a request, counts its idle capacity in
     ``mean_running`` and the memory shares, fleet-wide and its own. ``final_map``: its idle pool's memory map,
-    where snapshot moments fell in that stretch (`Fleet._engine`), recorded at ``end``."""
-    from sim.kernel.engine import record_idle
+    where snapshot moments fell in that stretch (`Fleet._engine`), recorded at ``since``: the start of that
+    idle row, whose shares it counts, as every map has the step row starting at its time. No row starts at or
+    after those moments, and the pool is the same from ``since`` to ``end``: its map at the start of the row that
+    holds it is the one a plot of any instant of the stretch finds nearest (at ``end`` an earlier, busy map
+    could be nearer), and a moment that fell due at ``since`` already took it (one map there, not two). Where
+    ``since`` is ``end`` (no idle row), an idle row of no duration gives the map its row (`close_last_map`)."""
+    from sim.kernel.engine import close_last_map, record_idle
 
     if since < end:
         record_idle(rec, b, since, end)
-    if final_map is not None:
-        rec.snapshot(end, *final_map)
+    if final_map is not None and not (rec.snapshots and rec.snapshots[-1][0] == since):
+        rec.snapshot(since, *final_map)
+    close_last_map(rec, b, end)
 
 
 def load_imbalance(processed: list[int]) -> float:

@@ -11,13 +11,18 @@ those arrived so far: a fleet replica's own), but never all of them: with fewer 
 moments would fall after the last request left, on an empty pool, so they come once all but one have left.
 Either way a snapshot is taken at the start of the first row at or after its moment, and moments one idle gap
 passes together make one snapshot: the summary's ``memory_snapshots`` counts the moments, which do not depend on
-how rows group steps, and the table's distinct times the snapshots. A moment that falls at the run's start while
-requests are there to run (a single request's, a closed loop's first users', a replica's only request) waits for
-the end of the first row: the map then shows requests that have run a step, not the pool their first step found
-empty. A snapshot shows memory as the row it starts counts it, once that row's step is planned
-(`sim.kernel.engine.record_snapshot`): its slots of each state are the row's memory columns. A fleet replica
-that stops with moments still to come (idle from its last row to the fleet's end) gets one map of its idle pool
-at that end (`sim.kernel.fleet.Fleet._engine`).
+how rows group steps, and the table's distinct times the snapshots. A snapshot shows memory as the row it starts
+counts it, once that row's step is planned (`sim.kernel.engine.record_snapshot`): its slots of each state are
+the row's memory columns, and every map has the step row starting at its time. A moment at the run's start (a
+single request's, a closed loop's first users', a replica's only request) is no exception: it is the first
+row's, at the run's start, and shows what that row's step allocated (its admissions and prefill chunks), not the
+empty pool before it. No moment comes before the first row: a run's clock starts at its first arrival
+(`first_arrival_s`), where its first row starts. A fleet replica that stops with moments still to come (idle
+from its last row to the fleet's end, where no row starts at or after them) gets one map of its idle pool, at
+the start of the idle row that holds it to that end (`sim.kernel.fleet_summary.idle_until`): the same pool
+as at the moments, and the map a plot of any instant of that stretch finds nearest. Where a run ends as a map
+is taken (its last request refused on arrival), an idle row of no duration there gives the map its row
+(`sim.kernel.engine.close_last_map`).
 
 A run of decode steps advanced in one move (`sim.kernel.fast_forward`) ends before the first step starting at
 or after the next moment (`next_moment`), so the fast-forward snapshots the same step as step by step does,
@@ -38,13 +43,12 @@ class SnapshotSchedule:
     and, open loop, whose last at ``end``; ``by_arrivals``: spread over the requests instead; ``by_departures``
     (all arriving at once): over the requests leaving."""
 
-    __slots__ = ("_start", "_times", "_arrived", "_shares", "_parts")
+    __slots__ = ("_times", "_arrived", "_shares", "_parts")
 
     def __init__(self, count: int, size: int, start: float, end: float, *, by_arrivals: bool,
                  by_departures: bool = False) -> None:
         span = end - start
         by_time = not (by_arrivals or by_departures)
-        self._start = start
         self._times = [start + span * (k + 1) / (count + 1) for k in range(count)] if by_time else []
         self._arrived = [max(1, math.ceil(size * (k + 1) / (count + 1))) for k in range(count)] if by_arrivals else []
         self._shares = list(range(1, count + 1)) if by_departures else []  # snapshot k: (k + 1) / _parts of them
@@ -60,8 +64,6 @@ class SnapshotSchedule:
     def due(self, now: float, arrived: int, delivered: int = 0, departed: int = 0) -> bool:
         """Whether a row starting at ``now``, ``arrived`` requests having arrived, takes a snapshot (every
         moment it passes is used up); ``delivered``: those of them this engine took, ``departed`` of which left."""
-        if now <= self._start and delivered > departed:  # nothing has run yet: wait for the first row's end
-            return False
         passed = False
         while self._times and now >= self._times[0] - ARRIVAL_TIE_S:  # as an arrival: a tie is this step's
             self._times.pop(0)

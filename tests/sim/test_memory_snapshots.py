@@ -28,15 +28,16 @@ def snapshot_keys(memory) -> list[str]:
 
 def map_shares(result) -> list[tuple[dict, dict]]:
     """Per snapshot (of each replica): the slots of each state, summed as `SHARES_OF_STATES`, and the memory
-    columns of the step row starting at its instant (a fleet replica's map at the fleet's end: of its last row,
-    idle to that end)."""
+    columns of the step row starting at its instant; every map has one (a fleet replica's map of its idle pool
+    at the fleet's end: the idle row of no duration there)."""
     pairs = []
     memory, steps = result.memory, result.steps
     for key, rows in memory.groupby(snapshot_keys(memory)):
         counts = rows["state"].value_counts()
         mine = steps[steps["replica"] == key[0]] if "replica" in steps else steps
         at = mine[mine["time_s"] == key[-1]]
-        row = at.iloc[0] if len(at) else mine[mine["time_s"] < key[-1]].iloc[-1]
+        assert len(at), f"the map at {key} has no step row starting at its time"
+        row = at.iloc[0]
         slots = {share: int(counts.reindex(states, fill_value=0).sum())
                  for share, states in SHARES_OF_STATES.items()}
         pairs.append((slots, {share: int(row[share]) for share in SHARES_OF_STATES}))
@@ -149,7 +150,8 @@ def test_a_fleet_counts_each_replicas_maps(workers):
     and each per-replica summary counts its own; two processes (``workers``) count as one does. The burst and
     gap of `test_moments_one_row_passes_make_one_snapshot` on two replicas: replica 0 takes the late request
     and one map at it; replica 1 is idle from the burst's end to the run's, across every moment, and takes one
-    map of its idle pool at the fleet's end, where its idle row ends."""
+    map of its idle pool, at the start of the idle row that holds it to the fleet's end (it was at that end,
+    where no row starts)."""
     w = Workload(arrival_time_s=np.r_[np.linspace(0, 1, 20), 100.0], prompt_tokens=np.full(21, 200),
                  output_tokens=np.full(21, 50), name="gap")
     r = run_simulation(dataclasses.replace(CONFIG, replicas=2), w, workers=workers)
@@ -157,9 +159,10 @@ def test_a_fleet_counts_each_replicas_maps(workers):
     assert [s["memory_maps"] for s in r.summary["per_replica"]] == maps == [1, 1]
     assert r.summary["memory_maps"] == 2 and r.summary["memory_snapshots"] == 6
     idle = r.memory[r.memory["replica"] == 1]
-    assert idle["time_s"].unique().tolist() == [r.summary["sim_time_s"]]  # the fleet's end (its start is 0)
-    assert idle["state"].value_counts()[["overhead", "free"]].tolist() == [16, 3984]  # the null block, the rest
     last = r.steps[r.steps["replica"] == 1].iloc[-1]  # its idle row to the fleet's end, which the map shows
+    assert last["time_s"] + last["duration_s"] == pytest.approx(r.summary["sim_time_s"])  # (its start is 0)
+    assert idle["time_s"].unique().tolist() == [last["time_s"]] and last["running"] == 0
+    assert idle["state"].value_counts()[["overhead", "free"]].tolist() == [16, 3984]  # the null block, the rest
     assert (last["external_frag"], last["free"]) == (16, 3984)
 
 
@@ -184,23 +187,29 @@ def test_a_small_batch_keeps_its_last_snapshots_off_the_empty_pool():
     assert max(snapshot_times(r)) < r.requests["finished_s"].max()
 
 
-def test_a_run_starting_with_requests_is_not_snapshotted_before_its_first_row():
-    """Before the first row nothing is allocated: a single request (no arrival span: every moment at the start)
-    and a closed loop whose first snapshot falls among its users arriving together showed an empty pool. Both
-    now take that snapshot once the first row has run; a run whose requests are all refused at the start still
-    shows its (empty) pool."""
+def test_a_moment_at_the_start_is_the_first_rows():
+    """A moment at the run's start (a single request: no arrival span, every moment at the start; a closed loop
+    whose first moment falls among its users arriving together) is matched to the first row as any moment is to
+    the first row starting at or after it: the map at the start, as that row counts memory once its step is
+    planned, so it shows the prompt being prefilled, not the empty pool. It used to wait for the end of the
+    first row (a map at the second row's time, labelled after the moment it stood for). A run whose requests
+    are all refused at the start shows its (empty) pool at the start, with an idle row of no duration there."""
     one = Workload(arrival_time_s=np.zeros(1), prompt_tokens=np.array([1500]), output_tokens=np.array([100]))
     r = run_simulation(CONFIG, one)
-    assert snapshot_times(r) == [r.steps["duration_s"].iloc[0]]
-    assert (r.memory["state"] == "token").sum() == 1500  # the prompt, computed
+    assert snapshot_times(r) == [0.0] == [r.steps["time_s"].iloc[0]] and r.steps["prefill_tokens"].iloc[0] == 1500
+    assert (r.memory["state"] == "token").sum() == 1500 == r.steps["token_states"].iloc[0]  # the prompt, computed
+    assert [states for states, _ in map_shares(r)] == [row for _, row in map_shares(r)]
     rng = np.random.default_rng(0)
     w = Workload(arrival_time_s=np.zeros(40), prompt_tokens=rng.integers(50, 500, 40),
                  output_tokens=rng.integers(20, 300, 40), name="closed")
     closed = run_simulation(CONFIG, w.select(np.arange(40), closed_loop=ClosedLoop(users=16, think_time_s=0.2)))
+    assert snapshot_times(closed)[0] == 0.0
     tokens = closed.memory[closed.memory["state"] == "token"].groupby("time_s").size()
     assert len(tokens) == len(snapshot_times(closed)) and (tokens > 0).all()
     refused = run_simulation(CONFIG, dataclasses.replace(one, prompt_tokens=np.array([5000])))
     assert refused.summary["rejected"] == 1 and snapshot_times(refused) == [0.0]
+    assert refused.steps[["time_s", "duration_s", "free"]].values.tolist() == [[0.0, 0.0, 3984]]  # a null block
+    assert [states for states, _ in map_shares(refused)] == [row for _, row in map_shares(refused)]
 
 
 def test_departures_moments_count_exactly():
