@@ -112,8 +112,8 @@ def _bad(path: Path, where: str, name: str, value: object, problem: str) -> Trac
 def _numbers(values: Sequence | pd.Series, text: bool) -> np.ndarray:
     """Each value as a float, NaN where it is not a number. A boolean never is one (JSON ``true`` is not a
     count of tokens, though Python would take it as 1); text is parsed only where the file is text (CSV)."""
-    if isinstance(values, pd.Series) and values.dtype.kind in "iuf":
-        return values.to_numpy(np.float64)
+    if isinstance(values, pd.Series) and values.dtype.kind in "iuf":  # nullable integers' NA (Parquet) as NaN
+        return values.to_numpy(np.float64, na_value=np.nan)
     out = np.full(len(values), np.nan)
     for i, v in enumerate(values):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number, str)):

@@ -84,7 +84,8 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
     replica_of = fleet.replica_of  # a fanned-out request's, its children's (`Fleet._route`)
     if getattr(workload, "fan_parent", None) is not None:
         replica_of = replica_of[first_children(workload.fan_parent)]
-    requests["replica"] = replica_of
+    # right after trace_row, where it has always been; the hash columns (`sim.kernel.request_hashes`) follow it
+    requests.insert(requests.columns.get_loc("trace_row") + 1, "replica", replica_of)
     pool = replicas[0].memory.breakdown()
     total_blocks, capacity = pool.total_blocks, pool.capacity  # a hybrid pool counts group slots
     steps, per_replica, processed = [], [], []

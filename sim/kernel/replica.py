@@ -32,6 +32,7 @@ from sim.kernel.metrics import Recorder
 from sim.kernel.over_length import beyond_model_context, vllm_refusals
 from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.prefix_cache_stats import PrefixCacheStats
+from sim.kernel.request_hashes import hash_columns
 from sim.kernel.scheduler import Scheduler
 
 MEMORY_MAP_ROWS = 2**22
@@ -238,7 +239,8 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     ``request_id`` counting only the rows kept), its multi-turn session and turn (NA where it is no
     session's turn) so that latency can be read per turn, and its shared system prompt (``prefix_group``, NA for
     none, and ``prefix_len``) so that ``kvsim calibrate --from-trace`` replays the hits the run had on it, and
-    its samples and beams (``n``, ``beam_width``: vLLM's names; ``num_seqs`` is the larger) for it to replay.
+    its samples and beams (``n``, ``beam_width``: vLLM's names; ``num_seqs`` is the larger) and its prefix
+    hashes (``hash_ids``, ``prefix_hash_tokens``: `sim.kernel.request_hashes`) for it to replay.
     ``cached_by_index``: prompt tokens each request's admissions found cached, by workload position (absent:
     none); ``host_by_index``: the part of them loaded from the host tier (``host_hit_tokens``; ``gpu_hit_tokens``
     is the rest). A fanned-out workload's children are folded back into their requests
@@ -292,5 +294,7 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
         "cached_tokens": c["cached_tokens"], "gpu_hit_tokens": c["cached_tokens"] - c["host_tokens"], "host_hit_tokens": c["host_tokens"],
         "preemptions": c["preemptions"], "rejected": c["rejected"], "reject_reason": c["reject_reason"],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
-        "trace_row": nullable(c["trace_row"]),  # last: the columns before it keep their places
+        "trace_row": nullable(c["trace_row"]),  # then the hashes: the columns before them keep their places
+        **hash_columns(workload),
     })
+
