@@ -157,6 +157,11 @@ class Allocator(ABC):
     allocates_per_chunk: bool = False
     """Whether chunked prefill allocates slots chunk by chunk (vLLM's paged KV cache manager: `admit` takes
     ``full_tokens`` and ``apply_watermark``) rather than the whole prompt at admission (contiguous slabs)."""
+    reserves_final_length: bool = False
+    """Whether `admit` holds, for each sequence, every slot it will grow into (`never_fits` refuses one whose
+    reservation falls short of its final length): its growth then never fails, so only a fork, which places a
+    new sequence, can find no room, and a run whose requests never fork preempts nothing (the contiguous slabs;
+    `sim.kernel.ignored_settings` reports swap preemption on such a run)."""
     parks_own_blocks: bool = False
     """Whether `admit` takes ``own_from`` (where a request's own block ids start) and `free` takes ``finished``:
     a request's own blocks are then indexed in the prefix cache only when it is freed to come back."""

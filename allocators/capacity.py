@@ -86,7 +86,8 @@ def kv_capacity(
     (`ModelSpec.with_kv_cache_dtype`) for everything downstream. A token costs `pool_bytes_per_token`.
 
     Raises ValueError with a one-line reason for negative sizes, a ``kv_gib`` larger than the GPUs' memory
-    (``kv_tokens`` is the way to ask for an arbitrary pool), or a model that does not fit.
+    (``kv_tokens`` is the way to ask for an arbitrary pool), a size that holds no whole token slot, or a model
+    that does not fit.
     """
     if kv_gib is not None and kv_tokens is not None:
         raise ValueError("give at most one of --kv-gib and --kv-tokens")
@@ -117,6 +118,10 @@ def kv_capacity(
                              f"({gpu.memory_gib * tensor_parallel:.1f} GiB); lower it, raise --tensor-parallel, or "
                              "give --kv-tokens to size the pool regardless of the GPU")
         kv_bytes = int(round(kv_gib * GIB))
+        if kv_bytes < per_token:  # else the allocator's "capacity must be positive, got 0", naming no flag
+            raise ValueError(f"--kv-gib {kv_gib:g} is {kv_bytes:,} bytes, which rounds to 0 token slots of {model.name} "
+                             f"({per_token:,} bytes = {per_token / GIB:.3g} GiB each); give more, or size the pool "
+                             "in slots with --kv-tokens")
         return KVCapacity(kv_bytes=kv_bytes, kv_tokens=kv_bytes // per_token, source="kv_gib", **common)
     if gpu is None:
         raise ValueError("a GPU is needed to derive the KV capacity (or give --kv-gib / --kv-tokens)")
@@ -132,6 +137,10 @@ def kv_capacity(
             f"{gpu.memory_gib:.1f} GiB; raise --tensor-parallel or pick a larger GPU"
         )
     kv_bytes = int(per_gpu * tensor_parallel)
+    if kv_bytes < per_token:
+        raise ValueError(f"{kv_bytes:,} bytes of KV memory left on {tensor_parallel} x {gpu.name} round to 0 token "
+                         f"slots of {model.name} ({per_token:,} bytes each); raise --gpu-memory-utilization or "
+                         "--tensor-parallel, or give --kv-gib / --kv-tokens")
     return KVCapacity(
         kv_bytes=kv_bytes,
         kv_tokens=kv_bytes // per_token,

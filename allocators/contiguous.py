@@ -44,6 +44,7 @@ class ContiguousAllocator(Allocator):
     """Slab-per-sequence allocation; subclasses only decide the slab size (`slab_size`)."""
 
     kind = "contiguous"
+    reserves_final_length = True  # every policy's slab holds the final length, or `never_fits` refuses it
 
     def __init__(
         self,

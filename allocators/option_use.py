@@ -49,3 +49,16 @@ def follows_vllm_block_size(name: str) -> bool:
     """Whether ``name`` hands out vLLM's blocks, sized as vLLM sizes them for an MLA model
     (`Allocator.follows_vllm_block_size`): ``paged`` and ``paged-cow``."""
     return allocator_class(name).follows_vllm_block_size
+
+
+def never_outgrows(name: str) -> bool:
+    """Whether ``name`` reserves each sequence's final length when it admits it (`Allocator.reserves_final_length`):
+    its sequences' growth never fails, so only a request that forks (parallel samples, beams) can make it
+    preempt."""
+    return allocator_class(name).reserves_final_length
+
+
+def allocates_per_chunk(name: str) -> bool:
+    """Whether ``name`` allocates a chunked prefill chunk by chunk (`Allocator.allocates_per_chunk`), the only
+    admission ``--no-scheduler-reserve-full-isl`` changes (vLLM's paged KV cache manager and its variants)."""
+    return allocator_class(name).allocates_per_chunk

@@ -2,7 +2,9 @@
 
 Readers meet the lists in three shapes: JSON lists, space-separated strings in a CSV cell, Arrow list arrays.
 Each parser returns ``Ragged(offsets, values, bad)`` where ``bad`` flags rows whose list could not be read
-(those rows then get an error or are skipped like any other bad row).
+(those rows then get an error or are skipped like any other bad row), and ``text`` says the lists were text
+(whole numbers separated by spaces, ``0 1 2``), so that the error says which form was expected: a JSON list
+written into a CSV cell (``[0, 1, 2]``, what pandas' ``to_csv`` writes for a list) is refused, not guessed at.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class Ragged:
     offsets: np.ndarray
     values: np.ndarray
     bad: np.ndarray
+    text: bool = False
 
     @property
     def counts(self) -> np.ndarray:
@@ -26,7 +29,7 @@ class Ragged:
 
     def take(self, index: np.ndarray) -> Ragged:
         offsets, values = take_ragged(self.offsets, self.values, index)
-        return Ragged(offsets, values, self.bad[index])
+        return Ragged(offsets, values, self.bad[index], self.text)
 
 
 def take_ragged(offsets: np.ndarray, values: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,7 +80,7 @@ def from_strings(cells: np.ndarray) -> Ragged:
         values = np.array(" ".join(text).split(), dtype=np.int64)
         if (values < 0).any():
             raise ValueError("negative hash")
-        return Ragged(offsets, values, bad)
+        return Ragged(offsets, values, bad, text=True)
     except (ValueError, OverflowError):
         pass
     lists: list[object] = []
@@ -88,7 +91,7 @@ def from_strings(cells: np.ndarray) -> Ragged:
         except ValueError:
             lists.append("bad")
     result = from_lists(lists)
-    return Ragged(result.offsets, result.values, result.bad | bad)
+    return Ragged(result.offsets, result.values, result.bad | bad, text=True)
 
 
 def from_arrow(column) -> Ragged:

@@ -53,8 +53,6 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens)
     spec = cap.model  # at --kv-cache-dtype
-    if cap.kv_tokens <= 0:
-        raise ValueError(f"{cap.kv_bytes} bytes of KV memory hold no token of {spec.name}")
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
     config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,

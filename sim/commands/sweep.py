@@ -48,8 +48,13 @@ _GRID_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 def _grid(args: list[str], config_file: str | None) -> Any:
     """The grid the flags and the TOML file spell; ``$KVSIM_CATALOG`` is the catalog unless one is given, and
-    every catalog file is read now, so a bad one is one error rather than a failure in every point."""
+    every catalog file is read now, so a bad one is one error rather than a failure in every point. Every
+    allocator and placement named is checked now too (as ``kvsim run`` checks them: exact names), so that a
+    misspelt one (``Paged``) is one error listing the valid names, not a failed point found after the others
+    ran."""
+    from allocators import allocator_class
     from allocators.catalog_file import load_catalog_file
+    from allocators.placement import placement_class
     from sim.kernel.config import SimConfig
     from sim.sweep.grid import Grid, grid_from_flags, load_grid_toml
 
@@ -59,6 +64,9 @@ def _grid(args: list[str], config_file: str | None) -> Any:
         grid = grid.merged(Grid({"catalog": os.environ["KVSIM_CATALOG"]}, {}))
     for path in {*grid.axes.get("catalog", ()), grid.base.get("catalog")} - {None}:
         load_catalog_file(path)
+    for field, registered in (("allocator", allocator_class), ("placement", placement_class)):
+        for name in (*grid.axes.get(field, ()), *([grid.base[field]] if field in grid.base else [])):
+            registered(name)
     return grid
 
 

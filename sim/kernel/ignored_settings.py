@@ -2,10 +2,11 @@
 
 Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
 vAttention, slab placement on contiguous allocators, block size and watermark on block pools, swap space on
-swap preemption without a host tier, a calibration or cost profile without a fixed step time, a long-prefill
-threshold on chunked prefill, a cache-aware order on a prefix cache, a router on a fleet, a router's weight on
-that router). Accepting one silently would let a user read a run as the answer to the question the flag asked.
-The summary carries them
+swap preemption without a host tier, swap preemption where something can be preempted, a calibration or cost
+profile without a fixed step time, a long-prefill threshold on chunked prefill, the whole-prompt admission check
+on chunked prefill by an allocator that allocates chunk by chunk, the beam choice on beam searches, a cache-aware
+order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one silently would
+let a user read a run as the answer to the question the flag asked. The summary carries them
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
 warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`
 (``kvsim sweep`` counts the points of each). Only values that differ from the default can be told apart from
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 from allocators.kv_cache_groups import SLIDING, disable_unifies
 from allocators.option_use import (
+    allocates_per_chunk,
     hands_out_blocks,
     host_tier_allocators,
     keeps_prefix_cache,
     maps_pages,
+    never_outgrows,
     places_slabs,
 )
 from sim.kernel.block_size import block_size_settings
@@ -40,7 +43,8 @@ def has_host_tier(config: SimConfig) -> bool:
 
 
 def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, model=None,
-                     priorities: bool = False, sampled: bool = True, host_tier=None, gpu=None) -> dict[str, str]:
+                     priorities: bool = False, sampled: bool = True, host_tier=None, gpu=None, beams: bool = True,
+                     forks: bool = True) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
     vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`); ``sessions``: the workload has
     a ``session_id`` column (without one, session affinity routes as least-requests); ``model``: the model
@@ -49,7 +53,10 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
     some request has a priority other than 0 (reported, under the column's name, where the policy does not
     read it);
     ``sampled``: some request is sampled more than once without a beam (what ``--parallel-sampling`` acts on);
-    ``host_tier``: the run's tier, if any (one of no blocks holds nothing)."""
+    ``host_tier``: the run's tier, if any (one of no blocks holds nothing); ``beams``: some request is a beam
+    search (``beam_width`` > 1, what ``--beam-keep-prob`` acts on); ``forks``: some request forks sequences (``n``
+    or ``beam_width`` > 1), the only preemption an allocator that reserves final lengths can meet. The workload
+    flags default to what reports nothing, for a caller that has no workload."""
     defaults = SimConfig()
     name = config.allocator
     ignored: dict[str, str] = {}
@@ -111,6 +118,15 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
         ignored[f"--max-num-batched-tokens {config.max_num_batched_tokens}"] = (
             "static batching runs whole prompts without a token budget (the value still sizes the activation "
             "memory reserved before a derived KV cache)")
+    if config.beam_keep_prob != defaults.beam_keep_prob and not beams:
+        ignored[f"--beam-keep-prob {config.beam_keep_prob:g}"] = (
+            "it is the chance a beam keeps its own lineage, and no request of this workload is a beam search "
+            "(beam_width > 1)")
+    chunked = config.chunked_prefill and config.scheduler == "continuous"
+    if not config.scheduler_reserve_full_isl and not (chunked and allocates_per_chunk(name)):
+        how = "this run has no chunked prefill" if not chunked else f"{name} holds a whole prompt from its admission"
+        ignored["--no-scheduler-reserve-full-isl"] = (
+            f"it admits a prompt on room for its first chunk alone, and {how}")
     if config.parallel_sampling != defaults.parallel_sampling and not sampled:
         ignored[f"--parallel-sampling {config.parallel_sampling}"] = (
             "no request of this workload is sampled more than once (n > 1 without a beam)")
@@ -121,7 +137,7 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
         ignored["priority column"] = (f"the policy is {config.scheduling_policy}; only --scheduling-policy priority "
                                       "orders by it (vLLM refuses a priority without that policy)")
     ignored.update(_deployment_settings(config, defaults, model))
-    ignored.update(_swap_settings(config, defaults, tiered=not no_tier))
+    ignored.update(_swap_settings(config, defaults, tiered=not no_tier, preempts=forks or not never_outgrows(name)))
     ignored.update(_clock_settings(config))
     ignored.update(_router_settings(config, defaults, sessions))
     return ignored
@@ -153,10 +169,19 @@ def _deployment_settings(config: SimConfig, defaults: SimConfig, model) -> dict[
     return ignored
 
 
-def _swap_settings(config: SimConfig, defaults: SimConfig, tiered: bool) -> dict[str, str]:
+def _swap_settings(config: SimConfig, defaults: SimConfig, tiered: bool, preempts: bool) -> dict[str, str]:
     """Swap space where nothing is swapped into it: recompute preemption, or a host tier that takes the swapped
-    KV instead (`Preemption._swap_room`); and swap preemption with no host memory at all, which recomputes."""
+    KV instead (`Preemption._swap_room`); swap preemption with no host memory at all, which recomputes; and
+    swap preemption where nothing is preempted (``preempts`` False: an allocator that reserves each sequence's
+    final length, `Allocator.reserves_final_length`, on a workload whose requests never fork)."""
     ignored: dict[str, str] = {}
+    if config.preemption == "swap" and not preempts:
+        never = (f"{config.allocator} reserves each sequence's final length when it admits it and no request forks "
+                 "(n or beam_width > 1), so nothing is ever preempted")
+        ignored["--preemption swap"] = never
+        if config.swap_space_gib != defaults.swap_space_gib:
+            ignored[f"--swap-space-gib {config.swap_space_gib:g}"] = f"nothing is swapped: {never}"
+        return ignored
     if config.swap_space_gib != defaults.swap_space_gib:
         flag = f"--swap-space-gib {config.swap_space_gib:g}"
         if config.preemption != "swap":

@@ -133,9 +133,11 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
         extra["parallel_sampling"] = sampling
     hybrid = bool(hybrid_kv_groups(config, model))
     priority = getattr(workload, "priority", None)
+    beams = np.asarray(workload.beam_width) > 1
     if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False)),
                                    model=model, priorities=priority is not None and bool(np.any(priority != 0)),
-                                   sampled=sampling is not None, host_tier=memory.host_tier, gpu=gpu):
+                                   sampled=sampling is not None, host_tier=memory.host_tier, gpu=gpu,
+                                   beams=bool(beams.any()), forks=bool((beams | (np.asarray(workload.n) > 1)).any())):
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)

@@ -30,6 +30,15 @@ def test_kv_gib_above_the_gpus_memory_is_refused(kv_gib):
     assert "--kv-tokens" in line and "--tensor-parallel" in line
 
 
+@pytest.mark.parametrize("command", ["run", "capacity"])
+def test_kv_gib_below_one_token_slot_names_the_flag(command):
+    """`--kv-gib 0.0001` rounds to 0 slots of opt-13b (819,200 bytes a token): it ended in the allocator's
+    "capacity must be positive, got 0", naming neither the flag nor the value."""
+    line = one_line_error(CliRunner().invoke(main, [command, "--kv-gib", "0.0001"]))
+    assert line == ("Error: --kv-gib 0.0001 is 107,374 bytes, which rounds to 0 token slots of opt-13b (819,200 bytes "
+                    "= 0.000763 GiB each); give more, or size the pool in slots with --kv-tokens")
+
+
 def test_tensor_parallel_multiplies_the_memory_allowed():
     runner = CliRunner()
     one_line_error(runner.invoke(main, ["capacity", "--kv-gib", "100"]))

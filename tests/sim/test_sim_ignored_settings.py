@@ -87,6 +87,14 @@ def test_defaults_are_never_reported():
     (["--preemption", "swap", "--swap-space-gib", "0"], "--preemption swap", "there is no host memory to swap into"),
     (["--step-time", "0.01", "--cost-profile", "paper-2023"], "--cost-profile paper-2023",
      "--step-time 0.01 fixes every step's time"),
+    (["--beam-keep-prob", "0.5"], "--beam-keep-prob 0.5",
+     "it is the chance a beam keeps its own lineage, and no request of this workload is a beam search"),
+    (["--scheduler", "static", "--no-scheduler-reserve-full-isl"], "--no-scheduler-reserve-full-isl",
+     "it admits a prompt on room for its first chunk alone, and this run has no chunked prefill"),
+    (["--allocator", "vattention", "--no-scheduler-reserve-full-isl"], "--no-scheduler-reserve-full-isl",
+     "it admits a prompt on room for its first chunk alone, and vattention holds a whole prompt from its admission"),
+    (["--allocator", "contiguous-max", "--preemption", "swap"], "--preemption swap",
+     "contiguous-max reserves each sequence's final length when it admits it and no request forks"),
 ])
 def test_run_warns_and_the_summary_says_why(args, flag, why):
     result = CliRunner().invoke(main, ["run", "--num-requests", "5", "--json", *args])
@@ -206,3 +214,49 @@ def test_a_host_tier_smaller_than_one_block_is_reported():
     assert summary["host_tier_blocks"] == 0
     assert summary["ignored_settings"]["--cpu-offload-gib 0.0001"] == (
         "it is less than one host block (13,107,200 bytes), so the tier holds nothing")
+
+
+def _moved_and_ignored(base: SimConfig, setting: dict, workload) -> tuple[set, dict]:
+    """The summary keys ``setting`` changes over ``base`` (the run's wall time aside), and what it reports."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the ignored setting's own warning
+        plain, varied = (run_simulation(c, workload).summary for c in (base, dataclasses.replace(base, **setting)))
+    moved = {k for k in plain.keys() | varied.keys() if plain.get(k) != varied.get(k)} - {"wall_time_s"}
+    return moved, varied.get("ignored_settings", {})
+
+
+@pytest.mark.parametrize("allocator", list(ALLOCATORS))
+@pytest.mark.parametrize(("base", "setting", "flag"), [
+    ({}, {"beam_keep_prob": 0.5}, "--beam-keep-prob 0.5"),
+    ({}, {"scheduler_reserve_full_isl": False}, "--no-scheduler-reserve-full-isl"),
+    ({"chunked_prefill": False}, {"scheduler_reserve_full_isl": False}, "--no-scheduler-reserve-full-isl"),
+    ({"scheduler": "static"}, {"scheduler_reserve_full_isl": False}, "--no-scheduler-reserve-full-isl"),
+    ({}, {"preemption": "swap"}, "--preemption swap"),
+])
+def test_settings_that_need_beams_chunks_or_preemption_are_reported_exactly_when_they_change_nothing(
+        allocator, base, setting, flag):
+    """On a workload with no beam and no fork: ``--beam-keep-prob`` picks beams only; the prompt reservation
+    only gates a chunked prefill's first chunk on an allocator that allocates chunk by chunk; and an allocator
+    that reserves each sequence's final length (the contiguous slabs) never preempts, so there is nothing to swap.
+    They were accepted without a word; now they are reported exactly where the run is the run without them."""
+    workload = workloads.load_preset("sharegpt-paper", num_requests=300, rate=4.0, seed=0)
+    moved, ignored = _moved_and_ignored(SimConfig(allocator=allocator, kv_tokens=5000, seed=0, **base), setting,
+                                        workload)
+    assert moved, "the setting changed nothing and nothing said so"
+    assert (flag in ignored) == (moved == {"ignored_settings"}), (ignored, moved)
+    assert set(ignored) <= {flag}
+
+
+def test_beams_and_forks_keep_the_settings_they_act_on():
+    """A beam search reads ``--beam-keep-prob``, and its forks can make even a contiguous pool preempt (a fork
+    places a new slab), so neither it nor ``--preemption swap`` is reported there."""
+    frame = workloads.workload_to_frame(workloads.load_preset("sharegpt-paper", num_requests=200, rate=8.0, seed=0))
+    beams = workloads.workload_from_frame(frame.assign(beam_width=4))
+    for allocator, setting in (("paged", {"beam_keep_prob": 0.5}), ("contiguous-pow2", {"preemption": "swap"})):
+        moved, ignored = _moved_and_ignored(SimConfig(allocator=allocator, kv_tokens=20_000, seed=0), setting, beams)
+        assert ignored == {} and "e2e_p50_s" in moved, (allocator, moved)
+    config = SimConfig(allocator="contiguous-max", preemption="swap", beam_keep_prob=0.5)
+    assert ignored_settings(config, False, beams=True, forks=True) == {}
+    assert list(ignored_settings(config, False, beams=False, forks=True)) == ["--beam-keep-prob 0.5"]
+    assert list(ignored_settings(dataclasses.replace(config, allocator="vattention"), False, beams=True,
+                                 forks=False)) == []

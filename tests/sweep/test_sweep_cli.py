@@ -63,6 +63,19 @@ def test_sweep_usage_errors_exit_2(tmp_path, args, message, fake_simulator):
     assert result.exit_code == 2 and message in result.output
 
 
+@pytest.mark.parametrize(("values", "message"), [
+    (["--allocator", "paged,Paged"], "unknown allocator 'Paged'; valid choices: contiguous-max, contiguous-pow2"),
+    (["--allocator", "contiguous-max", "--placement", "buddy,First-Fit"], "unknown placement 'First-Fit'"),
+])
+def test_unknown_allocator_names_are_refused_before_any_point_runs(tmp_path, values, message, fake_simulator):
+    """`kvsim run --allocator Paged` refuses the name; a sweep ran the other points first and failed that one
+    after them. It is refused as the grid is built now, with the valid names, and no table is written."""
+    out = tmp_path / "s.csv"
+    result = CliRunner().invoke(main, ["sweep", *values, "--workers", "1", "--quiet", "--out", str(out)])
+    assert result.exit_code == 2 and message in result.output
+    assert "points" not in result.output and not out.exists()
+
+
 def test_dask_missing_is_a_clear_error(tmp_path, monkeypatch, fake_simulator):
     monkeypatch.setitem(sys.modules, "distributed", None)
     result = CliRunner().invoke(main, ["sweep", "--executor", "dask", "--out", str(tmp_path / "s.parquet")])

@@ -38,6 +38,11 @@ TURN_MISSING = "missing (a session row needs its turn number)"
 """A session row with a blank turn: read as turn 0, it failed a later rule ("repeats an earlier row's
 session_id and turn", "think_time_s given on a session's first turn") that hid the cause."""
 
+HASH_LIST = "not a list of non-negative integers"
+HASH_TEXT = "not non-negative integers separated by spaces (a text cell holds 0 1 2, not a JSON list [0, 1, 2])"
+"""The reason of a bad ``prefix_hashes`` cell: a list (JSON Lines, Parquet, a DataFrame's lists), or text (a CSV
+cell, a text column), where the expected form is the one thing a user cannot guess."""
+
 
 @dataclass
 class RawTable:
@@ -175,7 +180,7 @@ def build_workload(raw: RawTable, *, skip_bad_rows: bool, name: str, source: str
     rules.append(cross["prefix_len"])
     if "prefix_len" in x:  # without a group nothing shares the prefix: the value would be dropped unread
         rules.append(("prefix_len", "given without prefix_group", (plen > 0) & np.isnan(group)))
-    rules.append(("prefix_hashes", "not a list of non-negative integers", hashes.bad))
+    rules.append(("prefix_hashes", HASH_TEXT if hashes.text else HASH_LIST, hashes.bad))
     rules.append(cross["prefix_hashes"])
     rules.append(group_and_hashes_rule(group, hashes.counts))
     session, session_rules = _named_ids(raw, "session_id", x)

@@ -5,7 +5,8 @@ the header (for format detection). Parse failures become `TraceError`s naming th
 ``skip_bad_rows`` the lines a container cannot split into fields are dropped and counted. Text files are UTF-8
 (a leading byte-order mark allowed); any other encoding is an error naming the line, not text read with
 replacement characters (two Latin-1 session ids ``café`` and ``cafè`` would both become ``caf\ufffd`` and merge).
-Blank lines (only whitespace) are no rows, in CSV as in JSON Lines.
+Blank lines (only whitespace) are no rows, in CSV as in JSON Lines. A CSV header's names are read without the
+spaces around them (``arrival_time_s, prompt_tokens``); JSON keys and Parquet names are read as they are.
 """
 
 from __future__ import annotations
@@ -50,17 +51,30 @@ def csv_header(path: Path, head: bytes) -> list[str]:
     return names
 
 
-def csv_frame(path: Path, **options) -> tuple[pd.DataFrame, list]:
+def csv_frame(path: Path, *, dtype: dict[str, object] | None = None, **options) -> tuple[pd.DataFrame, list]:
     """``pd.read_csv(path, **options)`` with parser warnings caught (returned, for the lines a caller told
     pandas to skip) and rows longer than the header refused: pandas would take the first column as an index
     and shift the fields left; told not to (``index_col=False``), it would drop the extras. pandas' own
-    errors propagate to the caller, which knows what to call them."""
+    errors propagate to the caller, which knows what to call them.
+
+    Header names are stripped of surrounding spaces, as `csv_header` reads them (``a, b`` names ``b``): pandas
+    keeps `` b``, so a column the header check found was missing from the frame. ``dtype`` is keyed by the
+    stripped names too."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
-        frame = pd.read_csv(path, index_col=False, **options)
+        if dtype:  # pandas matches dtype to the names as written
+            written = pd.read_csv(path, index_col=False, nrows=0, encoding=options.get("encoding")).columns
+            as_written = {str(c).strip(): c for c in written}
+            dtype = {as_written.get(name, name): kind for name, kind in dtype.items()}
+        frame = pd.read_csv(path, index_col=False, dtype=dtype, **options)
     if any("Length of header" in str(w.message) for w in caught):
         raise TraceError(f"{path}: line 2: more fields than the header names ({len(frame.columns)}): a trailing "
                          "comma, or a column without a header name")
+    names = [c.strip() if isinstance(c, str) else c for c in frame.columns]
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:  # (' a' and 'a': one column once stripped)
+        raise TraceError(f"{path}: line 1: column '{twice[0]}' appears more than once in the header")
+    frame.columns = names
     return frame, caught
 
 
