@@ -43,10 +43,10 @@ def test_spec_values_keep_their_commas_and_split_on_semicolons(trace, tmp_path):
 
 
 def test_failed_points_exit_1_after_writing_what_finished(trace, tmp_path):
-    """One bad allocator among three: the two good points are in the table, the command exits 1, and stderr
-    says how many failed and why."""
+    """One unknown model among three (a model is looked up per point, in that point's catalog): the two good
+    points are in the table, the command exits 1, and stderr says how many failed and why."""
     out = tmp_path / "s.csv"
-    result = sweep("--trace", trace, "--columns", MAPPING, "--allocator", "paged,no-such,contiguous-max", *FAST,
+    result = sweep("--trace", trace, "--columns", MAPPING, "--model", "opt-13b,no-such,llama-2-7b", *FAST,
                    "--out", str(out))
     assert result.exit_code == 1, result.output
     table = pd.read_csv(out)
