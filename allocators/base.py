@@ -65,11 +65,14 @@ class GroupSwap(NamedTuple):
     ``slots`` and ``transfers`` (each block the sequences hold moves once, as vLLM v0's swap maps every GPU
     block of a group to one CPU block, reference counted, and back), and ``forks``, which rebuild that sharing
     when the group is placed again: one ``(source, tokens)`` per sequence after the first, in the order they
-    are made (see `fork_plan`)."""
+    are made (see `fork_plan`). ``resident_slots``: slots of blocks the group holds that stay on the GPU and
+    are not moved (a pinned shared prefix's, `PagedCowAllocator.swap_group`), which vLLM v0.3's
+    ``can_swap_out`` still counts against the free swap space."""
 
     slots: int
     transfers: int
     forks: tuple[tuple[int, int], ...]
+    resident_slots: int = 0
 
 
 def fork_plan(forks: Sequence[tuple[int, int]], count: int, num_tokens: int,

@@ -9,7 +9,7 @@ that lost.
 Shared prefixes (a system prompt or few-shot examples) are registered once with `register_prefix`: their
 blocks are allocated and pinned (the registry holds a reference), and every admission whose
 ``block_hashes`` start with them shares those blocks without prefill, whether or not automatic prefix
-caching is on.
+caching is on. A group swapped out leaves its pinned prefix blocks on the GPU (`swap_group`), as vLLM v0.3 did.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from allocators.base import NO_COPIES, SHARED_OWNER, SLOT_TOKEN, Copy, cdiv
+from allocators.base import NO_COPIES, SHARED_OWNER, SLOT_TOKEN, Copy, GroupSwap, cdiv
 from allocators.paged import PagedAllocator
 from allocators.paged_audit import audit_paged
 from allocators.paged_seq import SeqBlocks
@@ -164,6 +164,31 @@ class PagedCowAllocator(PagedAllocator):
                 self._free.append(block)
                 self._num_token_slots -= bs
         return len(block_hashes) * bs
+
+    def swap_group(self, seq_ids: Sequence[int], pending: Sequence[int]) -> GroupSwap:
+        """`PagedAllocator.swap_group` less the pinned blocks (a registered prefix's), which stay on the GPU.
+
+        vLLM v0.3.0-v0.3.3 (the `Prefix` releases), ``BlockSpaceManager.swap_out`` in vllm/core/block_manager.py::
+
+            if (seq_group.prefix is not None
+                    and gpu_block in seq_group.prefix.block_table):
+                # NOTE: We do not swap out the prefix blocks for now.
+                self.gpu_allocator.free(gpu_block)
+                continue
+
+        drops the sequence's reference and moves nothing (the prefix pool keeps the block), and ``swap_in``
+        re-takes them first (``for block in seq_group.prefix.block_table: new_block_table.append(block);
+        block.ref_count += 1``). Here swapping out frees the sequences (the registry's pin keeps the blocks)
+        and placing the group again admits it with its hashes, whose lookup finds the registered blocks first
+        (`_lookup`), so nothing is copied for them either way. ``can_swap_out`` still counted them against the
+        free CPU blocks (it counts every block the group holds): ``resident_slots``."""
+        swap = super().swap_group(seq_ids, pending)
+        pins = self._pins
+        kept = len({b for seq_id in seq_ids for b in self._seqs[seq_id].table if pins[b]})
+        if not kept:
+            return swap
+        slots = kept * self.block_size
+        return swap._replace(slots=swap.slots - slots, transfers=swap.transfers - kept, resident_slots=slots)
 
     @property
     def registered_blocks(self) -> int:

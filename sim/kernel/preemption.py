@@ -54,7 +54,7 @@ class Preemption:
         if not s.running and not self.held_off_running():
             self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
             return
-        if swap is not None and self._swap_room(victim, swap.slots, frozenset(parked or ())):
+        if swap is not None and self._swap_room(victim, swap.slots, frozenset(parked or ()), swap.resident_slots):
             victim.state = SWAPPED
             self.swapped[victim.index] = swap
             s.plan.swap_blocks += swap.transfers
@@ -76,14 +76,16 @@ class Preemption:
         s = self.s
         return s.loads is not None and (bool(s.loads) or s.waiting.held > 0)
 
-    def _swap_room(self, victim: SequenceGroup, moved: int, block_hashes: frozenset[int]) -> bool:
+    def _swap_room(self, victim: SequenceGroup, moved: int, block_hashes: frozenset[int], resident: int = 0) -> bool:
         """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one
         (its cached blocks evicted as needed; ``block_hashes``, those of its hashed blocks, then count as on the
-        host), else the ``--swap-space-gib`` swap space; False if full."""
+        host), else the ``--swap-space-gib`` swap space; False if full. ``resident``: slots it holds that stay on
+        the GPU (`GroupSwap.resident_slots`): the swap space must have room for them too, as vLLM v0.3's
+        ``can_swap_out`` counts every block of the group, though they take none of it."""
         memory = self.s.memory
         if memory.host_tier is not None:
             return memory.park(victim.index, moved, block_hashes)
-        if self.swap_used + moved > self.swap_slots:
+        if self.swap_used + moved + resident > self.swap_slots:
             return False
         self.swap_used += moved
         return True

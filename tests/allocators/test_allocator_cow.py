@@ -150,6 +150,42 @@ def test_registered_prefix_is_allocated_once_and_shared():
     a.check_invariants()
 
 
+def test_a_swapped_group_leaves_its_pinned_prefix_and_takes_it_back_without_a_copy():
+    """Two forks of a 40-token prompt whose first 2 blocks are a registered prefix, at 50 tokens: 2 pinned blocks
+    and 2 of their own each. vLLM v0.3's swap_out skips the prefix blocks, so only the 4 others move; freed
+    (swapped out), the pinned blocks stay allocated, and placing the group again re-takes them from the
+    registry: it needs just the 4 moved blocks free."""
+    prefix, hashes = [11, 12], [11, 12, 200]
+    a = cow()
+    a.register_prefix(prefix)
+    a.admit(0, 40, final_tokens=80, block_hashes=hashes)
+    a.fork(0, 1, final_tokens=80)
+    grow_to(a, 0, 50)
+    grow_to(a, 1, 50)
+    tables = [a.block_table(seq) for seq in (0, 1)]
+    assert tables[0][:2] == tables[1][:2] == (1, 2) and len({b for t in tables for b in t}) == 6
+    swap = a.swap_group([0, 1], [0, 0])
+    assert (swap.slots, swap.transfers, swap.resident_slots) == (4 * BS, 4, 2 * BS)
+    assert swap.forks == ((0, 2 * BS),)
+    a.free(0)
+    a.free(1)
+    assert a.breakdown().used_blocks == 2 and [a.ref_count(b) for b in (1, 2)] == [1, 1]
+    filler = a.num_free_blocks - 4  # leave just the 4 moved blocks free
+    a.admit(99, filler * BS, final_tokens=filler * BS)
+    plan = fork_plan(swap.forks, 1, 40, 50)
+    assert a.admit(10, 40, final_tokens=80, block_hashes=hashes).cached_tokens == 2 * BS
+    for child, (source, tokens) in zip([11], plan, strict=True):
+        grow_to(a, (10, 11)[source], tokens)
+        assert a.fork((10, 11)[source], child, final_tokens=80) == ()
+    for seq in (10, 11):
+        grow_to(a, seq, 50)
+    again = [a.block_table(seq) for seq in (10, 11)]
+    assert again[0][:2] == again[1][:2] == (1, 2) and a.num_free_blocks == 0
+    assert block_trie(again) == block_trie(tables) and [a.ref_count(b) for b in (1, 2)] == [3, 3]
+    assert a.swap_group([10, 11], [0, 0]) == swap  # and would swap the same way again
+    a.check_invariants()
+
+
 def test_register_prefix_without_room_changes_nothing():
     a = cow(3)  # 2 usable blocks
     assert a.register_prefix([1, 2, 3]) is None

@@ -4,7 +4,8 @@ After every step `check_invariants()` recomputes the allocator's state from scra
 its own model of each sequence's tokens and checks that the breakdown sums to capacity, that a refused call
 changes nothing (a hybrid pool's windows still free what they left behind, as vLLM's do), that growing by
 the headroom needs no allocator work, that freeing returns exactly what the sequence held, and (where the
-allocator has it) that ``grow_due`` does what ``grow`` does.
+allocator has it) that ``grow_due`` does what ``grow`` does. `paged-cow` also swaps sequences out and back in
+(its pinned shared-prefix blocks stay on the GPU and are taken back, not moved).
 vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list reads as a block table here.
 
 `HostTierMachine` puts a small host tier behind the paged allocators' prefix cache (and `HybridHostTierMachine`
@@ -27,6 +28,7 @@ from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import skipped_blocks
 from allocators.lru_tier import LruTier
+from allocators.paged_cow import PagedCowAllocator
 from allocators.placement import PLACEMENTS
 from tests.allocators.kv_group_fixture import KVGroupFixture
 from tests.soak import examples, steps
@@ -51,6 +53,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.alloc = make_allocator(self.allocator_name, capacity, block_size=BLOCK, max_model_len=64,
                                     **self.options)
         self.tokens: dict[int, int] = {}
+        self.hashes: dict[int, tuple[int, ...]] = {}  # each sequence's block hashes (a fork: its parent's)
         self.prefixes: list[list[int]] = []
         self.next_id = 0
 
@@ -78,6 +81,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         if adm is None:
             assert self.snapshot() == before
             return
+        self.hashes[seq] = hashes
         assert adm.cached_tokens == cached and cached < num
         self.tokens[seq] = num
 
@@ -139,6 +143,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert self.snapshot() == before
         else:
             self.tokens[child] = self.tokens[parent]
+            self.hashes[child] = self.hashes.get(parent, ())
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
@@ -147,6 +152,34 @@ class AllocatorMachine(RuleBasedStateMachine):
         held = self.held(seq)
         assert self.alloc.free(seq) == held
         del self.tokens[seq]
+
+    @precondition(lambda self: self.tokens and isinstance(self.alloc, PagedCowAllocator))
+    @rule(data=st.data())
+    def swap_out_and_in(self, data):
+        """A sequence swapped out and placed again (paged-cow, as vLLM v0.3 swapped a group with a prefix): its
+        pinned blocks (a registered prefix's) are not moved, stay allocated while it is out, and are its first
+        blocks again once the admission that brings it back has looked its hashes up; it then takes at most
+        the blocks the swap moved from the free queue (fewer where a prefix cache or a prefix registered
+        since gives it more)."""
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        table = self.alloc.block_table(seq)
+        pinned = tuple(b for b in table if self.alloc._pins[b])
+        assert table[:len(pinned)] == pinned, "pinned blocks not leading the table"
+        swap = self.alloc.swap_group([seq], [0])
+        assert (swap.transfers, swap.slots, swap.resident_slots) == (
+            len(table) - len(pinned), (len(table) - len(pinned)) * BLOCK, len(pinned) * BLOCK)
+        self.alloc.free(seq)
+        num = self.tokens.pop(seq)
+        assert all(self.alloc.ref_count(b) > 0 for b in pinned), "a pinned block left the GPU"
+        if self.alloc.never_fits(num, final_tokens=num):
+            return
+        used = self.alloc.breakdown().used_blocks
+        if self.alloc.admit(seq, num, final_tokens=num, block_hashes=self.hashes.get(seq, ()),
+                            apply_watermark=False) is None:
+            return
+        self.tokens[seq] = num
+        assert self.alloc.block_table(seq)[:len(pinned)] == pinned
+        assert self.alloc.breakdown().used_blocks - used <= swap.transfers
 
     @rule(lookups=st.lists(st.tuples(st.integers(2, 40), st.sampled_from([1, 2])), min_size=1, max_size=3))
     def touch_prefixes(self, lookups):
@@ -229,6 +262,7 @@ class HybridMachine(AllocatorMachine):
         self.alloc = HybridPagedAllocator(capacity, block_size=BLOCK, max_model_len=64, kv_groups=self.kv_groups,
                                           max_num_batched_tokens=budget, **self.options)
         self.tokens: dict[int, int] = {}
+        self.hashes: dict[int, tuple[int, ...]] = {}
         self.prefixes: list[list[int]] = []
         self.next_id = 0
 
@@ -302,7 +336,8 @@ class HostTierMachine(AllocatorMachine):
     write_through = False
     store_threshold = 0
     eviction_policy = LruTier  # or ArcTier (write-through only)
-    admit = grow_by_headroom = grow_due = None  # `admit_shared` admits; the fewer rules, the more spills and hits
+    admit = grow_by_headroom = grow_due = swap_out_and_in = None  # `admit_shared` admits; the fewer rules, the
+    # more spills and hits
 
     @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=8 * BLOCK + 3), host=st.integers(0, 10))
     def build(self, capacity, host):

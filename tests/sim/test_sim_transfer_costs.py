@@ -231,3 +231,58 @@ def test_a_pool_of_whole_tokens_moves_whole_tokens(setting):
 def test_slot_frac_outside_0_1_is_refused():
     with pytest.raises(ValueError, match="slot_frac"):
         StepCostModel(MODEL, GPU, slot_frac=0.0)
+
+
+@pytest.mark.parametrize("kind", ["n", "beam_width"])
+def test_a_swapped_group_leaves_its_pinned_shared_prefix_on_the_gpu(kind):
+    """Two samples or beams of a 100-token prompt whose first 64 tokens (4 blocks) are a registered shared prefix
+    (paged-cow): vLLM v0.3's swap_out skips a group's prefix blocks ("We do not swap out the prefix blocks for
+    now") and swap_in re-takes them, so the 4 pinned blocks move neither way, take no swap space, stay allocated
+    while the group is out, and are the group's first blocks again once it is back."""
+    alloc = make_allocator("paged-cow", 8192, block_size=16, max_model_len=1024)
+    sched = Scheduler(KVMemory(alloc), Sink(), max_num_batched_tokens=512, preemption="swap",
+                      swap_slots=100_000, max_model_len=1024)
+    hashes = (*range(900, 904), *range(10, 12))  # 4 shared-prefix blocks, then the request's own 2
+    group = SequenceGroup(0, 0, 0.0, 100, 200, hashes=hashes, prefix_group=7, prefix_blocks=4, **{kind: 2})
+    sched.add(group, 0.0)
+    sched.add(SequenceGroup(1, 1, 0.0, 10, 500), 0.0)  # still running when the group is preempted
+    _, t = _run_steps(sched, 20)
+    plan = sched.plan_step(t)
+    tables = [alloc.block_table(seq) for seq in group.seq_ids]
+    pinned = tables[0][:4]
+    assert all(table[:4] == pinned for table in tables) and alloc.registered_blocks == 4
+    moved = len({b for table in tables for b in table}) - 4
+    used = alloc.breakdown().used_blocks
+    sched.groups.preempt(group)
+    assert group.state == SWAPPED and (plan.swap_blocks, plan.swap_slots) == (moved, 16 * moved)
+    assert sched.groups.swap_used == 16 * moved and sched.groups.swapped[group.index].resident_slots == 4 * 16
+    assert alloc.breakdown().used_blocks == used - moved  # the prefix stays on the GPU, pinned
+    assert [alloc.ref_count(b) for b in pinned] == [1] * 4  # the registry's reference alone
+    sched.complete(1, t + 0.1)
+    back = sched.plan_step(t + 0.1)
+    assert group.state == RUNNING and (back.swap_blocks, back.swap_slots, back.copies) == (moved, 16 * moved, 0)
+    again = [alloc.block_table(seq) for seq in group.seq_ids]
+    assert all(table[:4] == pinned for table in again) and block_trie(again) == block_trie(tables)
+    assert [alloc.ref_count(b) for b in pinned] == [3] * 4
+    assert sched.groups.swap_used == 0
+    alloc.check_invariants()
+
+
+@pytest.mark.parametrize("room", [3, 7])
+def test_swap_space_must_hold_a_groups_pinned_blocks_too(room):
+    """vLLM v0.3's can_swap_out counts every block the group holds, its prefix's too, against the free CPU
+    blocks, though the prefix is not moved: with room for the 3 moved blocks only, the victim is recomputed;
+    with room for all 7 it is swapped, and takes the 3."""
+    alloc = make_allocator("paged-cow", 8192, block_size=16, max_model_len=1024)
+    hashes = (*range(900, 904), *range(10, 12))
+    group = SequenceGroup(0, 0, 0.0, 100, 200, hashes=hashes, prefix_group=7, prefix_blocks=4)
+    sched = Scheduler(KVMemory(alloc), Sink(), max_num_batched_tokens=512, preemption="swap",
+                      swap_slots=16 * room, max_model_len=1024)
+    sched.add(group, 0.0)
+    sched.add(SequenceGroup(1, 1, 0.0, 10, 500), 0.0)
+    _, t = _run_steps(sched, 10)
+    sched.plan_step(t)
+    assert len(alloc.block_table(group.seq_ids[0])) == 7
+    sched.groups.preempt(group)
+    assert (group.state == SWAPPED, sched.groups.swap_used) == ((True, 16 * 3) if room == 7 else (False, 0))
+    alloc.check_invariants()
