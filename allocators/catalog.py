@@ -48,6 +48,13 @@ class ModelSpec:
     consumer of `kv_bytes_per_token` (capacity, cost model, swap space) sees the stored size.
     ``weights_gib``: what vLLM loads when the checkpoint is quantized (else ``num_params x dtype_bytes``);
     ``active_params``: parameters one token passes through in a mixture of experts (else ``num_params``).
+
+    A mixture of experts also gives ``num_experts`` (routed experts per MoE layer: config.json's
+    ``num_local_experts``, ``n_routed_experts`` or ``num_experts``) and ``num_experts_per_tok`` (config.json's own
+    name), so a step reads only the experts its tokens are routed to (`allocators.expert_routing`), and
+    ``expert_weight_bits`` where the checkpoint stores the routed experts at another precision than the rest
+    (default: the whole checkpoint's mean bits per parameter). Memory still holds every expert
+    (`weight_bytes`).
     """
 
     name: str
@@ -69,6 +76,9 @@ class ModelSpec:
     weights_gib: float | None = None
     active_params: float | None = None
     kv_cache_dtype: str = "auto"
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    expert_weight_bits: float | None = None
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
@@ -86,6 +96,7 @@ class ModelSpec:
             raise ValueError(f"{entry}: active_params ({self.active_params:g}) must be at most num_params "
                              f"({self.num_params:g}): a token passes through some of the parameters, not more")
         check_source(entry, self.source)
+        self._check_experts(entry)
         for f in ("kv_lora_rank", "qk_rope_head_dim"):
             if getattr(self, f):
                 check_positive(entry, f, getattr(self, f), integer=True)
@@ -104,6 +115,29 @@ class ModelSpec:
         except ValueError as exc:  # the flag's message; a catalog entry's field also needs the entry's name
             raise ValueError(f"{entry}: kv_cache_dtype: {exc}") from None
         object.__setattr__(self, "kv_cache_dtype", self.kv_cache_dtype.lower())  # as the flag's value is stored
+
+    def _check_experts(self, entry: str) -> None:
+        """The routed-expert fields agree with each other and with the parameter counts: the per-expert size
+        is derived from ``num_params - active_params`` (`expert_params`), so both counts are needed, and the
+        routed experts' bytes must fit in the checkpoint's."""
+        if not (self.num_experts or self.num_experts_per_tok or self.expert_weight_bits is not None):
+            return
+        for f in ("num_experts", "num_experts_per_tok"):
+            check_positive(entry, f, getattr(self, f), integer=True)
+        if self.num_experts_per_tok >= self.num_experts:
+            raise ValueError(f"{entry}: num_experts_per_tok ({self.num_experts_per_tok}) must be less than "
+                             f"num_experts ({self.num_experts}): with every expert active each token the model "
+                             "reads all of them, as a dense one (leave both out)")
+        if self.active_params is None or self.active_params >= self.num_params:
+            raise ValueError(f"{entry}: num_experts needs active_params below num_params (got "
+                             f"{self.active_params!r}): an expert's size is (num_params - active_params) / "
+                             "(num_experts - num_experts_per_tok)")
+        if self.expert_weight_bits is not None:
+            check_positive(entry, "expert_weight_bits", self.expert_weight_bits)
+        if self.routed_expert_bytes > self.weight_bytes:
+            raise ValueError(f"{entry}: the routed experts' {self.routed_expert_bytes:g} bytes (num_experts x "
+                             f"expert_params x expert_weight_bits / 8) exceed the weights' {self.weight_bytes:g}; "
+                             "check expert_weight_bits, weights_gib and the parameter counts")
 
     def kv_groups(self, kv_cache_dtype: str | None = None) -> tuple[KVGroup, ...]:
         """The model's KV groups with bytes per token at ``kv_cache_dtype`` (default: the spec's own,
@@ -145,9 +179,37 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
+        """Every weight as vLLM loads it: what memory holds (all experts of a mixture of experts)."""
         if self.weights_gib is not None:
             return self.weights_gib * GIB
         return self.num_params * self.dtype_bytes
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters of one routed expert summed over the MoE layers (0 for a dense model).
+
+        With ``D`` the parameters every token passes through (attention, dense layers, shared experts, norms,
+        routers, the LM head) and ``e`` one routed expert's, ``num_params = D + E e`` and ``active_params = D +
+        k e``, so ``e = (num_params - active_params) / (E - k)``, whatever ``D`` holds. Against the configs:
+        DeepSeek-V3, (671e9 - 37e9) / 248 = 2.5565e9 and 58 MoE layers x 3 x 7168 x 2048 = 2.5543e9 (0.1%);
+        gpt-oss-20b, (20.91e9 - 3.61e9) / 28 = 0.6179e9 and 24 layers x (3 x 2880 x 2880 + 3 x 2880 biases) =
+        0.5974e9 (3.4% more: its model card counts the 0.58e9-parameter input embedding in the total but not in
+        the active count, so the derivation files it among the experts)."""
+        if not self.num_experts:
+            return 0.0
+        active = self.num_params if self.active_params is None else self.active_params  # given: `_check_experts`
+        return (self.num_params - active) / (self.num_experts - self.num_experts_per_tok)
+
+    @property
+    def routed_expert_bytes(self) -> float:
+        """Bytes of every routed expert as loaded, the part of `weight_bytes` a step reads only as far as its
+        tokens are routed (0 for a dense model): ``num_experts x expert_params`` at ``expert_weight_bits``
+        (default: `weight_bytes`' mean bits per parameter)."""
+        if not self.num_experts:
+            return 0.0
+        bits = (self.weight_bytes * 8 / self.num_params if self.expert_weight_bits is None
+                else self.expert_weight_bits)
+        return self.num_experts * self.expert_params * bits / 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,16 +274,21 @@ MODELS: dict[str, ModelSpec] = {
                   _HF + "openai/gpt-oss-20b: layer_types alternate sliding_attention (sliding_window 128) and "
                   "full_attention, 12 each; 32 experts, 4 per token. num_params, active_params and weights_gib "
                   "(the MXFP4 checkpoint vLLM loads: experts at 4.25 bits, the rest BF16) from the gpt-oss model "
-                  "card (arXiv:2508.10925), Table 1: 20.91B total, 3.61B active, 12.8 GiB",
-                  sliding_window=128, sliding_window_layers=12, weights_gib=12.8, active_params=3.61e9),
+                  "card (arXiv:2508.10925), Table 1: 20.91B total, 3.61B active, 12.8 GiB. num_local_experts 32, "
+                  "num_experts_per_tok 4; expert_weight_bits: MXFP4, 4-bit values plus one 8-bit scale per 32",
+                  sliding_window=128, sliding_window_layers=12, weights_gib=12.8, active_params=3.61e9,
+                  num_experts=32, num_experts_per_tok=4, expert_weight_bits=4.25),
         ModelSpec("deepseek-v3", 61, 7168, 128, 128, 192, 671e9, 163840, 18432, 129280, 2,
                   _HF + "deepseek-ai/DeepSeek-V3: MLA with kv_lora_rank 512 and qk_rope_head_dim 64 (head_dim: "
                   "qk_nope_head_dim 128 + 64); 671B parameters, 37B active (DeepSeek-V3 technical report, "
                   "arXiv:2412.19437). weights_gib: the FP8 checkpoint as vLLM loads it without the MTP layer: "
                   "671e9 one-byte weights, plus one more byte for each of the 1.96e9 BF16 parameters (embedding, "
-                  "lm_head, routers, norms) and 0.16e9 bytes of FP32 block scales (one per 128 x 128 block)",
+                  "lm_head, routers, norms) and 0.16e9 bytes of FP32 block scales (one per 128 x 128 block). "
+                  "n_routed_experts 256, num_experts_per_tok 8 (plus n_shared_experts 1 and first_k_dense_replace "
+                  "3 dense layers, both in what every token reads); expert_weight_bits: FP8 plus its FP32 block "
+                  "scale, 8 + 32 / 128^2",
                   kv_lora_rank=512, qk_rope_head_dim=64, weights_gib=(671e9 + 1.96e9 + 0.16e9) / GIB,
-                  active_params=37e9),
+                  active_params=37e9, num_experts=256, num_experts_per_tok=8, expert_weight_bits=8 + 32 / 128**2),
         ModelSpec("codellama-34b", 48, 8192, 64, 8, 128, 33.746e9, 16384, 22016, 32000, 2,
                   _HF + "codellama/CodeLlama-34b-Instruct-hf (num_params: the tensors vLLM 0.11 loads, 62.86 GiB "
                   "in bf16, as its log reports)"),

@@ -4,7 +4,10 @@ A step of ``tokens`` new tokens (prefill and decode together) scoring ``pairs`` 
 ``context`` KV tokens does::
 
     flops = token_flops * tokens + pair_flops * pairs
-    bytes = weight_bytes + kv_bytes_per_token * (context * paged_kernel_overhead + tokens)
+    bytes = step_weight_bytes(tokens) + kv_bytes_per_token * (context * paged_kernel_overhead + tokens)
+
+``step_weight_bytes`` is the whole ``weight_bytes`` for a dense model; a mixture of experts reads its routed
+experts only as far as the step's tokens touch them (`allocators.expert_routing`).
 
 The simulator's step-cost model (`sim.kernel.cost_model`) divides them by fractions of the GPU's peaks; the GPU
 validation (`gpu_validation.features`) puts them in each measured row so a fit estimates exactly those
@@ -14,6 +17,7 @@ fractions. Both read them here, next to the catalog they are computed from.
 from __future__ import annotations
 
 from allocators.catalog import ModelSpec
+from allocators.expert_routing import distinct_expert_fraction
 
 
 def token_flops(model: ModelSpec) -> float:
@@ -28,9 +32,45 @@ def pair_flops(model: ModelSpec) -> float:
 
 
 def weight_bytes(model: ModelSpec, dtype_bytes: int | None = None) -> float:
-    """Bytes of weights a step reads once, at ``dtype_bytes`` per element (default: what the model loads,
-    `ModelSpec.weight_bytes`, which knows quantized checkpoints)."""
+    """Bytes of all the weights, at ``dtype_bytes`` per element (default: what the model loads,
+    `ModelSpec.weight_bytes`, which knows quantized checkpoints): what a dense model's step reads once, and
+    what memory holds (every expert of a mixture of experts)."""
     return float(model.weight_bytes if dtype_bytes is None else model.num_params * dtype_bytes)
+
+
+def routed_expert_bytes(model: ModelSpec, dtype_bytes: int | None = None) -> float:
+    """The routed experts' part of `weight_bytes` (0 for a dense model), at ``dtype_bytes`` per element as
+    there (default: as loaded, `ModelSpec.routed_expert_bytes`)."""
+    if dtype_bytes is None:
+        return model.routed_expert_bytes
+    return model.num_experts * model.expert_params * dtype_bytes
+
+
+def step_weight_split(model: ModelSpec, dtype_bytes: int | None = None) -> tuple[float, float]:
+    """(bytes every step reads, routed experts' bytes read in proportion to `expert_read_fraction`): the two
+    parts of `step_weight_bytes`, for callers that scale them once (`StepCostModel`)."""
+    whole = weight_bytes(model, dtype_bytes)
+    if not model.num_experts:
+        return whole, 0.0
+    routed = routed_expert_bytes(model, dtype_bytes)
+    return whole - routed, routed
+
+
+def expert_read_fraction(model: ModelSpec, tokens: int) -> float:
+    """The share of the routed experts' bytes a step of ``tokens`` tokens reads (`allocators.expert_routing`;
+    1 for a dense model, which has none)."""
+    if not model.num_experts:
+        return 1.0
+    return distinct_expert_fraction(model.num_experts, model.num_experts_per_tok, tokens)
+
+
+def step_weight_bytes(model: ModelSpec, tokens: int, dtype_bytes: int | None = None) -> float:
+    """Bytes of weights a step of ``tokens`` tokens (decode and prefill) reads: everything but the routed
+    experts, and those its tokens are expected to be routed to. A dense model's is `weight_bytes`, exactly."""
+    fixed, routed = step_weight_split(model, dtype_bytes)
+    if not routed:
+        return fixed
+    return fixed + routed * expert_read_fraction(model, tokens)
 
 
 def kv_bytes_per_token(model: ModelSpec, dtype_bytes: int | None = None) -> int:

@@ -4,7 +4,8 @@
 ``step_overhead_s + max(flops / (flops_frac * peak_flops), bytes / (bandwidth_frac * peak_bw))`` with
 ``flops = 2 * params * (prefill_tokens + decode_seqs) + 4 * layers * heads * head_dim * attention_pairs`` and
 ``bytes = weight_bytes + kv_bytes_per_token * (context_tokens * paged_kernel_overhead[block_size]
-+ prefill_tokens + decode_seqs)``. The terms come from `allocators.roofline`, as the simulator's
++ prefill_tokens + decode_seqs)``, ``weight_bytes`` being what the step reads (a mixture of experts' routed
+experts only as far as its tokens touch them, `roofline.step_weight_bytes`). The terms come from `allocators.roofline`, as the simulator's
 (``sim/kernel/cost_model.py``) do, so the fit in `gpu_validation.fit` estimates exactly the coefficients the
 simulator multiplies them by.
 
@@ -54,7 +55,7 @@ def step_features(model: ModelSpec, step: StepShape, dtype_bytes: int | None = N
     kv_per_token = roofline.kv_bytes_per_token(model, dtype_bytes)
     return {
         "flops": roofline.token_flops(model) * step.tokens + roofline.pair_flops(model) * step.attention_pairs,
-        "weight_bytes": roofline.weight_bytes(model, dtype_bytes),
+        "weight_bytes": roofline.step_weight_bytes(model, step.tokens, dtype_bytes),
         "kv_read_bytes": float(kv_per_token * step.context_tokens),
         "kv_write_bytes": float(kv_per_token * step.tokens),
     }

@@ -1,7 +1,8 @@
 """How long one engine step takes: a roofline over the catalog, a constant, or a calibrated table.
 
 A step reads the weights once and the KV cache of every token it attends to, and does ``2 x params`` FLOPs
-per token plus attention. Its time is the larger of the compute time and the memory time at achievable
+per token plus attention (``active_params`` for a mixture of experts, which reads only the routed experts its
+tokens touch: see below). Its time is the larger of the compute time and the memory time at achievable
 fractions of the peaks, plus a fixed per-step overhead (scheduling, sampling, kernel launches)::
 
     t = overhead + seqs x seq_overhead + prefill_tokens x prefill_token
@@ -66,6 +67,15 @@ two all-reduces per layer per forward pass, each the latency plus every token's 
 The shipped profiles give none (no public measurement of vLLM's all-reduces at hand), and a run with
 ``tensor_parallel > 1`` without them says so in its summary (``clock_omits``, `StepCostModel.omits`); what
 NCCL's would add at OPT-66B and 175B is in ``docs/reproduction.md``.
+
+Mixtures of experts (gpt-oss, DeepSeek-V3: catalog ``num_experts`` and ``num_experts_per_tok``): a step of ``T``
+tokens reads every weight but the routed experts, and of those the expected share ``1 - (1 - k / E) ^ T`` its
+tokens are routed to under uniform routing (`allocators.expert_routing`, an upper bound for real, skewed
+routers), at the same ``bandwidth_frac`` (`StepCostModel.weights_time`). gpt-oss-20b at batch 1 reads 4 of
+its 32 experts per layer, DeepSeek-V3 8 of 256, and a large batch nearly all of them. A decode run's ``T`` is
+its ``n`` sequences, constant along the run, so its steps stay linear. Memory still holds every expert
+(capacity counts the whole ``weight_bytes``). With tensor parallelism every GPU holds a slice of every expert
+(vLLM's default without ``--enable-expert-parallel``), so each reads its slice of the touched ones.
 
 Sliding windows (Mistral, Gemma 3, gpt-oss): a window layer attends to, and reads the KV of, at most the window's
 last tokens, so a step's attention pairs and KV bytes are ``(1 - w) x full + w x clipped``, with ``w`` the share

@@ -78,7 +78,11 @@ class StepCostModel:
         # seconds per unit, per GPU
         self._t_token_flops = roofline.token_flops(m) / tp / flops_s
         self._t_pair_flops = roofline.pair_flops(m) / tp / flops_s
-        self._t_weights = roofline.weight_bytes(m) / tp / bytes_s
+        # the weights every step reads (a dense model's all), and a mixture of experts' routed experts, read as
+        # far as a step's tokens touch them (`weights_time`)
+        fixed, routed = roofline.step_weight_split(m)
+        self._t_weights = fixed / tp / bytes_s
+        self._t_routed = routed / tp / bytes_s
         self._t_kv_read = kv * ovh / tp / bytes_s
         self._t_kv_write = kv / tp / bytes_s
         # a pool slot is one token's KV in `slot_frac` of the layers (a hybrid pool's group slot: `unit` layers)
@@ -98,6 +102,15 @@ class StepCostModel:
         # sliding-window layers attend to (and read the KV of) at most the window's last tokens
         self.window_frac = ((m.sliding_window_layers or m.num_layers) / m.num_layers
                             if m.sliding_window is not None else 0.0)
+
+    def weights_time(self, tokens: int) -> float:
+        """Seconds to read the weights a step of ``tokens`` tokens (decode and prefill) needs: all of a dense
+        model's; a mixture of experts' shared part and its routed experts' expected touched share
+        (`roofline.step_weight_bytes`). The one place a step's weight time is computed: `step_time` and the
+        decode runs' closed forms (`_decode_lines`, constant ``tokens`` along a run) both call it."""
+        if not self._t_routed:
+            return self._t_weights
+        return self._t_weights + self._t_routed * roofline.expert_read_fraction(self.model, tokens)
 
     def empty_step_s(self) -> float:
         """How long an engine step that schedules nothing takes (vLLM's, while the engine waits for KV loads it
@@ -138,7 +151,7 @@ class StepCostModel:
             pairs -= fw * (pairs - (window_context if window_pairs is None else window_pairs))
             read -= fw * (read - window_context)
         compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
-        memory = self._t_weights + read * self._t_kv_read + tokens * self._t_kv_write
+        memory = self.weights_time(tokens) + read * self._t_kv_read + tokens * self._t_kv_write
         longer, shorter = (compute, memory) if compute > memory else (memory, compute)
         t = self.step_overhead_s + longer
         if self.seq_overhead_s:
@@ -166,7 +179,7 @@ class StepCostModel:
             c, g = c0 - fw * (c0 - wc0), n - fw * (n - wn)
         a1 = n * self._t_token_flops + c * self._t_pair_flops
         b1 = g * self._t_pair_flops
-        a2 = self._t_weights + c * self._t_kv_read + n * self._t_kv_write
+        a2 = self.weights_time(n) + c * self._t_kv_read + n * self._t_kv_write
         b2 = g * self._t_kv_read
         return a1, b1, a2, b2
 
