@@ -27,12 +27,12 @@ rank blocks on those events. What they share, here:
 A request's record outlives its preemption, as vLLM keeps it (the request's context): the sequences that
 place it again are bound to it (`bind`, from `KVMemory.new_seq`), and its offers start again from its first
 block. Stores are made when vLLM makes them: a step's offers once the step is planned, after its admissions
-looked the host up (`hold_stores`, `flush_stores`), and a finished request's blocks are ranked anew after the next
-step's stores; blocks being loaded beside the steps (``--offload-loads async``) are ``pinned``: no store evicts
-them. A block one offer of a step stores is being written until the step ends (vLLM: a chunk not ready), so a
-later offer of the same step neither reuses it nor evicts it (``_writing``; under ARC a reuse would move it to
-T2). What kvsim leaves out: every store is written by the end of its step (vLLM's are asynchronous and may take
-longer, holding their blocks meanwhile).
+looked the host up (`hold_stores`, `flush_stores`; a decode run holds each of its steps' offers the same way,
+`run_step`), and a finished request's blocks are ranked anew after the next step's stores; blocks being loaded
+beside the steps (``--offload-loads async``) are ``pinned``: no store evicts them. A block one offer of a step
+stores is being written until the step ends (vLLM: a chunk not ready), so a later offer of the same step neither
+reuses it nor evicts it (``_writing``; under ARC a reuse would move it to T2). What kvsim leaves out: every store
+is written by the end of its step (vLLM's are asynchronous and may take longer, holding their blocks meanwhile).
 
 The allocator's calls (``paged.py``; ``KVMemory.free`` calls `release`), each with the sequence id as the
 request::
@@ -125,9 +125,26 @@ class RequestTier(HostTier):
         `flush_stores`, as vLLM prepares a step's stores after it has scheduled the step, so the lookups of the
         step's admissions see the host as the step found it."""
         self.begin_step(step if step is not None else (self._step or 0) + 1)
-        self._queued = []
+        if self._queued is None:  # a decode run that stopped at this step holds its syncs' offers (`run_step`)
+            self._queued = []
         if self._finished is None:
             self._finished = []
+
+    def run_step(self, step: int) -> None:
+        """A decode run makes step ``step``'s syncs: the previous step's offers are made now, and this step's are
+        held back as the scheduler holds them. If the run stops at this step (a sync refused: the scheduler
+        plans the step, preempting if memory ran out), its offers stay held for the scheduler's planning of it,
+        which drops those of the sequences it preempts and makes the rest after its admissions' lookups, as
+        step by step; a step the run completes has them made at the next step or the run's end (`end_run`)."""
+        if self._queued is not None and step != self._step:
+            self.flush_stores()
+        self.hold_stores(step)
+
+    def end_run(self, next_step: int) -> None:
+        """A decode run ends before step ``next_step``: make the offers it holds of an earlier step (one it
+        completed); those of ``next_step`` itself, where it stopped, stay held for the scheduler (`run_step`)."""
+        if self._queued is not None and self._step is not None and self._step < next_step:
+            self.flush_stores()
 
     @property
     def behind(self) -> dict[int, tuple[Sequence[int], int, tuple[int, bool]]]:
@@ -290,12 +307,26 @@ class RequestTier(HostTier):
 
     def store_evicts(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
         """Whether `computed` with ``full`` blocks computed may evict: it would offer more blocks the host lacks
-        than it has free (the policy then picks what goes; a store threshold may store fewer)."""
+        than it has free, after those the held offers would store (the policy then picks what goes; a store
+        threshold may store fewer)."""
+        held = self._held_new()
         request = self._request_of(seq_id)
         a = self._requests.get(request)
         start, lru = 0 if a is None else a.next_stored, self._lru
-        new = sum(1 for h in block_hashes[start:self._stop(request, block_hashes, full)] if h not in lru)
-        return new > len(self._free)
+        new = sum(1 for h in block_hashes[start:self._stop(request, block_hashes, full)]
+                  if h not in lru and h not in held)
+        return len(held) + new > len(self._free)
+
+    def _held_new(self) -> set[int]:
+        """The hashes the held offers (`hold_stores`) would store, at most: they take host blocks before a later
+        offer of the step, so `store_evicts` counts them (a store threshold may store fewer)."""
+        held: set[int] = set()
+        for seq_id, block_hashes, full in self._queued or ():
+            request = self._request_of(seq_id)
+            a = self._requests.get(request)
+            start, lru = 0 if a is None else a.next_stored, self._lru
+            held.update(h for h in block_hashes[start:self._stop(request, block_hashes, full)] if h not in lru)
+        return held
 
     def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
         """Where an offer of the request's first ``full`` blocks ends: at its known blocks, and with

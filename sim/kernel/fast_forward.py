@@ -88,6 +88,7 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     end = step0 + k
     end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(step0, end, grow_due, prefix, spare,
                                                                                 begin_step)
+    _end_run_stores(memory, end)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k, window)
     integral.add(b, lag0, seconds, n * weighted, len(sched.running))
@@ -108,9 +109,10 @@ def _store_steps(memory, grow_due):
     """``(grow_due, begin_step)`` for a run (``grow_due``: `KVMemory.grow_due`, or `KVMemory.grow` where a run
     goes by sub-events): with a write-through tier, ``grow_due`` refusing a sync that stores
     while failed stores wait (`RequestTier.behind`: the run ends before that step, which the scheduler plans,
-    making the failed stores again in order with it), and the tier's `RequestTier.begin_step`, told each step
-    whose syncs the run makes (a step's stores are not written yet for the rest of it); else ``grow_due`` itself
-    and None."""
+    making the failed stores again in order with it), and the tier's `RequestTier.run_step`, told each step
+    whose syncs the run makes (a step's stores are held back until the step is whole, as the scheduler holds
+    them: a step the run stops at is the scheduler's to finish, and it may preempt a sequence the run synced
+    there, whose offer vLLM never makes; `_end_run_stores`); else ``grow_due`` itself and None."""
     tier = memory.host_tier
     if tier is None or not tier.write_through:
         return grow_due, None
@@ -120,7 +122,15 @@ def _store_steps(memory, grow_due):
         if behind and stores(seq_id, num_tokens):
             return None
         return grow_due(seq_id, num_tokens)
-    return grow, tier.begin_step
+    return grow, tier.run_step
+
+
+def _end_run_stores(memory, next_step: int) -> None:
+    """A run ends before step ``next_step``: a write-through tier makes the held offers of the steps it completed
+    (`RequestTier.end_run`); those of ``next_step``, where a sync was refused, wait for the scheduler's planning."""
+    tier = memory.host_tier
+    if tier is not None and tier.write_through:
+        tier.end_run(next_step)
 
 
 def _ending_where_a_hit_changes(sched, grow_due, spare: int):
@@ -138,7 +148,10 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
       has the blocks taken fewer: a cut no longer than that (decoders taking the hit's last blocks, tail
       first) cannot let it in. Without chunked prefill any cut counts: the head's whole prefill may then
       exceed the token budget, and a head waiting on the budget is not refused memory (`admit_waiting`'s
-      ``memory_blocked``: free slots stop counting as external fragmentation). The layout of its hit is
+      ``memory_blocked``: free slots stop counting as external fragmentation). Nor with ``--offload-loads
+      async``: a head with a host hit is placed into blocks for its hits alone, computing nothing while they
+      load (`GroupMechanics.place_group`), so a cut that moves part of its hit to the host (a write-back spill) may
+      drop its whole first chunk from what it needs. The layout of its hit is
       gathered once a run, when growth first may evict (a write-through tier: at the first sync), and a head
       that hits nothing needs no more.
 
@@ -149,7 +162,9 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
     memory, waiting = sched.memory, sched.waiting
     shared_fill, evicted_blocks, block_size = memory.shared_fill, memory.evicted_blocks, memory.block_size
     lpm = waiting.sorts_by_prefix  # the queue's length holds for the run (`WaitingQueue.reorders`)
-    whole = not sched.chunked  # any cut counts: the head's whole prefill may now exceed the token budget
+    # any cut counts: the head's whole prefill may now exceed the token budget, or (loads beside the steps) a
+    # host hit may now make it load first, needing no block for its first chunk
+    whole = not sched.chunked or sched.loads is not None
     tier = memory.host_tier
     host_evictions = memory.host_evictions if tier is not None else None
     through = tier is not None and tier.write_through  # a store may evict; write-back, only a spill
@@ -262,6 +277,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         step += k
         steps += k
         if stop or retry or (last is not None and step > last) or total >= horizon:
+            _end_run_stores(memory, step)
             return steps, total
         due = decode.pop_due(step)
         synced = StepPlan()  # what the step's syncs copied and mapped
@@ -293,6 +309,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
                     > (0 if not sched.chunked else (b.used_blocks - used0) * memory.block_size))))
         if stopped:
             sched.carry = synced
+            _end_run_stores(memory, step)
             return steps, total
         if synced.copy_slots or synced.page_maps:  # charged before the step, with the memory as the step holds it
             # (as step by step), and shown in the run's row

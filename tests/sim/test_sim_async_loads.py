@@ -192,6 +192,22 @@ def test_fast_forward_equals_step_by_step_with_async_loads(policy, gib):
     assert fast.summary["host_hit_tokens"] == sync.summary["host_hit_tokens"]
 
 
+def test_a_decode_run_ends_where_a_spill_lets_the_head_load_its_hit():
+    """The refused head hits 480 tokens on the GPU; a decoder's growth evicts two of its blocks, which the
+    write-back tier takes. With loads beside the steps a head with a host hit is placed into blocks for its hits
+    alone, computing nothing while they load, so the cut (2 blocks, no more than the run took) lets it in at
+    that step. Before, the run went on past it and the head loaded one block more from the host: 3,776 host hit
+    tokens fast-forwarded against stepping's 3,760."""
+    w = workloads.load_preset("azure-conv", num_requests=80, rate=15, seed=4996)
+    options = dict(model="llama-3-8b", gpu="h100-80gb", kv_tokens=4000, cpu_offload_gib=0.2,
+                   scheduler_reserve_full_isl=False, offload_loads="async")
+    fast = run_simulation(SimConfig(**options), w)
+    slow = run_simulation(SimConfig(step_by_step=True, **options), w)
+    assert fast.summary["host_hit_tokens"] == slow.summary["host_hit_tokens"] == 3760
+    assert len(fast.steps) < len(slow.steps) / 5
+    assert_same_tiered_run(fast, slow)
+
+
 FLEET = dict(model="qwen3-8b", gpu="h200", kv_tokens=40_000, cpu_offload_gib=4.0, offload_loads="async",
              debug_invariants=50)
 
