@@ -16,7 +16,7 @@ import click
 
 from gpu_validation import needs_torch
 from sim.commands.failure import fail
-from sim.commands.options import catalog_option, kv_cache_dtype_option
+from sim.commands.options import catalog_option, kv_cache_dtype_option, vllm_lookalike_options, vllm_option
 from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 
@@ -184,11 +184,13 @@ def _from_trace(path: str, opts: dict) -> None:
               help="--from-trace: a measured request past --max-model-len: stopped there in the simulation as "
                    "vLLM stops it (cap, the default) or left out of the scores (reject).")
 @click.option("--block-size", type=int, help="--from-trace: the run's vLLM setting.")
-@click.option("--tensor-parallel", type=int, help="--from-trace: the run's vLLM setting.")
+@vllm_option("--tensor-parallel", "tensor_parallel", type=int, help="--from-trace: the run's vLLM setting.")
 @click.option("--gpu-memory-utilization", type=float, help="--from-trace: the run's vLLM setting.")
 @kv_cache_dtype_option
-@click.option("--prefix-caching/--no-prefix-caching", default=None, help="--from-trace: the run's vLLM setting.")
-@click.option("--chunked-prefill/--no-chunked-prefill", default=None, help="--from-trace: the run's vLLM setting.")
+@vllm_option("--prefix-caching/--no-prefix-caching", "prefix_caching", default=None,
+             help="--from-trace: the run's vLLM setting.")
+@vllm_option("--chunked-prefill/--no-chunked-prefill", "chunked_prefill", default=None,
+             help="--from-trace: the run's vLLM setting.")
 @click.option("--parallel-sampling", type=click.Choice(PARALLEL_SAMPLING), default=None,
               help="--from-trace: how the run's requests sampled n > 1 times ran (its n column): fan-out "
                    "(vLLM v1: n requests sharing the prompt; what auto, the default, does on paged) or fork "
@@ -208,6 +210,7 @@ def _from_trace(path: str, opts: dict) -> None:
 @click.option("--time-limit", type=float, default=300.0, show_default=True,
               help="--from-trace: wall-clock limit of the fit, seconds.")
 @click.option("--json", "as_json", is_flag=True, help="--from-trace: also print the table as JSON.")
+@vllm_lookalike_options
 def calibrate_command(model: str, gpu: str | None, catalog: str | None, device: str | None, quick: bool,
                       cuda_graphs: bool, out: str | None, list_profiles: bool, from_trace: str | None,
                       **opts) -> None:

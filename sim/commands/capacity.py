@@ -12,7 +12,14 @@ import json
 import click
 
 from sim.commands.failure import fail
-from sim.commands.options import ALLOCATOR_NAMES, catalog_option, enforce_eager_option, kv_cache_dtype_option
+from sim.commands.options import (
+    ALLOCATOR_NAMES,
+    catalog_option,
+    enforce_eager_option,
+    kv_cache_dtype_option,
+    vllm_lookalike_options,
+    vllm_option,
+)
 
 
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
@@ -191,7 +198,8 @@ def _print_text(r: dict) -> None:
               help="KV memory in GiB, all --tensor-parallel GPUs together (instead of deriving it).")
 @click.option("--kv-tokens", type=int, default=None,
               help="KV memory in token slots, the whole pool (instead of deriving it).")
-@click.option("--tensor-parallel", type=int, default=1, show_default=True, help="GPUs the model is split over.")
+@vllm_option("--tensor-parallel", "tensor_parallel", type=int, default=1, show_default=True,
+             help="GPUs the model is split over.")
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
               help="Share of GPU memory vLLM may use (weights + activations + KV).")
 @kv_cache_dtype_option
@@ -213,6 +221,7 @@ def _print_text(r: dict) -> None:
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
               help="Treat sliding-window layers as full attention (vLLM's flag; paged on a hybrid model).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@vllm_lookalike_options
 def capacity(catalog: str | None, as_json: bool, **options: object) -> None:
     """KV capacity of a deployment and how many requests of a given length fit at once."""
     from sim.kernel.ignored_settings import ignored_lines

@@ -2,6 +2,9 @@
 
 Old spellings stay accepted as hidden aliases (`AliasOption`): ``--trace-columns``, ``trace stats --format``;
 ``compare --allocators`` is a hidden option of its own, so that giving it with ``--allocator`` is an error.
+vLLM's spellings of kvsim's flags (``--tensor-parallel-size``, `sim.kernel.vllm_names`) are not old names but
+another engine's, so ``--help`` shows them on kvsim's line (`vllm_option`); the vLLM flags that only look like
+one of kvsim's are hidden options that fail saying why (`vllm_lookalike_options`).
 ``--catalog`` (or ``$KVSIM_CATALOG``) is read as soon as it is parsed, so every later lookup of ``--model`` and
 ``--gpu`` in the command sees its entries.
 """
@@ -14,6 +17,7 @@ from typing import Any
 import click
 
 from sim.commands.failure import fail
+from sim.kernel.vllm_names import VLLM_LOOKALIKES, VLLM_SHORT_FLAGS, lookalike_message, vllm_names_of
 
 ALLOCATOR_NAMES = ("contiguous-max, contiguous-pow2, contiguous-oracle, paged, paged-cow, vattention or radix")
 """Every name in `allocators.ALLOCATORS`, for --allocator's help without importing the allocators (a test
@@ -40,6 +44,39 @@ class AliasOption(click.Option):
 def alias_option(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
     """``click.option`` whose flags after the first are hidden aliases."""
     return click.option(*names, cls=AliasOption, **kwargs)
+
+
+def vllm_spellings(field: str, flag: str) -> tuple[str, ...]:
+    """vLLM's spellings of the flag ``flag`` that sets ``field`` (`sim.kernel.vllm_names`), as further click
+    declarations, so that ``--help`` shows them on kvsim's line and a pasted vLLM command line is read:
+    ``--tensor-parallel-size``, ``-tp``; for an on/off pair (``flag`` holds a '/'),
+    ``--enable-prefix-caching/--no-enable-prefix-caching``."""
+    spellings = []
+    for name in vllm_names_of(field):
+        dashed = name.replace("_", "-")
+        spellings.append(f"--{dashed}/--no-{dashed}" if "/" in flag else f"--{dashed}")
+    if short := VLLM_SHORT_FLAGS.get(field):
+        spellings.append(short)
+    return tuple(spellings)
+
+
+def vllm_option(flag: str, field: str, **kwargs: Any) -> Callable[[Any], Any]:
+    """``click.option`` for ``field`` under kvsim's ``flag`` and vLLM's spellings of it (`vllm_spellings`)."""
+    return click.option(flag, *vllm_spellings(field, flag), field, **kwargs)
+
+
+def _refuse_lookalike(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value is not None:
+        fail(lookalike_message(param.name or ""))
+
+
+def vllm_lookalike_options(func: Any) -> Any:
+    """Hidden options for the vLLM flags kvsim does not alias (`VLLM_LOOKALIKES`): given, each fails saying why
+    kvsim's nearest setting is not it, rather than click's bare "No such option" pointing at that setting."""
+    for name in VLLM_LOOKALIKES:
+        func = click.option(f"--{name.replace('_', '-')}", name, hidden=True, expose_value=False,
+                            callback=_refuse_lookalike)(func)
+    return func
 
 
 def _read_catalog(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

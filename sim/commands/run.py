@@ -19,11 +19,12 @@ from sim.commands.failure import fail
 from sim.commands.options import (
     ALLOCATOR_NAMES,
     TRACE_FORMAT_HELP,
-    AliasOption,
     catalog_option,
     columns_option,
     enforce_eager_option,
     kv_cache_dtype_option,
+    vllm_lookalike_options,
+    vllm_spellings,
 )
 from sim.kernel.config import (
     OFFLOAD_EVICTION_POLICIES,
@@ -46,9 +47,11 @@ _DEFAULTS = SimConfig()
 
 def _field_option(flags: str, *names: str, **kwargs):
     """A flag for the `SimConfig` field it spells (``--block-size`` -> ``block_size``), defaulting to the
-    field's own default, so the command line and the configuration cannot disagree."""
+    field's own default, so the command line and the configuration cannot disagree; vLLM's spellings of it
+    (``--tensor-parallel-size``, `sim.kernel.vllm_names`) are further flags of the same option."""
     name = names[-1] if names else flags.split("/")[0].removeprefix("--").replace("-", "_")
-    return click.option(flags, *names, default=getattr(_DEFAULTS, name), show_default=True, **kwargs)
+    return click.option(flags, *names[:-1], *vllm_spellings(name, flags), name, default=getattr(_DEFAULTS, name),
+                        show_default=True, **kwargs)
 
 
 def simulation_options(func):
@@ -143,12 +146,12 @@ def simulation_options(func):
                            "memory."),
         _field_option("--swap-space-gib", type=float,
                       help="Host memory for swapped KV, per GPU (full: recompute instead)."),
-        _field_option("--cpu-offload-gib", "--kv-offloading-size", "cpu_offload_gib", type=float, cls=AliasOption,
+        _field_option("--cpu-offload-gib", type=float,
                       help="Host memory (GiB, for the whole replica) for a KV tier behind the prefix cache: "
                            "cached blocks are kept there (when the GPU evicts them, or as computed: "
                            "--offload-write-policy; dropped LRU, or ARC: --offload-eviction-policy), and host "
-                           "hits are loaded back over PCIe (0: no tier). vLLM's "
-                           "--kv-offloading-size. With it, --preemption swap parks KV in this memory."),
+                           "hits are loaded back over PCIe (0: no tier). With it, --preemption swap parks KV in "
+                           "this memory."),
         _field_option("--offload-write-policy", type=click.Choice(OFFLOAD_WRITE_POLICIES),
                       help="When a block reaches the host tier: write_back (when the GPU evicts it) or "
                            "write_through (as soon as it is computed: vLLM's offloading connector, SGLang "
@@ -197,7 +200,7 @@ def simulation_options(func):
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    return vllm_lookalike_options(func)
 
 
 def build_config(allocator: str, opts: dict) -> SimConfig:

@@ -41,6 +41,20 @@ class GridCommand(click.Command):
         names = ", ".join(name.replace("_", "-") for name in config_field_types(SimConfig))
         formatter.write_paragraph()
         formatter.write_text(f"Configuration fields: {names}.")
+        formatter.write_paragraph()
+        formatter.write_text(f"vLLM's spellings of fields, as flags and (with '_') TOML keys: {vllm_aliases_text()}. Two "
+                             f"spellings of one field in one grid are refused.")
+
+
+def vllm_aliases_text() -> str:
+    """``--tensor-parallel-size`` (or ``-tp``) = ``tensor-parallel``, ..., from `sim.kernel.vllm_names`."""
+    from sim.kernel.vllm_names import VLLM_ALIASES, VLLM_SHORT_FLAGS
+
+    def dashed(name: str) -> str:
+        return name.replace("_", "-")
+
+    return ", ".join(f"{dashed(alias)}{f' ({VLLM_SHORT_FLAGS[field]})' if field in VLLM_SHORT_FLAGS else ''}"
+                     f" = {dashed(field)}" for alias, field in VLLM_ALIASES.items())
 
 
 _GRID_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}

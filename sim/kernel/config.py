@@ -18,6 +18,7 @@ from allocators.mla_backends import DEFAULT_BLOCK_SIZE
 from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 from sim.kernel.routers import ROUTERS
+from sim.kernel.vllm_names import VLLM_ALIASES, VLLM_SHORT_FLAGS
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT
 
 SCHEDULERS = ("continuous", "static")
@@ -114,8 +115,12 @@ class SimConfig:
     COMMA_FIELDS: ClassVar[tuple[str, ...]] = ("trace_columns", "arrivals")
     """Fields whose one value is itself a comma list (``a=b,c=d``, ``gamma:rate=2,cv=3``): a sweep's command
     line must not split them into grid values."""
-    FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns", "kv_offloading_size": "cpu_offload_gib"}
-    """Flag names (as ``kvsim run`` spells them) that differ from the field they set."""
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {"columns": "trace_columns", **VLLM_ALIASES}
+    """Flag names (as ``kvsim run`` spells them) that differ from the field they set: ``--columns`` and vLLM's
+    spellings of kvsim's settings (`sim.kernel.vllm_names`), in a sweep's flags and TOML keys as on the command
+    line."""
+    SHORT_FLAGS: ClassVar[dict[str, str]] = {flag: field for field, flag in VLLM_SHORT_FLAGS.items()}
+    """Single-dash flags (vLLM's ``-tp``) -> the field they set, in a sweep's flags as on the command line."""
     WORKLOAD_FIELDS: ClassVar[tuple[str, ...]] = ("trace", "trace_format", "trace_columns", "skip_bad_rows",
                                                   "arrivals", "preset", "rate", "num_requests")
     """Fields that only say which workload `sim.kernel.runner.resolve_workload` loads (``seed`` also seeds the

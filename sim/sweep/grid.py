@@ -4,6 +4,10 @@ Each point of the grid is the base with one value from every axis; points are or
 ``itertools.product`` orders them (the last axis varies fastest), and that order is the order of the
 results table whatever order the points finish in. Values are coerced to the configuration field's
 type here, once, so that ``--rate 1`` and ``rate = [1]`` in TOML describe the same point (and hash alike).
+A field may be spelled as its flag alias (`SimConfig.FLAG_ALIASES`: ``columns``, vLLM's ``tensor_parallel_size``
+for ``tensor_parallel``, ...) in flags, TOML keys and a grid built in Python alike; the grid holds the field's own
+name, so the results table has one column per field, and two spellings of one field in one grid are refused
+rather than one silently winning.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import tomllib
 
 from sim.kernel.config import SimConfig, plain_int, plain_number
+from sim.kernel.vllm_names import lookalike_message
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -54,10 +59,12 @@ class Grid:
 
     def __post_init__(self) -> None:
         types_ = config_field_types(self.config_cls)
-        base = {name: _coerce_all(name, [value], types_, "grid base")[0] for name, value in self.base.items()}
+        aliases = getattr(self.config_cls, "FLAG_ALIASES", {})
+        base = {name: _coerce_all(name, [value], types_, "grid base")[0]
+                for name, (_, value) in by_field(self.base, aliases, "grid base").items()}
         axes = {name: _coerce_all(name, list(one_or_many(values, f"grid axis {name!r}")), types_, "grid axes",
                                   unique=False)
-                for name, values in self.axes.items()}
+                for name, (_, values) in by_field(self.axes, aliases, "grid axes").items()}
         object.__setattr__(self, "base", base)
         object.__setattr__(self, "axes", axes)
 
@@ -85,6 +92,20 @@ class Grid:
         base.update(other.base)
         axes.update(other.axes)
         return Grid(base, axes, self.config_cls)
+
+
+def by_field(table: Mapping[str, Any], aliases: Mapping[str, str], where: str) -> dict[str, tuple[str, Any]]:
+    """Field name -> (the key that spelled it, its value), a key being a field's name or one of its ``aliases``
+    (flag spellings such as vLLM's ``tensor_parallel_size``). Two keys spelling one field are refused, naming
+    both: which one was meant is not for kvsim to guess."""
+    out: dict[str, tuple[str, Any]] = {}
+    for key, value in table.items():
+        name = aliases.get(key, key)
+        if name in out:
+            raise ValueError(f"{where}: {out[name][0]!r} and {key!r} both set field {name!r} (two spellings of "
+                             f"one setting); give one")
+        out[name] = (key, value)
+    return out
 
 
 def config_field_types(config_cls: type) -> dict[str, Any]:
@@ -157,7 +178,9 @@ def _coerce_all(name: str, values: list[Any], types_: dict[str, Any], where: str
     """Every value of field ``name`` coerced to its type; ``unique`` refuses a value given twice (a flag's or
     a TOML file's typo), which a grid built in Python may hold, as the sweep merges such points."""
     if name not in types_:
-        raise ValueError(f"{where}: unknown configuration field {name!r} (known: {', '.join(types_)})")
+        why = lookalike_message(name)
+        raise ValueError(f"{where}: unknown configuration field {name!r}"
+                         + (f": {why}" if why else f" (known: {', '.join(types_)})"))
     if not values:
         raise ValueError(f"{where}: field {name!r} has no values")
     out = tuple(coerce_value(name, types_[name], v, where) for v in values)
@@ -187,23 +210,32 @@ def _looks_like_trace(token: str) -> bool:
 
 
 def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
-                      aliases: dict[str, str] | None = None) -> dict[str, list[str]]:
+                      aliases: dict[str, str] | None = None,
+                      short_flags: dict[str, str] | None = None) -> dict[str, list[str]]:
     """``['--block-size', '8,16', '--prefix-caching', '--seed=0,1']`` -> ``{'block_size': ['8', '16'], ...}``.
 
     A flag with no value is boolean true, ``--no-NAME`` is false, and ``--axis NAME=V1,V2`` names the field
     directly. The values of ``comma_fields`` hold commas themselves (``--columns a=b,c=d``): they split on
-    ``;`` instead. ``aliases`` maps other flag spellings to field names (``columns`` -> ``trace_columns``).
+    ``;`` instead. ``aliases`` maps other flag spellings to field names (``columns`` -> ``trace_columns``,
+    vLLM's ``tensor_parallel_size`` -> ``tensor_parallel``) and ``short_flags`` single-dash ones (``-tp``) to
+    field names; two spellings of one field are refused.
     """
     out: dict[str, list[str]] = {}
+    spelled: dict[str, str] = {}
+    short_flags = short_flags or {}
+
+    def is_flag(token: str) -> bool:
+        return token.startswith("--") or token in short_flags
+
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        if not token.startswith("--") or token == "--":
+        if not is_flag(token) or token == "--":
             raise ValueError(f"unexpected argument {token!r}: grid flags look like --field-name V1,V2"
                              + (" (a trace file goes in --trace FILE)" if _looks_like_trace(token) else ""))
-        flag, eq, value = token[2:].partition("=")
+        flag, eq, value = ("", "", "") if token in short_flags else token[2:].partition("=")
         if not eq:
-            if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            if i + 1 < len(tokens) and not is_flag(tokens[i + 1]):
                 value = tokens[i + 1]
                 i += 1
             elif flag.startswith("no-"):
@@ -215,10 +247,14 @@ def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
             flag, eq, value = value.partition("=")
             if not eq:
                 raise ValueError(f"--axis expects NAME=V1,V2, got {flag!r}")
-        name = flag.replace("-", "_")
-        name = (aliases or {}).get(name, name)
+        name = short_flags.get(token) or (aliases or {}).get(flag.replace("-", "_"), flag.replace("-", "_"))
+        shown = token if token in short_flags else f"--{flag}"
         if name in out:
-            raise ValueError(f"--{flag} is given twice")
+            if spelled[name] == shown:
+                raise ValueError(f"{shown} is given twice")
+            raise ValueError(f"{spelled[name]} and {shown} both set field {name!r} (two spellings of one "
+                             f"setting); give one")
+        spelled[name] = shown
         out[name] = value.split(";" if name in comma_fields else ",")
     return out
 
@@ -226,7 +262,8 @@ def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
 def grid_from_flags(tokens: list[str], config_cls: type) -> Grid:
     """Every flag becomes an axis (a single value is an axis of one, which changes nothing)."""
     types_ = config_field_types(config_cls)
-    raw = parse_flag_tokens(tokens, getattr(config_cls, "COMMA_FIELDS", ()), getattr(config_cls, "FLAG_ALIASES", {}))
+    raw = parse_flag_tokens(tokens, getattr(config_cls, "COMMA_FIELDS", ()), getattr(config_cls, "FLAG_ALIASES", {}),
+                            getattr(config_cls, "SHORT_FLAGS", {}))
     return Grid({}, {name: _coerce_all(name, values, types_, "command line") for name, values in raw.items()},
                 config_cls)
 
@@ -244,14 +281,17 @@ def load_grid_toml(path: str | Path, config_cls: type) -> Grid:
     if unknown:
         raise ValueError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}; expected [base] and [axes]")
     types_ = config_field_types(config_cls)
+    aliases = getattr(config_cls, "FLAG_ALIASES", {})
+    base_keys = by_field(data.get("base", {}), aliases, f"{path} [base]")
     base: dict[str, Any] = {}
-    for name, value in data.get("base", {}).items():
+    for name, (_, value) in base_keys.items():
         base[name] = _coerce_all(name, [value], types_, f"{path} [base]")[0]
     axes: dict[str, tuple[Any, ...]] = {}
-    for name, values in data.get("axes", {}).items():
+    for name, (key, values) in by_field(data.get("axes", {}), aliases, f"{path} [axes]").items():
         if not isinstance(values, list):
-            raise ValueError(f"{path} [axes]: field {name!r} must be a list of values, got {values!r}")
+            raise ValueError(f"{path} [axes]: field {key!r} must be a list of values, got {values!r}")
         if name in base:
-            raise ValueError(f"{path}: field {name!r} is in both [base] and [axes]")
+            spellings = "" if base_keys[name][0] == key else f" (as {base_keys[name][0]!r} and {key!r})"
+            raise ValueError(f"{path}: field {name!r} is in both [base] and [axes]{spellings}")
         axes[name] = _coerce_all(name, values, types_, f"{path} [axes]")
     return Grid(base, axes, config_cls)
