@@ -55,6 +55,13 @@ class ModelSpec:
     ``expert_weight_bits`` where the checkpoint stores the routed experts at another precision than the rest
     (default: the whole checkpoint's mean bits per parameter). Memory still holds every expert
     (`weight_bytes`).
+
+    Sparse MLA (DeepSeek-V3.2's DeepSeek Sparse Attention) gives config.json's ``index_topk`` (keys each query
+    attends to, picked by a lightning indexer), ``index_head_dim`` and ``index_n_heads`` (the indexer's key size
+    and query heads), all three or none, with the MLA dims. Every layer then also caches one indexer key per
+    token, and stores its latent as vLLM's sparse backends do (`allocators.kv_layout.layout_groups`); the clock
+    scores at most ``index_topk`` keys per query, plus the indexer's scoring of every key
+    (`sim.kernel.roofline_cost`).
     """
 
     name: str
@@ -79,6 +86,9 @@ class ModelSpec:
     num_experts: int = 0
     num_experts_per_tok: int = 0
     expert_weight_bits: float | None = None
+    index_topk: int = 0
+    index_head_dim: int = 0
+    index_n_heads: int = 0
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
@@ -110,11 +120,30 @@ class ModelSpec:
             raise ValueError(f"{entry}: qk_rope_head_dim is an MLA dimension and needs kv_lora_rank")
         if self.kv_lora_rank and self.sliding_window is not None:
             raise ValueError(f"{entry}: give sliding_window or the MLA dimensions (kv_lora_rank), not both")
+        self._check_indexer(entry)
         try:
             kv_element_bytes(self.kv_cache_dtype, self.dtype_bytes)
         except ValueError as exc:  # the flag's message; a catalog entry's field also needs the entry's name
             raise ValueError(f"{entry}: kv_cache_dtype: {exc}") from None
         object.__setattr__(self, "kv_cache_dtype", self.kv_cache_dtype.lower())  # as the flag's value is stored
+
+    def _check_indexer(self, entry: str) -> None:
+        """The sparse-attention fields come together (one is no indexer), and only on an MLA model: vLLM serves
+        ``index_topk`` with its sparse MLA backends alone."""
+        names = ("index_topk", "index_head_dim", "index_n_heads")
+        given = [f for f in names if getattr(self, f)]
+        if not given:
+            return
+        for f in names:
+            check_positive(entry, f, getattr(self, f), integer=True)
+        if not self.kv_lora_rank:
+            raise ValueError(f"{entry}: index_topk, index_head_dim and index_n_heads describe sparse MLA and need "
+                             "kv_lora_rank")
+
+    @property
+    def sparse_attention(self) -> bool:
+        """Whether the model has a lightning indexer (``index_topk``): its attention reads the top-k keys."""
+        return bool(self.index_topk)
 
     def _check_experts(self, entry: str) -> None:
         """The routed-expert fields agree with each other and with the parameter counts: the per-expert size
@@ -150,7 +179,7 @@ class ModelSpec:
         return layout_groups(num_layers=self.num_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                              sliding_window=self.sliding_window, sliding_window_layers=self.sliding_window_layers,
                              kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
-                             element_bytes=element_bytes)
+                             element_bytes=element_bytes, index_head_dim=self.index_head_dim)
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> ModelSpec:
         """This model with its KV stored as ``kv_cache_dtype`` (``auto``: unchanged). Weights keep their dtype."""
@@ -162,13 +191,14 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """One token in every layer (inside every window), at the spec's KV dtype: for full attention
-        2 x layers x kv_heads x head_dim x dtype bytes; for MLA layers x (latent + rope dims) x dtype bytes."""
+        2 x layers x kv_heads x head_dim x dtype bytes; for MLA layers x (latent + rope dims) x dtype bytes; for
+        sparse MLA the latent as its backend stores it plus the indexer key (`kv_layout.layout_groups`)."""
         return sum(g.bytes_per_token for g in self.kv_groups())
 
     def kv_bytes_per_token_per_gpu(self, tensor_parallel: int = 1) -> int:
         """One token's KV on each of ``tensor_parallel`` GPUs. vLLM splits KV heads over the GPUs, each
         keeping at least one head (replicated when there are more GPUs than KV heads); MLA's latent is not
-        split, so every GPU keeps all of it."""
+        split, so every GPU keeps all of it (and a sparse model's indexer keys: ``max_tp_shards=1``)."""
         total = 0
         for g in self.kv_groups():
             if g.attention == "mla":
@@ -289,6 +319,23 @@ MODELS: dict[str, ModelSpec] = {
                   "scale, 8 + 32 / 128^2",
                   kv_lora_rank=512, qk_rope_head_dim=64, weights_gib=(671e9 + 1.96e9 + 0.16e9) / GIB,
                   active_params=37e9, num_experts=256, num_experts_per_tok=8, expert_weight_bits=8 + 32 / 128**2),
+        ModelSpec("deepseek-v3.2", 61, 7168, 128, 128, 192, 671e9 + 61 * 13_959_424, 163840, 18432, 129280, 2,
+                  _HF + "deepseek-ai/DeepSeek-V3.2-Exp (and DeepSeek-V3.2): DeepSeek-V3's architecture (the entry "
+                  "above, whose MLA, experts and FP8 checkpoint it keeps) plus a lightning indexer in every layer: "
+                  "index_topk 2048, index_n_heads 64, index_head_dim 128 (no index_topk_freq, so vLLM 0.33 gives "
+                  "every layer an indexer: DeepseekV32Attention in vllm/models/deepseek_v32/attention.py). The "
+                  "indexer's parameters per layer, as DeepseekV32Indexer builds them: wq_b 1536 x 64 x 128, wk "
+                  "7168 x 128, weights_proj 7168 x 64, k_norm 2 x 128, 13,959,424; 61 layers add 0.8515e9 to "
+                  "DeepSeek-V3's 671e9 total and 37e9 active (every token passes through them). weights_gib: "
+                  "DeepSeek-V3's plus, per layer, wq_b in FP8 with FP32 128 x 128 block scales (12,582,912 + "
+                  "3,072 bytes), wk and weights_proj as the BF16 wk_weights_proj vLLM merges and upcasts them to "
+                  "(2,752,512) and the FP32 k_norm (1,024): 15,339,520 bytes x 61. KV: vLLM's indexer key cache "
+                  "(fp8 + one FP32 scale per 128: 132 bytes a layer) beside the latent, which fp8 stores as "
+                  "FlashMLA's 656-byte fp8_ds_mla record (allocators/kv_layout.py)",
+                  kv_lora_rank=512, qk_rope_head_dim=64,
+                  weights_gib=(671e9 + 1.96e9 + 0.16e9 + 61 * 15_339_520) / GIB,
+                  active_params=37e9 + 61 * 13_959_424, num_experts=256, num_experts_per_tok=8,
+                  expert_weight_bits=8 + 32 / 128**2, index_topk=2048, index_head_dim=128, index_n_heads=64),
         ModelSpec("codellama-34b", 48, 8192, 64, 8, 128, 33.746e9, 16384, 22016, 32000, 2,
                   _HF + "codellama/CodeLlama-34b-Instruct-hf (num_params: the tensors vLLM 0.11 loads, 62.86 GiB "
                   "in bf16, as its log reports)"),

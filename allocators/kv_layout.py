@@ -3,12 +3,14 @@
 A model's layers fall into KV groups: ``full`` attention layers keep K and V of every token; ``sliding_window``
 layers attend to the last ``window`` tokens only, so an allocator may free what falls out of the window;
 ``mla`` layers (DeepSeek's multi-head latent attention) keep one compressed latent plus one rope key per token
-instead of K and V per head. vLLM v1's hybrid allocator gives each group its own block table in one shared
-pool; kvsim's catalog describes the groups here (`KVGroup`) and `allocators.catalog.ModelSpec.kv_groups`
-builds them from a model's config values.
+instead of K and V per head; a sparse MLA model (DeepSeek-V3.2's lightning indexer, config ``index_head_dim``)
+also keeps one indexer key per token and layer, in the same group (`layout_groups`). vLLM v1's hybrid
+allocator gives each group its own block table in one shared pool; kvsim's catalog describes the groups here
+(`KVGroup`) and `allocators.catalog.ModelSpec.kv_groups` builds them from a model's config values.
 
 ``--kv-cache-dtype`` is vLLM's engine argument: ``auto`` stores KV in the model's dtype, fp16/bf16 in two
-bytes, fp8 (vLLM's fp8, fp8_e4m3, fp8_e5m2) in one byte, which halves every group's bytes per token.
+bytes, fp8 (vLLM's fp8, fp8_e4m3, fp8_e5m2) in one byte, which halves every group's bytes per token (not
+quite for sparse MLA: its fp8 record keeps scales and a bf16 rope, and its indexer keys are fp8 at any dtype).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class KVGroup:
 
     ``bytes_per_token``: one token in every layer of the group, at the KV dtype the group was built for.
     ``window``: tokens a ``sliding_window`` layer attends to (None for the others).
+    ``indexer_bytes_per_token``: the part of ``bytes_per_token`` that is a sparse MLA model's indexer key cache
+    (0 for every other group): the clock reads it for every context token, the latent only for the top-k.
     """
 
     name: str
@@ -49,11 +53,15 @@ class KVGroup:
     layers: int
     window: int | None
     bytes_per_token: int
+    indexer_bytes_per_token: int = 0
 
     @property
     def tensors_per_layer(self) -> int:
-        """Cache tensors each layer keeps: K and V (2), or the one latent-plus-rope tensor of MLA (1)."""
-        return 1 if self.attention == "mla" else 2
+        """Cache tensors each layer keeps: K and V (2), the one latent-plus-rope tensor of MLA (1), and a sparse
+        MLA layer's indexer key cache beside it (2)."""
+        if self.attention != "mla":
+            return 2
+        return 2 if self.indexer_bytes_per_token else 1
 
     @property
     def bytes_per_token_per_layer(self) -> int:
@@ -63,24 +71,71 @@ class KVGroup:
     @property
     def bytes_per_token_per_tensor(self) -> int:
         """One token in one cache tensor (K, V, or MLA's latent) of one layer: what a page of a per-tensor
-        virtual range (vAttention) holds per token."""
+        virtual range (vAttention) holds per token. A sparse MLA layer's two tensors differ (latent and indexer
+        key): the latent's, the larger, which decides how many tokens a page holds."""
+        if self.indexer_bytes_per_token:
+            return (self.bytes_per_token - self.indexer_bytes_per_token) // self.layers
         return self.bytes_per_token_per_layer // self.tensors_per_layer
 
     def to_dict(self) -> dict:
-        """The JSON object ``kvsim capacity --json`` prints for the group."""
-        return {"name": self.name, "attention": self.attention, "layers": self.layers, "window": self.window,
-                "bytes_per_token": self.bytes_per_token}
+        """The JSON object ``kvsim capacity --json`` prints for the group (``indexer_bytes_per_token`` only where
+        the group has an indexer cache)."""
+        out = {"name": self.name, "attention": self.attention, "layers": self.layers, "window": self.window,
+               "bytes_per_token": self.bytes_per_token}
+        if self.indexer_bytes_per_token:
+            out["indexer_bytes_per_token"] = self.indexer_bytes_per_token
+        return out
+
+
+DS_MLA_SCALE_GROUP = 128
+"""Elements that share one float32 (4-byte) scale in vLLM's fp8 sparse MLA layouts: the latent of FlashMLA's
+``fp8_ds_mla`` record and the indexer key (``Indexer.quant_block_size``)."""
+DS_MLA_ROPE_BYTES = 2
+"""Bytes of one rope element in FlashMLA's ``fp8_ds_mla`` record: bfloat16, "not quantized for accuracy"."""
+
+
+def sparse_mla_latent_bytes(kv_lora_rank: int, qk_rope_head_dim: int, element_bytes: int) -> int:
+    """One token's latent + rope in one sparse MLA layer, as vLLM 0.33 stores it.
+
+    16-bit: ``(kv_lora_rank + qk_rope_head_dim) x 2``, as dense MLA. fp8: FlashMLA's ``fp8_ds_mla`` record,
+    to which vLLM turns every fp8 ``--kv-cache-dtype`` of its FLASHMLA_SPARSE backend (the one Hopper serves a
+    sparse model's fp8 KV with; ``_canonicalize_sparse_mla_kv_cache_dtype`` in
+    ``model_executor/layers/attention/mla_attention.py``): the latent in fp8, one float32 scale per 128 of it,
+    the rope in bf16, 512 + 16 + 128 = 656 bytes for DeepSeek-V3.2 (``state_content_bytes={"fp8_ds_mla":
+    656}`` in ``MLAAttention.get_kv_cache_spec``; the layout in ``v1/attention/backends/mla/flashmla_sparse.py``).
+    Left out: Blackwell's FLASHINFER_MLA_SPARSE, which stores fp8 as plain 576 bytes."""
+    if element_bytes != 1:
+        return (kv_lora_rank + qk_rope_head_dim) * element_bytes
+    return kv_lora_rank + kv_lora_rank // DS_MLA_SCALE_GROUP * 4 + qk_rope_head_dim * DS_MLA_ROPE_BYTES
+
+
+def indexer_key_bytes(index_head_dim: int) -> int:
+    """One token's indexer key in one layer, whatever the ``--kv-cache-dtype``: fp8 values plus one float32 scale
+    per 128 of them, 128 + 4 = 132 bytes for DeepSeek-V3.2 (vLLM 0.33 ``DeepseekV32Indexer``:
+    ``DeepseekV32IndexerCache(head_dim=self.head_dim + self.head_dim // self.quant_block_size * 4,
+    dtype=torch.uint8)``, in ``models/deepseek_v32/attention.py``)."""
+    return index_head_dim + index_head_dim // DS_MLA_SCALE_GROUP * 4
 
 
 def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
                   sliding_window_layers: int | None, kv_lora_rank: int, qk_rope_head_dim: int,
-                  element_bytes: int) -> tuple[KVGroup, ...]:
+                  element_bytes: int, index_head_dim: int = 0) -> tuple[KVGroup, ...]:
     """The KV groups of a model from its config values (HF ``config.json`` names), sliding-window group first.
 
     MLA (``kv_lora_rank`` > 0): every layer keeps ``kv_lora_rank + qk_rope_head_dim`` elements per token.
+    Sparse MLA (``index_head_dim`` > 0, DeepSeek-V3.2): every layer keeps its latent as vLLM's sparse backend
+    stores it (`sparse_mla_latent_bytes`) and its indexer key (`indexer_key_bytes`), both in the one ``mla``
+    group. vLLM 0.33 gives the indexer cache an ``MLAAttentionSpec`` of its own (``cache_role=INDEXER``) with the
+    same block size; as every layer is full attention, ``UniformTypeKVCacheSpecs`` puts all 122 specs in one KV
+    cache group whose page is the sum of theirs (``v1/core/kv_cache_planning.py``, ``get_kv_cache_groups``), so
+    one block table covers both caches and a block holds both for its tokens.
     Otherwise ``sliding_window_layers`` of the layers (all of them when not given) use ``sliding_window`` and
     the rest attend to everything; K and V are ``num_kv_heads x head_dim`` elements each per layer.
     """
+    if kv_lora_rank and index_head_dim:
+        latent = num_layers * sparse_mla_latent_bytes(kv_lora_rank, qk_rope_head_dim, element_bytes)
+        indexer = num_layers * indexer_key_bytes(index_head_dim)
+        return (KVGroup("mla", "mla", num_layers, None, latent + indexer, indexer),)
     if kv_lora_rank:
         latent = num_layers * (kv_lora_rank + qk_rope_head_dim) * element_bytes
         return (KVGroup("mla", "mla", num_layers, None, latent),)

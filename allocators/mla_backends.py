@@ -18,12 +18,33 @@ be); when none does, vLLM refuses to start. So on the catalog's GPUs:
 
 A block a backend takes is a multiple of one of its kernel block sizes (vLLM splits a larger block into kernel
 blocks). Left out: TOKENSPEED_MLA (Blackwell, fp8 only, a separately installed package; it takes the same
-blocks as FLASHINFER_MLA ahead of it, so it never changes the block size) and the sparse MLA backends (models
-with an indexer, DeepSeek-V3.2, which the catalog has no field for).
+blocks as FLASHINFER_MLA ahead of it, so it never changes the block size).
+
+Sparse MLA (a model with a lightning indexer, catalog ``index_topk``: DeepSeek-V3.2) is served only by the
+sparse backends, and a dense one only by the others (``AttentionBackend.validate_configuration``: "sparse not
+supported"); vLLM lists them after the dense ones. Its indexer key cache has a backend of its own,
+DEEPSEEK_V32_INDEXER, whose CUDA kernels take blocks of 64 (``v1/attention/backends/mla/indexer.py``), and
+vLLM picks the least block size both the MLA backend and the indexer take
+(``Platform._preferred_block_size_for_backends``), so every sparse run is in blocks of 64 unless a multiple of
+64 is given; any other ``--block-size`` is refused:
+
+| GPU (compute capability) | KV dtype | sparse backend | block size without ``--block-size`` |
+|---|---|---|---|
+| H100, H200 (9.0) | 16-bit | FLASH_ATTN_MLA_SPARSE (multiples of 64) | 64 |
+| H100, H200 (9.0) | fp8 | FLASHMLA_SPARSE (multiples of 64; stores FlashMLA's 656-byte fp8_ds_mla record) | 64 |
+| H100, H200 (9.0) | fp8_e4m3 | FLASHINFER_MLA_SPARSE_SM90 (multiples of 64; FlashInfer >= 0.6.18) | 64 |
+| A100, A10G, L4 (8.x) | any | none: vLLM refuses to start | - |
+| Blackwell, e.g. B200 (10.0) | fp8; 16-bit | FLASHINFER_MLA_SPARSE (multiples of 32); FLASHMLA_SPARSE (64) | 64 |
+
+Left out of the sparse ones: FLASH_ATTN_MLA_SPARSE_FA4, which Blackwell puts first for 16-bit KV at 16 or fewer
+heads per GPU (multiples of 64, so the block size is the same; kvsim's priority has no heads per GPU), and the
+KV bytes Blackwell's FLASHINFER_MLA_SPARSE stores for fp8 (plain 576, where the catalog counts FlashMLA's 656,
+as Hopper's FLASHMLA_SPARSE stores; likewise fp8_e4m3 on Hopper's FLASHINFER_MLA_SPARSE_SM90).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from allocators.catalog import GpuSpec, ModelSpec
@@ -46,7 +67,9 @@ class MlaBackend:
 
     ``capability_major``: the compute capability major it runs on (None: any); ``kernel_block_sizes``: a block
     it takes is a multiple of one of them; ``head_sizes``: latent + rope dims it takes (None: any);
-    ``fp8_capability``: the least compute capability its fp8 KV needs (Triton's native fp8, else 0)."""
+    ``fp8_capability``: the least compute capability its fp8 KV needs (Triton's native fp8, else 0);
+    ``sparse``: a sparse MLA backend (it serves models with an indexer, and only those);
+    ``capability_majors``: further majors it runs on (FLASHMLA_SPARSE: Hopper and Blackwell)."""
 
     name: str
     capability_major: int | None
@@ -55,20 +78,31 @@ class MlaBackend:
     head_sizes: tuple[int, ...] | None = _COMMON_HEAD_SIZES
     qk_nope_head_dims: tuple[int, ...] | None = None
     fp8_capability: float = 0.0
+    sparse: bool = False
+    capability_majors: tuple[int, ...] = ()
 
     def takes_block_size(self, block_size: int) -> bool:
         return any(block_size % size == 0 for size in self.kernel_block_sizes)
 
-    def preferred_block_size(self) -> int:
-        """The block size vLLM sets for this backend when ``--block-size`` is not given."""
+    def preferred_block_size(self, model: ModelSpec | None = None) -> int:
+        """The block size vLLM sets for this backend when ``--block-size`` is not given: for a sparse ``model``
+        the least one this backend and the indexer's both take (`INDEXER_KERNEL_BLOCK_SIZES`)."""
+        if model is not None and model.sparse_attention:
+            if self.takes_block_size(DEFAULT_BLOCK_SIZE) and indexer_takes(DEFAULT_BLOCK_SIZE):
+                return DEFAULT_BLOCK_SIZE
+            return min(math.lcm(s, i) for s in self.kernel_block_sizes for i in INDEXER_KERNEL_BLOCK_SIZES)
         return DEFAULT_BLOCK_SIZE if self.takes_block_size(DEFAULT_BLOCK_SIZE) else min(self.kernel_block_sizes)
+
+    def runs_on(self, capability: float) -> bool:
+        """Whether its kernels run on a GPU of compute ``capability`` (``supports_compute_capability``)."""
+        major = int(capability)
+        return self.capability_major is None or major == self.capability_major or major in self.capability_majors
 
     def serves(self, model: ModelSpec, capability: float, block_size: int | None) -> bool:
         """Whether vLLM finds this backend valid for ``model`` (at its KV dtype) on a GPU of ``capability``,
         asked about ``block_size`` (None: not given)."""
         dtype = kv_cache_dtype_name(model)
-        return ((self.capability_major is None or int(capability) == self.capability_major)
-                and dtype in self.kv_cache_dtypes and (dtype not in FP8 or capability >= self.fp8_capability)
+        return (self.runs_on(capability) and self.sparse == model.sparse_attention and dtype in self.kv_cache_dtypes and (dtype not in FP8 or capability >= self.fp8_capability)
                 and (self.head_sizes is None or mla_head_size(model) in self.head_sizes)
                 and (self.qk_nope_head_dims is None or qk_nope_head_dim(model) in self.qk_nope_head_dims)
                 and (block_size is None or self.takes_block_size(block_size)))
@@ -80,15 +114,41 @@ FLASH_ATTN_MLA = MlaBackend("FLASH_ATTN_MLA", 9, _SIXTEEN_BIT, (16,))  # FlashAt
 FLASHMLA = MlaBackend("FLASHMLA", 9, _SIXTEEN_BIT + FP8, (64,))  # dense FlashMLA: Hopper only
 TRITON_MLA = MlaBackend("TRITON_MLA", None, _SIXTEEN_BIT + FP8, (16,), head_sizes=None, fp8_capability=8.9)
 
+# sparse MLA (vllm 0.33, v1/attention/backends/mla/*sparse*.py: supported_kv_cache_dtypes,
+# get_supported_kernel_block_sizes, get_supported_head_sizes, supports_compute_capability)
+FLASH_ATTN_MLA_SPARSE = MlaBackend("FLASH_ATTN_MLA_SPARSE", 9, _SIXTEEN_BIT, (64,), head_sizes=None, sparse=True)
+FLASHMLA_SPARSE = MlaBackend("FLASHMLA_SPARSE", 9, ("auto", "bfloat16", "fp8"), (64,), head_sizes=(512, 576),
+                             sparse=True, capability_majors=(10,))
+FLASHINFER_MLA_SPARSE_SM90 = MlaBackend("FLASHINFER_MLA_SPARSE_SM90", 9, ("auto", "bfloat16") + FP8, (64,),
+                                        head_sizes=(512, 576), sparse=True)
+FLASHINFER_MLA_SPARSE = MlaBackend("FLASHINFER_MLA_SPARSE", 10, _SIXTEEN_BIT + FP8, (32,), head_sizes=(512, 576),
+                                   qk_nope_head_dims=(128, 192), sparse=True)
+FLASHINFER_MLA_SPARSE_SM120 = MlaBackend("FLASHINFER_MLA_SPARSE_SM120", 12, ("auto",) + FP8, (64,),
+                                         head_sizes=(512, 576), sparse=True)
 
-def priority(capability: float) -> tuple[MlaBackend, ...]:
-    """vLLM's MLA backends for a GPU of ``capability``, first choice first (``_get_backend_priorities``)."""
+INDEXER_KERNEL_BLOCK_SIZES = (64,)
+"""Block sizes the sparse indexer's key cache takes on CUDA, a block being a multiple of one of them
+(``DeepseekV32IndexerBackend.get_supported_kernel_block_sizes``: ``[64]`` off ROCm)."""
+
+
+def indexer_takes(block_size: int) -> bool:
+    """Whether the indexer's kernels take blocks of ``block_size`` tokens."""
+    return any(block_size % size == 0 for size in INDEXER_KERNEL_BLOCK_SIZES)
+
+
+def priority(capability: float, kv_cache_dtype: str = "auto") -> tuple[MlaBackend, ...]:
+    """vLLM's MLA backends for a GPU of ``capability``, first choice first (``_get_backend_priorities``), the
+    sparse ones last (a sparse model's only candidates). Blackwell orders its sparse ones by the KV dtype
+    (``kv_cache_dtype``, vLLM's name): FlashInfer's first for fp8, FlashMLA's first otherwise."""
     major = int(capability)
     if major == 10:
-        return FLASHINFER_MLA, CUTLASS_MLA, FLASH_ATTN_MLA, FLASHMLA, TRITON_MLA
+        sparse = ((FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE) if kv_cache_dtype in FP8
+                  else (FLASHMLA_SPARSE, FLASHINFER_MLA_SPARSE))
+        return (FLASHINFER_MLA, CUTLASS_MLA, FLASH_ATTN_MLA, FLASHMLA, TRITON_MLA) + sparse
     if major == 12:
-        return (TRITON_MLA,)
-    return FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA
+        return TRITON_MLA, FLASHINFER_MLA_SPARSE_SM120
+    return (FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA, FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE,
+            FLASHINFER_MLA_SPARSE_SM90)
 
 
 def kv_cache_dtype_name(model: ModelSpec) -> str:
@@ -109,7 +169,10 @@ def qk_nope_head_dim(model: ModelSpec) -> int:
 
 def mla_backend(model: ModelSpec, gpu: GpuSpec, block_size: int | None) -> MlaBackend | None:
     """The backend vLLM serves MLA ``model`` (at its KV dtype) with on ``gpu``, asked about ``block_size``
-    (None: ``--block-size`` not given); None when none is valid, and vLLM refuses to start. ``gpu`` must
-    give its compute capability."""
-    return next((b for b in priority(gpu.compute_capability) if b.serves(model, gpu.compute_capability, block_size)),
-                None)
+    (None: ``--block-size`` not given); None when none is valid, and vLLM refuses to start (also where a sparse
+    model's indexer does not take the given block size: `indexer_takes`). ``gpu`` must give its compute
+    capability."""
+    if model.sparse_attention and block_size is not None and not indexer_takes(block_size):
+        return None
+    backends = priority(gpu.compute_capability, kv_cache_dtype_name(model))
+    return next((b for b in backends if b.serves(model, gpu.compute_capability, block_size)), None)

@@ -1,7 +1,8 @@
 """The roofline's terms for one model: FLOPs and bytes per unit of work, the one home of the formula.
 
 A step of ``tokens`` new tokens (prefill and decode together) scoring ``pairs`` query-key pairs and reading
-``context`` KV tokens does::
+``context`` KV tokens does (a sparse MLA model, DeepSeek-V3.2, pairs and reads at most ``index_topk`` keys a
+query, and adds its indexer's `index_pair_flops` over every pair: `sim.kernel.roofline_cost`)::
 
     flops = token_flops * tokens + pair_flops * pairs
     bytes = step_weight_bytes(tokens) + kv_bytes_per_token * (context * paged_kernel_overhead + tokens)
@@ -29,6 +30,14 @@ def token_flops(model: ModelSpec) -> float:
 def pair_flops(model: ModelSpec) -> float:
     """FLOPs of attention per query-key pair: QK^T and PV, every layer and head."""
     return 4.0 * model.num_layers * model.num_heads * model.head_dim
+
+
+def index_pair_flops(model: ModelSpec) -> float:
+    """FLOPs of a sparse model's lightning indexer per query-key pair (0 without one): one multiply-add per
+    element of each of its ``index_n_heads`` query heads against the ``index_head_dim``-dim key, every layer.
+    The indexer scores every context key, where attention pairs a query with its top ``index_topk`` alone (the
+    per-head ReLU and weighting, ``index_n_heads`` more per pair, are left out: under 1%)."""
+    return 2.0 * model.num_layers * model.index_n_heads * model.index_head_dim if model.index_topk else 0.0
 
 
 def weight_bytes(model: ModelSpec, dtype_bytes: int | None = None) -> float:

@@ -22,8 +22,8 @@ from workloads.paper_lengths import PAPER_TARGETS
 TOKEN_COST_MODELS = ("llama-3.1-8b", "mistral-7b", "gemma-3-12b", "gpt-oss-20b", "deepseek-v3")
 """The models of the comparison: full attention, sliding window everywhere, 5 : 1 and 1 : 1 hybrids, MLA."""
 
-TENSOR_PARALLEL = {"deepseek-v3": 16}
-"""GPUs a model needs on an H100-80GB: DeepSeek-V3's 627 GiB of FP8 weights take two 8-GPU nodes."""
+TENSOR_PARALLEL = {"deepseek-v3": 16, "deepseek-v3.2": 16}
+"""GPUs a model needs on an H100-80GB: DeepSeek-V3's 627 GiB of FP8 weights (V3.2's 628) take two 8-GPU nodes."""
 
 SHAREGPT_MEAN_TOKENS = round(PAPER_TARGETS["sharegpt-paper"][0] + PAPER_TARGETS["sharegpt-paper"][2])
 """A request of the sharegpt-paper preset's mean length at its end: 161 prompt + 338 output tokens."""

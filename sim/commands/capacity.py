@@ -162,8 +162,10 @@ def _print_text(r: dict) -> None:
                + _dtype_text(r))
     for g in r["kv_groups"]:
         window = f", window {g['window']:,} tokens" if g["window"] is not None else ""
+        indexer = (f" ({g['indexer_bytes_per_token']:,} of them the sparse-attention indexer's keys)"
+                   if g.get("indexer_bytes_per_token") else "")
         click.echo(f"  group {g['name']}: {g['layers']} {g['attention']} layers{window}, "
-                   f"{g['bytes_per_token']:,} bytes per token")
+                   f"{g['bytes_per_token']:,} bytes per token{indexer}")
     if r["kv_pool_bytes_per_token"] != r["kv_bytes_per_token"]:
         click.echo(f"  {r['kv_pool_bytes_per_token']:,} bytes of the {r['tensor_parallel']} GPUs' memory per token "
                    "(GPUs keep copies: MLA's latent, or fewer KV heads than GPUs)")

@@ -19,8 +19,10 @@ from allocators.catalog import GpuSpec, ModelSpec
 from allocators.mla_backends import (
     DEFAULT_BLOCK_SIZE,
     FP8,
+    INDEXER_KERNEL_BLOCK_SIZES,
     TRITON_MLA,
     MlaBackend,
+    indexer_takes,
     kv_cache_dtype_name,
     mla_backend,
     mla_head_size,
@@ -52,12 +54,20 @@ def run_block_size(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> i
     if not _applies(config, model, gpu) or _given(config) is not None:
         return config.block_size
     backend = mla_backend(model, gpu, None)
-    return config.block_size if backend is None else backend.preferred_block_size()
+    return config.block_size if backend is None else backend.preferred_block_size(model)
 
 
 def _takes(backends: list[MlaBackend]) -> str:
     sizes = sorted({s for b in backends for s in b.kernel_block_sizes})
     return "multiples of " + " or ".join(str(s) for s in sizes)
+
+
+def _indexer(model: ModelSpec) -> str:
+    """The sparse indexer's part of a message ("" for a dense model)."""
+    if not model.sparse_attention:
+        return ""
+    sizes = " or ".join(str(s) for s in INDEXER_KERNEL_BLOCK_SIZES)
+    return f", and its DEEPSEEK_V32_INDEXER key cache multiples of {sizes}"
 
 
 def _where(model: ModelSpec, gpu: GpuSpec) -> str:
@@ -73,8 +83,8 @@ def block_size_settings(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec)
     backend = mla_backend(model, gpu, None)
     return {f"--block-size {config.block_size}": (
         f"vLLM serves {_where(model, gpu)} with its {backend.name} attention backend, whose kernels take "
-        f"{_takes([backend])}, and sets {size} where --block-size is not given (kvsim takes its default "
-        f"{config.block_size} as not given; vLLM keeps a given block size that some backend takes)")}
+        f"{_takes([backend])}{_indexer(model)}, and sets {size} where --block-size is not given (kvsim takes its "
+        f"default {config.block_size} as not given; vLLM keeps a given block size that some backend takes)")}
 
 
 def block_size_refusal(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
@@ -82,11 +92,23 @@ def block_size_refusal(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) 
     (or the rule does not apply: `run_block_size`)."""
     if not _applies(config, model, gpu) or mla_backend(model, gpu, _given(config)) is not None:
         return None
-    backends = priority(gpu.compute_capability)
+    backends = [b for b in priority(gpu.compute_capability, kv_cache_dtype_name(model))
+                if b.sparse == model.sparse_attention]
     if without := [b for b in backends if b.serves(model, gpu.compute_capability, None)]:
-        return (f"no MLA attention backend takes --block-size {config.block_size} for {_where(model, gpu)}: "
-                f"{', '.join(b.name for b in without)} take {_takes(without)}")
+        if any(b.takes_block_size(config.block_size) for b in without) and not indexer_takes(config.block_size):
+            return (f"the sparse attention indexer takes no --block-size {config.block_size} for "
+                    f"{_where(model, gpu)}: its DEEPSEEK_V32_INDEXER kernels take multiples of "
+                    f"{' or '.join(str(s) for s in INDEXER_KERNEL_BLOCK_SIZES)}")
+        kind = "sparse MLA" if model.sparse_attention else "MLA"
+        return (f"no {kind} attention backend takes --block-size {config.block_size} for {_where(model, gpu)}: "
+                f"{', '.join(b.name for b in without)} take {_takes(without)}{_indexer(model)}")
     dtype = kv_cache_dtype_name(model)
+    if model.sparse_attention:
+        if not [b for b in backends if b.runs_on(gpu.compute_capability)]:
+            return (f"vLLM has no sparse MLA attention backend for {_where(model, gpu)}: they run on compute "
+                    "capability 9.x, 10.x and 12.x only")
+        return (f"none of vLLM's sparse MLA attention backends ({', '.join(b.name for b in backends)}) takes "
+                f"{_where(model, gpu)}, a latent head size of {mla_head_size(model)} with {dtype} KV")
     fp8 = (f" (TRITON_MLA's fp8 needs compute capability {TRITON_MLA.fp8_capability:.1f})"
            if dtype in FP8 and gpu.compute_capability < TRITON_MLA.fp8_capability else "")
     return (f"none of vLLM's MLA attention backends ({', '.join(b.name for b in backends)}) takes "

@@ -83,6 +83,15 @@ of layers that have a window and ``clipped`` the same count with each sequence's
 (`sim.kernel.window_context`). This is the attention kernel's work, whatever the memory manager keeps
 (``--disable-hybrid-kv-cache-manager`` keeps every token's KV, and the kernel still reads only the window).
 
+Sparse MLA (DeepSeek-V3.2, catalog ``index_topk``): every layer's attention pairs a query with, and reads the
+latent of, at most ``index_topk`` keys (the same clipped figures, with the top-k as the window, over all layers:
+prefill chunks read each of their keys at most once, ``min(context, chunk x k)``); its lightning indexer scores
+every key (``2 x index_n_heads x index_head_dim`` FLOPs a pair and layer, `allocators.roofline.index_pair_flops`)
+and reads every key's indexer key. vLLM replicates the indexer on every tensor-parallel GPU (its projections are
+``ReplicatedLinear``, its cache ``max_tp_shards=1``), so its FLOPs are not divided over them. A decode run's
+indexer terms grow with the whole context, its attention terms with the sequences still below the top-k, and a
+run ends before one passes it, so it stays in closed form.
+
 A run of ``k`` pure decode steps of ``n`` sequences has durations linear in the step index on each side of
 the roofline's crossover (the per-sequence term is a constant ``n x seq_overhead`` per step), so `decode_run`
 sums them, and their index-weighted sum, in closed form (O(1) per run). With windows the clipped count grows

@@ -204,7 +204,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy, lpm_max_queue=config.lpm_max_queue,
-                      sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost))
+                      sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost),
+                      attention_topk=model.index_topk)
     return memory, cost, sched
 
 

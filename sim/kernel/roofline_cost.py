@@ -102,6 +102,15 @@ class StepCostModel:
         # sliding-window layers attend to (and read the KV of) at most the window's last tokens
         self.window_frac = ((m.sliding_window_layers or m.num_layers) / m.num_layers
                             if m.sliding_window is not None else 0.0)
+        # sparse MLA: attention pairs a query with (and reads the latent of) at most index_topk keys, the
+        # clipped figures; the indexer scores and reads every key's indexer key. vLLM replicates the indexer on
+        # every GPU (`ReplicatedLinear`, and the key cache's ``max_tp_shards=1``): its terms are not divided
+        self.sparse = m.sparse_attention
+        if self.sparse:
+            indexer = sum(g.indexer_bytes_per_token for g in m.kv_groups())
+            self._t_index_pair = roofline.index_pair_flops(m) / flops_s
+            self._t_index_read = indexer * ovh / bytes_s
+            self._t_latent_read = self._t_kv_read - self._t_index_read
 
     def weights_time(self, tokens: int) -> float:
         """Seconds to read the weights a step of ``tokens`` tokens (decode and prefill) needs: all of a dense
@@ -146,12 +155,15 @@ class StepCostModel:
             return 0.0
         pairs = context_tokens if attention_pairs is None else attention_pairs
         read = context_tokens
-        if self.window_frac and window_context is not None:
+        if self.sparse:
+            compute, memory = self._sparse_terms(tokens, pairs, read, window_context, window_pairs)
+        elif self.window_frac and window_context is not None:
             fw = self.window_frac
             pairs -= fw * (pairs - (window_context if window_pairs is None else window_pairs))
             read -= fw * (read - window_context)
-        compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
-        memory = self.weights_time(tokens) + read * self._t_kv_read + tokens * self._t_kv_write
+        if not self.sparse:
+            compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
+            memory = self.weights_time(tokens) + read * self._t_kv_read + tokens * self._t_kv_write
         longer, shorter = (compute, memory) if compute > memory else (memory, compute)
         t = self.step_overhead_s + longer
         if self.seq_overhead_s:
@@ -167,12 +179,32 @@ class StepCostModel:
                                     swap_blocks, page_maps)
         return t
 
+    def _sparse_terms(self, tokens: int, pairs: float, read: float, window_context: int | None,
+                      window_pairs: int | None) -> tuple[float, float]:
+        """(compute, memory) seconds of a sparse MLA model's step: attention over the pairs and latent reads
+        clipped to ``index_topk`` keys a query (``window_context``, ``window_pairs``: the scheduler's clipped
+        figures, the full ones where not given), the indexer over all of them."""
+        top_read = read if window_context is None else window_context
+        top_pairs = pairs if window_context is None else window_context if window_pairs is None else window_pairs
+        compute = (tokens * self._t_token_flops + top_pairs * self._t_pair_flops + pairs * self._t_index_pair)
+        memory = (self.weights_time(tokens) + top_read * self._t_latent_read + read * self._t_index_read
+                  + tokens * self._t_kv_write)
+        return compute, memory
+
     def _decode_lines(self, n: int, c0: int, window: tuple[int, int] | None = None
                       ) -> tuple[float, float, float, float]:
         """Compute and memory time of decode step j as (a1 + b1 j, a2 + b2 j), context c0 + n j. ``window``:
         (clipped context at j = 0, sequences still inside the window), for a model with sliding windows: its
         window layers read ``wc0 + wn j`` tokens (`DecodeSet.window_context`; the run ends before any sequence
-        leaves the window, so that stays linear)."""
+        leaves the window, so that stays linear). A sparse MLA model's window is its ``index_topk``: attention
+        pairs and latent reads are the clipped line, the indexer's the full one."""
+        if self.sparse:  # `_sparse_terms` along the run: the top-k figures grow by the sequences below k
+            wc0, wn = (c0, n) if window is None else window
+            a1 = n * self._t_token_flops + wc0 * self._t_pair_flops + c0 * self._t_index_pair
+            b1 = wn * self._t_pair_flops + n * self._t_index_pair
+            a2 = self.weights_time(n) + wc0 * self._t_latent_read + c0 * self._t_index_read + n * self._t_kv_write
+            b2 = wn * self._t_latent_read + n * self._t_index_read
+            return a1, b1, a2, b2
         c, g = c0, n
         if window is not None and self.window_frac:
             fw, (wc0, wn) = self.window_frac, window

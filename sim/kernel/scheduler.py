@@ -41,7 +41,8 @@ class Scheduler:
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
                  scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT,
-                 sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None) -> None:
+                 sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None,
+                 attention_topk: int = 0) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -65,7 +66,10 @@ class Scheduler:
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
         self.live: dict[int, SequenceGroup] = {}
-        self.decode = DecodeSet(lazy, sliding_window)
+        # the clock's clipped figures: a sliding window's, or a sparse model's top-k keys a query (each bounds
+        # the keys a query attends to in the same way: `min(c, W)`)
+        self.attention_topk = attention_topk
+        self.decode = DecodeSet(lazy, sliding_window or attention_topk)
         self.completions = Completions()
         self.joiners: list[SequenceGroup] = []
         self.step = 0
@@ -368,7 +372,9 @@ class Scheduler:
 
     def window_figures(self, plan: StepPlan, joining: list[SequenceGroup]) -> None:
         """The step's context and attention pairs with every sequence's keys clipped to the model's sliding
-        window (what its window layers read), each decoder counted exactly as `finish_plan` counts it."""
+        window (what its window layers read), each decoder counted exactly as `finish_plan` counts it; for a
+        sparse model, to its top-k keys a query. A prefill chunk's queries then read any of their keys (each
+        picks its own top k from its whole prefix), so the chunk reads each key once, at most k a query."""
         step, decode = self.step, self.decode
         window = decode.windows.window
         context = decode.window_context(step) - self.deferred_window
@@ -379,7 +385,8 @@ class Scheduler:
         pairs = context
         for group, chunk in plan.chunks:
             done = group.prefill_done
-            context += min(done + chunk, window + chunk - 1)
+            context += (min(done + chunk, chunk * window) if self.attention_topk
+                        else min(done + chunk, window + chunk - 1))
             pairs += clipped_sum(done + 1, done + chunk, window)
         plan.window_context, plan.window_pairs = context, pairs
 

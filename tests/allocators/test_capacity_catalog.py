@@ -26,8 +26,9 @@ EXPECTED_KV_BYTES_PER_TOKEN = {
     "gemma-3-12b": 384 * KIB,  # 48 x 8 x 256 (40 sliding-window + 8 full layers)
     "gpt-oss-20b": 48 * KIB,  # 24 x 8 x 64 (12 sliding-window + 12 full layers)
     "deepseek-v3": 61 * (512 + 64) * 2,  # MLA: one latent of 512 + one rope key of 64 per layer, no K/V pair
+    "deepseek-v3.2": 61 * ((512 + 64) * 2 + 128 + 4),  # sparse MLA: the same latent + the indexer's fp8 key + scale
 }
-CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "deepseek-v3"}
+CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "deepseek-v3", "deepseek-v3.2"}
 """Models whose config.json gives head_dim itself, not hidden_size / num_heads."""
 
 

@@ -16,7 +16,7 @@ TINY = ("num_layers = 6\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 2\nhead
 
 def test_kv_group_is_a_frozen_record_with_the_agreed_fields():
     assert [f.name for f in dataclasses.fields(KVGroup)] == ["name", "attention", "layers", "window",
-                                                               "bytes_per_token"]
+                                                               "bytes_per_token", "indexer_bytes_per_token"]
     group = get_model("opt-13b").kv_groups()[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         group.layers = 1

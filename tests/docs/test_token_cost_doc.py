@@ -26,8 +26,9 @@ def numbers(cell: str) -> list[int]:
 
 
 def test_bytes_per_token_table():
-    table = token_cost_table().groupby(["model", "kv_cache_dtype"])["bytes_per_token"].sum()
-    for model, (_, bf16, fp8) in rows("| model | layout").items():
+    models = rows("| model | layout")
+    table = token_cost_table(list(models)).groupby(["model", "kv_cache_dtype"])["bytes_per_token"].sum()
+    for model, (_, bf16, fp8) in models.items():
         assert numbers(bf16)[-1] == table[(model, "bf16")], model
         assert numbers(fp8) == [table[(model, "fp8")]], model
 
@@ -50,3 +51,11 @@ def test_long_request_counts_in_the_text():
                           ("gpt-oss-20b", "`gpt-oss-20b` {} instead of {}")):
         assert phrase.format(r.loc[model, "requests"], r.loc[model, "requests_all_full"]) in text, model
     assert f"`llama-3.1-8b` {r.loc['llama-3.1-8b', 'requests']}" in text
+
+
+def test_sparse_mla_figures_in_the_text():
+    r = requests_per_gpu_table(("deepseek-v3", "deepseek-v3.2"), ("fp8",)).set_index("model")
+    text = " ".join(PAGE.split())
+    v32, v3 = r.loc["deepseek-v3.2"], r.loc["deepseek-v3"]
+    assert (f"16 H100s at fp8 hold {v32['kv_tokens']:,} tokens against {v3['kv_tokens']:,} "
+            f"({v32['requests']:,} requests of 499 tokens against {v3['requests']:,})") in text
