@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -70,5 +72,31 @@ def assert_same_fleet_run(fast, slow) -> None:
     for column in ("first_token_s", "finished_s"):
         np.testing.assert_allclose(fast.requests[column], slow.requests[column], rtol=1e-9)
     assert_same_summary(fast.summary, slow.summary, skip=("wall_time_s", "per_replica"))
+    assert_same_memory_map(fast, slow)
+    assert_same_step_totals(fast, slow)
+
+
+def mixed_prompts(count: int = 60, seed: int = 5, gap_s: float = 0.03, prompts: tuple[int, int] = (100, 400),
+                  outputs: tuple[int, int] = (20, 300)):
+    """Poisson arrivals ``gap_s`` apart on average with uniform prompt and output lengths: batches that grow and
+    shrink, so a clock whose step cost depends on the batch or the context changes from run to run."""
+    from workloads import Workload
+
+    rng = np.random.default_rng(seed)
+    return Workload(arrival_time_s=np.cumsum(rng.exponential(gap_s, count)),
+                    prompt_tokens=rng.integers(*prompts, count), output_tokens=rng.integers(*outputs, count),
+                    name="mixed-prompts")
+
+
+def assert_fast_forward_equals_stepping(config, workload) -> None:
+    """``config`` runs ``workload`` in fewer rows fast-forwarded than step by step, with the same finish times (to
+    1e-9), summary, memory maps and step totals."""
+    from sim.kernel.runner import run_simulation
+
+    fast = run_simulation(config, workload)
+    slow = run_simulation(replace(config, step_by_step=True), workload)
+    assert len(fast.steps) < len(slow.steps)
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
+    assert_same_summary(fast.summary, slow.summary)
     assert_same_memory_map(fast, slow)
     assert_same_step_totals(fast, slow)

@@ -5,7 +5,6 @@ decode runs' closed forms agree with stepping, and memory still holds every expe
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from allocators import catalog, roofline
@@ -13,9 +12,7 @@ from allocators.capacity import kv_capacity
 from allocators.catalog import get_gpu, get_model
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_profiles import make_step_cost
-from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
-from workloads import Workload
+from tests.sim.summaries import assert_fast_forward_equals_stepping, mixed_prompts
 
 
 def as_dense(name: str) -> catalog.ModelSpec:
@@ -67,25 +64,12 @@ def test_a_moe_decode_run_in_closed_form_equals_its_steps():
         assert cost.decode_prefix(n, c0)(k // 2) == pytest.approx(sum(steps[:k // 2]), rel=1e-12)
 
 
-def mixed_prompts(count=40, seed=7):
-    rng = np.random.default_rng(seed)
-    return Workload(arrival_time_s=np.cumsum(rng.exponential(0.05, count)),
-                    prompt_tokens=rng.integers(50, 600, count), output_tokens=rng.integers(10, 200, count),
-                    name="mixed-prompts")
-
 
 @pytest.mark.parametrize("options", [{}, {"kv_tokens": 3000}, {"max_num_batched_tokens": 256}])
 def test_fast_forward_equals_step_by_step_on_a_moe_model(options):
     """gpt-oss-20b: batches grow and shrink, so the expert share changes from run to run but not inside one."""
     config = SimConfig(model="gpt-oss-20b", gpu="h100-80gb", **({"kv_tokens": 12_000} | options))
-    w = mixed_prompts()
-    fast = run_simulation(config, w)
-    slow = run_simulation(replace(config, step_by_step=True), w)
-    assert len(fast.steps) < len(slow.steps)
-    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
-    assert_same_summary(fast.summary, slow.summary)
-    assert_same_memory_map(fast, slow)
-    assert_same_step_totals(fast, slow)
+    assert_fast_forward_equals_stepping(config, mixed_prompts(40, 7, 0.05, (50, 600), (10, 200)))
 
 
 def test_memory_still_holds_every_expert():

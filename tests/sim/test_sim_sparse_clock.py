@@ -12,7 +12,7 @@ from allocators import catalog, roofline
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
+from tests.sim.summaries import assert_fast_forward_equals_stepping, mixed_prompts
 from workloads import Workload
 
 H100 = catalog.get_gpu("h100-80gb")
@@ -69,24 +69,11 @@ def sparse(monkeypatch):
     return model.name
 
 
-def mixed_prompts(count=60, seed=5):
-    rng = np.random.default_rng(seed)
-    return Workload(arrival_time_s=np.cumsum(rng.exponential(0.03, count)),
-                    prompt_tokens=rng.integers(100, 400, count), output_tokens=rng.integers(20, 300, count),
-                    name="mixed-prompts")
-
 
 @pytest.mark.parametrize("options", [{}, {"kv_tokens": 6000}, {"max_num_batched_tokens": 256}])
 def test_fast_forward_equals_step_by_step_with_top_k(sparse, options):
     config = SimConfig(model=sparse, gpu="h100-80gb", block_size=64, **({"kv_tokens": 40_000} | options))
-    w = mixed_prompts()
-    fast = run_simulation(config, w)
-    slow = run_simulation(replace(config, step_by_step=True), w)
-    assert len(fast.steps) < len(slow.steps)
-    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
-    assert_same_summary(fast.summary, slow.summary)
-    assert_same_memory_map(fast, slow)
-    assert_same_step_totals(fast, slow)
+    assert_fast_forward_equals_stepping(config, mixed_prompts())
 
 
 def test_the_top_k_makes_long_decodes_faster(sparse):

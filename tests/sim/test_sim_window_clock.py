@@ -17,7 +17,7 @@ from sim.kernel.cost_model import StepCostModel
 from sim.kernel.decode_set import DecodeSet
 from sim.kernel.runner import run_simulation
 from sim.kernel.window_context import clipped_sum
-from tests.sim.summaries import assert_same_memory_map, assert_same_step_totals, assert_same_summary
+from tests.sim.summaries import assert_fast_forward_equals_stepping, mixed_prompts
 from tests.soak import examples
 from workloads import Workload
 
@@ -106,25 +106,12 @@ def windowed(monkeypatch):
     return model.name
 
 
-def mixed_prompts(count=60, seed=5):
-    rng = np.random.default_rng(seed)
-    return Workload(arrival_time_s=np.cumsum(rng.exponential(0.03, count)),
-                    prompt_tokens=rng.integers(100, 400, count), output_tokens=rng.integers(20, 300, count),
-                    name="mixed-prompts")
-
 
 @pytest.mark.parametrize("options", [{}, {"kv_tokens": 6000}, {"max_num_batched_tokens": 256}])
 def test_fast_forward_equals_step_by_step_with_windows(windowed, options):
     """Runs end where a decoder leaves the window; with preemptions (a small pool) and chunked prefill too."""
     config = SimConfig(model=windowed, gpu="h100-80gb", **({"kv_tokens": 40_000} | options))
-    w = mixed_prompts()
-    fast = run_simulation(config, w)
-    slow = run_simulation(replace(config, step_by_step=True), w)
-    assert len(fast.steps) < len(slow.steps)
-    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-9)
-    assert_same_summary(fast.summary, slow.summary)  # the per-group shares (``kv_groups``) too, key by key
-    assert_same_memory_map(fast, slow)
-    assert_same_step_totals(fast, slow)
+    assert_fast_forward_equals_stepping(config, mixed_prompts())
 
 
 def test_windows_make_long_decodes_faster(windowed):
