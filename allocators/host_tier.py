@@ -36,7 +36,14 @@ preemption and taken at once by the allocation that preempted it, or a shared pr
 and moves no bytes (``offload_many`` skips it, and `evicted_by` forecasts without it). When the request is
 swapped back in (or dropped), the swap blocks of such hashes are kept as their cache entries, the most
 recently used, as if offloaded then (``kept_blocks``, no bytes): the host ends up caching what an eviction
-would have stored, without holding it twice meanwhile or writing it twice.
+would have stored, without holding it twice meanwhile or writing it twice. The same rule the other way round: a
+hashed block the host caches already when its request is swapped out (a full block of the same hash holds the
+same KV) is not copied again: the swap takes the cached host block as its parked copy (``shared_blocks``; the
+scheduler charges the swap-out no transfer for it, `KVMemory.park`), so the hash leaves the cache while it is
+parked, as every parked block is out of reach of lookups and evictions, and is cached again, the most recently
+used, when the request is swapped back in (its blocks were read then) or dropped. vLLM v0's prefix-caching CPU
+allocator shares such a block too (``allocate_immutable_block`` finds its hash), though its swap copies every
+block's bytes regardless; kvsim's tier knows the bytes are there and moves none.
 
 Behind a hybrid pool (``hybrid.py``) a host block is one group block and the keys are the pool's ``(hash,
 group)`` keys, so the tier works the same (write-back only: the hybrid pool refuses a write-through tier).
@@ -69,7 +76,7 @@ class HostTier:
 
     __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
                  "_swapped", "_parked_hashes", "_parked", "_skipped", "offloaded_blocks", "reloaded_blocks",
-                 "evicted_blocks", "kept_blocks")
+                 "evicted_blocks", "kept_blocks", "shared_blocks")
 
     write_through = False
     """Write-back: the allocator's evictions spill here (`offload_many`); `RequestTier` is the other policy."""
@@ -91,8 +98,10 @@ class HostTier:
         self._order: list[int] = []
         self._order_blocks: list[int] = []
         self._head = 0  # `_order[:_head]` is dequeued already (dropped in one go once it is half the list)
-        # host block -> how many queue entries of the hash it holds are stale (a block, not the hash: the
-        # queue's blocks are a few thousand small ints, checked without reading the hashes' cold objects)
+        # host block -> how many queue entries naming it are stale (a touched hash's earlier ones, or all of a
+        # hash a swap took out of the cache, `_uncache`); the earliest are, as they are consumed first. A block,
+        # not the hash: the queue's blocks are a few thousand small ints, checked without reading the hashes'
+        # cold objects
         self._stale: dict[int, int] = {}
         self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))  # popped from the end: id 0 first
         self._swapped: dict[int, list[int]] = {}  # swap key (a request) -> the host blocks its KV takes
@@ -103,7 +112,8 @@ class HostTier:
         self.offloaded_blocks = 0  # blocks written to the host (a hash already there costs nothing)
         self.reloaded_blocks = 0  # blocks read back into the GPU (host hits)
         self.evicted_blocks = 0  # host blocks whose cached hash was dropped to make room
-        self.kept_blocks = 0  # swap blocks kept as the cache entries of parked hashes the GPU evicted (`swap_in`)
+        self.kept_blocks = 0  # swap blocks kept as the cache entries of parked hashes (`swap_in`)
+        self.shared_blocks = 0  # cached blocks a swap-out took as its parked copies: no bytes moved (`swap_out`)
 
     @classmethod
     def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, **options) -> HostTier:
@@ -174,6 +184,12 @@ class HostTier:
         self._order.append(block_hash)
         self._order_blocks.append(block)
         self._stale[block] = self._stale.get(block, 0) + 1
+
+    def _uncache(self, block_hash: int) -> int:
+        """Take a cached hash out of the cache (its queue entries all stale) and return its host block."""
+        block = self._lru.pop(block_hash)
+        self._stale[block] = self._stale.get(block, 0) + 1
+        return block
 
     def _oldest(self, count: int) -> tuple[list[int], list[int], int, dict[int, int]]:
         """The ``count`` least recently used cached hashes (there must be as many) and their host blocks,
@@ -348,12 +364,24 @@ class HostTier:
     def swap_out(self, key: int, num_blocks: int, block_hashes: frozenset[int] = frozenset()) -> bool:
         """Park ``num_blocks`` blocks of a preempted request's KV under ``key``, evicting cached blocks as
         needed, ``block_hashes`` those of its hashed blocks (not offloaded while parked); False (nothing
-        changed) if the host has too few blocks that are free or cached."""
+        changed) if the host has too few blocks that are free or cached. A hashed block the host caches is
+        not copied: its cached block is taken as the parked copy (`shared_blocks` counts them; the module
+        doc says why), first, so that making room evicts none of them, and it is cached again at `swap_in`.
+        A write-through tier (`RequestTier`, whose policy orders its cache) is given no hashes."""
         if key in self._swapped:
             raise ValueError(f"host tier: {key} is already swapped out")
         if num_blocks > len(self._free) + len(self._lru):
             return False
-        self._swapped[key] = [self._room() for _ in range(num_blocks)]
+        lru = self._lru
+        shared = [h for h in block_hashes if h in lru][:num_blocks] if block_hashes and lru and not \
+            self.write_through else []
+        blocks = [self._uncache(h) for h in shared]
+        self._swapped[key] = blocks + [self._room() for _ in range(num_blocks - len(blocks))]
+        if shared:
+            skipped = self._skipped
+            for h in shared:  # not cached while parked: cached again when the request is swapped back in
+                skipped[h] = None
+            self.shared_blocks += len(shared)
         if block_hashes:
             self._parked_hashes[key] = block_hashes
             parked = self._parked
@@ -363,8 +391,9 @@ class HostTier:
 
     def swap_in(self, key: int) -> int:
         """Free the host blocks of a request being swapped back in (or dropped), but those that hold a hash the
-        GPU evicted while it was parked: they become its cache entry (the most recently used, in the order they
-        were evicted; no bytes move). Returns how many blocks it held."""
+        GPU evicted while it was parked, or the host cached when it was swapped out: they become its cache
+        entry (the most recently used, in the order they were evicted or taken; no bytes move). Returns how
+        many blocks it held."""
         blocks = self._swapped.pop(key)
         free = self._free
         free.extend(reversed(blocks))
@@ -405,13 +434,17 @@ class HostTier:
         self._check_order()
 
     def _check_order(self) -> None:
-        """The LRU queue holds every cached hash, its stale entries counted, each entry with its hash's block."""
-        queued: dict[int, int] = {}
-        for h in self._order[self._head:]:
-            queued[h] = queued.get(h, 0) + 1
-        assert queued.keys() == self._lru.keys(), "host tier: the LRU order and the cached hashes disagree"
-        stale = {self._lru[h]: n - 1 for h, n in queued.items() if n > 1}
-        assert stale == self._stale, "host tier: stale entries miscounted"
+        """The LRU queue holds every cached hash: the last entry naming its block names the hash, and every
+        other entry naming a block is counted stale (a touched hash's earlier ones, an uncached hash's)."""
         assert len(self._order_blocks) == len(self._order), "host tier: the queue's blocks out of step"
-        live = zip(self._order[self._head:], self._order_blocks[self._head:], strict=True)
-        assert all(self._lru[h] == b for h, b in live), "host tier: a queued entry's block is not its hash's"
+        order, blocks = self._order[self._head:], self._order_blocks[self._head:]
+        last: dict[int, int] = {}
+        count: dict[int, int] = {}
+        for i, b in enumerate(blocks):
+            last[b] = i
+            count[b] = count.get(b, 0) + 1
+        holder = {b: h for h, b in self._lru.items()}
+        assert all(b in last and order[last[b]] == h for b, h in holder.items()), \
+            "host tier: the LRU order and the cached hashes disagree"
+        stale = {b: n - (b in holder) for b, n in count.items() if n - (b in holder)}
+        assert stale == self._stale, "host tier: stale entries miscounted"

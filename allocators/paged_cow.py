@@ -190,6 +190,12 @@ class PagedCowAllocator(PagedAllocator):
         slots = kept * self.block_size
         return swap._replace(slots=swap.slots - slots, transfers=swap.transfers - kept, resident_slots=slots)
 
+    def swap_hashes(self, seq_id: int) -> frozenset[int]:
+        """`PagedAllocator.swap_hashes` less the pinned blocks': they stay on the GPU (`swap_group`), so the
+        swap parks none of their KV on the host (and a host copy of one is not taken as a parked copy)."""
+        hashed, pins = self._cache.block_hash, self._pins
+        return frozenset(h for b in self._seqs[seq_id].table if (h := hashed[b]) is not None and not pins[b])
+
     @property
     def registered_blocks(self) -> int:
         return len(self._registry)

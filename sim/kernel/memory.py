@@ -155,11 +155,16 @@ class KVMemory:
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         return self._alloc.breakdown(waiting)
 
-    def park(self, key: int, slots: int, block_hashes: frozenset[int] = frozenset()) -> bool:
+    def park(self, key: int, slots: int, block_hashes: frozenset[int] = frozenset()) -> int | None:
         """Swap ``slots`` of a preempted request (``key``) out into the host tier's memory, whole blocks,
-        ``block_hashes`` the keys of its hashed ones (`free_group`'s ``parked``: not offloaded meanwhile); False
-        if it has no room (only with a host tier)."""
-        return self.host_tier.swap_out(key, -(-slots // self.block_size), block_hashes)
+        ``block_hashes`` the keys of its hashed ones (`free_group`'s ``parked``: not offloaded meanwhile).
+        Returns how many of its blocks the host held already (cached by hash: taken as their parked copies,
+        nothing to copy, `HostTier.swap_out`), or None if it has no room (only with a host tier)."""
+        tier = self.host_tier
+        shared = tier.shared_blocks
+        if not tier.swap_out(key, -(-slots // self.block_size), block_hashes):
+            return None
+        return tier.shared_blocks - shared
 
     @property
     def parks_hashes(self) -> bool:

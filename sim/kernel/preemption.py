@@ -54,11 +54,13 @@ class Preemption:
         if not s.running and not self.held_off_running():
             self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
             return
-        if swap is not None and self._swap_room(victim, swap.slots, frozenset(parked or ()), swap.resident_slots):
+        on_host = None if swap is None else \
+            self._swap_room(victim, swap.slots, frozenset(parked or ()), swap.resident_slots)
+        if on_host is not None:  # blocks the host tier held already are not copied out (swapped in, they are)
             victim.state = SWAPPED
             self.swapped[victim.index] = swap
-            s.plan.swap_blocks += swap.transfers
-            s.plan.swap_slots += swap.slots
+            s.plan.swap_blocks += swap.transfers - on_host
+            s.plan.swap_slots += swap.slots - on_host * s.memory.block_size
         else:
             victim.state = WAITING
             g = victim.generated
@@ -76,19 +78,22 @@ class Preemption:
         s = self.s
         return s.loads is not None and (bool(s.loads) or s.waiting.held > 0)
 
-    def _swap_room(self, victim: SequenceGroup, moved: int, block_hashes: frozenset[int], resident: int = 0) -> bool:
+    def _swap_room(self, victim: SequenceGroup, moved: int, block_hashes: frozenset[int],
+                   resident: int = 0) -> int | None:
         """Take host memory for ``moved`` slots of a victim's KV: blocks of the host tier when there is one
         (its cached blocks evicted as needed; ``block_hashes``, those of its hashed blocks, then count as on the
-        host), else the ``--swap-space-gib`` swap space; False if full. ``resident``: slots it holds that stay on
+        host; those it caches already are taken as they are), else the ``--swap-space-gib`` swap space. Returns
+        the blocks the host held already, which the swap-out need not copy (`KVMemory.park`; 0 for the swap
+        space), or None if full. ``resident``: slots it holds that stay on
         the GPU (`GroupSwap.resident_slots`): the swap space must have room for them too, as vLLM v0.3's
         ``can_swap_out`` counts every block of the group, though they take none of it."""
         memory = self.s.memory
         if memory.host_tier is not None:
             return memory.park(victim.index, moved, block_hashes)
         if self.swap_used + moved + resident > self.swap_slots:
-            return False
+            return None
         self.swap_used += moved
-        return True
+        return 0
 
     def _release_swap(self, group: SequenceGroup) -> None:
         """Give back the host memory a swapped group's KV took (it is back on the GPU, or rejected)."""

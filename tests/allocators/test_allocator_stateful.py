@@ -407,6 +407,23 @@ class HostTierMachine(AllocatorMachine):
         else:
             assert blocks > free + cached and (self.tier.num_free, self.tier.cached_blocks) == (free, cached)
 
+    @precondition(lambda self: len(getattr(self, "parked", ())) < 2 and not self.write_through)
+    @rule(data=st.data(), more=st.integers(0, 1))
+    def park_cached(self, data, more):
+        """A swap-out whose hashed blocks the host caches in part (a write-back tier): their cached blocks are
+        taken as its parked copies, nothing copied, and the others come from free or evicted blocks."""
+        cached = sorted(self.tier._lru)
+        hashes = frozenset(data.draw(st.lists(st.sampled_from(cached), max_size=2))) if cached else frozenset()
+        key, blocks = self.next_id, len(hashes) + more
+        self.next_id += 1
+        if not blocks or blocks > self.tier.num_free + len(cached):
+            return
+        free, shared, evicted = self.tier.num_free, self.tier.shared_blocks, self.tier.evicted_blocks
+        assert self.tier.swap_out(key, blocks, hashes)
+        self.parked.append(key)
+        assert self.tier.shared_blocks == shared + len(hashes) and not any(h in self.tier for h in hashes)
+        assert self.tier.evicted_blocks == evicted + max(0, more - free)  # only the block not on the host
+
     @precondition(lambda self: getattr(self, "parked", None))
     @rule(data=st.data())
     def unpark(self, data):
@@ -420,7 +437,7 @@ class HostTierMachine(AllocatorMachine):
             t.check_invariants()
             assert t.offload_bytes == t.offloaded_blocks * t.block_bytes
             assert t.cached_blocks + t.swapped_blocks + t.num_free == t.num_blocks
-            assert t.cached_blocks == t.offloaded_blocks - t.evicted_blocks
+            assert t.cached_blocks == t.offloaded_blocks + t.kept_blocks - t.evicted_blocks - t.shared_blocks
 
 
 for _name in ("paged", "paged-cow", "radix"):

@@ -1,6 +1,6 @@
 """The host tier against a plain LRU written here with an OrderedDict (the tier's former implementation):
 random offloads (in batches, with hashes cached already or repeated), loads and swap parking (with the hashes
-it parks, which are not offloaded meanwhile) must leave the same hashes in the same LRU order on the same host
+it parks, which are not offloaded meanwhile, and whose cached copies it takes) must leave the same hashes in the same LRU order on the same host
 blocks, with the same counters. The tier keeps its order
 in a queue with stale entries and offloads a batch with bulk operations; this guards that it is still
 exactly an LRU, block ids included."""
@@ -18,7 +18,8 @@ from tests.soak import examples
 class ReferenceTier:
     """``HostTier``'s behaviour one hash at a time: free blocks popped from the end, then the LRU's oldest; a
     parked hash the host does not cache is not stored but noted, and cached in a block its request frees when it
-    is swapped back in."""
+    is swapped back in; one it caches when its request is swapped out is taken out of the cache as a parked block,
+    and noted the same way."""
 
     def __init__(self, num_blocks: int) -> None:
         self.lru: OrderedDict[int, int] = OrderedDict()
@@ -26,7 +27,7 @@ class ReferenceTier:
         self.swapped: dict[int, list[int]] = {}
         self.parked: dict[int, frozenset[int]] = {}
         self.skipped: dict[int, None] = {}
-        self.offloaded = self.reloaded = self.evicted = self.kept = 0
+        self.offloaded = self.reloaded = self.evicted = self.kept = self.shared = 0
 
     def is_parked(self, h: int) -> bool:
         return any(h in hashes for hashes in self.parked.values())
@@ -68,7 +69,11 @@ class ReferenceTier:
     def swap_out(self, key: int, num_blocks: int, hashes: frozenset[int]) -> bool:
         if num_blocks > len(self.free) + len(self.lru):
             return False
-        self.swapped[key] = [self.room() for _ in range(num_blocks)]
+        shared = [h for h in hashes if h in self.lru][:num_blocks]
+        self.swapped[key] = [self.lru.pop(h) for h in shared] + [self.room() for _ in range(num_blocks - len(shared))]
+        for h in shared:
+            self.skipped[h] = None
+        self.shared += len(shared)
         self.parked[key] = hashes
         return True
 
@@ -127,8 +132,8 @@ def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
         tier.check_invariants()
         assert lru_order(tier) == list(ref.lru.items())
         assert tier._free == ref.free and tier._swapped == ref.swapped
-        assert (tier.offloaded_blocks, tier.reloaded_blocks, tier.evicted_blocks, tier.kept_blocks) == \
-               (ref.offloaded, ref.reloaded, ref.evicted, ref.kept)
+        assert (tier.offloaded_blocks, tier.reloaded_blocks, tier.evicted_blocks, tier.kept_blocks,
+                tier.shared_blocks) == (ref.offloaded, ref.reloaded, ref.evicted, ref.kept, ref.shared)
 
 
 def test_a_batch_of_new_hashes_takes_free_blocks_then_the_oldest_cached_ones():
@@ -145,6 +150,25 @@ def test_a_batch_of_new_hashes_takes_free_blocks_then_the_oldest_cached_ones():
     tier.check_invariants()
 
 
+def test_a_swap_out_takes_the_hosts_cached_copy_of_a_block_instead_of_copying_it():
+    """A full block whose hash the host caches holds the same KV: the swap-out takes that host block as its
+    parked copy (no second block, nothing copied), out of the cache while parked (and of the eviction order:
+    making room for the rest evicts others), and cached again, the most recently used, when swapped back in."""
+    tier = HostTier(5, 10)
+    assert tier.offload_many([1, 2, 3, 4]) == 4  # 1 block free; 1 is the oldest
+    assert tier.swap_out(7, 3, frozenset({1, 3, 9}))  # 1 and 3 cached: taken; 1 new block: the free one
+    assert (tier.shared_blocks, tier.evicted_blocks, tier.num_free, tier.cached_blocks) == (2, 0, 0, 2)
+    assert 1 not in tier and 3 not in tier and tier.lookup([1], 0, 1) == 0
+    tier.check_invariants()
+    assert tier.offload_many([5, 3]) == 1  # 5 evicts 2 (1 is out of the order); 3 is parked: not stored
+    assert [h for h, _ in lru_order(tier)] == [4, 5]
+    tier.check_invariants()
+    assert tier.swap_in(7) == 3
+    assert [h for h, _ in lru_order(tier)] == [4, 5, 1, 3] and tier.num_free == 1
+    assert (tier.offloaded_blocks, tier.kept_blocks, tier.offload_bytes) == (5, 2, 50)
+    tier.check_invariants()
+
+
 def test_a_parked_hash_is_not_offloaded_again_and_stays_cached_when_swapped_back_in():
     """A swapped request's hashed blocks are on the host already: while they are parked a GPU eviction of one
     stores nothing (no bytes, no second block) and the forecast leaves it out; a cached one is only touched.
@@ -152,16 +176,16 @@ def test_a_parked_hash_is_not_offloaded_again_and_stays_cached_when_swapped_back
     used, with no bytes moved."""
     tier = HostTier(6, 10)
     assert tier.offload_many([1, 2]) == 2  # 4 blocks free
-    assert tier.swap_out(7, 3, frozenset({1, 3, 4}))  # 1 free; hash 1 cached and parked
-    assert tier.evicted_by([3, 4, 5, 6]) == [1]  # only 5 and 6 are stored: the free block, then the oldest
-    assert tier.offload_many([3, 4, 5, 6]) == 2
-    assert (3 in tier, 4 in tier, 1 in tier, tier.offloaded_blocks) == (False, False, False, 4)
-    assert tier.offload_many([2]) == 0  # cached: touched, parked or not
+    assert tier.swap_out(7, 3, frozenset({2, 3, 4}))  # 2 free; hash 2 cached: taken as a parked block
+    assert tier.evicted_by([3, 4, 5, 6, 8]) == [1]  # only 5, 6 and 8 are stored: the free blocks, then the oldest
+    assert tier.offload_many([3, 4, 5, 6, 8]) == 3
+    assert (3 in tier, 4 in tier, 1 in tier, 2 in tier, tier.offloaded_blocks) == (False, False, False, False, 5)
+    assert tier.offload_many([5]) == 0  # cached: touched
     tier.check_invariants()
     assert tier.swap_in(7) == 3
-    assert 3 in tier and 4 in tier and tier.num_free == 1
-    assert (tier.offloaded_blocks, tier.kept_blocks, tier.offload_bytes) == (4, 2, 40)
-    assert [h for h, _ in lru_order(tier)] == [5, 6, 2, 3, 4]
+    assert 2 in tier and 3 in tier and 4 in tier and tier.num_free == 0
+    assert (tier.offloaded_blocks, tier.kept_blocks, tier.offload_bytes) == (5, 3, 50)
+    assert [h for h, _ in lru_order(tier)] == [6, 8, 5, 2, 3, 4]
     assert tier.offload_many([3, 4]) == 0  # cached now: no bytes when the GPU evicts them again
     tier.check_invariants()
 
@@ -169,12 +193,15 @@ def test_a_parked_hash_is_not_offloaded_again_and_stays_cached_when_swapped_back
 def test_a_parked_hash_a_batch_evicts_is_not_stored_again_by_the_same_batch():
     """Whether a parked hash is cached is read when its turn in the batch comes: a new hash ahead of it may
     evict it, and the parked copy still holds its KV, so it is not stored a second time."""
-    tier = HostTier(4, 10)
+    tier = HostTier(3, 10)
     assert tier.offload_many([0, 2]) == 2
-    assert tier.swap_out(9, 2, frozenset({0}))  # no block free; hash 0 cached (the oldest) and parked
+    assert tier.swap_out(8, 1, frozenset({0}))  # hash 0 cached: its block taken
+    assert tier.swap_out(9, 1, frozenset({0}))  # not cached now: the free block
+    assert tier.swap_in(8) == 1 and 0 in tier  # cached again, parked by 9 still
+    assert tier.offload_many([2]) == 0  # touched: 0 is the oldest, and no block is free
     assert tier.offload_many([1, 0]) == 1  # 1 evicts 0, which is parked: not stored again
     assert (0 in tier, 1 in tier, 2 in tier) == (False, True, True)
     tier.check_invariants()
-    assert tier.swap_in(9) == 2
-    assert 0 in tier and tier.kept_blocks == 1
+    assert tier.swap_in(9) == 1
+    assert 0 in tier and tier.kept_blocks == 2
     tier.check_invariants()

@@ -228,10 +228,10 @@ def spy_on_parked_spills(monkeypatch) -> dict[str, list[int]]:
         return swap_group(self, group, pending)
 
     def park_spy(self, key, *args):
-        ok = park(self, key, *args)
-        if ok:
+        on_host = park(self, key, *args)
+        if on_host is not None:
             parked[key] = held[key]
-        return ok
+        return on_host
 
     def unpark_spy(self, key):
         del parked[key]
@@ -268,6 +268,43 @@ def test_a_swapped_requests_hashed_blocks_are_not_offloaded_while_parked(monkeyp
         monkeypatch.undo()
     fast = run_simulation(SimConfig(**options), w)
     assert_same_tiered_run(fast, run_simulation(SimConfig(step_by_step=True, **options), w))
+
+
+@pytest.mark.parametrize("allocator", ["paged", "radix"])
+def test_a_swap_out_copies_no_block_the_host_tier_caches_already(monkeypatch, allocator):
+    """The Mooncake sample under swap with a roomy write-back tier: some victims hold full blocks whose hashes
+    the tier caches (spilled by an earlier eviction; 84 blocks over 6 swaps, up to 44 in one). Their KV is on
+    the host already, so the swap-out takes those host blocks instead of copying them: the steps' swap
+    transfers and slots are each swap-out's blocks less those, plus every swap-in's blocks in full (the GPU
+    needs them all back)."""
+    w = workloads.load_trace(MOONCAKE).head(60)
+    options = dict(model="llama-3-8b", gpu="a100-40gb", kv_tokens=12_000, max_num_batched_tokens=8192,
+                   preemption="swap", cpu_offload_gib=64.0, allocator=allocator, debug_invariants=10)
+    swaps, out, back = {}, [], []
+    swap_group, park, unpark = KVMemory.swap_group, KVMemory.park, KVMemory.unpark
+
+    def swap_group_spy(self, group, pending):
+        swaps[group.index] = swap = swap_group(self, group, pending)
+        return swap
+
+    def park_spy(self, key, slots, block_hashes=frozenset()):
+        on_host = park(self, key, slots, block_hashes)
+        assert on_host is not None and on_host == len([h for h in block_hashes if h in self.host_tier._skipped])
+        out.append((swaps[key], on_host))
+        return on_host
+
+    def unpark_spy(self, key):
+        back.append(swaps[key])
+        unpark(self, key)
+
+    for name, spy in (("swap_group", swap_group_spy), ("park", park_spy), ("unpark", unpark_spy)):
+        monkeypatch.setattr(KVMemory, name, spy)
+    run = run_simulation(SimConfig(**options), w)
+    assert len(out) == len(back) == 6  # every victim swapped back in (30 prompts are rejected: too long)
+    shared = [on_host for _, on_host in out]
+    assert sum(shared) == 84 and max(shared) == 44
+    assert run.steps["swap_blocks"].sum() == sum(s.transfers - n for s, n in out) + sum(s.transfers for s in back)
+    assert run.steps["swap_slots"].sum() == (sum(s.slots - n * 16 for s, n in out) + sum(s.slots for s in back))
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
