@@ -272,16 +272,25 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
     ``settings=False`` skips them, for a run kvsim derived from the user's, such as compare's no-reuse
     baseline, whose own changes would read as the user's), costs the step clock leaves out (``clock_omits``;
     ``clock=False`` skips them, for runs of one deployment after the first) and what the allocator's memory
-    leaves out (``memory_omits``, per allocator), a ``--max-model-len`` beyond the model's context
+    leaves out (``memory_omits``, per allocator), which requests the latency figures and throughputs leave out
+    (`sim.kernel.summary.exclusion_note`) and which latency figures rest on too few requests
+    (``latency_notes``), a ``--max-model-len`` beyond the model's context
     (``beyond_model_context``, with the clock's) and why vLLM would not start the server (``vllm_would_refuse``,
     per allocator). Each names the run (``run``, else the allocator)."""
     from sim.kernel.ignored_settings import ignored_lines
-    from sim.kernel.summary import rejection_warning
+    from sim.kernel.summary import exclusion_note, rejection_warning
 
     name = summary.get("run", summary["allocator"])
     line = rejection_warning(summary)
     if line:
         click.echo(line, err=True)
+    if line := exclusion_note(summary):
+        click.echo(line, err=True)
+    figures_by_why: dict[str, list[str]] = {}
+    for figure, why in summary.get("latency_notes", {}).items():  # one line per reason, not per figure
+        figures_by_why.setdefault(why, []).append(figure)
+    for why, figures in figures_by_why.items():
+        click.echo(f"Note: {name}: {', '.join(figures)}: {why}", err=True)
     if capped := summary.get("length_capped"):
         click.echo(f"Note: {name}: {capped} of {summary['requests']} requests' outputs stopped at max_model_len, as "
                    "vLLM stops them (length_capped_tokens in the requests table; --over-length reject rejects "

@@ -2,9 +2,10 @@
 
 Keys are a public interface (``docs/architecture.md``); ``rejected_reasons`` counts rejections by reason,
 numbers normalised away (`reject_category`; each request's full message stays in ``reject_reason``). Memory
-shares are time-weighted over simulated time and the five ``*_frac`` shares sum to 1. Latency percentiles are
-over completed requests. Everything but ``wall_time_s`` is a deterministic function of the configuration and
-the workload.
+shares are time-weighted over simulated time and the five ``*_frac`` shares sum to 1. Latency figures are
+over completed requests, and ``latency_notes`` says which rest on too few of them (`sim.kernel.latency_notes`);
+`exclusion_note` says so in words where requests were rejected. Everything but ``wall_time_s`` is a
+deterministic function of the configuration and the workload.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 
 import numpy as np
 
+from sim.kernel.latency_notes import LATENCY_FIGURES, latency_notes
 from sim.kernel.prefix_cache_stats import PrefixCacheStats, summary_keys
 
 SHARE_KEYS = ("token_states_frac", "reservation_frac", "internal_frag_frac", "external_frag_frac", "free_frac")
@@ -46,6 +48,19 @@ def rejection_warning(summary: dict) -> str | None:
     others = f"; {len(reasons) - 1} other reason(s) in rejected_reasons" if len(reasons) > 1 else ""
     name = summary.get("run", summary["allocator"])  # compare's no-reuse baseline has its own name
     return f"Warning: {name}: {summary['rejected']} of {summary['requests']} requests rejected ({count}: {top}{others})"
+
+
+def exclusion_note(summary: dict) -> str | None:
+    """One line for stderr when a run rejected requests and completed some: its latency figures and
+    throughputs are over the completed ones only, which the summary's keys do not say (a table of
+    ``ttft_p99_s`` beside ``rejected`` reads as a latency of every request)."""
+    rejected, completed = summary.get("rejected", 0), summary.get("completed", 0)
+    if not rejected or not completed:
+        return None
+    name = summary.get("run", summary["allocator"])
+    return (f"Note: {name}: the latency figures ({', '.join(LATENCY_FIGURES)}) are over the {completed:,} "
+            f"completed requests only, and the throughputs count only theirs; the {rejected:,} rejected are in "
+            "none of them")
 
 
 def counts_text(counts: dict[str, int]) -> str:
@@ -125,6 +140,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "ttft_p99_s": _stat(done["ttft_s"].to_numpy(float), lambda v: np.percentile(v, 99)),
         "tpot_p50_s": _stat(done["tpot_s"].to_numpy(float), np.median),
         "e2e_p50_s": _stat(done["e2e_s"].to_numpy(float), np.median),
+        **_latency_notes(done),
         **shares,
         "block_usage_frac": memory.used_blocks / (t * total_blocks) if t > 0 and total_blocks else 0.0,
         "token_occupancy_frac": shares["token_states_frac"],
@@ -151,6 +167,16 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         summary["kv_capacity_slots"] = int(capacity)
         summary["kv_groups"] = group_shares(memory, capacity, total_blocks)
     return summary
+
+
+def _latency_notes(done) -> dict:
+    """``latency_notes`` (`sim.kernel.latency_notes`), only when a latency figure rests on too few completed
+    requests to mean what its name says, or on none."""
+    columns = {"normalized_latency_s_per_tok": "normalized_latency_s_per_tok", "ttft_p50_s": "ttft_s",
+               "ttft_p99_s": "ttft_s", "tpot_p50_s": "tpot_s", "e2e_p50_s": "e2e_s"}
+    samples = {figure: int(done[columns[figure]].notna().sum()) for figure in LATENCY_FIGURES}
+    notes = latency_notes(samples)
+    return {"latency_notes": notes} if notes else {}
 
 
 def group_shares(memory, capacity: int, total_blocks: int) -> dict[str, dict[str, float]]:

@@ -123,7 +123,7 @@ def test_kvsim_run_notes_the_cut_on_stderr_and_takes_the_flag(tmp_path):
     assert ("Note: paged: 1 of 2 requests' outputs stopped at max_model_len, as vLLM stops them "
             "(length_capped_tokens in the requests table; --over-length reject rejects them instead)") in cut.stderr
     refused = CliRunner().invoke(main, [*args, "--over-length", "reject"])
-    assert json.loads(refused.stdout)["rejected"] == 1 and "Note: paged" not in refused.stderr
+    assert json.loads(refused.stdout)["rejected"] == 1 and "outputs stopped at max_model_len" not in refused.stderr
     bad = CliRunner().invoke(main, [*args, "--over-length", "truncate"])
     assert bad.exit_code == 2 and "'truncate' is not one of 'cap', 'reject'" in bad.output
     with pytest.raises(ValueError, match="--over-length must be one of cap, reject"):
