@@ -50,6 +50,11 @@ def _price(cost: StepCostModel, call: tuple[str, tuple, dict, float]) -> float:
     return cost.step_time(*args, **kwargs) if kind == "step" else cost.transfer_time(*args, **kwargs)
 
 
+MOVED = ("swap_slots", "swap_blocks", "copy_slots", "page_maps", "reload_slots")
+"""Step columns of what a row of no steps that still moved blocks priced: one transfer call
+(`engine.transfer_time_of`, a step that swapped everything running out), which such a row lasts at least."""
+
+
 def schedule_jacobian(steps: pd.DataFrame, calls: list, perturbed: list[StepCostModel], h: float,
                       requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """d(TTFT)/dx and d(decode time)/dx of every request (rows) for each perturbed coefficient (columns;
@@ -62,15 +67,18 @@ def schedule_jacobian(steps: pd.DataFrame, calls: list, perturbed: list[StepCost
     boundaries, not the expected wait). A row moves by its priced calls re-priced under the perturbed
     coefficients."""
     busy = steps["num_steps"].to_numpy() > 0
+    moved = ~busy & (steps[list(MOVED)].to_numpy() > 0).any(axis=1)
     duration = steps["duration_s"].to_numpy()
     row_grad = np.zeros((len(steps), len(perturbed)))
     i = 0
-    for r in np.flatnonzero(busy):
+    for r in np.flatnonzero(busy | moved):
         total = 0.0
         while i < len(calls) and total < duration[r] * (1 - 1e-9):
             total += calls[i][3]
             row_grad[r] += [(_price(c, calls[i]) - calls[i][3]) / h for c in perturbed]
             i += 1
+            if not busy[r]:  # a row of no steps that moved blocks (`MOVED`) priced one call
+                break
     cumulative = np.cumsum(row_grad, axis=0)
     ends = steps["time_s"].to_numpy() + duration
     last = len(ends) - 1

@@ -157,29 +157,50 @@ def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False)
 def empty_step(sched, cost, rec, plan, t_arrival: float | None, now: float) -> float:
     """A step ``plan`` left with nothing to run: returns when the engine plans again. While host-tier loads are in
     flight it waits for them (`wait_for_loads`); a step that preempted everything running still takes the time
-    of an empty step (`StepCostModel.empty_step_s`; none for the roofline), as vLLM's does, in a row of no steps
-    carrying its preemptions (of no duration where an empty step takes none, so that the steps table still
-    counts every preemption the summary does); else (everything queued refused) it plans again at once."""
+    of an empty step (`StepCostModel.empty_step_s`; none for the roofline), as vLLM's does, plus that of the
+    swap-outs (and copies) it made (`transfer_time_of`), in a row of no steps carrying its preemptions (of no
+    duration where an empty step takes none and nothing moved, so that the steps table still counts every
+    preemption the summary does); else (everything queued refused) it plans again at once."""
     seconds = cost.empty_step_s()
+    moved = transfer_time_of(cost, plan)
     if sched.loads:
-        return wait_for_loads(sched, rec, plan, t_arrival, now, seconds)
-    if plan.preempted:
-        record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, now + seconds, plan, sched.queued)
-        return now + seconds
+        return wait_for_loads(sched, rec, plan, t_arrival, now, seconds, moved)
+    if plan.preempted or moved:
+        end = now + (seconds + moved)
+        record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, end, plan, sched.queued)
+        return end
     return now
 
 
-def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float, step_s: float = 0.0) -> float:
+def transfer_time_of(cost, plan) -> float:
+    """Seconds of the transfers ``plan`` made though it runs nothing: the blocks it swapped out (every running
+    group preempted by swap, the last refused or, with loads in flight, swapped too), and any copies, page maps
+    and sync loads it owes, charged as `take_step` charges them. vLLM v0's scheduler output is not empty while it
+    has blocks to swap out or copy, so its engine runs that step, the worker making the swaps and copies before
+    it finds no sequence to run. 0 (the cost model not asked) where it moved nothing."""
+    if not (plan.swap_slots or plan.swap_blocks or plan.copy_slots or plan.page_maps or plan.reload_slots):
+        return 0.0
+    return cost.transfer_time(plan.copy_slots, plan.swap_slots + plan.reload_slots,
+                              plan.swap_blocks + plan.reload_transfers, plan.page_maps)
+
+
+def wait_for_loads(sched, rec, plan, t_arrival: float | None, now: float, step_s: float = 0.0,
+                   moved_s: float = 0.0) -> float:
     """Nothing runs while host-tier loads are in flight: a row of no steps until the first lands or the next
     request arrives (``t_arrival``), whichever is first; returns that time. The row carries what ``plan`` (the
-    step planned at ``now``, which admitted only loading requests) counted: their hits and the blocks they load.
+    step planned at ``now``, which admitted only loading requests, or preempted everything running) counted:
+    their hits and the blocks they load, its preemptions and swaps.
     ``step_s``: the time of an engine step that schedules nothing (`StepCostModel.empty_step_s`); if any,
     the engine takes such steps meanwhile, so the row lasts whole steps, at least one, as vLLM's engine sees a
-    load done at the end of the step it lands in."""
+    load done at the end of the step it lands in. ``moved_s``: the transfers the step planned at ``now`` makes
+    (`transfer_time_of`): that step lasts them too, and the engine plans again no sooner than it ends."""
     t = sched.loads.next_ready()
     if t_arrival is not None and t_arrival < t:
         t = t_arrival
-    if step_s > 0:
+    if moved_s > 0:
+        first = now + (step_s + moved_s)  # the step that swaps; empty steps of ``step_s`` after it, if any
+        t = first if t <= first or step_s <= 0 else first + math.ceil((t - first) / step_s - 1e-9) * step_s
+    elif step_s > 0:
         t = now + max(1, math.ceil((t - now) / step_s - 1e-9)) * step_s
     record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t, plan, sched.queued)
     return t
