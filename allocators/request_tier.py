@@ -29,10 +29,12 @@ place it again are bound to it (`bind`, from `KVMemory.new_seq`), and its offers
 block. Stores are made when vLLM makes them: a step's offers once the step is planned, after its admissions
 looked the host up (`hold_stores`, `flush_stores`; a decode run holds each of its steps' offers the same way,
 `run_step`), and a finished request's blocks are ranked anew after the next step's stores; blocks being loaded
-beside the steps (``--offload-loads async``) are ``pinned``: no store evicts them. A block one offer of a step
-stores is being written until the step ends (vLLM: a chunk not ready), so a later offer of the same step neither
-reuses it nor evicts it (``_writing``; under ARC a reuse would move it to T2). What kvsim leaves out: every store
-is written by the end of its step (vLLM's are asynchronous and may take longer, holding their blocks meanwhile).
+beside the steps (``--offload-loads async``) are ``pinned`` until their load lands: no store evicts them, nor a
+swap-out making room for parked KV (`_room`; a swap-out that would need them is refused). A block one offer of a
+step stores is being written until the step ends (vLLM: a chunk not ready), so a later offer of the same step
+neither reuses it nor evicts it (``_writing``; under ARC a reuse would move it to T2). What kvsim leaves out: every
+store is written by the end of its step (vLLM's are asynchronous and may take longer, holding their blocks
+meanwhile).
 
 The allocator's calls (``paged.py``; ``KVMemory.free`` calls `release`), each with the sequence id as the
 request::
@@ -399,7 +401,13 @@ class RequestTier(HostTier):
         """The finished request's record ends."""
 
     def swap_out(self, key: int, num_blocks: int, block_hashes: frozenset[int] = frozenset()) -> bool:
+        """`HostTier.swap_out`, but the room it makes is outside the ``pinned`` hashes (`_room`): False, changing
+        nothing, if the free blocks and the cached ones not being loaded are too few."""
         self._changes += 1
+        pinned, lru = self.pinned, self._lru
+        if pinned and key not in self._swapped and \
+                num_blocks > len(self._free) + len(lru) - sum(1 for h in pinned if h in lru):
+            return False
         return super().swap_out(key, num_blocks, block_hashes)
 
     def swap_in(self, key: int) -> int:
@@ -407,8 +415,9 @@ class RequestTier(HostTier):
         return super().swap_in(key)
 
     def _room(self) -> int | None:
-        """A free host block for swapped KV, evicting as the policy says if none is free."""
-        if not self._free and not self._evict(1, set()):
+        """A free host block for swapped KV, evicting as the policy says if none is free, never a ``pinned`` hash:
+        vLLM holds the host blocks a load is reading until it lands, so nothing evicts them meanwhile."""
+        if not self._free and not self._evict(1, self.pinned):
             return None
         return self._free.pop()
 
