@@ -52,7 +52,7 @@ A policy implements `_recording`, `_reuse` (via `_reused`), `_missed`, `_evict`,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from allocators.host_tier import HostTier
@@ -312,23 +312,22 @@ class RequestTier(HostTier):
         than it has free, after those the held offers would store (the policy then picks what goes; a store
         threshold may store fewer)."""
         held = self._held_new()
-        request = self._request_of(seq_id)
-        a = self._requests.get(request)
-        start, lru = 0 if a is None else a.next_stored, self._lru
-        new = sum(1 for h in block_hashes[start:self._stop(request, block_hashes, full)]
-                  if h not in lru and h not in held)
+        new = sum(1 for h in self._unstored(seq_id, block_hashes, full) if h not in held)
         return len(held) + new > len(self._free)
 
     def _held_new(self) -> set[int]:
         """The hashes the held offers (`hold_stores`) would store, at most: they take host blocks before a later
         offer of the step, so `store_evicts` counts them (a store threshold may store fewer)."""
-        held: set[int] = set()
-        for seq_id, block_hashes, full in self._queued or ():
-            request = self._request_of(seq_id)
-            a = self._requests.get(request)
-            start, lru = 0 if a is None else a.next_stored, self._lru
-            held.update(h for h in block_hashes[start:self._stop(request, block_hashes, full)] if h not in lru)
-        return held
+        return {h for offer in self._queued or () for h in self._unstored(*offer)}
+
+    def _unstored(self, seq_id: int, block_hashes: Sequence[int], full: int) -> Iterator[int]:
+        """The hashes an offer of the request's first ``full`` blocks would store that the host lacks: from its
+        first block not yet stored to where the offer ends (`_stop`)."""
+        request = self._request_of(seq_id)
+        a = self._requests.get(request)
+        lru = self._lru
+        return (h for h in block_hashes[0 if a is None else a.next_stored:self._stop(request, block_hashes, full)]
+                if h not in lru)
 
     def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
         """Where an offer of the request's first ``full`` blocks ends: at its known blocks, and with
