@@ -297,7 +297,7 @@ def _listlike(cell: object) -> bool:
 def _as_list(cell: object) -> object:
     """A Parquet cell as `from_lists` takes it: a list (of Python ints where the cell's are integers; floats and
     nulls inside stay what they are, which `from_lists` marks bad), None for a null, anything else as it is."""
-    if isinstance(cell, (list, tuple, np.ndarray)):
+    if _listlike(cell):
         return list(cell.tolist() if isinstance(cell, np.ndarray) else cell)
     return None if pd.isna(cell) else cell
 
