@@ -59,6 +59,7 @@ def compare_command(allocators: str | None, allocators_alias: str | None, reuse_
     from pathlib import Path
 
     from allocators import ALLOCATORS
+    from sim.kernel.fleet_summary import PER_REPLICA_KEYS
     from sim.kernel.runner import resolve_workload
     from sim.kernel.summary import format_comparison
 
@@ -97,11 +98,13 @@ def compare_command(allocators: str | None, allocators_alias: str | None, reuse_
     trace = opts["trace_option"] or opts["trace"]
     for line in skipped_rows_lines([{**first, "trace": trace, "skip_bad_rows": opts["skip_bad_rows"]}]):
         click.echo(line)
-    click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots, "
+    fleet = PER_REPLICA_KEYS if "per_replica" in first else frozenset()
+    click.echo(f"deployment: {first['model']} on {first['gpu']}, {first['kv_capacity_tokens']} KV token slots"
+               + (f" per replica ({first['replicas']} replicas)" if fleet else "") + ", "
                f"block size {first['block_size']}, {first['scheduler']} batching, {first['cost_model']}"
                + "".join(f"; {s['allocator']}: {s['page_tokens']}-token pages of {s['page_size_kib']} KiB"
                          for s in summaries if s.get("page_tokens")))
-    click.echo(format_comparison(summaries, COMPARE_KEYS))
+    click.echo(format_comparison(summaries, COMPARE_KEYS, fleet))
 
 
 COMMANDS = [compare_command]

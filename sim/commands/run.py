@@ -336,9 +336,9 @@ def run_command(allocator: str, **opts) -> None:
     if opts["as_json"]:
         click.echo(json.dumps(result.summary))
     elif "per_replica" in result.summary:
-        from sim.kernel.fleet_summary import format_replicas
+        from sim.kernel.fleet_summary import PER_REPLICA_KEYS, format_replicas
 
-        click.echo(format_summary({k: v for k, v in result.summary.items() if k != "per_replica"}))
+        click.echo(format_summary({k: v for k, v in result.summary.items() if k != "per_replica"}, PER_REPLICA_KEYS))
         click.echo(format_replicas(result.summary["per_replica"]))
     else:
         click.echo(format_summary(result.summary))

@@ -21,7 +21,11 @@ import numpy as np
 from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral, Recorder
 from sim.kernel.parallel_sampling import first_children
 from sim.kernel.replica import SimResult, requests_frame, tier_summary
-from sim.kernel.summary import build_summary
+from sim.kernel.summary import SHARE_KEYS, build_summary
+
+PER_REPLICA_KEYS = frozenset({*SHARE_KEYS, "block_usage_frac", "token_occupancy_frac", "shared_saved_frac",
+                              "cached_frac", "mean_running", "max_running", "kv_capacity_tokens"})
+"""The fleet summary's figures of one replica (the module docstring says how each is taken), which its text marks."""
 
 REPLICA_TABLE_KEYS = ("requests", "completed", "rejected", "preemptions", "mean_running", "ttft_p50_s",
                       "ttft_p99_s", "tpot_p50_s", "prefix_hit_frac", "processed_tokens")

@@ -197,8 +197,15 @@ def _shared_saved_frac(memory) -> float:
     return memory.shared_saved / without if without > 0 else 0.0
 
 
-def format_summary(summary: dict) -> str:
-    """A two-column table of the summary, numbers rounded for reading."""
+def format_number(value: float) -> str:
+    """A float for reading: four significant figures, or whole with thousands separators from 10,000 up (where
+    four figures would need an exponent), so that `run` and `compare` print one figure the same way."""
+    return "nan" if math.isnan(value) else f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+
+
+def format_summary(summary: dict, per_replica: frozenset[str] = frozenset()) -> str:
+    """A two-column table of the summary, numbers rounded for reading; the keys in ``per_replica`` (a fleet's
+    figures of one replica among fleet-wide ones, `sim.kernel.fleet_summary.PER_REPLICA_KEYS`) say so."""
     lines = []
     width = max(len(k) for k in summary)
     for key, value in summary.items():
@@ -211,24 +218,25 @@ def format_summary(summary: dict) -> str:
             text = (counts_text(value) if all(isinstance(v, int) for v in value.values())
                     else "; ".join(f"{name}: {why}" for name, why in value.items()))
         elif isinstance(value, float):
-            text = "nan" if math.isnan(value) else f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+            text = format_number(value)
         elif value is None:
             text = "-"
         else:
             text = str(value)
-        lines.append(f"{key:<{width}}  {text}")
+        lines.append(f"{key:<{width}}  {text}" + (" (per replica)" if key in per_replica else ""))
     return "\n".join(lines)
 
 
-def format_comparison(summaries: list[dict], keys: tuple[str, ...]) -> str:
-    """Summaries side by side, one column per allocator (or per ``run``, where a summary names one)."""
+def format_comparison(summaries: list[dict], keys: tuple[str, ...], per_replica: frozenset[str] = frozenset()) -> str:
+    """Summaries side by side, one column per allocator (or per ``run``, where a summary names one); the keys in
+    ``per_replica`` say so, as in `format_summary`."""
     header = ["metric"] + [s.get("run", s["allocator"]) for s in summaries]
     rows = [header]
     for key in keys:
-        row = [key]
+        row = [key + (" (per replica)" if key in per_replica else "")]
         for s in summaries:
             v = s.get(key)
-            row.append("-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+            row.append("-" if v is None else format_number(v) if isinstance(v, float) else str(v))
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths,
