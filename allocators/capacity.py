@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from allocators.base import Allocator
 from allocators.catalog import GIB, GpuSpec, ModelSpec
+from allocators.mla_backends import with_backend_kv_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,10 @@ def kv_capacity(
 
     ``kv_cache_dtype`` (vLLM's ``--kv-cache-dtype``) sets the bytes per stored element: fp8 halves a token's
     cost, so the same memory holds twice the tokens. The returned ``model`` carries it
-    (`ModelSpec.with_kv_cache_dtype`) for everything downstream. A token costs `pool_bytes_per_token`.
+    (`ModelSpec.with_kv_cache_dtype`) for everything downstream, and on a known ``gpu`` a sparse MLA latent laid
+    out as its attention backend stores it (`mla_backends.with_backend_kv_layout`). A token costs
+    `pool_bytes_per_token`. Each GPU holds its share of the weights and every replicated one
+    (`ModelSpec.weight_bytes_per_gpu`).
 
     Raises ValueError with a one-line reason for negative sizes, a ``kv_gib`` larger than the GPUs' memory
     (``kv_tokens`` is the way to ask for an arbitrary pool), a size that holds no whole token slot, or a model
@@ -101,7 +105,7 @@ def kv_capacity(
         # vLLM's QKVParallelLinear splits the KV heads evenly, or copies each to the same number of GPUs
         raise ValueError(f"{model.name}: its {kv} KV heads neither split evenly over --tensor-parallel {tp} nor "
                          f"copy evenly onto it (vLLM requires one of the two to divide the other)")
-    model = model.with_kv_cache_dtype(kv_cache_dtype)
+    model = with_backend_kv_layout(model.with_kv_cache_dtype(kv_cache_dtype), gpu)
     per_token = pool_bytes_per_token(model, tensor_parallel)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel)
     if not 0 < gpu_memory_utilization <= 1:  # checked whether or not it is used, as `SimConfig` checks it
@@ -125,7 +129,7 @@ def kv_capacity(
         return KVCapacity(kv_bytes=kv_bytes, kv_tokens=kv_bytes // per_token, source="kv_gib", **common)
     if gpu is None:
         raise ValueError("a GPU is needed to derive the KV capacity (or give --kv-gib / --kv-tokens)")
-    weights = model.weight_bytes / tensor_parallel
+    weights = model.weight_bytes_per_gpu(tensor_parallel)
     activations = activation_reserve_bytes(model, max_num_batched_tokens, tensor_parallel)
     non_torch = NON_TORCH_RESERVE_BYTES
     per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations - non_torch

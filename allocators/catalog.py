@@ -48,6 +48,11 @@ class ModelSpec:
     consumer of `kv_bytes_per_token` (capacity, cost model, swap space) sees the stored size.
     ``weights_gib``: what vLLM loads when the checkpoint is quantized (else ``num_params x dtype_bytes``);
     ``active_params``: parameters one token passes through in a mixture of experts (else ``num_params``).
+    ``replicated_weights_gib``: the part of ``weights_gib`` (or of the whole) that vLLM keeps whole on every
+    tensor-parallel GPU, where the rest is split over them (`weight_bytes_per_gpu`): layers built as
+    ``ReplicatedLinear`` or with ``disable_tp=True`` (DeepSeek's MLA down-projections, MoE router and sparse
+    indexer), and the norms. Not given (None: nothing replicated) where it is a rounding error beside the split
+    weights (a dense model's norms).
 
     A mixture of experts also gives ``num_experts`` (routed experts per MoE layer: config.json's
     ``num_local_experts``, ``n_routed_experts`` or ``num_experts``) and ``num_experts_per_tok`` (config.json's own
@@ -59,7 +64,9 @@ class ModelSpec:
     Sparse MLA (DeepSeek-V3.2's DeepSeek Sparse Attention) gives config.json's ``index_topk`` (keys each query
     attends to, picked by a lightning indexer), ``index_head_dim`` and ``index_n_heads`` (the indexer's key size
     and query heads), all three or none, with the MLA dims. Every layer then also caches one indexer key per
-    token, and stores its latent as vLLM's sparse backends do (`allocators.kv_layout.layout_groups`); the clock
+    token, and stores its latent as vLLM's sparse backends do (`allocators.kv_layout.layout_groups`:
+    ``fp8_ds_mla``, whether as FlashMLA's fp8 record, which the attention backend decides and
+    `allocators.mla_backends.with_backend_kv_layout` sets once the GPU is known; None: by the KV dtype); the clock
     scores at most ``index_topk`` keys per query, plus the indexer's scoring of every key
     (`sim.kernel.roofline_cost`).
     """
@@ -89,6 +96,8 @@ class ModelSpec:
     index_topk: int = 0
     index_head_dim: int = 0
     index_n_heads: int = 0
+    replicated_weights_gib: float | None = None
+    fp8_ds_mla: bool | None = None
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
@@ -121,6 +130,7 @@ class ModelSpec:
         if self.kv_lora_rank and self.sliding_window is not None:
             raise ValueError(f"{entry}: give sliding_window or the MLA dimensions (kv_lora_rank), not both")
         self._check_indexer(entry)
+        self._check_replicated(entry)
         try:
             kv_element_bytes(self.kv_cache_dtype, self.dtype_bytes)
         except ValueError as exc:  # the flag's message; a catalog entry's field also needs the entry's name
@@ -139,6 +149,21 @@ class ModelSpec:
         if not self.kv_lora_rank:
             raise ValueError(f"{entry}: index_topk, index_head_dim and index_n_heads describe sparse MLA and need "
                              "kv_lora_rank")
+
+    def _check_replicated(self, entry: str) -> None:
+        """``replicated_weights_gib`` is a part of the weights every GPU reads in full, so it fits in them beside
+        the routed experts (which vLLM splits); ``fp8_ds_mla`` is a sparse MLA latent's layout."""
+        if self.replicated_weights_gib is not None:
+            check_positive(entry, "replicated_weights_gib", self.replicated_weights_gib)
+            if self.replicated_weight_bytes > self.weight_bytes - self.routed_expert_bytes:
+                raise ValueError(f"{entry}: replicated_weights_gib ({self.replicated_weights_gib:g}) exceeds the "
+                                 f"weights' {(self.weight_bytes - self.routed_expert_bytes) / GIB:g} GiB beside the "
+                                 "routed experts (which tensor parallelism splits)")
+        if self.fp8_ds_mla is not None:
+            if not isinstance(self.fp8_ds_mla, bool):
+                raise ValueError(f"{entry}: fp8_ds_mla must be true or false, got {self.fp8_ds_mla!r}")
+            if not self.sparse_attention:
+                raise ValueError(f"{entry}: fp8_ds_mla is a sparse MLA latent's layout and needs index_topk")
 
     @property
     def sparse_attention(self) -> bool:
@@ -179,7 +204,8 @@ class ModelSpec:
         return layout_groups(num_layers=self.num_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                              sliding_window=self.sliding_window, sliding_window_layers=self.sliding_window_layers,
                              kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
-                             element_bytes=element_bytes, index_head_dim=self.index_head_dim)
+                             element_bytes=element_bytes, index_head_dim=self.index_head_dim,
+                             fp8_ds_mla=self.fp8_ds_mla)
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> ModelSpec:
         """This model with its KV stored as ``kv_cache_dtype`` (``auto``: unchanged). Weights keep their dtype."""
@@ -213,6 +239,21 @@ class ModelSpec:
         if self.weights_gib is not None:
             return self.weights_gib * GIB
         return self.num_params * self.dtype_bytes
+
+    @property
+    def replicated_weight_bytes(self) -> float:
+        """The bytes of `weight_bytes` every tensor-parallel GPU holds whole (``replicated_weights_gib``; 0)."""
+        return 0.0 if self.replicated_weights_gib is None else self.replicated_weights_gib * GIB
+
+    def weight_bytes_per_gpu(self, tensor_parallel: int = 1, weights: float | None = None) -> float:
+        """What each of ``tensor_parallel`` GPUs holds (and a step reads) of ``weights`` bytes (default: all of
+        `weight_bytes`): its share of the split ones and every replicated one (`replicated_weight_bytes`, all
+        in ``weights``). Exactly ``weights / tensor_parallel`` without replicated weights."""
+        whole = self.weight_bytes if weights is None else weights
+        replicated = self.replicated_weight_bytes
+        if not replicated or tensor_parallel == 1:
+            return whole / tensor_parallel
+        return (whole - replicated) / tensor_parallel + replicated
 
     @property
     def expert_params(self) -> float:
@@ -275,6 +316,15 @@ class GpuSpec:
 
 _HF = "Hugging Face config.json of "
 
+_DSV3_REPLICATED_BYTES = 61 * (15_142_624 + 32_768) + 58 * 3_671_040 + 14_336
+"""DeepSeek-V3's weights vLLM 0.33 keeps whole on every tensor-parallel GPU (`ModelSpec.replicated_weights_gib`;
+``model_executor/models/deepseek_v2.py``): in each of 61 layers the fused q_a / kv_a down-projection
+(``DeepSeekV2FusedQkvAProjLinear``, ``disable_tp=True``: FP8 7168 x (1536 + 576) and 17 x 56 FP32 block scales,
+15,142,624 bytes) and the BF16 norms (input, post-attention, q_a, kv_a: 32,768); in each of the 58 MoE layers
+the router (``GateLinear``, a ``ReplicatedLinear``: BF16 7168 x 256) and its FP32 ``e_score_correction_bias``
+(3,671,040); and the final BF16 norm (14,336): 1,138,633,568 bytes. Split over the GPUs: the vocab-parallel
+embedding and lm_head, q_b, kv_b and o projections, the dense and shared-expert MLPs and the routed experts."""
+
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in [
@@ -316,9 +366,12 @@ MODELS: dict[str, ModelSpec] = {
                   "lm_head, routers, norms) and 0.16e9 bytes of FP32 block scales (one per 128 x 128 block). "
                   "n_routed_experts 256, num_experts_per_tok 8 (plus n_shared_experts 1 and first_k_dense_replace "
                   "3 dense layers, both in what every token reads); expert_weight_bits: FP8 plus its FP32 block "
-                  "scale, 8 + 32 / 128^2",
+                  "scale, 8 + 32 / 128^2. replicated_weights_gib: the q_a / kv_a projections, routers and norms vLLM "
+                  "keeps whole on every tensor-parallel GPU, 1,138,633,568 bytes (_DSV3_REPLICATED_BYTES in "
+                  "allocators/catalog.py)",
                   kv_lora_rank=512, qk_rope_head_dim=64, weights_gib=(671e9 + 1.96e9 + 0.16e9) / GIB,
-                  active_params=37e9, num_experts=256, num_experts_per_tok=8, expert_weight_bits=8 + 32 / 128**2),
+                  active_params=37e9, num_experts=256, num_experts_per_tok=8, expert_weight_bits=8 + 32 / 128**2,
+                  replicated_weights_gib=_DSV3_REPLICATED_BYTES / GIB),
         ModelSpec("deepseek-v3.2", 61, 7168, 128, 128, 192, 671e9 + 61 * 13_959_424, 163840, 18432, 129280, 2,
                   _HF + "deepseek-ai/DeepSeek-V3.2-Exp (and DeepSeek-V3.2): DeepSeek-V3's architecture (the entry "
                   "above, whose MLA, experts and FP8 checkpoint it keeps) plus a lightning indexer in every layer: "
@@ -331,11 +384,16 @@ MODELS: dict[str, ModelSpec] = {
                   "3,072 bytes), wk and weights_proj as the BF16 wk_weights_proj vLLM merges and upcasts them to "
                   "(2,752,512) and the FP32 k_norm (1,024): 15,339,520 bytes x 61. KV: vLLM's indexer key cache "
                   "(fp8 + one FP32 scale per 128: 132 bytes a layer) beside the latent, which fp8 stores as "
-                  "FlashMLA's 656-byte fp8_ds_mla record (allocators/kv_layout.py)",
+                  "FlashMLA's 656-byte fp8_ds_mla record on FLASHMLA_SPARSE, as plain 576 bytes on FlashInfer's "
+                  "sparse backends (allocators/kv_layout.py, allocators/mla_backends.py). "
+                  "replicated_weights_gib: DeepSeek-V3's plus the whole indexer, which vLLM builds replicated "
+                  "(wq_b a ReplicatedLinear, wk_weights_proj disable_tp=True, k_norm): 1,138,633,568 + 61 x "
+                  "15,339,520 = 2,074,344,288 bytes",
                   kv_lora_rank=512, qk_rope_head_dim=64,
                   weights_gib=(671e9 + 1.96e9 + 0.16e9 + 61 * 15_339_520) / GIB,
                   active_params=37e9 + 61 * 13_959_424, num_experts=256, num_experts_per_tok=8,
-                  expert_weight_bits=8 + 32 / 128**2, index_topk=2048, index_head_dim=128, index_n_heads=64),
+                  expert_weight_bits=8 + 32 / 128**2, index_topk=2048, index_head_dim=128, index_n_heads=64,
+                  replicated_weights_gib=(_DSV3_REPLICATED_BYTES + 61 * 15_339_520) / GIB),
         ModelSpec("codellama-34b", 48, 8192, 64, 8, 128, 33.746e9, 16384, 22016, 32000, 2,
                   _HF + "codellama/CodeLlama-34b-Instruct-hf (num_params: the tensors vLLM 0.11 loads, 62.86 GiB "
                   "in bf16, as its log reports)"),

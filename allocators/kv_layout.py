@@ -10,7 +10,8 @@ allocator gives each group its own block table in one shared pool; kvsim's catal
 
 ``--kv-cache-dtype`` is vLLM's engine argument: ``auto`` stores KV in the model's dtype, fp16/bf16 in two
 bytes, fp8 (vLLM's fp8, fp8_e4m3, fp8_e5m2) in one byte, which halves every group's bytes per token (not
-quite for sparse MLA: its fp8 record keeps scales and a bf16 rope, and its indexer keys are fp8 at any dtype).
+quite for sparse MLA where its backend stores FlashMLA's fp8 record, which keeps scales and a bf16 rope; its
+indexer keys are fp8 at any dtype).
 """
 
 from __future__ import annotations
@@ -94,17 +95,21 @@ DS_MLA_ROPE_BYTES = 2
 """Bytes of one rope element in FlashMLA's ``fp8_ds_mla`` record: bfloat16, "not quantized for accuracy"."""
 
 
-def sparse_mla_latent_bytes(kv_lora_rank: int, qk_rope_head_dim: int, element_bytes: int) -> int:
+def sparse_mla_latent_bytes(kv_lora_rank: int, qk_rope_head_dim: int, element_bytes: int,
+                            fp8_ds_mla: bool | None = None) -> int:
     """One token's latent + rope in one sparse MLA layer, as vLLM 0.33 stores it.
 
-    16-bit: ``(kv_lora_rank + qk_rope_head_dim) x 2``, as dense MLA. fp8: FlashMLA's ``fp8_ds_mla`` record,
-    to which vLLM turns every fp8 ``--kv-cache-dtype`` of its FLASHMLA_SPARSE backend (the one Hopper serves a
-    sparse model's fp8 KV with; ``_canonicalize_sparse_mla_kv_cache_dtype`` in
-    ``model_executor/layers/attention/mla_attention.py``): the latent in fp8, one float32 scale per 128 of it,
-    the rope in bf16, 512 + 16 + 128 = 656 bytes for DeepSeek-V3.2 (``state_content_bytes={"fp8_ds_mla":
-    656}`` in ``MLAAttention.get_kv_cache_spec``; the layout in ``v1/attention/backends/mla/flashmla_sparse.py``).
-    Left out: Blackwell's FLASHINFER_MLA_SPARSE, which stores fp8 as plain 576 bytes."""
-    if element_bytes != 1:
+    Plain: ``(kv_lora_rank + qk_rope_head_dim) x element_bytes``, as dense MLA (16-bit, or fp8 on the FlashInfer
+    sparse backends: 576 bytes for DeepSeek-V3.2). ``fp8_ds_mla``: FlashMLA's record, to which vLLM turns the
+    ``--kv-cache-dtype`` of the backends that store it (`allocators.mla_backends.MlaBackend.ds_mla_dtypes`;
+    ``_canonicalize_sparse_mla_kv_cache_dtype`` in ``model_executor/layers/attention/mla_attention.py``): the
+    latent in fp8, one float32 scale per 128 of it, the rope in bf16, 512 + 16 + 128 = 656 bytes for
+    DeepSeek-V3.2 (``state_content_bytes={"fp8_ds_mla": 656}`` in ``MLAAttention.get_kv_cache_spec``; the layout
+    in ``v1/attention/backends/mla/flashmla_sparse.py``). ``fp8_ds_mla`` None (the backend not known, no GPU):
+    the record for fp8, as FLASHMLA_SPARSE, Hopper's backend for ``fp8``, stores it; plain otherwise."""
+    if fp8_ds_mla is None:
+        fp8_ds_mla = element_bytes == 1
+    if not fp8_ds_mla:
         return (kv_lora_rank + qk_rope_head_dim) * element_bytes
     return kv_lora_rank + kv_lora_rank // DS_MLA_SCALE_GROUP * 4 + qk_rope_head_dim * DS_MLA_ROPE_BYTES
 
@@ -119,21 +124,23 @@ def indexer_key_bytes(index_head_dim: int) -> int:
 
 def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
                   sliding_window_layers: int | None, kv_lora_rank: int, qk_rope_head_dim: int,
-                  element_bytes: int, index_head_dim: int = 0) -> tuple[KVGroup, ...]:
+                  element_bytes: int, index_head_dim: int = 0, fp8_ds_mla: bool | None = None
+                  ) -> tuple[KVGroup, ...]:
     """The KV groups of a model from its config values (HF ``config.json`` names), sliding-window group first.
 
     MLA (``kv_lora_rank`` > 0): every layer keeps ``kv_lora_rank + qk_rope_head_dim`` elements per token.
     Sparse MLA (``index_head_dim`` > 0, DeepSeek-V3.2): every layer keeps its latent as vLLM's sparse backend
-    stores it (`sparse_mla_latent_bytes`) and its indexer key (`indexer_key_bytes`), both in the one ``mla``
-    group. vLLM 0.33 gives the indexer cache an ``MLAAttentionSpec`` of its own (``cache_role=INDEXER``) with the
-    same block size; as every layer is full attention, ``UniformTypeKVCacheSpecs`` puts all 122 specs in one KV
-    cache group whose page is the sum of theirs (``v1/core/kv_cache_planning.py``, ``get_kv_cache_groups``), so
-    one block table covers both caches and a block holds both for its tokens.
+    stores it (`sparse_mla_latent_bytes`; ``fp8_ds_mla``: whether as FlashMLA's record) and its indexer key
+    (`indexer_key_bytes`), both in the one ``mla`` group. vLLM 0.33 gives the indexer cache an
+    ``MLAAttentionSpec`` of its own (``cache_role=INDEXER``) with the same block size; as every layer is full
+    attention, ``UniformTypeKVCacheSpecs`` puts all 122 specs in one KV cache group whose page is the sum of
+    theirs (``v1/core/kv_cache_planning.py``, ``get_kv_cache_groups``), so one block table covers both caches
+    and a block holds both for its tokens.
     Otherwise ``sliding_window_layers`` of the layers (all of them when not given) use ``sliding_window`` and
     the rest attend to everything; K and V are ``num_kv_heads x head_dim`` elements each per layer.
     """
     if kv_lora_rank and index_head_dim:
-        latent = num_layers * sparse_mla_latent_bytes(kv_lora_rank, qk_rope_head_dim, element_bytes)
+        latent = num_layers * sparse_mla_latent_bytes(kv_lora_rank, qk_rope_head_dim, element_bytes, fp8_ds_mla)
         indexer = num_layers * indexer_key_bytes(index_head_dim)
         return (KVGroup("mla", "mla", num_layers, None, latent + indexer, indexer),)
     if kv_lora_rank:

@@ -37,15 +37,18 @@ vLLM picks the least block size both the MLA backend and the indexer take
 | Blackwell, e.g. B200 (10.0) | fp8; 16-bit | FLASHINFER_MLA_SPARSE (multiples of 32); FLASHMLA_SPARSE (64) | 64 |
 
 Left out of the sparse ones: FLASH_ATTN_MLA_SPARSE_FA4, which Blackwell puts first for 16-bit KV at 16 or fewer
-heads per GPU (multiples of 64, so the block size is the same; kvsim's priority has no heads per GPU), and the
-KV bytes Blackwell's FLASHINFER_MLA_SPARSE stores for fp8 (plain 576, where the catalog counts FlashMLA's 656,
-as Hopper's FLASHMLA_SPARSE stores; likewise fp8_e4m3 on Hopper's FLASHINFER_MLA_SPARSE_SM90).
+heads per GPU (multiples of 64, so the block size is the same; kvsim's priority has no heads per GPU).
+
+The sparse backend also decides how an fp8 latent is stored (`with_backend_kv_layout`): FLASHMLA_SPARSE turns
+every quantized ``--kv-cache-dtype`` into FlashMLA's 656-byte ``fp8_ds_mla`` record, FLASHINFER_MLA_SPARSE_SM120
+also ``auto``; the other FlashInfer ones store a plain 576-byte fp8 latent (so Hopper's ``fp8`` is 656 bytes a
+layer, its ``fp8_e4m3`` and Blackwell's ``fp8`` 576).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from allocators.catalog import GpuSpec, ModelSpec
 
@@ -69,7 +72,8 @@ class MlaBackend:
     it takes is a multiple of one of them; ``head_sizes``: latent + rope dims it takes (None: any);
     ``fp8_capability``: the least compute capability its fp8 KV needs (Triton's native fp8, else 0);
     ``sparse``: a sparse MLA backend (it serves models with an indexer, and only those);
-    ``capability_majors``: further majors it runs on (FLASHMLA_SPARSE: Hopper and Blackwell)."""
+    ``capability_majors``: further majors it runs on (FLASHMLA_SPARSE: Hopper and Blackwell);
+    ``ds_mla_dtypes``: the KV dtypes it stores as FlashMLA's ``fp8_ds_mla`` record (`with_backend_kv_layout`)."""
 
     name: str
     capability_major: int | None
@@ -80,6 +84,7 @@ class MlaBackend:
     fp8_capability: float = 0.0
     sparse: bool = False
     capability_majors: tuple[int, ...] = ()
+    ds_mla_dtypes: tuple[str, ...] = ()
 
     def takes_block_size(self, block_size: int) -> bool:
         return any(block_size % size == 0 for size in self.kernel_block_sizes)
@@ -118,13 +123,13 @@ TRITON_MLA = MlaBackend("TRITON_MLA", None, _SIXTEEN_BIT + FP8, (16,), head_size
 # get_supported_kernel_block_sizes, get_supported_head_sizes, supports_compute_capability)
 FLASH_ATTN_MLA_SPARSE = MlaBackend("FLASH_ATTN_MLA_SPARSE", 9, _SIXTEEN_BIT, (64,), head_sizes=None, sparse=True)
 FLASHMLA_SPARSE = MlaBackend("FLASHMLA_SPARSE", 9, ("auto", "bfloat16", "fp8"), (64,), head_sizes=(512, 576),
-                             sparse=True, capability_majors=(10,))
+                             sparse=True, capability_majors=(10,), ds_mla_dtypes=FP8)
 FLASHINFER_MLA_SPARSE_SM90 = MlaBackend("FLASHINFER_MLA_SPARSE_SM90", 9, ("auto", "bfloat16") + FP8, (64,),
                                         head_sizes=(512, 576), sparse=True)
 FLASHINFER_MLA_SPARSE = MlaBackend("FLASHINFER_MLA_SPARSE", 10, _SIXTEEN_BIT + FP8, (32,), head_sizes=(512, 576),
                                    qk_nope_head_dims=(128, 192), sparse=True)
 FLASHINFER_MLA_SPARSE_SM120 = MlaBackend("FLASHINFER_MLA_SPARSE_SM120", 12, ("auto",) + FP8, (64,),
-                                         head_sizes=(512, 576), sparse=True)
+                                         head_sizes=(512, 576), sparse=True, ds_mla_dtypes=("auto",) + FP8)
 
 INDEXER_KERNEL_BLOCK_SIZES = (64,)
 """Block sizes the sparse indexer's key cache takes on CUDA, a block being a multiple of one of them
@@ -176,3 +181,24 @@ def mla_backend(model: ModelSpec, gpu: GpuSpec, block_size: int | None) -> MlaBa
         return None
     backends = priority(gpu.compute_capability, kv_cache_dtype_name(model))
     return next((b for b in backends if b.serves(model, gpu.compute_capability, block_size)), None)
+
+
+def with_backend_kv_layout(model: ModelSpec, gpu: GpuSpec | None) -> ModelSpec:
+    """``model`` with its sparse MLA latent laid out as the backend vLLM 0.33 serves it with on ``gpu`` stores it
+    (`ModelSpec.fp8_ds_mla`); unchanged for a model without an indexer, a GPU of unknown compute capability, or
+    one no backend serves (vLLM refuses to start; `sim.kernel.block_size` says so).
+
+    vLLM picks the backend first (``get_attn_backend`` in ``MLAAttention.__init__``), then
+    ``_canonicalize_sparse_mla_kv_cache_dtype`` (``model_executor/layers/attention/mla_attention.py``) sets the
+    cache dtype: FLASHMLA_SPARSE turns a quantized one (``is_quantized_kv_cache``: fp8) into ``fp8_ds_mla``,
+    FLASHINFER_MLA_SPARSE_SM120 ``auto``, ``fp8`` and ``fp8_e4m3``; every other keeps its dtype, and
+    FLASHINFER_MLA_SPARSE logs "Using standard fp8 KV cache format" for fp8. ``get_kv_cache_spec`` then sizes
+    a token by ``state_content_bytes={"fp8_ds_mla": 656, ...}`` where set, else ``head_size`` (576) elements of
+    the dtype. The backend's choice does not turn on the block size here: every sparse backend takes the
+    multiples of 64 the indexer needs, so the one asked without ``--block-size`` is the one a valid run gets."""
+    if not model.sparse_attention or gpu is None or gpu.compute_capability is None:
+        return model
+    backend = mla_backend(model, gpu, None)
+    if backend is None:
+        return model
+    return replace(model, fp8_ds_mla=kv_cache_dtype_name(model) in backend.ds_mla_dtypes)

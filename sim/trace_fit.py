@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from allocators.catalog import get_gpu, get_model
+from allocators.mla_backends import with_backend_kv_layout
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.cost_profiles import get_profile
@@ -112,7 +113,8 @@ def fit_trace(run: MeasuredRun, config: SimConfig, *, start_profile: str = "vllm
     if twice := sorted({name for name in fit if list(fit).count(name) > 1}):
         raise ValueError(f"--fit names {', '.join(twice)} more than once")
     started = time.monotonic()
-    model, gpu = get_model(config.model).with_kv_cache_dtype(config.kv_cache_dtype), get_gpu(config.gpu)
+    gpu = get_gpu(config.gpu)  # the model as the run's capacity has it: its KV dtype, its backend's latent layout
+    model = with_backend_kv_layout(get_model(config.model).with_kv_cache_dtype(config.kv_cache_dtype), gpu)
     base = dict(get_profile(start_profile).coefficients)
     common = cost_options(config, model, gpu)
     train = split_halves(len(run.frame), holdout, seed) & run.scored

@@ -75,7 +75,10 @@ routers), at the same ``bandwidth_frac`` (`StepCostModel.weights_time`). gpt-oss
 its 32 experts per layer, DeepSeek-V3 8 of 256, and a large batch nearly all of them. A decode run's ``T`` is
 its ``n`` sequences, constant along the run, so its steps stay linear. Memory still holds every expert
 (capacity counts the whole ``weight_bytes``). With tensor parallelism every GPU holds a slice of every expert
-(vLLM's default without ``--enable-expert-parallel``), so each reads its slice of the touched ones.
+(vLLM's default without ``--enable-expert-parallel``), so each reads its slice of the touched ones, and the whole
+of the weights vLLM replicates (catalog ``replicated_weights_gib``: DeepSeek's MLA down-projections, routers,
+norms and sparse indexer), as each holds them (`ModelSpec.weight_bytes_per_gpu`). Their FLOPs are still divided
+with the rest (``token_flops / tp``): the catalog states their bytes, not their parameters.
 
 Sliding windows (Mistral, Gemma 3, gpt-oss): a window layer attends to, and reads the KV of, at most the window's
 last tokens, so a step's attention pairs and KV bytes are ``(1 - w) x full + w x clipped``, with ``w`` the share

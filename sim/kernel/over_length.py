@@ -59,7 +59,7 @@ def vllm_refusals(config, max_model_len: int, longest: int, cap=None) -> list[st
         reasons.append(refusal)
     if cap is not None and cap.source == "kv_gib" and cap.gpu is not None:
         tp = cap.tensor_parallel
-        weights, kv = cap.model.weight_bytes / tp, cap.kv_bytes / tp
+        weights, kv = cap.model.weight_bytes_per_gpu(tp), cap.kv_bytes / tp
         if weights + kv > cap.gpu.memory_bytes:
             reasons.append(f"--kv-gib {cap.kv_gib:g} does not fit beside the weights: {kv / GIB:.2f} GiB of KV and "
                            f"{weights / GIB:.2f} GiB of weights per GPU exceed the {cap.gpu.name}'s "

@@ -79,9 +79,10 @@ class StepCostModel:
         self._t_token_flops = roofline.token_flops(m) / tp / flops_s
         self._t_pair_flops = roofline.pair_flops(m) / tp / flops_s
         # the weights every step reads (a dense model's all), and a mixture of experts' routed experts, read as
-        # far as a step's tokens touch them (`weights_time`)
+        # far as a step's tokens touch them (`weights_time`); each GPU reads the replicated ones whole (all among
+        # the fixed: vLLM splits every expert), as capacity holds them (`ModelSpec.weight_bytes_per_gpu`)
         fixed, routed = roofline.step_weight_split(m)
-        self._t_weights = fixed / tp / bytes_s
+        self._t_weights = m.weight_bytes_per_gpu(tp, fixed) / bytes_s
         self._t_routed = routed / tp / bytes_s
         self._t_kv_read = kv * ovh / tp / bytes_s
         self._t_kv_write = kv / tp / bytes_s

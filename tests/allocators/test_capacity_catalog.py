@@ -6,6 +6,7 @@ from allocators import catalog
 from allocators.capacity import kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
+from tests.allocators.test_replicated_weights import V3_REPLICATED
 
 KIB = 1024
 
@@ -91,10 +92,12 @@ GRAPHS = int(0.64 * GIB)  # vLLM's CUDA graph and non-torch reserve
 BATCHED = 2048  # max_num_batched_tokens
 
 
-def by_hand_tokens(*, weights, intermediate, hidden, bytes_per_token, tp=1, copies_per_gpu=1):
-    """vLLM's sizing at --gpu-memory-utilization 0.9: 90% of each GPU minus weights, the activation peak of a
-    2,048-token forward pass (3 x intermediate + 4 x hidden values, 2 bytes each) and the graph reserve."""
-    per_gpu = H100_BYTES * 0.9 - weights / tp - BATCHED * (3 * intermediate + 4 * hidden) * 2 / tp - GRAPHS
+def by_hand_tokens(*, weights, intermediate, hidden, bytes_per_token, tp=1, copies_per_gpu=1, replicated=0):
+    """vLLM's sizing at --gpu-memory-utilization 0.9: 90% of each GPU minus weights (its share of the split ones,
+    all of the ``replicated`` ones), the activation peak of a 2,048-token forward pass (3 x intermediate + 4 x
+    hidden values, 2 bytes each) and the graph reserve."""
+    per_gpu_weights = (weights - replicated) / tp + replicated if replicated else weights / tp
+    per_gpu = H100_BYTES * 0.9 - per_gpu_weights - BATCHED * (3 * intermediate + 4 * hidden) * 2 / tp - GRAPHS
     return int(per_gpu * tp) // (bytes_per_token * copies_per_gpu)
 
 
@@ -112,6 +115,7 @@ NEW_MODELS = {
     # 627 GiB of FP8 weights need two 8-GPU H100 nodes; every GPU keeps the whole latent (16 copies)
     "deepseek-v3": ((671e9 + 1.96e9 + 0.16e9), 18432, 7168, [("mla", 61, None, 61 * (512 + 64) * 2)], 16, 16),
 }
+REPLICATED = {"deepseek-v3": V3_REPLICATED}  # bytes vLLM keeps whole on every GPU (by layer shape)
 
 
 @pytest.mark.parametrize("name", sorted(NEW_MODELS))
@@ -131,7 +135,8 @@ def test_token_slots_on_h100_by_hand(name):
     for dtype, elem_scale in (("auto", 1), ("bf16", 1), ("fp8", 2), ("fp8_e5m2", 2)):
         cap = kv_capacity(get_model(name), get_gpu("h100-80gb"), tensor_parallel=tp, kv_cache_dtype=dtype)
         expected = by_hand_tokens(weights=weights, intermediate=intermediate, hidden=hidden, tp=tp,
-                                  bytes_per_token=per_token // elem_scale, copies_per_gpu=copies)
+                                  bytes_per_token=per_token // elem_scale, copies_per_gpu=copies,
+                                  replicated=REPLICATED.get(name, 0))
         assert cap.kv_tokens == expected, (name, dtype)
         assert cap.model.kv_bytes_per_token == per_token // elem_scale
 
@@ -141,7 +146,7 @@ def test_published_token_slots_on_h100():
     slots = {name: kv_capacity(get_model(name), get_gpu("h100-80gb"), tensor_parallel=NEW_MODELS[name][4]).kv_tokens
              for name in NEW_MODELS}
     assert slots == {"llama-3.1-8b": 457597, "mistral-7b": 469652, "gemma-3-12b": 131366, "gpt-oss-20b": 1270651,
-                     "deepseek-v3": 486538}
+                     "deepseek-v3": 471348}
 
 
 @pytest.mark.parametrize("name", ["opt-13b", "llama-3.1-8b", "gemma-3-12b", "deepseek-v3"])

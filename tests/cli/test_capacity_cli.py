@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from allocators import catalog
 from sim.cli import main
+from tests.allocators.test_replicated_weights import V3_REPLICATED
 
 
 def run(*args: str):
@@ -147,9 +148,11 @@ H100_BYTES = 81559 * 1024**2
 GRAPHS = int(0.64 * 1024**3)
 
 
-def h100_kv_bytes(weights: float, intermediate: int, hidden: int, tp: int = 1) -> int:
-    """90% of each GPU minus weights, a 2,048-token activation peak (2-byte values) and the graph reserve."""
-    return int((H100_BYTES * 0.9 - weights / tp - 2048 * (3 * intermediate + 4 * hidden) * 2 / tp - GRAPHS) * tp)
+def h100_kv_bytes(weights: float, intermediate: int, hidden: int, tp: int = 1, replicated: float = 0) -> int:
+    """90% of each GPU minus weights (its share of the split ones, all of the ``replicated`` ones), a 2,048-token
+    activation peak (2-byte values) and the graph reserve."""
+    per_gpu_weights = (weights - replicated) / tp + replicated if replicated else weights / tp
+    return int((H100_BYTES * 0.9 - per_gpu_weights - 2048 * (3 * intermediate + 4 * hidden) * 2 / tp - GRAPHS) * tp)
 
 
 def group(name, layers, window, per_token):
@@ -180,7 +183,7 @@ def test_kv_groups_and_token_slots_on_h100(model):
     per_token = sum(g["bytes_per_token"] for g in groups)
     r = run_json("--model", model, "--gpu", "h100-80gb", *flags)
     assert r["kv_groups"] == groups and r["kv_bytes_per_token"] == per_token
-    kv_bytes = h100_kv_bytes(weights, intermediate, hidden, tp)
+    kv_bytes = h100_kv_bytes(weights, intermediate, hidden, tp, V3_REPLICATED if model == "deepseek-v3" else 0)
     assert r["kv_bytes"] == kv_bytes and r["kv_capacity_tokens"] == kv_bytes // (per_token * copies)
     fp8 = run_json("--model", model, "--gpu", "h100-80gb", *flags, "--kv-cache-dtype", "fp8")
     assert fp8["kv_bytes"] == kv_bytes and fp8["kv_bytes_per_token"] == per_token // 2
@@ -259,14 +262,14 @@ def test_capacity_holds_a_request_as_a_run_does():
 def test_an_mla_model_gets_the_block_size_of_vllms_attention_backend():
     """DeepSeek-V3 with fp8 KV on H100s is served by vLLM's FLASHMLA backend, which takes blocks of 64, and
     vLLM sets 64 when --block-size is not given: 1,030-token requests take 17 blocks of 64, 5.4% of them
-    unfilled (capacity counted 60,817 blocks of 16, 65 each, and 935 requests where vLLM holds 894)."""
+    unfilled (capacity counted 58,918 blocks of 16, 65 each, and 906 requests where vLLM holds 866)."""
     flags = ("--model", "deepseek-v3", "--gpu", "h100-80gb", "--tensor-parallel", "16", "--max-model-len", "8192",
              "--prompt-len", "1000", "--output-len", "30")
     result = run(*flags, "--kv-cache-dtype", "fp8", "--json")
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
-    assert r["block_size"] == 64 and r["kv_capacity_blocks"] == r["kv_capacity_tokens"] // 64 == 15204
-    assert r["max_concurrent_requests"] == 15203 // 17 == 894
+    assert r["block_size"] == 64 and r["kv_capacity_blocks"] == r["kv_capacity_tokens"] // 64 == 14729
+    assert r["max_concurrent_requests"] == 14728 // 17 == 866
     assert list(r["ignored_settings"]) == ["--block-size 16"]
     assert "--block-size 16 ignored: vLLM serves deepseek-v3's MLA layers (--kv-cache-dtype fp8) on h100-80gb " \
            "(compute capability 9.0) with its FLASHMLA attention backend" in result.stderr

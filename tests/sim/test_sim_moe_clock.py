@@ -76,4 +76,6 @@ def test_memory_still_holds_every_expert():
     for name in ("gpt-oss-20b", "deepseek-v3"):
         model = get_model(name)
         cap = kv_capacity(model, get_gpu("h200"), tensor_parallel=8)
-        assert cap.weight_bytes_per_gpu == model.weight_bytes / 8 == as_dense(name).weight_bytes / 8
+        # every expert's slice (and DeepSeek's replicated weights whole: `ModelSpec.weight_bytes_per_gpu`)
+        assert cap.weight_bytes_per_gpu == model.weight_bytes_per_gpu(8) == as_dense(name).weight_bytes_per_gpu(8)
+        assert cap.weight_bytes_per_gpu >= model.weight_bytes / 8
