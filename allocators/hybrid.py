@@ -96,6 +96,7 @@ class HybridPagedAllocator(HybridQueries):
         s = HybridSeq(tables, num_tokens, final_tokens, tuple(block_hashes) if self.prefix_caching else ())
         s.skipped = [sum(1 for b in t[:num_hit] if b == 0) for t in tables]
         s.num_hashed = num_hit
+        s.before = s.at_start = num_hit * bs  # computed before the step that admits it
         self._seqs[seq_id] = s
         self._skip(s, num_hit * bs)
         self._settle(s)
@@ -115,6 +116,26 @@ class HybridPagedAllocator(HybridQueries):
             table[i] = b
             cache.insert(b, block_hashes[i] * n + g)
         self._tok[g] += len(at) * self.block_size
+
+    def begin_step(self) -> None:
+        """A step is being planned (with ``processed_basis``, vLLM's async scheduling): remember every sequence's
+        tokens as the previous step and this one began. vLLM frees window blocks by the tokens whose output is
+        processed (``allocate_slots``: ``num_computed_tokens - num_in_flight_tokens``), and under async scheduling
+        the step before's output is still in flight while a step is scheduled: the tokens as that step began."""
+        for s in self._seqs.values():
+            s.before, s.at_start = s.at_start, s.tokens
+
+    def forget_tail_hash(self, seq_id: int) -> None:
+        """As `PagedAllocator.forget_tail_hash`, in every group that holds that block."""
+        s = self._seqs[seq_id]
+        full = s.tokens // self.block_size
+        if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
+            return
+        cache = self._cache
+        for table in s.tables:
+            if table[full - 1] and cache.block_hash[table[full - 1]] is not None:
+                cache.evict(table[full - 1])
+        s.num_hashed = full - 1
 
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         """Append decode tokens (the last computed now): the window groups free what the last one no longer
@@ -137,6 +158,8 @@ class HybridPagedAllocator(HybridQueries):
             return NO_COPIES
         if num_tokens < 0:
             raise ValueError(f"cannot grow by {num_tokens} tokens")
+        if self.processed_basis and s.before < computed:
+            computed = s.before
         bs = self.block_size
         old_len, new_len = len(s.tables[0]), cdiv(s.tokens + num_tokens, bs)
         targets = self._targets(s, computed)

@@ -37,12 +37,16 @@ class HybridSeq:
     ``computed``: the most computed tokens its windows were freed for, at most ``tokens - 1`` except after a
     refused growth (vLLM frees by the tokens computed before a step even when the step's blocks are refused)."""
 
-    __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed", "computed")
+    __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed", "computed",
+                 "before", "at_start")
 
     def __init__(self, tables: list[list[int]], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
         self.tables, self.tokens, self.final, self.hashes = tables, tokens, final, hashes
         self.skipped = [0] * len(tables)
         self.room = self.res = self.num_hashed = self.computed = 0
+        # with windows freed on the processed-token basis (async scheduling): its tokens as the previous step
+        # and the current one began (`HybridPagedAllocator.begin_step`)
+        self.before = self.at_start = 0
 
 
 def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n: int, g: int, length: int,
@@ -139,6 +143,7 @@ class HybridQueries(Allocator):
         self._used = [0] * len(self.groups)  # live blocks of each group
         self._reserved = 0  # reserved slots of one group (every group's last blocks are alike)
         self._shared_saved = 0
+        self.processed_basis = False  # windows free by the tokens processed (async scheduling): `begin_step`
 
     # -- queries ---------------------------------------------------------------------------------------
     def block_tables(self, seq_id: int) -> tuple[tuple[int, ...], ...]:

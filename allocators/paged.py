@@ -64,6 +64,23 @@ class PagedAllocator(PagedQueries):
             self._cache.insert_full(s.table, s.hashes, s.num_hashed, full, s.own_from)
             s.num_hashed = full
 
+    def forget_tail_hash(self, seq_id: int) -> None:
+        """Uncache the block the sequence's last token filled, if it just filled one (vLLM's async scheduling: a
+        generated token is known, and its block cached, only once the output that sampled it is processed; a
+        request preempted before keeps that block uncached). Such a block is the request's own, parked."""
+        s = self._seqs[seq_id]
+        full = s.tokens // self.block_size
+        if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
+            return
+        if full - 1 < s.own_from:
+            raise RuntimeError(f"sequence {seq_id}: block {full - 1} holds generated tokens but carries a hash "
+                               "other requests share (async scheduling does not model shared generated blocks)")
+        block = s.table[full - 1]
+        if self._cache.block_hash[block] is not None:
+            self._cache.block_hash[block] = None
+            self._cache.parked -= 1
+        s.num_hashed = full - 1
+
     def cache_blocks(self, seq_id: int) -> None:
         """Cache the full blocks of a sequence admitted with ``delay_cache_blocks`` (vLLM's ``cache_blocks``)."""
         if self.prefix_caching:

@@ -101,7 +101,7 @@ def _from_trace(path: str, opts: dict) -> None:
 
     fields = ("model", "gpu", "kv_tokens", "kv_gib", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
               "block_size", "tensor_parallel", "gpu_memory_utilization", "kv_cache_dtype", "prefix_caching",
-              "chunked_prefill", "parallel_sampling", "watermark", "seed", "catalog", "over_length")
+              "chunked_prefill", "parallel_sampling", "watermark", "seed", "catalog", "over_length", "async_scheduling")
     try:
         _check_fit_options(opts)
         if opts["gpu"] is None:
@@ -191,6 +191,9 @@ def _from_trace(path: str, opts: dict) -> None:
              help="--from-trace: the run's vLLM setting.")
 @vllm_option("--chunked-prefill/--no-chunked-prefill", "chunked_prefill", default=None,
              help="--from-trace: the run's vLLM setting.")
+@click.option("--async-scheduling/--no-async-scheduling", "async_scheduling", default=None,
+              help="--from-trace: the run's vLLM setting (vLLM 0.33 turns it on by default; kvsim's default is "
+                   "off: `kvsim run --async-scheduling`).")
 @click.option("--parallel-sampling", type=click.Choice(PARALLEL_SAMPLING), default=None,
               help="--from-trace: how the run's requests sampled n > 1 times ran (its n column): fan-out "
                    "(vLLM v1: n requests sharing the prompt; what auto, the default, does on paged) or fork "

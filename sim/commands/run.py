@@ -122,6 +122,12 @@ def simulation_options(func):
         _field_option("--scheduler-reserve-full-isl/--no-scheduler-reserve-full-isl", "scheduler_reserve_full_isl",
                       help="Admit a request only if its whole sequence fits (vLLM's default), not just its "
                            "first chunk."),
+        _field_option("--async-scheduling/--no-async-scheduling", "async_scheduling",
+                      help="vLLM v1's async scheduling (its engine schedules step t + 1 before it processes step "
+                           "t's output: a finished request frees its blocks and seat a step later). Off by "
+                           "default so earlier runs keep their numbers; vLLM 0.33 turns it on by default. The "
+                           "clock is not changed. Needs --allocator paged, chunked prefill, recompute "
+                           "preemption, no host tier, no sessions, closed loop, n or beams."),
         _field_option("--scheduling-policy", type=click.Choice(SCHEDULING_POLICIES),
                       help="fcfs, priority (the trace's priority column: lower first; the preemption "
                            "victim is the lowest priority, latest arrival), or lpm (longest cached prefix "

@@ -224,6 +224,8 @@ class GroupMechanics(Preemption):
             group.admitted_s = s.now
         group.state = RUNNING
         group.epoch += 1
+        if s.in_flight is not None:
+            s.in_flight.started[group.index] = group.prefill_done
         s.running.append(group)
         s.running_seqs += group.num_seqs
         s.beams.groups += group.beam
@@ -332,14 +334,16 @@ class GroupMechanics(Preemption):
         s.completions.push(group)
 
     def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False,
-                     stepped: Collection[int] = (), parked: set[int] | None = None) -> None:
+                     stepped: Collection[int] = (), parked: set[int] | None = None,
+                     unknown_tail: bool = False) -> None:
         """Free every sequence of a running group and take it off the running list (``finished``, or
         preempted): the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots
         a last sync copies (a preemption; a group finishing after its step has run pays nothing).
         ``stepped``: decoders the running loop passed this step (`Scheduler.walked`), told this step's slot
         too where they lag, as step by step they hold it (a block it fills is cached, as in vLLM, whose
         scheduler caches the blocks it allocates before it preempts). ``parked``: gathers the hashes of the
-        blocks it held (`KVMemory.free_group`)."""
+        blocks it held (`KVMemory.free_group`). ``unknown_tail``: with async scheduling, the last block it fills
+        is not cached yet (`sim.kernel.async_outputs.InFlight.tail_unknown`)."""
         s = self.s
         decode, lags = s.decode, {}
         for seq_id in group.seq_ids:
@@ -347,7 +351,7 @@ class GroupMechanics(Preemption):
                 lag = decode.pending(seq_id, s.step)
                 lags[seq_id] = lag + 1 if lag >= 0 and seq_id in stepped else lag
                 decode.leave(seq_id)
-        copies = s.memory.free_group(group, lags, finished, parked)
+        copies = s.memory.free_group(group, lags, finished, parked, unknown_tail)
         if charge and copies:
             s.plan.add_copies(copies)
         s.running.remove(group)

@@ -158,6 +158,7 @@ class SimConfig:
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
+    async_scheduling: bool = False  # vLLM's engine argument; vLLM 0.33 turns it on by default (kvsim: off)
     lpm_max_queue: int = LPM_SORT_LIMIT
     step_time: float | None = None
     calibration: str | None = None
@@ -181,6 +182,22 @@ class SimConfig:
     router: str = "round-robin"
     router_load_weight: float = 1.0
     router_kv_overlap_score_weight: float = 1.0
+
+    def _check_async_scheduling(self) -> None:
+        """``--async-scheduling`` is vLLM v1's ``AsyncScheduler``, checked against it step for step on its
+        paged KV cache with chunked prefill, recompute preemption and FCFS or priority order, without a host
+        tier (`sim.kernel.async_outputs`); any other setting would run a combination nobody checked."""
+        given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
+                 "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
+                 "--cpu-offload-gib": (self.cpu_offload_gib > 0, False)}
+        wrong = [f"{flag} {value}" for flag, (value, want) in given.items() if value != want]
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            wrong.append(f"--scheduling-policy {self.scheduling_policy}")
+        if wrong:
+            raise ValueError("--async-scheduling models vLLM v1's AsyncScheduler on its paged KV cache (--allocator "
+                             "paged, --scheduler continuous, chunked prefill, --preemption recompute, "
+                             "--scheduling-policy fcfs or priority, no --cpu-offload-gib); not modelled with "
+                             + ", ".join(wrong))
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -217,6 +234,8 @@ class SimConfig:
                              "continuous batching with chunked prefill, got --allocator "
                              f"{self.allocator}, --scheduler {self.scheduler}, chunked prefill "
                              f"{'on' if self.chunked_prefill else 'off'}")
+        if self.async_scheduling:
+            self._check_async_scheduling()
         if self.over_length not in OVER_LENGTH:
             raise ValueError(f"--over-length must be one of {', '.join(OVER_LENGTH)}, got {self.over_length!r}")
         if self.parallel_sampling not in PARALLEL_SAMPLING:

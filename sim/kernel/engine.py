@@ -146,7 +146,11 @@ def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False)
                                   prefill_seqs=len(plan.chunks), page_maps=plan.page_maps,
                                   window_context=plan.window_context, window_pairs=plan.window_pairs)
         if duration <= 0:
-            raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
+            if sched.in_flight is None or plan.prefill_tokens or plan.decode_seqs:
+                raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
+            # async scheduling: the engine schedules a step that computes nothing while the outputs of the last
+            # still hold their requests' seats and blocks (vLLM returns it without running the model)
+            duration = cost.empty_step_s()
         rec.memory.add(b, lag, duration, 0.0, running)
     rec.row(now, duration, num_steps, running, sched.queued, plan, b, lag)
     now += duration

@@ -210,6 +210,12 @@ class KVMemory:
             self.new_seq(group)
         return made
 
+    def begin_step(self) -> None:
+        """A step is being planned under async scheduling: a pool that frees window blocks by the tokens
+        processed remembers where each sequence stood (`HybridPagedAllocator.begin_step`)."""
+        if getattr(self._alloc, "processed_basis", False):
+            self._alloc.begin_step()
+
     def free(self, seq_id: int, finished: bool = False) -> None:
         """``finished``: the request is done for good (an allocator that parks own blocks drops them; a
         write-through host tier ranks its blocks anew)."""
@@ -222,17 +228,20 @@ class KVMemory:
         del self.owner[seq_id]
 
     def free_group(self, group: SequenceGroup, lags: Mapping[int, int], finished: bool = False,
-                   parked: set[int] | None = None) -> tuple[Copy, ...]:
+                   parked: set[int] | None = None, unknown_tail: bool = False) -> tuple[Copy, ...]:
         """Free every sequence of a group (``finished``: for good). ``lags``: tokens a sequence computed that the
         allocator was not told (a lazily grown decoder); with prefix caching they are told first, so its full
         blocks get their hashes, as in vLLM. ``parked``: gathers the host-tier keys of the hashed blocks each
         sequence holds when it is freed, those told included (a group being swapped out: `park`). Returns the
-        copies that telling them made."""
+        copies that telling them made. ``unknown_tail``: the block the last told token fills is not cached yet
+        (async scheduling: that token is in flight), so it loses its hash (`PagedAllocator.forget_tail_hash`)."""
         copies: tuple[Copy, ...] = NO_COPIES
         for seq_id in group.seq_ids:
             lag = lags.get(seq_id, 0)
             if lag > 0 and self.prefix_caching:
                 copies += self._alloc.grow(seq_id, lag) or NO_COPIES
+            if unknown_tail and self.prefix_caching:
+                self._alloc.forget_tail_hash(seq_id)
             if parked is not None:
                 parked |= self._alloc.swap_hashes(seq_id)
             self.free(seq_id, finished)

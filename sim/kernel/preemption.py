@@ -34,6 +34,8 @@ class Preemption:
 
     def preempt(self, victim: SequenceGroup) -> None:
         s = self.s
+        if s.in_flight is not None and s.in_flight.preempt_finished(victim):
+            return
         decoding = victim.base >= 0  # only a decoding group is swapped; a prefill is recomputed
         if decoding:
             victim.generated = s.step - victim.base
@@ -45,13 +47,14 @@ class Preemption:
                                                 for seq_id in victim.seq_ids])
         stepped = [seq_id for seq_id in victim.seq_ids if s.walked(victim, seq_id)] if decoding else ()
         parked = set() if swap is not None and s.memory.parks_hashes else None  # what the swap parks, hashed
-        self.stop_running(victim, stepped=stepped, parked=parked)
+        unknown_tail = decoding and s.in_flight is not None and s.in_flight.tail_unknown(victim, bool(stepped))
+        self.stop_running(victim, stepped=stepped, parked=parked, unknown_tail=unknown_tail)
         s.returned += s.step_tokens.pop(victim.index, 0)
         victim.epoch += 1
         victim.preemptions += 1
         self.num_preemptions += 1
         s.plan.preempted += 1
-        if not s.running and not self.held_off_running():
+        if not s.running and not self.held_off_running() and not (s.in_flight and s.in_flight.comes_back(victim)):
             self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
             return
         on_host = None if swap is None else \

@@ -168,8 +168,13 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     options = dict(block_size=block_size, max_model_len=max_model_len, placement=config.placement,
                    prefix_caching=config.prefix_caching, watermark=config.watermark)
     groups = hybrid_kv_groups(config, model)
-    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=config.max_num_batched_tokens,
-                                  **options) if groups
+    # the tokens in flight, which bound what a window group holds per request in the whole-sequence admission
+    # check: a batch a step, two under async scheduling (vLLM's ``VllmConfig.max_in_flight_tokens``:
+    # ``max_concurrent_batches`` x the budget). Without that check the caps only bound kvsim's refusal of a
+    # request that can never fit (`HybridQueries.never_fits`), which keeps one step's tokens.
+    two = config.async_scheduling and config.scheduler_reserve_full_isl
+    in_flight = config.max_num_batched_tokens * (2 if two else 1)
+    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=in_flight, **options) if groups
              else make_allocator(config.allocator, kv_tokens, **options,
                                  **page_options(allocator_class(config.allocator), model, config.page_size_kib,
                                                 kv_tokens, config.tensor_parallel)))
@@ -192,6 +197,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
             tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, block_size)
     # loads beside the steps are vLLM's connector's, which looks the host up to the end of a request's tokens
     memory = KVMemory(alloc, tier, host_hits_to_end=config.offload_loads == "async")
+    if config.async_scheduling and groups:  # vLLM frees window blocks by the tokens whose output is processed
+        alloc.processed_basis = True
     if config.offload_loads == "async" and groups:
         raise ValueError("--offload-loads async needs a model without sliding-window layers (vLLM's hybrid KV cache "
                          f"manager is not modelled with it), got {model.name}")
@@ -199,14 +206,21 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
-                      max_model_len=max_model_len, lazy=not config.step_by_step,
+                      max_model_len=max_model_len, lazy=not config.step_by_step and not steps_singly(config, groups),
                       rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy, lpm_max_queue=config.lpm_max_queue,
                       sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost),
-                      attention_topk=model.index_topk)
+                      attention_topk=model.index_topk, async_scheduling=config.async_scheduling)
     return memory, cost, sched
+
+
+def steps_singly(config: SimConfig, groups: tuple) -> bool:
+    """Whether decoders grow one token a step (as ``--step-by-step``): with async scheduling on a hybrid pool,
+    whose window groups free blocks by the tokens processed as the step before began (`HybridPagedAllocator.
+    begin_step`), which a lazily grown decoder's growth over several steps at once would not see."""
+    return config.async_scheduling and bool(groups)
 
 
 def load_seconds(config: SimConfig, memory: KVMemory, cost) -> Callable[[int], float] | None:

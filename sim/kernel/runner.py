@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.kernel.arrivals import ArrivalSource, first_arrival_s
+from sim.kernel.async_outputs import refuse_unmodelled
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.engine import Engine
@@ -65,6 +66,7 @@ def run_simulation(config: SimConfig, workload: Workload, *, progress=None, cost
     them (the CLI and sweeps pass False: the CLI prints its own lines, a sweep's table has the column)."""
     check_run_arguments(config, workload)
     dataclasses.replace(config)  # fields set after construction are checked as the constructor checks them
+    refuse_unmodelled(config, workload)
     loaded = check_workload_settings(config, workload)
     note = parallel_note(config, workers, workload)
     if warn and note:

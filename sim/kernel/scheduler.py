@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from sim.kernel.admission import GroupMechanics
+from sim.kernel.async_outputs import InFlight
 from sim.kernel.beam import BeamSearch
 from sim.kernel.completions import Completions
 from sim.kernel.decode_set import DecodeSet
@@ -42,7 +43,7 @@ class Scheduler:
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
                  scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT,
                  sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None,
-                 attention_topk: int = 0) -> None:
+                 attention_topk: int = 0, async_scheduling: bool = False) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -85,6 +86,8 @@ class Scheduler:
             memory.host_tier.pinned = self.loads.being_loaded
         self.skipped_for_loads = False  # the last admission round left a group waiting for a load in flight
         self.deferred: set[SequenceGroup] = set()  # groups deferred for a host load until scheduled (`queued`)
+        # vLLM's async scheduling: the outputs the last step left in flight (`sim.kernel.async_outputs`)
+        self.in_flight = InFlight(self) if async_scheduling else None
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -188,6 +191,8 @@ class Scheduler:
         # a stopped decode run's syncs (their copies and page maps) are this step's to pay
         plan = self.plan = StepPlan() if self.carry is None else self.carry
         self.carry = None
+        if self.in_flight is not None:
+            self.memory.begin_step()
         stores = self.memory.held_stores  # a write-through tier stores the step's blocks once it is planned
         looped = None
         if stores is not None:
@@ -330,6 +335,8 @@ class Scheduler:
                 self.deferred_window += decode.window_of(seq_id, step)
             due.discard(seq_id)
         self.deferred_decoders += group.seq_ids
+        if self.in_flight is not None:
+            self.in_flight.deferred.add(group.index)
         group.base += 1
         group.epoch += 1
         self.completions.push(group)
@@ -364,7 +371,7 @@ class Scheduler:
         plan.attention_pairs = decode_context + prefill_pairs
         if decode.windows is not None:
             self.window_figures(plan, joining)
-        plan.can_run = (self.lazy and not plan.chunks and not joining and not plan.preempted and not admitted
+        plan.can_run = (self.lazy and (self.in_flight is None or not self.in_flight.releasing) and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
                         and not self.beams.groups and not self.skipped_for_loads
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
@@ -405,8 +412,13 @@ class Scheduler:
         return self.completions.next_due(self.live)
 
     def complete(self, num_steps: int, end_s: float) -> None:
-        """The planned step (or a run of ``num_steps`` decode steps) has run and ended at ``end_s``."""
-        plan = self.plan
+        """The planned step (or a run of ``num_steps`` decode steps) has run and ended at ``end_s``. With async
+        scheduling the groups the step before finished free their blocks and seats now (the step was planned
+        without them), and those this step finishes hold theirs until the next step is planned."""
+        plan, in_flight = self.plan, self.in_flight
+        if in_flight is not None:
+            in_flight.release()
+            in_flight.step_done(self.joiners)
         for group, chunk in plan.chunks:
             group.prefill_done += chunk
         for group in self.joiners:
@@ -414,5 +426,6 @@ class Scheduler:
                 group.first_token_s = end_s
         self.joiners = []
         self.step += num_steps
+        finish = self.groups.finish if in_flight is None else in_flight.hold
         for group in self.completions.pop_before(self.step, self.live, self.running):
-            self.groups.finish(group, end_s)
+            finish(group, end_s)

@@ -8,7 +8,14 @@ its ``max_num_seqs`` seat back only after step t + 1 was scheduled; the ``AsyncS
 reaches ``max_tokens``, so no token is wasted. kvsim, and the references it matches exactly, run the synchronous
 scheduler (``async_scheduling=False``). This prints the gap per case::
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/async_gap.py [CASE ...]
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/async_gap.py [--write] [CASE ...]
+
+``--write`` also writes each case's async reference, ``tests/sim/data/vllm_oracle/async/CASE/{steps.csv.gz,
+requests.csv}`` in the synchronous references' format (the trace and settings are the synchronous case's), which
+kvsim's ``--async-scheduling`` is compared with (``tests/sim/test_sim_async_scheduling.py``). A request's
+``first_token_step`` is the step that samples its first token, its ``finish_step`` the step whose output finished
+it; a step row is taken once the step is scheduled, before the previous step's output is processed (so it counts
+the requests that output finishes as running, and their blocks as used).
 
 Steps are counted as the engine schedules them (the last, empty one that drains the queue included). Sessions,
 parallel sampling and the offloading connector are left out (their driver paths assume synchronous outputs).
@@ -29,10 +36,10 @@ import driver  # noqa: E402
 REFERENCES = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle"
 
 
-def run_async(args) -> tuple[dict, dict[int, int]]:
+def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     """The case's trace through the ``AsyncScheduler``, the engine's batch queue of two played: schedule step t,
-    then process step t - 1's output. Returns the totals and each request's finish step (the step whose output
-    finished it)."""
+    then process step t - 1's output. Returns the totals, each request's finish step (the step whose output
+    finished it), the step rows and the request rows (``driver.run``'s columns)."""
     import numpy as np
     from vllm.v1.outputs import ModelRunnerOutput
 
@@ -41,7 +48,10 @@ def run_async(args) -> tuple[dict, dict[int, int]]:
     rows = driver.read_trace(args.trace)
     requests, _, parent = driver.make_requests(rows, hasher, args.seed)
     token_rng = np.random.default_rng(args.seed + 1)
+    stats = {r.request_id: {"id": int(parent[r.request_id]), "first_scheduled_step": -1, "first_token_step": -1,
+                            "finish_step": -1, "preemptions": 0, "cached_tokens": 0} for r in requests}
     finish: dict[int, int] = {}
+    step_rows: list[dict] = []
     cursor = step = preempted = prefill = running = 0
     in_prefill: set[str] = set()
     pending = None
@@ -51,27 +61,49 @@ def run_async(args) -> tuple[dict, dict[int, int]]:
             for o in engine_outputs.outputs:
                 if o.finish_reason is not None:
                     finish[int(parent[o.request_id])] = step - 1
+                    stats[o.request_id]["finish_step"] = step - 1
 
     while len(finish) < len(rows):
         while cursor < len(requests) and rows[int(parent[requests[cursor].request_id])]["arrival"] <= step:
             scheduler.add_request(requests[cursor])
             cursor += 1
         out = scheduler.schedule()
-        in_prefill.update(r.req_id for r in out.scheduled_new_reqs)
-        in_prefill.update(out.scheduled_cached_reqs.resumed_req_ids)
+        for req in out.scheduled_new_reqs:
+            in_prefill.add(req.req_id)
+            s = stats[req.req_id]
+            if s["first_scheduled_step"] < 0:
+                s["first_scheduled_step"] = step
+            s["cached_tokens"] += req.num_computed_tokens
+        for req_id in out.scheduled_cached_reqs.resumed_req_ids:
+            in_prefill.add(req_id)
+            req = scheduler.requests[req_id]
+            stats[req_id]["cached_tokens"] += req.num_computed_tokens - out.num_scheduled_tokens[req_id]
         for req_id in out.preempted_req_ids or ():
             preempted += 1
+            stats[req_id]["preemptions"] += 1
             in_prefill.discard(req_id)
         req_ids, sampled = list(out.num_scheduled_tokens), []
+        step_prefill = step_decode = 0
         for req_id in req_ids:
             req = scheduler.requests[req_id]
             if req_id in in_prefill:
-                prefill += out.num_scheduled_tokens[req_id]
+                step_prefill += out.num_scheduled_tokens[req_id]
+            else:
+                step_decode += out.num_scheduled_tokens[req_id]
             done = req.num_computed_tokens >= req.num_tokens  # advanced by schedule(), placeholders included
             sampled.append([int(token_rng.integers(3, driver.VOCAB))] if done else [])
             if done:
                 in_prefill.discard(req_id)
+                if stats[req_id]["first_token_step"] < 0:
+                    stats[req_id]["first_token_step"] = step
+        prefill += step_prefill
         running += len(scheduler.running)
+        pool = scheduler.kv_cache_manager.block_pool
+        step_rows.append({"step": step, "running": len(scheduler.running),
+                          "waiting": len(scheduler.waiting) + len(scheduler.kv_holding_waiting)
+                          - len(scheduler.deferred_waiting), "prefill_tokens": step_prefill,
+                          "decode_tokens": step_decode, "used_blocks": pool.num_gpu_blocks - 1
+                          - pool.get_num_free_blocks(), "preemptions": preempted})
         output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                    sampled_token_ids=sampled)
         if pending is not None:
@@ -83,8 +115,26 @@ def run_async(args) -> tuple[dict, dict[int, int]]:
             pending = None
         if step > args.max_steps:
             raise SystemExit(f"no end after {args.max_steps} steps")
-    return {"total_steps": step, "preemptions": preempted, "prefill_tokens": prefill,
-            "mean_running": running / step}, finish
+    return ({"total_steps": step, "preemptions": preempted, "prefill_tokens": prefill,
+             "mean_running": running / step}, finish, step_rows, driver.per_row(stats))
+
+
+def write_reference(out: Path, step_rows: list[dict], request_rows: list[dict]) -> None:
+    """``steps.csv.gz`` (gzipped as the synchronous references, mtime 0: reruns are byte-identical) and
+    ``requests.csv``."""
+    import io
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in (("steps", step_rows), ("requests", request_rows)):
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=list(table[0]), lineterminator="\r\n")
+        w.writeheader()
+        w.writerows(table)
+        if name == "steps":
+            with gzip.GzipFile(out / "steps.csv.gz", "wb", 9, mtime=0) as z:
+                z.write(buf.getvalue().encode())
+        else:
+            (out / "requests.csv").write_bytes(buf.getvalue().encode())
 
 
 def reference(name: str) -> tuple[dict, dict[int, int]]:
@@ -98,7 +148,8 @@ def reference(name: str) -> tuple[dict, dict[int, int]]:
 
 
 def main() -> None:
-    names = sys.argv[1:] or [n for n, c in cases.CASES.items()
+    write = "--write" in sys.argv[1:]
+    names = [a for a in sys.argv[1:] if a != "--write"] or [n for n, c in cases.CASES.items()
                              if not c["trace"].get("turns") and not c["trace"].get("samples")
                              and not c.get("cpu_offload_blocks")]
     print("| case | total_steps sync / async | preemptions | prefill_tokens | mean_running | finish steps later "
@@ -106,7 +157,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for name in names:
         args = cases.driver_args(name, REFERENCES / name / "trace.csv")
-        (sync, sync_finish), (asy, async_finish) = reference(name), run_async(args)
+        (sync, sync_finish), (asy, async_finish, step_rows, request_rows) = reference(name), run_async(args)
+        if write:
+            write_reference(REFERENCES / "async" / name, step_rows, request_rows)
         later = [async_finish[i] - sync_finish[i] for i in sync_finish]
         cells = [f"{sync[k]:.3f} / {asy[k]:.3f}" if k == "mean_running" else f"{sync[k]} / {asy[k]}"
                  for k in ("total_steps", "preemptions", "prefill_tokens", "mean_running")]

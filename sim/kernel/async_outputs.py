@@ -1,0 +1,144 @@
+"""vLLM v1's asynchronous scheduling (``--async-scheduling``): the outputs a step leaves in flight.
+
+vLLM 0.33's engine with ``async_scheduling`` (``EngineCore.step_with_batch_queue``, a queue of two batches, and
+the ``AsyncScheduler``) schedules step t + 1 before it processes step t's output. Read from its source
+(``vllm/v1/core/sched/async_scheduler.py``, ``scheduler.py``, ``vllm/v1/engine/core.py``) and checked against it
+step for step (``tools/vllm_oracle/async_gap.py --write``, ``tests/sim/test_sim_async_scheduling.py``), what that
+changes in what the scheduler decides:
+
+- A request whose last token step t computes is finished (its finish time is still the end of step t: kvsim's clock
+  is not changed), but it frees its blocks and its ``max_num_seqs`` seat only when step t's output is processed,
+  after step t + 1 was scheduled. Meanwhile it stays in ``running`` (counted there, by the long-prefill threshold's
+  request count, and as a preemption victim) and is not scheduled: the ``AsyncScheduler``'s output placeholders
+  tell it that step t reached ``max_tokens``. Preempting it counts a preemption and frees its blocks then; its
+  in-flight output, delivered as stale, still finishes it.
+- A decoder's new token is known only once the output that sampled it is processed, so the block that token's
+  KV fills is cached a step later than with the synchronous scheduler: by the next allocation for the request
+  (``allocate_slots`` caches up to the tokens known) or once the step that computed it is processed. A victim
+  preempted before either keeps that block uncached (its in-flight output is stale): freed, it goes to the front
+  of the free queue, and the request recomputes it when it comes back (`tail_unknown`).
+- A hybrid pool's window groups free by the tokens processed, a step late, and its whole-sequence admission
+  check counts two batches in flight (`sim.kernel.replica.build_replica`, `HybridPagedAllocator.begin_step`); a
+  prefill that then needs more than the pool while running alone comes back hitting what it cached
+  (`comes_back`).
+- Everything else is as the synchronous scheduler: decodes follow each other without a gap (the placeholders
+  count as computed), and a preempted request's stale token is still appended, so it recomputes as many tokens.
+
+`InFlight` holds the finished requests whose output is in flight, and what the last step computed for each running
+request (what `tail_unknown` needs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
+
+
+class InFlight:
+    """The outputs a scheduler's last step left in flight (``Scheduler.in_flight`` with async scheduling)."""
+
+    __slots__ = ("s", "releasing", "decoded", "joined", "deferred", "started")
+
+    def __init__(self, scheduler) -> None:
+        self.s = scheduler
+        self.releasing: dict[int, SequenceGroup] = {}  # index -> a finished group holding its blocks and seat
+        self.decoded: set[int] = set()  # groups the last step computed a generated token's KV for
+        self.joined: set[int] = set()  # groups whose prefill (or recompute) the last step completed
+        self.deferred: set[int] = set()  # decoding groups the step being planned gave no token (the budget)
+        self.started: dict[int, int] = {}  # group index -> its prefill progress as it was last admitted
+
+    def hold(self, group: SequenceGroup, end_s: float) -> None:
+        """``group`` produced its last token in the step that ended at ``end_s``: finished (reported now, at that
+        time), it keeps its blocks and seat until the next step is planned. Its lazily grown decoders tell the
+        allocator what they computed (so memory counts it while they are out of the decode set) and leave the
+        set."""
+        s = self.s
+        group.generated = group.output
+        decode, memory = s.decode, s.memory
+        for seq_id in group.seq_ids:
+            if seq_id in decode:
+                lag = decode.pending(seq_id, s.step)
+                decode.leave(seq_id)
+                if lag > 0 and memory.grow(seq_id, lag) is None:
+                    raise RuntimeError(f"sequence {seq_id}: its computed tokens outgrew the blocks it holds")
+        group.state = FINISHED
+        self.started.pop(group.index, None)
+        del s.live[group.index]
+        s.groups.sink.finish(group, end_s)
+        self.releasing[group.index] = group
+
+    def release(self) -> None:
+        """The next step is planned: the held groups' outputs are processed, they free their blocks and seats
+        (in the order they finished, vLLM's order of the step's scheduled requests)."""
+        if not self.releasing:
+            return
+        groups = self.s.groups
+        for group in self.releasing.values():
+            groups.stop_running(group, charge=False, finished=True)
+        self.releasing.clear()
+
+    def preempt_finished(self, victim: SequenceGroup) -> bool:
+        """Preempt ``victim`` if it is a held finished group (True): its blocks go now, the preemption is counted,
+        and its stale output still finishes it."""
+        if self.releasing.pop(victim.index, None) is None:
+            return False
+        s = self.s
+        s.groups.stop_running(victim, charge=False, finished=True, unknown_tail=self.tail_unknown(victim, False))
+        victim.preemptions += 1
+        s.groups.num_preemptions += 1
+        s.plan.preempted += 1
+        s.groups.sink.preemptions[victim.index] = victim.preemptions  # reported finished already
+        return True
+
+    def tail_unknown(self, victim: SequenceGroup, stepped: bool) -> bool:
+        """Whether the last block the synchronous scheduler would have cached for a decoding ``victim`` preempted
+        now is not cached yet: the last token it holds a slot for was sampled by a step whose output is still in
+        flight. ``stepped``: the running loop scheduled it this step before it was preempted (it then holds this
+        step's slot, cached by that allocation as far as the tokens known: the previous step's output is in flight
+        if that step decoded or completed its prefill); else the block its last decode filled, by the previous
+        step, is (a completed prefill's last tokens are prompt or recomputed tokens, known)."""
+        if stepped:
+            return victim.index in self.decoded or victim.index in self.joined
+        return victim.index in self.decoded
+
+    def comes_back(self, victim: SequenceGroup) -> bool:
+        """Whether ``victim``, a prefilling group preempted while nothing else runs, makes progress when it is
+        admitted again, so that it is requeued rather than refused: on a hybrid pool its window group frees by the
+        tokens processed, so the chunk after one still in flight can need more than the pool, while the blocks
+        that chunk computed are cached (prompt tokens are known) and the request hits them when vLLM admits it
+        again. True when prefix caching keeps at least one full block more than it hit when last admitted."""
+        memory = self.s.memory
+        if not memory.prefix_caching or victim.base >= 0:
+            return False
+        bs = memory.block_size
+        return victim.prefill_done // bs > self.started.get(victim.index, 0) // bs
+
+    def step_done(self, joiners: list[SequenceGroup]) -> None:
+        """The planned step has run: remember which running groups it computed a generated token for (a decoder
+        neither deferred nor joining in it) and which completed their prefill (``joiners``)."""
+        self.joined = {g.index for g in joiners}
+        deferred = self.deferred
+        self.decoded = {g.index for g in self.s.running if g.state == RUNNING and g.base >= 0
+                        and g.index not in deferred and g.index not in self.joined}
+        self.deferred = set()
+
+
+def refuse_unmodelled(config, workload) -> None:
+    """A ValueError for a workload ``--async-scheduling`` is not checked on: arrivals released by finishing
+    requests (a closed loop, session turns: under async scheduling vLLM hands a finished output back a step later
+    than it schedules, which the unchanged clock does not say), and requests sampled ``n > 1`` times or searched
+    with beams (their sequences' outputs are not modelled in flight)."""
+    if not config.async_scheduling:
+        return
+    why = []
+    if getattr(workload, "closed_loop", None) is not None:
+        why.append("a closed loop (--arrivals closed)")
+    if getattr(workload, "has_sessions", False):
+        why.append("sessions (a session_id column)")
+    if len(workload) and np.any(np.asarray(workload.n) > 1):
+        why.append("requests sampled n > 1 times")
+    if len(workload) and np.any(np.asarray(workload.beam_width) > 1):
+        why.append("beam search (beam_width > 1)")
+    if why:
+        raise ValueError("--async-scheduling is not modelled with " + ", ".join(why))

@@ -1,0 +1,154 @@
+"""``--async-scheduling`` against vLLM 0.33's own ``AsyncScheduler`` and engine batch queue, case by case.
+
+The references in ``tests/sim/data/vllm_oracle/async`` were written by ``tools/vllm_oracle/async_gap.py --write``
+(vLLM 0.33.0's ``AsyncScheduler`` driven step by step as ``EngineCore.step_with_batch_queue`` drives it: step t + 1
+scheduled before step t's output is processed) on the synchronous cases' traces and settings. Every metric must
+be equal, as in ``test_sim_vllm_parity.py``; the run's steps are counted to its end, which takes the engine's
+last step that only hands the last outputs back (vLLM's engine schedules it, computing nothing).
+"""
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_config, run_simulation
+from tests.sim.summaries import assert_fast_forward_equals_stepping
+from workloads import load_trace, workload_from_frame
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle"
+ASYNC = DATA / "async"
+CASES = sorted(d.name for d in ASYNC.iterdir() if (d / "steps.csv.gz").exists())
+
+
+def _compare_module():
+    spec = importlib.util.spec_from_file_location("vllm_oracle_compare", ROOT / "tools" / "vllm_oracle" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _compare_module()
+
+
+def async_config(case: str, *, step_by_step: bool = False) -> SimConfig:
+    """The case's kvsim configuration (`compare.kvsim_config`) with vLLM's async scheduling on."""
+    settings = json.loads((DATA / case / "settings.json").read_text())
+    config = compare.kvsim_config(settings, DATA / case / "trace.csv", step_by_step=step_by_step)
+    return dataclasses.replace(config, async_scheduling=True)
+
+
+def async_metrics(case: str, *, step_by_step: bool = False) -> dict:
+    """`compare.METRICS` of kvsim's async run: as `compare.kvsim_metrics`, but steps counted to the run's end."""
+    result = run_config(async_config(case, step_by_step=step_by_step))
+    req, steps = result.requests, result.steps
+    assert not req["rejected"].any(), case
+    total = int(round(float((steps["time_s"] + steps["duration_s"]).max())))
+    return {
+        "total_steps": total,
+        "mean_running": float((steps["running"] * steps["duration_s"]).sum()) / total,
+        "max_running": int(steps["running"].max()),
+        "preemptions": int(result.summary["preemptions"]),
+        "prefill_tokens": int(steps["prefill_tokens"].sum()),
+        "first_token_steps": np.rint(req["first_token_s"].to_numpy() - 1).astype(np.int64),
+        "finish_steps": np.rint(req["finished_s"].to_numpy() - 1).astype(np.int64),
+        "request_preemptions": req["preemptions"].to_numpy(np.int64),
+        "request_cached_tokens": req["cached_tokens"].to_numpy(np.int64),
+    }
+
+
+def test_the_async_references_cover_the_synchronous_cases():
+    """Every case `async_gap.py` runs that kvsim models under async scheduling has its reference."""
+    assert set(CASES) >= {"contended", "ample", "shared_prefix_cached", "shared_prefix_uncached", "long_prompts_2048",
+                          "long_prompts_8192", "max_num_seqs", "block_size_32", "offline_burst",
+                          "long_prefill_threshold", "small_budget_threshold", "reserve_full_isl_off", "priority",
+                          "priority_contended", "max_model_len_capped", "hybrid_long_prompts", "hybrid_contended",
+                          "hybrid_shared_prefix", "hybrid_shared_prefix_uncached", "hybrid_reserve_full_isl_off",
+                          "hybrid_long_prefill_threshold", "hybrid_small_budget_threshold", "hybrid_priority",
+                          "hybrid_priority_contended", "hybrid_long_prompts_2048", "hybrid_long_prompts_8192",
+                          "hybrid_block_size_32", "hybrid_block_size_256", "hybrid_offline_burst",
+                          "hybrid_max_num_seqs", "hybrid_max_model_len_capped"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_kvsim_makes_async_vllms_decisions(case):
+    """Total steps, running requests, preemptions, prefill tokens and every request's first-token step, finish
+    step, preemptions and cached tokens equal vLLM's ``AsyncScheduler``'s exactly."""
+    ours, theirs = async_metrics(case), compare.oracle_metrics(ASYNC / case)
+    assert compare.differences(ours, theirs) == dict.fromkeys(compare.METRICS, "")
+
+
+@pytest.mark.parametrize("case", ["contended", "shared_prefix_cached", "priority", "max_num_seqs"])
+def test_async_fast_forward_equals_step_by_step(case):
+    """The decode fast-forward runs under async scheduling (between the steps that hand finished requests'
+    blocks back) and gives what stepping gives: summary, memory maps, step totals, finish times."""
+    assert_fast_forward_equals_stepping(async_config(case), load_trace(str(DATA / case / "trace.csv")))
+
+
+def test_async_scheduling_moves_the_contended_case():
+    """The setting is not a no-op: off, the contended case is the synchronous reference's (8,324 steps, 94
+    preemptions); on, vLLM's async one's (8,397 steps, 100 preemptions)."""
+    sync = run_config(dataclasses.replace(async_config("contended"), async_scheduling=False)).summary
+    asy = run_config(async_config("contended")).summary
+    assert (sync["preemptions"], asy["preemptions"]) == (94, 100)
+    assert SimConfig().async_scheduling is False
+
+
+@pytest.mark.parametrize("fields, named", [
+    (dict(allocator="radix"), "--allocator radix"),
+    (dict(preemption="swap"), "--preemption swap"),
+    (dict(chunked_prefill=False), "--chunked-prefill False"),
+    (dict(cpu_offload_gib=1.0), "--cpu-offload-gib True"),
+    (dict(scheduling_policy="lpm"), "--scheduling-policy lpm"),
+    (dict(scheduler="static"), "--scheduler static"),
+])
+def test_unmodelled_settings_are_refused(fields, named):
+    with pytest.raises(ValueError, match="--async-scheduling") as err:
+        SimConfig(async_scheduling=True, **fields)
+    assert named in str(err.value)
+
+
+@pytest.mark.parametrize("extra, named", [
+    (dict(n=[1, 2]), "sampled n > 1"),
+    (dict(beam_width=[1, 2]), "beam search"),
+    (dict(session_id=["a", "a"], turn=[0, 1]), "sessions"),
+])
+def test_unmodelled_workloads_are_refused(extra, named):
+    import pandas as pd
+
+    frame = pd.DataFrame(dict(arrival_time_s=[0.0, 1.0], prompt_tokens=[64, 100], output_tokens=[8, 8], **extra))
+    with pytest.raises(ValueError, match=named):
+        run_simulation(SimConfig(async_scheduling=True, kv_tokens=4096, step_time=1.0), workload_from_frame(frame))
+
+
+def test_a_hybrid_pool_steps_one_step_at_a_time():
+    """Under async scheduling a hybrid pool's window groups free by the tokens processed as the step before began,
+    which a decoder grown over several steps at once would not see: its decoders grow a token a step and no
+    decode run is fast-forwarded (the same rows as ``--step-by-step``)."""
+    fast = run_config(async_config("hybrid_max_num_seqs"))
+    slow = run_config(async_config("hybrid_max_num_seqs", step_by_step=True))
+    assert len(fast.steps) == len(slow.steps)
+    assert fast.summary["preemptions"] == slow.summary["preemptions"] == 22
+
+
+def test_closed_loops_are_refused():
+    """A closed loop's next arrival is released by a finished output, which async scheduling hands back later
+    than the unchanged clock says."""
+    config = SimConfig(trace=str(DATA / "ample" / "trace.csv"), arrivals="closed:users=2", async_scheduling=True,
+                       step_time=1.0)
+    with pytest.raises(ValueError, match="closed loop"):
+        run_config(config)
+
+
+@pytest.mark.parametrize("case", ["contended", "shared_prefix_cached"])
+def test_async_fast_forward_equals_stepping_on_the_roofline_clock(case):
+    """The same on kvsim's default clock, whose empty steps (those that only wait for the last outputs) take no
+    time, with memory maps taken along the run."""
+    config = SimConfig(trace=str(DATA / case / "trace.csv"), kv_tokens=1920, async_scheduling=True,
+                       memory_snapshots=5)
+    assert_fast_forward_equals_stepping(config, load_trace(config.trace))
