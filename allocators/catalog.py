@@ -37,6 +37,15 @@ def check_source(entry: str, value: object) -> None:
         raise ValueError(f"{entry}: source must be a string (where the numbers come from), got {value!r}")
 
 
+def per_gpu_share(whole: float, replicated: float, tensor_parallel: int) -> float:
+    """Each of ``tensor_parallel`` GPUs' part of ``whole`` (weight bytes, FLOPs) of which ``replicated`` is done
+    or held whole on every GPU and the rest split evenly: ``(whole - replicated) / tp + replicated``. Exactly
+    ``whole / tensor_parallel`` where nothing is replicated (or on one GPU), so such models keep every bit."""
+    if not replicated or tensor_parallel == 1:
+        return whole / tensor_parallel
+    return (whole - replicated) / tensor_parallel + replicated
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer, described by the fields that size its weights and KV cache.
@@ -52,7 +61,9 @@ class ModelSpec:
     tensor-parallel GPU, where the rest is split over them (`weight_bytes_per_gpu`): layers built as
     ``ReplicatedLinear`` or with ``disable_tp=True`` (DeepSeek's MLA down-projections, MoE router and sparse
     indexer), and the norms. Not given (None: nothing replicated) where it is a rounding error beside the split
-    weights (a dense model's norms).
+    weights (a dense model's norms). ``replicated_params``: the same layers' parameters (of ``active_params``:
+    every token passes through them), whose FLOPs every GPU does for all of a step's tokens where the rest's are
+    split (`allocators.roofline.token_flops_per_gpu`); a count, not bytes, as the layers mix FP8 and BF16.
 
     A mixture of experts also gives ``num_experts`` (routed experts per MoE layer: config.json's
     ``num_local_experts``, ``n_routed_experts`` or ``num_experts``) and ``num_experts_per_tok`` (config.json's own
@@ -98,6 +109,7 @@ class ModelSpec:
     index_n_heads: int = 0
     replicated_weights_gib: float | None = None
     fp8_ds_mla: bool | None = None
+    replicated_params: float | None = None
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
@@ -152,13 +164,21 @@ class ModelSpec:
 
     def _check_replicated(self, entry: str) -> None:
         """``replicated_weights_gib`` is a part of the weights every GPU reads in full, so it fits in them beside
-        the routed experts (which vLLM splits); ``fp8_ds_mla`` is a sparse MLA latent's layout."""
+        the routed experts (which vLLM splits); ``replicated_params`` likewise among the parameters every token
+        passes through (``active_params``, else ``num_params``); ``fp8_ds_mla`` is a sparse MLA latent's
+        layout."""
         if self.replicated_weights_gib is not None:
             check_positive(entry, "replicated_weights_gib", self.replicated_weights_gib)
             if self.replicated_weight_bytes > self.weight_bytes - self.routed_expert_bytes:
                 raise ValueError(f"{entry}: replicated_weights_gib ({self.replicated_weights_gib:g}) exceeds the "
                                  f"weights' {(self.weight_bytes - self.routed_expert_bytes) / GIB:g} GiB beside the "
                                  "routed experts (which tensor parallelism splits)")
+        if self.replicated_params is not None:
+            check_positive(entry, "replicated_params", self.replicated_params)
+            if self.replicated_params > self.token_params:
+                raise ValueError(f"{entry}: replicated_params ({self.replicated_params:g}) exceeds the "
+                                 f"{self.token_params:g} parameters a token passes through (active_params, else "
+                                 "num_params)")
         if self.fp8_ds_mla is not None:
             if not isinstance(self.fp8_ds_mla, bool):
                 raise ValueError(f"{entry}: fp8_ds_mla must be true or false, got {self.fp8_ds_mla!r}")
@@ -250,10 +270,12 @@ class ModelSpec:
         `weight_bytes`): its share of the split ones and every replicated one (`replicated_weight_bytes`, all
         in ``weights``). Exactly ``weights / tensor_parallel`` without replicated weights."""
         whole = self.weight_bytes if weights is None else weights
-        replicated = self.replicated_weight_bytes
-        if not replicated or tensor_parallel == 1:
-            return whole / tensor_parallel
-        return (whole - replicated) / tensor_parallel + replicated
+        return per_gpu_share(whole, self.replicated_weight_bytes, tensor_parallel)
+
+    @property
+    def token_params(self) -> float:
+        """Parameters one token passes through: ``active_params`` of a mixture of experts, else ``num_params``."""
+        return self.num_params if self.active_params is None else self.active_params
 
     @property
     def expert_params(self) -> float:
@@ -268,8 +290,7 @@ class ModelSpec:
         the active count, so the derivation files it among the experts)."""
         if not self.num_experts:
             return 0.0
-        active = self.num_params if self.active_params is None else self.active_params  # given: `_check_experts`
-        return (self.num_params - active) / (self.num_experts - self.num_experts_per_tok)
+        return (self.num_params - self.token_params) / (self.num_experts - self.num_experts_per_tok)
 
     @property
     def routed_expert_bytes(self) -> float:
@@ -325,6 +346,21 @@ the router (``GateLinear``, a ``ReplicatedLinear``: BF16 7168 x 256) and its FP3
 (3,671,040); and the final BF16 norm (14,336): 1,138,633,568 bytes. Split over the GPUs: the vocab-parallel
 embedding and lm_head, q_b, kv_b and o projections, the dense and shared-expert MLPs and the routed experts."""
 
+_DSV3_REPLICATED_PARAMS = 61 * (7168 * (1536 + 576) + 7168 + 7168 + 1536 + 512) + 58 * (7168 * 256 + 256) + 7168
+"""The parameters of `_DSV3_REPLICATED_BYTES`' layers (`ModelSpec.replicated_params`), which every GPU runs for
+all of a step's tokens: in each of 61 layers the fused q_a / kv_a projection, 7168 x (1536 + 576) =
+15,138,816, and the input, post-attention, q_a and kv_a norms, 16,384; in each of the 58 MoE layers the router,
+7168 x 256, and its 256 e_score_correction_bias; the final norm, 7168: 1,030,919,680 (2.8% of the 37e9 active).
+Counted as the roofline counts every parameter a token passes through, a multiply-add each (the norms and the
+bias, 1,021,440 of them, do elementwise work instead: 0.1% of the count, kept so that it covers the same
+layers as the bytes)."""
+
+_DSV32_INDEXER_PARAMS = 1536 * 64 * 128 + 7168 * 128 + 7168 * 64 + 2 * 128
+"""DeepSeek-V3.2's lightning indexer in one layer, as ``DeepseekV32Indexer`` builds it (vLLM 0.33
+``models/deepseek_v32/attention.py``), all of it replicated on every tensor-parallel GPU: ``wq_b`` (a
+``ReplicatedLinear``) 1536 x (64 heads x 128), ``wk`` 7168 x 128 and ``weights_proj`` 7168 x 64 (merged as
+``wk_weights_proj``, ``disable_tp=True``), the LayerNorm ``k_norm``'s weight and bias, 2 x 128: 13,959,424."""
+
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in [
@@ -368,11 +404,12 @@ MODELS: dict[str, ModelSpec] = {
                   "3 dense layers, both in what every token reads); expert_weight_bits: FP8 plus its FP32 block "
                   "scale, 8 + 32 / 128^2. replicated_weights_gib: the q_a / kv_a projections, routers and norms vLLM "
                   "keeps whole on every tensor-parallel GPU, 1,138,633,568 bytes (_DSV3_REPLICATED_BYTES in "
-                  "allocators/catalog.py)",
+                  "allocators/catalog.py); replicated_params: their parameters, 1,030,919,680 "
+                  "(_DSV3_REPLICATED_PARAMS)",
                   kv_lora_rank=512, qk_rope_head_dim=64, weights_gib=(671e9 + 1.96e9 + 0.16e9) / GIB,
                   active_params=37e9, num_experts=256, num_experts_per_tok=8, expert_weight_bits=8 + 32 / 128**2,
-                  replicated_weights_gib=_DSV3_REPLICATED_BYTES / GIB),
-        ModelSpec("deepseek-v3.2", 61, 7168, 128, 128, 192, 671e9 + 61 * 13_959_424, 163840, 18432, 129280, 2,
+                  replicated_weights_gib=_DSV3_REPLICATED_BYTES / GIB, replicated_params=_DSV3_REPLICATED_PARAMS),
+        ModelSpec("deepseek-v3.2", 61, 7168, 128, 128, 192, 671e9 + 61 * _DSV32_INDEXER_PARAMS, 163840, 18432, 129280, 2,
                   _HF + "deepseek-ai/DeepSeek-V3.2-Exp (and DeepSeek-V3.2): DeepSeek-V3's architecture (the entry "
                   "above, whose MLA, experts and FP8 checkpoint it keeps) plus a lightning indexer in every layer: "
                   "index_topk 2048, index_n_heads 64, index_head_dim 128 (no index_topk_freq, so vLLM 0.33 gives "
@@ -388,12 +425,15 @@ MODELS: dict[str, ModelSpec] = {
                   "sparse backends (allocators/kv_layout.py, allocators/mla_backends.py). "
                   "replicated_weights_gib: DeepSeek-V3's plus the whole indexer, which vLLM builds replicated "
                   "(wq_b a ReplicatedLinear, wk_weights_proj disable_tp=True, k_norm): 1,138,633,568 + 61 x "
-                  "15,339,520 = 2,074,344,288 bytes",
+                  "15,339,520 = 2,074,344,288 bytes. replicated_params: the same layers' parameters, DeepSeek-V3's "
+                  "1,030,919,680 plus the indexer's 61 x 13,959,424 = 1,882,444,544 (_DSV3_REPLICATED_PARAMS, "
+                  "_DSV32_INDEXER_PARAMS in allocators/catalog.py)",
                   kv_lora_rank=512, qk_rope_head_dim=64,
                   weights_gib=(671e9 + 1.96e9 + 0.16e9 + 61 * 15_339_520) / GIB,
-                  active_params=37e9 + 61 * 13_959_424, num_experts=256, num_experts_per_tok=8,
+                  active_params=37e9 + 61 * _DSV32_INDEXER_PARAMS, num_experts=256, num_experts_per_tok=8,
                   expert_weight_bits=8 + 32 / 128**2, index_topk=2048, index_head_dim=128, index_n_heads=64,
-                  replicated_weights_gib=(_DSV3_REPLICATED_BYTES + 61 * 15_339_520) / GIB),
+                  replicated_weights_gib=(_DSV3_REPLICATED_BYTES + 61 * 15_339_520) / GIB,
+                  replicated_params=_DSV3_REPLICATED_PARAMS + 61 * _DSV32_INDEXER_PARAMS),
         ModelSpec("codellama-34b", 48, 8192, 64, 8, 128, 33.746e9, 16384, 22016, 32000, 2,
                   _HF + "codellama/CodeLlama-34b-Instruct-hf (num_params: the tensors vLLM 0.11 loads, 62.86 GiB "
                   "in bf16, as its log reports)"),

@@ -17,14 +17,23 @@ fractions. Both read them here, next to the catalog they are computed from.
 
 from __future__ import annotations
 
-from allocators.catalog import ModelSpec
+from allocators.catalog import ModelSpec, per_gpu_share
 from allocators.expert_routing import distinct_expert_fraction
 
 
 def token_flops(model: ModelSpec) -> float:
     """FLOPs of the dense layers per token (a multiply-add per parameter a token passes through: the active
     ones of a mixture of experts)."""
-    return 2.0 * (model.num_params if model.active_params is None else model.active_params)
+    return 2.0 * model.token_params
+
+
+def token_flops_per_gpu(model: ModelSpec, tensor_parallel: int = 1) -> float:
+    """`token_flops` each of ``tensor_parallel`` GPUs does: its share of the split layers' and all of the
+    replicated ones' (catalog ``replicated_params``: DeepSeek's MLA down-projections, routers, norms and sparse
+    indexer, which vLLM builds as ``ReplicatedLinear`` or ``disable_tp=True`` and so runs on every GPU for every
+    token of the step), ``2 x ((active - replicated) / tp + replicated)``. Exactly ``token_flops / tp`` for a
+    model without them."""
+    return per_gpu_share(token_flops(model), 2.0 * (model.replicated_params or 0.0), tensor_parallel)
 
 
 def pair_flops(model: ModelSpec) -> float:

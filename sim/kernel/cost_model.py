@@ -59,7 +59,8 @@ sources:
   size 1 would charge a latency per token (`Allocator.reload_transfers`). Offloads (device to host) are not
   charged: they run asynchronously beside compute in vLLM's connector, and nothing waits on them.
 
-Tensor parallelism divides FLOPs and bytes over the GPUs. Its communication is charged only when a
+Tensor parallelism divides FLOPs and bytes over the GPUs (but those of the layers vLLM keeps whole on each: the
+mixtures-of-experts paragraph below). Its communication is charged only when a
 calibration table (``--calibration`` or ``--cost-profile FILE``) gives ``allreduce_latency_s`` and
 ``allreduce_bus_gb_s`` (the user's own nccl-tests ``all_reduce_perf``: small-message time, bus bandwidth):
 two all-reduces per layer per forward pass, each the latency plus every token's 16-bit hidden state moved
@@ -77,8 +78,9 @@ its ``n`` sequences, constant along the run, so its steps stay linear. Memory st
 (capacity counts the whole ``weight_bytes``). With tensor parallelism every GPU holds a slice of every expert
 (vLLM's default without ``--enable-expert-parallel``), so each reads its slice of the touched ones, and the whole
 of the weights vLLM replicates (catalog ``replicated_weights_gib``: DeepSeek's MLA down-projections, routers,
-norms and sparse indexer), as each holds them (`ModelSpec.weight_bytes_per_gpu`). Their FLOPs are still divided
-with the rest (``token_flops / tp``): the catalog states their bytes, not their parameters.
+norms and sparse indexer), as each holds them (`ModelSpec.weight_bytes_per_gpu`). Each also does those layers'
+FLOPs for every token of the step (catalog ``replicated_params``: a token's linear FLOPs per GPU are
+``2 x ((active_params - replicated_params) / tp + replicated_params)``, `roofline.token_flops_per_gpu`).
 
 Sliding windows (Mistral, Gemma 3, gpt-oss): a window layer attends to, and reads the KV of, at most the window's
 last tokens, so a step's attention pairs and KV bytes are ``(1 - w) x full + w x clipped``, with ``w`` the share

@@ -75,8 +75,8 @@ class StepCostModel:
         ovh = kernel_overhead(self.paged_kernel_overhead, self.block_size) if self.paged else 1.0
         # one token's KV across the GPUs: the model's bytes, times the copies GPUs keep (MLA's latent on each)
         kv = m.kv_bytes_per_token_per_gpu(tp) * tp
-        # seconds per unit, per GPU
-        self._t_token_flops = roofline.token_flops(m) / tp / flops_s
+        # seconds per unit, per GPU; every GPU runs the replicated layers for all the step's tokens
+        self._t_token_flops = roofline.token_flops_per_gpu(m, tp) / flops_s
         self._t_pair_flops = roofline.pair_flops(m) / tp / flops_s
         # the weights every step reads (a dense model's all), and a mixture of experts' routed experts, read as
         # far as a step's tokens touch them (`weights_time`); each GPU reads the replicated ones whole (all among

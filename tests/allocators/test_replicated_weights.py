@@ -99,3 +99,51 @@ def test_replicated_weights_exclude_the_routed_experts():
     ModelSpec(**base, replicated_weights_gib=1.7e9 / GIB)
     with pytest.raises(ValueError, match="beside the routed experts"):
         ModelSpec(**base, replicated_weights_gib=1.75e9 / GIB)
+
+
+# their parameters (catalog ``replicated_params``), whose FLOPs every GPU does for every token of the step
+QKV_A_PARAMS = 7168 * (1536 + 576)
+NORM_PARAMS = 7168 + 7168 + 1536 + 512
+ROUTER_PARAMS = 7168 * 256 + 256  # and e_score_correction_bias
+INDEXER_PARAMS = 1536 * 64 * 128 + 7168 * 128 + 7168 * 64 + 2 * 128  # wq_b, wk, weights_proj, k_norm
+V3_REPLICATED_PARAMS = 61 * (QKV_A_PARAMS + NORM_PARAMS) + 58 * ROUTER_PARAMS + 7168
+
+
+def test_the_catalog_counts_the_replicated_layers_parameters():
+    assert V3.replicated_params == V3_REPLICATED_PARAMS == 1_030_919_680
+    assert V32.replicated_params == V3_REPLICATED_PARAMS + 61 * INDEXER_PARAMS == 1_882_444_544
+    # the indexer's parameters are what V3.2 adds to V3's, all of them replicated
+    assert V32.replicated_params - V3.replicated_params == V32.active_params - V3.active_params
+    # the same layers as the bytes: FP8 projections (one byte a parameter and block scales), BF16 routers and
+    # norms (two), FP32 biases (four), wk_weights_proj upcast to BF16 and the FP32 k_norm
+    v3_bytes = (61 * (QKV_A_PARAMS + 17 * 56 * 4 + 2 * NORM_PARAMS) + 58 * (2 * 7168 * 256 + 4 * 256) + 2 * 7168)
+    assert v3_bytes == V3_REPLICATED
+
+
+def test_a_catalog_file_states_replicated_params(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[models.m]\n" + BASE + "replicated_params = 2.5e8\n")
+    (m,) = load_catalog_file(path)[0].values()
+    assert m.replicated_params == 2.5e8 and m.replicated_weights_gib is None
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0", "replicated_params must be a positive number"),
+    ("'x'", "replicated_params must be a positive number"),
+    ("true", "replicated_params must be a positive number"),
+    ("2e9", r"replicated_params \(2e\+09\) exceeds the 1e\+09 parameters a token passes through"),
+])
+def test_a_bad_replicated_params_value_names_the_file_and_field(tmp_path, value, message):
+    path = tmp_path / "c.toml"
+    path.write_text("[models.m]\n" + BASE + f"replicated_params = {value}\n")
+    with pytest.raises(ValueError, match=f"c.toml: model 'm': {message}"):
+        load_catalog_file(path)
+
+
+def test_replicated_params_are_among_the_active_ones():
+    base = dict(name="moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
+                max_seq_len=256, intermediate_size=128, vocab_size=1000, num_params=10e9, active_params=2e9,
+                num_experts=16, num_experts_per_tok=2)
+    assert ModelSpec(**base, replicated_params=2e9).replicated_params == 2e9  # every active one replicated
+    with pytest.raises(ValueError, match=r"replicated_params \(2\.1e\+09\) exceeds the 2e\+09 parameters"):
+        ModelSpec(**base, replicated_params=2.1e9)

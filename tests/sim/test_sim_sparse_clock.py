@@ -29,8 +29,10 @@ def test_a_decode_step_prices_top_k_attention_and_the_indexer_over_every_key():
     n, ctx, k = 4, 4 * 30_000, 4 * 2048
     flops_s, bytes_s = 0.6 * H100.bf16_tflops * 1e12, 0.8 * H100.hbm_bandwidth_gb_s * 1e9
     ovh = 1.22  # the paged kernel overhead at blocks of 64
-    compute = (n * roofline.token_flops(V32) / 16 + k * roofline.pair_flops(V32) / 16
-               + ctx * 2 * 61 * 64 * 128) / flops_s  # the indexer is replicated: not divided over the GPUs
+    # the replicated layers' FLOPs (the indexer's projections among them) and the indexer's scoring are not
+    # divided over the GPUs
+    linear = 2 * ((V32.active_params - V32.replicated_params) / 16 + V32.replicated_params)
+    compute = (n * linear + k * roofline.pair_flops(V32) / 16 + ctx * 2 * 61 * 64 * 128) / flops_s
     latent, indexer = 61 * 656, 61 * 132
     memory = (c.weights_time(n) + (k * latent * ovh + ctx * indexer * ovh + n * (latent + indexer)) / bytes_s)
     assert c.step_time(0, n, ctx, window_context=k) == pytest.approx(0.003 + max(compute, memory), rel=1e-12)
