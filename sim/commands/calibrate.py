@@ -16,6 +16,7 @@ import click
 
 from gpu_validation import needs_torch
 from sim.commands.failure import fail
+from sim.commands.one_spelling import OneSpellingCommand
 from sim.commands.options import catalog_option, kv_cache_dtype_option, vllm_lookalike_options, vllm_option
 from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
@@ -152,7 +153,7 @@ def _from_trace(path: str, opts: dict) -> None:
     click.echo(f"wrote {out} (use it with --calibration or --cost-profile)")
 
 
-@click.command("calibrate")
+@click.command("calibrate", cls=OneSpellingCommand)
 @click.option("--model", "model", default="llama-3-8b", show_default=True,
               help="Catalog model to time (its shapes, random weights), or that the measured run served.")
 @click.option("--gpu", "gpu", default=None, help="Catalog GPU this is (default: recognised from the device).")

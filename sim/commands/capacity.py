@@ -12,8 +12,10 @@ import json
 import click
 
 from sim.commands.failure import fail
+from sim.commands.one_spelling import OneSpellingCommand
 from sim.commands.options import (
     ALLOCATOR_NAMES,
+    BLOCK_SIZE_HELP,
     catalog_option,
     enforce_eager_option,
     kv_cache_dtype_option,
@@ -23,7 +25,7 @@ from sim.commands.options import (
 
 
 def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: int | None, tensor_parallel: int,
-                    gpu_memory_utilization: float, allocator: str, block_size: int, placement: str,
+                    gpu_memory_utilization: float, allocator: str, block_size: int | None, placement: str,
                     prompt_len: int | None, output_len: int | None, max_model_len: int | None,
                     page_size_kib: int = 2048, kv_cache_dtype: str = "auto",
                     disable_hybrid_kv_cache_manager: bool = False, enforce_eager: bool = False,
@@ -121,7 +123,7 @@ def _notes(config, max_model_len: int | None, spec, gpu, hybrid: bool) -> dict:
     from sim.kernel.over_length import beyond_model_context
 
     notes: dict = {}
-    if ignored := ignored_settings(config, hybrid, model=spec, gpu=gpu):
+    if ignored := ignored_settings(config, hybrid, model=spec):
         notes["ignored_settings"] = ignored
     if omits := memory_omits(config, spec):
         notes["memory_omits"] = list(omits)
@@ -193,7 +195,7 @@ def _print_text(r: dict) -> None:
                f"{b['external_frag'] + b['free']:.2%})")
 
 
-@click.command("capacity")
+@click.command("capacity", cls=OneSpellingCommand)
 @click.option("--model", default="opt-13b", show_default=True, help="Model name from the catalog.")
 @click.option("--gpu", default="a100-40gb", show_default=True, help="GPU name from the catalog.")
 @click.option("--kv-gib", type=float, default=None,
@@ -206,7 +208,7 @@ def _print_text(r: dict) -> None:
               help="Share of GPU memory vLLM may use (weights + activations + KV).")
 @kv_cache_dtype_option
 @click.option("--allocator", default="paged", show_default=True, help=f"{ALLOCATOR_NAMES}.")
-@click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per block (paged).")
+@click.option("--block-size", type=int, default=None, help=BLOCK_SIZE_HELP)
 @click.option("--placement", default="buddy", show_default=True, help="Slab placement (contiguous).")
 @click.option("--page-size-kib", type=int, default=2048, show_default=True,
               help="Page size of the vattention allocator, KiB per layer per K/V tensor (64, 128, 256, 2048).")

@@ -11,6 +11,7 @@ import json
 import click
 
 from sim.commands.failure import fail
+from sim.commands.one_spelling import OneSpellingCommand
 from sim.commands.options import ALLOCATOR_NAMES
 from sim.commands.run import announce, build_config, simulate, simulation_options, warn_on_summary, write_run
 from sim.commands.sweep import skipped_rows_lines
@@ -40,7 +41,7 @@ def allocator_names(allocator: str | None, old_spelling: str | None) -> list[str
     return names
 
 
-@click.command("compare")
+@click.command("compare", cls=OneSpellingCommand)
 @click.option("--allocator", "allocators", default=None,
               help=f"Comma-separated allocator names (default: all of {ALLOCATOR_NAMES}).")
 @click.option("--allocators", "allocators_alias", default=None, hidden=True,

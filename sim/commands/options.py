@@ -28,6 +28,11 @@ COLUMNS_HELP = ("Column mapping for the trace: field=column[,field=column...] (e
                 "The file is then read as kvsim's canonical format (arrival times in seconds) unless "
                 "--trace-format names another.")
 
+BLOCK_SIZE_HELP = ("Tokens per KV block (paged allocators; also the cost model's kernel overhead) [default: vLLM's "
+                   "choice: 16, or for an MLA model the block size of the attention backend vLLM serves it with, "
+                   "e.g. 64 for fp8 latents on an H100; a given size, 16 included, is kept as vLLM keeps it].")
+"""``--block-size``'s help: not given and given 16 differ, as in vLLM (`sim.kernel.block_size`)."""
+
 
 class AliasOption(click.Option):
     """An option whose first flag is its name in ``--help``; the other flags still work (old spellings)."""

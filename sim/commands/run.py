@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 import click
 
 from sim.commands.failure import fail
+from sim.commands.one_spelling import OneSpellingCommand
 from sim.commands.options import (
     ALLOCATOR_NAMES,
+    BLOCK_SIZE_HELP,
     TRACE_FORMAT_HELP,
     catalog_option,
     columns_option,
@@ -88,8 +90,7 @@ def simulation_options(func):
                      help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
                           "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
         enforce_eager_option,
-        _field_option("--block-size", type=int,
-                      help="Tokens per KV block (paged allocators; also the cost model's kernel overhead)."),
+        _field_option("--block-size", type=int, help=BLOCK_SIZE_HELP),
         _field_option("--page-size-kib", type=int,
                       help="Physical page size of the vattention allocator, KiB per layer per K/V tensor (2048: "
                            "the CUDA driver's 2 MB pages; 64-256: vAttention's driver extension)."),
@@ -314,7 +315,7 @@ def warn_on_summary(summary: dict, *, clock: bool = True, settings: bool = True)
                    "their reason the requests that cannot fit", err=True)
 
 
-@click.command("run")
+@click.command("run", cls=OneSpellingCommand)
 @click.option("--allocator", default="paged", show_default=True,
               help=f"{ALLOCATOR_NAMES}.")
 @simulation_options

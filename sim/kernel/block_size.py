@@ -1,14 +1,17 @@
-"""The block size a run's pool hands out: ``--block-size``, except where vLLM sets it for an MLA model.
+"""The block size a run's pool hands out: ``--block-size`` when given, else the one vLLM would choose.
 
 Why: vLLM serves an MLA model (DeepSeek's latent KV) with the attention backend its GPU and KV dtype call for,
 and without a ``--block-size`` takes that backend's block size (`allocators.mla_backends`: 64 for FLASHMLA,
 which an H100 or H200 runs with fp8 KV). A ``paged`` run at 16 there would report block counts, last-block
-waste and prefix-cache granularity that no vLLM server has. kvsim's default ``--block-size`` is vLLM's
-default, 16, and is taken as not given (as `sim.kernel.ignored_settings` takes every default); the run then
-uses the backend's, and says so as an ignored setting. A block size given otherwise is vLLM's too, kept
-whenever a backend takes it; where none does vLLM refuses to start (`block_size_refusal`), and kvsim runs
-it as given. Only the allocators whose blocks are vLLM's follow it (`follows_vllm_block_size`), on GPUs
-whose compute capability is known.
+waste and prefix-cache granularity that no vLLM server has. vLLM tells a given block size from none at all,
+whatever its value (vllm 0.33.0 ``CacheConfig._apply_block_size_default`` sets ``user_specified_block_size``
+for any given one, 16 included; ``v1/attention/selector.py`` asks the backends about the block size only then,
+and ``Platform.update_block_size_for_backend`` replaces it with the backend's only when it was not given), so
+kvsim does too: ``block_size`` None (the default) is vLLM's choice, 16 (``CacheConfig.DEFAULT_BLOCK_SIZE``)
+or the MLA backend's; a given one, 16 included, is kept whenever a backend takes it (``--block-size 16`` with
+fp8 latents on an H100: TRITON_MLA, in blocks of 16); where none does vLLM refuses to start
+(`block_size_refusal`), and kvsim runs it as given. Only the allocators whose blocks are vLLM's follow the
+backend (`follows_vllm_block_size`), on GPUs whose compute capability is known.
 """
 
 from __future__ import annotations
@@ -36,12 +39,7 @@ class BlockSizeConfig(Protocol):
     whose module reports refusals from here)."""
 
     allocator: str
-    block_size: int
-
-
-def _given(config: BlockSizeConfig) -> int | None:
-    """``--block-size`` as vLLM would have it: None for kvsim's default, which is vLLM's."""
-    return None if config.block_size == DEFAULT_BLOCK_SIZE else config.block_size
+    block_size: int | None
 
 
 def _applies(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> bool:
@@ -49,12 +47,16 @@ def _applies(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> bool:
             and follows_vllm_block_size(config.allocator))
 
 
-def run_block_size(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> int:
-    """The tokens per block of a run of ``config`` serving ``model`` (at its KV dtype) on ``gpu``."""
-    if not _applies(config, model, gpu) or _given(config) is not None:
+def run_block_size(config: BlockSizeConfig, model: ModelSpec | None = None, gpu: GpuSpec | None = None) -> int:
+    """The tokens per block of a run of ``config`` serving ``model`` (at its KV dtype) on ``gpu``: the given
+    ``block_size``, else vLLM's choice (the MLA backend's where `_applies`, else 16). Without a model and GPU,
+    a block size not given is vLLM's default."""
+    if config.block_size is not None:
         return config.block_size
+    if model is None or gpu is None or not _applies(config, model, gpu):
+        return DEFAULT_BLOCK_SIZE
     backend = mla_backend(model, gpu, None)
-    return config.block_size if backend is None else backend.preferred_block_size(model)
+    return DEFAULT_BLOCK_SIZE if backend is None else backend.preferred_block_size(model)
 
 
 def _takes(backends: list[MlaBackend]) -> str:
@@ -75,22 +77,10 @@ def _where(model: ModelSpec, gpu: GpuSpec) -> str:
             f"capability {gpu.compute_capability:.1f})")
 
 
-def block_size_settings(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> dict[str, str]:
-    """``--block-size`` -> why the run's blocks are another size (`run_block_size`); empty when they are not."""
-    size = run_block_size(config, model, gpu)
-    if size == config.block_size:
-        return {}
-    backend = mla_backend(model, gpu, None)
-    return {f"--block-size {config.block_size}": (
-        f"vLLM serves {_where(model, gpu)} with its {backend.name} attention backend, whose kernels take "
-        f"{_takes([backend])}{_indexer(model)}, and sets {size} where --block-size is not given (kvsim takes its "
-        f"default {config.block_size} as not given; vLLM keeps a given block size that some backend takes)")}
-
-
 def block_size_refusal(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
     """Why vLLM would find no MLA attention backend for this run, and refuse to start; None when it finds one
     (or the rule does not apply: `run_block_size`)."""
-    if not _applies(config, model, gpu) or mla_backend(model, gpu, _given(config)) is not None:
+    if not _applies(config, model, gpu) or mla_backend(model, gpu, config.block_size) is not None:
         return None
     backends = [b for b in priority(gpu.compute_capability, kv_cache_dtype_name(model))
                 if b.sparse == model.sparse_attention]

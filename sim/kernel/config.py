@@ -14,7 +14,6 @@ from typing import ClassVar
 import numpy as np
 
 from allocators.kv_layout import kv_element_bytes
-from allocators.mla_backends import DEFAULT_BLOCK_SIZE
 from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 from sim.kernel.routers import ROUTERS
@@ -37,8 +36,8 @@ MAX_REPLICAS = 10_000
 25 s and 1 GB before the first step; --replicas 10**12 (or a `kvsim plan --max-replicas` search that doubled its
 way there) ran out of memory instead of running."""
 
-_POSITIVE_INTS = ("tensor_parallel", "block_size", "max_num_seqs", "max_num_batched_tokens", "replicas")
-_OPTIONAL_POSITIVE_INTS = ("kv_tokens", "max_model_len", "num_requests")
+_POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "replicas")
+_OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
                       "lpm_max_queue")
 _NUMBERS = {  # field -> (None allowed, in range, what the range is)
@@ -136,7 +135,7 @@ class SimConfig:
     enforce_eager: bool = False
     kv_cache_dtype: str = "auto"
     disable_hybrid_kv_cache_manager: bool = False
-    block_size: int = DEFAULT_BLOCK_SIZE  # vLLM's: taken as not given (`sim.kernel.block_size`)
+    block_size: int | None = None  # None: vLLM's choice, 16 or an MLA backend's (`sim.kernel.block_size`)
     page_size_kib: int = 2048
     placement: str = "buddy"
     max_model_len: int | None = None

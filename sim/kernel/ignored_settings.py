@@ -10,8 +10,8 @@ let a user read a run as the answer to the question the flag asked. The summary 
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
 warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`
 (``kvsim sweep`` counts the points of each). Only values that differ from the default can be told apart from
-"not given", so those are the ones reported, but for the default ``--block-size``, which vLLM replaces with an
-MLA model's attention backend's where that backend takes other blocks (`sim.kernel.block_size`).
+"not given", so those are the ones reported; ``--block-size`` has no value when not given (vLLM's choice,
+`sim.kernel.block_size`), so any given one is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from allocators.option_use import (
     never_outgrows,
     places_slabs,
 )
-from sim.kernel.block_size import block_size_settings
 from sim.kernel.config import SimConfig
 
 
@@ -43,13 +42,12 @@ def has_host_tier(config: SimConfig) -> bool:
 
 
 def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, model=None,
-                     priorities: bool = False, sampled: bool = True, host_tier=None, gpu=None, beams: bool = True,
+                     priorities: bool = False, sampled: bool = True, host_tier=None, beams: bool = True,
                      forks: bool = True) -> dict[str, str]:
     """Flag (as given, with its value) -> why it has no effect on this run. ``hybrid``: the run's pool is
     vLLM's hybrid KV cache manager (`sim.kernel.replica.hybrid_kv_groups`); ``sessions``: the workload has
     a ``session_id`` column (without one, session affinity routes as least-requests); ``model``: the model
-    served, at its KV dtype (its KV groups decide ``--disable-hybrid-kv-cache-manager``; with ``gpu``, the
-    GPU, an MLA model's attention backend decides the block size: `sim.kernel.block_size`); ``priorities``:
+    served, at its KV dtype (its KV groups decide ``--disable-hybrid-kv-cache-manager``); ``priorities``:
     some request has a priority other than 0 (reported, under the column's name, where the policy does not
     read it);
     ``sampled``: some request is sampled more than once without a beam (what ``--parallel-sampling`` acts on);
@@ -91,15 +89,13 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
     if config.page_size_kib != defaults.page_size_kib and not maps_pages(name):
         ignored[f"--page-size-kib {config.page_size_kib}"] = f"only vattention maps pages; {name} does not"
     if not hands_out_blocks(name):
-        if config.block_size != defaults.block_size:
+        if config.block_size is not None:
             holds = "maps pages of --page-size-kib" if maps_pages(name) else "reserves slabs of tokens"
             ignored[f"--block-size {config.block_size}"] = (
                 f"{name} {holds}, not blocks (only the paged allocators hand out blocks)")
         if config.watermark != defaults.watermark:
             ignored[f"--watermark {config.watermark:g}"] = (
                 f"it keeps a share of a block pool free, and {name} has no block pool")
-    if model is not None and gpu is not None:
-        ignored.update(block_size_settings(config, model, gpu))
     if config.placement != defaults.placement and not places_slabs(name):
         ignored[f"--placement {config.placement}"] = f"slab placement applies to contiguous allocators, not {name}"
     if config.long_prefill_token_threshold > 0 and not (config.chunked_prefill and config.scheduler == "continuous"):

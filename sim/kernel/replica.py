@@ -136,7 +136,7 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
     beams = np.asarray(workload.beam_width) > 1
     if ignored := ignored_settings(config, hybrid, sessions=bool(getattr(workload, "has_sessions", False)),
                                    model=model, priorities=priority is not None and bool(np.any(priority != 0)),
-                                   sampled=sampling is not None, host_tier=memory.host_tier, gpu=gpu,
+                                   sampled=sampling is not None, host_tier=memory.host_tier,
                                    beams=bool(beams.any()), forks=bool((beams | (np.asarray(workload.n) > 1)).any())):
         extra["ignored_settings"] = ignored
     if omits := cost.omits():

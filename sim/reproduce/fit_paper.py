@@ -22,11 +22,13 @@ def mean_batch(seq_overhead_s: float) -> float:
     """vLLM's Fig. 13 mean batch in kvsim under ``paper-2023`` with this per-sequence term."""
     from allocators.catalog import get_gpu, get_model
     from sim.kernel import runner
+    from sim.kernel.block_size import run_block_size
 
     config = paper_config("paged", "sharegpt-paper", paper.FIG2_RATE, paper.FIG2_REQUESTS, cost_profile="paper-2023")
     coefficients = dict(PAPER_2023.coefficients, seq_overhead_s=seq_overhead_s)
     profile = dataclasses.replace(PAPER_2023, coefficients=coefficients)
-    cost = profile.model(get_model(config.model), get_gpu(config.gpu), block_size=config.block_size)
+    model, gpu = get_model(config.model), get_gpu(config.gpu)
+    cost = profile.model(model, gpu, block_size=run_block_size(config, model, gpu))
     workload = runner.resolve_workload(config)
     return float(runner.run_simulation(config, workload, cost=cost).summary["mean_running"])
 

@@ -221,7 +221,7 @@ def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
     field names; two spellings of one field are refused.
     """
     out: dict[str, list[str]] = {}
-    spelled: dict[str, str] = {}
+    spelled: dict[str, tuple[str, str]] = {}  # field -> (its spelling, the flag as given)
     short_flags = short_flags or {}
 
     def is_flag(token: str) -> bool:
@@ -234,6 +234,7 @@ def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
             raise ValueError(f"unexpected argument {token!r}: grid flags look like --field-name V1,V2"
                              + (" (a trace file goes in --trace FILE)" if _looks_like_trace(token) else ""))
         flag, eq, value = ("", "", "") if token in short_flags else token[2:].partition("=")
+        given = token.partition("=")[0]  # as typed (--no-enable-prefix-caching), for the error that names it
         if not eq:
             if i + 1 < len(tokens) and not is_flag(tokens[i + 1]):
                 value = tokens[i + 1]
@@ -247,14 +248,15 @@ def parse_flag_tokens(tokens: list[str], comma_fields: tuple[str, ...] = (),
             flag, eq, value = value.partition("=")
             if not eq:
                 raise ValueError(f"--axis expects NAME=V1,V2, got {flag!r}")
+            given = f"--axis {flag}"
         name = short_flags.get(token) or (aliases or {}).get(flag.replace("-", "_"), flag.replace("-", "_"))
         shown = token if token in short_flags else f"--{flag}"
         if name in out:
-            if spelled[name] == shown:
+            if spelled[name][0] == shown:
                 raise ValueError(f"{shown} is given twice")
-            raise ValueError(f"{spelled[name]} and {shown} both set field {name!r} (two spellings of one "
+            raise ValueError(f"{spelled[name][1]} and {given} both set field {name!r} (two spellings of one "
                              f"setting); give one")
-        spelled[name] = shown
+        spelled[name] = (shown, given)
         out[name] = value.split(";" if name in comma_fields else ",")
     return out
 

@@ -45,18 +45,28 @@ def _scalar(value: Any) -> Any:
     return value
 
 
+EFFECTIVE_COLUMNS = {"block_size": "effective_block_size"}
+"""Summary keys that share a configuration field's name but say what the run used rather than what was asked
+-> the column they go under. The field keeps its own column (``block_size``: the grid's, empty where none was
+given and vLLM chose), so a grouping by settings still groups by what was set; ``effective_block_size`` is the
+block size the run's pool had (an MLA model's attention backend's, 64 for fp8 latents on an H100, where
+``block_size`` was not given: `sim.kernel.block_size`)."""
+
+
 def make_row(point_id: str, values: dict[str, Any], summary: dict[str, Any] | None,
              error: str | None, version: str) -> dict[str, Any]:
     """A results row: id, status and error, the configuration's fields, then the summary's keys.
 
-    A summary key that is also a configuration field (``allocator``) keeps the configuration's value.
+    A summary key that is also a configuration field (``allocator``) keeps the configuration's value, but for
+    the `EFFECTIVE_COLUMNS`, whose summary value goes under a column of its own.
     """
     row: dict[str, Any] = {"point_id": point_id, "status": STATUS_FAILED if error else STATUS_OK,
                            "error": error, "kvsim_version": version}
     row.update({k: _scalar(v) for k, v in values.items()})
     for key, value in (summary or {}).items():
-        if key not in row:
-            row[key] = _scalar(value)
+        column = EFFECTIVE_COLUMNS.get(key) if key in values else key
+        if column is not None and column not in row:
+            row[column] = _scalar(value)
     return row
 
 

@@ -81,8 +81,11 @@ def test_hopper_picks_a_sparse_backend_and_blocks_of_64(gpu, dtype, backend):
     model = V32.with_kv_cache_dtype(dtype)
     picked = mla_backend(model, get_gpu(gpu), None)
     assert (picked.name, picked.sparse, picked.preferred_block_size(model)) == (backend, True, 64)
-    config = SimpleNamespace(allocator="paged", block_size=16)
+    config = SimpleNamespace(allocator="paged", block_size=None)  # --block-size not given
     assert run_block_size(config, model, get_gpu(gpu)) == 64 and block_size_refusal(config, model, get_gpu(gpu)) is None
+    given = SimpleNamespace(allocator="paged", block_size=16)  # given, 16 is kept: no sparse backend takes it
+    assert run_block_size(given, model, get_gpu(gpu)) == 16
+    assert "--block-size 16" in block_size_refusal(given, model, get_gpu(gpu))
 
 
 def test_dense_and_sparse_backends_never_cross():

@@ -35,6 +35,6 @@ def test_the_in_step_load_figures_are_what_the_example_charges(tmp_path):
     assert loads == [int(b) for b in blocks]
     model = args[args.index("--model") + 1]
     cost = make_step_cost(None, get_model(model), get_gpu(args[args.index("--gpu") + 1]))
-    block_size = json.loads((tmp_path / "config.json").read_text())["block_size"]
+    block_size = json.loads((tmp_path / "summary.json").read_text())["block_size"]  # the run's (config: as given)
     added = [round(1000 * cost.transfer_time(swap_slots=b * block_size, swap_transfers=b)) for b in loads]
     assert added == [int(m) for m in ms]

@@ -24,7 +24,7 @@ SERVICE_S = 0.1
 
 
 def capacity(config) -> float:
-    return CAPACITY.get(config.allocator, 4.0) * config.block_size / 16
+    return CAPACITY.get(config.allocator, 4.0) * (config.block_size or 16) / 16  # not given: vLLM's 16
 
 
 def queue_point(config) -> dict:

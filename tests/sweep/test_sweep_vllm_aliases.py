@@ -62,8 +62,8 @@ def test_python_grid_takes_the_alias():
      "--tensor-parallel and --tensor-parallel-size both set field 'tensor_parallel'"),
     (["-tp", "1", "--tensor-parallel", "2"], "-tp and --tensor-parallel both set field 'tensor_parallel'"),
     (["--prefix-caching", "--no-enable-prefix-caching"],
-     "--prefix-caching and --enable-prefix-caching both set field 'prefix_caching'"),
-    (["--swap-space", "1", "--axis", "swap_space_gib=2"], "--swap-space and --swap_space_gib both set field"),
+     "--prefix-caching and --no-enable-prefix-caching both set field 'prefix_caching'"),
+    (["--swap-space", "1", "--axis", "swap_space_gib=2"], "--swap-space and --axis swap_space_gib both set field"),
     (["--tensor-parallel-size", "1", "--tensor-parallel-size", "2"], "--tensor-parallel-size is given twice"),
 ])
 def test_two_spellings_in_grid_flags_are_refused(tokens, message):
