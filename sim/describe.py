@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from allocators.capacity import KVCapacity
 from allocators.catalog import GIB
+from sim.kernel.block_size import block_size_choice
 from sim.kernel.config import SimConfig
 
 
@@ -25,10 +26,12 @@ def capacity_source(cap: KVCapacity, config: SimConfig) -> str:
 
 def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:
     """One line: workload and request count, model and GPU, KV capacity (with the KV dtype unless ``auto``)
-    and its source."""
+    and its source, and why the blocks are not 16 where vLLM chose them (`block_size_choice`)."""
     dtype = "" if cap.model.kv_cache_dtype == "auto" else f" of {cap.model.kv_cache_dtype} KV"
     fleet = f"{config.replicas} replicas of " if config.replicas > 1 else ""  # capacity is each replica's own
     each = " per replica" if config.replicas > 1 else ""
+    choice = cap.gpu is not None and block_size_choice(config, cap.model, cap.gpu)
     return (f"workload {getattr(workload, 'name', 'workload')} ({len(workload):,} requests); "
             f"{fleet}{cap.model.name} on {cap.tensor_parallel} x {cap.gpu.name}; KV capacity{each} "
-            f"{cap.kv_gib:.2f} GiB = {cap.kv_tokens:,} token slots{dtype}, {capacity_source(cap, config)}")
+            f"{cap.kv_gib:.2f} GiB = {cap.kv_tokens:,} token slots{dtype}, {capacity_source(cap, config)}"
+            + (f"; {choice}" if choice else ""))

@@ -77,6 +77,19 @@ def _where(model: ModelSpec, gpu: GpuSpec) -> str:
             f"capability {gpu.compute_capability:.1f})")
 
 
+def block_size_choice(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
+    """Why a run given no ``--block-size`` has blocks other than 16 (the setup line says it, as a run's block
+    size decides its block counts and waste); None where the blocks are 16 or the size was given."""
+    if config.block_size is not None or not _applies(config, model, gpu):
+        return None
+    backend = mla_backend(model, gpu, None)
+    size = DEFAULT_BLOCK_SIZE if backend is None else backend.preferred_block_size(model)
+    if size == DEFAULT_BLOCK_SIZE:
+        return None
+    return (f"blocks of {size} tokens, as vLLM sets where --block-size is not given: it serves {_where(model, gpu)} "
+            f"with its {backend.name} attention backend, whose kernels take {_takes([backend])}{_indexer(model)}")
+
+
 def block_size_refusal(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
     """Why vLLM would find no MLA attention backend for this run, and refuse to start; None when it finds one
     (or the rule does not apply: `run_block_size`)."""

@@ -119,3 +119,17 @@ def test_compare_says_once_that_workers_do_not_apply():
                                        "paged,radix", "--replicas", "2", "--router", "kv-cost", "--workers", "2"])
     assert result.exit_code == 0, result.output
     assert result.stderr.count("note: --workers 2 applies to routers that read no replica state") == 1
+
+
+def test_a_run_says_why_vllm_chose_blocks_other_than_16():
+    """No --block-size on an MLA model with fp8 latents on an H100: vLLM takes FLASHMLA's 64, and the setup line
+    says so (the summary's block_size alone would not say why); a given 16 is kept and needs no word."""
+    flags = ["run", "--model", "deepseek-v3", "--gpu", "h100-80gb", "--tensor-parallel", "16", "--kv-cache-dtype",
+             "fp8", "--num-requests", "5", "--json"]
+    chosen = CliRunner().invoke(main, flags)
+    assert chosen.exit_code == 0 and json.loads(chosen.stdout)["block_size"] == 64
+    assert ("; blocks of 64 tokens, as vLLM sets where --block-size is not given: it serves deepseek-v3's MLA layers "
+            "(--kv-cache-dtype fp8) on h100-80gb (compute capability 9.0) with its FLASHMLA attention backend, whose "
+            "kernels take multiples of 64") in chosen.stderr
+    given = CliRunner().invoke(main, [*flags, "--block-size", "16"])
+    assert given.exit_code == 0 and json.loads(given.stdout)["block_size"] == 16 and "blocks of" not in given.stderr
