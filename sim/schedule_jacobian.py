@@ -18,29 +18,45 @@ from sim.kernel.cost_model import StepCostModel
 
 class RecordingStepCost(StepCostModel):
     """A `StepCostModel` that remembers every priced step, decode run and transfer, in order, so that the
-    run can be re-priced under other coefficients with its schedule held fixed (`schedule_jacobian`)."""
+    run can be re-priced under other coefficients with its schedule held fixed (`schedule_jacobian`).
+
+    Only what a row lasts is remembered, once: not the transfers a step prices inside itself (`step_time` adds
+    `transfer_time`; remembered apart, a row's copies were re-priced twice and its calls outlasted it), nor a
+    host-tier load beside the steps (`load_time`, ``--offload-loads async``), which no row lasts. Remembered, a
+    load as long as the step it started with took that row's place in the walk over the rows, and every later
+    row took the call before its own until one outlasted two."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.calls: list[tuple[str, tuple, dict, float]] = []
+        self._pricing = 0  # calls in progress: one made inside another is part of it
 
-    def step_time(self, *args, **kwargs) -> float:
-        value = super().step_time(*args, **kwargs)
-        self.calls.append(("step", args, kwargs, value))
+    def _priced(self, kind: str | None, price, args: tuple, kwargs: dict):
+        """``price(*args, **kwargs)``, remembered as a ``kind`` call unless made inside another (or ``kind`` is
+        None: a load beside the steps)."""
+        self._pricing += 1
+        try:
+            value = price(*args, **kwargs)
+        finally:
+            self._pricing -= 1
+        if kind is not None and not self._pricing:
+            self.calls.append((kind, args, kwargs, value[0] if kind == "run" else value))
         return value
 
+    def step_time(self, *args, **kwargs) -> float:
+        return self._priced("step", super().step_time, args, kwargs)
+
     def decode_run(self, n: int, c0: int, k: int, window: tuple[int, int] | None = None) -> tuple[float, float]:
-        value = super().decode_run(n, c0, k, window)
         last = self.calls[-1] if self.calls else None
         if last is not None and last[0] == "run" and last[1][:2] == (n, c0):
             self.calls.pop()  # a trial run cut short at the next arrival (`fast_forward`): the later call stands
-        self.calls.append(("run", (n, c0, k), {"window": window}, value[0]))
-        return value
+        return self._priced("run", super().decode_run, (n, c0, k), {"window": window})
 
     def transfer_time(self, *args, **kwargs) -> float:
-        value = super().transfer_time(*args, **kwargs)
-        self.calls.append(("transfer", args, kwargs, value))
-        return value
+        return self._priced("transfer", super().transfer_time, args, kwargs)
+
+    def load_time(self, swap_slots: int, swap_transfers: int) -> float:
+        return self._priced(None, super().load_time, (swap_slots, swap_transfers), {})
 
 
 def _price(cost: StepCostModel, call: tuple[str, tuple, dict, float]) -> float:
@@ -55,6 +71,27 @@ MOVED = ("swap_slots", "swap_blocks", "copy_slots", "page_maps", "reload_slots")
 (`engine.transfer_time_of`, a step that swapped everything running out), which such a row lasts at least."""
 
 
+def row_calls(steps: pd.DataFrame, calls: list) -> list[list]:
+    """The calls each row of ``steps`` priced (`RecordingStepCost.calls`, in order): a busy row the calls that add
+    up to its duration, a row of no steps that still moved blocks (`MOVED`) its one transfer, any other row none.
+    The calls carry no row, so they are dealt out by duration: which is why a call no row lasts must not be
+    remembered."""
+    busy = steps["num_steps"].to_numpy() > 0
+    moved = ~busy & (steps[list(MOVED)].to_numpy() > 0).any(axis=1)
+    duration = steps["duration_s"].to_numpy()
+    rows: list[list] = [[] for _ in range(len(steps))]
+    i = 0
+    for r in np.flatnonzero(busy | moved):
+        total = 0.0
+        while i < len(calls) and total < duration[r] * (1 - 1e-9):
+            total += calls[i][3]
+            rows[r].append(calls[i])
+            i += 1
+            if not busy[r]:
+                break
+    return rows
+
+
 def schedule_jacobian(steps: pd.DataFrame, calls: list, perturbed: list[StepCostModel], h: float,
                       requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """d(TTFT)/dx and d(decode time)/dx of every request (rows) for each perturbed coefficient (columns;
@@ -66,19 +103,11 @@ def schedule_jacobian(steps: pd.DataFrame, calls: list, perturbed: list[StepCost
     part of that row left (where in a step a request arrives is chance: earlier rows only shift the step
     boundaries, not the expected wait). A row moves by its priced calls re-priced under the perturbed
     coefficients."""
-    busy = steps["num_steps"].to_numpy() > 0
-    moved = ~busy & (steps[list(MOVED)].to_numpy() > 0).any(axis=1)
     duration = steps["duration_s"].to_numpy()
     row_grad = np.zeros((len(steps), len(perturbed)))
-    i = 0
-    for r in np.flatnonzero(busy | moved):
-        total = 0.0
-        while i < len(calls) and total < duration[r] * (1 - 1e-9):
-            total += calls[i][3]
-            row_grad[r] += [(_price(c, calls[i]) - calls[i][3]) / h for c in perturbed]
-            i += 1
-            if not busy[r]:  # a row of no steps that moved blocks (`MOVED`) priced one call
-                break
+    for r, priced in enumerate(row_calls(steps, calls)):
+        for call in priced:
+            row_grad[r] += [(_price(c, call) - call[3]) / h for c in perturbed]
     cumulative = np.cumsum(row_grad, axis=0)
     ends = steps["time_s"].to_numpy() + duration
     last = len(ends) - 1

@@ -230,8 +230,7 @@ def load_seconds(config: SimConfig, memory: KVMemory, cost) -> Callable[[int], f
     if config.offload_loads != "async":
         return None
     block_size = memory.block_size
-    return lambda blocks: cost.transfer_time(swap_slots=blocks * block_size,
-                                             swap_transfers=memory.reload_transfers(blocks))
+    return lambda blocks: cost.load_time(blocks * block_size, memory.reload_transfers(blocks))
 
 
 def tier_summary(replicas) -> dict:

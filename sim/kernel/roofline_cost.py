@@ -136,6 +136,13 @@ class StepCostModel:
         return (copy_slots * self._t_copy_slot + swap_slots * self._t_swap_slot
                 + swap_transfers * self._t_swap_transfer + page_maps * self._t_page_map)
 
+    def load_time(self, swap_slots: int, swap_transfers: int) -> float:
+        """Seconds a host-tier load beside the steps takes (``--offload-loads async``, `HostLoads`): what a sync
+        load charges its step (`transfer_time`), on a copy stream of its own. Apart from `transfer_time` because
+        it is priced outside any step row, which whoever records the rows' prices (`RecordingStepCost`) must
+        know."""
+        return self.transfer_time(swap_slots=swap_slots, swap_transfers=swap_transfers)
+
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
                   swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0,

@@ -331,3 +331,71 @@ def test_a_loaded_run_fits_back_out_of_the_bandwidth_overhead_valley(tmp_path):
     for name, rel in (("bandwidth_frac", 0.02), ("flops_frac", 0.02), ("seq_overhead_s", 0.1)):
         assert result.coefficients[name] == pytest.approx(SAMPLED_TRUTH[name], rel=rel), name
     assert overall(result.heldout_score)["tpot"] < 0.008
+
+
+RELOADING = dict(LLAMA, kv_tokens=32_768, max_num_seqs=64, max_num_batched_tokens=2048, cpu_offload_gib=64.0,
+                 offload_write_policy="write_through", offload_loads="async")
+"""A write-through host tier loaded beside the steps, behind a GPU cache holding 21 of 48 shared prefixes."""
+
+
+def _reloading_run(num_requests: int = 240) -> tuple[workloads.Workload, StepCostModel]:
+    """Requests at 2/s, each opening with one of 48 shared 1536-token prefixes (96 blocks: a load of about 38 ms,
+    three decode steps): the GPU has evicted a prefix before it comes round again about half the time, and the
+    request loads it back from the host tier. Returns the workload and the clock with `SESSION_TRUTH`."""
+    rng = np.random.default_rng(3)
+    arrivals = np.cumsum(rng.exponential(0.5, num_requests))
+    group = rng.integers(0, 48, num_requests)
+    prefix = np.full(num_requests, 1536)
+    prompt = prefix + rng.integers(32, 400, num_requests)
+    output = rng.integers(50, 300, num_requests)
+    w = workloads.Workload(arrivals, prompt, output, max_tokens=output, prefix_group=group, prefix_len=prefix,
+                           name="reloading")
+    cost = StepCostModel(get_model("llama-2-7b"), get_gpu("h100-80gb"),
+                         **dict(PROFILES["vllm-v1"].coefficients, **SESSION_TRUTH))
+    return w, cost
+
+
+def test_loads_beside_the_steps_are_no_rows_calls_in_the_schedule_jacobian():
+    """A load beside the steps is priced when it starts (`HostLoads`), outside any row. `RecordingStepCost`
+    remembered it among the rows' calls, which `row_calls` deals out by duration: a row after a load as long as its
+    step took the load for its own and left its step to the next row, and so on (139 of the 777 busy rows here
+    were dealt calls that did not add up to their duration, and 25 of the 240 decode times moved by up to 5 steps
+    too many or too few under step_overhead_s + h). Now every busy row's calls add up to it, and a request's
+    decode time moves by h a step."""
+    from sim.schedule_jacobian import RecordingStepCost, row_calls, schedule_jacobian
+
+    w, truth = _reloading_run()
+    cost = RecordingStepCost(model=truth.model, gpu=truth.gpu, **dict(PROFILES["vllm-v1"].coefficients,
+                                                                      **SESSION_TRUTH))
+    result = run_simulation(SimConfig(**RELOADING), w, cost=cost)
+    steps, requests = result.steps, result.requests
+    assert (requests["host_hit_tokens"] > 0).sum() > 10
+    busy = steps["num_steps"].to_numpy() > 0
+    dealt = np.array([sum(call[3] for call in calls) for calls in row_calls(steps, cost.calls)])
+    assert dealt[busy] == pytest.approx(steps["duration_s"].to_numpy()[busy], rel=1e-9)
+    h = 1e-4
+    slower = StepCostModel(truth.model, truth.gpu, **dict(PROFILES["vllm-v1"].coefficients, **SESSION_TRUTH,
+                                                          step_overhead_s=truth.step_overhead_s + h))
+    _, d_decode = schedule_jacobian(steps, cost.calls, [slower], h, requests)
+    ends = (steps["time_s"] + steps["duration_s"]).to_numpy()
+    decode_steps = [steps["num_steps"][(ends > first + 1e-9) & (ends <= finish + 1e-9)].sum()
+                    for first, finish in zip(requests["first_token_s"], requests["finished_s"], strict=True)]
+    assert d_decode[:, 0] == pytest.approx(decode_steps, rel=1e-6)
+
+
+def test_a_run_loading_from_a_host_tier_beside_the_steps_fits_back(tmp_path):
+    """Half the requests load their prefix back from a write-through host tier beside the steps (`_reloading_run`).
+    Those loads' calls, priced outside any row, shifted the schedule Jacobian's rows: the fit stopped at flops_frac
+    +4.7% and seq_overhead_s +7.2% (TTFT MAPE 12.6% training, 6.9% held out). Dealt only the rows' own calls, it
+    ends within 2% of every coefficient (TTFT 5.1% and 4.9%). seq_overhead_s stays the weakly identified one
+    (``docs/validation.md``): other draws of this run end up to 3.4% off, some other workloads 5-13%."""
+    w, cost = _reloading_run()
+    config = SimConfig(**RELOADING)
+    requests = run_simulation(config, w, cost=cost).requests
+    assert requests["host_hit_tokens"].sum() > 0.35 * requests["prompt_tokens"].sum()
+    path = tmp_path / "requests.csv"
+    requests.to_csv(path, index=False)
+    result = fit_trace(read_measured(path), config)
+    for name in result.fitted:
+        assert result.coefficients[name] == pytest.approx(SESSION_TRUTH[name], rel=0.05), name
+    assert overall(result.heldout_score)["e2e"] < 0.01
