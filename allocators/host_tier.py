@@ -43,7 +43,14 @@ scheduler charges the swap-out no transfer for it, `KVMemory.park`), so the hash
 parked, as every parked block is out of reach of lookups and evictions, and is cached again, the most recently
 used, when the request is swapped back in (its blocks were read then) or dropped. vLLM v0's prefix-caching CPU
 allocator shares such a block too (``allocate_immutable_block`` finds its hash), though its swap copies every
-block's bytes regardless; kvsim's tier knows the bytes are there and moves none.
+block's bytes regardless; kvsim's tier knows the bytes are there and moves none. Likewise a hashed block another
+swapped request parks already: the two share its one host block (``joined_blocks``), as vLLM v0's CPU allocator
+does with prefix caching on (0.4.1 ``BlockSpaceManagerV1.swap_out`` calls ``CachedBlockAllocator.allocate(
+gpu_block.block_hash, ...)``, which returns the block cached under that hash with its reference count raised;
+0.3.x's block manager hashed no block, so no two of its swapped groups shared a CPU block); the block is handed on to a
+request still parking it when its holder is swapped back in, and cached (as above) after the last one. A
+write-through tier (``request_tier.py``) shares the same way, but keeps a cached block cached (`RequestTier.swap_out`
+says why).
 
 Behind a hybrid pool (``hybrid.py``) a host block is one group block and the keys are the pool's ``(hash,
 group)`` keys, so the tier works the same (write-back only: the hybrid pool refuses a write-through tier).
@@ -76,7 +83,7 @@ class HostTier:
 
     __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
                  "_swapped", "_parked_hashes", "_parked", "_skipped", "offloaded_blocks", "reloaded_blocks",
-                 "evicted_blocks", "kept_blocks", "shared_blocks")
+                 "evicted_blocks", "kept_blocks", "shared_blocks", "_parked_block", "joined_blocks")
 
     write_through = False
     """Write-back: the allocator's evictions spill here (`offload_many`); `RequestTier` is the other policy."""
@@ -107,6 +114,9 @@ class HostTier:
         self._swapped: dict[int, list[int]] = {}  # swap key (a request) -> the host blocks its KV takes
         self._parked_hashes: dict[int, frozenset[int]] = {}  # swap key -> the hashes of the blocks it parked
         self._parked: dict[int, int] = {}  # hash -> how many swapped requests parked it (not offloaded meanwhile)
+        # parked hash -> the one host block that holds its KV, in the list of a swapped request that parks it
+        # (`swap_out`: a second request parking it shares the block; `swap_in` hands it on)
+        self._parked_block: dict[int, int] = {}
         self._skipped: dict[int, None] = {}  # parked hashes the GPU evicted, not stored (in that order): kept at
         # `swap_in`
         self.offloaded_blocks = 0  # blocks written to the host (a hash already there costs nothing)
@@ -114,6 +124,7 @@ class HostTier:
         self.evicted_blocks = 0  # host blocks whose cached hash was dropped to make room
         self.kept_blocks = 0  # swap blocks kept as the cache entries of parked hashes (`swap_in`)
         self.shared_blocks = 0  # cached blocks a swap-out took as its parked copies: no bytes moved (`swap_out`)
+        self.joined_blocks = 0  # parked blocks a swap-out shared with another swapped request: no bytes moved
 
     @classmethod
     def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, **options) -> HostTier:
@@ -364,46 +375,66 @@ class HostTier:
     def swap_out(self, key: int, num_blocks: int, block_hashes: frozenset[int] = frozenset()) -> bool:
         """Park ``num_blocks`` blocks of a preempted request's KV under ``key``, evicting cached blocks as
         needed, ``block_hashes`` those of its hashed blocks (not offloaded while parked); False (nothing
-        changed) if the host has too few blocks that are free or cached. A hashed block the host caches is
-        not copied: its cached block is taken as the parked copy (`shared_blocks` counts them; the module
-        doc says why), first, so that making room evicts none of them, and it is cached again at `swap_in`.
-        A write-through tier (`RequestTier`, whose policy orders its cache) is given no hashes."""
+        changed) if the host has too few blocks that are free or cached. A hashed block the host holds is not
+        copied: one another swapped request parks already shares that request's host block (`joined_blocks`),
+        and one the host caches is taken as the parked copy (`shared_blocks`; the module doc says why), first,
+        so that making room evicts none of them, and it is cached again at `swap_in`. The hashed blocks copied
+        take the first new host blocks, in hash order. A write-through tier (`RequestTier.swap_out`, whose
+        policy orders its cache) keeps a cached one cached."""
         if key in self._swapped:
             raise ValueError(f"host tier: {key} is already swapped out")
-        if num_blocks > len(self._free) + len(self._lru):
+        lru, held = self._lru, self._parked_block
+        ordered = sorted(block_hashes)
+        joined = [h for h in ordered if h in held]
+        if num_blocks - len(joined) > len(self._free) + len(lru):
             return False
-        lru = self._lru
-        shared = [h for h in block_hashes if h in lru][:num_blocks] if block_hashes and lru and not \
-            self.write_through else []
+        rest = [h for h in ordered if h not in held]
+        shared = [h for h in rest if h in lru][:num_blocks - len(joined)] if lru else []
         blocks = [self._uncache(h) for h in shared]
-        self._swapped[key] = blocks + [self._room() for _ in range(num_blocks - len(blocks))]
+        blocks += [self._room() for _ in range(num_blocks - len(joined) - len(blocks))]
+        self._swapped[key] = blocks
         if shared:
             skipped = self._skipped
             for h in shared:  # not cached while parked: cached again when the request is swapped back in
                 skipped[h] = None
             self.shared_blocks += len(shared)
+        self.joined_blocks += len(joined)
         if block_hashes:
             self._parked_hashes[key] = block_hashes
+            taken = set(shared)
+            held.update(zip(shared + [h for h in rest if h not in taken], blocks, strict=False))
             parked = self._parked
             for h in block_hashes:
                 parked[h] = parked.get(h, 0) + 1
         return True
 
     def swap_in(self, key: int) -> int:
-        """Free the host blocks of a request being swapped back in (or dropped), but those that hold a hash the
-        GPU evicted while it was parked, or the host cached when it was swapped out: they become its cache
-        entry (the most recently used, in the order they were evicted or taken; no bytes move). Returns how
-        many blocks it held."""
+        """Free the host blocks of a request being swapped back in (or dropped), but those that hold a hash
+        another swapped request parks too (handed on to one of them) and those that hold a hash the GPU evicted
+        while it was parked, or the host cached when it was swapped out, and that no one parks now: they become
+        its cache entry (the most recently used, in the order they were evicted or taken; no bytes move).
+        Returns how many blocks it held, those it shared with others included."""
         blocks = self._swapped.pop(key)
-        free = self._free
-        free.extend(reversed(blocks))
+        count = len(blocks)
         hashes = self._parked_hashes.pop(key, ())
-        parked, skipped, lru = self._parked, self._skipped, self._lru
-        for h in hashes:
+        parked, held = self._parked, self._parked_block
+        for h in sorted(hashes):
             n = parked.pop(h)
             if n > 1:
                 parked[h] = n - 1
-        kept = [h for h in skipped if h in hashes]  # no more than its blocks: a hash is one of them at least
+                block = held.get(h)
+                if block in blocks:  # still parked by another: its block goes to one of them
+                    blocks.remove(block)
+                    heir = min(k for k, parked_hashes in self._parked_hashes.items() if h in parked_hashes)
+                    self._swapped[heir].append(block)
+                elif block is not None:  # another's block it shared
+                    count += 1
+            else:
+                held.pop(h, None)
+        free = self._free
+        free.extend(reversed(blocks))
+        skipped, lru = self._skipped, self._lru
+        kept = [h for h in skipped if h in hashes and h not in parked]  # each held one of the blocks freed
         for h in kept:
             del skipped[h]
             block = free.pop()
@@ -411,7 +442,7 @@ class HostTier:
             self._order.append(h)
             self._order_blocks.append(block)
         self.kept_blocks += len(kept)
-        return len(blocks)
+        return count
 
     def check_invariants(self) -> None:
         """Host blocks are conserved (cached + swapped + free = capacity) and each is held once: by one hash,
@@ -429,6 +460,11 @@ class HostTier:
             for h in hashes:
                 parked[h] = parked.get(h, 0) + 1
         assert parked == self._parked, "host tier: parked hashes miscounted"
+        owner = {b: key for key, blocks in self._swapped.items() for b in blocks}
+        assert self._parked_block.keys() <= parked.keys() and all(
+            h in self._parked_hashes[owner[b]] for h, b in self._parked_block.items()), \
+            "host tier: a parked hash's block is not held by a request that parks it"
+        assert len(set(self._parked_block.values())) == len(self._parked_block), "host tier: two hashes, one block"
         assert all(h in parked and h not in self._lru for h in self._skipped), \
             "host tier: a skipped hash is not parked, or cached"
         self._check_order()

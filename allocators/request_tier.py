@@ -30,7 +30,8 @@ block. Stores are made when vLLM makes them: a step's offers once the step is pl
 looked the host up (`hold_stores`, `flush_stores`; a decode run holds each of its steps' offers the same way,
 `run_step`), and a finished request's blocks are ranked anew after the next step's stores; blocks being loaded
 beside the steps (``--offload-loads async``) are ``pinned`` until their load lands: no store evicts them, nor a
-swap-out making room for parked KV (`_room`; a swap-out that would need them is refused). A block one offer of a
+swap-out making room for parked KV (`_room`; a swap-out that would need them is refused), and the blocks a
+swapped request's KV is parked in while the host stores them already are kept the same way (`swap_out`). A block one offer of a
 step stores is being written until the step ends (vLLM: a chunk not ready), so a later offer of the same step
 neither reuses it nor evicts it (``_writing``; under ARC a reuse would move it to T2). What kvsim leaves out: every
 store is written by the end of its step (vLLM's are asynchronous and may take longer, holding their blocks
@@ -78,7 +79,7 @@ class RequestTier(HostTier):
     subclass's."""
 
     __slots__ = ("store_filter", "prompt_only", "pinned", "_requests", "_bound", "_limits", "_queued", "_finished",
-                 "_writing", "_step", "_changes", "_behind", "_last_offers")
+                 "_writing", "_step", "_changes", "_behind", "_last_offers", "_parked_copies", "_sharing")
 
     write_through = True
 
@@ -107,6 +108,9 @@ class RequestTier(HostTier):
         # finished sequences that were behind -> (request, hashes, full, stamp): vLLM makes a finished request's
         # failed store once more, after the next step's stores and before ranking it anew (`flush_stores`)
         self._last_offers: dict[int, tuple[object, Sequence[int], int, tuple[int, bool]]] = {}
+        # cached hash -> the swapped requests whose parked copy its block is (`swap_out`): not evicted meanwhile
+        self._parked_copies: dict[int, int] = {}
+        self._sharing: dict[int, list[int]] = {}  # swap key -> the cached hashes it took as parked copies
 
     @property
     def skipped_blocks(self) -> int:
@@ -274,7 +278,7 @@ class RequestTier(HostTier):
         if new:
             self._missed(a, new)
         need = len(new) - len(self._free)
-        stored = need <= 0 or self._evict(need, set(offered).union(self.pinned, writing))  # all or nothing
+        stored = need <= 0 or self._evict(need, set(offered).union(self.pinned, writing, self._parked_copies))
         # vLLM records the offer (reused blocks, new ones seen, even if the store fails) before it evicts;
         # doing it after orders nothing differently, as the offer is protected.
         self._recording(a)
@@ -400,23 +404,61 @@ class RequestTier(HostTier):
         """The finished request's record ends."""
 
     def swap_out(self, key: int, num_blocks: int, block_hashes: frozenset[int] = frozenset()) -> bool:
-        """`HostTier.swap_out`, but the room it makes is outside the ``pinned`` hashes (`_room`): False, changing
-        nothing, if the free blocks and the cached ones not being loaded are too few."""
-        self._changes += 1
-        pinned, lru = self.pinned, self._lru
-        if pinned and key not in self._swapped and \
-                num_blocks > len(self._free) + len(lru) - sum(1 for h in pinned if h in lru):
+        """`HostTier.swap_out`, but a hashed block the host stores already is not copied, and the room it makes is
+        outside the ``pinned`` hashes and those (`_room`): False, changing nothing, if the free blocks and the
+        cached ones not being loaded nor taken are too few.
+
+        Why not as the write-back tier: its swap takes such a block out of the cache while parked, but here the
+        policy (LRU by request, ARC's lists) ranks every cached hash and its requests' records name them, so the
+        block stays cached, where lookups still find the KV it holds, and is only kept from eviction while
+        parked (`_parked_copies`, as a load's ``pinned`` blocks are); the policy ranks it as before. A hashed
+        block another swapped request parks is shared with it, as in `HostTier.swap_out`."""
+        if key in self._swapped:
+            raise ValueError(f"host tier: {key} is already swapped out")
+        lru, held = self._lru, self._parked_copies
+        shared = sorted(h for h in block_hashes if h in lru)[:num_blocks]
+        rest = block_hashes.difference(shared)  # parked as in `HostTier.swap_out`: shared among parkers
+        joined = sum(1 for h in rest if h in self._parked_block)
+        kept = self.pinned.union(held, shared)
+        if num_blocks - len(shared) - joined > len(self._free) + len(lru) - sum(1 for h in kept if h in lru):
             return False
-        return super().swap_out(key, num_blocks, block_hashes)
+        self._changes += 1
+        for h in shared:
+            held[h] = held.get(h, 0) + 1
+        if shared:
+            self._sharing[key] = shared
+            self.shared_blocks += len(shared)
+        return super().swap_out(key, num_blocks - len(shared), rest)
 
     def swap_in(self, key: int) -> int:
+        """`HostTier.swap_in`, and the cached blocks the swap took as its parked copies may be evicted again.
+        Returns how many blocks it held, those included."""
         self._changes += 1
-        return super().swap_in(key)
+        held = self._parked_copies
+        shared = self._sharing.pop(key, ())
+        for h in shared:
+            n = held.pop(h)
+            if n > 1:
+                held[h] = n - 1
+        return super().swap_in(key) + len(shared)
+
+    def check_invariants(self) -> None:
+        """`HostTier.check_invariants`, and each parked copy (`swap_out`) a cached block, counted once for every
+        swapped request that took it."""
+        super().check_invariants()
+        counts: dict[int, int] = {}
+        for key, hashes in self._sharing.items():
+            assert key in self._swapped, f"host tier: parked copies taken under {key}, which is not swapped out"
+            for h in hashes:
+                counts[h] = counts.get(h, 0) + 1
+        assert counts == self._parked_copies, "host tier: parked copies miscounted"
+        assert all(h in self._lru for h in counts), "host tier: a parked copy's block was evicted"
 
     def _room(self) -> int | None:
-        """A free host block for swapped KV, evicting as the policy says if none is free, never a ``pinned`` hash:
-        vLLM holds the host blocks a load is reading until it lands, so nothing evicts them meanwhile."""
-        if not self._free and not self._evict(1, self.pinned):
+        """A free host block for swapped KV, evicting as the policy says if none is free, never a ``pinned`` hash
+        (vLLM holds the host blocks a load is reading until it lands, so nothing evicts them meanwhile) nor one
+        a swapped request's parked copy is (`swap_out`)."""
+        if not self._free and not self._evict(1, self.pinned.union(self._parked_copies)):
             return None
         return self._free.pop()
 

@@ -158,19 +158,20 @@ class KVMemory:
     def park(self, key: int, slots: int, block_hashes: frozenset[int] = frozenset()) -> int | None:
         """Swap ``slots`` of a preempted request (``key``) out into the host tier's memory, whole blocks,
         ``block_hashes`` the keys of its hashed ones (`free_group`'s ``parked``: not offloaded meanwhile).
-        Returns how many of its blocks the host held already (cached by hash: taken as their parked copies,
-        nothing to copy, `HostTier.swap_out`), or None if it has no room (only with a host tier)."""
+        Returns how many of its blocks the host held already (cached, or parked by another swapped request, by
+        hash: taken or shared as their parked copies, nothing to copy, `HostTier.swap_out`), or None if it has
+        no room (only with a host tier)."""
         tier = self.host_tier
-        shared = tier.shared_blocks
+        shared = tier.shared_blocks + tier.joined_blocks
         if not tier.swap_out(key, -(-slots // self.block_size), block_hashes):
             return None
-        return tier.shared_blocks - shared
+        return tier.shared_blocks + tier.joined_blocks - shared
 
     @property
     def parks_hashes(self) -> bool:
-        """Whether a swap-out tells the host tier the hashes it parks: a write-back tier, whose spills then skip
-        them (a write-through one stores blocks as they are computed, not as the GPU evicts them)."""
-        return self.host_tier is not None and not self.host_tier.write_through
+        """Whether a swap-out tells the host tier the hashes it parks: any tier, which copies none it holds
+        already (`HostTier.swap_out`, `RequestTier.swap_out`); a write-back tier's spills skip them meanwhile."""
+        return self.host_tier is not None
 
     def unpark(self, key: int) -> None:
         """The request swapped out under ``key`` is back on the GPU: free its host blocks."""

@@ -366,7 +366,8 @@ class HostTierMachine(AllocatorMachine):
         assert self.tier.reloaded_blocks == reloaded + host
         for i in range(gpu, gpu + host):  # loaded blocks are cached again, under their hashes
             assert self.alloc.block_hash(self.alloc.block_table(seq)[i]) == hashes[i]
-        if self.write_through and not host and 2 * len(hashes) <= self.tier.num_blocks - self.tier.swapped_blocks:
+        if self.write_through and not host and \
+                2 * len(hashes) <= self.tier.num_blocks - self.tier.swapped_blocks - len(self.tier._parked_copies):
             offered = self.tier.store_filter.count if self.tier.store_filter else None
             assert all(h in self.tier or offered and offered(h) < self.store_threshold for h in hashes), \
                 "write-through: a computed block offered often enough is not on the host"
@@ -401,28 +402,53 @@ class HostTierMachine(AllocatorMachine):
     def park(self, blocks):
         key = self.next_id
         self.next_id += 1
-        free, cached = self.tier.num_free, self.tier.cached_blocks
-        if self.tier.swap_out(key, blocks):
+        t = self.tier
+        free, cached = t.num_free, t.cached_blocks
+        kept = len(t._lru.keys() & t._parked_copies.keys()) if self.write_through else 0  # parked copies stay
+        if t.swap_out(key, blocks):
             self.parked.append(key)
         else:
-            assert blocks > free + cached and (self.tier.num_free, self.tier.cached_blocks) == (free, cached)
+            assert blocks > free + cached - kept and (t.num_free, t.cached_blocks) == (free, cached)
 
-    @precondition(lambda self: len(getattr(self, "parked", ())) < 2 and not self.write_through)
+    @precondition(lambda self: len(getattr(self, "parked", ())) < 2)
     @rule(data=st.data(), more=st.integers(0, 1))
     def park_cached(self, data, more):
-        """A swap-out whose hashed blocks the host caches in part (a write-back tier): their cached blocks are
-        taken as its parked copies, nothing copied, and the others come from free or evicted blocks."""
-        cached = sorted(self.tier._lru)
+        """A swap-out whose hashed blocks the host caches in part: their cached blocks are its parked copies,
+        nothing copied (a write-back tier takes them out of its cache, a write-through one keeps them cached
+        and evicts none while parked), and the others come from free or evicted blocks."""
+        t = self.tier
+        cached = sorted(t._lru)
         hashes = frozenset(data.draw(st.lists(st.sampled_from(cached), max_size=2))) if cached else frozenset()
         key, blocks = self.next_id, len(hashes) + more
         self.next_id += 1
-        if not blocks or blocks > self.tier.num_free + len(cached):
+        kept = hashes.union(t._parked_copies, t.pinned) if self.write_through else hashes
+        if not blocks or more > t.num_free + len(cached) - len(kept & t._lru.keys()):
             return
-        free, shared, evicted = self.tier.num_free, self.tier.shared_blocks, self.tier.evicted_blocks
-        assert self.tier.swap_out(key, blocks, hashes)
+        free, shared, evicted = t.num_free, t.shared_blocks, t.evicted_blocks
+        assert t.swap_out(key, blocks, hashes)
         self.parked.append(key)
-        assert self.tier.shared_blocks == shared + len(hashes) and not any(h in self.tier for h in hashes)
-        assert self.tier.evicted_blocks == evicted + max(0, more - free)  # only the block not on the host
+        assert t.shared_blocks == shared + len(hashes)
+        assert all(h in t for h in hashes) if self.write_through else not any(h in t for h in hashes)
+        assert t.evicted_blocks == evicted + max(0, more - free)  # only the block not on the host
+
+    @precondition(lambda self: 0 < len(getattr(self, "parked", ())) < 3)
+    @rule(data=st.data(), more=st.integers(0, 1))
+    def park_parked(self, data, more):
+        """A swap-out whose hashed blocks another swapped request parks already: it shares their host blocks
+        (vLLM v0's prefix-caching CPU allocator: one block a hash), nothing copied, no block taken."""
+        t = self.tier
+        parked = sorted(h for h in t._parked_block if h not in t._lru)
+        hashes = frozenset(data.draw(st.lists(st.sampled_from(parked), max_size=2))) if parked else frozenset()
+        key, blocks = self.next_id, len(hashes) + more
+        self.next_id += 1
+        if not hashes:
+            return
+        free, joined, swapped = t.num_free, t.joined_blocks, t.swapped_blocks
+        if not t.swap_out(key, blocks, hashes):
+            assert more and (t.num_free, t.joined_blocks, t.swapped_blocks) == (free, joined, swapped)
+            return
+        self.parked.append(key)
+        assert t.joined_blocks == joined + len(hashes) and t.swapped_blocks == swapped + more
 
     @precondition(lambda self: getattr(self, "parked", None))
     @rule(data=st.data())
@@ -437,7 +463,8 @@ class HostTierMachine(AllocatorMachine):
             t.check_invariants()
             assert t.offload_bytes == t.offloaded_blocks * t.block_bytes
             assert t.cached_blocks + t.swapped_blocks + t.num_free == t.num_blocks
-            assert t.cached_blocks == t.offloaded_blocks + t.kept_blocks - t.evicted_blocks - t.shared_blocks
+            taken = 0 if t.write_through else t.shared_blocks  # a write-through tier's parked copies stay cached
+            assert t.cached_blocks == t.offloaded_blocks + t.kept_blocks - t.evicted_blocks - taken
 
 
 for _name in ("paged", "paged-cow", "radix"):

@@ -18,8 +18,9 @@ from tests.soak import examples
 class ReferenceTier:
     """``HostTier``'s behaviour one hash at a time: free blocks popped from the end, then the LRU's oldest; a
     parked hash the host does not cache is not stored but noted, and cached in a block its request frees when it
-    is swapped back in; one it caches when its request is swapped out is taken out of the cache as a parked block,
-    and noted the same way."""
+    is swapped back in (by the last request parking it); one it caches when its request is swapped out is taken out
+    of the cache as a parked block, and noted the same way; one another request parks shares that request's block
+    (handed on to a request still parking it when its holder is swapped back in)."""
 
     def __init__(self, num_blocks: int) -> None:
         self.lru: OrderedDict[int, int] = OrderedDict()
@@ -27,7 +28,8 @@ class ReferenceTier:
         self.swapped: dict[int, list[int]] = {}
         self.parked: dict[int, frozenset[int]] = {}
         self.skipped: dict[int, None] = {}
-        self.offloaded = self.reloaded = self.evicted = self.kept = self.shared = 0
+        self.block_of: dict[int, int] = {}  # parked hash -> the host block holding its KV
+        self.offloaded = self.reloaded = self.evicted = self.kept = self.shared = self.joined = 0
 
     def is_parked(self, h: int) -> bool:
         return any(h in hashes for hashes in self.parked.values())
@@ -67,20 +69,34 @@ class ReferenceTier:
         self.reloaded += len(hashes)
 
     def swap_out(self, key: int, num_blocks: int, hashes: frozenset[int]) -> bool:
-        if num_blocks > len(self.free) + len(self.lru):
+        joined = [h for h in sorted(hashes) if h in self.block_of]
+        if num_blocks - len(joined) > len(self.free) + len(self.lru):
             return False
-        shared = [h for h in hashes if h in self.lru][:num_blocks]
-        self.swapped[key] = [self.lru.pop(h) for h in shared] + [self.room() for _ in range(num_blocks - len(shared))]
+        rest = [h for h in sorted(hashes) if h not in self.block_of]
+        shared = [h for h in rest if h in self.lru][:num_blocks - len(joined)]
+        blocks = [self.lru.pop(h) for h in shared]
+        blocks += [self.room() for _ in range(num_blocks - len(joined) - len(shared))]
+        self.swapped[key] = blocks
         for h in shared:
             self.skipped[h] = None
         self.shared += len(shared)
+        self.joined += len(joined)
+        for h, block in zip(shared + [h for h in rest if h not in shared], blocks, strict=False):
+            self.block_of[h] = block
         self.parked[key] = hashes
         return True
 
     def swap_in(self, key: int) -> None:
-        self.free.extend(reversed(self.swapped.pop(key)))
+        blocks = self.swapped.pop(key)
         hashes = self.parked.pop(key)
-        for h in [h for h in self.skipped if h in hashes]:
+        for h in sorted(hashes):
+            if not self.is_parked(h):
+                self.block_of.pop(h, None)
+            elif self.block_of.get(h) in blocks:
+                blocks.remove(self.block_of[h])
+                self.swapped[min(k for k, parked in self.parked.items() if h in parked)].append(self.block_of[h])
+        self.free.extend(reversed(blocks))
+        for h in [h for h in self.skipped if h in hashes and not self.is_parked(h)]:
             del self.skipped[h]
             self.lru[h] = self.free.pop()
             self.kept += 1
@@ -133,7 +149,8 @@ def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
         assert lru_order(tier) == list(ref.lru.items())
         assert tier._free == ref.free and tier._swapped == ref.swapped
         assert (tier.offloaded_blocks, tier.reloaded_blocks, tier.evicted_blocks, tier.kept_blocks,
-                tier.shared_blocks) == (ref.offloaded, ref.reloaded, ref.evicted, ref.kept, ref.shared)
+                tier.shared_blocks, tier.joined_blocks) == (ref.offloaded, ref.reloaded, ref.evicted, ref.kept,
+                                                            ref.shared, ref.joined)
 
 
 def test_a_batch_of_new_hashes_takes_free_blocks_then_the_oldest_cached_ones():
@@ -190,18 +207,23 @@ def test_a_parked_hash_is_not_offloaded_again_and_stays_cached_when_swapped_back
     tier.check_invariants()
 
 
-def test_a_parked_hash_a_batch_evicts_is_not_stored_again_by_the_same_batch():
-    """Whether a parked hash is cached is read when its turn in the batch comes: a new hash ahead of it may
-    evict it, and the parked copy still holds its KV, so it is not stored a second time."""
+def test_two_requests_parking_one_hash_share_its_host_block():
+    """Two swapped requests whose blocks carry the same hash park one host copy of its KV, as vLLM v0's
+    prefix-caching CPU allocator does (0.4.1 ``BlockSpaceManagerV1.swap_out`` asks
+    ``CachedBlockAllocator.allocate(gpu_block.block_hash, ...)``, which hands back the CPU block cached under
+    that hash, its reference count raised): the second swap-out takes no host block and copies nothing
+    (`joined_blocks`). The block outlives its first holder, handed on to the request still parking it, and is
+    cached when the last one is swapped back in."""
     tier = HostTier(3, 10)
-    assert tier.offload_many([0, 2]) == 2
+    assert tier.offload_many([0, 2]) == 2  # one block free
     assert tier.swap_out(8, 1, frozenset({0}))  # hash 0 cached: its block taken
-    assert tier.swap_out(9, 1, frozenset({0}))  # not cached now: the free block
-    assert tier.swap_in(8) == 1 and 0 in tier  # cached again, parked by 9 still
-    assert tier.offload_many([2]) == 0  # touched: 0 is the oldest, and no block is free
-    assert tier.offload_many([1, 0]) == 1  # 1 evicts 0, which is parked: not stored again
-    assert (0 in tier, 1 in tier, 2 in tier) == (False, True, True)
+    assert tier.swap_out(9, 2, frozenset({0, 5}))  # 0 parked by 8: shared; 5 new: the free block
+    assert (tier.shared_blocks, tier.joined_blocks, tier.num_free, tier.cached_blocks) == (1, 1, 0, 1)
+    assert tier.swapped_blocks == 2
     tier.check_invariants()
-    assert tier.swap_in(9) == 1
-    assert 0 in tier and tier.kept_blocks == 2
+    assert tier.swap_in(8) == 1 and 0 not in tier  # parked by 9 still: its block is 9's now, not cached
+    assert tier.offload_many([0]) == 0  # the GPU evicts 0 again: parked, not stored
+    tier.check_invariants()
+    assert tier.swap_in(9) == 2
+    assert 0 in tier and 5 not in tier and (tier.num_free, tier.kept_blocks, tier.evicted_blocks) == (1, 1, 0)
     tier.check_invariants()

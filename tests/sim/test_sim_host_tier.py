@@ -17,7 +17,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.cost_profiles import make_step_cost
 from sim.kernel.memory import KVMemory
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_tiered_run
+from tests.sim.summaries import assert_fast_forward_equals_stepping, assert_same_tiered_run
 from workloads import Workload
 from workloads.presets import SAMPLES_DIR
 
@@ -270,16 +270,11 @@ def test_a_swapped_requests_hashed_blocks_are_not_offloaded_while_parked(monkeyp
     assert_same_tiered_run(fast, run_simulation(SimConfig(step_by_step=True, **options), w))
 
 
-@pytest.mark.parametrize("allocator", ["paged", "radix"])
-def test_a_swap_out_copies_no_block_the_host_tier_caches_already(monkeypatch, allocator):
-    """The Mooncake sample under swap with a roomy write-back tier: some victims hold full blocks whose hashes
-    the tier caches (spilled by an earlier eviction; 84 blocks over 6 swaps, up to 44 in one). Their KV is on
-    the host already, so the swap-out takes those host blocks instead of copying them: the steps' swap
-    transfers and slots are each swap-out's blocks less those, plus every swap-in's blocks in full (the GPU
-    needs them all back)."""
-    w = workloads.load_trace(MOONCAKE).head(60)
-    options = dict(model="llama-3-8b", gpu="a100-40gb", kv_tokens=12_000, max_num_batched_tokens=8192,
-                   preemption="swap", cpu_offload_gib=64.0, allocator=allocator, debug_invariants=10)
+def spy_on_swaps(monkeypatch) -> tuple[list[tuple], list]:
+    """Watch a run's swap-outs into the host tier and its swap-ins: ``out``, each swap-out's `GroupSwap`, the
+    blocks `KVMemory.park` says the host held already, and the test's own count of them, read before the call:
+    the victim's hashes the tier caches, and those it does not cache that another swapped request parks;
+    ``back``, each swap-in's `GroupSwap`."""
     swaps, out, back = {}, [], []
     swap_group, park, unpark = KVMemory.swap_group, KVMemory.park, KVMemory.unpark
 
@@ -288,9 +283,12 @@ def test_a_swap_out_copies_no_block_the_host_tier_caches_already(monkeypatch, al
         return swap
 
     def park_spy(self, key, slots, block_hashes=frozenset()):
+        tier = self.host_tier
+        cached = sum(1 for h in block_hashes if h in tier)
+        parked = sum(1 for h in block_hashes if h not in tier and h in tier._parked_block)
         on_host = park(self, key, slots, block_hashes)
-        assert on_host is not None and on_host == len([h for h in block_hashes if h in self.host_tier._skipped])
-        out.append((swaps[key], on_host))
+        assert on_host is not None
+        out.append((swaps[key], on_host, cached, parked))
         return on_host
 
     def unpark_spy(self, key):
@@ -299,12 +297,71 @@ def test_a_swap_out_copies_no_block_the_host_tier_caches_already(monkeypatch, al
 
     for name, spy in (("swap_group", swap_group_spy), ("park", park_spy), ("unpark", unpark_spy)):
         monkeypatch.setattr(KVMemory, name, spy)
-    run = run_simulation(SimConfig(**options), w)
-    assert len(out) == len(back) == 6  # every victim swapped back in (30 prompts are rejected: too long)
-    shared = [on_host for _, on_host in out]
+    return out, back
+
+
+def assert_swaps_charge_only_what_they_copy(run, out, back) -> None:
+    """Each swap-out's blocks the host held already are those the test counted, and the steps' swap transfers
+    and slots are each swap-out's blocks less those, plus every swap-in's blocks in full (the GPU needs them all
+    back)."""
+    assert all(on_host == cached + parked for _, on_host, cached, parked in out)
+    assert run.steps["swap_blocks"].sum() == sum(s.transfers - n for s, n, *_ in out) + sum(s.transfers for s in back)
+    assert run.steps["swap_slots"].sum() == sum(s.slots - n * 16 for s, n, *_ in out) + sum(s.slots for s in back)
+
+
+MOONCAKE_SWAP = dict(model="llama-3-8b", gpu="a100-40gb", kv_tokens=12_000, max_num_batched_tokens=8192,
+                     preemption="swap", cpu_offload_gib=64.0, debug_invariants=10)
+"""The Mooncake sample under swap beside a roomy host tier: the first 60 requests preempt 6 times (30 prompts are
+rejected: too long), the first 200 15 times."""
+
+
+@pytest.mark.parametrize("allocator", ["paged", "radix"])
+def test_a_swap_out_copies_no_block_the_host_tier_caches_already(monkeypatch, allocator):
+    """The Mooncake sample under swap with a roomy write-back tier: some victims hold full blocks whose hashes
+    the tier caches (spilled by an earlier eviction; 84 blocks over 6 swaps, up to 44 in one). Their KV is on
+    the host already, so the swap-out takes those host blocks instead of copying them."""
+    w = workloads.load_trace(MOONCAKE).head(60)
+    out, back = spy_on_swaps(monkeypatch)
+    run = run_simulation(SimConfig(allocator=allocator, **MOONCAKE_SWAP), w)
+    assert len(out) == len(back) == 6  # every victim swapped back in
+    shared = [on_host for _, on_host, *_ in out]
     assert sum(shared) == 84 and max(shared) == 44
-    assert run.steps["swap_blocks"].sum() == sum(s.transfers - n for s, n in out) + sum(s.transfers for s in back)
-    assert run.steps["swap_slots"].sum() == (sum(s.slots - n * 16 for s, n in out) + sum(s.slots for s in back))
+    assert_swaps_charge_only_what_they_copy(run, out, back)
+
+
+@pytest.mark.parametrize("allocator, policy", [("paged", "lru"), ("paged-cow", "arc")])
+def test_a_swap_out_into_a_write_through_tier_copies_no_block_it_stores_already(monkeypatch, allocator, policy):
+    """The same with a write-through tier, which stores blocks as they are computed: 1,443 of the 1,472 blocks
+    the 6 victims hold are on the host when they are swapped out, and are not copied again (they stay cached,
+    kept from eviction while parked): 1,501 swap transfers in all (before: 2,944, every block out and in). The
+    fast-forward parks the same blocks as step by step."""
+    w = workloads.load_trace(MOONCAKE).head(60)
+    options = dict(allocator=allocator, offload_write_policy="write_through", offload_eviction_policy=policy,
+                   **MOONCAKE_SWAP)
+    out, back = spy_on_swaps(monkeypatch)
+    run = run_simulation(SimConfig(**options), w)
+    assert len(out) == len(back) == 6
+    assert sum(s.transfers for s, *_ in out) == 1472 and sum(on_host for _, on_host, *_ in out) == 1443
+    assert_swaps_charge_only_what_they_copy(run, out, back)
+    assert run.steps["swap_blocks"].sum() == 1501
+    monkeypatch.undo()
+    assert_fast_forward_equals_stepping(SimConfig(**options), w)
+
+
+def test_two_swapped_requests_parking_one_hash_share_its_host_block(monkeypatch):
+    """200 Mooncake requests preempt 15 times under a write-back tier; 32 of the blocks the victims hold carry a
+    hash another swapped request parks already (a shared conversation prefix). vLLM v0's prefix-caching CPU
+    allocator keeps one block a hash (`HostTier.swap_out`), so those share its host block and are not copied:
+    5,477 swap transfers (before: 5,509). Fast-forward and step by step agree."""
+    w = workloads.load_trace(MOONCAKE).head(200)
+    options = dict(allocator="paged", **MOONCAKE_SWAP)
+    out, back = spy_on_swaps(monkeypatch)
+    run = run_simulation(SimConfig(**options), w)
+    assert len(out) == 15 and sum(parked for *_, parked in out) == 32
+    assert_swaps_charge_only_what_they_copy(run, out, back)
+    assert run.steps["swap_blocks"].sum() == 5477
+    monkeypatch.undo()
+    assert_fast_forward_equals_stepping(SimConfig(**options), w)
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
