@@ -269,6 +269,15 @@ class Allocator(ABC):
         more = num_tokens - self.num_tokens(seq_id)
         return self.grow(seq_id, more) if more > 0 else NO_COPIES
 
+    def growth_fits(self, growth: Sequence[tuple[int, int]]) -> bool:
+        """Whether growing each ``(seq_id, num_tokens)`` of ``growth`` in turn (one sequence group's decoders)
+        would all succeed now; changes nothing. The scheduler asks it before growing any sequence of a group
+        of several, so that a group that cannot grow whole is preempted before it copies or takes anything:
+        vLLM v0 asks ``can_append_slots(seq_group)`` before ``_append_slots`` (`sim.kernel.group_growth`).
+        Default: not known ahead (a sliding-window pool frees blocks as it grows): True, each sequence's
+        growth is tried as it is made and its failure preempts then."""
+        return True
+
     def grow_chunk(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
         """`grow` by a prefill chunk computed in one step. The same as `grow` except in a hybrid pool, whose
         sliding windows free by the tokens computed before the step (`grow`: by the last new token)."""

@@ -127,6 +127,11 @@ class ContiguousAllocator(Allocator):
             self._reserved -= used
         return ()  # NO_COPIES (the same object: a literal, which skips a global lookup)
 
+    def growth_fits(self, growth: Sequence[tuple[int, int]]) -> bool:
+        """`Allocator.growth_fits`: each sequence grows inside its own slab (`grow`), apart from the others."""
+        seqs = self._seqs
+        return all(seqs[seq_id].tokens + n <= seqs[seq_id].size for seq_id, n in growth)
+
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """A slab cannot be shared: the child gets its own slab and the parent's tokens are copied into it."""
         parent = self._seqs[parent_id]

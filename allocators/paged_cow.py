@@ -89,6 +89,28 @@ class PagedCowAllocator(PagedAllocator):
         assert grown is not None, "free blocks were counted before copying"
         return (Copy(last, dst, bs), *grown)
 
+    def growth_fits(self, growth: Sequence[tuple[int, int]]) -> bool:
+        """`Allocator.growth_fits` with copy-on-write: a sequence growing into a shared, partly filled tail
+        takes a block for its copy too (`_grow_slow`), except the last of its sharers to grow, which then
+        owns the tail alone (vLLM v0's ``append_slots``: a copy only while ``ref_count > 1``)."""
+        bs, partial, seqs = self.block_size, self._partial, self._seqs
+        sharing: dict[int, int] = {}  # shared tail -> its sharers still on it once the growths before are made
+        need = 0
+        for seq_id, n in growth:
+            if n <= 0:
+                continue
+            s = seqs[seq_id]
+            last = s.table[-1]
+            grown = cdiv(s.tokens + n, bs) - len(s.table)
+            if last in partial:
+                left = sharing.get(last, len(partial[last]))
+                sharing[last] = left - 1
+                if left > 1:  # copies the tail first
+                    need += grown + 1
+                    continue
+            need += max(grown, 0)
+        return need <= self._free.num_free
+
     def _cache_full_blocks(self, s: SeqBlocks) -> None:
         """`PagedAllocator._cache_full_blocks`, counting the blocks others may hit now in ``hit_changes``: without
         ``reports_growth`` the decode fast-forward reads that counter, not `shared_fill`."""

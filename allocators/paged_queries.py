@@ -105,6 +105,12 @@ class PagedQueries(Allocator):
         s = self._seqs[seq_id]
         return max(-(-(s.tokens + num_tokens) // self.block_size) - len(s.table), 0)
 
+    def growth_fits(self, growth: Sequence[tuple[int, int]]) -> bool:
+        """`Allocator.growth_fits`: the blocks the growths take (`new_blocks`) against the free queue, as
+        `grow_due` tests each."""
+        new_blocks = self.new_blocks
+        return sum(new_blocks(seq_id, n) for seq_id, n in growth if n > 0) <= self._free.num_free
+
     def hit_layout(self, block_hashes: Sequence[int], num_tokens: int) -> tuple[list[int], Sequence[int]]:
         """A new sequence's prefix hit as it lies: the GPU blocks it hits, in order, and the hashes after them
         that only the host tier holds (what growth can evict, shortening the hit)."""

@@ -200,6 +200,16 @@ class VAttentionAllocator(Allocator):
         self._settle(s)
         return (PageMap(count),)
 
+    def growth_fits(self, growth: Sequence[tuple[int, int]]) -> bool:
+        """`Allocator.growth_fits`: the page sets the growths map beyond their tails' room, as `grow` tests
+        each."""
+        pt, seqs, need = self.page_tokens, self._seqs, 0
+        for seq_id, n in growth:
+            s = seqs[seq_id]
+            if n > s.room:
+                need += cdiv(s.tokens + n, pt) - len(s.pages)
+        return need <= len(self._free)
+
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy | PageMap, ...] | None:
         """Copy on fork: the child's own range gets new pages and every parent page is copied into them."""
         if child_id in self._seqs:

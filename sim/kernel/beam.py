@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kernel.memory import KVMemory
+from sim.kernel.preemption import Preemption
 from sim.kernel.sequence_group import SequenceGroup
 
 
@@ -57,9 +58,11 @@ class BeamSearch:
         return sum(g.num_seqs * min(g.prompt + step - g.base, window) for g in running
                    if g.beam and g.base >= 0 and g not in joiners)
 
-    def step(self, group: SequenceGroup, memory: KVMemory, plan, until_fits) -> None:
+    def step(self, group: SequenceGroup, memory: KVMemory, plan, groups: Preemption) -> None:
         """Re-pick parents, fork and free, then give every beam a slot for this step's token. On a failed
-        allocator call ``until_fits`` preempts the latest admitted group; if that is ``group``, stop.
+        allocator call ``groups`` (the scheduler's `GroupMechanics`) preempts the latest admitted group; if that
+        is ``group``, stop. The beams' slots are checked whole before any beam grows (`Preemption.until_grows`,
+        `sim.kernel.group_growth`), so a group preempted for want of them copies no shared tail first.
 
         A beam's old sequence is freed as soon as no other beam still has to fork from it, and forks that let an
         old sequence go come first, so the step needs no more memory than its ``k`` beams (plus one sequence for
@@ -89,7 +92,7 @@ class BeamSearch:
             j = next((j for j in to_fork if parents[parents[j]] != parents[j] and pending[parents[j]] == 1),
                      to_fork[0])
             to_fork.remove(j)
-            made = until_fits(group, lambda p=old[parents[j]]: memory.fork(group, p))
+            made = groups.until_fits(group, lambda p=old[parents[j]]: memory.fork(group, p))
             if made is None:
                 return
             plan.add_copies(made)
@@ -97,8 +100,10 @@ class BeamSearch:
             pending[parents[j]] -= 1
             free_done()
         group.seq_ids = chosen
+        if not groups.until_grows(group, [(seq_id, 1) for seq_id in chosen]):
+            return
         for seq_id in chosen:
-            made = until_fits(group, lambda s=seq_id: memory.grow(s, 1))
+            made = groups.until_fits(group, lambda s=seq_id: memory.grow(s, 1))
             if made is None:
                 return
             plan.add_copies(made)

@@ -81,8 +81,8 @@ class DecodeSet:
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
 
-    def sync_run(self, step0: int, end: int, grow_due, start_of, spare: int = 1 << 62,
-                 begin_step=None) -> tuple[int, int, float, int, float, int, float]:
+    def sync_run(self, step0: int, end: int, grow_due, start_of, spare: int = 1 << 62, begin_step=None,
+                 together=None, fits=None) -> tuple[int, int, float, int, float, int, float]:
         """Sync every sequence falling due in steps ``step0 .. end - 1`` of a decode run, in (deadline, id)
         order, including the later deadlines the syncs create. ``grow_due(seq_id, tokens)`` is the
         allocator's (headroom, new blocks, reservation change) or None when out of memory: the run then ends
@@ -90,6 +90,10 @@ class DecodeSet:
         starts, in seconds from the run's start. ``spare``: free blocks that hold nothing; the allocator hands
         them out before it evicts cached blocks, so blocks past them are evictions. ``begin_step(step)``, if
         given, is called before the first sync of each step (a write-through tier's step, `RequestTier`).
+        ``together(seq_id, due)``, if given: the decoders of its group due at step ``due`` where there are
+        several (`group_growth.due_together`), else None; they are synced together, at the first, once
+        ``fits(growth)`` says their growth fits whole (else the run ends before that step: the scheduler
+        preempts, `sim.kernel.group_growth`).
 
         Returns ``(end, blocks, blocks_t, moved, moved_t, evicted, evicted_t)``: the run's end, the used blocks
         gained, the reservation gained (slots: the lag no longer counts the tokens just told) and the cached
@@ -110,28 +114,42 @@ class DecodeSet:
             if begin_step is not None and due != at:
                 begin_step(due)
                 at = due
-            added = due - g0[seq_id] + 1
-            grown = grow_due(seq_id, added)
-            if grown is None:
+            members = together(seq_id, due) if together is not None else None
+            if members is None:
+                members = (seq_id,)
+            elif not fits([(m, due - g0[m] + 1) for m in members]):
                 end = due
                 break
-            headroom, new_blocks, reserved = grown
-            g0[seq_id] = due + 1
-            tokens[seq_id] += added
-            synced += added
-            nxt = due + 1 + headroom
-            deadline[seq_id] = nxt
-            replace(heap, (nxt, seq_id))
-            t = start_of(due - step0)
-            gained = reserved + added
-            blocks += new_blocks
-            blocks_t += new_blocks * t
-            moved += gained
-            moved_t += gained * t
-            if blocks > spare:
-                over = blocks - spare - evicted
-                evicted += over
-                evicted_t += over * t
+            refused = False
+            for m in members:  # ``seq_id`` first: the group's first decoder due
+                added = due - g0[m] + 1
+                grown = grow_due(m, added)
+                if grown is None:
+                    refused = True
+                    break
+                headroom, new_blocks, reserved = grown
+                g0[m] = due + 1
+                tokens[m] += added
+                synced += added
+                nxt = due + 1 + headroom
+                deadline[m] = nxt
+                if m == seq_id:
+                    replace(heap, (nxt, m))
+                else:  # its entry at ``due`` goes stale
+                    heapq.heappush(heap, (nxt, m))
+                t = start_of(due - step0)
+                gained = reserved + added
+                blocks += new_blocks
+                blocks_t += new_blocks * t
+                moved += gained
+                moved_t += gained * t
+                if blocks > spare:
+                    over = blocks - spare - evicted
+                    evicted += over
+                    evicted_t += over * t
+            if refused:
+                end = due
+                break
         self.sum_g0 += synced
         self.sum_tokens += synced
         return end, blocks, blocks_t, moved, moved_t, evicted, evicted_t

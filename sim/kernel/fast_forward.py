@@ -50,9 +50,11 @@ per sub-event.
 from __future__ import annotations
 
 import math
+from itertools import chain
 
 from allocators.base import MemoryBreakdown
 from sim.kernel.cost_model import StepCostModel
+from sim.kernel.group_growth import by_group, due_together
 from sim.kernel.metrics import MemoryIntegral
 from sim.kernel.step_plan import StepPlan
 
@@ -86,8 +88,9 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if horizon != math.inf:
         k = cost.steps_starting_before(n, context, k, horizon, prefix, window)
     end = step0 + k
-    end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(step0, end, grow_due, prefix, spare,
-                                                                                begin_step)
+    together = _together(sched)
+    end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(
+        step0, end, grow_due, prefix, spare, begin_step, together, memory.growth_fits if together else None)
     _end_run_stores(memory, end)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k, window)
@@ -96,6 +99,20 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
         integral.add_blocks(blocks * seconds - blocks_t, moved * seconds - moved_t, memory.block_size, waiting,
                             evicted * seconds - evicted_t)
     return k, seconds
+
+
+def _groups_run(sched) -> bool:
+    """Whether a running group has several sequences, whose decoders due at a step grow whole or not at all
+    (`sim.kernel.group_growth`); else each decoder grows alone."""
+    return sched.running_seqs > len(sched.running)
+
+
+def _together(sched):
+    """`DecodeSet.sync_run`'s ``together`` where groups of several sequences run (`_groups_run`), else None."""
+    if not _groups_run(sched):
+        return None
+    owner, deadline = sched.memory.owner, sched.decode.deadline
+    return lambda seq_id, due: due_together(owner[seq_id], deadline, due)
 
 
 def _retries_due(memory) -> bool:
@@ -227,6 +244,23 @@ def _ending_where_a_hit_changes(sched, grow_due, spare: int):
     return grow
 
 
+def _sync_together(decode, memory, grow, seq_ids: list[int], step: int, synced: StepPlan) -> int:
+    """Sync one group's decoders ``seq_ids`` due at ``step`` of a sub-event run, their copies and page maps
+    gathered in ``synced``; returns how many were synced: none where there are several whose growth does not
+    fit whole (`sim.kernel.group_growth`), else up to the first that ``grow`` refuses (out of memory, or a
+    store while failed stores wait)."""
+    if len(seq_ids) > 1 and not memory.growth_fits([(s, decode.pending(s, step) + 1) for s in seq_ids]):
+        return 0
+    for done, seq_id in enumerate(seq_ids):
+        added = decode.pending(seq_id, step) + 1
+        copies = grow(seq_id, added)
+        if copies is None:
+            return done
+        synced.add_copies(copies)  # a shared tail copied on write, or pages mapped
+        decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
+    return len(seq_ids)
+
+
 def _window(decode, step: int, k: int) -> tuple[tuple[int, int] | None, int]:
     """The run's sliding-window figures for the cost model (`DecodeSet.window_run`; None for a model without
     windows) and its length cut to end before a sequence leaves the window (the clipped context then stops
@@ -254,6 +288,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
     used0 = b.used_blocks
     tier = memory.host_tier  # a host tier's contents change with stores and spills, not seen in the breakdown
     retry = _retries_due(memory)  # then one step only
+    together = _groups_run(sched)
     grow, begin_step = _store_steps(memory, memory.grow)
     while True:
         deadline = decode.next_deadline()
@@ -285,16 +320,15 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         openings = memory.growth_openings
         if begin_step is not None:
             begin_step(step)
-        for i, seq_id in enumerate(due):
-            added = decode.pending(seq_id, step) + 1
-            copies = grow(seq_id, added)  # None: out of memory, or a store while failed stores wait
-            if copies is None:  # the scheduler plans it (and preempts, if memory ran out)
-                for rest in due[i:]:
+        # a group's due decoders grow together, and only if they fit whole (`sim.kernel.group_growth`)
+        order = [seq_ids for _, seq_ids in by_group(due, memory.owner)] if together else [[s] for s in due]
+        for i, seq_ids in enumerate(order):
+            done = _sync_together(decode, memory, grow, seq_ids, step, synced)
+            if done < len(seq_ids):  # the scheduler plans it (and preempts, if memory ran out)
+                for rest in (*seq_ids[done:], *chain.from_iterable(order[i + 1:])):
                     decode.requeue(rest)
                 stopped = True
                 break
-            synced.add_copies(copies)  # a shared tail copied on write, or pages mapped
-            decode.resync(seq_id, added, memory.headroom(seq_id), step + 1)
         # the step that preempts pays for what its syncs did, as it does step by step; so does a step at which
         # a window released blocks, or a hybrid pool's prefix cache changed, while requests wait: they may now
         # be admitted, so the scheduler plans it; so does one whose evictions (GPU or host) have cut the head's

@@ -152,6 +152,11 @@ class KVMemory:
         missing = n - 1 - len(swap.forks)
         return swap._replace(forks=swap.forks + ((0, group.total_tokens),) * missing) if missing > 0 else swap
 
+    def growth_fits(self, growth: Sequence[tuple[int, int]]) -> bool:
+        """Whether growing each ``(seq_id, tokens)`` of one group in turn would all succeed now (changes nothing;
+        `Allocator.growth_fits`, `sim.kernel.group_growth`)."""
+        return self._alloc.growth_fits(growth)
+
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         return self._alloc.breakdown(waiting)
 

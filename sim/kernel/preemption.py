@@ -8,7 +8,7 @@ only to keep each file to one concept, and uses the state ``GroupMechanics.__ini
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sim.kernel.sequence_group import SWAPPED, WAITING, SequenceGroup
 
@@ -31,6 +31,16 @@ class Preemption:
             self.preempt(victim)
             if victim is group:
                 return None
+
+    def until_grows(self, group: SequenceGroup, growth: Sequence[tuple[int, int]]) -> bool:
+        """Preempt as `until_fits` does until the growth of ``group``'s decoders (``(seq_id, tokens)`` each) fits
+        whole (`KVMemory.growth_fits`), before any of them grows (`sim.kernel.group_growth`: vLLM v0's
+        ``can_append_slots(seq_group)``). False if ``group`` itself was preempted: it then grew, and copied,
+        nothing. Growth of one sequence is all or nothing by itself, so it is not asked."""
+        if len(growth) < 2:
+            return True
+        fits = self.s.memory.growth_fits
+        return self.until_fits(group, lambda: True if fits(growth) else None) is not None
 
     def preempt(self, victim: SequenceGroup) -> None:
         s = self.s

@@ -25,6 +25,7 @@ from sim.kernel.async_outputs import InFlight
 from sim.kernel.beam import BeamSearch
 from sim.kernel.completions import Completions
 from sim.kernel.decode_set import DecodeSet
+from sim.kernel.group_growth import by_group
 from sim.kernel.host_loads import HostLoads
 from sim.kernel.memory import KVMemory
 from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
@@ -216,14 +217,19 @@ class Scheduler:
         if beams.groups:
             for group in [g for g in self.running if g.beam and g.base >= 0]:
                 if group.state == RUNNING:
-                    beams.step(group, self.memory, plan, self.groups.until_fits)
+                    beams.step(group, self.memory, plan, self.groups)
         budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
         decoders_only = self.decoders_only
         if decoders_only:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             self.seq_id_order = True
-            for seq_id in self.decode.pop_due(self.step):
-                self.sync_decoder(seq_id)
+            due = self.decode.pop_due(self.step)
+            if self.running_seqs == len(self.running):  # single sequences: each grows alone
+                for seq_id in due:
+                    self.sync_decoder(seq_id)
+            else:
+                for group, seq_ids in self.due_groups(due):
+                    self.sync_group(group, seq_ids)
             self.seq_id_order = False
             budget -= self.decode.n
         else:
@@ -252,6 +258,36 @@ class Scheduler:
             return remaining
         return min(remaining, budget, self.threshold or remaining)
 
+    def due_groups(self, due: list[int]) -> list[tuple[SequenceGroup, list[int]]]:
+        """A decoders-only step's due decoders by group (`group_growth.by_group`), a group that a decode run
+        stopped at this step has synced some of first: the run synced, in this order, the groups before it,
+        and step by step its other decoders grow before the groups after it."""
+        groups = by_group(due, self.memory.owner)
+        decode, step = self.decode, self.step
+        for i, (group, _) in enumerate(groups):
+            if i and group.num_seqs > 1 and any(decode.pending(s, step) < 0 for s in group.seq_ids):
+                groups.insert(0, groups.pop(i))
+                break
+        return groups
+
+    def sync_group(self, group: SequenceGroup, seq_ids: list[int]) -> bool:
+        """Sync the due decoders ``seq_ids`` of ``group`` (`sync_decoder`), its growth checked whole first where
+        there are several (`Preemption.until_grows`, `sim.kernel.group_growth`): a group preempted for want of
+        room grows, copies and swaps out nothing of this step's. False if it was preempted."""
+        if group.state != RUNNING:
+            return False
+        if len(seq_ids) > 1:
+            decode, step = self.decode, self.step
+            self.syncing = (group, -1)  # none of its decoders grown yet
+            grows = self.groups.until_grows(group, [(s, decode.pending(s, step) + 1) for s in seq_ids])
+            self.syncing = None
+            if not grows:
+                return False
+        for seq_id in seq_ids:
+            if not self.sync_decoder(seq_id):
+                return False
+        return True
+
     def sync_decoder(self, seq_id: int) -> bool:
         """Give a due decoder slots for the tokens it computed since its last sync and this step's; False if
         its group was preempted instead."""
@@ -276,13 +312,17 @@ class Scheduler:
         """Whether the running loop has passed decoder ``seq_id`` of ``group`` this step, so that step by step
         (where it grows every decoder it passes) it holds this step's slot already: a group it scheduled, and
         while a sync preempts, the decoders before the one syncing in its group, or in seq-id order in a
-        decoders-only step. A lazily grown decoder it passed without a sync is told that slot if preempted."""
+        decoders-only step. A lazily grown decoder it passed without a sync is told that slot if preempted.
+        That loop grows a group's due decoders together (`sync_group`), at its first one (step by step, its
+        first sequence), so it has passed another group whose first sequence comes before the syncing one's."""
         if group.index in self.step_tokens:
             return True
         if self.syncing is None:
             return False
         current, at = self.syncing
-        return seq_id < at and (current is group or self.seq_id_order)
+        if current is group:
+            return seq_id < at
+        return self.seq_id_order and min(group.seq_ids) < min(current.seq_ids)
 
     def walk_running(self, budget: int) -> int:
         """vLLM's running loop, in running order; returns the budget left. Decoders the budget cannot reach
@@ -315,10 +355,7 @@ class Scheduler:
                 self.defer(group, due)
                 continue
             if not due.isdisjoint(group.seq_ids):  # most decoders are not due: no sync, no state change
-                for seq_id in list(group.seq_ids):
-                    if seq_id in due and not self.sync_decoder(seq_id):
-                        break
-                if group.state != RUNNING:
+                if not self.sync_group(group, [seq_id for seq_id in group.seq_ids if seq_id in due]):
                     continue
             budget -= num_seqs
             step_tokens[group.index] = num_seqs
