@@ -133,6 +133,10 @@ class Allocator(ABC):
     offloading connector looks the host up to the end of the request's tokens and loads beside the steps
     (``--offload-loads async``), so a request whose whole block-aligned prompt is cached loads its last block
     (GPU lookups stop a block short of it) and, once loaded, recomputes only its last token."""
+    processed_basis: bool = False
+    """Whether the pool frees window blocks by the tokens whose output is processed, a step late (vLLM's async
+    scheduling on a hybrid pool): it then implements ``begin_step``, which `sim.kernel.memory.KVMemory` calls as
+    each step is planned (the caller reads the attribute, it never probes for the method)."""
     reports_growth: bool = False
     """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those

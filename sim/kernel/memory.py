@@ -219,7 +219,7 @@ class KVMemory:
     def begin_step(self) -> None:
         """A step is being planned under async scheduling: a pool that frees window blocks by the tokens
         processed remembers where each sequence stood (`HybridPagedAllocator.begin_step`)."""
-        if getattr(self._alloc, "processed_basis", False):
+        if self._alloc.processed_basis:
             self._alloc.begin_step()
 
     def free(self, seq_id: int, finished: bool = False) -> None:
