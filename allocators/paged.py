@@ -100,6 +100,7 @@ class PagedAllocator(PagedQueries):
         lookup_tokens: int | None = None,
         delay_cache_blocks: bool = False,
         reserved_blocks: int = 0,
+        lookahead_slots: int = 0,
     ) -> Admission | None:
         """Allocate ``num_tokens`` slots (prefix hits included). With ``full_tokens`` (vLLM's
         ``scheduler_reserve_full_isl``) admit only if blocks for that many tokens would be free, though only
@@ -112,7 +113,8 @@ class PagedAllocator(PagedQueries):
         loads them (``--offload-loads async``) is looked up over its whole prompt, as vLLM looks it up.
         ``delay_cache_blocks`` (vLLM's name): cache the blocks it fills only when told (`cache_blocks`), as
         vLLM caches blocks being loaded only once their load is done. ``reserved_blocks``: free blocks what is
-        allocated now must leave to others (vLLM's, for prefills in flight; not counted against ``full_tokens``)."""
+        allocated now must leave to others (vLLM's, for prefills in flight; not counted against ``full_tokens``).
+        ``lookahead_slots``: slots held after the ``num_tokens`` (padded speculative drafts), never cached."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
@@ -121,7 +123,7 @@ class PagedAllocator(PagedQueries):
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
             return None
-        if self._admission_blocks(hits, num_tokens) > free - reserved_blocks:
+        if self._admission_blocks(hits, num_tokens + lookahead_slots) > free - reserved_blocks:
             return None
         bs, pool = self.block_size, self._pool
         for b in hits:  # touch the hits first so that popping new blocks cannot evict them
@@ -133,7 +135,7 @@ class PagedAllocator(PagedQueries):
         loaded = self._host_hits(block_hashes, len(hits), lookup_tokens or num_tokens) if tier is not None else 0
         if loaded:  # host hits fill the first new blocks, cached under their hashes below like computed ones
             tier.load(seq_id, block_hashes, len(hits), loaded)
-        table = hits + pool.pop_many(cdiv(num_tokens, bs) - len(hits))
+        table = hits + pool.pop_many(cdiv(num_tokens + lookahead_slots, bs) - len(hits))
         hashes = tuple(block_hashes) if self.prefix_caching else ()
         parked_from = own_from if hashes and self.parks_own_blocks else None
         s = SeqBlocks(table, num_tokens, final_tokens, hashes, parked_from)
@@ -154,7 +156,9 @@ class PagedAllocator(PagedQueries):
 
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         s = self._seqs[seq_id]
-        if 0 < num_tokens < s.room:  # fast path: stays inside the last block, no block structure touched
+        # fast path: stays inside the last block, no block structure touched (room past the last block is held for
+        # speculative drafts, `grow_with_drafts`: tokens crossing into it fill a block, which is cached)
+        if 0 < num_tokens < s.room <= self.block_size:
             s.room -= num_tokens
             s.tokens += num_tokens
             self._num_token_slots += num_tokens
@@ -230,6 +234,22 @@ class PagedAllocator(PagedQueries):
                 self._cache_full_blocks(s)
         headroom = self._headroom(seq_id, s) if hashes else held - tokens  # one short of a fill that is work
         return headroom, num_new, delta
+
+    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int) -> tuple[Copy, ...] | None:
+        """Grow by ``num_tokens`` and hold slots for ``drafts`` more tokens after them, all or nothing (vLLM's
+        ``allocate_slots`` for a verification step of speculative decoding: slots for the fed token and the
+        drafts, but only tokens up to ``request.num_tokens``, no draft, are cached). The draft slots are held,
+        not token slots: a rejected draft's slot is filled by a later token, never freed before the request."""
+        s, bs = self._seqs[seq_id], self.block_size
+        if -(-(s.tokens + num_tokens + drafts) // bs) - len(s.table) > self._free.num_free:
+            return None
+        if num_tokens:
+            PagedAllocator.grow_due(self, seq_id, num_tokens)  # never the fast path: it may cross draft blocks
+        more = -(-(s.tokens + drafts) // bs) - len(s.table)
+        if more > 0:
+            s.table += self._pool.pop_many(more)
+            self._settle_last_block(s)
+        return NO_COPIES
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """Without copy-on-write the child gets private blocks and every parent block is copied."""

@@ -129,6 +129,17 @@ def simulation_options(func):
                            "default so earlier runs keep their numbers; vLLM 0.33 turns it on by default. The "
                            "clock is not changed. Needs --allocator paged, chunked prefill, recompute "
                            "preemption, no host tier, no sessions, closed loop, n or beams."),
+        _field_option("--speculative-config", type=str, metavar="JSON",
+                      help="vLLM's speculative decoding, as its engine argument: '{\"method\": \"ngram\", "
+                           "\"num_speculative_tokens\": 3}' (only ngram: no drafter model, KV or GPU time). Each "
+                           "decode step verifies the drafts (slots for all of them, as vLLM allocates them); decoders "
+                           "are then stepped one step at a time. Needs --spec-acceptance-rate, --allocator paged, "
+                           "chunked prefill, recompute preemption, no async scheduling, host tier, n > 1, beams "
+                           "or sessions. The summary's spec_decoding gives vLLM's counters."),
+        _field_option("--spec-acceptance-rate", type=float,
+                      help="kvsim's model of the drafter with --speculative-config: each draft token is accepted "
+                           "with this probability, a verification's drafts as a prefix up to the first rejection "
+                           "(the drafter is assumed to propose num_speculative_tokens every step)."),
         _field_option("--scheduling-policy", type=click.Choice(SCHEDULING_POLICIES),
                       help="fcfs, priority (the trace's priority column: lower first; the preemption "
                            "victim is the lowest priority, latest arrival), or lpm (longest cached prefix "

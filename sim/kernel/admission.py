@@ -63,7 +63,13 @@ class GroupMechanics(Preemption):
         if not s.chunked and s.continuous and group.prompt > s.max_num_batched_tokens:
             return (f"prompt of {group.prompt} tokens exceeds max_num_batched_tokens {s.max_num_batched_tokens} "
                     "with chunked prefill off")
-        return s.memory.never_fits(group)
+        reason = s.memory.never_fits(group)
+        if reason is None and s.spec is not None:  # its last verification holds slots for drafts past its end
+            need = min(group.final_tokens + s.spec.k, self.max_model_len - 1)
+            reason = s.memory.never_fits_tokens(group.prompt, need)
+            if reason is not None:
+                reason += f" (with {s.spec.k} speculative tokens past its last output token)"
+        return reason
 
     def prefill_need(self, group: SequenceGroup) -> int:
         """Prefill tokens the group would compute if admitted now (prefix-cache hits excluded)."""
@@ -73,7 +79,21 @@ class GroupMechanics(Preemption):
         cached = s.memory.cached_tokens(group.hashes, group.prompt)
         return group.prefill_target - min(cached, group.prefill_target - 1)
 
-    def place_group(self, group: SequenceGroup, budget: int = 1 << 62) -> bool:
+    def _spec_padding(self, group: SequenceGroup) -> int:
+        """Placeholder drafts a waiting request is padded with (vLLM's ``pad_spec_decode``,
+        `sim.kernel.spec_decode`): ``num_speculative_tokens`` where it has one token left to compute after its
+        hits, no running prefill was scheduled this step, and a running request was or it has hits; else 0."""
+        s = self.s
+        if s.spec is None or group.state == SWAPPED:
+            return 0
+        computed = group.prefill_target - 1  # a hit of all its tokens but the last (looked up as admission will)
+        if min(s.memory.cached_tokens(group.hashes, group.prefill_target), computed) != computed:
+            return 0
+        if any(g.index in s.step_tokens for g in s.prefilling) or not (s.step_tokens or computed > 0):
+            return 0
+        return s.spec.k if s.spec.pads(computed) else 0
+
+    def place_group(self, group: SequenceGroup, budget: int = 1 << 62, padded: int = 0) -> bool:
         """Put a waiting or swapped group's sequences in memory (`KVMemory.place`); False (nothing changed) if
         they do not fit.
 
@@ -90,7 +110,8 @@ class GroupMechanics(Preemption):
             admission = s.memory.place_first_chunk(
                 group, (lambda remaining: 0) if loads else (lambda remaining: s.chunk(remaining, budget)),
                 full_tokens=group.prefill_target if self.reserve_full_isl else None,
-                apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0)
+                apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0,
+                lookahead_slots=padded)
             if admission is None:
                 return False
             # a hit of the whole prompt (from the host, `Allocator.host_hits_to_end`) recomputes its last token
@@ -281,7 +302,11 @@ class GroupMechanics(Preemption):
             if not s.chunked and self.prefill_need(group) > budget:
                 s.memory_blocked = False
                 return admitted
-            if not self.place_group(group, budget):
+            padded = self._spec_padding(group)
+            if padded and 1 + padded > budget:  # vLLM: rather not schedule it than schedule it unpadded
+                s.memory_blocked = False
+                return admitted
+            if not self.place_group(group, budget, padded):
                 if s.running or s.loads:  # memory frees as they finish, or as loads land
                     return admitted
                 s.waiting.popleft()
@@ -293,7 +318,9 @@ class GroupMechanics(Preemption):
                 continue
             admitted = True
             chunk = s.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
-            budget -= chunk
+            budget -= chunk + padded
+            if padded:
+                s.spec.schedule(group, padded, group.prefill_target, padded=True)
             if group.prefilling:
                 self.schedule_chunk(group, chunk)
             else:
@@ -349,6 +376,8 @@ class GroupMechanics(Preemption):
         for seq_id in group.seq_ids:
             if seq_id in decode:
                 lag = decode.pending(seq_id, s.step)
+                if finished and s.spec is not None:  # drafts accepted past its last output token are dropped
+                    lag = min(lag, group.final_tokens - s.memory.num_tokens(seq_id))
                 lags[seq_id] = lag + 1 if lag >= 0 and seq_id in stepped else lag
                 decode.leave(seq_id)
         copies = s.memory.free_group(group, lags, finished, parked, unknown_tail)
@@ -356,6 +385,8 @@ class GroupMechanics(Preemption):
             s.plan.add_copies(copies)
         s.running.remove(group)
         s.running_seqs -= group.num_seqs
+        if s.spec is not None:
+            s.spec.stop(group)
         s.beams.groups -= group.beam
 
     def reject(self, group: SequenceGroup, reason: str, now: float) -> None:

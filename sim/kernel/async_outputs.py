@@ -109,7 +109,7 @@ class InFlight:
         that chunk computed are cached (prompt tokens are known) and the request hits them when vLLM admits it
         again. True when prefix caching keeps at least one full block more than it hit when last admitted."""
         memory = self.s.memory
-        if not memory.prefix_caching or victim.base >= 0:
+        if not memory.prefix_caching or victim.decoding:
             return False
         bs = memory.block_size
         return victim.prefill_done // bs > self.started.get(victim.index, 0) // bs
@@ -119,7 +119,7 @@ class InFlight:
         neither deferred nor joining in it) and which completed their prefill (``joiners``)."""
         self.joined = {g.index for g in joiners}
         deferred = self.deferred
-        self.decoded = {g.index for g in self.s.running if g.state == RUNNING and g.base >= 0
+        self.decoded = {g.index for g in self.s.running if g.state == RUNNING and g.decoding
                         and g.index not in deferred and g.index not in self.joined}
         self.deferred = set()
 

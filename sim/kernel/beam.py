@@ -45,7 +45,7 @@ class BeamSearch:
         if not self.groups:
             return seqs, context
         for g in running:
-            if g.beam and g.base >= 0 and g not in joiners:
+            if g.beam and g.decoding and g not in joiners:
                 seqs += g.num_seqs
                 context += g.num_seqs * (g.prompt + step - g.base)
         return seqs, context
@@ -56,7 +56,7 @@ class BeamSearch:
         if not self.groups:
             return 0
         return sum(g.num_seqs * min(g.prompt + step - g.base, window) for g in running
-                   if g.beam and g.base >= 0 and g not in joiners)
+                   if g.beam and g.decoding and g not in joiners)
 
     def step(self, group: SequenceGroup, memory: KVMemory, plan, groups: Preemption) -> None:
         """Re-pick parents, fork and free, then give every beam a slot for this step's token. On a failed

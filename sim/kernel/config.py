@@ -158,6 +158,8 @@ class SimConfig:
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
     async_scheduling: bool = False  # vLLM's engine argument; vLLM 0.33 turns it on by default (kvsim: off)
+    speculative_config: str | None = None  # vLLM's engine argument (JSON); only method "ngram" is modelled
+    spec_acceptance_rate: float | None = None  # kvsim's: each draft token's acceptance probability
     lpm_max_queue: int = LPM_SORT_LIMIT
     step_time: float | None = None
     calibration: str | None = None
@@ -198,6 +200,35 @@ class SimConfig:
                              "--scheduling-policy fcfs or priority, no --cpu-offload-gib); not modelled with "
                              + ", ".join(wrong))
 
+    def _check_speculative(self) -> None:
+        """``--speculative-config`` is vLLM v1's ngram speculative decoding (`sim.kernel.spec_decode`), checked
+        against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
+        scheduling, FCFS or priority order and one replica, without a host tier; anything else is refused."""
+        if self.speculative_config is None:
+            if self.spec_acceptance_rate is not None:
+                raise ValueError("--spec-acceptance-rate needs --speculative-config")
+            return
+        from sim.kernel.spec_decode import parse_speculative_config
+
+        parse_speculative_config(self.speculative_config)
+        rate = plain_number(self.spec_acceptance_rate) if self.spec_acceptance_rate is not None else None
+        if rate is None or not 0 <= rate <= 1:
+            raise ValueError("--speculative-config needs --spec-acceptance-rate P, each draft token's acceptance "
+                             f"probability in [0, 1] (kvsim's model of the drafter), got {self.spec_acceptance_rate!r}")
+        self.spec_acceptance_rate = rate
+        given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
+                 "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
+                 "--async-scheduling": (self.async_scheduling, False),
+                 "--cpu-offload-gib": (self.cpu_offload_gib > 0, False), "--replicas": (self.replicas, 1)}
+        wrong = [f"{flag} {value}" for flag, (value, want) in given.items() if value != want]
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            wrong.append(f"--scheduling-policy {self.scheduling_policy}")
+        if wrong:
+            raise ValueError("--speculative-config models vLLM v1's ngram speculative decoding on its paged KV cache "
+                             "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
+                             "no --async-scheduling, no --cpu-offload-gib, one replica, --scheduling-policy fcfs "
+                             "or priority); not modelled with " + ", ".join(wrong))
+
     def __post_init__(self) -> None:
         self._check_types()
         from allocators.vattention_pages import PAGE_SIZES_KIB
@@ -235,6 +266,7 @@ class SimConfig:
                              f"{'on' if self.chunked_prefill else 'off'}")
         if self.async_scheduling:
             self._check_async_scheduling()
+        self._check_speculative()
         if self.over_length not in OVER_LENGTH:
             raise ValueError(f"--over-length must be one of {', '.join(OVER_LENGTH)}, got {self.over_length!r}")
         if self.parallel_sampling not in PARALLEL_SAMPLING:

@@ -190,6 +190,15 @@ class DecodeSet:
     def _offset(self, seq_id: int) -> int:
         return self.tokens[seq_id] - self.g0[seq_id]
 
+    def advance(self, seq_id: int, tokens: int) -> None:
+        """The sequence gained ``tokens`` beyond its step's one (accepted speculative drafts,
+        `sim.kernel.spec_decode`): they count as pending until its next sync, as if appended in earlier steps.
+        Only for sequences synced every step (``lazy=False``): its deadline does not move."""
+        if self.windows is not None:
+            raise ValueError("speculative decoding is not modelled with sliding-window context")
+        self.g0[seq_id] -= tokens
+        self.sum_g0 -= tokens
+
     def pending(self, seq_id: int, step: int) -> int:
         """Tokens appended before ``step`` that the allocator has not been told about."""
         return step - self.g0[seq_id]

@@ -140,7 +140,9 @@ def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False)
         num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
     else:
         num_steps = 1  # host-tier loads (reload_*) are charged as swap-ins are
-        duration = cost.step_time(plan.prefill_tokens, plan.decode_seqs, plan.context_tokens,
+        # verified drafts are query tokens of the step, as prefill tokens are (vLLM runs them through the model
+        # as scheduled tokens); ngram drafting itself takes no GPU time
+        duration = cost.step_time(plan.prefill_tokens + plan.spec_tokens, plan.decode_seqs, plan.context_tokens,
                                   plan.copies, plan.swap_blocks + plan.reload_transfers, plan.attention_pairs,
                                   copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
                                   prefill_seqs=len(plan.chunks), page_maps=plan.page_maps,

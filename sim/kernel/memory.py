@@ -313,13 +313,14 @@ class KVMemory:
         return admission, copies
 
     def place_first_chunk(self, group: SequenceGroup, chunk_of, *, full_tokens: int | None,
-                          apply_watermark: bool, reserved_blocks: int = 0) -> Admission | None:
+                          apply_watermark: bool, reserved_blocks: int = 0,
+                          lookahead_slots: int = 0) -> Admission | None:
         """Admit a single sequence about to be prefilled in chunks by a per-chunk allocator (vLLM's paged KV
         cache manager) with slots for its prefix hits and first chunk only; ``chunk_of(remaining)`` sizes the
         chunk, 0 for none: slots for its hits only, looked up over its whole prompt and cached once loaded
         (`cache_loaded`; a request whose host hits load beside the steps), admitted only into the free blocks
         beyond ``reserved_blocks``. ``full_tokens``: admit only if that many tokens would fit
-        (``scheduler_reserve_full_isl``)."""
+        (``scheduler_reserve_full_isl``). ``lookahead_slots``: slots held after the chunk, not token slots."""
         self.register_prefix(group)
         target = group.prefill_target
         cached = self.cached_tokens(group.hashes, target)
@@ -327,12 +328,23 @@ class KVMemory:
         chunk = chunk_of(target - cached)
         options = self._own(group) if chunk else {**self._own(group), "lookup_tokens": target,
                                                    "delay_cache_blocks": True, "reserved_blocks": reserved_blocks}
+        if lookahead_slots:  # a padded speculative verification's placeholder drafts (`sim.kernel.spec_decode`)
+            options["lookahead_slots"] = lookahead_slots
         admission = self._alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
                                       max_total_tokens=group.max_total, block_hashes=group.hashes,
                                       full_tokens=full_tokens, apply_watermark=apply_watermark, **options)
         if admission is None:
             self._unplace(group, admitted=False)
         return admission
+
+    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int):
+        """`grow` plus slots held for ``drafts`` speculative tokens after them (`PagedAllocator.grow_with_drafts`:
+        vLLM's paged KV cache manager only)."""
+        return self._alloc.grow_with_drafts(seq_id, num_tokens, drafts)
+
+    def never_fits_tokens(self, prompt: int, tokens: int) -> str | None:
+        """Why one sequence that must at some point hold ``tokens`` slots could not run even alone, or None."""
+        return self._alloc.never_fits(prompt, final_tokens=tokens, max_total_tokens=tokens)
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens of one sequence."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from sim.kernel.sequence_group import SWAPPED, WAITING, SequenceGroup
+from sim.kernel.sequence_group import NOT_DECODING, SWAPPED, WAITING, SequenceGroup
 
 
 class Preemption:
@@ -46,10 +46,10 @@ class Preemption:
         s = self.s
         if s.in_flight is not None and s.in_flight.preempt_finished(victim):
             return
-        decoding = victim.base >= 0  # only a decoding group is swapped; a prefill is recomputed
+        decoding = victim.decoding  # only a decoding group is swapped; a prefill is recomputed
         if decoding:
             victim.generated = s.step - victim.base
-            victim.base = -1
+            victim.base = NOT_DECODING
         swap = None
         if self.swap and decoding:  # what a swap moves: the true tokens, those a lazy decoder has not told too
             decode, step = s.decode, s.step

@@ -34,6 +34,7 @@ from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.request_hashes import hash_columns
 from sim.kernel.scheduler import Scheduler
+from sim.kernel.spec_decode import SpecDecode, parse_speculative_config
 
 MEMORY_MAP_ROWS = 2**22
 """Memory-map snapshots keep one row per slot: a run records at most this many rows in all (about 150 MB as a
@@ -203,16 +204,24 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
         raise ValueError("--offload-loads async needs a model without sliding-window layers (vLLM's hybrid KV cache "
                          f"manager is not modelled with it), got {model.name}")
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
+    spec = None
+    if config.speculative_config is not None:
+        if groups:
+            raise ValueError("--speculative-config needs a model without sliding-window layers (vLLM's hybrid KV "
+                             f"cache manager is not modelled with speculative decoding), got {model.name}")
+        spec = SpecDecode(parse_speculative_config(config.speculative_config), config.spec_acceptance_rate,
+                          config.seed, max_model_len)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
-                      max_model_len=max_model_len, lazy=not config.step_by_step and not steps_singly(config, groups),
+                      max_model_len=max_model_len,
+                      lazy=not config.step_by_step and not steps_singly(config, groups) and spec is None,
                       rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy, lpm_max_queue=config.lpm_max_queue,
                       sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost),
-                      attention_topk=model.index_topk, async_scheduling=config.async_scheduling)
+                      attention_topk=model.index_topk, async_scheduling=config.async_scheduling, spec=spec)
     return memory, cost, sched
 
 

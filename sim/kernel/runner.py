@@ -39,6 +39,7 @@ from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is wher
     tier_summary,
 )
 from sim.kernel.snapshot_schedule import SnapshotSchedule
+from sim.kernel.spec_decode import check_spec_workload
 from sim.kernel.summary import build_summary
 from workloads.workload import Workload
 
@@ -98,6 +99,8 @@ def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostMod
     if config.replicas > 1:
         return run_fleet(config, workload, progress=progress)
     workload = as_run(config, workload)  # outputs cut at max_model_len, samples fanned out, as vLLM runs them
+    if config.speculative_config is not None:
+        check_spec_workload(workload)
     wall_start = time.perf_counter()
     cap = resolve_capacity(config)
     model, gpu = cap.model, cap.gpu
@@ -127,6 +130,8 @@ def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostMod
                             prefill_tokens=int(steps["prefill_tokens"].sum()),
                             cached_prompt_tokens=sched.groups.cached_prompt_tokens,
                             tier=tier_summary([(memory, sched.groups)]), extra=extra, kv_tokens=cap.kv_tokens)
+    if sched.spec is not None:
+        summary["spec_decoding"] = sched.spec.summary()
     summary["wall_time_s"] = time.perf_counter() - wall_start
     return SimResult(requests, steps, recorder.memory_frame, summary, config)
 

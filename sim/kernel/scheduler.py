@@ -29,6 +29,7 @@ from sim.kernel.group_growth import by_group
 from sim.kernel.host_loads import HostLoads
 from sim.kernel.memory import KVMemory
 from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
+from sim.kernel.spec_decode import SpecDecode
 from sim.kernel.step_plan import StepPlan
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT, WaitingQueue
 from sim.kernel.window_context import clipped_sum
@@ -44,7 +45,7 @@ class Scheduler:
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
                  scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT,
                  sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None,
-                 attention_topk: int = 0, async_scheduling: bool = False) -> None:
+                 attention_topk: int = 0, async_scheduling: bool = False, spec: SpecDecode | None = None) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -89,6 +90,8 @@ class Scheduler:
         self.deferred: set[SequenceGroup] = set()  # groups deferred for a host load until scheduled (`queued`)
         # vLLM's async scheduling: the outputs the last step left in flight (`sim.kernel.async_outputs`)
         self.in_flight = InFlight(self) if async_scheduling else None
+        # vLLM's speculative decoding (ngram drafts; `sim.kernel.spec_decode`): every decoder is synced every step
+        self.spec = spec
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -156,7 +159,7 @@ class Scheduler:
     def eager_beams(self) -> list[SequenceGroup]:
         """The decoding beam groups that joined before this step: they append the step's token as it is
         planned (`BeamSearch.step`), outside the decode set."""
-        return [g for g in self.running if g.beam and g.base >= 0 and g not in self.joiners]
+        return [g for g in self.running if g.beam and g.decoding and g not in self.joiners]
 
     def unfilled(self, plan: StepPlan) -> dict[int, int]:
         """`unfilled_prompt` of the running prefills once ``plan``'s chunks are computed (with chunked prefill;
@@ -215,11 +218,11 @@ class Scheduler:
         # beam groups re-pick parents and append a token, every step
         beams = self.beams
         if beams.groups:
-            for group in [g for g in self.running if g.beam and g.base >= 0]:
+            for group in [g for g in self.running if g.beam and g.decoding]:
                 if group.state == RUNNING:
                     beams.step(group, self.memory, plan, self.groups)
         budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
-        decoders_only = self.decoders_only
+        decoders_only = self.decoders_only and self.spec is None  # drafts: decoders differ in tokens and budget
         if decoders_only:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             self.seq_id_order = True
@@ -288,19 +291,20 @@ class Scheduler:
                 return False
         return True
 
-    def sync_decoder(self, seq_id: int) -> bool:
-        """Give a due decoder slots for the tokens it computed since its last sync and this step's; False if
-        its group was preempted instead."""
+    def sync_decoder(self, seq_id: int, drafts: int = 0) -> bool:
+        """Give a due decoder slots for the tokens it computed since its last sync and this step's (and for
+        ``drafts`` speculative tokens after them); False if its group was preempted instead."""
         group = self.memory.owner.get(seq_id)
         if group is None or group.state != RUNNING:
             return False
         decode, step = self.decode, self.step
         added = decode.pending(seq_id, step) + 1
         memory = self.memory
-        copies = memory.grow(seq_id, added)
+        grow = memory.grow if not drafts else (lambda s, a: memory.grow_with_drafts(s, a, drafts))
+        copies = grow(seq_id, added)
         if copies is None:
             self.syncing = (group, seq_id)
-            copies = self.groups.until_fits(group, lambda s=seq_id, a=added: memory.grow(s, a))
+            copies = self.groups.until_fits(group, lambda s=seq_id, a=added: grow(s, a))
             self.syncing = None
             if copies is None:
                 return False
@@ -330,7 +334,7 @@ class Scheduler:
         due = set(self.decode.pop_due(self.step))
         step_tokens = self.step_tokens
         for group in list(self.running):
-            if group.state != RUNNING or (group.beam and group.base >= 0):
+            if group.state != RUNNING or (group.beam and group.decoding):
                 continue
             if self.returned:
                 budget += self.returned
@@ -354,12 +358,28 @@ class Scheduler:
             if budget < num_seqs:
                 self.defer(group, due)
                 continue
+            if self.spec is not None:  # one sequence: its sampled token and its drafts, as the budget reaches
+                budget -= self.verify(group, budget, due)
+                continue
             if not due.isdisjoint(group.seq_ids):  # most decoders are not due: no sync, no state change
                 if not self.sync_group(group, [seq_id for seq_id in group.seq_ids if seq_id in due]):
                     continue
             budget -= num_seqs
             step_tokens[group.index] = num_seqs
         return budget + self.returned
+
+    def verify(self, group: SequenceGroup, budget: int, due: set[int]) -> int:
+        """Schedule a decoder with its speculative drafts (`sim.kernel.spec_decode`): slots for its sampled
+        token and the drafts the budget and ``max_model_len`` leave; returns the budget it took (0 if its
+        group was preempted instead)."""
+        spec, seq_id = self.spec, group.seq_ids[0]
+        drafts = spec.drafts_for(group, self.step, budget - 1)
+        due.discard(seq_id)
+        if not self.sync_decoder(seq_id, drafts):
+            return 0
+        self.step_tokens[group.index] = 1 + drafts
+        spec.schedule(group, drafts, group.prompt + self.step - group.base, padded=False)
+        return 1 + drafts
 
     def defer(self, group: SequenceGroup, due: set[int]) -> None:
         """A decoding group the step's budget did not reach computes nothing this step: its decode clock
@@ -406,6 +426,9 @@ class Scheduler:
             prefill_pairs += chunk * group.prefill_done + chunk * (chunk + 1) // 2
         plan.context_tokens = decode_context + prefill_context
         plan.attention_pairs = decode_context + prefill_pairs
+        if self.spec is not None:  # the drafts verified: query tokens of the step, each reading its prefix
+            plan.spec_tokens, pairs = self.spec.step_figures()
+            plan.attention_pairs += pairs
         if decode.windows is not None:
             self.window_figures(plan, joining)
         plan.can_run = (self.lazy and (self.in_flight is None or not self.in_flight.releasing) and not plan.chunks and not joining and not plan.preempted and not admitted
@@ -461,6 +484,8 @@ class Scheduler:
         for group in self.joiners:
             if group.first_token_s < 0:
                 group.first_token_s = end_s
+        if self.spec is not None:  # drafts accepted (groups move ahead), and the next drafts proposed
+            self.spec.step_done(self, self.joiners)
         self.joiners = []
         self.step += num_steps
         finish = self.groups.finish if in_flight is None else in_flight.hold

@@ -14,6 +14,9 @@ from __future__ import annotations
 WAITING, RUNNING, SWAPPED, FINISHED, REJECTED, LOADING, LOADED = range(7)
 """LOADING: placed, its host-tier hits being loaded beside the steps (``--offload-loads async``); LOADED: loaded,
 back in the queue to be scheduled with its blocks held."""
+NOT_DECODING = -(1 << 62)
+"""``base`` of a group that is not decoding: no step index, as a decoding group's ``base`` may be negative (accepted
+speculative drafts move it back, `sim.kernel.spec_decode`)."""
 
 
 class SequenceGroup:
@@ -54,7 +57,7 @@ class SequenceGroup:
         self.preemptions = 0
         self.epoch = 0  # bumped at every admission and preemption: stale heap entries compare unequal
         self.forked = False  # its n sequences exist (forked at the first token); re-placed as n after preemption
-        self.base = -1  # while decoding: the step index s.t. tokens generated before step G are G - base
+        self.base = NOT_DECODING  # while decoding: the step index s.t. tokens generated before step G are G - base
 
     @property
     def total_tokens(self) -> int:
@@ -66,6 +69,10 @@ class SequenceGroup:
         """Slots each sequence holds when it finishes (the waste accounting's ``final_tokens``): as in vLLM
         v1, a step allocates slots only for the tokens it computes, so the last sampled token never gets one."""
         return self.prompt + self.output - 1
+
+    @property
+    def decoding(self) -> bool:
+        return self.base != NOT_DECODING
 
     @property
     def prefilling(self) -> bool:

@@ -30,6 +30,7 @@ class StepPlan:
     host_hit_tokens: int = 0  # prompt tokens admissions loaded from the host tier
     preempted: int = 0
     eager_appended: int = 0
+    spec_tokens: int = 0  # speculative drafts the step verifies: query tokens besides prefill and decode ones
     lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder,
     # less the prompt tokens held whole and not computed yet (`Scheduler.unfilled_prompt`)
     can_run: bool = False

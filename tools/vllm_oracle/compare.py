@@ -50,7 +50,16 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         scheduler_reserve_full_isl=settings["scheduler_reserve_full_isl"],
         scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
         parallel_sampling=settings.get("parallel_sampling", "auto"),
-        memory_snapshots=0, **host)
+        memory_snapshots=0, **host, **spec_options(settings))
+
+
+def spec_options(settings: dict) -> dict:
+    """kvsim's flags for a case with vLLM's ngram speculative decoding (``num_speculative_tokens``)."""
+    if not settings.get("num_speculative_tokens"):
+        return {}
+    return dict(speculative_config=json.dumps({"method": "ngram",
+                                               "num_speculative_tokens": settings["num_speculative_tokens"]}),
+                spec_acceptance_rate=settings["spec_acceptance_rate"])
 
 
 def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:

@@ -19,6 +19,13 @@ worker: every load and store a step asks for is reported done in that step's out
 ``--offload-write-policy write_through`` and ``--offload-loads async``, whose loads land within a step; the cases
 ``offload_sessions`` and ``offload_shared_prefix``); ``--offload-eviction-policy arc`` gives the CPU spec vLLM's ARC
 policy (kvsim: ``--offload-eviction-policy arc``; the cases ``offload_arc_sessions`` and ``offload_arc_shared_prefix``).
+
+``--num-speculative-tokens K --spec-acceptance-rate P`` gives the scheduler vLLM's ngram speculative decoding
+(``SpeculativeConfig(method="ngram")``) and plays its drafter and rejection sampler: after every step, K draft
+tokens for each request that sampled (fewer near ``max_model_len``, as ngram caps them;
+``update_draft_token_ids``), and a verification's output is its accepted drafts and one bonus token, the accepted
+count drawn as kvsim draws it (`accepted_drafts`); placeholder drafts of a padded admission are never accepted.
+Writes ``spec.json`` too (vLLM's ``SpecDecodingStats`` counters summed; ``spec_cases.py`` runs the cases).
 """
 
 from __future__ import annotations
@@ -88,6 +95,11 @@ def build_scheduler(args):
             kv_connector_extra_config={"cpu_bytes_to_use": host_block * args.cpu_offload_blocks,
                                        "offload_prompt_only": args.offload_prompt_only,
                                        "eviction_policy": args.offload_eviction_policy})
+    if getattr(args, "num_speculative_tokens", 0):  # vLLM's --speculative-config '{"method": "ngram", ...}'
+        from vllm.config import SpeculativeConfig
+
+        offload["speculative_config"] = SpeculativeConfig(method="ngram",
+                                                          num_speculative_tokens=args.num_speculative_tokens)
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config, device_config=DeviceConfig(device="cpu"), **offload)
     groups = [KVCacheGroupSpec(["layer.0"], spec)]
@@ -195,9 +207,17 @@ def per_row(stats: dict[str, dict]) -> list[dict]:
     return [rows[i] for i in sorted(rows)]
 
 
+def accepted_drafts(rng, drafts: int, k: int, p: float) -> int:
+    """kvsim's acceptance draw (``sim/kernel/spec_decode.py``), repeated here so that the driver needs only numpy:
+    ``k`` uniforms per verification whatever ``drafts`` (<= k) it verifies; the drafts are accepted as a prefix,
+    up to the first uniform >= ``p``."""
+    draws = rng.random(k)[:drafts] < p
+    return int(drafts if draws.all() else draws.argmin())
+
+
 def run(args) -> None:
     import numpy as np
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
     scheduler, hasher = build_scheduler(args)
     rows = read_trace(args.trace)
@@ -208,6 +228,11 @@ def run(args) -> None:
     in_prefill: set[str] = set()
     cursor = step = 0
     finished = 0
+    k = getattr(args, "num_speculative_tokens", 0)
+    accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, int(parent[r.request_id])]) for r in requests}
+    spec_totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+    if k and any(r["n"] > 1 or r["session"] != "" for r in rows):
+        raise SystemExit("speculative decoding: rows sampled n > 1 and sessions are not driven")
     step_rows = []
     preempted_total = 0
     prefill_total = 0
@@ -239,13 +264,23 @@ def run(args) -> None:
             # num_computed_tokens was already advanced by schedule(); the step completes the prefill if it
             # reaches every token the request holds
             done = req.num_computed_tokens >= req.num_tokens
+            padding = len(out.scheduled_spec_decode_tokens.get(req_id, ()))  # drafts (a padded admission's too)
             if req_id in in_prefill:
-                prefill += n
+                prefill += n - padding
+                decode += padding
             else:
                 decode += n
             if done:
                 planned = outputs.get(req_id)  # a session turn emits the output the next turn's prompt holds
                 sampled.append([planned[len(req.output_token_ids)] if planned else int(token_rng.integers(3, VOCAB))])
+                drafts = out.scheduled_spec_decode_tokens.get(req_id, [])
+                if drafts:  # a verification: accepted drafts, then the bonus token; padding (-1) never accepted
+                    a = accepted_drafts(accept[req_id], len(drafts), k, args.spec_acceptance_rate) \
+                        if drafts[0] >= 0 else 0
+                    sampled[-1] = list(drafts[:a]) + sampled[-1]
+                    spec_totals["num_drafts"] += 1
+                    spec_totals["num_draft_tokens"] += len(drafts)
+                    spec_totals["num_accepted_tokens"] += a
                 in_prefill.discard(req_id)
                 if stats[req_id]["first_token_step"] < 0:
                     stats[req_id]["first_token_step"] = step
@@ -261,6 +296,11 @@ def run(args) -> None:
         if out.kv_connector_metadata is not None:
             output.kv_connector_output = _transfers_done(out.kv_connector_metadata)
         engine_outputs = scheduler.update_from_output(out, output)
+        if k:  # the drafter proposes k tokens after every step that sampled (ngram's cap: max_model_len)
+            proposing = [r for r, t in zip(req_ids, sampled, strict=True) if t and r in scheduler.requests]
+            scheduler.update_draft_token_ids(DraftTokenIds(proposing, [
+                token_rng.integers(3, VOCAB, max(0, min(k, args.max_model_len - scheduler.requests[r].num_tokens)))
+                .tolist() for r in proposing]))
         for eco in engine_outputs.values():
             for o in eco.outputs:
                 if o.finish_reason is not None:
@@ -278,6 +318,8 @@ def run(args) -> None:
             w = csv.DictWriter(f, fieldnames=list(table[0]))
             w.writeheader()
             w.writerows(table)
+    if k:  # vLLM's spec decoding counters (SpecDecodingStats) summed over the run
+        (out_dir / "spec.json").write_text(json.dumps(spec_totals, indent=1) + "\n")
 
 
 def main() -> None:
@@ -300,6 +342,9 @@ def main() -> None:
                    help="a sliding-window KV cache group of this window beside the full one (vLLM's hybrid manager)")
     p.add_argument("--cpu-offload-blocks", type=int, default=0, help="vLLM's OffloadingConnector with N host blocks")
     p.add_argument("--offload-prompt-only", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--num-speculative-tokens", type=int, default=0,
+                   help="vLLM's ngram speculative decoding with this many drafts a step (kvsim: --speculative-config)")
+    p.add_argument("--spec-acceptance-rate", type=float, default=0.5, help="kvsim's --spec-acceptance-rate")
     p.add_argument("--offload-eviction-policy", choices=["lru", "arc"], default="lru",
                    help="the CPU spec's eviction_policy (kvsim: --offload-eviction-policy)")
     run(p.parse_args())

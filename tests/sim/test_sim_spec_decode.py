@@ -1,0 +1,196 @@
+"""``--speculative-config`` (vLLM's ngram speculative decoding) against vLLM 0.33's own scheduler, case by case.
+
+The references in ``tests/sim/data/vllm_oracle/spec`` were written by ``tools/vllm_oracle/spec_cases.py``: vLLM
+0.33.0's ``Scheduler`` with ``SpeculativeConfig(method="ngram", num_speculative_tokens=k)``, fed ``k`` drafts after
+every step that samples (``update_draft_token_ids``) and verification outputs of ``accepted + 1`` tokens, the
+accepted counts drawn as kvsim draws them (`sim.kernel.spec_decode`). Every metric must be equal, as in
+``test_sim_vllm_parity.py``, and so must vLLM's spec decoding counters.
+"""
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_config, run_simulation
+from sim.kernel.spec_decode import SpecDecode, parse_speculative_config
+from workloads import workload_from_frame
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "tests" / "sim" / "data" / "vllm_oracle" / "spec"
+CASES = sorted(d.name for d in SPEC.iterdir() if (d / "steps.csv.gz").exists())
+NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+
+
+def _compare_module():
+    spec = importlib.util.spec_from_file_location("vllm_oracle_compare", ROOT / "tools" / "vllm_oracle" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _compare_module()
+
+
+def test_the_spec_references_cover_contention_caching_and_limits():
+    """Preemption (FCFS and priority), prefix hits, max_num_seqs, a small budget that cuts drafts, max_model_len,
+    drafts spanning more than a block (20 of them: finishing requests drop the accepted ones past their end)."""
+    assert set(CASES) >= {"ample", "contended", "max_num_seqs", "shared_prefix_cached", "small_budget_threshold",
+                          "max_model_len_capped", "priority_contended", "long_prefill_threshold", "offline_burst",
+                          "reserve_full_isl_off", "shared_prefix_uncached", "block_size_32", "contended_20_drafts"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_kvsim_makes_vllms_spec_decoding_decisions(case):
+    """Total steps, running requests, preemptions, prefill tokens and every request's first-token and finish step,
+    preemptions and cached tokens equal vLLM's exactly, and so do vLLM's counters of drafts, draft tokens and
+    accepted tokens (placeholder drafts of padded admissions included, as vLLM counts them)."""
+    ours, theirs = compare.kvsim_metrics(SPEC / case), compare.oracle_metrics(SPEC / case)
+    assert compare.differences(ours, theirs) == dict.fromkeys(compare.METRICS, "")
+    settings = json.loads((SPEC / case / "settings.json").read_text())
+    spec = run_config(compare.kvsim_config(settings, SPEC / case / "trace.csv")).summary["spec_decoding"]
+    counters = json.loads((SPEC / case / "spec.json").read_text())
+    assert {key: spec[key] for key in counters} == counters
+    assert spec["mean_acceptance_length"] == 1 + counters["num_accepted_tokens"] / counters["num_drafts"]
+
+
+@pytest.mark.parametrize("case", ["contended", "shared_prefix_cached", "contended_20_drafts"])
+def test_fast_forward_equals_step_by_step(case):
+    """With drafts every decoder is stepped one step at a time (decode steps are not identical), so the default
+    and ``--step-by-step`` take the same steps."""
+    fast = compare.kvsim_metrics(SPEC / case)
+    slow = compare.kvsim_metrics(SPEC / case, step_by_step=True)
+    for metric in compare.METRICS:
+        assert np.array_equal(fast[metric], slow[metric]), metric
+
+
+def _run(frame: pd.DataFrame, **options):
+    config = SimConfig(kv_tokens=4000 * 16, step_time=1.0, memory_snapshots=0, **options)
+    return run_simulation(config, workload_from_frame(frame))
+
+
+FRAME = pd.DataFrame({"arrival_time_s": [0.0, 0.0, 1.0], "prompt_tokens": [100, 200, 50],
+                      "output_tokens": [40, 30, 60]})
+
+
+def test_off_by_default_and_acceptance_bounds_the_speedup():
+    """Without --speculative-config nothing changes (no spec_decoding key); with it, a rate of 0 accepts nothing
+    (one token a step, the same finish steps as without drafts), a rate of 1 every draft (k + 1 tokens a step)."""
+    plain = _run(FRAME)
+    assert "spec_decoding" not in plain.summary
+    none = _run(FRAME, speculative_config=NGRAM, spec_acceptance_rate=0.0)
+    assert none.summary["spec_decoding"]["num_accepted_tokens"] == 0
+    assert none.summary["spec_decoding"]["mean_acceptance_length"] == 1
+    assert np.array_equal(none.requests["finished_s"], plain.requests["finished_s"])
+    every = _run(FRAME, speculative_config=NGRAM, spec_acceptance_rate=1.0)
+    spec = every.summary["spec_decoding"]
+    assert spec["num_accepted_tokens"] == spec["num_draft_tokens"] and spec["mean_acceptance_length"] == 4
+    # a prefill step, then ceil((output - 1) / 4) verification steps of 4 tokens each
+    expected = FRAME["arrival_time_s"] + 1 + np.ceil((FRAME["output_tokens"] - 1) / 4)
+    assert np.array_equal(every.requests["finished_s"].to_numpy(), expected.to_numpy())
+
+
+def test_runs_are_reproducible_and_the_draws_follow_the_request():
+    """Same inputs and seed, same figures; each request's draws come from its own Generator, seeded by the seed
+    and its index, ``k`` uniforms a verification (so the driver reproduces them whatever the order)."""
+    a = _run(FRAME, speculative_config=NGRAM, spec_acceptance_rate=0.5)
+    b = _run(FRAME, speculative_config=NGRAM, spec_acceptance_rate=0.5)
+    assert a.summary["spec_decoding"] == b.summary["spec_decoding"]
+    assert a.requests["finished_s"].equals(b.requests["finished_s"])
+    spec = SpecDecode(3, 0.5, seed=7, max_model_len=1000)
+    group = type("G", (), {"index": 4})()
+    draws = np.random.default_rng([7, 0x5EC, 4]).random((5, 3)) < 0.5
+    for row, drafts in zip(draws, (3, 2, 3, 1, 3), strict=True):
+        prefix = row[:drafts]
+        assert spec.accept(group, drafts) == (drafts if prefix.all() else int(prefix.argmin()))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json", "must be a JSON object"),
+    ("[1]", "must be a JSON object"),
+    ('{"method": "eagle", "num_speculative_tokens": 3}', "method 'eagle' is not modelled"),
+    ('{"method": "mtp", "num_speculative_tokens": 1}', "method 'mtp' is not modelled"),
+    ('{"method": "ngram"}', "num_speculative_tokens must be a positive integer"),
+    ('{"method": "ngram", "num_speculative_tokens": 0}', "num_speculative_tokens must be a positive integer"),
+    ('{"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}',
+     "draft_tensor_parallel_size not modelled"),
+])
+def test_unmodelled_speculative_configs_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_speculative_config(text)
+    with pytest.raises(ValueError, match=message):
+        SimConfig(speculative_config=text, spec_acceptance_rate=0.5)
+
+
+def test_vllms_spellings_are_read():
+    """vLLM's ``model: "ngram"`` names the method too; ngram's lookup window is accepted (it changes nothing
+    here: kvsim's drafter always proposes)."""
+    assert parse_speculative_config('{"model": "ngram", "num_speculative_tokens": 2}') == 2
+    assert parse_speculative_config('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, '
+                                    '"prompt_lookup_min": 2}') == 4
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(allocator="vattention"), "--allocator vattention"),
+    (dict(preemption="swap"), "--preemption swap"),
+    (dict(async_scheduling=True), "--async-scheduling True"),
+    (dict(cpu_offload_gib=1.0), "--cpu-offload-gib True"),
+    (dict(chunked_prefill=False), "--chunked-prefill False"),
+    (dict(replicas=2), "--replicas 2"),
+    (dict(scheduling_policy="lpm"), "--scheduling-policy lpm"),
+    (dict(spec_acceptance_rate=None), "needs --spec-acceptance-rate"),
+    (dict(spec_acceptance_rate=1.5), "needs --spec-acceptance-rate"),
+])
+def test_unmodelled_combinations_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        SimConfig(**({"speculative_config": NGRAM, "spec_acceptance_rate": 0.5} | options))
+
+
+def test_an_acceptance_rate_alone_is_refused():
+    with pytest.raises(ValueError, match="--spec-acceptance-rate needs --speculative-config"):
+        SimConfig(spec_acceptance_rate=0.5)
+
+
+@pytest.mark.parametrize("column, value, message", [("n", 2, "rows sampled n > 1 times"),
+                                                    ("beam_width", 2, "beam search")])
+def test_unmodelled_workloads_are_refused(column, value, message):
+    frame = FRAME.assign(**{column: [1, value, 1]})
+    with pytest.raises(ValueError, match=message):
+        _run(frame, speculative_config=NGRAM, spec_acceptance_rate=0.5)
+
+
+def test_a_model_with_sliding_windows_is_refused():
+    with pytest.raises(ValueError, match="without sliding-window layers"):
+        _run(FRAME, model="gpt-oss-20b", speculative_config=NGRAM, spec_acceptance_rate=0.5)
+
+
+def test_a_request_whose_drafts_never_fit_is_rejected():
+    """Its last verification holds slots for k drafts past its last output token: a pool that holds the request
+    alone but not those drafts rejects it with the reason."""
+    frame = pd.DataFrame({"arrival_time_s": [0.0], "prompt_tokens": [40], "output_tokens": [8]})
+    config = dict(kv_tokens=4 * 16, block_size=16, step_time=1.0, memory_snapshots=0)  # 3 usable blocks: 47 fits
+    assert not run_simulation(SimConfig(**config), workload_from_frame(frame)).requests["rejected"].any()
+    spec = run_simulation(SimConfig(**config, speculative_config=NGRAM, spec_acceptance_rate=0.5),
+                          workload_from_frame(frame))
+    assert spec.requests["rejected"].all()
+
+
+def test_the_clock_counts_verified_drafts_as_tokens_of_the_step():
+    """A roofline or fitted clock charges the drafts each verification feeds as query tokens: with every draft
+    rejected the run takes the same steps but longer ones."""
+    burst = workload_from_frame(FRAME.assign(arrival_time_s=0.0))
+    plain = run_simulation(SimConfig(kv_tokens=4000 * 16, memory_snapshots=0), burst)
+    drafts = run_simulation(SimConfig(kv_tokens=4000 * 16, memory_snapshots=0, speculative_config=NGRAM,
+                                      spec_acceptance_rate=0.0), burst)
+    assert drafts.steps["num_steps"].sum() == plain.steps["num_steps"].sum()
+    assert drafts.steps["duration_s"].sum() > plain.steps["duration_s"].sum()
+
+
+def test_dataclass_replace_keeps_the_check():
+    with pytest.raises(ValueError, match="needs --spec-acceptance-rate"):
+        dataclasses.replace(SimConfig(), speculative_config=NGRAM)
