@@ -106,7 +106,8 @@ def paper_config(allocator: str, preset: str, rate: float, num_requests: int, **
     KV memory from the GPU)."""
     values = dict(allocator=allocator, model=paper.MODEL, gpu=paper.GPU, kv_gib=paper.KV_GIB,
                   cost_profile=paper.COST_PROFILE,
-                  block_size=paper.BLOCK_SIZE, max_model_len=paper.MAX_MODEL_LEN, chunked_prefill=False,
+                  block_size=paper.BLOCK_SIZE if hands_out_blocks(allocator) else None,  # (nor blocks: 16 all the same)
+                  max_model_len=paper.MAX_MODEL_LEN, chunked_prefill=False,
                   preemption="recompute", prefix_caching=False, preset=preset,
                   watermark=paper.WATERMARK if hands_out_blocks(allocator) else 0.0,  # (Orca's slabs have no pool)
                   rate=rate, num_requests=num_requests, seed=0,
