@@ -134,8 +134,21 @@ class HybridPagedAllocator(HybridQueries):
         cache = self._cache
         for table in s.tables:
             if table[full - 1] and cache.block_hash[table[full - 1]] is not None:
-                cache.evict(table[full - 1])
+                cache.forget(table[full - 1])
         s.num_hashed = full - 1
+
+    def hide_shared_tail(self, seq_id: int) -> bool:
+        """As `PagedAllocator.hide_shared_tail`; a hybrid pool indexes every hash it caches, so any such tail."""
+        s = self._seqs[seq_id]
+        full = s.tokens // self.block_size
+        if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
+            return False
+        self.forget_tail_hash(seq_id)
+        return True
+
+    def cache_blocks(self, seq_id: int) -> None:
+        """Cache the sequence's full blocks again (`hide_shared_tail`'s)."""
+        self._cache_full_blocks(self._seqs[seq_id])
 
     def grow(self, seq_id: int, num_tokens: int = 1) -> tuple[Copy, ...] | None:
         """Append decode tokens (the last computed now): the window groups free what the last one no longer

@@ -177,6 +177,11 @@ class PrefixCache:
         self.parked -= parked
         return evicted
 
+    def forget(self, block: int) -> None:
+        """Uncache a block whose last tokens were never known (vLLM's async scheduling: a preempted request's
+        in-flight token), parked or indexed; nothing is spilled, since vLLM never cached it."""
+        self._evict_each((block,))
+
     def evict(self, block: int) -> None:
         """Forget a block's hash because it is being reused (a no-op for an uncached block)."""
         self.evict_many((block,))

@@ -21,27 +21,45 @@ changes in what the scheduler decides:
   check counts two batches in flight (`sim.kernel.replica.build_replica`, `HybridPagedAllocator.begin_step`); a
   prefill that then needs more than the pool while running alone comes back hitting what it cached
   (`comes_back`).
+- A session turn may look up the previous turn's generated blocks while it still decodes: a block whose last token
+  is in flight is not hashed yet, so the step's admissions miss it (`unknown_tails`, hidden from them).
+- With vLLM's offloading connector (a host tier) a request scheduled in the step in flight cannot be preempted
+  (its blocks' free is deferred): the running loop stops at it (`pinned`); and a host load is seen done a step
+  later, with the output of the step it landed in (`seen_loads`).
+- Fan-out children (``n > 1``, `sim.kernel.parallel_sampling`) are ordinary requests here.
 - Everything else is as the synchronous scheduler: decodes follow each other without a gap (the placeholders
   count as computed), and a preempted request's stale token is still appended, so it recomputes as many tokens.
 
 `InFlight` holds the finished requests whose output is in flight, and what the last step computed for each running
-request (what `tail_unknown` needs).
+request (what `tail_unknown` and `pinned` need).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from sim.kernel.arrivals import releases_arrivals
+from sim.kernel.parallel_sampling import fans_out
 from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
 
 
 class InFlight:
     """The outputs a scheduler's last step left in flight (``Scheduler.in_flight`` with async scheduling)."""
 
-    __slots__ = ("s", "releasing", "decoded", "joined", "deferred", "started")
+    __slots__ = ("s", "releasing", "decoded", "joined", "deferred", "started", "pins", "scheduled", "halted",
+                 "last_plan_s", "this_plan_s")
 
-    def __init__(self, scheduler) -> None:
+    def __init__(self, scheduler, pins: bool = False) -> None:
         self.s = scheduler
+        # vLLM defers freeing the blocks of a request whose step is in flight when a KV connector may load into
+        # them (``Scheduler.defer_block_free``: async scheduling with a consumer connector, the offloading one):
+        # such a victim is not preempted, the running loop stops (`pinned`)
+        self.pins = pins
+        self.scheduled: set[int] = set()  # groups the last step computed tokens for (its output is in flight)
+        self.halted = False  # the running loop stopped at a pinned victim this step
+        self.last_plan_s = self.this_plan_s = -math.inf  # when the step before this one, and this one, were planned
         self.releasing: dict[int, SequenceGroup] = {}  # index -> a finished group holding its blocks and seat
         self.decoded: set[int] = set()  # groups the last step computed a generated token's KV for
         self.joined: set[int] = set()  # groups whose prefill (or recompute) the last step completed
@@ -102,6 +120,14 @@ class InFlight:
             return victim.index in self.decoded or victim.index in self.joined
         return victim.index in self.decoded
 
+    def unknown_tails(self) -> list[int]:
+        """The sequences whose last block the synchronous scheduler has cached by now but vLLM's async scheduling
+        has not (its last token is in flight, `tail_unknown`): the running decoders, scheduled this step (a due
+        decoder is synced by now; one not due is not at a block's end), and the finished groups still held."""
+        seqs = [seq_id for g in self.s.running if g.state == RUNNING and g.base >= 0 and self.tail_unknown(g, True)
+                for seq_id in g.seq_ids]
+        return seqs + [seq_id for g in self.releasing.values() if self.tail_unknown(g, False) for seq_id in g.seq_ids]
+
     def comes_back(self, victim: SequenceGroup) -> bool:
         """Whether ``victim``, a prefilling group preempted while nothing else runs, makes progress when it is
         admitted again, so that it is requeued rather than refused: on a hybrid pool its window group frees by the
@@ -122,6 +148,33 @@ class InFlight:
         self.decoded = {g.index for g in self.s.running if g.state == RUNNING and g.decoding
                         and g.index not in deferred and g.index not in self.joined}
         self.deferred = set()
+        if self.pins:
+            self.scheduled = self.decoded | {g.index for g, _ in self.s.plan.chunks}
+        self.halted = False
+
+    def planned(self, now: float) -> None:
+        """A step starting at ``now`` is being planned."""
+        self.last_plan_s, self.this_plan_s = self.this_plan_s, now
+        self.halted = False
+
+    def seen_loads(self) -> tuple[float, float]:
+        """`HostLoads.done`'s arguments for the step being planned: the loads that landed by the start of the
+        step planned before, and were started before it. vLLM's worker reports a load done with the output of the
+        step it landed in (or, landing sooner, the step that started it), and under async scheduling that output
+        is processed after the next step is scheduled: a load a step starts is seen two steps later, not one. A
+        decode run ends at the first step starting once a load landed (`sim.kernel.engine.run_until`), so the
+        step planned before starts after it landed exactly when the step before this one does."""
+        return self.last_plan_s, self.last_plan_s
+
+    def pinned(self, victim: SequenceGroup) -> bool:
+        """Whether ``victim`` may not be preempted now: its blocks are pinned (`pins`) while the step before,
+        which computed tokens for it, is in flight (vLLM's ``_request_blocks_can_be_freed``: the request's
+        ``last_sched_seq`` is past ``processed_step_seq``). vLLM's running loop then stops (``break``): the
+        request that needed the blocks and every one after it compute nothing this step, and the waiting ones are
+        still tried. Sets `halted`."""
+        if self.pins and victim.index in self.scheduled:
+            self.halted = True
+        return self.halted
 
 
 def refuse_unmodelled(config, workload) -> None:
@@ -134,10 +187,10 @@ def refuse_unmodelled(config, workload) -> None:
     why = []
     if getattr(workload, "closed_loop", None) is not None:
         why.append("a closed loop (--arrivals closed)")
-    if getattr(workload, "has_sessions", False):
-        why.append("sessions (a session_id column)")
-    if len(workload) and np.any(np.asarray(workload.n) > 1):
-        why.append("requests sampled n > 1 times")
+    if getattr(workload, "has_sessions", False) and releases_arrivals(workload):
+        why.append("session turns released by the previous turn's finish (a think_time_s column)")
+    if len(workload) and np.any(np.asarray(workload.n) > 1) and not fans_out(config, workload):
+        why.append("requests sampled n > 1 times as one group (--parallel-sampling fork)")
     if len(workload) and np.any(np.asarray(workload.beam_width) > 1):
         why.append("beam search (beam_width > 1)")
     if why:

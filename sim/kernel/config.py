@@ -186,19 +186,26 @@ class SimConfig:
 
     def _check_async_scheduling(self) -> None:
         """``--async-scheduling`` is vLLM v1's ``AsyncScheduler``, checked against it step for step on its
-        paged KV cache with chunked prefill, recompute preemption and FCFS or priority order, without a host
-        tier (`sim.kernel.async_outputs`); any other setting would run a combination nobody checked."""
+        paged KV cache with chunked prefill, recompute preemption and FCFS or priority order, with or without a
+        host tier run as vLLM's offloading connector runs it (write-through, prompt blocks only, loads beside the
+        steps, LRU or ARC; `sim.kernel.async_outputs`); any other setting would run a combination nobody
+        checked."""
         given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
-                 "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
-                 "--cpu-offload-gib": (self.cpu_offload_gib > 0, False)}
+                 "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute")}
+        if self.cpu_offload_gib > 0:
+            given |= {"--offload-write-policy": (self.offload_write_policy, "write_through"),
+                      "--offload-loads": (self.offload_loads, "async"),
+                      "--offload-prompt-only": (self.offload_prompt_only, True),
+                      "--offload-store-threshold >= 2": (self.offload_store_threshold >= 2, False)}
         wrong = [f"{flag} {value}" for flag, (value, want) in given.items() if value != want]
         if self.scheduling_policy not in ("fcfs", "priority"):
             wrong.append(f"--scheduling-policy {self.scheduling_policy}")
         if wrong:
             raise ValueError("--async-scheduling models vLLM v1's AsyncScheduler on its paged KV cache (--allocator "
                              "paged, --scheduler continuous, chunked prefill, --preemption recompute, "
-                             "--scheduling-policy fcfs or priority, no --cpu-offload-gib); not modelled with "
-                             + ", ".join(wrong))
+                             "--scheduling-policy fcfs or priority; a --cpu-offload-gib host tier with "
+                             "--offload-write-policy write_through, --offload-loads async and --offload-prompt-only); "
+                             "not modelled with " + ", ".join(wrong))
 
     def _check_speculative(self) -> None:
         """``--speculative-config`` is vLLM v1's ngram speculative decoding (`sim.kernel.spec_decode`), checked

@@ -24,12 +24,13 @@ from sim.kernel.sequence_group import SequenceGroup
 class HostLoads:
     """The loads in flight, in the order they started (which is the order they finish)."""
 
-    __slots__ = ("seconds_of", "_ready", "_hashes", "being_loaded", "free_at")
+    __slots__ = ("seconds_of", "_ready", "_hashes", "_started", "being_loaded", "free_at")
 
     def __init__(self, seconds_of: Callable[[int], float]) -> None:
         self.seconds_of = seconds_of  # a load of that many host blocks, in seconds (the cost model's swap-in)
         self._ready: dict[SequenceGroup, float] = {}
         self._hashes: dict[SequenceGroup, Sequence[int]] = {}  # the block hashes each load brings in
+        self._started: dict[SequenceGroup, float] = {}  # when the step that started each load began
         self.being_loaded: set[int] = set()  # all of them
         self.free_at = -math.inf  # when the stream has copied every load started so far
 
@@ -41,6 +42,7 @@ class HostLoads:
         self.free_at = max(now, self.free_at) + self.seconds_of(len(hashes))
         self._ready[group] = self.free_at
         self._hashes[group] = hashes
+        self._started[group] = now
         self.being_loaded.update(hashes)
 
     def groups(self) -> Iterable[SequenceGroup]:
@@ -55,15 +57,18 @@ class HostLoads:
         """When the first load in flight ends (None: none in flight)."""
         return next(iter(self._ready.values()), None)
 
-    def done(self, now: float) -> list[SequenceGroup]:
+    def done(self, now: float, started_before: float = math.inf) -> list[SequenceGroup]:
         """Take out the groups whose loads ended by a step starting at ``now`` (within `ARRIVAL_TIE_S`, as an
-        arrival is that step's), in the order they started."""
+        arrival is that step's), in the order they started; only those started by a step that began before
+        ``started_before`` (async scheduling: a load is reported with the output of a step at or after the one
+        that started it, `sim.kernel.async_outputs.InFlight.seen_loads`)."""
         done = []
         for group, ready in self._ready.items():
-            if ready > now + ARRIVAL_TIE_S:
+            if ready > now + ARRIVAL_TIE_S or self._started[group] >= started_before:
                 break
             done.append(group)
         for group in done:
             del self._ready[group]
+            del self._started[group]
             self.being_loaded.difference_update(self._hashes.pop(group))
         return done

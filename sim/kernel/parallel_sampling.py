@@ -55,6 +55,16 @@ def as_run(config, workload):
     return fan_out(workload)
 
 
+def fans_out(config, workload) -> bool:
+    """Whether a run of ``config`` hands the scheduler a request sampled ``n > 1`` times (no beam) as ``n`` requests
+    (`as_run`: already fanned out, or fanned out there), what `sim.kernel.async_outputs` checks against vLLM's
+    ``AsyncScheduler``; False: such a request runs as one group (``fork``)."""
+    if getattr(workload, "fan_parent", None) is not None:
+        return True
+    return (config.parallel_sampling != "fork" and config.allocator == "paged" and not releases_arrivals(workload)
+            and not workload.has_sessions)
+
+
 def fan_out(workload):
     """``workload`` with each row sampled ``n > 1`` times (no beam) replaced by ``n`` rows sampled once, in its
     place; ``fan_parent`` gives every row the row it came from."""

@@ -28,6 +28,8 @@ class Preemption:
             # request's children tie)
             victim = s.running[-1] if not s.priority else max(
                 s.running, key=lambda g: (g.priority, g.arrival_s, g.row))
+            if s.in_flight is not None and s.in_flight.pinned(victim):
+                return None  # vLLM's running loop stops here (`InFlight.pinned`)
             self.preempt(victim)
             if victim is group:
                 return None

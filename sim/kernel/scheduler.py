@@ -89,7 +89,7 @@ class Scheduler:
         self.skipped_for_loads = False  # the last admission round left a group waiting for a load in flight
         self.deferred: set[SequenceGroup] = set()  # groups deferred for a host load until scheduled (`queued`)
         # vLLM's async scheduling: the outputs the last step left in flight (`sim.kernel.async_outputs`)
-        self.in_flight = InFlight(self) if async_scheduling else None
+        self.in_flight = InFlight(self, pins=memory.host_tier is not None) if async_scheduling else None
         # vLLM's speculative decoding (ngram drafts; `sim.kernel.spec_decode`): every decoder is synced every step
         self.spec = spec
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
@@ -197,6 +197,7 @@ class Scheduler:
         self.carry = None
         if self.in_flight is not None:
             self.memory.begin_step()
+            self.in_flight.planned(now)
         stores = self.memory.held_stores  # a write-through tier stores the step's blocks once it is planned
         looped = None
         if stores is not None:
@@ -204,7 +205,8 @@ class Scheduler:
             if stores.retries_due:  # failed stores are made again by the step's sequences, in vLLM's order
                 looped = list(self.running)
         if self.loads:
-            for group in self.loads.done(now):  # back at the head, behind the groups loaded before
+            landed = self.loads.done(now) if self.in_flight is None else self.loads.done(*self.in_flight.seen_loads())
+            for group in landed:  # back at the head, behind the groups loaded before
                 group.state = LOADED
                 self.memory.cache_loaded(group)
                 self.waiting.hold(group)
@@ -222,7 +224,10 @@ class Scheduler:
                 if group.state == RUNNING:
                     beams.step(group, self.memory, plan, self.groups)
         budget = self.budget - beams.decoders(self.running, self.joiners, self.step)[0]
-        decoders_only = self.decoders_only and self.spec is None  # drafts: decoders differ in tokens and budget
+        # drafts: decoders differ in tokens and budget; a running loop that may stop at a pinned victim
+        # (`InFlight.pinned`) walks every group
+        decoders_only = (self.decoders_only and self.spec is None
+                         and not (self.in_flight is not None and self.in_flight.pins))
         if decoders_only:
             # only decoders, in seq-id order = running order; the budget (>= max_num_seqs) reaches them all
             self.seq_id_order = True
@@ -237,7 +242,10 @@ class Scheduler:
             budget -= self.decode.n
         else:
             budget = self.walk_running(budget)
+        hidden = self.memory.hide_shared_tails(self.in_flight.unknown_tails()) if self.in_flight else []
         admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
+        if hidden:
+            self.memory.show_tails(hidden)
         if stores is not None:
             stores.flush_stores(() if looped is None else self.scheduled_seqs(looped, decoders_only))
         self.finish_plan(plan, admitted)
@@ -333,8 +341,15 @@ class Scheduler:
         skip the step (`defer`)."""
         due = set(self.decode.pop_due(self.step))
         step_tokens = self.step_tokens
+        in_flight = self.in_flight
         for group in list(self.running):
             if group.state != RUNNING or (group.beam and group.decoding):
+                continue
+            if in_flight is not None and in_flight.halted:  # vLLM's loop stopped: nothing for the rest
+                if group.prefill_done < group.prefill_target:
+                    self.prefilling.append(group)
+                else:
+                    self.defer(group, due)
                 continue
             if self.returned:
                 budget += self.returned
@@ -363,6 +378,9 @@ class Scheduler:
                 continue
             if not due.isdisjoint(group.seq_ids):  # most decoders are not due: no sync, no state change
                 if not self.sync_group(group, [seq_id for seq_id in group.seq_ids if seq_id in due]):
+                    continue
+                if in_flight is not None and in_flight.halted:
+                    self.defer(group, due)
                     continue
             budget -= num_seqs
             step_tokens[group.index] = num_seqs
