@@ -386,6 +386,12 @@ class Allocator(ABC):
     def free(self, seq_id: int) -> int:
         """Release a sequence; returns the slots it no longer references."""
 
+    def hide_shared_tail(self, seq_id: int) -> bool:
+        """Uncache the sequence's just filled last block, whose hash other requests may look up, while vLLM's
+        async scheduling has not hashed it yet (its last token in flight); True if hidden. Only the block pools
+        that cache generated blocks under shared hashes (`PagedAllocator`, the hybrid pool) have one to hide."""
+        return False
+
     @abstractmethod
     def num_tokens(self, seq_id: int) -> int:
         """Tokens the sequence holds now."""

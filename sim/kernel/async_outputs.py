@@ -124,7 +124,7 @@ class InFlight:
         """The sequences whose last block the synchronous scheduler has cached by now but vLLM's async scheduling
         has not (its last token is in flight, `tail_unknown`): the running decoders, scheduled this step (a due
         decoder is synced by now; one not due is not at a block's end), and the finished groups still held."""
-        seqs = [seq_id for g in self.s.running if g.state == RUNNING and g.base >= 0 and self.tail_unknown(g, True)
+        seqs = [seq_id for g in self.s.running if g.state == RUNNING and g.decoding and self.tail_unknown(g, True)
                 for seq_id in g.seq_ids]
         return seqs + [seq_id for g in self.releasing.values() if self.tail_unknown(g, False) for seq_id in g.seq_ids]
 

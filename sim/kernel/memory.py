@@ -226,10 +226,9 @@ class KVMemory:
         """Under async scheduling, uncache the just filled, shared-hash last block of each of ``seq_ids`` (its last
         token is in flight: `PagedAllocator.hide_shared_tail`) while admissions look the cache up; returns the
         sequences hidden, for `show_tails`. Only the paged allocator shares generated blocks (sessions)."""
-        hide = getattr(self._alloc, "hide_shared_tail", None)
-        if hide is None or not self.prefix_caching:
+        if not self.prefix_caching:
             return []
-        return [seq_id for seq_id in seq_ids if hide(seq_id)]
+        return [seq_id for seq_id in seq_ids if self._alloc.hide_shared_tail(seq_id)]
 
     def show_tails(self, seq_ids: list[int]) -> None:
         """Cache again the blocks `hide_shared_tails` hid (vLLM hashes them once the output is processed)."""

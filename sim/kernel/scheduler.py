@@ -281,27 +281,28 @@ class Scheduler:
                 break
         return groups
 
-    def sync_group(self, group: SequenceGroup, seq_ids: list[int]) -> bool:
+    def sync_group(self, group: SequenceGroup, seq_ids: list[int]) -> None:
         """Sync the due decoders ``seq_ids`` of ``group`` (`sync_decoder`), its growth checked whole first where
         there are several (`Preemption.until_grows`, `sim.kernel.group_growth`): a group preempted for want of
-        room grows, copies and swaps out nothing of this step's. False if it was preempted."""
+        room grows, copies and swaps out nothing of this step's. The caller reads the group's state after (a
+        growth that met a victim vLLM may not preempt leaves it running: `InFlight.pinned`)."""
         if group.state != RUNNING:
-            return False
+            return
         if len(seq_ids) > 1:
             decode, step = self.decode, self.step
             self.syncing = (group, -1)  # none of its decoders grown yet
             grows = self.groups.until_grows(group, [(s, decode.pending(s, step) + 1) for s in seq_ids])
             self.syncing = None
             if not grows:
-                return False
+                return
         for seq_id in seq_ids:
             if not self.sync_decoder(seq_id):
-                return False
-        return True
+                return
 
     def sync_decoder(self, seq_id: int, drafts: int = 0) -> bool:
         """Give a due decoder slots for the tokens it computed since its last sync and this step's (and for
-        ``drafts`` speculative tokens after them); False if its group was preempted instead."""
+        ``drafts`` speculative tokens after them); False if its group was preempted instead (or left running
+        ungrown, its growth having met a victim vLLM may not preempt: `InFlight.pinned`)."""
         group = self.memory.owner.get(seq_id)
         if group is None or group.state != RUNNING:
             return False
@@ -377,9 +378,10 @@ class Scheduler:
                 budget -= self.verify(group, budget, due)
                 continue
             if not due.isdisjoint(group.seq_ids):  # most decoders are not due: no sync, no state change
-                if not self.sync_group(group, [seq_id for seq_id in group.seq_ids if seq_id in due]):
+                self.sync_group(group, [seq_id for seq_id in group.seq_ids if seq_id in due])
+                if group.state != RUNNING:  # preempted
                     continue
-                if in_flight is not None and in_flight.halted:
+                if in_flight is not None and in_flight.halted:  # its growth met a pinned victim: not preempted
                     self.defer(group, due)
                     continue
             budget -= num_seqs
