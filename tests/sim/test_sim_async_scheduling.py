@@ -8,32 +8,19 @@ last step that only hands the last outputs back (vLLM's engine schedules it, com
 """
 
 import dataclasses
-import importlib.util
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_config, run_simulation
 from tests.sim.summaries import assert_fast_forward_equals_stepping
+from tests.sim.vllm_oracle import DATA, cases, compare
 from workloads import load_trace, workload_from_frame
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle"
 ASYNC = DATA / "async"
-CASES = sorted(d.name for d in ASYNC.iterdir() if (d / "steps.csv.gz").exists())
+CASES = cases(ASYNC)
 
-
-def _compare_module():
-    spec = importlib.util.spec_from_file_location("vllm_oracle_compare", ROOT / "tools" / "vllm_oracle" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _compare_module()
 
 
 def async_config(case: str, *, step_by_step: bool = False) -> SimConfig:
@@ -48,18 +35,7 @@ def async_metrics(case: str, *, step_by_step: bool = False) -> dict:
     result = run_config(async_config(case, step_by_step=step_by_step))
     req, steps = result.requests, result.steps
     assert not req["rejected"].any(), case
-    total = int(round(float((steps["time_s"] + steps["duration_s"]).max())))
-    return {
-        "total_steps": total,
-        "mean_running": float((steps["running"] * steps["duration_s"]).sum()) / total,
-        "max_running": int(steps["running"].max()),
-        "preemptions": int(result.summary["preemptions"]),
-        "prefill_tokens": int(steps["prefill_tokens"].sum()),
-        "first_token_steps": np.rint(req["first_token_s"].to_numpy() - 1).astype(np.int64),
-        "finish_steps": np.rint(req["finished_s"].to_numpy() - 1).astype(np.int64),
-        "request_preemptions": req["preemptions"].to_numpy(np.int64),
-        "request_cached_tokens": req["cached_tokens"].to_numpy(np.int64),
-    }
+    return compare.run_metrics(result, int(round(float((steps["time_s"] + steps["duration_s"]).max()))))
 
 
 def test_the_async_references_cover_the_synchronous_cases():

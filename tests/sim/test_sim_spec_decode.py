@@ -8,9 +8,7 @@ accepted counts drawn as kvsim draws them (`sim.kernel.spec_decode`). Every metr
 """
 
 import dataclasses
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,22 +17,12 @@ import pytest
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_config, run_simulation
 from sim.kernel.spec_decode import SpecDecode, parse_speculative_config
+from tests.sim.vllm_oracle import DATA, cases, compare
 from workloads import workload_from_frame
 
-ROOT = Path(__file__).resolve().parents[2]
-SPEC = ROOT / "tests" / "sim" / "data" / "vllm_oracle" / "spec"
-CASES = sorted(d.name for d in SPEC.iterdir() if (d / "steps.csv.gz").exists())
+SPEC = DATA / "spec"
+CASES = cases(SPEC)
 NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
-
-
-def _compare_module():
-    spec = importlib.util.spec_from_file_location("vllm_oracle_compare", ROOT / "tools" / "vllm_oracle" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _compare_module()
 
 
 def test_the_spec_references_cover_contention_caching_and_limits():

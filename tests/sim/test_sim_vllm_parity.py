@@ -5,29 +5,17 @@ step (``tools/vllm_oracle``); replaying them needs only kvsim. Every metric must
 difference means kvsim decided something vLLM does not (``docs/vllm-v1.md``).
 """
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from sim.kernel.runner import run_config
+from tests.sim.vllm_oracle import DATA, cases, compare
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle"
-CASES = sorted(d.name for d in DATA.iterdir() if (d / "steps.csv.gz").exists())
+CASES = cases(DATA)
 
-
-def _compare_module():
-    spec = importlib.util.spec_from_file_location("vllm_oracle_compare", ROOT / "tools" / "vllm_oracle" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _compare_module()
 
 
 def test_the_harness_covers_the_required_cases():

@@ -67,10 +67,15 @@ def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:
 
     settings = json.loads((case / "settings.json").read_text())
     result = run_config(kvsim_config(settings, case / "trace.csv", step_by_step=step_by_step))
-    req, steps = result.requests, result.steps
+    req = result.requests
     if req["rejected"].any():
         raise AssertionError(f"{case.name}: kvsim rejected {int(req['rejected'].sum())} requests")
-    total = int(round(float(req["finished_s"].max())))
+    return run_metrics(result, int(round(float(req["finished_s"].max()))))
+
+
+def run_metrics(result, total: int) -> dict:
+    """The compared metrics of a kvsim run whose steps, counted as vLLM counts them, number ``total``."""
+    req, steps = result.requests, result.steps
     return {
         "total_steps": total,
         "mean_running": float((steps["running"] * steps["duration_s"]).sum()) / total,
