@@ -184,6 +184,15 @@ class SimConfig:
     router_load_weight: float = 1.0
     router_kv_overlap_score_weight: float = 1.0
 
+    def _unchecked(self, given: dict[str, tuple[object, object]]) -> list[str]:
+        """``flag value`` for each of ``given`` (flag -> (its value, the one vLLM's scheduler was checked with))
+        set otherwise, and for a scheduling policy other than FCFS or priority: the settings a scheduler feature
+        checked only against vLLM's paged scheduler was not checked with."""
+        wrong = [f"{flag} {value}" for flag, (value, want) in given.items() if value != want]
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            wrong.append(f"--scheduling-policy {self.scheduling_policy}")
+        return wrong
+
     def _check_async_scheduling(self) -> None:
         """``--async-scheduling`` is vLLM v1's ``AsyncScheduler``, checked against it step for step on its
         paged KV cache with chunked prefill, recompute preemption and FCFS or priority order, with or without a
@@ -197,10 +206,7 @@ class SimConfig:
                       "--offload-loads": (self.offload_loads, "async"),
                       "--offload-prompt-only": (self.offload_prompt_only, True),
                       "--offload-store-threshold >= 2": (self.offload_store_threshold >= 2, False)}
-        wrong = [f"{flag} {value}" for flag, (value, want) in given.items() if value != want]
-        if self.scheduling_policy not in ("fcfs", "priority"):
-            wrong.append(f"--scheduling-policy {self.scheduling_policy}")
-        if wrong:
+        if wrong := self._unchecked(given):
             raise ValueError("--async-scheduling models vLLM v1's AsyncScheduler on its paged KV cache (--allocator "
                              "paged, --scheduler continuous, chunked prefill, --preemption recompute, "
                              "--scheduling-policy fcfs or priority; a --cpu-offload-gib host tier with "
@@ -227,10 +233,7 @@ class SimConfig:
                  "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
                  "--async-scheduling": (self.async_scheduling, False),
                  "--cpu-offload-gib": (self.cpu_offload_gib > 0, False), "--replicas": (self.replicas, 1)}
-        wrong = [f"{flag} {value}" for flag, (value, want) in given.items() if value != want]
-        if self.scheduling_policy not in ("fcfs", "priority"):
-            wrong.append(f"--scheduling-policy {self.scheduling_policy}")
-        if wrong:
+        if wrong := self._unchecked(given):
             raise ValueError("--speculative-config models vLLM v1's ngram speculative decoding on its paged KV cache "
                              "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
                              "no --async-scheduling, no --cpu-offload-gib, one replica, --scheduling-policy fcfs "
