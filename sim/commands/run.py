@@ -128,7 +128,9 @@ def simulation_options(func):
                            "t's output: a finished request frees its blocks and seat a step later). Off by "
                            "default so earlier runs keep their numbers; vLLM 0.33 turns it on by default. The "
                            "clock is not changed. Needs --allocator paged, chunked prefill, recompute "
-                           "preemption, no host tier, no sessions, closed loop, n or beams."),
+                           "preemption; a host tier only as vLLM's offloading connector runs it (write-through, "
+                           "async loads, prompt blocks); n > 1 only fanned out; no beams, closed loop or turns "
+                           "released by a previous turn's finish."),
         _field_option("--speculative-config", type=str, metavar="JSON",
                       help="vLLM's speculative decoding, as its engine argument: '{\"method\": \"ngram\", "
                            "\"num_speculative_tokens\": 3}' (only ngram: no drafter model, KV or GPU time). Each "
