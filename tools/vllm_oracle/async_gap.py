@@ -58,8 +58,7 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     rows = driver.read_trace(args.trace)
     requests, outputs, parent = driver.make_requests(rows, hasher, args.seed)
     token_rng = np.random.default_rng(args.seed + 1)
-    stats = {r.request_id: {"id": int(parent[r.request_id]), "first_scheduled_step": -1, "first_token_step": -1,
-                            "finish_step": -1, "preemptions": 0, "cached_tokens": 0} for r in requests}
+    stats = driver.new_stats(requests, parent)
     finish: dict[int, int] = {}  # row -> the step whose output finished its last request (a fanned-out row's child)
     finished = 0
     step_rows: list[dict] = []
@@ -81,20 +80,7 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
             scheduler.add_request(requests[cursor])
             cursor += 1
         out = scheduler.schedule()
-        for req in out.scheduled_new_reqs:
-            in_prefill.add(req.req_id)
-            s = stats[req.req_id]
-            if s["first_scheduled_step"] < 0:
-                s["first_scheduled_step"] = step
-            s["cached_tokens"] += req.num_computed_tokens
-        for req_id in out.scheduled_cached_reqs.resumed_req_ids:
-            in_prefill.add(req_id)
-            req = scheduler.requests[req_id]
-            stats[req_id]["cached_tokens"] += req.num_computed_tokens - out.num_scheduled_tokens[req_id]
-        for req_id in out.preempted_req_ids or ():
-            preempted += 1
-            stats[req_id]["preemptions"] += 1
-            in_prefill.discard(req_id)
+        preempted += driver.note_schedule(out, scheduler, stats, in_prefill, step)
         req_ids, sampled = list(out.num_scheduled_tokens), []
         step_prefill = step_decode = 0
         for req_id in req_ids:

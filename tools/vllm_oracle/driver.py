@@ -215,6 +215,42 @@ def accepted_drafts(rng, drafts: int, k: int, p: float) -> int:
     return int(drafts if draws.all() else draws.argmin())
 
 
+def new_stats(requests, parent) -> dict[str, dict]:
+    """Each request's record (`per_row` reads them): its trace row, and -1 / 0 until the run sets them."""
+    return {r.request_id: {"id": int(parent[r.request_id]), "first_scheduled_step": -1, "first_token_step": -1,
+                           "finish_step": -1, "preemptions": 0, "cached_tokens": 0} for r in requests}
+
+
+def note_schedule(out, scheduler, stats: dict[str, dict], in_prefill: set[str], step: int) -> int:
+    """Record what ``scheduler.schedule()`` returned (``out``) at ``step``: requests admitted or resumed (now
+    prefilling; their first scheduled step and the tokens they hit) and preempted. Returns the preemptions."""
+    for req in out.scheduled_new_reqs:
+        in_prefill.add(req.req_id)
+        s = stats[req.req_id]
+        if s["first_scheduled_step"] < 0:
+            s["first_scheduled_step"] = step
+        s["cached_tokens"] += req.num_computed_tokens
+    for req_id in out.scheduled_cached_reqs.resumed_req_ids:
+        in_prefill.add(req_id)
+        req = scheduler.requests[req_id]
+        stats[req_id]["cached_tokens"] += req.num_computed_tokens - out.num_scheduled_tokens[req_id]
+    preempted = out.preempted_req_ids or ()
+    for req_id in preempted:
+        stats[req_id]["preemptions"] += 1
+        in_prefill.discard(req_id)
+    return len(preempted)
+
+
+def gzip_steps(out: Path) -> None:
+    """``out/steps.csv`` -> ``steps.csv.gz`` (mtime 0: reruns are byte-identical), the plain file removed."""
+    import gzip
+
+    steps = out / "steps.csv"
+    with open(steps, "rb") as f, gzip.GzipFile(out / "steps.csv.gz", "wb", 9, mtime=0) as z:
+        z.write(f.read())
+    steps.unlink()
+
+
 def run(args) -> None:
     import numpy as np
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
@@ -223,8 +259,7 @@ def run(args) -> None:
     rows = read_trace(args.trace)
     requests, outputs, parent = make_requests(rows, hasher, args.seed)
     token_rng = np.random.default_rng(args.seed + 1)
-    stats = {r.request_id: {"id": int(parent[r.request_id]), "first_scheduled_step": -1, "first_token_step": -1,
-                            "finish_step": -1, "preemptions": 0, "cached_tokens": 0} for r in requests}
+    stats = new_stats(requests, parent)
     in_prefill: set[str] = set()
     cursor = step = 0
     finished = 0
@@ -242,20 +277,7 @@ def run(args) -> None:
             cursor += 1
         out = scheduler.schedule()
         prefill = decode = 0
-        for req in out.scheduled_new_reqs:
-            in_prefill.add(req.req_id)
-            s = stats[req.req_id]
-            if s["first_scheduled_step"] < 0:
-                s["first_scheduled_step"] = step
-            s["cached_tokens"] += req.num_computed_tokens
-        for req_id in out.scheduled_cached_reqs.resumed_req_ids:
-            in_prefill.add(req_id)
-            req = scheduler.requests[req_id]
-            stats[req_id]["cached_tokens"] += req.num_computed_tokens - out.num_scheduled_tokens[req_id]
-        preempted_total += len(out.preempted_req_ids or ())
-        for req_id in out.preempted_req_ids or ():
-            stats[req_id]["preemptions"] += 1
-            in_prefill.discard(req_id)
+        preempted_total += note_schedule(out, scheduler, stats, in_prefill, step)
         req_ids = list(out.num_scheduled_tokens)
         sampled = []
         for req_id in req_ids:

@@ -9,7 +9,6 @@ takes ~20 s); reruns are byte-identical.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -31,10 +30,7 @@ def main() -> None:
         cases.write_trace(name, out / "trace.csv")
         (out / "settings.json").write_text(json.dumps(cases.settings(name), indent=1) + "\n")
         driver.run(cases.driver_args(name, out / "trace.csv", out))
-        steps = out / "steps.csv"
-        with open(steps, "rb") as f, gzip.GzipFile(out / "steps.csv.gz", "wb", 9, mtime=0) as z:
-            z.write(f.read())
-        steps.unlink()
+        driver.gzip_steps(out)
         print(name, "done", flush=True)
 
 

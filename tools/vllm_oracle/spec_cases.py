@@ -11,7 +11,6 @@ settings.json, steps.csv.gz, requests.csv, spec.json}``; reruns are byte-identic
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -54,10 +53,7 @@ def main() -> None:
         args = cases.driver_args(base, out / "trace.csv", out)
         args.num_speculative_tokens, args.spec_acceptance_rate = k, rate
         driver.run(args)
-        steps = out / "steps.csv"
-        with open(steps, "rb") as f, gzip.GzipFile(out / "steps.csv.gz", "wb", 9, mtime=0) as z:
-            z.write(f.read())
-        steps.unlink()
+        driver.gzip_steps(out)
         print(name, "done", flush=True)
 
 
