@@ -74,6 +74,7 @@ swap traffic is the scheduler's (``swap_blocks``), as without a tier.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import islice
 
@@ -454,11 +455,9 @@ class HostTier:
         assert all(0 <= b < self.num_blocks for b in held), "host tier: host block id out of range"
         assert self.reloaded_blocks >= 0 and self.offloaded_blocks + self.kept_blocks >= self.evicted_blocks >= 0, \
             "host tier: counters out of step"
-        parked: dict[int, int] = {}
-        for key, hashes in self._parked_hashes.items():
+        for key in self._parked_hashes:
             assert key in self._swapped, f"host tier: hashes parked under {key}, which is not swapped out"
-            for h in hashes:
-                parked[h] = parked.get(h, 0) + 1
+        parked = Counter(h for hashes in self._parked_hashes.values() for h in hashes)
         assert parked == self._parked, "host tier: parked hashes miscounted"
         owner = {b: key for key, blocks in self._swapped.items() for b in blocks}
         assert self._parked_block.keys() <= parked.keys() and all(

@@ -53,6 +53,7 @@ A policy implements `_recording`, `_reuse` (via `_reused`), `_missed`, `_evict`,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -446,11 +447,9 @@ class RequestTier(HostTier):
         """`HostTier.check_invariants`, and each parked copy (`swap_out`) a cached block, counted once for every
         swapped request that took it."""
         super().check_invariants()
-        counts: dict[int, int] = {}
-        for key, hashes in self._sharing.items():
+        for key in self._sharing:
             assert key in self._swapped, f"host tier: parked copies taken under {key}, which is not swapped out"
-            for h in hashes:
-                counts[h] = counts.get(h, 0) + 1
+        counts = Counter(h for hashes in self._sharing.values() for h in hashes)
         assert counts == self._parked_copies, "host tier: parked copies miscounted"
         assert all(h in self._lru for h in counts), "host tier: a parked copy's block was evicted"
 
