@@ -71,10 +71,22 @@ BASE = ("num_layers = 2\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 4\nhead
         "max_seq_len = 256\nintermediate_size = 128\nvocab_size = 1000\n")
 
 
-def test_a_catalog_file_states_replicated_weights(tmp_path):
+MOE = dict(name="moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16, max_seq_len=256,
+           intermediate_size=128, vocab_size=1000, num_params=10e9, active_params=2e9, num_experts=16,
+           num_experts_per_tok=2)
+"""A mixture of experts: 16 experts of 8e9 / 14 parameters, 2 of them and 2e9 parameters in all per token."""
+
+
+def catalog_model(tmp_path, line: str) -> ModelSpec:
+    """The one model of a catalog file ``c.toml`` holding `BASE` and ``line``."""
     path = tmp_path / "c.toml"
-    path.write_text("[models.m]\n" + BASE + "replicated_weights_gib = 0.5\n")
+    path.write_text("[models.m]\n" + BASE + line)
     (m,) = load_catalog_file(path)[0].values()
+    return m
+
+
+def test_a_catalog_file_states_replicated_weights(tmp_path):
+    m = catalog_model(tmp_path, "replicated_weights_gib = 0.5\n")
     assert m.replicated_weight_bytes == 0.5 * GIB
     assert m.weight_bytes_per_gpu(4) == (2e9 - 0.5 * GIB) / 4 + 0.5 * GIB
 
@@ -85,20 +97,15 @@ def test_a_catalog_file_states_replicated_weights(tmp_path):
     ("2.0", r"replicated_weights_gib \(2\) exceeds the weights' 1.86265 GiB"),
 ])
 def test_a_bad_replicated_weights_value_names_the_file_and_field(tmp_path, value, message):
-    path = tmp_path / "c.toml"
-    path.write_text("[models.m]\n" + BASE + f"replicated_weights_gib = {value}\n")
     with pytest.raises(ValueError, match=f"c.toml: model 'm': {message}"):
-        load_catalog_file(path)
+        catalog_model(tmp_path, f"replicated_weights_gib = {value}\n")
 
 
 def test_replicated_weights_exclude_the_routed_experts():
-    base = dict(name="moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
-                max_seq_len=256, intermediate_size=128, vocab_size=1000, num_params=10e9, active_params=2e9,
-                num_experts=16, num_experts_per_tok=2)
     # 16 experts of 8e9 / 14 parameters at 2 bytes: 18.29 GB of the 20, 1.71 GB left beside them
-    ModelSpec(**base, replicated_weights_gib=1.7e9 / GIB)
+    ModelSpec(**MOE, replicated_weights_gib=1.7e9 / GIB)
     with pytest.raises(ValueError, match="beside the routed experts"):
-        ModelSpec(**base, replicated_weights_gib=1.75e9 / GIB)
+        ModelSpec(**MOE, replicated_weights_gib=1.75e9 / GIB)
 
 
 # their parameters (catalog ``replicated_params``), whose FLOPs every GPU does for every token of the step
@@ -121,9 +128,7 @@ def test_the_catalog_counts_the_replicated_layers_parameters():
 
 
 def test_a_catalog_file_states_replicated_params(tmp_path):
-    path = tmp_path / "c.toml"
-    path.write_text("[models.m]\n" + BASE + "replicated_params = 2.5e8\n")
-    (m,) = load_catalog_file(path)[0].values()
+    m = catalog_model(tmp_path, "replicated_params = 2.5e8\n")
     assert m.replicated_params == 2.5e8 and m.replicated_weights_gib is None
 
 
@@ -134,16 +139,11 @@ def test_a_catalog_file_states_replicated_params(tmp_path):
     ("2e9", r"replicated_params \(2e\+09\) exceeds the 1e\+09 parameters a token passes through"),
 ])
 def test_a_bad_replicated_params_value_names_the_file_and_field(tmp_path, value, message):
-    path = tmp_path / "c.toml"
-    path.write_text("[models.m]\n" + BASE + f"replicated_params = {value}\n")
     with pytest.raises(ValueError, match=f"c.toml: model 'm': {message}"):
-        load_catalog_file(path)
+        catalog_model(tmp_path, f"replicated_params = {value}\n")
 
 
 def test_replicated_params_are_among_the_active_ones():
-    base = dict(name="moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
-                max_seq_len=256, intermediate_size=128, vocab_size=1000, num_params=10e9, active_params=2e9,
-                num_experts=16, num_experts_per_tok=2)
-    assert ModelSpec(**base, replicated_params=2e9).replicated_params == 2e9  # every active one replicated
+    assert ModelSpec(**MOE, replicated_params=2e9).replicated_params == 2e9  # every active one replicated
     with pytest.raises(ValueError, match=r"replicated_params \(2\.1e\+09\) exceeds the 2e\+09 parameters"):
-        ModelSpec(**base, replicated_params=2.1e9)
+        ModelSpec(**MOE, replicated_params=2.1e9)
