@@ -125,26 +125,22 @@ class HybridPagedAllocator(HybridQueries):
         for s in self._seqs.values():
             s.before, s.at_start = s.at_start, s.tokens
 
-    def forget_tail_hash(self, seq_id: int) -> None:
+    def forget_tail_hash(self, seq_id: int) -> bool:
         """As `PagedAllocator.forget_tail_hash`, in every group that holds that block."""
         s = self._seqs[seq_id]
         full = s.tokens // self.block_size
         if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
-            return
+            return False
         cache = self._cache
         for table in s.tables:
             if table[full - 1] and cache.block_hash[table[full - 1]] is not None:
                 cache.forget(table[full - 1])
         s.num_hashed = full - 1
+        return True
 
     def hide_shared_tail(self, seq_id: int) -> bool:
         """As `PagedAllocator.hide_shared_tail`; a hybrid pool indexes every hash it caches, so any such tail."""
-        s = self._seqs[seq_id]
-        full = s.tokens // self.block_size
-        if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
-            return False
-        self.forget_tail_hash(seq_id)
-        return True
+        return self.forget_tail_hash(seq_id)
 
     def cache_blocks(self, seq_id: int) -> None:
         """Cache the sequence's full blocks again (`hide_shared_tail`'s)."""

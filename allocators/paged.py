@@ -64,29 +64,26 @@ class PagedAllocator(PagedQueries):
             self._cache.insert_full(s.table, s.hashes, s.num_hashed, full, s.own_from)
             s.num_hashed = full
 
-    def forget_tail_hash(self, seq_id: int) -> None:
+    def forget_tail_hash(self, seq_id: int) -> bool:
         """Uncache the block the sequence's last token filled, if it just filled one (vLLM's async scheduling: a
         generated token is known, and its block cached, only once the output that sampled it is processed; a
-        request preempted before keeps that block uncached). Such a block is the request's own, parked, or (a
-        session turn's generated block, which the next turn's prompt holds) indexed under a shared hash."""
+        request preempted before keeps that block uncached); True if it did. Such a block is the request's own,
+        parked, or (a session turn's generated block, which the next turn's prompt holds) indexed under a shared
+        hash."""
         s = self._seqs[seq_id]
         full = s.tokens // self.block_size
         if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
-            return
+            return False
         self._cache.forget(s.table[full - 1])
         s.num_hashed = full - 1
+        return True
 
     def hide_shared_tail(self, seq_id: int) -> bool:
         """`forget_tail_hash` for a block whose hash other requests may look up (a session turn's generated block,
-        which the next turn's prompt holds): vLLM's async scheduling has not hashed it yet, so admissions planned
-        meanwhile miss it. True if hidden; `cache_blocks` caches it again."""
+        which the next turn's prompt holds; not one of the request's own): vLLM's async scheduling has not hashed
+        it yet, so admissions planned meanwhile miss it. True if hidden; `cache_blocks` caches it again."""
         s = self._seqs[seq_id]
-        full = s.tokens // self.block_size
-        if full - 1 >= s.own_from or s.tokens % self.block_size or not 0 < full <= len(s.hashes) \
-                or s.num_hashed != full:
-            return False
-        self.forget_tail_hash(seq_id)
-        return True
+        return s.tokens // self.block_size - 1 < s.own_from and self.forget_tail_hash(seq_id)
 
     def cache_blocks(self, seq_id: int) -> None:
         """Cache the full blocks of a sequence admitted with ``delay_cache_blocks`` (vLLM's ``cache_blocks``)."""
