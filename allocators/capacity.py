@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from allocators.base import Allocator
 from allocators.catalog import GIB, GpuSpec, ModelSpec
+from allocators.expert_parallel import check_expert_parallel, weight_bytes_per_gpu
 from allocators.mla_backends import with_backend_kv_layout
 
 
@@ -33,6 +34,8 @@ class KVCapacity:
     weight_bytes_per_gpu: float = 0.0
     activation_reserve_bytes_per_gpu: float = 0.0
     non_torch_reserve_bytes_per_gpu: float = 0.0
+    data_parallel: int = 1
+    expert_parallel: bool = False
 
     @property
     def kv_gib(self) -> float:
@@ -78,6 +81,8 @@ def kv_capacity(
     kv_gib: float | None = None,
     kv_tokens: int | None = None,
     kv_cache_dtype: str = "auto",
+    data_parallel: int = 1,
+    expert_parallel: bool = False,
 ) -> KVCapacity:
     """Return the KV capacity, from an explicit size if one is given, else derived from the GPU as vLLM 0.11
     does (weights, the activation peak and `NON_TORCH_RESERVE_BYTES` out of the utilized memory).
@@ -89,6 +94,11 @@ def kv_capacity(
     `pool_bytes_per_token`. Each GPU holds its share of the weights and every replicated one
     (`ModelSpec.weight_bytes_per_gpu`).
 
+    ``data_parallel`` (vLLM's ``--data-parallel-size``) and ``expert_parallel`` (``--enable-expert-parallel``):
+    the capacity returned is one data-parallel rank's (its ``tensor_parallel`` GPUs' pool; every rank has one of
+    its own), whose GPUs hold their share of a mixture of experts' routed experts over all ``data_parallel x
+    tensor_parallel`` GPUs (`allocators.expert_parallel`).
+
     Raises ValueError with a one-line reason for negative sizes, a ``kv_gib`` larger than the GPUs' memory
     (``kv_tokens`` is the way to ask for an arbitrary pool), a size that holds no whole token slot, or a model
     that does not fit.
@@ -97,6 +107,9 @@ def kv_capacity(
         raise ValueError("give at most one of --kv-gib and --kv-tokens")
     if tensor_parallel < 1:
         raise ValueError(f"--tensor-parallel must be >= 1, got {tensor_parallel}")
+    if data_parallel < 1:
+        raise ValueError(f"--data-parallel-size must be >= 1, got {data_parallel}")
+    check_expert_parallel(model, expert_parallel)
     if model.num_heads % tensor_parallel:  # as vLLM refuses it: each GPU takes whole attention heads
         raise ValueError(f"{model.name}: its {model.num_heads} attention heads do not split evenly over "
                          f"--tensor-parallel {tensor_parallel} (vLLM requires the heads to be divisible by it)")
@@ -107,7 +120,8 @@ def kv_capacity(
                          f"copy evenly onto it (vLLM requires one of the two to divide the other)")
     model = with_backend_kv_layout(model.with_kv_cache_dtype(kv_cache_dtype), gpu)
     per_token = pool_bytes_per_token(model, tensor_parallel)
-    common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel)
+    common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel, data_parallel=data_parallel,
+                  expert_parallel=expert_parallel)
     if not 0 < gpu_memory_utilization <= 1:  # checked whether or not it is used, as `SimConfig` checks it
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
     if kv_tokens is not None:
@@ -129,16 +143,19 @@ def kv_capacity(
         return KVCapacity(kv_bytes=kv_bytes, kv_tokens=kv_bytes // per_token, source="kv_gib", **common)
     if gpu is None:
         raise ValueError("a GPU is needed to derive the KV capacity (or give --kv-gib / --kv-tokens)")
-    weights = model.weight_bytes_per_gpu(tensor_parallel)
+    weights = weight_bytes_per_gpu(model, tensor_parallel, data_parallel, expert_parallel)
     activations = activation_reserve_bytes(model, max_num_batched_tokens, tensor_parallel)
     non_torch = NON_TORCH_RESERVE_BYTES
     per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations - non_torch
     if per_gpu <= 0:
+        ranks = f" per data-parallel rank (of {data_parallel})" if data_parallel > 1 else ""
+        spread = (" or --data-parallel-size (a mixture of experts' routed experts split over every rank's GPUs)"
+                  if model.num_experts else "")
         raise ValueError(
-            f"{model.name} does not fit on {tensor_parallel} x {gpu.name}: weights {weights / GIB:.1f} GiB per GPU "
-            f"+ activations {activations / GIB:.2f} GiB + non-torch memory {non_torch / GIB:.2f} GiB exceed "
+            f"{model.name} does not fit on {tensor_parallel} x {gpu.name}{ranks}: weights {weights / GIB:.1f} GiB per "
+            f"GPU + activations {activations / GIB:.2f} GiB + non-torch memory {non_torch / GIB:.2f} GiB exceed "
             f"{gpu_memory_utilization:.0%} of "
-            f"{gpu.memory_gib:.1f} GiB; raise --tensor-parallel or pick a larger GPU"
+            f"{gpu.memory_gib:.1f} GiB; raise --tensor-parallel{spread} or pick a larger GPU"
         )
     kv_bytes = int(per_gpu * tensor_parallel)
     if kv_bytes < per_token:

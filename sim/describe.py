@@ -28,8 +28,9 @@ def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:
     """One line: workload and request count, model and GPU, KV capacity (with the KV dtype unless ``auto``)
     and its source, and why the blocks are not 16 where vLLM chose them (`block_size_choice`)."""
     dtype = "" if cap.model.kv_cache_dtype == "auto" else f" of {cap.model.kv_cache_dtype} KV"
-    fleet = f"{config.replicas} replicas of " if config.replicas > 1 else ""  # capacity is each replica's own
-    each = " per replica" if config.replicas > 1 else ""
+    unit = "data-parallel rank" if config.data_parallel_size > 1 else "replica"  # one engine's replicas, or a fleet
+    fleet = f"{config.replicas} {unit}s of " if config.replicas > 1 else ""  # capacity is each replica's own
+    each = f" per {unit}" if config.replicas > 1 else ""
     choice = cap.gpu is not None and block_size_choice(config, cap.model, cap.gpu)
     return (f"workload {getattr(workload, 'name', 'workload')} ({len(workload):,} requests); "
             f"{fleet}{cap.model.name} on {cap.tensor_parallel} x {cap.gpu.name}; KV capacity{each} "

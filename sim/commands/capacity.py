@@ -11,13 +11,16 @@ import json
 
 import click
 
+from allocators.catalog import GIB
 from sim.commands.failure import fail
 from sim.commands.one_spelling import OneSpellingCommand
 from sim.commands.options import (
     ALLOCATOR_NAMES,
     BLOCK_SIZE_HELP,
     catalog_option,
+    data_parallel_option,
     enforce_eager_option,
+    expert_parallel_option,
     kv_cache_dtype_option,
     vllm_lookalike_options,
     vllm_option,
@@ -29,7 +32,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                     prompt_len: int | None, output_len: int | None, max_model_len: int | None,
                     page_size_kib: int = 2048, kv_cache_dtype: str = "auto",
                     disable_hybrid_kv_cache_manager: bool = False, enforce_eager: bool = False,
-                    max_num_batched_tokens: int = 2048) -> dict:
+                    max_num_batched_tokens: int = 2048, data_parallel_size: int = 1,
+                    enable_expert_parallel: bool = False) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
     from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, final_tokens, kv_capacity, pool_bytes_per_token
@@ -60,13 +64,16 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
-                      max_num_batched_tokens=max_num_batched_tokens)
+                      max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,
+                      expert_parallel=enable_expert_parallel)
     spec = cap.model  # at --kv-cache-dtype
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
     config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
                        kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
-                       enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+                       enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+                       tensor_parallel=tensor_parallel, data_parallel_size=data_parallel_size,
+                       enable_expert_parallel=enable_expert_parallel)
     block_size = run_block_size(config, spec, gpu_spec)  # an MLA model's attention backend's, as vLLM sets it
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
         alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
@@ -93,6 +100,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "kv_groups": [g.to_dict() for g in spec.kv_groups()],
         "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel),
         "kv_capacity_tokens": cap.kv_tokens,
+        **_parallel_figures(cap),
         "kv_capacity_blocks": alloc.num_blocks if paged else None,
         "kv_cache_groups": [g.name for g in alloc.groups] if hybrid else None,
         "usable_blocks": alloc.num_usable_blocks if paged else None,
@@ -110,6 +118,18 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "unusable_frac": 1.0 - shares["token_states"],
         "breakdown": shares,
     } | _notes(config, max_model_len, spec, gpu_spec, hybrid) | ({"vllm_would_refuse": refusals} if refusals else {})
+
+
+def _parallel_figures(cap) -> dict:
+    """The deployment's GPUs and what each holds: ``kv_capacity_tokens`` is one data-parallel rank's pool (each
+    rank has its own), ``kv_capacity_tokens_total`` all ranks' together (the tokens the deployment holds at once)
+    and ``kv_capacity_tokens_per_gpu`` that total over every GPU: the figure that compares tensor with data
+    parallelism, since MLA's latent is kept whole on every GPU of a rank (`allocators.capacity.pool_bytes_per_token`)."""
+    total = cap.kv_tokens * cap.data_parallel
+    gpus = cap.tensor_parallel * cap.data_parallel
+    return {"data_parallel_size": cap.data_parallel, "enable_expert_parallel": cap.expert_parallel, "gpus": gpus,
+            "weight_gib_per_gpu": cap.weight_bytes_per_gpu / GIB if cap.source == "derived" else None,
+            "kv_capacity_tokens_total": total, "kv_capacity_tokens_per_gpu": total // gpus}
 
 
 def _notes(config, max_model_len: int | None, spec, gpu, hybrid: bool) -> dict:
@@ -158,7 +178,9 @@ def _dtype_text(r: dict) -> str:
 
 def _print_text(r: dict) -> None:
     where = {"kv_gib": "given by --kv-gib", "kv_tokens": "given by --kv-tokens"}.get(
-        r["kv_source"], f"derived from {r['tensor_parallel']} x {r['gpu']}")
+        r["kv_source"], f"derived from {r['tensor_parallel']} x {r['gpu']}"
+        + (f" per data-parallel rank{' with expert parallelism' * r['enable_expert_parallel']}"
+           if r["data_parallel_size"] > 1 else ""))
     click.echo(f"model {r['model']}: KV memory {r['kv_gib']:.2f} GiB ({where})")
     click.echo(f"KV bytes per token: {r['kv_bytes_per_token']:,} ({r['kv_bytes_per_token'] / 1024:.1f} KiB), "
                + _dtype_text(r))
@@ -171,7 +193,15 @@ def _print_text(r: dict) -> None:
     if r["kv_pool_bytes_per_token"] != r["kv_bytes_per_token"]:
         click.echo(f"  {r['kv_pool_bytes_per_token']:,} bytes of the {r['tensor_parallel']} GPUs' memory per token "
                    "(GPUs keep copies: MLA's latent, or fewer KV heads than GPUs)")
-    click.echo(f"KV capacity: {r['kv_capacity_tokens']:,} tokens")
+    ranks = r["data_parallel_size"] > 1
+    each = " per data-parallel rank" if ranks else ""
+    click.echo(f"KV capacity: {r['kv_capacity_tokens']:,} tokens{each}"
+               + (f" (each rank its own pool), {r['kv_capacity_tokens_total']:,} on all {r['data_parallel_size']}"
+                  if ranks else ""))
+    if r["gpus"] > 1:
+        click.echo(f"  {r['kv_capacity_tokens_per_gpu']:,} tokens per GPU of {r['gpus']}"
+                   + (f", each holding {r['weight_gib_per_gpu']:.2f} GiB of weights"
+                      if r["weight_gib_per_gpu"] is not None else ""))
     if r["kv_capacity_blocks"] is not None:
         click.echo(f"  {r['kv_capacity_blocks']:,} blocks of {r['block_size']} ({r['usable_blocks']:,} usable; "
                    "block 0 is the null block)")
@@ -186,7 +216,7 @@ def _print_text(r: dict) -> None:
         layout = f"{r['page_tokens']}-token pages"
     click.echo(f"allocator {r['allocator']} ({layout}); requests of {r['prompt_len']} prompt + "
                f"{r['output_len']} output tokens")
-    click.echo(f"max concurrent requests: {r['max_concurrent_requests']:,}")
+    click.echo(f"max concurrent requests: {r['max_concurrent_requests']:,}{each}")
     if r["never_fits"]:
         click.echo(f"  no request fits: {r['never_fits']}")
     b = r["breakdown"]
@@ -206,6 +236,8 @@ def _print_text(r: dict) -> None:
              help="GPUs the model is split over.")
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
               help="Share of GPU memory vLLM may use (weights + activations + KV).")
+@data_parallel_option
+@expert_parallel_option
 @kv_cache_dtype_option
 @click.option("--allocator", default="paged", show_default=True, help=f"{ALLOCATOR_NAMES}.")
 @click.option("--block-size", type=int, default=None, help=BLOCK_SIZE_HELP)

@@ -118,3 +118,18 @@ trace_format_option = alias_option("--trace-format", "--format", "trace_format",
 """``--trace-format`` for commands without an output format (``trace stats``: ``--format`` is its old name)."""
 
 columns_option = alias_option("--columns", "--trace-columns", "trace_columns", default=None, help=COLUMNS_HELP)
+
+DATA_PARALLEL_HELP = ("Engines of --tensor-parallel GPUs each, every one with its own scheduler and KV pool, behind "
+                      "vLLM's data-parallel load balancer (--router dp-lb, the default then); vLLM's flag. On a "
+                      "mixture of experts the routed experts are split over all of their GPUs (vLLM's MoE group of "
+                      "DP x TP GPUs). Sets --replicas to the same number (another --replicas is refused).")
+data_parallel_option = vllm_option("--data-parallel-size", "data_parallel_size", type=int, default=1,
+                                   show_default=True, help=DATA_PARALLEL_HELP)
+"""``--data-parallel-size`` (and vLLM's ``-dp``) for the commands that size KV memory (the `SimConfig` field of the same name)."""
+
+EXPERT_PARALLEL_HELP = ("Hold a mixture of experts' routed experts whole, E / (DP x TP) on each GPU, where without "
+                        "it each GPU holds that share of every expert (vLLM's flag): the same memory when the GPUs "
+                        "divide the experts evenly; refused on a dense model.")
+expert_parallel_option = vllm_option("--enable-expert-parallel", "enable_expert_parallel", is_flag=True,
+                                     help=EXPERT_PARALLEL_HELP)
+"""``--enable-expert-parallel`` (and vLLM's ``-ep``; the `SimConfig` field of the same name)."""

@@ -23,7 +23,9 @@ from sim.commands.options import (
     TRACE_FORMAT_HELP,
     catalog_option,
     columns_option,
+    data_parallel_option,
     enforce_eager_option,
+    expert_parallel_option,
     kv_cache_dtype_option,
     vllm_lookalike_options,
     vllm_spellings,
@@ -198,8 +200,11 @@ def simulation_options(func):
         click.option("--step-by-step", is_flag=True, help="No decode fast-forward (slow; for checking)."),
         _field_option("--replicas", type=int,
                       help="Serving replicas, each with its own scheduler, KV memory and cost model."),
-        _field_option("--router", type=click.Choice(list(ROUTERS)),
-                      help="How a fleet of replicas routes each arriving request (sim/kernel/routers.py)."),
+        click.option("--router", type=click.Choice(list(ROUTERS)), default=None,
+                     help="How a fleet of replicas routes each arriving request (sim/kernel/routers.py) "
+                          "[default: round-robin; dp-lb, vLLM's load balancer, with --data-parallel-size > 1]."),
+        data_parallel_option,
+        expert_parallel_option,
         _field_option("--router-load-weight", type=float,
                       help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
                            "tokens the request would compute there."),

@@ -36,7 +36,7 @@ MAX_REPLICAS = 10_000
 25 s and 1 GB before the first step; --replicas 10**12 (or a `kvsim plan --max-replicas` search that doubled its
 way there) ran out of memory instead of running."""
 
-_POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "replicas")
+_POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "replicas", "data_parallel_size")
 _OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
                       "lpm_max_queue")
@@ -73,6 +73,13 @@ def plain_number(value: object) -> int | float | None:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         return None
     return float(value)
+
+
+def default_router(data_parallel_size: int) -> str:
+    """The router a run gets without ``--router``: vLLM's data-parallel load balancer (``dp-lb``) in front of
+    ``--data-parallel-size`` > 1 engines, as vLLM's own front end routes them; round-robin otherwise (a
+    ``--replicas`` fleet, kvsim's long-standing default)."""
+    return "dp-lb" if data_parallel_size > 1 else "round-robin"
 
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "lpm")
@@ -180,9 +187,11 @@ class SimConfig:
     memory_snapshots: int = 12
     debug_invariants: int = 0
     replicas: int = 1
-    router: str = "round-robin"
+    router: str | None = None  # None: `default_router` (round-robin; dp-lb with --data-parallel-size > 1)
     router_load_weight: float = 1.0
     router_kv_overlap_score_weight: float = 1.0
+    data_parallel_size: int = 1  # vLLM's engine argument: engines of --tensor-parallel GPUs each (`_check_data_parallel`)
+    enable_expert_parallel: bool = False  # vLLM's engine argument (`allocators.expert_parallel`)
 
     def _unchecked(self, given: dict[str, tuple[object, object]]) -> list[str]:
         """``flag value`` for each of ``given`` (flag -> (its value, the one vLLM's scheduler was checked with))
@@ -239,8 +248,24 @@ class SimConfig:
                              "no --async-scheduling, no --cpu-offload-gib, one replica, --scheduling-policy fcfs "
                              "or priority); not modelled with " + ", ".join(wrong))
 
+    def _check_data_parallel(self) -> None:
+        """``--data-parallel-size N`` is N replicas of one engine, as vLLM runs N engine cores of
+        ``--tensor-parallel`` GPUs each behind one front end: it sets ``replicas`` to N, and another
+        ``--replicas`` is refused (a fleet of data-parallel deployments routes twice, once between deployments and
+        once by each one's load balancer: not modelled). Without ``--router`` such a fleet routes as vLLM's front
+        end does (`default_router`)."""
+        if self.data_parallel_size > 1:
+            if self.replicas not in (1, self.data_parallel_size):
+                raise ValueError(f"give --data-parallel-size {self.data_parallel_size} (that many engine replicas "
+                                 f"behind vLLM's load balancer) or --replicas {self.replicas}, not both: a fleet of "
+                                 "data-parallel deployments is not modelled")
+            self.replicas = self.data_parallel_size
+        if self.router is None:
+            self.router = default_router(self.data_parallel_size)
+
     def __post_init__(self) -> None:
         self._check_types()
+        self._check_data_parallel()
         from allocators.vattention_pages import PAGE_SIZES_KIB
 
         page_size = plain_int(self.page_size_kib)  # 2048.0 is refused as any other integer field refuses it

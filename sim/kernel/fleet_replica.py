@@ -2,7 +2,7 @@
 
 Why its own object: a fleet runs N of them in one SimPy environment, and a router (`sim.kernel.routers`) reads
 each one's state at every arrival (``load``, ``free_slots``, ``held_tokens``, ``pending_prefill``,
-``cached_tokens``), so a replica is its scheduler, allocator and cost model (`sim.kernel.replica.build_replica`, as
+``cached_tokens``, ``waiting``, ``kv_cache_usage``), so a replica is its scheduler, allocator and cost model (`sim.kernel.replica.build_replica`, as
 the single engine builds them), its own recorder, and the requests routed to it but not yet delivered (its inbox).
 """
 
@@ -62,3 +62,15 @@ class Replica:
 
     def cached_tokens(self, group) -> int:
         return self.memory.cached_tokens(group.hashes, group.prompt)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued here, not yet running: routed and not delivered, and waiting in its scheduler."""
+        return len(self.sched.waiting) + len(self.inbox)
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Its pool's used share in blocks (vLLM's "KV cache usage": blocks a prefix cache alone holds count as
+        free, as vLLM's free queue holds them)."""
+        b = self.memory.breakdown(False)
+        return b.used_blocks / b.total_blocks if b.total_blocks else 0.0

@@ -162,6 +162,12 @@ def _deployment_settings(config: SimConfig, defaults: SimConfig, model) -> dict[
         elif model is not None and not disable_unifies(groups):
             ignored[flag] = (f"every layer of {model.name} has a sliding window, which vLLM keeps: its flag makes "
                              "window layers full attention only beside full-attention layers")
+    gpus = config.tensor_parallel * config.data_parallel_size
+    if config.enable_expert_parallel and model is not None and model.num_experts and not model.num_experts % gpus:
+        ignored["--enable-expert-parallel"] = (
+            f"its {gpus} GPUs divide {model.name}'s {model.num_experts} routed experts evenly, so whole experts take "
+            "the memory (and a step reads the bytes) of the share of every expert they hold without it "
+            "(allocators/expert_parallel.py)")
     return ignored
 
 

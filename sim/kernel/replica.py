@@ -92,7 +92,8 @@ def cost_options(config: SimConfig, model, gpu) -> dict:
     run's, `run_block_size`; ``slot_frac``: a slot moves that share of a token's KV and takes that share of the
     per-layer copy calls)."""
     return dict(block_size=run_block_size(config, model, gpu), paged=hands_out_blocks(config.allocator),
-                tensor_parallel=config.tensor_parallel, slot_frac=slot_frac(config, model))
+                tensor_parallel=config.tensor_parallel, slot_frac=slot_frac(config, model),
+                data_parallel=config.data_parallel_size, expert_parallel=config.enable_expert_parallel)
 
 
 def resolve_capacity(config: SimConfig) -> KVCapacity:
@@ -104,7 +105,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
-                       kv_tokens=config.kv_tokens, kv_cache_dtype=config.kv_cache_dtype)
+                       kv_tokens=config.kv_tokens, kv_cache_dtype=config.kv_cache_dtype,
+                       data_parallel=config.data_parallel_size, expert_parallel=config.enable_expert_parallel)
 
 
 def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KVMemory) -> dict:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 from allocators import roofline
 from allocators.catalog import GpuSpec, ModelSpec
+from allocators.expert_parallel import routed_divisor
 from allocators.vattention_pages import cache_tensors
+from sim.kernel.data_parallel import data_parallel_lockstep
 from sim.kernel.decode_sums import crossover, linear_sums
 
 DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
@@ -59,6 +61,8 @@ class StepCostModel:
     slot_frac: float = 1.0
     source: str = "roofline (default coefficients)"
     profile: str = ""
+    data_parallel: int = 1
+    expert_parallel: bool = False
 
     def __post_init__(self) -> None:
         if not (0 < self.bandwidth_frac <= 1 and 0 < self.flops_frac <= 1 and self.step_overhead_s >= 0):
@@ -83,7 +87,9 @@ class StepCostModel:
         # the fixed: vLLM splits every expert), as capacity holds them (`ModelSpec.weight_bytes_per_gpu`)
         fixed, routed = roofline.step_weight_split(m)
         self._t_weights = m.weight_bytes_per_gpu(tp, fixed) / bytes_s
-        self._t_routed = routed / tp / bytes_s
+        # the routed experts are split over every data-parallel rank's GPUs (`allocators.expert_parallel`), and in
+        # vLLM's lock-step MoE layers each GPU runs the tokens of every rank through its share (`weights_time`)
+        self._t_routed = routed / routed_divisor(m, tp, self.data_parallel, self.expert_parallel) / bytes_s
         self._t_kv_read = kv * ovh / tp / bytes_s
         self._t_kv_write = kv / tp / bytes_s
         # a pool slot is one token's KV in `slot_frac` of the layers (a hybrid pool's group slot: `unit` layers)
@@ -120,7 +126,9 @@ class StepCostModel:
         decode runs' closed forms (`_decode_lines`, constant ``tokens`` along a run) both call it."""
         if not self._t_routed:
             return self._t_weights
-        return self._t_weights + self._t_routed * roofline.expert_read_fraction(self.model, tokens)
+        # with data parallelism every rank's tokens reach each GPU's experts; taken as ranks as full as this one
+        touching = tokens * self.data_parallel
+        return self._t_weights + self._t_routed * roofline.expert_read_fraction(self.model, touching)
 
     def empty_step_s(self) -> float:
         """How long an engine step that schedules nothing takes (vLLM's, while the engine waits for KV loads it
@@ -310,12 +318,15 @@ class StepCostModel:
     def omits(self) -> tuple[str, ...]:
         """What this run's steps cost on real GPUs that the model leaves out, each as a phrase (none: empty):
         the summary's ``clock_omits``, so that a multi-GPU step time is not read as a checked one."""
+        omits: tuple[str, ...] = ()
         if self.tensor_parallel > 1 and not (self.allreduce_latency_s and self.allreduce_bus_gb_s):
-            return (f"tensor-parallel communication: two all-reduces per layer per step across the "
-                    f"{self.tensor_parallel} GPUs (step times are optimistic; a calibration table's "
-                    "allreduce_latency_s and allreduce_bus_gb_s add them; docs/reproduction.md measured what "
-                    "NCCL's would add at OPT-66B and 175B)",)
-        return ()
+            omits = (f"tensor-parallel communication: two all-reduces per layer per step across the "
+                     f"{self.tensor_parallel} GPUs (step times are optimistic; a calibration table's "
+                     "allreduce_latency_s and allreduce_bus_gb_s add them; docs/reproduction.md measured what "
+                     "NCCL's would add at OPT-66B and 175B)",)
+        if self.data_parallel > 1 and self.model.num_experts:
+            omits += (data_parallel_lockstep(self.data_parallel),)
+        return omits
 
     def describe(self) -> dict:
         return {"cost_model": self.source, "cost_profile": self.profile, "bandwidth_frac": self.bandwidth_frac,

@@ -44,10 +44,28 @@ Session affinity (sticky sessions, as gateways route on a session header: llm-d'
 AIBrix's session routing) needs no view of any cache: a conversation's first turn goes where the fewest
 requests are, every later turn where its first went. It keeps a conversation's KV on one replica as
 ``prefix-aware`` tends to, without reading caches, and without moving a turn off a replica that is overloaded.
+
+vLLM's data-parallel load balancer (``dp-lb``, the default router of ``--data-parallel-size`` > 1) is vLLM 0.33's
+``DPLBAsyncMPClient.get_core_engine_for_request`` (``vllm/v1/engine/core_client.py``) with one API-server client::
+
+    score(r) = max(client_count * inflight(r), waiting(r) + running(r))
+               + [waiting(r) > 0] * waiting(r) * 6.0 * max(0, kv_cache_usage(r) - 0.5)
+
+``inflight(r)``: the requests routed to ``r`` and not finished; ``waiting``, ``running`` and ``kv_cache_usage`` (its
+block pool's used share, vLLM's ``BlockPool.get_usage``) are the engine's own. With one client the in-flight
+count is at least ``waiting + running`` (every request the engine holds was routed by it), so the first term is
+`ReplicaState.load` (running + waiting + routed, not yet delivered); ``waiting`` counts the routed ones too, as
+vLLM adds each routed request to its local copy of the engine's waiting count. The lowest score wins, scanned
+from a start engine that moves on by one after every routed request, the first lowest in that order taking ties
+(vLLM rotates the scan start "so that ties ... don't systematically favor the same engine"). What it does not
+model: vLLM reads ``waiting``, ``running`` and ``kv_cache_usage`` from the DP coordinator's snapshot, published
+every 100 ms, where kvsim reads them as they are (the in-flight term, which decides alone while usage is below
+half, is exact in both); several API servers (``client_count``); a request's explicit ``data_parallel_rank``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -83,6 +101,12 @@ class ReplicaState(Protocol):
     def pending_prefill(self) -> int: ...
 
     def cached_tokens(self, group) -> int: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def kv_cache_usage(self) -> float: ...
 
 
 class RoundRobin:
@@ -200,6 +224,35 @@ class SessionAffinity:
         return home
 
 
+DP_LB_WAITING_WEIGHT = 6.0
+"""vLLM 0.33's penalty per waiting request at full KV usage, ramping from 0 at half usage
+(``score += waiting * 6.0 * max(0.0, kv_cache_usage - 0.5)`` in ``DPLBAsyncMPClient``)."""
+
+
+class DataParallelLB:
+    """vLLM's data-parallel load balancer: fewest requests in flight, plus a penalty for a queue on an engine whose
+    KV cache is more than half used; the scan start rotates by one engine per request (the module docstring)."""
+
+    needs_state = True
+
+    def __init__(self, settings: RouterSettings) -> None:
+        self.start = 0  # vLLM's eng_start_index: client_index 0 of one client
+
+    def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        n = len(replicas)
+        best, best_score = 0, math.inf
+        for i in range(n):
+            idx = (self.start + i) % n
+            r = replicas[idx]
+            score: float = r.load
+            if waiting := r.waiting:
+                score += waiting * DP_LB_WAITING_WEIGHT * max(0.0, r.kv_cache_usage - 0.5)
+            if score < best_score:
+                best, best_score = idx, score
+        self.start = (self.start + 1) % n
+        return best
+
+
 ROUTERS = {
     "round-robin": RoundRobin,
     "random": Random,
@@ -208,6 +261,7 @@ ROUTERS = {
     "prefix-aware": PrefixAware,
     "kv-cost": KVCost,
     "session-affinity": SessionAffinity,
+    "dp-lb": DataParallelLB,
 }
 
 

@@ -26,8 +26,10 @@ VLLM_ALIASES: dict[str, str] = {
 }
 """vLLM engine argument (as a field name) -> the `SimConfig` field it is an exact alias of."""
 
-VLLM_SHORT_FLAGS: dict[str, str] = {"tensor_parallel": "-tp"}
-"""Field -> vLLM's short flag for it (``vllm serve -tp 2``)."""
+VLLM_SHORT_FLAGS: dict[str, str] = {"tensor_parallel": "-tp", "data_parallel_size": "-dp",
+                                    "enable_expert_parallel": "-ep"}
+"""Field -> vLLM's short flag for it (``vllm serve -tp 2``; ``-dp`` and ``-ep`` beside ``--data-parallel-size`` and
+``--enable-expert-parallel``, fields named as vLLM names them)."""
 
 VLLM_LOOKALIKES: dict[str, str] = {
     "cpu_offload_gb": "vLLM's --cpu-offload-gb offloads model weights to host memory (GiB per GPU); kvsim's "

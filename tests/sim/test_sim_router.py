@@ -127,7 +127,7 @@ def test_unknown_router_is_a_one_line_error():
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith("Error: --router-kv-overlap-score-weight must be")
     assert set(ROUTERS) == {"round-robin", "random", "least-requests", "least-kv", "prefix-aware", "kv-cost",
-                            "session-affinity"}
+                            "session-affinity", "dp-lb"}
 
 
 def _compare(w, routers, **options):
