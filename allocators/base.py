@@ -158,7 +158,9 @@ class Allocator(ABC):
     fast-forward ends a run where it moves while requests wait, as it does at a window release."""
     slots_per_token: int = 1
     """Breakdown slots one appended token fills: 1, except in a hybrid pool, which counts a token once per KV
-    cache group (`allocators.hybrid`); the simulator scales the tokens a lazily grown decoder owes by it."""
+    cache group (`allocators.hybrid`), and in contiguous slabs with ring-buffer window layers, a token's slots in
+    the full layers once the rings are full (`allocators.contiguous`); the simulator scales the tokens a lazily
+    grown decoder owes by it."""
     group_names: tuple[str, ...] = ()
     """A hybrid pool's attention groups, in `MemoryBreakdown.groups` order; empty for a pool of one group."""
     allocates_per_chunk: bool = False

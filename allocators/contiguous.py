@@ -8,6 +8,37 @@ Accounting of one sequence with ``t`` tokens, final length ``f``, requested slab
 ``P`` (``P - S`` is buddy rounding)::
 
     |<- t: token states ->|<- min(f, S) - t: reservation ->|<- rest of S: internal ->|<- P - S: external ->|
+
+Sliding-window layers (``kv_groups`` with a window: gpt-oss, Gemma 3, Mistral) keep their KV in ring buffers of
+the window's size (`allocators.slab_layout`), so a slab reserving ``L`` tokens takes ``footprint(L) = full x L +
+sum(ring x min(L, W))`` slots, laid out as the full layers' part then each ring::
+
+    | full layers: full x L slots                          | ring (window W): ring x min(L, W) slots |
+
+and the accounting above holds part by part, in slots: token states ``footprint(t)`` (a window layer's token
+counts at most ``W`` tokens back), reservation ``footprint(min(f, L)) - footprint(t)``, internal the rest of the
+slab, external the buddy rounding of the whole slab. The slab is one, not one in a full-layer arena and one in a
+window-layer arena: a static split of the pool would have to guess the ratio of the two demands, which moves
+with the lengths against the window (a request of 4 windows' length needs 4 times as much full-layer memory as
+ring memory, one shorter than the window as much of each), so one arena would refuse requests while the other
+held free memory no request could use, which the breakdown would have to call free (it is not usable) or
+external fragmentation (it is not the placement's doing); split in proportion to the layers' bytes, the
+full-layer arena is the pool without rings and fits exactly the requests it fitted before. One slab keeps a
+single arena, a single buddy rounding per request and the five shares summing to the pool exactly, as without
+windows. The buddy rounds the whole slab: gpt-oss-20b's Max slab of 131,072 + 128 slots takes a 262,144-slot
+block, as many as 131,072 whole tokens took, so under buddy placement the rings turn internal fragmentation
+into external and fit no more Max requests; first-fit and best-fit keep what the rings save. A model without
+windows has no layout: a slot is a token in every layer and nothing above changes.
+
+The kernel corrects the allocator's counts by the tokens it knows better, at ``slots_per_token`` slots each
+(`sim.kernel.metrics`): a lazily grown decoder's tokens since its last sync, less the token a step computes and
+a prompt held whole but not computed yet (chunked prefill). A slab grows by ``full`` slots a token once every
+ring is full, by more before, so `headroom` is 0 until then (the decoder is told every token while a ring
+fills, as ``--step-by-step`` does) and ``slots_per_token`` is ``full``: the corrections apply to the full
+layers, and a ring counts the tokens it was told, in the breakdown and the slot map alike. So a token a step is
+computing counts as token states in the rings during that step (at most ``sum(ring)`` slots a decoder inside
+its window, ``sum(ring) x W`` a prompt whose chunks have not reached the window yet; gpt-oss-20b: 1 slot a
+token), the same with or without ``--step-by-step``, and every slot map still counts its step row's shares.
 """
 
 from __future__ import annotations
@@ -29,15 +60,19 @@ from allocators.base import (
     fill_states,
 )
 from allocators.placement import make_placement
+from allocators.slab_layout import slab_layout
 
 
 class _Slab:
-    __slots__ = ("offset", "size", "physical", "tokens", "final", "max_total", "res")
+    """One sequence's slab: ``size`` slots (``length`` positions, `SlabLayout.footprint`), ``physical`` placed."""
 
-    def __init__(self, offset: int, size: int, physical: int, tokens: int, final: int, max_total: int | None):
-        self.offset, self.size, self.physical = offset, size, physical
+    __slots__ = ("offset", "size", "physical", "length", "tokens", "final", "max_total", "res")
+
+    def __init__(self, offset: int, size: int, physical: int, length: int, tokens: int, final: int,
+                 max_total: int | None, res: int):
+        self.offset, self.size, self.physical, self.length = offset, size, physical, length
         self.tokens, self.final, self.max_total = tokens, final, max_total
-        self.res = max(0, min(final, size) - tokens)  # slots of the slab the sequence will still fill
+        self.res = res  # slots of the slab the sequence will still fill
 
 
 class ContiguousAllocator(Allocator):
@@ -55,9 +90,17 @@ class ContiguousAllocator(Allocator):
         placement: str = "buddy",
         prefix_caching: bool = False,
         watermark: float = 0.0,
+        kv_groups: Sequence = (),
     ) -> None:
+        """``kv_groups``: the model's KV groups (catalog `KVGroup` objects, `ring_options`); where one has a sliding
+        window, ``capacity_slots`` full tokens become ``capacity_slots x per_token`` slots of the model's
+        `SlabLayout`, and window layers take ring buffers."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
+        self.layout = slab_layout(kv_groups)
+        if self.layout is not None:
+            self.capacity *= self.layout.per_token
+            self.slots_per_token = self.layout.full
         self.placement = make_placement(placement, self.capacity)
         self._seqs: dict[int, _Slab] = {}
         self._num_token_slots = 0
@@ -67,13 +110,19 @@ class ContiguousAllocator(Allocator):
 
     @abstractmethod
     def slab_size(self, num_tokens: int, final_tokens: int, max_total_tokens: int | None) -> int:
-        """Slots this policy reserves for a sequence entering with ``num_tokens`` tokens."""
+        """Token positions this policy reserves for a sequence entering with ``num_tokens`` tokens (slots too,
+        without windows; with them, `SlabLayout.footprint` of it)."""
+
+    def _slots(self, tokens: int) -> int:
+        """Slots that ``tokens`` positions of a slab take (`SlabLayout.footprint`; themselves without windows)."""
+        return tokens if self.layout is None else self.layout.footprint(tokens)
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
-        size = self.slab_size(num_tokens, final_tokens, max_total_tokens)
+        length = self.slab_size(num_tokens, final_tokens, max_total_tokens)
         need = max(num_tokens, final_tokens)
-        if size < need:
-            return f"{self.name}: needs {need} slots but this policy reserves a slab of only {size}"
+        if length < need:
+            return f"{self.name}: needs {need} slots but this policy reserves a slab of only {length}"
+        size = self._slots(length)
         physical = self.placement.physical_size(size)
         if physical > self.placement.largest_possible:
             rounded = f" (rounded up to {physical} by {self.placement.name} placement)" if physical != size else ""
@@ -86,15 +135,17 @@ class ContiguousAllocator(Allocator):
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
-        size = self.slab_size(num_tokens, final, max_total)
-        if size < num_tokens:
+        length = self.slab_size(num_tokens, final, max_total)
+        if length < num_tokens:
             return None
+        size = self._slots(length)
         placed = self.placement.place(size)
         if placed is None:
             return None
-        slab = _Slab(placed[0], size, placed[1], num_tokens, final, max_total)
+        res = max(0, self._slots(min(final, length)) - self._slots(num_tokens))
+        slab = _Slab(placed[0], size, placed[1], length, num_tokens, final, max_total, res)
         self._seqs[seq_id] = slab
-        self._num_token_slots += num_tokens
+        self._num_token_slots += self._slots(num_tokens)
         self._reserved += slab.res
         self._requested += size
         self._physical += slab.physical
@@ -117,12 +168,14 @@ class ContiguousAllocator(Allocator):
         s = self._seqs[seq_id]
         if num_tokens < 0:
             raise ValueError(f"sequence {seq_id}: cannot grow by {num_tokens} tokens")
-        if s.tokens + num_tokens > s.size:
+        if s.tokens + num_tokens > s.length:
             return None  # a slab cannot grow in place; the scheduler must preempt
+        layout = self.layout
+        slots = num_tokens if layout is None else layout.footprint(s.tokens + num_tokens) - layout.footprint(s.tokens)
         s.tokens += num_tokens
-        self._num_token_slots += num_tokens
+        self._num_token_slots += slots
         if s.res:
-            used = min(s.res, num_tokens)
+            used = min(s.res, slots)
             s.res -= used
             self._reserved -= used
         return ()  # NO_COPIES (the same object: a literal, which skips a global lookup)
@@ -130,7 +183,7 @@ class ContiguousAllocator(Allocator):
     def growth_fits(self, growth: Sequence[tuple[int, int]]) -> bool:
         """`Allocator.growth_fits`: each sequence grows inside its own slab (`grow`), apart from the others."""
         seqs = self._seqs
-        return all(seqs[seq_id].tokens + n <= seqs[seq_id].size for seq_id, n in growth)
+        return all(seqs[seq_id].tokens + n <= seqs[seq_id].length for seq_id, n in growth)
 
     def fork(self, parent_id: int, child_id: int, *, final_tokens: int) -> tuple[Copy, ...] | None:
         """A slab cannot be shared: the child gets its own slab and the parent's tokens are copied into it."""
@@ -139,12 +192,12 @@ class ContiguousAllocator(Allocator):
         if child is None:
             return None
         # the written part of the slab is copied; the rest holds nothing yet
-        return (Copy(parent.offset, child.offset, parent.tokens),)
+        return (Copy(parent.offset, child.offset, self._slots(parent.tokens)),)
 
     def free(self, seq_id: int) -> int:
         s = self._seqs.pop(seq_id)
         self.placement.release(s.offset)
-        self._num_token_slots -= s.tokens
+        self._num_token_slots -= self._slots(s.tokens)
         self._reserved -= s.res
         self._requested -= s.size
         self._physical -= s.physical
@@ -154,8 +207,15 @@ class ContiguousAllocator(Allocator):
         return self._seqs[seq_id].tokens
 
     def headroom(self, seq_id: int) -> int:
+        """The slab's free positions; with windows, 0 while a ring still fills (see the module's docstring)."""
         s = self._seqs[seq_id]
-        return s.size - s.tokens
+        if self.layout is not None and s.tokens < self.layout.widest:
+            return 0
+        return s.length - s.tokens
+
+    def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
+        """`Allocator.swap_extent`: the slots its tokens take (a ring holds at most its window), in one transfer."""
+        return self._slots(self._seqs[seq_id].tokens + pending), 1
 
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         free = self.capacity - self._physical
@@ -180,9 +240,20 @@ class ContiguousAllocator(Allocator):
     def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
         states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
         pending = pending or {}
+        parts = ((1, None),) if self.layout is None else self.layout.parts()
         for seq_id, s in self._seqs.items():
-            tokens = min(s.tokens + pending.get(seq_id, 0), s.tokens + s.res)
-            fill_states(states, np.arange(s.offset, s.offset + s.size), tokens, s.tokens + s.res)
+            will = max(s.tokens, min(s.final, s.length))  # the positions it will have filled
+            tokens = min(s.tokens + pending.get(seq_id, 0), will)
+            at = s.offset
+            for per_token, cap in parts:  # each part of the slab: the full layers, then each ring
+                if cap is None:
+                    held, filled = s.length, tokens
+                else:  # a ring counts the tokens it was told (see the module's docstring), as the step rows do
+                    held = min(s.length, cap)
+                    filled = min(s.tokens, held)
+                fill_states(states, np.arange(at, at + per_token * held), per_token * filled,
+                            per_token * min(will, held))
+                at += per_token * held
             states[s.offset + s.size:s.offset + s.physical] = SLOT_OVERHEAD
         return states
 
@@ -193,9 +264,11 @@ class ContiguousAllocator(Allocator):
         tokens = reserved = requested = physical = 0
         for seq_id, s in self._seqs.items():
             assert placed.get(s.offset) == s.physical, f"sequence {seq_id}: slab at {s.offset} not placed as held"
-            assert 0 < s.tokens <= s.size <= s.physical, f"sequence {seq_id}: tokens/slab sizes out of order"
-            assert s.res == max(0, min(s.final, s.size) - s.tokens), f"sequence {seq_id}: reservation drifted"
-            tokens += s.tokens
+            assert 0 < s.tokens <= s.length, f"sequence {seq_id}: more tokens than its slab's positions"
+            assert s.size == self._slots(s.length) <= s.physical, f"sequence {seq_id}: slab sizes out of order"
+            assert s.res == max(0, self._slots(min(s.final, s.length)) - self._slots(s.tokens)), \
+                f"sequence {seq_id}: reservation drifted"
+            tokens += self._slots(s.tokens)
             reserved += s.res
             requested += s.size
             physical += s.physical
@@ -237,3 +310,13 @@ class ContiguousOracleAllocator(ContiguousAllocator):
 
     def slab_size(self, num_tokens: int, final_tokens: int, max_total_tokens: int | None) -> int:
         return max(num_tokens, final_tokens)
+
+
+def ring_options(allocator: type, model) -> dict:
+    """The constructor option (``kv_groups``) that gives a contiguous allocator the window layers of ``model`` (a
+    catalog `ModelSpec`, at its KV dtype); none for other allocators or for a model without windows, so that
+    their slots stay whole tokens."""
+    groups = model.kv_groups()
+    if not issubclass(allocator, ContiguousAllocator) or slab_layout(groups) is None:
+        return {}
+    return {"kv_groups": groups}

@@ -38,6 +38,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, final_tokens, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
+    from allocators.contiguous import ring_options
     from allocators.hybrid import HybridPagedAllocator
     from allocators.kv_cache_groups import uses_hybrid_manager
     from allocators.vattention import page_options
@@ -80,7 +81,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                                      max_model_len=max_len, max_num_batched_tokens=max_num_batched_tokens)
     else:
         alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,
-                               placement=placement, **pages)
+                               placement=placement, **pages, **ring_options(allocator_class(allocator), spec))
     refusals = vllm_refusals(config, max_len, KVMemory(alloc).longest_request(max_len), cap)
     reason = alloc.never_fits(prompt_len, final_tokens=final_tokens(prompt_len, output_len))
     count = 0 if reason else fill_to_capacity(alloc, prompt_len, output_len, max_num_batched_tokens)

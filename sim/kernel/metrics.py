@@ -53,8 +53,8 @@ class MemoryIntegral:
         self.running += running * duration
         if b.groups:
             self._add_groups(b, lag, duration, growth)
-            lag *= self.slots_per_token
-            growth *= self.slots_per_token
+        lag *= self.slots_per_token  # 1 but in a hybrid pool or ring-buffer slabs (`Allocator.slots_per_token`)
+        growth *= self.slots_per_token
         self.token_states += (b.token_states + lag) * duration + growth
         self.reservation += (b.reservation - lag) * duration - growth
         self.internal_frag += b.internal_frag * duration
@@ -156,7 +156,7 @@ class Recorder:
                 moved = lag * part.slots_per_token
                 self.group_ints.extend((part.token_states + moved, part.reservation - moved, part.internal_frag,
                                         part.used_blocks))
-            lag *= self.memory.slots_per_token
+        lag *= self.memory.slots_per_token
         self.ints.extend((num_steps, running, waiting, *work, b.token_states + lag, b.reservation - lag,
                           b.internal_frag, b.external_frag, b.free, b.used_blocks, b.shared_saved, b.cached))
 

@@ -14,11 +14,13 @@ from allocators.arc_tier import ArcTier
 from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
 from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
+from allocators.contiguous import ring_options
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid_manager
 from allocators.lru_tier import LruTier
 from allocators.option_use import hands_out_blocks
+from allocators.slab_layout import SlabLayout, slab_layout
 from allocators.vattention import page_options
 from sim.kernel.block_size import run_block_size
 from sim.kernel.calibration_store import peaks_of, picked_table
@@ -84,7 +86,16 @@ def slot_frac(config: SimConfig, model) -> float:
     """A pool slot's share of a token's KV: 1, except in a hybrid pool, which counts (and copies, swaps and
     offloads) group slots, each one token in ``unit`` of the layers (`allocators.kv_cache_groups`)."""
     groups = hybrid_kv_groups(config, model)
+    if not groups and (rings := slab_rings(config, model)) is not None:  # a slot: a token in a slab's `unit` bytes
+        return 1 / rings.per_token
     return split_kv_groups(groups)[0] / sum(g.layers for g in groups) if groups else 1.0
+
+
+def slab_rings(config: SimConfig, model) -> SlabLayout | None:
+    """The ring-buffer layout of ``config``'s contiguous slabs on a model with windows (`allocators.slab_layout`),
+    else None."""
+    options = ring_options(allocator_class(config.allocator), model)
+    return slab_layout(options["kv_groups"]) if options else None
 
 
 def cost_options(config: SimConfig, model, gpu) -> dict:
@@ -180,12 +191,15 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=in_flight, **options) if groups
              else make_allocator(config.allocator, kv_tokens, **options,
                                  **page_options(allocator_class(config.allocator), model, config.page_size_kib,
-                                                kv_tokens, config.tensor_parallel)))
+                                                kv_tokens, config.tensor_parallel),
+                                 **ring_options(allocator_class(config.allocator), model)))
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel
                      // pool_bytes_per_token(model, config.tensor_parallel))
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
+    elif (rings := slab_rings(config, model)) is not None:  # and ring-buffer slabs their slots
+        swap_slots *= rings.per_token
     # A host block holds a pool block of every GPU: vLLM's CPU offloading keeps each rank's own copy (its
     # ``kv_offloading_size`` is the sum over ranks), so KV that GPUs replicate takes host memory once per GPU too.
     slot_bytes = round(pool_bytes_per_token(model, config.tensor_parallel) * slot_frac(config, model))

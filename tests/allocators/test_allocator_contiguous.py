@@ -1,10 +1,15 @@
-"""Orca's Max / Pow2 / Oracle slabs: sizing, hand-computed waste categories, fork, growth limits, errors."""
+"""Orca's Max / Pow2 / Oracle slabs: sizing, hand-computed waste categories, fork, growth limits, errors, and
+window layers kept as ring buffers of the window's size."""
 
 import numpy as np
 import pytest
 
 from allocators import ALLOCATORS, make_allocator
-from allocators.base import FREE_OWNER, OVERHEAD_OWNER, MemoryBreakdown
+from allocators.base import FREE_OWNER, OVERHEAD_OWNER, Copy, MemoryBreakdown
+from allocators.catalog import get_model
+from allocators.contiguous import ring_options
+from allocators.slab_layout import SlabLayout, slab_layout
+from tests.allocators.kv_group_fixture import KVGroupFixture
 
 
 def parts(b: MemoryBreakdown) -> tuple[int, int, int, int, int]:
@@ -127,3 +132,43 @@ def test_memory_map_covers_every_slot():
     assert owners.shape == (1000,) and owners.dtype == np.int64
     assert (owners == 5).sum() == 3 + 8  # output 5 rounded to 8
     assert (owners == OVERHEAD_OWNER).sum() == 16 - 11  # buddy rounding of 11 to 16
+
+
+# -- sliding windows: ring-buffer window layers (`allocators.slab_layout`) --------------------------------------
+
+OSS_LIKE = (KVGroupFixture("sliding_window", "sliding_window", 12, 128, 24576),
+            KVGroupFixture("full", "full", 12, None, 24576))  # gpt-oss-20b's two groups: a slot each a token
+
+
+def test_ring_slab_takes_the_window_not_the_length_in_window_layers():
+    a = make_allocator("contiguous-oracle", 1000, max_model_len=4096, placement="first-fit", kv_groups=OSS_LIKE)
+    assert a.capacity == 2000 and a.slots_per_token == 1
+    a.admit(1, 100, final_tokens=400)  # slab 400 + min(400, 128) = 528 slots
+    assert parts(a.breakdown()) == (200, 328, 0, 0, 1472)
+    assert a.headroom(1) == 0  # told every token while the ring fills
+    a.grow(1, 50)  # the ring is full at 128: 150 + 128 token states
+    assert parts(a.breakdown()) == (278, 250, 0, 0, 1472)
+    assert a.headroom(1) == 250
+    a.grow(1, 250)
+    assert parts(a.breakdown()) == (528, 0, 0, 0, 1472)
+    assert a.swap_extent(1) == (528, 1)
+    assert a.fork(1, 2, final_tokens=400) == (Copy(0, 528, 528),)
+    a.check_invariants()
+
+
+def test_max_ring_slab_is_rounded_whole_by_the_buddy():
+    # max length 2048 + ring 128 = 2176 slots, one buddy block of 4096: rounding is external fragmentation
+    a = make_allocator("contiguous-max", 4096, max_model_len=2048, kv_groups=OSS_LIKE)
+    a.admit(1, 500, final_tokens=700)
+    assert parts(a.breakdown()) == (628, 200, 1348, 1920, 4096)
+    assert a.never_fits(2048, final_tokens=2048) is None
+    a.check_invariants()
+
+
+def test_ring_options_only_for_contiguous_allocators_on_window_models():
+    oss, llama = get_model("gpt-oss-20b"), get_model("llama-3-8b")
+    assert ring_options(ALLOCATORS["contiguous-pow2"], oss) == {"kv_groups": oss.kv_groups()}
+    assert ring_options(ALLOCATORS["vattention"], oss) == {}
+    assert ring_options(ALLOCATORS["contiguous-max"], llama) == {}
+    assert slab_layout(get_model("gemma-3-12b").kv_groups()) == SlabLayout(1, ((1024, 5),))
+    assert slab_layout(get_model("mistral-7b").kv_groups()) == SlabLayout(0, ((4096, 1),))

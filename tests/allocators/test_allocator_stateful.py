@@ -8,6 +8,8 @@ allocator has it) that ``grow_due`` does what ``grow`` does. `paged-cow` also sw
 (its pinned shared-prefix blocks stay on the GPU and are taken back, not moved).
 vAttention's pages are built ``BLOCK`` tokens long, so its mapped-page list reads as a block table here.
 
+`RingSlabMachine` drives the contiguous slabs on models with sliding windows (ring-buffer window layers).
+
 `HostTierMachine` puts a small host tier behind the paged allocators' prefix cache (and `HybridHostTierMachine`
 behind a hybrid pool's) and a small GPU pool in front of it, so that evictions spill to the host, host hits are
 loaded back and swapped KV is parked there: after every step the tiers' blocks are conserved (GPU: used + free
@@ -17,12 +19,14 @@ with a write-back tier and with a write-through one (every computed block is on 
 
 import copy
 
+import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from allocators import ALLOCATORS, make_allocator
 from allocators.arc_tier import ArcTier
+from allocators.base import SLOT_INTERNAL, SLOT_RESERVED, SLOT_STATES, SLOT_TOKEN
 from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
@@ -325,6 +329,58 @@ for _layout, _groups in HYBRID_LAYOUTS.items():
         _machine = type(f"Machine_hybrid_{_layout}_{_pc}", (HybridMachine,),
                         {"kv_groups": _groups, "options": {"prefix_caching": _pc}})
         globals()[f"Test_hybrid_{_layout}_{_pc}"] = SETTINGS(_machine).TestCase
+
+
+class RingSlabMachine(AllocatorMachine):
+    """A contiguous allocator on a model with sliding windows (`allocators.slab_layout`): slabs whose window
+    layers are ring buffers, windows far shorter than ``max_model_len`` so that most sequences pass them. Beyond
+    the common rules: the token states are the machine's own count, a window layer's token counted at most
+    ``window`` tokens back, and the slot map agrees with the breakdown share by share."""
+
+    kv_groups: tuple = ()
+    full = 0  # the expected layout: slots a token takes in the full layers, and (window, slots) per ring
+    rings: tuple = ()
+
+    @initialize(capacity=st.integers(min_value=3 * BLOCK, max_value=60 * BLOCK + 3))
+    def build(self, capacity):
+        self.alloc = make_allocator(self.allocator_name, capacity, block_size=BLOCK, max_model_len=64,
+                                    kv_groups=self.kv_groups, **self.options)
+        assert self.alloc.capacity == capacity * (self.full + sum(s for _, s in self.rings))
+        self.tokens: dict[int, int] = {}
+        self.hashes: dict[int, tuple[int, ...]] = {}
+        self.prefixes: list[list[int]] = []
+        self.next_id = 0
+
+    @invariant()
+    def rings_hold_the_window(self):
+        if not hasattr(self, "alloc"):
+            return
+        b = self.alloc.breakdown()
+        assert b.token_states == sum(self.full * t + sum(s * min(t, w) for w, s in self.rings)
+                                     for t in self.tokens.values())
+        counts = np.bincount(self.alloc.slot_states(), minlength=len(SLOT_STATES))
+        assert (counts[SLOT_TOKEN], counts[SLOT_RESERVED], counts[SLOT_INTERNAL]) == (
+            b.token_states, b.reservation, b.internal_frag)
+        for seq, t in self.tokens.items():  # told every token while a ring fills (the lazy decode's slope)
+            assert self.alloc.headroom(seq) == 0 or t >= max(w for w, _ in self.rings)
+
+
+RING_LAYOUTS = {  # (groups, full slots, rings): HYBRID_LAYOUTS' and two windows, one past max_model_len
+    "gemma_like": (HYBRID_LAYOUTS["gemma_like"], 1, ((8, 2),)),
+    "odd_window": (HYBRID_LAYOUTS["odd_window"], 1, ((6, 1),)),
+    "mistral_like": (HYBRID_LAYOUTS["mistral_like"], 0, ((8, 1),)),
+    "two_windows": ((KVGroupFixture("near", "sliding_window", 1, 5, 100),
+                     KVGroupFixture("far", "sliding_window", 3, 100, 300),
+                     KVGroupFixture("full", "full", 2, None, 200)), 2, ((5, 1), (100, 3))),
+}
+for _name in (n for n in ALLOCATORS if n.startswith("contiguous")):
+    for _layout, (_groups, _full, _rings) in RING_LAYOUTS.items():
+        for _placement in PLACEMENTS:
+            _label = f"{_name}_{_layout}_{_placement}".replace("-", "_")
+            _machine = type(f"Machine_ring_{_label}", (RingSlabMachine,),
+                            {"allocator_name": _name, "options": {"placement": _placement}, "kv_groups": _groups,
+                             "full": _full, "rings": _rings})
+            globals()[f"Test_ring_{_label}"] = SETTINGS(_machine).TestCase
 
 
 class HostTierMachine(AllocatorMachine):

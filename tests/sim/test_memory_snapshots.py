@@ -49,6 +49,9 @@ def map_shares(result) -> list[tuple[dict, dict]]:
     ("paged", {}), ("paged", {"replicas": 2, "kv_tokens": 2500}), ("paged-cow", {}), ("vattention", {}),
     ("radix", {}),
     ("paged", {"model": "test-hybrid", "gpu": "h100-80gb", "kv_tokens": 1500}),
+    ("contiguous-oracle", {"model": "test-hybrid", "gpu": "h100-80gb", "kv_tokens": 1500,  # ring-buffer slabs
+                           "placement": "first-fit"}),
+    ("contiguous-max", {"model": "test-hybrid", "gpu": "h100-80gb", "max_model_len": 2048}),
 ])
 def test_a_map_counts_the_step_rows_shares(allocator, options, monkeypatch):
     """Every map's states, slot for slot, are the memory columns of the step row starting at its instant: while

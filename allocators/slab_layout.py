@@ -1,0 +1,70 @@
+"""`SlabLayout`: the slots one contiguous slab takes per token, sliding-window layers kept as ring buffers.
+
+Why: a contiguous-slab server keeps a sliding-window layer's KV in a ring buffer of the window's size, not in
+a buffer of the request's whole length. Mistral's reference implementation does so (mistralai/mistral-src,
+``mistral/cache.py``, `RotatingBufferCache`: ``cache_k`` of shape ``(n_layers, max_batch_size, sliding_window,
+n_kv_heads, head_dim)`` per sequence, token ``p`` written at ``p % sliding_window``, the oldest overwritten), as do
+HF transformers' sliding-window cache and TGI. A token attends to the window's last ``W`` tokens, itself
+included, so the buffer holds the token being computed and the ``W - 1`` before it: ``W`` positions. A request
+that reserves ``L`` tokens (Orca's max, pow2 or oracle length) therefore needs ``L`` positions in each
+full-attention layer and ``min(L, W)`` in each window layer, and holds live KV in ``min(t, W)`` of them after
+``t`` tokens (a prefill longer than the window writes only its last ``W`` tokens' KV there, as
+`RotatingBufferCache` does; the activations of the chunk are not KV memory).
+
+One slot is one token's KV in ``unit`` bytes, the greatest common divisor of the KV groups' bytes per token
+(gpt-oss-20b: 12 window and 12 full layers, so a slot is a token in 12 layers, one slot a token in each part;
+Gemma-3-12B: 40 window layers and 8 full ones, 5 slots and 1). A model without window layers has no layout:
+a slot is a token in every layer, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import gcd
+
+from allocators.kv_cache_groups import SLIDING
+
+
+@dataclass(frozen=True, slots=True)
+class SlabLayout:
+    """``full``: slots a token takes in the full-attention layers (0 for a model of window layers alone);
+    ``rings``: ``(window, slots)`` per window size, slots a token takes in those layers' ring buffers."""
+
+    full: int
+    rings: tuple[tuple[int, int], ...]
+
+    @property
+    def per_token(self) -> int:
+        """Slots of one token in every layer: a pool of ``k`` full tokens has ``k x per_token`` slots."""
+        return self.full + sum(slots for _, slots in self.rings)
+
+    @property
+    def widest(self) -> int:
+        """The largest window: a slab whose tokens reach it has every ring full, and grows by ``full`` a token."""
+        return max(window for window, _ in self.rings)
+
+    def footprint(self, tokens: int) -> int:
+        """Slots that ``tokens`` positions take: every one in the full layers, at most the window in a ring."""
+        return self.full * tokens + sum(slots * min(tokens, window) for window, slots in self.rings)
+
+    def parts(self) -> tuple[tuple[int, int | None], ...]:
+        """``(slots per token, positions cap)`` of each part of a slab, in the order they lie in it: the full
+        layers (no cap), then each ring (its window)."""
+        return ((self.full, None), *((slots, window) for window, slots in self.rings))
+
+
+def slab_layout(kv_groups: Sequence) -> SlabLayout | None:
+    """The layout of a model's KV groups (catalog `KVGroup` objects), or None where no group has a window."""
+    windows = [g for g in kv_groups if g.attention == SLIDING]
+    if not windows:
+        return None
+    unit = gcd(*(int(g.bytes_per_token) for g in kv_groups))
+    rings: dict[int, int] = {}
+    for g in windows:
+        if g.window is None or int(g.window) <= 0:
+            raise ValueError(f"KV group {g.name}: a sliding window must be positive, got {g.window!r}")
+        rings[int(g.window)] = rings.get(int(g.window), 0) + int(g.bytes_per_token) // unit
+    full = sum(int(g.bytes_per_token) for g in kv_groups if g.attention != SLIDING) // unit
+    return SlabLayout(full, tuple(sorted(rings.items())))
+
