@@ -9,11 +9,18 @@ OPT-13B on an A100-40GB.
 
 Checked against vLLM 0.11's logged pools on an H100 (``docs/validation.md``): Llama-2-7B at 4,096 batched
 tokens, 7,438 blocks (kvsim 7,438); CodeLlama-34B at 64, 2,790 blocks (kvsim 2,790).
+
+With a speculative drafter of the target's KV layout (EAGLE, EAGLE-3, MTP: ``drafter_layers``), vLLM puts the
+drafter's attention layers in the target's KV cache group, so one block holds every layer of both and the pool
+has ``available_memory // bytes_per_block`` blocks with the drafter's pages in ``bytes_per_block``
+(``v1/core/kv_cache_planning.py``: ``get_kv_cache_config_from_groups``, ``_get_kv_cache_bytes_per_block``):
+a token slot costs ``num_layers + drafter_layers`` layers (`pool_bytes_per_token`). The drafter's weights are
+loaded before the memory is profiled, so they come out of the memory too (`drafter_weight_bytes`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from allocators.base import Allocator
 from allocators.catalog import GIB, GpuSpec, ModelSpec
@@ -36,6 +43,7 @@ class KVCapacity:
     non_torch_reserve_bytes_per_gpu: float = 0.0
     data_parallel: int = 1
     expert_parallel: bool = False
+    drafter_layers: int = 0  # a speculative drafter's KV layers, in every block beside the model's
 
     @property
     def kv_gib(self) -> float:
@@ -64,11 +72,24 @@ def activation_reserve_bytes(model: ModelSpec, max_num_batched_tokens: int, tens
     return max_num_batched_tokens * per_token / tensor_parallel
 
 
-def pool_bytes_per_token(model: ModelSpec, tensor_parallel: int = 1) -> int:
+def pool_bytes_per_token(model: ModelSpec, tensor_parallel: int = 1, drafter_layers: int = 0) -> int:
     """What one token takes out of the pool of all ``tensor_parallel`` GPUs together: the model's
     `kv_bytes_per_token` when KV heads split evenly, more when GPUs keep copies (MLA's latent on every GPU,
-    or more GPUs than KV heads)."""
+    or more GPUs than KV heads); with ``drafter_layers`` more layers of the model's layout (a speculative
+    drafter's, the module docstring)."""
+    if drafter_layers:
+        model = replace(model, num_layers=model.num_layers + drafter_layers)
     return model.kv_bytes_per_token_per_gpu(tensor_parallel) * tensor_parallel
+
+
+def drafter_weight_bytes(model: ModelSpec, drafter_layers: int) -> float:
+    """The weights of a drafter of ``drafter_layers`` decoder layers, each taken as the model's average layer:
+    its weights less the embedding and LM head (``2 x vocab x hidden``, which EAGLE shares with the target), over
+    its layers. Approximate: an EAGLE layer's input projection and EAGLE-3's own LM head are left out."""
+    if not drafter_layers:
+        return 0.0
+    layers = model.weight_bytes - 2 * model.vocab_size * model.hidden_size * model.dtype_bytes
+    return drafter_layers * max(layers, 0.0) / model.num_layers
 
 
 def kv_capacity(
@@ -83,6 +104,7 @@ def kv_capacity(
     kv_cache_dtype: str = "auto",
     data_parallel: int = 1,
     expert_parallel: bool = False,
+    drafter_layers: int = 0,
 ) -> KVCapacity:
     """Return the KV capacity, from an explicit size if one is given, else derived from the GPU as vLLM 0.11
     does (weights, the activation peak and `NON_TORCH_RESERVE_BYTES` out of the utilized memory).
@@ -92,7 +114,8 @@ def kv_capacity(
     (`ModelSpec.with_kv_cache_dtype`) for everything downstream, and on a known ``gpu`` a sparse MLA latent laid
     out as its attention backend stores it (`mla_backends.with_backend_kv_layout`). A token costs
     `pool_bytes_per_token`. Each GPU holds its share of the weights and every replicated one
-    (`ModelSpec.weight_bytes_per_gpu`).
+    (`ModelSpec.weight_bytes_per_gpu`). ``drafter_layers``: a speculative drafter's KV layers, which every slot
+    holds too, and whose weights every GPU holds its share of (`drafter_weight_bytes`).
 
     ``data_parallel`` (vLLM's ``--data-parallel-size``) and ``expert_parallel`` (``--enable-expert-parallel``):
     the capacity returned is one data-parallel rank's (its ``tensor_parallel`` GPUs' pool; every rank has one of
@@ -119,9 +142,9 @@ def kv_capacity(
         raise ValueError(f"{model.name}: its {kv} KV heads neither split evenly over --tensor-parallel {tp} nor "
                          f"copy evenly onto it (vLLM requires one of the two to divide the other)")
     model = with_backend_kv_layout(model.with_kv_cache_dtype(kv_cache_dtype), gpu)
-    per_token = pool_bytes_per_token(model, tensor_parallel)
+    per_token = pool_bytes_per_token(model, tensor_parallel, drafter_layers)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel, data_parallel=data_parallel,
-                  expert_parallel=expert_parallel)
+                  expert_parallel=expert_parallel, drafter_layers=drafter_layers)
     if not 0 < gpu_memory_utilization <= 1:  # checked whether or not it is used, as `SimConfig` checks it
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
     if kv_tokens is not None:
@@ -143,7 +166,8 @@ def kv_capacity(
         return KVCapacity(kv_bytes=kv_bytes, kv_tokens=kv_bytes // per_token, source="kv_gib", **common)
     if gpu is None:
         raise ValueError("a GPU is needed to derive the KV capacity (or give --kv-gib / --kv-tokens)")
-    weights = weight_bytes_per_gpu(model, tensor_parallel, data_parallel, expert_parallel)
+    weights = (weight_bytes_per_gpu(model, tensor_parallel, data_parallel, expert_parallel)
+               + drafter_weight_bytes(model, drafter_layers) / tensor_parallel)
     activations = activation_reserve_bytes(model, max_num_batched_tokens, tensor_parallel)
     non_torch = NON_TORCH_RESERVE_BYTES
     per_gpu = gpu.memory_bytes * gpu_memory_utilization - weights - activations - non_torch

@@ -64,6 +64,8 @@ class ModelSpec:
     weights (a dense model's norms). ``replicated_params``: the same layers' parameters (of ``active_params``:
     every token passes through them), whose FLOPs every GPU does for all of a step's tokens where the rest's are
     split (`allocators.roofline.token_flops_per_gpu`); a count, not bytes, as the layers mix FP8 and BF16.
+    ``num_nextn_predict_layers`` (config.json's name): the multi-token-prediction layers the checkpoint carries
+    beside ``num_layers``, which ``--speculative-config '{"method": "mtp"}'`` runs as its drafter (0: none).
 
     A mixture of experts also gives ``num_experts`` (routed experts per MoE layer: config.json's
     ``num_local_experts``, ``n_routed_experts`` or ``num_experts``) and ``num_experts_per_tok`` (config.json's own
@@ -110,9 +112,13 @@ class ModelSpec:
     replicated_weights_gib: float | None = None
     fp8_ds_mla: bool | None = None
     replicated_params: float | None = None
+    num_nextn_predict_layers: int = 0
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
+        if type(self.num_nextn_predict_layers) is not int or self.num_nextn_predict_layers < 0:
+            raise ValueError(f"{entry}: num_nextn_predict_layers must be a non-negative integer, "
+                             f"got {self.num_nextn_predict_layers!r}")
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "max_seq_len",
                   "intermediate_size", "vocab_size", "dtype_bytes"):
             check_positive(entry, f, getattr(self, f), integer=True)
@@ -405,10 +411,12 @@ MODELS: dict[str, ModelSpec] = {
                   "scale, 8 + 32 / 128^2. replicated_weights_gib: the q_a / kv_a projections, routers and norms vLLM "
                   "keeps whole on every tensor-parallel GPU, 1,138,633,568 bytes (_DSV3_REPLICATED_BYTES in "
                   "allocators/catalog.py); replicated_params: their parameters, 1,030,919,680 "
-                  "(_DSV3_REPLICATED_PARAMS)",
+                  "(_DSV3_REPLICATED_PARAMS). num_nextn_predict_layers 1 (config.json): one MTP module, an MLA "
+                  "layer, which vLLM loads only as --speculative-config's mtp drafter",
                   kv_lora_rank=512, qk_rope_head_dim=64, weights_gib=(671e9 + 1.96e9 + 0.16e9) / GIB,
                   active_params=37e9, num_experts=256, num_experts_per_tok=8, expert_weight_bits=8 + 32 / 128**2,
-                  replicated_weights_gib=_DSV3_REPLICATED_BYTES / GIB, replicated_params=_DSV3_REPLICATED_PARAMS),
+                  replicated_weights_gib=_DSV3_REPLICATED_BYTES / GIB, replicated_params=_DSV3_REPLICATED_PARAMS,
+                  num_nextn_predict_layers=1),
         ModelSpec("deepseek-v3.2", 61, 7168, 128, 128, 192, 671e9 + 61 * _DSV32_INDEXER_PARAMS, 163840, 18432, 129280, 2,
                   _HF + "deepseek-ai/DeepSeek-V3.2-Exp (and DeepSeek-V3.2): DeepSeek-V3's architecture (the entry "
                   "above, whose MLA, experts and FP8 checkpoint it keeps) plus a lightning indexer in every layer: "

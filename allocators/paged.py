@@ -118,11 +118,13 @@ class PagedAllocator(PagedQueries):
         ``delay_cache_blocks`` (vLLM's name): cache the blocks it fills only when told (`cache_blocks`), as
         vLLM caches blocks being loaded only once their load is done. ``reserved_blocks``: free blocks what is
         allocated now must leave to others (vLLM's, for prefills in flight; not counted against ``full_tokens``).
-        ``lookahead_slots``: slots held after the ``num_tokens`` (padded speculative drafts), never cached."""
+        ``lookahead_slots``: slots held after the ``num_tokens`` (padded speculative drafts, a drafter's
+        lookahead), never cached; up to ``max_model_len`` (vLLM's ``num_tokens_need_slot``)."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
+        lookahead_slots = max(0, min(lookahead_slots, self.max_model_len - num_tokens))
         hits = self._lookup(block_hashes, lookup_tokens or max(num_tokens, full_tokens or 0))
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens) > free:
@@ -243,8 +245,10 @@ class PagedAllocator(PagedQueries):
         """Grow by ``num_tokens`` and hold slots for ``drafts`` more tokens after them, all or nothing (vLLM's
         ``allocate_slots`` for a verification step of speculative decoding: slots for the fed token and the
         drafts, but only tokens up to ``request.num_tokens``, no draft, are cached). The draft slots are held,
-        not token slots: a rejected draft's slot is filled by a later token, never freed before the request."""
+        not token slots: a rejected draft's slot is filled by a later token, never freed before the request.
+        Up to ``max_model_len`` (``allocate_slots`` caps a drafter's lookahead slots there)."""
         s, bs = self._seqs[seq_id], self.block_size
+        drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
         if -(-(s.tokens + num_tokens + drafts) // bs) - len(s.table) > self._free.num_free:
             return None
         if num_tokens:

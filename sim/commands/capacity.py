@@ -33,8 +33,10 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                     page_size_kib: int = 2048, kv_cache_dtype: str = "auto",
                     disable_hybrid_kv_cache_manager: bool = False, enforce_eager: bool = False,
                     max_num_batched_tokens: int = 2048, data_parallel_size: int = 1,
-                    enable_expert_parallel: bool = False) -> dict:
-    """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason."""
+                    enable_expert_parallel: bool = False, speculative_config: str | None = None) -> dict:
+    """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason.
+    ``speculative_config``: vLLM's engine argument; a drafter's KV layers share every block
+    (`sim.kernel.spec_decode`)."""
     from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, final_tokens, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
@@ -46,6 +48,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     from sim.kernel.config import SimConfig
     from sim.kernel.memory import KVMemory
     from sim.kernel.over_length import vllm_refusals
+    from sim.kernel.spec_decode import check_drafter_budget, drafter_layers, parse_speculative
 
     spec = get_model(model)
     gpu_spec = get_gpu(gpu)
@@ -63,10 +66,15 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         output_len = max_len - prompt_len
     if prompt_len + output_len > max_len:
         raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
+    draft = 0
+    if speculative_config is not None:
+        method, k = parse_speculative(speculative_config)
+        check_drafter_budget(method, k, max_num_batched_tokens)
+        draft = drafter_layers(method, spec)
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,
-                      expert_parallel=enable_expert_parallel)
+                      expert_parallel=enable_expert_parallel, drafter_layers=draft)
     spec = cap.model  # at --kv-cache-dtype
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
@@ -99,7 +107,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "kv_cache_dtype_flag": kv_cache_dtype.lower(),
         "kv_bytes_per_token": spec.kv_bytes_per_token,
         "kv_groups": [g.to_dict() for g in spec.kv_groups()],
-        "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel),
+        "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel, draft),
+        "drafter_layers": draft,
         "kv_capacity_tokens": cap.kv_tokens,
         **_parallel_figures(cap),
         "kv_capacity_blocks": alloc.num_blocks if paged else None,
@@ -257,6 +266,10 @@ def _print_text(r: dict) -> None:
                    "the chunks a prompt is prefilled in (a sliding-window layer holds the window and one chunk).")
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
               help="Treat sliding-window layers as full attention (vLLM's flag; paged on a hybrid model).")
+@click.option("--speculative-config", type=str, default=None, metavar="JSON",
+              help="vLLM's speculative decoding (as `kvsim run`'s): a drafter of method eagle, eagle3 or mtp adds "
+                   "its KV layers to every block (1 for eagle/eagle3, the model's num_nextn_predict_layers for "
+                   "mtp) and its weights to the memory, so fewer slots fit; ngram adds nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @vllm_lookalike_options
 def capacity(catalog: str | None, as_json: bool, **options: object) -> None:

@@ -135,7 +135,11 @@ def simulation_options(func):
                            "released by a previous turn's finish."),
         _field_option("--speculative-config", type=str, metavar="JSON",
                       help="vLLM's speculative decoding, as its engine argument: '{\"method\": \"ngram\", "
-                           "\"num_speculative_tokens\": 3}' (only ngram: no drafter model, KV or GPU time). Each "
+                           "\"num_speculative_tokens\": 3}' (no drafter model, KV or GPU time) or method eagle, "
+                           "eagle3 (with \"model\") or mtp (a catalog model with num_nextn_predict_layers): their "
+                           "drafter's KV layers share every block (fewer slots), each step holds "
+                           "num_speculative_tokens lookahead slots, and the drafter's passes add GPU time; shared "
+                           "prompt prefixes need --no-prefix-caching with them. Each "
                            "decode step verifies the drafts (slots for all of them, as vLLM allocates them); decoders "
                            "are then stepped one step at a time. Needs --spec-acceptance-rate, --allocator paged, "
                            "chunked prefill, recompute preemption, no async scheduling, host tier, n > 1, beams "

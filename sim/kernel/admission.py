@@ -65,10 +65,11 @@ class GroupMechanics(Preemption):
                     "with chunked prefill off")
         reason = s.memory.never_fits(group)
         if reason is None and s.spec is not None:  # its last verification holds slots for drafts past its end
-            need = min(group.final_tokens + s.spec.k, self.max_model_len - 1)
+            need = s.spec.reach(group.final_tokens)
             reason = s.memory.never_fits_tokens(group.prompt, need)
             if reason is not None:
-                reason += f" (with {s.spec.k} speculative tokens past its last output token)"
+                reason += (f" (with {s.spec.k} speculative tokens and {s.spec.lookahead} drafter lookahead slots "
+                           "past its last output token)")
         return reason
 
     def prefill_need(self, group: SequenceGroup) -> int:
@@ -111,7 +112,7 @@ class GroupMechanics(Preemption):
                 group, (lambda remaining: 0) if loads else (lambda remaining: s.chunk(remaining, budget)),
                 full_tokens=group.prefill_target if self.reserve_full_isl else None,
                 apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0,
-                lookahead_slots=padded)
+                lookahead_slots=padded + (s.spec.lookahead if s.spec is not None else 0))
             if admission is None:
                 return False
             # a hit of the whole prompt (from the host, `Allocator.host_hits_to_end`) recomputes its last token

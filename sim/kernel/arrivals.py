@@ -72,8 +72,9 @@ class ArrivalSource:
     """Delivers requests due at or before a time; knows the next arrival time."""
 
     def __init__(self, workload, *, block_size: int, want_hashes: bool, start_s: float = 0.0,
-                 own_identity: bool = False) -> None:
+                 own_identity: bool = False, lookahead_hashes: bool = False) -> None:
         self.workload = workload
+        self.lookahead_hashes = lookahead_hashes  # vLLM's num_hash_lookahead_tokens 1 (`make_group`)
         self.size = len(workload)
         self.cursor = 0
         self.block_size = block_size
@@ -98,13 +99,13 @@ class ArrivalSource:
             self.due: list[tuple[float, int]] = []
 
     @classmethod
-    def for_memory(cls, workload, memory, *, start_s: float = 0.0) -> ArrivalSource:
+    def for_memory(cls, workload, memory, *, start_s: float = 0.0, lookahead_hashes: bool = False) -> ArrivalSource:
         """The source an allocator needs: with prefix caching, shared-prefix hashes and every request's own
         block ids (vLLM v1 hashes every full block); with shared-prefix registration (paged-cow), the shared
-        prefixes; otherwise none."""
+        prefixes; otherwise none. ``lookahead_hashes``: a speculative drafter's (`make_group`)."""
         caching = memory.prefix_caching  # block size 1 included: radix's token-granular tree needs them
         return cls(workload, block_size=memory.block_size, want_hashes=caching or memory.shares_prefixes,
-                   start_s=start_s, own_identity=caching)
+                   start_s=start_s, own_identity=caching, lookahead_hashes=lookahead_hashes and caching)
 
     @staticmethod
     def _has_identity(workload) -> bool:
@@ -247,6 +248,11 @@ class ArrivalSource:
         elif self.want_hashes:
             request = w[i]
             hashes = self._known_hashes(request, i)
+            if self.lookahead_hashes and hashes and request.known_prefix_tokens == len(hashes) * self.block_size:
+                # vLLM with a speculative drafter hashes a block with the token after it
+                # (``get_request_block_hasher``'s ``num_hash_lookahead_tokens``): a block ending where the known
+                # prefix ends is followed by the request's own token, so it is the request's own block
+                hashes = hashes[:-1]
             prefix_blocks = own_from = len(hashes)
             if request.session_id is not None:  # identity covers the whole turn; the group's part is shared
                 prefix_blocks = request.prefix_len // self.block_size if group_id >= 0 else 0

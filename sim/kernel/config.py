@@ -165,7 +165,7 @@ class SimConfig:
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
     async_scheduling: bool = False  # vLLM's engine argument; vLLM 0.33 turns it on by default (kvsim: off)
-    speculative_config: str | None = None  # vLLM's engine argument (JSON); only method "ngram" is modelled
+    speculative_config: str | None = None  # vLLM's engine argument (JSON); methods ngram, eagle, eagle3, mtp
     spec_acceptance_rate: float | None = None  # kvsim's: each draft token's acceptance probability
     lpm_max_queue: int = LPM_SORT_LIMIT
     step_time: float | None = None
@@ -223,16 +223,16 @@ class SimConfig:
                              "not modelled with " + ", ".join(wrong))
 
     def _check_speculative(self) -> None:
-        """``--speculative-config`` is vLLM v1's ngram speculative decoding (`sim.kernel.spec_decode`), checked
+        """``--speculative-config`` is vLLM v1's speculative decoding (`sim.kernel.spec_decode`), checked
         against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
         scheduling, FCFS or priority order and one replica, without a host tier; anything else is refused."""
         if self.speculative_config is None:
             if self.spec_acceptance_rate is not None:
                 raise ValueError("--spec-acceptance-rate needs --speculative-config")
             return
-        from sim.kernel.spec_decode import parse_speculative_config
+        from sim.kernel.spec_decode import check_drafter_budget, parse_speculative
 
-        parse_speculative_config(self.speculative_config)
+        check_drafter_budget(*parse_speculative(self.speculative_config), self.max_num_batched_tokens)
         rate = plain_number(self.spec_acceptance_rate) if self.spec_acceptance_rate is not None else None
         if rate is None or not 0 <= rate <= 1:
             raise ValueError("--speculative-config needs --spec-acceptance-rate P, each draft token's acceptance "
@@ -243,7 +243,7 @@ class SimConfig:
                  "--async-scheduling": (self.async_scheduling, False),
                  "--cpu-offload-gib": (self.cpu_offload_gib > 0, False), "--replicas": (self.replicas, 1)}
         if wrong := self._unchecked(given):
-            raise ValueError("--speculative-config models vLLM v1's ngram speculative decoding on its paged KV cache "
+            raise ValueError("--speculative-config models vLLM v1's speculative decoding on its paged KV cache "
                              "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
                              "no --async-scheduling, no --cpu-offload-gib, one replica, --scheduling-policy fcfs "
                              "or priority); not modelled with " + ", ".join(wrong))

@@ -151,6 +151,10 @@ class ConstantStepCost(StepCostModel):
         constant = self.constant
         return lambda m: constant * m
 
+    def drafter_time(self, tokens: int, pairs: int, context: int, seqs: int, draft_context: int, passes: int,
+                     layers: int) -> float:
+        return 0.0  # the given step time is the whole step's, drafting included
+
     def omits(self) -> tuple[str, ...]:
         return ()  # a given step time claims no physics
 

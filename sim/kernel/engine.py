@@ -147,6 +147,11 @@ def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False)
                                   copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
                                   prefill_seqs=len(plan.chunks), page_maps=plan.page_maps,
                                   window_context=plan.window_context, window_pairs=plan.window_pairs)
+        if plan.draft_seqs:  # a model-based drafter's passes after the target's (`sim.kernel.spec_decode`)
+            spec = sched.spec
+            duration += cost.drafter_time(plan.prefill_tokens + plan.spec_tokens + plan.decode_seqs,
+                                          plan.attention_pairs, plan.context_tokens, plan.draft_seqs,
+                                          plan.draft_context, spec.k, spec.drafter_layers)
         if duration <= 0:
             if sched.in_flight is None or plan.prefill_tokens or plan.decode_seqs:
                 raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")

@@ -341,7 +341,7 @@ class KVMemory:
         chunk = chunk_of(target - cached)
         options = self._own(group) if chunk else {**self._own(group), "lookup_tokens": target,
                                                    "delay_cache_blocks": True, "reserved_blocks": reserved_blocks}
-        if lookahead_slots:  # a padded speculative verification's placeholder drafts (`sim.kernel.spec_decode`)
+        if lookahead_slots:  # a padded verification's placeholder drafts, a drafter's lookahead (`spec_decode`)
             options["lookahead_slots"] = lookahead_slots
         admission = self._alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
                                       max_total_tokens=group.max_total, block_hashes=group.hashes,

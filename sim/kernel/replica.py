@@ -36,7 +36,7 @@ from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.request_hashes import hash_columns
 from sim.kernel.scheduler import Scheduler
-from sim.kernel.spec_decode import SpecDecode, parse_speculative_config
+from sim.kernel.spec_decode import SpecDecode, drafter_layers, parse_speculative, speculative_method
 
 MEMORY_MAP_ROWS = 2**22
 """Memory-map snapshots keep one row per slot: a run records at most this many rows in all (about 150 MB as a
@@ -117,7 +117,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
                        kv_tokens=config.kv_tokens, kv_cache_dtype=config.kv_cache_dtype,
-                       data_parallel=config.data_parallel_size, expert_parallel=config.enable_expert_parallel)
+                       data_parallel=config.data_parallel_size, expert_parallel=config.enable_expert_parallel,
+                       drafter_layers=drafter_layers(speculative_method(config.speculative_config), model))
 
 
 def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KVMemory) -> dict:
@@ -225,8 +226,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
         if groups:
             raise ValueError("--speculative-config needs a model without sliding-window layers (vLLM's hybrid KV "
                              f"cache manager is not modelled with speculative decoding), got {model.name}")
-        spec = SpecDecode(parse_speculative_config(config.speculative_config), config.spec_acceptance_rate,
-                          config.seed, max_model_len)
+        method, k = parse_speculative(config.speculative_config)
+        spec = SpecDecode(k, config.spec_acceptance_rate, config.seed, max_model_len, method=method,
+                          drafter_layers=drafter_layers(method, model))
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,

@@ -195,6 +195,33 @@ class StepCostModel:
                                     swap_blocks, page_maps)
         return t
 
+    def drafter_time(self, tokens: int, pairs: int, context: int, seqs: int, draft_context: int, passes: int,
+                     layers: int) -> float:
+        """Seconds a model-based speculative drafter of ``layers`` layers (EAGLE, EAGLE-3, MTP) adds to a step
+        (`sim.kernel.spec_decode`: vLLM's proposer): one pass over the step's ``tokens`` query tokens
+        (``pairs`` query-key pairs over ``context`` KV tokens), then ``passes - 1`` over ``seqs`` requests' one
+        token each, reading ``draft_context`` tokens; each pass samples ``seqs`` tokens through the LM head.
+        Each pass is priced as this roofline prices a step, with the terms of the model's average layer times
+        ``layers`` (weights, FLOPs, KV reads and writes) plus the LM head's weights (``vocab x hidden``, read
+        each pass) and FLOPs; no launch overhead. Approximate, as the docstring of `sim.kernel.spec_decode`
+        says."""
+        if not (layers and seqs):
+            return 0.0
+        m, tp = self.model, self.tensor_parallel
+        f = layers / m.num_layers
+        flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
+        bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
+        head_flops = 2 * m.vocab_size * m.hidden_size / tp / flops_s  # one sampled token through the LM head
+        head_bytes = m.vocab_size * m.hidden_size * m.dtype_bytes / tp / bytes_s
+
+        def one_pass(query: int, pair: int, read: int) -> float:
+            compute = f * (query * self._t_token_flops + pair * self._t_pair_flops) + seqs * head_flops
+            memory = (f * (self.weights_time(query) + read * self._t_kv_read + query * self._t_kv_write)
+                      + head_bytes)
+            return max(compute, memory)
+
+        return one_pass(tokens, pairs, context) + (passes - 1) * one_pass(seqs, draft_context, draft_context)
+
     def _sparse_terms(self, tokens: int, pairs: float, read: float, window_context: int | None,
                       window_pairs: int | None) -> tuple[float, float]:
         """(compute, memory) seconds of a sparse MLA model's step: attention over the pairs and latent reads

@@ -39,7 +39,7 @@ from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is wher
     tier_summary,
 )
 from sim.kernel.snapshot_schedule import SnapshotSchedule
-from sim.kernel.spec_decode import check_spec_workload
+from sim.kernel.spec_decode import check_spec_workload, speculative_method
 from sim.kernel.summary import build_summary
 from workloads.workload import Workload
 
@@ -100,14 +100,15 @@ def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostMod
         return run_fleet(config, workload, progress=progress)
     workload = as_run(config, workload)  # outputs cut at max_model_len, samples fanned out, as vLLM runs them
     if config.speculative_config is not None:
-        check_spec_workload(workload)
+        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching)
     wall_start = time.perf_counter()
     cap = resolve_capacity(config)
     model, gpu = cap.model, cap.gpu
     recorder = Recorder(len(workload))
     memory, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
     start = first_arrival_s(workload)
-    source = ArrivalSource.for_memory(workload, memory, start_s=start)
+    source = ArrivalSource.for_memory(workload, memory, start_s=start,
+                                      lookahead_hashes=sched.spec is not None and sched.spec.lookahead > 0)
     recorder.on_done = source.on_done
     count = snapshot_count(config, memory.breakdown().capacity)  # slots: a hybrid pool counts group slots
     snaps = SnapshotSchedule.for_workload(count, workload, start, source.released_arrivals)

@@ -362,7 +362,7 @@ class Scheduler:
                 chunk = self.chunk(group.prefill_target - group.prefill_done, budget)
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
-                    copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.memory.grow_chunk(s, c))
+                    copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.grow_chunk(s, c))
                     if copies is None:
                         continue
                     self.plan.add_copies(copies)
@@ -388,6 +388,13 @@ class Scheduler:
             step_tokens[group.index] = num_seqs
         return budget + self.returned
 
+    def grow_chunk(self, seq_id: int, chunk: int):
+        """Slots for a running prefill's chunk, and a model-based drafter's lookahead slots after it (vLLM's
+        ``allocate_slots`` with ``num_lookahead_tokens``, `sim.kernel.spec_decode`)."""
+        if self.spec is not None and self.spec.lookahead:
+            return self.memory.grow_with_drafts(seq_id, chunk, self.spec.lookahead)
+        return self.memory.grow_chunk(seq_id, chunk)
+
     def verify(self, group: SequenceGroup, budget: int, due: set[int]) -> int:
         """Schedule a decoder with its speculative drafts (`sim.kernel.spec_decode`): slots for its sampled
         token and the drafts the budget and ``max_model_len`` leave; returns the budget it took (0 if its
@@ -395,7 +402,7 @@ class Scheduler:
         spec, seq_id = self.spec, group.seq_ids[0]
         drafts = spec.drafts_for(group, self.step, budget - 1)
         due.discard(seq_id)
-        if not self.sync_decoder(seq_id, drafts):
+        if not self.sync_decoder(seq_id, spec.held(drafts)):
             return 0
         self.step_tokens[group.index] = 1 + drafts
         spec.schedule(group, drafts, group.prompt + self.step - group.base, padded=False)
@@ -449,6 +456,8 @@ class Scheduler:
         if self.spec is not None:  # the drafts verified: query tokens of the step, each reading its prefix
             plan.spec_tokens, pairs = self.spec.step_figures()
             plan.attention_pairs += pairs
+            if self.spec.drafter_layers:
+                plan.draft_seqs, plan.draft_context = self.spec.drafter_figures()
         if decode.windows is not None:
             self.window_figures(plan, joining)
         plan.can_run = (self.lazy and (self.in_flight is None or not self.in_flight.releasing) and not plan.chunks and not joining and not plan.preempted and not admitted

@@ -1,4 +1,5 @@
-"""vLLM v1's speculative decoding with the ``ngram`` drafter: what it does to the schedule and the KV cache.
+"""vLLM v1's speculative decoding with the ``ngram``, ``eagle``, ``eagle3`` and ``mtp`` drafters: what it does to
+the schedule and the KV cache.
 
 Read from vLLM 0.33 (``vllm/v1/core/sched/scheduler.py``, ``vllm/v1/core/kv_cache_manager.py``,
 ``vllm/config/speculative.py``, ``vllm/config/vllm.py``):
@@ -30,6 +31,50 @@ a verification as a prefix up to the first rejection. The draws come from one nu
 seeded from ``(seed, 0x5EC, request index)``, which draws ``num_speculative_tokens`` uniforms at every
 verification of real drafts whatever number it verifies, so that they do not depend on the scheduling order
 (``tools/vllm_oracle/driver.py`` draws the same ones). No drafter time: ngram runs on the CPU between steps.
+
+The model-based drafters ``eagle``, ``eagle3`` and ``mtp`` (vLLM's ``SpeculativeConfig.use_eagle``) schedule the
+same way and add what kvsim is about, KV memory:
+
+- Lookahead slots: ``VllmConfig.num_lookahead_tokens`` (``config/vllm.py``) is ``num_speculative_tokens`` for
+  them (0 for ngram), and the scheduler passes it to every ``allocate_slots`` call, a running request's (decode
+  or prefill chunk) and a waiting one's (``Scheduler.schedule``): slots for ``computed + new + lookahead``
+  tokens, capped at ``max_model_len`` (``KVCacheManager.allocate_slots``' ``num_tokens_need_slot``). The
+  drafter writes its KV there; like draft slots they are held, never cached, and filled by later tokens. The
+  ``full_sequence_must_fit`` admission test does not count them. ``VllmConfig._set_max_num_scheduled_tokens``
+  refuses ``max_num_batched_tokens <= num_lookahead_tokens``; kvsim too (`check_drafter_budget`). Its cut of
+  ``max_num_active_seqs`` to ``max_num_batched_tokens // num_lookahead_tokens`` is DFlash's and DSpark's only.
+- The drafter's own KV: its attention layers get KV cache specs beside the target's
+  (``GPUModelRunner.get_kv_cache_spec``, flagged ``is_draft``, a field left out of the spec's equality), so with
+  the target's layout they join the target's one KV cache group and one block table, and a block costs every
+  layer of that group: ``num_blocks = available_memory // bytes_per_block`` with ``bytes_per_block`` the sum of
+  the group's layers' pages (``kv_cache_planning.get_kv_cache_config_from_groups`` and
+  ``_get_kv_cache_bytes_per_block``). EAGLE and EAGLE-3 drafters have one decoder layer with the target's KV
+  heads; MTP runs the model's ``num_nextn_predict_layers`` (DeepSeek-V3: 1, an MLA layer like the target's), and
+  more than one module with ``num_speculative_tokens > 1`` is multi-module MTP (``use_multi_module_mtp``), whose
+  prefill lookahead kvsim does not model: refused, as is ``mtp`` on a catalog entry without the field. A drafter
+  whose layers would form a KV cache group of their own (EAGLE's GQA layer beside an MLA model) or sit beside
+  sliding-window groups is refused (`drafter_layers`).
+  `allocators.capacity.kv_capacity` sizes the pool with the drafter layers (``drafter_layers``), and counts the
+  drafter's weights (one average target decoder layer each: approximate, `drafter_weight_bytes`).
+- Prefix caching: with a drafter, vLLM hashes each block with the token after it (``num_hash_lookahead_tokens``
+  1, ``kv_cache_utils.get_request_block_hasher``): a block is shared only if the token after it is too. A shared
+  system prompt (``prefix_group``) ending at a block's end is followed by each request's own token, so that block
+  is the request's own (`sim.kernel.arrivals.ArrivalSource.make_group`); a request's own blocks, hit again after
+  a preemption, hit as before (the hit stops a token short of its tokens). A trace's prefix hashes
+  (``hash_ids``) do not say whether two requests' tokens after a block ending at a unit's end agree: refused
+  with prefix caching on.
+- Drafter GPU time (`sim.kernel.roofline_cost.StepCostModel.drafter_time`): the proposer
+  (``v1/spec_decode/llm_base_proposer.py``, ``propose``) runs its layers once over all the step's scheduled
+  tokens, then ``num_speculative_tokens - 1`` times over one token of each request it drafts for. kvsim prices
+  each pass with the roofline's terms scaled to the drafter's layers (weights, FLOPs, KV reads and writes of
+  ``drafter_layers`` of the target's average layer) plus the LM head (``vocab x hidden``: EAGLE shares the
+  target's, ``_maybe_share_lm_head``; read and multiplied each pass); no launch overhead per pass. Approximate:
+  an EAGLE layer's extra input projection (``fc``) and EAGLE-3's own smaller vocabulary are not priced.
+
+Checked against vLLM 0.33's scheduler built for an EAGLE drafter (``tools/vllm_oracle/spec_cases.py --method
+eagle``, ``tests/sim/test_sim_spec_drafter.py``): every metric and the blocks in use after every step exact, and
+the pool against vLLM's ``get_kv_cache_configs`` with the drafter layer (``--pool``). The drafter's time and
+weights are kvsim's estimates, not checked.
 """
 
 from __future__ import annotations
@@ -40,9 +85,11 @@ import numpy as np
 
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
 
-METHODS = ("ngram",)
-"""Drafting methods modelled: ngram has no drafter model (no drafter KV, no drafter GPU time). EAGLE, MTP and
-draft models add KV per token and lookahead slots (``VllmConfig.num_lookahead_tokens``), not modelled."""
+DRAFTER_METHODS = ("eagle", "eagle3", "mtp")
+"""Methods whose drafter is a model run on the GPU: lookahead slots, drafter KV layers and drafter time."""
+METHODS = ("ngram", *DRAFTER_METHODS)
+"""Drafting methods modelled: ngram has no drafter model (no drafter KV, no drafter GPU time). Separate draft
+models (``draft_model``), DFlash, DSpark and the rest are not modelled."""
 KEYS = ("method", "num_speculative_tokens", "model", "prompt_lookup_min", "prompt_lookup_max")
 STREAM = 0x5EC  # the acceptance Generators' stream key, apart from every other draw kvsim makes
 
@@ -50,6 +97,17 @@ STREAM = 0x5EC  # the acceptance Generators' stream key, apart from every other 
 def parse_speculative_config(text: str) -> int:
     """``--speculative-config``'s JSON (vLLM's engine argument) -> ``num_speculative_tokens``; refuses what is
     not modelled with the reason."""
+    return parse_speculative(text)[1]
+
+
+def speculative_method(text: str | None) -> str | None:
+    """The drafting method ``--speculative-config`` names (None without one)."""
+    return None if text is None else parse_speculative(text)[0]
+
+
+def parse_speculative(text: str) -> tuple[str, int]:
+    """``--speculative-config``'s JSON -> ``(method, num_speculative_tokens)``; refuses what is not modelled
+    with the reason."""
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -62,23 +120,68 @@ def parse_speculative_config(text: str) -> int:
                          f"{', '.join(KEYS)})")
     method = spec.get("method") or ("ngram" if spec.get("model") in ("ngram", "[ngram]") else None)
     if method not in METHODS:
-        raise ValueError(f"--speculative-config: method {method!r} is not modelled; only 'ngram' (no drafter "
-                         "model, so no drafter KV or GPU time): EAGLE, MTP and draft models add KV and lookahead "
-                         "slots kvsim does not model")
+        raise ValueError(f"--speculative-config: method {method!r} is not modelled; only {', '.join(METHODS)} "
+                         "(ngram: no drafter model; eagle, eagle3, mtp: a drafter of the target's layout, with "
+                         "its KV layers and lookahead slots): separate draft models, DFlash and DSpark size their "
+                         "drafter KV otherwise")
+    if method in ("eagle", "eagle3") and not spec.get("model"):  # mtp defaults to the target's own MTP layers
+        raise ValueError(f"--speculative-config: method {method!r} needs \"model\", the drafter checkpoint (vLLM's "
+                         "SpeculativeConfig: 'num_speculative_tokens was provided but without speculative model')")
     k = spec.get("num_speculative_tokens")
     if type(k) is not int or k <= 0:
         raise ValueError(f"--speculative-config: num_speculative_tokens must be a positive integer, got {k!r}")
     for key in ("prompt_lookup_min", "prompt_lookup_max"):
         if key in spec and (type(spec[key]) is not int or spec[key] <= 0):
             raise ValueError(f"--speculative-config: {key} must be a positive integer, got {spec[key]!r}")
-    return k
+        if key in spec and method != "ngram":
+            raise ValueError(f"--speculative-config: {key} is ngram's; method {method!r} has no n-gram lookup")
+    return method, k
+
+
+def drafter_layers(method: str | None, model) -> int:
+    """KV layers the drafter adds to every block (the module docstring): 0 for ngram, 1 for EAGLE and EAGLE-3,
+    the catalog's ``num_nextn_predict_layers`` for MTP (refused without it, or with several modules). Refused
+    where the drafter's layers would not share the target's one KV cache group: a model with sliding-window
+    layers, and EAGLE on an MLA model (its drafter layer has GQA heads of its own)."""
+    if method not in DRAFTER_METHODS:
+        return 0
+    if model.sliding_window is not None:
+        raise ValueError(f"--speculative-config: method {method!r} on {model.name}, whose sliding-window layers "
+                         "vLLM's hybrid KV cache manager holds: a drafter beside them is not modelled")
+    if method != "mtp":
+        if model.kv_lora_rank:
+            raise ValueError(f"--speculative-config: method {method!r} on {model.name}, an MLA model: its EAGLE "
+                             "drafter's attention is not MLA, a second KV cache group kvsim does not model (mtp "
+                             "runs the model's own MLA layers)")
+        return 1
+    layers = model.num_nextn_predict_layers
+    if not layers:
+        raise ValueError(f"--speculative-config: method 'mtp' needs a model with MTP layers; catalog entry "
+                         f"{model.name!r} gives no num_nextn_predict_layers")
+    if layers > 1:
+        raise ValueError(f"--speculative-config: {model.name} has {layers} MTP modules: vLLM's multi-module MTP "
+                         "(its prefill lookahead of num_speculative_tokens) is not modelled")
+    return layers
+
+
+def check_drafter_budget(method: str | None, k: int, max_num_batched_tokens: int) -> None:
+    """vLLM's ``VllmConfig._set_max_num_scheduled_tokens``: a drafter's lookahead slots must leave room for a
+    token in the step."""
+    lookahead = k if method in DRAFTER_METHODS else 0
+    if lookahead and max_num_batched_tokens <= lookahead:
+        raise ValueError(f"--max-num-batched-tokens ({max_num_batched_tokens}) must exceed the drafter's "
+                         f"{lookahead} lookahead slots (num_speculative_tokens), as vLLM requires")
 
 
 class SpecDecode:
     """The drafts each running request holds, the acceptance draws and vLLM's spec decoding counters."""
 
-    def __init__(self, num_speculative_tokens: int, acceptance_rate: float, seed: int, max_model_len: int) -> None:
+    def __init__(self, num_speculative_tokens: int, acceptance_rate: float, seed: int, max_model_len: int,
+                 method: str = "ngram", drafter_layers: int = 0) -> None:
         self.k = num_speculative_tokens
+        self.method = method
+        self.lookahead = num_speculative_tokens if method in DRAFTER_METHODS else 0  # num_lookahead_tokens
+        self.drafter_layers = drafter_layers
         self.p = acceptance_rate
         self.seed = seed
         self.max_model_len = max_model_len
@@ -86,6 +189,7 @@ class SpecDecode:
         self.rngs: dict[int, np.random.Generator] = {}
         self.scheduled: list[tuple[SequenceGroup, int, bool]] = []  # this step's decoders (group, drafts, padded)
         self.tokens = self.pairs = 0  # this step's drafts, and the attention pairs of their queries
+        self.context = 0  # this step's verifying requests' context, which the drafter's later passes read
         self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
 
     def drafts_for(self, group: SequenceGroup, step: int, room: int) -> int:
@@ -93,6 +197,18 @@ class SpecDecode:
         left after its sampled token) and by ``max_model_len - num_computed_tokens - 1``."""
         tokens = group.prompt + step - group.base  # vLLM's request.num_tokens
         return max(0, min(self.drafts.get(group.index, 0), room, self.max_model_len - tokens - 1))
+
+    def held(self, drafts: int) -> int:
+        """Slots a step holds after the tokens it computes: its drafts' and the drafter's lookahead slots
+        (the allocator caps them at ``max_model_len``, as ``allocate_slots`` does)."""
+        return drafts + self.lookahead
+
+    def reach(self, final_tokens: int) -> int:
+        """Slots a request ending at ``final_tokens`` may hold at its last verification: ngram's drafts end a
+        token short of ``max_model_len``, a drafter's lookahead slots reach it."""
+        if self.lookahead:
+            return min(final_tokens + self.k + self.lookahead, self.max_model_len)
+        return min(final_tokens + self.k, self.max_model_len - 1)
 
     def pads(self, computed: int) -> bool:
         """Whether a waiting request with one token left to compute after ``computed`` may be padded to a
@@ -105,11 +221,21 @@ class SpecDecode:
         self.scheduled.append((group, drafts, padded))
         self.tokens += drafts
         self.pairs += drafts * tokens + drafts * (drafts + 1) // 2
+        if self.drafter_layers:
+            self.context += tokens + drafts
 
     def step_figures(self) -> tuple[int, int]:
         """The step's draft tokens and their attention pairs, for the cost model; reset for the next step."""
         figures = self.tokens, self.pairs
         self.tokens = self.pairs = 0
+        return figures
+
+    def drafter_figures(self) -> tuple[int, int]:
+        """The requests the drafter's later passes draft for this step (those verifying) and the context they
+        read, for `StepCostModel.drafter_time`; reset for the next step. Requests whose prefill this step ends
+        draft too (vLLM's proposer samples them); kvsim counts them in the first pass only."""
+        figures = len(self.scheduled), self.context
+        self.context = 0
         return figures
 
     def accept(self, group: SequenceGroup, drafts: int) -> int:
@@ -153,18 +279,22 @@ class SpecDecode:
         self.drafts.pop(group.index, None)
 
     def summary(self) -> dict:
-        """vLLM's ``SpecDecodingStats`` over the run, and its logged mean acceptance length."""
-        return {"num_speculative_tokens": self.k, "spec_acceptance_rate": self.p,
+        """The drafting method, its lookahead slots a step and KV layers, then vLLM's ``SpecDecodingStats`` over the
+        run and its logged mean acceptance length."""
+        return {"method": self.method, "num_lookahead_tokens": self.lookahead, "drafter_layers": self.drafter_layers,
+                "num_speculative_tokens": self.k, "spec_acceptance_rate": self.p,
                 "num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
                 "num_accepted_tokens": self.num_accepted_tokens,
                 "mean_acceptance_length": (1 + self.num_accepted_tokens / self.num_drafts) if self.num_drafts
                 else None}
 
 
-def check_spec_workload(workload) -> None:
+def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False) -> None:
     """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times (a fanned-out row's
     children share an index space kvsim has not checked against vLLM; its ``fork`` groups are vLLM v0's), beam
-    search (vLLM v1 has none with drafts), and sessions or closed loops (the oracle drives neither)."""
+    search (vLLM v1 has none with drafts), and sessions or closed loops (the oracle drives neither); with a
+    drafter ``method`` and ``prefix_caching``, a trace's prefix hashes (the module docstring: vLLM's lookahead
+    block hashes)."""
     from sim.kernel.arrivals import releases_arrivals
 
     reasons = []
@@ -174,5 +304,9 @@ def check_spec_workload(workload) -> None:
         reasons.append("beam search")
     if workload.has_sessions or releases_arrivals(workload):
         reasons.append("sessions or a closed loop")
+    if method in DRAFTER_METHODS and prefix_caching and workload.has_prefix_hashes:
+        reasons.append(f"prefix hashes (hash_ids) under prefix caching and method {method!r} (vLLM hashes a block "
+                       "with the token after it, which a trace's hash units do not give where a block ends at a "
+                       "unit's end; give --no-prefix-caching)")
     if reasons:
         raise ValueError("--speculative-config is not modelled with " + ", ".join(reasons))

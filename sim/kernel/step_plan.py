@@ -31,6 +31,8 @@ class StepPlan:
     preempted: int = 0
     eager_appended: int = 0
     spec_tokens: int = 0  # speculative drafts the step verifies: query tokens besides prefill and decode ones
+    draft_seqs: int = 0  # requests a model-based drafter drafts for after the step (its later passes' queries)
+    draft_context: int = 0  # the tokens their queries read in the drafter's layers
     lag_offset: int = 0  # slots the decode set's lag misses this step: one per joiner and per deferred decoder,
     # less the prompt tokens held whole and not computed yet (`Scheduler.unfilled_prompt`)
     can_run: bool = False

@@ -101,8 +101,9 @@ def test_runs_are_reproducible_and_the_draws_follow_the_request():
 @pytest.mark.parametrize("text, message", [
     ("not json", "must be a JSON object"),
     ("[1]", "must be a JSON object"),
-    ('{"method": "eagle", "num_speculative_tokens": 3}', "method 'eagle' is not modelled"),
-    ('{"method": "mtp", "num_speculative_tokens": 1}', "method 'mtp' is not modelled"),
+    ('{"method": "draft_model", "model": "m", "num_speculative_tokens": 3}', "method 'draft_model' is not modelled"),
+    ('{"method": "dflash", "model": "m", "num_speculative_tokens": 1}', "method 'dflash' is not modelled"),
+    ('{"method": "eagle", "num_speculative_tokens": 3}', "method 'eagle' needs \"model\""),
     ('{"method": "ngram"}', "num_speculative_tokens must be a positive integer"),
     ('{"method": "ngram", "num_speculative_tokens": 0}', "num_speculative_tokens must be a positive integer"),
     ('{"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}',

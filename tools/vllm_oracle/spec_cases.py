@@ -1,11 +1,23 @@
 """Reference runs of vLLM's ngram speculative decoding: cases of ``cases.py`` rerun with drafts.
 
     HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/spec_cases.py [--out tests/sim/data/vllm_oracle/spec] [CASE ...]
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/spec_cases.py --method eagle [CASE ...]
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/spec_cases.py --pool
 
 Each case is a case of ``cases.py`` (its trace and scheduler settings) plus ``num_speculative_tokens`` and
 kvsim's ``spec_acceptance_rate``; the driver feeds vLLM's scheduler that many drafts after every step that
 samples and accepts them as kvsim draws them (``driver.accepted_drafts``). Writes ``OUT/CASE/{trace.csv,
 settings.json, steps.csv.gz, requests.csv, spec.json}``; reruns are byte-identical.
+
+The ``EAGLE_CASES`` (written under ``OUT/eagle/CASE``, with ``"method": "eagle"`` in ``settings.json``) run the
+same scheduler as vLLM runs it with an EAGLE drafter. A real ``SpeculativeConfig(method="eagle")`` loads the
+drafter checkpoint's config, which this offline harness does not have, so the driver's ngram config is switched to
+``method = "eagle"`` just before the ``Scheduler`` is built: everything the scheduler and its KV cache manager
+read from it (``VllmConfig.num_lookahead_tokens``, ``num_prefill_lookahead_tokens``, ``num_hash_lookahead_tokens``,
+``SpeculativeConfig.use_eagle``, ``use_eagle_block_drop``) is then EAGLE's, and so is the driver's block hasher
+(built after, from ``num_hash_lookahead_tokens``). The drafter's KV layer is not in the driver's one-layer pool:
+the scheduler counts blocks, not bytes, and ``num_blocks`` is given (the pool's size in blocks, which the drafter
+layer changes, is checked apart, `pool_blocks`).
 """
 
 from __future__ import annotations
@@ -37,18 +49,113 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "contended_20_drafts": ("contended", 20, 0.9),
 }
 
+# a base case of this script's own, beside ``cases.py``'s: whole prompts repeated (a group's members all send its
+# prompt, a whole number of blocks long), so the block ending a shared prompt is followed by each request's own
+# token, which EAGLE's lookahead block hashes keep from being shared
+cases.CASES.setdefault("whole_prompts_cached", dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5,
+                                                               groups=4, whole_prompts=True), num_blocks=300))
+
+EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptance rate)
+    "ample": ("ample", 3, 0.6),
+    "shared_prefix_cached": ("shared_prefix_cached", 3, 0.3),
+    "whole_prompts_cached": ("whole_prompts_cached", 3, 0.5),
+    "contended": ("contended", 2, 0.5),
+    "small_budget_threshold": ("small_budget_threshold", 4, 0.7),
+    "max_model_len_capped": ("max_model_len_capped", 3, 0.8),
+    "offline_burst": ("offline_burst", 4, 0.4),
+    "reserve_full_isl_off": ("reserve_full_isl_off", 3, 0.7),
+    "shared_prefix_uncached": ("shared_prefix_uncached", 2, 0.8),
+    "block_size_32": ("block_size_32", 5, 0.7),
+    "contended_20_drafts": ("contended", 20, 0.9),
+}
+
+
+def as_eagle() -> None:
+    """Make the driver build vLLM's ``Scheduler`` for an EAGLE drafter (the module docstring)."""
+    import vllm.v1.core.sched.scheduler as module
+
+    base = module.Scheduler
+
+    class EagleScheduler(base):
+        def __init__(self, *, vllm_config, **kwargs) -> None:
+            object.__setattr__(vllm_config.speculative_config, "method", "eagle")
+            assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
+            super().__init__(vllm_config=vllm_config, **kwargs)
+
+    module.Scheduler = EagleScheduler
+
+
+def pool_blocks(available_bytes: int, layers: int, drafter_layers: int) -> dict:
+    """vLLM's ``get_global_kv_cache_groups`` and ``get_kv_cache_configs`` (as ``EngineCore`` calls them) for
+    ``layers`` target layers and ``drafter_layers`` drafter layers (``is_draft``) of Llama-2-7B's layout (32 KV
+    heads x 128, fp16, 16-token blocks) in ``available_bytes``: the pool's blocks and its groups' layer counts."""
+    import torch
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=32, head_size=128, dtype=torch.float16)
+    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(layers)}
+    draft = FullAttentionSpec(block_size=16, num_kv_heads=32, head_size=128, dtype=torch.float16, is_draft=True)
+    specs |= {f"draft_model.layers.{i}.self_attn.attn": draft for i in range(drafter_layers)}
+    config = _pool_config()
+    groups = get_global_kv_cache_groups(config, [specs])
+    kv = get_kv_cache_configs(config, [specs], [available_bytes], groups)[0]
+    return {"num_blocks": kv.num_blocks, "group_layers": [len(g.layer_names) for g in kv.kv_cache_groups]}
+
+
+def _pool_config():
+    """A VllmConfig with an EAGLE speculative config (as `as_eagle` makes it) for `pool_blocks`."""
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        ModelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+
+    model = ModelConfig(model=driver._model_dir(4096), skip_tokenizer_init=True, max_model_len=4096, dtype="float16")
+    config = VllmConfig(model_config=model, scheduler_config=SchedulerConfig(
+        max_num_batched_tokens=2048, max_model_len=4096, is_encoder_decoder=False),
+        cache_config=CacheConfig(block_size=16), device_config=DeviceConfig(device="cpu"),
+        speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=3))
+    object.__setattr__(config.speculative_config, "method", "eagle")
+    config.cache_config.kv_cache_layout = "NHD"  # FlashAttention's (layer-outermost): each layer's page a block
+    return config
+
+
+POOL = {  # name -> (available bytes, target layers, drafter layers): kvsim's Llama-2-7B on an H100, and 10 GiB
+    "llama2_7b_h100": (62_599_159_050, 32, 0),
+    "llama2_7b_h100_eagle": (62_194_293_050, 32, 1),
+    "llama2_7b_10gib": (10 * 2**30, 32, 0),
+    "llama2_7b_10gib_eagle": (10 * 2**30, 32, 1),
+}
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="*", default=list(SPEC_CASES))
+    p.add_argument("names", nargs="*")
     p.add_argument("--out", default="tests/sim/data/vllm_oracle/spec")
+    p.add_argument("--method", choices=["ngram", "eagle"], default="ngram")
+    p.add_argument("--pool", action="store_true", help="write OUT/eagle/pool.json (vLLM's pool sizes) instead")
     a = p.parse_args()
-    for name in a.names:
-        base, k, rate = SPEC_CASES[name]
-        out = Path(a.out) / name
+    if a.pool:
+        pool = {name: {"available_bytes": m, "layers": n, "drafter_layers": d, **pool_blocks(m, n, d)}
+                for name, (m, n, d) in POOL.items()}
+        (Path(a.out) / "eagle").mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "eagle" / "pool.json").write_text(json.dumps(pool, indent=1) + "\n")
+        return
+    table = EAGLE_CASES if a.method == "eagle" else SPEC_CASES
+    if a.method == "eagle":
+        as_eagle()
+    for name in a.names or list(table):
+        base, k, rate = table[name]
+        out = Path(a.out) / ("eagle" if a.method == "eagle" else "") / name
         out.mkdir(parents=True, exist_ok=True)
         cases.write_trace(base, out / "trace.csv")
         settings = cases.settings(base) | {"num_speculative_tokens": k, "spec_acceptance_rate": rate}
+        if a.method == "eagle":
+            settings["method"] = "eagle"
         (out / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
         args = cases.driver_args(base, out / "trace.csv", out)
         args.num_speculative_tokens, args.spec_acceptance_rate = k, rate
