@@ -1,4 +1,4 @@
-"""Contiguous allocators: one slab per sequence, sized up front as the paper's Orca baselines do.
+"""Contiguous allocators: one slab per sequence (two with windows), sized up front as the paper's Orca baselines do.
 
 Orca (Max) reserves the model's maximum length, Orca (Pow2) the prompt plus the output rounded up to a
 power of two, Orca (Oracle) exactly the final length (it is allowed to know it; nothing else may). The slab
@@ -10,25 +10,33 @@ Accounting of one sequence with ``t`` tokens, final length ``f``, requested slab
     |<- t: token states ->|<- min(f, S) - t: reservation ->|<- rest of S: internal ->|<- P - S: external ->|
 
 Sliding-window layers (``kv_groups`` with a window: gpt-oss, Gemma 3, Mistral) keep their KV in ring buffers of
-the window's size (`allocators.slab_layout`), so a slab reserving ``L`` tokens takes ``footprint(L) = full x L +
-sum(ring x min(L, W))`` slots, laid out as the full layers' part then each ring::
+the window's size (`allocators.slab_layout`), so a request reserving ``L`` tokens takes ``footprint(L) = full x
+L + sum(ring x min(L, W))`` slots, in two slabs (`SlabLayout.pieces`) placed apart in the one arena::
 
-    | full layers: full x L slots                          | ring (window W): ring x min(L, W) slots |
+    | full layers: full x L slots |     ...     | rings: ring x min(L, W) slots, one ring after another |
 
-and the accounting above holds part by part, in slots: token states ``footprint(t)`` (a window layer's token
-counts at most ``W`` tokens back), reservation ``footprint(min(f, L)) - footprint(t)``, internal the rest of the
-slab, external the buddy rounding of the whole slab. The slab is one, not one in a full-layer arena and one in a
-window-layer arena: a static split of the pool would have to guess the ratio of the two demands, which moves
-with the lengths against the window (a request of 4 windows' length needs 4 times as much full-layer memory as
-ring memory, one shorter than the window as much of each), so one arena would refuse requests while the other
-held free memory no request could use, which the breakdown would have to call free (it is not usable) or
-external fragmentation (it is not the placement's doing); split in proportion to the layers' bytes, the
-full-layer arena is the pool without rings and fits exactly the requests it fitted before. One slab keeps a
-single arena, a single buddy rounding per request and the five shares summing to the pool exactly, as without
-windows. The buddy rounds the whole slab: gpt-oss-20b's Max slab of 131,072 + 128 slots takes a 262,144-slot
-block, as many as 131,072 whole tokens took, so under buddy placement the rings turn internal fragmentation
-into external and fit no more Max requests; first-fit and best-fit keep what the rings save. A model without
-windows has no layout: a slot is a token in every layer and nothing above changes.
+Two slabs, because preallocated caches keep the window layers' KV in tensors of their own, apart from the full
+layers' (HF transformers' `StaticCache`, Mistral's `RotatingBufferCache`: `allocators.slab_layout`); so each slab
+is placed, and under buddy placement rounded, on its own. One slab of the sum would be rounded whole:
+gpt-oss-20b's Max slab of 131,072 + 128 slots would take a 262,144-slot block, as many as 131,072 whole tokens
+took, and the rings would fit no more requests; as two, it takes 131,072 + 128. Rounded apart, the two can also
+take more than their sum rounded: Gemma-3-12B's 1,024-token Oracle slab is 1,024 full-layer slots and 5,120 ring
+slots, buddy blocks of 1,024 and 8,192 where one slab of 6,144 took 8,192 (`kvsim capacity`, 512 + 512 tokens: 96
+requests as one slab, 85 as two): the rings' part is rounded as one block though it holds 40 layers' buffers,
+where slabs of a layer each would round nothing here, at 48 placements a request. Both slabs are in one arena, not
+a full-layer arena and a window-layer arena: a static split of the pool would have to guess the ratio of the two
+demands, which moves with the lengths against the window (a request of 4 windows' length needs 4 times as much
+full-layer memory as ring memory, one shorter than the window as much of each), so one arena would refuse requests
+while the other held free memory no request could use, which the breakdown would have to call free (it is not
+usable) or external fragmentation (it is not the placement's doing). A request places both slabs or neither (the
+first is given back when the second finds no room), and frees both; a swap moves them in a transfer each, a fork
+copies each into its counterpart.
+
+The accounting above holds in slots over the request's two slabs: token states ``footprint(t)`` (a window
+layer's token counts at most ``W`` tokens back), reservation ``footprint(min(f, L)) - footprint(t)``, internal
+the rest of the two slabs, external the placement's rounding of each; the five shares still sum to the pool
+exactly. A model of window layers alone (Mistral-7B) has no full layers: one slab, its rings. A model without
+windows has no layout: one slab, a slot a token in every layer, and nothing above changes.
 
 The kernel corrects the allocator's counts by the tokens it knows better, at ``slots_per_token`` slots each
 (`sim.kernel.metrics`): a lazily grown decoder's tokens since its last sync, less the token a step computes and
@@ -59,18 +67,24 @@ from allocators.base import (
     MemoryBreakdown,
     fill_states,
 )
-from allocators.placement import make_placement
-from allocators.slab_layout import slab_layout
+from allocators.placement import Placement, make_placement
+from allocators.slab_layout import slab_layout, span
+
+_WHOLE = (((1, None),),)
+"""The pieces of a slab without windows: one, a slot a token (`SlabLayout.pieces` where there are windows)."""
 
 
 class _Slab:
-    """One sequence's slab: ``size`` slots (``length`` positions, `SlabLayout.footprint`), ``physical`` placed."""
+    """One sequence's slabs: ``pieces`` ``(offset, size, physical)`` each, placed apart (one without windows;
+    the full layers' and the rings' with them), ``size`` and ``physical`` their sums, ``length`` positions."""
 
-    __slots__ = ("offset", "size", "physical", "length", "tokens", "final", "max_total", "res")
+    __slots__ = ("pieces", "size", "physical", "length", "tokens", "final", "max_total", "res")
 
-    def __init__(self, offset: int, size: int, physical: int, length: int, tokens: int, final: int,
+    def __init__(self, pieces: tuple[tuple[int, int, int], ...], length: int, tokens: int, final: int,
                  max_total: int | None, res: int):
-        self.offset, self.size, self.physical, self.length = offset, size, physical, length
+        self.pieces, self.length = pieces, length
+        self.size = sum(size for _, size, _ in pieces)
+        self.physical = sum(physical for _, _, physical in pieces)
         self.tokens, self.final, self.max_total = tokens, final, max_total
         self.res = res  # slots of the slab the sequence will still fill
 
@@ -98,9 +112,11 @@ class ContiguousAllocator(Allocator):
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.layout = slab_layout(kv_groups)
+        self._pieces = _WHOLE  # the parts each of a request's slabs holds (`SlabLayout.pieces`)
         if self.layout is not None:
             self.capacity *= self.layout.per_token
             self.slots_per_token = self.layout.full
+            self._pieces = self.layout.pieces()
         self.placement = make_placement(placement, self.capacity)
         self._seqs: dict[int, _Slab] = {}
         self._num_token_slots = 0
@@ -117,17 +133,25 @@ class ContiguousAllocator(Allocator):
         """Slots that ``tokens`` positions of a slab take (`SlabLayout.footprint`; themselves without windows)."""
         return tokens if self.layout is None else self.layout.footprint(tokens)
 
+    def _sizes(self, length: int) -> list[int]:
+        """Slots of each slab a request reserving ``length`` positions holds (one without windows)."""
+        return [span(parts, length) for parts in self._pieces]
+
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         length = self.slab_size(num_tokens, final_tokens, max_total_tokens)
         need = max(num_tokens, final_tokens)
         if length < need:
             return f"{self.name}: needs {need} slots but this policy reserves a slab of only {length}"
-        size = self._slots(length)
-        physical = self.placement.physical_size(size)
-        if physical > self.placement.largest_possible:
-            rounded = f" (rounded up to {physical} by {self.placement.name} placement)" if physical != size else ""
-            return (f"{self.name}: needs {size} slots{rounded} but the largest possible slab is "
-                    f"{self.placement.largest_possible} in a pool of {self.capacity}")
+        sizes = self._sizes(length)
+        for size in sizes:
+            physical = self.placement.physical_size(size)
+            if physical > self.placement.largest_possible:
+                rounded = f" (rounded up to {physical} by {self.placement.name} placement)" if physical != size else ""
+                return (f"{self.name}: needs {size} slots{rounded} but the largest possible slab is "
+                        f"{self.placement.largest_possible} in a pool of {self.capacity}")
+        if len(sizes) > 1 and _place_all(make_placement(self.placement.name, self.capacity), sizes) is None:
+            return (f"{self.name}: needs slabs of {' and '.join(map(str, sizes))} slots, which an empty "
+                    f"{self.placement.name} arena does not hold together in a pool of {self.capacity}")
         return None
 
     def _place(self, seq_id: int, num_tokens: int, final: int, max_total: int | None) -> _Slab | None:
@@ -138,16 +162,15 @@ class ContiguousAllocator(Allocator):
         length = self.slab_size(num_tokens, final, max_total)
         if length < num_tokens:
             return None
-        size = self._slots(length)
-        placed = self.placement.place(size)
-        if placed is None:
+        pieces = _place_all(self.placement, self._sizes(length))
+        if pieces is None:
             return None
         res = max(0, self._slots(min(final, length)) - self._slots(num_tokens))
-        slab = _Slab(placed[0], size, placed[1], length, num_tokens, final, max_total, res)
+        slab = _Slab(pieces, length, num_tokens, final, max_total, res)
         self._seqs[seq_id] = slab
         self._num_token_slots += self._slots(num_tokens)
         self._reserved += slab.res
-        self._requested += size
+        self._requested += slab.size
         self._physical += slab.physical
         return slab
 
@@ -191,12 +214,14 @@ class ContiguousAllocator(Allocator):
         child = self._place(child_id, parent.tokens, final_tokens, parent.max_total)
         if child is None:
             return None
-        # the written part of the slab is copied; the rest holds nothing yet
-        return (Copy(parent.offset, child.offset, self._slots(parent.tokens)),)
+        # the written part of each slab is copied; the rest holds nothing yet
+        return tuple(Copy(src[0], dst[0], span(parts, parent.tokens))
+                     for src, dst, parts in zip(parent.pieces, child.pieces, self._pieces, strict=True))
 
     def free(self, seq_id: int) -> int:
         s = self._seqs.pop(seq_id)
-        self.placement.release(s.offset)
+        for offset, _, _ in s.pieces:
+            self.placement.release(offset)
         self._num_token_slots -= self._slots(s.tokens)
         self._reserved -= s.res
         self._requested -= s.size
@@ -214,8 +239,9 @@ class ContiguousAllocator(Allocator):
         return s.length - s.tokens
 
     def swap_extent(self, seq_id: int, pending: int = 0) -> tuple[int, int]:
-        """`Allocator.swap_extent`: the slots its tokens take (a ring holds at most its window), in one transfer."""
-        return self._slots(self._seqs[seq_id].tokens + pending), 1
+        """`Allocator.swap_extent`: the slots its tokens take (a ring holds at most its window), one transfer a
+        slab."""
+        return self._slots(self._seqs[seq_id].tokens + pending), len(self._pieces)
 
     def breakdown(self, waiting: bool = False) -> MemoryBreakdown:
         free = self.capacity - self._physical
@@ -233,37 +259,44 @@ class ContiguousAllocator(Allocator):
     def memory_map(self) -> np.ndarray:
         owners = np.full(self.capacity, FREE_OWNER, dtype=np.int64)
         for seq_id, s in self._seqs.items():
-            owners[s.offset:s.offset + s.size] = seq_id
-            owners[s.offset + s.size:s.offset + s.physical] = OVERHEAD_OWNER
+            for offset, size, physical in s.pieces:
+                owners[offset:offset + size] = seq_id
+                owners[offset + size:offset + physical] = OVERHEAD_OWNER
         return owners
 
     def slot_states(self, pending: Mapping[int, int] | None = None) -> np.ndarray:
         states = np.full(self.capacity, SLOT_FREE, dtype=np.int8)
         pending = pending or {}
-        parts = ((1, None),) if self.layout is None else self.layout.parts()
         for seq_id, s in self._seqs.items():
             will = max(s.tokens, min(s.final, s.length))  # the positions it will have filled
             tokens = min(s.tokens + pending.get(seq_id, 0), will)
-            at = s.offset
-            for per_token, cap in parts:  # each part of the slab: the full layers, then each ring
-                if cap is None:
-                    held, filled = s.length, tokens
-                else:  # a ring counts the tokens it was told (see the module's docstring), as the step rows do
-                    held = min(s.length, cap)
-                    filled = min(s.tokens, held)
-                fill_states(states, np.arange(at, at + per_token * held), per_token * filled,
-                            per_token * min(will, held))
-                at += per_token * held
-            states[s.offset + s.size:s.offset + s.physical] = SLOT_OVERHEAD
+            for (offset, size, physical), parts in zip(s.pieces, self._pieces, strict=True):
+                at = offset
+                for per_token, cap in parts:  # each part of the slab: the full layers, or each ring
+                    if cap is None:
+                        held, filled = s.length, tokens
+                    else:  # a ring counts the tokens it was told (see the module's docstring), as the step rows do
+                        held = min(s.length, cap)
+                        filled = min(s.tokens, held)
+                    fill_states(states, np.arange(at, at + per_token * held), per_token * filled,
+                                per_token * min(will, held))
+                    at += per_token * held
+                states[offset + size:offset + physical] = SLOT_OVERHEAD
         return states
 
     def check_invariants(self) -> None:
         self.placement.check()
         placed = self.placement.placed
-        assert len(placed) == len(self._seqs), f"{len(placed)} slabs placed for {len(self._seqs)} sequences"
+        assert len(placed) == len(self._seqs) * len(self._pieces), \
+            f"{len(placed)} slabs placed for {len(self._seqs)} sequences of {len(self._pieces)} each"
         tokens = reserved = requested = physical = 0
         for seq_id, s in self._seqs.items():
-            assert placed.get(s.offset) == s.physical, f"sequence {seq_id}: slab at {s.offset} not placed as held"
+            for offset, size, held in s.pieces:
+                assert placed.get(offset) == held, f"sequence {seq_id}: slab at {offset} not placed as held"
+                assert 0 < size <= held, f"sequence {seq_id}: slab at {offset} sizes out of order"
+            assert [size for _, size, _ in s.pieces] == self._sizes(s.length), \
+                f"sequence {seq_id}: slabs not sized as its {s.length} positions"
+            assert s.physical == sum(held for _, _, held in s.pieces), f"sequence {seq_id}: physical size drifted"
             assert 0 < s.tokens <= s.length, f"sequence {seq_id}: more tokens than its slab's positions"
             assert s.size == self._slots(s.length) <= s.physical, f"sequence {seq_id}: slab sizes out of order"
             assert s.res == max(0, self._slots(min(s.final, s.length)) - self._slots(s.tokens)), \
@@ -277,6 +310,21 @@ class ContiguousAllocator(Allocator):
         assert self.capacity - physical == self.placement.free_slots, "capacity not conserved"
         b = self.breakdown()
         assert b.token_states + b.reservation + b.internal_frag + b.external_frag + b.free == self.capacity
+
+
+def _place_all(placement: Placement, sizes: Sequence[int]) -> tuple[tuple[int, int, int], ...] | None:
+    """Place a slab of each of ``sizes`` in ``placement``: ``(offset, size, physical)`` each, or None with
+    nothing placed (those already placed are given back, newest first, which restores the placement exactly:
+    a buddy merges what it split, an extent list coalesces what it carved)."""
+    pieces: list[tuple[int, int, int]] = []
+    for size in sizes:
+        placed = placement.place(size)
+        if placed is None:
+            for offset, _, _ in reversed(pieces):
+                placement.release(offset)
+            return None
+        pieces.append((placed[0], size, placed[1]))
+    return tuple(pieces)
 
 
 def next_pow2(n: int) -> int:

@@ -11,6 +11,15 @@ full-attention layer and ``min(L, W)`` in each window layer, and holds live KV i
 ``t`` tokens (a prefill longer than the window writes only its last ``W`` tokens' KV there, as
 `RotatingBufferCache` does; the activations of the chunk are not KV memory).
 
+A request's slab is two slabs, placed in the pool apart (`SlabLayout.pieces`): the full layers' part and the
+rings' part, as preallocated caches of hybrid models hold them: HF transformers' `StaticCache` (5.20,
+``cache_utils.py``) builds a layer object per layer, a `StaticLayer` allocating ``keys``/``values`` of
+``max_cache_len`` positions for a full-attention layer and a `StaticSlidingWindowLayer` allocating
+``min(sliding_window, max_cache_len)`` for a window layer, each its own ``torch.zeros`` tensor; Mistral's
+`RotatingBufferCache` is likewise a tensor of the window layers alone. No buffer spans both kinds of layer, so
+each part is sized, and under buddy placement rounded, on its own: gpt-oss-20b's Max slab is 131,072 full-layer
+slots and a 128-slot ring, two blocks of 131,072 and 128, where one block of their sum would round to 262,144.
+
 One slot is one token's KV in ``unit`` bytes, the greatest common divisor of the KV groups' bytes per token
 (gpt-oss-20b: 12 window and 12 full layers, so a slot is a token in 12 layers, one slot a token in each part;
 Gemma-3-12B: 40 window layers and 8 full ones, 5 slots and 1). A model without window layers has no layout:
@@ -53,6 +62,12 @@ class SlabLayout:
         layers (no cap), then each ring (its window)."""
         return ((self.full, None), *((slots, window) for window, slots in self.rings))
 
+    def pieces(self) -> tuple[tuple[tuple[int, int | None], ...], ...]:
+        """The slabs a request holds, each placed apart (see the module's docstring), as runs of `parts` in the
+        order they lie in it: the full layers' (none in a model of window layers alone), then every ring's."""
+        rings = self.parts()[1:]
+        return (((self.full, None),), rings) if self.full else (rings,)
+
 
 def slab_layout(kv_groups: Sequence) -> SlabLayout | None:
     """The layout of a model's KV groups (catalog `KVGroup` objects), or None where no group has a window."""
@@ -68,3 +83,7 @@ def slab_layout(kv_groups: Sequence) -> SlabLayout | None:
     full = sum(int(g.bytes_per_token) for g in kv_groups if g.attention != SLIDING) // unit
     return SlabLayout(full, tuple(sorted(rings.items())))
 
+
+def span(parts: Sequence[tuple[int, int | None]], tokens: int) -> int:
+    """Slots that ``tokens`` positions take in a run of `SlabLayout.parts` (a ring holds at most its window)."""
+    return sum(per_token * (tokens if cap is None else min(tokens, cap)) for per_token, cap in parts)

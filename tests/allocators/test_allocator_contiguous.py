@@ -143,7 +143,7 @@ OSS_LIKE = (KVGroupFixture("sliding_window", "sliding_window", 12, 128, 24576),
 def test_ring_slab_takes_the_window_not_the_length_in_window_layers():
     a = make_allocator("contiguous-oracle", 1000, max_model_len=4096, placement="first-fit", kv_groups=OSS_LIKE)
     assert a.capacity == 2000 and a.slots_per_token == 1
-    a.admit(1, 100, final_tokens=400)  # slab 400 + min(400, 128) = 528 slots
+    a.admit(1, 100, final_tokens=400)  # slabs of 400 (full layers) and min(400, 128) = 128 (ring) slots
     assert parts(a.breakdown()) == (200, 328, 0, 0, 1472)
     assert a.headroom(1) == 0  # told every token while the ring fills
     a.grow(1, 50)  # the ring is full at 128: 150 + 128 token states
@@ -151,17 +151,57 @@ def test_ring_slab_takes_the_window_not_the_length_in_window_layers():
     assert a.headroom(1) == 250
     a.grow(1, 250)
     assert parts(a.breakdown()) == (528, 0, 0, 0, 1472)
-    assert a.swap_extent(1) == (528, 1)
-    assert a.fork(1, 2, final_tokens=400) == (Copy(0, 528, 528),)
+    assert a.swap_extent(1) == (528, 2)  # one transfer a slab
+    # the child's slabs follow the parent's (first-fit): each copied from its counterpart
+    assert a.fork(1, 2, final_tokens=400) == (Copy(0, 528, 400), Copy(400, 928, 128))
+    owners = a.memory_map()
+    assert (owners[:528] == 1).all() and (owners[528:1056] == 2).all() and (owners[1056:] == FREE_OWNER).all()
     a.check_invariants()
 
 
-def test_max_ring_slab_is_rounded_whole_by_the_buddy():
-    # max length 2048 + ring 128 = 2176 slots, one buddy block of 4096: rounding is external fragmentation
-    a = make_allocator("contiguous-max", 4096, max_model_len=2048, kv_groups=OSS_LIKE)
+def test_max_ring_slab_is_rounded_part_by_part_by_the_buddy():
+    # max length 2000: a full-layer slab of 2000 slots in a buddy block of 2048 (48 external) and a ring of 128
+    # in one of 128; one slab of 2128 would have taken 4096
+    a = make_allocator("contiguous-max", 4096, max_model_len=2000, kv_groups=OSS_LIKE)
     a.admit(1, 500, final_tokens=700)
-    assert parts(a.breakdown()) == (628, 200, 1348, 1920, 4096)
-    assert a.never_fits(2048, final_tokens=2048) is None
+    assert parts(a.breakdown()) == (628, 200, 1300, 48, 8192 - 2048 - 128)
+    owners = a.memory_map()
+    assert (owners == 1).sum() == 2128 and (owners == OVERHEAD_OWNER).sum() == 48
+    assert a.never_fits(2000, final_tokens=2000) is None
+    a.check_invariants()
+
+
+@pytest.mark.parametrize(("placement", "final"), [("buddy", 100), ("first-fit", 250), ("best-fit", 250)])
+def test_a_request_places_both_slabs_or_neither(placement, final):
+    # 800 slots (buddy: blocks of 512, 256, 32); 300 tokens take a full-layer slab of 300 (buddy: 512) and a ring
+    # of 128, so 372 slots are left at 428 (buddy: blocks of 128 and 32)
+    a = make_allocator("contiguous-oracle", 400, max_model_len=1000, placement=placement, kv_groups=OSS_LIKE)
+    a.admit(1, 100, final_tokens=300)
+    before, extents = parts(a.breakdown()), a.placement.free_extents()
+    # its full-layer slab fits what is left (buddy: 128), its ring of 128 then does not: neither stays placed
+    assert a.admit(2, 40, final_tokens=final) is None
+    assert parts(a.breakdown()) == before and a.placement.free_extents() == extents
+    a.check_invariants()
+    a.free(1)
+    assert parts(a.breakdown()) == (0, 0, 0, 0, 800) and a.placement.free_extents() == (
+        [(0, 512), (512, 256), (768, 32)] if placement == "buddy" else [(0, 800)])
+    a.check_invariants()
+
+
+@pytest.mark.parametrize("placement", ["buddy", "first-fit"])
+def test_slabs_that_fit_apart_but_not_together_never_fit(placement):
+    a = make_allocator("contiguous-oracle", 128, max_model_len=1000, placement=placement, kv_groups=OSS_LIKE)
+    reason = a.never_fits(200, final_tokens=200)  # 200 full-layer slots (buddy: 256) and a ring of 128, in 256
+    assert reason == (f"contiguous-oracle: needs slabs of 200 and 128 slots, which an empty {placement} arena "
+                      "does not hold together in a pool of 256")
+    assert a.never_fits(100, final_tokens=100) is None  # 100 (buddy: 128) and 100 (128)
+
+
+def test_window_layers_alone_take_one_slab():
+    mistral_like = (KVGroupFixture("sliding_window", "sliding_window", 32, 64, 4096),)
+    a = make_allocator("contiguous-max", 100, max_model_len=1000, kv_groups=mistral_like)
+    a.admit(1, 10, final_tokens=200)  # a ring of 64 positions, no full layers
+    assert parts(a.breakdown()) == (10, 54, 0, 0, 36) and a.swap_extent(1) == (10, 1)
     a.check_invariants()
 
 

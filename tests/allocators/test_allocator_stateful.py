@@ -26,7 +26,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from allocators import ALLOCATORS, make_allocator
 from allocators.arc_tier import ArcTier
-from allocators.base import SLOT_INTERNAL, SLOT_RESERVED, SLOT_STATES, SLOT_TOKEN
+from allocators.base import (
+    FREE_OWNER,
+    OVERHEAD_OWNER,
+    SLOT_INTERNAL,
+    SLOT_RESERVED,
+    SLOT_STATES,
+    SLOT_TOKEN,
+)
 from allocators.contiguous import ContiguousAllocator
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
@@ -335,7 +342,9 @@ class RingSlabMachine(AllocatorMachine):
     """A contiguous allocator on a model with sliding windows (`allocators.slab_layout`): slabs whose window
     layers are ring buffers, windows far shorter than ``max_model_len`` so that most sequences pass them. Beyond
     the common rules: the token states are the machine's own count, a window layer's token counted at most
-    ``window`` tokens back, and the slot map agrees with the breakdown share by share."""
+    ``window`` tokens back, and the slot map agrees with the breakdown share by share. A request holds two slabs
+    (the full layers' and the rings', placed apart; one where there are no full layers), and a call that fails
+    leaves the placement's free extents as they were too (a request places both slabs or neither)."""
 
     kv_groups: tuple = ()
     full = 0  # the expected layout: slots a token takes in the full layers, and (window, slots) per ring
@@ -351,11 +360,20 @@ class RingSlabMachine(AllocatorMachine):
         self.prefixes: list[list[int]] = []
         self.next_id = 0
 
+    def snapshot(self):
+        return (*super().snapshot(), self.alloc.placement.free_extents())
+
     @invariant()
     def rings_hold_the_window(self):
         if not hasattr(self, "alloc"):
             return
         b = self.alloc.breakdown()
+        owners = self.alloc.memory_map()
+        assert ((owners == OVERHEAD_OWNER).sum(), (owners == FREE_OWNER).sum()) == (b.external_frag, b.free)
+        for seq in self.tokens:
+            slabs = self.alloc._seqs[seq].pieces
+            assert len(slabs) == (2 if self.full else 1)
+            assert (owners == seq).sum() == sum(size for _, size, _ in slabs)
         assert b.token_states == sum(self.full * t + sum(s * min(t, w) for w, s in self.rings)
                                      for t in self.tokens.values())
         counts = np.bincount(self.alloc.slot_states(), minlength=len(SLOT_STATES))

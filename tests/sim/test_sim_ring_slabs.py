@@ -1,6 +1,7 @@
 """Contiguous slabs on a model with sliding windows keep the window layers in ring buffers of the window's size
 (`allocators.slab_layout`): the lazy decode still equals stepping one step at a time, short prompts (decoding
-inside the window) and long ones alike, and the same memory fits more requests than slabs holding every layer."""
+inside the window) and long ones alike, and the same memory fits more requests than slabs holding every layer,
+and more again under buddy placement for holding the full layers and the rings as two slabs, each rounded apart."""
 
 from dataclasses import replace
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from allocators import catalog
+from allocators.slab_layout import SlabLayout
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from tests.sim.summaries import assert_same_memory_map, assert_same_summary
@@ -54,3 +56,15 @@ def test_rings_fit_more_requests_than_every_layer_whole(window_model, monkeypatc
     whole = run_simulation(config(window_model, allocator="contiguous-oracle"), w).summary
     assert rings["max_running"] > whole["max_running"]
     assert rings["mean_running"] > whole["mean_running"]
+
+
+def test_two_slabs_fit_more_max_requests_under_buddy_than_one(window_model, monkeypatch):
+    """A Max request on ``test-windows`` (a slot: a token in 8 layers) holds 2,048 full-layer slots and 3 x 256
+    ring slots: as two slabs, buddy blocks of 2,048 and 1,024; as one slab of 2,816 (the layout laid out whole),
+    a block of 4,096."""
+    w = mixed_prompts(count=60)
+    apart = run_simulation(config(window_model, allocator="contiguous-max", max_model_len=2048), w).summary
+    monkeypatch.setattr(SlabLayout, "pieces", lambda self: (self.parts(),))
+    whole = run_simulation(config(window_model, allocator="contiguous-max", max_model_len=2048), w).summary
+    assert apart["max_running"] > whole["max_running"]
+    assert apart["external_frag_frac"] < whole["external_frag_frac"]
