@@ -216,6 +216,26 @@ def simulation_options(func):
                       help="kv-cost: weight of the prefill tokens (the request's uncached ones and those "
                            "queued) against the KV the replica's requests hold (Dynamo's "
                            "--router-kv-overlap-score-weight; higher favours cache hits, lower spreads load)."),
+        _field_option("--prefill-replicas", type=int,
+                      help="Disaggregated prefill/decode (with --decode-replicas and --kv-transfer-config): "
+                           "replicas that only prefill. Each request is prefilled on one (round-robin, max_tokens=1, "
+                           "as vLLM's P/D proxy sends it), its blocks held until a decode replica has pulled its "
+                           "KV, then decoded there; TTFT is the decode side's first token (sim/kernel/"
+                           "disaggregation.py). 0: no P/D fleet."),
+        _field_option("--decode-replicas", type=int,
+                      help="Disaggregated prefill/decode: replicas that pull each prompt's KV (waiting as vLLM's "
+                           "WAITING_FOR_REMOTE_KVS), recompute its last token and decode (round-robin)."),
+        _field_option("--kv-transfer-config", type=str, metavar="JSON",
+                      help="vLLM's engine argument for a P/D fleet: '{\"kv_connector\": \"NixlConnector\", "
+                           "\"kv_role\": \"kv_both\"}' (only NixlConnector is modelled; paged, chunked prefill, "
+                           "no async scheduling, speculative decoding, host tier, sessions, n > 1 or beams)."),
+        _field_option("--kv-transfer-gb-s", type=float,
+                      help="P/D: each GPU's link for KV pulls, GB/s (default: one 400 Gb/s ConnectX-7 NIC per "
+                           "H100, as in a DGX H100); a pull takes --kv-transfer-latency-s + its shard's bytes / "
+                           "this, pulls into one decode replica one after another."),
+        _field_option("--kv-transfer-latency-s", type=float,
+                      help="P/D: fixed seconds each KV pull takes on top of its bytes (kvsim's; no sourced "
+                           "default, so 0)."),
         click.option("--workers", type=int, default=1, show_default=True,
                      help="Parallel worker processes for a fleet whose router reads no replica state "
                           "(round-robin, random): its replicas are split among them, results identical; 1 runs "

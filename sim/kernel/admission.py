@@ -48,6 +48,14 @@ class GroupMechanics(Preemption):
         self.host_by_index: dict[int, int] = {}  # the same per request
         self.prefix_cache = PrefixCacheStats()  # vLLM's counters of the GPU prefix cache's lookups
         self.external_prefix_cache = PrefixCacheStats()  # and of the host tier's (vLLM's connector's)
+        # a P/D fleet's decode replica (`sim.kernel.disaggregation`): the requests whose prompt KV it pulls from a
+        # prefill replica at admission (vLLM's NixlConnector, do_remote_prefill)
+        self.remote: set[int] = set()
+        # a P/D fleet's prefill replica: told of a finished group instead of its blocks being freed (vLLM's
+        # request_finished returning delay_free_blocks: they are freed once the decode side has read them)
+        self.delay_free = None
+        # and when its held blocks could next be freed, given the time now (None: it holds none)
+        self.frees_at = None
 
     # -- admission ---------------------------------------------------------------------------------------
     def never_runs(self, group: SequenceGroup) -> str | None:
@@ -107,19 +115,25 @@ class GroupMechanics(Preemption):
         if s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED:
             # with loads beside the steps, a request with host hits gets blocks for its hits only, nothing to
             # compute (vLLM's allocate_slots with no new tokens while the load runs)
-            loads = self._loads_apply(group) and self._host_hit(group)
+            remote = group.index in self.remote  # its whole prompt's blocks, filled by a pull from a prefill replica
+            loads = remote or (self._loads_apply(group) and self._host_hit(group))
+            chunk_of = ((lambda remaining: remaining) if remote else (lambda remaining: 0) if loads
+                        else (lambda remaining: s.chunk(remaining, budget)))
             admission = s.memory.place_first_chunk(
-                group, (lambda remaining: 0) if loads else (lambda remaining: s.chunk(remaining, budget)),
-                full_tokens=group.prefill_target if self.reserve_full_isl else None,
+                group, chunk_of, full_tokens=group.prefill_target if self.reserve_full_isl else None,
                 apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0,
-                lookahead_slots=padded + (s.spec.lookahead if s.spec is not None else 0))
+                lookahead_slots=padded + (s.spec.lookahead if s.spec is not None else 0), remote=remote)
             if admission is None:
                 return False
+            if remote:
+                self._start_pulling(group, admission)
+                return True
             # a hit of the whole prompt (from the host, `Allocator.host_hits_to_end`) recomputes its last token
             group.prefill_done = min(admission.cached_tokens, group.prefill_target - 1)
             self._count_cached(group, group.prefill_done, admission)
             if loads:
-                self._start_loading(group, admission)
+                stop = admission.cached_tokens // s.memory.block_size
+                self._start_loading(group, group.hashes[stop - admission.host_blocks:stop])
             else:
                 self._start_running(group)
             return True
@@ -211,16 +225,31 @@ class GroupMechanics(Preemption):
         start, stop = self._host_span(group)
         return stop > start and self.s.loads.overlaps(group.hashes[start:stop])
 
-    def _start_loading(self, group: SequenceGroup, admission: Admission) -> None:
-        """The group holds its hits' blocks and waits, off the queue, for its host blocks to be loaded."""
+    def _start_loading(self, group: SequenceGroup, hashes, blocks: int | None = None) -> None:
+        """The group holds its hits' blocks and waits, off the queue, for the blocks hashed ``hashes`` (or
+        ``blocks`` blocks pulled from another replica) to be loaded."""
         s = self.s
         if group.admitted_s < 0:
             group.admitted_s = s.now
         group.state = LOADING
         group.epoch += 1
         s.deferred.add(group)
-        stop = admission.cached_tokens // s.memory.block_size
-        s.loads.start(group, group.hashes[stop - admission.host_blocks:stop], s.now)
+        s.loads.start(group, hashes, s.now, blocks)
+
+    def _start_pulling(self, group: SequenceGroup, admission: Admission) -> None:
+        """A decode replica's request holds its whole prompt's blocks and waits (WAITING_FOR_REMOTE_KVS) for the
+        blocks its local prefix cache does not hold to be pulled from the prefill replica (vLLM's NixlConnector
+        ``get_num_new_matched_tokens``: the prompt less the local hit). Once they are in, the scheduler sets
+        ``num_computed_tokens`` to the prompt less one token, which it recomputes to sample the first output
+        token (``Scheduler._update_waiting_for_remote_kv``). Pulled once: a later preemption recomputes here."""
+        s = self.s
+        size = s.memory.block_size
+        # its local hits shorten the pull; the prefix-cache figures count the prefill side's lookups only
+        cached = min(admission.cached_tokens, group.prefill_target - 1)
+        blocks = -(-group.prefill_target // size) - cached // size
+        self.remote.discard(group.index)
+        group.prefill_done = group.prefill_target - 1
+        self._start_loading(group, (), blocks)
 
     def _admit_loaded(self, group: SequenceGroup, budget: int) -> int | None:
         """Schedule a group whose host hits are loaded: its first chunk, if memory has room (no preemption, as for
@@ -308,7 +337,8 @@ class GroupMechanics(Preemption):
                 s.memory_blocked = False
                 return admitted
             if not self.place_group(group, budget, padded):
-                if s.running or s.loads:  # memory frees as they finish, or as loads land
+                # memory frees as they finish, as loads land, or as the blocks held for pulls are read
+                if s.running or s.loads or (self.frees_at is not None and self.frees_at(s.now) is not None):
                     return admitted
                 s.waiting.popleft()
                 self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
@@ -381,7 +411,11 @@ class GroupMechanics(Preemption):
                     lag = min(lag, group.final_tokens - s.memory.num_tokens(seq_id))
                 lags[seq_id] = lag + 1 if lag >= 0 and seq_id in stepped else lag
                 decode.leave(seq_id)
-        copies = s.memory.free_group(group, lags, finished, parked, unknown_tail)
+        if finished and self.delay_free is not None:  # held until the decode side has read them
+            self.delay_free(group, lags)
+            copies = ()
+        else:
+            copies = s.memory.free_group(group, lags, finished, parked, unknown_tail)
         if charge and copies:
             s.plan.add_copies(copies)
         s.running.remove(group)

@@ -192,6 +192,11 @@ class SimConfig:
     router_kv_overlap_score_weight: float = 1.0
     data_parallel_size: int = 1  # vLLM's engine argument: engines of --tensor-parallel GPUs each (`_check_data_parallel`)
     enable_expert_parallel: bool = False  # vLLM's engine argument (`allocators.expert_parallel`)
+    prefill_replicas: int = 0  # a P/D fleet (`sim.kernel.disaggregation`): 0 and 0 = none
+    decode_replicas: int = 0
+    kv_transfer_config: str | None = None  # vLLM's engine argument (JSON); only NixlConnector is modelled
+    kv_transfer_gb_s: float = 50.0  # each GPU's link, GB/s (`sim.kernel.disaggregation.DEFAULT_KV_TRANSFER_GB_S`)
+    kv_transfer_latency_s: float = 0.0  # each pull's fixed latency
 
     def _unchecked(self, given: dict[str, tuple[object, object]]) -> list[str]:
         """``flag value`` for each of ``given`` (flag -> (its value, the one vLLM's scheduler was checked with))
@@ -333,6 +338,9 @@ class SimConfig:
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")
         self._check_names()
+        from sim.kernel.disaggregation import check_disaggregation
+
+        check_disaggregation(self)
 
     def _check_names(self) -> None:
         """``allocator`` and ``placement`` name registered classes, ``model`` and ``gpu`` catalog entries (built

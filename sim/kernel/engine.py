@@ -180,6 +180,15 @@ def empty_step(sched, cost, rec, plan, t_arrival: float | None, now: float) -> f
         end = now + (seconds + moved)
         record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, end, plan, sched.queued)
         return end
+    frees_at = sched.groups.frees_at
+    if frees_at is not None and (t := frees_at(now)) is not None:
+        # a P/D prefill replica holding blocks until decode replicas pull them: vLLM's engine steps on while it
+        # does (`sim.kernel.disaggregation`); nothing runs until the first time they could be freed
+        # (`sim.kernel.disaggregation.PDFleet._frees_at`) or an arrival
+        if t_arrival is not None and t_arrival < t:
+            t = t_arrival
+        record_idle(rec, sched.memory.breakdown(sched.waiting_flag()), now, t, plan, sched.queued)
+        return t
     return now
 
 

@@ -70,10 +70,11 @@ def load_imbalance(processed: list[int]) -> float:
     return max(processed) / mean if mean > 0 else 1.0
 
 
-def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
+def fleet_result(fleet, workload, end: float, extra: dict, served_by: np.ndarray | None = None) -> SimResult:
     """Tables (each with a ``replica`` column) and the fleet summary of a finished `sim.kernel.fleet.Fleet`
     (its replicas, or with ``--workers`` their `fleet_parallel` outcomes), each replica first made idle to
-    ``end`` (`idle_until`)."""
+    ``end`` (`idle_until`). ``served_by``: a second replica each request ran on (a P/D fleet's decode replica,
+    `sim.kernel.disaggregation`), whose summary counts it too."""
     import pandas as pd
 
     config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
@@ -100,7 +101,8 @@ def fleet_result(fleet, workload, end: float, extra: dict) -> SimResult:
         prefill = int(frame["prefill_tokens"].sum())
         tokens = prefill + int((frame["decode_seqs"] * frame["num_steps"]).sum())
         processed.append(tokens)
-        summary = build_summary(allocator=config.allocator, requests=requests[replica_of == r.number],
+        mine = replica_of == r.number if served_by is None else (replica_of == r.number) | (served_by == r.number)
+        summary = build_summary(allocator=config.allocator, requests=requests[mine],
                                 memory=r.rec.memory, max_running=r.rec.max_running,
                                 num_preemptions=r.sched.groups.num_preemptions, start_s=fleet.start, end_s=end,
                                 wall_time_s=0.0, capacity=capacity, total_blocks=total_blocks, kv_tokens=cap.kv_tokens,

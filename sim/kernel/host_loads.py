@@ -37,9 +37,11 @@ class HostLoads:
     def __len__(self) -> int:
         return len(self._ready)
 
-    def start(self, group: SequenceGroup, hashes: Sequence[int], now: float) -> None:
-        """``group``'s load of the host blocks hashed ``hashes`` starts with the step that begins at ``now``."""
-        self.free_at = max(now, self.free_at) + self.seconds_of(len(hashes))
+    def start(self, group: SequenceGroup, hashes: Sequence[int], now: float, blocks: int | None = None) -> None:
+        """``group``'s load of the host blocks hashed ``hashes`` starts with the step that begins at ``now``.
+        ``blocks``: the blocks it moves, where they are not ``hashes``' (a P/D fleet's remote prompt blocks,
+        `sim.kernel.disaggregation`, pass no hashes: no other load can bring them in)."""
+        self.free_at = max(now, self.free_at) + self.seconds_of(len(hashes) if blocks is None else blocks)
         self._ready[group] = self.free_at
         self._hashes[group] = hashes
         self._started[group] = now

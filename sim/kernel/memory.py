@@ -327,19 +327,21 @@ class KVMemory:
 
     def place_first_chunk(self, group: SequenceGroup, chunk_of, *, full_tokens: int | None,
                           apply_watermark: bool, reserved_blocks: int = 0,
-                          lookahead_slots: int = 0) -> Admission | None:
+                          lookahead_slots: int = 0, remote: bool = False) -> Admission | None:
         """Admit a single sequence about to be prefilled in chunks by a per-chunk allocator (vLLM's paged KV
         cache manager) with slots for its prefix hits and first chunk only; ``chunk_of(remaining)`` sizes the
         chunk, 0 for none: slots for its hits only, looked up over its whole prompt and cached once loaded
         (`cache_loaded`; a request whose host hits load beside the steps), admitted only into the free blocks
         beyond ``reserved_blocks``. ``full_tokens``: admit only if that many tokens would fit
-        (``scheduler_reserve_full_isl``). ``lookahead_slots``: slots held after the chunk, not token slots."""
+        (``scheduler_reserve_full_isl``). ``lookahead_slots``: slots held after the chunk, not token slots.
+        ``remote``: the chunk's slots are for tokens another replica computed (a P/D decode replica's prompt,
+        `sim.kernel.disaggregation`), cached once loaded as host hits are."""
         self.register_prefix(group)
         target = group.prefill_target
         cached = self.cached_tokens(group.hashes, target)
         first = self.new_seq(group)
         chunk = chunk_of(target - cached)
-        options = self._own(group) if chunk else {**self._own(group), "lookup_tokens": target,
+        options = self._own(group) if chunk and not remote else {**self._own(group), "lookup_tokens": target,
                                                    "delay_cache_blocks": True, "reserved_blocks": reserved_blocks}
         if lookahead_slots:  # a padded verification's placeholder drafts, a drafter's lookahead (`spec_decode`)
             options["lookahead_slots"] = lookahead_slots

@@ -98,6 +98,10 @@ def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostMod
         return run_fleet_parallel(config, workload, workers, progress=progress)  # (each fleet takes `as_run`'s)
     if config.replicas > 1:
         return run_fleet(config, workload, progress=progress)
+    if config.prefill_replicas:
+        from sim.kernel.disaggregation import run_pd_fleet
+
+        return run_pd_fleet(config, workload, progress=progress)
     workload = as_run(config, workload)  # outputs cut at max_model_len, samples fanned out, as vLLM runs them
     if config.speculative_config is not None:
         check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching)

@@ -107,7 +107,11 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return not self.running and not self.waiting and not self.loads
+        """Nothing to run, load, or (a P/D prefill replica, `sim.kernel.disaggregation`) hold for a pull."""
+        if self.running or self.waiting or self.loads:
+            return False
+        frees_at = self.groups.frees_at
+        return frees_at is None or frees_at(self.now) is None
 
     @property
     def queued(self) -> int:

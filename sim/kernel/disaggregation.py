@@ -1,0 +1,436 @@
+"""Disaggregated prefill/decode serving (``--prefill-replicas N --decode-replicas M``): vLLM's NixlConnector
+behind a P/D proxy, as llm-d and NVIDIA Dynamo deploy it, in one discrete-event simulation.
+
+What is modelled, and where it comes from (vLLM 0.33's source; the proxy is not in vLLM's wheel: it is
+``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`` in vLLM's repository, whose behaviour its docs
+describe and kvsim assumes):
+
+* The proxy sends each request to a prefill replica with ``max_tokens=1`` and ``kv_transfer_params``
+  ``do_remote_decode``, round-robin over the prefill replicas. The prefill replica schedules it as any request:
+  it computes the prompt, samples one token and finishes. Its connector's ``request_finished`` returns
+  ``delay_free_blocks``: the request's blocks stay held (not freed, not evictable) until the decode side has
+  read them. vLLM's engine keeps stepping while such requests remain (``Scheduler.has_finished_requests``), so
+  they are freed as the read completes: kvsim frees them at the transfer's end.
+* When the prefill response returns (the prefill step's end), the proxy sends the original request, with the
+  prefill's ``kv_transfer_params`` (``do_remote_prefill``), to a decode replica, round-robin. The decode
+  replica's scheduler admits it as it admits any request (FCFS, head of line, its whole prompt must fit under
+  ``scheduler_reserve_full_isl``), giving it blocks for its whole prompt; ``get_num_new_matched_tokens`` says
+  the tokens beyond its local prefix-cache hit are loaded asynchronously, and the request waits in
+  ``WAITING_FOR_REMOTE_KVS`` while the worker pulls them (`sim.kernel.admission.GroupMechanics._start_pulling`).
+  Once they are in, ``_update_waiting_for_remote_kv`` caches the blocks and sets ``num_computed_tokens`` to the
+  prompt less one token, which the next step recomputes to sample the first output token. A dense model has no
+  ``_prefill_backoff``: the prefill side computes and sends the whole prompt.
+* A pull moves the prompt's blocks not cached locally, each GPU of the decode replica its own shard of the KV
+  (``kv_bytes_per_token_per_gpu``) over its own NIC: ``--kv-transfer-latency-s`` + bytes /
+  ``--kv-transfer-gb-s``. Pulls into one decode replica run one after another, in the order they start
+  (`sim.kernel.host_loads.HostLoads`, as host loads do), each at the link's full bandwidth.
+* TTFT is the first token the decode side produces: the first token the user receives in vLLM's P/D (the
+  proxy streams the decode replica's response; the prefill's sampled token is discarded). TPOT is the decode
+  side's. ``admitted_s`` is the prefill admission; the requests table adds ``prefill_replica``,
+  ``decode_replica``, ``prefill_finished_s``, ``decode_arrival_s``, ``transfer_start_s``, ``transfer_end_s`` and
+  ``transfer_bytes``.
+
+Not modelled, refused (`check_disaggregation`): async scheduling, speculative decoding, a host tier, sessions and
+closed loops, n > 1 and beams, a router other than the proxy's round-robin, any allocator other than ``paged``
+with chunked prefill and continuous batching (the connector needs vLLM's paged KV cache manager), and a model on
+vLLM's hybrid KV cache manager (sliding-window layers, whose pulls the connector clips).
+What kvsim leaves out of the clock: the proxy's and HTTP's own latency, the NIXL handshake, and contention
+between pulls into different decode replicas from one prefill replica (each decode replica's link is its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+import math
+import time
+from functools import partial
+
+import numpy as np
+
+from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource
+from sim.kernel.config import MAX_REPLICAS, SimConfig, flag, plain_int, plain_number
+from sim.kernel.fleet import Fleet
+from sim.kernel.fleet_replica import Replica
+from sim.kernel.host_loads import HostLoads
+from sim.kernel.parallel_sampling import as_run
+from sim.kernel.replica import SimResult, hybrid_kv_groups, summary_extra
+
+KV_CONNECTORS = ("NixlConnector",)
+"""The connectors of ``--kv-transfer-config`` kvsim models."""
+KV_ROLES = ("kv_both", "kv_producer", "kv_consumer")
+"""vLLM's ``KVTransferConfig.kv_role`` values (NixlConnector's docs deploy both sides as ``kv_both``)."""
+DEFAULT_KV_TRANSFER_GB_S = 50.0
+"""One 400 Gb/s NIC per GPU (NVIDIA's DGX H100: eight ConnectX-7 400 Gb/s InfiniBand ports for eight GPUs, its
+user guide's hardware overview) = 50 GB/s a GPU, before protocol overhead."""
+
+
+def disaggregated(config: SimConfig) -> bool:
+    """Whether ``config`` asks for a P/D fleet."""
+    return config.prefill_replicas > 0 or config.decode_replicas > 0
+
+
+def parse_kv_transfer_config(text: str) -> dict:
+    """vLLM's ``--kv-transfer-config`` JSON: kvsim reads ``kv_connector`` (NixlConnector) and ``kv_role``, and
+    refuses keys that would change what it models, naming them."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--kv-transfer-config must be JSON (vLLM's KVTransferConfig), got {text!r}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--kv-transfer-config must be a JSON object, got {text!r}")
+    connector = value.get("kv_connector")
+    if connector not in KV_CONNECTORS:
+        raise ValueError(f"--kv-transfer-config: kv_connector {connector!r} is not modelled; kvsim models "
+                         f"{', '.join(KV_CONNECTORS)}")
+    role = value.get("kv_role", "kv_both")
+    if role not in KV_ROLES:
+        raise ValueError(f"--kv-transfer-config: kv_role must be one of {', '.join(KV_ROLES)}, got {role!r}")
+    unknown = sorted(set(value) - {"kv_connector", "kv_role", "kv_buffer_device"})
+    if unknown:
+        raise ValueError(f"--kv-transfer-config: {', '.join(unknown)} not modelled (kvsim reads kv_connector and "
+                         "kv_role)")
+    if value.get("kv_buffer_device", "cuda") != "cuda":
+        raise ValueError("--kv-transfer-config: kv_buffer_device other than cuda (a host staging buffer) is not "
+                         "modelled")
+    return value
+
+
+def check_disaggregation(config: SimConfig) -> None:
+    """Refuse what a P/D fleet does not model, with the reason (`SimConfig.__post_init__` calls it)."""
+    for field in ("prefill_replicas", "decode_replicas"):
+        value = plain_int(getattr(config, field))
+        if value is None or not 0 <= value <= MAX_REPLICAS:
+            raise ValueError(f"{flag(field)} must be a whole number in 0..{MAX_REPLICAS:,}, "
+                             f"got {getattr(config, field)!r}")
+        setattr(config, field, value)
+    for field, positive in (("kv_transfer_gb_s", True), ("kv_transfer_latency_s", False)):
+        value = plain_number(getattr(config, field))
+        if value is None or not math.isfinite(value) or (value <= 0 if positive else value < 0):
+            raise ValueError(f"{flag(field)} must be a finite number {'> 0' if positive else '>= 0'}, "
+                             f"got {getattr(config, field)!r}")
+        setattr(config, field, float(value))
+    p, d = config.prefill_replicas, config.decode_replicas
+    if not (p or d):
+        if config.kv_transfer_config is not None:
+            raise ValueError("--kv-transfer-config needs --prefill-replicas and --decode-replicas (a P/D fleet)")
+        return
+    if not (p and d):
+        raise ValueError("a P/D fleet needs both --prefill-replicas and --decode-replicas >= 1, got "
+                         f"{p} and {d}")
+    if config.kv_transfer_config is None:
+        raise ValueError("--prefill-replicas/--decode-replicas need --kv-transfer-config "
+                         "'{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}' (vLLM's connector)")
+    parse_kv_transfer_config(config.kv_transfer_config)
+    wrong = []
+    if config.data_parallel_size != 1:
+        wrong.append(f"--data-parallel-size {config.data_parallel_size} (each role's replicas are the fleet)")
+    elif config.replicas != 1:
+        wrong.append(f"--replicas {config.replicas} (the fleet is the prefill and decode replicas)")
+    if config.router != "round-robin":
+        wrong.append(f"--router {config.router} (the P/D proxy picks each side round-robin)")
+    for setting, bad in (("--allocator " + config.allocator, config.allocator != "paged"),
+                         ("--scheduler " + config.scheduler, config.scheduler != "continuous"),
+                         ("--no-chunked-prefill", not config.chunked_prefill),
+                         ("--async-scheduling", config.async_scheduling),
+                         ("--speculative-config", config.speculative_config is not None),
+                         ("--cpu-offload-gib", config.cpu_offload_gib > 0)):
+        if bad:
+            wrong.append(setting)
+    if wrong:
+        raise ValueError("a P/D fleet models vLLM's NixlConnector on its paged KV cache (--allocator paged, "
+                         "continuous batching, chunked prefill) behind a round-robin proxy, without async "
+                         "scheduling, speculative decoding or a host tier; not modelled with " + ", ".join(wrong))
+
+
+def check_pd_workload(workload) -> None:
+    """Refuse a workload a P/D fleet does not model: closed loops and sessions (a turn released by a previous
+    turn's finish), and requests sampled n > 1 times or with beams (fanned out or forked)."""
+    if getattr(workload, "closed_loop", None) is not None or getattr(workload, "has_sessions", False):
+        raise ValueError("a P/D fleet does not model closed loops or sessions (turns released by a previous "
+                         "turn's finish); give an open-loop workload")
+    if (np.asarray(workload.n) > 1).any() or (np.asarray(workload.beam_width) > 1).any():
+        raise ValueError("a P/D fleet does not model requests with n > 1 or beam search")
+
+
+def transfer_seconds(config: SimConfig, model, block_size: int, blocks: int) -> float:
+    """One pull of ``blocks`` blocks: the latency plus each GPU's shard of their KV over its own link."""
+    shard = blocks * block_size * model.kv_bytes_per_token_per_gpu(config.tensor_parallel)
+    return config.kv_transfer_latency_s + shard / (config.kv_transfer_gb_s * 1e9)
+
+
+class PullLoads(HostLoads):
+    """A decode replica's pulls (`HostLoads`, priced by `transfer_seconds`), telling the fleet when each starts
+    and ends, so that the prefill side frees the blocks read."""
+
+    __slots__ = ("on_start",)
+
+    def __init__(self, seconds_of, on_start) -> None:
+        super().__init__(seconds_of)
+        self.on_start = on_start
+
+    def start(self, group, hashes, now: float, blocks: int | None = None) -> None:
+        super().start(group, hashes, now, blocks)
+        self.on_start(group, now, self.free_at, blocks)
+
+
+class PDFleet(Fleet):
+    """Prefill replicas 0..P-1 and decode replicas P..P+D-1 in one SimPy environment, every replica in step with
+    the fleet's clock (a decode arrival is known only when a prefill step that finishes a request is planned)."""
+
+    def __init__(self, config: SimConfig, workload, *, progress=None) -> None:
+        p, d = config.prefill_replicas, config.decode_replicas
+        self.num_prefill = p
+        prefill_load = dataclasses.replace(workload, output_tokens=np.ones(len(workload), np.int64),
+                                           max_tokens=np.ones(len(workload), np.int64))
+        # the base fleet's replicas are all of them, each built as a plain replica of ``config``
+        plain = dataclasses.replace(config, replicas=p + d, prefill_replicas=0, decode_replicas=0,
+                                    kv_transfer_config=None)
+        super().__init__(plain, prefill_load, progress=progress)
+        self.config, self.workload, self.user_progress = config, workload, progress
+        self.observed = self.coupled = True
+        self.decode_source = ArrivalSource.for_memory(workload, self.replicas[-1].memory, start_s=self.start)
+        n = self.size
+        self.decode_of = np.full(n, -1, np.int64)
+        self.prefill_finished = np.full(n, np.nan)
+        self.prefill_admitted = np.full(n, np.nan)
+        self.prefill_preemptions = np.zeros(n, np.int64)
+        self.decode_arrival = np.full(n, np.nan)
+        self.transfer_start = np.full(n, np.nan)
+        self.transfer_end = np.full(n, np.nan)
+        self.transfer_bytes = np.zeros(n, np.int64)
+        self.phase = np.zeros(n, np.int8)  # 0: prefill, 1: decode
+        # ``routed`` (the base fleet's count, which lets idle replicas stop once it reaches every request) counts
+        # the requests decided: rejected on the prefill side or sent to a decode replica
+        self.arrived = 0  # arrivals routed to prefill replicas
+        self.next_decode = 0  # the proxy's round-robin over the decode replicas
+        self.pending: list[tuple[float, int]] = []  # decode requests (arrival, index) not yet routed
+        self.releases: list[tuple[float, int]] = []  # (transfer end, index): prefill blocks to free then
+        self.held: dict[int, tuple[Replica, object, dict]] = {}  # index -> its prefill replica, group, lags
+        self.held_blocks: dict[int, int] = {}
+        self.held_block_s = 0.0  # prefill-side blocks held for transfer, integrated over time
+        model, size = self.cap.model, self.replicas[0].memory.block_size
+        self.bytes_per_block = size * model.kv_bytes_per_token_per_gpu(config.tensor_parallel) * config.tensor_parallel
+        for r in self.replicas[:p]:
+            r.sched.groups.delay_free = partial(self._hold, r)
+            r.sched.groups.frees_at = partial(self._frees_at, r)
+        for r in self.replicas[p:]:
+            r.sched.loads = PullLoads(partial(transfer_seconds, config, model, size), self._pull_started)
+
+    # -- the run ------------------------------------------------------------------------------------------
+    def run(self) -> float:
+        if not self.size:
+            return self.start
+        self.env.process(self._arrivals())
+        return self.simulate(self.replicas)
+
+    def _engine(self, replica: Replica):
+        """The base fleet's replica loop; only decode replicas tell ``progress`` of requests done (a request
+        leaves its prefill replica and then its decode replica)."""
+        self.progress = self.user_progress if replica.number >= self.num_prefill else None
+        yield from super()._engine(replica)
+
+    def _arrivals(self):
+        """Route each arrival to a prefill replica at its time."""
+        env = self.env
+        while self.arrived < self.size:
+            t = self.source.next_time()
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            self._route_due(env.now)
+
+    def _route(self, t: float, i: int) -> None:
+        """The proxy's prefill request: round-robin over the prefill replicas."""
+        chosen = self.arrived % self.num_prefill
+        self.arrived += 1
+        self.replica_of[i] = chosen
+        self._send(self.replicas[chosen], i, self.source.make_group(i, t), t)
+
+    def _send(self, replica: Replica, i: int, group, t: float) -> None:
+        """Put ``group`` in ``replica``'s inbox (rejected there at once if it can never run), waking it."""
+        if (reason := replica.sched.groups.never_runs(group)) is not None:
+            replica.sched.groups.reject(group, reason, t)
+            replica.delivered += 1
+            self.rejected_until = max(self.rejected_until, t)
+            return
+        replica.inbox.append(i)
+        replica.groups[i] = group
+        self._wake(replica)
+
+    def _wake(self, replica: Replica) -> None:
+        if replica.wake is not None and not replica.wake.triggered:
+            replica.wake.succeed()
+            replica.busy_until = self.env.now
+
+    def _route_due(self, now: float) -> None:
+        """Arrivals due by ``now`` to prefill replicas, decode requests due by ``now`` to decode replicas, and
+        the prefill blocks whose pulls ended by ``now`` freed."""
+        super()._route_due(now)
+        while self.releases and self.releases[0][0] <= now:
+            self._release(heapq.heappop(self.releases)[1])
+        while self.pending and self.pending[0][0] <= now:
+            t, i = heapq.heappop(self.pending)
+            chosen = self.num_prefill + self.next_decode % (len(self.replicas) - self.num_prefill)
+            self.next_decode += 1
+            self.decode_of[i] = chosen
+            self._decided()
+            replica = self.replicas[chosen]
+            replica.sched.groups.remote.add(i)
+            self._send(replica, i, self.decode_source.make_group(i, t), t)
+
+    def _decided(self) -> None:
+        """One more request is rejected on the prefill side or sent to decode: after the last, nothing more
+        comes to any replica, and the idle ones stop."""
+        self.routed += 1
+        if self.routed == self.size:
+            for replica in self.replicas:
+                self._wake(replica)
+
+    def _at(self, t: float):
+        """Route what is due at ``t`` then (a replica idle till then sleeps through it)."""
+        yield self.env.timeout(t - self.env.now)
+        self._route_due(self.env.now)
+
+    def _deliver(self, replica: Replica, now: float) -> None:
+        times = self.decode_arrival if replica.number >= self.num_prefill else self.source.arrival_s
+        inbox, sched = replica.inbox, replica.sched
+        while inbox and times[inbox[0]] <= now:
+            i = inbox.popleft()
+            replica.delivered += 1
+            sched.add(replica.groups.pop(i), float(times[i]))
+
+    def _next_time(self, replica: Replica) -> float | None:
+        """The next request that could reach ``replica``: an arrival for a prefill replica; for a decode replica
+        the next decode request known, or the earliest a prefill replica could finish one it does not know
+        yet (a prefill finish is known once its step is planned: not before the row in flight ends)."""
+        if replica.number < self.num_prefill:
+            return self.source.next_time()
+        times = [self.pending[0][0]] if self.pending else []
+        times += [self.decode_arrival[replica.inbox[0]]] if replica.inbox else []
+        times += [r.busy_until for r in self.replicas[:self.num_prefill] if r.busy_until < np.inf]
+        if (arrival := self.source.next_time()) is not None:  # an idle prefill replica starts no sooner
+            times.append(arrival)
+        return float(min(times)) if times else None
+
+    # -- the connector ------------------------------------------------------------------------------------
+    def _hold(self, replica: Replica, group, lags: dict) -> None:
+        """A prefill request finished: its blocks stay held until the decode side has read them."""
+        self.held[group.index] = (replica, group, lags)
+        self.held_blocks[group.index] = replica.memory.held_blocks(group.seq_ids[0])
+
+    def _frees_at(self, replica: Replica, now: float) -> float | None:
+        """The first time after ``now`` that blocks ``replica`` holds for pulls could be freed: a known pull's
+        end, or, for a request whose pull has not started, when a decode replica next plans (its row in flight
+        ends) or gets a decode request; None if it holds none. Where nothing is known after ``now`` (a decode
+        replica plans at ``now`` too, not yet run by SimPy), a moment later, by when it has."""
+        mine = [i for i, held in self.held.items() if held[0] is replica]
+        if not mine:
+            return None
+        times = [float(self.transfer_end[i]) for i in mine if not np.isnan(self.transfer_end[i])]
+        if len(times) < len(mine):
+            bounds = [r.busy_until for r in self.replicas[self.num_prefill:] if r.busy_until < np.inf]
+            bounds += [self.pending[0][0]] if self.pending else []
+            if any(t <= now + ARRIVAL_TIE_S for t in bounds):  # a decode replica may start a pull now
+                return now + 2 * ARRIVAL_TIE_S
+            times += bounds
+        later = [t for t in times if t > now + ARRIVAL_TIE_S]
+        return min(later) if later else now + 2 * ARRIVAL_TIE_S
+
+    def _on_done(self, t: float, index: int) -> None:
+        """A request left a replica at ``t``: from a prefill replica, the proxy sends it on to decode at ``t``
+        (or it was rejected there); from a decode replica, it is done."""
+        if self.phase[index] == 1:
+            if self.rec.rejected[index] and index in self.held and np.isnan(self.transfer_end[index]):
+                self._release_at(index, t)  # rejected before its pull: the decode side tells the prefill to free
+            return
+        rec = self.rec
+        self.prefill_admitted[index] = rec.admitted_s[index]
+        self.prefill_preemptions[index] = rec.preemptions[index]
+        if rec.rejected[index]:
+            self._decided()
+            return
+        self.phase[index] = 1
+        self.prefill_finished[index] = t
+        self.decode_arrival[index] = t
+        self.held_block_s -= self.held_blocks[index] * t  # + blocks * the transfer's end, when it is known
+        heapq.heappush(self.pending, (t, index))
+        self.env.process(self._at(t))
+
+    def _pull_started(self, group, now: float, end: float, blocks: int | None) -> None:
+        """A decode replica started pulling ``group``'s prompt at ``now``; it lands at ``end``."""
+        i = group.index
+        self.transfer_start[i], self.transfer_end[i] = now, end
+        self.transfer_bytes[i] = (blocks or 0) * self.bytes_per_block
+        self._release_at(i, end)
+
+    def _release_at(self, i: int, t: float) -> None:
+        """Free request ``i``'s prefill blocks at ``t``."""
+        self.held_block_s += self.held_blocks[i] * t
+        heapq.heappush(self.releases, (t, i))
+        self.env.process(self._at(t))
+
+    def _release(self, i: int) -> None:
+        replica, group, lags = self.held.pop(i)
+        replica.memory.free_group(group, lags, True)
+
+
+def run_pd_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
+    """Simulate ``workload`` on a P/D fleet (`PDFleet`)."""
+    from sim.kernel.fleet_summary import fleet_result
+
+    check_pd_workload(workload)
+    wall_start = time.perf_counter()
+    workload = as_run(config, workload)  # outputs cut at max_model_len, as vLLM stops them
+    fleet = PDFleet(config, workload, progress=progress)
+    if hybrid_kv_groups(config, fleet.model):
+        raise ValueError(f"a P/D fleet does not model vLLM's hybrid KV cache manager (sliding-window layers, whose "
+                         f"pulls the connector clips), got {fleet.model.name}; --disable-hybrid-kv-cache-manager "
+                         "treats them as full attention")
+    end = fleet.run()
+    if fleet.held:
+        raise RuntimeError(f"{len(fleet.held)} prefill requests still hold blocks at the end of the run")
+    if config.debug_invariants:
+        for replica in fleet.replicas:
+            replica.memory.check_invariants()
+    fleet.rec.admitted_s[:] = np.where(np.isnan(fleet.prefill_admitted), fleet.rec.admitted_s, fleet.prefill_admitted)
+    fleet.rec.preemptions += np.where(fleet.phase == 1, fleet.prefill_preemptions, 0)
+    extra = summary_extra(config, workload, fleet.cap, fleet.replicas[0].cost, fleet.replicas[0].memory)
+    extra["memory_snapshots"] = fleet.num_snapshots
+    result = fleet_result(fleet, workload, end, extra, served_by=fleet.decode_of)
+    add_columns(result, fleet)
+    result.summary["disaggregation"] = disaggregation_summary(fleet, end)
+    result.summary["wall_time_s"] = time.perf_counter() - wall_start
+    return result
+
+
+def add_columns(result: SimResult, fleet: PDFleet) -> None:
+    """The P/D columns of the requests table, after ``replica`` (the prefill replica, renamed)."""
+    requests = result.requests = result.requests.rename(columns={"replica": "prefill_replica"})
+    at = requests.columns.get_loc("prefill_replica") + 1
+    decode = np.where(fleet.decode_of >= 0, fleet.decode_of, -1)
+    for offset, (name, values) in enumerate((
+            ("decode_replica", decode), ("prefill_finished_s", fleet.prefill_finished),
+            ("decode_arrival_s", fleet.decode_arrival), ("transfer_start_s", fleet.transfer_start),
+            ("transfer_end_s", fleet.transfer_end), ("transfer_bytes", fleet.transfer_bytes))):
+        requests.insert(at + offset, name, values)
+
+
+def disaggregation_summary(fleet: PDFleet, end: float) -> dict:
+    """The summary's ``disaggregation`` block: the replicas of each role, the link, the pulls' totals and the
+    prefill side's blocks held for them (a time-weighted mean over the run, all prefill replicas together)."""
+    config = fleet.config
+    pulled = ~np.isnan(fleet.transfer_end)
+    seconds = fleet.transfer_end[pulled] - fleet.transfer_start[pulled]
+    span = end - fleet.start
+    wait = fleet.transfer_start[pulled] - fleet.decode_arrival[pulled]
+    return {
+        "prefill_replicas": fleet.num_prefill, "decode_replicas": len(fleet.replicas) - fleet.num_prefill,
+        "kv_connector": json.loads(config.kv_transfer_config)["kv_connector"],
+        "kv_transfer_gb_s": config.kv_transfer_gb_s, "kv_transfer_latency_s": config.kv_transfer_latency_s,
+        "transfers": int(pulled.sum()), "transfer_bytes": int(fleet.transfer_bytes.sum()),
+        "transfer_seconds": float(seconds.sum()),
+        "transfer_p50_s": float(np.median(seconds)) if len(seconds) else None,
+        "decode_admission_wait_p50_s": float(np.median(wait)) if len(wait) else None,
+        "prefill_blocks_held_for_transfer_mean": fleet.held_block_s / span if span > 0 else 0.0,
+    }

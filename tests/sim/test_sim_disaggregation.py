@@ -1,0 +1,139 @@
+"""Disaggregated prefill/decode (`sim.kernel.disaggregation`): a request's timeline by hand, the prefill side's
+blocks held until the pull ends, KV conservation under memory pressure, determinism, and the refusals."""
+
+import json
+
+import numpy as np
+import pytest
+
+from allocators.catalog import get_model
+from sim.kernel.config import SimConfig
+from sim.kernel.runner import run_config, run_simulation
+from workloads.workload import Workload
+
+NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+BYTES_PER_TOKEN = get_model("llama-2-7b").kv_bytes_per_token_per_gpu(1)  # 32 layers x K,V x 4096 x 2 bytes
+
+
+def pd_config(**fields) -> SimConfig:
+    base = dict(model="llama-2-7b", gpu="h100-80gb", prefill_replicas=1, decode_replicas=1, kv_transfer_config=NIXL)
+    return SimConfig(**(base | fields))
+
+
+def two_requests() -> Workload:
+    return Workload(arrival_time_s=np.array([0.0, 0.5]), prompt_tokens=np.array([100, 40]),
+                    output_tokens=np.array([5, 3]))
+
+
+def test_one_request_ttft_is_prefill_step_transfer_and_decodes_first_step():
+    """Steps of 10 ms, a 1 GB/s link and 2 ms a pull: the prefill replica computes the 100-token prompt in
+    [0, 0.01] and finishes; the decode replica admits it at 0.01 and pulls its 7 blocks (112 token slots of
+    524,288 bytes) in 2 ms + 58.7 ms, ending at 0.07072; it sees the pull done at the end of the empty step it
+    lands in (0.08: whole empty steps, as vLLM's engine steps while it waits), recomputes the last prompt token
+    and samples the first output token at 0.09, then decodes the other 4 by 0.13."""
+    cfg = pd_config(step_time=0.01, kv_transfer_gb_s=1.0, kv_transfer_latency_s=0.002)
+    req = run_simulation(cfg, two_requests()).requests
+    first = req.iloc[0]
+    pull_bytes = 7 * 16 * BYTES_PER_TOKEN
+    assert BYTES_PER_TOKEN == 524_288
+    assert (first.prefill_replica, first.decode_replica) == (0, 1)
+    assert first.prefill_finished_s == pytest.approx(0.01) and first.decode_arrival_s == pytest.approx(0.01)
+    assert first.transfer_start_s == pytest.approx(0.01)
+    assert first.transfer_bytes == pull_bytes
+    assert first.transfer_end_s == pytest.approx(0.01 + 0.002 + pull_bytes / 1e9)
+    assert first.ttft_s == pytest.approx(0.01 + 0.07 + 0.01)  # prefill step + empty steps over the pull + 1 step
+    assert first.finished_s == pytest.approx(0.13)
+    assert first.admitted_s == 0.0  # the prefill admission
+
+
+def test_prefill_blocks_held_until_the_pull_ends():
+    cfg = pd_config(step_time=0.01, kv_transfer_gb_s=1.0, kv_transfer_latency_s=0.002)
+    result = run_simulation(cfg, two_requests())
+    req, steps = result.requests, result.steps
+    prefill = steps[steps.replica == 0]
+    end0, end1 = req.transfer_end_s
+    # 7 blocks from the first prompt's step to its pull's end, then none until the second prompt's 3 blocks
+    for lo, hi, blocks in ((0.0, end0, 7), (end0, 0.5, 0), (0.5, end1, 3), (end1, 0.57, 0)):
+        rows = prefill[(prefill.time_s >= lo - 1e-12) & (prefill.time_s < hi - 1e-12)]
+        assert len(rows) and (rows.used_blocks == blocks).all(), (lo, hi, rows.used_blocks.tolist())
+    block = result.summary["disaggregation"]
+    held = 7 * (end0 - 0.01) + 3 * (end1 - 0.51)
+    assert block["prefill_blocks_held_for_transfer_mean"] == pytest.approx(held / 0.57)
+    assert block["transfers"] == 2 and block["transfer_bytes"] == (7 + 3) * 16 * BYTES_PER_TOKEN
+
+
+def pressure_config(**fields) -> SimConfig:
+    """Small pools at a high rate: prefill replicas wait for blocks held for pulls, the decode replica preempts."""
+    return pd_config(preset="sharegpt-demo", rate=30.0, num_requests=120, kv_tokens=4000, prefill_replicas=2,
+                     **fields)
+
+
+def test_kv_conserved_under_memory_pressure():
+    result = run_config(pressure_config(debug_invariants=1))
+    req, steps, s = result.requests, result.steps, result.summary
+    assert s["completed"] == 120 and s["rejected"] == 0 and s["preemptions"] > 0
+    # every request pulled once, its whole prompt's blocks (no prompt shares a block with another's)
+    blocks = -(-req.prompt_tokens // 16)
+    assert (req.transfer_bytes == blocks * 16 * BYTES_PER_TOKEN).all()
+    assert s["disaggregation"]["transfer_bytes"] == int(req.transfer_bytes.sum())
+    assert ((req.decode_arrival_s == req.prefill_finished_s) & (req.transfer_start_s >= req.decode_arrival_s)
+            & (req.transfer_end_s > req.transfer_start_s) & (req.first_token_s > req.transfer_end_s)).all()
+    assert set(req.prefill_replica) == {0, 1} and set(req.decode_replica) == {2}
+    # each prompt computed on the prefill side (once, or again after a preemption there); at least its last
+    # token recomputed on the decode side
+    by_replica = steps.groupby("replica").prefill_tokens.sum()
+    assert by_replica[0] + by_replica[1] >= req.prompt_tokens.sum() and by_replica[2] >= 120
+    # the prefill replicas end idle with nothing held for a pull (the run fails if a request still holds blocks)
+    for replica in (0, 1):
+        last = steps[steps.replica == replica].iloc[-1]
+        assert last.num_steps == 0 and last.token_states == 0 and last.used_blocks == 0
+
+
+def test_deterministic():
+    a, b = run_config(pressure_config()), run_config(pressure_config())
+    a.summary.pop("wall_time_s"), b.summary.pop("wall_time_s")
+    assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
+    assert a.requests.drop(columns=["hash_ids"], errors="ignore").equals(
+        b.requests.drop(columns=["hash_ids"], errors="ignore"))
+    assert a.steps.equals(b.steps)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    (dict(kv_transfer_config=None), "need --kv-transfer-config"),
+    (dict(decode_replicas=0), "needs both --prefill-replicas and --decode-replicas"),
+    (dict(kv_transfer_config='{"kv_connector": "LMCacheConnectorV1"}'), "kv_connector 'LMCacheConnectorV1' is not"),
+    (dict(kv_transfer_config='{"kv_connector": "NixlConnector", "kv_connector_extra_config": {}}'),
+     "kv_connector_extra_config not modelled"),
+    (dict(kv_transfer_config="{nope"), "--kv-transfer-config must be JSON"),
+    (dict(async_scheduling=True), "not modelled with --async-scheduling"),
+    (dict(replicas=2), "not modelled with --replicas 2"),
+    (dict(router="least-kv"), "not modelled with --router least-kv"),
+    (dict(allocator="contiguous-max"), "not modelled with --allocator contiguous-max"),
+    (dict(cpu_offload_gib=4.0), "not modelled with --cpu-offload-gib"),
+    (dict(kv_transfer_gb_s=0.0), "--kv-transfer-gb-s must be a finite number > 0"),
+    (dict(kv_transfer_latency_s=-1.0), "--kv-transfer-latency-s must be a finite number >= 0"),
+])
+def test_refuses_what_it_does_not_model(fields, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        pd_config(**fields)
+
+
+def test_kv_transfer_config_alone_is_refused():
+    with pytest.raises(ValueError, match="needs --prefill-replicas and --decode-replicas"):
+        SimConfig(kv_transfer_config=NIXL)
+
+
+def test_refuses_sessions_and_parallel_sampling():
+    sessions = Workload(arrival_time_s=np.array([0.0, 1.0]), prompt_tokens=np.array([10, 20]),
+                        output_tokens=np.array([2, 2]), session_id=np.array([0, 0]), turn=np.array([0, 1]))
+    with pytest.raises(ValueError, match="closed loops or sessions"):
+        run_simulation(pd_config(step_time=0.01), sessions)
+    sampled = Workload(arrival_time_s=np.array([0.0]), prompt_tokens=np.array([10]), output_tokens=np.array([2]),
+                       n=np.array([2]))
+    with pytest.raises(ValueError, match="n > 1 or beam search"):
+        run_simulation(pd_config(step_time=0.01), sampled)
+
+
+def test_refuses_a_model_on_the_hybrid_kv_cache_manager():
+    with pytest.raises(ValueError, match="hybrid KV cache manager"):
+        run_simulation(pd_config(model="mistral-7b", step_time=0.01), two_requests())
