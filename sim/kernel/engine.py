@@ -123,11 +123,14 @@ def run_until(t_arrival: float | None, snapshots: SnapshotSchedule | None, arriv
     return until
 
 
-def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False) -> float:
+def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False,
+              duration: float | None = None) -> float:
     """Account and complete the step ``plan`` describes, starting at ``now``, and return when it ends. A step
     that only decodes runs on as a run of identical decode steps, every one starting before the time
     ``until()`` gives (None: no bound, `run_until`). ``snapshot``: record the memory map with the row
-    (`record_snapshot`). Shared by the single engine and every fleet replica, so both take the same steps."""
+    (`record_snapshot`). Shared by the single engine and every fleet replica, so both take the same steps.
+    ``duration``: what the step lasts where that is not its own price (`step_seconds`): a data-parallel rank
+    stepping in lock-step lasts the slowest rank's step (`sim.kernel.lockstep`; its scheduler plans no runs)."""
     waiting = sched.waiting_flag()
     running = len(sched.running)
     b = sched.memory.breakdown(waiting)
@@ -139,30 +142,38 @@ def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False)
         horizon = math.inf if t_end is None else t_end - now
         num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)
     else:
-        num_steps = 1  # host-tier loads (reload_*) are charged as swap-ins are
-        # verified drafts are query tokens of the step, as prefill tokens are (vLLM runs them through the model
-        # as scheduled tokens); ngram drafting itself takes no GPU time
-        duration = cost.step_time(plan.prefill_tokens + plan.spec_tokens, plan.decode_seqs, plan.context_tokens,
-                                  plan.copies, plan.swap_blocks + plan.reload_transfers, plan.attention_pairs,
-                                  copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
-                                  prefill_seqs=len(plan.chunks), page_maps=plan.page_maps,
-                                  window_context=plan.window_context, window_pairs=plan.window_pairs)
-        if plan.draft_seqs:  # a model-based drafter's passes after the target's (`sim.kernel.spec_decode`)
-            spec = sched.spec
-            duration += cost.drafter_time(plan.prefill_tokens + plan.spec_tokens + plan.decode_seqs,
-                                          plan.attention_pairs, plan.context_tokens, plan.draft_seqs,
-                                          plan.draft_context, spec.k, spec.drafter_layers)
-        if duration <= 0:
-            if sched.in_flight is None or plan.prefill_tokens or plan.decode_seqs:
-                raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
-            # async scheduling: the engine schedules a step that computes nothing while the outputs of the last
-            # still hold their requests' seats and blocks (vLLM returns it without running the model)
-            duration = cost.empty_step_s()
+        num_steps = 1
+        if duration is None:
+            duration = step_seconds(sched, cost, plan, now)
         rec.memory.add(b, lag, duration, 0.0, running)
     rec.row(now, duration, num_steps, running, sched.queued, plan, b, lag)
     now += duration
     sched.complete(num_steps, now)
     return now
+
+
+def step_seconds(sched, cost, plan, now: float) -> float:
+    """What the step ``plan`` describes (not a decode run) costs on its own: `take_step`'s price, and what a
+    rank offers its lock-step (`sim.kernel.lockstep`). Host-tier loads (reload_*) are charged as swap-ins are."""
+    # verified drafts are query tokens of the step, as prefill tokens are (vLLM runs them through the model
+    # as scheduled tokens); ngram drafting itself takes no GPU time
+    duration = cost.step_time(plan.prefill_tokens + plan.spec_tokens, plan.decode_seqs, plan.context_tokens,
+                              plan.copies, plan.swap_blocks + plan.reload_transfers, plan.attention_pairs,
+                              copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
+                              prefill_seqs=len(plan.chunks), page_maps=plan.page_maps,
+                              window_context=plan.window_context, window_pairs=plan.window_pairs)
+    if plan.draft_seqs:  # a model-based drafter's passes after the target's (`sim.kernel.spec_decode`)
+        spec = sched.spec
+        duration += cost.drafter_time(plan.prefill_tokens + plan.spec_tokens + plan.decode_seqs,
+                                      plan.attention_pairs, plan.context_tokens, plan.draft_seqs,
+                                      plan.draft_context, spec.k, spec.drafter_layers)
+    if duration <= 0:
+        if sched.in_flight is None or plan.prefill_tokens or plan.decode_seqs:
+            raise RuntimeError(f"step at t={now} does no work (scheduler made no progress)")
+        # async scheduling: the engine schedules a step that computes nothing while the outputs of the last
+        # still hold their requests' seats and blocks (vLLM returns it without running the model)
+        duration = cost.empty_step_s()
+    return duration
 
 
 def empty_step(sched, cost, rec, plan, t_arrival: float | None, now: float) -> float:

@@ -21,6 +21,9 @@ Arrivals released by requests leaving (closed-loop users, session turns with a t
 times too, whichever replica the request before them ran on: such a fleet always routes at arrival time, and a
 decode run also ends where another replica could release an arrival it does not know yet (`_next_time`).
 
+A mixture of experts' data-parallel ranks (``--data-parallel-size`` > 1) do not keep their own clocks: one
+process steps them all together (`sim.kernel.lockstep`), routing the arrivals itself at each common step.
+
 Per-request results share one set of arrays (each request lives on one replica); the summary is built by
 `sim.kernel.fleet_summary`.
 """
@@ -34,6 +37,7 @@ import simpy
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
+from sim.kernel.data_parallel import steps_in_lockstep
 from sim.kernel.engine import (
     StepWatch,
     catch_up,
@@ -44,6 +48,7 @@ from sim.kernel.engine import (
     take_step,
 )
 from sim.kernel.fleet_replica import Replica
+from sim.kernel.lockstep import lockstep
 from sim.kernel.metrics import Recorder
 from sim.kernel.parallel_sampling import as_run
 from sim.kernel.replica import SimResult, resolve_capacity, snapshot_count, summary_extra
@@ -90,12 +95,15 @@ class Fleet:
         self.workload = workload
         self.progress = progress
         self.env = simpy.Environment(initial_time=self.start)
+        # a mixture of experts' data-parallel ranks share one clock (`sim.kernel.lockstep`): one process runs them
+        self.lockstep = steps_in_lockstep(config, self.model)
+        self.wave = None  # the lock-step ranks' `Wave`, once they run
 
     def run(self) -> float:
         """Run to the end of the workload; returns the simulated end time."""
         if not self.observed:
             self.route_ahead()
-        else:
+        elif not self.lockstep:  # lock-step ranks route their arrivals themselves, at each common step
             self.env.process(self._arrivals())
         return self.simulate(self.replicas)
 
@@ -106,7 +114,10 @@ class Fleet:
     def simulate(self, replicas: list[Replica]) -> float:
         """Run ``replicas`` (all of them, or the group a worker of `sim.kernel.fleet_parallel` runs, their
         requests already in their inboxes) to the end; returns their latest end time."""
-        engines = [self.env.process(self._engine(r)) for r in replicas]
+        if self.lockstep:
+            engines = [self.env.process(lockstep(self))]
+        else:
+            engines = [self.env.process(self._engine(r)) for r in replicas]
         if self.size:
             self.env.run(until=simpy.AllOf(self.env, engines))
         return max(max((r.end_s for r in replicas), default=self.start), self.rejected_until)
@@ -274,6 +285,8 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
             replica.memory.check_invariants()
     extra = summary_extra(config, workload, fleet.cap, fleet.replicas[0].cost, fleet.replicas[0].memory)
     extra["memory_snapshots"] = fleet.num_snapshots
+    if fleet.wave is not None:
+        extra |= {"lockstep_steps": fleet.wave.steps, "lockstep_dummy_batches": fleet.wave.dummies}
     result = fleet_result(fleet, workload, end, extra)
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result

@@ -11,7 +11,8 @@ the latest replica end. A worker sends back compact data (its requests' result a
 rows and snapshots as raw arrays, its counters), and the parent builds the tables and summary with
 `fleet_summary.fleet_result` as the in-process fleet does, so every table and summary (``wall_time_s`` aside)
 is byte-identical to ``workers=1``. A router that reads state (least-requests, least-kv, prefix-aware)
-couples the replicas at every arrival: such a fleet runs in one process (`parallel_note` says so).
+couples the replicas at every arrival, and a mixture of experts' data-parallel ranks step in lock-step
+(`sim.kernel.lockstep`): such a fleet runs in one process (`parallel_note` says so).
 
 ``workers`` is how to run, not what to simulate, so it is an argument of `run_simulation`, not a `SimConfig`
 field: ``config.json`` and sweep grids are the same whatever it is.
@@ -31,6 +32,7 @@ import numpy as np
 from allocators.breakdown import MemoryBreakdown
 from sim.kernel.arrivals import releases_arrivals
 from sim.kernel.config import SimConfig
+from sim.kernel.data_parallel import steps_in_lockstep
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, summary_extra
 from sim.kernel.routers import ROUTERS
@@ -51,7 +53,7 @@ def runs_in_parallel(config: SimConfig, workers: int, workload=None) -> bool:
     replica state, more than one worker, and a ``workload`` whose arrivals are all known before the run (a
     closed loop's come from every replica's completions: `sim.kernel.fleet`)."""
     return (check_workers(workers) > 1 and config.replicas > 1 and not ROUTERS[config.router].needs_state
-            and not (workload is not None and releases_arrivals(workload)))
+            and not (workload is not None and releases_arrivals(workload)) and not steps_in_lockstep(config))
 
 
 def parallel_note(config: SimConfig, workers: int, workload=None) -> str | None:
@@ -60,6 +62,9 @@ def parallel_note(config: SimConfig, workers: int, workload=None) -> str | None:
         return None
     if config.replicas == 1:
         return f"note: --workers {workers} splits the replicas of a fleet; one replica runs in one process"
+    if steps_in_lockstep(config):
+        return (f"note: --workers {workers} splits independent replicas; a mixture of experts' data-parallel ranks "
+                "step in lock-step, so they run in one process")
     if workload is not None and releases_arrivals(workload):
         return (f"note: --workers {workers} applies to arrivals known before the run; this workload's are "
                 "released by requests finishing on every replica, so the fleet runs in one process")

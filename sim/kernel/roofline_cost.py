@@ -15,7 +15,7 @@ from allocators import roofline
 from allocators.catalog import GpuSpec, ModelSpec
 from allocators.expert_parallel import routed_divisor
 from allocators.vattention_pages import cache_tensors
-from sim.kernel.data_parallel import data_parallel_lockstep
+from sim.kernel.data_parallel import data_parallel_exchange
 from sim.kernel.decode_sums import crossover, linear_sums
 
 DEFAULT_PAGED_KERNEL_OVERHEAD = {1: 1.6, 2: 1.45, 4: 1.34, 8: 1.26, 16: 1.2, 32: 1.2, 64: 1.22, 128: 1.26,
@@ -352,7 +352,7 @@ class StepCostModel:
                      "allreduce_latency_s and allreduce_bus_gb_s add them; docs/reproduction.md measured what "
                      "NCCL's would add at OPT-66B and 175B)",)
         if self.data_parallel > 1 and self.model.num_experts:
-            omits += (data_parallel_lockstep(self.data_parallel),)
+            omits += (data_parallel_exchange(self.data_parallel),)
         return omits
 
     def describe(self) -> dict:

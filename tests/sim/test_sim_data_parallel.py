@@ -11,7 +11,7 @@ import pytest
 from allocators.catalog import get_gpu, get_model
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
-from sim.kernel.data_parallel import data_parallel_lockstep
+from sim.kernel.data_parallel import data_parallel_exchange
 from sim.kernel.routers import make_router
 from sim.kernel.runner import run_simulation
 from sim.kernel.sequence_group import SequenceGroup
@@ -97,7 +97,7 @@ def test_a_data_parallel_run_is_deterministic():
 
 def test_a_mixture_of_experts_rank_holds_its_share_and_says_what_its_clock_leaves_out():
     """DeepSeek-V3 on 8 ranks of one H200 each, with EP: each rank's pool is kv_capacity's for the rank, and the clock
-    notes the lock-step MoE layers it does not model."""
+    notes the expert exchange its lock-step clock does not charge."""
     w = poisson(40, 4.0)
     config = SimConfig(model="deepseek-v3", gpu="h200", data_parallel_size=8, enable_expert_parallel=True,
                        memory_snapshots=0)
@@ -107,7 +107,7 @@ def test_a_mixture_of_experts_rank_holds_its_share_and_says_what_its_clock_leave
     assert without.summary["kv_capacity_tokens"] == result.summary["kv_capacity_tokens"]
     assert result.summary["replicas"] == 8 and result.summary["router"] == "dp-lb"
     assert result.summary["kv_capacity_tokens"] == 488_290
-    assert data_parallel_lockstep(8) in result.summary["clock_omits"]
+    assert data_parallel_exchange(8) in result.summary["clock_omits"]
     dense = run_simulation(SimConfig(kv_tokens=3000, data_parallel_size=2, memory_snapshots=0), w)
     assert "clock_omits" not in dense.summary  # a dense model's ranks are independent in vLLM too
 

@@ -1,0 +1,148 @@
+"""The data-parallel ranks of a mixture of experts, stepping in lock-step (`sim.kernel.data_parallel` says why and
+cites vLLM's ``DPEngineCoreProc.run_busy_loop``).
+
+Why a loop of its own: a fleet replica (`sim.kernel.fleet.Fleet._rows`) keeps its own clock and fast-forwards
+decode runs; lock-step ranks share one clock, each step lasting the slowest rank's. So one SimPy process plans
+every rank's step at the same instant ``t`` (each scheduler as it would alone: the same requests routed the same
+way get the same decisions, only their times differ), prices each at its own batch (`sim.kernel.engine.
+step_seconds`), takes the longest, records every rank's row with that duration and completes every rank's step
+at ``t + duration``. A rank that runs no forward pass (no requests, or nothing it could schedule) runs vLLM's
+dummy batch of one decode token (`dummy_step_s`), priced alike: its row is a row of no steps and no running
+requests lasting the common step, carrying what its plan counted (hits of loads it started, preemptions), so the
+steps table still counts only real steps and real tokens while every rank's rows cover the run without gaps;
+the summary counts those dummy batches (``lockstep_dummy_batches``) and the common steps (``lockstep_steps``).
+
+The wave: ranks step while any has requests, checked at a wave's first step and every `DP_SYNC_INTERVAL`-th, so
+ranks run dummy batches past their last request up to such a step; then every rank pauses (idle rows) until
+the next arrival anywhere starts a new wave. The run ends where the last request leaves (the dummy batches vLLM
+would still run up to its next check move no request's time). The scheduler plans every step (no decode
+fast-forward: `sim.kernel.replica.build_replica` turns its lazy decoders off), so a lock-step run costs one
+SimPy timeout per step. Routers read the ranks at each step's start, where the arrivals since the last one are
+routed in arrival order, as a fleet's router sees a replica's state at the end of its step in flight.
+"""
+
+from __future__ import annotations
+
+from sim.kernel.arrivals import ARRIVAL_TIE_S
+from sim.kernel.data_parallel import DP_SYNC_INTERVAL
+from sim.kernel.engine import (
+    StepWatch,
+    catch_up,
+    record_idle,
+    record_snapshot,
+    step_seconds,
+    take_step,
+    transfer_time_of,
+)
+from sim.kernel.snapshot_schedule import SnapshotSchedule
+
+
+def dummy_step_s(cost) -> float:
+    """A dummy batch: a forward pass of one decode token (vLLM's ``_dummy_run(1, uniform_decode=True)``) over a
+    context of one token."""
+    return cost.step_time(0, 1, 1)
+
+
+class Wave:
+    """vLLM's ``engines_running`` and ``step_counter`` for the whole fleet (every rank holds the same: they are
+    all-reduced)."""
+
+    __slots__ = ("running", "counter", "interval", "steps", "dummies")
+
+    def __init__(self, interval: int = DP_SYNC_INTERVAL) -> None:
+        self.running = False
+        self.counter = 0
+        self.interval = interval
+        self.steps = self.dummies = 0  # common steps taken, and dummy batches run in them (over all ranks)
+
+    def stepped(self, unfinished: bool) -> None:
+        """A common step ended; ``unfinished``: whether any rank still has requests. The ranks check it at the
+        wave's first step and every ``interval``-th, else they step on (``_has_global_unfinished_reqs``)."""
+        self.steps += 1
+        self.counter += 1
+        if self.counter == 1 or self.counter % self.interval == 0:
+            self.running = unfinished
+            if not unfinished:
+                self.counter = 0
+
+
+def lockstep(fleet):
+    """The SimPy process of ``fleet``'s ranks (`sim.kernel.fleet.Fleet`), routing its arrivals too."""
+    env, replicas, cost = fleet.env, fleet.replicas, fleet.replicas[0].cost
+    dummy_s = dummy_step_s(cost)
+    snapshots = [SnapshotSchedule.for_workload(fleet.num_snapshots, fleet.workload, fleet.start, fleet.released)
+                 for _ in replicas]
+    watches = [StepWatch(r.memory, fleet.config.debug_invariants, fleet.progress) for r in replicas]
+    wave = fleet.wave = Wave()
+    now = env.now
+    while True:
+        yield from catch_up(env, now)  # a rank's completions release arrivals from env.now (`Fleet._on_done`)
+        if fleet.observed:
+            fleet._route_due(now + ARRIVAL_TIE_S)
+        for r in replicas:
+            fleet._deliver(r, now + ARRIVAL_TIE_S)
+        snaps = [s.due(now, fleet.routed, r.delivered, r.delivered - len(r.sched.live))
+                 for s, r in zip(snapshots, replicas, strict=True)]
+        if all(r.sched.idle for r in replicas):
+            t = _next_arrival(fleet)
+            if t is None or not wave.running:
+                wave.running, wave.counter = False, 0
+                for r, snap in zip(replicas, snaps, strict=True):
+                    if snap:
+                        record_snapshot(r.sched, r.rec, now, idle=True)
+                    r.end_s = now
+                if t is None:
+                    break
+                for r in replicas:
+                    record_idle(r.rec, r.memory.breakdown(False), now, t)
+                now = t
+                continue
+        wave.running = True
+        plans = [None if r.sched.idle else r.sched.plan_step(now) for r in replicas]
+        duration = max(_own_seconds(r.sched, cost, plan, now, dummy_s)
+                       for r, plan in zip(replicas, plans, strict=True))
+        for r, plan, snap, watch in zip(replicas, plans, snaps, watches, strict=True):
+            sched = r.sched
+            if plan is not None and sched.running:
+                take_step(sched, cost, r.rec, plan, now, None, snap, duration)
+                watch.after_step(r.delivered - len(sched.live))
+                wave.dummies += not _computes(plan)
+                continue
+            wave.dummies += 1
+            if snap:
+                record_snapshot(sched, r.rec, now, idle=plan is None)
+            record_idle(r.rec, sched.memory.breakdown(sched.waiting_flag()), now, now + duration, plan, sched.queued)
+        now += duration
+        for r in replicas:
+            r.end_s = r.busy_until = now
+        wave.stepped(any(not r.sched.idle for r in replicas))
+    for r, s in zip(replicas, snapshots, strict=True):
+        if s.left:
+            r.final_map = r.memory.snapshot({}, False)
+
+
+def _computes(plan) -> bool:
+    """Whether the step ``plan`` runs the model (vLLM's ``executed``: it schedules tokens)."""
+    return bool(plan.prefill_tokens or plan.decode_seqs)
+
+
+def _own_seconds(sched, cost, plan, now: float, dummy_s: float) -> float:
+    """What a rank's part of the common step costs alone: its step (`step_seconds`); where it runs no forward
+    pass (no requests, nothing it could run, or an async step that computes nothing), a dummy batch after
+    whatever its engine step did: the swaps and copies of a step that preempted everything it ran
+    (`transfer_time_of`), an async step's own time (`StepCostModel.empty_step_s`)."""
+    if plan is None:
+        return dummy_s
+    if not sched.running:
+        return dummy_s + transfer_time_of(cost, plan)
+    seconds = step_seconds(sched, cost, plan, now)
+    return seconds if _computes(plan) else seconds + dummy_s
+
+
+def _next_arrival(fleet) -> float | None:
+    """When the next request reaches a rank (None: none will): the fleet's next arrival, routed at its time,
+    or the earliest one routed ahead."""
+    if fleet.observed:
+        return fleet.source.next_time()
+    heads = [float(fleet.source.arrival_s[r.inbox[0]]) for r in fleet.replicas if r.inbox]
+    return min(heads) if heads else None
