@@ -94,6 +94,7 @@ class ContiguousAllocator(Allocator):
 
     kind = "contiguous"
     reserves_final_length = True  # every policy's slab holds the final length, or `never_fits` refuses it
+    window_rings = True  # a window model's window layers sit in ring buffers (`allocators.slab_layout.ring_options`)
 
     def __init__(
         self,
@@ -358,13 +359,3 @@ class ContiguousOracleAllocator(ContiguousAllocator):
 
     def slab_size(self, num_tokens: int, final_tokens: int, max_total_tokens: int | None) -> int:
         return max(num_tokens, final_tokens)
-
-
-def ring_options(allocator: type, model) -> dict:
-    """The constructor option (``kv_groups``) that gives a contiguous allocator the window layers of ``model`` (a
-    catalog `ModelSpec`, at its KV dtype); none for other allocators or for a model without windows, so that
-    their slots stay whole tokens."""
-    groups = model.kv_groups()
-    if not issubclass(allocator, ContiguousAllocator) or slab_layout(groups) is None:
-        return {}
-    return {"kv_groups": groups}

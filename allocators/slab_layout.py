@@ -87,3 +87,14 @@ def slab_layout(kv_groups: Sequence) -> SlabLayout | None:
 def span(parts: Sequence[tuple[int, int | None]], tokens: int) -> int:
     """Slots that ``tokens`` positions take in a run of `SlabLayout.parts` (a ring holds at most its window)."""
     return sum(per_token * (tokens if cap is None else min(tokens, cap)) for per_token, cap in parts)
+
+
+def ring_options(allocator: type, model) -> dict:
+    """The constructor option (``kv_groups``) that gives a contiguous allocator (``window_rings``,
+    `allocators.contiguous`) the window layers of ``model`` (a catalog `ModelSpec`, at its KV dtype); none for
+    other allocators or for a model without windows, so that their slots stay whole tokens. Here, not in
+    `allocators.contiguous`, so that the kernel asks it without importing an allocator."""
+    groups = model.kv_groups()
+    if not getattr(allocator, "window_rings", False) or slab_layout(groups) is None:
+        return {}
+    return {"kv_groups": groups}

@@ -40,9 +40,9 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, final_tokens, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
-    from allocators.contiguous import ring_options
     from allocators.hybrid import HybridPagedAllocator
     from allocators.kv_cache_groups import uses_hybrid_manager
+    from allocators.slab_layout import ring_options
     from allocators.vattention import page_options
     from sim.kernel.block_size import run_block_size
     from sim.kernel.config import SimConfig
@@ -148,6 +148,8 @@ def _notes(config, max_model_len: int | None, spec, gpu, hybrid: bool) -> dict:
     replaces for an MLA model on ``gpu``, a utilization under a given KV size, ...), ``memory_omits`` (window
     layers an allocator keeps whole) and ``beyond_model_context`` (a ``--max-model-len`` past the model's own
     context), each only when there is something to say, so that the two commands do not disagree in silence."""
+    from allocators import allocator_class
+    from allocators.slab_layout import ring_options
     from sim.kernel.ignored_settings import ignored_settings
     from sim.kernel.memory_omits import memory_omits
     from sim.kernel.over_length import beyond_model_context
@@ -155,7 +157,8 @@ def _notes(config, max_model_len: int | None, spec, gpu, hybrid: bool) -> dict:
     notes: dict = {}
     if ignored := ignored_settings(config, hybrid, model=spec):
         notes["ignored_settings"] = ignored
-    if omits := memory_omits(config, spec):
+    rings = bool(ring_options(allocator_class(config.allocator), spec))
+    if omits := memory_omits(config, spec, window_rings=rings):
         notes["memory_omits"] = list(omits)
     if note := beyond_model_context(max_model_len, spec):
         notes["beyond_model_context"] = note

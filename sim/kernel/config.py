@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from allocators.kv_layout import kv_element_bytes
+from sim.kernel.kv_transfer import parse_kv_transfer_config
 from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
 from sim.kernel.routers import ROUTERS
@@ -39,7 +40,7 @@ way there) ran out of memory instead of running."""
 _POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "replicas", "data_parallel_size")
 _OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
-                      "lpm_max_queue")
+                      "lpm_max_queue", "prefill_replicas", "decode_replicas")
 _NUMBERS = {  # field -> (None allowed, in range, what the range is)
     "kv_gib": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
     # at least a microsecond: the clock ties arrivals to a step start within a nanosecond (`ARRIVAL_TIE_S`), so
@@ -53,6 +54,8 @@ _NUMBERS = {  # field -> (None allowed, in range, what the range is)
     "beam_keep_prob": (False, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
     "router_load_weight": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
     "router_kv_overlap_score_weight": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
+    "kv_transfer_gb_s": (False, lambda v: 0 < v < math.inf, "a finite number > 0"),
+    "kv_transfer_latency_s": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
 }
 
 
@@ -195,7 +198,7 @@ class SimConfig:
     prefill_replicas: int = 0  # a P/D fleet (`sim.kernel.disaggregation`): 0 and 0 = none
     decode_replicas: int = 0
     kv_transfer_config: str | None = None  # vLLM's engine argument (JSON); only NixlConnector is modelled
-    kv_transfer_gb_s: float = 50.0  # each GPU's link, GB/s (`sim.kernel.disaggregation.DEFAULT_KV_TRANSFER_GB_S`)
+    kv_transfer_gb_s: float = 50.0  # each GPU's link, GB/s (`sim.kernel.kv_transfer.DEFAULT_KV_TRANSFER_GB_S`)
     kv_transfer_latency_s: float = 0.0  # each pull's fixed latency
 
     def _unchecked(self, given: dict[str, tuple[object, object]]) -> list[str]:
@@ -338,9 +341,41 @@ class SimConfig:
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{flag(name)} must be a non-empty name, got {getattr(self, name)!r}")
         self._check_names()
-        from sim.kernel.disaggregation import check_disaggregation
+        self._check_disaggregation()
 
-        check_disaggregation(self)
+    def _check_disaggregation(self) -> None:
+        """Refuse what a P/D fleet (`sim.kernel.disaggregation`) does not model, with the reason."""
+        p, d = self.prefill_replicas, self.decode_replicas
+        if not (p or d):
+            if self.kv_transfer_config is not None:
+                raise ValueError("--kv-transfer-config needs --prefill-replicas and --decode-replicas (a P/D fleet)")
+            return
+        if not (p and d):
+            raise ValueError("a P/D fleet needs both --prefill-replicas and --decode-replicas >= 1, got "
+                             f"{p} and {d}")
+        if self.kv_transfer_config is None:
+            raise ValueError("--prefill-replicas/--decode-replicas need --kv-transfer-config "
+                             "'{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}' (vLLM's connector)")
+        parse_kv_transfer_config(self.kv_transfer_config)
+        wrong = []
+        if self.data_parallel_size != 1:
+            wrong.append(f"--data-parallel-size {self.data_parallel_size} (each role's replicas are the fleet)")
+        elif self.replicas != 1:
+            wrong.append(f"--replicas {self.replicas} (the fleet is the prefill and decode replicas)")
+        if self.router != "round-robin":
+            wrong.append(f"--router {self.router} (the P/D proxy picks each side round-robin)")
+        for setting, bad in (("--allocator " + self.allocator, self.allocator != "paged"),
+                             ("--scheduler " + self.scheduler, self.scheduler != "continuous"),
+                             ("--no-chunked-prefill", not self.chunked_prefill),
+                             ("--async-scheduling", self.async_scheduling),
+                             ("--speculative-config", self.speculative_config is not None),
+                             ("--cpu-offload-gib", self.cpu_offload_gib > 0)):
+            if bad:
+                wrong.append(setting)
+        if wrong:
+            raise ValueError("a P/D fleet models vLLM's NixlConnector on its paged KV cache (--allocator paged, "
+                             "continuous batching, chunked prefill) behind a round-robin proxy, without async "
+                             "scheduling, speculative decoding or a host tier; not modelled with " + ", ".join(wrong))
 
     def _check_names(self) -> None:
         """``allocator`` and ``placement`` name registered classes, ``model`` and ``gpu`` catalog entries (built
@@ -378,8 +413,9 @@ class SimConfig:
                 if whole is None or whole < low:
                     raise ValueError(f"{flag(name)} must be {kind} integer, got {value!r}")
                 setattr(self, name, whole)
-        if self.replicas > MAX_REPLICAS:
-            raise ValueError(f"--replicas must be at most {MAX_REPLICAS:,}, got {self.replicas:,}")
+        for name in ("replicas", "prefill_replicas", "decode_replicas"):
+            if getattr(self, name) > MAX_REPLICAS:
+                raise ValueError(f"{flag(name)} must be at most {MAX_REPLICAS:,}, got {getattr(self, name):,}")
         whole = plain_int(self.offload_store_threshold)
         if whole is None or whole < 0:
             raise ValueError(f"--offload-store-threshold must be a whole number of offers >= 0 (below 2: every "

@@ -30,7 +30,7 @@ describe and kvsim assumes):
   ``decode_replica``, ``prefill_finished_s``, ``decode_arrival_s``, ``transfer_start_s``, ``transfer_end_s`` and
   ``transfer_bytes``.
 
-Not modelled, refused (`check_disaggregation`): async scheduling, speculative decoding, a host tier, sessions and
+Not modelled, refused (`SimConfig._check_disaggregation`): async scheduling, speculative decoding, a host tier, sessions and
 closed loops, n > 1 and beams, a router other than the proxy's round-robin, any allocator other than ``paged``
 with chunked prefill and continuous batching (the connector needs vLLM's paged KV cache manager), and a model on
 vLLM's hybrid KV cache manager (sliding-window layers, whose pulls the connector clips).
@@ -43,105 +43,18 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import json
-import math
 import time
 from functools import partial
 
 import numpy as np
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource
-from sim.kernel.config import MAX_REPLICAS, SimConfig, flag, plain_int, plain_number
+from sim.kernel.config import SimConfig
 from sim.kernel.fleet import Fleet
 from sim.kernel.fleet_replica import Replica
 from sim.kernel.host_loads import HostLoads
 from sim.kernel.parallel_sampling import as_run
 from sim.kernel.replica import SimResult, hybrid_kv_groups, summary_extra
-
-KV_CONNECTORS = ("NixlConnector",)
-"""The connectors of ``--kv-transfer-config`` kvsim models."""
-KV_ROLES = ("kv_both", "kv_producer", "kv_consumer")
-"""vLLM's ``KVTransferConfig.kv_role`` values (NixlConnector's docs deploy both sides as ``kv_both``)."""
-DEFAULT_KV_TRANSFER_GB_S = 50.0
-"""One 400 Gb/s NIC per GPU (NVIDIA's DGX H100: eight ConnectX-7 400 Gb/s InfiniBand ports for eight GPUs, its
-user guide's hardware overview) = 50 GB/s a GPU, before protocol overhead."""
-
-
-def disaggregated(config: SimConfig) -> bool:
-    """Whether ``config`` asks for a P/D fleet."""
-    return config.prefill_replicas > 0 or config.decode_replicas > 0
-
-
-def parse_kv_transfer_config(text: str) -> dict:
-    """vLLM's ``--kv-transfer-config`` JSON: kvsim reads ``kv_connector`` (NixlConnector) and ``kv_role``, and
-    refuses keys that would change what it models, naming them."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--kv-transfer-config must be JSON (vLLM's KVTransferConfig), got {text!r}: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"--kv-transfer-config must be a JSON object, got {text!r}")
-    connector = value.get("kv_connector")
-    if connector not in KV_CONNECTORS:
-        raise ValueError(f"--kv-transfer-config: kv_connector {connector!r} is not modelled; kvsim models "
-                         f"{', '.join(KV_CONNECTORS)}")
-    role = value.get("kv_role", "kv_both")
-    if role not in KV_ROLES:
-        raise ValueError(f"--kv-transfer-config: kv_role must be one of {', '.join(KV_ROLES)}, got {role!r}")
-    unknown = sorted(set(value) - {"kv_connector", "kv_role", "kv_buffer_device"})
-    if unknown:
-        raise ValueError(f"--kv-transfer-config: {', '.join(unknown)} not modelled (kvsim reads kv_connector and "
-                         "kv_role)")
-    if value.get("kv_buffer_device", "cuda") != "cuda":
-        raise ValueError("--kv-transfer-config: kv_buffer_device other than cuda (a host staging buffer) is not "
-                         "modelled")
-    return value
-
-
-def check_disaggregation(config: SimConfig) -> None:
-    """Refuse what a P/D fleet does not model, with the reason (`SimConfig.__post_init__` calls it)."""
-    for field in ("prefill_replicas", "decode_replicas"):
-        value = plain_int(getattr(config, field))
-        if value is None or not 0 <= value <= MAX_REPLICAS:
-            raise ValueError(f"{flag(field)} must be a whole number in 0..{MAX_REPLICAS:,}, "
-                             f"got {getattr(config, field)!r}")
-        setattr(config, field, value)
-    for field, positive in (("kv_transfer_gb_s", True), ("kv_transfer_latency_s", False)):
-        value = plain_number(getattr(config, field))
-        if value is None or not math.isfinite(value) or (value <= 0 if positive else value < 0):
-            raise ValueError(f"{flag(field)} must be a finite number {'> 0' if positive else '>= 0'}, "
-                             f"got {getattr(config, field)!r}")
-        setattr(config, field, float(value))
-    p, d = config.prefill_replicas, config.decode_replicas
-    if not (p or d):
-        if config.kv_transfer_config is not None:
-            raise ValueError("--kv-transfer-config needs --prefill-replicas and --decode-replicas (a P/D fleet)")
-        return
-    if not (p and d):
-        raise ValueError("a P/D fleet needs both --prefill-replicas and --decode-replicas >= 1, got "
-                         f"{p} and {d}")
-    if config.kv_transfer_config is None:
-        raise ValueError("--prefill-replicas/--decode-replicas need --kv-transfer-config "
-                         "'{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}' (vLLM's connector)")
-    parse_kv_transfer_config(config.kv_transfer_config)
-    wrong = []
-    if config.data_parallel_size != 1:
-        wrong.append(f"--data-parallel-size {config.data_parallel_size} (each role's replicas are the fleet)")
-    elif config.replicas != 1:
-        wrong.append(f"--replicas {config.replicas} (the fleet is the prefill and decode replicas)")
-    if config.router != "round-robin":
-        wrong.append(f"--router {config.router} (the P/D proxy picks each side round-robin)")
-    for setting, bad in (("--allocator " + config.allocator, config.allocator != "paged"),
-                         ("--scheduler " + config.scheduler, config.scheduler != "continuous"),
-                         ("--no-chunked-prefill", not config.chunked_prefill),
-                         ("--async-scheduling", config.async_scheduling),
-                         ("--speculative-config", config.speculative_config is not None),
-                         ("--cpu-offload-gib", config.cpu_offload_gib > 0)):
-        if bad:
-            wrong.append(setting)
-    if wrong:
-        raise ValueError("a P/D fleet models vLLM's NixlConnector on its paged KV cache (--allocator paged, "
-                         "continuous batching, chunked prefill) behind a round-robin proxy, without async "
-                         "scheduling, speculative decoding or a host tier; not modelled with " + ", ".join(wrong))
 
 
 def check_pd_workload(workload) -> None:

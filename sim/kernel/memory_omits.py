@@ -11,20 +11,18 @@ than the model needs; a comparison table would otherwise read that as the alloca
 
 from __future__ import annotations
 
-from allocators import allocator_class
-from allocators.contiguous import ContiguousAllocator
 from allocators.kv_cache_groups import SLIDING
 from sim.kernel.config import SimConfig
 
 
-def memory_omits(config: SimConfig, model) -> tuple[str, ...]:
+def memory_omits(config: SimConfig, model, *, window_rings: bool) -> tuple[str, ...]:
     """Phrases for the summary's ``memory_omits``. ``paged`` on a model with windows is vLLM's hybrid manager
     (`sim.kernel.replica.hybrid_kv_groups`), or holds full layers because vLLM's own
     ``--disable-hybrid-kv-cache-manager`` asked for them: either way nothing is left out that vLLM would keep.
-    A contiguous allocator's slabs hold a window layer's ring buffer (`allocators.contiguous.ring_options`)."""
+    ``window_rings``: the allocator's slabs hold a window layer's ring buffer (a contiguous allocator's
+    `allocators.contiguous.ring_options`; the caller, which builds allocators, asks it)."""
     windows = sorted({g.window for g in model.kv_groups() if g.attention == SLIDING})
-    if not windows or config.allocator == "paged" or issubclass(allocator_class(config.allocator),
-                                                                  ContiguousAllocator):
+    if not windows or config.allocator == "paged" or window_rings:
         return ()
     return (f"sliding windows: {config.allocator} keeps every token's KV in {model.name}'s window layers "
             f"(window {', '.join(f'{w:,}' for w in windows)} tokens), where only paged, vLLM's hybrid KV cache "

@@ -14,13 +14,12 @@ from allocators.arc_tier import ArcTier
 from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
 from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
-from allocators.contiguous import ring_options
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid_manager
 from allocators.lru_tier import LruTier
 from allocators.option_use import hands_out_blocks
-from allocators.slab_layout import SlabLayout, slab_layout
+from allocators.slab_layout import SlabLayout, ring_options, slab_layout
 from allocators.vattention import page_options
 from sim.kernel.block_size import run_block_size
 from sim.kernel.calibration_store import peaks_of, picked_table
@@ -157,7 +156,8 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
         extra["ignored_settings"] = ignored
     if omits := cost.omits():
         extra["clock_omits"] = list(omits)
-    if omits := memory_omits(config, model):
+    rings = bool(ring_options(allocator_class(config.allocator), model))
+    if omits := memory_omits(config, model, window_rings=rings):
         extra["memory_omits"] = list(omits)
     if note := beyond_model_context(config.max_model_len, model):
         extra["beyond_model_context"] = note

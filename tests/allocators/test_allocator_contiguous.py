@@ -7,8 +7,7 @@ import pytest
 from allocators import ALLOCATORS, make_allocator
 from allocators.base import FREE_OWNER, OVERHEAD_OWNER, Copy, MemoryBreakdown
 from allocators.catalog import get_model
-from allocators.contiguous import ring_options
-from allocators.slab_layout import SlabLayout, slab_layout
+from allocators.slab_layout import SlabLayout, ring_options, slab_layout
 from tests.allocators.kv_group_fixture import KVGroupFixture
 
 
