@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from allocators.base import Allocator
 from allocators.catalog import GIB, GpuSpec, ModelSpec
 from allocators.expert_parallel import check_expert_parallel, weight_bytes_per_gpu
+from allocators.kv_formats import gpu_refusal
 from allocators.mla_backends import with_backend_kv_layout
 
 
@@ -142,6 +143,9 @@ def kv_capacity(
         raise ValueError(f"{model.name}: its {kv} KV heads neither split evenly over --tensor-parallel {tp} nor "
                          f"copy evenly onto it (vLLM requires one of the two to divide the other)")
     model = with_backend_kv_layout(model.with_kv_cache_dtype(kv_cache_dtype), gpu)
+    if gpu is not None and gpu.compute_capability is not None and (
+            refusal := gpu_refusal(model.kv_cache_dtype, gpu.compute_capability, model.head_dim)):
+        raise ValueError(f"--kv-cache-dtype {model.kv_cache_dtype} on {gpu.name}: {refusal}")
     per_token = pool_bytes_per_token(model, tensor_parallel, drafter_layers)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel, data_parallel=data_parallel,
                   expert_parallel=expert_parallel, drafter_layers=drafter_layers)

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
+from allocators.kv_formats import model_kind_refusal
 from allocators.kv_layout import KVGroup, kv_element_bytes, layout_groups
 
 GIB = 1024**3
@@ -154,6 +155,9 @@ class ModelSpec:
         except ValueError as exc:  # the flag's message; a catalog entry's field also needs the entry's name
             raise ValueError(f"{entry}: kv_cache_dtype: {exc}") from None
         object.__setattr__(self, "kv_cache_dtype", self.kv_cache_dtype.lower())  # as the flag's value is stored
+        if refusal := model_kind_refusal(self.kv_cache_dtype, mla=bool(self.kv_lora_rank),
+                                         sparse=self.sparse_attention, sliding_window=self.sliding_window is not None):
+            raise ValueError(f"{entry}: --kv-cache-dtype {self.kv_cache_dtype}: {refusal}")
 
     def _check_indexer(self, entry: str) -> None:
         """The sparse-attention fields come together (one is no indexer), and only on an MLA model: vLLM serves
@@ -223,15 +227,17 @@ class ModelSpec:
         """The model's KV groups with bytes per token at ``kv_cache_dtype`` (default: the spec's own,
         ``auto`` unless `with_kv_cache_dtype` set it; ``auto`` is the model's dtype)."""
         dtype = self.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype
-        return self.kv_groups_at(kv_element_bytes(dtype, self.dtype_bytes))
+        return self.kv_groups_at(kv_element_bytes(dtype, self.dtype_bytes), dtype.lower())
 
-    def kv_groups_at(self, element_bytes: int) -> tuple[KVGroup, ...]:
-        """The KV groups at ``element_bytes`` per stored element (the roofline's ``dtype_bytes`` override)."""
+    def kv_groups_at(self, element_bytes: int, kv_cache_dtype: str = "") -> tuple[KVGroup, ...]:
+        """The KV groups at ``element_bytes`` per stored element (the roofline's ``dtype_bytes`` override), packed
+        as ``kv_cache_dtype`` where that is one of vLLM's packed formats (`allocators.kv_formats`)."""
         return layout_groups(num_layers=self.num_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                              sliding_window=self.sliding_window, sliding_window_layers=self.sliding_window_layers,
                              kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
                              element_bytes=element_bytes, index_head_dim=self.index_head_dim,
-                             fp8_ds_mla=self.fp8_ds_mla)
+                             fp8_ds_mla=self.fp8_ds_mla, kv_cache_dtype=kv_cache_dtype,
+                             model_dtype_bytes=self.dtype_bytes)
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> ModelSpec:
         """This model with its KV stored as ``kv_cache_dtype`` (``auto``: unchanged). Weights keep their dtype."""

@@ -11,12 +11,21 @@ allocator gives each group its own block table in one shared pool; kvsim's catal
 ``--kv-cache-dtype`` is vLLM's engine argument: ``auto`` stores KV in the model's dtype, fp16/bf16 in two
 bytes, fp8 (vLLM's fp8, fp8_e4m3, fp8_e5m2) in one byte, which halves every group's bytes per token (not
 quite for sparse MLA where its backend stores FlashMLA's fp8 record, which keeps scales and a bf16 rope; its
-indexer keys are fp8 at any dtype).
+indexer keys are fp8 at any dtype). vLLM's packed and scaled formats (per-token-head int8/fp8/int4, NVFP4,
+TurboQuant, FlashMLA's records) cost what their backends pack (`allocators.kv_formats`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from allocators.kv_formats import (
+    PACKED_FORMATS,
+    TURBOQUANT,
+    gqa_layer_bytes,
+    model_kind_refusal,
+    turboquant_boundary_layers,
+)
 
 ATTENTION_TYPES = ("full", "sliding_window", "mla")
 
@@ -24,8 +33,12 @@ KV_CACHE_DTYPES: dict[str, int | None] = {
     "auto": None, "fp16": 2, "bf16": 2, "fp8": 1,
     # vLLM's own spellings of the same sizes
     "float16": 2, "half": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    # vLLM 0.33's packed and scaled formats, stored in one-byte tensors (their bytes: `allocators.kv_formats`)
+    **dict.fromkeys(PACKED_FORMATS, 1),
 }
-"""Bytes per KV element by ``--kv-cache-dtype`` value (``auto``: the model's ``dtype_bytes``)."""
+"""Bytes per KV element by ``--kv-cache-dtype`` value (``auto``: the model's ``dtype_bytes``); a packed format's
+token costs what `allocators.kv_formats` says, not elements x 1."""
+_SHORT = ("auto", "fp16", "bf16", "fp8")
 
 
 def kv_element_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
@@ -33,8 +46,7 @@ def kv_element_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
     key = kv_cache_dtype.lower() if isinstance(kv_cache_dtype, str) else kv_cache_dtype
     if key not in KV_CACHE_DTYPES:
         raise ValueError(f"--kv-cache-dtype must be one of auto, fp16, bf16, fp8 (or vLLM's "
-                         f"{', '.join(k for k in KV_CACHE_DTYPES if k not in ('auto', 'fp16', 'bf16', 'fp8'))}), "
-                         f"got {kv_cache_dtype!r}")
+                         f"{', '.join(k for k in KV_CACHE_DTYPES if k not in _SHORT)}), got {kv_cache_dtype!r}")
     size = KV_CACHE_DTYPES[key]
     return model_dtype_bytes if size is None else size
 
@@ -91,12 +103,14 @@ class KVGroup:
 DS_MLA_SCALE_GROUP = 128
 """Elements that share one float32 (4-byte) scale in vLLM's fp8 sparse MLA layouts: the latent of FlashMLA's
 ``fp8_ds_mla`` record and the indexer key (``Indexer.quant_block_size``)."""
+NVFP4_DS_MLA_GROUP = 16
+"""Latent values that share one fp8 scale in FlashMLA's ``nvfp4_ds_mla`` record."""
 DS_MLA_ROPE_BYTES = 2
 """Bytes of one rope element in FlashMLA's ``fp8_ds_mla`` record: bfloat16, "not quantized for accuracy"."""
 
 
 def sparse_mla_latent_bytes(kv_lora_rank: int, qk_rope_head_dim: int, element_bytes: int,
-                            fp8_ds_mla: bool | None = None) -> int:
+                            fp8_ds_mla: bool | None = None, kv_cache_dtype: str = "") -> int:
     """One token's latent + rope in one sparse MLA layer, as vLLM 0.33 stores it.
 
     Plain: ``(kv_lora_rank + qk_rope_head_dim) x element_bytes``, as dense MLA (16-bit, or fp8 on the FlashInfer
@@ -106,7 +120,14 @@ def sparse_mla_latent_bytes(kv_lora_rank: int, qk_rope_head_dim: int, element_by
     latent in fp8, one float32 scale per 128 of it, the rope in bf16, 512 + 16 + 128 = 656 bytes for
     DeepSeek-V3.2 (``state_content_bytes={"fp8_ds_mla": 656}`` in ``MLAAttention.get_kv_cache_spec``; the layout
     in ``v1/attention/backends/mla/flashmla_sparse.py``). ``fp8_ds_mla`` None (the backend not known, no GPU):
-    the record for fp8, as FLASHMLA_SPARSE, Hopper's backend for ``fp8``, stores it; plain otherwise."""
+    the record for fp8, as FLASHMLA_SPARSE, Hopper's backend for ``fp8``, stores it; plain otherwise.
+    ``kv_cache_dtype`` ``fp8_ds_mla`` asks for the record by name; ``nvfp4_ds_mla`` is FlashMLA's Blackwell
+    record: the latent in fp4 two a byte with one fp8 scale per 16, the rope in fp8, 256 + 64 + 32 = 352 bytes
+    (``state_content_bytes={..., "nvfp4_ds_mla": 352}``; its layout in ``flashmla_sparse.py``)."""
+    if kv_cache_dtype == "nvfp4_ds_mla":
+        return kv_lora_rank // 2 + qk_rope_head_dim + kv_lora_rank // NVFP4_DS_MLA_GROUP
+    if kv_cache_dtype == "fp8_ds_mla":
+        fp8_ds_mla = True
     if fp8_ds_mla is None:
         fp8_ds_mla = element_bytes == 1
     if not fp8_ds_mla:
@@ -124,8 +145,8 @@ def indexer_key_bytes(index_head_dim: int) -> int:
 
 def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
                   sliding_window_layers: int | None, kv_lora_rank: int, qk_rope_head_dim: int,
-                  element_bytes: int, index_head_dim: int = 0, fp8_ds_mla: bool | None = None
-                  ) -> tuple[KVGroup, ...]:
+                  element_bytes: int, index_head_dim: int = 0, fp8_ds_mla: bool | None = None,
+                  kv_cache_dtype: str = "", model_dtype_bytes: int = 2) -> tuple[KVGroup, ...]:
     """The KV groups of a model from its config values (HF ``config.json`` names), sliding-window group first.
 
     MLA (``kv_lora_rank`` > 0): every layer keeps ``kv_lora_rank + qk_rope_head_dim`` elements per token.
@@ -137,16 +158,27 @@ def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_
     theirs (``v1/core/kv_cache_planning.py``, ``get_kv_cache_groups``), so one block table covers both caches
     and a block holds both for its tokens.
     Otherwise ``sliding_window_layers`` of the layers (all of them when not given) use ``sliding_window`` and
-    the rest attend to everything; K and V are ``num_kv_heads x head_dim`` elements each per layer.
+    the rest attend to everything; K and V are ``num_kv_heads x head_dim`` elements each per layer, or what a
+    packed ``kv_cache_dtype`` (vLLM's name) packs them in (`allocators.kv_formats.gqa_layer_bytes`; TurboQuant's
+    boundary layers at ``model_dtype_bytes``, in the same group: vLLM's ``UniformTypeKVCacheSpecs`` puts layers
+    of one attention type with unequal pages in one KV cache group whose page is the sum of theirs).
     """
+    if refusal := model_kind_refusal(kv_cache_dtype, mla=bool(kv_lora_rank), sparse=bool(index_head_dim),
+                                     sliding_window=sliding_window is not None):
+        raise ValueError(f"--kv-cache-dtype {kv_cache_dtype}: {refusal}")
     if kv_lora_rank and index_head_dim:
-        latent = num_layers * sparse_mla_latent_bytes(kv_lora_rank, qk_rope_head_dim, element_bytes, fp8_ds_mla)
+        latent = num_layers * sparse_mla_latent_bytes(kv_lora_rank, qk_rope_head_dim, element_bytes, fp8_ds_mla,
+                                                      kv_cache_dtype)
         indexer = num_layers * indexer_key_bytes(index_head_dim)
         return (KVGroup("mla", "mla", num_layers, None, latent + indexer, indexer),)
     if kv_lora_rank:
         latent = num_layers * (kv_lora_rank + qk_rope_head_dim) * element_bytes
         return (KVGroup("mla", "mla", num_layers, None, latent),)
-    per_layer = 2 * num_kv_heads * head_dim * element_bytes
+    per_layer = gqa_layer_bytes(kv_cache_dtype, num_kv_heads, head_dim, element_bytes)
+    if kv_cache_dtype in TURBOQUANT:
+        boundary = turboquant_boundary_layers(num_layers)
+        whole = boundary * 2 * num_kv_heads * head_dim * model_dtype_bytes + (num_layers - boundary) * per_layer
+        return (KVGroup("full", "full", num_layers, None, whole),)
     windowed = 0
     if sliding_window is not None:
         windowed = num_layers if sliding_window_layers is None else sliding_window_layers

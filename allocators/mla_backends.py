@@ -122,14 +122,16 @@ TRITON_MLA = MlaBackend("TRITON_MLA", None, _SIXTEEN_BIT + FP8, (16,), head_size
 # sparse MLA (vllm 0.33, v1/attention/backends/mla/*sparse*.py: supported_kv_cache_dtypes,
 # get_supported_kernel_block_sizes, get_supported_head_sizes, supports_compute_capability)
 FLASH_ATTN_MLA_SPARSE = MlaBackend("FLASH_ATTN_MLA_SPARSE", 9, _SIXTEEN_BIT, (64,), head_sizes=None, sparse=True)
-FLASHMLA_SPARSE = MlaBackend("FLASHMLA_SPARSE", 9, ("auto", "bfloat16", "fp8"), (64,), head_sizes=(512, 576),
-                             sparse=True, capability_majors=(10,), ds_mla_dtypes=FP8)
+FLASHMLA_SPARSE = MlaBackend("FLASHMLA_SPARSE", 9, ("auto", "bfloat16", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"), (64,),
+                             head_sizes=(512, 576), sparse=True, capability_majors=(10,),
+                             ds_mla_dtypes=FP8 + ("fp8_ds_mla",))  # nvfp4_ds_mla on 10.x only: kv_formats
 FLASHINFER_MLA_SPARSE_SM90 = MlaBackend("FLASHINFER_MLA_SPARSE_SM90", 9, ("auto", "bfloat16") + FP8, (64,),
                                         head_sizes=(512, 576), sparse=True)
 FLASHINFER_MLA_SPARSE = MlaBackend("FLASHINFER_MLA_SPARSE", 10, _SIXTEEN_BIT + FP8, (32,), head_sizes=(512, 576),
                                    qk_nope_head_dims=(128, 192), sparse=True)
-FLASHINFER_MLA_SPARSE_SM120 = MlaBackend("FLASHINFER_MLA_SPARSE_SM120", 12, ("auto",) + FP8, (64,),
-                                         head_sizes=(512, 576), sparse=True, ds_mla_dtypes=("auto",) + FP8)
+FLASHINFER_MLA_SPARSE_SM120 = MlaBackend("FLASHINFER_MLA_SPARSE_SM120", 12, ("auto",) + FP8 + ("fp8_ds_mla",), (64,),
+                                         head_sizes=(512, 576), sparse=True,
+                                         ds_mla_dtypes=("auto",) + FP8 + ("fp8_ds_mla",))
 
 INDEXER_KERNEL_BLOCK_SIZES = (64,)
 """Block sizes the sparse indexer's key cache takes on CUDA, a block being a multiple of one of them

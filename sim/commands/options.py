@@ -104,7 +104,13 @@ catalog_option = click.option(
 kv_cache_dtype_option = click.option(
     "--kv-cache-dtype", default="auto", show_default=True,
     help="How KV is stored (vLLM's flag): auto (the model's dtype), fp16, bf16 or fp8 (also vLLM's fp8_e4m3, "
-         "fp8_e5m2); fp8 halves a token's bytes, so the same memory holds twice the tokens.")
+         "fp8_e5m2); fp8 halves a token's bytes, so the same memory holds twice the tokens. vLLM 0.33's packed "
+         "formats cost what their backends pack, scales included: int8_per_token_head, fp8_per_token_head, "
+         "int4_per_token_head, nvfp4, nvfp4_4over6 (Blackwell only), turboquant_k8v4, turboquant_4bit_nc, "
+         "turboquant_k3v4_nc, turboquant_3bit_nc (first and last two layers kept at the model dtype), and for "
+         "sparse MLA fp8_ds_mla, nvfp4_ds_mla (Blackwell only); fp8_inc (Intel Gaudi) and octave_k3v4, "
+         "octave_k3v3, octave_k3v3_compact, ultraquant_4bit (AMD ROCm) are refused, as vLLM stores them on no "
+         "NVIDIA GPU.")
 """``--kv-cache-dtype`` for every command that sizes KV memory (the `SimConfig` field of the same name)."""
 
 enforce_eager_option = click.option(

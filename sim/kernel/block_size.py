@@ -12,6 +12,10 @@ or the MLA backend's; a given one, 16 included, is kept whenever a backend takes
 fp8 latents on an H100: TRITON_MLA, in blocks of 16); where none does vLLM refuses to start
 (`block_size_refusal`), and kvsim runs it as given. Only the allocators whose blocks are vLLM's follow the
 backend (`follows_vllm_block_size`), on GPUs whose compute capability is known.
+
+TurboQuant KV (``--kv-cache-dtype turboquant_*``) keeps its boundary layers at the model dtype, and vLLM raises
+the block size, given or not, until a packed page covers one of theirs
+(`allocators.kv_formats.turboquant_block_size`): 48 tokens for Llama-3-8B at turboquant_k8v4.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from allocators.catalog import GpuSpec, ModelSpec
+from allocators.kv_formats import TURBOQUANT, gqa_layer_bytes, turboquant_block_size
 from allocators.mla_backends import (
     DEFAULT_BLOCK_SIZE,
     FP8,
@@ -50,13 +55,25 @@ def _applies(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> bool:
 def run_block_size(config: BlockSizeConfig, model: ModelSpec | None = None, gpu: GpuSpec | None = None) -> int:
     """The tokens per block of a run of ``config`` serving ``model`` (at its KV dtype) on ``gpu``: the given
     ``block_size``, else vLLM's choice (the MLA backend's where `_applies`, else 16). Without a model and GPU,
-    a block size not given is vLLM's default."""
+    a block size not given is vLLM's default. TurboQuant's, given or not, as vLLM raises it (`_turboquant`)."""
+    if model is not None and (raised := _turboquant(config, model)) is not None:
+        return raised
     if config.block_size is not None:
         return config.block_size
     if model is None or gpu is None or not _applies(config, model, gpu):
         return DEFAULT_BLOCK_SIZE
     backend = mla_backend(model, gpu, None)
     return DEFAULT_BLOCK_SIZE if backend is None else backend.preferred_block_size(model)
+
+
+def _turboquant(config: BlockSizeConfig, model: ModelSpec) -> int | None:
+    """The block size vLLM runs TurboQuant KV at (None for any other dtype, or an allocator whose blocks are not
+    vLLM's): ``--block-size`` (16 when not given) raised until a packed page covers a boundary layer's."""
+    if model.kv_cache_dtype not in TURBOQUANT or not follows_vllm_block_size(config.allocator):
+        return None
+    plain = gqa_layer_bytes("", model.num_kv_heads, model.head_dim, model.dtype_bytes)
+    packed = gqa_layer_bytes(model.kv_cache_dtype, model.num_kv_heads, model.head_dim, 1)
+    return turboquant_block_size(plain, packed, config.block_size or DEFAULT_BLOCK_SIZE)
 
 
 def _takes(backends: list[MlaBackend]) -> str:
@@ -79,7 +96,10 @@ def _where(model: ModelSpec, gpu: GpuSpec) -> str:
 
 def block_size_choice(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> str | None:
     """Why a run given no ``--block-size`` has blocks other than 16 (the setup line says it, as a run's block
-    size decides its block counts and waste); None where the blocks are 16 or the size was given."""
+    size decides its block counts and waste); None where the blocks are 16 or the size was given and kept."""
+    if (raised := _turboquant(config, model)) is not None and raised != (config.block_size or DEFAULT_BLOCK_SIZE):
+        return (f"blocks of {raised} tokens, as vLLM raises the block size for {model.kv_cache_dtype} KV until a "
+                f"packed page covers one of the first and last two layers', which keep {model.name}'s dtype")
     if config.block_size is not None or not _applies(config, model, gpu):
         return None
     backend = mla_backend(model, gpu, None)

@@ -50,7 +50,11 @@ BAD = [
     (model(max_seq_len="nan"), "model 'mymodel': max_seq_len must be a positive integer, got nan"),
     (model(source="5"), "model 'mymodel': source must be a string (where the numbers come from), got 5"),
     (model(kv_cache_dtype='"fp9"'), "model 'mymodel': kv_cache_dtype: --kv-cache-dtype must be one of auto, fp16, "
-                                    "bf16, fp8 (or vLLM's float16, half, bfloat16, fp8_e4m3, fp8_e5m2), got 'fp9'"),
+                                    "bf16, fp8 (or vLLM's float16, half, bfloat16, fp8_e4m3, fp8_e5m2, "
+                                    "int8_per_token_head, fp8_per_token_head, int4_per_token_head, nvfp4, "
+                                    "nvfp4_4over6, turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc, "
+                                    "turboquant_3bit_nc, fp8_ds_mla, nvfp4_ds_mla, fp8_inc, ultraquant_4bit, "
+                                    "octave_k3v4, octave_k3v3, octave_k3v3_compact), got 'fp9'"),
     (model().replace("mymodel", "MyModel") + model(num_layers="1"),
      "[models.MyModel] and [models.mymodel] are the same entry (names are case-insensitive); keep one"),
     (gpu().replace("mygpu", "MyGPU") + gpu(), "[gpus.MyGPU] and [gpus.mygpu] are the same entry "

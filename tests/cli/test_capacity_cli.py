@@ -228,7 +228,9 @@ def test_bad_kv_cache_dtype_is_a_one_line_error():
     assert result.exit_code == 2
     assert [line for line in result.output.splitlines() if line.startswith("Error:")] == [
         "Error: --kv-cache-dtype must be one of auto, fp16, bf16, fp8 (or vLLM's float16, half, bfloat16, "
-        "fp8_e4m3, fp8_e5m2), got 'int4'"]
+        "fp8_e4m3, fp8_e5m2, int8_per_token_head, fp8_per_token_head, int4_per_token_head, nvfp4, nvfp4_4over6, "
+        "turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, fp8_ds_mla, nvfp4_ds_mla, "
+        "fp8_inc, ultraquant_4bit, octave_k3v4, octave_k3v3, octave_k3v3_compact), got 'int4'"]
 
 
 def test_capacity_says_what_run_would_say_of_the_same_settings():

@@ -3,6 +3,8 @@ an axis, being a SimConfig field); fp8 doubles the token slots of the same memor
 fewer bytes; a bad value is a one-line error."""
 
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -55,3 +57,39 @@ def test_sweep_takes_the_dtype_as_an_axis(tmp_path):
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out)
     assert sorted(frame["kv_cache_dtype"]) == ["auto", "fp8"]
+
+
+PLACED_ON_H100 = {"int8_per_token_head": 887_462, "fp8_per_token_head": 887_462, "int4_per_token_head": 1_722_721,
+                  "nvfp4": 1_627_014, "turboquant_k8v4": 994_862, "turboquant_4bit_nc": 1_292_635,
+                  "turboquant_k3v4_nc": 1_400_837, "turboquant_3bit_nc": 1_528_809}
+"""Llama-3-8B's token slots on one H100 at vLLM 0.33's packed formats (bf16: 457,597; fp8: 915,195)."""
+
+
+@pytest.mark.parametrize(("dtype", "tokens"), sorted(PLACED_ON_H100.items()))
+def test_capacity_takes_vllm_packed_formats(dtype, tokens):
+    result = invoke("capacity", "--model", "llama-3-8b", "--gpu", "h100-80gb", "--kv-cache-dtype", dtype, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["kv_capacity_tokens"] == tokens
+
+
+def test_help_lists_every_format_vllm_accepts():
+    from allocators.kv_formats import PACKED_FORMATS
+
+    text = " ".join(invoke("capacity", "--help").output.split())
+    for name in ("fp8_e4m3", "fp8_e5m2") + PACKED_FORMATS:
+        assert name in text, name
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--model", "llama-3-8b", "--gpu", "h100-80gb", "--kv-cache-dtype", "nvfp4_4over6"],
+     "Error: --kv-cache-dtype nvfp4_4over6 on h100-80gb: vLLM stores nvfp4_4over6 on Blackwell"),
+    (["--model", "deepseek-v3", "--gpu", "h200", "--tensor-parallel", "8", "--kv-cache-dtype", "fp8_ds_mla"],
+     "Error: model 'deepseek-v3': --kv-cache-dtype fp8_ds_mla: fp8_ds_mla is FlashMLA's sparse MLA record"),
+    (["--model", "llama-3-8b", "--gpu", "h100-80gb", "--kv-cache-dtype", "octave_k3v4"],
+     "Error: model 'llama-3-8b': --kv-cache-dtype octave_k3v4: vLLM stores octave_k3v4 with its ROCM_OCTAVE"),
+])
+def test_a_format_vllm_does_not_store_there_is_a_one_line_error(args, error):
+    result = invoke("capacity", *args)
+    assert result.exit_code == 2
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert line.startswith(error)
