@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from allocators.base import Allocator
 from allocators.catalog import GIB, GpuSpec, ModelSpec
+from allocators.decode_context_parallel import check_decode_context_parallel
 from allocators.expert_parallel import check_expert_parallel, weight_bytes_per_gpu
 from allocators.kv_formats import gpu_refusal
 from allocators.mla_backends import with_backend_kv_layout
@@ -45,6 +46,7 @@ class KVCapacity:
     data_parallel: int = 1
     expert_parallel: bool = False
     drafter_layers: int = 0  # a speculative drafter's KV layers, in every block beside the model's
+    decode_context_parallel: int = 1  # vLLM's --decode-context-parallel-size (`allocators.decode_context_parallel`)
 
     @property
     def kv_gib(self) -> float:
@@ -73,14 +75,17 @@ def activation_reserve_bytes(model: ModelSpec, max_num_batched_tokens: int, tens
     return max_num_batched_tokens * per_token / tensor_parallel
 
 
-def pool_bytes_per_token(model: ModelSpec, tensor_parallel: int = 1, drafter_layers: int = 0) -> int:
+def pool_bytes_per_token(model: ModelSpec, tensor_parallel: int = 1, drafter_layers: int = 0,
+                         decode_context_parallel: int = 1) -> int:
     """What one token takes out of the pool of all ``tensor_parallel`` GPUs together: the model's
     `kv_bytes_per_token` when KV heads split evenly, more when GPUs keep copies (MLA's latent on every GPU,
     or more GPUs than KV heads); with ``drafter_layers`` more layers of the model's layout (a speculative
-    drafter's, the module docstring)."""
+    drafter's, the module docstring). With ``decode_context_parallel`` N (which divides ``tensor_parallel``,
+    `check_decode_context_parallel`) each token is stored on one GPU of every N instead of on all of them: a
+    rank's pages hold its own share of every request's tokens (`allocators.decode_context_parallel`)."""
     if drafter_layers:
         model = replace(model, num_layers=model.num_layers + drafter_layers)
-    return model.kv_bytes_per_token_per_gpu(tensor_parallel) * tensor_parallel
+    return model.kv_bytes_per_token_per_gpu(tensor_parallel) * (tensor_parallel // decode_context_parallel)
 
 
 def drafter_weight_bytes(model: ModelSpec, drafter_layers: int) -> float:
@@ -106,6 +111,7 @@ def kv_capacity(
     data_parallel: int = 1,
     expert_parallel: bool = False,
     drafter_layers: int = 0,
+    decode_context_parallel: int = 1,
 ) -> KVCapacity:
     """Return the KV capacity, from an explicit size if one is given, else derived from the GPU as vLLM 0.11
     does (weights, the activation peak and `NON_TORCH_RESERVE_BYTES` out of the utilized memory).
@@ -117,6 +123,10 @@ def kv_capacity(
     `pool_bytes_per_token`. Each GPU holds its share of the weights and every replicated one
     (`ModelSpec.weight_bytes_per_gpu`). ``drafter_layers``: a speculative drafter's KV layers, which every slot
     holds too, and whose weights every GPU holds its share of (`drafter_weight_bytes`).
+    ``decode_context_parallel`` (vLLM's ``--decode-context-parallel-size``): every token stored on one GPU of
+    each group of that many (`pool_bytes_per_token`); refused where vLLM refuses it
+    (`check_decode_context_parallel`). vLLM's block count is unchanged by it; each block spans that many times
+    the tokens (`allocators.decode_context_parallel`).
 
     ``data_parallel`` (vLLM's ``--data-parallel-size``) and ``expert_parallel`` (``--enable-expert-parallel``):
     the capacity returned is one data-parallel rank's (its ``tensor_parallel`` GPUs' pool; every rank has one of
@@ -142,13 +152,15 @@ def kv_capacity(
         # vLLM's QKVParallelLinear splits the KV heads evenly, or copies each to the same number of GPUs
         raise ValueError(f"{model.name}: its {kv} KV heads neither split evenly over --tensor-parallel {tp} nor "
                          f"copy evenly onto it (vLLM requires one of the two to divide the other)")
+    check_decode_context_parallel(model, tensor_parallel, decode_context_parallel)
     model = with_backend_kv_layout(model.with_kv_cache_dtype(kv_cache_dtype), gpu)
     if gpu is not None and gpu.compute_capability is not None and (
             refusal := gpu_refusal(model.kv_cache_dtype, gpu.compute_capability, model.head_dim)):
         raise ValueError(f"--kv-cache-dtype {model.kv_cache_dtype} on {gpu.name}: {refusal}")
-    per_token = pool_bytes_per_token(model, tensor_parallel, drafter_layers)
+    per_token = pool_bytes_per_token(model, tensor_parallel, drafter_layers, decode_context_parallel)
     common = dict(model=model, gpu=gpu, tensor_parallel=tensor_parallel, data_parallel=data_parallel,
-                  expert_parallel=expert_parallel, drafter_layers=drafter_layers)
+                  expert_parallel=expert_parallel, drafter_layers=drafter_layers,
+                  decode_context_parallel=decode_context_parallel)
     if not 0 < gpu_memory_utilization <= 1:  # checked whether or not it is used, as `SimConfig` checks it
         raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
     if kv_tokens is not None:

@@ -32,7 +32,9 @@ def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:
     fleet = f"{config.replicas} {unit}s of " if config.replicas > 1 else ""  # capacity is each replica's own
     each = f" per {unit}" if config.replicas > 1 else ""
     choice = cap.gpu is not None and block_size_choice(config, cap.model, cap.gpu)
+    dcp = cap.decode_context_parallel  # each token's KV once per that many GPUs (`allocators.decode_context_parallel`)
+    sharded = f" sharded over {dcp} GPUs by decode context parallelism" if dcp > 1 else ""
     return (f"workload {getattr(workload, 'name', 'workload')} ({len(workload):,} requests); "
             f"{fleet}{cap.model.name} on {cap.tensor_parallel} x {cap.gpu.name}; KV capacity{each} "
-            f"{cap.kv_gib:.2f} GiB = {cap.kv_tokens:,} token slots{dtype}, {capacity_source(cap, config)}"
+            f"{cap.kv_gib:.2f} GiB = {cap.kv_tokens:,} token slots{dtype}{sharded}, {capacity_source(cap, config)}"
             + (f"; {choice}" if choice else ""))

@@ -19,6 +19,7 @@ from sim.commands.options import (
     BLOCK_SIZE_HELP,
     catalog_option,
     data_parallel_option,
+    decode_context_parallel_option,
     enforce_eager_option,
     expert_parallel_option,
     kv_cache_dtype_option,
@@ -33,7 +34,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                     page_size_kib: int = 2048, kv_cache_dtype: str = "auto",
                     disable_hybrid_kv_cache_manager: bool = False, enforce_eager: bool = False,
                     max_num_batched_tokens: int = 2048, data_parallel_size: int = 1,
-                    enable_expert_parallel: bool = False, speculative_config: str | None = None) -> dict:
+                    enable_expert_parallel: bool = False, speculative_config: str | None = None,
+                    decode_context_parallel_size: int = 1) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason.
     ``speculative_config``: vLLM's engine argument; a drafter's KV layers share every block
     (`sim.kernel.spec_decode`)."""
@@ -44,7 +46,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     from allocators.kv_cache_groups import uses_hybrid_manager
     from allocators.slab_layout import ring_options
     from allocators.vattention import page_options
-    from sim.kernel.block_size import run_block_size
+    from sim.kernel.block_size import scheduler_block_size
     from sim.kernel.config import SimConfig
     from sim.kernel.memory import KVMemory
     from sim.kernel.over_length import vllm_refusals
@@ -74,7 +76,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,
-                      expert_parallel=enable_expert_parallel, drafter_layers=draft)
+                      expert_parallel=enable_expert_parallel, drafter_layers=draft,
+                      decode_context_parallel=decode_context_parallel_size)
     spec = cap.model  # at --kv-cache-dtype
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
@@ -82,8 +85,9 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                        kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
                        enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
                        tensor_parallel=tensor_parallel, data_parallel_size=data_parallel_size,
-                       enable_expert_parallel=enable_expert_parallel)
-    block_size = run_block_size(config, spec, gpu_spec)  # an MLA model's attention backend's, as vLLM sets it
+                       enable_expert_parallel=enable_expert_parallel,
+                       decode_context_parallel_size=decode_context_parallel_size)
+    block_size = scheduler_block_size(config, spec, gpu_spec)  # vLLM's scheduler's (an MLA backend's x DCP)
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
         alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
                                      max_model_len=max_len, max_num_batched_tokens=max_num_batched_tokens)
@@ -107,7 +111,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "kv_cache_dtype_flag": kv_cache_dtype.lower(),
         "kv_bytes_per_token": spec.kv_bytes_per_token,
         "kv_groups": [g.to_dict() for g in spec.kv_groups()],
-        "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel, draft),
+        "kv_pool_bytes_per_token": pool_bytes_per_token(spec, tensor_parallel, draft, decode_context_parallel_size),
         "drafter_layers": draft,
         "kv_capacity_tokens": cap.kv_tokens,
         **_parallel_figures(cap),
@@ -134,10 +138,13 @@ def _parallel_figures(cap) -> dict:
     """The deployment's GPUs and what each holds: ``kv_capacity_tokens`` is one data-parallel rank's pool (each
     rank has its own), ``kv_capacity_tokens_total`` all ranks' together (the tokens the deployment holds at once)
     and ``kv_capacity_tokens_per_gpu`` that total over every GPU: the figure that compares tensor with data
-    parallelism, since MLA's latent is kept whole on every GPU of a rank (`allocators.capacity.pool_bytes_per_token`)."""
+    parallelism, since MLA's latent is kept whole on every GPU of a rank (`allocators.capacity.pool_bytes_per_token`);
+    ``decode_context_parallel_size``: the GPUs of a rank each token's KV is sharded over, which makes it whole once
+    per that many GPUs (`allocators.decode_context_parallel`)."""
     total = cap.kv_tokens * cap.data_parallel
     gpus = cap.tensor_parallel * cap.data_parallel
     return {"data_parallel_size": cap.data_parallel, "enable_expert_parallel": cap.expert_parallel, "gpus": gpus,
+            "decode_context_parallel_size": cap.decode_context_parallel,
             "weight_gib_per_gpu": cap.weight_bytes_per_gpu / GIB if cap.source == "derived" else None,
             "kv_capacity_tokens_total": total, "kv_capacity_tokens_per_gpu": total // gpus}
 
@@ -203,9 +210,14 @@ def _print_text(r: dict) -> None:
                    if g.get("indexer_bytes_per_token") else "")
         click.echo(f"  group {g['name']}: {g['layers']} {g['attention']} layers{window}, "
                    f"{g['bytes_per_token']:,} bytes per token{indexer}")
+    dcp = r["decode_context_parallel_size"]
+    sharded = f", sharded over {dcp} GPUs by decode context parallelism" if dcp > 1 else ""
     if r["kv_pool_bytes_per_token"] != r["kv_bytes_per_token"]:
         click.echo(f"  {r['kv_pool_bytes_per_token']:,} bytes of the {r['tensor_parallel']} GPUs' memory per token "
-                   "(GPUs keep copies: MLA's latent, or fewer KV heads than GPUs)")
+                   f"(GPUs keep copies: MLA's latent, or fewer KV heads than GPUs{sharded})")
+    elif dcp > 1:
+        click.echo(f"  {r['kv_pool_bytes_per_token']:,} bytes of the {r['tensor_parallel']} GPUs' memory per token"
+                   f"{sharded}")
     ranks = r["data_parallel_size"] > 1
     each = " per data-parallel rank" if ranks else ""
     click.echo(f"KV capacity: {r['kv_capacity_tokens']:,} tokens{each}"
@@ -216,8 +228,9 @@ def _print_text(r: dict) -> None:
                    + (f", each holding {r['weight_gib_per_gpu']:.2f} GiB of weights"
                       if r["weight_gib_per_gpu"] is not None else ""))
     if r["kv_capacity_blocks"] is not None:
-        click.echo(f"  {r['kv_capacity_blocks']:,} blocks of {r['block_size']} ({r['usable_blocks']:,} usable; "
-                   "block 0 is the null block)")
+        click.echo(f"  {r['kv_capacity_blocks']:,} blocks of {r['block_size']}"
+                   + (f" ({r['block_size'] // dcp} on each of {dcp} decode-context-parallel GPUs)" if dcp > 1 else "")
+                   + f" ({r['usable_blocks']:,} usable; block 0 is the null block)")
     if r["kv_cache_groups"]:
         click.echo(f"  one pool shared by {len(r['kv_cache_groups'])} KV cache groups of equal layer count "
                    f"({', '.join(r['kv_cache_groups'])}): a block holds {r['block_size']} tokens of one group's layers")
@@ -251,6 +264,7 @@ def _print_text(r: dict) -> None:
               help="Share of GPU memory vLLM may use (weights + activations + KV).")
 @data_parallel_option
 @expert_parallel_option
+@decode_context_parallel_option
 @kv_cache_dtype_option
 @click.option("--allocator", default="paged", show_default=True, help=f"{ALLOCATOR_NAMES}.")
 @click.option("--block-size", type=int, default=None, help=BLOCK_SIZE_HELP)

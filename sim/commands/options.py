@@ -139,3 +139,12 @@ EXPERT_PARALLEL_HELP = ("Hold a mixture of experts' routed experts whole, E / (D
 expert_parallel_option = vllm_option("--enable-expert-parallel", "enable_expert_parallel", is_flag=True,
                                      help=EXPERT_PARALLEL_HELP)
 """``--enable-expert-parallel`` (and vLLM's ``-ep``; the `SimConfig` field of the same name)."""
+
+DECODE_CONTEXT_PARALLEL_HELP = ("Shard each request's KV over this many of the --tensor-parallel GPUs, interleaved, "
+                                "instead of copying what tensor parallelism copies (an MLA model's latent, GQA heads "
+                                "on more GPUs than KV heads): N times the tokens in the same memory, in blocks of "
+                                "N x --block-size tokens (vLLM's flag; --allocator paged or paged-cow).")
+decode_context_parallel_option = vllm_option("--decode-context-parallel-size", "decode_context_parallel_size",
+                                             type=int, default=1, show_default=True,
+                                             help=DECODE_CONTEXT_PARALLEL_HELP)
+"""``--decode-context-parallel-size`` (and vLLM's ``-dcp``; the `SimConfig` field of the same name)."""

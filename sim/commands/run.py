@@ -24,6 +24,7 @@ from sim.commands.options import (
     catalog_option,
     columns_option,
     data_parallel_option,
+    decode_context_parallel_option,
     enforce_eager_option,
     expert_parallel_option,
     kv_cache_dtype_option,
@@ -209,6 +210,7 @@ def simulation_options(func):
                           "[default: round-robin; dp-lb, vLLM's load balancer, with --data-parallel-size > 1]."),
         data_parallel_option,
         expert_parallel_option,
+        decode_context_parallel_option,
         _field_option("--router-load-weight", type=float,
                       help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
                            "tokens the request would compute there."),

@@ -45,6 +45,7 @@ class BlockSizeConfig(Protocol):
 
     allocator: str
     block_size: int | None
+    decode_context_parallel_size: int
 
 
 def _applies(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -> bool:
@@ -136,3 +137,12 @@ def block_size_refusal(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) 
            if dtype in FP8 and gpu.compute_capability < TRITON_MLA.fp8_capability else "")
     return (f"none of vLLM's MLA attention backends ({', '.join(b.name for b in backends)}) takes "
             f"{_where(model, gpu)}, a latent head size of {mla_head_size(model)} with {dtype} KV{fp8}")
+
+
+def scheduler_block_size(config: BlockSizeConfig, model: ModelSpec | None = None, gpu: GpuSpec | None = None) -> int:
+    """The tokens per block of the pool a run's scheduler hands out: `run_block_size` (each GPU's block, vLLM's
+    ``--block-size``) times ``decode_context_parallel_size``, whose GPUs each hold ``block_size`` tokens of a
+    block (vllm 0.33 ``resolve_kv_cache_block_sizes``: ``cache_config.block_size * dcp``; a manager's
+    ``kv_cache_spec.block_size * dcp_world_size``; `allocators.decode_context_parallel`). Prefix-cache hashes and
+    hits land on these blocks too."""
+    return run_block_size(config, model, gpu) * config.decode_context_parallel_size

@@ -37,7 +37,8 @@ MAX_REPLICAS = 10_000
 25 s and 1 GB before the first step; --replicas 10**12 (or a `kvsim plan --max-replicas` search that doubled its
 way there) ran out of memory instead of running."""
 
-_POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "replicas", "data_parallel_size")
+_POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "replicas", "data_parallel_size",
+                  "decode_context_parallel_size")
 _OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
                       "lpm_max_queue", "prefill_replicas", "decode_replicas")
@@ -200,6 +201,7 @@ class SimConfig:
     kv_transfer_config: str | None = None  # vLLM's engine argument (JSON); only NixlConnector is modelled
     kv_transfer_gb_s: float = 50.0  # each GPU's link, GB/s (`sim.kernel.kv_transfer.DEFAULT_KV_TRANSFER_GB_S`)
     kv_transfer_latency_s: float = 0.0  # each pull's fixed latency
+    decode_context_parallel_size: int = 1  # vLLM's engine argument (`allocators.decode_context_parallel`)
 
     def _unchecked(self, given: dict[str, tuple[object, object]]) -> list[str]:
         """``flag value`` for each of ``given`` (flag -> (its value, the one vLLM's scheduler was checked with))
@@ -271,9 +273,24 @@ class SimConfig:
         if self.router is None:
             self.router = default_router(self.data_parallel_size)
 
+    def _check_decode_context_parallel(self) -> None:
+        """``--decode-context-parallel-size N`` shards each request's KV over N of the ``--tensor-parallel`` GPUs
+        (`allocators.decode_context_parallel`, which refuses what vLLM refuses for a model): it is vLLM's paged
+        KV cache's, so another allocator is refused, as is N not dividing the tensor-parallel size."""
+        from allocators.option_use import follows_vllm_block_size
+
+        dcp = self.decode_context_parallel_size
+        if dcp > 1 and not follows_vllm_block_size(self.allocator):
+            raise ValueError(f"--decode-context-parallel-size {dcp} shards vLLM's paged KV cache: it needs "
+                             f"--allocator paged or paged-cow, got {self.allocator}")
+        if self.tensor_parallel % dcp:
+            raise ValueError(f"--decode-context-parallel-size {dcp}: vLLM requires tp_size={self.tensor_parallel} "
+                             f"to be divisible by dcp_size={dcp} (DCP shards KV over the tensor-parallel GPUs)")
+
     def __post_init__(self) -> None:
         self._check_types()
         self._check_data_parallel()
+        self._check_decode_context_parallel()
         from allocators.vattention_pages import PAGE_SIZES_KIB
 
         page_size = plain_int(self.page_size_kib)  # 2048.0 is refused as any other integer field refuses it
@@ -369,7 +386,9 @@ class SimConfig:
                              ("--no-chunked-prefill", not self.chunked_prefill),
                              ("--async-scheduling", self.async_scheduling),
                              ("--speculative-config", self.speculative_config is not None),
-                             ("--cpu-offload-gib", self.cpu_offload_gib > 0)):
+                             ("--cpu-offload-gib", self.cpu_offload_gib > 0),
+                             (f"--decode-context-parallel-size {self.decode_context_parallel_size} (a sharded "
+                              "side's transfers)", self.decode_context_parallel_size > 1)):
             if bad:
                 wrong.append(setting)
         if wrong:

@@ -21,7 +21,7 @@ from allocators.lru_tier import LruTier
 from allocators.option_use import hands_out_blocks
 from allocators.slab_layout import SlabLayout, ring_options, slab_layout
 from allocators.vattention import page_options
-from sim.kernel.block_size import run_block_size
+from sim.kernel.block_size import run_block_size, scheduler_block_size
 from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
@@ -104,7 +104,8 @@ def cost_options(config: SimConfig, model, gpu) -> dict:
     per-layer copy calls)."""
     return dict(block_size=run_block_size(config, model, gpu), paged=hands_out_blocks(config.allocator),
                 tensor_parallel=config.tensor_parallel, slot_frac=slot_frac(config, model),
-                data_parallel=config.data_parallel_size, expert_parallel=config.enable_expert_parallel)
+                data_parallel=config.data_parallel_size, expert_parallel=config.enable_expert_parallel,
+                decode_context_parallel=config.decode_context_parallel_size)
 
 
 def resolve_capacity(config: SimConfig) -> KVCapacity:
@@ -118,7 +119,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
                        kv_tokens=config.kv_tokens, kv_cache_dtype=config.kv_cache_dtype,
                        data_parallel=config.data_parallel_size, expert_parallel=config.enable_expert_parallel,
-                       drafter_layers=drafter_layers(speculative_method(config.speculative_config), model))
+                       drafter_layers=drafter_layers(speculative_method(config.speculative_config), model),
+                       decode_context_parallel=config.decode_context_parallel_size)
 
 
 def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KVMemory) -> dict:
@@ -137,7 +139,7 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
         "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
         "model": model.name, "gpu": gpu.name,
-        "block_size": run_block_size(config, model, gpu), "scheduler": config.scheduler, "seed": config.seed,
+        "block_size": scheduler_block_size(config, model, gpu), "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": cap.source, **cost.describe(),
         "page_size_kib": config.page_size_kib if pages else None, "page_tokens": pages.get("page_tokens"),
         **{key: getattr(config, key) if has_host_tier(config) else None
@@ -180,7 +182,7 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     builds one per replica).
     ``cost``: a step-cost model to use instead of the one ``config`` names."""
     max_model_len = config.max_model_len or model.max_seq_len
-    block_size = run_block_size(config, model, gpu)
+    block_size = scheduler_block_size(config, model, gpu)  # x --decode-context-parallel-size, as vLLM's scheduler
     options = dict(block_size=block_size, max_model_len=max_model_len, placement=config.placement,
                    prefix_caching=config.prefix_caching, watermark=config.watermark)
     groups = hybrid_kv_groups(config, model)
@@ -197,14 +199,17 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                                  **ring_options(allocator_class(config.allocator), model)))
     cost = cost or make_cost_model(config, model, gpu)
     swap_slots = int(config.swap_space_gib * GIB * config.tensor_parallel
-                     // pool_bytes_per_token(model, config.tensor_parallel))
+                     // pool_bytes_per_token(model, config.tensor_parallel,
+                                             decode_context_parallel=config.decode_context_parallel_size))
     if groups:  # the host pool counts group slots too
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
     elif (rings := slab_rings(config, model)) is not None:  # and ring-buffer slabs their slots
         swap_slots *= rings.per_token
     # A host block holds a pool block of every GPU: vLLM's CPU offloading keeps each rank's own copy (its
     # ``kv_offloading_size`` is the sum over ranks), so KV that GPUs replicate takes host memory once per GPU too.
-    slot_bytes = round(pool_bytes_per_token(model, config.tensor_parallel) * slot_frac(config, model))
+    slot_bytes = round(pool_bytes_per_token(model, config.tensor_parallel,
+                                            decode_context_parallel=config.decode_context_parallel_size)
+                       * slot_frac(config, model))
     tier = None
     if config.cpu_offload_gib > 0:
         if config.offload_write_policy == "write_through":

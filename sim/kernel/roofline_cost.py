@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from allocators import roofline
 from allocators.catalog import GpuSpec, ModelSpec
+from allocators.decode_context_parallel import communication_omitted
 from allocators.expert_parallel import routed_divisor
 from allocators.vattention_pages import cache_tensors
 from sim.kernel.data_parallel import data_parallel_exchange
@@ -63,6 +64,7 @@ class StepCostModel:
     profile: str = ""
     data_parallel: int = 1
     expert_parallel: bool = False
+    decode_context_parallel: int = 1  # GPUs each token's KV is sharded over (`allocators.decode_context_parallel`)
 
     def __post_init__(self) -> None:
         if not (0 < self.bandwidth_frac <= 1 and 0 < self.flops_frac <= 1 and self.step_overhead_s >= 0):
@@ -77,8 +79,9 @@ class StepCostModel:
         flops_s = self.flops_frac * self.gpu.bf16_tflops * 1e12
         bytes_s = self.bandwidth_frac * self.gpu.hbm_bandwidth_gb_s * 1e9
         ovh = kernel_overhead(self.paged_kernel_overhead, self.block_size) if self.paged else 1.0
-        # one token's KV across the GPUs: the model's bytes, times the copies GPUs keep (MLA's latent on each)
-        kv = m.kv_bytes_per_token_per_gpu(tp) * tp
+        # one token's KV across the GPUs: the model's bytes, times the copies GPUs keep (MLA's latent on each),
+        # once per decode-context-parallel group (each GPU of one stores and reads its share of the tokens)
+        kv = m.kv_bytes_per_token_per_gpu(tp) * (tp // self.decode_context_parallel)
         # seconds per unit, per GPU; every GPU runs the replicated layers for all the step's tokens
         self._t_token_flops = roofline.token_flops_per_gpu(m, tp) / flops_s
         self._t_pair_flops = roofline.pair_flops(m) / tp / flops_s
@@ -353,6 +356,8 @@ class StepCostModel:
                      "NCCL's would add at OPT-66B and 175B)",)
         if self.data_parallel > 1 and self.model.num_experts:
             omits += (data_parallel_exchange(self.data_parallel),)
+        if self.decode_context_parallel > 1:
+            omits += (communication_omitted(self.decode_context_parallel),)
         return omits
 
     def describe(self) -> dict:

@@ -27,7 +27,7 @@ VLLM_ALIASES: dict[str, str] = {
 """vLLM engine argument (as a field name) -> the `SimConfig` field it is an exact alias of."""
 
 VLLM_SHORT_FLAGS: dict[str, str] = {"tensor_parallel": "-tp", "data_parallel_size": "-dp",
-                                    "enable_expert_parallel": "-ep"}
+                                    "enable_expert_parallel": "-ep", "decode_context_parallel_size": "-dcp"}
 """Field -> vLLM's short flag for it (``vllm serve -tp 2``; ``-dp`` and ``-ep`` beside ``--data-parallel-size`` and
 ``--enable-expert-parallel``, fields named as vLLM names them)."""
 
