@@ -16,6 +16,7 @@ from numbers import Integral, Real
 
 from allocators.kv_formats import model_kind_refusal
 from allocators.kv_layout import KVGroup, kv_element_bytes, layout_groups
+from allocators.mamba_layout import Mamba2Layers
 
 GIB = 1024**3
 
@@ -67,6 +68,9 @@ class ModelSpec:
     split (`allocators.roofline.token_flops_per_gpu`); a count, not bytes, as the layers mix FP8 and BF16.
     ``num_nextn_predict_layers`` (config.json's name): the multi-token-prediction layers the checkpoint carries
     beside ``num_layers``, which ``--speculative-config '{"method": "mtp"}'`` runs as its drafter (0: none).
+    A hybrid Mamba model (Nemotron-H) gives ``attention_layers``, its only layers with KV (every layer when not
+    given), and ``mamba``, its Mamba-2 layers' state dims (`allocators.mamba_layout`): each keeps a fixed state
+    per request in the same block pool, which `allocators.mamba_layout.HybridMambaPool` sizes.
 
     A mixture of experts also gives ``num_experts`` (routed experts per MoE layer: config.json's
     ``num_local_experts``, ``n_routed_experts`` or ``num_experts``) and ``num_experts_per_tok`` (config.json's own
@@ -114,9 +118,12 @@ class ModelSpec:
     fp8_ds_mla: bool | None = None
     replicated_params: float | None = None
     num_nextn_predict_layers: int = 0
+    attention_layers: int | None = None
+    mamba: Mamba2Layers | None = None
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
+        self._check_mamba(entry)
         if type(self.num_nextn_predict_layers) is not int or self.num_nextn_predict_layers < 0:
             raise ValueError(f"{entry}: num_nextn_predict_layers must be a non-negative integer, "
                              f"got {self.num_nextn_predict_layers!r}")
@@ -158,6 +165,23 @@ class ModelSpec:
         if refusal := model_kind_refusal(self.kv_cache_dtype, mla=bool(self.kv_lora_rank),
                                          sparse=self.sparse_attention, sliding_window=self.sliding_window is not None):
             raise ValueError(f"{entry}: --kv-cache-dtype {self.kv_cache_dtype}: {refusal}")
+
+    def _check_mamba(self, entry: str) -> None:
+        """A hybrid Mamba model (``mamba``) names its attention layers (``attention_layers``: the only ones with
+        KV), and both fit in ``num_layers`` (Nemotron-H's MLP-only layers are the rest). Window and MLA layouts
+        beside Mamba are not modelled."""
+        if self.attention_layers is None and self.mamba is None:
+            return
+        if self.mamba is None or self.attention_layers is None:
+            raise ValueError(f"{entry}: attention_layers and mamba come together (a hybrid Mamba model)")
+        if not isinstance(self.mamba, Mamba2Layers):
+            raise ValueError(f"{entry}: mamba must be a Mamba2Layers, got {self.mamba!r}")
+        check_positive(entry, "attention_layers", self.attention_layers, integer=True)
+        if self.attention_layers + self.mamba.layers > self.num_layers:
+            raise ValueError(f"{entry}: attention_layers ({self.attention_layers}) + mamba layers "
+                             f"({self.mamba.layers}) exceed num_layers ({self.num_layers})")
+        if self.sliding_window is not None or self.kv_lora_rank:
+            raise ValueError(f"{entry}: sliding windows or MLA beside Mamba layers are not modelled")
 
     def _check_indexer(self, entry: str) -> None:
         """The sparse-attention fields come together (one is no indexer), and only on an MLA model: vLLM serves
@@ -232,7 +256,8 @@ class ModelSpec:
     def kv_groups_at(self, element_bytes: int, kv_cache_dtype: str = "") -> tuple[KVGroup, ...]:
         """The KV groups at ``element_bytes`` per stored element (the roofline's ``dtype_bytes`` override), packed
         as ``kv_cache_dtype`` where that is one of vLLM's packed formats (`allocators.kv_formats`)."""
-        return layout_groups(num_layers=self.num_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+        kv_layers = self.num_layers if self.attention_layers is None else self.attention_layers
+        return layout_groups(num_layers=kv_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                              sliding_window=self.sliding_window, sliding_window_layers=self.sliding_window_layers,
                              kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
                              element_bytes=element_bytes, index_head_dim=self.index_head_dim,
@@ -454,6 +479,18 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 7.6156e9, 131072, 18944, 152064, 2,
                   _HF + "Qwen/Qwen2.5-7B (num_params: every tensor incl. QKV biases and the untied lm_head)"),
         ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 8.19e9, 40960, 12288, 151936, 2, _HF + "Qwen/Qwen3-8B"),
+        ModelSpec("nemotron-h-8b", 52, 4096, 32, 8, 128, 8_100_852_736, 8192, 21504, 131072, 2,
+                  _HF + "nvidia/Nemotron-H-8B-Base-8K: hybrid_override_pattern M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-"
+                  "M-M*-M-M-M-M-M- (52 layers: 24 Mamba-2 'M', 4 attention '*', 24 MLP-only '-'); attention 32 "
+                  "heads, 8 KV heads, attention_head_dim 128; Mamba-2 mamba_num_heads 128, mamba_head_dim 64, "
+                  "ssm_state_size 128, n_groups 8, conv_kernel 4; no mamba_ssm_cache_dtype, so vLLM 0.33 keeps "
+                  "the SSM state in float32 (NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE). "
+                  "num_params: summed from the config, untied embedding and lm_head 2 x 131072 x 4096, 24 Mamba "
+                  "layers of 109,640,064 (in_proj 4096 x 18560, conv1d 10240 x 4 + bias, dt_bias, A_log, D, "
+                  "gated norm 8192, out_proj 8192 x 4096, norm), 4 attention layers of 41,947,136 and 24 relu2 "
+                  "MLP layers of 176,164,864 (up and down 4096 x 21504, norm), final norm: 8,100,852,736 (the "
+                  "model card's 8B)",
+                  attention_layers=4, mamba=Mamba2Layers(24, 128, 64, 128, 8, 4, "float32")),
     ]
 }
 

@@ -73,12 +73,23 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         method, k = parse_speculative(speculative_config)
         check_drafter_budget(method, k, max_num_batched_tokens)
         draft = drafter_layers(method, spec)
+    if spec.mamba is not None:  # a hybrid Mamba model: its own report (`sim.commands.mamba_capacity`)
+        from sim.commands.mamba_capacity import check_mamba_capacity
+
+        check_mamba_capacity(allocator=allocator, kv_cache_dtype=kv_cache_dtype, model=spec.name,
+                             disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+                             speculative_config=speculative_config)
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,
                       expert_parallel=enable_expert_parallel, drafter_layers=draft,
                       decode_context_parallel=decode_context_parallel_size)
     spec = cap.model  # at --kv-cache-dtype
+    if spec.mamba is not None:
+        from sim.commands.mamba_capacity import mamba_capacity_report
+
+        return mamba_capacity_report(cap, block_size=block_size, prompt_len=prompt_len, output_len=output_len,
+                                     max_model_len=max_len)
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
     config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
@@ -197,6 +208,10 @@ def _dtype_text(r: dict) -> str:
 
 
 def _print_text(r: dict) -> None:
+    if "mamba_pool" in r:
+        from sim.commands.mamba_capacity import print_mamba_text
+
+        return print_mamba_text(r)
     where = {"kv_gib": "given by --kv-gib", "kv_tokens": "given by --kv-tokens"}.get(
         r["kv_source"], f"derived from {r['tensor_parallel']} x {r['gpu']}"
         + (f" per data-parallel rank{' with expert parallelism' * r['enable_expert_parallel']}"

@@ -18,6 +18,7 @@ from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid_manager
 from allocators.lru_tier import LruTier
+from allocators.mamba_layout import mamba_run_refusal
 from allocators.option_use import hands_out_blocks
 from allocators.slab_layout import SlabLayout, ring_options, slab_layout
 from allocators.vattention import page_options
@@ -114,6 +115,8 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
     if config.catalog is not None:
         register_catalog_file(config.catalog)
     model, gpu = get_model(config.model), get_gpu(config.gpu)
+    if model.mamba is not None:  # runs of a hybrid Mamba model are not simulated (`allocators.mamba_layout`)
+        raise ValueError(mamba_run_refusal(model.name))
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,

@@ -1,0 +1,199 @@
+"""Hybrid attention/Mamba-2 models (NVIDIA Nemotron-H, IBM Granite-4.0-H): the recurrent state each Mamba layer
+keeps per request and how vLLM 0.33 fits it into the attention layers' block pool.
+
+A Mamba-2 layer keeps no per-token KV: each request holds one fixed-size state per layer, a convolution state
+(the last ``conv_kernel - 1`` inputs of the ``conv_dim = heads x head_dim + 2 x n_groups x state_size`` channels)
+and an SSM state (``heads x head_dim x state_size``). vLLM 0.33 (``model_executor/layers/mamba/mamba_utils.py``,
+``MambaStateShapeCalculator.mamba2_state_shape``) splits both over tensor-parallel GPUs, with ``n_groups`` first
+rounded up to a multiple of the GPUs when it does not split (``extra_groups_for_head_shards``); the conv state is
+stored at ``--mamba-cache-dtype`` (``auto``: the model's dtype), the SSM state at ``--mamba-ssm-cache-dtype``,
+which ``NemotronHForCausalLMConfig`` turns from ``auto`` into the config's ``mamba_ssm_cache_dtype`` or float32
+(``model_executor/models/config.py``).
+
+One pool, one page size (`HybridMambaPool`): ``Platform._align_hybrid_block_size`` (``platforms/interface.py``)
+raises the attention block size to the smallest multiple of the kernel block (FlashAttention's ``MultipleOf(16)``)
+whose page, ``block_size x`` one token of one attention layer, holds a Mamba state, and pads the Mamba page to
+exactly that (``mamba_page_size_padded``). ``_get_kv_cache_groups_uniform_page_size``
+(``v1/core/kv_cache_planning.py``) then cuts the attention layers and the Mamba layers into KV cache groups of
+``group_size`` layers (the smaller count, or the larger where it is under 1.5 times it), and the pool has
+``available_memory // (group_size x page)`` blocks (``get_kv_cache_config_from_groups``), block 0 the null block.
+
+A request holds ``cdiv(tokens, block_size)`` blocks in each attention group and one block in each Mamba group
+(``MambaManager`` in ``v1/core/single_type_kv_cache_manager.py``): with ``mamba_cache_mode="none"`` the Mamba
+block size is ``max_model_len`` (``MambaModelConfig.verify_and_update_config``), so one block covers any request;
+with ``"align"`` the Mamba block size is the attention one and the running state moves into a new block each
+time the request crosses a block boundary, the previous one freed at the next step (``remove_skipped_blocks``),
+and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default for a generative hybrid model is
+``"align"``: ``ModelConfig.is_prefix_caching_supported`` is True for ``attn_type == "hybrid"``
+(``config/model.py``) and ``MambaModelConfig`` turns prefix caching into ``mamba_cache_mode="align"``.
+kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
+both modes); it does not simulate runs (`check_mamba_run`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from allocators.base import cdiv
+
+MAMBA_DTYPES: dict[str, int | None] = {"auto": None, "float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes of one state element by vLLM's ``--mamba-cache-dtype`` / ``--mamba-ssm-cache-dtype`` name (``auto``:
+the model's dtype; ``config/cache.py`` ``MambaDType``)."""
+
+KERNEL_BLOCK = 16
+"""FlashAttention's kernel block, ``MultipleOf(16)`` (``v1/attention/backends/flash_attn.py``,
+``get_supported_kernel_block_sizes``), and vLLM's default ``--block-size`` (``CacheConfig.DEFAULT_BLOCK_SIZE``):
+the granularity ``_align_hybrid_block_size`` raises the attention block size in."""
+
+GROUP_SIZE_SLACK = 1.5
+"""``_get_kv_cache_groups_uniform_page_size``: the larger layer count sets the group size when it is under 1.5
+times the smaller (fewer padding layers), else the smaller does."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mamba2Layers:
+    """A model's Mamba-2 layers, from config.json: ``layers`` of them (``M`` in Nemotron-H's
+    ``hybrid_override_pattern``), ``num_heads`` (``mamba_num_heads``), ``head_dim`` (``mamba_head_dim``),
+    ``state_size`` (``ssm_state_size``), ``n_groups`` and ``conv_kernel``; ``ssm_cache_dtype``: vLLM's
+    ``--mamba-ssm-cache-dtype`` as the model's config handler leaves it (Nemotron-H: float32)."""
+
+    layers: int
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    ssm_cache_dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        for f in ("layers", "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"):
+            value = getattr(self, f)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"mamba {f} must be a positive integer, got {value!r}")
+        if self.conv_kernel < 2:
+            raise ValueError(f"mamba conv_kernel must be at least 2 (the state keeps conv_kernel - 1 inputs), "
+                             f"got {self.conv_kernel}")
+        if self.ssm_cache_dtype not in MAMBA_DTYPES:
+            raise ValueError(f"mamba ssm_cache_dtype must be one of {', '.join(MAMBA_DTYPES)}, "
+                             f"got {self.ssm_cache_dtype!r}")
+
+    def _groups(self, tensor_parallel: int) -> int:
+        """``n_groups`` as vLLM shards it: rounded up to ``tensor_parallel`` where it does not divide."""
+        n = self.n_groups
+        return n if n % tensor_parallel == 0 else n + (tensor_parallel - n)  # vLLM's extra groups, as written
+
+    def conv_state_bytes(self, dtype_bytes: int, tensor_parallel: int = 1) -> int:
+        """One layer's conv state on one GPU: ``conv_dim / tp x (conv_kernel - 1)`` at the model's dtype."""
+        conv_dim = self.num_heads * self.head_dim + 2 * self._groups(tensor_parallel) * self.state_size
+        return _divide(conv_dim, tensor_parallel) * (self.conv_kernel - 1) * dtype_bytes
+
+    def ssm_state_bytes(self, dtype_bytes: int, tensor_parallel: int = 1) -> int:
+        """One layer's SSM state on one GPU: ``heads / tp x head_dim x state_size`` at ``ssm_cache_dtype``."""
+        size = MAMBA_DTYPES[self.ssm_cache_dtype] or dtype_bytes
+        return _divide(self.num_heads, tensor_parallel) * self.head_dim * self.state_size * size
+
+    def state_bytes(self, dtype_bytes: int, tensor_parallel: int = 1) -> int:
+        """One layer's whole state on one GPU: ``MambaSpec.page_size_bytes`` before padding."""
+        return self.conv_state_bytes(dtype_bytes, tensor_parallel) + self.ssm_state_bytes(dtype_bytes,
+                                                                                          tensor_parallel)
+
+
+def _divide(value: int, by: int) -> int:
+    """vLLM's ``divide``: an exact split, else a one-line ValueError (as vLLM asserts)."""
+    if value % by:
+        raise ValueError(f"{value} Mamba heads or channels do not split evenly over --tensor-parallel {by}")
+    return value // by
+
+
+def hybrid_block_size(attention_bytes_per_token: int, mamba_page_bytes: int, block_size: int = KERNEL_BLOCK,
+                      kernel_block: int = KERNEL_BLOCK) -> int:
+    """vLLM's ``_align_hybrid_block_size``: the attention block size, in multiples of ``max(kernel_block,
+    block_size)``, whose page (``attention_bytes_per_token``: one token of one attention layer) holds
+    ``mamba_page_bytes``; ``block_size`` (``--block-size``) where it is larger already."""
+    align = max(kernel_block, block_size)
+    size = align * cdiv(mamba_page_bytes, align * attention_bytes_per_token)
+    size = kernel_block * cdiv(size, kernel_block)
+    return max(block_size, size)
+
+
+def kv_cache_group_size(attention_layers: int, mamba_layers: int) -> int:
+    """Layers per KV cache group (`GROUP_SIZE_SLACK`)."""
+    low, high = min(attention_layers, mamba_layers), max(attention_layers, mamba_layers)
+    return high if high < low * GROUP_SIZE_SLACK else low
+
+
+@dataclass(frozen=True, slots=True)
+class HybridMambaPool:
+    """vLLM 0.33's block pool for a hybrid attention/Mamba model on one GPU (the module docstring).
+
+    ``page_bytes``: one block of one layer, the attention page, to which the Mamba state
+    (``mamba_state_bytes``) is padded; ``attention_groups`` and ``mamba_groups``: KV cache groups of
+    ``group_size`` layers each; ``num_blocks``: the pool's blocks, the null block included."""
+
+    block_size: int
+    page_bytes: int
+    mamba_state_bytes: int
+    group_size: int
+    attention_groups: int
+    mamba_groups: int
+    num_blocks: int
+
+    @property
+    def bytes_per_block(self) -> int:
+        """One block id's memory: a page in each of a group's ``group_size`` layers."""
+        return self.group_size * self.page_bytes
+
+    @property
+    def mamba_padding_frac(self) -> float:
+        """The share of a Mamba page that is padding."""
+        return 1.0 - self.mamba_state_bytes / self.page_bytes
+
+    def blocks_per_request(self, tokens: int) -> int:
+        """Blocks a request of ``tokens`` tokens holds at rest: ``cdiv(tokens, block_size)`` in each attention
+        group and one state block in each Mamba group."""
+        return self.attention_groups * cdiv(tokens, self.block_size) + self.mamba_groups
+
+    def requests_that_fit(self, tokens: int) -> int:
+        """Requests of ``tokens`` tokens the pool holds at once, the null block left out."""
+        return max(self.num_blocks - 1, 0) // self.blocks_per_request(tokens)
+
+    def to_dict(self) -> dict:
+        return {"block_size": self.block_size, "page_bytes": self.page_bytes,
+                "mamba_state_bytes": self.mamba_state_bytes, "mamba_padding_frac": self.mamba_padding_frac,
+                "group_size": self.group_size, "attention_groups": self.attention_groups,
+                "mamba_groups": self.mamba_groups, "bytes_per_block": self.bytes_per_block,
+                "num_blocks": self.num_blocks}
+
+
+def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, mamba: Mamba2Layers,
+                      dtype_bytes: int, available_bytes: int, tensor_parallel: int = 1,
+                      block_size: int = KERNEL_BLOCK) -> HybridMambaPool:
+    """The pool of one GPU with ``available_bytes`` of KV memory; ``attention_bytes_per_token``: one token of
+    one attention layer on that GPU."""
+    state = mamba.state_bytes(dtype_bytes, tensor_parallel)
+    size = hybrid_block_size(attention_bytes_per_token, state, block_size)
+    page = size * attention_bytes_per_token
+    group = kv_cache_group_size(attention_layers, mamba.layers)
+    return HybridMambaPool(block_size=size, page_bytes=page, mamba_state_bytes=state, group_size=group,
+                           attention_groups=cdiv(attention_layers, group), mamba_groups=cdiv(mamba.layers, group),
+                           num_blocks=available_bytes // (group * page))
+
+
+def mamba_run_refusal(model_name: str) -> str:
+    """Why kvsim does not simulate runs of a hybrid Mamba model yet: what is not modelled, not a vLLM refusal."""
+    return (f"{model_name} has Mamba layers: kvsim sizes its pool (`kvsim capacity`) but does not simulate runs "
+            "of it yet. vLLM 0.33's default for such a model is prefix caching on, which sets mamba_cache_mode="
+            "'align' (its scheduler cuts prefill chunks to whole blocks and each request's Mamba state moves "
+            "block to block, caching states at block boundaries), and kvsim's allocators, scheduler and clock do "
+            "not model that; the other mode ('none', --no-enable-prefix-caching) is not vLLM's default and is "
+            "not modelled either")
+
+
+def model_pool(model, kv_bytes: int, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK) -> HybridMambaPool:
+    """`hybrid_mamba_pool` of a catalog ``ModelSpec`` with ``mamba`` whose ``tensor_parallel`` GPUs have
+    ``kv_bytes`` of KV memory together (each GPU sizes its own pool from its share, as vLLM's workers do)."""
+    per_token = model.kv_bytes_per_token_per_gpu(tensor_parallel) // model.attention_layers
+    return hybrid_mamba_pool(attention_layers=model.attention_layers, attention_bytes_per_token=per_token,
+                             mamba=model.mamba, dtype_bytes=model.dtype_bytes,
+                             available_bytes=kv_bytes // tensor_parallel, tensor_parallel=tensor_parallel,
+                             block_size=block_size)

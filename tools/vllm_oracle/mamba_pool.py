@@ -1,0 +1,79 @@
+"""vLLM 0.33's block pool for Nemotron-H-8B (hybrid attention/Mamba-2), driven offline, for kvsim's
+`allocators.mamba_layout` to be checked against.
+
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/mamba_pool.py [--out tests/allocators/data/mamba_pool.json]
+
+Each case builds the layers' specs as vLLM's model would: the Mamba state shapes and dtypes from vLLM's own
+``MambaStateShapeCalculator.mamba2_state_shape`` and ``MambaStateDtypeCalculator.mamba2_state_dtype`` (the SSM
+state float32, as ``NemotronHForCausalLMConfig`` sets it), the attention layers as ``FullAttentionSpec`` at the
+block size given, the Mamba page padded to the attention page (``mamba_page_size_padded``), and runs
+``get_global_kv_cache_groups`` and ``get_kv_cache_configs`` (as ``EngineCore`` calls them) in the memory given.
+The block size itself (``Platform._align_hybrid_block_size``) needs the model's layers and attention backend
+built, which this offline harness does not do: it is the case's input, checked by hand in kvsim's tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import spec_cases  # noqa: E402
+
+NEMOTRON_H_8B = dict(attention_layers=4, mamba_layers=24, kv_heads=8, head_dim=128, mamba_heads=128,
+                     mamba_head_dim=64, state_size=128, n_groups=8, conv_kernel=4)
+
+CASES = {  # name -> (available bytes per GPU, tensor parallel, attention block size, mamba block size)
+    "nemotron_h_8b_60gib_none": (60 * 2**30, 1, 1040, 8192),
+    "nemotron_h_8b_60gib_align": (60 * 2**30, 1, 1040, 1040),
+    "nemotron_h_8b_tp2_30gib": (30 * 2**30, 2, 1040, 8192),
+}
+
+
+def pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) -> dict:
+    """The pool vLLM plans for the case (the module docstring)."""
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import (
+        MambaStateDtypeCalculator,
+        MambaStateShapeCalculator,
+    )
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    m = NEMOTRON_H_8B
+    shapes = MambaStateShapeCalculator.mamba2_state_shape(
+        tp_world_size=tp, intermediate_size=m["mamba_heads"] * m["mamba_head_dim"], n_groups=m["n_groups"],
+        num_heads=m["mamba_heads"], head_dim=m["mamba_head_dim"], state_size=m["state_size"],
+        conv_kernel=m["conv_kernel"])
+    dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(torch.bfloat16, "auto", "float32")
+    attn = FullAttentionSpec(block_size=block_size, num_kv_heads=max(m["kv_heads"] // tp, 1),
+                             head_size=m["head_dim"], dtype=torch.bfloat16)
+    state = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size).page_size_bytes
+    mamba = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size,
+                      page_size_padded=attn.page_size_bytes)
+    specs = {f"model.layers.{i}.mixer.attn": attn for i in range(m["attention_layers"])}
+    specs |= {f"model.layers.{100 + i}.mixer": mamba for i in range(m["mamba_layers"])}
+    config = spec_cases._pool_config()
+    config.speculative_config = None
+    config.scheduler_config.disable_hybrid_kv_cache_manager = False  # as vLLM leaves it for a hybrid model
+    groups = get_global_kv_cache_groups(config, [specs])
+    kv = get_kv_cache_configs(config, [specs], [available_bytes], groups)[0]
+    return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, "num_blocks": kv.num_blocks,
+            "groups": [[type(g.kv_cache_spec).__name__, len(g.layer_names)] for g in kv.kv_cache_groups]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="tests/allocators/data/mamba_pool.json")
+    a = p.parse_args()
+    out = {name: {"available_bytes": m, "tensor_parallel": tp, "block_size": b, "mamba_block_size": mb,
+                  **pool(m, tp, b, mb)} for name, (m, tp, b, mb) in CASES.items()}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
