@@ -244,8 +244,12 @@ class GroupMechanics(Preemption):
         token (``Scheduler._update_waiting_for_remote_kv``). Pulled once: a later preemption recomputes here."""
         s = self.s
         size = s.memory.block_size
-        # its local hits shorten the pull; the prefix-cache figures count the prefill side's lookups only
-        cached = min(admission.cached_tokens, group.prefill_target - 1)
+        # its local hits (whole blocks, the last token left out) shorten the pull; they save no computing, so
+        # cached_prompt_tokens leaves them out, but vLLM's counters record the lookup, as for any admission
+        # (`Scheduler.schedule`: record_prefix_cache_stats with the local hit)
+        cached = min(admission.cached_tokens, group.prefill_target - 1) // size * size
+        if s.memory.prefix_caching:
+            self.prefix_cache.record(group.prefill_target, cached, group.preemptions > 0)
         blocks = -(-group.prefill_target // size) - cached // size
         self.remote.discard(group.index)
         group.prefill_done = group.prefill_target - 1

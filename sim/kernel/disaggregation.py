@@ -215,16 +215,32 @@ class PDFleet(Fleet):
 
     def _next_time(self, replica: Replica) -> float | None:
         """The next request that could reach ``replica``: an arrival for a prefill replica; for a decode replica
-        the next decode request known, or the earliest a prefill replica could finish one it does not know
-        yet (a prefill finish is known once its step is planned: not before the row in flight ends)."""
+        the next decode request known, or the earliest a prefill replica could finish one it does not know yet.
+        A prefill finish is known once its step is planned: for a prefill replica with requests running (or just
+        sent), not before its row in flight ends; for one whose queue waits for the blocks it holds for pulls,
+        not before some of them could be freed (`_frees_at`), leaving out the pulls this replica would start
+        (at its next plan, no sooner than this bound: counting them, the two would wait for each other a moment
+        at a time); one with neither finishes none before its next arrival."""
         if replica.number < self.num_prefill:
             return self.source.next_time()
         times = [self.pending[0][0]] if self.pending else []
         times += [self.decode_arrival[replica.inbox[0]]] if replica.inbox else []
-        times += [r.busy_until for r in self.replicas[:self.num_prefill] if r.busy_until < np.inf]
+        for r in self.replicas[:self.num_prefill]:
+            if r.sched.running or r.inbox:
+                times.append(r.busy_until)
+            elif r.sched.waiting:
+                times += self._held_free_times(r, replica)
         if (arrival := self.source.next_time()) is not None:  # an idle prefill replica starts no sooner
             times.append(arrival)
-        return float(min(times)) if times else None
+        times = [t for t in times if t < np.inf]
+        return self._after(min(times), self.env.now) if times else None
+
+    @staticmethod
+    def _after(t: float, now: float) -> float:
+        """``t``, or where it is not after ``now`` (another replica plans at ``now``, not yet run by SimPy), a
+        moment later, by when it has: a replica waiting for it must yield to SimPy, else it plans again at
+        ``now``, forever, before that replica can move."""
+        return t if t > now + ARRIVAL_TIE_S else now + 2 * ARRIVAL_TIE_S
 
     # -- the connector ------------------------------------------------------------------------------------
     def _hold(self, replica: Replica, group, lags: dict) -> None:
@@ -233,22 +249,31 @@ class PDFleet(Fleet):
         self.held_blocks[group.index] = replica.memory.held_blocks(group.seq_ids[0])
 
     def _frees_at(self, replica: Replica, now: float) -> float | None:
-        """The first time after ``now`` that blocks ``replica`` holds for pulls could be freed: a known pull's
-        end, or, for a request whose pull has not started, when a decode replica next plans (its row in flight
-        ends) or gets a decode request; None if it holds none. Where nothing is known after ``now`` (a decode
-        replica plans at ``now`` too, not yet run by SimPy), a moment later, by when it has."""
-        mine = [i for i, held in self.held.items() if held[0] is replica]
-        if not mine:
+        """The first time after ``now`` that blocks ``replica`` holds for pulls could be freed (None: it holds
+        none; `_held_free_times`). Where that is not after ``now`` (a decode replica plans at ``now`` too, not
+        yet run by SimPy), a moment later, by when it has (`_after`)."""
+        times = self._held_free_times(replica)
+        if not times:
             return None
-        times = [float(self.transfer_end[i]) for i in mine if not np.isnan(self.transfer_end[i])]
-        if len(times) < len(mine):
-            bounds = [r.busy_until for r in self.replicas[self.num_prefill:] if r.busy_until < np.inf]
-            bounds += [self.pending[0][0]] if self.pending else []
-            if any(t <= now + ARRIVAL_TIE_S for t in bounds):  # a decode replica may start a pull now
-                return now + 2 * ARRIVAL_TIE_S
-            times += bounds
-        later = [t for t in times if t > now + ARRIVAL_TIE_S]
-        return min(later) if later else now + 2 * ARRIVAL_TIE_S
+        soonest = min(times)
+        return self._after(soonest, now) if soonest < np.inf else now + 2 * ARRIVAL_TIE_S
+
+    def _held_free_times(self, replica: Replica, but: Replica | None = None) -> list[float]:
+        """For each request whose blocks prefill ``replica`` holds, the first time they could be freed: its pull's
+        end, once it started; else when the proxy sends it to a decode replica, or when that replica next plans
+        (its row in flight ends), where it may admit it and start the pull, or reject it. ``but``: a decode
+        replica whose next plan is not counted (the caller's own, `_next_time`)."""
+        times = []
+        for i, held in self.held.items():
+            if held[0] is not replica:
+                continue
+            if not np.isnan(self.transfer_end[i]):
+                times.append(float(self.transfer_end[i]))
+            elif self.decode_of[i] < 0:
+                times.append(float(self.decode_arrival[i]))
+            elif self.replicas[self.decode_of[i]] is not but:
+                times.append(self.replicas[self.decode_of[i]].busy_until)
+        return times
 
     def _on_done(self, t: float, index: int) -> None:
         """A request left a replica at ``t``: from a prefill replica, the proxy sends it on to decode at ``t``
@@ -306,13 +331,20 @@ def run_pd_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
     if config.debug_invariants:
         for replica in fleet.replicas:
             replica.memory.check_invariants()
-    fleet.rec.admitted_s[:] = np.where(np.isnan(fleet.prefill_admitted), fleet.rec.admitted_s, fleet.prefill_admitted)
-    fleet.rec.preemptions += np.where(fleet.phase == 1, fleet.prefill_preemptions, 0)
+    rec = fleet.rec
+    rec.admitted_s[:] = np.where(np.isnan(fleet.prefill_admitted), rec.admitted_s, fleet.prefill_admitted)
+    rec.preemptions += np.where(fleet.phase == 1, fleet.prefill_preemptions, 0)
+    # rejected on the decode side: the user gets no token (the prefill's sampled one is the proxy's, discarded),
+    # so the times its prefill finish recorded are not a first token and a finish
+    refused = (fleet.phase == 1) & rec.rejected
+    rec.first_token_s[refused] = rec.finished_s[refused] = np.nan
     extra = summary_extra(config, workload, fleet.cap, fleet.replicas[0].cost, fleet.replicas[0].memory)
     extra["memory_snapshots"] = fleet.num_snapshots
     result = fleet_result(fleet, workload, end, extra, served_by=fleet.decode_of)
     add_columns(result, fleet)
-    result.summary["disaggregation"] = disaggregation_summary(fleet, end)
+    result.summary["disaggregation"] = disaggregation_summary(fleet, end, result.summary["per_replica"])
+    result.summary["load_imbalance"] = max(result.summary["disaggregation"]["prefill_load_imbalance"],
+                                           result.summary["disaggregation"]["decode_load_imbalance"])
     result.summary["wall_time_s"] = time.perf_counter() - wall_start
     return result
 
@@ -321,18 +353,23 @@ def add_columns(result: SimResult, fleet: PDFleet) -> None:
     """The P/D columns of the requests table, after ``replica`` (the prefill replica, renamed)."""
     requests = result.requests = result.requests.rename(columns={"replica": "prefill_replica"})
     at = requests.columns.get_loc("prefill_replica") + 1
-    decode = np.where(fleet.decode_of >= 0, fleet.decode_of, -1)
     for offset, (name, values) in enumerate((
-            ("decode_replica", decode), ("prefill_finished_s", fleet.prefill_finished),
+            ("decode_replica", fleet.decode_of), ("prefill_finished_s", fleet.prefill_finished),
             ("decode_arrival_s", fleet.decode_arrival), ("transfer_start_s", fleet.transfer_start),
             ("transfer_end_s", fleet.transfer_end), ("transfer_bytes", fleet.transfer_bytes))):
         requests.insert(at + offset, name, values)
 
 
-def disaggregation_summary(fleet: PDFleet, end: float) -> dict:
-    """The summary's ``disaggregation`` block: the replicas of each role, the link, the pulls' totals and the
-    prefill side's blocks held for them (a time-weighted mean over the run, all prefill replicas together)."""
+def disaggregation_summary(fleet: PDFleet, end: float, per_replica: list[dict]) -> dict:
+    """The summary's ``disaggregation`` block: the replicas of each role, the link, the pulls' totals, the
+    prefill side's blocks held for them (a time-weighted mean over the run, all prefill replicas together), and
+    each role's ``load_imbalance`` (`fleet_summary.load_imbalance` over its replicas, ``per_replica`` the fleet
+    summary's: a prefill replica computes prompts, a decode replica decodes, so the two are not compared; the
+    fleet's ``load_imbalance`` is the larger)."""
+    from sim.kernel.fleet_summary import load_imbalance
+
     config = fleet.config
+    processed = [r["processed_tokens"] for r in per_replica]
     pulled = ~np.isnan(fleet.transfer_end)
     seconds = fleet.transfer_end[pulled] - fleet.transfer_start[pulled]
     span = end - fleet.start
@@ -346,4 +383,6 @@ def disaggregation_summary(fleet: PDFleet, end: float) -> dict:
         "transfer_p50_s": float(np.median(seconds)) if len(seconds) else None,
         "decode_admission_wait_p50_s": float(np.median(wait)) if len(wait) else None,
         "prefill_blocks_held_for_transfer_mean": fleet.held_block_s / span if span > 0 else 0.0,
+        "prefill_load_imbalance": load_imbalance(processed[:fleet.num_prefill]),
+        "decode_load_imbalance": load_imbalance(processed[fleet.num_prefill:]),
     }

@@ -80,11 +80,14 @@ def fleet_result(fleet, workload, end: float, extra: dict, served_by: np.ndarray
     config, cap, replicas = fleet.config, fleet.cap, fleet.replicas
     for r in replicas:
         idle_until(r.rec, r.memory.breakdown(False), r.end_s, end, r.final_map)
+    # summed: a P/D fleet's request is admitted on two replicas, each counting its own hits
     cached_by_index: dict[int, int] = {}
     host_by_index: dict[int, int] = {}
     for r in replicas:
-        cached_by_index.update(r.sched.groups.cached_by_index)
-        host_by_index.update(r.sched.groups.host_by_index)
+        for totals, mine in ((cached_by_index, r.sched.groups.cached_by_index),
+                             (host_by_index, r.sched.groups.host_by_index)):
+            for i, tokens in mine.items():
+                totals[i] = totals.get(i, 0) + tokens
     requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index, host_by_index)
     replica_of = fleet.replica_of  # a fanned-out request's, its children's (`Fleet._route`)
     if getattr(workload, "fan_parent", None) is not None:

@@ -4,7 +4,7 @@ configuration without importing the simulation."""
 
 from __future__ import annotations
 
-import json
+from sim.kernel.json_argument import json_object
 
 KV_CONNECTORS = ("NixlConnector",)
 """The connectors of ``--kv-transfer-config`` kvsim models."""
@@ -18,12 +18,7 @@ user guide's hardware overview) = 50 GB/s a GPU, before protocol overhead."""
 def parse_kv_transfer_config(text: str) -> dict:
     """vLLM's ``--kv-transfer-config`` JSON: kvsim reads ``kv_connector`` (NixlConnector) and ``kv_role``, and
     refuses keys that would change what it models, naming them."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--kv-transfer-config must be JSON (vLLM's KVTransferConfig), got {text!r}: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"--kv-transfer-config must be a JSON object, got {text!r}")
+    value = json_object("--kv-transfer-config", text)
     connector = value.get("kv_connector")
     if connector not in KV_CONNECTORS:
         raise ValueError(f"--kv-transfer-config: kv_connector {connector!r} is not modelled; kvsim models "

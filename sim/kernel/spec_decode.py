@@ -79,10 +79,9 @@ weights are kvsim's estimates, not checked.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
+from sim.kernel.json_argument import json_object
 from sim.kernel.sequence_group import RUNNING, SequenceGroup
 
 DRAFTER_METHODS = ("eagle", "eagle3", "mtp")
@@ -108,12 +107,7 @@ def speculative_method(text: str | None) -> str | None:
 def parse_speculative(text: str) -> tuple[str, int]:
     """``--speculative-config``'s JSON -> ``(method, num_speculative_tokens)``; refuses what is not modelled
     with the reason."""
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--speculative-config must be a JSON object, got {text!r}: {exc}") from None
-    if not isinstance(spec, dict):
-        raise ValueError(f"--speculative-config must be a JSON object, got {text!r}")
+    spec = json_object("--speculative-config", text)
     unknown = sorted(set(spec) - set(KEYS))
     if unknown:
         raise ValueError(f"--speculative-config: {', '.join(unknown)} not modelled (kvsim reads "

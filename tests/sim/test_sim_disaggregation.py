@@ -104,7 +104,7 @@ def test_deterministic():
     (dict(kv_transfer_config='{"kv_connector": "LMCacheConnectorV1"}'), "kv_connector 'LMCacheConnectorV1' is not"),
     (dict(kv_transfer_config='{"kv_connector": "NixlConnector", "kv_connector_extra_config": {}}'),
      "kv_connector_extra_config not modelled"),
-    (dict(kv_transfer_config="{nope"), "--kv-transfer-config must be JSON"),
+    (dict(kv_transfer_config="{nope"), "--kv-transfer-config must be a JSON object"),
     (dict(async_scheduling=True), "not modelled with --async-scheduling"),
     (dict(replicas=2), "not modelled with --replicas 2"),
     (dict(router="least-kv"), "not modelled with --router least-kv"),
@@ -137,3 +137,88 @@ def test_refuses_sessions_and_parallel_sampling():
 def test_refuses_a_model_on_the_hybrid_kv_cache_manager():
     with pytest.raises(ValueError, match="hybrid KV cache manager"):
         run_simulation(pd_config(model="mistral-7b", step_time=0.01), two_requests())
+
+
+def run_guarded(config: SimConfig):
+    """``run_config``, failing instead of hanging: the livelocks below span no simulated time, so a run that
+    does not end would never end."""
+    import signal
+
+    def stuck(signum, frame):
+        raise RuntimeError("the P/D run does not end")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(300)
+    try:
+        return run_config(config)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("fields", [
+    # the decode replica's queue waits on pulls with nothing running, while the prefill replica only holds blocks:
+    # it used to plan again at the same instant forever, without yielding to SimPy
+    dict(num_requests=40, kv_tokens=1200),
+    # a prefill replica whose queue waits for blocks held for pulls, and a decode replica waiting for its pulls:
+    # each used to wake a moment (2 ns) after the other, forever
+    dict(num_requests=300, kv_tokens=2000, prefill_replicas=2),
+])
+def test_every_request_ends_when_both_sides_wait(fields):
+    result = run_guarded(pd_config(preset="sharegpt-demo", rate=30.0, **fields))
+    req, s = result.requests, result.summary
+    assert s["completed"] + s["rejected"] == s["requests"] == fields["num_requests"]
+    assert (req.finished_s.notna() != req.rejected).all()
+    assert (req.reject_reason[req.rejected] != "").all()
+
+
+def test_a_request_rejected_on_the_decode_side_gets_no_token():
+    """Its 100-token prompt (7 blocks, and 1 output token) fits the prefill replica's 12 blocks; its 300 tokens
+    (19 blocks) never fit the decode replica's: the user gets nothing, the prefill's token being the proxy's."""
+    w = Workload(arrival_time_s=np.array([0.0]), prompt_tokens=np.array([100]), output_tokens=np.array([200]))
+    result = run_simulation(pd_config(step_time=0.01, kv_tokens=192), w)
+    req, s = result.requests.iloc[0], result.summary
+    assert req.rejected and "19 blocks" in req.reject_reason
+    assert req.prefill_finished_s == pytest.approx(0.01) and req.decode_replica == 1
+    assert np.isnan(req.first_token_s) and np.isnan(req.finished_s) and np.isnan(req.ttft_s)
+    assert (s["completed"], s["rejected"]) == (0, 1)
+    assert s["disaggregation"]["transfers"] == 0
+
+
+def test_cached_tokens_count_both_sides_hits():
+    """Request 1 hits its 48-token shared prefix on the prefill replica, then, preempted on the decode replica
+    (12 blocks, two requests growing to 124 tokens), hits its own 96 prompt tokens there when it comes back:
+    its row counts both, as the summary's total does."""
+    w = Workload(arrival_time_s=np.array([0.0, 0.05]), prompt_tokens=np.array([64, 64]),
+                 output_tokens=np.array([60, 60]), prefix_group=np.array([0, 0]), prefix_len=np.array([48, 48]))
+    result = run_simulation(pd_config(step_time=0.01, kv_tokens=192), w)
+    req, s = result.requests, result.summary
+    assert [r["cached_prompt_tokens"] for r in s["per_replica"]] == [48, 96]
+    assert req.cached_tokens.tolist() == [0, 48 + 96] and req.preemptions.tolist() == [0, 1]
+    assert req.cached_tokens.sum() == s["cached_prompt_tokens"]
+
+
+def test_load_imbalance_compares_replicas_of_one_role():
+    """Two prefill replicas computing prompts and one decode replica decoding: the fleet's load_imbalance is the
+    larger of each role's max / mean, not one over the three (which reads the roles' different work as skew)."""
+    s = run_config(pressure_config()).summary
+    processed = [r["processed_tokens"] for r in s["per_replica"]]
+    prefill = max(processed[:2]) / (sum(processed[:2]) / 2)
+    block = s["disaggregation"]
+    assert block["prefill_load_imbalance"] == pytest.approx(prefill) and block["decode_load_imbalance"] == 1.0
+    assert s["load_imbalance"] == max(prefill, 1.0)
+    assert max(processed) / (sum(processed) / 3) > 2  # what it used to report
+
+
+def test_the_decode_sides_lookups_count_in_vllms_prefix_cache_counters():
+    """Two 100-token prompts sharing a 64-token prefix: each replica looks up both prompts (vLLM's scheduler
+    records every admission's local hit); the second hits the 64 shared tokens on both sides, which on the
+    decode side shortens its pull to 3 blocks but saves no computing (cached_prompt_tokens)."""
+    w = Workload(arrival_time_s=np.array([0.0, 0.5]), prompt_tokens=np.array([100, 100]),
+                 output_tokens=np.array([5, 3]), prefix_group=np.array([0, 0]), prefix_len=np.array([64, 64]))
+    result = run_simulation(pd_config(step_time=0.01), w)
+    prefill, decode = result.summary["per_replica"]
+    assert (prefill["prefix_cache_queries"], prefill["prefix_cache_hits"], prefill["cached_prompt_tokens"]) == \
+        (200, 64, 64)
+    assert (decode["prefix_cache_queries"], decode["prefix_cache_hits"], decode["cached_prompt_tokens"]) == (200, 64, 0)
+    assert result.requests.transfer_bytes.tolist() == [7 * 16 * BYTES_PER_TOKEN, 3 * 16 * BYTES_PER_TOKEN]
