@@ -7,6 +7,7 @@ a single panel makes sense, so figures compose.
 from sim.plots.batch import plot_batch_over_time, plot_batch_sizes
 from sim.plots.block_size import plot_block_size_sweep
 from sim.plots.breakdown import plot_breakdown
+from sim.plots.capacity import plot_capacity
 from sim.plots.fleet import plot_hit_rate_by_router, plot_replicas_over_time
 from sim.plots.latency import plot_latency_cdf, plot_latency_vs_rate
 from sim.plots.memory import plot_memory_comparison, plot_memory_over_time
@@ -19,6 +20,7 @@ __all__ = [
     "plot_batch_sizes",
     "plot_block_size_sweep",
     "plot_breakdown",
+    "plot_capacity",
     "plot_hit_rate_by_router",
     "plot_latency_cdf",
     "plot_latency_vs_rate",

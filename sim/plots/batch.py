@@ -31,6 +31,7 @@ from sim.plots.style import (
     axis_label,
     figure_and_axes,
     order_allocators,
+    run_colors,
 )
 
 
@@ -89,12 +90,14 @@ def plot_batch_over_time(
     if not steps_by_allocator:
         raise ValueError("no runs to plot")
     fig, ax = figure_and_axes(ax, (8, 3.2))
-    for name in order_allocators(steps_by_allocator):
+    names = order_allocators(steps_by_allocator)
+    colors = run_colors(names)  # runs named other than allocators (deployments, settings) get distinct colours
+    for name in names:
         steps = steps_by_allocator[name]
         binned = step_points(time_binned(steps, [column], max_points=max_points))  # a fleet's: replicas together
         replicas = steps["replica"].nunique() if "replica" in steps.columns else 1
         label = allocator_label(name) + (f" ({replicas} replicas together)" if replicas > 1 else "")
-        ax.step(binned["time_s"], binned[column], where="post", color=allocator_color(name), label=label,
+        ax.step(binned["time_s"], binned[column], where="post", color=colors[name], label=label,
                 linewidth=1.2)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("running requests" if column == "running" else axis_label(column))

@@ -1,4 +1,4 @@
-"""Notebooks 01-04, 06 and 07 run top to bottom (they import kvsim and hold no logic of their own), and their
+"""Notebooks 01-04 and 06-08 run top to bottom (they import kvsim and hold no logic of their own), and their
 committed copies carry their outputs, so a reader on the web sees the figures (05 needs a GPU:
 tests/gpu_validation)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NAMES = ["01_fragmentation", "02_sharing", "03_block_size_and_rate", "04_your_trace", "06_prefix_reuse",
-         "07_token_cost"]
+         "07_token_cost", "08_deployment_memory"]
 
 
 def images_and_errors(nb) -> tuple[int, list[str]]:

@@ -26,7 +26,7 @@ from sim.plots import (
 from sim.plots.data import time_binned
 from sim.plots.memory import memory_shares_over_time
 from sim.plots.memory_map import FREE_COLOR, OVERHEAD_COLOR, default_width, memory_snapshot
-from sim.plots.style import SHARES, allocator_label
+from sim.plots.style import SHARES, allocator_color, allocator_label
 
 CAP = 1000
 
@@ -139,6 +139,13 @@ def test_batch_over_time_draws_one_line_per_run():
     fig = plot_batch_over_time({"paged": steps_frame(seed=1), "contiguous-oracle": steps_frame(seed=2)})
     assert [line.get_label() for line in fig.axes[0].lines] == [allocator_label("contiguous-oracle"),
                                                                allocator_label("paged")]
+
+
+def test_batch_over_time_gives_runs_not_named_by_allocator_distinct_colours():
+    runs = {name: steps_frame(seed=i) for i, name in enumerate(["TP=8", "DP=8 + EP", "TP=8, DCP=8"])}
+    colors = [line.get_color() for line in plot_batch_over_time(runs).axes[0].lines]
+    assert len(set(colors)) == 3
+    assert plot_batch_over_time({"paged": steps_frame()}).axes[0].lines[0].get_color() == allocator_color("paged")
 
 
 def test_latency_vs_rate_marks_sustained_rates_on_the_bound():
