@@ -7,7 +7,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from allocators import catalog
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_simulation
 from sim.kernel.snapshot_schedule import SnapshotSchedule
@@ -53,14 +52,12 @@ def map_shares(result) -> list[tuple[dict, dict]]:
                            "placement": "first-fit"}),
     ("contiguous-max", {"model": "test-hybrid", "gpu": "h100-80gb", "max_model_len": 2048}),
 ])
-def test_a_map_counts_the_step_rows_shares(allocator, options, monkeypatch):
+def test_a_map_counts_the_step_rows_shares(allocator, options, hybrid_model):
     """Every map's states, slot for slot, are the memory columns of the step row starting at its instant: while
     a request waits that memory cannot take, the free slots the breakdown counts as external fragmentation are
     ``external_frag`` in the map, ``free`` only while nobody waits; and the map is of the pool as that row holds
     it, its step planned (admissions, prefill chunks, growth). A burst that queues, then a few requests alone;
     the fast-forward and step by step alike."""
-    monkeypatch.setitem(catalog.MODELS, "test-hybrid", dataclasses.replace(
-        catalog.MODELS["llama-3-8b"], name="test-hybrid", sliding_window=256, sliding_window_layers=24))
     rng = np.random.default_rng(0)
     w = Workload(arrival_time_s=np.r_[np.linspace(0, 1, 40), np.linspace(40, 100, 4)],
                  prompt_tokens=rng.integers(100, 800, 44), output_tokens=rng.integers(20, 300, 44), name="burst")

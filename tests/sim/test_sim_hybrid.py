@@ -2,7 +2,6 @@
 the fast-forward equals ``--step-by-step``, memory is reported per group and in total, and windows let more
 requests run at once than treating every layer as full attention (``--disable-hybrid-kv-cache-manager``)."""
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,14 +14,6 @@ from sim.kernel.metrics import GROUP_KEYS
 from sim.kernel.runner import run_simulation
 from tests.sim.summaries import assert_same_step_totals
 from workloads import Workload
-
-
-@pytest.fixture
-def hybrid_model(monkeypatch):
-    """``test-hybrid``: Llama-3-8B's shape with 24 layers of window 256 and 8 full ones (a 3 : 1 pattern)."""
-    model = replace(catalog.MODELS["llama-3-8b"], name="test-hybrid", sliding_window=256, sliding_window_layers=24)
-    monkeypatch.setitem(catalog.MODELS, "test-hybrid", model)
-    return "test-hybrid"
 
 
 def long_prompts(count=40, seed=3):
