@@ -36,6 +36,21 @@ def token_flops_per_gpu(model: ModelSpec, tensor_parallel: int = 1) -> float:
     return per_gpu_share(token_flops(model), 2.0 * (model.replicated_params or 0.0), tensor_parallel)
 
 
+def routed_token_flops(model: ModelSpec) -> float:
+    """The part of `token_flops` spent in the routed experts (0 for a dense model): a multiply-add per parameter
+    of the ``num_experts_per_tok`` experts a token is routed to (`ModelSpec.expert_params` each)."""
+    return 2.0 * model.num_experts_per_tok * model.expert_params if model.num_experts else 0.0
+
+
+def non_expert_token_flops_per_gpu(model: ModelSpec, tensor_parallel: int = 1) -> float:
+    """`token_flops_per_gpu` without the routed experts': what each of a rank's ``tensor_parallel`` GPUs does per
+    token of its own batch where the routed experts' work is priced apart, over the tokens every rank sends
+    them (a data-parallel lock-step, `sim.kernel.roofline_cost.StepCostModel.step_time`'s ``expert_tokens``).
+    The replicated layers (none of them a routed expert) are done whole on every GPU, as there."""
+    return per_gpu_share(token_flops(model) - routed_token_flops(model), 2.0 * (model.replicated_params or 0.0),
+                         tensor_parallel)
+
+
 def pair_flops(model: ModelSpec) -> float:
     """FLOPs of attention per query-key pair: QK^T and PV, every layer and head."""
     return 4.0 * model.num_layers * model.num_heads * model.head_dim

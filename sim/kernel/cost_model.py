@@ -74,7 +74,9 @@ tokens reads every weight but the routed experts, and of those the expected shar
 tokens are routed to under uniform routing (`allocators.expert_routing`, an upper bound for real, skewed
 routers), at the same ``bandwidth_frac`` (`StepCostModel.weights_time`). gpt-oss-20b at batch 1 reads 4 of
 its 32 experts per layer, DeepSeek-V3 8 of 256, and a large batch nearly all of them. A decode run's ``T`` is
-its ``n`` sequences, constant along the run, so its steps stay linear. Memory still holds every expert
+its ``n`` sequences, constant along the run, so its steps stay linear. A data-parallel lock-step's experts run
+every rank's tokens of the step (`sim.kernel.lockstep`): there ``T`` for the routed experts' FLOPs and touched
+share is the ranks' sum (`StepCostModel.step_time`'s ``expert_tokens``). Memory still holds every expert
 (capacity counts the whole ``weight_bytes``). With tensor parallelism every GPU holds a slice of every expert
 (vLLM's default without ``--enable-expert-parallel``), so each reads its slice of the touched ones, and the whole
 of the weights vLLM replicates (catalog ``replicated_weights_gib``: DeepSeek's MLA down-projections, routers,
@@ -133,7 +135,8 @@ class ConstantStepCost(StepCostModel):
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
                   swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0,
-                  window_context: int | None = None, window_pairs: int | None = None) -> float:
+                  window_context: int | None = None, window_pairs: int | None = None,
+                  expert_tokens: int | None = None) -> float:
         return self.constant
 
     def transfer_time(self, copy_slots: int = 0, swap_slots: int = 0, swap_transfers: int = 0,

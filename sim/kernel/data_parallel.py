@@ -20,15 +20,16 @@ MoE models"), whose ``run_busy_loop`` is what `sim.kernel.lockstep` models:
 * a request reaching a paused rank wakes it (``add_request``: ``engines_running = True``, ``start_wave`` to the
   coordinator, which sends the others ``START_DP_WAVE``), so every rank steps again from that arrival.
 
-How long the common step lasts: each rank is priced at its own batch and the step lasts the longest of those.
+How long the common step lasts: each rank is priced at its own batch through its own layers, plus the routed
+experts running every rank's tokens of the step together (vLLM's MoE layers gather them onto every GPU:
+`sim.kernel.lockstep` cites the dispatch), and the step lasts the longest of those.
 vLLM pads every rank to the largest token count across ranks only when all run a CUDA graph or micro-batch
 (``v1/worker/dp_utils.py``, ``_synchronize_dp_ranks``: ``should_dp_pad = synced_cudagraph_mode != 0 or
 should_ubatch``, then ``num_tokens_across_dp`` = the max for every rank; the synced mode is the least over the
 ranks, so one rank stepping eagerly, e.g. over ``CompilationConfig.max_cudagraph_capture_size``, 512 by default,
 pads none). kvsim models no CUDA graphs (nor their bucket padding) for any engine, and padded rows add matrix rows
-to a rank's step, not attention reads: the rank with the most tokens is priced at that count (its expert reads at
-that count on every rank, `sim.kernel.roofline_cost.StepCostModel.weights_time`), the padded rows of the lighter
-ranks are not.
+to a rank's step, not attention reads: every rank is priced at its own count, and the experts at the sum of the
+counts (`sim.kernel.lockstep.shared_expert_tokens`), the padded rows of the lighter ranks not among them.
 
 What the clock still leaves out (``clock_omits``, `data_parallel_exchange`): moving every rank's tokens to their
 experts' GPUs and back (all-gather / reduce-scatter, or all-to-all with expert parallelism) at every MoE layer.

@@ -152,16 +152,18 @@ def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False,
     return now
 
 
-def step_seconds(sched, cost, plan, now: float) -> float:
+def step_seconds(sched, cost, plan, now: float, expert_tokens: int | None = None) -> float:
     """What the step ``plan`` describes (not a decode run) costs on its own: `take_step`'s price, and what a
-    rank offers its lock-step (`sim.kernel.lockstep`). Host-tier loads (reload_*) are charged as swap-ins are."""
+    rank offers its lock-step (`sim.kernel.lockstep`), there with the tokens every rank sends the routed experts
+    (``expert_tokens``, `StepCostModel.step_time`). Host-tier loads (reload_*) are charged as swap-ins are."""
     # verified drafts are query tokens of the step, as prefill tokens are (vLLM runs them through the model
     # as scheduled tokens); ngram drafting itself takes no GPU time
     duration = cost.step_time(plan.prefill_tokens + plan.spec_tokens, plan.decode_seqs, plan.context_tokens,
                               plan.copies, plan.swap_blocks + plan.reload_transfers, plan.attention_pairs,
                               copy_slots=plan.copy_slots, swap_slots=plan.swap_slots + plan.reload_slots,
                               prefill_seqs=len(plan.chunks), page_maps=plan.page_maps,
-                              window_context=plan.window_context, window_pairs=plan.window_pairs)
+                              window_context=plan.window_context, window_pairs=plan.window_pairs,
+                              expert_tokens=expert_tokens)
     if plan.draft_seqs:  # a model-based drafter's passes after the target's (`sim.kernel.spec_decode`)
         spec = sched.spec
         duration += cost.drafter_time(plan.prefill_tokens + plan.spec_tokens + plan.decode_seqs,

@@ -12,6 +12,19 @@ requests lasting the common step, carrying what its plan counted (hits of loads 
 steps table still counts only real steps and real tokens while every rank's rows cover the run without gaps;
 the summary counts those dummy batches (``lockstep_dummy_batches``) and the common steps (``lockstep_steps``).
 
+What a rank's part costs: its own batch through its own layers (attention, dense and shared experts, KV), and
+the whole common step's tokens through the routed experts (`shared_expert_tokens`: every rank's scheduled tokens,
+one a dummy batch, summed). vLLM 0.33 gathers every rank's tokens into each GPU's MoE layers: without
+``--enable-expert-parallel`` a DP deployment's MoE falls back to "AllGather+ReduceScatter dispatch/combine"
+(``fused_moe/all2all_utils.py``, ``maybe_make_prepare_finalize``; ``runner/moe_runner.py``, ``_maybe_dispatch``:
+``dispatch_router_logits``), and with it the default ``all2all_backend`` is ``allgather_reducescatter``
+(``config/parallel.py``; ``AgRsAll2AllManager.dispatch_router_logits`` all-gathers ``hidden_states`` with
+``sizes`` = each rank's token count, ``DPMetadata.num_tokens_across_dp_cpu``, unpadded without CUDA graphs:
+``v1/worker/dp_utils.py``); the shared experts run on the rank's own tokens (``shared_experts_input``). Each GPU
+then runs all of them through its slice of every expert, or with expert parallelism the tokens routed to its
+whole experts: either way its expert FLOPs and the expert weights it touches follow that sum
+(`sim.kernel.roofline_cost.StepCostModel.step_time`'s ``expert_tokens``), the same for every rank.
+
 The wave: ranks step while any has requests, checked at a wave's first step and every `DP_SYNC_INTERVAL`-th, so
 ranks run dummy batches past their last request up to such a step; then every rank pauses (idle rows) until
 the next arrival anywhere starts a new wave. The run ends where the last request leaves (the dummy batches vLLM
@@ -37,10 +50,19 @@ from sim.kernel.engine import (
 from sim.kernel.snapshot_schedule import SnapshotSchedule
 
 
-def dummy_step_s(cost) -> float:
+def dummy_step_s(cost, expert_tokens: int | None = None) -> float:
     """A dummy batch: a forward pass of one decode token (vLLM's ``_dummy_run(1, uniform_decode=True)``) over a
-    context of one token."""
-    return cost.step_time(0, 1, 1)
+    context of one token, its MoE layers running ``expert_tokens`` (`shared_expert_tokens`)."""
+    return cost.step_time(0, 1, 1, expert_tokens=expert_tokens)
+
+
+def shared_expert_tokens(scheds, plans) -> int:
+    """The tokens every GPU's routed experts run in a common step (the module's docstring says why): each rank's
+    scheduled tokens (prefill, verified drafts, decode: what `sim.kernel.engine.step_seconds` prices), one where
+    it runs a dummy batch instead (`_own_seconds`)."""
+    return sum(plan.prefill_tokens + plan.spec_tokens + plan.decode_seqs
+               if plan is not None and sched.running and _computes(plan) else 1
+               for sched, plan in zip(scheds, plans, strict=True))
 
 
 class Wave:
@@ -69,7 +91,6 @@ class Wave:
 def lockstep(fleet):
     """The SimPy process of ``fleet``'s ranks (`sim.kernel.fleet.Fleet`), routing its arrivals too."""
     env, replicas, cost = fleet.env, fleet.replicas, fleet.replicas[0].cost
-    dummy_s = dummy_step_s(cost)
     snapshots = [SnapshotSchedule.for_workload(fleet.num_snapshots, fleet.workload, fleet.start, fleet.released)
                  for _ in replicas]
     watches = [StepWatch(r.memory, fleet.config.debug_invariants, fleet.progress) for r in replicas]
@@ -99,7 +120,9 @@ def lockstep(fleet):
                 continue
         wave.running = True
         plans = [None if r.sched.idle else r.sched.plan_step(now) for r in replicas]
-        duration = max(_own_seconds(r.sched, cost, plan, now, dummy_s)
+        shared = shared_expert_tokens([r.sched for r in replicas], plans)
+        dummy_s = dummy_step_s(cost, shared)
+        duration = max(_own_seconds(r.sched, cost, plan, now, dummy_s, shared)
                        for r, plan in zip(replicas, plans, strict=True))
         for r, plan, snap, watch in zip(replicas, plans, snaps, watches, strict=True):
             sched = r.sched
@@ -126,17 +149,19 @@ def _computes(plan) -> bool:
     return bool(plan.prefill_tokens or plan.decode_seqs)
 
 
-def _own_seconds(sched, cost, plan, now: float, dummy_s: float) -> float:
-    """What a rank's part of the common step costs alone: its step (`step_seconds`); where it runs no forward
-    pass (no requests, nothing it could run, or an async step that computes nothing), a dummy batch after
-    whatever its engine step did: the swaps and copies of a step that preempted everything it ran
-    (`transfer_time_of`), an async step's own time (`StepCostModel.empty_step_s`)."""
+def _own_seconds(sched, cost, plan, now: float, dummy_s: float, expert_tokens: int) -> float:
+    """What a rank's part of the common step costs: its step (`step_seconds`, its routed experts running the
+    common step's ``expert_tokens``); where it runs no forward pass (no requests, nothing it could run, or an
+    async step that computes nothing), a dummy batch (``dummy_s``) after whatever its engine step did: the swaps
+    and copies of a step that preempted everything it ran (`transfer_time_of`), an async step's own time
+    (`StepCostModel.empty_step_s`)."""
     if plan is None:
         return dummy_s
     if not sched.running:
         return dummy_s + transfer_time_of(cost, plan)
-    seconds = step_seconds(sched, cost, plan, now)
-    return seconds if _computes(plan) else seconds + dummy_s
+    if not _computes(plan):  # its own step's transfers, then the dummy batch's forward pass
+        return step_seconds(sched, cost, plan, now) + dummy_s
+    return step_seconds(sched, cost, plan, now, expert_tokens)
 
 
 def _next_arrival(fleet) -> float | None:

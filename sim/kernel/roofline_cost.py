@@ -92,7 +92,12 @@ class StepCostModel:
         self._t_weights = m.weight_bytes_per_gpu(tp, fixed) / bytes_s
         # the routed experts are split over every data-parallel rank's GPUs (`allocators.expert_parallel`), and in
         # vLLM's lock-step MoE layers each GPU runs the tokens of every rank through its share (`weights_time`)
-        self._t_routed = routed / routed_divisor(m, tp, self.data_parallel, self.expert_parallel) / bytes_s
+        divisor = routed_divisor(m, tp, self.data_parallel, self.expert_parallel)
+        self._t_routed = routed / divisor / bytes_s
+        # a lock-step's token FLOPs split (`step_time`'s ``expert_tokens``): a rank's own layers per token of its
+        # batch, and per token of the shared step the FLOPs of the routed experts its fullest GPU holds
+        self._t_own_token_flops = roofline.non_expert_token_flops_per_gpu(m, tp) / flops_s
+        self._t_expert_token_flops = roofline.routed_token_flops(m) / divisor / flops_s
         self._t_kv_read = kv * ovh / tp / bytes_s
         self._t_kv_write = kv / tp / bytes_s
         # a pool slot is one token's KV in `slot_frac` of the layers (a hybrid pool's group slot: `unit` layers)
@@ -122,16 +127,26 @@ class StepCostModel:
             self._t_index_read = indexer * ovh / bytes_s
             self._t_latent_read = self._t_kv_read - self._t_index_read
 
-    def weights_time(self, tokens: int) -> float:
+    def weights_time(self, tokens: int, expert_tokens: int | None = None) -> float:
         """Seconds to read the weights a step of ``tokens`` tokens (decode and prefill) needs: all of a dense
         model's; a mixture of experts' shared part and its routed experts' expected touched share
-        (`roofline.step_weight_bytes`). The one place a step's weight time is computed: `step_time` and the
-        decode runs' closed forms (`_decode_lines`, constant ``tokens`` along a run) both call it."""
+        (`roofline.step_weight_bytes`), touched by ``expert_tokens`` (`step_time`). The one place a step's
+        weight time is computed: `step_time` and the decode runs' closed forms (`_decode_lines`, constant
+        ``tokens`` along a run) both call it."""
         if not self._t_routed:
             return self._t_weights
-        # with data parallelism every rank's tokens reach each GPU's experts; taken as ranks as full as this one
-        touching = tokens * self.data_parallel
+        # with data parallelism every rank's tokens reach each GPU's experts: a lock-step gives their sum; a step
+        # priced without it (a drafter's passes) takes the ranks as full as this one
+        touching = tokens * self.data_parallel if expert_tokens is None else expert_tokens
         return self._t_weights + self._t_routed * roofline.expert_read_fraction(self.model, touching)
+
+    def _token_compute(self, tokens: int, expert_tokens: int | None) -> float:
+        """Seconds of a step's per-token FLOPs: ``tokens`` through every layer (`roofline.token_flops_per_gpu`),
+        or, given ``expert_tokens`` (`step_time`), ``tokens`` through the rank's own layers and ``expert_tokens``
+        through the routed experts this GPU holds."""
+        if expert_tokens is None:
+            return tokens * self._t_token_flops
+        return tokens * self._t_own_token_flops + expert_tokens * self._t_expert_token_flops
 
     def empty_step_s(self) -> float:
         """How long an engine step that schedules nothing takes (vLLM's, while the engine waits for KV loads it
@@ -157,7 +172,8 @@ class StepCostModel:
     def step_time(self, prefill_tokens: int, decode_seqs: int, context_tokens: int, copies: int = 0,
                   swap_blocks: int = 0, attention_pairs: int | None = None, *, copy_slots: int | None = None,
                   swap_slots: int | None = None, prefill_seqs: int | None = None, page_maps: int = 0,
-                  window_context: int | None = None, window_pairs: int | None = None) -> float:
+                  window_context: int | None = None, window_pairs: int | None = None,
+                  expert_tokens: int | None = None) -> float:
         """Seconds for one step. ``context_tokens``: KV tokens attention reads; ``attention_pairs``: query-key
         pairs (default ``context_tokens``, exact for decode; prefill chunks pass their triangle).
         ``prefill_seqs``: sequences the prefill tokens belong to (default: one if there are any).
@@ -168,21 +184,27 @@ class StepCostModel:
         ``copies`` and ``swap_blocks`` count copy-on-write copies and swap transfers; ``copy_slots`` and
         ``swap_slots`` are the token slots they move (`StepPlan`), which is what is charged. Without them
         every copy and transfer is taken to be one block of ``block_size`` slots (exact for paged allocators,
-        not for a contiguous slab). ``page_maps``: page sets mapped this step (`transfer_time`)."""
+        not for a contiguous slab). ``page_maps``: page sets mapped this step (`transfer_time`).
+
+        ``expert_tokens``: the tokens this step's routed experts run on each GPU where that is not this step's
+        own, a mixture of experts' data-parallel lock-step (`sim.kernel.lockstep`): vLLM gathers every rank's
+        tokens of the shared step into each GPU's MoE layers, so their FLOPs (that sum's, over the GPUs sharing
+        the experts) and the expert weights they touch follow that sum; the rest of the step is this rank's own.
+        None (every independent clock): the step's own tokens, times ``data_parallel`` (`weights_time`)."""
         tokens = prefill_tokens + decode_seqs
         if tokens == 0 and copies == 0 and swap_blocks == 0 and not copy_slots and not swap_slots and not page_maps:
             return 0.0
         pairs = context_tokens if attention_pairs is None else attention_pairs
         read = context_tokens
         if self.sparse:
-            compute, memory = self._sparse_terms(tokens, pairs, read, window_context, window_pairs)
+            compute, memory = self._sparse_terms(tokens, pairs, read, window_context, window_pairs, expert_tokens)
         elif self.window_frac and window_context is not None:
             fw = self.window_frac
             pairs -= fw * (pairs - (window_context if window_pairs is None else window_pairs))
             read -= fw * (read - window_context)
         if not self.sparse:
-            compute = tokens * self._t_token_flops + pairs * self._t_pair_flops
-            memory = self.weights_time(tokens) + read * self._t_kv_read + tokens * self._t_kv_write
+            compute = self._token_compute(tokens, expert_tokens) + pairs * self._t_pair_flops
+            memory = self.weights_time(tokens, expert_tokens) + read * self._t_kv_read + tokens * self._t_kv_write
         longer, shorter = (compute, memory) if compute > memory else (memory, compute)
         t = self.step_overhead_s + longer
         if self.seq_overhead_s:
@@ -226,14 +248,15 @@ class StepCostModel:
         return one_pass(tokens, pairs, context) + (passes - 1) * one_pass(seqs, draft_context, draft_context)
 
     def _sparse_terms(self, tokens: int, pairs: float, read: float, window_context: int | None,
-                      window_pairs: int | None) -> tuple[float, float]:
+                      window_pairs: int | None, expert_tokens: int | None = None) -> tuple[float, float]:
         """(compute, memory) seconds of a sparse MLA model's step: attention over the pairs and latent reads
         clipped to ``index_topk`` keys a query (``window_context``, ``window_pairs``: the scheduler's clipped
-        figures, the full ones where not given), the indexer over all of them."""
+        figures, the full ones where not given), the indexer over all of them; ``expert_tokens``: `step_time`'s."""
         top_read = read if window_context is None else window_context
         top_pairs = pairs if window_context is None else window_context if window_pairs is None else window_pairs
-        compute = (tokens * self._t_token_flops + top_pairs * self._t_pair_flops + pairs * self._t_index_pair)
-        memory = (self.weights_time(tokens) + top_read * self._t_latent_read + read * self._t_index_read
+        compute = (self._token_compute(tokens, expert_tokens) + top_pairs * self._t_pair_flops
+                   + pairs * self._t_index_pair)
+        memory = (self.weights_time(tokens, expert_tokens) + top_read * self._t_latent_read + read * self._t_index_read
                   + tokens * self._t_kv_write)
         return compute, memory
 
