@@ -177,6 +177,10 @@ class Allocator(ABC):
     knows_own_hashes: bool = False
     """Whether `admit` takes ``own_from`` to tell, as a sequence grows, a block other requests may carry (a
     session turn's output) from one of its own (`shared_fill`), whether or not it parks its own blocks."""
+    knows_prompt: bool = False
+    """Whether `admit` takes ``prompt_tokens``, the request's prompt, and ``request_tokens``, all its tokens (a
+    resumed one's include its output; an admission may place a first chunk only): vLLM's hybrid manager caches a
+    window group's blocks by where its prompt and a shared prefix end (`allocators.window_retention`)."""
 
     def __init__(self, capacity_slots: int, *, block_size: int, max_model_len: int, placement: str,
                  prefix_caching: bool, watermark: float) -> None:

@@ -21,9 +21,11 @@ fast-forward re-reads the breakdown after every call).
 Prefix caching (vLLM's ``HybridKVCacheCoordinator``): a block is cached under its hash and its group, a
 full-attention group hits on a prefix whose every block is cached, a window group on a prefix whose last
 ``cdiv(window - 1, block_size)`` blocks are (the blocks before it become nulls), and the hit is the longest
-prefix every group accepts. With a host tier a needed block may be cached on the host instead (`HOST` in a
-lookup): it is loaded into a new block at admission, and the tokens the tier adds to the GPU's own hit are the
-admission's ``host_tokens``. The read-only side and the audit are in ``hybrid_queries.py``.
+prefix every group accepts; a window group caches only the blocks that can end such a hit (vLLM 0.33's
+``--prefix-cache-retention-interval``, ``window_retention.py``). With a host tier a needed block may be cached
+on the host instead (`HOST` in a lookup): it is loaded into a new block at admission, and the tokens the tier
+adds to the GPU's own hit are the admission's ``host_tokens``. The read-only side and the audit are in
+``hybrid_queries.py``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Sequence
 from allocators.base import NO_COPIES, Admission, Copy, cdiv
 from allocators.hybrid_queries import HOST, HybridQueries, HybridSeq
 from allocators.kv_cache_groups import skipped_blocks
+from allocators.window_retention import retained_blocks
 
 _NO_HITS = Admission()
 
@@ -49,10 +52,14 @@ class HybridPagedAllocator(HybridQueries):
     # -- state changes ---------------------------------------------------------------------------------
     def admit(self, seq_id: int, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None,
               block_hashes: Sequence[int] = (), full_tokens: int | None = None,
-              apply_watermark: bool = True) -> Admission | None:
+              apply_watermark: bool = True, prompt_tokens: int | None = None,
+              request_tokens: int | None = None) -> Admission | None:
         """As `PagedAllocator.admit`: blocks for ``num_tokens`` in every group (prefix hits included), the
         window groups keeping what the first uncached token needs; ``full_tokens``: admit only if that many
-        tokens would fit; the watermark only when ``apply_watermark``."""
+        tokens would fit; the watermark only when ``apply_watermark``. ``prompt_tokens``: the request's prompt
+        (a resumed one's tokens include its output; default ``num_tokens``), whose replay boundary a window
+        group caches under sparse retention (`window_retention`); ``request_tokens``: all its tokens (default
+        ``num_tokens``), up to which vLLM looks the full groups' hit up for its shared-prefix junction."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
@@ -69,6 +76,9 @@ class HybridPagedAllocator(HybridQueries):
                if self.host_tier is not None and any(HOST in h for h in hits) else None)
         bs, pool, ref = self.block_size, self._pool, self._ref
         num_hit = len(hits[0]) if hits else 0
+        reach = (self._reachable(block_hashes, max(looked_up, request_tokens or 0), num_hit if gpu is None else gpu,
+                                 num_tokens if prompt_tokens is None else prompt_tokens)
+                 if self.prefix_caching and self.retention_interval is not None else ())  # looked up before any pop
         length = cdiv(num_tokens, bs)
         hits = hits or [[] for _ in self.groups]
         n, loads = len(self.groups), []
@@ -97,6 +107,7 @@ class HybridPagedAllocator(HybridQueries):
         s.skipped = [sum(1 for b in t[:num_hit] if b == 0) for t in tables]
         s.num_hashed = num_hit
         s.before = s.at_start = num_hit * bs  # computed before the step that admits it
+        s.reach = reach
         self._seqs[seq_id] = s
         self._skip(s, num_hit * bs)
         self._settle(s)
@@ -104,6 +115,13 @@ class HybridPagedAllocator(HybridQueries):
         if loads:
             return Admission(cached_tokens=num_hit * bs, host_tokens=(num_hit - gpu) * bs, host_blocks=len(loads))
         return Admission(cached_tokens=num_hit * bs) if num_hit else _NO_HITS
+
+    def _reachable(self, block_hashes: Sequence[int], looked_up: int, gpu_hit: int, prompt: int) -> tuple[int, ...]:
+        """The positions whose window tails a sequence caches under sparse retention: its prompt's replay
+        boundary, and the shared-prefix junction when the full groups alone hit more than the ``gpu_hit``
+        blocks every group does (vLLM's ``shared_prefix_boundary``, from its local lookup)."""
+        full = self._full_hit(block_hashes, looked_up)
+        return (prompt - 1, full * self.block_size) if full > gpu_hit else (prompt - 1,)
 
     def _load(self, g: int, table: list[int], block_hashes: Sequence[int]) -> None:
         """Put a new block of group ``g`` in place of each `HOST` entry of ``table`` (a hit's blocks), holding
@@ -225,15 +243,19 @@ class HybridPagedAllocator(HybridQueries):
 
     def _cache_full_blocks(self, s: HybridSeq) -> None:
         """Cache every live block full by now under its hash and group (vLLM caches a block when the step that
-        fills it is scheduled); blocks below ``num_hashed`` are settled already."""
+        fills it is scheduled), a window group's only where its retention keeps it (`window_retention`); blocks
+        below ``num_hashed`` are settled already."""
         full = min(s.tokens // self.block_size, len(s.hashes))
         if s.num_hashed >= full:
             return
-        cache, n = self._cache, len(self.groups)
+        cache, n, start = self._cache, len(self.groups), s.num_hashed
         for g, table in enumerate(s.tables):
-            for i in range(s.num_hashed, full):
+            need = self._needs[g]
+            mask = None if need is None else retained_blocks(start, full, need=need, interval=self.retention_interval,
+                                                             boundaries=s.reach, block_size=self.block_size)
+            for i in range(start, full):
                 b = table[i]
-                if b and cache.block_hash[b] is None:
+                if b and cache.block_hash[b] is None and (mask is None or mask[i - start]):
                     cache.insert(b, s.hashes[i] * n + g)
         self.hit_changes += full - s.num_hashed
         s.num_hashed = full

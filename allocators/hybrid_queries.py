@@ -25,6 +25,7 @@ from allocators.base import (
 )
 from allocators.block_pool import BlockPool, pool_size
 from allocators.kv_cache_groups import group_slots, split_kv_groups
+from allocators.window_retention import check_retention_interval
 
 HOST = -1
 """`HybridQueries._lookup`'s entry for a block cached only in the host tier (block ids are >= 0)."""
@@ -35,10 +36,11 @@ class HybridSeq:
     leading nulls of each table (``skipped``), and its last block's ``room`` (tokens appendable before the
     allocator has work: a new block or a window free) and ``res`` (slots it will still fill there).
     ``computed``: the most computed tokens its windows were freed for, at most ``tokens - 1`` except after a
-    refused growth (vLLM frees by the tokens computed before a step even when the step's blocks are refused)."""
+    refused growth (vLLM frees by the tokens computed before a step even when the step's blocks are refused).
+    ``reach``: the token positions whose window tails it caches under sparse retention (`window_retention`)."""
 
     __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed", "computed",
-                 "before", "at_start")
+                 "before", "at_start", "reach")
 
     def __init__(self, tables: list[list[int]], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
         self.tables, self.tokens, self.final, self.hashes = tables, tokens, final, hashes
@@ -47,6 +49,7 @@ class HybridSeq:
         # with windows freed on the processed-token basis (async scheduling): its tokens as the previous step
         # and the current one began (`HybridPagedAllocator.begin_step`)
         self.before = self.at_start = 0
+        self.reach: tuple[int, ...] = ()
 
 
 def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n: int, g: int, length: int,
@@ -99,6 +102,7 @@ class HybridQueries(Allocator):
     blocks under their group keys, in host blocks of one group block each (write-back only)."""
 
     supports_host_tier = True
+    knows_prompt = True
 
     def attach_host_tier(self, tier, *, to_end: bool = False) -> bool:
         """`Allocator.attach_host_tier`, refusing a write-through tier: storing a window group's blocks as
@@ -112,13 +116,19 @@ class HybridQueries(Allocator):
 
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
-                 kv_groups: Sequence = (), max_num_batched_tokens: int | None = None) -> None:
+                 kv_groups: Sequence = (), max_num_batched_tokens: int | None = None,
+                 prefix_cache_retention_interval: int | None = 0) -> None:
         """``max_num_batched_tokens``: the scheduler's token budget, the tokens a step has in flight, which
-        bounds what a window group holds per request (`admission_caps`); None: a prompt's whole length."""
+        bounds what a window group holds per request (`admission_caps`); None: a prompt's whole length.
+        ``prefix_cache_retention_interval``: vLLM's, which window blocks are cached (`window_retention`; 0 is
+        vLLM 0.33's default, None caches every full block)."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
         self.windows = [g.window for g in self.groups]
+        check_retention_interval(prefix_cache_retention_interval, block_size, any(w is not None for w in self.windows))
+        self.retention_interval = prefix_cache_retention_interval
+        self._needs = [None if w is None else cdiv(w - 1, block_size) for w in self.windows]  # a hit's tail blocks
         self.admission_caps = [None if w is None or max_num_batched_tokens is None
                                else cdiv(min(w - 1 + max_num_batched_tokens, self.max_model_len), block_size) + 1
                                for w in self.windows]
@@ -236,6 +246,19 @@ class HybridQueries(Allocator):
                 if hit < length:
                     length, changed = hit, True
         return length
+
+    def _full_hit(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        """The blocks of the longest prefix every full-attention group has cached on the GPU (0 without one): with
+        a shorter hit of every group, vLLM's ``shared_prefix_boundary`` (`window_retention`)."""
+        get, n = self._cache.getter, len(self.groups)
+        length = min((num_tokens - 1) // self.block_size, len(block_hashes))
+        full = [g for g, w in enumerate(self.windows) if w is None]
+        if not full or not self.prefix_caching:
+            return 0
+        hit = 0
+        while hit < length and all(get(block_hashes[hit] * n + g) is not None for g in full):
+            hit += 1
+        return hit
 
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
         return self._hit_blocks(block_hashes, num_tokens) * self.block_size

@@ -148,3 +148,28 @@ decode_context_parallel_option = vllm_option("--decode-context-parallel-size", "
                                              type=int, default=1, show_default=True,
                                              help=DECODE_CONTEXT_PARALLEL_HELP)
 """``--decode-context-parallel-size`` (and vLLM's ``-dcp``; the `SimConfig` field of the same name)."""
+
+
+class _IntOrNone(click.ParamType):
+    """An integer, or ``None`` spelled out (vLLM's engine arguments of type ``int | None`` parse it so)."""
+
+    name = "INTEGER|None"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        if str(value) == "None":
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither an integer nor None", param, ctx)
+
+
+RETENTION_HELP = ("Which full blocks a sliding-window KV cache group keeps in the prefix cache (vLLM 0.33's flag): "
+                  "0 only those a hit can end on, before the prompt's last token and a shared prefix's end; K > 0 "
+                  "also one window's worth every K tokens (a multiple of --block-size); None every block "
+                  "(vLLM before 0.33). Full-attention groups keep every block either way.")
+retention_option = vllm_option("--prefix-cache-retention-interval", "prefix_cache_retention_interval",
+                               type=_IntOrNone(), default=0, show_default=True, help=RETENTION_HELP)
+"""``--prefix-cache-retention-interval`` (the `SimConfig` field of the same name)."""

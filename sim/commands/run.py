@@ -28,6 +28,7 @@ from sim.commands.options import (
     enforce_eager_option,
     expert_parallel_option,
     kv_cache_dtype_option,
+    retention_option,
     vllm_lookalike_options,
     vllm_spellings,
 )
@@ -211,6 +212,7 @@ def simulation_options(func):
         data_parallel_option,
         expert_parallel_option,
         decode_context_parallel_option,
+        retention_option,
         _field_option("--router-load-weight", type=float,
                       help="prefix-aware: weight of a replica's pending prefill tokens against the prompt "
                            "tokens the request would compute there."),

@@ -202,6 +202,7 @@ class SimConfig:
     kv_transfer_gb_s: float = 50.0  # each GPU's link, GB/s (`sim.kernel.kv_transfer.DEFAULT_KV_TRANSFER_GB_S`)
     kv_transfer_latency_s: float = 0.0  # each pull's fixed latency
     decode_context_parallel_size: int = 1  # vLLM's engine argument (`allocators.decode_context_parallel`)
+    prefix_cache_retention_interval: int | None = 0  # vLLM's engine argument (`allocators.window_retention`)
 
     def _unchecked(self, given: dict[str, tuple[object, object]]) -> list[str]:
         """``flag value`` for each of ``given`` (flag -> (its value, the one vLLM's scheduler was checked with))

@@ -395,7 +395,10 @@ class KVMemory:
 
     def _own(self, group: SequenceGroup) -> dict[str, int]:
         """``own_from`` for `admit`, where the allocator takes it (``knows_own_hashes``: it parks own blocks, or
-        tells a fill of a block others may carry from one of a request's own)."""
+        tells a fill of a block others may carry from one of a request's own); ``prompt_tokens`` and
+        ``request_tokens`` where it takes them (``knows_prompt``)."""
+        if self._alloc.knows_prompt:
+            return {"prompt_tokens": group.prompt, "request_tokens": group.prefill_target}
         return {"own_from": group.own_from} if self.knows_own else {}
 
     def register_prefix(self, group: SequenceGroup) -> None:

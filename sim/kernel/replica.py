@@ -22,6 +22,7 @@ from allocators.mamba_layout import mamba_run_refusal
 from allocators.option_use import hands_out_blocks
 from allocators.slab_layout import SlabLayout, ring_options, slab_layout
 from allocators.vattention import page_options
+from allocators.window_retention import check_retention_interval
 from sim.kernel.block_size import run_block_size, scheduler_block_size
 from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
@@ -195,7 +196,11 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     # request that can never fit (`HybridQueries.never_fits`), which keeps one step's tokens.
     two = config.async_scheduling and config.scheduler_reserve_full_isl
     in_flight = config.max_num_batched_tokens * (2 if two else 1)
-    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=in_flight, **options) if groups
+    retention = config.prefix_cache_retention_interval
+    if not groups:  # vLLM's check where no KV cache group slides (a positive interval would do nothing)
+        check_retention_interval(retention, block_size, has_window=False)
+    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=in_flight,
+                                  prefix_cache_retention_interval=retention, **options) if groups
              else make_allocator(config.allocator, kv_tokens, **options,
                                  **page_options(allocator_class(config.allocator), model, config.page_size_kib,
                                                 kv_tokens, config.tensor_parallel),

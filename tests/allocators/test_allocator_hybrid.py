@@ -123,10 +123,12 @@ def test_lazy_growth_by_headroom_matches_token_by_token():
 
 def test_prefix_hit_needs_only_the_window_blocks():
     """A window group's early blocks can be evicted and a request with the same prompt still hits its whole
-    prefix: the window group takes nulls for them and only the last cdiv(window - 1, block_size) blocks."""
+    prefix: the window group takes nulls for them and only the last cdiv(window - 1, block_size) blocks. Dense
+    retention (vLLM's ``--prefix-cache-retention-interval None``), whose window group caches every full block."""
     bs, window, prompt = 4, 8, 40
     groups = (KVGroupFixture("sw", "sliding_window", 1, window, 100), KVGroupFixture("full", "full", 1, None, 100))
-    a = HybridPagedAllocator(60, block_size=bs, kv_groups=groups, prefix_caching=True)  # 30 blocks, 29 usable
+    a = HybridPagedAllocator(60, block_size=bs, kv_groups=groups, prefix_caching=True,
+                             prefix_cache_retention_interval=None)  # 30 blocks, 29 usable
     hashes = list(range(100, 100 + prompt // bs))
     a.admit(0, prompt, final_tokens=prompt + 8, block_hashes=hashes)
     a.grow(0, 1)  # the first decode step frees the window's early blocks (cached, in the free queue)
@@ -161,9 +163,10 @@ def test_a_refused_chunk_frees_its_windows_blocks_before_the_preemption_does():
     has freed them when the preemption that follows frees its victim's: they are evicted first, the victim's
     cached blocks after them (kvsim freed them only on the retry, after the victim's, and evicted a cached
     window block more, which cost later hits: 7 requests' hits and 14 steps in the harness's
-    ``hybrid_small_budget_threshold``)."""
+    ``hybrid_small_budget_threshold``). Dense retention: every full window block is cached."""
     groups = (KVGroupFixture("sw", "sliding_window", 1, 8, 100), KVGroupFixture("full", "full", 1, None, 100))
-    a = HybridPagedAllocator(22, block_size=4, kv_groups=groups, prefix_caching=True)  # 10 usable blocks
+    a = HybridPagedAllocator(22, block_size=4, kv_groups=groups, prefix_caching=True,
+                             prefix_cache_retention_interval=None)  # 10 usable blocks
     a.admit(0, 12, final_tokens=20, block_hashes=[1, 2, 3, 4])
     a.admit(1, 8, final_tokens=8, block_hashes=[7, 8])
     assert a.num_free_blocks == 0 and a.block_tables(0) == ((1, 2, 3), (4, 5, 6))

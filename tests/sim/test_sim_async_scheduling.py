@@ -51,7 +51,10 @@ def test_the_async_references_cover_the_synchronous_cases():
                           "hybrid_max_num_seqs", "hybrid_max_model_len_capped", "parallel_sampling",
                           "parallel_sampling_priority", "hybrid_parallel_sampling", "sessions_open_loop",
                           "hybrid_sessions", "offload_sessions", "offload_shared_prefix", "offload_arc_sessions",
-                          "offload_arc_shared_prefix", "offload_whole_prompts"}
+                          "offload_arc_shared_prefix", "offload_whole_prompts",
+                          # vLLM 0.33's default sparse window retention above; dense and periodic here
+                          "hybrid_contended_dense", "hybrid_shared_prefix_dense", "hybrid_sessions_dense",
+                          "hybrid_retention_interval_256"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -239,11 +239,13 @@ def test_radix_with_a_host_tier_fast_forward_equals_step_by_step(block_size, row
 def test_a_small_gpu_with_unlimited_host_memory_hits_the_whole_theoretical_reuse(allocator, model):
     """The same trace in a GPU pool of 1,024 tokens (two requests' worth), behind a host tier too large to
     evict anything: every block the GPU drops is found on the host. gpt-oss-20b and gemma-3-12b run on vLLM's
-    hybrid pool (sliding-window groups beside a full one)."""
+    hybrid pool (sliding-window groups beside a full one), with its dense window retention (``None``: every full
+    block cached, as the theoretical reuse counts them; vLLM 0.33's default 0 caches a window group's blocks only
+    before a prompt's last token and a shared prefix's end)."""
     w, ids = hashed_trace()
     expected = theoretical_hits(ids, w.prompt_tokens.tolist(), 16)
     r = run_simulation(SimConfig(allocator=allocator, model=model, gpu="h100-80gb", kv_tokens=1024,
-                                 cpu_offload_gib=64.0, memory_snapshots=0), w)
+                                 cpu_offload_gib=64.0, memory_snapshots=0, prefix_cache_retention_interval=None), w)
     assert r.requests["cached_tokens"].tolist() == expected
     assert r.summary["host_hit_tokens"] > 0 and r.summary["preemptions"] == 0
 

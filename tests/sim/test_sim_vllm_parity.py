@@ -33,7 +33,10 @@ def test_the_harness_covers_the_required_cases():
                           "hybrid_long_prompts_2048", "hybrid_long_prompts_8192", "hybrid_block_size_32",
                           "hybrid_block_size_256", "hybrid_offline_burst", "hybrid_max_num_seqs",
                           "hybrid_shared_prefix_uncached", "hybrid_max_model_len_capped",
-                          "hybrid_parallel_sampling"}
+                          "hybrid_parallel_sampling",
+                          # vLLM 0.33's default sparse window retention above; dense and periodic here
+                          "hybrid_contended_dense", "hybrid_shared_prefix_dense", "hybrid_sessions_dense",
+                          "hybrid_retention_interval_256"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -154,7 +154,21 @@ CASES: dict[str, dict] = {
                                                 samples=(1, 2, 4, 8)),
                                      trace_of="parallel_sampling", num_blocks=350, parallel_sampling="fan-out",
                                      sliding_window=128),
+    # vLLM's periodic sliding-window retention: besides the blocks before a prompt's end and a shared prefix's, a
+    # window group keeps the 8 blocks (window 128) that end every 256-token segment, which later turns can hit
+    "hybrid_retention_interval_256": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                                     turn_gap=(5, 60)), trace_of="sessions_open_loop", num_blocks=700,
+                                          sliding_window=128, prefix_cache_retention_interval=256),
 }
+# vLLM's dense sliding-window retention (``--prefix-cache-retention-interval None``: a window group caches every
+# full block, as before vLLM 0.33 made 0 the default) on the hybrid cases whose outputs it changes
+DENSE = ("hybrid_long_prompts_2048", "hybrid_long_prompts_8192", "hybrid_contended", "hybrid_shared_prefix",
+         "hybrid_sessions", "hybrid_reserve_full_isl_off", "hybrid_long_prefill_threshold",
+         "hybrid_small_budget_threshold", "hybrid_priority", "hybrid_priority_contended", "hybrid_block_size_32",
+         "hybrid_block_size_256", "hybrid_offline_burst", "hybrid_max_num_seqs", "hybrid_max_model_len_capped",
+         "hybrid_parallel_sampling")
+CASES |= {f"{name}_dense": CASES[name] | dict(trace_of=CASES[name].get("trace_of", name),
+                                             prefix_cache_retention_interval=None) for name in DENSE}
 DEFAULTS = dict(block_size=16, max_num_batched_tokens=2048, max_num_seqs=256, enable_prefix_caching=True,
                 long_prefill_token_threshold=0, scheduler_reserve_full_isl=True, scheduling_policy="fcfs",
                 max_model_len=16384)
@@ -179,7 +193,8 @@ def driver_args(name: str, trace: Path, out: Path | None = None) -> SimpleNamesp
                            cpu_offload_blocks=s.get("cpu_offload_blocks", 0),
                            offload_prompt_only=s.get("offload_prompt_only", True),
                            offload_eviction_policy=s.get("offload_eviction_policy", "lru"),
-                           sliding_window=s.get("sliding_window", 0))
+                           sliding_window=s.get("sliding_window", 0),
+                           prefix_cache_retention_interval=s.get("prefix_cache_retention_interval", 0))
 
 
 def write_trace(name: str, path: Path, seed: int = 0) -> None:

@@ -50,6 +50,7 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         scheduler_reserve_full_isl=settings["scheduler_reserve_full_isl"],
         scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
         parallel_sampling=settings.get("parallel_sampling", "auto"),
+        prefix_cache_retention_interval=settings.get("prefix_cache_retention_interval", 0),
         memory_snapshots=0, **host, **spec_options(settings))
 
 

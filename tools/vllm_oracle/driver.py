@@ -83,7 +83,10 @@ def build_scheduler(args):
     if args.watermark:
         sched_kwargs["watermark"] = args.watermark
     scheduler_config = SchedulerConfig(**sched_kwargs)
-    cache_config = CacheConfig(block_size=args.block_size, enable_prefix_caching=args.prefix_caching)
+    retention = getattr(args, "prefix_cache_retention_interval", 0)  # vLLM's default; "None": dense
+    retention = None if retention in (None, "None") else int(retention)
+    cache_config = CacheConfig(block_size=args.block_size, enable_prefix_caching=args.prefix_caching,
+                               prefix_cache_retention_interval=retention)
     spec = FullAttentionSpec(block_size=args.block_size, num_kv_heads=4, head_size=32, dtype=torch.float16)
     offload = {}
     if args.cpu_offload_blocks:
@@ -114,6 +117,9 @@ def build_scheduler(args):
                                         layers=[name for g in groups for name in g.layer_names],
                                         layer_stride=0, block_stride=spec.page_size_bytes)],
         kv_cache_groups=groups,
+        # as the engine copies it (``kv_cache_planning.py``): KVCacheConfig's own default (None, dense) is not
+        # vLLM's, CacheConfig's 0 (sparse sliding-window retention) is
+        prefix_cache_retention_interval=cache_config.prefix_cache_retention_interval,
     )
     cache_config.num_gpu_blocks = args.num_blocks
     block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
@@ -362,6 +368,8 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=200_000)
     p.add_argument("--sliding-window", type=int, default=0,
                    help="a sliding-window KV cache group of this window beside the full one (vLLM's hybrid manager)")
+    p.add_argument("--prefix-cache-retention-interval", default="0",
+                   help="vLLM's engine argument (0: a window group caches its reachable blocks only; None: all)")
     p.add_argument("--cpu-offload-blocks", type=int, default=0, help="vLLM's OffloadingConnector with N host blocks")
     p.add_argument("--offload-prompt-only", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--num-speculative-tokens", type=int, default=0,
