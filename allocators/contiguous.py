@@ -11,31 +11,30 @@ Accounting of one sequence with ``t`` tokens, final length ``f``, requested slab
 
 Sliding-window layers (``kv_groups`` with a window: gpt-oss, Gemma 3, Mistral) keep their KV in ring buffers of
 the window's size (`allocators.slab_layout`), so a request reserving ``L`` tokens takes ``footprint(L) = full x
-L + sum(ring x min(L, W))`` slots, in two slabs (`SlabLayout.pieces`) placed apart in the one arena::
+L + sum(ring x min(L, W))`` slots, in a slab per unit of layers (`SlabLayout.pieces`: the KV groups' common
+byte unit; gpt-oss-20b 1 full and 1 ring, Gemma-3-12B 1 and 5) placed apart in the one arena::
 
-    | full layers: full x L slots |     ...     | rings: ring x min(L, W) slots, one ring after another |
+    | full layers: L slots per unit |     ...     | a ring: min(L, W) slots per unit | ... |
 
-Two slabs, because preallocated caches keep the window layers' KV in tensors of their own, apart from the full
-layers' (HF transformers' `StaticCache`, Mistral's `RotatingBufferCache`: `allocators.slab_layout`); so each slab
-is placed, and under buddy placement rounded, on its own. One slab of the sum would be rounded whole:
-gpt-oss-20b's Max slab of 131,072 + 128 slots would take a 262,144-slot block, as many as 131,072 whole tokens
-took, and the rings would fit no more requests; as two, it takes 131,072 + 128. Rounded apart, the two can also
-take more than their sum rounded: Gemma-3-12B's 1,024-token Oracle slab is 1,024 full-layer slots and 5,120 ring
-slots, buddy blocks of 1,024 and 8,192 where one slab of 6,144 took 8,192 (`kvsim capacity`, 512 + 512 tokens: 96
-requests as one slab, 85 as two): the rings' part is rounded as one block though it holds 40 layers' buffers,
-where slabs of a layer each would round nothing here, at 48 placements a request. Both slabs are in one arena, not
-a full-layer arena and a window-layer arena: a static split of the pool would have to guess the ratio of the two
-demands, which moves with the lengths against the window (a request of 4 windows' length needs 4 times as much
-full-layer memory as ring memory, one shorter than the window as much of each), so one arena would refuse requests
-while the other held free memory no request could use, which the breakdown would have to call free (it is not
-usable) or external fragmentation (it is not the placement's doing). A request places both slabs or neither (the
-first is given back when the second finds no room), and frees both; a swap moves them in a transfer each, a fork
-copies each into its counterpart.
+Apart, because preallocated caches keep each layer's KV in a tensor of its own (HF transformers' `StaticCache`,
+Mistral's `RotatingBufferCache`: `allocators.slab_layout`); so each slab is placed, and under buddy placement
+rounded, on its own, a power of two of positions. One slab of the sum would be rounded whole: gpt-oss-20b's Max
+slab of 131,072 + 128 slots would take a 262,144-slot block, as many as 131,072 whole tokens took, and the rings
+would fit no more requests; apart it takes 131,072 + 128. Nor one slab of all the rings: Gemma-3-12B's 1,024-token
+Oracle request would round 5,120 ring slots to 8,192 (`kvsim capacity`, 512 + 512 tokens: 85 requests), where
+five slabs of 1,024 round nothing (128, as many as whole tokens fit at that length). All slabs are in one arena,
+not a full-layer arena and a window-layer arena: a static split of the pool would have to guess the ratio of the
+two demands, which moves with the lengths against the window (a request of 4 windows' length needs 4 times as
+much full-layer memory as ring memory, one shorter than the window as much of each), so one arena would refuse
+requests while the other held free memory no request could use, which the breakdown would have to call free (it
+is not usable) or external fragmentation (it is not the placement's doing). A request places all its slabs or
+none (those placed are given back when one finds no room), and frees all; a swap moves them in a transfer each, a
+fork copies each into its counterpart.
 
-The accounting above holds in slots over the request's two slabs: token states ``footprint(t)`` (a window
-layer's token counts at most ``W`` tokens back), reservation ``footprint(min(f, L)) - footprint(t)``, internal
-the rest of the two slabs, external the placement's rounding of each; the five shares still sum to the pool
-exactly. A model of window layers alone (Mistral-7B) has no full layers: one slab, its rings. A model without
+The accounting above holds in slots over the request's slabs: token states ``footprint(t)`` (a window layer's
+token counts at most ``W`` tokens back), reservation ``footprint(min(f, L)) - footprint(t)``, internal the rest of
+the slabs, external the placement's rounding of each; the five shares still sum to the pool exactly. A model of
+window layers alone (Mistral-7B) has no full layers: its ring slabs only. A model without
 windows has no layout: one slab, a slot a token in every layer, and nothing above changes.
 
 The kernel corrects the allocator's counts by the tokens it knows better, at ``slots_per_token`` slots each

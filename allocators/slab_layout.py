@@ -11,14 +11,15 @@ full-attention layer and ``min(L, W)`` in each window layer, and holds live KV i
 ``t`` tokens (a prefill longer than the window writes only its last ``W`` tokens' KV there, as
 `RotatingBufferCache` does; the activations of the chunk are not KV memory).
 
-A request's slab is two slabs, placed in the pool apart (`SlabLayout.pieces`): the full layers' part and the
-rings' part, as preallocated caches of hybrid models hold them: HF transformers' `StaticCache` (5.20,
+A request's slab is a slab per unit of layers (below), placed in the pool apart (`SlabLayout.pieces`), as
+preallocated caches of hybrid models hold them: HF transformers' `StaticCache` (5.20,
 ``cache_utils.py``) builds a layer object per layer, a `StaticLayer` allocating ``keys``/``values`` of
 ``max_cache_len`` positions for a full-attention layer and a `StaticSlidingWindowLayer` allocating
 ``min(sliding_window, max_cache_len)`` for a window layer, each its own ``torch.zeros`` tensor; Mistral's
 `RotatingBufferCache` is likewise a tensor of the window layers alone. No buffer spans both kinds of layer, so
-each part is sized, and under buddy placement rounded, on its own: gpt-oss-20b's Max slab is 131,072 full-layer
-slots and a 128-slot ring, two blocks of 131,072 and 128, where one block of their sum would round to 262,144.
+each layer's buffer is sized, and under buddy placement rounded, on its own: gpt-oss-20b's Max slab is 131,072
+full-layer slots and a 128-slot ring, two blocks of 131,072 and 128, where one block of their sum would round to
+262,144; Gemma-3-12B's 5 ring units are five slabs (one of 5,120 slots would round a 1,024-token ring to 8,192).
 
 One slot is one token's KV in ``unit`` bytes, the greatest common divisor of the KV groups' bytes per token
 (gpt-oss-20b: 12 window and 12 full layers, so a slot is a token in 12 layers, one slot a token in each part;
@@ -63,10 +64,14 @@ class SlabLayout:
         return ((self.full, None), *((slots, window) for window, slots in self.rings))
 
     def pieces(self) -> tuple[tuple[tuple[int, int | None], ...], ...]:
-        """The slabs a request holds, each placed apart (see the module's docstring), as runs of `parts` in the
-        order they lie in it: the full layers' (none in a model of window layers alone), then every ring's."""
-        rings = self.parts()[1:]
-        return (((self.full, None),), rings) if self.full else (rings,)
+        """The slabs a request holds, each placed apart (see the module's docstring), as runs of `parts`: one slab
+        a slot a token per unit of layers, the full layers' first (none in a model of window layers alone), then
+        each ring's. A unit's slab, as a layer's own tensor, takes the reservation's positions, or the window's in a
+        ring, so that buddy placement rounds each to a power of two of positions: Gemma-3-12B's 1 full and 5 ring
+        units make six slabs of 1,024 slots for a 1,024-token request, where one ring slab of 5,120 would round to
+        8,192."""
+        return (((1, None),),) * self.full + tuple(((1, window),) for window, slots in self.rings
+                                                  for _ in range(slots))
 
 
 def slab_layout(kv_groups: Sequence) -> SlabLayout | None:

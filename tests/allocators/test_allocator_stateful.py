@@ -342,9 +342,9 @@ class RingSlabMachine(AllocatorMachine):
     """A contiguous allocator on a model with sliding windows (`allocators.slab_layout`): slabs whose window
     layers are ring buffers, windows far shorter than ``max_model_len`` so that most sequences pass them. Beyond
     the common rules: the token states are the machine's own count, a window layer's token counted at most
-    ``window`` tokens back, and the slot map agrees with the breakdown share by share. A request holds two slabs
-    (the full layers' and the rings', placed apart; one where there are no full layers), and a call that fails
-    leaves the placement's free extents as they were too (a request places both slabs or neither)."""
+    ``window`` tokens back, and the slot map agrees with the breakdown share by share. A request holds a slab per
+    unit of layers (the full layers' and each ring's, placed apart), and a call that fails leaves the placement's
+    free extents as they were too (a request places all its slabs or none)."""
 
     kv_groups: tuple = ()
     full = 0  # the expected layout: slots a token takes in the full layers, and (window, slots) per ring
@@ -372,7 +372,7 @@ class RingSlabMachine(AllocatorMachine):
         assert ((owners == OVERHEAD_OWNER).sum(), (owners == FREE_OWNER).sum()) == (b.external_frag, b.free)
         for seq in self.tokens:
             slabs = self.alloc._seqs[seq].pieces
-            assert len(slabs) == (2 if self.full else 1)
+            assert len(slabs) == self.full + sum(s for _, s in self.rings)  # a slab a unit of layers
             assert (owners == seq).sum() == sum(size for _, size, _ in slabs)
         assert b.token_states == sum(self.full * t + sum(s * min(t, w) for w, s in self.rings)
                                      for t in self.tokens.values())
