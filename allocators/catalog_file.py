@@ -12,7 +12,7 @@ import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, check_positive
+from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, check_positive, get_model
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -99,3 +99,11 @@ def register_catalog_file(path: str | Path) -> None:
     models, gpus = load_catalog_file(path)
     MODELS.update(models)
     GPUS.update(gpus)
+
+
+def model_with_catalog(name: str, catalog: str | Path | None) -> ModelSpec:
+    """The model ``name``, after registering ``catalog`` (a run's ``--catalog``, whose entries it may name: a sweep
+    point in another process reads the file itself)."""
+    if catalog is not None:
+        register_catalog_file(catalog)
+    return get_model(name)

@@ -37,8 +37,7 @@ experts' GPUs and back (all-gather / reduce-scatter, or all-to-all with expert p
 
 from __future__ import annotations
 
-from allocators.catalog import get_model
-from allocators.catalog_file import register_catalog_file
+from allocators.catalog_file import model_with_catalog
 
 DP_SYNC_INTERVAL = 16
 """vLLM 0.33's ``ParallelConfig.dp_sync_interval`` default (``config/parallel.py``: ``Field(default=16, ge=1)``):
@@ -52,9 +51,7 @@ def steps_in_lockstep(config, model=None) -> bool:
     if config.data_parallel_size < 2:
         return False
     if model is None:
-        if config.catalog is not None:
-            register_catalog_file(config.catalog)
-        model = get_model(config.model)
+        model = model_with_catalog(config.model, config.catalog)
     return bool(model.num_experts)
 
 

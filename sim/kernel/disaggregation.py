@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import json
 import time
 from functools import partial
 
@@ -53,6 +52,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.fleet import Fleet
 from sim.kernel.fleet_replica import Replica
 from sim.kernel.host_loads import HostLoads
+from sim.kernel.kv_transfer import parse_kv_transfer_config
 from sim.kernel.parallel_sampling import as_run
 from sim.kernel.replica import SimResult, hybrid_kv_groups, summary_extra
 
@@ -376,7 +376,7 @@ def disaggregation_summary(fleet: PDFleet, end: float, per_replica: list[dict]) 
     wait = fleet.transfer_start[pulled] - fleet.decode_arrival[pulled]
     return {
         "prefill_replicas": fleet.num_prefill, "decode_replicas": len(fleet.replicas) - fleet.num_prefill,
-        "kv_connector": json.loads(config.kv_transfer_config)["kv_connector"],
+        "kv_connector": parse_kv_transfer_config(config.kv_transfer_config)["kv_connector"],
         "kv_transfer_gb_s": config.kv_transfer_gb_s, "kv_transfer_latency_s": config.kv_transfer_latency_s,
         "transfers": int(pulled.sum()), "transfer_bytes": int(fleet.transfer_bytes.sum()),
         "transfer_seconds": float(seconds.sum()),

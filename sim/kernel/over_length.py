@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocators.catalog import GIB, get_model
-from allocators.catalog_file import register_catalog_file
+from allocators.catalog import GIB
+from allocators.catalog_file import model_with_catalog
 from sim.kernel.block_size import block_size_refusal
 
 OVER_LENGTH = ("cap", "reject")
@@ -32,9 +32,7 @@ def max_model_len_of(config) -> int:
     """The run's ``max_model_len``: ``config``'s (a `SimConfig`), else its model's own context."""
     if config.max_model_len is not None:
         return config.max_model_len
-    if config.catalog is not None:
-        register_catalog_file(config.catalog)
-    return get_model(config.model).max_seq_len
+    return model_with_catalog(config.model, config.catalog).max_seq_len
 
 
 def beyond_model_context(max_model_len: int | None, model) -> str | None:

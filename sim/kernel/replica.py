@@ -12,8 +12,8 @@ import numpy as np
 from allocators import allocator_class, make_allocator
 from allocators.arc_tier import ArcTier
 from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
-from allocators.catalog import GIB, get_gpu, get_model
-from allocators.catalog_file import register_catalog_file
+from allocators.catalog import GIB, get_gpu
+from allocators.catalog_file import model_with_catalog
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid_manager
@@ -113,9 +113,7 @@ def cost_options(config: SimConfig, model, gpu) -> dict:
 def resolve_capacity(config: SimConfig) -> KVCapacity:
     """The deployment's KV capacity, its model and GPU, after reading ``config.catalog`` (whose entries the
     configuration may name: a sweep point in another process reads the file itself)."""
-    if config.catalog is not None:
-        register_catalog_file(config.catalog)
-    model, gpu = get_model(config.model), get_gpu(config.gpu)
+    model, gpu = model_with_catalog(config.model, config.catalog), get_gpu(config.gpu)
     if model.mamba is not None:  # runs of a hybrid Mamba model are not simulated (`allocators.mamba_layout`)
         raise ValueError(mamba_run_refusal(model.name))
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
