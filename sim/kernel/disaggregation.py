@@ -10,7 +10,13 @@ describe and kvsim assumes):
   it computes the prompt, samples one token and finishes. Its connector's ``request_finished`` returns
   ``delay_free_blocks``: the request's blocks stay held (not freed, not evictable) until the decode side has
   read them. vLLM's engine keeps stepping while such requests remain (``Scheduler.has_finished_requests``), so
-  they are freed as the read completes: kvsim frees them at the transfer's end.
+  they are freed as the read completes: kvsim frees them at the transfer's end. The hold is a lease
+  (``kv_lease_duration``, 30 s, ``nixl/base_scheduler.py``) that the decode side renews from the moment it
+  receives the request until its pull completes (``on_new_request`` starts a heartbeat, sent at most every
+  lease // 6 = 5 s, each extending the lease by 2/3 of it, ``base_worker._handle_heartbeat``;
+  ``update_connector_output`` stops it). The proxy forwards the request as the prefill ends, so a live decode
+  replica always renews in time and the lease lapses only when a decode replica stops stepping, which kvsim
+  does not model: kvsim never expires it.
 * When the prefill response returns (the prefill step's end), the proxy sends the original request, with the
   prefill's ``kv_transfer_params`` (``do_remote_prefill``), to a decode replica, round-robin. The decode
   replica's scheduler admits it as it admits any request (FCFS, head of line, its whole prompt must fit under
