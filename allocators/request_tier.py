@@ -420,7 +420,7 @@ class RequestTier(HostTier):
         shared = sorted(h for h in block_hashes if h in lru)[:num_blocks]
         rest = block_hashes.difference(shared)  # parked as in `HostTier.swap_out`: shared among parkers
         joined = sum(1 for h in rest if h in self._parked_block)
-        kept = self.pinned.union(held, shared)
+        kept = self.pinned.union(held, shared, self._writing)
         if num_blocks - len(shared) - joined > len(self._free) + len(lru) - sum(1 for h in kept if h in lru):
             return False
         self._changes += 1
@@ -455,9 +455,12 @@ class RequestTier(HostTier):
 
     def _room(self) -> int | None:
         """A free host block for swapped KV, evicting as the policy says if none is free, never a ``pinned`` hash
-        (vLLM holds the host blocks a load is reading until it lands, so nothing evicts them meanwhile) nor one
-        a swapped request's parked copy is (`swap_out`)."""
-        if not self._free and not self._evict(1, self.pinned.union(self._parked_copies)):
+        (vLLM holds the host blocks a load is reading until it lands, so nothing evicts them meanwhile), one
+        a swapped request's parked copy is (`swap_out`), nor one this step's stores are still writing
+        (``_writing``: vLLM's offloading policies evict only ready chunks, ``ref_cnt == 0``,
+        ``v1/kv_offload/cpu/policies``). kvsim's steps swap out while they are planned, before their stores,
+        so the last never binds in a run; it keeps the rule whole for any caller."""
+        if not self._free and not self._evict(1, self.pinned.union(self._parked_copies, self._writing)):
             return None
         return self._free.pop()
 

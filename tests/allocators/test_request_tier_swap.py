@@ -58,3 +58,23 @@ def test_a_refused_swap_out_changes_nothing(cls):
     assert (t._changes, dict(t._lru), list(t._free), dict(t._swapped), dict(t._parked_copies),
             t.shared_blocks) == before
     t.check_invariants()
+
+
+@pytest.mark.parametrize("cls", [LruTier, ArcTier])
+def test_a_swap_out_evicts_no_block_a_store_of_the_same_step_is_writing(cls):
+    """A and B stored in step 1, C and D in step 2 (still being written: not ready, which vLLM's offloading
+    policies never evict): a swap-out of 2 blocks in step 2 finds only A and B to evict, and one of 3 blocks
+    is refused, changing nothing. In step 3 the writes have landed and C and D may go."""
+    t = cls(4, block_bytes=10)
+    t.begin_step(1)
+    assert t.computed(1, [A, B], 2) == 2
+    t.begin_step(2)
+    assert t.computed(2, [C, D], 2) == 2
+    assert not t.swap_out(7, 3, frozenset())
+    assert all(h in t for h in (A, B, C, D))
+    assert t.swap_out(7, 2, frozenset())
+    assert C in t and D in t and A not in t and B not in t
+    t.check_invariants()
+    t.begin_step(3)
+    assert t.swap_out(8, 2, frozenset()) and C not in t and D not in t
+    t.check_invariants()
