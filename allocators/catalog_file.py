@@ -1,9 +1,10 @@
 """Catalog files: extra models and GPUs from a user's TOML (``--catalog FILE`` or ``$KVSIM_CATALOG``).
 
 A file holds ``[models.NAME]`` and ``[gpus.NAME]`` tables whose keys are the fields of `ModelSpec` and
-`GpuSpec` (``catalog.py``); every mistake (an unknown table or field, a missing one, a value out of range,
-a file that is not TOML) is a one-line ValueError naming the file and the entry, so a typo never adds
-nothing silently.
+`GpuSpec` (``catalog.py``), and a hybrid Mamba-2 model's layers a ``[models.NAME.mamba]`` table under config.json's
+names (`MAMBA_KEYS`), so Nemotron-H or Granite-4.0-H is described as the built-in nemotron-h-8b is. Every mistake
+(an unknown table or field, a missing one, a value out of range, a file that is not TOML) is a one-line
+ValueError naming the file and the entry, so a typo never adds nothing silently.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, check_positive, get_model
+from allocators.mamba_layout import MAMBA_DTYPES, Mamba2Layers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,6 +22,22 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 CATALOG_SECTIONS = ("models", "gpus")
+
+MAMBA_KEYS: dict[str, str] = {"layers": "layers", "mamba_num_heads": "num_heads", "mamba_head_dim": "head_dim",
+                              "ssm_state_size": "state_size", "n_groups": "n_groups", "conv_kernel": "conv_kernel",
+                              "mamba_ssm_cache_dtype": "ssm_cache_dtype"}
+"""A ``[models.NAME.mamba]`` table's keys -> `Mamba2Layers` fields. The keys are Nemotron-H's config.json names,
+which users copy (Granite-4.0-H spells them ``mamba_n_heads``, ``mamba_d_head``, ``mamba_d_state``,
+``mamba_n_groups``, ``mamba_d_conv``: docs/token-cost.md); ``layers`` counts the Mamba-2 layers, which
+config.json gives as a pattern (Nemotron-H's ``hybrid_override_pattern`` 'M's, Granite's ``layer_types``)."""
+
+MAMBA_SSM_DTYPE_DEFAULTS = ("vLLM 0.33 turns --mamba-ssm-cache-dtype auto into config.json's mamba_ssm_cache_dtype or "
+                            "float32 for NemotronHForCausalLM (NemotronHForCausalLMConfig) and into the model's dtype "
+                            "('auto') for the other Mamba-2 hybrids (Granite-4.0-H, Bamba, Falcon-H1); give the one "
+                            "vLLM uses")
+"""Why ``mamba_ssm_cache_dtype`` has no default in a catalog file: the SSM state is most of a Mamba page, and
+vLLM's default for it depends on the architecture (``model_executor/models/config.py``), so no single default
+would be right for both Nemotron-H (float32 when config.json is silent) and Granite-4.0-H (bf16)."""
 
 
 def _spec_from_table(cls: type, section: str, name: str, table: dict, path: Path) -> object:
@@ -36,6 +54,32 @@ def _spec_from_table(cls: type, section: str, name: str, table: dict, path: Path
         return cls(name=name.lower(), **table)
     except ValueError as exc:  # a field out of range: name the file too
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _mamba_from_table(name: str, table: object, path: Path) -> Mamba2Layers:
+    """``[models.NAME.mamba]`` as `Mamba2Layers`, each bad key named as the file spells it (`MAMBA_KEYS`)."""
+    entry = f"{path}: [models.{name}.mamba]"
+    if not isinstance(table, dict):
+        raise ValueError(f"{entry}: mamba must be a table [models.{name}.mamba] of the Mamba-2 layers' fields "
+                         f"({', '.join(MAMBA_KEYS)}), got {table!r}")
+    unknown = set(table) - set(MAMBA_KEYS)
+    if unknown:
+        raise ValueError(f"{entry}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(MAMBA_KEYS)}")
+    missing = [k for k in MAMBA_KEYS if k not in table]
+    if missing:
+        why = f" ({MAMBA_SSM_DTYPE_DEFAULTS})" if "mamba_ssm_cache_dtype" in missing else ""
+        raise ValueError(f"{entry}: missing field(s) {', '.join(missing)}{why}")
+    for key, value in table.items():
+        if key == "mamba_ssm_cache_dtype":
+            if not isinstance(value, str) or value not in MAMBA_DTYPES:  # a TOML array is not hashable
+                raise ValueError(f"{entry}: mamba_ssm_cache_dtype must be one of {', '.join(MAMBA_DTYPES)} "
+                                 f"(vLLM's --mamba-ssm-cache-dtype), got {value!r}")
+        else:
+            check_positive(entry, key, value, integer=True)
+    try:
+        return Mamba2Layers(**{MAMBA_KEYS[k]: v for k, v in table.items()})
+    except ValueError as exc:  # a rule between fields (conv_kernel of at least 2): name the file and model too
+        raise ValueError(f"{entry}: {exc}") from None
 
 
 def _tables(data: dict, section: str, path: Path) -> dict[str, dict]:
@@ -77,6 +121,8 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
                          "[models.NAME] and [gpus.NAME] tables")
     models = {}
     for name, table in _tables(data, "models", path).items():
+        if "mamba" in table:
+            table["mamba"] = _mamba_from_table(name, table["mamba"], path)
         models[name.lower()] = _spec_from_table(ModelSpec, "models", name, table, path)
     gpus = {}
     for name, table in _tables(data, "gpus", path).items():

@@ -59,3 +59,26 @@ def test_sparse_mla_figures_in_the_text():
     v32, v3 = r.loc["deepseek-v3.2"], r.loc["deepseek-v3"]
     assert (f"16 H100s at fp8 hold {v32['kv_tokens']:,} tokens against {v3['kv_tokens']:,} "
             f"({v32['requests']:,} requests of 499 tokens against {v3['requests']:,})") in text
+
+
+def test_the_mamba_catalog_example_is_the_built_in_entry(tmp_path):
+    """The page's ``[models.NAME.mamba]`` example loads as nemotron-h-8b, and the figures it quotes are what
+    ``kvsim capacity`` gives that entry on an H100."""
+    from dataclasses import replace
+
+    from allocators.capacity import kv_capacity
+    from allocators.catalog import get_gpu, get_model
+    from allocators.catalog_file import load_catalog_file
+    from allocators.mamba_layout import model_pool
+
+    section = PAGE[PAGE.index("### A hybrid Mamba-2 model"):]
+    path = tmp_path / "mine.toml"
+    path.write_text(section.split("```toml\n")[1].split("```")[0])
+    built_in = get_model("nemotron-h-8b")
+    (mine,) = load_catalog_file(path)[0].values()
+    assert replace(mine, name=built_in.name, source=built_in.source) == built_in
+    pool = model_pool(mine, kv_capacity(mine, get_gpu("h100-80gb")).kv_bytes)
+    quoted = (f"an attention block of {pool.block_size:,} tokens, {pool.attention_groups + pool.mamba_groups} KV "
+              f"cache groups of {pool.group_size} layers, {pool.num_blocks:,} blocks, "
+              f"{pool.requests_that_fit(8192):,} requests of 8,192 tokens")
+    assert quoted in " ".join(section.split())
