@@ -14,7 +14,9 @@ arrival, wherever that arrival goes: a run cut by every arrival, the price of a 
 A router that does not (round-robin, random) routes every request before the run (the same choices, in the
 same order) and each replica then runs exactly as a single replica on its share of the trace; as nothing
 looks at it mid-way, it keeps its own clock through a busy period and SimPy sees only its busy periods and
-idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row. With such
+idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row. ``dp-lb`` reads
+the replicas' queues as vLLM's DP coordinator last published them (`sim.kernel.dp_coordinator`), which each
+replica feeds at the top of its loop (`_report`: after its step, then after taking in requests). With such
 independent replicas, `sim.kernel.fleet_parallel` runs groups of them in worker processes (``--workers``).
 
 Arrivals released by requests leaving (closed-loop users, session turns with a think time) are routed at their
@@ -38,6 +40,7 @@ import simpy
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
 from sim.kernel.data_parallel import steps_in_lockstep
+from sim.kernel.dp_coordinator import DPCoordinator
 from sim.kernel.engine import (
     StepWatch,
     catch_up,
@@ -81,11 +84,17 @@ class Fleet:
         self.released = self.source.released_arrivals
         self.think_s = self.source.min_think_s - ARRIVAL_TIE_S  # a release's least delay, less its rounding
         self.release_wake: simpy.Event | None = None  # set while the arrivals process waits for releases
+        # a mixture of experts' data-parallel ranks share one clock (`sim.kernel.lockstep`): one process runs them
+        self.lockstep = steps_in_lockstep(config, self.model)
+        # vLLM's balancer reads its DP coordinator's published counts, which the replicas feed (`_report`)
+        self.coordinator = (DPCoordinator(config.replicas, self.start, wave_coordination=self.lockstep)
+                            if config.router == "dp-lb" else None)
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight,
                                   kv_overlap_score_weight=config.router_kv_overlap_score_weight,
-                                  sessions=workload.session_id if getattr(workload, "has_sessions", False) else None)
+                                  sessions=workload.session_id if getattr(workload, "has_sessions", False) else None,
+                                  coordinator=self.coordinator)
         self.routed = 0  # arrivals routed so far (in arrival order; released turns need not be in row order)
         self.replica_of = np.full(self.size, -1, np.int64)
         # routed at arrival time (else all ahead): a router that reads state, or arrivals known only as they come
@@ -95,8 +104,6 @@ class Fleet:
         self.workload = workload
         self.progress = progress
         self.env = simpy.Environment(initial_time=self.start)
-        # a mixture of experts' data-parallel ranks share one clock (`sim.kernel.lockstep`): one process runs them
-        self.lockstep = steps_in_lockstep(config, self.model)
         self.wave = None  # the lock-step ranks' `Wave`, once they run
 
     def run(self) -> float:
@@ -182,6 +189,8 @@ class Fleet:
         by step."""
         not_before = self.env.now + 2 * ARRIVAL_TIE_S if len(self.replicas) > 1 else -np.inf
         self.source.on_done(t, index, not_before)
+        if self.coordinator is not None:  # dp-lb's client counts it in flight until its output comes back at t
+            self.replicas[self.replica_of[index]].leaves_at(t)
         if self.release_wake is not None and not self.release_wake.triggered:
             self.release_wake.succeed()
 
@@ -198,6 +207,12 @@ class Fleet:
             if bound < np.inf and (t is None or bound < t):
                 t = bound
         return t
+
+    def _report(self, replica: Replica, now: float, step: int = 0) -> None:
+        """``replica``'s counts to the DP coordinator at ``now`` (`sim.kernel.dp_coordinator`), if there is one;
+        ``step``: a lock-step rank's step stamp."""
+        if self.coordinator is not None:
+            replica.report_counts(self.coordinator, now, step)
 
     def _deliver(self, replica: Replica, now: float) -> None:
         inbox, sched, arrival_s = replica.inbox, replica.sched, self.source.arrival_s
@@ -227,7 +242,9 @@ class Fleet:
         while True:
             if self.observed:
                 self._route_due(now + ARRIVAL_TIE_S)
+            self._report(replica, now)  # vLLM's engine reports after its step, then after taking in requests
             self._deliver(replica, now + ARRIVAL_TIE_S)
+            self._report(replica, now)
             snap = snapshots.due(now, self.routed, replica.delivered, replica.delivered - len(sched.live))
             if sched.idle:
                 if snap:

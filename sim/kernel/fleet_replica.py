@@ -2,12 +2,14 @@
 
 Why its own object: a fleet runs N of them in one SimPy environment, and a router (`sim.kernel.routers`) reads
 each one's state at every arrival (``load``, ``free_slots``, ``held_tokens``, ``pending_prefill``,
-``cached_tokens``, ``waiting``, ``kv_cache_usage``), so a replica is its scheduler, allocator and cost model (`sim.kernel.replica.build_replica`, as
-the single engine builds them), its own recorder, and the requests routed to it but not yet delivered (its inbox).
+``cached_tokens``; ``dp-lb`` the counts it reports to the DP coordinator, ``report_counts``), so a replica is its
+scheduler, allocator and cost model (`sim.kernel.replica.build_replica`, as the single engine builds them), its own
+recorder, and the requests routed to it but not yet delivered (its inbox).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import simpy
@@ -37,6 +39,7 @@ class Replica:
         self.wake: simpy.Event | None = None  # set while idle, waiting for the router
         self.busy_until = 0.0  # the end of the row in flight (inf while idle): it plans nothing before
         self.final_map: tuple | None = None  # its idle pool's memory map, for moments after its last row (`Fleet`)
+        self.leaving: list[float] = []  # heap: when requests its scheduler let go of finish (`in_flight`)
 
     # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
     @property
@@ -64,13 +67,29 @@ class Replica:
         return self.memory.cached_tokens(group.hashes, group.prompt)
 
     @property
-    def waiting(self) -> int:
-        """Requests queued here, not yet running: routed and not delivered, and waiting in its scheduler."""
-        return len(self.sched.waiting) + len(self.inbox)
-
-    @property
     def kv_cache_usage(self) -> float:
         """Its pool's used share in blocks (vLLM's "KV cache usage": blocks a prefix cache alone holds count as
         free, as vLLM's free queue holds them)."""
         b = self.memory.breakdown(False)
         return b.used_blocks / b.total_blocks if b.total_blocks else 0.0
+
+    def leaves_at(self, t: float) -> None:
+        """One of its requests finishes (or is rejected) at ``t``, its last step already planned."""
+        heapq.heappush(self.leaving, t)
+
+    def in_flight(self, t: float) -> int:
+        """vLLM's ``DPLBAsyncMPClient.engine_inflight`` at ``t``: requests routed here and not finished by then.
+        ``load`` lets a request go when its last step (or the decode run ending with it) is planned; the client
+        counts it until that step's output, at the step's end (``process_engine_outputs``)."""
+        leaving = self.leaving
+        while leaving and leaving[0] <= t:
+            heapq.heappop(leaving)
+        return self.load + len(leaving)
+
+    def report_counts(self, coordinator, t: float, step: int = 0) -> None:
+        """Its counts to vLLM's DP coordinator (`sim.kernel.dp_coordinator.DPCoordinator.report`): the engine's
+        own queues (``Scheduler.get_request_counts``: a request loading its KV waits), not the requests routed to
+        it and not yet delivered, which the engine has not received."""
+        sched = self.sched
+        running = len(sched.running)
+        coordinator.report(t, self.number, sched.load - running, running, self.kv_cache_usage, step)

@@ -100,8 +100,11 @@ def lockstep(fleet):
         yield from catch_up(env, now)  # a rank's completions release arrivals from env.now (`Fleet._on_done`)
         if fleet.observed:
             fleet._route_due(now + ARRIVAL_TIE_S)
+        for r in replicas:  # the ranks' reports after the step that ended, then after taking in requests
+            fleet._report(r, now, wave.steps - 1)
         for r in replicas:
             fleet._deliver(r, now + ARRIVAL_TIE_S)
+            fleet._report(r, now, wave.steps)
         snaps = [s.due(now, fleet.routed, r.delivered, r.delivered - len(r.sched.live))
                  for s, r in zip(snapshots, replicas, strict=True)]
         if all(r.sched.idle for r in replicas):

@@ -51,16 +51,21 @@ vLLM's data-parallel load balancer (``dp-lb``, the default router of ``--data-pa
     score(r) = max(client_count * inflight(r), waiting(r) + running(r))
                + [waiting(r) > 0] * waiting(r) * 6.0 * max(0, kv_cache_usage(r) - 0.5)
 
-``inflight(r)``: the requests routed to ``r`` and not finished; ``waiting``, ``running`` and ``kv_cache_usage`` (its
-block pool's used share, vLLM's ``BlockPool.get_usage``) are the engine's own. With one client the in-flight
-count is at least ``waiting + running`` (every request the engine holds was routed by it), so the first term is
-`ReplicaState.load` (running + waiting + routed, not yet delivered); ``waiting`` counts the routed ones too, as
-vLLM adds each routed request to its local copy of the engine's waiting count. The lowest score wins, scanned
-from a start engine that moves on by one after every routed request, the first lowest in that order taking ties
-(vLLM rotates the scan start "so that ties ... don't systematically favor the same engine"). What it does not
-model: vLLM reads ``waiting``, ``running`` and ``kv_cache_usage`` from the DP coordinator's snapshot, published
-every 100 ms, where kvsim reads them as they are (the in-flight term, which decides alone while usage is below
-half, is exact in both); several API servers (``client_count``); a request's explicit ``data_parallel_rank``.
+``inflight(r)``: the requests routed to ``r`` and not finished, the client's own exact count
+(`ReplicaState.in_flight`: running + waiting + routed, not yet delivered, + those whose last step is in flight).
+``waiting``, ``running`` and ``kv_cache_usage`` (the block pool's used share, vLLM's ``BlockPool.get_usage``) are not
+the engine's state now but the client's ``lb_engines``: the counts the DP coordinator last published (every 100 ms at
+most while the engines report changes, every 5 s otherwise; a lock-step rank's as they stood at a step boundary),
+each as its engine reported it after its last step or on taking in requests, plus one waiting request for every
+request this client routed there since that publish (vLLM's ``current_counts[eng_index][0] += self.client_count``,
+which the next publish overwrites). `sim.kernel.dp_coordinator` models that exchange on the simulated clock and says
+where each rule is in vLLM's source. So a burst within one publish window is spread by the in-flight floor and the
+local bumps alone, and the usage penalty reads a usage up to 100 ms old (or older: an engine sends its usage only
+with a count change). The lowest score wins, scanned from a start engine that moves on by one after every routed
+request, the first lowest in that order taking ties (vLLM rotates the scan start "so that ties ... don't
+systematically favor the same engine"). What it does not model: several API servers (``client_count``); a request's
+explicit ``data_parallel_rank``; the messages' own latency; a fanned-out request's children (``n`` > 1 samples run
+as requests) are routed once, where vLLM routes each.
 """
 
 from __future__ import annotations
@@ -72,17 +77,21 @@ from typing import Protocol
 
 import numpy as np
 
+from sim.kernel.dp_coordinator import DPCoordinator
+
 
 @dataclass(frozen=True)
 class RouterSettings:
     """What the routers are built from (each takes what it uses): the run's seeded generator (``random``),
-    ``load_weight`` (``prefix-aware``), ``kv_overlap_score_weight`` (``kv-cost``) and the workload's
-    ``session_id`` column, None without sessions (``session-affinity``)."""
+    ``load_weight`` (``prefix-aware``), ``kv_overlap_score_weight`` (``kv-cost``), the workload's
+    ``session_id`` column, None without sessions (``session-affinity``) and the fleet's DP coordinator
+    (``dp-lb``, which reads nothing else of the engines' queues)."""
 
     rng: np.random.Generator
     load_weight: float = 1.0
     kv_overlap_score_weight: float = 1.0
     sessions: np.ndarray | None = None
+    coordinator: DPCoordinator | None = None
 
 
 class ReplicaState(Protocol):
@@ -102,11 +111,7 @@ class ReplicaState(Protocol):
 
     def cached_tokens(self, group) -> int: ...
 
-    @property
-    def waiting(self) -> int: ...
-
-    @property
-    def kv_cache_usage(self) -> float: ...
+    def in_flight(self, t: float) -> int: ...
 
 
 class RoundRobin:
@@ -230,25 +235,32 @@ DP_LB_WAITING_WEIGHT = 6.0
 
 
 class DataParallelLB:
-    """vLLM's data-parallel load balancer: fewest requests in flight, plus a penalty for a queue on an engine whose
-    KV cache is more than half used; the scan start rotates by one engine per request (the module docstring)."""
+    """vLLM's data-parallel load balancer: fewest requests in flight or published as queued and running, plus a
+    penalty for a published queue on an engine whose KV cache is more than half used; the scan start rotates by
+    one engine per request (the module docstring). Reads the coordinator's counts at the request's arrival and
+    bumps the chosen engine's waiting count in them, as vLLM's client does in its ``lb_engines``."""
 
     needs_state = True
 
     def __init__(self, settings: RouterSettings) -> None:
+        if settings.coordinator is None:
+            raise ValueError("the dp-lb router reads a DP coordinator's counts: build it with coordinator=")
+        self.coordinator = settings.coordinator
         self.start = 0  # vLLM's eng_start_index: client_index 0 of one client
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
+        counts = self.coordinator.view(group.arrival_s)
         n = len(replicas)
         best, best_score = 0, math.inf
         for i in range(n):
             idx = (self.start + i) % n
-            r = replicas[idx]
-            score: float = r.load
-            if waiting := r.waiting:
-                score += waiting * DP_LB_WAITING_WEIGHT * max(0.0, r.kv_cache_usage - 0.5)
+            waiting, running, kv_cache_usage = counts[idx]
+            score: float = max(replicas[idx].in_flight(group.arrival_s), waiting + running)
+            if waiting:
+                score += waiting * DP_LB_WAITING_WEIGHT * max(0.0, kv_cache_usage - 0.5)
             if score < best_score:
                 best, best_score = idx, score
+        counts[best][0] += 1  # client_count: one API server
         self.start = (self.start + 1) % n
         return best
 

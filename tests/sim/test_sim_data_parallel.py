@@ -12,6 +12,7 @@ from allocators.catalog import get_gpu, get_model
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.data_parallel import data_parallel_exchange
+from sim.kernel.dp_coordinator import DPCoordinator
 from sim.kernel.routers import make_router
 from sim.kernel.runner import run_simulation
 from sim.kernel.sequence_group import SequenceGroup
@@ -20,9 +21,10 @@ from workloads import Workload
 
 @dataclass
 class FakeReplica:
-    load: int = 0
-    waiting: int = 0
-    kv_cache_usage: float = 0.0
+    load: int = 0  # the client's in-flight count for it
+
+    def in_flight(self, t: float) -> int:
+        return self.load
 
 
 GROUP = SequenceGroup(0, 0, 0.0, 100, 10)
@@ -48,25 +50,37 @@ def test_the_default_router_is_vllms_balancer_only_for_data_parallelism():
         SimConfig(data_parallel_size=0)
 
 
-def test_the_balancer_takes_fewest_in_flight_and_penalises_a_queue_on_a_full_cache():
-    router = make_router("dp-lb", rng=np.random.default_rng(0))
+def balancer(engines: int, **reported):
+    """A dp-lb router over ``engines`` engines whose coordinator has published ``reported`` (engine ->
+    (waiting, running, kv_cache_usage)) at time 0, and that coordinator."""
+    coordinator = DPCoordinator(engines, 0.0)
+    for engine, counts in reported.items():
+        coordinator.report(0.0, int(engine[1:]), *counts)
+    return make_router("dp-lb", rng=np.random.default_rng(0), coordinator=coordinator), coordinator
+
+
+def test_the_balancer_takes_fewest_in_flight_and_penalises_a_published_queue_on_a_full_cache():
+    router, _ = balancer(3)
     assert router.choose(GROUP, [FakeReplica(3), FakeReplica(1), FakeReplica(2)]) == 1
-    # 2 waiting at 90% usage: 4 + 2 * 6 * 0.4 = 8.8 against 6; at 50% usage no penalty: 4 against 6
-    full, busy = FakeReplica(4, waiting=2, kv_cache_usage=0.9), FakeReplica(6)
-    router = make_router("dp-lb", rng=np.random.default_rng(0))
-    assert router.choose(GROUP, [full, busy]) == 1
-    full.kv_cache_usage = 0.5
-    router = make_router("dp-lb", rng=np.random.default_rng(0))
-    assert router.choose(GROUP, [full, busy]) == 0
+    # 2 waiting, 2 running at 90% usage: max(4, 4) + 2 * 6 * 0.4 = 8.8 against 6; at 50% usage no penalty: 4
+    router, _ = balancer(2, e0=(2, 2, 0.9))
+    assert router.choose(GROUP, [FakeReplica(4), FakeReplica(6)]) == 1
+    router, _ = balancer(2, e0=(2, 2, 0.5))
+    assert router.choose(GROUP, [FakeReplica(4), FakeReplica(6)]) == 0
+    # a published count above the client's in flight (requests it finished since) is what the score takes
+    router, _ = balancer(2, e0=(0, 9, 0.0))
+    assert router.choose(GROUP, [FakeReplica(4), FakeReplica(6)]) == 1
 
 
 def test_ties_go_to_the_first_from_a_scan_start_that_moves_on_each_request():
     """Equal engines: the scan start rotates by one per request, so equal scores go round-robin (vLLM's
     eng_start_index), and a lower score anywhere still wins."""
-    router = make_router("dp-lb", rng=np.random.default_rng(0))
+    router, coordinator = balancer(3)
     same = [FakeReplica() for _ in range(3)]
     assert [router.choose(GROUP, same) for _ in range(5)] == [0, 1, 2, 0, 1]
-    assert router.choose(GROUP, [FakeReplica(0), FakeReplica(1), FakeReplica(1)]) == 0  # start at 2: 0 is lower
+    assert [waiting for waiting, _, _ in coordinator.lb_engines] == [2, 2, 1]  # the local bumps since the publish
+    # start at 2: max(3, 1) = 3 there, max(0, 2) = 2 on engine 0, the lowest
+    assert router.choose(GROUP, [FakeReplica(0), FakeReplica(3), FakeReplica(3)]) == 0
 
 
 @pytest.mark.parametrize("router", [None, "least-requests"])
