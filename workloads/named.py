@@ -40,7 +40,7 @@ def load_named(name: str, **read) -> Workload:
 def _empirical(trace: str | None = None, max_total: int | None = None) -> Empirical:
     if trace is None:
         raise ValueError("empirical lengths need trace=FILE (or a workload)")
-    return Empirical(load_named(trace), trace, max_total)
+    return Empirical(load_named(trace, check_seconds=False), trace, max_total)  # its lengths only
 
 
 def _trace_times(rate: float | None = None, path: str | None = None) -> TraceTimes:
@@ -50,7 +50,7 @@ def _trace_times(rate: float | None = None, path: str | None = None) -> TraceTim
     if path in TIMELESS_PRESETS:
         raise TraceError(f"trace arrivals: preset {path} has no timestamps of its own (its arrivals are drawn "
                          "poisson); give another arrival process")
-    return TraceTimes(rate, load_named(path, missing_times=None) if path is not None else None)
+    return TraceTimes(rate, load_named(path, missing_times=None, check_seconds=False) if path is not None else None)
 
 
 def parse_lengths(spec: str | LengthDistribution) -> LengthDistribution:
@@ -99,7 +99,7 @@ def load_trace(path: str | Path, *, arrivals: str | ArrivalProcess | None = None
     if num_requests is not None:
         num_requests = whole_number(str(path), "num_requests", num_requests, 1)
     workload = readers.load_trace(path, seed=seed, **read) if arrivals is None else \
-        readers.load_trace(path, seed=seed, missing_times=None, **read)
+        readers.load_trace(path, seed=seed, missing_times=None, check_seconds=False, **read)
     if num_requests is not None:
         if num_requests > len(workload):
             raise TraceError(f"{path}: --num-requests {num_requests} asks for more requests than the trace has "

@@ -43,6 +43,18 @@ def prefix_reuse(workload: Workload) -> tuple[float | None, str | None]:
     return float(reused / workload.prompt_tokens.sum()), "prompt tokens"
 
 
+def offered_arrivals(workload: Workload) -> tuple[np.ndarray, float, float | None]:
+    """The arrival times of the rows that arrive on their own (``timed_rows``: not a session turn released by
+    its previous one's end, none in a closed loop of users), their span in seconds and the offered rate, rows /
+    span (None when the span is 0): what ``kvsim trace stats`` prints as ``duration_s`` / ``rate_rps`` and a run's
+    summary as ``arrival_span_s`` / ``offered_rate_req_s``, so that a trace read in the wrong unit shows in
+    either (`workloads.readers.seconds_check`)."""
+    _, released = closed_loop_turns(workload)
+    times = workload.arrival_time_s[~released] if workload.closed_loop is None else workload.arrival_time_s[:0]
+    span = float(times[-1] - times[0]) if len(times) else 0.0
+    return times, span, (len(times) / span if span > 0 else None)
+
+
 def trace_stats(workload: Workload) -> dict:
     """The numbers ``kvsim trace stats`` prints (``--json`` prints this dict). A workload without requests
     has no token statistics (no mean, no p99): one error says so, not numpy's IndexError and warnings."""
@@ -53,8 +65,7 @@ def trace_stats(workload: Workload) -> dict:
         raise ValueError(f"trace_stats: workload {workload.name!r} has no requests")
     _, released = closed_loop_turns(workload)
     closed = workload.closed_loop
-    times = workload.arrival_time_s[~released] if closed is None else workload.arrival_time_s[:0]
-    duration = float(times[-1] - times[0]) if len(times) else 0.0
+    times, duration, rate = offered_arrivals(workload)
     gaps = np.diff(times)
     cv = float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else None
     share, basis = prefix_reuse(workload)
@@ -66,7 +77,7 @@ def trace_stats(workload: Workload) -> dict:
         "skipped_rows": workload.skipped_rows,
         "skipped_reasons": dict(sorted(workload.skipped_reasons.items())),
         "duration_s": duration,
-        "rate_rps": len(times) / duration if duration > 0 else None,
+        "rate_rps": rate,
         "timed_rows": len(times),
         "interarrival_cv": cv,
         "prompt_tokens": _summary(workload.prompt_tokens),

@@ -106,8 +106,9 @@ def simulation_options(func):
                            "says by how much) or reject it. A prompt of max_model_len tokens or more is "
                            "rejected either way."),
         click.option("--rate", type=float,
-                     help="Poisson arrival rate, requests per second (a preset's rate; for TRACE, new Poisson "
-                          "arrivals replace its timestamps: see --arrivals)."),
+                     help="Arrival rate, requests per second. A synthetic preset's Poisson rate; a trace preset "
+                          "(azure-code, azure-conv, mooncake-conv) keeps its own timestamps, time-scaled to it; "
+                          "for TRACE, new Poisson arrivals replace its timestamps (see --arrivals)."),
         click.option("--num-requests", type=int, help="Use only (or generate) this many requests."),
         _field_option("--seed", type=int,
                       help="Seed for generated arrivals and lengths, and for beam-search choices."),

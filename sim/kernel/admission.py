@@ -165,9 +165,10 @@ class GroupMechanics(Preemption):
         gpu = cached - host
         if self.s.memory.prefix_caching:
             preempted = group.preemptions > 0
-            self.prefix_cache.record(group.prefill_target, gpu, preempted)
+            self.prefix_cache.record(group.prefill_target, gpu, preempted, self.s.step)
             if self.s.memory.host_tier is not None:
-                self.external_prefix_cache.record(group.prefill_target - gpu, admission.host_tokens, preempted)
+                self.external_prefix_cache.record(group.prefill_target - gpu, admission.host_tokens, preempted,
+                                                  self.s.step)
         if cached:
             self.cached_prompt_tokens += cached
             if group.preemptions:
@@ -249,7 +250,7 @@ class GroupMechanics(Preemption):
         # (`Scheduler.schedule`: record_prefix_cache_stats with the local hit)
         cached = min(admission.cached_tokens, group.prefill_target - 1) // size * size
         if s.memory.prefix_caching:
-            self.prefix_cache.record(group.prefill_target, cached, group.preemptions > 0)
+            self.prefix_cache.record(group.prefill_target, cached, group.preemptions > 0, s.step)
         blocks = -(-group.prefill_target // size) - cached // size
         self.remote.discard(group.index)
         group.prefill_done = group.prefill_target - 1

@@ -39,6 +39,7 @@ from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.request_hashes import hash_columns
 from sim.kernel.scheduler import Scheduler
 from sim.kernel.spec_decode import SpecDecode, drafter_layers, parse_speculative, speculative_method
+from sim.kernel.summary import arrival_keys
 
 MEMORY_MAP_ROWS = 2**22
 """Memory-map snapshots keep one row per slot: a run records at most this many rows in all (about 150 MB as a
@@ -140,6 +141,7 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
         "workload": getattr(workload, "name", "workload"), "workload_source": getattr(workload, "source", ""),
         "skipped_rows": int(getattr(workload, "skipped_rows", 0)),
         "skipped_reasons": dict(sorted(getattr(workload, "skipped_reasons", {}).items())),
+        **arrival_keys(workload),
         "model": model.name, "gpu": gpu.name,
         "block_size": scheduler_block_size(config, model, gpu), "scheduler": config.scheduler, "seed": config.seed,
         "kv_capacity_source": cap.source, **cost.describe(),

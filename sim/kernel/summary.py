@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.kernel.latency_notes import LATENCY_FIGURES, latency_notes
 from sim.kernel.prefix_cache_stats import PrefixCacheStats, summary_keys
+from workloads.stats import offered_arrivals
 
 SHARE_KEYS = ("token_states_frac", "reservation_frac", "internal_frag_frac", "external_frag_frac", "free_frac")
 
@@ -79,6 +80,16 @@ def rejected_reasons(reasons) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
+def arrival_keys(workload) -> dict[str, float | None]:
+    """``arrival_span_s`` and ``offered_rate_req_s``: the workload's own arrivals (`workloads.stats.
+    offered_arrivals`, as ``kvsim trace stats`` reads them: requests over the span from the first arrival to the
+    last, session turns released by their previous turn's end left out, None without a span), to read beside
+    ``throughput_req_s``: a trace whose times are in the wrong unit shows as an offered rate 1,000 times off,
+    which its latency figures do not show."""
+    _, span, rate = offered_arrivals(workload)
+    return {"arrival_span_s": span, "offered_rate_req_s": rate}
+
+
 def _stat(values: np.ndarray, fn) -> float | None:
     values = values[~np.isnan(values)]
     return None if len(values) == 0 else float(fn(values))
@@ -106,7 +117,8 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     admissions of requests preempted before (``prefix_cache_preempted_queries`` / ``_hits``) and the host tier's
     hits (``external_prefix_cache_queries`` / ``_hits``), and count the tokens each admission looked up, where
     ``prefix_hit_frac``'s denominator counts the prefill tokens computed (a request preempted mid-prefill adds
-    only what it computed). Without preemptions or a host tier the two rates are equal.
+    only what it computed). Without preemptions or a host tier the two rates are equal. ``prefix_cache_hit_rate``
+    is the whole run's; the rate vLLM logs covers its last 1,000 fresh requests: ``prefix_cache_logged_hit_rate``.
 
     ``start_s``/``end_s``: the run's window (``sim_time_s``, the throughputs' denominator): the first arrival
     and the last event, which a request rejected on arrival after every step extends, as a benchmark client's

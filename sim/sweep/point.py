@@ -50,7 +50,8 @@ EFFECTIVE_COLUMNS = {"block_size": "effective_block_size"}
 -> the column they go under. The field keeps its own column (``block_size``: the grid's, empty where none was
 given and vLLM chose), so a grouping by settings still groups by what was set; ``effective_block_size`` is the
 block size the run's pool had (an MLA model's attention backend's, 64 for fp8 latents on an H100, where
-``block_size`` was not given: `sim.kernel.block_size`)."""
+``block_size`` was not given: `sim.kernel.block_size`). It is placed right after its field's column, so that a
+table read by eye shows the run's size beside the empty setting rather than thirty columns away."""
 
 
 def make_row(point_id: str, values: dict[str, Any], summary: dict[str, Any] | None,
@@ -67,7 +68,23 @@ def make_row(point_id: str, values: dict[str, Any], summary: dict[str, Any] | No
         column = EFFECTIVE_COLUMNS.get(key) if key in values else key
         if column is not None and column not in row:
             row[column] = _scalar(value)
-    return row
+    return _beside_fields(row)
+
+
+def _beside_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each `EFFECTIVE_COLUMNS` column moved to just after its field's (column order is first
+    seen, `sim.sweep.store.rows_to_frame`)."""
+    after = {field: column for field, column in EFFECTIVE_COLUMNS.items() if field in row and column in row}
+    if not after:
+        return row
+    moved = set(after.values())
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key not in moved:
+            out[key] = value
+            if key in after:
+                out[after[key]] = row[after[key]]
+    return out
 
 
 def describe_error(exc: BaseException) -> str:

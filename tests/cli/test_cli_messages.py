@@ -133,3 +133,17 @@ def test_a_run_says_why_vllm_chose_blocks_other_than_16():
             "kernels take multiples of 64") in chosen.stderr
     given = CliRunner().invoke(main, [*flags, "--block-size", "16"])
     assert given.exit_code == 0 and json.loads(given.stdout)["block_size"] == 16 and "blocks of" not in given.stderr
+
+
+def test_rate_help_says_which_presets_it_time_scales():
+    """``--rate`` on a trace preset scales the trace's own timestamps (burstiness kept), where on a synthetic
+    preset it is a Poisson rate: the help named only Poisson, which a run of ``--preset azure-conv --rate 8``
+    did not do. The help's list is the presets whose source says they were time-scaled."""
+    from sim.commands.run import run_command
+    from workloads import PRESETS
+
+    text = next(param.help for param in run_command.params if param.name == "rate")
+    scaled = [name for name in PRESETS if "time-scaled to 3 req/s" in load_preset(name, rate=3, num_requests=50).source]
+    assert scaled == ["azure-code", "azure-conv", "mooncake-conv"]
+    assert f"a trace preset ({', '.join(scaled)}) keeps its own timestamps, time-scaled to it" in text
+    assert "A synthetic preset's Poisson rate" in text

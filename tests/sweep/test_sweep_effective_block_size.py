@@ -32,3 +32,13 @@ def test_a_summary_key_named_as_a_field_keeps_the_fields_value_but_block_size_al
                    None, "v")
     assert (row["allocator"], row["block_size"], row["effective_block_size"], row["a"]) == ("paged", None, 64, 1)
     assert "effective_block_size" not in make_row("id", {"block_size": 16}, None, "boom", "v")  # failed: no run
+
+
+def test_effective_block_size_sits_beside_block_size(tmp_path):
+    """A sweep that sets no --block-size has an empty ``block_size`` column (the setting: vLLM chose); the
+    size each run used is the very next column, in the rows and in the file, not thirty columns on."""
+    row = make_row("id", {"allocator": "paged", "block_size": None, "seed": 0}, {"block_size": 16, "a": 1}, None, "v")
+    assert list(row)[list(row).index("block_size") + 1] == "effective_block_size"
+    run_sweep(grid_from_flags([*MLA_FP8, "--allocator", "paged"], SimConfig), tmp_path / "s.csv")
+    columns = list(pd.read_csv(tmp_path / "s.csv").columns)
+    assert columns[columns.index("block_size") + 1] == "effective_block_size"

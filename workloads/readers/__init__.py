@@ -35,6 +35,7 @@ from workloads.readers.formats import (
     mapping_for,
     time_mapping_hint,
 )
+from workloads.readers.seconds_check import warn_if_milliseconds
 from workloads.specs import parse_columns
 from workloads.workload import Workload
 
@@ -50,12 +51,13 @@ MISSING_TIMES = Poisson(1.0)
 
 def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str, str] | str | None = None,
                skip_bad_rows: bool = False, seed: int = 0,
-               missing_times: ArrivalProcess | None = MISSING_TIMES) -> Workload:
+               missing_times: ArrivalProcess | None = MISSING_TIMES, check_seconds: bool = True) -> Workload:
     """Read a trace file. Raises `TraceError` naming the file, line and field on bad input, unless
     ``skip_bad_rows`` (then bad rows are dropped and counted in ``skipped_reasons``). Files without
     timestamps get ``missing_times`` arrivals seeded by ``seed`` (None: all at 0, for a caller that draws its
     own). ``columns`` overrides the format's field -> column mapping, as a dict or as the command line's
-    ``field=column,...`` string."""
+    ``field=column,...`` string. ``check_seconds``: warn when kvsim-format arrival times in seconds look like
+    milliseconds (`seconds_check`); off for a caller that replaces or rescales them, or reads lengths only."""
     if isinstance(columns, str):
         columns = parse_columns(columns)
     path = Path(path)
@@ -97,6 +99,8 @@ def load_trace(path: str | Path, *, format: str | None = None, columns: dict[str
     constants = workload_constants(raw, fmt.hash_tokens)
     workload = build_workload(raw, skip_bad_rows=skip_bad_rows, name=path.stem,
                               source=_source(path, fmt, columns), **constants)
+    if check_seconds and fmt.name == "kvsim":
+        warn_if_milliseconds(path, workload)
     if fmt.time_unit is None and missing_times is not None:
         workload = retime(workload, missing_times, seed, "poisson:rate=1" if missing_times == MISSING_TIMES
                           else str(missing_times))
