@@ -26,6 +26,13 @@ prefix every group accepts; a window group caches only the blocks that can end s
 on the host instead (`HOST` in a lookup): it is loaded into a new block at admission, and the tokens the tier
 adds to the GPU's own hit are the admission's ``host_tokens``. The read-only side and the audit are in
 ``hybrid_queries.py``.
+
+A hybrid Mamba model (Nemotron-H) adds ``mamba_groups`` after its attention groups (``kv_cache_groups.
+mamba_cache_groups``): with prefix caching off (vLLM's ``mamba_cache_mode='none'``) a sequence's table there is
+one state block, taken when it is admitted, never grown (a block covers ``max_model_len`` tokens), copied by a
+fork and released with the sequence; it counts as ``block_size`` token states of the ``mamba`` group and holds no
+reservation, and a token appended fills a slot in the attention groups only (``slots_per_token``). Prefix
+caching on such a pool (``'align'``) is refused.
 """
 
 from __future__ import annotations
@@ -98,6 +105,10 @@ class HybridPagedAllocator(HybridQueries):
             self.host_tier.take(loads)
         tables = []
         for g, group_hits in enumerate(hits):
+            if self.mamba[g]:  # one state block for the sequence's life (no hits: prefix caching is off)
+                tables.append(self._pop(g, 1))
+                self._tok[g] += bs
+                continue
             table = list(group_hits)
             if loads:
                 self._load(g, table, block_hashes)
@@ -193,6 +204,8 @@ class HybridPagedAllocator(HybridQueries):
         need = released = 0
         ref = self._ref
         for g, target in enumerate(targets):
+            if self.mamba[g]:  # its one state block covers any length
+                continue
             need += new_len - max(old_len, target, s.skipped[g])
             table = s.tables[g]
             released += sum(1 for i in range(s.skipped[g], min(target, old_len)) if ref[table[i]] == 1)
@@ -204,6 +217,8 @@ class HybridPagedAllocator(HybridQueries):
         t = s.tokens
         end = t + num_tokens
         for g, table in enumerate(s.tables):
+            if self.mamba[g]:
+                continue
             start = max(old_len, targets[g])
             if start > old_len:  # blocks the window skips before they are ever written
                 table += [0] * (start - old_len)
@@ -274,7 +289,7 @@ class HybridPagedAllocator(HybridQueries):
             new = self._pop(g, len(table) - k)
             tables.append([0] * k + new)
             copies += [Copy(src, dst, bs) for src, dst in zip(table[k:], new, strict=True)]
-            self._tok[g] += p.tokens - k * bs
+            self._tok[g] += bs if self.mamba[g] else p.tokens - k * bs
         child = HybridSeq(tables, p.tokens, final_tokens)
         child.skipped, child.computed = list(p.skipped), p.computed
         self._seqs[child_id] = child
@@ -314,7 +329,7 @@ class HybridPagedAllocator(HybridQueries):
                 self._shared_saved -= bs
             else:
                 released.append(b)
-                self._tok[g] -= min(bs, s.tokens - i * bs)
+                self._tok[g] -= self._fill(s, g, i)
         self._release(g, released)
 
     def _release(self, g: int, blocks: list[int]) -> None:

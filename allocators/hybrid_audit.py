@@ -3,7 +3,8 @@
 Everything kept incrementally (reference counts, each block's group, the free queue, the prefix cache, the
 per-group token, reservation and block counters, shared slots, each sequence's room) is recomputed from the
 block tables alone; the tables are checked against the windows (nulls only as a leading run, only in window
-groups, never over a block the last token, or a refused growth's first, still attends to), and the breakdown
+groups, never over a block the last token, or a refused growth's first, still attends to; a Mamba group's table
+one live state block, whole and unshared), and the breakdown
 must sum to capacity, in total and per group, its cached slots being the free blocks that keep a hash.
 """
 
@@ -26,6 +27,13 @@ def audit_hybrid(a) -> None:
         assert s.tokens > 0, f"sequence {seq_id}: holds no token"
         for g, (table, k) in enumerate(zip(s.tables, s.skipped, strict=True)):
             w = a.windows[g]
+            if a.mamba[g]:  # one live state block, whole, never shared (prefix caching is off)
+                assert len(table) == 1 and k == 0 and 0 < table[0] < n, \
+                    f"sequence {seq_id} Mamba group {g}: table {table} is not one live state block"
+                b = table[0]
+                assert refs[b] == 0, f"block {b}: a Mamba state block is shared"
+                refs[b], fill[b], group[b] = 1, bs, g
+                continue
             assert len(table) == length, f"sequence {seq_id} group {g}: table length {len(table)} != {length}"
             assert all(b == 0 for b in table[:k]) and all(b for b in table[k:]), \
                 f"sequence {seq_id} group {g}: nulls are not exactly the leading {k} entries"

@@ -24,7 +24,7 @@ from allocators.base import (
     fill_states,
 )
 from allocators.block_pool import BlockPool, pool_size
-from allocators.kv_cache_groups import group_slots, split_kv_groups
+from allocators.kv_cache_groups import group_slots, mamba_cache_groups, split_kv_groups
 from allocators.window_retention import check_retention_interval
 
 HOST = -1
@@ -117,14 +117,22 @@ class HybridQueries(Allocator):
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
                  kv_groups: Sequence = (), max_num_batched_tokens: int | None = None,
-                 prefix_cache_retention_interval: int | None = 0) -> None:
-        """``max_num_batched_tokens``: the scheduler's token budget, the tokens a step has in flight, which
+                 prefix_cache_retention_interval: int | None = 0, mamba_groups: int = 0) -> None:
+        """``mamba_groups``: KV cache groups of Mamba layers after the attention ones (`mamba_cache_groups`),
+        each holding one state block per sequence; with any, ``capacity_slots`` is the pool itself, its blocks x
+        ``block_size`` (`allocators.mamba_layout.HybridMambaPool`), as a token has no bytes in a Mamba layer.
+        ``max_num_batched_tokens``: the scheduler's token budget, the tokens a step has in flight, which
         bounds what a window group holds per request (`admission_caps`); None: a prompt's whole length.
         ``prefix_cache_retention_interval``: vLLM's, which window blocks are cached (`window_retention`; 0 is
         vLLM 0.33's default, None caches every full block)."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
+        if mamba_groups and prefix_caching:
+            raise ValueError("prefix caching on a hybrid Mamba pool (vLLM's mamba_cache_mode 'align') is not "
+                             "modelled: run it with prefix caching off (mamba_cache_mode 'none')")
+        self.groups += mamba_cache_groups(mamba_groups, self.unit)
+        self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
         self.windows = [g.window for g in self.groups]
         check_retention_interval(prefix_cache_retention_interval, block_size, any(w is not None for w in self.windows))
         self.retention_interval = prefix_cache_retention_interval
@@ -134,11 +142,12 @@ class HybridQueries(Allocator):
                                for w in self.windows]
         # `_hit_blocks` asks full-attention groups first (a miss is settled at its first uncached block)
         self._lookup_order = sorted(enumerate(self.windows), key=lambda gw: gw[1] is not None)
-        self.group_names = tuple(dict.fromkeys(g.name for g in kv_groups))
+        self.group_names = tuple(dict.fromkeys([*(g.name for g in kv_groups), *(g.group for g in self.groups)]))
         self._attention_of = [self.group_names.index(g.group) for g in self.groups]
-        self.slots_per_token = len(self.groups)
+        self.slots_per_token = self.mamba.count(False)  # a token fills a slot in each attention group only
         self.kv_tokens = self.capacity
-        self.capacity = group_slots(self.capacity, kv_groups, self.unit)
+        if not mamba_groups:
+            self.capacity = group_slots(self.capacity, kv_groups, self.unit)
         self.block_size = int(block_size)
         self.prefix_caching = bool(prefix_caching)
         self.num_blocks = pool_size(self.capacity, self.block_size)
@@ -267,13 +276,23 @@ class HybridQueries(Allocator):
         """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group (host hits
         load into new blocks too), plus the hits that sit in the free queue. ``capped``: the test that a
         request's whole sequence would fit, where a window group needs at most its `admission_caps` blocks."""
-        length = cdiv(num_tokens, self.block_size)
-        lengths = [length if cap is None or not capped else min(length, cap) for cap in self.admission_caps]
+        lengths = self._lengths(cdiv(num_tokens, self.block_size), capped)
         if not hits:
             return sum(lengths)
         ref = self._ref
         return sum(max(n - len(h), 0) + sum(1 for b in h if b < 0 or b and ref[b] == 0)
                    for n, h in zip(lengths, hits, strict=True))
+
+    def _lengths(self, length: int, capped: bool = False) -> list[int]:
+        """Each group's table length for a sequence of ``length`` blocks: a Mamba group's one state block
+        (vLLM's ``mamba_cache_mode='none'``: a block of ``max_model_len`` tokens covers any request), a window
+        group's capped at its `admission_caps` when ``capped``."""
+        return [1 if m else length if cap is None or not capped else min(length, cap)
+                for m, cap in zip(self.mamba, self.admission_caps, strict=True)]
+
+    def _fill(self, s: HybridSeq, g: int, i: int) -> int:
+        """The slots ``s`` fills of block ``i`` in group ``g``: a Mamba state block is whole."""
+        return self.block_size if self.mamba[g] else min(self.block_size, s.tokens - i * self.block_size)
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1,
@@ -287,8 +306,9 @@ class HybridQueries(Allocator):
         if taken > free - self.watermark_blocks:
             return False
         length = cdiv(num_tokens, self.block_size)
-        live = sum(length - sum(1 for b in h if b == 0) for h in hits) if hits else length * len(self.groups)
-        tail = (count + 1) * len(self.groups) * (cdiv(num_tokens + then_tokens, self.block_size) - length)
+        live = (sum(length - sum(1 for b in h if b == 0) for h in hits) if hits
+                else sum(self._lengths(length)))
+        tail = (count + 1) * self.slots_per_token * (cdiv(num_tokens + then_tokens, self.block_size) - length)
         return taken + count * live + tail <= free
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
@@ -300,12 +320,13 @@ class HybridQueries(Allocator):
         a window group to its window."""
         bs, usable = self.block_size, self.num_usable_blocks
         length = cdiv(num_tokens, bs)
-        prompt = sum(length if cap is None else min(length, cap) for cap in self.admission_caps)
+        prompt = sum(self._lengths(length, capped=True))
         if prompt > usable:
             return (f"{self.name}: {num_tokens} tokens need {prompt} blocks in {len(self.groups)} KV cache groups "
                     f"but the pool has only {usable} usable")
         final = cdiv(max(num_tokens, final_tokens), bs)
-        need = sum(final if w is None else min(final, cdiv(w, bs) + 1) for w in self.windows)
+        need = sum(1 if m else final if w is None else min(final, cdiv(w, bs) + 1)
+                   for m, w in zip(self.mamba, self.windows, strict=True))
         if need > usable:
             return (f"{self.name}: needs {need} blocks of {bs} in {len(self.groups)} KV cache groups at its final "
                     f"length {max(num_tokens, final_tokens)} but the pool has only {usable} usable")
@@ -316,7 +337,7 @@ class HybridQueries(Allocator):
         bs, free_blocks = self.block_size, self._free.num_free
         used = self.num_usable_blocks - free_blocks
         tokens = sum(self._tok)
-        reserved = self._reserved * len(self.groups)
+        reserved = self._reserved * self.slots_per_token  # a Mamba group's state block reserves nothing
         free = free_blocks * bs
         return MemoryBreakdown(
             capacity=self.capacity, token_states=tokens, reservation=reserved,
@@ -330,7 +351,7 @@ class HybridQueries(Allocator):
         parts = [[name, 0, 0, 0, 0] for name in self.group_names]
         for g, a in enumerate(self._attention_of):
             part = parts[a]
-            part[1] += 1
+            part[1] += not self.mamba[g]
             part[2] += self._tok[g]
             part[3] += self._used[g]
         bs, res = self.block_size, self._reserved
@@ -366,8 +387,11 @@ class HybridQueries(Allocator):
         states[self.num_blocks * bs:] = SLOT_OVERHEAD
         offsets = np.arange(bs)
         for seq_id, s in self._seqs.items():
-            for table, k in zip(s.tables, s.skipped, strict=True):
+            for table, k, mamba in zip(s.tables, s.skipped, self.mamba, strict=True):
                 slots = (np.asarray(table[k:], np.int64)[:, None] * bs + offsets).ravel()
+                if mamba:  # a state block is whole
+                    fill_states(states, slots, len(slots), len(slots))
+                    continue
                 tokens = s.tokens - k * bs
                 fill_states(states, slots, min(tokens + pending.get(seq_id, 0), tokens + s.res), tokens + s.res)
         return states

@@ -32,6 +32,7 @@ class CacheGroup:
     group: str
     window: int | None
     layers: int
+    mamba: bool = False  # a group of Mamba layers: one state block per sequence (`mamba_cache_groups`)
 
 
 def needs_hybrid(kv_groups: Sequence) -> bool:
@@ -74,6 +75,22 @@ def split_kv_groups(kv_groups: Sequence) -> tuple[int, tuple[CacheGroup, ...]]:
             name = g.name if count == 1 else f"{g.name}.{i}"
             out.append(CacheGroup(name, g.name, window, min(unit, g.layers - i * unit)))
     return unit, tuple(out)
+
+
+MAMBA = "mamba"
+"""The attention-group name a hybrid Mamba pool's Mamba KV cache groups report under (`mamba_cache_groups`)."""
+
+
+def mamba_cache_groups(count: int, unit: int) -> tuple[CacheGroup, ...]:
+    """A hybrid Mamba model's ``count`` Mamba KV cache groups of ``unit`` layers each, which vLLM lists after
+    the attention groups (``_get_kv_cache_groups_uniform_page_size``; `allocators.mamba_layout`). With
+    ``mamba_cache_mode='none'`` (prefix caching off) a sequence holds one block in each for its whole life:
+    ``MambaManager``'s block size is ``max_model_len``, so ``cdiv(tokens, block_size)`` is 1 and its skipped
+    tokens (``num_computed_tokens - 1``) never fill a block."""
+    if count < 0:
+        raise ValueError(f"mamba groups must be non-negative, got {count}")
+    return tuple(CacheGroup(f"{MAMBA}.{i}" if count > 1 else MAMBA, MAMBA, None, unit, mamba=True)
+                 for i in range(count))
 
 
 def group_slots(kv_tokens: int, kv_groups: Sequence, unit: int) -> int:

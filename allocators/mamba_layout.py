@@ -27,7 +27,7 @@ and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default f
 ``"align"``: ``ModelConfig.is_prefix_caching_supported`` is True for ``attn_type == "hybrid"``
 (``config/model.py``) and ``MambaModelConfig`` turns prefix caching into ``mamba_cache_mode="align"``.
 kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
-both modes); it does not simulate runs (`check_mamba_run`).
+both modes), and simulates runs in ``"none"`` mode (``sim.kernel.mamba_run``); ``"align"`` is refused there.
 """
 
 from __future__ import annotations
@@ -179,14 +179,30 @@ def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, 
                            num_blocks=available_bytes // (group * page))
 
 
-def mamba_run_refusal(model_name: str) -> str:
-    """Why kvsim does not simulate runs of a hybrid Mamba model yet: what is not modelled, not a vLLM refusal."""
-    return (f"{model_name} has Mamba layers: kvsim sizes its pool (`kvsim capacity`) but does not simulate runs "
-            "of it yet. vLLM 0.33's default for such a model is prefix caching on, which sets mamba_cache_mode="
-            "'align' (its scheduler cuts prefill chunks to whole blocks and each request's Mamba state moves "
-            "block to block, caching states at block boundaries), and kvsim's allocators, scheduler and clock do "
-            "not model that; the other mode ('none', --no-enable-prefix-caching) is not vLLM's default and is "
-            "not modelled either")
+def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_kv_cache_manager: bool,
+                         speculative_config: str | None, model: str) -> None:
+    """A one-line ValueError naming the flag for a setting not modelled on a hybrid Mamba model (`kvsim capacity`'s
+    and a run's, `sim.kernel.mamba_run`)."""
+    if allocator != "paged":
+        raise ValueError(f"--allocator {allocator}: {model} has Mamba layers, whose per-request state only the "
+                         "paged allocator (vLLM's block pool) holds in kvsim; slabs or virtual ranges for a "
+                         "recurrent state are not modelled")
+    if kv_cache_dtype.lower() != "auto":
+        raise ValueError(f"--kv-cache-dtype {kv_cache_dtype}: not modelled for {model}'s Mamba layers (the "
+                         "attention block size vLLM aligns to the Mamba page was checked at the model's dtype only)")
+    if disable_hybrid_kv_cache_manager:
+        raise ValueError(f"--disable-hybrid-kv-cache-manager: not modelled for {model} (vLLM's Mamba layers "
+                         "need the hybrid KV cache manager's separate groups)")
+    if speculative_config is not None:
+        raise ValueError(f"--speculative-config: not modelled for {model} (vLLM gives each Mamba group "
+                         "num_speculative_tokens more state blocks per request)")
+
+
+def model_block_size(model, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK) -> int:
+    """The attention block size of a catalog ``ModelSpec`` with ``mamba`` on ``tensor_parallel`` GPUs
+    (`hybrid_block_size`, as `model_pool` sizes it): the block size every group of a run's pool has."""
+    per_token = model.kv_bytes_per_token_per_gpu(tensor_parallel) // model.attention_layers
+    return hybrid_block_size(per_token, model.mamba.state_bytes(model.dtype_bytes, tensor_parallel), block_size)
 
 
 def model_pool(model, kv_bytes: int, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK) -> HybridMambaPool:

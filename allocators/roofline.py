@@ -6,6 +6,7 @@ query, and adds its indexer's `index_pair_flops` over every pair: `sim.kernel.ro
 
     flops = token_flops * tokens + pair_flops * pairs
     bytes = step_weight_bytes(tokens) + kv_bytes_per_token * (context * paged_kernel_overhead + tokens)
+            + mamba_state_bytes_per_seq * seqs          (a hybrid Mamba model's state, per sequence a step)
 
 ``step_weight_bytes`` is the whole ``weight_bytes`` for a dense model; a mixture of experts reads its routed
 experts only as far as the step's tokens touch them (`allocators.expert_routing`).
@@ -52,8 +53,22 @@ def non_expert_token_flops_per_gpu(model: ModelSpec, tensor_parallel: int = 1) -
 
 
 def pair_flops(model: ModelSpec) -> float:
-    """FLOPs of attention per query-key pair: QK^T and PV, every layer and head."""
-    return 4.0 * model.num_layers * model.num_heads * model.head_dim
+    """FLOPs of attention per query-key pair: QK^T and PV, every attention layer and head (a hybrid Mamba
+    model's ``attention_layers`` only: its Mamba and MLP-only layers pair no query with a key)."""
+    layers = model.num_layers if model.attention_layers is None else model.attention_layers
+    return 4.0 * layers * model.num_heads * model.head_dim
+
+
+def mamba_state_bytes_per_seq(model: ModelSpec, tensor_parallel: int = 1) -> float:
+    """Bytes each GPU moves per sequence per step for a hybrid model's Mamba-2 layers (0 without any): every
+    layer reads its conv and SSM state and writes it back (`allocators.mamba_layout.Mamba2Layers.state_bytes`),
+    once per step whatever the tokens the sequence has in it (a prefill chunk scans from the state it starts at).
+    Approximate: the selective scan's own FLOPs (about ``heads x head_dim x state_size`` multiply-adds a token a
+    layer) are not counted beside `token_flops`'s projections, nor the chunked scan's intermediate states."""
+    mamba = model.mamba
+    if mamba is None:
+        return 0.0
+    return 2.0 * mamba.layers * mamba.state_bytes(model.dtype_bytes, tensor_parallel)
 
 
 def index_pair_flops(model: ModelSpec) -> float:

@@ -74,7 +74,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         check_drafter_budget(method, k, max_num_batched_tokens)
         draft = drafter_layers(method, spec)
     if spec.mamba is not None:  # a hybrid Mamba model: its own report (`sim.commands.mamba_capacity`)
-        from sim.commands.mamba_capacity import check_mamba_capacity
+        from allocators.mamba_layout import check_mamba_capacity
 
         check_mamba_capacity(allocator=allocator, kv_cache_dtype=kv_cache_dtype, model=spec.name,
                              disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,

@@ -15,24 +15,6 @@ import click
 from allocators.catalog import GIB
 
 
-def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_kv_cache_manager: bool,
-                         speculative_config: str | None, model: str) -> None:
-    """A one-line ValueError naming the flag for a setting not modelled on a hybrid Mamba model."""
-    if allocator != "paged":
-        raise ValueError(f"--allocator {allocator}: {model} has Mamba layers, whose per-request state only the "
-                         "paged allocator (vLLM's block pool) holds in kvsim; slabs or virtual ranges for a "
-                         "recurrent state are not modelled")
-    if kv_cache_dtype.lower() != "auto":
-        raise ValueError(f"--kv-cache-dtype {kv_cache_dtype}: not modelled for {model}'s Mamba layers (the "
-                         "attention block size vLLM aligns to the Mamba page was checked at the model's dtype only)")
-    if disable_hybrid_kv_cache_manager:
-        raise ValueError(f"--disable-hybrid-kv-cache-manager: not modelled for {model} (vLLM's Mamba layers "
-                         "need the hybrid KV cache manager's separate groups)")
-    if speculative_config is not None:
-        raise ValueError(f"--speculative-config: not modelled for {model} (vLLM gives each Mamba group "
-                         "num_speculative_tokens more state blocks per request)")
-
-
 def mamba_capacity_report(cap, *, block_size: int | None, prompt_len: int, output_len: int,
                           max_model_len: int) -> dict:
     """The `kvsim capacity` figures of a hybrid Mamba model (``cap``: its `KVCapacity`, whose bytes vLLM's

@@ -15,7 +15,9 @@ backend (`follows_vllm_block_size`), on GPUs whose compute capability is known.
 
 TurboQuant KV (``--kv-cache-dtype turboquant_*``) keeps its boundary layers at the model dtype, and vLLM raises
 the block size, given or not, until a packed page covers one of theirs
-(`allocators.kv_formats.turboquant_block_size`): 48 tokens for Llama-3-8B at turboquant_k8v4.
+(`allocators.kv_formats.turboquant_block_size`): 48 tokens for Llama-3-8B at turboquant_k8v4. A hybrid Mamba
+model's attention block, given or not, is raised until its page holds a Mamba state
+(`allocators.mamba_layout.hybrid_block_size`): 1,040 tokens for Nemotron-H-8B.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def run_block_size(config: BlockSizeConfig, model: ModelSpec | None = None, gpu:
     a block size not given is vLLM's default. TurboQuant's, given or not, as vLLM raises it (`_turboquant`)."""
     if model is not None and (raised := _turboquant(config, model)) is not None:
         return raised
+    if model is not None and model.mamba is not None:  # raised until a page holds a Mamba state
+        from allocators.mamba_layout import KERNEL_BLOCK, model_block_size
+
+        return model_block_size(model, getattr(config, "tensor_parallel", 1), config.block_size or KERNEL_BLOCK)
     if config.block_size is not None:
         return config.block_size
     if model is None or gpu is None or not _applies(config, model, gpu):
@@ -101,6 +107,10 @@ def block_size_choice(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -
     if (raised := _turboquant(config, model)) is not None and raised != (config.block_size or DEFAULT_BLOCK_SIZE):
         return (f"blocks of {raised} tokens, as vLLM raises the block size for {model.kv_cache_dtype} KV until a "
                 f"packed page covers one of the first and last two layers', which keep {model.name}'s dtype")
+    if model.mamba is not None and (size := run_block_size(config, model, gpu)) != (config.block_size
+                                                                                  or DEFAULT_BLOCK_SIZE):
+        return (f"blocks of {size} tokens, as vLLM raises the attention block size until one page holds a Mamba-2 "
+                f"layer's state ({model.name}'s Mamba groups' blocks are pages of that size)")
     if config.block_size is not None or not _applies(config, model, gpu):
         return None
     backend = mla_backend(model, gpu, None)

@@ -23,6 +23,11 @@ manager for sliding-window models) counts group slots, one token in one KV cache
 its slot moves ``unit / layers`` of a token's KV and a block's transfer makes that share of the per-layer copy
 calls (``slot_frac``: Gemma-3-12B's six groups of 8 layers make it 1/6).
 
+A hybrid Mamba-2 model (Nemotron-H) pairs queries with keys and reads KV in its attention layers only
+(`allocators.roofline.pair_flops`, its KV bytes per token), and each of its Mamba layers reads and writes every
+scheduled sequence's conv and SSM state once a step, charged as bytes
+(`allocators.roofline.mamba_state_bytes_per_seq`); the selective scan's own FLOPs are not counted (approximate).
+
 Named, sourced sets of coefficients are `sim.kernel.cost_profiles` (``--cost-profile``); the dataclass defaults
 of `StepCostModel` are the plain roofline kvsim used before profiles existed (``paper-2023`` keeps them). Their
 sources:

@@ -18,7 +18,6 @@ from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid_manager
 from allocators.lru_tier import LruTier
-from allocators.mamba_layout import mamba_run_refusal
 from allocators.option_use import hands_out_blocks
 from allocators.slab_layout import SlabLayout, ring_options, slab_layout
 from allocators.vattention import page_options
@@ -115,8 +114,10 @@ def resolve_capacity(config: SimConfig) -> KVCapacity:
     """The deployment's KV capacity, its model and GPU, after reading ``config.catalog`` (whose entries the
     configuration may name: a sweep point in another process reads the file itself)."""
     model, gpu = model_with_catalog(config.model, config.catalog), get_gpu(config.gpu)
-    if model.mamba is not None:  # runs of a hybrid Mamba model are not simulated (`allocators.mamba_layout`)
-        raise ValueError(mamba_run_refusal(model.name))
+    if model.mamba is not None:  # a hybrid Mamba model runs only as modelled (`sim.kernel.mamba_run`)
+        from sim.kernel.mamba_run import mamba_run_refusals
+
+        mamba_run_refusals(config, model)
     return kv_capacity(model, gpu, tensor_parallel=config.tensor_parallel,
                        gpu_memory_utilization=config.gpu_memory_utilization,
                        max_num_batched_tokens=config.max_num_batched_tokens, kv_gib=config.kv_gib,
@@ -177,6 +178,8 @@ def hybrid_kv_groups(config: SimConfig, model) -> tuple:
     """The model's KV groups when ``paged`` on it is vLLM's hybrid KV cache manager (`allocators.hybrid`): more
     than one group or a sliding window, unless ``--disable-hybrid-kv-cache-manager``; else ()."""
     groups = model.kv_groups()
+    if model.mamba is not None and config.allocator == "paged":  # its Mamba layers are groups of their own
+        return groups
     return groups if uses_hybrid_manager(config.allocator, groups, config.disable_hybrid_kv_cache_manager) else ()
 
 
@@ -199,8 +202,13 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     retention = config.prefix_cache_retention_interval
     if not groups:  # vLLM's check where no KV cache group slides (a positive interval would do nothing)
         check_retention_interval(retention, block_size, has_window=False)
-    alloc = (HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=in_flight,
-                                  prefix_cache_retention_interval=retention, **options) if groups
+    if model.mamba is not None:  # its pool: attention and Mamba KV cache groups (`sim.kernel.mamba_run`)
+        from sim.kernel.mamba_run import mamba_allocator
+
+        options |= dict(max_num_batched_tokens=in_flight, prefix_cache_retention_interval=retention)
+    alloc = (mamba_allocator(config, model, kv_tokens, groups, options) if model.mamba is not None
+             else HybridPagedAllocator(kv_tokens, kv_groups=groups, max_num_batched_tokens=in_flight,
+                                       prefix_cache_retention_interval=retention, **options) if groups
              else make_allocator(config.allocator, kv_tokens, **options,
                                  **page_options(allocator_class(config.allocator), model, config.page_size_kib,
                                                 kv_tokens, config.tensor_parallel),

@@ -99,6 +99,8 @@ class StepCostModel:
         self._t_own_token_flops = roofline.non_expert_token_flops_per_gpu(m, tp) / flops_s
         self._t_expert_token_flops = roofline.routed_token_flops(m) / divisor / flops_s
         self._t_kv_read = kv * ovh / tp / bytes_s
+        # a hybrid Mamba model's layers read and write each sequence's recurrent state once a step (per GPU)
+        self._t_mamba_seq = roofline.mamba_state_bytes_per_seq(m, tp) / bytes_s
         self._t_kv_write = kv / tp / bytes_s
         # a pool slot is one token's KV in `slot_frac` of the layers (a hybrid pool's group slot: `unit` layers)
         slot = kv * self.slot_frac
@@ -205,6 +207,9 @@ class StepCostModel:
         if not self.sparse:
             compute = self._token_compute(tokens, expert_tokens) + pairs * self._t_pair_flops
             memory = self.weights_time(tokens, expert_tokens) + read * self._t_kv_read + tokens * self._t_kv_write
+        if self._t_mamba_seq:  # each sequence's Mamba state, read and written
+            memory += (decode_seqs + ((1 if prefill_tokens else 0) if prefill_seqs is None else prefill_seqs)
+                       ) * self._t_mamba_seq
         longer, shorter = (compute, memory) if compute > memory else (memory, compute)
         t = self.step_overhead_s + longer
         if self.seq_overhead_s:
@@ -280,7 +285,7 @@ class StepCostModel:
             c, g = c0 - fw * (c0 - wc0), n - fw * (n - wn)
         a1 = n * self._t_token_flops + c * self._t_pair_flops
         b1 = g * self._t_pair_flops
-        a2 = self.weights_time(n) + c * self._t_kv_read + n * self._t_kv_write
+        a2 = self.weights_time(n) + c * self._t_kv_read + n * self._t_kv_write + n * self._t_mamba_seq
         b2 = g * self._t_kv_read
         return a1, b1, a2, b2
 

@@ -1,19 +1,124 @@
-"""Runs of a hybrid attention/Mamba model are refused with the reason (`allocators.mamba_layout`): vLLM 0.33's
-default for such a model, prefix caching on and so ``mamba_cache_mode="align"``, is not simulated yet."""
+"""Runs of a hybrid attention/Mamba model (Nemotron-H-8B): with prefix caching off (vLLM's
+``mamba_cache_mode='none'``) they are simulated on vLLM's pool (`sim.kernel.mamba_run`), the fast-forward equal to
+``--step-by-step``; vLLM's default, prefix caching on (``'align'``), and the settings not modelled are refused
+with the reason; the clock charges attention only in the attention layers and each sequence's Mamba state."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 
+from allocators import roofline
+from allocators.catalog import get_gpu, get_model
+from allocators.mamba_layout import model_pool
 from sim.kernel.config import SimConfig
 from sim.kernel.replica import resolve_capacity
+from sim.kernel.roofline_cost import StepCostModel
+from sim.kernel.runner import run_simulation
+from tests.sim.summaries import assert_same_step_totals
+from workloads import Workload
+
+MODEL = "nemotron-h-8b"
 
 
-@pytest.mark.parametrize("allocator", ["paged", "contiguous-max", "radix"])
-def test_runs_of_a_mamba_model_are_refused(allocator):
-    config = SimConfig(model="nemotron-h-8b", gpu="h100-80gb", allocator=allocator)
-    with pytest.raises(ValueError, match=r"nemotron-h-8b has Mamba layers.*mamba_cache_mode='align'"):
-        resolve_capacity(config)
+def config(**options) -> SimConfig:
+    return SimConfig(model=MODEL, gpu="h100-80gb", prefix_caching=False,
+                     **({"kv_tokens": 40 * 1040, "memory_snapshots": 0} | options))
+
+
+def workload(count: int = 60, seed: int = 5) -> Workload:
+    rng = np.random.default_rng(seed)
+    return Workload(arrival_time_s=np.cumsum(rng.exponential(0.05, count)), prompt_tokens=rng.integers(200, 6000, count),
+                    output_tokens=rng.integers(50, 900, count), name="mamba")
+
+
+def test_vllms_default_prefix_caching_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match=r"nemotron-h-8b has Mamba layers.*mamba_cache_mode='align'.*"
+                                         r"--no-enable-prefix-caching"):
+        resolve_capacity(SimConfig(model=MODEL, gpu="h100-80gb"))
+
+
+@pytest.mark.parametrize(("options", "flag"), [
+    ({"allocator": "contiguous-max"}, "--allocator"), ({"allocator": "radix"}, "--allocator"),
+    ({"kv_cache_dtype": "fp8"}, "--kv-cache-dtype"), ({"cpu_offload_gib": 4.0}, "--cpu-offload-gib"),
+    ({"disable_hybrid_kv_cache_manager": True}, "--disable-hybrid-kv-cache-manager"),
+    ({"preemption": "swap"}, "--preemption")])
+def test_settings_not_modelled_are_refused_naming_the_flag(options, flag):
+    with pytest.raises(ValueError, match=flag):
+        resolve_capacity(config(**options))
 
 
 def test_other_models_still_resolve():
     cap = resolve_capacity(SimConfig(model="llama-3-8b", gpu="h100-80gb"))
     assert cap.kv_tokens > 0
+
+
+def test_a_run_uses_vllms_pool_and_holds_six_state_blocks_a_request():
+    """The derived pool is `kvsim capacity`'s (3,506 blocks of 1,040 tokens on an H100); a lone request of 2,000
+    tokens holds two attention blocks and six state blocks."""
+    cfg = SimConfig(model=MODEL, gpu="h100-80gb", prefix_caching=False, memory_snapshots=0)
+    cap = resolve_capacity(cfg)
+    expected = model_pool(cap.model, cap.kv_bytes)
+    one = Workload(arrival_time_s=np.zeros(1), prompt_tokens=np.array([1990]), output_tokens=np.array([10]),
+                   name="one")
+    result = run_simulation(cfg, one)
+    assert result.summary["block_size"] == expected.block_size == 1040
+    assert result.steps["total_blocks"].iloc[0] == expected.num_blocks - 1 == 3505
+    assert result.steps["used_blocks"].max() == 2 + 6
+    assert set(result.summary["kv_groups"]) == {"full", "mamba"}
+
+
+@pytest.mark.parametrize("tensor_parallel", [1, 2])
+def test_a_runs_pool_is_kvsim_capacitys(tensor_parallel):
+    """The pool a run builds from its derived KV capacity is `kvsim capacity`'s (7,983 blocks per GPU at -tp 2),
+    and the setup line says why the blocks are 1,040 tokens."""
+    from sim.describe import setup_line
+    from sim.kernel.mamba_run import run_pool
+
+    cfg = SimConfig(model=MODEL, gpu="h100-80gb", prefix_caching=False, tensor_parallel=tensor_parallel)
+    cap = resolve_capacity(cfg)
+    assert run_pool(cfg, cap.model, cap.kv_tokens) == model_pool(cap.model, cap.kv_bytes, tensor_parallel)
+    assert "blocks of 1040 tokens, as vLLM raises the attention block size" in setup_line(cfg, workload(2), cap)
+
+
+def test_fast_forward_equals_step_by_step_under_memory_pressure():
+    """Decoders grow their attention blocks only (a state block never grows), so the decode fast-forward stops
+    where --step-by-step allocates, preempts and admits: the same requests, times, memory integrals and step
+    totals, with every step audited (the Mamba tables among them)."""
+    w = workload()
+    fast = run_simulation(config(debug_invariants=1), w)
+    slow = run_simulation(config(step_by_step=True, debug_invariants=1), w)
+    assert fast.summary["preemptions"] > 0 and (fast.steps["waiting"] > 0).sum() > 50
+    assert len(fast.steps) < len(slow.steps) / 10
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    assert fast.requests["preemptions"].tolist() == slow.requests["preemptions"].tolist()
+    for key, value in fast.summary.items():
+        if key.endswith("_frac") or key in ("mean_running", "preemptions", "max_running"):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+    for name, shares in fast.summary["kv_groups"].items():
+        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
+    assert_same_step_totals(fast, slow)
+
+
+def test_the_memory_map_shows_the_mamba_group():
+    result = run_simulation(config(memory_snapshots=3), workload(count=20))
+    assert "mamba" in set(result.memory["group"].dropna().astype(str))
+
+
+def test_the_clock_pairs_and_reads_kv_in_attention_layers_only():
+    """Nemotron-H-8B's 52 layers hold 4 attention layers: the attention FLOPs a query-key pair are those 4
+    layers', and each sequence a step moves its 24 layers' conv and SSM state in and out."""
+    model, gpu = get_model(MODEL), get_gpu("h100-80gb")
+    assert roofline.pair_flops(model) == 4.0 * 4 * 32 * 128
+    state = model.mamba.state_bytes(model.dtype_bytes)
+    assert roofline.mamba_state_bytes_per_seq(model) == 2 * 24 * state
+    assert roofline.mamba_state_bytes_per_seq(get_model("llama-3-8b")) == 0.0
+    cost = StepCostModel(model, gpu, block_size=1040)
+    plain = StepCostModel(dataclasses.replace(model, mamba=None, attention_layers=None, num_layers=4), gpu,
+                          block_size=1040)
+    bytes_s = cost.bandwidth_frac * gpu.hbm_bandwidth_gb_s * 1e9
+    # a memory-bound decode step of 8 sequences: 8 states moved in and out more than without Mamba layers
+    moved = cost.step_time(0, 8, 8 * 500) - (cost.step_overhead_s + cost.weights_time(8)
+                                             + 8 * 500 * cost._t_kv_read + 8 * cost._t_kv_write)
+    assert moved == pytest.approx(8 * 2 * 24 * state / bytes_s, rel=1e-9)
+    assert cost._t_kv_read == plain._t_kv_read  # the KV a token reads: the attention layers' alone

@@ -1,0 +1,70 @@
+"""Runs of a hybrid attention/Mamba-2 model (Nemotron-H) as vLLM 0.33 serves them with prefix caching off.
+
+``--no-enable-prefix-caching`` is vLLM's ``mamba_cache_mode="none"`` (``MambaModelConfig.verify_and_update_config``,
+``model_executor/models/config.py``): the Mamba block size is ``max_model_len``, so ``MambaManager``
+(``v1/core/single_type_kv_cache_manager.py``) gives a request one state block per Mamba KV cache group when it is
+first scheduled and frees it with the request, and the scheduler splits chunks as for any model
+(``Scheduler.need_mamba_block_aligned_split`` is False outside ``"align"``). The pool is `HybridMambaPool`'s
+(``allocators.mamba_layout``), its attention groups and Mamba groups served by `HybridPagedAllocator`
+(``mamba_groups``). vLLM's default, prefix caching on (``"align"``: block-aligned chunk splits, a state block per
+boundary crossed, states cached at reachable boundaries) is refused with the reason (`mamba_run_refusals`).
+"""
+
+from __future__ import annotations
+
+from allocators.capacity import pool_bytes_per_token
+from allocators.hybrid import HybridPagedAllocator
+from allocators.kv_cache_groups import split_kv_groups
+from allocators.mamba_layout import HybridMambaPool, check_mamba_capacity, model_pool
+
+
+def mamba_run_refusals(config, model) -> None:
+    """A one-line ValueError naming the flag for a setting of a run of ``model`` (with Mamba layers) kvsim does
+    not model: the capacity report's (`check_mamba_capacity`), prefix caching (mamba_cache_mode 'align'), a host
+    tier or KV transfer (vLLM's connectors carry the Mamba state as a group of its own: not modelled), and swap
+    preemption (vLLM v1 recomputes)."""
+    check_mamba_capacity(allocator=config.allocator, kv_cache_dtype=config.kv_cache_dtype,
+                         disable_hybrid_kv_cache_manager=config.disable_hybrid_kv_cache_manager,
+                         speculative_config=config.speculative_config, model=model.name)
+    if config.prefix_caching:
+        raise ValueError(
+            f"{model.name} has Mamba layers: vLLM 0.33 runs it with prefix caching on as mamba_cache_mode='align' "
+            "(its scheduler cuts prefill chunks at block boundaries, each request's Mamba state moves to a new "
+            "block at every boundary it crosses and states are cached at reachable boundaries), which kvsim does "
+            "not simulate yet; --no-enable-prefix-caching (mamba_cache_mode='none', one state block per request "
+            "per Mamba group) is simulated")
+    if config.cpu_offload_gib > 0:
+        raise ValueError(f"--cpu-offload-gib: a host tier is not modelled for {model.name}'s Mamba state blocks")
+    if config.kv_transfer_config is not None or config.prefill_replicas or config.decode_replicas:
+        raise ValueError(f"--kv-transfer-config: moving {model.name}'s Mamba state between replicas is not modelled")
+    if config.preemption != "recompute":
+        raise ValueError(f"--preemption {config.preemption}: not modelled for {model.name} (vLLM v1 recomputes)")
+    if config.decode_context_parallel_size > 1:
+        raise ValueError(f"--decode-context-parallel-size: vLLM does not support it with Mamba layers ({model.name})")
+
+
+def run_pool(config, model, kv_tokens: int, block_size: int | None = None) -> HybridMambaPool:
+    """vLLM's pool for a run of ``config`` whose KV capacity is ``kv_tokens`` token slots (`kv_capacity`: its
+    bytes over an attention token's): the same bytes cut into `HybridMambaPool` blocks. Exact where a KV cache
+    group holds every attention layer (Nemotron-H-8B: 4 attention layers, groups of 4), as a block is then
+    ``block_size`` whole tokens; ``block_size``: ``--block-size`` (default the kernel block, 16)."""
+    from allocators.mamba_layout import KERNEL_BLOCK
+
+    tp = config.tensor_parallel
+    return model_pool(model, kv_tokens * pool_bytes_per_token(model, tp), tp,
+                      KERNEL_BLOCK if block_size is None else block_size)
+
+
+def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: dict) -> HybridPagedAllocator:
+    """The hybrid allocator over `run_pool`'s blocks: the model's attention groups, then its Mamba groups.
+    ``options``: the allocator options `build_replica` gives every allocator (``block_size``: the pool's)."""
+    pool = run_pool(config, model, kv_tokens, config.block_size)
+    attention = len(split_kv_groups(kv_groups)[1])
+    if attention != pool.attention_groups:  # vLLM's groups of `group_size` layers would cut attention otherwise
+        raise ValueError(f"{model.name}: {pool.attention_groups} attention KV cache groups of {pool.group_size} "
+                         f"layers in vLLM's pool but {attention} in kvsim's hybrid allocator; not modelled")
+    if options["block_size"] != pool.block_size:
+        raise ValueError(f"{model.name}: the run's block size {options['block_size']} is not the pool's "
+                         f"{pool.block_size}")
+    return HybridPagedAllocator(pool.num_blocks * pool.block_size, kv_groups=kv_groups,
+                                mamba_groups=pool.mamba_groups, **options)

@@ -1,0 +1,47 @@
+"""kvsim on Nemotron-H-8B with prefix caching off (vLLM's ``mamba_cache_mode='none'``) against vLLM 0.33's own
+scheduler and KV cache manager given the same pool (one attention group, six Mamba groups, blocks of 1,040
+tokens: ``tools/vllm_oracle/mamba_driver.py``), step for step: every engine step's running and waiting requests,
+prefill tokens, decoding requests and used blocks, and `compare.py`'s run-wide and per-request metrics, exactly,
+synchronous and under vLLM's default async scheduling; the fast-forward makes the same decisions."""
+
+import importlib.util
+
+import pytest
+
+from tests.sim.vllm_oracle import ROOT, cases
+
+
+def _mamba_compare():
+    spec = importlib.util.spec_from_file_location("vllm_oracle_mamba_compare",
+                                                  ROOT / "tools" / "vllm_oracle" / "mamba_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mamba = _mamba_compare()
+CASES = cases(mamba.DATA)
+RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)]
+
+
+def test_the_cases_cover_contention_a_burst_and_chunked_prompts_in_both_engine_loops():
+    assert set(CASES) >= {"mamba_none_contended", "mamba_none_offline_burst", "mamba_none_small_budget"}
+    assert set(cases(mamba.DATA / "async")) == set(CASES)
+
+
+@pytest.mark.parametrize(("case", "asynchronous"), RUNS)
+def test_every_step_is_vllms(case, asynchronous):
+    slow = mamba.run(mamba.DATA / case, step_by_step=True, asynchronous=asynchronous)
+    assert (mamba.step_differences(slow, mamba.DATA / case, asynchronous=asynchronous)
+            == dict.fromkeys(mamba.STEP_COLUMNS, ""))
+    theirs = mamba.compare.oracle_metrics(mamba.reference(mamba.DATA / case, asynchronous=asynchronous))
+    ours = mamba.metrics(slow, asynchronous=asynchronous)
+    assert mamba.compare.differences(ours, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
+    assert theirs["preemptions"] > 0
+
+
+@pytest.mark.parametrize(("case", "asynchronous"), RUNS)
+def test_the_fast_forward_makes_the_same_decisions(case, asynchronous):
+    fast = mamba.metrics(mamba.run(mamba.DATA / case, asynchronous=asynchronous), asynchronous=asynchronous)
+    theirs = mamba.compare.oracle_metrics(mamba.reference(mamba.DATA / case, asynchronous=asynchronous))
+    assert mamba.compare.differences(fast, theirs) == dict.fromkeys(mamba.compare.METRICS, "")

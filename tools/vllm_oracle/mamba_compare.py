@@ -1,0 +1,111 @@
+"""Replay the hybrid Mamba cases (`mamba_driver.py`) through kvsim on nemotron-h-8b and compare them with vLLM's
+outputs step for step.
+
+    PYTHONPATH=$PWD python tools/vllm_oracle/mamba_compare.py [--data tests/sim/data/vllm_oracle_mamba] [CASE ...]
+
+Besides `compare.py`'s run-wide and per-request metrics, every engine step's running and waiting requests,
+prefill tokens, decoding requests and used blocks must be vLLM's (kvsim ``--step-by-step``, one row a step); the
+same again under vLLM 0.33's default async scheduling against ``DATA/async/CASE`` (`mamba_driver.py
+--async-scheduling`; kvsim ``--async-scheduling``, steps counted to the run's end as ``async_gap.py`` counts
+them). Needs kvsim only, not vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import compare  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle_mamba"
+MODEL = "nemotron-h-8b"
+"""kvsim's model for these cases: one attention KV cache group and six Mamba groups, blocks of 1,040 tokens (the
+driver's groups); its pool of ``num_blocks`` blocks is ``--kv-tokens num_blocks x 1040``, a block being 1,040
+tokens of its four attention layers."""
+STEP_COLUMNS = {"running": "running", "waiting": "waiting", "prefill_tokens": "prefill_tokens",
+                "decode_seqs": "decode_tokens", "used_blocks": "used_blocks"}
+"""kvsim's step-table column -> vLLM's (one decode token a decoding request)."""
+
+
+def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False, asynchronous: bool = False):
+    """`compare.kvsim_config` on `MODEL`, the block size left to kvsim (raised to the model's 1,040 as vLLM
+    raises it); ``asynchronous``: vLLM's async scheduling."""
+    config = compare.kvsim_config(settings, trace, step_by_step=step_by_step)
+    return dataclasses.replace(config, model=MODEL, kv_tokens=settings["num_blocks"] * settings["block_size"],
+                               block_size=None, async_scheduling=asynchronous)
+
+
+def run(case: Path, *, step_by_step: bool = False, asynchronous: bool = False):
+    from sim.kernel.runner import run_config
+
+    settings = json.loads((case / "settings.json").read_text())
+    return run_config(kvsim_config(settings, case / "trace.csv", step_by_step=step_by_step,
+                                   asynchronous=asynchronous))
+
+
+def metrics(result, *, asynchronous: bool = False) -> dict:
+    """`compare.METRICS` of a kvsim run; under async scheduling its steps counted to the run's end (the engine's
+    last step drains the batch queue)."""
+    steps = result.steps
+    end = (steps["time_s"] + steps["duration_s"]).max() if asynchronous else result.requests["finished_s"].max()
+    return compare.run_metrics(result, int(round(float(end))))
+
+
+def reference(case: Path, *, asynchronous: bool = False) -> Path:
+    """The folder of vLLM's outputs for ``case``: its own, or its async run's."""
+    return case.parent / "async" / case.name if asynchronous else case
+
+
+def step_differences(result, case: Path, *, asynchronous: bool = False) -> dict[str, str]:
+    """Column -> '' when every step equals vLLM's, else the first step that differs (``result``: a
+    ``--step-by-step`` run of ``case``)."""
+    theirs = pd.read_csv(reference(case, asynchronous=asynchronous) / "steps.csv.gz")
+    ours = result.steps[result.steps["num_steps"] > 0].reset_index(drop=True)
+    if len(ours) != len(theirs):
+        return dict.fromkeys(STEP_COLUMNS, f"{len(ours)} steps vs {len(theirs)}")
+    out = {}
+    for column, their_column in STEP_COLUMNS.items():
+        a, b = ours[column].to_numpy(np.int64), theirs[their_column].to_numpy(np.int64)
+        bad = np.flatnonzero(a != b)
+        out[column] = "" if not len(bad) else f"step {bad[0]}: {a[bad[0]]} vs {b[bad[0]]} ({len(bad)} steps differ)"
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*")
+    p.add_argument("--data", default=str(DATA))
+    a = p.parse_args()
+    data = Path(a.data)
+    names = a.names or sorted(d.name for d in data.iterdir() if (d / "steps.csv.gz").exists())
+    failed = False
+    for name in names:
+        case = data / name
+        for asynchronous in (False, True):
+            if not (reference(case, asynchronous=asynchronous) / "steps.csv.gz").exists():
+                continue
+            theirs = compare.oracle_metrics(reference(case, asynchronous=asynchronous))
+            diff = compare.differences(metrics(run(case, asynchronous=asynchronous), asynchronous=asynchronous),
+                                       theirs)
+            slow = run(case, step_by_step=True, asynchronous=asynchronous)
+            diff |= {k: v or diff[k] for k, v in compare.differences(metrics(slow, asynchronous=asynchronous),
+                                                                     theirs).items()}
+            steps = step_differences(slow, case, asynchronous=asynchronous)
+            failed |= any(diff.values()) or any(steps.values())
+            bad = {k: v for k, v in (diff | steps).items() if v}
+            print(f"{name}{' (async)' if asynchronous else ''}: {theirs['total_steps']} steps, "
+                  f"{theirs['preemptions']} preemptions: "
+                  + ("exact" if not bad else "; ".join(f"{k} {v}" for k, v in bad.items())), flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

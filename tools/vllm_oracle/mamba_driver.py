@@ -1,0 +1,115 @@
+"""`driver.py` with a hybrid attention/Mamba-2 pool: its attention group, then ``--mamba-groups`` Mamba groups.
+
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/mamba_driver.py [--out tests/sim/data/vllm_oracle_mamba] \
+        [--async-scheduling] [CASE ...]
+
+vLLM's scheduler is given the KV cache groups its engine plans for a hybrid model such as Nemotron-H-8B (one
+attention group, six Mamba groups, ``_get_kv_cache_groups_uniform_page_size``): each Mamba group a ``MambaSpec``
+whose page is padded to the attention page (``mamba_page_size_padded``), in the mode prefix caching gives
+(``MambaModelConfig.verify_and_update_config``): off, ``mamba_cache_mode="none"`` with a block of
+``max_model_len`` tokens; on, ``"align"`` with the attention block size, one prefill checkpoint block (as
+``MambaMixer2.get_kv_cache_spec`` sets it) and the engine's ``prefix_cache_retention_interval``. The state shape
+is a placeholder: the scheduler reads block counts, never state bytes. kvsim runs the same case on
+``nemotron-h-8b`` (``tests/sim/test_sim_mamba_parity.py``), whose attention block size is 1,040.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import driver  # noqa: E402
+
+
+def patch_scheduler(num_mamba_groups: int) -> None:
+    """Make vLLM's ``Scheduler`` and ``AsyncScheduler`` (as `driver.build_scheduler` imports them) add the Mamba
+    groups to the KV cache config they are given."""
+    import torch
+    import vllm.v1.core.sched.async_scheduler as async_sched
+    import vllm.v1.core.sched.scheduler as sched
+    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
+
+    def with_mamba(base: type) -> type:
+        class MambaScheduler(base):
+            def __init__(self, *, vllm_config, kv_cache_config, **kw):
+                attention = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+                cache = vllm_config.cache_config
+                align = cache.enable_prefix_caching
+                cache.mamba_cache_mode = "align" if align else "none"
+                cache.mamba_block_size = attention.block_size if align else vllm_config.model_config.max_model_len
+                spec = MambaSpec(shapes=((4, 4),), dtypes=(torch.float16,), block_size=cache.mamba_block_size,
+                                 page_size_padded=attention.page_size_bytes, mamba_cache_mode=cache.mamba_cache_mode,
+                                 num_prefill_checkpoint_blocks=int(align), prefill_checkpoint_alignment=1)
+                groups = [*kv_cache_config.kv_cache_groups,
+                          *(KVCacheGroupSpec([f"mamba.{i}"], spec) for i in range(num_mamba_groups))]
+                kv_cache_config = KVCacheConfig(
+                    num_blocks=kv_cache_config.num_blocks, kv_cache_tensors=kv_cache_config.kv_cache_tensors,
+                    kv_cache_groups=groups, prefix_cache_retention_interval=cache.prefix_cache_retention_interval)
+                # the scheduling granularity over every group (``resolve_kv_cache_block_sizes``: their lcm)
+                kw["block_size"], kw["hash_block_size"] = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+                super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kw)
+                assert sum(isinstance(g.kv_cache_spec, MambaSpec)
+                           for g in self.kv_cache_config.kv_cache_groups) == num_mamba_groups
+
+        return MambaScheduler
+
+    sched.Scheduler = with_mamba(sched.Scheduler)
+    async_sched.AsyncScheduler = with_mamba(async_sched.AsyncScheduler)
+
+
+CASES: dict[str, dict] = {
+    # Nemotron-H-8B's pool (attention blocks of 1,040 tokens; a request holds one block per 1,040 tokens and six
+    # Mamba state blocks): contended, so that requests are preempted and resumed
+    "mamba_none_contended": dict(trace=dict(n=50, prompt=(100, 3000), output=(300, 3000), gap=1.0), num_blocks=30,
+                                 block_size=1040, enable_prefix_caching=False),
+    # every request at once: admission by free blocks (six state blocks each), preemption of the newest
+    "mamba_none_offline_burst": dict(trace=dict(n=60, prompt=(100, 4000), output=(20, 500), gap=0.0), num_blocks=50,
+                                     block_size=1040, enable_prefix_caching=False),
+    # a small budget with a long-prefill threshold: prompts prefilled in many chunks while others decode
+    "mamba_none_small_budget": dict(trace=dict(n=80, prompt=(100, 9000), output=(10, 200), gap=4.0),
+                                    num_blocks=70, block_size=1040, enable_prefix_caching=False,
+                                    max_num_batched_tokens=512, max_num_seqs=16, long_prefill_token_threshold=256),
+}
+MAMBA_GROUPS = 6
+"""Nemotron-H-8B's Mamba KV cache groups (24 Mamba layers in groups of its 4 attention layers)."""
+
+
+def main() -> None:
+    """Write every case (or those named) to ``OUT/CASE/{trace.csv, settings.json, steps.csv.gz, requests.csv}``."""
+    import json
+
+    import cases
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", default=list(CASES))
+    p.add_argument("--out", default="tests/sim/data/vllm_oracle_mamba")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="vLLM 0.33's default AsyncScheduler and batch queue (`async_gap.run_async`), written to "
+                        "OUT/async/CASE (the trace and settings are the synchronous case's)")
+    a = p.parse_args()
+    cases.CASES |= CASES  # cases.py's trace writer and settings, for these names too
+    patch_scheduler(MAMBA_GROUPS)
+    for name in a.names:
+        out = Path(a.out) / name
+        out.mkdir(parents=True, exist_ok=True)
+        if a.async_scheduling:  # the synchronous case's trace, vLLM's async engine loop
+            import async_gap
+
+            step_rows, request_rows = async_gap.run_async(cases.driver_args(name, out / "trace.csv"))[2:]
+            async_gap.write_reference(Path(a.out) / "async" / name, step_rows, request_rows)
+            print(name, "async done", flush=True)
+            continue
+        cases.write_trace(name, out / "trace.csv")
+        (out / "settings.json").write_text(json.dumps(cases.settings(name) | {"mamba_groups": MAMBA_GROUPS},
+                                                      indent=1) + "\n")
+        driver.run(cases.driver_args(name, out / "trace.csv", out))
+        driver.gzip_steps(out)
+        print(name, "done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
