@@ -160,7 +160,8 @@ def simulation_options(func):
         _field_option("--parallel-sampling", type=click.Choice(PARALLEL_SAMPLING),
                       help="How a request sampled n > 1 times runs: fan-out (vLLM v1's engine: n requests "
                            "sharing the prompt through the prefix cache, each admitted and preempted alone; "
-                           "--allocator paged; a fleet routes a request's children together) or fork (one group "
+                           "--allocator paged; a fleet routes a request's children together, except dp-lb, vLLM's "
+                           "front end, which routes each child) or fork (one group "
                            "of n sequences, admitted and preempted together, forked at the first token: vLLM "
                            "v0's). auto (default): fan-out where modelled (paged, no sessions or closed loop), "
                            "else fork."),

@@ -26,7 +26,8 @@ decode run also ends where another replica could release an arrival it does not 
 A mixture of experts' data-parallel ranks (``--data-parallel-size`` > 1) do not keep their own clocks: one
 process steps them all together (`sim.kernel.lockstep`), routing the arrivals itself at each common step.
 
-Per-request results share one set of arrays (each request lives on one replica); the summary is built by
+Per-request results share one set of arrays (each request lives on one replica; a fanned-out request's children
+are requests here, which ``dp-lb`` may send to different replicas); the summary is built by
 `sim.kernel.fleet_summary`.
 """
 
@@ -132,8 +133,10 @@ class Fleet:
     # -- routing ----------------------------------------------------------------------------------------
     def _route(self, t: float, i: int) -> None:
         group = self.source.make_group(i, t) if self.observed else None
-        rows = self.source.rows  # a fanned-out request's children go where its first went: one routing each
-        if rows is not None and i and rows[i] == rows[i - 1]:
+        # a fanned-out request's children go where its first went (one routing each), unless the router is vLLM's
+        # own front end, which routes every child (`sim.kernel.routers`, ``routes_children``)
+        rows = self.source.rows
+        if rows is not None and i and rows[i] == rows[i - 1] and not self.router.routes_children:
             chosen = int(self.replica_of[i - 1])
         else:
             chosen = self.router.choose(group, self.replicas) if len(self.replicas) > 1 else 0

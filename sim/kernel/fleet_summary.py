@@ -10,6 +10,13 @@ replica has the same capacity; one idle early counts as idle, `idle_until`), and
 ran.
 ``load_imbalance`` is max / mean of the tokens each replica processed (prefill computed + tokens decoded):
 1.0 is a perfectly even fleet.
+
+A request fanned out into child requests (`sim.kernel.parallel_sampling`) is one row of the requests table, its
+``replica`` its first child's. Behind ``dp-lb`` (vLLM's front end routes each child, `sim.kernel.routers`) its
+children may run on several replicas, so a replica's summary counts the children it ran, each as one request (its
+``requests`` the child requests its engine ran, as vLLM's engine counts them: the replicas' sum is the fleet's
+samples, not its requests); behind the other routers, which send a request's children together, it counts the
+request whole where its children ran.
 """
 
 from __future__ import annotations
@@ -89,9 +96,17 @@ def fleet_result(fleet, workload, end: float, extra: dict, served_by: np.ndarray
             for i, tokens in mine.items():
                 totals[i] = totals.get(i, 0) + tokens
     requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index, host_by_index)
-    replica_of = fleet.replica_of  # a fanned-out request's, its children's (`Fleet._route`)
+    replica_of = fleet.replica_of  # a fanned-out request's: its first child's (`Fleet._route`)
+    # each replica's summary over the requests it ran: with a router that routes a fanned-out request's children
+    # one by one (dp-lb) they may run on several replicas, so each counts the children it ran, as requests
+    mine_of, replica_requests = replica_of, requests
     if getattr(workload, "fan_parent", None) is not None:
         replica_of = replica_of[first_children(workload.fan_parent)]
+        if fleet.router.routes_children:
+            replica_requests = requests_frame(workload, fleet.rec, fleet.source.arrival_s, cached_by_index,
+                                              host_by_index, fold=False)
+        else:
+            mine_of = replica_of
     # right after trace_row, where it has always been; the hash columns (`sim.kernel.request_hashes`) follow it
     requests.insert(requests.columns.get_loc("trace_row") + 1, "replica", replica_of)
     pool = replicas[0].memory.breakdown()
@@ -104,8 +119,8 @@ def fleet_result(fleet, workload, end: float, extra: dict, served_by: np.ndarray
         prefill = int(frame["prefill_tokens"].sum())
         tokens = prefill + int((frame["decode_seqs"] * frame["num_steps"]).sum())
         processed.append(tokens)
-        mine = replica_of == r.number if served_by is None else (replica_of == r.number) | (served_by == r.number)
-        summary = build_summary(allocator=config.allocator, requests=requests[mine],
+        mine = mine_of == r.number if served_by is None else (mine_of == r.number) | (served_by == r.number)
+        summary = build_summary(allocator=config.allocator, requests=replica_requests[mine],
                                 memory=r.rec.memory, max_running=r.rec.max_running,
                                 num_preemptions=r.sched.groups.num_preemptions, start_s=fleet.start, end_s=end,
                                 wall_time_s=0.0, capacity=capacity, total_blocks=total_blocks, kv_tokens=cap.kv_tokens,

@@ -42,7 +42,8 @@ def as_run(config, workload):
     on `paged` (elsewhere a ``fan-out`` asked for is reported ignored, `sim.kernel.ignored_settings`) when some
     request is sampled more than once without a beam, unless it has sessions or a closed loop (``auto`` then
     forks; ``fan-out`` asked for is refused); a fanned-out workload is returned as it is. In a fleet a request's children go where its first
-    goes (`sim.kernel.fleet`): a router sends the request to one server, which fans it out."""
+    goes (`sim.kernel.fleet`): a router sends the request to one server, which fans it out; except behind
+    ``dp-lb``, vLLM's own front end, which fans it out first and routes each child (`sim.kernel.routers`)."""
     workload = cap_outputs(config, workload)
     if (getattr(workload, "fan_parent", None) is not None or config.parallel_sampling == "fork"
             or config.allocator != "paged" or not _sampled(workload).any()):

@@ -303,7 +303,7 @@ def tier_summary(replicas) -> dict:
 
 
 def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_index: dict[int, int] | None = None,
-                   host_by_index: dict[int, int] | None = None):
+                   host_by_index: dict[int, int] | None = None, *, fold: bool = True):
     """One row per request (``docs/architecture.md``), with where in its trace file it was read (``trace_row``,
     NA for a request read from no file: the row a user joins results on, once skipped rows have left
     ``request_id`` counting only the rows kept), its multi-turn session and turn (NA where it is no
@@ -314,7 +314,8 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     ``cached_by_index``: prompt tokens each request's admissions found cached, by workload position (absent:
     none); ``host_by_index``: the part of them loaded from the host tier (``host_hit_tokens``; ``gpu_hit_tokens``
     is the rest). A fanned-out workload's children are folded back into their requests
-    (`sim.kernel.parallel_sampling.aggregate`)."""
+    (`sim.kernel.parallel_sampling.aggregate`), unless ``fold`` is False: one row per child, for a fleet whose
+    router sends children to different replicas (`sim.kernel.fleet_summary`'s per-replica summaries)."""
     import pandas as pd
 
     from workloads.frames import nullable
@@ -348,7 +349,7 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
     out = c["output_tokens"]
     with np.errstate(invalid="ignore", divide="ignore"):  # per row: a fanned-out request's per child, as vLLM's
         c["tpot_s"] = np.where(out > 1, (c["finished_s"] - c["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
-    if getattr(workload, "fan_parent", None) is not None:
+    if fold and getattr(workload, "fan_parent", None) is not None:
         c = aggregate(c, workload.fan_parent)
     out, tpot = c["output_tokens"], c["tpot_s"]
     ttft = c["first_token_s"] - c["arrival_s"]
@@ -365,6 +366,6 @@ def requests_frame(workload, rec: Recorder, arrival_s: np.ndarray, cached_by_ind
         "preemptions": c["preemptions"], "rejected": c["rejected"], "reject_reason": c["reject_reason"],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "normalized_latency_s_per_tok": e2e / out,
         "trace_row": nullable(c["trace_row"]),  # then the hashes: the columns before them keep their places
-        **hash_columns(workload),
+        **hash_columns(workload, fold=fold),
     })
 

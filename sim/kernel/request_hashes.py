@@ -18,12 +18,13 @@ HASH_COLUMNS = ("hash_ids", "prefix_hash_tokens")
 """The requests table's last columns, after ``trace_row`` (a fleet's ``replica`` between them)."""
 
 
-def hash_columns(workload) -> dict[str, list | pd.arrays.IntegerArray]:
+def hash_columns(workload, *, fold: bool = True) -> dict[str, list | pd.arrays.IntegerArray]:
     """``hash_ids``: each request's prefix hashes, space-separated as a CSV cell of Mooncake's ``hash_ids`` is
     (``0 1 2``), NA (None) for none; ``prefix_hash_tokens``: the prompt tokens each hash covers, the workload's
     on every row, NA where the workload has no hashes. On every table, NA where unused, as the table's other
     optional columns (``session_id``, ``prefix_group``, ``trace_row``) are. A fanned-out request's (its
-    children's rows folded back, `sim.kernel.parallel_sampling.aggregate`) are its first child's: its own."""
+    children's rows folded back, `sim.kernel.parallel_sampling.aggregate`) are its first child's: its own; with
+    ``fold`` False, every child's row keeps its own."""
     from workloads.frames import nullable
 
     values = getattr(workload, "hash_values", None)
@@ -34,7 +35,7 @@ def hash_columns(workload) -> dict[str, list | pd.arrays.IntegerArray]:
     else:
         cells = [None] * len(workload.output_tokens)
     fan_parent = getattr(workload, "fan_parent", None)
-    if fan_parent is not None:
+    if fold and fan_parent is not None:
         cells = [cells[i] for i in first_children(fan_parent)]
     unit = np.full(len(cells), workload.prefix_hash_tokens if hashed else 0, np.int64)
     return {"hash_ids": cells, "prefix_hash_tokens": nullable(unit, np.full(len(cells), not hashed))}

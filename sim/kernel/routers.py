@@ -2,7 +2,14 @@
 
 A router is asked at each arrival, with the replicas as they are at that instant (`sim.kernel.fleet_replica.Replica`:
 ``load``, ``free_slots``, ``held_tokens``, ``pending_prefill``, ``cached_tokens``), which replica gets the request; a
-request group (``n`` > 1 samples, beams) is one request and goes to one replica whole. ``ROUTERS`` maps the names
+request group (``n`` > 1 samples, beams) is one request and goes to one replica whole. ``routes_children`` says
+what a router does with a request fanned out into ``n`` child requests (`sim.kernel.parallel_sampling`): False,
+the fleet sends every child where the first went; True, it asks the router for each child. Only ``dp-lb`` asks: it
+is vLLM's own front end, whose ``AsyncLLM.add_request`` (``vllm/v1/engine/async_llm.py``) fans the request out
+first and hands each child (``ParentRequest.get_child_info``: its own request id) to ``add_request_async``, which
+routes it (``get_core_engine_for_request``) like any request. The others stand for HTTP routers in front of
+separate vLLM servers (gateways, Dynamo, llm-d): they forward the HTTP request, ``n`` included, to one server, and
+that server's front end fans it out there. ``ROUTERS`` maps the names
 the command line and `SimConfig.router` use to the classes, as `allocators.ALLOCATORS` does for allocators; each is
 built from one `RouterSettings`.
 
@@ -63,9 +70,13 @@ where each rule is in vLLM's source. So a burst within one publish window is spr
 local bumps alone, and the usage penalty reads a usage up to 100 ms old (or older: an engine sends its usage only
 with a count change). The lowest score wins, scanned from a start engine that moves on by one after every routed
 request, the first lowest in that order taking ties (vLLM rotates the scan start "so that ties ... don't
-systematically favor the same engine"). What it does not model: several API servers (``client_count``); a request's
-explicit ``data_parallel_rank``; the messages' own latency; a fanned-out request's children (``n`` > 1 samples run
-as requests) are routed once, where vLLM routes each.
+systematically favor the same engine"). A fanned-out request's children (``n`` > 1 samples run as requests) are
+routed one by one, in child order at the request's arrival, as ``AsyncLLM.add_request`` sends them: each scores the
+engines, bumps its engine's waiting count and in-flight count and moves the scan start on, so the children of one
+request spread over idle engines (``routes_children``); each runs there as a request of its own (``Request``; vLLM's
+scheduler knows no parent), siblings on one engine sharing the prompt's blocks through its prefix cache only, and
+siblings on different engines sharing nothing. What it does not model: several API servers (``client_count``); a
+request's explicit ``data_parallel_rank``; the messages' own latency.
 """
 
 from __future__ import annotations
@@ -118,6 +129,7 @@ class RoundRobin:
     """Replica 0, 1, ..., N-1, 0, ... in arrival order."""
 
     needs_state = False
+    routes_children = False
 
     def __init__(self, settings: RouterSettings) -> None:
         self.next = 0
@@ -132,6 +144,7 @@ class Random:
     """A uniformly random replica, drawn from the run's seeded generator."""
 
     needs_state = False
+    routes_children = False
 
     def __init__(self, settings: RouterSettings) -> None:
         self.rng = settings.rng
@@ -153,6 +166,7 @@ class LeastRequests:
     """Fewest running + waiting (+ routed, not yet delivered) requests; ties to the lower replica number."""
 
     needs_state = True
+    routes_children = False
 
     def __init__(self, settings: RouterSettings) -> None:
         pass
@@ -168,6 +182,7 @@ class LeastKV:
     one) saw the same free memory and went to the same replica."""
 
     needs_state = True
+    routes_children = False
 
     def __init__(self, settings: RouterSettings) -> None:
         pass
@@ -181,6 +196,7 @@ class PrefixAware:
     module docstring."""
 
     needs_state = True
+    routes_children = False
 
     def __init__(self, settings: RouterSettings) -> None:
         self.load_weight = settings.load_weight
@@ -195,6 +211,7 @@ class KVCost:
     holds and will hold (the module docstring)."""
 
     needs_state = True
+    routes_children = False
 
     def __init__(self, settings: RouterSettings) -> None:
         self.overlap_weight = settings.kv_overlap_score_weight
@@ -214,6 +231,7 @@ class SessionAffinity:
     ``session_id`` column (negative: none), by workload position."""
 
     needs_state = True
+    routes_children = False
 
     def __init__(self, settings: RouterSettings) -> None:
         self.sessions = settings.sessions
@@ -241,6 +259,7 @@ class DataParallelLB:
     bumps the chosen engine's waiting count in them, as vLLM's client does in its ``lb_engines``."""
 
     needs_state = True
+    routes_children = True  # vLLM's front end fans a request out before it routes (the module docstring)
 
     def __init__(self, settings: RouterSettings) -> None:
         if settings.coordinator is None:

@@ -83,7 +83,8 @@ def test_siblings_share_their_whole_prompt_beyond_a_shared_system_prompt():
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_fleet_sends_a_requests_children_where_its_first_goes(workers):
-    """A router sends a request sampled n times to one server, which fans it out: its children stay together,
+    """An HTTP router sends a request sampled n times to one server, which fans it out: its children stay together
+    (behind dp-lb, vLLM's own front end, each is routed: ``test_sim_data_parallel_sampling.py``),
     one routing decision each request (round-robin alternates requests, not children), and the table has one row
     per request with its replica. Worker processes give the same tables."""
     w = sampled([4, 1, 3, 2], [100, 200, 150, 80], [10, 20, 5, 7])
