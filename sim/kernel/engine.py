@@ -130,14 +130,14 @@ def take_step(sched, cost, rec, plan, now: float, until, snapshot: bool = False,
     ``until()`` gives (None: no bound, `run_until`). ``snapshot``: record the memory map with the row
     (`record_snapshot`). Shared by the single engine and every fleet replica, so both take the same steps.
     ``duration``: what the step lasts where that is not its own price (`step_seconds`): a data-parallel rank
-    stepping in lock-step lasts the slowest rank's step (`sim.kernel.lockstep`; its scheduler plans no runs)."""
+    stepping in lock-step lasts the slowest rank's step (`sim.kernel.lockstep`), and takes it alone, never a run."""
     waiting = sched.waiting_flag()
     running = len(sched.running)
     b = sched.memory.breakdown(waiting)
     lag = sched.decode.lag(sched.step) - plan.eager_appended + plan.lag_offset
     if snapshot:
         record_snapshot(sched, rec, now)
-    if plan.can_run:
+    if plan.can_run and duration is None:
         t_end = until()
         horizon = math.inf if t_end is None else t_end - now
         num_steps, duration = run_decode(sched, cost, rec.memory, waiting, horizon, b)

@@ -28,10 +28,13 @@ whole experts: either way its expert FLOPs and the expert weights it touches fol
 The wave: ranks step while any has requests, checked at a wave's first step and every `DP_SYNC_INTERVAL`-th, so
 ranks run dummy batches past their last request up to such a step; then every rank pauses (idle rows) until
 the next arrival anywhere starts a new wave. The run ends where the last request leaves (the dummy batches vLLM
-would still run up to its next check move no request's time). The scheduler plans every step (no decode
-fast-forward: `sim.kernel.replica.build_replica` turns its lazy decoders off), so a lock-step run costs one
-SimPy timeout per step. Routers read the ranks at each step's start, where the arrivals since the last one are
-routed in arrival order, as a fleet's router sees a replica's state at the end of its step in flight.
+would still run up to its next check move no request's time). Every common step is a row on every rank (no
+decode run of several steps: a common step lasts the slowest rank's, which the decode run's closed forms do not
+sum) and one SimPy timeout; a rank's quiet steps (only decoders, none due to sync, nothing queued) are planned
+from its decode set instead of by its scheduler (`sim.kernel.quiet_step`), to the same bytes as planning every
+step (``--step-by-step``, whose decoders are also synced every step). Routers read the ranks at each step's
+start, where the arrivals since the last one are routed in arrival order, as a fleet's router sees a replica's
+state at the end of its step in flight.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from sim.kernel.engine import (
     take_step,
     transfer_time_of,
 )
+from sim.kernel.quiet_step import QuietRank, take_quiet_step
 from sim.kernel.snapshot_schedule import SnapshotSchedule
 
 
@@ -95,6 +99,8 @@ def lockstep(fleet):
                  for _ in replicas]
     watches = [StepWatch(r.memory, fleet.config.debug_invariants, fleet.progress) for r in replicas]
     wave = fleet.wave = Wave()
+    ranks = [QuietRank(r.sched) for r in replicas]  # quiet steps planned from the decode set
+    dummies: dict[int, float] = {}  # a dummy batch's time by the common step's expert tokens
     now = env.now
     while True:
         yield from catch_up(env, now)  # a rank's completions release arrivals from env.now (`Fleet._on_done`)
@@ -122,22 +128,28 @@ def lockstep(fleet):
                 now = t
                 continue
         wave.running = True
-        plans = [None if r.sched.idle else r.sched.plan_step(now) for r in replicas]
+        plans, quiet = _plan(replicas, now, ranks, snaps)
         shared = shared_expert_tokens([r.sched for r in replicas], plans)
-        dummy_s = dummy_step_s(cost, shared)
+        dummy_s = dummies.get(shared)
+        if dummy_s is None:
+            dummy_s = dummies[shared] = dummy_step_s(cost, shared)
         duration = max(_own_seconds(r.sched, cost, plan, now, dummy_s, shared)
                        for r, plan in zip(replicas, plans, strict=True))
-        for r, plan, snap, watch in zip(replicas, plans, snaps, watches, strict=True):
+        for r, plan, snap, watch, q, rank in zip(replicas, plans, snaps, watches, quiet, ranks, strict=True):
             sched = r.sched
             if plan is not None and sched.running:
-                take_step(sched, cost, r.rec, plan, now, None, snap, duration)
+                if q:
+                    take_quiet_step(sched, r.rec, plan, rank.breakdown(r), now, duration)
+                else:
+                    take_step(sched, cost, r.rec, plan, now, None, snap, duration)
                 watch.after_step(r.delivered - len(sched.live))
                 wave.dummies += not _computes(plan)
                 continue
             wave.dummies += 1
             if snap:
                 record_snapshot(sched, r.rec, now, idle=plan is None)
-            record_idle(r.rec, sched.memory.breakdown(sched.waiting_flag()), now, now + duration, plan, sched.queued)
+            b = rank.breakdown(r) if q else sched.memory.breakdown(sched.waiting_flag())
+            record_idle(r.rec, b, now, now + duration, plan, sched.queued)
         now += duration
         for r in replicas:
             r.end_s = r.busy_until = now
@@ -145,6 +157,26 @@ def lockstep(fleet):
     for r, s in zip(replicas, snapshots, strict=True):
         if s.left:
             r.final_map = r.memory.snapshot({}, False)
+
+
+def _plan(replicas, now: float, ranks: list[QuietRank], snaps: list[bool]):
+    """Every rank's step at ``now``: its plan (None: idle), and whether the rank is quiet, or idle, with a
+    scheduler `QuietRank` may plan (its memory breakdown is then `QuietRank.breakdown`). A quiet step that takes
+    no snapshot is planned from the decode set (`QuietRank.plan`), any other by the scheduler."""
+    plans, quiet = [], []
+    for r, rank, snap in zip(replicas, ranks, snaps, strict=True):
+        sched = r.sched
+        if sched.idle:
+            plans.append(None)
+            quiet.append(rank.may)
+            continue
+        plan = None if snap else rank.plan(sched, now)
+        quiet.append(plan is not None)
+        if plan is None:
+            plan = sched.plan_step(now)
+            rank.forget()
+        plans.append(plan)
+    return plans, quiet
 
 
 def _computes(plan) -> bool:

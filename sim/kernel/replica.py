@@ -27,7 +27,6 @@ from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.kernel.cost_profiles import make_step_cost
-from sim.kernel.data_parallel import steps_in_lockstep
 from sim.kernel.ignored_settings import has_host_tier, ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.memory_omits import memory_omits
@@ -255,8 +254,7 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
                       max_model_len=max_model_len,
-                      lazy=(not config.step_by_step and not steps_singly(config, groups) and spec is None
-                            and not steps_in_lockstep(config, model)),  # lock-step ranks plan every step
+                      lazy=not config.step_by_step and not steps_singly(config, groups) and spec is None,
                       rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
