@@ -92,4 +92,6 @@ class Replica:
         it and not yet delivered, which the engine has not received."""
         sched = self.sched
         running = len(sched.running)
-        coordinator.report(t, self.number, sched.load - running, running, self.kv_cache_usage, step)
+        waiting = sched.load - running
+        if coordinator.sent[self.number] != (running, waiting):  # else no message: its KV usage is not read
+            coordinator.report(t, self.number, waiting, running, self.kv_cache_usage, step)
