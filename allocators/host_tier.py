@@ -52,6 +52,21 @@ request still parking it when its holder is swapped back in, and cached (as abov
 write-through tier (``request_tier.py``) shares the same way, but keeps a cached block cached (`RequestTier.swap_out`
 says why).
 
+With loads beside the steps (``--offload-loads async``, `sim.kernel.host_loads`) the host blocks a load is
+reading are ``pinned`` (the scheduler's set of hashes being loaded, filled from the admission's lookup that
+finds them to the load's end): no eviction takes one, whether a spill (`offload_many`, `evicted_by`'s forecast)
+or a swap-out making room (`swap_out`, `_room`), or the load would read a block overwritten meanwhile. Pinned
+blocks keep their place in the LRU order: evictions pass over them (`_unpinned`), and once the load lands they
+are evictable again where they stand. A spill that finds no block free or cached outside them is not stored,
+and a swap-out that would need them is refused, as the write-through tier's stores and swap-outs are
+(`request_tier.py`); a swap-out does not take a pinned block as its parked copy (it copies it: the hash stays
+cached). SGLang HiCache, whose ``write_back`` this tier models, protects a load's host copies the same way
+(0.5.5, ``mem_cache/hiradix_cache.py``): `HiRadixCache.load_back` gives the nodes it loads their device blocks
+and locks them (``inc_lock_ref``) until `loading_check` sees the load done, and `HiRadixCache.evict_host`
+evicts the host copy only of nodes not on the device (``if not x.evicted: continue``), nor of those a
+transfer holds (``host_ref_counter``, `TreeNode.protect_host` in ``radix_cache.py``), passing over them to the
+next in its eviction order.
+
 Behind a hybrid pool (``hybrid.py``) a host block is one group block and the keys are the pool's ``(hash,
 group)`` keys, so the tier works the same (write-back only: the hybrid pool refuses a write-through tier).
 
@@ -75,7 +90,7 @@ swap traffic is the scheduler's (``swap_blocks``), as without a tier.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 
 
@@ -84,7 +99,7 @@ class HostTier:
 
     __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
                  "_swapped", "_parked_hashes", "_parked", "_skipped", "offloaded_blocks", "reloaded_blocks",
-                 "evicted_blocks", "kept_blocks", "shared_blocks", "_parked_block", "joined_blocks")
+                 "evicted_blocks", "kept_blocks", "shared_blocks", "_parked_block", "joined_blocks", "pinned")
 
     write_through = False
     """Write-back: the allocator's evictions spill here (`offload_many`); `RequestTier` is the other policy."""
@@ -126,6 +141,9 @@ class HostTier:
         self.kept_blocks = 0  # swap blocks kept as the cache entries of parked hashes (`swap_in`)
         self.shared_blocks = 0  # cached blocks a swap-out took as its parked copies: no bytes moved (`swap_out`)
         self.joined_blocks = 0  # parked blocks a swap-out shared with another swapped request: no bytes moved
+        # cached hashes whose host blocks a load beside the steps is reading (``--offload-loads async``: the
+        # scheduler's `HostLoads.being_loaded`, the same set): nothing evicts them until the load lands (`_unpinned`)
+        self.pinned: set[int] = set()
 
     @classmethod
     def from_gib(cls, gib: float, kv_bytes_per_token: int, block_size: int, **options) -> HostTier:
@@ -182,10 +200,13 @@ class HostTier:
     def evicted_by(self, block_hashes: Sequence[int]) -> list[int]:
         """The hashes offloading ``block_hashes`` would evict, changing nothing, each counted as new (one the host
         holds is only touched: this may say more): the least recently used, once the free blocks are taken
-        (what a GPU eviction's spill takes off the host). A parked hash the host does not cache is not stored
-        (`offload_many`): it takes no room."""
+        (what a GPU eviction's spill takes off the host), passing over the ``pinned`` ones. A parked hash the host
+        does not cache is not stored (`offload_many`): it takes no room."""
         parked, lru = self._parked, self._lru
         count = len(block_hashes) if not parked else sum(1 for h in block_hashes if h not in parked or h in lru)
+        if self.pinned:
+            need = min(count - len(self._free), len(lru) - self._pinned_cached())
+            return [h for h, _ in islice(self._unpinned(), need)] if need > 0 else []
         need = min(count - len(self._free), len(lru))
         return self._oldest(need)[0] if need > 0 else []
 
@@ -241,9 +262,10 @@ class HostTier:
                 del stale[block]
         self._dequeue(head)
 
-    def _pop_oldest(self) -> int:
-        """Evict the least recently used hash and return its block, without building lists (`_oldest` and
-        `_dequeue_past` in one): a decoding sequence evicts one at a time."""
+    def _pop_oldest(self) -> int | None:
+        """Evict the least recently used hash not ``pinned`` and return its block (None: every cached hash is
+        pinned), without building lists (`_oldest` and `_dequeue_past` in one): a decoding sequence evicts one
+        at a time. There must be a cached hash."""
         order, order_blocks, stale, head = self._order, self._order_blocks, self._stale, self._head
         block = order_blocks[head]
         head += 1
@@ -254,9 +276,41 @@ class HostTier:
             block = order_blocks[head]
             head += 1
         h = order[head - 1]
+        if self.pinned and h in self.pinned:  # stays first in line: the stale entries before it are dequeued
+            self._dequeue(head - 1)
+            return self._pop_unpinned()
         self._dequeue(head)
         self.evicted_blocks += 1
         return self._lru.pop(h)
+
+    def _unpinned(self) -> Iterator[tuple[int, int]]:
+        """The cached hashes not ``pinned`` and their host blocks, least recently used first, changing nothing:
+        the queue's live entries, the pinned ones passed over (they keep their place)."""
+        order, order_blocks, stale, pinned = self._order, self._order_blocks, self._stale, self.pinned
+        left: dict[int, int] = {}  # stale entries of a block still to pass, as in `_oldest`
+        for i in range(self._head, len(order)):
+            block = order_blocks[i]
+            n = left.get(block, stale.get(block))
+            if n:
+                left[block] = n - 1
+            elif order[i] not in pinned:
+                yield order[i], block
+
+    def _pop_unpinned(self) -> int | None:
+        """`_pop_oldest` past a pinned hash first in line: the least recently used hash not pinned leaves, and its
+        queue entry, behind the pinned one, stays there counted stale (the queue's head cannot pass a live
+        entry), so the pinned hashes keep their place and leave first, in order, once their load lands."""
+        for h, block in self._unpinned():
+            self._stale[block] = self._stale.get(block, 0) + 1  # its last entry: every entry of the block stale
+            self.evicted_blocks += 1
+            return self._lru.pop(h)
+        return None
+
+    def _pinned_cached(self) -> int:
+        """How many cached hashes are ``pinned`` (all of them, `check_invariants`; counted, not assumed, as room
+        depends on it)."""
+        lru = self._lru
+        return sum(1 for h in self.pinned if h in lru)
 
     def _dequeue(self, head: int) -> None:
         """Move the queue's head to ``head``, dropping the dequeued part now and then (a memmove)."""
@@ -309,6 +363,8 @@ class HostTier:
             blocks = free[:-n - 1:-1]  # popped from the end, as `_room` does
         else:
             oldest, evicted, head, left = self._oldest(need)
+            if self.pinned and not self.pinned.isdisjoint(oldest):  # evictions pass over it: one by one
+                return self._offload_each(block_hashes)
             blocks = free[::-1] + evicted
         before = len(lru)
         for _ in map(lru.setdefault, block_hashes, blocks):  # keeps the block of a hash cached already
@@ -331,8 +387,10 @@ class HostTier:
         return n
 
     def _offload_each(self, block_hashes: Sequence[int]) -> int:
-        """`offload_many` one hash at a time (hashes cached already or twice, a host full of swap, or parked
-        hashes: one not cached when its turn comes is noted in `_skipped`, latest last, instead of stored)."""
+        """`offload_many` one hash at a time (hashes cached already or twice, a host full of swap, pinned hashes
+        among the oldest, or parked hashes: one not cached when its turn comes is noted in `_skipped`, latest
+        last, instead of stored). A hash that finds no host block free nor cached outside the ``pinned`` ones is
+        not stored (its KV is dropped, as the GPU's copy is)."""
         lru, free, parked, skipped = self._lru, self._free, self._parked, self._skipped
         moved = 0
         for h in block_hashes:
@@ -347,6 +405,8 @@ class HostTier:
                 block = free.pop()
             elif lru:
                 block = self._pop_oldest()
+                if block is None:  # every cached hash pinned
+                    continue
             else:
                 continue
             lru[h] = block
@@ -376,21 +436,23 @@ class HostTier:
     def swap_out(self, key: int, num_blocks: int, block_hashes: frozenset[int] = frozenset()) -> bool:
         """Park ``num_blocks`` blocks of a preempted request's KV under ``key``, evicting cached blocks as
         needed, ``block_hashes`` those of its hashed blocks (not offloaded while parked); False (nothing
-        changed) if the host has too few blocks that are free or cached. A hashed block the host holds is not
-        copied: one another swapped request parks already shares that request's host block (`joined_blocks`),
-        and one the host caches is taken as the parked copy (`shared_blocks`; the module doc says why), first,
-        so that making room evicts none of them, and it is cached again at `swap_in`. The hashed blocks copied
-        take the first new host blocks, in hash order. A write-through tier (`RequestTier.swap_out`, whose
-        policy orders its cache) keeps a cached one cached."""
+        changed) if the host has too few blocks that are free or cached and not ``pinned``. A hashed block the
+        host holds is not copied: one another swapped request parks already shares that request's host block
+        (`joined_blocks`), and one the host caches is taken as the parked copy (`shared_blocks`; the module doc
+        says why), first, so that making room evicts none of them, and it is cached again at `swap_in`; but not
+        a pinned one, which a load is reading and which must stay cached until it lands: it is copied, and stays
+        cached (while parked, the GPU's evictions of it only touch it). The hashed blocks copied take the first
+        new host blocks, in hash order. A write-through tier (`RequestTier.swap_out`, whose policy orders its
+        cache) keeps a cached one cached."""
         if key in self._swapped:
             raise ValueError(f"host tier: {key} is already swapped out")
-        lru, held = self._lru, self._parked_block
+        lru, held, pinned = self._lru, self._parked_block, self.pinned
         ordered = sorted(block_hashes)
         joined = [h for h in ordered if h in held]
-        if num_blocks - len(joined) > len(self._free) + len(lru):
+        if num_blocks - len(joined) > len(self._free) + len(lru) - (self._pinned_cached() if pinned else 0):
             return False
         rest = [h for h in ordered if h not in held]
-        shared = [h for h in rest if h in lru][:num_blocks - len(joined)] if lru else []
+        shared = [h for h in rest if h in lru and h not in pinned][:num_blocks - len(joined)] if lru else []
         blocks = [self._uncache(h) for h in shared]
         blocks += [self._room() for _ in range(num_blocks - len(joined) - len(blocks))]
         self._swapped[key] = blocks
@@ -466,6 +528,7 @@ class HostTier:
         assert len(set(self._parked_block.values())) == len(self._parked_block), "host tier: two hashes, one block"
         assert all(h in parked and h not in self._lru for h in self._skipped), \
             "host tier: a skipped hash is not parked, or cached"
+        assert all(h in self._lru for h in self.pinned), "host tier: a hash being loaded (pinned) is not cached"
         self._check_order()
 
     def _check_order(self) -> None:

@@ -79,7 +79,7 @@ class RequestTier(HostTier):
     """`HostTier`'s blocks, swap parking and lookups, filled by request (the module doc); the order is the
     subclass's."""
 
-    __slots__ = ("store_filter", "prompt_only", "pinned", "_requests", "_bound", "_limits", "_queued", "_finished",
+    __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
                  "_writing", "_step", "_changes", "_behind", "_last_offers", "_parked_copies", "_sharing")
 
     write_through = True
@@ -97,7 +97,6 @@ class RequestTier(HostTier):
         self._queued: list[tuple[int, Sequence[int], int]] | None = None  # offers held back (`hold_stores`)
         self._finished: list[object] | None = None  # requests finished since the last `flush_stores` (None: no
         # steps are planned, as when a test drives the tier: a finished request's record closes at once)
-        self.pinned: set[int] = set()  # hashes being loaded (``--offload-loads async``): no store evicts them
         self._writing: set[int] = set()  # the hashes stored in the current step (`begin_step`): not written yet
         self._step: int | None = None  # the current step (None: no steps are planned, stores are written at once)
         self._changes = 0  # counts what can change a failed offer's outcome: stores, writes done, swaps

@@ -20,6 +20,7 @@ fit and is rejected, so nothing loops forever.
 from __future__ import annotations
 
 from collections.abc import Collection
+from contextlib import nullcontext
 from itertools import islice
 
 from allocators.base import Admission, GroupSwap, PageMap
@@ -116,13 +117,15 @@ class GroupMechanics(Preemption):
             # with loads beside the steps, a request with host hits gets blocks for its hits only, nothing to
             # compute (vLLM's allocate_slots with no new tokens while the load runs)
             remote = group.index in self.remote  # its whole prompt's blocks, filled by a pull from a prefill replica
-            loads = remote or (self._loads_apply(group) and self._host_hit(group))
+            start, stop = (0, 0) if remote or not self._loads_apply(group) else self._host_span(group)
+            loads = remote or stop > start
             chunk_of = ((lambda remaining: remaining) if remote else (lambda remaining: 0) if loads
                         else (lambda remaining: s.chunk(remaining, budget)))
-            admission = s.memory.place_first_chunk(
-                group, chunk_of, full_tokens=group.prefill_target if self.reserve_full_isl else None,
-                apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0,
-                lookahead_slots=padded + (s.spec.lookahead if s.spec is not None else 0), remote=remote)
+            with s.loads.pinning(group.hashes[start:stop]) if stop > start else nullcontext():
+                admission = s.memory.place_first_chunk(
+                    group, chunk_of, full_tokens=group.prefill_target if self.reserve_full_isl else None,
+                    apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0,
+                    lookahead_slots=padded + (s.spec.lookahead if s.spec is not None else 0), remote=remote)
             if admission is None:
                 return False
             if remote:
@@ -212,11 +215,6 @@ class GroupMechanics(Preemption):
         cached, gpu = self.s.memory.cached_split(group.hashes, group.prefill_target)
         size = self.s.memory.block_size
         return gpu // size, cached // size
-
-    def _host_hit(self, group: SequenceGroup) -> bool:
-        """Whether a fresh group would find part of its prefix in the host tier now."""
-        start, stop = self._host_span(group)
-        return stop > start
 
     def _load_in_flight(self, group: SequenceGroup) -> bool:
         """Whether a fresh group's host hits include a block another request's load is bringing in: it then

@@ -9,13 +9,18 @@ when its step does or when the load before it ends, whichever is later, so they 
 With prefix caching a loading request's blocks are cached only once its load is done (``delay_cache_blocks``),
 and a request whose host hits include a block another load is bringing in is not loaded twice: it is skipped
 (left in the queue, the requests behind it tried) until that load is done, when it hits those blocks on the GPU
-(the connector's ``_blocks_being_loaded``).
+(the connector's ``_blocks_being_loaded``). The host tier keeps the blocks being loaded (``being_loaded``, its
+``pinned`` set) from eviction until their load lands, from the admission's lookup that finds them (`pinning`):
+vLLM 0.33 holds the chunks a load reads (``v1/kv_offload/cpu/manager.py``: ``_prepare_load`` raises their
+``ref_cnt``, which makes them non-evictable, and ``complete_load`` lowers it), SGLang HiCache the nodes it loads
+(`allocators.host_tier`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S
 from sim.kernel.sequence_group import SequenceGroup
@@ -46,6 +51,19 @@ class HostLoads:
         self._hashes[group] = hashes
         self._started[group] = now
         self.being_loaded.update(hashes)
+
+    @contextmanager
+    def pinning(self, hashes: Sequence[int]) -> Iterator[None]:
+        """Count ``hashes`` as being loaded while the request that will load them is placed: the host tier pins
+        them (``being_loaded`` is its ``pinned`` set, `sim.kernel.scheduler.Scheduler`) from the lookup that finds
+        them, so the GPU blocks its allocation evicts, spilled to the host, take no host block it is about to
+        read (a small host would otherwise give them those blocks). `start` then pins what the load brings in."""
+        added = set(hashes).difference(self.being_loaded)
+        self.being_loaded.update(added)
+        try:
+            yield
+        finally:
+            self.being_loaded.difference_update(added)
 
     def groups(self) -> Iterable[SequenceGroup]:
         """The groups loading, in the order their loads started."""

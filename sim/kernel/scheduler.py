@@ -84,7 +84,7 @@ class Scheduler:
         self.seq_id_order = False  # the running loop goes through decoders in seq-id order (decoders-only step)
         # host-tier loads beside the steps (offload_loads async): ``load_seconds(blocks)`` prices one
         self.loads = HostLoads(load_seconds) if load_seconds is not None else None
-        if self.loads is not None and memory.held_stores is not None:  # blocks being loaded are pinned (vLLM)
+        if self.loads is not None and memory.host_tier is not None:  # blocks being loaded are pinned (vLLM, SGLang)
             memory.host_tier.pinned = self.loads.being_loaded
         self.skipped_for_loads = False  # the last admission round left a group waiting for a load in flight
         self.deferred: set[SequenceGroup] = set()  # groups deferred for a host load until scheduled (`queued`)
