@@ -99,7 +99,8 @@ class HostTier:
 
     __slots__ = ("num_blocks", "block_bytes", "_lru", "_order", "_order_blocks", "_head", "_stale", "_free",
                  "_swapped", "_parked_hashes", "_parked", "_skipped", "offloaded_blocks", "reloaded_blocks",
-                 "evicted_blocks", "kept_blocks", "shared_blocks", "_parked_block", "joined_blocks", "pinned")
+                 "evicted_blocks", "kept_blocks", "shared_blocks", "_parked_block", "joined_blocks", "pinned",
+                 "dropped_blocks")
 
     write_through = False
     """Write-back: the allocator's evictions spill here (`offload_many`); `RequestTier` is the other policy."""
@@ -141,6 +142,7 @@ class HostTier:
         self.kept_blocks = 0  # swap blocks kept as the cache entries of parked hashes (`swap_in`)
         self.shared_blocks = 0  # cached blocks a swap-out took as its parked copies: no bytes moved (`swap_out`)
         self.joined_blocks = 0  # parked blocks a swap-out shared with another swapped request: no bytes moved
+        self.dropped_blocks = 0  # spilled blocks not stored: no host block free nor cached outside the pinned ones
         # cached hashes whose host blocks a load beside the steps is reading (``--offload-loads async``: the
         # scheduler's `HostLoads.being_loaded`, the same set): nothing evicts them until the load lands (`_unpinned`)
         self.pinned: set[int] = set()
@@ -390,7 +392,7 @@ class HostTier:
         """`offload_many` one hash at a time (hashes cached already or twice, a host full of swap, pinned hashes
         among the oldest, or parked hashes: one not cached when its turn comes is noted in `_skipped`, latest
         last, instead of stored). A hash that finds no host block free nor cached outside the ``pinned`` ones is
-        not stored (its KV is dropped, as the GPU's copy is)."""
+        not stored (its KV is dropped, as the GPU's copy is), and counted (``dropped_blocks``)."""
         lru, free, parked, skipped = self._lru, self._free, self._parked, self._skipped
         moved = 0
         for h in block_hashes:
@@ -406,8 +408,10 @@ class HostTier:
             elif lru:
                 block = self._pop_oldest()
                 if block is None:  # every cached hash pinned
+                    self.dropped_blocks += 1
                     continue
-            else:
+            else:  # the host is all parked swap
+                self.dropped_blocks += 1
                 continue
             lru[h] = block
             self._order.append(h)

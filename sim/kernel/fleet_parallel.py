@@ -135,7 +135,7 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
                             preempted_prompt_tokens=g.preempted_prompt_tokens, prefix_cache=g.prefix_cache,
                             external_prefix_cache=g.external_prefix_cache),
             None if tier is None else SimpleNamespace(offload_bytes=tier.offload_bytes, reload_bytes=tier.reload_bytes,
-                                                      skipped_blocks=tier.skipped_blocks,
+                                                      skipped_blocks=tier.skipped_blocks, dropped_blocks=tier.dropped_blocks,
                                                       num_blocks=tier.num_blocks),
             r.memory.breakdown(False), r.final_map))
     index = np.flatnonzero(np.isin(replica_of, numbers))

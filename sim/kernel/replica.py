@@ -297,6 +297,7 @@ def tier_summary(replicas) -> dict:
             "external_prefix_cache": sum((groups.external_prefix_cache for _, groups in replicas), PrefixCacheStats()),
             "offload_bytes": sum(t.offload_bytes for t in tiers), "reload_bytes": sum(t.reload_bytes for t in tiers),
             "offload_stores_skipped": sum(t.skipped_blocks for t in tiers),
+            "offload_spills_dropped": sum(t.dropped_blocks for t in tiers),
             "host_tier_blocks": sum(t.num_blocks for t in tiers)}
 
 

@@ -109,8 +109,8 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
     before, re-admitted to recompute (vLLM's ``preempted_hits``): a workload with no shared prefix still hits
     its own blocks then, which is not reuse across requests. ``tier``: the host tier's figures
     (`sim.kernel.replica.tier_summary`: ``host_hit_tokens``, ``preempted_hit_tokens``, ``offload_bytes``,
-    ``reload_bytes``, ``offload_stores_skipped``, ``host_tier_blocks``, and vLLM's lookup counters
-    ``prefix_cache`` and ``external_prefix_cache``); absent, all 0.
+    ``reload_bytes``, ``offload_stores_skipped``, ``offload_spills_dropped``, ``host_tier_blocks``, and vLLM's
+    lookup counters ``prefix_cache`` and ``external_prefix_cache``); absent, all 0.
 
     ``prefix_cache_queries``, ``prefix_cache_hits`` and ``prefix_cache_hit_rate`` are a vLLM server's figures
     (`sim.kernel.prefix_cache_stats`), read from another window than ``prefix_hit_frac``: they leave out the
@@ -171,6 +171,7 @@ def build_summary(*, allocator: str, requests, memory, max_running: int, num_pre
         "offload_bytes": int(tier.get("offload_bytes", 0)),
         "reload_bytes": int(tier.get("reload_bytes", 0)),
         "offload_stores_skipped": int(tier.get("offload_stores_skipped", 0)),
+        "offload_spills_dropped": int(tier.get("offload_spills_dropped", 0)),
         "host_tier_blocks": int(tier.get("host_tier_blocks", 0)),
         "kv_capacity_tokens": int(capacity if kv_tokens is None else kv_tokens),
         **extra,

@@ -301,5 +301,7 @@ def test_a_write_back_host_evicts_no_block_a_load_is_reading(monkeypatch):
     fast = run_simulation(SimConfig(debug_invariants=1, **options), w)  # every row: a pinned hash is cached
     assert (seen["started"], seen["gone"]) == (290, 0)
     assert fast.summary["host_tier_blocks"] == 4 and fast.summary["host_hit_tokens"] == 4640
+    assert fast.summary["offload_spills_dropped"] > 0  # the spills that found every host block pinned, counted
     slow = run_simulation(SimConfig(step_by_step=True, **options), w)
     assert_same_tiered_run(fast, slow)
+    assert slow.summary["offload_spills_dropped"] == fast.summary["offload_spills_dropped"]
