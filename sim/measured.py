@@ -13,13 +13,17 @@ turn, n, beam_width`` and ``hash_ids`` (tuples of ints, their unit `MeasuredRun.
   by spaces, ``0 1 2``, as the trace readers read ``prefix_hashes`` from a CSV cell; a list-of-integers column in
   Parquet; blank for none), each covering ``prefix_hash_tokens`` prompt tokens (one value on every row, blank
   or absent for Mooncake's 512), replayed as the request's ``prefix_hashes`` so that the simulated prefix cache
-  hits what the measured one did); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``;
+  hits what the measured one did); ``tpot_s`` is recomputed as ``(e2e - ttft) / (output - 1)``; times in
+  seconds (arrivals that look like milliseconds are warned about, never converted: `SECONDS_ADVICE`); the trace
+  readers' ``prefix_hashes`` is refused (it is ``hash_ids`` here) and a ``priority`` column warned of (`UNREAD`);
 - vLLM's ``benchmark_serving.py --save-result`` JSON: per-request lists ``input_lens``, ``output_lens``,
   ``ttfts`` and ``itls`` in seconds (E2E = TTFT + the sum of the request's ITLs; lists in milliseconds are
   refused where the file's own ``duration``, ``mean_ttft_ms`` or ``mean_e2el_ms`` shows them to be, see
-  `_in_seconds`, and cannot be told apart otherwise); it records no arrival times, so its
-  requests are taken to arrive at ``request_rate`` (Poisson is not reproducible without its seed: evenly
-  spaced; all at 0 when the rate is ``inf``), which the fit replays. A request with an entry in ``errors``
+  `_in_seconds`, and cannot be told apart otherwise); its requests arrive at their ``start_times`` (when
+  each was sent, after any ``--max-concurrency`` wait: vLLM 0.33's ``vllm bench serve`` writes them), or, in a
+  file without them (older benchmark_serving.py), at ``request_rate`` (Poisson is not reproducible without its
+  seed: evenly spaced; all at 0 when the rate is ``inf``); such a file from a run that held requests back
+  (``max_concurrency``, a ``ramp_up_strategy``) is refused, see `_sent_times`. A request with an entry in ``errors``
   failed (vLLM records it with ``output_lens`` 0) and is left out. ``itls`` holds one gap per streamed chunk
   after the first, and a chunk may carry several tokens, so its length need not be ``output_lens - 1``;
 - guidellm's results JSON (``benchmarks[].requests.successful[]``, each with ``prompt_tokens``,
@@ -49,6 +53,7 @@ from workloads.errors import TraceError, TraceWarning, show_value
 from workloads.ragged import Ragged, from_lists, from_strings
 from workloads.readers.containers import csv_frame
 from workloads.readers.formats import FORMATS
+from workloads.readers.seconds_check import times_doubt
 from workloads.sessions import NONE, SESSION_RULES, session_reasons
 from workloads.validation import BOTH_N_AND_BEAM, MAX_SAMPLES, cross_field_rules
 
@@ -388,10 +393,31 @@ def consecutive_turns(session: pd.Series, turn: pd.Series) -> pd.Series:
     return turn.mask(in_session, rank)
 
 
+UNREAD = {"priority": "the replay schedules first come, first served (calibrate has no --scheduling-policy), so a "
+                       "run under vLLM's priority policy replays in another order"}
+"""Trace-format columns (`workloads.readers.formats.CANONICAL_FIELDS`) a measured table may carry that the replay
+does not read, each with what that changes: said in one `TraceWarning`, not dropped in silence."""
+
+
+def _unread_columns(frame: pd.DataFrame, path: Path) -> None:
+    """Refuse ``prefix_hashes``, the trace readers' name of what a measured table calls ``hash_ids`` (a file
+    converted from a kvsim trace keeps it): read as an unknown column, the replay computed every shared prompt in
+    full and the fit paid for the measured run's cache hits with slower coefficients. Warn of an `UNREAD` column
+    that holds anything but 0 (vLLM's default priority, which orders nothing)."""
+    if "prefix_hashes" in frame.columns:
+        raise TraceError(f"{path}: column prefix_hashes: a measured run's block hashes are its {HASHES} column "
+                         f"(Mooncake's name; prefix_hashes is the trace readers'): rename it {HASHES}, or drop it "
+                         f"where {HASHES} holds the same")
+    for column, why in UNREAD.items():
+        if column in frame.columns and (_given(frame[column]) & (_numbers(frame[column], True) != 0)).any():
+            warnings.warn(f"{path}: column {column} is not read: {why}", TraceWarning, stacklevel=4)
+
+
 def _finish_table(frame: pd.DataFrame, path: Path, *, text: bool) -> MeasuredRun:
     """A per-request table's columns checked, kvsim's own requests table recognised (`_read_table`), then
     `_finish`."""
     skipped: dict[str, int] = {}
+    _unread_columns(frame, path)
     if len(given := [c for c in ("session_id", "turn") if c in frame.columns]) == 1:
         raise TraceError(f"{path}: column {given[0]} without {({'session_id', 'turn'} - set(given)).pop()}: a "
                          "multi-turn session needs both (session_id: its conversation; turn: 0, 1, 2, ...)")
@@ -406,7 +432,18 @@ def _finish_table(frame: pd.DataFrame, path: Path, *, text: bool) -> MeasuredRun
         raise TraceError(f"{path}: missing column(s) {', '.join(missing)} (a measured run needs "
                          f"{','.join(REQUIRED)})")
     kind = "measured Parquet" if path.suffix.lower() == ".parquet" else "measured CSV"
-    return _finish(frame, path, kind, lambda i: f"row {i + 1}", text=text, skipped=skipped)
+    run = _finish(frame, path, kind, lambda i: f"row {i + 1}", text=text, skipped=skipped)
+    if (why := times_doubt(run.frame["arrival_time_s"].to_numpy(), SECONDS_ADVICE)) is not None:
+        warnings.warn(f"{path}: arrival_time_s: {why}", TraceWarning, stacklevel=3)
+    return run
+
+
+SECONDS_ADVICE = " (and ttft_s and e2e_s, if they are milliseconds too)"
+"""The trace readers' milliseconds warning (`workloads.readers.seconds_check`), for a per-request table only:
+its ``arrival_time_s`` is the file's own, in seconds by its name, and a table written in milliseconds replays a
+thousand times slower than its run, with no queueing for the fit to meet (its latencies' unit is the fit's
+warnings' to catch, `sim.commands.calibrate`). benchmark_serving's arrivals are ``perf_counter`` readings or
+``request_rate``'s schedule, and guidellm's epoch times, so neither is checked."""
 
 
 def _request_rate(data: dict, path: Path) -> float:
@@ -426,13 +463,12 @@ def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
     for key, value in lists.items():
         if not isinstance(value, list) or len(value) != len(lists["input_lens"] or []):
             raise TraceError(f"{path}: field {key!r} must be a list with one entry per request")
-    rate = _request_rate(data, path)
     errors = data.get("errors")
     if errors is not None and (not isinstance(errors, list) or len(errors) != len(lists["input_lens"])):
         raise TraceError(f"{path}: field 'errors' must be a list with one entry per request")
     ok = [i for i in range(len(lists["input_lens"])) if not (errors and errors[i])]
     n = len(lists["input_lens"])
-    arrivals = np.zeros(n) if math.isinf(rate) else np.arange(n) / rate  # failed requests loaded it too
+    arrivals, arrival_field = _sent_times(data, path, n)
     ttfts = _numbers(lists["ttfts"], text=False)
     e2e = []
     for i in ok:
@@ -449,11 +485,43 @@ def _benchmark_serving(data: dict, path: Path) -> MeasuredRun:
     _in_seconds(data, path, ttfts[ok], np.asarray(e2e) - ttfts[ok])
     raw = {col: pd.Series([lists[key][i] for i in ok], dtype=object)  # as written: true stays a boolean
            for col, key in (("prompt_tokens", "input_lens"), ("output_tokens", "output_lens"), ("ttft_s", "ttfts"))}
-    frame = pd.DataFrame({"arrival_time_s": arrivals[ok], **raw, "e2e_s": e2e})
+    frame = pd.DataFrame({"arrival_time_s": [arrivals[i] for i in ok], **raw, "e2e_s": e2e})
     names = {"prompt_tokens": "input_lens", "output_tokens": "output_lens", "ttft_s": "ttfts", "e2e_s": "itls",
-             "arrival_time_s": "request_rate"}
+             "arrival_time_s": arrival_field}
     return _finish(frame, path, "vLLM benchmark_serving result", lambda i: f"request {ok[i] + 1}", names=names,
                    skipped={"failed (an entry in 'errors')": n - len(ok)})
+
+
+HELD_BACK = ("max_concurrency", "ramp_up_strategy")
+"""benchmark_serving settings under which its requests were not sent at ``request_rate``: at most
+``max_concurrency`` in flight (each later one waits for a slot), or a rate ramped from ``ramp_up_start_rps`` to
+``ramp_up_end_rps`` (vllm/benchmarks/serve.py, 0.33: ``limited_request_func``'s semaphore, ``get_request``)."""
+
+
+def _sent_times(data: dict, path: Path, n: int) -> tuple[list, str]:
+    """Each request's arrival and the field it comes from. ``start_times``, where the file has them: the
+    ``time.perf_counter()`` at which the benchmark sent each request, after its wait for a ``--max-concurrency``
+    slot (vllm/benchmarks/serve.py and lib/endpoint_request_func.py, 0.33; `_finish` checks each and rebases
+    them to the first). A file without them is replayed at ``request_rate``, which is the run's schedule only
+    if nothing held requests back (`HELD_BACK`): a run at ``--max-concurrency 16`` and rate ``inf`` sent 16 at
+    once and each next one as a slot freed, where a replay would send all of them at 0 and queue them in the
+    server, and the fit would take that queueing for slow steps. That file is refused, naming the field (not
+    for a ``max_concurrency`` of 0 or of at least the file's requests, which never made one wait)."""
+    starts = data.get("start_times")
+    if starts is not None:
+        if not isinstance(starts, list) or len(starts) != n:
+            raise TraceError(f"{path}: field 'start_times' must be a list with one entry per request")
+        return starts, "start_times"
+    limit = data.get("max_concurrency")
+    no_wait = isinstance(limit, (int, float)) and not isinstance(limit, bool) and (limit >= n or limit == 0)
+    for key in HELD_BACK:  # (vLLM takes a max_concurrency of 0 for none: ``if max_concurrency``)
+        if data.get(key) is not None and not (key == "max_concurrency" and no_wait):
+            raise TraceError(f"{path}: top level: field {key!r} is {show_value(data[key])}: its requests were not "
+                             "sent at request_rate, and the file has no 'start_times' to say when they were (vLLM "
+                             "0.33's vllm bench serve --save-result --save-detailed writes them); give a per-request "
+                             "CSV with each request's arrival_time_s instead")
+    rate = _request_rate(data, path)
+    return (np.zeros(n) if math.isinf(rate) else np.arange(n) / rate).tolist(), "request_rate"
 
 
 def _in_seconds(data: dict, path: Path, ttfts: np.ndarray, decode_s: np.ndarray) -> None:

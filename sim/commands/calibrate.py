@@ -175,7 +175,8 @@ def _from_trace(path: str, opts: dict) -> None:
                    "e2e_s; a multi-turn session run's session_id,turn give each turn its previous turn's cache "
                    "hits, a shared system prompt's prefix_group,prefix_len and Mooncake-style hash_ids (block "
                    "hashes separated by spaces, prefix_hash_tokens each, default 512) the hits on shared "
-                   "prompts), vLLM benchmark_serving --save-result JSON, or guidellm results JSON.")
+                   "prompts), vLLM benchmark_serving --save-result JSON (arriving at its start_times, else at its "
+                   "request_rate), or guidellm results JSON.")
 @click.option("--kv-tokens", type=int, help="--from-trace: the run's KV pool in token slots (vLLM's log).")
 @click.option("--kv-gib", type=float, help="--from-trace: the run's KV memory in GiB, all GPUs together.")
 @click.option("--max-num-seqs", type=int, help="--from-trace: the run's vLLM setting.")

@@ -48,7 +48,8 @@ def allocator_names(allocator: str | None, old_spelling: str | None) -> list[str
               help="The old spelling of --allocator; giving both is an error, as TRACE and --trace.")
 @click.option("--reuse-baseline", is_flag=True,
               help="Also run each allocator whose prefix cache hit anything without prefix caching (named "
-                   "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT.")
+                   "ALLOCATOR-no-reuse), to show what reuse does to prefill and TTFT; a note names each allocator "
+                   "that gets no such run, and why.")
 @simulation_options
 def compare_command(allocators: str | None, allocators_alias: str | None, reuse_baseline: bool, **opts) -> None:
     """Run several allocators on the same workload and show their summaries side by side.
@@ -64,7 +65,7 @@ def compare_command(allocators: str | None, allocators_alias: str | None, reuse_
     from sim.kernel.runner import resolve_workload
     from sim.kernel.summary import format_comparison
 
-    summaries = []
+    summaries, no_baseline = [], []
     try:
         names = allocator_names(allocators, allocators_alias) or list(ALLOCATORS)
         workload = None
@@ -76,9 +77,13 @@ def compare_command(allocators: str | None, allocators_alias: str | None, reuse_
             runs = [(name, config)]
             if reuse_baseline and config.prefix_caching:
                 runs.append((f"{name}-no-reuse", replace(config, prefix_caching=False)))
+            elif reuse_baseline:
+                no_baseline.append(f"{name}: prefix caching is off (--no-prefix-caching)")
             for run_name, run_config in runs:
                 if run_name != name and not summaries[-1]["cached_prompt_tokens"]:
-                    break  # nothing was reused: the baseline would repeat the run
+                    no_baseline.append(f"{name}: it reused no cached prompt token (cached_prompt_tokens 0), so {run_name} "
+                                       "would repeat its run")
+                    break
                 result = simulate(run_config, workload, opts["as_json"], opts["workers"], note=not summaries)
                 if run_name != name:
                     result.summary["run"] = run_name
@@ -89,6 +94,8 @@ def compare_command(allocators: str | None, allocators_alias: str | None, reuse_
         fail(exc)
     for i, summary in enumerate(summaries):
         warn_on_summary(summary, clock=i == 0, settings="run" not in summary)  # one deployment, one clock
+    for why in no_baseline:  # a column the user asked for and does not get: said, not left out in silence
+        click.echo(f"Note: --reuse-baseline: no run without reuse for {why}", err=True)
     if opts["as_json"]:
         click.echo(json.dumps(summaries))
         return

@@ -32,19 +32,30 @@ MAX_MEAN_GAP_S = 60.0
 """Mean gap between arrivals above which a trace of whole-number times is suspected of being in milliseconds."""
 
 
+REPLAY_ADVICE = ", or keep its pattern at a rate you name with --arrivals trace:rate=R"
+"""What a trace read for a run may do instead of dividing: keep the pattern, at a rate named."""
+
+
 def seconds_doubt(workload: Workload) -> str | None:
     """Why ``workload``'s arrival times (read as seconds) may be milliseconds, or None (`MIN_TIMED_ROWS`,
     `MAX_MEAN_GAP_S`; whole numbers only)."""
-    times, span, rate = offered_arrivals(workload)
-    if len(times) < MIN_TIMED_ROWS or rate is None or not np.all(times == np.floor(times)):
+    return times_doubt(offered_arrivals(workload)[0], REPLAY_ADVICE)
+
+
+def times_doubt(times: np.ndarray, advice: str) -> str | None:
+    """`seconds_doubt` of sorted arrival times read as seconds (the rule, shared with a measured run's
+    ``arrival_time_s``, `sim.measured`); ``advice``: what else the reader may do than divide by 1000."""
+    span = float(times[-1] - times[0]) if len(times) else 0.0
+    if len(times) < MIN_TIMED_ROWS or span <= 0 or not np.all(times == np.floor(times)):
         return None
     gap = span / (len(times) - 1)
     if gap <= MAX_MEAN_GAP_S:
         return None
+    rate = len(times) / span
     return (f"{len(times):,} requests over {span:,.0f} s, one every {gap:,.0f} s on average ({rate:.3g} req/s), "
             f"all at whole seconds: if these are milliseconds, the trace runs 1,000 times slower than it was "
             f"recorded ({rate * 1000:.3g} req/s). kvsim reads arrival_time_s in seconds: divide the column by "
-            "1000, or keep its pattern at a rate you name with --arrivals trace:rate=R")
+            f"1000{advice}")
 
 
 def warn_if_milliseconds(path: object, workload: Workload) -> None:
