@@ -31,8 +31,11 @@ A hybrid Mamba model (Nemotron-H) adds ``mamba_groups`` after its attention grou
 mamba_cache_groups``): with prefix caching off (vLLM's ``mamba_cache_mode='none'``) a sequence's table there is
 one state block, taken when it is admitted, never grown (a block covers ``max_model_len`` tokens), copied by a
 fork and released with the sequence; it counts as ``block_size`` token states of the ``mamba`` group and holds no
-reservation, and a token appended fills a slot in the attention groups only (``slots_per_token``). Prefix
-caching on such a pool (``'align'``) is refused.
+reservation, and a token appended fills a slot in the attention groups only (``slots_per_token``). With prefix
+caching on (``'align'``) the table is position-indexed like an attention table, but holds at most three live
+state blocks among nulls (`mamba_align`): each allocation first frees the states no longer read
+(`_free_states`), a prefix hit needs only the state at its end, and only the states a later request can resume
+at are cached; a state another request cached in the step being scheduled is not hit before the next step.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from collections.abc import Sequence
 from allocators.base import NO_COPIES, Admission, Copy, cdiv
 from allocators.hybrid_queries import HOST, HybridQueries, HybridSeq
 from allocators.kv_cache_groups import skipped_blocks
+from allocators.mamba_align import blocks_to_allocate, freed_columns, needs_checkpoint, place_blocks
 from allocators.window_retention import retained_blocks
 
 _NO_HITS = Admission()
@@ -73,10 +77,13 @@ class HybridPagedAllocator(HybridQueries):
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
         looked_up = max(num_tokens, full_tokens or 0)
         hits = self._lookup(block_hashes, looked_up)
+        if hits and self.align and self._cache.block_hash[hits[-1][-1]] in self._fresh:
+            return None  # vLLM's MambaManager defers a hit on a state another request cached in this step
+        prefill_end = max(num_tokens if prompt_tokens is None else prompt_tokens, (request_tokens or num_tokens) - 1)
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
-        if full_tokens is not None and self._admission_blocks(hits, full_tokens, capped=True) > free:
+        if full_tokens is not None and self._admission_blocks(hits, full_tokens, capped=True, prefill_end=prefill_end) > free:
             return None
-        if self._admission_blocks(hits, num_tokens) > free:
+        if self._admission_blocks(hits, num_tokens, prefill_end=prefill_end) > free:
             return None
         # with host hits, the hit the GPU alone gives: the tokens the tier adds are the rest
         gpu = (self._hit_blocks(block_hashes, looked_up, self._cache.getter)
@@ -104,7 +111,17 @@ class HybridPagedAllocator(HybridQueries):
         if loads:  # touched on the host before new blocks are popped, so that their spills cannot drop them
             self.host_tier.take(loads)
         tables = []
+        start = num_hit * bs
+        checkpoint = self.align and needs_checkpoint(hits[-1], start, num_tokens, prefill_end, bs)
+        last = -1
         for g, group_hits in enumerate(hits):
+            if self.mamba[g] and self.align:  # the hit's state, then the checkpoint's and the running block
+                table = list(group_hits)
+                before = self._used[g]
+                last = place_blocks(table, num_tokens, checkpoint, False, bs, lambda k, g=g: self._pop(g, k))
+                self._tok[g] += (self._used[g] - before) * bs
+                tables.append(table)
+                continue
             if self.mamba[g]:  # one state block for the sequence's life (no hits: prefix caching is off)
                 tables.append(self._pop(g, 1))
                 self._tok[g] += bs
@@ -119,6 +136,10 @@ class HybridPagedAllocator(HybridQueries):
         s.num_hashed = num_hit
         s.before = s.at_start = num_hit * bs  # computed before the step that admits it
         s.reach = reach
+        if self.align:
+            s.last_state = -1 if last is None else last
+            s.placed, s.prefill_end = True, prefill_end
+            s.junction = reach[1] if len(reach) > 1 else 0
         self._seqs[seq_id] = s
         self._skip(s, num_hit * bs)
         self._settle(s)
@@ -153,6 +174,10 @@ class HybridPagedAllocator(HybridQueries):
         the step before's output is still in flight while a step is scheduled: the tokens as that step began."""
         for s in self._seqs.values():
             s.before, s.at_start = s.at_start, s.tokens
+
+    def new_step(self) -> None:
+        """A step is being scheduled (vLLM's ``new_step_starts``): states cached before it may be hit now."""
+        self._fresh.clear()
 
     def forget_tail_hash(self, seq_id: int) -> bool:
         """As `PagedAllocator.forget_tail_hash`, in every group that holds that block."""
@@ -203,8 +228,13 @@ class HybridPagedAllocator(HybridQueries):
         targets = self._targets(s, computed)
         need = released = 0
         ref = self._ref
+        checkpoint = False
+        if self.align:  # the states no longer needed go back first, even if the step is refused
+            checkpoint = self._free_states(s, computed, s.tokens + num_tokens)
+            need += self.mamba.count(True) * max(0, blocks_to_allocate(len(s.tables[-1]), s.tokens + num_tokens,
+                                                                          checkpoint, bs))
         for g, target in enumerate(targets):
-            if self.mamba[g]:  # its one state block covers any length
+            if self.mamba[g]:  # its one state block covers any length (align mode: above)
                 continue
             need += new_len - max(old_len, target, s.skipped[g])
             table = s.tables[g]
@@ -218,6 +248,12 @@ class HybridPagedAllocator(HybridQueries):
         end = t + num_tokens
         for g, table in enumerate(s.tables):
             if self.mamba[g]:
+                if self.align:
+                    before = self._used[g]
+                    last = place_blocks(table, end, checkpoint, s.placed, bs, lambda k, g=g: self._pop(g, k))
+                    self._tok[g] += (self._used[g] - before) * bs
+                    if last is not None:
+                        s.last_state = last
                 continue
             start = max(old_len, targets[g])
             if start > old_len:  # blocks the window skips before they are ever written
@@ -232,6 +268,32 @@ class HybridPagedAllocator(HybridQueries):
         if s.num_hashed < len(s.hashes):
             self._cache_full_blocks(s)
         return NO_COPIES
+
+    def _free_states(self, s: HybridSeq, computed: int, end: int) -> bool:
+        """vLLM's ``MambaManager.remove_skipped_blocks`` in align mode, ``computed`` tokens processed: release
+        the state blocks no later step reads (`mamba_align.freed_columns`); returns whether the allocation for
+        ``end`` tokens that follows takes a checkpoint block (`mamba_align.needs_checkpoint`)."""
+        bs = self.block_size
+        for g, table in enumerate(s.tables):
+            if not self.mamba[g]:
+                continue
+            columns, retired = freed_columns(table, s.skipped[g], s.last_state, computed, bs)
+            s.skipped[g] = retired
+            if columns:
+                blocks = [table[i] for i in columns]
+                for i in columns:
+                    table[i] = 0
+                released = []
+                for b in blocks:
+                    self._ref[b] -= 1
+                    if self._ref[b]:
+                        self._shared_saved -= bs
+                    else:
+                        released.append(b)
+                        self._tok[g] -= bs
+                self._release(g, released)
+                self.window_released += len(released)  # waiting requests may fit now: a decode run ends here
+        return needs_checkpoint(s.tables[-1], s.tokens, end, s.prefill_end, bs)
 
     def _targets(self, s: HybridSeq, computed: int) -> list[int]:
         """Leading blocks each group may drop once ``computed`` tokens are computed (full groups: none)."""
@@ -268,10 +330,13 @@ class HybridPagedAllocator(HybridQueries):
             need = self._needs[g]
             mask = None if need is None else retained_blocks(start, full, need=need, interval=self.retention_interval,
                                                              boundaries=s.reach, block_size=self.block_size)
+            fresh = self._fresh if self.align and self.mamba[g] else None
             for i in range(start, full):
                 b = table[i]
                 if b and cache.block_hash[b] is None and (mask is None or mask[i - start]):
                     cache.insert(b, s.hashes[i] * n + g)
+                    if fresh is not None:
+                        fresh.add(s.hashes[i] * n + g)
         self.hit_changes += full - s.num_hashed
         s.num_hashed = full
 
@@ -280,27 +345,33 @@ class HybridPagedAllocator(HybridQueries):
         if child_id in self._seqs:
             raise ValueError(f"sequence {child_id} is already allocated")
         p = self._seqs[parent_id]
-        live = [len(t) - k for t, k in zip(p.tables, p.skipped, strict=True)]
+        live = self.live_blocks(parent_id)
         if sum(live) > self._free.num_free:
             return None
         bs = self.block_size
         tables, copies = [], []
         for g, (table, k) in enumerate(zip(p.tables, p.skipped, strict=True)):
-            new = self._pop(g, len(table) - k)
-            tables.append([0] * k + new)
-            copies += [Copy(src, dst, bs) for src, dst in zip(table[k:], new, strict=True)]
-            self._tok[g] += bs if self.mamba[g] else p.tokens - k * bs
+            held = [b for b in table[k:] if b]  # a Mamba group's (align mode) keep their columns
+            new = iter(self._pop(g, len(held)))
+            tables.append([0] * k + [next(new) if b else 0 for b in table[k:]])
+            copies += [Copy(src, dst, bs) for src, dst in zip(table[k:], tables[-1][k:], strict=True) if src]
+            self._tok[g] += bs * len(held) if self.mamba[g] else p.tokens - k * bs
         child = HybridSeq(tables, p.tokens, final_tokens)
         child.skipped, child.computed = list(p.skipped), p.computed
+        child.last_state, child.placed, child.prefill_end, child.junction = \
+            p.last_state, p.placed, p.prefill_end, p.junction
         self._seqs[child_id] = child
         self._settle(child)
         return tuple(copies)
 
     def free(self, seq_id: int) -> int:
+        held = sum(self.live_blocks(seq_id)) if self.align else 0
         s = self._seqs.pop(seq_id)
         self._reserved -= s.res
         for g, table in enumerate(s.tables):
             self._drop(s, g, s.skipped[g], len(table))
+        if self.align:
+            return held * self.block_size
         return sum(len(table) - k for table, k in zip(s.tables, s.skipped, strict=True)) * self.block_size
 
     # -- pool helpers ----------------------------------------------------------------------------------
@@ -324,6 +395,8 @@ class HybridPagedAllocator(HybridQueries):
         released = []
         for i in range(stop - 1, start - 1, -1):
             b = table[i]
+            if not b:  # a Mamba group's column without a state (align mode)
+                continue
             ref[b] -= 1
             if ref[b]:
                 self._shared_saved -= bs
@@ -344,6 +417,8 @@ class HybridPagedAllocator(HybridQueries):
         s.res = max(0, min(s.final, held) - s.tokens)
         self._reserved += s.res
         room = held - s.tokens
+        if self.align and sum(1 for b in s.tables[-1][s.skipped[-1]:] if b) > 1:
+            room = 0  # the next allocation frees a state block (`_free_states`): step by step from here
         if room and self.prefix_caching and s.tokens // self.block_size < len(s.hashes):
             room -= 1  # stop in the step that fills a hashed block: it is cached then (`_cache_full_blocks`)
         for g, w in enumerate(self.windows):

@@ -4,7 +4,8 @@ Everything kept incrementally (reference counts, each block's group, the free qu
 per-group token, reservation and block counters, shared slots, each sequence's room) is recomputed from the
 block tables alone; the tables are checked against the windows (nulls only as a leading run, only in window
 groups, never over a block the last token, or a refused growth's first, still attends to; a Mamba group's table
-one live state block, whole and unshared), and the breakdown
+one live state block, whole and unshared, or in align mode a table as long as the attention ones with at most 3
+live state blocks), and the breakdown
 must sum to capacity, in total and per group, its cached slots being the free blocks that keep a hash.
 """
 
@@ -27,6 +28,15 @@ def audit_hybrid(a) -> None:
         assert s.tokens > 0, f"sequence {seq_id}: holds no token"
         for g, (table, k) in enumerate(zip(s.tables, s.skipped, strict=True)):
             w = a.windows[g]
+            if a.mamba[g] and a.align:  # a state table as long as the attention ones, at most 3 live, whole
+                live = [b for b in table[k:] if b]  # (4 under async scheduling: frees lag a step)
+                assert len(table) == length and not any(table[:k]) and 0 < len(live) <= 3 + a.processed_basis, \
+                    f"sequence {seq_id} Mamba group {g}: table {table} is not a state table of {length} columns"
+                for b in live:
+                    assert 0 < b < n and (refs[b] == 0 or group[b] == g), f"block {b}: sharers disagree"
+                    refs[b] += 1
+                    fill[b], group[b] = bs, g
+                continue
             if a.mamba[g]:  # one live state block, whole, never shared (prefix caching is off)
                 assert len(table) == 1 and k == 0 and 0 < table[0] < n, \
                     f"sequence {seq_id} Mamba group {g}: table {table} is not one live state block"
@@ -48,14 +58,15 @@ def audit_hybrid(a) -> None:
                 assert refs[b] == 0 or (fill[b] == f and group[b] == g), f"block {b}: sharers disagree"
                 refs[b] += 1
                 fill[b], group[b] = f, g
-        assert len({b for t in s.tables for b in t if b}) == sum(len(t) - k for t, k in zip(s.tables, s.skipped,
-                                                                                             strict=True)), \
+        assert len({b for t in s.tables for b in t if b}) == sum(a.live_blocks(seq_id)), \
             f"sequence {seq_id}: a block appears twice in its tables"
         last_shared = refs[s.tables[0][-1]] > 1
         assert not last_shared, f"sequence {seq_id}: its last block is shared"
         held = length * bs
         assert s.res == max(0, min(s.final, held) - s.tokens), f"sequence {seq_id}: reservation drifted"
         room = held - s.tokens
+        if a.align and sum(1 for b in s.tables[-1] if b) > 1:
+            room = 0
         if room and a.prefix_caching and s.tokens // bs < len(s.hashes):
             room -= 1  # the step filling a hashed block caches it
         for g, w in enumerate(a.windows):

@@ -25,6 +25,7 @@ from allocators.base import (
 )
 from allocators.block_pool import BlockPool, pool_size
 from allocators.kv_cache_groups import group_slots, mamba_cache_groups, split_kv_groups
+from allocators.mamba_align import blocks_to_allocate, needs_checkpoint
 from allocators.window_retention import check_retention_interval
 
 HOST = -1
@@ -40,7 +41,7 @@ class HybridSeq:
     ``reach``: the token positions whose window tails it caches under sparse retention (`window_retention`)."""
 
     __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed", "computed",
-                 "before", "at_start", "reach")
+                 "before", "at_start", "reach", "last_state", "placed", "prefill_end", "junction")
 
     def __init__(self, tables: list[list[int]], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
         self.tables, self.tokens, self.final, self.hashes = tables, tokens, final, hashes
@@ -50,6 +51,10 @@ class HybridSeq:
         # and the current one began (`HybridPagedAllocator.begin_step`)
         self.before = self.at_start = 0
         self.reach: tuple[int, ...] = ()
+        # Mamba groups in align mode (`mamba_align`; every such group's table has the same nulls): the column of
+        # the state block copied from (freed at a later allocation; -1 none), whether blocks were placed since
+        # admission, where its prefill ends and its shared-prefix junction (vLLM's ``shared_prefix_boundary``)
+        self.last_state, self.placed, self.prefill_end, self.junction = -1, False, 0, 0
 
 
 def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n: int, g: int, length: int,
@@ -94,6 +99,16 @@ def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n
     return run
 
 
+def _state_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n: int, g: int, length: int) -> int:
+    """The longest prefix of at most ``length`` blocks a Mamba group (align mode) accepts: it needs only the
+    state at the prefix's end, so the last block of it cached in group ``g``, looked for right to left
+    (``MambaManager.find_longest_cache_hit``)."""
+    for e in range(length, 0, -1):
+        if get(block_hashes[e - 1] * n + g) is not None:
+            return e
+    return 0
+
+
 class HybridQueries(Allocator):
     """A hybrid pool's state and its read-only side; `HybridPagedAllocator` is the one to build.
 
@@ -128,20 +143,22 @@ class HybridQueries(Allocator):
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
-        if mamba_groups and prefix_caching:
-            raise ValueError("prefix caching on a hybrid Mamba pool (vLLM's mamba_cache_mode 'align') is not "
-                             "modelled: run it with prefix caching off (mamba_cache_mode 'none')")
         self.groups += mamba_cache_groups(mamba_groups, self.unit)
+        # prefix caching on: vLLM's mamba_cache_mode 'align', a position-indexed state table (`mamba_align`)
+        self.align = bool(mamba_groups and prefix_caching)
+        self._fresh: set[int] = set()  # Mamba keys cached in the step being scheduled (`new_step`)
         self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
         self.windows = [g.window for g in self.groups]
         check_retention_interval(prefix_cache_retention_interval, block_size, any(w is not None for w in self.windows))
         self.retention_interval = prefix_cache_retention_interval
-        self._needs = [None if w is None else cdiv(w - 1, block_size) for w in self.windows]  # a hit's tail blocks
+        # a hit's tail blocks: a window's, a Mamba state's one block (align mode: cached where reachable)
+        self._needs = [(1 if self.align and g.mamba else None) if w is None else cdiv(w - 1, block_size)
+                       for g, w in zip(self.groups, self.windows, strict=True)]
         self.admission_caps = [None if w is None or max_num_batched_tokens is None
                                else cdiv(min(w - 1 + max_num_batched_tokens, self.max_model_len), block_size) + 1
                                for w in self.windows]
         # `_hit_blocks` asks full-attention groups first (a miss is settled at its first uncached block)
-        self._lookup_order = sorted(enumerate(self.windows), key=lambda gw: gw[1] is not None)
+        self._lookup_order = sorted(enumerate(self.windows), key=lambda gw: (self.mamba[gw[0]], gw[1] is not None))
         self.group_names = tuple(dict.fromkeys([*(g.name for g in kv_groups), *(g.group for g in self.groups)]))
         self._attention_of = [self.group_names.index(g.group) for g in self.groups]
         self.slots_per_token = self.mamba.count(False)  # a token fills a slot in each attention group only
@@ -172,7 +189,8 @@ class HybridQueries(Allocator):
     def live_blocks(self, seq_id: int) -> list[int]:
         """Blocks the sequence holds now in each KV cache group."""
         s = self._seqs[seq_id]
-        return [len(t) - k for t, k in zip(s.tables, s.skipped, strict=True)]
+        return [len(t) - k if not m else sum(1 for b in t[k:] if b)
+                for t, k, m in zip(s.tables, s.skipped, self.mamba, strict=True)]
 
     def ref_count(self, block_id: int) -> int:
         return self._ref[block_id]
@@ -211,7 +229,7 @@ class HybridQueries(Allocator):
         n, bs = len(self.groups), self.block_size
         out = []
         for g, w in enumerate(self.windows):
-            first = 0 if w is None else max(0, length - cdiv(w - 1, bs))
+            first = length - 1 if self.mamba[g] else 0 if w is None else max(0, length - cdiv(w - 1, bs))
             out.append([0] * first + [get(block_hashes[i] * n + g) for i in range(first, length)])
         return out
 
@@ -246,7 +264,9 @@ class HybridQueries(Allocator):
         while changed and length:
             changed = False
             for g, w in self._lookup_order:
-                if w is None:
+                if self.mamba[g]:
+                    hit = _state_hit(get, block_hashes, n, g, length)
+                elif w is None:
                     hit = 0
                     while hit < length and get(block_hashes[hit] * n + g) is not None:
                         hit += 1
@@ -261,7 +281,7 @@ class HybridQueries(Allocator):
         a shorter hit of every group, vLLM's ``shared_prefix_boundary`` (`window_retention`)."""
         get, n = self._cache.getter, len(self.groups)
         length = min((num_tokens - 1) // self.block_size, len(block_hashes))
-        full = [g for g, w in enumerate(self.windows) if w is None]
+        full = [g for g, w in enumerate(self.windows) if w is None and not self.mamba[g]]
         if not full or not self.prefix_caching:
             return 0
         hit = 0
@@ -269,14 +289,30 @@ class HybridQueries(Allocator):
             hit += 1
         return hit
 
+    def shared_prefix_boundary(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        """vLLM's ``shared_prefix_boundary`` for a request of ``num_tokens`` looked up now: the full-attention
+        hit where it is longer than the hit every group gives (a prefix whose states are not cached), else 0
+        (``KVCacheManager.get_computed_blocks``); the Mamba split stops there (`mamba_align.aligned_split`)."""
+        full = self._full_hit(block_hashes, num_tokens)
+        return full * self.block_size if full > self._hit_blocks(block_hashes, num_tokens) else 0
+
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
         return self._hit_blocks(block_hashes, num_tokens) * self.block_size
 
-    def _admission_blocks(self, hits: list[list[int]], num_tokens: int, capped: bool = False) -> int:
+    def _admission_blocks(self, hits: list[list[int]], num_tokens: int, capped: bool = False,
+                          prefill_end: int = 0) -> int:
         """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group (host hits
         load into new blocks too), plus the hits that sit in the free queue. ``capped``: the test that a
-        request's whole sequence would fit, where a window group needs at most its `admission_caps` blocks."""
+        request's whole sequence would fit, where a window group needs at most its `admission_caps` blocks.
+        A Mamba group in align mode takes at most a running block and a checkpoint block (`mamba_align`;
+        ``prefill_end``: where the request's prefill ends)."""
         lengths = self._lengths(cdiv(num_tokens, self.block_size), capped)
+        if self.align:
+            bs, start = self.block_size, len(hits[0]) * self.block_size if hits else 0
+            table = hits[-1] if hits else []
+            state = blocks_to_allocate(len(table), num_tokens, needs_checkpoint(table, start, num_tokens,
+                                                                                 prefill_end, bs), bs)
+            lengths = [len(table) + state if m else n for n, m in zip(lengths, self.mamba, strict=True)]
         if not hits:
             return sum(lengths)
         ref = self._ref
@@ -325,7 +361,7 @@ class HybridQueries(Allocator):
             return (f"{self.name}: {num_tokens} tokens need {prompt} blocks in {len(self.groups)} KV cache groups "
                     f"but the pool has only {usable} usable")
         final = cdiv(max(num_tokens, final_tokens), bs)
-        need = sum(1 if m else final if w is None else min(final, cdiv(w, bs) + 1)
+        need = sum((2 if self.align else 1) if m else final if w is None else min(final, cdiv(w, bs) + 1)
                    for m, w in zip(self.mamba, self.windows, strict=True))
         if need > usable:
             return (f"{self.name}: needs {need} blocks of {bs} in {len(self.groups)} KV cache groups at its final "
@@ -369,7 +405,7 @@ class HybridQueries(Allocator):
         owner[0] = OVERHEAD_OWNER
         for seq_id, s in self._seqs.items():
             for table, k in zip(s.tables, s.skipped, strict=True):
-                owner[table[k:]] = seq_id
+                owner[[b for b in table[k:] if b]] = seq_id
         owner[np.asarray(self._ref) > 1] = SHARED_OWNER
         return self._per_slot(owner, OVERHEAD_OWNER)
 
@@ -388,7 +424,7 @@ class HybridQueries(Allocator):
         offsets = np.arange(bs)
         for seq_id, s in self._seqs.items():
             for table, k, mamba in zip(s.tables, s.skipped, self.mamba, strict=True):
-                slots = (np.asarray(table[k:], np.int64)[:, None] * bs + offsets).ravel()
+                slots = (np.asarray([b for b in table[k:] if b], np.int64)[:, None] * bs + offsets).ravel()
                 if mamba:  # a state block is whole
                     fill_states(states, slots, len(slots), len(slots))
                     continue

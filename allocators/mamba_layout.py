@@ -27,7 +27,7 @@ and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default f
 ``"align"``: ``ModelConfig.is_prefix_caching_supported`` is True for ``attn_type == "hybrid"``
 (``config/model.py``) and ``MambaModelConfig`` turns prefix caching into ``mamba_cache_mode="align"``.
 kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
-both modes), and simulates runs in ``"none"`` mode (``sim.kernel.mamba_run``); ``"align"`` is refused there.
+both modes), and simulates runs in both modes (``sim.kernel.mamba_run``; ``"align"``: ``allocators.mamba_align``).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class GroupMechanics(Preemption):
             start, stop = (0, 0) if remote or not self._loads_apply(group) else self._host_span(group)
             loads = remote or stop > start
             chunk_of = ((lambda remaining: remaining) if remote else (lambda remaining: 0) if loads
-                        else (lambda remaining: s.chunk(remaining, budget)))
+                        else (lambda remaining: s.first_chunk(group, remaining, budget)))
             with s.loads.pinning(group.hashes[start:stop]) if stop > start else nullcontext():
                 admission = s.memory.place_first_chunk(
                     group, chunk_of, full_tokens=group.prefill_target if self.reserve_full_isl else None,
@@ -335,6 +335,11 @@ class GroupMechanics(Preemption):
             if not s.chunked and self.prefill_need(group) > budget:
                 s.memory_blocked = False
                 return admitted
+            if s.mamba is not None and group.state != SWAPPED:  # vLLM: no block-aligned chunk fits, stop admitting
+                cached = s.mamba.look_up(group)
+                if not s.first_chunk(group, group.prefill_target - cached, budget):
+                    s.memory_blocked = False
+                    return admitted
             padded = self._spec_padding(group)
             if padded and 1 + padded > budget:  # vLLM: rather not schedule it than schedule it unpadded
                 s.memory_blocked = False
@@ -351,7 +356,7 @@ class GroupMechanics(Preemption):
             if group.state == LOADING:  # placed; scheduled once its host hits are loaded
                 continue
             admitted = True
-            chunk = s.chunk(group.prefill_remaining, budget)  # placing it may have found prefix hits
+            chunk = s.first_chunk(group, group.prefill_remaining, budget)  # placing it may have found prefix hits
             budget -= chunk + padded
             if padded:
                 s.spec.schedule(group, padded, group.prefill_target, padded=True)

@@ -1,4 +1,4 @@
-"""Runs of a hybrid attention/Mamba-2 model (Nemotron-H) as vLLM 0.33 serves them with prefix caching off.
+"""Runs of a hybrid attention/Mamba-2 model (Nemotron-H) as vLLM 0.33 serves them, with prefix caching off or on.
 
 ``--no-enable-prefix-caching`` is vLLM's ``mamba_cache_mode="none"`` (``MambaModelConfig.verify_and_update_config``,
 ``model_executor/models/config.py``): the Mamba block size is ``max_model_len``, so ``MambaManager``
@@ -6,8 +6,10 @@
 first scheduled and frees it with the request, and the scheduler splits chunks as for any model
 (``Scheduler.need_mamba_block_aligned_split`` is False outside ``"align"``). The pool is `HybridMambaPool`'s
 (``allocators.mamba_layout``), its attention groups and Mamba groups served by `HybridPagedAllocator`
-(``mamba_groups``). vLLM's default, prefix caching on (``"align"``: block-aligned chunk splits, a state block per
-boundary crossed, states cached at reachable boundaries) is refused with the reason (`mamba_run_refusals`).
+(``mamba_groups``). vLLM's default, prefix caching on, is ``"align"``: block-aligned chunk splits
+(`sim.kernel.mamba_split`), a state block per boundary crossed and states cached at reachable boundaries
+(`allocators.mamba_align`), with ``--prefix-cache-retention-interval`` 0 (vLLM's default); other intervals and the
+settings not modelled are refused with the reason (`mamba_run_refusals`).
 """
 
 from __future__ import annotations
@@ -20,19 +22,19 @@ from allocators.mamba_layout import HybridMambaPool, check_mamba_capacity, model
 
 def mamba_run_refusals(config, model) -> None:
     """A one-line ValueError naming the flag for a setting of a run of ``model`` (with Mamba layers) kvsim does
-    not model: the capacity report's (`check_mamba_capacity`), prefix caching (mamba_cache_mode 'align'), a host
-    tier or KV transfer (vLLM's connectors carry the Mamba state as a group of its own: not modelled), and swap
-    preemption (vLLM v1 recomputes)."""
+    not model: the capacity report's (`check_mamba_capacity`); with prefix caching on (mamba_cache_mode 'align')
+    a retention interval other than vLLM's default 0 (it changes which chunks take a checkpoint block) or prefill
+    without chunks; a host tier or KV transfer (vLLM's connectors carry the Mamba state as a group of its own: not
+    modelled), and swap preemption (vLLM v1 recomputes)."""
     check_mamba_capacity(allocator=config.allocator, kv_cache_dtype=config.kv_cache_dtype,
                          disable_hybrid_kv_cache_manager=config.disable_hybrid_kv_cache_manager,
                          speculative_config=config.speculative_config, model=model.name)
-    if config.prefix_caching:
-        raise ValueError(
-            f"{model.name} has Mamba layers: vLLM 0.33 runs it with prefix caching on as mamba_cache_mode='align' "
-            "(its scheduler cuts prefill chunks at block boundaries, each request's Mamba state moves to a new "
-            "block at every boundary it crosses and states are cached at reachable boundaries), which kvsim does "
-            "not simulate yet; --no-enable-prefix-caching (mamba_cache_mode='none', one state block per request "
-            "per Mamba group) is simulated")
+    if config.prefix_caching and config.prefix_cache_retention_interval != 0:
+        raise ValueError(f"--prefix-cache-retention-interval {config.prefix_cache_retention_interval}: only vLLM's "
+                         f"default 0 is modelled for {model.name}'s Mamba states (mamba_cache_mode='align')")
+    if config.prefix_caching and (not config.chunked_prefill or config.scheduler != "continuous"):
+        raise ValueError(f"--no-chunked-prefill / --scheduler static: {model.name}'s block-aligned Mamba chunks "
+                         "(mamba_cache_mode='align') are modelled with chunked prefill on a continuous scheduler")
     if config.cpu_offload_gib > 0:
         raise ValueError(f"--cpu-offload-gib: a host tier is not modelled for {model.name}'s Mamba state blocks")
     if config.kv_transfer_config is not None or config.prefill_replicas or config.decode_replicas:

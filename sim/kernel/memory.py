@@ -126,6 +126,19 @@ class KVMemory:
         """Prompt tokens a new sequence would find cached (no side effects)."""
         return self._alloc.num_cached_tokens(hashes, num_tokens) if hashes else 0
 
+    def mamba_align(self) -> bool:
+        """Whether the pool holds Mamba states in vLLM's ``mamba_cache_mode="align"`` (`allocators.mamba_align`)."""
+        return getattr(self._alloc, "align", False)
+
+    def shared_prefix_boundary(self, group: SequenceGroup) -> int:
+        """vLLM's ``shared_prefix_boundary`` of a waiting group looked up now (`HybridQueries.
+        shared_prefix_boundary`)."""
+        return self._alloc.shared_prefix_boundary(group.hashes, group.prefill_target) if group.hashes else 0
+
+    def new_step(self) -> None:
+        """A step is being scheduled (`HybridPagedAllocator.new_step`)."""
+        self._alloc.new_step()
+
     def cached_split(self, hashes: Sequence[int], num_tokens: int) -> tuple[int, int]:
         """`cached_tokens` and the part of it in GPU memory, without the host tier's (``lpm`` sorts by the one
         and its in-batch check reads the other), from one lookup. Allocators that do not lay a hit out

@@ -27,6 +27,7 @@ from sim.kernel.completions import Completions
 from sim.kernel.decode_set import DecodeSet
 from sim.kernel.group_growth import by_group
 from sim.kernel.host_loads import HostLoads
+from sim.kernel.mamba_split import MambaSplit
 from sim.kernel.memory import KVMemory
 from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
 from sim.kernel.spec_decode import SpecDecode
@@ -92,6 +93,9 @@ class Scheduler:
         self.in_flight = InFlight(self, pins=memory.host_tier is not None) if async_scheduling else None
         # vLLM's speculative decoding (ngram drafts; `sim.kernel.spec_decode`): every decoder is synced every step
         self.spec = spec
+        # vLLM's block-aligned prefill split for Mamba states (prefix caching on a hybrid Mamba pool)
+        self.mamba = (MambaSplit(memory, max_num_batched_tokens, long_prefill_token_threshold)
+                      if self.chunked and memory.mamba_align() else None)
         self.groups = GroupMechanics(self, sink, preemption=preemption, swap_slots=swap_slots,
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
@@ -214,6 +218,8 @@ class Scheduler:
                 group.state = LOADED
                 self.memory.cache_loaded(group)
                 self.waiting.hold(group)
+        if self.mamba is not None:
+            self.mamba.begin()
         self.now = now
         self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         self.step_tokens.clear()
@@ -272,6 +278,12 @@ class Scheduler:
         if not self.chunked:
             return remaining
         return min(remaining, budget, self.threshold or remaining)
+
+    def first_chunk(self, group: SequenceGroup, remaining: int, budget: int) -> int:
+        """`chunk` for a group being admitted with ``remaining`` tokens to compute, block-aligned for Mamba
+        states (`MambaSplit`)."""
+        chunk = self.chunk(remaining, budget)
+        return chunk if self.mamba is None else self.mamba.split(group, group.prefill_target - remaining, chunk)
 
     def due_groups(self, due: list[int]) -> list[tuple[SequenceGroup, list[int]]]:
         """A decoders-only step's due decoders by group (`group_growth.by_group`), a group that a decode run
@@ -364,6 +376,10 @@ class Scheduler:
                 if budget <= 0:
                     continue
                 chunk = self.chunk(group.prefill_target - group.prefill_done, budget)
+                if self.mamba is not None:
+                    chunk = self.mamba.split(group, group.prefill_done, chunk)
+                    if not chunk:  # too little budget for a block-aligned chunk: the loop goes on
+                        continue
                 if self.per_chunk and group.num_seqs == 1:
                     seq_id = group.seq_ids[0]
                     copies = self.groups.until_fits(group, lambda s=seq_id, c=chunk: self.grow_chunk(s, c))

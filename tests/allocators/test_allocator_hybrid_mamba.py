@@ -2,7 +2,6 @@
 block per sequence per Mamba group from admission to free, taken from the same pool as the attention blocks,
 never grown, never shared, reported under ``mamba``, and audited."""
 
-import pytest
 
 from allocators.hybrid import HybridPagedAllocator
 from tests.allocators.kv_group_fixture import KVGroupFixture
@@ -77,6 +76,14 @@ def test_a_fork_copies_the_state_blocks():
     a.check_invariants()
 
 
-def test_prefix_caching_is_refused_with_the_mode_it_would_be():
-    with pytest.raises(ValueError, match="mamba_cache_mode 'align'"):
-        pool(prefix_caching=True)
+def test_prefix_caching_puts_the_pool_in_align_mode():
+    """With prefix caching on (vLLM's ``mamba_cache_mode='align'``, `tests/allocators/test_mamba_align.py`) a
+    prompt of three blocks holds, per Mamba group, the checkpoint state at its last boundary and the running state
+    in a table of three columns; a fork copies them, the nulls kept."""
+    a = pool(prefix_caching=True)
+    assert a.align and not pool().align
+    a.admit(1, 3 * BS, final_tokens=3 * BS + 10, block_hashes=(11, 12, 13), prompt_tokens=3 * BS)
+    assert a.live_blocks(1) == [3] + [2] * 6 and all(t[0] == 0 for t in a.block_tables(1)[1:])
+    copies = a.fork(1, 2, final_tokens=3 * BS + 10)
+    assert len(copies) == 3 + 2 * 6 and a.live_blocks(2) == [3] + [2] * 6
+    a.check_invariants()

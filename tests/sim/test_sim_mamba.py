@@ -1,7 +1,7 @@
 """Runs of a hybrid attention/Mamba model (Nemotron-H-8B): with prefix caching off (vLLM's
 ``mamba_cache_mode='none'``) they are simulated on vLLM's pool (`sim.kernel.mamba_run`), the fast-forward equal to
-``--step-by-step``; vLLM's default, prefix caching on (``'align'``), and the settings not modelled are refused
-with the reason; the clock charges attention only in the attention layers and each sequence's Mamba state."""
+``--step-by-step``, and so is vLLM's default, prefix caching on (``'align'``: `allocators.mamba_align`); the
+settings not modelled are refused with the reason; the clock charges attention only in the attention layers and each sequence's Mamba state."""
 
 import dataclasses
 
@@ -22,8 +22,8 @@ MODEL = "nemotron-h-8b"
 
 
 def config(**options) -> SimConfig:
-    return SimConfig(model=MODEL, gpu="h100-80gb", prefix_caching=False,
-                     **({"kv_tokens": 40 * 1040, "memory_snapshots": 0} | options))
+    return SimConfig(model=MODEL, gpu="h100-80gb",
+                     **({"kv_tokens": 40 * 1040, "memory_snapshots": 0, "prefix_caching": False} | options))
 
 
 def workload(count: int = 60, seed: int = 5) -> Workload:
@@ -32,17 +32,42 @@ def workload(count: int = 60, seed: int = 5) -> Workload:
                     output_tokens=rng.integers(50, 900, count), name="mamba")
 
 
-def test_vllms_default_prefix_caching_is_refused_with_the_reason():
-    with pytest.raises(ValueError, match=r"nemotron-h-8b has Mamba layers.*mamba_cache_mode='align'.*"
-                                         r"--no-enable-prefix-caching"):
-        resolve_capacity(SimConfig(model=MODEL, gpu="h100-80gb"))
+def shared_prefixes(count: int = 60, seed: int = 5) -> Workload:
+    """`workload` with a system prompt of 2 to 6 blocks opening two thirds of the prompts (hits, junctions)."""
+    w = workload(count, seed)
+    rng = np.random.default_rng(seed + 1)
+    group = rng.integers(0, 3, count)
+    lens = np.array([2200, 4000, 6300])
+    has = group < 2
+    return dataclasses.replace(w, prompt_tokens=np.where(has, lens[group] + w.prompt_tokens, w.prompt_tokens),
+                               prefix_group=np.where(has, group, -1), prefix_len=np.where(has, lens[group], 0))
+
+
+def test_vllms_default_prefix_caching_runs_in_align_mode():
+    """Prefix caching on (``mamba_cache_mode='align'``): requests sharing a system prompt hit its cached Mamba
+    states and the decode fast-forward equals --step-by-step (it stops where a decoder's old state block is
+    freed), every step audited (tables of at most three live states, nothing owned twice)."""
+    w = shared_prefixes()
+    fast = run_simulation(config(prefix_caching=True, kv_tokens=60 * 1040, debug_invariants=1), w)
+    slow = run_simulation(config(prefix_caching=True, kv_tokens=60 * 1040, step_by_step=True, debug_invariants=1), w)
+    assert fast.summary["preemptions"] > 0 and fast.requests["cached_tokens"].sum() > 20 * 1040
+    assert len(fast.steps) < len(slow.steps) / 5
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    assert fast.requests["cached_tokens"].tolist() == slow.requests["cached_tokens"].tolist()
+    assert fast.requests["preemptions"].tolist() == slow.requests["preemptions"].tolist()
+    for key, value in fast.summary.items():
+        if key.endswith("_frac") or key in ("mean_running", "preemptions", "max_running"):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+    assert_same_step_totals(fast, slow)
 
 
 @pytest.mark.parametrize(("options", "flag"), [
     ({"allocator": "contiguous-max"}, "--allocator"), ({"allocator": "radix"}, "--allocator"),
     ({"kv_cache_dtype": "fp8"}, "--kv-cache-dtype"), ({"cpu_offload_gib": 4.0}, "--cpu-offload-gib"),
     ({"disable_hybrid_kv_cache_manager": True}, "--disable-hybrid-kv-cache-manager"),
-    ({"preemption": "swap"}, "--preemption")])
+    ({"preemption": "swap"}, "--preemption"),
+    ({"prefix_caching": True, "prefix_cache_retention_interval": 2080}, "--prefix-cache-retention-interval"),
+    ({"prefix_caching": True, "chunked_prefill": False}, "--no-chunked-prefill")])
 def test_settings_not_modelled_are_refused_naming_the_flag(options, flag):
     with pytest.raises(ValueError, match=flag):
         resolve_capacity(config(**options))

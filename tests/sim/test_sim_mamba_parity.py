@@ -1,4 +1,5 @@
-"""kvsim on Nemotron-H-8B with prefix caching off (vLLM's ``mamba_cache_mode='none'``) against vLLM 0.33's own
+"""kvsim on Nemotron-H-8B with prefix caching off (vLLM's ``mamba_cache_mode='none'``) and on (``'align'``, the
+default: block-aligned chunks, state blocks per boundary, reachable states cached) against vLLM 0.33's own
 scheduler and KV cache manager given the same pool (one attention group, six Mamba groups, blocks of 1,040
 tokens: ``tools/vllm_oracle/mamba_driver.py``), step for step: every engine step's running and waiting requests,
 prefill tokens, decoding requests and used blocks, and `compare.py`'s run-wide and per-request metrics, exactly,
@@ -25,7 +26,11 @@ RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)
 
 
 def test_the_cases_cover_contention_a_burst_and_chunked_prompts_in_both_engine_loops():
-    assert set(CASES) >= {"mamba_none_contended", "mamba_none_offline_burst", "mamba_none_small_budget"}
+    """Both cache modes; in align mode also prefixes shared across requests over several blocks, identical prompts
+    in one step (a hit on a state cached in the same step is deferred) and resumed requests hitting their own."""
+    assert set(CASES) >= {f"mamba_{mode}_{case}" for mode in ("none", "align")
+                          for case in ("contended", "offline_burst", "small_budget")}
+    assert {"mamba_align_shared_prefix", "mamba_align_long_prefix"} <= set(CASES)
     assert set(cases(mamba.DATA / "async")) == set(CASES)
 
 
