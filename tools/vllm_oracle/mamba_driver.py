@@ -74,8 +74,49 @@ CASES: dict[str, dict] = {
                                     num_blocks=70, block_size=1040, enable_prefix_caching=False,
                                     max_num_batched_tokens=512, max_num_seqs=16, long_prefill_token_threshold=256),
 }
+# vLLM's default for such a model, prefix caching on (mamba_cache_mode "align", retention 0): the same traces
+CASES |= {name.replace("_none_", "_align_"): case | dict(enable_prefix_caching=True, trace_of=name)
+          for name, case in CASES.items()}
+CASES |= {
+    # three shared system prompts of 1,500-5,000 tokens: shared prefixes and their junctions
+    "mamba_align_shared_prefix": dict(trace=dict(n=80, prompt=(1500, 5000), output=(20, 300), gap=2.0, groups=3),
+                                      num_blocks=60, block_size=1040),
+    # prefixes of several blocks shared across requests (Mamba hits at cached boundaries, junctions) and identical
+    # prompts arriving in the same step (a hit on a state cached that step is deferred): `write_long_prefix_trace`
+    "mamba_align_long_prefix": dict(trace=dict(n=0), num_blocks=80, block_size=1040),
+}
+LONG_PREFIXES = (2600, 4200, 6500)
+"""``mamba_align_long_prefix``'s three system prompts, in tokens (2.5 to 6.25 blocks of 1,040)."""
+
 MAMBA_GROUPS = 6
 """Nemotron-H-8B's Mamba KV cache groups (24 Mamba layers in groups of its 4 attention layers)."""
+
+
+def write_long_prefix_trace(path: Path) -> None:
+    """``mamba_align_long_prefix``'s trace: 70 arrivals a few seconds apart, each a fresh prompt (one in four) or
+    one of `LONG_PREFIXES` with a tail, or, three times in ten, the prefix alone arriving twice at once."""
+    import csv
+
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    t, rows = 0, []
+    for i in range(70):
+        t += int(rng.integers(0, 3)) if i else 0
+        g = int(rng.integers(0, 4))
+        out_tokens = int(rng.integers(20, 300))
+        if g == 3:
+            rows.append([t, int(rng.integers(500, 5000)), out_tokens, "", ""])
+            continue
+        same = rng.random() < 0.3
+        prompt = LONG_PREFIXES[g] if same else LONG_PREFIXES[g] + int(rng.integers(100, 3000))
+        rows.append([t, prompt, out_tokens, f"system-{chr(97 + g)}", LONG_PREFIXES[g]])
+        if same:
+            rows.append([t, prompt, int(rng.integers(20, 300)), f"system-{chr(97 + g)}", LONG_PREFIXES[g]])
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["arrival_time_s", "prompt_tokens", "output_tokens", "prefix_group", "prefix_len"])
+        w.writerows(rows)
 
 
 def main() -> None:
@@ -103,7 +144,10 @@ def main() -> None:
             async_gap.write_reference(Path(a.out) / "async" / name, step_rows, request_rows)
             print(name, "async done", flush=True)
             continue
-        cases.write_trace(name, out / "trace.csv")
+        if name == "mamba_align_long_prefix":
+            write_long_prefix_trace(out / "trace.csv")
+        else:
+            cases.write_trace(name, out / "trace.csv")
         (out / "settings.json").write_text(json.dumps(cases.settings(name) | {"mamba_groups": MAMBA_GROUPS},
                                                       indent=1) + "\n")
         driver.run(cases.driver_args(name, out / "trace.csv", out))
