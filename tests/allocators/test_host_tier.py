@@ -38,13 +38,18 @@ class ReferenceTier:
         """How many of ``hashes`` an offload would store if all were new (`HostTier.evicted_by`)."""
         return sum(1 for h in hashes if h in self.lru or not self.is_parked(h))
 
+    def evictable(self) -> list[int]:
+        """The cached hashes an eviction may take, least recently used first."""
+        return list(self.lru)
+
     def room(self) -> int | None:
         if self.free:
             return self.free.pop()
-        if not self.lru:
+        victims = self.evictable()
+        if not victims:
             return None
         self.evicted += 1
-        return self.lru.popitem(last=False)[1]
+        return self.lru.pop(victims[0])
 
     def offload_many(self, hashes: list[int]) -> int:
         moved = 0
@@ -70,10 +75,11 @@ class ReferenceTier:
 
     def swap_out(self, key: int, num_blocks: int, hashes: frozenset[int]) -> bool:
         joined = [h for h in sorted(hashes) if h in self.block_of]
-        if num_blocks - len(joined) > len(self.free) + len(self.lru):
+        evictable = self.evictable()  # room, or a parked copy
+        if num_blocks - len(joined) > len(self.free) + len(evictable):
             return False
         rest = [h for h in sorted(hashes) if h not in self.block_of]
-        shared = [h for h in rest if h in self.lru][:num_blocks - len(joined)]
+        shared = [h for h in rest if h in set(evictable)][:num_blocks - len(joined)]
         blocks = [self.lru.pop(h) for h in shared]
         blocks += [self.room() for _ in range(num_blocks - len(joined) - len(shared))]
         self.swapped[key] = blocks
@@ -103,9 +109,11 @@ class ReferenceTier:
 
 
 def lru_order(tier: HostTier) -> list[tuple[int, int]]:
-    """The tier's cached (hash, host block) pairs, least recently used first, read by evicting them all from a
-    copy (the only order the tier promises is the one it evicts in)."""
+    """The tier's cached (hash, host block) pairs, least recently used first, pinned ones included where they
+    stand, read by evicting them all from an unpinned copy (the only order the tier promises is the one it evicts
+    in)."""
     probe = copy.deepcopy(tier)
+    probe.pinned = set()
     probe._free.clear()
     order = []
     while probe.cached_blocks:
@@ -124,15 +132,15 @@ operation = st.one_of(
 )
 
 
-@settings(max_examples=examples(300), deadline=None)
-@given(num_blocks=st.integers(0, 12), ops=st.lists(operation, max_size=40))
-def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
-    tier, ref = HostTier(num_blocks, 10), ReferenceTier(num_blocks)
+def run_operations(tier: HostTier, ref: ReferenceTier, ops, more=None) -> None:
+    """Apply ``ops`` (`operation`) to ``tier`` and ``ref`` alike, checking after each that they hold the same
+    hashes in the same order on the same blocks, with the same counters and eviction forecasts; ``more(name,
+    arg)`` applies the operations a caller adds."""
     next_key = 0
     for name, arg in ops:
         if name == "offload":
-            need = min(ref.stored(arg) - len(ref.free), len(ref.lru))  # what the batch would evict, if all new
-            assert tier.evicted_by(arg) == list(ref.lru)[:max(need, 0)]
+            need = min(ref.stored(arg) - len(ref.free), len(ref.evictable()))  # what the batch would evict, if new
+            assert tier.evicted_by(arg) == ref.evictable()[:max(need, 0)]
             assert tier.offload_many(arg) == ref.offload_many(arg)
         elif name == "take":  # load the most recently used ``arg`` cached hashes, oldest of them first
             hits = list(ref.lru)[-arg:] if arg else []
@@ -141,16 +149,25 @@ def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
         elif name == "swap_out":
             assert tier.swap_out(next_key, *arg) == ref.swap_out(next_key, *arg)
             next_key += 1
-        elif ref.swapped:
-            key = sorted(ref.swapped)[arg % len(ref.swapped)]
-            tier.swap_in(key)
-            ref.swap_in(key)
+        elif name == "swap_in":
+            if ref.swapped:
+                key = sorted(ref.swapped)[arg % len(ref.swapped)]
+                tier.swap_in(key)
+                ref.swap_in(key)
+        else:
+            more(name, arg)
         tier.check_invariants()
         assert lru_order(tier) == list(ref.lru.items())
         assert tier._free == ref.free and tier._swapped == ref.swapped
         assert (tier.offloaded_blocks, tier.reloaded_blocks, tier.evicted_blocks, tier.kept_blocks,
                 tier.shared_blocks, tier.joined_blocks) == (ref.offloaded, ref.reloaded, ref.evicted, ref.kept,
                                                             ref.shared, ref.joined)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(num_blocks=st.integers(0, 12), ops=st.lists(operation, max_size=40))
+def test_the_host_tier_is_exactly_an_lru(num_blocks, ops):
+    run_operations(HostTier(num_blocks, 10), ReferenceTier(num_blocks), ops)
 
 
 def test_a_batch_of_new_hashes_takes_free_blocks_then_the_oldest_cached_ones():

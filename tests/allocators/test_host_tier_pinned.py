@@ -4,14 +4,12 @@ preempted request's KV, or the forecast of either. A pinned block keeps its plac
 first to go once unpinned; a store or swap-out that finds no room outside the pinned blocks is refused, as the
 write-through tier's are (`test_request_tier_pinned`)."""
 
-import copy
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocators.host_tier import HostTier
-from tests.allocators.test_host_tier import ReferenceTier, operation
+from tests.allocators.test_host_tier import ReferenceTier, lru_order, operation, run_operations
 from tests.soak import examples
 
 
@@ -23,49 +21,8 @@ class PinningReference(ReferenceTier):
         super().__init__(num_blocks)
         self.pinned: set[int] = set()
 
-    def unpinned(self) -> list[int]:
+    def evictable(self) -> list[int]:
         return [h for h in self.lru if h not in self.pinned]
-
-    def room(self) -> int | None:
-        if self.free:
-            return self.free.pop()
-        victims = self.unpinned()
-        if not victims:
-            return None
-        self.evicted += 1
-        return self.lru.pop(victims[0])
-
-    def swap_out(self, key: int, num_blocks: int, hashes: frozenset[int]) -> bool:
-        joined = [h for h in sorted(hashes) if h in self.block_of]
-        if num_blocks - len(joined) > len(self.free) + len(self.unpinned()):
-            return False
-        rest = [h for h in sorted(hashes) if h not in self.block_of]
-        shared = [h for h in rest if h in self.lru and h not in self.pinned][:num_blocks - len(joined)]
-        blocks = [self.lru.pop(h) for h in shared]
-        blocks += [self.room() for _ in range(num_blocks - len(joined) - len(shared))]
-        self.swapped[key] = blocks
-        for h in shared:
-            self.skipped[h] = None
-        self.shared += len(shared)
-        self.joined += len(joined)
-        for h, block in zip(shared + [h for h in rest if h not in shared], blocks, strict=False):
-            self.block_of[h] = block
-        self.parked[key] = hashes
-        return True
-
-
-def lru_order(tier: HostTier) -> list[tuple[int, int]]:
-    """The tier's cached (hash, host block) pairs, least recently used first, pinned ones included where they
-    stand: read by evicting them all from an unpinned copy."""
-    probe = copy.deepcopy(tier)
-    probe.pinned = set()
-    probe._free.clear()
-    order = []
-    while probe.cached_blocks:
-        before = dict(probe._lru)
-        block = probe._room()
-        order.append(next((h, b) for h, b in before.items() if b == block))
-    return order
 
 
 pinning = st.one_of(operation,
@@ -79,36 +36,17 @@ def test_the_host_tier_is_an_lru_that_passes_over_pinned_blocks(num_blocks, ops)
     """Random offloads, loads, swaps, pins (of cached hashes, as a load pins its hits) and unpins: the same
     hashes in the same order on the same blocks as the reference, with the same counters and forecasts."""
     tier, ref = HostTier(num_blocks, 10), PinningReference(num_blocks)
-    next_key = 0
-    for name, arg in ops:
-        if name == "offload":
-            need = min(ref.stored(arg) - len(ref.free), len(ref.unpinned()))
-            assert tier.evicted_by(arg) == ref.unpinned()[:max(need, 0)]
-            assert tier.offload_many(arg) == ref.offload_many(arg)
-        elif name == "take":
-            hits = list(ref.lru)[-arg:] if arg else []
-            assert tier.take(hits) == len(hits)
-            ref.take(hits)
-        elif name == "pin":
+
+    def pin(name: str, arg: list[int]) -> None:
+        if name == "pin":  # cached hashes only, as a load pins its hits
             cached = {h for h in arg if h in ref.lru}
             tier.pinned |= cached
             ref.pinned |= cached
-        elif name == "unpin":
+        else:
             tier.pinned -= set(arg)
             ref.pinned -= set(arg)
-        elif name == "swap_out":
-            assert tier.swap_out(next_key, *arg) == ref.swap_out(next_key, *arg)
-            next_key += 1
-        elif ref.swapped:
-            key = sorted(ref.swapped)[arg % len(ref.swapped)]
-            tier.swap_in(key)
-            ref.swap_in(key)
-        tier.check_invariants()
-        assert lru_order(tier) == list(ref.lru.items())
-        assert tier._free == ref.free and tier._swapped == ref.swapped
-        assert (tier.offloaded_blocks, tier.reloaded_blocks, tier.evicted_blocks, tier.kept_blocks,
-                tier.shared_blocks, tier.joined_blocks) == (ref.offloaded, ref.reloaded, ref.evicted, ref.kept,
-                                                            ref.shared, ref.joined)
+
+    run_operations(tier, ref, ops, pin)
 
 
 def full_host_loading_1() -> HostTier:

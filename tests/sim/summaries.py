@@ -53,6 +53,19 @@ def assert_same_step_totals(fast, slow) -> None:
     assert decoded[0] == decoded[1], "decode_seqs x num_steps"
 
 
+def assert_same_hybrid_run(fast, slow) -> None:
+    """A run on a hybrid pool (window or Mamba groups) against its step-by-step twin: each request's finish to
+    1e-12, the share and occupancy keys of the summary and each group's shares (``kv_groups``) to 1e-9, and the
+    steps' totals (`assert_same_step_totals`)."""
+    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
+    for key, value in fast.summary.items():
+        if key.endswith("_frac") or key in ("mean_running", "preemptions", "max_running"):
+            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
+    for name, shares in fast.summary["kv_groups"].items():
+        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
+    assert_same_step_totals(fast, slow)
+
+
 def assert_same_tiered_run(fast, slow) -> None:
     """A run with a host tier against its step-by-step twin: each request's hits by tier and preemptions exactly,
     its finish time to 1e-9, the summary, the memory map and the steps' totals (`assert_same_summary`,

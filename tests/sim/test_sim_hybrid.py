@@ -12,7 +12,7 @@ from allocators.paged import PagedAllocator
 from sim.kernel.config import SimConfig
 from sim.kernel.metrics import GROUP_KEYS
 from sim.kernel.runner import run_simulation
-from tests.sim.summaries import assert_same_step_totals
+from tests.sim.summaries import assert_same_hybrid_run, assert_same_step_totals
 from workloads import Workload
 
 
@@ -48,13 +48,7 @@ def test_fast_forward_equals_step_by_step(hybrid_model):
     fast = run_simulation(config(hybrid_model, debug_invariants=7), w)
     slow = run_simulation(config(hybrid_model, step_by_step=True), w)
     assert len(fast.steps) < len(slow.steps) / 3
-    np.testing.assert_allclose(fast.requests["finished_s"], slow.requests["finished_s"], rtol=1e-12)
-    for key, value in fast.summary.items():
-        if key.endswith("_frac") or key in ("mean_running", "preemptions", "max_running"):
-            assert value == pytest.approx(slow.summary[key], rel=1e-9, abs=1e-12), key
-    for name, shares in fast.summary["kv_groups"].items():
-        assert shares == pytest.approx(slow.summary["kv_groups"][name], rel=1e-9)
-    assert_same_step_totals(fast, slow)
+    assert_same_hybrid_run(fast, slow)
 
 
 def test_memory_is_reported_per_group_and_in_total(hybrid_model):
