@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
+from allocators.gdn_layout import GatedDeltaNetLayers
 from allocators.kv_formats import model_kind_refusal
 from allocators.kv_layout import KVGroup, kv_element_bytes, layout_groups
 from allocators.mamba_layout import Mamba2Layers
@@ -68,9 +69,10 @@ class ModelSpec:
     split (`allocators.roofline.token_flops_per_gpu`); a count, not bytes, as the layers mix FP8 and BF16.
     ``num_nextn_predict_layers`` (config.json's name): the multi-token-prediction layers the checkpoint carries
     beside ``num_layers``, which ``--speculative-config '{"method": "mtp"}'`` runs as its drafter (0: none).
-    A hybrid Mamba model (Nemotron-H) gives ``attention_layers``, its only layers with KV (every layer when not
-    given), and ``mamba``, its Mamba-2 layers' state dims (`allocators.mamba_layout`): each keeps a fixed state
-    per request in the same block pool, which `allocators.mamba_layout.HybridMambaPool` sizes.
+    A hybrid Mamba model (Nemotron-H, Qwen3-Next) gives ``attention_layers``, its only layers with KV (every layer
+    when not given), and ``mamba``, its Mamba-2 (`allocators.mamba_layout`) or gated DeltaNet
+    (`allocators.gdn_layout`) layers' state dims: each keeps a fixed state per request in the same block pool,
+    which `allocators.mamba_layout.HybridMambaPool` sizes.
 
     A mixture of experts also gives ``num_experts`` (routed experts per MoE layer: config.json's
     ``num_local_experts``, ``n_routed_experts`` or ``num_experts``) and ``num_experts_per_tok`` (config.json's own
@@ -119,7 +121,7 @@ class ModelSpec:
     replicated_params: float | None = None
     num_nextn_predict_layers: int = 0
     attention_layers: int | None = None
-    mamba: Mamba2Layers | None = None
+    mamba: Mamba2Layers | GatedDeltaNetLayers | None = None
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
@@ -174,8 +176,8 @@ class ModelSpec:
             return
         if self.mamba is None or self.attention_layers is None:
             raise ValueError(f"{entry}: attention_layers and mamba come together (a hybrid Mamba model)")
-        if not isinstance(self.mamba, Mamba2Layers):
-            raise ValueError(f"{entry}: mamba must be a Mamba2Layers, got {self.mamba!r}")
+        if not isinstance(self.mamba, (Mamba2Layers, GatedDeltaNetLayers)):
+            raise ValueError(f"{entry}: mamba must be a Mamba2Layers or GatedDeltaNetLayers, got {self.mamba!r}")
         check_positive(entry, "attention_layers", self.attention_layers, integer=True)
         if self.attention_layers + self.mamba.layers > self.num_layers:
             raise ValueError(f"{entry}: attention_layers ({self.attention_layers}) + mamba layers "
@@ -491,6 +493,31 @@ MODELS: dict[str, ModelSpec] = {
                   "MLP layers of 176,164,864 (up and down 4096 x 21504, norm), final norm: 8,100,852,736 (the "
                   "model card's 8B)",
                   attention_layers=4, mamba=Mamba2Layers(24, 128, 64, 128, 8, 4, "float32")),
+        ModelSpec("qwen3-next-80b-a3b", 48, 2048, 16, 2, 256, 79_674_391_296, 262144, 512, 151936, 2,
+                  "Qwen/Qwen3-Next-80B-A3B-Instruct (Qwen3NextForCausalLM), from transformers' Qwen3NextConfig "
+                  "defaults (src/transformers/models/qwen3_next/configuration_qwen3_next.py at commit "
+                  "008e574391258935f3ecc3035c882e73bbcac419, whose docstring names that checkpoint; config.json "
+                  "itself was not reachable): 48 layers, hidden 2048, layer_types every 4th full_attention "
+                  "(full_attention_interval 4: 12 gated attention layers, 36 gated DeltaNet), attention 16 heads, "
+                  "2 KV heads, head_dim 256; gated DeltaNet linear_num_key_heads 16, linear_num_value_heads 32, "
+                  "linear_key_head_dim 128, linear_value_head_dim 128, linear_conv_kernel_dim 4, no "
+                  "mamba_ssm_cache_dtype handler in vLLM 0.33 (recurrent state at the model's bf16); num_experts "
+                  "512, num_experts_per_tok 10, moe_intermediate_size 512, one shared expert of 512, every layer "
+                  "MoE (decoder_sparse_step 1, mlp_only_layers []); vocab 151936, untied lm_head. max_seq_len: the "
+                  "model card's native context of 262,144 tokens (transformers' class default is 32768). "
+                  "intermediate_size: the 512-wide expert MLP every layer runs (config.json's dense "
+                  "intermediate_size is unused by vLLM: no dense MLP layer). num_params, as vLLM 0.33's "
+                  "Qwen3NextForCausalLM builds it (model_executor/models/qwen3_next.py, "
+                  "layers/mamba/gdn/qwen_gdn_linear_attn.py; the MTP layer's weights are skipped): embedding and "
+                  "lm_head 2 x 151936 x 2048, 48 MoE blocks of 1,614,809,088 (512 experts of 3 x 2048 x 512, the "
+                  "shared expert, its 2048 x 1 gate, the 2048 x 512 router) and 2 norms of 2048, 12 attention "
+                  "layers of 27,263,488 (qkv_proj 2048 x (16 x 256 x 2 with the output gate + 2 x 2 x 256), o_proj "
+                  "4096 x 2048, q/k norms) and 36 gated DeltaNet layers of 33,718,464 (in_proj_qkvz 2048 x 12288, "
+                  "in_proj_ba 2048 x 64, conv1d 8192 x 4, dt_bias, A_log, norm 128, out_proj 4096 x 2048), final "
+                  "norm: 79,674,391,296 (the card's 80B). active_params: all but 502 unrouted experts a layer, "
+                  "3,874,929,408 (the card's 3B activated counts no embedding and lm_head: 3.25e9)",
+                  active_params=3_874_929_408, num_experts=512, num_experts_per_tok=10,
+                  attention_layers=12, mamba=GatedDeltaNetLayers(36, 16, 32, 128, 128, 4)),
     ]
 }
 

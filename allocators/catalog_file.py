@@ -2,7 +2,8 @@
 
 A file holds ``[models.NAME]`` and ``[gpus.NAME]`` tables whose keys are the fields of `ModelSpec` and
 `GpuSpec` (``catalog.py``), and a hybrid Mamba-2 model's layers a ``[models.NAME.mamba]`` table under config.json's
-names (`MAMBA_KEYS`), so Nemotron-H or Granite-4.0-H is described as the built-in nemotron-h-8b is. Every mistake
+names (`MAMBA_KEYS`), so Nemotron-H or Granite-4.0-H is described as the built-in nemotron-h-8b is, and a gated
+DeltaNet hybrid's a ``[models.NAME.gdn]`` table (`GDN_KEYS`, Qwen3-Next's and Qwen3.5's names). Every mistake
 (an unknown table or field, a missing one, a value out of range, a file that is not TOML) is a one-line
 ValueError naming the file and the entry, so a typo never adds nothing silently.
 """
@@ -14,6 +15,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, check_positive, get_model
+from allocators.gdn_layout import GatedDeltaNetLayers
 from allocators.mamba_layout import MAMBA_DTYPES, Mamba2Layers
 
 if sys.version_info >= (3, 11):
@@ -40,6 +42,27 @@ vLLM's default for it depends on the architecture (``model_executor/models/confi
 would be right for both Nemotron-H (float32 when config.json is silent) and Granite-4.0-H (bf16)."""
 
 
+GDN_KEYS: dict[str, str] = {"layers": "layers", "linear_num_key_heads": "num_k_heads",
+                            "linear_num_value_heads": "num_v_heads", "linear_key_head_dim": "head_k_dim",
+                            "linear_value_head_dim": "head_v_dim", "linear_conv_kernel_dim": "conv_kernel",
+                            "mamba_ssm_cache_dtype": "ssm_cache_dtype"}
+"""A ``[models.NAME.gdn]`` table's keys -> `GatedDeltaNetLayers` fields: Qwen3-Next's and Qwen3.5's config.json
+names; ``layers`` counts the ``linear_attention`` entries of ``layer_types``."""
+
+GDN_SSM_DTYPE_DEFAULTS = ("vLLM 0.33 keeps --mamba-ssm-cache-dtype auto (the model's dtype) for Qwen3NextForCausalLM "
+                          "and turns it into config.json's mamba_ssm_dtype for the Qwen3.5 architectures "
+                          "(Qwen3_5ForConditionalGenerationConfig); give the one vLLM uses")
+"""Why a ``gdn`` table's ``mamba_ssm_cache_dtype`` has no default: as `MAMBA_SSM_DTYPE_DEFAULTS`, the recurrent
+state is most of the page and vLLM's default for it depends on the architecture."""
+
+RECURRENT_TABLES: dict[str, tuple[type, dict[str, str], str, str]] = {
+    "mamba": (Mamba2Layers, MAMBA_KEYS, "Mamba-2", MAMBA_SSM_DTYPE_DEFAULTS),
+    "gdn": (GatedDeltaNetLayers, GDN_KEYS, "gated DeltaNet", GDN_SSM_DTYPE_DEFAULTS),
+}
+"""A model table's recurrent-layer sub-table -> the class it builds, its keys, what its layers are called and why
+its SSM dtype has no default. Both become the `ModelSpec`'s ``mamba`` (vLLM holds both kinds as Mamba states)."""
+
+
 def _spec_from_table(cls: type, section: str, name: str, table: dict, path: Path) -> object:
     known = {f.name for f in fields(cls)} - {"name"}
     unknown = set(table) - known
@@ -56,18 +79,20 @@ def _spec_from_table(cls: type, section: str, name: str, table: dict, path: Path
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _mamba_from_table(name: str, table: object, path: Path) -> Mamba2Layers:
-    """``[models.NAME.mamba]`` as `Mamba2Layers`, each bad key named as the file spells it (`MAMBA_KEYS`)."""
-    entry = f"{path}: [models.{name}.mamba]"
+def _mamba_from_table(name: str, table: object, path: Path, kind: str = "mamba") -> Mamba2Layers | GatedDeltaNetLayers:
+    """``[models.NAME.mamba]`` as `Mamba2Layers` or ``[models.NAME.gdn]`` as `GatedDeltaNetLayers`
+    (`RECURRENT_TABLES`), each bad key named as the file spells it."""
+    cls, keys, label, dtype_why = RECURRENT_TABLES[kind]
+    entry = f"{path}: [models.{name}.{kind}]"
     if not isinstance(table, dict):
-        raise ValueError(f"{entry}: mamba must be a table [models.{name}.mamba] of the Mamba-2 layers' fields "
-                         f"({', '.join(MAMBA_KEYS)}), got {table!r}")
-    unknown = set(table) - set(MAMBA_KEYS)
+        raise ValueError(f"{entry}: {kind} must be a table [models.{name}.{kind}] of the {label} layers' fields "
+                         f"({', '.join(keys)}), got {table!r}")
+    unknown = set(table) - set(keys)
     if unknown:
-        raise ValueError(f"{entry}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(MAMBA_KEYS)}")
-    missing = [k for k in MAMBA_KEYS if k not in table]
+        raise ValueError(f"{entry}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(keys)}")
+    missing = [k for k in keys if k not in table]
     if missing:
-        why = f" ({MAMBA_SSM_DTYPE_DEFAULTS})" if "mamba_ssm_cache_dtype" in missing else ""
+        why = f" ({dtype_why})" if "mamba_ssm_cache_dtype" in missing else ""
         raise ValueError(f"{entry}: missing field(s) {', '.join(missing)}{why}")
     for key, value in table.items():
         if key == "mamba_ssm_cache_dtype":
@@ -77,7 +102,7 @@ def _mamba_from_table(name: str, table: object, path: Path) -> Mamba2Layers:
         else:
             check_positive(entry, key, value, integer=True)
     try:
-        return Mamba2Layers(**{MAMBA_KEYS[k]: v for k, v in table.items()})
+        return cls(**{keys[k]: v for k, v in table.items()})
     except ValueError as exc:  # a rule between fields (conv_kernel of at least 2): name the file and model too
         raise ValueError(f"{entry}: {exc}") from None
 
@@ -121,7 +146,13 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
                          "[models.NAME] and [gpus.NAME] tables")
     models = {}
     for name, table in _tables(data, "models", path).items():
-        if "mamba" in table:
+        if "mamba" in table and "gdn" in table:
+            raise ValueError(f"{path}: [models.{name}]: give one of [models.{name}.mamba] (Mamba-2) and "
+                             f"[models.{name}.gdn] (gated DeltaNet), not both: kvsim models one kind of recurrent "
+                             "layer per model")
+        if "gdn" in table:
+            table["mamba"] = _mamba_from_table(name, table.pop("gdn"), path, "gdn")
+        elif "mamba" in table:
             table["mamba"] = _mamba_from_table(name, table["mamba"], path)
         models[name.lower()] = _spec_from_table(ModelSpec, "models", name, table, path)
     gpus = {}

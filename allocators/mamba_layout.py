@@ -28,11 +28,17 @@ and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default f
 (``config/model.py``) and ``MambaModelConfig`` turns prefix caching into ``mamba_cache_mode="align"``.
 kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
 both modes), and simulates runs in both modes (``sim.kernel.mamba_run``; ``"align"``: ``allocators.mamba_align``).
+
+Gated DeltaNet layers (Qwen3-Next, `allocators.gdn_layout.GatedDeltaNetLayers`) are held the same way: vLLM 0.33
+gives them a ``MambaSpec`` page too. The pool reads either kind through `MambaStateLayers` (the state's bytes and the
+prefill checkpoint alignment that, with prefix caching on, ``_align_hybrid_block_size`` also aligns the block to).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import lcm
+from typing import ClassVar, Protocol
 
 from allocators.base import cdiv
 
@@ -50,6 +56,25 @@ GROUP_SIZE_SLACK = 1.5
 times the smaller (fewer padding layers), else the smaller does."""
 
 
+class MambaStateLayers(Protocol):
+    """What the pool reads of a model's recurrent layers, whichever their kind (`Mamba2Layers`,
+    `allocators.gdn_layout.GatedDeltaNetLayers`): vLLM 0.33 keeps each kind's per-request state as one
+    ``MambaSpec`` page and schedules them all with ``MambaManager``, so only the state's size and the block-size
+    alignment its prefill checkpoints need differ."""
+
+    label: ClassVar[str]
+    layers: int
+
+    def state_bytes(self, dtype_bytes: int, tensor_parallel: int = 1) -> int:
+        """One layer's whole state on one GPU, before padding."""
+        ...
+
+    def prefill_checkpoint_alignment(self, compute_capability: float | None) -> int | None:
+        """``get_prefill_checkpoint_alignment`` with prefix caching on, on a GPU of ``compute_capability``
+        (None: the layer exports no state from inside a prefill)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Mamba2Layers:
     """A model's Mamba-2 layers, from config.json: ``layers`` of them (``M`` in Nemotron-H's
@@ -64,6 +89,8 @@ class Mamba2Layers:
     n_groups: int
     conv_kernel: int
     ssm_cache_dtype: str = "auto"
+
+    label: ClassVar[str] = "Mamba-2"
 
     def __post_init__(self) -> None:
         for f in ("layers", "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"):
@@ -97,6 +124,10 @@ class Mamba2Layers:
         return self.conv_state_bytes(dtype_bytes, tensor_parallel) + self.ssm_state_bytes(dtype_bytes,
                                                                                           tensor_parallel)
 
+    def prefill_checkpoint_alignment(self, compute_capability: float | None) -> int | None:
+        """1 on any GPU: ``MambaMixer2.get_kv_cache_spec`` exports the state at any token position."""
+        return 1
+
 
 def _divide(value: int, by: int) -> int:
     """vLLM's ``divide``: an exact split, else a one-line ValueError (as vLLM asserts)."""
@@ -106,11 +137,12 @@ def _divide(value: int, by: int) -> int:
 
 
 def hybrid_block_size(attention_bytes_per_token: int, mamba_page_bytes: int, block_size: int = KERNEL_BLOCK,
-                      kernel_block: int = KERNEL_BLOCK) -> int:
+                      kernel_block: int = KERNEL_BLOCK, checkpoint_alignment: int = 1) -> int:
     """vLLM's ``_align_hybrid_block_size``: the attention block size, in multiples of ``max(kernel_block,
-    block_size)``, whose page (``attention_bytes_per_token``: one token of one attention layer) holds
+    block_size)`` (with prefix caching on, of its lcm with the layers' ``checkpoint_alignment``,
+    `block_alignment`), whose page (``attention_bytes_per_token``: one token of one attention layer) holds
     ``mamba_page_bytes``; ``block_size`` (``--block-size``) where it is larger already."""
-    align = max(kernel_block, block_size)
+    align = lcm(max(kernel_block, block_size), checkpoint_alignment)
     size = align * cdiv(mamba_page_bytes, align * attention_bytes_per_token)
     size = kernel_block * cdiv(size, kernel_block)
     return max(block_size, size)
@@ -165,13 +197,13 @@ class HybridMambaPool:
                 "num_blocks": self.num_blocks}
 
 
-def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, mamba: Mamba2Layers,
+def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, mamba: MambaStateLayers,
                       dtype_bytes: int, available_bytes: int, tensor_parallel: int = 1,
-                      block_size: int = KERNEL_BLOCK) -> HybridMambaPool:
+                      block_size: int = KERNEL_BLOCK, checkpoint_alignment: int = 1) -> HybridMambaPool:
     """The pool of one GPU with ``available_bytes`` of KV memory; ``attention_bytes_per_token``: one token of
-    one attention layer on that GPU."""
+    one attention layer on that GPU; ``checkpoint_alignment``: `block_alignment`'s."""
     state = mamba.state_bytes(dtype_bytes, tensor_parallel)
-    size = hybrid_block_size(attention_bytes_per_token, state, block_size)
+    size = hybrid_block_size(attention_bytes_per_token, state, block_size, checkpoint_alignment=checkpoint_alignment)
     page = size * attention_bytes_per_token
     group = kv_cache_group_size(attention_layers, mamba.layers)
     return HybridMambaPool(block_size=size, page_bytes=page, mamba_state_bytes=state, group_size=group,
@@ -198,18 +230,30 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
                          "num_speculative_tokens more state blocks per request)")
 
 
-def model_block_size(model, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK) -> int:
+def block_alignment(mamba: MambaStateLayers, prefix_caching: bool, compute_capability: float | None) -> int:
+    """The alignment ``_align_hybrid_block_size`` adds to the attention block size: with prefix caching on
+    (``mamba_cache_mode="align"``) the layers' prefill checkpoint alignment (1 where they export none), else 1
+    (Mamba-2: 1 either way; gated DeltaNet on Hopper: 64, `allocators.gdn_layout`)."""
+    if not prefix_caching:
+        return 1
+    return mamba.prefill_checkpoint_alignment(compute_capability) or 1
+
+
+def model_block_size(model, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK,
+                     checkpoint_alignment: int = 1) -> int:
     """The attention block size of a catalog ``ModelSpec`` with ``mamba`` on ``tensor_parallel`` GPUs
     (`hybrid_block_size`, as `model_pool` sizes it): the block size every group of a run's pool has."""
     per_token = model.kv_bytes_per_token_per_gpu(tensor_parallel) // model.attention_layers
-    return hybrid_block_size(per_token, model.mamba.state_bytes(model.dtype_bytes, tensor_parallel), block_size)
+    return hybrid_block_size(per_token, model.mamba.state_bytes(model.dtype_bytes, tensor_parallel), block_size,
+                             checkpoint_alignment=checkpoint_alignment)
 
 
-def model_pool(model, kv_bytes: int, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK) -> HybridMambaPool:
+def model_pool(model, kv_bytes: int, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK,
+               checkpoint_alignment: int = 1) -> HybridMambaPool:
     """`hybrid_mamba_pool` of a catalog ``ModelSpec`` with ``mamba`` whose ``tensor_parallel`` GPUs have
     ``kv_bytes`` of KV memory together (each GPU sizes its own pool from its share, as vLLM's workers do)."""
     per_token = model.kv_bytes_per_token_per_gpu(tensor_parallel) // model.attention_layers
     return hybrid_mamba_pool(attention_layers=model.attention_layers, attention_bytes_per_token=per_token,
                              mamba=model.mamba, dtype_bytes=model.dtype_bytes,
                              available_bytes=kv_bytes // tensor_parallel, tensor_parallel=tensor_parallel,
-                             block_size=block_size)
+                             block_size=block_size, checkpoint_alignment=checkpoint_alignment)

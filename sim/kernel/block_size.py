@@ -62,9 +62,12 @@ def run_block_size(config: BlockSizeConfig, model: ModelSpec | None = None, gpu:
     if model is not None and (raised := _turboquant(config, model)) is not None:
         return raised
     if model is not None and model.mamba is not None:  # raised until a page holds a Mamba state
-        from allocators.mamba_layout import KERNEL_BLOCK, model_block_size
+        from allocators.mamba_layout import KERNEL_BLOCK, block_alignment, model_block_size
 
-        return model_block_size(model, getattr(config, "tensor_parallel", 1), config.block_size or KERNEL_BLOCK)
+        align = block_alignment(model.mamba, getattr(config, "prefix_caching", True),  # vLLM's default: on
+                                None if gpu is None else gpu.compute_capability)
+        return model_block_size(model, getattr(config, "tensor_parallel", 1), config.block_size or KERNEL_BLOCK,
+                                align)
     if config.block_size is not None:
         return config.block_size
     if model is None or gpu is None or not _applies(config, model, gpu):
@@ -109,8 +112,8 @@ def block_size_choice(config: BlockSizeConfig, model: ModelSpec, gpu: GpuSpec) -
                 f"packed page covers one of the first and last two layers', which keep {model.name}'s dtype")
     if model.mamba is not None and (size := run_block_size(config, model, gpu)) != (config.block_size
                                                                                   or DEFAULT_BLOCK_SIZE):
-        return (f"blocks of {size} tokens, as vLLM raises the attention block size until one page holds a Mamba-2 "
-                f"layer's state ({model.name}'s Mamba groups' blocks are pages of that size)")
+        return (f"blocks of {size} tokens, as vLLM raises the attention block size until one page holds a "
+                f"{model.mamba.label} layer's state ({model.name}'s Mamba groups' blocks are pages of that size)")
     if config.block_size is not None or not _applies(config, model, gpu):
         return None
     backend = mla_backend(model, gpu, None)

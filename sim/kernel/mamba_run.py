@@ -1,4 +1,5 @@
-"""Runs of a hybrid attention/Mamba-2 model (Nemotron-H) as vLLM 0.33 serves them, with prefix caching off or on.
+"""Runs of a hybrid attention/Mamba-2 model (Nemotron-H) or gated DeltaNet model (Qwen3-Next) as vLLM 0.33 serves
+them, with prefix caching off or on.
 
 ``--no-enable-prefix-caching`` is vLLM's ``mamba_cache_mode="none"`` (``MambaModelConfig.verify_and_update_config``,
 ``model_executor/models/config.py``): the Mamba block size is ``max_model_len``, so ``MambaManager``
@@ -9,15 +10,19 @@ first scheduled and frees it with the request, and the scheduler splits chunks a
 (``mamba_groups``). vLLM's default, prefix caching on, is ``"align"``: block-aligned chunk splits
 (`sim.kernel.mamba_split`), a state block per boundary crossed and states cached at reachable boundaries
 (`allocators.mamba_align`), with ``--prefix-cache-retention-interval`` 0 (vLLM's default); other intervals and the
-settings not modelled are refused with the reason (`mamba_run_refusals`).
+settings not modelled are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are scheduled by
+the same ``MambaManager`` and scheduler rules; with prefix caching on they follow them only where vLLM exports their
+prefill checkpoints (FlashInfer's GDN prefill on Hopper, whose 64-token grid also aligns the block size:
+`allocators.gdn_layout`), and are refused elsewhere.
 """
 
 from __future__ import annotations
 
 from allocators.capacity import pool_bytes_per_token
+from allocators.catalog import get_gpu
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import split_kv_groups
-from allocators.mamba_layout import HybridMambaPool, check_mamba_capacity, model_pool
+from allocators.mamba_layout import HybridMambaPool, block_alignment, check_mamba_capacity, model_pool
 
 
 def mamba_run_refusals(config, model) -> None:
@@ -43,6 +48,21 @@ def mamba_run_refusals(config, model) -> None:
         raise ValueError(f"--preemption {config.preemption}: not modelled for {model.name} (vLLM v1 recomputes)")
     if config.decode_context_parallel_size > 1:
         raise ValueError(f"--decode-context-parallel-size: vLLM does not support it with Mamba layers ({model.name})")
+    if config.prefix_caching and model.mamba.prefill_checkpoint_alignment(_capability(config)) is None:
+        raise ValueError(f"--gpu {config.gpu}: vLLM 0.33 runs {model.name}'s {model.mamba.label} prefill with "
+                         "Triton/FLA there, which exports no prefix-cache checkpoint, so its scheduler cuts prompts at "
+                         "the checkpoint instead (mamba_cache_mode='align'): not modelled; use "
+                         "--no-enable-prefix-caching or a Hopper GPU")
+
+
+def _capability(config) -> float | None:
+    """The compute capability of the run's ``--gpu``."""
+    return get_gpu(config.gpu).compute_capability
+
+
+def run_alignment(config, model) -> int:
+    """The block-size alignment of a run's pool (`block_alignment`: its prefix caching and GPU)."""
+    return block_alignment(model.mamba, config.prefix_caching, _capability(config))
 
 
 def run_pool(config, model, kv_tokens: int, block_size: int | None = None) -> HybridMambaPool:
@@ -54,7 +74,7 @@ def run_pool(config, model, kv_tokens: int, block_size: int | None = None) -> Hy
 
     tp = config.tensor_parallel
     return model_pool(model, kv_tokens * pool_bytes_per_token(model, tp), tp,
-                      KERNEL_BLOCK if block_size is None else block_size)
+                      KERNEL_BLOCK if block_size is None else block_size, run_alignment(config, model))
 
 
 def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: dict) -> HybridPagedAllocator:

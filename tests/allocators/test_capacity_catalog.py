@@ -28,8 +28,9 @@ EXPECTED_KV_BYTES_PER_TOKEN = {
     "gpt-oss-20b": 48 * KIB,  # 24 x 8 x 64 (12 sliding-window + 12 full layers)
     "deepseek-v3": 61 * (512 + 64) * 2,  # MLA: one latent of 512 + one rope key of 64 per layer, no K/V pair
     "deepseek-v3.2": 61 * ((512 + 64) * 2 + 128 + 4),  # sparse MLA: the same latent + the indexer's fp8 key + scale
+    "qwen3-next-80b-a3b": 24 * KIB,  # 12 full-attention layers of 48 x 2 KV heads x 256 (gated DeltaNet: no KV)
 }
-CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "deepseek-v3", "deepseek-v3.2"}
+CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "deepseek-v3", "deepseek-v3.2", "qwen3-next-80b-a3b"}
 """Models whose config.json gives head_dim itself, not hidden_size / num_heads."""
 
 

@@ -82,3 +82,28 @@ def test_the_mamba_catalog_example_is_the_built_in_entry(tmp_path):
               f"cache groups of {pool.group_size} layers, {pool.num_blocks:,} blocks, "
               f"{pool.requests_that_fit(8192):,} requests of 8,192 tokens")
     assert quoted in " ".join(section.split())
+
+
+def test_the_gdn_catalog_example_is_the_built_in_entry(tmp_path):
+    """The page's ``[models.NAME.gdn]`` example loads as qwen3-next-80b-a3b, and the figures it quotes are what
+    ``kvsim capacity`` gives that entry on an H200 at -tp 2 (prefix caching on: 64-aligned blocks on Hopper)."""
+    from dataclasses import replace
+
+    from allocators.capacity import kv_capacity
+    from allocators.catalog import get_gpu, get_model
+    from allocators.catalog_file import load_catalog_file
+    from allocators.mamba_layout import block_alignment, model_pool
+
+    section = PAGE[PAGE.index("### A gated DeltaNet hybrid"):]
+    path = tmp_path / "mine.toml"
+    path.write_text(section.split("```toml\n")[1].split("```")[0])
+    built_in = get_model("qwen3-next-80b-a3b")
+    (mine,) = load_catalog_file(path)[0].values()
+    assert replace(mine, name=built_in.name, source=built_in.source) == built_in
+    gpu = get_gpu("h200")
+    pool = model_pool(mine, kv_capacity(mine, gpu, tensor_parallel=2).kv_bytes, 2,
+                      checkpoint_alignment=block_alignment(mine.mamba, True, gpu.compute_capability))
+    quoted = (f"blocks of {pool.block_size:,} tokens (544 with prefix caching off in a run), "
+              f"{pool.attention_groups + pool.mamba_groups} KV cache groups of {pool.group_size} layers (1 "
+              f"attention, 3 gated DeltaNet) and {pool.num_blocks:,} blocks per GPU")
+    assert quoted in " ".join(section.split())
