@@ -123,3 +123,67 @@ def test_the_parallel_sampling_row_quotes_what_run_prints(tmp_path, monkeypatch)
         r"([\d,]+) child preemptions against ([\d,]+) group ones", text).groups()]
     assert [round(fan["throughput_tok_s"]), round(fork["throughput_tok_s"]), round(fan["ttft_p50_s"], 1),
             round(fork["ttft_p50_s"], 1), fan["preemptions"], fork["preemptions"]] == quoted
+
+
+def without(args: list[str], *flags: str) -> list[str]:
+    """`args` less each of `flags` and the value after it."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        else:
+            kept.append(arg)
+    return kept
+
+
+def test_the_disaggregation_row_quotes_what_run_prints(tmp_path, monkeypatch):
+    """The P/D row: 1 prefill + 1 decode replica against two plain ones, on ShareGPT and on the generated
+    6,000-token prompts."""
+    row = next(line for line in README.splitlines() if line.startswith("| Split prefill and decode"))
+    args = shlex.split(re.search(r"`kvsim (run [^`]+)`", row).group(1))
+    assert args[-1] == "--json"
+    pd = args[:-1]
+    plain = [*without(pd, "--prefill-replicas", "--decode-replicas", "--kv-transfer-config"), "--replicas", "2"]
+    text = " ".join(row.split())
+
+    def quoted(pattern: str) -> list[float]:
+        return [float(x.replace(",", "")) for x in re.search(pattern, text).groups()]
+
+    def latencies(a: dict, b: dict) -> list[float]:
+        return [round(1000 * a["ttft_p50_s"]), round(1000 * b["ttft_p50_s"]), round(1000 * a["tpot_p50_s"], 1),
+                round(1000 * b["tpot_p50_s"], 1)]
+
+    assert latencies(run_json(pd), run_json(plain)) == quoted(
+        r"TTFT p50 (\d+) ms against (\d+) ms, TPOT p50 ([\d.]+) against ([\d.]+) ms")
+    monkeypatch.chdir(tmp_path)
+    generate = re.search(r"`kvsim (trace generate [^`]+)`", row).group(1)
+    assert CliRunner().invoke(main, shlex.split(generate)).exit_code == 0
+    trace, model = re.search(r"run on `(\S+)` with `--model (\S+)`", text).groups()
+    long_pd, long_plain = (run_json(["run", trace, *without(a[1:], "--preset", "--num-requests", "--rate", "--model"),
+                                     "--model", model]) for a in (pd, plain))
+    tpot_pd, tpot_plain, ttft_pd, ttft_plain = quoted(
+        r"it buys TPOT p50 ([\d.]+) against ([\d.]+) ms for TTFT p50 (\d+) against (\d+) ms")
+    assert latencies(long_pd, long_plain) == [ttft_pd, ttft_plain, tpot_pd, tpot_plain]
+    assert long_pd["rejected"] == quoted(r"its ([\d,]+) prompts longer than")[0]
+
+
+def test_the_sessions_row_quotes_what_kv_cost_prints(tmp_path, monkeypatch):
+    """The chat-sessions row's `kv-cost` figures, with its default overlap weight and the weight the row names."""
+    row = next(line for line in README.splitlines() if line.startswith("| Chat sessions over a fleet"))
+    generate, run = re.findall(r"`kvsim ((?:trace generate|run) [^`]+)`", row)
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(main, shlex.split(generate)).exit_code == 0
+    args = shlex.split(run)[:-1]  # without its --json
+    at = args.index("--router") + 1
+    args[at] = "kv-cost"
+    text = " ".join(row.split())
+    *figures, flag, weight = re.search(
+        r"`kv-cost` \(.*?\) ([\d.]+)%, (\d+) ms, ([\d.]+) s, and ([\d.]+)%, (\d+) ms, ([\d.]+) s with `(\S+) (\d+)`",
+        text).groups()
+    measured = []
+    for run_args in (args, [*args, flag, weight]):
+        s = run_json(run_args)
+        measured += [f"{100 * s['prefix_hit_frac']:.1f}", f"{1000 * s['ttft_p50_s']:.0f}", f"{s['ttft_p99_s']:.2f}"]
+    assert measured == figures
