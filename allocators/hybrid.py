@@ -357,7 +357,8 @@ class HybridPagedAllocator(HybridQueries):
             copies += [Copy(src, dst, bs) for src, dst in zip(table[k:], tables[-1][k:], strict=True) if src]
             self._tok[g] += bs * len(held) if self.mamba[g] else p.tokens - k * bs
         child = HybridSeq(tables, p.tokens, final_tokens)
-        child.skipped, child.computed = list(p.skipped), p.computed
+        # where the parent stood as the steps in flight began (`begin_step`): its processed tokens are the child's
+        child.skipped, child.computed, child.before, child.at_start = list(p.skipped), p.computed, p.before, p.at_start
         child.last_state, child.placed, child.prefill_end, child.junction = \
             p.last_state, p.placed, p.prefill_end, p.junction
         self._seqs[child_id] = child

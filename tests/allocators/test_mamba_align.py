@@ -140,3 +140,23 @@ def test_a_state_cached_in_this_step_is_hit_only_from_the_next():
         .cached_tokens == 64
     assert states(a, 2) == "...Cx"
     a.check_invariants()
+
+
+def test_a_fork_frees_its_states_as_its_parent_under_async_scheduling():
+    """Under async scheduling states are freed by the tokens processed as the step before began (`begin_step`):
+    a fork's child has processed what its parent has, so in the step after the fork both free the state the
+    boundary crossing left (the child once kept it a step longer: 3 live states where its parent held 2)."""
+    a = pool()
+    a.processed_basis = True
+
+    def step(call, *args, **options):
+        a.begin_step()
+        a.new_step()
+        call(*args, **options)
+        a.check_invariants()
+
+    step(a.admit, 1, 64, final_tokens=80, block_hashes=HASHES[:4], prompt_tokens=64, request_tokens=64)
+    step(a.grow, 1, 1)
+    assert a.fork(1, 2, final_tokens=80) is not None and states(a, 2) == "..xxx"
+    step(lambda: (a.grow(1, 1), a.grow(2, 1)))
+    assert states(a, 1) == states(a, 2) == "...xx"
