@@ -137,6 +137,10 @@ class Allocator(ABC):
     """Whether the pool frees window blocks by the tokens whose output is processed, a step late (vLLM's async
     scheduling on a hybrid pool): it then implements ``begin_step``, which `sim.kernel.memory.KVMemory` calls as
     each step is planned (the caller reads the attribute, it never probes for the method)."""
+    align: bool = False
+    """Whether the pool holds Mamba states in vLLM's ``mamba_cache_mode="align"`` (`allocators.mamba_align`: a
+    hybrid pool with Mamba groups and prefix caching on), whose prefill chunks the scheduler cuts at block
+    boundaries (`sim.kernel.mamba_split`)."""
     reports_growth: bool = False
     """Whether `grow_due` is exact: growth never copies, so what it reports (headroom, new blocks, reservation
     change) is the whole change to the breakdown. The decode fast-forward then integrates memory from those

@@ -128,7 +128,7 @@ class KVMemory:
 
     def mamba_align(self) -> bool:
         """Whether the pool holds Mamba states in vLLM's ``mamba_cache_mode="align"`` (`allocators.mamba_align`)."""
-        return getattr(self._alloc, "align", False)
+        return self._alloc.align
 
     def shared_prefix_boundary(self, group: SequenceGroup) -> int:
         """vLLM's ``shared_prefix_boundary`` of a waiting group looked up now (`HybridQueries.
