@@ -1,6 +1,6 @@
 """kvsim on Qwen3-Next-80B-A3B (-tp 2 on an H200) with prefix caching off (``mamba_cache_mode='none'``, blocks of
 544 tokens) and on (``'align'``, 576-token blocks on FlashInfer's 64-token checkpoint grid) against vLLM 0.33's own
-scheduler and KV cache manager given the same pool: three gated DeltaNet groups before one attention group, as
+scheduler and KV cache manager given the same pool, synchronous and under vLLM's default async scheduling: three gated DeltaNet groups before one attention group, as
 vLLM's planner orders them (``tools/vllm_oracle/gdn_driver.py``), step for step (every engine step's running and
 waiting requests, prefill tokens, decoding requests and used blocks) and `compare.py`'s run-wide and per-request
 metrics, exactly; the fast-forward makes the same decisions. The comparison is `mamba_compare.py`'s."""
@@ -17,30 +17,37 @@ DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_gdn"
 CASES = cases(DATA)
 
 
-def run(case: str, *, step_by_step: bool):
+RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)]
+
+
+def run(case: str, *, step_by_step: bool, asynchronous: bool = False):
     from sim.kernel.runner import run_config
 
     settings = json.loads((DATA / case / "settings.json").read_text())
-    config = mamba.kvsim_config(settings, DATA / case / "trace.csv", step_by_step=step_by_step)
+    config = mamba.kvsim_config(settings, DATA / case / "trace.csv", step_by_step=step_by_step,
+                                asynchronous=asynchronous)
     return run_config(dataclasses.replace(config, model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel=2))
 
 
 def test_the_cases_cover_both_modes_contention_chunks_and_shared_prefixes():
     assert set(CASES) == {"gdn_none_contended", "gdn_align_contended", "gdn_none_small_budget",
                           "gdn_align_small_budget", "gdn_align_shared_prefix"}
+    assert set(cases(DATA / "async")) == set(CASES)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_every_step_is_vllms(case):
-    slow = run(case, step_by_step=True)
-    assert mamba.step_differences(slow, DATA / case) == dict.fromkeys(mamba.STEP_COLUMNS, "")
-    theirs = mamba.compare.oracle_metrics(DATA / case)
-    assert mamba.compare.differences(mamba.metrics(slow), theirs) == dict.fromkeys(mamba.compare.METRICS, "")
+@pytest.mark.parametrize(("case", "asynchronous"), RUNS)
+def test_every_step_is_vllms(case, asynchronous):
+    slow = run(case, step_by_step=True, asynchronous=asynchronous)
+    assert (mamba.step_differences(slow, DATA / case, asynchronous=asynchronous)
+            == dict.fromkeys(mamba.STEP_COLUMNS, ""))
+    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
+    ours = mamba.metrics(slow, asynchronous=asynchronous)
+    assert mamba.compare.differences(ours, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
     assert theirs["preemptions"] > 0
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_the_fast_forward_makes_the_same_decisions(case):
-    theirs = mamba.compare.oracle_metrics(DATA / case)
-    fast = mamba.metrics(run(case, step_by_step=False))
+@pytest.mark.parametrize(("case", "asynchronous"), RUNS)
+def test_the_fast_forward_makes_the_same_decisions(case, asynchronous):
+    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
+    fast = mamba.metrics(run(case, step_by_step=False, asynchronous=asynchronous), asynchronous=asynchronous)
     assert mamba.compare.differences(fast, theirs) == dict.fromkeys(mamba.compare.METRICS, "")

@@ -1,6 +1,7 @@
 """`mamba_driver.py` with Qwen3-Next-80B-A3B's pool: three gated DeltaNet groups, then its attention group.
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--out tests/sim/data/vllm_oracle_gdn] [CASE ...]
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--out tests/sim/data/vllm_oracle_gdn] \
+        [--async-scheduling] [CASE ...]
 
 vLLM 0.33 plans Qwen3-Next's 12 attention and 36 gated DeltaNet layers as one attention KV cache group and three
 Mamba groups of 12 layers, the Mamba groups first (its layer 0 is a linear-attention layer: ``gdn_pool.py``
@@ -40,14 +41,20 @@ CASES: dict[str, dict] = {
 
 
 def patch_scheduler(num_mamba_groups: int) -> None:
-    """Make vLLM's ``Scheduler`` (as `driver.build_scheduler` imports it) put the gated DeltaNet groups before the
-    attention group of the KV cache config it is given."""
-    import torch
+    """Make vLLM's ``Scheduler`` and ``AsyncScheduler`` (as `driver.build_scheduler` imports them) put the gated
+    DeltaNet groups before the attention group of the KV cache config they are given."""
+    import vllm.v1.core.sched.async_scheduler as async_sched
     import vllm.v1.core.sched.scheduler as sched
+
+    sched.Scheduler = _with_gdn(sched.Scheduler, num_mamba_groups)
+    async_sched.AsyncScheduler = _with_gdn(async_sched.AsyncScheduler, num_mamba_groups)
+
+
+def _with_gdn(base: type, num_mamba_groups: int) -> type:
+    """``base`` (vLLM's scheduler class) given the gated DeltaNet groups first (`patch_scheduler`)."""
+    import torch
     from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
-
-    base = sched.Scheduler
 
     class GdnScheduler(base):
         def __init__(self, *, vllm_config, kv_cache_config, **kw):
@@ -68,7 +75,7 @@ def patch_scheduler(num_mamba_groups: int) -> None:
             kw["block_size"], kw["hash_block_size"] = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
             super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kw)
 
-    sched.Scheduler = GdnScheduler
+    return GdnScheduler
 
 
 def main() -> None:
@@ -78,12 +85,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", default=list(CASES))
     p.add_argument("--out", default="tests/sim/data/vllm_oracle_gdn")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="vLLM 0.33's default AsyncScheduler and batch queue (`async_gap.run_async`), written to "
+                        "OUT/async/CASE (the trace and settings are the synchronous case's)")
     a = p.parse_args()
     cases.CASES |= mamba_driver.CASES | CASES  # cases.py's trace writer and settings, for these names too
     patch_scheduler(GDN_GROUPS)
     for name in a.names:
         out = Path(a.out) / name
         out.mkdir(parents=True, exist_ok=True)
+        if a.async_scheduling:  # the synchronous case's trace, vLLM's async engine loop
+            import async_gap
+
+            step_rows, request_rows = async_gap.run_async(cases.driver_args(name, out / "trace.csv"))[2:]
+            async_gap.write_reference(Path(a.out) / "async" / name, step_rows, request_rows)
+            print(name, "async done", flush=True)
+            continue
         cases.write_trace(name, out / "trace.csv")
         (out / "settings.json").write_text(json.dumps(cases.settings(name) | {"mamba_groups": GDN_GROUPS},
                                                       indent=1) + "\n")
