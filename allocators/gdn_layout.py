@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from allocators.mamba_layout import MAMBA_DTYPES, _divide
+from allocators.mamba_layout import MAMBA_DTYPES, _divide, check_state_dims
 
 FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64
 """``v1/attention/backends/gdn_attn.py``: the token grid FlashInfer's GDN prefill emits mid-prefill states on."""
@@ -58,16 +58,8 @@ class GatedDeltaNetLayers:
     ssm_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        for f in ("layers", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"):
-            value = getattr(self, f)
-            if type(value) is not int or value <= 0:
-                raise ValueError(f"gated DeltaNet {f} must be a positive integer, got {value!r}")
-        if self.conv_kernel < 2:
-            raise ValueError(f"gated DeltaNet conv_kernel must be at least 2 (the state keeps conv_kernel - 1 "
-                             f"inputs), got {self.conv_kernel}")
-        if self.ssm_cache_dtype not in MAMBA_DTYPES:
-            raise ValueError(f"gated DeltaNet ssm_cache_dtype must be one of {', '.join(MAMBA_DTYPES)}, "
-                             f"got {self.ssm_cache_dtype!r}")
+        check_state_dims(self, ("layers", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"),
+                         "gated DeltaNet")
 
     def conv_state_bytes(self, dtype_bytes: int, tensor_parallel: int = 1) -> int:
         """One layer's conv state on one GPU: ``conv_dim / tp x (conv_kernel - 1)`` at the model's dtype."""

@@ -75,6 +75,21 @@ class MambaStateLayers(Protocol):
         ...
 
 
+def check_state_dims(layers, dims: tuple[str, ...], kind: str) -> None:
+    """What every kind of recurrent layer checks of its config.json dims: each of ``dims`` a positive integer, a
+    ``conv_kernel`` of at least 2 and a known ``ssm_cache_dtype``; a ValueError starting with ``kind``."""
+    for f in dims:
+        value = getattr(layers, f)
+        if type(value) is not int or value <= 0:
+            raise ValueError(f"{kind} {f} must be a positive integer, got {value!r}")
+    if layers.conv_kernel < 2:
+        raise ValueError(f"{kind} conv_kernel must be at least 2 (the state keeps conv_kernel - 1 inputs), "
+                         f"got {layers.conv_kernel}")
+    if layers.ssm_cache_dtype not in MAMBA_DTYPES:
+        raise ValueError(f"{kind} ssm_cache_dtype must be one of {', '.join(MAMBA_DTYPES)}, "
+                         f"got {layers.ssm_cache_dtype!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Mamba2Layers:
     """A model's Mamba-2 layers, from config.json: ``layers`` of them (``M`` in Nemotron-H's
@@ -93,16 +108,7 @@ class Mamba2Layers:
     label: ClassVar[str] = "Mamba-2"
 
     def __post_init__(self) -> None:
-        for f in ("layers", "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"):
-            value = getattr(self, f)
-            if type(value) is not int or value <= 0:
-                raise ValueError(f"mamba {f} must be a positive integer, got {value!r}")
-        if self.conv_kernel < 2:
-            raise ValueError(f"mamba conv_kernel must be at least 2 (the state keeps conv_kernel - 1 inputs), "
-                             f"got {self.conv_kernel}")
-        if self.ssm_cache_dtype not in MAMBA_DTYPES:
-            raise ValueError(f"mamba ssm_cache_dtype must be one of {', '.join(MAMBA_DTYPES)}, "
-                             f"got {self.ssm_cache_dtype!r}")
+        check_state_dims(self, ("layers", "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"), "mamba")
 
     def _groups(self, tensor_parallel: int) -> int:
         """``n_groups`` as vLLM shards it: rounded up to ``tensor_parallel`` where it does not divide."""

@@ -61,22 +61,31 @@ def test_sparse_mla_figures_in_the_text():
             f"({v32['requests']:,} requests of 499 tokens against {v3['requests']:,})") in text
 
 
+def example_entry(tmp_path: Path, heading: str, built_in: str):
+    """The page's section from ``heading`` on, and the model its first TOML example describes, checked to be the
+    catalog's ``built_in`` entry but for its name and source."""
+    from dataclasses import replace
+
+    from allocators.catalog import get_model
+    from allocators.catalog_file import load_catalog_file
+
+    section = PAGE[PAGE.index(heading):]
+    path = tmp_path / "mine.toml"
+    path.write_text(section.split("```toml\n")[1].split("```")[0])
+    entry = get_model(built_in)
+    (mine,) = load_catalog_file(path)[0].values()
+    assert replace(mine, name=entry.name, source=entry.source) == entry
+    return section, mine
+
+
 def test_the_mamba_catalog_example_is_the_built_in_entry(tmp_path):
     """The page's ``[models.NAME.mamba]`` example loads as nemotron-h-8b, and the figures it quotes are what
     ``kvsim capacity`` gives that entry on an H100."""
-    from dataclasses import replace
-
     from allocators.capacity import kv_capacity
-    from allocators.catalog import get_gpu, get_model
-    from allocators.catalog_file import load_catalog_file
+    from allocators.catalog import get_gpu
     from allocators.mamba_layout import model_pool
 
-    section = PAGE[PAGE.index("### A hybrid Mamba-2 model"):]
-    path = tmp_path / "mine.toml"
-    path.write_text(section.split("```toml\n")[1].split("```")[0])
-    built_in = get_model("nemotron-h-8b")
-    (mine,) = load_catalog_file(path)[0].values()
-    assert replace(mine, name=built_in.name, source=built_in.source) == built_in
+    section, mine = example_entry(tmp_path, "### A hybrid Mamba-2 model", "nemotron-h-8b")
     pool = model_pool(mine, kv_capacity(mine, get_gpu("h100-80gb")).kv_bytes)
     quoted = (f"an attention block of {pool.block_size:,} tokens, {pool.attention_groups + pool.mamba_groups} KV "
               f"cache groups of {pool.group_size} layers, {pool.num_blocks:,} blocks, "
@@ -87,19 +96,11 @@ def test_the_mamba_catalog_example_is_the_built_in_entry(tmp_path):
 def test_the_gdn_catalog_example_is_the_built_in_entry(tmp_path):
     """The page's ``[models.NAME.gdn]`` example loads as qwen3-next-80b-a3b, and the figures it quotes are what
     ``kvsim capacity`` gives that entry on an H200 at -tp 2 (prefix caching on: 64-aligned blocks on Hopper)."""
-    from dataclasses import replace
-
     from allocators.capacity import kv_capacity
-    from allocators.catalog import get_gpu, get_model
-    from allocators.catalog_file import load_catalog_file
+    from allocators.catalog import get_gpu
     from allocators.mamba_layout import block_alignment, model_pool
 
-    section = PAGE[PAGE.index("### A gated DeltaNet hybrid"):]
-    path = tmp_path / "mine.toml"
-    path.write_text(section.split("```toml\n")[1].split("```")[0])
-    built_in = get_model("qwen3-next-80b-a3b")
-    (mine,) = load_catalog_file(path)[0].values()
-    assert replace(mine, name=built_in.name, source=built_in.source) == built_in
+    section, mine = example_entry(tmp_path, "### A gated DeltaNet hybrid", "qwen3-next-80b-a3b")
     gpu = get_gpu("h200")
     pool = model_pool(mine, kv_capacity(mine, gpu, tensor_parallel=2).kv_bytes, 2,
                       checkpoint_alignment=block_alignment(mine.mamba, True, gpu.compute_capability))

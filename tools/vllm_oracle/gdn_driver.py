@@ -15,14 +15,11 @@ are `mamba_driver.py`'s. kvsim runs the same cases on ``qwen3-next-80b-a3b`` (``
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import driver  # noqa: E402
 import mamba_driver  # noqa: E402
 
 GDN_GROUPS = 3
@@ -40,73 +37,9 @@ CASES: dict[str, dict] = {
 }
 
 
-def patch_scheduler(num_mamba_groups: int) -> None:
-    """Make vLLM's ``Scheduler`` and ``AsyncScheduler`` (as `driver.build_scheduler` imports them) put the gated
-    DeltaNet groups before the attention group of the KV cache config they are given."""
-    import vllm.v1.core.sched.async_scheduler as async_sched
-    import vllm.v1.core.sched.scheduler as sched
-
-    sched.Scheduler = _with_gdn(sched.Scheduler, num_mamba_groups)
-    async_sched.AsyncScheduler = _with_gdn(async_sched.AsyncScheduler, num_mamba_groups)
-
-
-def _with_gdn(base: type, num_mamba_groups: int) -> type:
-    """``base`` (vLLM's scheduler class) given the gated DeltaNet groups first (`patch_scheduler`)."""
-    import torch
-    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
-
-    class GdnScheduler(base):
-        def __init__(self, *, vllm_config, kv_cache_config, **kw):
-            attention = kv_cache_config.kv_cache_groups[0].kv_cache_spec
-            cache = vllm_config.cache_config
-            align = cache.enable_prefix_caching
-            cache.mamba_cache_mode = "align" if align else "none"
-            cache.mamba_block_size = attention.block_size if align else vllm_config.model_config.max_model_len
-            spec = MambaSpec(shapes=((4, 4),), dtypes=(torch.float16,), block_size=cache.mamba_block_size,
-                             page_size_padded=attention.page_size_bytes, mamba_cache_mode=cache.mamba_cache_mode,
-                             num_prefill_checkpoint_blocks=int(align),
-                             prefill_checkpoint_alignment=cache.mamba_block_size if align else None)
-            groups = [*(KVCacheGroupSpec([f"linear_attn.{i}"], spec) for i in range(num_mamba_groups)),
-                      *kv_cache_config.kv_cache_groups]
-            kv_cache_config = KVCacheConfig(
-                num_blocks=kv_cache_config.num_blocks, kv_cache_tensors=kv_cache_config.kv_cache_tensors,
-                kv_cache_groups=groups, prefix_cache_retention_interval=cache.prefix_cache_retention_interval)
-            kw["block_size"], kw["hash_block_size"] = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-            super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kw)
-
-    return GdnScheduler
-
-
 def main() -> None:
-    """Write every case (or those named) to ``OUT/CASE/{trace.csv, settings.json, steps.csv.gz, requests.csv}``."""
-    import cases
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="*", default=list(CASES))
-    p.add_argument("--out", default="tests/sim/data/vllm_oracle_gdn")
-    p.add_argument("--async-scheduling", action="store_true",
-                   help="vLLM 0.33's default AsyncScheduler and batch queue (`async_gap.run_async`), written to "
-                        "OUT/async/CASE (the trace and settings are the synchronous case's)")
-    a = p.parse_args()
-    cases.CASES |= mamba_driver.CASES | CASES  # cases.py's trace writer and settings, for these names too
-    patch_scheduler(GDN_GROUPS)
-    for name in a.names:
-        out = Path(a.out) / name
-        out.mkdir(parents=True, exist_ok=True)
-        if a.async_scheduling:  # the synchronous case's trace, vLLM's async engine loop
-            import async_gap
-
-            step_rows, request_rows = async_gap.run_async(cases.driver_args(name, out / "trace.csv"))[2:]
-            async_gap.write_reference(Path(a.out) / "async" / name, step_rows, request_rows)
-            print(name, "async done", flush=True)
-            continue
-        cases.write_trace(name, out / "trace.csv")
-        (out / "settings.json").write_text(json.dumps(cases.settings(name) | {"mamba_groups": GDN_GROUPS},
-                                                      indent=1) + "\n")
-        driver.run(cases.driver_args(name, out / "trace.csv", out))
-        driver.gzip_steps(out)
-        print(name, "done", flush=True)
+    mamba_driver.patch_scheduler(GDN_GROUPS, first=True, layer="linear_attn", grid_checkpoints=True)
+    mamba_driver.write_references(CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn", __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import spec_cases  # noqa: E402
+import mamba_pool  # noqa: E402
 
 QWEN3_NEXT = dict(layers=48, full_attention_interval=4, kv_heads=2, head_dim=256, k_heads=16, v_heads=32,
                   head_k_dim=128, head_v_dim=128, conv_kernel=4, max_model_len=262144)
@@ -43,7 +43,6 @@ def pool(available_bytes: int, tp: int, block_size: int, mode: str) -> dict:
         MambaStateDtypeCalculator,
         MambaStateShapeCalculator,
     )
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     m = QWEN3_NEXT
@@ -62,13 +61,8 @@ def pool(available_bytes: int, tp: int, block_size: int, mode: str) -> dict:
     for i in range(m["layers"]):
         full = (i + 1) % m["full_attention_interval"] == 0
         specs[f"model.layers.{i}.self_attn.attn" if full else f"model.layers.{i}.linear_attn"] = attn if full else gdn
-    config = spec_cases._pool_config()
-    config.speculative_config = None
-    config.scheduler_config.disable_hybrid_kv_cache_manager = False  # as vLLM leaves it for a hybrid model
-    groups = get_global_kv_cache_groups(config, [specs])
-    kv = get_kv_cache_configs(config, [specs], [available_bytes], groups)[0]
-    return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, "num_blocks": kv.num_blocks,
-            "groups": [[type(g.kv_cache_spec).__name__, len(g.layer_names)] for g in kv.kv_cache_groups]}
+    return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes,
+            **mamba_pool.plan(specs, available_bytes)}
 
 
 def main() -> None:

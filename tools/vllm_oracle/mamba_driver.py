@@ -24,9 +24,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 import driver  # noqa: E402
 
 
-def patch_scheduler(num_mamba_groups: int) -> None:
+def patch_scheduler(num_mamba_groups: int, *, first: bool = False, layer: str = "mamba",
+                    grid_checkpoints: bool = False) -> None:
     """Make vLLM's ``Scheduler`` and ``AsyncScheduler`` (as `driver.build_scheduler` imports them) add the Mamba
-    groups to the KV cache config they are given."""
+    groups to the KV cache config they are given: after the attention group, or ``first`` (as vLLM's planner
+    orders Qwen3-Next's, whose layer 0 is a linear-attention layer), their layers named ``layer.i``. A Mamba-2
+    layer exports its state at any token (``prefill_checkpoint_alignment`` 1); with ``grid_checkpoints`` (gated
+    DeltaNet on Hopper: FlashInfer's grid) only at multiples of the block size, and none without prefix caching."""
     import torch
     import vllm.v1.core.sched.async_scheduler as async_sched
     import vllm.v1.core.sched.scheduler as sched
@@ -41,11 +45,13 @@ def patch_scheduler(num_mamba_groups: int) -> None:
                 align = cache.enable_prefix_caching
                 cache.mamba_cache_mode = "align" if align else "none"
                 cache.mamba_block_size = attention.block_size if align else vllm_config.model_config.max_model_len
+                alignment = (cache.mamba_block_size if align else None) if grid_checkpoints else 1
                 spec = MambaSpec(shapes=((4, 4),), dtypes=(torch.float16,), block_size=cache.mamba_block_size,
                                  page_size_padded=attention.page_size_bytes, mamba_cache_mode=cache.mamba_cache_mode,
-                                 num_prefill_checkpoint_blocks=int(align), prefill_checkpoint_alignment=1)
-                groups = [*kv_cache_config.kv_cache_groups,
-                          *(KVCacheGroupSpec([f"mamba.{i}"], spec) for i in range(num_mamba_groups))]
+                                 num_prefill_checkpoint_blocks=int(align), prefill_checkpoint_alignment=alignment)
+                mamba = [KVCacheGroupSpec([f"{layer}.{i}"], spec) for i in range(num_mamba_groups)]
+                groups = [*mamba, *kv_cache_config.kv_cache_groups] if first else \
+                    [*kv_cache_config.kv_cache_groups, *mamba]
                 kv_cache_config = KVCacheConfig(
                     num_blocks=kv_cache_config.num_blocks, kv_cache_tensors=kv_cache_config.kv_cache_tensors,
                     kv_cache_groups=groups, prefix_cache_retention_interval=cache.prefix_cache_retention_interval)
@@ -119,21 +125,23 @@ def write_long_prefix_trace(path: Path) -> None:
         w.writerows(rows)
 
 
-def main() -> None:
-    """Write every case (or those named) to ``OUT/CASE/{trace.csv, settings.json, steps.csv.gz, requests.csv}``."""
+def write_references(case_table: dict[str, dict], num_mamba_groups: int, default_out: str, description: str,
+                     argv: list[str] | None = None) -> None:
+    """Write every case of ``case_table`` (or those named on the command line) to ``OUT/CASE/{trace.csv,
+    settings.json, steps.csv.gz, requests.csv}``, or with ``--async-scheduling`` vLLM's async run of each to
+    ``OUT/async/CASE``; the scheduler must be patched (`patch_scheduler`) first."""
     import json
 
     import cases
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="*", default=list(CASES))
-    p.add_argument("--out", default="tests/sim/data/vllm_oracle_mamba")
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("names", nargs="*", default=list(case_table))
+    p.add_argument("--out", default=default_out)
     p.add_argument("--async-scheduling", action="store_true",
                    help="vLLM 0.33's default AsyncScheduler and batch queue (`async_gap.run_async`), written to "
                         "OUT/async/CASE (the trace and settings are the synchronous case's)")
-    a = p.parse_args()
-    cases.CASES |= CASES  # cases.py's trace writer and settings, for these names too
-    patch_scheduler(MAMBA_GROUPS)
+    a = p.parse_args(argv)
+    cases.CASES |= CASES | case_table  # cases.py's trace writer and settings, for these names too
     for name in a.names:
         out = Path(a.out) / name
         out.mkdir(parents=True, exist_ok=True)
@@ -148,11 +156,16 @@ def main() -> None:
             write_long_prefix_trace(out / "trace.csv")
         else:
             cases.write_trace(name, out / "trace.csv")
-        (out / "settings.json").write_text(json.dumps(cases.settings(name) | {"mamba_groups": MAMBA_GROUPS},
+        (out / "settings.json").write_text(json.dumps(cases.settings(name) | {"mamba_groups": num_mamba_groups},
                                                       indent=1) + "\n")
         driver.run(cases.driver_args(name, out / "trace.csv", out))
         driver.gzip_steps(out)
         print(name, "done", flush=True)
+
+
+def main() -> None:
+    patch_scheduler(MAMBA_GROUPS)
+    write_references(CASES, MAMBA_GROUPS, "tests/sim/data/vllm_oracle_mamba", __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

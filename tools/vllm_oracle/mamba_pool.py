@@ -40,7 +40,6 @@ def pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) 
         MambaStateDtypeCalculator,
         MambaStateShapeCalculator,
     )
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     m = NEMOTRON_H_8B
@@ -56,12 +55,20 @@ def pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) 
                       page_size_padded=attn.page_size_bytes)
     specs = {f"model.layers.{i}.mixer.attn": attn for i in range(m["attention_layers"])}
     specs |= {f"model.layers.{100 + i}.mixer": mamba for i in range(m["mamba_layers"])}
+    return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, **plan(specs, available_bytes)}
+
+
+def plan(specs: dict, available_bytes: int) -> dict:
+    """vLLM's KV cache config for the layers' ``specs`` in ``available_bytes`` (``get_global_kv_cache_groups``
+    and ``get_kv_cache_configs``, as ``EngineCore`` calls them): its block count and groups (spec, layers)."""
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+
     config = spec_cases._pool_config()
     config.speculative_config = None
     config.scheduler_config.disable_hybrid_kv_cache_manager = False  # as vLLM leaves it for a hybrid model
     groups = get_global_kv_cache_groups(config, [specs])
     kv = get_kv_cache_configs(config, [specs], [available_bytes], groups)[0]
-    return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, "num_blocks": kv.num_blocks,
+    return {"num_blocks": kv.num_blocks,
             "groups": [[type(g.kv_cache_spec).__name__, len(g.layer_names)] for g in kv.kv_cache_groups]}
 
 
