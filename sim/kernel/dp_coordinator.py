@@ -48,6 +48,8 @@ its last publish (a server waiting for its first request), so the first report i
 
 from __future__ import annotations
 
+from sim.kernel.arrivals import ARRIVAL_TIE_S
+
 MIN_STATS_UPDATE_INTERVAL_S = 0.1
 """``DPCoordinatorProc.run_coordinator``'s ``min_stats_update_interval_ms: int = 100`` (vLLM 0.33,
 ``v1/engine/coordinator.py`` line 170), which ``launch_core_engines`` (``v1/engine/utils.py`` line 1266) does not
@@ -112,8 +114,11 @@ class DPCoordinator:
         return max(self.now + min_timeout, self.last_publish + wait_for)  # poll(max(min, wait_for - elapsed))
 
     def _advance(self, t: float, *, inclusive: bool) -> None:
-        """Publish at every poll timeout before ``t`` (at ``t`` too if ``inclusive``)."""
-        while self.deadline < t or (inclusive and self.deadline == t):
+        """Publish at every poll timeout before ``t`` (at ``t`` too if ``inclusive``). Instants within
+        ``ARRIVAL_TIE_S`` are one: replicas' step ends are sums of step times that the decode fast-forward and
+        step by step round differently, so two engines reporting at one instant may be an ulp apart either
+        way, and a deadline on that instant must fall on the same side of both in either mode."""
+        while self.deadline < t - ARRIVAL_TIE_S or (inclusive and self.deadline <= t + ARRIVAL_TIE_S):
             self.now = self.deadline
             if self.last_step_counts is not None:
                 published, self.last_step_counts = self.last_step_counts, None
