@@ -218,9 +218,11 @@ def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, 
 
 
 def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_kv_cache_manager: bool,
-                         speculative_config: str | None, model: str) -> None:
+                         speculative_config: str | None, model: str, decode_context_parallel_size: int = 1) -> None:
     """A one-line ValueError naming the flag for a setting not modelled on a hybrid Mamba model (`kvsim capacity`'s
-    and a run's, `sim.kernel.mamba_run`)."""
+    and a run's, `sim.kernel.mamba_run`). ``--decode-context-parallel-size``: vLLM 0.33 keeps a Mamba state whole
+    on every DCP rank (``v1/kv_cache_interface.py``) and ``MambaManager.find_longest_cache_hit`` asserts DCP 1
+    (``v1/core/single_type_kv_cache_manager.py``); `HybridMambaPool` shards nothing."""
     if allocator != "paged":
         raise ValueError(f"--allocator {allocator}: {model} has Mamba layers, whose per-request state only the "
                          "paged allocator (vLLM's block pool) holds in kvsim; slabs or virtual ranges for a "
@@ -234,6 +236,10 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
     if speculative_config is not None:
         raise ValueError(f"--speculative-config: not modelled for {model} (vLLM gives each Mamba group "
                          "num_speculative_tokens more state blocks per request)")
+    if decode_context_parallel_size > 1:
+        raise ValueError(f"--decode-context-parallel-size {decode_context_parallel_size}: not modelled for {model}'s "
+                         "Mamba layers (vLLM keeps their state whole on every decode-context-parallel GPU, and its "
+                         "Mamba prefix-cache lookup asserts a size of 1)")
 
 
 def block_alignment(mamba: MambaStateLayers, prefix_caching: bool, compute_capability: float | None) -> int:

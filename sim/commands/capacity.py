@@ -23,6 +23,7 @@ from sim.commands.options import (
     enforce_eager_option,
     expert_parallel_option,
     kv_cache_dtype_option,
+    prefix_caching_option,
     vllm_lookalike_options,
     vllm_option,
 )
@@ -35,10 +36,11 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                     disable_hybrid_kv_cache_manager: bool = False, enforce_eager: bool = False,
                     max_num_batched_tokens: int = 2048, data_parallel_size: int = 1,
                     enable_expert_parallel: bool = False, speculative_config: str | None = None,
-                    decode_context_parallel_size: int = 1) -> dict:
+                    decode_context_parallel_size: int = 1, prefix_caching: bool = True) -> dict:
     """The numbers `kvsim capacity` prints, as one dict. Raises ValueError/KeyError with a one-line reason.
     ``speculative_config``: vLLM's engine argument; a drafter's KV layers share every block
-    (`sim.kernel.spec_decode`)."""
+    (`sim.kernel.spec_decode`). ``prefix_caching``: vLLM's ``--enable-prefix-caching``, which sizes only a hybrid
+    Mamba model's pool (its ``mamba_cache_mode``); the requests sized share no prompt."""
     from allocators import allocator_class, make_allocator
     from allocators.capacity import fill_to_capacity, final_tokens, kv_capacity, pool_bytes_per_token
     from allocators.catalog import get_gpu, get_model
@@ -78,26 +80,28 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
 
         check_mamba_capacity(allocator=allocator, kv_cache_dtype=kv_cache_dtype, model=spec.name,
                              disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
-                             speculative_config=speculative_config)
+                             speculative_config=speculative_config,
+                             decode_context_parallel_size=decode_context_parallel_size)
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,
                       expert_parallel=enable_expert_parallel, drafter_layers=draft,
                       decode_context_parallel=decode_context_parallel_size)
     spec = cap.model  # at --kv-cache-dtype
-    if spec.mamba is not None:
-        from sim.commands.mamba_capacity import mamba_capacity_report
-
-        return mamba_capacity_report(cap, block_size=block_size, prompt_len=prompt_len, output_len=output_len,
-                                     max_model_len=max_len)
-    pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
-    hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
     config = SimConfig(allocator=allocator, block_size=block_size, placement=placement, page_size_kib=page_size_kib,
                        kv_gib=kv_gib, kv_tokens=kv_tokens, gpu_memory_utilization=gpu_memory_utilization,
                        enforce_eager=enforce_eager, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
                        tensor_parallel=tensor_parallel, data_parallel_size=data_parallel_size,
                        enable_expert_parallel=enable_expert_parallel,
-                       decode_context_parallel_size=decode_context_parallel_size)
+                       decode_context_parallel_size=decode_context_parallel_size, prefix_caching=prefix_caching)
+    if spec.mamba is not None:
+        from sim.commands.mamba_capacity import mamba_capacity_report
+
+        return mamba_capacity_report(cap, block_size=block_size, prompt_len=prompt_len, output_len=output_len,
+                                     max_model_len=max_len, prefix_caching=prefix_caching) | _notes(
+            config, max_model_len, spec, cap, False, max_num_batched_tokens)
+    pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
+    hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
     block_size = scheduler_block_size(config, spec, gpu_spec)  # vLLM's scheduler's (an MLA backend's x DCP)
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
         alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
@@ -142,7 +146,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         "never_fits": reason,
         "unusable_frac": 1.0 - shares["token_states"],
         "breakdown": shares,
-    } | _notes(config, max_model_len, spec, gpu_spec, hybrid) | ({"vllm_would_refuse": refusals} if refusals else {})
+    } | _notes(config, max_model_len, spec, cap, hybrid, max_num_batched_tokens, speculative_config) | (
+        {"vllm_would_refuse": refusals} if refusals else {})
 
 
 def _parallel_figures(cap) -> dict:
@@ -160,20 +165,27 @@ def _parallel_figures(cap) -> dict:
             "kv_capacity_tokens_total": total, "kv_capacity_tokens_per_gpu": total // gpus}
 
 
-def _notes(config, max_model_len: int | None, spec, gpu, hybrid: bool) -> dict:
+def _notes(config, max_model_len: int | None, spec, cap, hybrid: bool, max_num_batched_tokens: int,
+           speculative_config: str | None = None) -> dict:
     """What `kvsim run` would say of the same settings (``config``: a `SimConfig` of the fields given):
-    ``ignored_settings`` (a block size or placement the allocator has no use for, a default block size vLLM
-    replaces for an MLA model on ``gpu``, a utilization under a given KV size, ...), ``memory_omits`` (window
+    ``ignored_settings`` (a block size or placement the allocator has no use for, a utilization under a given KV
+    size, ...; with those only capacity ignores, `sim.commands.capacity_ignored`), ``memory_omits`` (window
     layers an allocator keeps whole) and ``beyond_model_context`` (a ``--max-model-len`` past the model's own
-    context), each only when there is something to say, so that the two commands do not disagree in silence."""
+    context), each only when there is something to say, so that the two commands do not disagree in silence.
+    ``cap``: the `KVCapacity` sized; ``hybrid``: the pool is vLLM's hybrid KV cache manager over window groups."""
     from allocators import allocator_class
     from allocators.slab_layout import ring_options
+    from sim.commands.capacity_ignored import capacity_ignored_settings
     from sim.kernel.ignored_settings import ignored_settings
     from sim.kernel.memory_omits import memory_omits
     from sim.kernel.over_length import beyond_model_context
 
     notes: dict = {}
-    if ignored := ignored_settings(config, hybrid, model=spec):
+    own = capacity_ignored_settings(config, spec, kv_source=cap.source, chunked_windows=hybrid,
+                                    max_num_batched_tokens=max_num_batched_tokens,
+                                    speculative_config=speculative_config, drafter_layers=cap.drafter_layers)
+    run = ignored_settings(config, hybrid, model=spec)  # its words first where both would say it
+    if ignored := run | {flag: why for flag, why in own.items() if flag not in run}:
         notes["ignored_settings"] = ignored
     rings = bool(ring_options(allocator_class(config.allocator), spec))
     if omits := memory_omits(config, spec, window_rings=rings):
@@ -296,6 +308,7 @@ def _print_text(r: dict) -> None:
 @click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
               help="Tokens per step (vLLM's flag): sizes the activation memory reserved before the KV cache, and "
                    "the chunks a prompt is prefilled in (a sliding-window layer holds the window and one chunk).")
+@prefix_caching_option
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
               help="Treat sliding-window layers as full attention (vLLM's flag; paged on a hybrid model).")
 @click.option("--speculative-config", type=str, default=None, metavar="JSON",

@@ -1,6 +1,10 @@
 """``kvsim capacity`` of a hybrid attention/Mamba model (Nemotron-H; gated DeltaNet: Qwen3-Next): vLLM 0.33's block
 pool (`allocators.mamba_layout`) and how many requests of a length it holds at once, with prefix caching on, vLLM's
-default (its ``"align"`` mode moves a gated DeltaNet model's block size on Hopper: `allocators.gdn_layout`).
+default, or off (``--no-enable-prefix-caching``). vLLM 0.33's ``MambaModelConfig`` (``model_executor/models/config.py``)
+turns prefix caching into ``mamba_cache_mode="align"``, in which ``Platform._align_hybrid_block_size``
+(``platforms/interface.py``) also makes the block size a multiple of the layers' prefill checkpoint alignment (a gated
+DeltaNet model's 64 tokens on Hopper: `allocators.gdn_layout`), and no prefix caching into ``"none"``, in which it
+does not. A request holds the same blocks at rest in both modes (`allocators.mamba_layout.HybridMambaPool`).
 
 Only what was checked against vLLM 0.33 is reported: the paged pool (vLLM's only one) with the model's own KV
 and Mamba dtypes. Other allocators (contiguous slabs or virtual ranges for a recurrent state are not modelled),
@@ -17,15 +21,15 @@ from allocators.catalog import GIB
 
 
 def mamba_capacity_report(cap, *, block_size: int | None, prompt_len: int, output_len: int,
-                          max_model_len: int) -> dict:
+                          max_model_len: int, prefix_caching: bool = True) -> dict:
     """The `kvsim capacity` figures of a hybrid Mamba model (``cap``: its `KVCapacity`, whose bytes vLLM's
-    profiling leaves, sized as for any model)."""
+    profiling leaves, sized as for any model); ``prefix_caching``: vLLM's ``--enable-prefix-caching``, whose
+    ``mamba_cache_mode`` decides the block size's alignment (the module docstring)."""
     from allocators.capacity import final_tokens
     from allocators.mamba_layout import KERNEL_BLOCK, block_alignment, model_pool
 
     spec = cap.model
-    # vLLM's default, prefix caching on (mamba_cache_mode "align"): gated DeltaNet's block size follows the GPU
-    align = block_alignment(spec.mamba, True, cap.gpu.compute_capability if cap.gpu else None)
+    align = block_alignment(spec.mamba, prefix_caching, cap.gpu.compute_capability if cap.gpu else None)
     pool = model_pool(spec, cap.kv_bytes, cap.tensor_parallel, KERNEL_BLOCK if block_size is None else block_size,
                       align)
     tokens = final_tokens(prompt_len, output_len)
@@ -38,6 +42,8 @@ def mamba_capacity_report(cap, *, block_size: int | None, prompt_len: int, outpu
         "max_model_len": max_model_len, "prompt_len": prompt_len, "output_len": output_len,
         "blocks_per_request": pool.blocks_per_request(tokens),
         "max_concurrent_requests": pool.requests_that_fit(tokens),
+        "enable_prefix_caching": prefix_caching, "mamba_cache_mode": "align" if prefix_caching else "none",
+        "block_alignment": align,
     }
 
 
@@ -46,6 +52,7 @@ def print_mamba_text(r: dict) -> None:
     p = r["mamba_pool"]
     click.echo(f"model {r['model']}: KV memory {r['kv_gib']:.2f} GiB ({r['kv_source']}), "
                f"{r['kv_groups'][0]['layers']} attention layers and {r['mamba_layers']} {r['mamba_kind']} layers")
+    click.echo(_mode_text(r))
     click.echo(f"  attention block size {p['block_size']} (raised so one attention page, {p['page_bytes']:,} bytes "
                f"per layer, holds a Mamba state of {p['mamba_state_bytes']:,} bytes, padded by "
                f"{p['mamba_padding_frac']:.2%})")
@@ -55,3 +62,13 @@ def print_mamba_text(r: dict) -> None:
     click.echo(f"requests of {r['prompt_len']} prompt + {r['output_len']} output tokens hold "
                f"{r['blocks_per_request']} blocks each (one state block per Mamba group)")
     click.echo(f"max concurrent requests: {r['max_concurrent_requests']:,}")
+
+
+def _mode_text(r: dict) -> str:
+    """Which of vLLM's two pools was sized: prefix caching on or off, and what that did to the block size."""
+    if not r["enable_prefix_caching"]:
+        return ("  prefix caching off (--no-enable-prefix-caching): vLLM's mamba_cache_mode 'none', one state block "
+                "per Mamba group for a request's whole life")
+    grid = (f", the block size a multiple of {r['block_alignment']} (the {r['mamba_kind']} layers' prefill "
+            "checkpoint grid)" if r["block_alignment"] > 1 else "")
+    return f"  prefix caching on (vLLM's default): mamba_cache_mode 'align'{grid}"

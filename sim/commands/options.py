@@ -173,3 +173,12 @@ RETENTION_HELP = ("Which full blocks a sliding-window KV cache group keeps in th
 retention_option = vllm_option("--prefix-cache-retention-interval", "prefix_cache_retention_interval",
                                type=_IntOrNone(), default=0, show_default=True, help=RETENTION_HELP)
 """``--prefix-cache-retention-interval`` (the `SimConfig` field of the same name)."""
+
+PREFIX_CACHING_HELP = ("Automatic prefix caching (vLLM's flag; on by default, as in vLLM v1). On a hybrid Mamba or "
+                       "gated DeltaNet model it is vLLM's mamba_cache_mode: on, 'align' (the block size also a "
+                       "multiple of the layers' prefill checkpoint grid: 64 tokens for gated DeltaNet on Hopper); "
+                       "off, 'none'.")
+prefix_caching_option = vllm_option("--prefix-caching/--no-prefix-caching", "prefix_caching", default=True,
+                                    show_default=True, help=PREFIX_CACHING_HELP)
+"""``--prefix-caching`` (and vLLM's ``--enable-prefix-caching``; the `SimConfig` field of the same name) for
+``kvsim capacity``, whose requests share no prompt: it sizes a hybrid Mamba model's pool there."""

@@ -42,3 +42,73 @@ def test_unchecked_settings_are_refused(flags, named):
     result = run("--kv-gib", "60", *flags)
     assert result.exit_code != 0
     assert named in result.output and "not modelled" in result.output
+
+
+# vLLM 0.33's planner (tools/vllm_oracle/mamba_pool.py's `pool`, run with the switch it has no case for):
+#   HF_HUB_OFFLINE=1 /tmp/vvenv/bin/python -c "import sys; sys.path.insert(0, 'tools/vllm_oracle'); import mamba_pool;
+#   print([mamba_pool.pool(59748478730, 1, 1040, m)['num_blocks'] for m in (1040, 8192)])"   -> [3506, 3506]
+# (mamba block size 1040: mamba_cache_mode 'align'; 8192, max_model_len: 'none'). Qwen3-Next on an H200 at -tp 2:
+# tests/allocators/data/gdn_pool.json's qwen3_next_h200_tp2_align (576, 7,812 blocks) and _none (544, 8,272).
+MODES = [
+    ("nemotron-h-8b", ("--gpu", "h100-80gb"), 59_748_478_730, {True: (1040, 3506, 250), False: (1040, 3506, 250)}),
+    ("qwen3-next-80b-a3b", ("--gpu", "h200", "-tp", "2"), 2 * 55_297_829_079,
+     {True: (576, 7812, 17), False: (544, 8272, 17)}),
+]
+
+
+@pytest.mark.parametrize("model, where, kv_bytes, expected", MODES)
+@pytest.mark.parametrize("flag, on", [(None, True), ("--enable-prefix-caching", True),
+                                      ("--no-enable-prefix-caching", False), ("--no-prefix-caching", False)])
+def test_prefix_caching_sizes_vllms_pool(model, where, kv_bytes, expected, flag, on):
+    """Prefix caching on is vLLM's mamba_cache_mode 'align', whose block size is also a multiple of the layers'
+    prefill checkpoint grid (gated DeltaNet on Hopper: 64, so 576 = 64 x 9 where 'none' has 544 = 16 x 34); a
+    request of max_model_len holds as many blocks at rest in either mode."""
+    args = ["capacity", "--model", model, *where, "--json"] + ([flag] if flag else [])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    assert r["kv_bytes"] == kv_bytes
+    assert (r["block_size"], r["kv_capacity_blocks"], r["max_concurrent_requests"]) == expected[on]
+    assert r["enable_prefix_caching"] is on and r["mamba_cache_mode"] == ("align" if on else "none")
+    assert "ignored_settings" not in r
+
+
+def test_text_says_which_mode_was_sized():
+    on = CliRunner().invoke(main, ["capacity", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2"])
+    assert "prefix caching on (vLLM's default): mamba_cache_mode 'align', the block size a multiple of 64" in on.output
+    assert "attention block size 576" in on.output
+    off = CliRunner().invoke(main, ["capacity", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2",
+                                    "--no-enable-prefix-caching"])
+    assert "prefix caching off (--no-enable-prefix-caching): vLLM's mamba_cache_mode 'none'" in off.output
+    assert "attention block size 544" in off.output
+    assert "prefix caching on (vLLM's default): mamba_cache_mode 'align'\n" in run("--kv-gib", "60").output
+
+
+def test_gdn_without_compute_capability_needs_prefix_caching_off():
+    """Prefix caching on, vLLM's GDN prefill kernel (and so the block size) follows the GPU; off, it does not."""
+    args = ["capacity", "--model", "qwen3-next-80b-a3b", "--gpu", "cpu", "--kv-gib", "100", "-tp", "2"]
+    on = CliRunner().invoke(main, args)
+    assert on.exit_code != 0 and "compute capability" in on.output
+    off = CliRunner().invoke(main, [*args, "--no-enable-prefix-caching", "--json"])
+    assert off.exit_code == 0, off.output
+    assert json.loads(off.stdout)["block_size"] == 544
+
+
+def test_settings_a_mamba_pool_ignores_are_reported():
+    """The notes `kvsim capacity` gives any other model: here a utilization under a given size, a placement and
+    the token budget, which moves nothing once --kv-gib gives the memory."""
+    result = run("--kv-gib", "60", "--gpu-memory-utilization", "0.5", "--placement", "first-fit",
+                 "--max-num-batched-tokens", "8192", "--max-model-len", "9000", "--json")
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    assert set(r["ignored_settings"]) == {"--gpu-memory-utilization 0.5", "--placement first-fit",
+                                          "--max-num-batched-tokens 8192"}
+    assert "exceeds nemotron-h-8b's own context of 8,192 tokens" in r["beyond_model_context"]
+    assert "Warning: paged: --max-num-batched-tokens 8192 ignored: --kv-gib gives the KV memory" in result.stderr
+    assert r["kv_capacity_blocks"] == 3780
+
+
+def test_decode_context_parallel_is_refused():
+    result = run("--kv-gib", "60", "-tp", "16", "-dcp", "2")
+    assert result.exit_code != 0
+    assert "--decode-context-parallel-size 2: not modelled for nemotron-h-8b" in result.output
