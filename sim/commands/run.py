@@ -212,6 +212,10 @@ def simulation_options(func):
                      help="How a fleet of replicas routes each arriving request (sim/kernel/routers.py) "
                           "[default: round-robin; dp-lb, vLLM's load balancer, with --data-parallel-size > 1]."),
         data_parallel_option,
+        _field_option("--api-server-count", type=int,
+                      help="vLLM's API server processes in front of --router dp-lb's engines, each balancing the "
+                           "requests that reach it (a request goes to the one with the fewest open; "
+                           "sim/kernel/api_servers.py) [default: vLLM's, the number of engines]; vLLM's flag."),
         expert_parallel_option,
         decode_context_parallel_option,
         retention_option,

@@ -203,6 +203,7 @@ class SimConfig:
     kv_transfer_latency_s: float = 0.0  # each pull's fixed latency
     decode_context_parallel_size: int = 1  # vLLM's engine argument (`allocators.decode_context_parallel`)
     prefix_cache_retention_interval: int | None = 0  # vLLM's engine argument (`allocators.window_retention`)
+    api_server_count: int | None = None  # vLLM's serve argument; None: vLLM's default (`api_servers`)
 
     def _unchecked(self, given: dict[str, tuple[object, object]]) -> list[str]:
         """``flag value`` for each of ``given`` (flag -> (its value, the one vLLM's scheduler was checked with))
@@ -288,9 +289,36 @@ class SimConfig:
             raise ValueError(f"--decode-context-parallel-size {dcp}: vLLM requires tp_size={self.tensor_parallel} "
                              f"to be divisible by dcp_size={dcp} (DCP shards KV over the tensor-parallel GPUs)")
 
+    def _check_api_server_count(self) -> None:
+        """``--api-server-count N``: the API server processes in front of the engines, each running vLLM's
+        balancer for the requests reaching it (`sim.kernel.api_servers`). Refused below 1, and above 1 where it
+        cannot change a run without ``dp-lb`` (kvsim's other routers stand for a router in front of whole
+        servers). With one engine it changes nothing either, but ``kvsim plan`` brackets from one replica, so
+        that is reported ignored (`sim.kernel.ignored_settings`), as ``--router`` on one replica is."""
+        count = self.api_server_count
+        if count is None:
+            return
+        whole = plain_int(count)
+        if whole is None or whole < 1:
+            raise ValueError(f"--api-server-count must be a positive integer, got {count!r}")
+        self.api_server_count = whole
+        if whole > 1 and self.router != "dp-lb":
+            raise ValueError(f"--api-server-count {whole}: only vLLM's data-parallel load balancer (--router dp-lb) "
+                             f"routes per API server; with --router {self.router} it cannot change the run")
+
+    @property
+    def api_servers(self) -> int:
+        """The API servers a run has: ``api_server_count``, or vLLM's default without it (``vllm serve`` with its
+        internal load balancer: ``args.api_server_count = args.data_parallel_size``, ``entrypoints/cli/serve.py``),
+        the number of engines behind ``dp-lb``; one in front of any other router."""
+        if self.api_server_count is not None:
+            return self.api_server_count
+        return self.replicas if self.router == "dp-lb" else 1
+
     def __post_init__(self) -> None:
         self._check_types()
         self._check_data_parallel()
+        self._check_api_server_count()
         self._check_decode_context_parallel()
         from allocators.vattention_pages import PAGE_SIZES_KIB
 

@@ -1,8 +1,8 @@
 """vLLM 0.33's DP coordinator on the simulated clock: the engines' load counts that ``dp-lb`` reads, as published.
 
 Why: vLLM's data-parallel load balancer (`sim.kernel.routers.DataParallelLB`) does not read the engines as they
-are. Each engine sends its counts to the DP coordinator, the coordinator publishes them to the API server at most
-every 100 ms, and between publishes the API server bumps its own copy. Where this lags, a burst within one window
+are. Each engine sends its counts to the DP coordinator, the coordinator publishes them to every API server at most
+every 100 ms, and between publishes each API server bumps its own copy. Where this lags, a burst within one window
 is spread by the client's in-flight count and those bumps alone, and a request sees an engine's queue up to 100 ms late; this module reproduces that
 sequence of snapshots deterministically, from the same events vLLM's processes exchange.
 
@@ -26,10 +26,11 @@ What each side does in vLLM 0.33 (``vllm/v1/engine``):
   (``last_step_counts``: the ranks' state at that step boundary) if anything changed, and the next publish sends
   that copy (leaving ``stats_changed`` set); until such a copy exists every poll waits at least 50 ms
   (``min_timeout``), and a timeout with no copy publishes the counts as they are;
-* the API server (``core_client.py``, ``DPAsyncMPClient._ensure_stats_update_task``) replaces its ``lb_engines``
-  with each publish's counts; ``DPLBAsyncMPClient.get_core_engine_for_request`` reads them and adds one to the
-  chosen engine's waiting count (``current_counts[eng_index][0] += self.client_count``, one client here), which
-  the next publish overwrites.
+* each API server (``core_client.py``, ``DPAsyncMPClient._ensure_stats_update_task``) replaces its ``lb_engines``
+  with each publish's counts (the coordinator sends every publish on one XPUB socket all of them subscribe to);
+  ``DPLBAsyncMPClient.get_core_engine_for_request`` reads them and adds ``client_count`` (the number of API
+  servers, `sim.kernel.api_servers`) to the chosen engine's waiting count (``current_counts[eng_index][0] +=
+  self.client_count``) in that server's copy only, which the next publish overwrites.
 
 kvsim's mapping (`sim.kernel.fleet.Fleet._rows`, `sim.kernel.lockstep`): a replica's scheduler applies a step's
 results when it plans it, so at the top of its loop at ``t`` (a step's end) it holds the post-step state of the
@@ -68,13 +69,16 @@ Counts = list  # [waiting, running, kv_cache_usage], as vLLM's EngineState.reque
 
 
 class DPCoordinator:
-    """The coordinator's published counts as the API server holds them (``lb_engines``), and what feeds them."""
+    """The coordinator's published counts as each of ``clients`` API servers holds them (``lb_engines``), and what
+    feeds them."""
 
-    def __init__(self, engines: int, start_s: float, *, wave_coordination: bool = False) -> None:
+    def __init__(self, engines: int, start_s: float, *, wave_coordination: bool = False, clients: int = 1) -> None:
         self.wave_coordination = wave_coordination
+        self.engines = engines
         self.counts: list[Counts] = [[0, 0, 0.0] for _ in range(engines)]  # each engine's last report
         self.sent: list[tuple[int, int]] = [(0, 0)] * engines  # each engine's ``last_counts`` (running, waiting)
-        self.lb_engines: list[Counts] = [[0, 0, 0.0] for _ in range(engines)]  # the client's copy
+        # each API server's copy (``lb_engines``), a client's bumps in its own only
+        self.copies: list[list[Counts]] = [[[0, 0, 0.0] for _ in range(engines)] for _ in range(clients)]
         self.stats_changed = False
         self.last_step_counts: list[Counts] | None = None
         self.last_stats_step = -1
@@ -84,10 +88,16 @@ class DPCoordinator:
         self.deadline = self._deadline()
 
     # -- the API server's side ---------------------------------------------------------------------------
-    def view(self, t: float) -> list[Counts]:
-        """``lb_engines`` at ``t``, every publish due by then applied; the router bumps it in place."""
+    def view(self, t: float, client: int = 0) -> list[Counts]:
+        """API server ``client``'s ``lb_engines`` at ``t``, every publish due by then applied; its router bumps
+        it in place."""
         self._advance(t, inclusive=True)
-        return self.lb_engines
+        return self.copies[client]
+
+    @property
+    def lb_engines(self) -> list[Counts]:
+        """The first API server's copy (the only one with one server)."""
+        return self.copies[0]
 
     # -- an engine's side ---------------------------------------------------------------------------------
     def report(self, t: float, engine: int, waiting: int, running: int, kv_cache_usage: float,
@@ -124,7 +134,7 @@ class DPCoordinator:
                 published, self.last_step_counts = self.last_step_counts, None
             else:
                 published, self.stats_changed = self.counts, False
-            self.lb_engines = [list(c) for c in published]
+            self.copies = [[list(c) for c in published] for _ in self.copies]
             self.publishes += 1
             self.last_publish = self.now
             self.deadline = self._deadline()

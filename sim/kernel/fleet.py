@@ -16,7 +16,8 @@ same order) and each replica then runs exactly as a single replica on its share 
 looks at it mid-way, it keeps its own clock through a busy period and SimPy sees only its busy periods and
 idle gaps, as with the single engine. A state-reading router needs one SimPy timeout per row. ``dp-lb`` reads
 the replicas' queues as vLLM's DP coordinator last published them (`sim.kernel.dp_coordinator`), which each
-replica feeds at the top of its loop (`_report`: after its step, then after taking in requests). With such
+replica feeds at the top of its loop (`_report`: after its step, then after taking in requests), once per API
+server, each request through the one it reached (`sim.kernel.api_servers`). With such
 independent replicas, `sim.kernel.fleet_parallel` runs groups of them in worker processes (``--workers``).
 
 Arrivals released by requests leaving (closed-loop users, session turns with a think time) are routed at their
@@ -38,6 +39,7 @@ import time
 import numpy as np
 import simpy
 
+from sim.kernel.api_servers import APIServers, front_rng
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource, first_arrival_s
 from sim.kernel.config import SimConfig
 from sim.kernel.data_parallel import steps_in_lockstep
@@ -88,14 +90,17 @@ class Fleet:
         # a mixture of experts' data-parallel ranks share one clock (`sim.kernel.lockstep`): one process runs them
         self.lockstep = steps_in_lockstep(config, self.model)
         # vLLM's balancer reads its DP coordinator's published counts, which the replicas feed (`_report`)
-        self.coordinator = (DPCoordinator(config.replicas, self.start, wave_coordination=self.lockstep)
-                            if config.router == "dp-lb" else None)
+        self.coordinator = (DPCoordinator(config.replicas, self.start, wave_coordination=self.lockstep,
+                                          clients=config.api_servers) if config.router == "dp-lb" else None)
+        # its API servers (`sim.kernel.api_servers`), which break ties from a stream of their own
+        self.front = (APIServers(config.api_servers, front_rng(config.seed), self.size, self.source.rows)
+                      if self.coordinator is not None else None)
         seed_seq = np.random.SeedSequence(config.seed).spawn(1)[0]
         self.router = make_router(config.router, rng=np.random.default_rng(seed_seq),
                                   load_weight=config.router_load_weight,
                                   kv_overlap_score_weight=config.router_kv_overlap_score_weight,
                                   sessions=workload.session_id if getattr(workload, "has_sessions", False) else None,
-                                  coordinator=self.coordinator)
+                                  coordinator=self.coordinator, api_servers=self.front)
         self.routed = 0  # arrivals routed so far (in arrival order; released turns need not be in row order)
         self.replica_of = np.full(self.size, -1, np.int64)
         # routed at arrival time (else all ahead): a router that reads state, or arrivals known only as they come
@@ -145,6 +150,8 @@ class Fleet:
         self.routed += 1
         self.replica_of[i] = chosen
         replica = self.replicas[chosen]
+        if self.front is not None:  # dp-lb's clients count what each routed until its output comes back
+            replica.routed(int(self.front.client_of[i]))
         if group is not None and (reason := replica.sched.groups.never_runs(group)) is not None:
             # rejected on arrival, as the single engine does: now, so that what it releases is known now
             replica.sched.groups.reject(group, reason, t)
@@ -192,8 +199,10 @@ class Fleet:
         by step."""
         not_before = self.env.now + 2 * ARRIVAL_TIE_S if len(self.replicas) > 1 else -np.inf
         self.source.on_done(t, index, not_before)
-        if self.coordinator is not None:  # dp-lb's client counts it in flight until its output comes back at t
-            self.replicas[self.replica_of[index]].leaves_at(t)
+        if self.front is not None:  # dp-lb's client counts it in flight until its output comes back at t
+            client = int(self.front.client_of[index])
+            self.replicas[self.replica_of[index]].leaves_at(t, client)
+            self.front.leaves(t, index)  # and its connection closes then (its request's last child's)
         if self.release_wake is not None and not self.release_wake.triggered:
             self.release_wake.succeed()
 

@@ -10,10 +10,11 @@ recorder, and the requests routed to it but not yet delivered (its inbox).
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 
 import simpy
 
+from sim.kernel.arrivals import ARRIVAL_TIE_S
 from sim.kernel.config import SimConfig
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import build_replica
@@ -39,7 +40,8 @@ class Replica:
         self.wake: simpy.Event | None = None  # set while idle, waiting for the router
         self.busy_until = 0.0  # the end of the row in flight (inf while idle): it plans nothing before
         self.final_map: tuple | None = None  # its idle pool's memory map, for moments after its last row (`Fleet`)
-        self.leaving: list[float] = []  # heap: when requests its scheduler let go of finish (`in_flight`)
+        self.leaving: list[tuple[float, int]] = []  # heap: when requests finish, and their API servers (`in_flight`)
+        self.routed_by: Counter[int] = Counter()  # requests each API server routed here and not seen finish
 
     # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
     @property
@@ -73,18 +75,27 @@ class Replica:
         b = self.memory.breakdown(False)
         return b.used_blocks / b.total_blocks if b.total_blocks else 0.0
 
-    def leaves_at(self, t: float) -> None:
-        """One of its requests finishes (or is rejected) at ``t``, its last step already planned."""
-        heapq.heappush(self.leaving, t)
+    def routed(self, client: int = 0) -> None:
+        """API server ``client`` routed a request here (`in_flight`)."""
+        self.routed_by[client] += 1
 
-    def in_flight(self, t: float) -> int:
-        """vLLM's ``DPLBAsyncMPClient.engine_inflight`` at ``t``: requests routed here and not finished by then.
-        ``load`` lets a request go when its last step (or the decode run ending with it) is planned; the client
-        counts it until that step's output, at the step's end (``process_engine_outputs``)."""
-        leaving = self.leaving
-        while leaving and leaving[0] <= t:
-            heapq.heappop(leaving)
-        return self.load + len(leaving)
+    def leaves_at(self, t: float, client: int = 0) -> None:
+        """One of its requests, routed by API server ``client``, finishes (or is rejected) at ``t``, its last step
+        already planned."""
+        heapq.heappush(self.leaving, (t, client))
+
+    def in_flight(self, t: float, client: int = 0) -> int:
+        """vLLM's ``DPLBAsyncMPClient.engine_inflight`` of API server ``client`` at ``t``: requests it routed here
+        and not finished by then. The scheduler lets a request go when its last step (or the decode run ending
+        with it) is planned; the client counts it until that step's output, at the step's end
+        (``process_engine_outputs``), and counts only the requests it routed itself. A finish within
+        ``ARRIVAL_TIE_S`` after ``t`` counts as before it: a closed-loop user's next request arrives at its last
+        one's finish rounded to the nanosecond (`sim.kernel.arrivals.released_at`), which the fast-forward and step
+        by step compute an ulp apart, and it follows that output in any case."""
+        leaving, t = self.leaving, t + ARRIVAL_TIE_S
+        while leaving and leaving[0][0] <= t:
+            self.routed_by[heapq.heappop(leaving)[1]] -= 1
+        return self.routed_by[client]
 
     def report_counts(self, coordinator, t: float, step: int = 0) -> None:
         """Its counts to vLLM's DP coordinator (`sim.kernel.dp_coordinator.DPCoordinator.report`): the engine's

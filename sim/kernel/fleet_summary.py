@@ -140,7 +140,8 @@ def fleet_result(fleet, workload, end: float, extra: dict, served_by: np.ndarray
         cached_prompt_tokens=sum(r.sched.groups.cached_prompt_tokens for r in replicas),
         tier=tier_summary([(r.memory, r.sched.groups) for r in replicas]), extra=extra)
     summary.update({"replicas": len(replicas), "router": config.router,
-                    "load_imbalance": load_imbalance(processed), "per_replica": per_replica})
+                    "load_imbalance": load_imbalance(processed), "per_replica": per_replica,
+                    "api_server_count": config.api_servers})
     memory = partial(fleet_memory_frame, [(r.number, r.rec) for r in replicas])  # built when first read
     return SimResult(requests, steps_frame, memory, summary, config)
 

@@ -210,14 +210,17 @@ def _clock_settings(config: SimConfig) -> dict[str, str]:
 
 
 def _router_settings(config: SimConfig, defaults: SimConfig, sessions: bool) -> dict[str, str]:
-    """A router on one replica, session affinity without sessions, a router's weight given to another
-    router."""
+    """A router (or several API servers) on one replica, session affinity without sessions, a router's weight
+    given to another router."""
     ignored: dict[str, str] = {}
     if config.router != defaults.router and config.replicas == 1:
         ignored[f"--router {config.router}"] = "one replica (--replicas 1): every request goes to it"
     elif config.router == "session-affinity" and not sessions:
         ignored["--router session-affinity"] = ("the workload has no sessions (no session_id column), so every "
                                                 "request is routed as least-requests routes it")
+    if (config.api_server_count or 1) > 1 and config.replicas == 1:
+        ignored[f"--api-server-count {config.api_server_count}"] = ("one engine (--replicas 1): every API server "
+                                                                    "sends every request to it")
     weights = (("router_load_weight", "--router-load-weight", "prefix-aware"),
                ("router_kv_overlap_score_weight", "--router-kv-overlap-score-weight", "kv-cost"))
     for field, flag, router in weights:

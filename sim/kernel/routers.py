@@ -53,30 +53,33 @@ requests are, every later turn where its first went. It keeps a conversation's K
 ``prefix-aware`` tends to, without reading caches, and without moving a turn off a replica that is overloaded.
 
 vLLM's data-parallel load balancer (``dp-lb``, the default router of ``--data-parallel-size`` > 1) is vLLM 0.33's
-``DPLBAsyncMPClient.get_core_engine_for_request`` (``vllm/v1/engine/core_client.py``) with one API-server client::
+``DPLBAsyncMPClient.get_core_engine_for_request`` (``vllm/v1/engine/core_client.py``), run by each of
+``client_count`` API servers (``--api-server-count``, `sim.kernel.api_servers`: which one a request reaches) for
+the requests that reach it::
 
     score(r) = max(client_count * inflight(r), waiting(r) + running(r))
                + [waiting(r) > 0] * waiting(r) * 6.0 * max(0, kv_cache_usage(r) - 0.5)
 
-``inflight(r)``: the requests routed to ``r`` and not finished, the client's own exact count
-(`ReplicaState.in_flight`: running + waiting + routed, not yet delivered, + those whose last step is in flight).
+``inflight(r)``: the requests this API server routed to ``r`` and not finished, the client's own exact count
+(`ReplicaState.in_flight`: routed, less those whose last step's output came back).
 ``waiting``, ``running`` and ``kv_cache_usage`` (the block pool's used share, vLLM's ``BlockPool.get_usage``) are not
 the engine's state now but the client's ``lb_engines``: the counts the DP coordinator last published (every 100 ms at
 most while the engines report changes, every 5 s otherwise; a lock-step rank's as they stood at a step boundary),
-each as its engine reported it after its last step or on taking in requests, plus one waiting request for every
-request this client routed there since that publish (vLLM's ``current_counts[eng_index][0] += self.client_count``,
-which the next publish overwrites). `sim.kernel.dp_coordinator` models that exchange on the simulated clock and says
+each as its engine reported it after its last step or on taking in requests, plus ``client_count`` waiting
+requests for every request this client routed there since that publish (vLLM's ``current_counts[eng_index][0] +=
+self.client_count``, which the next publish overwrites; each API server has its own copy and sees the others'
+requests only through the publishes). `sim.kernel.dp_coordinator` models that exchange on the simulated clock and says
 where each rule is in vLLM's source. So a burst within one publish window is spread by the in-flight floor and the
 local bumps alone, and the usage penalty reads a usage up to 100 ms old (or older: an engine sends its usage only
-with a count change). The lowest score wins, scanned from a start engine that moves on by one after every routed
-request, the first lowest in that order taking ties (vLLM rotates the scan start "so that ties ... don't
+with a count change). The lowest score wins, scanned from a start engine (API server ``k`` of ``client_count``
+starts at ``engines * k // client_count``) that moves on by one after every request it routes, the first lowest in that order taking ties (vLLM rotates the scan start "so that ties ... don't
 systematically favor the same engine"). A fanned-out request's children (``n`` > 1 samples run as requests) are
 routed one by one, in child order at the request's arrival, as ``AsyncLLM.add_request`` sends them: each scores the
 engines, bumps its engine's waiting count and in-flight count and moves the scan start on, so the children of one
 request spread over idle engines (``routes_children``); each runs there as a request of its own (``Request``; vLLM's
 scheduler knows no parent), siblings on one engine sharing the prompt's blocks through its prefix cache only, and
-siblings on different engines sharing nothing. What it does not model: several API servers (``client_count``); a
-request's explicit ``data_parallel_rank``; the messages' own latency.
+siblings on different engines sharing nothing; every child through the API server its request reached. What it
+does not model: a request's explicit ``data_parallel_rank``; the messages' own latency.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ from typing import Protocol
 
 import numpy as np
 
+from sim.kernel.api_servers import APIServers
 from sim.kernel.dp_coordinator import DPCoordinator
 
 
@@ -95,14 +99,15 @@ from sim.kernel.dp_coordinator import DPCoordinator
 class RouterSettings:
     """What the routers are built from (each takes what it uses): the run's seeded generator (``random``),
     ``load_weight`` (``prefix-aware``), ``kv_overlap_score_weight`` (``kv-cost``), the workload's
-    ``session_id`` column, None without sessions (``session-affinity``) and the fleet's DP coordinator
-    (``dp-lb``, which reads nothing else of the engines' queues)."""
+    ``session_id`` column, None without sessions (``session-affinity``), the fleet's DP coordinator
+    (``dp-lb``, which reads nothing else of the engines' queues) and its API servers (``dp-lb``; None: one)."""
 
     rng: np.random.Generator
     load_weight: float = 1.0
     kv_overlap_score_weight: float = 1.0
     sessions: np.ndarray | None = None
     coordinator: DPCoordinator | None = None
+    api_servers: APIServers | None = None
 
 
 class ReplicaState(Protocol):
@@ -122,7 +127,7 @@ class ReplicaState(Protocol):
 
     def cached_tokens(self, group) -> int: ...
 
-    def in_flight(self, t: float) -> int: ...
+    def in_flight(self, t: float, client: int = 0) -> int: ...
 
 
 class RoundRobin:
@@ -256,7 +261,9 @@ class DataParallelLB:
     """vLLM's data-parallel load balancer: fewest requests in flight or published as queued and running, plus a
     penalty for a published queue on an engine whose KV cache is more than half used; the scan start rotates by
     one engine per request (the module docstring). Reads the coordinator's counts at the request's arrival and
-    bumps the chosen engine's waiting count in them, as vLLM's client does in its ``lb_engines``."""
+    bumps the chosen engine's waiting count in them, as vLLM's client does in its ``lb_engines``. One per API
+    server (``api_servers``; None: one server), each with its own scan start, in-flight counts and copy of the
+    counts."""
 
     needs_state = True
     routes_children = True  # vLLM's front end fans a request out before it routes (the module docstring)
@@ -265,22 +272,28 @@ class DataParallelLB:
         if settings.coordinator is None:
             raise ValueError("the dp-lb router reads a DP coordinator's counts: build it with coordinator=")
         self.coordinator = settings.coordinator
-        self.start = 0  # vLLM's eng_start_index: client_index 0 of one client
+        self.front = settings.api_servers
+        self.client_count = 1 if self.front is None else self.front.count
+        engines = self.coordinator.engines
+        # vLLM's eng_start_index: (len(core_engines) * client_index) // client_count
+        self.start = [engines * k // self.client_count for k in range(self.client_count)]
 
     def choose(self, group, replicas: Sequence[ReplicaState]) -> int:
-        counts = self.coordinator.view(group.arrival_s)
-        n = len(replicas)
+        t = group.arrival_s
+        client = 0 if self.front is None else self.front.accept(group.index, group.row, t)
+        counts = self.coordinator.view(t, client)
+        n, start, scale = len(replicas), self.start[client], self.client_count
         best, best_score = 0, math.inf
         for i in range(n):
-            idx = (self.start + i) % n
+            idx = (start + i) % n
             waiting, running, kv_cache_usage = counts[idx]
-            score: float = max(replicas[idx].in_flight(group.arrival_s), waiting + running)
+            score: float = max(scale * replicas[idx].in_flight(t, client), waiting + running)
             if waiting:
                 score += waiting * DP_LB_WAITING_WEIGHT * max(0.0, kv_cache_usage - 0.5)
             if score < best_score:
                 best, best_score = idx, score
-        counts[best][0] += 1  # client_count: one API server
-        self.start = (self.start + 1) % n
+        counts[best][0] += scale
+        self.start[client] = (start + 1) % n
         return best
 
 

@@ -64,3 +64,18 @@ def test_expert_parallelism_that_changes_nothing_is_reported_ignored():
     assert "Warning: paged: --enable-expert-parallel ignored: its 8 GPUs divide deepseek-v3's 256" in even.output
     uneven = invoke("capacity", "--model", "gpt-oss-20b", "--gpu", "h100-80gb", "-dp", "3", "-ep")
     assert uneven.exit_code == 0 and "--enable-expert-parallel ignored" not in uneven.output
+
+
+def test_run_takes_vllms_api_server_count_one_per_rank_by_default():
+    """``--api-server-count`` (vLLM's flag): the summary says how many API servers ran the balancer, vLLM's
+    default one per rank; above 1 without dp-lb it is a one-line error."""
+    default = json.loads(invoke("run", "-dp", "2", "--num-requests", "20", "--json").stdout)
+    one = json.loads(invoke("run", "-dp", "2", "--num-requests", "20", "--api-server-count", "1", "--json").stdout)
+    assert (default["api_server_count"], one["api_server_count"]) == (2, 1)
+    result = invoke("run", "-dp", "2", "--router", "round-robin", "--api-server-count", "2", "--num-requests", "5")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: --api-server-count 2: only vLLM's data-parallel load balancer (--router dp-lb) routes per API "
+        "server; with --router round-robin it cannot change the run")
+    result = invoke("run", "-dp", "2", "--api-server-count", "0", "--num-requests", "5")
+    assert result.output.strip().splitlines()[-1] == "Error: --api-server-count must be a positive integer, got 0"

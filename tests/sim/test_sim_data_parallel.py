@@ -23,7 +23,7 @@ from workloads import Workload
 class FakeReplica:
     load: int = 0  # the client's in-flight count for it
 
-    def in_flight(self, t: float) -> int:
+    def in_flight(self, t: float, client: int = 0) -> int:
         return self.load
 
 

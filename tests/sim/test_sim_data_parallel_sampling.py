@@ -31,9 +31,10 @@ def test_children_are_routed_one_by_one_as_the_scan_start_and_bumps_dictate():
     1; child 2 scans from rank 0, both at 1, the first lowest: rank 0; child 3 from rank 1, 1 against 2: rank 1. So
     0, 1, 0, 1: each rank computes the prompt once and its second child hits the 6 full blocks (96 tokens), 2 x 96
     where a request routed whole hits 3 x 96. Request B (200 tokens, n = 3) at 1 s, A long done and the ranks'
-    idle counts published: the start is back at rank 0 (four moves), so 0, 1, 0 and one hit of 12 blocks (192)."""
+    idle counts published: the start is back at rank 0 (four moves), so 0, 1, 0 and one hit of 12 blocks (192).
+    One API server (``--api-server-count 1``; two, vLLM's default here, in `tests.sim.test_sim_api_servers`)."""
     w = sampled([0.0, 1.0], [4, 3], [100, 200], [10, 10])
-    dp = run_simulation(SimConfig(data_parallel_size=2, step_time=0.01, debug_invariants=1), w)
+    dp = run_simulation(SimConfig(data_parallel_size=2, step_time=0.01, debug_invariants=1, api_server_count=1), w)
     assert dp.summary["router"] == "dp-lb" and dp.summary["parallel_sampling"] == "fan-out"
     assert per_replica(dp, "requests") == [2 + 2, 2 + 1]  # the child requests each engine ran
     assert dp.requests["cached_tokens"].tolist() == [2 * 96, 192]
@@ -44,7 +45,7 @@ def test_children_are_routed_one_by_one_as_the_scan_start_and_bumps_dictate():
     assert dp.summary["completed"] == 2 and sum(per_replica(dp, "completed")) == 4 + 3
     assert sum(per_replica(dp, "cached_prompt_tokens")) == dp.summary["cached_prompt_tokens"]
     # --replicas 2 --router dp-lb models the same client: the same run; an HTTP router sends each request whole
-    fleet = run_simulation(SimConfig(replicas=2, router="dp-lb", step_time=0.01), w)
+    fleet = run_simulation(SimConfig(replicas=2, router="dp-lb", step_time=0.01, api_server_count=1), w)
     pd.testing.assert_frame_equal(fleet.requests, dp.requests)
     whole = run_simulation(SimConfig(data_parallel_size=2, router="round-robin", step_time=0.01), w)
     assert whole.requests["replica"].tolist() == [0, 1] and per_replica(whole, "requests") == [1, 1]

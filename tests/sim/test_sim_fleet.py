@@ -14,7 +14,7 @@ from sim.kernel.runner import run_simulation
 from tests.sim.summaries import assert_same_fleet_run
 from workloads import Workload
 
-FLEET_KEYS = ("wall_time_s", "replicas", "router", "load_imbalance", "per_replica")
+FLEET_KEYS = ("wall_time_s", "replicas", "router", "load_imbalance", "per_replica", "api_server_count")
 
 
 def poisson(count, rate, seed=1, prompt=(20, 400), output=(5, 300), **cols):

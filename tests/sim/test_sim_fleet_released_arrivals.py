@@ -55,18 +55,20 @@ def test_one_replica_is_the_single_engine(think_time_s):
         pd.testing.assert_frame_equal(getattr(fleet, name).drop(columns="replica"), getattr(single, name))
 
 
-@pytest.mark.parametrize("router", list(ROUTERS))
+@pytest.mark.parametrize("router", [*ROUTERS, "dp-lb, one API server"])
 @pytest.mark.parametrize("workload", ["closed, no think time", "closed, 0.3 s", "two users, no think time",
                                       "sessions, 0.01 s"])
 def test_fast_forward_equals_step_by_step(router, workload):
     """A replica's decode run ends where another replica could still release an arrival (the end of that
     replica's row in flight plus the shortest think time; an idle replica woken by a release counts from
-    then), so what each router sees and each replica admits is the same as step by step."""
+    then), so what each router sees and each replica admits is the same as step by step. ``dp-lb`` runs as
+    vLLM's default, one API server per replica, and with one."""
     w = {"closed, no think time": lambda: closed_loop(90, users=9, think_time_s=0.0),
          "two users, no think time": lambda: closed_loop(90, users=2, think_time_s=0.0),
          "closed, 0.3 s": lambda: closed_loop(90, users=9, think_time_s=0.3),
          "sessions, 0.01 s": lambda: sessions(0.01)}[workload]()
-    config = dataclasses.replace(CONFIG, replicas=3, router=router)
+    servers = 1 if router == "dp-lb, one API server" else None
+    config = dataclasses.replace(CONFIG, replicas=3, router=router.split(",")[0], api_server_count=servers)
     fast = run_fleet(config, w)
     slow = run_fleet(dataclasses.replace(config, step_by_step=True), w)
     assert len(fast.steps) < len(slow.steps)
@@ -83,22 +85,30 @@ def test_fast_forward_equals_step_by_step(router, workload):
 @settings(max_examples=examples(20), deadline=None)
 @given(seed=st.integers(0, 2**20), sessions_not_users=st.booleans(), think=st.sampled_from([0.0, 0.01, 0.4]),
        replicas=st.integers(2, 4), router=st.sampled_from(list(ROUTERS)),
-       step_time=st.sampled_from([None, 0.02]), allocator=st.sampled_from(["paged", "radix", "contiguous-max"]))
+       step_time=st.sampled_from([None, 0.02]), allocator=st.sampled_from(["paged", "radix", "contiguous-max"]),
+       api_servers=st.sampled_from([None, 1, 2]))
 # two replicas report at one step end an ulp apart, the ulp on opposite sides in the two modes, at the instant
 # a DP coordinator's publish falls due: it must see both reports or neither (`DPCoordinator._advance`)
 @example(seed=364084, sessions_not_users=False, think=0.01, replicas=2, router="dp-lb", step_time=0.02,
-         allocator="contiguous-max")
+         allocator="contiguous-max", api_servers=1)
+# one user, no think time: each request arrives at its last one's finish rounded to the nanosecond, which the two
+# modes compute an ulp apart; that finish must count as before the arrival in both (its connection closed, its
+# API server's in-flight count down: `APIServers._least_loaded`, `Replica.in_flight`)
+@example(seed=0, sessions_not_users=False, think=0.0, replicas=3, router="dp-lb", step_time=0.02, allocator="paged",
+         api_servers=2)
 def test_fast_forward_equals_step_by_step_on_random_fleets(seed, sessions_not_users, think, replicas, router,
-                                                           step_time, allocator):
+                                                           step_time, allocator, api_servers):
     """The same on random small fleets, a fixed step time among them: every replica's row ends then fall on
-    the same few instants, the ties the release rules are for."""
+    the same few instants, the ties the release rules are for. ``dp-lb`` with vLLM's default API servers (one
+    per replica), one or two."""
     if sessions_not_users:
         w = generate(TURNS, "poisson:rate=3", 40, seed=seed, turns=3, think_time_s=think, system_prompt_len=128,
                      system_prompt_frac=0.5)
     else:
         w = closed_loop(45, users=1 + seed % 8, think_time_s=think, seed=seed)
     config = dataclasses.replace(CONFIG, replicas=replicas, router=router, step_time=step_time, allocator=allocator,
-                                 prefix_caching=allocator != "contiguous-max", seed=seed)
+                                 prefix_caching=allocator != "contiguous-max", seed=seed,
+                                 api_server_count=api_servers if router == "dp-lb" else None)
     fast = run_fleet(config, w)
     slow = run_fleet(dataclasses.replace(config, step_by_step=True), w)
     assert fast.requests["replica"].tolist() == slow.requests["replica"].tolist()
