@@ -48,6 +48,7 @@ class GatedDeltaNetLayers:
     leaves it (Qwen3-Next: auto)."""
 
     label: ClassVar[str] = "gated DeltaNet"
+    groups_first: ClassVar[bool] = True  # Qwen3-Next's layer 0 is one: tests/allocators/data/gdn_pool.json
 
     layers: int
     num_k_heads: int

@@ -79,7 +79,8 @@ class HybridPagedAllocator(HybridQueries):
         hits = self._lookup(block_hashes, looked_up)
         if hits and self.align and self._cache.block_hash[hits[-1][-1]] in self._fresh:
             return None  # vLLM's MambaManager defers a hit on a state another request cached in this step
-        prefill_end = max(num_tokens if prompt_tokens is None else prompt_tokens, (request_tokens or num_tokens) - 1)
+        prefill_end = self._checkpoint_end(max(num_tokens if prompt_tokens is None else prompt_tokens,
+                                               (request_tokens or num_tokens) - 1))
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens, capped=True, prefill_end=prefill_end) > free:
             return None
@@ -369,8 +370,8 @@ class HybridPagedAllocator(HybridQueries):
         held = sum(self.live_blocks(seq_id)) if self.align else 0
         s = self._seqs.pop(seq_id)
         self._reserved -= s.res
-        for g, table in enumerate(s.tables):
-            self._drop(s, g, s.skipped[g], len(table))
+        for g in self.free_order:
+            self._drop(s, g, s.skipped[g], len(s.tables[g]))
         if self.align:
             return held * self.block_size
         return sum(len(table) - k for table, k in zip(s.tables, s.skipped, strict=True)) * self.block_size

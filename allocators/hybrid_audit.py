@@ -32,6 +32,12 @@ def audit_hybrid(a) -> None:
                 live = [b for b in table[k:] if b]  # (4 under async scheduling: frees lag a step)
                 assert len(table) == length and not any(table[:k]) and 0 < len(live) <= 3 + a.processed_basis, \
                     f"sequence {seq_id} Mamba group {g}: table {table} is not a state table of {length} columns"
+                # synchronous, the live states are the running one, the checkpoint before it (the chunk's, on any
+                # chunk under a positive retention interval) and the one the running state was copied from
+                assert a.processed_basis or all(i in (length - 1, length - 2, s.last_state)
+                                                for i in range(k, length) if table[i]), \
+                    f"sequence {seq_id} Mamba group {g}: a live state outside the running, checkpoint and copied " \
+                    f"columns of {table}"
                 for b in live:
                     assert 0 < b < n and (refs[b] == 0 or group[b] == g), f"block {b}: sharers disagree"
                     refs[b] += 1

@@ -132,14 +132,17 @@ class HybridQueries(Allocator):
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
                  kv_groups: Sequence = (), max_num_batched_tokens: int | None = None,
-                 prefix_cache_retention_interval: int | None = 0, mamba_groups: int = 0) -> None:
+                 prefix_cache_retention_interval: int | None = 0, mamba_groups: int = 0,
+                 mamba_groups_first: bool = False) -> None:
         """``mamba_groups``: KV cache groups of Mamba layers after the attention ones (`mamba_cache_groups`),
         each holding one state block per sequence; with any, ``capacity_slots`` is the pool itself, its blocks x
         ``block_size`` (`allocators.mamba_layout.HybridMambaPool`), as a token has no bytes in a Mamba layer.
         ``max_num_batched_tokens``: the scheduler's token budget, the tokens a step has in flight, which
         bounds what a window group holds per request (`admission_caps`); None: a prompt's whole length.
-        ``prefix_cache_retention_interval``: vLLM's, which window blocks are cached (`window_retention`; 0 is
-        vLLM 0.33's default, None caches every full block)."""
+        ``prefix_cache_retention_interval``: vLLM's, which window blocks and (align mode) Mamba states are cached
+        (`window_retention`; 0 is vLLM 0.33's default, None caches every full block). ``mamba_groups_first``:
+        vLLM's KV cache config lists the Mamba groups before the attention ones (`MambaStateLayers.groups_first`),
+        so a request's blocks are freed group by group in that order (`free_order`)."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
@@ -148,8 +151,13 @@ class HybridQueries(Allocator):
         self.align = bool(mamba_groups and prefix_caching)
         self._fresh: set[int] = set()  # Mamba keys cached in the step being scheduled (`new_step`)
         self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
+        # the groups in vLLM's order (``KVCacheCoordinator.free`` frees a request's blocks manager by manager,
+        # each tail first): which of them join the free queue first decides which cached blocks are evicted first
+        self.free_order = sorted(range(len(self.groups)), key=lambda g: not self.mamba[g]) if mamba_groups_first \
+            else list(range(len(self.groups)))
         self.windows = [g.window for g in self.groups]
-        check_retention_interval(prefix_cache_retention_interval, block_size, any(w is not None for w in self.windows))
+        check_retention_interval(prefix_cache_retention_interval, block_size,
+                                 any(w is not None for w in self.windows) or self.align)
         self.retention_interval = prefix_cache_retention_interval
         # a hit's tail blocks: a window's, a Mamba state's one block (align mode: cached where reachable)
         self._needs = [(1 if self.align and g.mamba else None) if w is None else cdiv(w - 1, block_size)
@@ -298,6 +306,14 @@ class HybridQueries(Allocator):
 
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
         return self._hit_blocks(block_hashes, num_tokens) * self.block_size
+
+    def _checkpoint_end(self, prefill_end: int) -> int:
+        """The prefill end a Mamba group's checkpoint rule reads (`mamba_align.needs_checkpoint`): the request's
+        under vLLM's default retention 0, which keeps only the prefill-end chunk's checkpoint; 0 under a positive
+        interval, whose segment states any chunk may export, so every chunk whose checkpoint is valid reserves a
+        block (``KVCacheCoordinator.get_num_blocks_to_allocate``: ``if self.retention_interval != 0:
+        prefill_end = 0``, ``v1/core/kv_cache_coordinator.py``)."""
+        return prefill_end if self.retention_interval == 0 else 0
 
     def _admission_blocks(self, hits: list[list[int]], num_tokens: int, capped: bool = False,
                           prefill_end: int = 0) -> int:

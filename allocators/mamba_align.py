@@ -11,8 +11,10 @@ at most three columns are the null block (``MambaManager``, ``v1/core/single_typ
                                     b9: the checkpoint at 96 (the prompt's reusable state), b11: the running state
 
 Only positions a later request can resume at are cached (``prefix_cache_retention_interval`` 0, vLLM's default:
-the prompt's replay boundary and a shared-prefix junction, `window_retention.retained_blocks` with one block), and
-the scheduler ends prefill chunks at block boundaries so that those states exist (`aligned_split`).
+the prompt's replay boundary and a shared-prefix junction, `window_retention.retained_blocks` with one block; a
+positive interval also keeps the state ending each interval, and makes every chunk able to export its checkpoint
+take a block for it, `needs_checkpoint` with ``prefill_end`` 0), and the scheduler ends prefill chunks at block
+boundaries so that those states exist (`aligned_split`).
 The functions here are those rules on plain tables; `HybridPagedAllocator` applies them per Mamba group.
 """
 
@@ -38,7 +40,8 @@ def checkpoint_valid(start: int, end: int, checkpoint: int, block_size: int) -> 
 
 def needs_checkpoint(table: list[int], start: int, end: int, prefill_end: int, block_size: int) -> bool:
     """``MambaManager._needs_internal_checkpoint``: the chunk reaching the prefill's end takes a block for the
-    state at `checkpoint_position` (column ``cdiv(end) - 2``) when that column has none yet."""
+    state at `checkpoint_position` (column ``cdiv(end) - 2``) when that column has none yet; with ``prefill_end``
+    0 (vLLM's coordinator passes it under a positive retention interval) any chunk that can export it."""
     column = cdiv(end, block_size) - 2
     return (end >= prefill_end and checkpoint_valid(start, end, checkpoint_position(end, block_size), block_size)
             and column >= 0 and (column >= len(table) or table[column] == 0))

@@ -63,6 +63,10 @@ class MambaStateLayers(Protocol):
     alignment its prefill checkpoints need differ."""
 
     label: ClassVar[str]
+    groups_first: ClassVar[bool]
+    """Whether vLLM's planner lists this kind's KV cache groups before the attention group (the order
+    ``_get_kv_cache_groups_uniform_page_size`` meets the layers' specs in), which is the order it frees a
+    request's blocks in, group by group."""
     layers: int
 
     def state_bytes(self, dtype_bytes: int, tensor_parallel: int = 1) -> int:
@@ -106,6 +110,7 @@ class Mamba2Layers:
     ssm_cache_dtype: str = "auto"
 
     label: ClassVar[str] = "Mamba-2"
+    groups_first: ClassVar[bool] = False  # after the attention group: tests/allocators/data/mamba_pool.json
 
     def __post_init__(self) -> None:
         check_state_dims(self, ("layers", "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"), "mamba")

@@ -16,6 +16,10 @@ longer than the hit every group gave (``HybridKVCacheCoordinator.find_longest_ca
 prefix, ``KVCacheManager.get_computed_blocks``), a shared prefix the window group has not cached yet. Each
 boundary is floored to the block size (the hit alignment of a pool whose groups share one block size). So under
 0 a window group never caches a generated block, nor the blocks of a long prompt's middle.
+
+A Mamba group in align mode (`allocators.mamba_align`) is the same rule with ``need`` 1: a hit resumes from the one
+state block ending on its boundary (``MambaManager.reachable_block_mask``: block ``i`` kept where ``(i + 1)`` is a
+multiple of ``k / block_size``, every block where that is 1, and the block ending at each reachable boundary).
 """
 
 from __future__ import annotations
@@ -46,14 +50,16 @@ def retained_blocks(start: int, stop: int, *, need: int, interval: int | None, b
 
 def check_retention_interval(interval: int | None, block_size: int, has_window: bool) -> None:
     """vLLM's checks (``_validate_prefix_cache_retention_interval``, ``kv_cache_coordinator.py``): non-negative, a
-    multiple of the block size, and a positive interval only on a model with sliding-window layers."""
+    multiple of the block size, and a positive interval only on a model whose sparse groups it acts on
+    (``has_window``: a sliding-window group, or a Mamba group that caches states, `allocators.mamba_align`)."""
     if interval is not None and interval < 0:
         raise ValueError(f"--prefix-cache-retention-interval must be non-negative (or None), got {interval}")
     if not interval:
         return
     if not has_window:
         raise ValueError("--prefix-cache-retention-interval is set but this model has no sliding-window KV cache "
-                         "group, so retention has no effect: set it to 0 (it only applies to sliding-window layers)")
+                         "group nor Mamba states it caches, so retention has no effect: set it to 0 (it only applies "
+                         "to sliding-window and Mamba layers)")
     if interval % block_size:
         raise ValueError(f"--prefix-cache-retention-interval ({interval}) must be a multiple of the block size "
                          f"({block_size})")

@@ -87,3 +87,19 @@ def test_prefix_caching_puts_the_pool_in_align_mode():
     copies = a.fork(1, 2, final_tokens=3 * BS + 10)
     assert len(copies) == 3 + 2 * 6 and a.live_blocks(2) == [3] + [2] * 6
     a.check_invariants()
+
+
+def test_a_freed_request_joins_the_free_queue_in_vllms_group_order():
+    """vLLM frees a request's blocks KV cache group by group in its config's order (``KVCacheCoordinator.free``),
+    which for Qwen3-Next lists the gated DeltaNet groups first (``mamba_groups_first``): which cached blocks a
+    later allocation evicts first depends on it. A two-block prompt caches its two attention blocks and, per Mamba
+    group, the state at its replay boundary (column 0); those join the queue's end in group order."""
+    for first in (False, True):
+        a = pool(blocks=20, mamba_groups_first=first, prefix_caching=True)
+        a.admit(1, 2 * BS, final_tokens=2 * BS + 1, block_hashes=(11, 12))
+        attention, *states = a.block_tables(1)
+        a.free(1)
+        cached = [b for b in a.free_block_ids() if a._cache.block_hash[b] is not None]
+        checkpoints = [t[0] for t in states]
+        assert cached == ([*checkpoints, *reversed(attention)] if first else [*reversed(attention), *checkpoints])
+        a.check_invariants()

@@ -16,8 +16,10 @@ group in none mode, at most three live (four under async scheduling) in align mo
 last column and every Mamba group alike; the used blocks are the distinct blocks the tables hold and the cached
 slots the free blocks keeping a hash; no headroom while a state block waits to be freed; a hit never covers the
 last token looked up, and resumes at a cached state; only states at a request's replay boundary or junction are
-cached, and a hit on one cached in the step being scheduled is deferred; the decode fast-forward's growth by the
-headroom takes and frees nothing; a refused growth only frees states no step reads.
+cached (and, under a positive ``prefix_cache_retention_interval``, those ending each interval), and a hit on one
+cached in the step being scheduled is deferred; a chunk that can export its checkpoint holds a block for it (the
+prefill's last chunk under retention 0, any such chunk under a positive interval); the decode fast-forward's growth
+by the headroom takes and frees nothing; a refused growth only frees states no step reads.
 """
 
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from allocators.base import cdiv
 from allocators.hybrid import HybridPagedAllocator
-from allocators.mamba_align import aligned_split
+from allocators.mamba_align import aligned_split, checkpoint_position, checkpoint_valid
 from tests.allocators.kv_group_fixture import KVGroupFixture
 from tests.allocators.test_allocator_stateful import SETTINGS, chained_hashes
 from tests.soak import examples, steps
@@ -58,13 +60,15 @@ class Request:
 class MambaMachine(RuleBasedStateMachine):
     prefix_caching = False  # True: vLLM's mamba_cache_mode 'align'
     async_scheduling = False
+    retention = 0  # vLLM's prefix_cache_retention_interval (align mode), a multiple of BLOCK
 
     @initialize(blocks=st.integers(8, 60), mamba=st.integers(2, 3), attention=st.sampled_from([1, 2]),
                 budget=st.sampled_from([3, 4, 8, 16, 64]))
     def build(self, blocks, mamba, attention, budget):
         self.alloc = HybridPagedAllocator(blocks * BLOCK, block_size=BLOCK, max_model_len=MAX_LEN,
                                           kv_groups=ATTENTION[attention], mamba_groups=mamba,
-                                          prefix_caching=self.prefix_caching)
+                                          prefix_caching=self.prefix_caching,
+                                          prefix_cache_retention_interval=self.retention)
         self.alloc.processed_basis = self.async_scheduling  # as `sim.kernel.replica.build_replica` sets it
         self.budget = budget
         self.tokens: dict[int, int] = {}
@@ -174,13 +178,16 @@ class MambaMachine(RuleBasedStateMachine):
         for g, table in enumerate(a.block_tables(seq) if cached else ()):  # the hit's blocks: the cached ones
             for i in range(cached // BLOCK - 1 if a.mamba[g] else 0, cached // BLOCK):  # a state: only its last
                 assert a._cache.block_hash[table[i]] == r.hashes[i] * n + g, f"group {g}: hit block {i} is not cached"
-        for boundary in (r.prompt - 1, r.junction):  # its replay boundary and its shared-prefix junction
-            column = boundary // BLOCK - 1
+        columns = [boundary // BLOCK - 1 for boundary in (r.prompt - 1, r.junction)]  # replay boundary, junction
+        if self.retention:  # and the state ending every interval
+            columns += [i for i in range(len(r.hashes)) if (i + 1) % (self.retention // BLOCK) == 0]
+        for column in columns:
             if 0 <= column < len(r.hashes):
                 self.reachable.update(r.hashes[column] * n + g for g, m in enumerate(a.mamba) if m)
         self.requests[seq] = r
         self.tokens[seq] = cached + chunk
         self.caches_boundary(seq, cached)
+        self.checkpoints(seq, cached)
         self.scheduled.add(seq)
         return True
 
@@ -208,6 +215,7 @@ class MambaMachine(RuleBasedStateMachine):
             if not self.alloc.align:  # a state block for the sequence's life
                 assert self.mamba_tables(seq) == [t for t, m in zip(tables, self.alloc.mamba, strict=True) if m]
             self.caches_boundary(seq, self.tokens[seq] - n)
+            self.checkpoints(seq, self.tokens[seq] - n)
             return
         assert self.alloc.num_tokens(seq) == self.tokens[seq]
         assert self.attention_tables(seq) == [t for t, m in zip(tables, self.alloc.mamba, strict=True) if not m]
@@ -231,6 +239,18 @@ class MambaMachine(RuleBasedStateMachine):
             n, get = len(a.groups), a._cache.getter
             assert all(get(r.hashes[boundary // BLOCK - 1] * n + g) is not None for g, m in enumerate(a.mamba) if m), \
                 f"sequence {seq}: the state at its replay boundary {boundary} is not cached"
+
+    def checkpoints(self, seq, start):
+        """A chunk from ``start`` that can export the state one block before its end into a block of its own
+        (`mamba_align.checkpoint_valid`) holds it there, in every Mamba group (align mode): under retention 0 only
+        the chunk reaching the prefill's end, under a positive interval any such chunk (vLLM's coordinator passes
+        ``prefill_end`` 0 then)."""
+        a, r, end = self.alloc, self.requests[seq], self.tokens[seq]
+        if not a.align or not checkpoint_valid(start, end, checkpoint_position(end, BLOCK), BLOCK):
+            return
+        if self.retention or end >= max(r.prompt, r.target - 1):
+            assert all(t[cdiv(end, BLOCK) - 2] for t in self.mamba_tables(seq)), \
+                f"sequence {seq}: chunk {start}..{end} holds no checkpoint block"
 
     @precondition(lambda self: self.unscheduled(prefilling=False))
     @rule(data=st.data())
@@ -330,9 +350,10 @@ class MambaMachine(RuleBasedStateMachine):
         assert b.token_states == b.reservation == b.internal_frag == b.used_blocks == b.shared_saved == 0
 
 
-for _pc, _async in ((False, False), (True, False), (True, True)):
-    _label = f"{'align' if _pc else 'none'}{'_async' if _async else ''}"
+for _pc, _async, _retention in ((False, False, 0), (True, False, 0), (True, True, 0), (True, False, 2 * BLOCK),
+                                (True, True, 3 * BLOCK)):
+    _label = f"{'align' if _pc else 'none'}{'_async' if _async else ''}{f'_retention_{_retention}' * bool(_retention)}"
     _machine = type(f"MambaMachine_{_label}", (MambaMachine,),
-                    {"prefix_caching": _pc, "async_scheduling": _async})
+                    {"prefix_caching": _pc, "async_scheduling": _async, "retention": _retention})
     globals()[f"Test_mamba_{_label}"] = settings(SETTINGS, max_examples=examples(25),
                                                   stateful_step_count=steps(60))(_machine).TestCase

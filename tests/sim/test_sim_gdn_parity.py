@@ -3,7 +3,8 @@
 scheduler and KV cache manager given the same pool, synchronous and under vLLM's default async scheduling: three gated DeltaNet groups before one attention group, as
 vLLM's planner orders them (``tools/vllm_oracle/gdn_driver.py``), step for step (every engine step's running and
 waiting requests, prefill tokens, decoding requests and used blocks) and `compare.py`'s run-wide and per-request
-metrics, exactly; the fast-forward makes the same decisions. The comparison is `mamba_compare.py`'s."""
+metrics, exactly; the fast-forward makes the same decisions. Also with requests sampled n > 1 times and under
+positive ``--prefix-cache-retention-interval``s. The comparison is `mamba_compare.py`'s."""
 
 import dataclasses
 import json
@@ -30,8 +31,14 @@ def run(case: str, *, step_by_step: bool, asynchronous: bool = False):
 
 
 def test_the_cases_cover_both_modes_contention_chunks_and_shared_prefixes():
+    """Both cache modes, parallel sampling (siblings fanned out as vLLM v1 does), and positive retention
+    intervals of 2 and 4 blocks (every chunk able to export its checkpoint reserves a block for it, and each
+    interval's last state is cached)."""
     assert set(CASES) == {"gdn_none_contended", "gdn_align_contended", "gdn_none_small_budget",
-                          "gdn_align_small_budget", "gdn_align_shared_prefix"}
+                          "gdn_align_small_budget", "gdn_align_shared_prefix", "gdn_align_parallel_sampling_shared",
+                          "gdn_align_contended_retention_1152", "gdn_align_shared_prefix_retention_1152",
+                          "gdn_align_shared_prefix_retention_2304",
+                          "gdn_align_parallel_sampling_shared_retention_1152"}
     assert set(cases(DATA / "async")) == set(CASES)
 
 

@@ -1,5 +1,6 @@
 """kvsim on Nemotron-H-8B with prefix caching off (vLLM's ``mamba_cache_mode='none'``) and on (``'align'``, the
-default: block-aligned chunks, state blocks per boundary, reachable states cached) against vLLM 0.33's own
+default: block-aligned chunks, state blocks per boundary, reachable states cached; also under a positive
+``--prefix-cache-retention-interval`` and with requests sampled n > 1 times) against vLLM 0.33's own
 scheduler and KV cache manager given the same pool (one attention group, six Mamba groups, blocks of 1,040
 tokens: ``tools/vllm_oracle/mamba_driver.py``), step for step: every engine step's running and waiting requests,
 prefill tokens, decoding requests and used blocks, and `compare.py`'s run-wide and per-request metrics, exactly,
@@ -27,10 +28,21 @@ RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)
 
 def test_the_cases_cover_contention_a_burst_and_chunked_prompts_in_both_engine_loops():
     """Both cache modes; in align mode also prefixes shared across requests over several blocks, identical prompts
-    in one step (a hit on a state cached in the same step is deferred) and resumed requests hitting their own."""
+    in one step (a hit on a state cached in the same step is deferred), resumed requests hitting their own,
+    parallel sampling (siblings hitting the state their first child cached), and positive
+    ``prefix_cache_retention_interval``s (`tests/allocators/test_mamba_retention.py`)."""
     assert set(CASES) >= {f"mamba_{mode}_{case}" for mode in ("none", "align")
                           for case in ("contended", "offline_burst", "small_budget")}
     assert {"mamba_align_shared_prefix", "mamba_align_long_prefix"} <= set(CASES)
+    # requests sampled n = 2..4 times, fanned out into child requests as vLLM v1's engine does, in both modes
+    assert {"mamba_none_parallel_sampling", "mamba_align_parallel_sampling",
+            "mamba_align_parallel_sampling_shared"} <= set(CASES)
+    # chunks over two blocks (a checkpoint block mid-prefill), and positive retention intervals of 2 and 4 blocks
+    assert {"mamba_align_contended_8192", "mamba_align_long_prefix_8192", "mamba_align_contended_retention_2080",
+            "mamba_align_shared_prefix_retention_2080", "mamba_align_shared_prefix_retention_4160",
+            "mamba_align_long_prefix_retention_2080", "mamba_align_long_prefix_8192_retention_2080",
+            "mamba_align_long_prefix_8192_retention_4160",
+            "mamba_align_parallel_sampling_shared_retention_2080"} <= set(CASES)
     assert set(cases(mamba.DATA / "async")) == set(CASES)
 
 

@@ -33,8 +33,13 @@ CASES: dict[str, dict] = {
         trace_of=mamba_driver.CASES[name].get("trace_of", name),
         block_size=BLOCK_SIZES[mamba_driver.CASES[name].get("enable_prefix_caching", True)])
     for name in ("mamba_none_contended", "mamba_align_contended", "mamba_none_small_budget",
-                 "mamba_align_small_budget", "mamba_align_shared_prefix")
+                 "mamba_align_small_budget", "mamba_align_shared_prefix", "mamba_align_parallel_sampling_shared")
 }
+# a positive prefix_cache_retention_interval, 2 and 4 of its 576-token blocks (`mamba_driver.py`'s cases on them)
+CASES |= {f"{name}_retention_{blocks * 576}": CASES[name] | dict(trace_of=CASES[name]["trace_of"],
+                                                                 prefix_cache_retention_interval=blocks * 576)
+          for name, blocks in (("gdn_align_contended", 2), ("gdn_align_shared_prefix", 2),
+                               ("gdn_align_shared_prefix", 4), ("gdn_align_parallel_sampling_shared", 2))}
 
 
 def main() -> None:

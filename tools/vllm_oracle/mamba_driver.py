@@ -91,6 +91,34 @@ CASES |= {
     # prompts arriving in the same step (a hit on a state cached that step is deferred): `write_long_prefix_trace`
     "mamba_align_long_prefix": dict(trace=dict(n=0), num_blocks=80, block_size=1040),
 }
+CASES |= {
+    # requests sampled n = 2..4 times, which vLLM v1's engine fans out into n requests ("{k}_{row}"; kvsim:
+    # --parallel-sampling fan-out): each child admitted, preempted and given its own state blocks alone; with
+    # prefix caching on the children after the first hit the prompt's cached state (or wait a step for it)
+    "mamba_none_parallel_sampling": dict(trace=dict(n=40, prompt=(100, 3000), output=(50, 1500), gap=3.0,
+                                                    samples=(1, 2, 3, 4)), num_blocks=40, block_size=1040,
+                                         enable_prefix_caching=False, parallel_sampling="fan-out"),
+    # the same with shared system prompts too (junctions and sibling hits together)
+    "mamba_align_parallel_sampling_shared": dict(trace=dict(n=50, prompt=(1500, 5000), output=(20, 300), gap=3.0,
+                                                            groups=3, samples=(1, 2, 3, 4)),
+                                                 num_blocks=60, block_size=1040, parallel_sampling="fan-out"),
+}
+CASES["mamba_align_parallel_sampling"] = CASES["mamba_none_parallel_sampling"] | dict(
+    enable_prefix_caching=True, trace_of="mamba_none_parallel_sampling")
+# chunks of up to 8,192 tokens: a chunk spanning more than two blocks (2,081 tokens and more) exports the state one
+# block before its end into a checkpoint block of its own (``is_mamba_prefill_checkpoint_valid``)
+CASES |= {f"{name}_8192": CASES[name] | dict(trace_of=CASES[name].get("trace_of", name), max_num_batched_tokens=8192)
+          for name in ("mamba_align_contended", "mamba_align_long_prefix")}
+# a positive prefix_cache_retention_interval (2 and 4 blocks of 1,040): every chunk whose checkpoint is valid
+# reserves a checkpoint block (under 0 only the prefill-end chunk's), and the state ending each interval is cached
+CASES |= {f"{name}_retention_{blocks * 1040}": CASES[name] | dict(trace_of=CASES[name].get("trace_of", name),
+                                                                  prefix_cache_retention_interval=blocks * 1040)
+          for name, blocks in (("mamba_align_contended", 2), ("mamba_align_shared_prefix", 2),
+                               ("mamba_align_shared_prefix", 4), ("mamba_align_long_prefix", 2),
+                               ("mamba_align_parallel_sampling_shared", 2), ("mamba_align_long_prefix_8192", 2),
+                               ("mamba_align_long_prefix_8192", 4))}
+# (mamba_align_contended at 4 blocks, and mamba_align_contended_8192 at 2 and 4, were exact too, their steps
+# those of a case above: not kept)
 LONG_PREFIXES = (2600, 4200, 6500)
 """``mamba_align_long_prefix``'s three system prompts, in tokens (2.5 to 6.25 blocks of 1,040)."""
 
@@ -152,7 +180,7 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
             async_gap.write_reference(Path(a.out) / "async" / name, step_rows, request_rows)
             print(name, "async done", flush=True)
             continue
-        if name == "mamba_align_long_prefix":
+        if CASES.get(name, {}).get("trace_of", name) == "mamba_align_long_prefix":
             write_long_prefix_trace(out / "trace.csv")
         else:
             cases.write_trace(name, out / "trace.csv")
