@@ -17,7 +17,7 @@ from numbers import Integral, Real
 from allocators.gdn_layout import GatedDeltaNetLayers
 from allocators.kv_formats import model_kind_refusal
 from allocators.kv_layout import KVGroup, kv_element_bytes, layout_groups
-from allocators.mamba_layout import Mamba2Layers
+from allocators.mamba_layout import Mamba2Layers, first_layer_recurrent
 
 GIB = 1024**3
 
@@ -375,6 +375,10 @@ class GpuSpec:
 
 
 _HF = "Hugging Face config.json of "
+_NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+"""nvidia/Nemotron-H-8B-Base-8K's ``hybrid_override_pattern``: one letter a layer, 'M' Mamba-2, '*' attention."""
+_QWEN3_NEXT_LAYER_TYPES = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(48)]
+"""Qwen3-Next's ``layer_types`` (Qwen3NextConfig: every ``full_attention_interval`` = 4th layer full)."""
 
 _DSV3_REPLICATED_BYTES = 61 * (15_142_624 + 32_768) + 58 * 3_671_040 + 14_336
 """DeepSeek-V3's weights vLLM 0.33 keeps whole on every tensor-parallel GPU (`ModelSpec.replicated_weights_gib`;
@@ -482,8 +486,8 @@ MODELS: dict[str, ModelSpec] = {
                   _HF + "Qwen/Qwen2.5-7B (num_params: every tensor incl. QKV biases and the untied lm_head)"),
         ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 8.19e9, 40960, 12288, 151936, 2, _HF + "Qwen/Qwen3-8B"),
         ModelSpec("nemotron-h-8b", 52, 4096, 32, 8, 128, 8_100_852_736, 8192, 21504, 131072, 2,
-                  _HF + "nvidia/Nemotron-H-8B-Base-8K: hybrid_override_pattern M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-"
-                  "M-M*-M-M-M-M-M- (52 layers: 24 Mamba-2 'M', 4 attention '*', 24 MLP-only '-'); attention 32 "
+                  _HF + f"nvidia/Nemotron-H-8B-Base-8K: hybrid_override_pattern {_NEMOTRON_H_8B_PATTERN} "
+                  "(52 layers: 24 Mamba-2 'M', 4 attention '*', 24 MLP-only '-'); attention 32 "
                   "heads, 8 KV heads, attention_head_dim 128; Mamba-2 mamba_num_heads 128, mamba_head_dim 64, "
                   "ssm_state_size 128, n_groups 8, conv_kernel 4; no mamba_ssm_cache_dtype, so vLLM 0.33 keeps "
                   "the SSM state in float32 (NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE). "
@@ -492,7 +496,9 @@ MODELS: dict[str, ModelSpec] = {
                   "gated norm 8192, out_proj 8192 x 4096, norm), 4 attention layers of 41,947,136 and 24 relu2 "
                   "MLP layers of 176,164,864 (up and down 4096 x 21504, norm), final norm: 8,100,852,736 (the "
                   "model card's 8B)",
-                  attention_layers=4, mamba=Mamba2Layers(24, 128, 64, 128, 8, 4, "float32")),
+                  attention_layers=4, mamba=Mamba2Layers(
+                      24, 128, 64, 128, 8, 4, "float32",
+                      groups_first=first_layer_recurrent(_NEMOTRON_H_8B_PATTERN, "M"))),
         ModelSpec("qwen3-next-80b-a3b", 48, 2048, 16, 2, 256, 79_674_391_296, 262144, 512, 151936, 2,
                   "Qwen/Qwen3-Next-80B-A3B-Instruct (Qwen3NextForCausalLM), from transformers' Qwen3NextConfig "
                   "defaults (src/transformers/models/qwen3_next/configuration_qwen3_next.py at commit "
@@ -517,7 +523,9 @@ MODELS: dict[str, ModelSpec] = {
                   "norm: 79,674,391,296 (the card's 80B). active_params: all but 502 unrouted experts a layer, "
                   "3,874,929,408 (the card's 3B activated counts no embedding and lm_head: 3.25e9)",
                   active_params=3_874_929_408, num_experts=512, num_experts_per_tok=10,
-                  attention_layers=12, mamba=GatedDeltaNetLayers(36, 16, 32, 128, 128, 4)),
+                  attention_layers=12, mamba=GatedDeltaNetLayers(
+                      36, 16, 32, 128, 128, 4,
+                      groups_first=first_layer_recurrent(_QWEN3_NEXT_LAYER_TYPES, "linear_attention"))),
     ]
 }
 

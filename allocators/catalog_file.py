@@ -3,7 +3,8 @@
 A file holds ``[models.NAME]`` and ``[gpus.NAME]`` tables whose keys are the fields of `ModelSpec` and
 `GpuSpec` (``catalog.py``), and a hybrid Mamba-2 model's layers a ``[models.NAME.mamba]`` table under config.json's
 names (`MAMBA_KEYS`), so Nemotron-H or Granite-4.0-H is described as the built-in nemotron-h-8b is, and a gated
-DeltaNet hybrid's a ``[models.NAME.gdn]`` table (`GDN_KEYS`, Qwen3-Next's and Qwen3.5's names). Every mistake
+DeltaNet hybrid's a ``[models.NAME.gdn]`` table (`GDN_KEYS`, Qwen3-Next's and Qwen3.5's names), each optionally
+with the model's layer pattern (`LAYER_PATTERNS`, which orders vLLM's KV cache groups). Every mistake
 (an unknown table or field, a missing one, a value out of range, a file that is not TOML) is a one-line
 ValueError naming the file and the entry, so a typo never adds nothing silently.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, check_positive, get_model
 from allocators.gdn_layout import GatedDeltaNetLayers
-from allocators.mamba_layout import MAMBA_DTYPES, Mamba2Layers
+from allocators.mamba_layout import MAMBA_DTYPES, Mamba2Layers, first_layer_recurrent
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,6 +56,14 @@ GDN_SSM_DTYPE_DEFAULTS = ("vLLM 0.33 keeps --mamba-ssm-cache-dtype auto (the mod
 """Why a ``gdn`` table's ``mamba_ssm_cache_dtype`` has no default: as `MAMBA_SSM_DTYPE_DEFAULTS`, the recurrent
 state is most of the page and vLLM's default for it depends on the architecture."""
 
+LAYER_PATTERNS: dict[str, tuple[str, str]] = {"mamba": ("hybrid_override_pattern", "M"),
+                                              "gdn": ("layer_types", "linear_attention")}
+"""A recurrent-layer table's optional layer pattern, config.json's key for it and its name for a recurrent layer:
+Nemotron-H's ``hybrid_override_pattern`` string (one letter a layer, 'M' Mamba-2), Qwen3-Next's and Qwen3.5's
+``layer_types`` list. It sets ``groups_first`` (vLLM lists the recurrent KV cache groups first iff layer 0 is
+recurrent: `MambaStateLayers.groups_first`) and must count ``layers`` recurrent layers; without it the order is
+`RECURRENT_FIRST`'s (every hybrid kvsim knows of starts with a recurrent layer)."""
+
 RECURRENT_TABLES: dict[str, tuple[type, dict[str, str], str, str]] = {
     "mamba": (Mamba2Layers, MAMBA_KEYS, "Mamba-2", MAMBA_SSM_DTYPE_DEFAULTS),
     "gdn": (GatedDeltaNetLayers, GDN_KEYS, "gated DeltaNet", GDN_SSM_DTYPE_DEFAULTS),
@@ -87,9 +96,13 @@ def _mamba_from_table(name: str, table: object, path: Path, kind: str = "mamba")
     if not isinstance(table, dict):
         raise ValueError(f"{entry}: {kind} must be a table [models.{name}.{kind}] of the {label} layers' fields "
                          f"({', '.join(keys)}), got {table!r}")
-    unknown = set(table) - set(keys)
+    pattern_key, recurrent = LAYER_PATTERNS[kind]
+    unknown = set(table) - set(keys) - {pattern_key}
     if unknown:
-        raise ValueError(f"{entry}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(keys)}")
+        raise ValueError(f"{entry}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(keys)}, "
+                         f"{pattern_key}")
+    table = dict(table)
+    pattern = table.pop(pattern_key, None)
     missing = [k for k in keys if k not in table]
     if missing:
         why = f" ({dtype_why})" if "mamba_ssm_cache_dtype" in missing else ""
@@ -101,10 +114,27 @@ def _mamba_from_table(name: str, table: object, path: Path, kind: str = "mamba")
                                  f"(vLLM's --mamba-ssm-cache-dtype), got {value!r}")
         else:
             check_positive(entry, key, value, integer=True)
+    order = {} if pattern is None else {"groups_first": _first_recurrent(entry, pattern_key, pattern, recurrent,
+                                                                         table["layers"])}
     try:
-        return cls(**{keys[k]: v for k, v in table.items()})
+        return cls(**{keys[k]: v for k, v in table.items()}, **order)
     except ValueError as exc:  # a rule between fields (conv_kernel of at least 2): name the file and model too
         raise ValueError(f"{entry}: {exc}") from None
+
+
+def _first_recurrent(entry: str, key: str, pattern: object, recurrent: str, layers: int) -> bool:
+    """`first_layer_recurrent` of a table's layer pattern (`LAYER_PATTERNS`), which must be config.json's type (a
+    string for ``hybrid_override_pattern``, a list of strings for ``layer_types``) and hold ``layers`` recurrent
+    layers (``recurrent``)."""
+    text = key == "hybrid_override_pattern"
+    if not (isinstance(pattern, str) if text else isinstance(pattern, list) and all(
+            isinstance(p, str) for p in pattern)):
+        raise ValueError(f"{entry}: {key} must be config.json's {'string' if text else 'list of strings'}, "
+                         f"got {pattern!r}")
+    if list(pattern).count(recurrent) != layers:
+        raise ValueError(f"{entry}: {key} has {list(pattern).count(recurrent)} {recurrent!r} layers but layers "
+                         f"= {layers}")
+    return first_layer_recurrent(pattern, recurrent)
 
 
 def _tables(data: dict, section: str, path: Path) -> dict[str, dict]:

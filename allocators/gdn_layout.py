@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from allocators.mamba_layout import MAMBA_DTYPES, _divide, check_state_dims
+from allocators.mamba_layout import MAMBA_DTYPES, RECURRENT_FIRST, _divide, check_state_dims
 
 FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64
 """``v1/attention/backends/gdn_attn.py``: the token grid FlashInfer's GDN prefill emits mid-prefill states on."""
@@ -45,10 +45,10 @@ class GatedDeltaNetLayers:
     ``layer_types``), ``num_k_heads`` (``linear_num_key_heads``), ``num_v_heads`` (``linear_num_value_heads``),
     ``head_k_dim`` (``linear_key_head_dim``), ``head_v_dim`` (``linear_value_head_dim``) and ``conv_kernel``
     (``linear_conv_kernel_dim``); ``ssm_cache_dtype``: ``--mamba-ssm-cache-dtype`` as the model's config handler
-    leaves it (Qwen3-Next: auto)."""
+    leaves it (Qwen3-Next: auto); ``groups_first``: `MambaStateLayers.groups_first` (``layer_types`` starts with
+    'linear_attention': `first_layer_recurrent`)."""
 
     label: ClassVar[str] = "gated DeltaNet"
-    groups_first: ClassVar[bool] = True  # Qwen3-Next's layer 0 is one: tests/allocators/data/gdn_pool.json
 
     layers: int
     num_k_heads: int
@@ -57,6 +57,7 @@ class GatedDeltaNetLayers:
     head_v_dim: int
     conv_kernel: int
     ssm_cache_dtype: str = "auto"
+    groups_first: bool = RECURRENT_FIRST
 
     def __post_init__(self) -> None:
         check_state_dims(self, ("layers", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"),

@@ -63,11 +63,19 @@ class MambaStateLayers(Protocol):
     alignment its prefill checkpoints need differ."""
 
     label: ClassVar[str]
-    groups_first: ClassVar[bool]
-    """Whether vLLM's planner lists this kind's KV cache groups before the attention group (the order
-    ``_get_kv_cache_groups_uniform_page_size`` meets the layers' specs in), which is the order it frees a
-    request's blocks in, group by group."""
     layers: int
+    groups_first: bool
+    """Whether vLLM's planner lists the model's recurrent KV cache groups before its attention group: a property
+    of the model, not of the kind of layer (`RECURRENT_FIRST`), as it is the order of the layers themselves.
+    ``_get_kv_cache_groups_uniform_page_size`` (``v1/core/kv_cache_planning.py``) makes one bucket per layer spec
+    in the order it first meets each in ``kv_cache_spec``, and that dict is in the model's layer order:
+    ``GPUModelRunner.get_kv_cache_spec`` walks ``get_layers_from_vllm_config``, i.e. the
+    ``static_forward_context`` dict, into which every attention and Mamba layer puts itself as it is built
+    (``Attention.__init__``, ``MambaMixer2.__init__``: ``static_forward_context[prefix] = self``), and
+    ``make_layers`` builds the layers in index order; ``get_global_kv_cache_groups`` merges the workers' dicts
+    keeping that order. So the groups come first iff layer 0 is recurrent. The groups' order is the order
+    ``KVCacheCoordinator`` allocates a request's blocks in and frees them in, group by group (which cached
+    blocks join the free queue, and so are evicted, first)."""
 
     def state_bytes(self, dtype_bytes: int, tensor_parallel: int = 1) -> int:
         """One layer's whole state on one GPU, before padding."""
@@ -79,9 +87,27 @@ class MambaStateLayers(Protocol):
         ...
 
 
+RECURRENT_FIRST = True
+"""`MambaStateLayers.groups_first` where the model's layer pattern is not given (a catalog file's table without
+one): the recurrent groups first, as every hybrid whose config kvsim reads starts with a recurrent layer:
+Nemotron-H-8B (``hybrid_override_pattern`` 'M-M-M-M*-...'), Qwen3-Next and Qwen3.5 (``layer_types``: every
+``full_attention_interval``-th layer full, the first three linear), and transformers' defaults for Jamba
+(``attn_layer_offset`` 4), Bamba and Granite-4.0-H (every layer Mamba unless told otherwise)."""
+
+
+def first_layer_recurrent(pattern: str | list[str], recurrent: str) -> bool:
+    """`MambaStateLayers.groups_first` from a model's layer pattern: whether its layer 0 is ``recurrent`` (the
+    pattern a string of one letter a layer, Nemotron-H's ``hybrid_override_pattern`` 'M', or a list of names,
+    ``layer_types``' 'linear_attention')."""
+    return len(pattern) > 0 and pattern[0] == recurrent
+
+
 def check_state_dims(layers, dims: tuple[str, ...], kind: str) -> None:
     """What every kind of recurrent layer checks of its config.json dims: each of ``dims`` a positive integer, a
-    ``conv_kernel`` of at least 2 and a known ``ssm_cache_dtype``; a ValueError starting with ``kind``."""
+    ``conv_kernel`` of at least 2 and a known ``ssm_cache_dtype``; a ValueError starting with ``kind``. (And
+    ``groups_first`` a bool, not a pattern.)"""
+    if type(layers.groups_first) is not bool:
+        raise ValueError(f"{kind} groups_first must be True or False, got {layers.groups_first!r}")
     for f in dims:
         value = getattr(layers, f)
         if type(value) is not int or value <= 0:
@@ -99,7 +125,8 @@ class Mamba2Layers:
     """A model's Mamba-2 layers, from config.json: ``layers`` of them (``M`` in Nemotron-H's
     ``hybrid_override_pattern``), ``num_heads`` (``mamba_num_heads``), ``head_dim`` (``mamba_head_dim``),
     ``state_size`` (``ssm_state_size``), ``n_groups`` and ``conv_kernel``; ``ssm_cache_dtype``: vLLM's
-    ``--mamba-ssm-cache-dtype`` as the model's config handler leaves it (Nemotron-H: float32)."""
+    ``--mamba-ssm-cache-dtype`` as the model's config handler leaves it (Nemotron-H: float32); ``groups_first``:
+    `MambaStateLayers.groups_first` (``hybrid_override_pattern`` starts with 'M': `first_layer_recurrent`)."""
 
     layers: int
     num_heads: int
@@ -108,9 +135,9 @@ class Mamba2Layers:
     n_groups: int
     conv_kernel: int
     ssm_cache_dtype: str = "auto"
+    groups_first: bool = RECURRENT_FIRST
 
     label: ClassVar[str] = "Mamba-2"
-    groups_first: ClassVar[bool] = False  # after the attention group: tests/allocators/data/mamba_pool.json
 
     def __post_init__(self) -> None:
         check_state_dims(self, ("layers", "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"), "mamba")

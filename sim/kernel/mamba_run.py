@@ -79,7 +79,8 @@ def run_pool(config, model, kv_tokens: int, block_size: int | None = None) -> Hy
 
 
 def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: dict) -> HybridPagedAllocator:
-    """The hybrid allocator over `run_pool`'s blocks: the model's attention groups, then its Mamba groups.
+    """The hybrid allocator over `run_pool`'s blocks: the model's attention groups, then its Mamba groups (freed in
+    vLLM's order, the Mamba groups first where the model's layer 0 is recurrent: `MambaStateLayers.groups_first`).
     ``options``: the allocator options `build_replica` gives every allocator (``block_size``: the pool's)."""
     pool = run_pool(config, model, kv_tokens, config.block_size)
     attention = len(split_kv_groups(kv_groups)[1])

@@ -91,9 +91,10 @@ def test_prefix_caching_puts_the_pool_in_align_mode():
 
 def test_a_freed_request_joins_the_free_queue_in_vllms_group_order():
     """vLLM frees a request's blocks KV cache group by group in its config's order (``KVCacheCoordinator.free``),
-    which for Qwen3-Next lists the gated DeltaNet groups first (``mamba_groups_first``): which cached blocks a
-    later allocation evicts first depends on it. A two-block prompt caches its two attention blocks and, per Mamba
-    group, the state at its replay boundary (column 0); those join the queue's end in group order."""
+    which lists the recurrent groups first where the model's layer 0 is one (``mamba_groups_first``: Nemotron-H,
+    Qwen3-Next): which cached blocks a later allocation evicts first depends on it. A two-block prompt caches its
+    two attention blocks and, per Mamba group, the state at its replay boundary (column 0); those join the queue's
+    end in group order."""
     for first in (False, True):
         a = pool(blocks=20, mamba_groups_first=first, prefix_caching=True)
         a.admit(1, 2 * BS, final_tokens=2 * BS + 1, block_hashes=(11, 12))

@@ -35,7 +35,25 @@ def test_a_toml_qwen3_next_is_the_built_in_entry(tmp_path):
     assert replace(models["my-qwen3-next"], name=QWEN3_NEXT.name, source=QWEN3_NEXT.source) == QWEN3_NEXT
 
 
+LAYER_TYPES = [("full_attention" if (i + 1) % 4 == 0 else "linear_attention") for i in range(48)]
+"""Qwen3-Next's layer_types (every 4th layer full attention)."""
+
+
+@pytest.mark.parametrize(("layer_types", "first"), [(None, True), (LAYER_TYPES, True), (LAYER_TYPES[::-1], False)])
+def test_layer_types_order_the_groups(tmp_path, layer_types, first):
+    """vLLM lists the gated DeltaNet KV cache groups first iff layer 0 is one (Qwen3-Next's; reversed, layer 0 is a
+    full-attention layer and they come after it); no layer_types: first."""
+    text = None if layer_types is None else "[" + ", ".join(f'"{t}"' for t in layer_types) + "]"
+    model = load(tmp_path, qwen_toml(gdn=dict(layer_types=text)))[0]["my-qwen3-next"]
+    assert model.mamba.groups_first is first
+    if first:
+        assert replace(model, name=QWEN3_NEXT.name, source=QWEN3_NEXT.source) == QWEN3_NEXT
+
+
 @pytest.mark.parametrize("gdn, message", [
+    (dict(layer_types='["linear_attention", "full_attention"]'), r"\[models.m.gdn\]: layer_types has 1 "
+                                                                  r"'linear_attention' layers but layers = 36"),
+    (dict(layer_types='"linear_attention"'), r"\[models.m.gdn\]: layer_types must be config.json's list of strings"),
     (dict(linear_num_value_heads="0"), r"\[models.m.gdn\].*linear_num_value_heads must be a positive integer"),
     (dict(linear_key_head_dim="1.5"), r"\[models.m.gdn\].*linear_key_head_dim must be a positive integer"),
     (dict(linear_conv_kernel_dim="1"), r"\[models.m.gdn\]: gated DeltaNet conv_kernel must be at least 2"),

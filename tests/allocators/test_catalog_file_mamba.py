@@ -49,6 +49,22 @@ def test_an_inline_table_and_auto_are_taken(tmp_path):
     assert mamba.ssm_state_bytes(2) == 128 * 64 * 128 * 2 == NEMOTRON.mamba.ssm_state_bytes(2) // 2
 
 
+PATTERN = '"M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"'
+"""Nemotron-H-8B's hybrid_override_pattern as its config.json writes it."""
+
+
+@pytest.mark.parametrize(("pattern", "first"), [(None, True), (PATTERN, True), ('"*' + PATTERN[1:], False)])
+def test_the_pattern_orders_the_groups(tmp_path, pattern, first):
+    """vLLM lists the Mamba KV cache groups first iff layer 0 is a Mamba layer; Nemotron-H-8B's pattern starts with
+    'M' (the built-in entry's), one starting with an attention layer puts them after; no pattern: first."""
+    path = tmp_path / "cat.toml"
+    path.write_text(nemotron_toml(mamba={"hybrid_override_pattern": pattern}))
+    model = load_catalog_file(path)[0]["my-nemotron-h"]
+    assert model.mamba.groups_first is first
+    if first:
+        assert replace(model, name=NEMOTRON.name, source=NEMOTRON.source) == NEMOTRON
+
+
 ENTRY = "[models.m.mamba]"
 BAD = [
     (dict(mamba={"n_groups": "0"}), f"{ENTRY}: n_groups must be a positive integer, got 0"),
@@ -66,8 +82,12 @@ BAD = [
                                                             "--mamba-ssm-cache-dtype), got ['float32']"),
     (dict(mamba={"mamba_n_heads": "128"}), f"{ENTRY}: unknown field(s) mamba_n_heads; known: layers, "
                                            "mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, "
-                                           "conv_kernel, mamba_ssm_cache_dtype"),
+                                           "conv_kernel, mamba_ssm_cache_dtype, hybrid_override_pattern"),
     (dict(mamba={"layers": None, "conv_kernel": None}), f"{ENTRY}: missing field(s) layers, conv_kernel"),
+    (dict(mamba={"hybrid_override_pattern": '"M*M"'}), f"{ENTRY}: hybrid_override_pattern has 2 'M' layers but "
+                                                        "layers = 24"),
+    (dict(mamba={"hybrid_override_pattern": '["M", "*"]'}), f"{ENTRY}: hybrid_override_pattern must be "
+                                                            "config.json's string, got ['M', '*']"),
     (dict(mamba={"mamba_ssm_cache_dtype": None}),
      f"{ENTRY}: missing field(s) mamba_ssm_cache_dtype (vLLM 0.33 turns --mamba-ssm-cache-dtype auto into "
      "config.json's mamba_ssm_cache_dtype or float32 for NemotronHForCausalLM (NemotronHForCausalLMConfig) and "

@@ -64,9 +64,10 @@ def test_pool_matches_vllm_planner(name):
     assert pool.mamba_state_bytes == case["mamba_state_bytes"]
     assert pool.page_bytes == case["page_bytes"]
     assert pool.num_blocks == case["num_blocks"]
-    groups = [["FullAttentionSpec", pool.group_size]] * pool.attention_groups
-    groups += [["MambaSpec", pool.group_size]] * pool.mamba_groups
-    assert groups == case["groups"]
+    attention = [["FullAttentionSpec", pool.group_size]] * pool.attention_groups
+    mamba = [["MambaSpec", pool.group_size]] * pool.mamba_groups
+    assert NEMOTRON.mamba.groups_first  # layer 0 is a Mamba layer: its groups first, in vLLM's order too
+    assert mamba + attention == case["groups"]
 
 
 def test_group_size_rule():
@@ -121,7 +122,8 @@ def test_bad_hybrid_entries(change, message):
         replace(NEMOTRON, **change)
 
 
-@pytest.mark.parametrize("field, value", [("layers", 0), ("conv_kernel", 1), ("ssm_cache_dtype", "fp8")])
+@pytest.mark.parametrize("field, value", [("layers", 0), ("conv_kernel", 1), ("ssm_cache_dtype", "fp8"),
+                                          ("groups_first", "M-M*")])
 def test_bad_mamba_dims(field, value):
     kwargs = dict(layers=2, num_heads=4, head_dim=4, state_size=4, n_groups=1, conv_kernel=4) | {field: value}
     with pytest.raises(ValueError, match="mamba"):

@@ -1,7 +1,7 @@
 """kvsim on Nemotron-H-8B with prefix caching off (vLLM's ``mamba_cache_mode='none'``) and on (``'align'``, the
 default: block-aligned chunks, state blocks per boundary, reachable states cached; also under a positive
 ``--prefix-cache-retention-interval`` and with requests sampled n > 1 times) against vLLM 0.33's own
-scheduler and KV cache manager given the same pool (one attention group, six Mamba groups, blocks of 1,040
+scheduler and KV cache manager given the same pool (six Mamba groups, then one attention group, blocks of 1,040
 tokens: ``tools/vllm_oracle/mamba_driver.py``), step for step: every engine step's running and waiting requests,
 prefill tokens, decoding requests and used blocks, and `compare.py`'s run-wide and per-request metrics, exactly,
 synchronous and under vLLM's default async scheduling; the fast-forward makes the same decisions."""

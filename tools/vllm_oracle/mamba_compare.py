@@ -27,8 +27,8 @@ import compare  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle_mamba"
 MODEL = "nemotron-h-8b"
-"""kvsim's model for these cases: one attention KV cache group and six Mamba groups, blocks of 1,040 tokens (the
-driver's groups); its pool of ``num_blocks`` blocks is ``--kv-tokens num_blocks x 1040``, a block being 1,040
+"""kvsim's model for these cases: six Mamba KV cache groups, then one attention group (its layer 0 is a Mamba
+layer), blocks of 1,040 tokens (the driver's groups); its pool of ``num_blocks`` blocks is ``--kv-tokens num_blocks x 1040``, a block being 1,040
 tokens of its four attention layers."""
 STEP_COLUMNS = {"running": "running", "waiting": "waiting", "prefill_tokens": "prefill_tokens",
                 "decode_seqs": "decode_tokens", "used_blocks": "used_blocks"}

@@ -1,12 +1,14 @@
-"""`driver.py` with a hybrid attention/Mamba-2 pool: its attention group, then ``--mamba-groups`` Mamba groups.
+"""`driver.py` with a hybrid attention/Mamba-2 pool: Nemotron-H-8B's six Mamba groups, then its attention group.
 
     HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/mamba_driver.py [--out tests/sim/data/vllm_oracle_mamba] \
         [--async-scheduling] [CASE ...]
 
 vLLM's scheduler is given the KV cache groups its engine plans for a hybrid model such as Nemotron-H-8B (one
-attention group, six Mamba groups, ``_get_kv_cache_groups_uniform_page_size``): each Mamba group a ``MambaSpec``
-whose page is padded to the attention page (``mamba_page_size_padded``), in the mode prefix caching gives
-(``MambaModelConfig.verify_and_update_config``): off, ``mamba_cache_mode="none"`` with a block of
+attention group, six Mamba groups, ``_get_kv_cache_groups_uniform_page_size``), the Mamba groups first: the planner
+lists the groups in the order it first meets each layer spec in ``kv_cache_spec``, the model's layer order, and
+Nemotron-H's layer 0 is a Mamba layer (``hybrid_override_pattern`` 'M-M-M-M*-...', ``mamba_pool.py``). Each Mamba
+group is a ``MambaSpec`` whose page is padded to the attention page (``mamba_page_size_padded``), in the mode prefix
+caching gives (``MambaModelConfig.verify_and_update_config``): off, ``mamba_cache_mode="none"`` with a block of
 ``max_model_len`` tokens; on, ``"align"`` with the attention block size, one prefill checkpoint block (as
 ``MambaMixer2.get_kv_cache_spec`` sets it) and the engine's ``prefix_cache_retention_interval``. The state shape
 is a placeholder: the scheduler reads block counts, never state bytes. kvsim runs the same case on
@@ -28,7 +30,8 @@ def patch_scheduler(num_mamba_groups: int, *, first: bool = False, layer: str = 
                     grid_checkpoints: bool = False) -> None:
     """Make vLLM's ``Scheduler`` and ``AsyncScheduler`` (as `driver.build_scheduler` imports them) add the Mamba
     groups to the KV cache config they are given: after the attention group, or ``first`` (as vLLM's planner
-    orders Qwen3-Next's, whose layer 0 is a linear-attention layer), their layers named ``layer.i``. A Mamba-2
+    orders a model whose layer 0 is a recurrent one: Nemotron-H's Mamba-2 'M', Qwen3-Next's linear attention), their
+    layers named ``layer.i``. A Mamba-2
     layer exports its state at any token (``prefill_checkpoint_alignment`` 1); with ``grid_checkpoints`` (gated
     DeltaNet on Hopper: FlashInfer's grid) only at multiples of the block size, and none without prefix caching."""
     import torch
@@ -192,7 +195,7 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
 
 
 def main() -> None:
-    patch_scheduler(MAMBA_GROUPS)
+    patch_scheduler(MAMBA_GROUPS, first=True)  # Nemotron-H's layer 0 is a Mamba layer
     write_references(CASES, MAMBA_GROUPS, "tests/sim/data/vllm_oracle_mamba", __doc__.splitlines()[0])
 
 

@@ -7,7 +7,8 @@ Each case builds the layers' specs as vLLM's model would: the Mamba state shapes
 ``MambaStateShapeCalculator.mamba2_state_shape`` and ``MambaStateDtypeCalculator.mamba2_state_dtype`` (the SSM
 state float32, as ``NemotronHForCausalLMConfig`` sets it), the attention layers as ``FullAttentionSpec`` at the
 block size given, the Mamba page padded to the attention page (``mamba_page_size_padded``), and runs
-``get_global_kv_cache_groups`` and ``get_kv_cache_configs`` (as ``EngineCore`` calls them) in the memory given.
+``get_global_kv_cache_groups`` and ``get_kv_cache_configs`` (as ``EngineCore`` calls them) in the memory given,
+the layers in the model's order (``hybrid_override_pattern``, layer 0 a Mamba layer), which orders the groups.
 The block size itself (``Platform._align_hybrid_block_size``) needs the model's layers and attention backend
 built, which this offline harness does not do: it is the case's input, checked by hand in kvsim's tests.
 """
@@ -23,8 +24,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import spec_cases  # noqa: E402
 
-NEMOTRON_H_8B = dict(attention_layers=4, mamba_layers=24, kv_heads=8, head_dim=128, mamba_heads=128,
-                     mamba_head_dim=64, state_size=128, n_groups=8, conv_kernel=4)
+NEMOTRON_H_8B = dict(pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", kv_heads=8, head_dim=128,
+                     mamba_heads=128, mamba_head_dim=64, state_size=128, n_groups=8, conv_kernel=4)
+"""Nemotron-H-8B's config.json: ``hybrid_override_pattern`` (one letter a layer, 'M' Mamba-2, '*' attention, '-' an
+MLP without KV: 24 Mamba, 4 attention layers) and the dims the layers' specs need."""
 
 CASES = {  # name -> (available bytes per GPU, tensor parallel, attention block size, mamba block size)
     "nemotron_h_8b_60gib_none": (60 * 2**30, 1, 1040, 8192),
@@ -53,8 +56,14 @@ def pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) 
     state = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size).page_size_bytes
     mamba = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size,
                       page_size_padded=attn.page_size_bytes)
-    specs = {f"model.layers.{i}.mixer.attn": attn for i in range(m["attention_layers"])}
-    specs |= {f"model.layers.{100 + i}.mixer": mamba for i in range(m["mamba_layers"])}
+    # in the model's layer order, as ``get_kv_cache_spec`` lists them (``static_forward_context``, which each layer
+    # joins as ``make_layers`` builds it): the planner's groups follow the order it first meets each spec in
+    specs = {}
+    for i, kind in enumerate(m["pattern"]):
+        if kind == "*":  # NemotronHAttentionDecoderLayer's Attention, prefix "...mixer.attn"
+            specs[f"model.layers.{i}.mixer.attn"] = attn
+        elif kind == "M":  # NemotronHMambaDecoderLayer's MambaMixer2, prefix "...mixer"
+            specs[f"model.layers.{i}.mixer"] = mamba
     return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, **plan(specs, available_bytes)}
 
 
