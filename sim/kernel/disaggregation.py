@@ -55,6 +55,7 @@ import numpy as np
 
 from sim.kernel.arrivals import ARRIVAL_TIE_S, ArrivalSource
 from sim.kernel.config import SimConfig
+from sim.kernel.engine import transfer_time_of
 from sim.kernel.fleet import Fleet
 from sim.kernel.fleet_replica import Replica
 from sim.kernel.host_loads import HostLoads
@@ -77,6 +78,28 @@ def transfer_seconds(config: SimConfig, model, block_size: int, blocks: int) -> 
     """One pull of ``blocks`` blocks: the latency plus each GPU's shard of their KV over its own link."""
     shard = blocks * block_size * model.kv_bytes_per_token_per_gpu(config.tensor_parallel)
     return config.kv_transfer_latency_s + shard / (config.kv_transfer_gb_s * 1e9)
+
+
+def _row_of_its_own(replica: Replica) -> bool:
+    """Whether ``replica``'s last plan, though it left nothing running, ended a row of its own
+    (`engine.empty_step`): it preempted (or moved) something, so the replica plans again at the row's end
+    whatever blocks it holds for pulls, and may admit its queue then into the blocks the preemption freed."""
+    plan = replica.sched.plan
+    return plan is not None and bool(plan.preempted or transfer_time_of(replica.cost, plan))
+
+
+def _ties_by_index(due: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """``due`` (time, index) pairs in time order, those within `ARRIVAL_TIE_S` of each other as one instant, in
+    index order: two prefill replicas finishing at one step end an ulp apart (the fast-forward and step by step
+    round their sums of step times differently) reach the proxy's round-robin in the same order either way."""
+    ordered, k = [], 0
+    while k < len(due):
+        end = k
+        while end + 1 < len(due) and due[end + 1][0] - due[k][0] <= ARRIVAL_TIE_S:
+            end += 1
+        ordered += sorted(due[k:end + 1], key=lambda entry: entry[1])
+        k = end + 1
+    return ordered
 
 
 class PullLoads(HostLoads):
@@ -126,9 +149,11 @@ class PDFleet(Fleet):
         self.next_decode = 0  # the proxy's round-robin over the decode replicas
         self.pending: list[tuple[float, int]] = []  # decode requests (arrival, index) not yet routed
         self.releases: list[tuple[float, int]] = []  # (transfer end, index): prefill blocks to free then
+        self.release_s: dict[int, float] = {}  # index -> when its prefill blocks are freed, once that is known
         self.held: dict[int, tuple[Replica, object, dict]] = {}  # index -> its prefill replica, group, lags
         self.held_blocks: dict[int, int] = {}
         self.held_block_s = 0.0  # prefill-side blocks held for transfer, integrated over time
+        self.freed_s = np.full(p, -np.inf)  # each prefill replica's latest blocks freed after a pull
         model, size = self.cap.model, self.replicas[0].memory.block_size
         self.bytes_per_block = size * model.kv_bytes_per_token_per_gpu(config.tensor_parallel) * config.tensor_parallel
         for r in self.replicas[:p]:
@@ -188,8 +213,10 @@ class PDFleet(Fleet):
         super()._route_due(now)
         while self.releases and self.releases[0][0] <= now:
             self._release(heapq.heappop(self.releases)[1])
+        due = []
         while self.pending and self.pending[0][0] <= now:
-            t, i = heapq.heappop(self.pending)
+            due.append(heapq.heappop(self.pending))
+        for t, i in _ties_by_index(due):
             chosen = self.num_prefill + self.next_decode % (len(self.replicas) - self.num_prefill)
             self.next_decode += 1
             self.decode_of[i] = chosen
@@ -223,7 +250,9 @@ class PDFleet(Fleet):
         """The next request that could reach ``replica``: an arrival for a prefill replica; for a decode replica
         the next decode request known, or the earliest a prefill replica could finish one it does not know yet.
         A prefill finish is known once its step is planned: for a prefill replica with requests running (or just
-        sent), not before its row in flight ends; for one whose queue waits for the blocks it holds for pulls,
+        sent), or whose last plan preempted everything it ran (it plans again, and may admit its queue into the
+        blocks freed, when that row ends: `engine.empty_step`), not before its row in flight ends; for one whose
+        queue waits for the blocks it holds for pulls,
         not before some of them could be freed (`_frees_at`), leaving out the pulls this replica would start
         (at its next plan, no sooner than this bound: counting them, the two would wait for each other a moment
         at a time); one with neither finishes none before its next arrival."""
@@ -232,7 +261,7 @@ class PDFleet(Fleet):
         times = [self.pending[0][0]] if self.pending else []
         times += [self.decode_arrival[replica.inbox[0]]] if replica.inbox else []
         for r in self.replicas[:self.num_prefill]:
-            if r.sched.running or r.inbox:
+            if r.sched.running or r.inbox or _row_of_its_own(r) or self._woken_by_a_release(r):
                 times.append(r.busy_until)
             elif r.sched.waiting:
                 times += self._held_free_times(r, replica)
@@ -240,6 +269,14 @@ class PDFleet(Fleet):
             times.append(arrival)
         times = [t for t in times if t < np.inf]
         return self._after(min(times), self.env.now) if times else None
+
+    def _woken_by_a_release(self, r: Replica) -> bool:
+        """Whether prefill replica ``r`` plans at this instant (its wait ended, SimPy has not resumed it yet) with
+        blocks freed since it slept: a pull it waited for ended, so it may admit its queue now, though the blocks
+        are no longer listed as held (`_held_free_times`). It sleeps no later than any of its pulls' ends
+        (`_frees_at`), so a release at or after its wake's moment is one it has not seen."""
+        now = self.env.now + ARRIVAL_TIE_S
+        return r.busy_until <= now and self.freed_s[r.number] >= r.busy_until - ARRIVAL_TIE_S
 
     @staticmethod
     def _after(t: float, now: float) -> float:
@@ -266,15 +303,16 @@ class PDFleet(Fleet):
 
     def _held_free_times(self, replica: Replica, but: Replica | None = None) -> list[float]:
         """For each request whose blocks prefill ``replica`` holds, the first time they could be freed: its pull's
-        end, once it started; else when the proxy sends it to a decode replica, or when that replica next plans
+        end, once it started, or the moment the decode side rejected it (`_release_at`: freed then, though SimPy
+        may not have run that yet); else when the proxy sends it to a decode replica, or when that replica next plans
         (its row in flight ends), where it may admit it and start the pull, or reject it. ``but``: a decode
         replica whose next plan is not counted (the caller's own, `_next_time`)."""
         times = []
         for i, held in self.held.items():
             if held[0] is not replica:
                 continue
-            if not np.isnan(self.transfer_end[i]):
-                times.append(float(self.transfer_end[i]))
+            if i in self.release_s:  # its pull started, or the decode side rejected it
+                times.append(self.release_s[i])
             elif self.decode_of[i] < 0:
                 times.append(float(self.decode_arrival[i]))
             elif self.replicas[self.decode_of[i]] is not but:
@@ -311,12 +349,15 @@ class PDFleet(Fleet):
     def _release_at(self, i: int, t: float) -> None:
         """Free request ``i``'s prefill blocks at ``t``."""
         self.held_block_s += self.held_blocks[i] * t
+        self.release_s[i] = t
         heapq.heappush(self.releases, (t, i))
         self.env.process(self._at(t))
 
     def _release(self, i: int) -> None:
         replica, group, lags = self.held.pop(i)
+        del self.release_s[i]
         replica.memory.free_group(group, lags, True)
+        self.freed_s[replica.number] = self.env.now
 
 
 def run_pd_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:

@@ -29,6 +29,23 @@ def assert_same_summary(fast: dict, slow: dict, skip: tuple[str, ...] = ("wall_t
             assert value == slow[key], key
 
 
+def assert_same_requests(fast, slow) -> None:
+    """Two runs' requests tables are the same, every column: floats to 1e-9, NaN where the other is NaN,
+    everything else (replicas, hits, preemptions, rejections, hash ids) exactly. A latency (``ttft_s``, ``e2e_s``,
+    ...) is a difference of two times, so it keeps their rounding: 1e-9 of the run's clock, not of itself (a
+    10 ms TTFT at t = 94 s differs by 1e-11 s between the two modes' sums of step times)."""
+    a, b = fast.requests, slow.requests
+    assert list(a.columns) == list(b.columns)
+    assert len(a) == len(b), f"requests: {len(a)} rows against {len(b)}"
+    clock = max(1.0, float(np.nanmax(a["finished_s"].to_numpy(float), initial=1.0)))
+    for column in a.columns:
+        if a[column].dtype.kind == "f":
+            atol = 1e-9 * clock if column.endswith("_s") or "latency" in column else 1e-12
+            np.testing.assert_allclose(a[column], b[column], rtol=1e-9, atol=atol, err_msg=column)
+        else:
+            assert a[column].astype(object).tolist() == b[column].astype(object).tolist(), column
+
+
 def assert_same_memory_map(fast, slow) -> None:
     """Two runs' memory-map tables (`SimResult.memory`) are the same: the snapshots fall on the same steps
     (times to 1e-9, as the steps' start times) and show every slot with the same owner, request and state."""

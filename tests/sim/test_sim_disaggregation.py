@@ -1,6 +1,7 @@
 """Disaggregated prefill/decode (`sim.kernel.disaggregation`): a request's timeline by hand, the prefill side's
 blocks held until the pull ends, KV conservation under memory pressure, determinism, and the refusals."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from allocators.catalog import get_model
 from sim.kernel.config import SimConfig
 from sim.kernel.runner import run_config, run_simulation
+from tests.sim.summaries import assert_same_memory_map, assert_same_requests, assert_same_summary
 from workloads.workload import Workload
 
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
@@ -222,3 +224,80 @@ def test_the_decode_sides_lookups_count_in_vllms_prefix_cache_counters():
         (200, 64, 64)
     assert (decode["prefix_cache_queries"], decode["prefix_cache_hits"], decode["cached_prompt_tokens"]) == (200, 64, 0)
     assert result.requests.transfer_bytes.tolist() == [7 * 16 * BYTES_PER_TOKEN, 3 * 16 * BYTES_PER_TOKEN]
+
+
+def test_fast_forward_sees_a_prefill_replica_admit_after_a_preemption_row():
+    """Twelve prompts at once into 1,500-token pools of 64-token blocks, steps of 20 ms: at 4.7637 s prefill
+    replica 1 preempts the only request it runs (its queue's head waits behind blocks held for pulls), a row of
+    its own after which it admits that head (4.7837 s) and finishes its prefill (4.8037 s). Decode replica 3,
+    planning a decode run at 4.7637 s, must not run past that finish as it would past a replica waiting only
+    for its held blocks to be pulled: it ran to 6.1037 s, pulling the request 1.3 s late (TTFT 6.1427 s against
+    4.8427 s step by step)."""
+    prompts = [581, 1012, 414, 991, 1179, 480, 467, 321, 596, 1062, 1033, 789]
+    outputs = [229, 149, 160, 54, 2, 70, 90, 165, 83, 232, 52, 40]
+    w = Workload(arrival_time_s=np.zeros(12), prompt_tokens=np.array(prompts), output_tokens=np.array(outputs))
+    cfg = pd_config(model="llama-3-8b", gpu="a100-40gb", block_size=64, kv_tokens=1500, prefix_caching=False,
+                    long_prefill_token_threshold=300, step_time=0.02, prefill_replicas=2, decode_replicas=2)
+    fast = run_simulation(cfg, w)
+    slow = run_simulation(dataclasses.replace(cfg, step_by_step=True), w)
+    assert len(fast.steps) < len(slow.steps)
+    assert fast.requests.first_token_s.iloc[11] == pytest.approx(4.842684354559985)
+    assert_same_requests(fast, slow)
+    assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
+
+
+
+def test_fast_forward_sees_a_prefill_replica_woken_by_a_pull_it_waited_for():
+    """Eight prompts at once, steps of 10 ms: at 2.6725 s a pull ends, freeing the blocks prefill replica 0 waited
+    for, and decode replica 2 plans a decode run at that instant before the prefill replica has planned (it then
+    admits the next request, whose prefill ends at 2.7025 s and queues at replica 2 behind its full pool). The
+    run must end there, where step by step the queued request turns the replica's free blocks into external
+    fragmentation (it ran 137 steps to 4.0425 s: external_frag_frac 0.065 against 0.106 step by step)."""
+    w = Workload(arrival_time_s=np.zeros(8), prompt_tokens=np.array([911, 1050, 958, 1104, 949, 81, 590, 911]),
+                 output_tokens=np.array([91, 179, 172, 14, 226, 131, 115, 123]), priority=np.array([1, 2, 0, 0, 1, 0, 0, 1]))
+    cfg = pd_config(model="llama-3-8b", gpu="a100-40gb", block_size=64, kv_tokens=1500, prefix_caching=False,
+                    max_num_seqs=64, max_num_batched_tokens=512, scheduling_policy="priority", step_time=0.01,
+                    decode_replicas=2)
+    fast = run_simulation(cfg, w)
+    slow = run_simulation(dataclasses.replace(cfg, step_by_step=True), w)
+    assert len(fast.steps) < len(slow.steps)
+    assert slow.summary["per_replica"][2]["external_frag_frac"] == pytest.approx(0.10588034710659307)
+    assert_same_requests(fast, slow)
+    assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
+
+
+def test_fast_forward_sees_the_blocks_its_own_rejection_frees():
+    """Fourteen requests, steps of 20 ms: at 1.08 s decode replica 2 rejects a request its prefill replica holds
+    blocks for (1,128 prompt tokens and 237 outputs past --max-model-len 1300), which frees them at that instant,
+    and plans a decode run before the prefill replica has planned: that plan admits two requests into the freed
+    blocks, one of them sent to replica 2 at 1.10 s. The run must end there (it ran to 1.78 s, pulling the
+    request 0.68 s late: TTFT 0.84 s against 0.16 s step by step)."""
+    w = Workload(arrival_time_s=np.array([0.4, 0.42, 0.5, 0.62, 0.64, 0.64, 0.64, 0.64, 0.64, 0.66, 0.68, 0.84, 0.92,
+                                          0.98]),
+                 prompt_tokens=np.array([643, 253, 517, 600, 800, 541, 123, 621, 497, 519, 729, 1128, 309, 418]),
+                 output_tokens=np.array([30, 28, 95, 17, 162, 113, 204, 107, 54, 32, 177, 237, 40, 235]),
+                 priority=np.array([1, 2, 1, 2, 1, 2, 0, 0, 1, 1, 1, 0, 2, 1]))
+    cfg = pd_config(model="llama-3-8b", gpu="a100-40gb", block_size=64, kv_tokens=2500, max_model_len=1300,
+                    max_num_seqs=16, scheduling_policy="priority", preemption="swap", swap_space_gib=1.0,
+                    step_time=0.02, over_length="reject", decode_replicas=2)
+    fast = run_simulation(cfg, w)
+    slow = run_simulation(dataclasses.replace(cfg, step_by_step=True), w)
+    assert len(fast.steps) < len(slow.steps)
+    assert slow.requests.ttft_s.iloc[13] == pytest.approx(0.16)
+    assert_same_requests(fast, slow)
+    assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
+
+
+def test_prefill_finishes_an_ulp_apart_reach_the_proxy_in_index_order():
+    """Two prefill replicas finishing at one step end (14.4616 s in a 60-request run, 2 prefill and 2 decode
+    replicas, 20 ms steps) an ulp apart fast-forwarded and exactly together step by step: the proxy's round-robin
+    took them in time order, so the two requests swapped decode replicas (a TTFT 3.8 s apart). Instants within
+    ARRIVAL_TIE_S are one, taken in index order; separate instants stay in time order."""
+    from sim.kernel.disaggregation import _ties_by_index
+
+    due = [(14.461551892479832, 59), (14.461551892479834, 58), (14.5, 3), (14.5 + 5e-10, 1)]
+    assert _ties_by_index(due) == [(14.461551892479834, 58), (14.461551892479832, 59), (14.5 + 5e-10, 1), (14.5, 3)]
+    assert _ties_by_index([(1.0, 2), (1.1, 1)]) == [(1.0, 2), (1.1, 1)]
