@@ -27,11 +27,14 @@ def audit_paged(a, *, pins: Sequence[int] | None = None, registry: Mapping[int, 
     fill = [0] * n  # token slots written in each referenced block
     want = [0] * n  # the most any referencing sequence will fill into each block
     for seq_id, s in a._seqs.items():
-        assert s.tokens > 0 and len(s.table) == cdiv(s.tokens, bs), f"sequence {seq_id}: table length wrong"
+        # past its tokens' blocks a sequence may hold blocks for speculative draft slots (`grow_with_drafts`):
+        # empty, its own, never cached
+        assert s.tokens > 0 and len(s.table) >= cdiv(s.tokens, bs), f"sequence {seq_id}: table length wrong"
         assert len(set(s.table)) == len(s.table), f"sequence {seq_id}: a block appears twice in its table"
         for i, b in enumerate(s.table):
             assert 0 < b < n, f"sequence {seq_id}: block id {b} out of range"
-            f = min(bs, s.tokens - i * bs)
+            f = max(0, min(bs, s.tokens - i * bs))
+            assert f or (seq_refs[b] == 0 and pins[b] == 0), f"sequence {seq_id}: draft-slot block {b} shared"
             assert seq_refs[b] == 0 or fill[b] == f, f"block {b}: sharers disagree on its fill"
             seq_refs[b] += 1
             fill[b] = f

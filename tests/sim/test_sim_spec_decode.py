@@ -57,6 +57,21 @@ def test_fast_forward_equals_step_by_step(case):
         assert np.array_equal(fast[metric], slow[metric]), metric
 
 
+@pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
+def test_draft_slots_pass_the_allocator_audit(rate):
+    """A verification step holds blocks for its draft slots past the sequence's tokens (``grow_with_drafts``);
+    ``--debug-invariants`` audits them after every step (empty, the sequence's own, never cached) under
+    contention: preemptions, prefix hits and a 256-token budget."""
+    from workloads.named import generate
+
+    w = generate("lognormal:prompt_mean=300,prompt_cv=1,output_mean=100,output_cv=1,max_total=2000",
+                 "poisson:rate=20", 40, seed=3)
+    config = SimConfig(model="llama-3-8b", gpu="a100-40gb", kv_tokens=4000, max_num_batched_tokens=256,
+                       speculative_config=NGRAM, spec_acceptance_rate=rate, debug_invariants=1)
+    result = run_simulation(config, w)
+    assert result.summary["preemptions"] > 0 and result.requests["finished_s"].notna().all()
+
+
 def _run(frame: pd.DataFrame, **options):
     config = SimConfig(kv_tokens=4000 * 16, step_time=1.0, memory_snapshots=0, **options)
     return run_simulation(config, workload_from_frame(frame))
