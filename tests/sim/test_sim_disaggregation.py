@@ -226,6 +226,18 @@ def test_the_decode_sides_lookups_count_in_vllms_prefix_cache_counters():
     assert result.requests.transfer_bytes.tolist() == [7 * 16 * BYTES_PER_TOKEN, 3 * 16 * BYTES_PER_TOKEN]
 
 
+def fast_equals_step_by_step(cfg, w):
+    """Both runs of ``w`` under ``cfg``, fewer steps fast-forwarded, every request column, summary value and memory
+    map equal; returned for the case's own figure."""
+    fast = run_simulation(cfg, w)
+    slow = run_simulation(dataclasses.replace(cfg, step_by_step=True), w)
+    assert len(fast.steps) < len(slow.steps)
+    assert_same_requests(fast, slow)
+    assert_same_summary(fast.summary, slow.summary)
+    assert_same_memory_map(fast, slow)
+    return fast, slow
+
+
 def test_fast_forward_sees_a_prefill_replica_admit_after_a_preemption_row():
     """Twelve prompts at once into 1,500-token pools of 64-token blocks, steps of 20 ms: at 4.7637 s prefill
     replica 1 preempts the only request it runs (its queue's head waits behind blocks held for pulls), a row of
@@ -238,14 +250,8 @@ def test_fast_forward_sees_a_prefill_replica_admit_after_a_preemption_row():
     w = Workload(arrival_time_s=np.zeros(12), prompt_tokens=np.array(prompts), output_tokens=np.array(outputs))
     cfg = pd_config(model="llama-3-8b", gpu="a100-40gb", block_size=64, kv_tokens=1500, prefix_caching=False,
                     long_prefill_token_threshold=300, step_time=0.02, prefill_replicas=2, decode_replicas=2)
-    fast = run_simulation(cfg, w)
-    slow = run_simulation(dataclasses.replace(cfg, step_by_step=True), w)
-    assert len(fast.steps) < len(slow.steps)
+    fast, slow = fast_equals_step_by_step(cfg, w)
     assert fast.requests.first_token_s.iloc[11] == pytest.approx(4.842684354559985)
-    assert_same_requests(fast, slow)
-    assert_same_summary(fast.summary, slow.summary)
-    assert_same_memory_map(fast, slow)
-
 
 
 def test_fast_forward_sees_a_prefill_replica_woken_by_a_pull_it_waited_for():
@@ -259,13 +265,8 @@ def test_fast_forward_sees_a_prefill_replica_woken_by_a_pull_it_waited_for():
     cfg = pd_config(model="llama-3-8b", gpu="a100-40gb", block_size=64, kv_tokens=1500, prefix_caching=False,
                     max_num_seqs=64, max_num_batched_tokens=512, scheduling_policy="priority", step_time=0.01,
                     decode_replicas=2)
-    fast = run_simulation(cfg, w)
-    slow = run_simulation(dataclasses.replace(cfg, step_by_step=True), w)
-    assert len(fast.steps) < len(slow.steps)
+    fast, slow = fast_equals_step_by_step(cfg, w)
     assert slow.summary["per_replica"][2]["external_frag_frac"] == pytest.approx(0.10588034710659307)
-    assert_same_requests(fast, slow)
-    assert_same_summary(fast.summary, slow.summary)
-    assert_same_memory_map(fast, slow)
 
 
 def test_fast_forward_sees_the_blocks_its_own_rejection_frees():
@@ -282,13 +283,8 @@ def test_fast_forward_sees_the_blocks_its_own_rejection_frees():
     cfg = pd_config(model="llama-3-8b", gpu="a100-40gb", block_size=64, kv_tokens=2500, max_model_len=1300,
                     max_num_seqs=16, scheduling_policy="priority", preemption="swap", swap_space_gib=1.0,
                     step_time=0.02, over_length="reject", decode_replicas=2)
-    fast = run_simulation(cfg, w)
-    slow = run_simulation(dataclasses.replace(cfg, step_by_step=True), w)
-    assert len(fast.steps) < len(slow.steps)
+    fast, slow = fast_equals_step_by_step(cfg, w)
     assert slow.requests.ttft_s.iloc[13] == pytest.approx(0.16)
-    assert_same_requests(fast, slow)
-    assert_same_summary(fast.summary, slow.summary)
-    assert_same_memory_map(fast, slow)
 
 
 def test_prefill_finishes_an_ulp_apart_reach_the_proxy_in_index_order():
