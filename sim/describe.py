@@ -25,11 +25,14 @@ def capacity_source(cap: KVCapacity, config: SimConfig) -> str:
 
 
 def setup_line(config: SimConfig, workload, cap: KVCapacity) -> str:
-    """One line: workload and request count, model and GPU, KV capacity (with the KV dtype unless ``auto``)
+    """One line: workload and request count, the fleet (behind dp-lb, its API servers: `sim.kernel.api_servers`),
+    model and GPU, KV capacity (with the KV dtype unless ``auto``)
     and its source, and why the blocks are not 16 where vLLM chose them (`block_size_choice`)."""
     dtype = "" if cap.model.kv_cache_dtype == "auto" else f" of {cap.model.kv_cache_dtype} KV"
     unit = "data-parallel rank" if config.data_parallel_size > 1 else "replica"  # one engine's replicas, or a fleet
-    fleet = f"{config.replicas} {unit}s of " if config.replicas > 1 else ""  # capacity is each replica's own
+    servers = config.api_servers  # behind dp-lb each balances its own share of the requests
+    front = f" behind {servers} API server{'s' * (servers > 1)}" if config.router == "dp-lb" else ""
+    fleet = f"{config.replicas} {unit}s{front} of " if config.replicas > 1 else ""  # capacity is each replica's own
     each = f" per {unit}" if config.replicas > 1 else ""
     choice = cap.gpu is not None and block_size_choice(config, cap.model, cap.gpu)
     dcp = cap.decode_context_parallel  # each token's KV once per that many GPUs (`allocators.decode_context_parallel`)

@@ -46,9 +46,10 @@ def test_run_with_data_parallelism_routes_with_vllms_balancer_unless_told():
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["replicas"], summary["router"]) == (2, "dp-lb")
-    assert "2 data-parallel ranks of opt-13b" in result.stderr
-    told = json.loads(invoke("run", "-dp", "2", "--router", "round-robin", "--num-requests", "20", "--json").stdout)
-    assert told["router"] == "round-robin"
+    assert "2 data-parallel ranks behind 2 API servers of opt-13b" in result.stderr
+    told = invoke("run", "-dp", "2", "--router", "round-robin", "--num-requests", "20", "--json")
+    assert json.loads(told.stdout)["router"] == "round-robin"
+    assert "2 data-parallel ranks of opt-13b" in told.stderr
 
 
 def test_data_parallelism_and_another_replica_count_are_refused():
@@ -68,10 +69,11 @@ def test_expert_parallelism_that_changes_nothing_is_reported_ignored():
 
 def test_run_takes_vllms_api_server_count_one_per_rank_by_default():
     """``--api-server-count`` (vLLM's flag): the summary says how many API servers ran the balancer, vLLM's
-    default one per rank; above 1 without dp-lb it is a one-line error."""
+    default one per rank (the setup line names it too); above 1 without dp-lb it is a one-line error."""
     default = json.loads(invoke("run", "-dp", "2", "--num-requests", "20", "--json").stdout)
-    one = json.loads(invoke("run", "-dp", "2", "--num-requests", "20", "--api-server-count", "1", "--json").stdout)
-    assert (default["api_server_count"], one["api_server_count"]) == (2, 1)
+    one = invoke("run", "-dp", "2", "--num-requests", "20", "--api-server-count", "1", "--json")
+    assert (default["api_server_count"], json.loads(one.stdout)["api_server_count"]) == (2, 1)
+    assert "2 data-parallel ranks behind 1 API server of opt-13b" in one.stderr  # the setup line says it too
     result = invoke("run", "-dp", "2", "--router", "round-robin", "--api-server-count", "2", "--num-requests", "5")
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == (
