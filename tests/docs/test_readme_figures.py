@@ -23,6 +23,27 @@ def run_json(args: list[str]):
     return json.loads(result.stdout)
 
 
+def readme_row(start: str) -> str:
+    """The README table row whose first cell starts with ``start``."""
+    return next(line for line in README.splitlines() if line.startswith(f"| {start}"))
+
+
+def generate_trace(row: str, tmp_path, monkeypatch) -> None:
+    """Run ``row``'s `kvsim trace generate` in ``tmp_path`` (made the working directory), as a reader would."""
+    monkeypatch.chdir(tmp_path)
+    generate = re.search(r"`kvsim (trace generate [^`]+)`", row).group(1)
+    assert CliRunner().invoke(main, shlex.split(generate)).exit_code == 0
+
+
+def generated_run(row: str, tmp_path, monkeypatch) -> list[str]:
+    """A row of two commands, `kvsim trace generate` then `kvsim run ... --json`: the trace generated
+    (`generate_trace`), the run's arguments returned without its ``--json``."""
+    generate, run = re.findall(r"`kvsim ((?:trace generate|run) [^`]+)`", row)
+    assert generate.startswith("trace generate") and run.endswith("--json")
+    generate_trace(row, tmp_path, monkeypatch)
+    return shlex.split(run)[:-1]
+
+
 def quoted_compare_table() -> tuple[list[str], dict[str, list[str]]]:
     """The block after "What `kvsim compare` prints": allocators, and each metric's printed values."""
     block = README[README.index("What `kvsim compare` prints"):]
@@ -61,7 +82,7 @@ def test_the_prose_under_the_table_quotes_the_same_run(compare_summaries):
 
 
 def test_the_capacity_row_quotes_what_capacity_prints():
-    row = next(line for line in README.splitlines() if line.startswith("| How many requests fit"))
+    row = readme_row("How many requests fit")
     command, quoted = re.search(r"`kvsim (capacity [^`]+)` \(([^)]+)\)", row).groups()
     slots, kib, requests, unusable = re.fullmatch(
         r"([\d,]+) slots, ([\d.]+) KiB/token, ([\d,]+) requests, ([\d.]+)% unusable", quoted).groups()
@@ -76,7 +97,7 @@ def test_the_host_tier_row_quotes_what_run_prints():
     """The host-tier row: hits with and without 16 GiB of host memory, then the two write policies at 16 and
     2 GiB (host hits and, at 16 GiB, GiB offloaded), then write-through at 16 GiB with a store threshold and
     with ARC."""
-    row = next(line for line in README.splitlines() if line.startswith("| Does host memory for evicted KV"))
+    row = readme_row("Does host memory for evicted KV")
     args = shlex.split(re.search(r"`(kvsim run [^`]+)`", row).group(1))[1:-1]  # without its --json
     text = " ".join(row.split())
 
@@ -110,11 +131,8 @@ def test_the_host_tier_row_quotes_what_run_prints():
 
 def test_the_parallel_sampling_row_quotes_what_run_prints(tmp_path, monkeypatch):
     """The many-samples row: its trace generated as the row says, then fan-out against fork."""
-    row = next(line for line in README.splitlines() if line.startswith("| Many samples per prompt"))
-    generate, run = re.findall(r"`kvsim ((?:trace generate|run) [^`]+)`", row)
-    monkeypatch.chdir(tmp_path)
-    assert CliRunner().invoke(main, shlex.split(generate)).exit_code == 0
-    args = shlex.split(run)[:-1]  # without its --json
+    row = readme_row("Many samples per prompt")
+    args = generated_run(row, tmp_path, monkeypatch)
     at = args.index("--parallel-sampling") + 1
     fan, fork = (run_json([*args[:at], mode, *args[at + 1:]]) for mode in ("fan-out", "fork"))
     text = " ".join(row.split())
@@ -141,7 +159,7 @@ def without(args: list[str], *flags: str) -> list[str]:
 def test_the_disaggregation_row_quotes_what_run_prints(tmp_path, monkeypatch):
     """The P/D row: 1 prefill + 1 decode replica against two plain ones, on ShareGPT and on the generated
     6,000-token prompts."""
-    row = next(line for line in README.splitlines() if line.startswith("| Split prefill and decode"))
+    row = readme_row("Split prefill and decode")
     args = shlex.split(re.search(r"`kvsim (run [^`]+)`", row).group(1))
     assert args[-1] == "--json"
     pd = args[:-1]
@@ -157,9 +175,7 @@ def test_the_disaggregation_row_quotes_what_run_prints(tmp_path, monkeypatch):
 
     assert latencies(run_json(pd), run_json(plain)) == quoted(
         r"TTFT p50 (\d+) ms against (\d+) ms, TPOT p50 ([\d.]+) against ([\d.]+) ms")
-    monkeypatch.chdir(tmp_path)
-    generate = re.search(r"`kvsim (trace generate [^`]+)`", row).group(1)
-    assert CliRunner().invoke(main, shlex.split(generate)).exit_code == 0
+    generate_trace(row, tmp_path, monkeypatch)
     trace, model = re.search(r"run on `(\S+)` with `--model (\S+)`", text).groups()
     long_pd, long_plain = (run_json(["run", trace, *without(a[1:], "--preset", "--num-requests", "--rate", "--model"),
                                      "--model", model]) for a in (pd, plain))
@@ -171,11 +187,8 @@ def test_the_disaggregation_row_quotes_what_run_prints(tmp_path, monkeypatch):
 
 def test_the_sessions_row_quotes_what_kv_cost_prints(tmp_path, monkeypatch):
     """The chat-sessions row's `kv-cost` figures, with its default overlap weight and the weight the row names."""
-    row = next(line for line in README.splitlines() if line.startswith("| Chat sessions over a fleet"))
-    generate, run = re.findall(r"`kvsim ((?:trace generate|run) [^`]+)`", row)
-    monkeypatch.chdir(tmp_path)
-    assert CliRunner().invoke(main, shlex.split(generate)).exit_code == 0
-    args = shlex.split(run)[:-1]  # without its --json
+    row = readme_row("Chat sessions over a fleet")
+    args = generated_run(row, tmp_path, monkeypatch)
     at = args.index("--router") + 1
     args[at] = "kv-cost"
     text = " ".join(row.split())
