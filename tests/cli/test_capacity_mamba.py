@@ -44,8 +44,9 @@ def test_unchecked_settings_are_refused(flags, named):
     assert named in result.output and "not modelled" in result.output
 
 
-# vLLM 0.33's planner (tools/vllm_oracle/mamba_pool.py's `pool`, run with the switch it has no case for):
-#   HF_HUB_OFFLINE=1 /tmp/vvenv/bin/python -c "import sys; sys.path.insert(0, 'tools/vllm_oracle'); import mamba_pool;
+# vLLM 0.33's planner (tools/vllm_oracle/mamba_pool.py's `pool`, run with the switch it has no case for, in the
+# oracle venv of docs/vllm-v1.md):
+#   HF_HUB_OFFLINE=1 ~/vllm-venv/bin/python -c "import sys; sys.path.insert(0, 'tools/vllm_oracle'); import mamba_pool;
 #   print([mamba_pool.pool(59748478730, 1, 1040, m)['num_blocks'] for m in (1040, 8192)])"   -> [3506, 3506]
 # (mamba block size 1040: mamba_cache_mode 'align'; 8192, max_model_len: 'none'). Qwen3-Next on an H200 at -tp 2:
 # tests/allocators/data/gdn_pool.json's qwen3_next_h200_tp2_align (576, 7,812 blocks) and _none (544, 8,272).
