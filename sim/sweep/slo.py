@@ -22,9 +22,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from sim.kernel.ignored_settings import SettingWarning
 from sim.sweep.hashing import config_values
 from sim.sweep.point import STATUS_FAILED, STATUS_OK, PointFn, describe_error
 
@@ -35,6 +37,21 @@ SLO_METRICS = {
     "normalized_latency": "normalized_latency_s_per_tok",
 }
 """Option name (``--ttft-p99``) -> the summary key it bounds."""
+
+MILLISECONDS_SUSPECTED = {
+    "ttft_p99_s": 100.0,
+    "tpot_p50_s": 5.0,
+    "e2e_p50_s": 1000.0,
+    "normalized_latency_s_per_tok": 5.0,
+}
+"""Summary key -> the bound (s) from which it is suspected of having been written in milliseconds. Latency
+targets are usually quoted in ms (TTFT 200-2,000 ms, TPOT 20-200 ms), and kvsim's bounds are seconds, so
+``--tpot-p50 50`` bounds TPOT at 50 s: every rate passes on latency, and the search reports the rate at which
+requests start to be rejected or left unfinished, without a word. The unit cannot be known from the number, so
+kvsim does not convert; it warns from values no interactive target takes in seconds: a per-token time of 5 s
+(the paper's normalized-latency plots end at 1 s per token), a first token after 100 s, a median request over
+1,000 s. A millisecond bound below these (TTFT under 100 ms, TPOT under 5 ms) is not caught; the target line
+every command prints (`SloTarget.describe`) still shows it."""
 
 STEADY_LATENCIES = 5.0
 """A probe reaches steady state only if its arrivals last at least this many median end-to-end latencies."""
@@ -53,6 +70,15 @@ STATUS_ABOVE_MAX = "above-max"
 """Besides a sweep point's ``ok`` and ``failed``: the target failed at ``rate_min``, or held up to ``rate_max``."""
 
 
+def milliseconds_doubts(bounds: dict[str, float]) -> list[str]:
+    """Why each of ``bounds`` (summary key -> seconds) may have been meant as milliseconds
+    (`MILLISECONDS_SUSPECTED`), naming the flag that set it."""
+    flags = {key: name for name, key in SLO_METRICS.items()}
+    return [f"--{flags.get(key, key).replace('_', '-')} {bound:g} bounds {key} at {bound:g} s; the bounds are in "
+            f"seconds: if you meant {bound:g} ms, give {bound / 1000:g}"
+            for key, bound in bounds.items() if bound >= MILLISECONDS_SUSPECTED.get(key, math.inf)]
+
+
 @dataclass(frozen=True)
 class SloTarget:
     """Upper bounds on summary keys; a run meets the target when it stays within all of them."""
@@ -66,6 +92,8 @@ class SloTarget:
         for key, bound in self.bounds.items():
             if not bound > 0:
                 raise ValueError(f"target {key} must be positive, got {bound}")
+        for doubt in milliseconds_doubts(self.bounds):
+            warnings.warn(doubt, SettingWarning, stacklevel=3)
 
     def describe(self) -> str:
         return ", ".join(f"{key}<={bound:g}" for key, bound in self.bounds.items())

@@ -88,6 +88,14 @@ def test_cli_plan_refuses_a_replica_count():
     assert "do not give --replicas" in result.output
 
 
+def test_cli_plan_warns_of_a_bound_written_in_milliseconds():
+    """The warning reaches the command line as one ``Warning:`` line, before anything is simulated."""
+    result = CliRunner().invoke(main, ["plan", "--ttft-p99", "500", "--max-replicas", "0", "--workers", "1"])
+    assert result.exit_code == 2
+    assert ("Warning: --ttft-p99 500 bounds ttft_p99_s at 500 s; the bounds are in seconds: if you meant 500 ms, "
+            "give 0.5") in result.stderr.splitlines()
+
+
 def test_the_plan_table_shows_preempted_re_hits_beside_the_hit_rate():
     """On a workload with no shared prefix the hit rate is preempted requests re-hitting their own blocks: the
     table says how many of the hit tokens those are."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
 from test_sweep_fakes import SERVICE_S, capacity, queue_point, rejecting_point
 
 from sim.kernel.config import SimConfig
+from sim.kernel.ignored_settings import SettingWarning
 from sim.sweep.grid import grid_from_flags
 from sim.sweep.run import run_slo
 from sim.sweep.slo import SearchSettings, SloTarget, search_rate
@@ -131,3 +133,24 @@ def test_slo_refuses_a_rate_axis():
     grid = grid_from_flags(["--rate", "1,2"], SimConfig)
     with pytest.raises(ValueError, match="chooses the rate itself"):
         run_slo(grid, E2E, SearchSettings(), point_fn=queue_point)
+
+
+@pytest.mark.parametrize("bounds, flags", [
+    ({"tpot_p50_s": 50.0}, ["--tpot-p50 50"]),
+    ({"ttft_p99_s": 500.0, "e2e_p50_s": 20_000.0}, ["--ttft-p99 500", "--e2e-p50 20000"]),
+    ({"normalized_latency_s_per_tok": 5.0}, ["--normalized-latency 5"]),
+])
+def test_a_bound_no_target_takes_in_seconds_is_warned_of_as_milliseconds(bounds, flags):
+    """``--tpot-p50 50`` meant as 50 ms bounds TPOT at 50 s, which every rate meets: the target is kept as given
+    (the unit cannot be known) and each such bound is named with the value in seconds it may have meant."""
+    with pytest.warns(SettingWarning) as said:
+        target = SloTarget(bounds)
+    assert target.bounds == bounds
+    assert [str(w.message).split(" bounds ")[0] for w in said] == flags
+    assert f"give {next(iter(bounds.values())) / 1000:g}" in str(said[0].message)
+
+
+def test_plausible_bounds_in_seconds_are_not_warned_of():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SloTarget({"ttft_p99_s": 60.0, "tpot_p50_s": 1.0, "e2e_p50_s": 600.0, "normalized_latency_s_per_tok": 1.0})
