@@ -17,6 +17,7 @@ from numbers import Integral, Real
 from allocators.gdn_layout import GatedDeltaNetLayers
 from allocators.kv_formats import model_kind_refusal
 from allocators.kv_layout import KVGroup, kv_element_bytes, layout_groups
+from allocators.mamba1_layout import Mamba1Layers
 from allocators.mamba_layout import Mamba2Layers, first_layer_recurrent
 
 GIB = 1024**3
@@ -69,10 +70,10 @@ class ModelSpec:
     split (`allocators.roofline.token_flops_per_gpu`); a count, not bytes, as the layers mix FP8 and BF16.
     ``num_nextn_predict_layers`` (config.json's name): the multi-token-prediction layers the checkpoint carries
     beside ``num_layers``, which ``--speculative-config '{"method": "mtp"}'`` runs as its drafter (0: none).
-    A hybrid Mamba model (Nemotron-H, Qwen3-Next) gives ``attention_layers``, its only layers with KV (every layer
-    when not given), and ``mamba``, its Mamba-2 (`allocators.mamba_layout`) or gated DeltaNet
-    (`allocators.gdn_layout`) layers' state dims: each keeps a fixed state per request in the same block pool,
-    which `allocators.mamba_layout.HybridMambaPool` sizes.
+    A hybrid Mamba model (Nemotron-H, Qwen3-Next, Jamba) gives ``attention_layers``, its only layers with KV (every
+    layer when not given), and ``mamba``, its Mamba-2 (`allocators.mamba_layout`), gated DeltaNet
+    (`allocators.gdn_layout`) or Mamba-1 (`allocators.mamba1_layout`) layers' state dims: each keeps a fixed state
+    per request in the same block pool, which `allocators.mamba_layout.HybridMambaPool` sizes.
 
     A mixture of experts also gives ``num_experts`` (routed experts per MoE layer: config.json's
     ``num_local_experts``, ``n_routed_experts`` or ``num_experts``) and ``num_experts_per_tok`` (config.json's own
@@ -121,7 +122,7 @@ class ModelSpec:
     replicated_params: float | None = None
     num_nextn_predict_layers: int = 0
     attention_layers: int | None = None
-    mamba: Mamba2Layers | GatedDeltaNetLayers | None = None
+    mamba: Mamba2Layers | GatedDeltaNetLayers | Mamba1Layers | None = None
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
@@ -176,8 +177,9 @@ class ModelSpec:
             return
         if self.mamba is None or self.attention_layers is None:
             raise ValueError(f"{entry}: attention_layers and mamba come together (a hybrid Mamba model)")
-        if not isinstance(self.mamba, (Mamba2Layers, GatedDeltaNetLayers)):
-            raise ValueError(f"{entry}: mamba must be a Mamba2Layers or GatedDeltaNetLayers, got {self.mamba!r}")
+        if not isinstance(self.mamba, (Mamba2Layers, GatedDeltaNetLayers, Mamba1Layers)):
+            raise ValueError(f"{entry}: mamba must be a Mamba2Layers, GatedDeltaNetLayers or Mamba1Layers, "
+                             f"got {self.mamba!r}")
         check_positive(entry, "attention_layers", self.attention_layers, integer=True)
         if self.attention_layers + self.mamba.layers > self.num_layers:
             raise ValueError(f"{entry}: attention_layers ({self.attention_layers}) + mamba layers "
@@ -380,6 +382,14 @@ _NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 _QWEN3_NEXT_LAYER_TYPES = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(48)]
 """Qwen3-Next's ``layer_types`` (Qwen3NextConfig: every ``full_attention_interval`` = 4th layer full)."""
 
+_JAMBA_LAYERS_BLOCK_TYPE = ["attention" if i % 8 == 4 else "mamba" for i in range(32)]
+"""AI21-Jamba-1.5-Mini's layer kinds as vLLM 0.33's ``JambaModel`` reads them (``config.layers_block_type``,
+transformers' ``JambaConfig``: attention where ``i % attn_layer_period == attn_layer_offset``, 8 and 4): 4 attention
+layers (4, 12, 20, 28), 28 Mamba-1."""
+
+_JAMBA_EXPERT_MLP = 3 * 4096 * 14336
+"""One Jamba expert (or dense MLP): gate, up and down projections of hidden 4096 x intermediate 14336."""
+
 _DSV3_REPLICATED_BYTES = 61 * (15_142_624 + 32_768) + 58 * 3_671_040 + 14_336
 """DeepSeek-V3's weights vLLM 0.33 keeps whole on every tensor-parallel GPU (`ModelSpec.replicated_weights_gib`;
 ``model_executor/models/deepseek_v2.py``): in each of 61 layers the fused q_a / kv_a down-projection
@@ -526,6 +536,30 @@ MODELS: dict[str, ModelSpec] = {
                   attention_layers=12, mamba=GatedDeltaNetLayers(
                       36, 16, 32, 128, 128, 4,
                       groups_first=first_layer_recurrent(_QWEN3_NEXT_LAYER_TYPES, "linear_attention"))),
+        ModelSpec("jamba-1.5-mini", 32, 4096, 32, 8, 128, 51_570_323_328, 262144, 14336, 65536, 2,
+                  "ai21labs/AI21-Jamba-1.5-Mini (JambaForCausalLM): config.json as transcribed in "
+                  "sdpython/experimental-experiment, experimental_experiment/torch_models/llm_model_helper.py "
+                  "(get_ai21_jamba_15_mini, commit 04097e3040047505e7cac0c2c9040ff294fdd980; the Hugging Face page "
+                  "itself was not reachable), the same values as transformers 5.20's JambaConfig defaults "
+                  "(models/jamba/configuration_jamba.py, for ai21labs/Jamba-v0.1) but mamba_dt_rank 256 (the "
+                  "default's ceil(4096 / 16) too): 32 layers, hidden 4096, attention 32 heads, 8 KV heads "
+                  "(head_dim 4096 / 32), attn_layer_period 8, attn_layer_offset 4 (4 attention layers, 28 "
+                  "Mamba-1), Mamba-1 mamba_expand 2 (intermediate 8192), mamba_d_state 16, mamba_d_conv 4, no "
+                  "mamba_ssm_cache_dtype handler in vLLM 0.33 (state at the model's bf16); num_experts 16, "
+                  "num_experts_per_tok 2 every expert_layer_period 2nd layer from expert_layer_offset 1 (16 MoE "
+                  "layers), intermediate_size 14336, vocab 65536, untied lm_head, max_position_embeddings 262144, "
+                  "torch_dtype bfloat16. num_params: counted from transformers' JambaForCausalLM built from that "
+                  "config (the tensors vLLM 0.33's JambaForCausalLM loads: embedding and lm_head 2 x 65536 x 4096, "
+                  "28 Mamba-1 mixers of 105,308,448 (in_proj 4096 x 16384, conv1d 8192 x 4 + bias, x_proj 8192 x "
+                  "288, dt_proj 256 x 8192 + bias, A 8192 x 16, D, out_proj 8192 x 4096, dt/B/C norms), 4 "
+                  "attention layers of 41,943,040, 16 dense MLPs and 16 MoE blocks of 16 experts of 176,160,768 "
+                  "plus a 4096 x 16 router, 2 norms a layer, the final norm): 51,570,323,328 (the model card's "
+                  "52B); active_params: all but 14 unrouted experts in each of the 16 MoE layers, "
+                  "12,110,311,296 (the card's 12B active)",
+                  active_params=51_570_323_328 - 16 * 14 * _JAMBA_EXPERT_MLP, num_experts=16, num_experts_per_tok=2,
+                  attention_layers=4, mamba=Mamba1Layers(
+                      28, 2 * 4096, 16, 4,
+                      groups_first=first_layer_recurrent(_JAMBA_LAYERS_BLOCK_TYPE, "mamba"))),
     ]
 }
 

@@ -3,8 +3,9 @@
 A file holds ``[models.NAME]`` and ``[gpus.NAME]`` tables whose keys are the fields of `ModelSpec` and
 `GpuSpec` (``catalog.py``), and a hybrid Mamba-2 model's layers a ``[models.NAME.mamba]`` table under config.json's
 names (`MAMBA_KEYS`), so Nemotron-H or Granite-4.0-H is described as the built-in nemotron-h-8b is, and a gated
-DeltaNet hybrid's a ``[models.NAME.gdn]`` table (`GDN_KEYS`, Qwen3-Next's and Qwen3.5's names), each optionally
-with the model's layer pattern (`LAYER_PATTERNS`, which orders vLLM's KV cache groups). Every mistake
+DeltaNet hybrid's a ``[models.NAME.gdn]`` table (`GDN_KEYS`, Qwen3-Next's and Qwen3.5's names) and a Mamba-1
+hybrid's (Jamba) a ``[models.NAME.mamba1]`` table (`MAMBA1_KEYS`, Jamba's names), each optionally with the model's
+layer pattern (`LAYER_PATTERNS`, which orders vLLM's KV cache groups). Every mistake
 (an unknown table or field, a missing one, a value out of range, a file that is not TOML) is a one-line
 ValueError naming the file and the entry, so a typo never adds nothing silently.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from allocators.catalog import GIB, GPUS, MODELS, GpuSpec, ModelSpec, check_positive, get_model
 from allocators.gdn_layout import GatedDeltaNetLayers
+from allocators.mamba1_layout import Mamba1Layers
 from allocators.mamba_layout import MAMBA_DTYPES, Mamba2Layers, first_layer_recurrent
 
 if sys.version_info >= (3, 11):
@@ -32,7 +34,8 @@ MAMBA_KEYS: dict[str, str] = {"layers": "layers", "mamba_num_heads": "num_heads"
 """A ``[models.NAME.mamba]`` table's keys -> `Mamba2Layers` fields. The keys are Nemotron-H's config.json names,
 which users copy (Granite-4.0-H spells them ``mamba_n_heads``, ``mamba_d_head``, ``mamba_d_state``,
 ``mamba_n_groups``, ``mamba_d_conv``: docs/token-cost.md); ``layers`` counts the Mamba-2 layers, which
-config.json gives as a pattern (Nemotron-H's ``hybrid_override_pattern`` 'M's, Granite's ``layer_types``)."""
+config.json gives as a pattern (Nemotron-H's ``hybrid_override_pattern`` 'M's, Granite's ``layer_types``
+"mamba")."""
 
 MAMBA_SSM_DTYPE_DEFAULTS = ("vLLM 0.33 turns --mamba-ssm-cache-dtype auto into config.json's mamba_ssm_cache_dtype or "
                             "float32 for NemotronHForCausalLM (NemotronHForCausalLMConfig) and into the model's dtype "
@@ -56,20 +59,44 @@ GDN_SSM_DTYPE_DEFAULTS = ("vLLM 0.33 keeps --mamba-ssm-cache-dtype auto (the mod
 """Why a ``gdn`` table's ``mamba_ssm_cache_dtype`` has no default: as `MAMBA_SSM_DTYPE_DEFAULTS`, the recurrent
 state is most of the page and vLLM's default for it depends on the architecture."""
 
-LAYER_PATTERNS: dict[str, tuple[str, str]] = {"mamba": ("hybrid_override_pattern", "M"),
-                                              "gdn": ("layer_types", "linear_attention")}
-"""A recurrent-layer table's optional layer pattern, config.json's key for it and its name for a recurrent layer:
-Nemotron-H's ``hybrid_override_pattern`` string (one letter a layer, 'M' Mamba-2), Qwen3-Next's and Qwen3.5's
-``layer_types`` list. It sets ``groups_first`` (vLLM lists the recurrent KV cache groups first iff layer 0 is
-recurrent: `MambaStateLayers.groups_first`) and must count ``layers`` recurrent layers; without it the order is
-`RECURRENT_FIRST`'s (every hybrid kvsim knows of starts with a recurrent layer)."""
+MAMBA1_KEYS: dict[str, str] = {"layers": "layers", "mamba_expand": "intermediate_size", "mamba_d_state": "state_size",
+                               "mamba_d_conv": "conv_kernel", "mamba_ssm_cache_dtype": "ssm_cache_dtype"}
+"""A ``[models.NAME.mamba1]`` table's keys -> `Mamba1Layers` fields: Jamba's config.json names; ``layers`` counts
+the Mamba layers (every layer but each ``attn_layer_period``-th from ``attn_layer_offset``). ``mamba_expand`` is
+config.json's factor: vLLM's ``JambaMambaDecoderLayer`` builds the mixer ``mamba_expand x hidden_size`` wide, so the
+field is that product (`EXPANDED`)."""
+
+EXPANDED = {"mamba_expand": "hidden_size"}
+"""Keys given as a factor of one of the model's own fields: the layer field is ``key x model[field]``."""
+
+MAMBA1_SSM_DTYPE_DEFAULTS = ("vLLM 0.33 keeps --mamba-ssm-cache-dtype auto (the model's dtype) for JambaForCausalLM "
+                             "(no entry in MODELS_CONFIG_MAP); give the one vLLM uses")
+"""Why a ``mamba1`` table's ``mamba_ssm_cache_dtype`` has no default: as `MAMBA_SSM_DTYPE_DEFAULTS`."""
+
+LAYER_PATTERNS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mamba": {"hybrid_override_pattern": ("M",), "layer_types": ("mamba", "linear_attention")},
+    "gdn": {"layer_types": ("linear_attention",)},
+    "mamba1": {"layer_types": ("mamba", "linear_attention")},
+}
+"""A recurrent-layer table's optional layer patterns (at most one given), config.json's key for each and its names
+for a recurrent layer: Nemotron-H's ``hybrid_override_pattern`` string (one letter a layer, 'M' Mamba-2), a
+``layer_types`` list (Granite-4.0-H's config.json spells its layers "mamba" and "attention"; Qwen3-Next's, Qwen3.5's
+and transformers' own, which renames those two on loading (``_LEGACY_LAYER_TYPE_REMAP`` in transformers 5.20's
+``configuration_utils.py``), "linear_attention" and "full_attention"; Jamba's config.json gives none, transformers'
+``JambaConfig.layer_types`` lists its layers so). It sets ``groups_first`` (vLLM lists the recurrent KV cache groups
+first iff layer 0 is recurrent: `MambaStateLayers.groups_first`) and must count ``layers`` recurrent layers; without
+it the order is `RECURRENT_FIRST`'s (every hybrid kvsim knows of starts with a recurrent layer)."""
+
+LAYER_TYPE_NAMES = ("mamba", "attention", "linear_attention", "full_attention")
+"""The ``layer_types`` entries a hybrid's list may hold (`LAYER_PATTERNS`): any other is a typo, not a layer."""
 
 RECURRENT_TABLES: dict[str, tuple[type, dict[str, str], str, str]] = {
     "mamba": (Mamba2Layers, MAMBA_KEYS, "Mamba-2", MAMBA_SSM_DTYPE_DEFAULTS),
     "gdn": (GatedDeltaNetLayers, GDN_KEYS, "gated DeltaNet", GDN_SSM_DTYPE_DEFAULTS),
+    "mamba1": (Mamba1Layers, MAMBA1_KEYS, "Mamba-1", MAMBA1_SSM_DTYPE_DEFAULTS),
 }
 """A model table's recurrent-layer sub-table -> the class it builds, its keys, what its layers are called and why
-its SSM dtype has no default. Both become the `ModelSpec`'s ``mamba`` (vLLM holds both kinds as Mamba states)."""
+its SSM dtype has no default. Each becomes the `ModelSpec`'s ``mamba`` (vLLM holds every kind as Mamba states)."""
 
 
 def _spec_from_table(cls: type, section: str, name: str, table: dict, path: Path) -> object:
@@ -88,21 +115,25 @@ def _spec_from_table(cls: type, section: str, name: str, table: dict, path: Path
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _mamba_from_table(name: str, table: object, path: Path, kind: str = "mamba") -> Mamba2Layers | GatedDeltaNetLayers:
-    """``[models.NAME.mamba]`` as `Mamba2Layers` or ``[models.NAME.gdn]`` as `GatedDeltaNetLayers`
-    (`RECURRENT_TABLES`), each bad key named as the file spells it."""
+def _mamba_from_table(name: str, table: object, path: Path, kind: str = "mamba",
+                      model: dict | None = None) -> Mamba2Layers | GatedDeltaNetLayers | Mamba1Layers:
+    """``[models.NAME.KIND]`` as the class `RECURRENT_TABLES` names for ``kind``, each bad key named as the file
+    spells it; ``model``: the model's own table, whose fields `EXPANDED` keys multiply."""
     cls, keys, label, dtype_why = RECURRENT_TABLES[kind]
     entry = f"{path}: [models.{name}.{kind}]"
     if not isinstance(table, dict):
         raise ValueError(f"{entry}: {kind} must be a table [models.{name}.{kind}] of the {label} layers' fields "
                          f"({', '.join(keys)}), got {table!r}")
-    pattern_key, recurrent = LAYER_PATTERNS[kind]
-    unknown = set(table) - set(keys) - {pattern_key}
+    patterns = LAYER_PATTERNS[kind]
+    unknown = set(table) - set(keys) - set(patterns)
     if unknown:
         raise ValueError(f"{entry}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(keys)}, "
-                         f"{pattern_key}")
+                         f"{', '.join(patterns)}")
+    given = [k for k in patterns if k in table]
+    if len(given) > 1:
+        raise ValueError(f"{entry}: give one of {' and '.join(given)}, not both: each is the model's whole layer order")
     table = dict(table)
-    pattern = table.pop(pattern_key, None)
+    pattern = {k: table.pop(k) for k in given}
     missing = [k for k in keys if k not in table]
     if missing:
         why = f" ({dtype_why})" if "mamba_ssm_cache_dtype" in missing else ""
@@ -114,27 +145,37 @@ def _mamba_from_table(name: str, table: object, path: Path, kind: str = "mamba")
                                  f"(vLLM's --mamba-ssm-cache-dtype), got {value!r}")
         else:
             check_positive(entry, key, value, integer=True)
-    order = {} if pattern is None else {"groups_first": _first_recurrent(entry, pattern_key, pattern, recurrent,
-                                                                         table["layers"])}
+    for key, field in EXPANDED.items():
+        if key in table:
+            base = (model or {}).get(field)
+            check_positive(f"{path}: [models.{name}]", field, base, integer=True)  # before the product uses it
+            table[key] *= base
+    order = {}
+    for key, value in pattern.items():
+        order["groups_first"] = _first_recurrent(entry, key, value, patterns[key], table["layers"])
     try:
         return cls(**{keys[k]: v for k, v in table.items()}, **order)
     except ValueError as exc:  # a rule between fields (conv_kernel of at least 2): name the file and model too
         raise ValueError(f"{entry}: {exc}") from None
 
 
-def _first_recurrent(entry: str, key: str, pattern: object, recurrent: str, layers: int) -> bool:
-    """`first_layer_recurrent` of a table's layer pattern (`LAYER_PATTERNS`), which must be config.json's type (a
-    string for ``hybrid_override_pattern``, a list of strings for ``layer_types``) and hold ``layers`` recurrent
-    layers (``recurrent``)."""
+def _first_recurrent(entry: str, key: str, pattern: object, recurrent: tuple[str, ...], layers: int) -> bool:
+    """Whether a table's layer pattern (`LAYER_PATTERNS`) starts with a recurrent layer (one of ``recurrent``). It
+    must be config.json's type (a string for ``hybrid_override_pattern``, a list of `LAYER_TYPE_NAMES` for
+    ``layer_types``) and hold ``layers`` recurrent layers."""
     text = key == "hybrid_override_pattern"
     if not (isinstance(pattern, str) if text else isinstance(pattern, list) and all(
             isinstance(p, str) for p in pattern)):
         raise ValueError(f"{entry}: {key} must be config.json's {'string' if text else 'list of strings'}, "
                          f"got {pattern!r}")
-    if list(pattern).count(recurrent) != layers:
-        raise ValueError(f"{entry}: {key} has {list(pattern).count(recurrent)} {recurrent!r} layers but layers "
-                         f"= {layers}")
-    return first_layer_recurrent(pattern, recurrent)
+    if not text and (odd := sorted(set(pattern) - set(LAYER_TYPE_NAMES))):
+        raise ValueError(f"{entry}: {key} has unknown layer kind(s) {', '.join(map(repr, odd))}; known: "
+                         f"{', '.join(map(repr, LAYER_TYPE_NAMES))}")
+    count = sum(p in recurrent for p in pattern)
+    if count != layers:
+        raise ValueError(f"{entry}: {key} has {count} {' or '.join(map(repr, recurrent))} layers but layers = "
+                         f"{layers}")
+    return any(first_layer_recurrent(pattern, name) for name in recurrent)
 
 
 def _tables(data: dict, section: str, path: Path) -> dict[str, dict]:
@@ -176,14 +217,13 @@ def load_catalog_file(path: str | Path) -> tuple[dict[str, ModelSpec], dict[str,
                          "[models.NAME] and [gpus.NAME] tables")
     models = {}
     for name, table in _tables(data, "models", path).items():
-        if "mamba" in table and "gdn" in table:
-            raise ValueError(f"{path}: [models.{name}]: give one of [models.{name}.mamba] (Mamba-2) and "
-                             f"[models.{name}.gdn] (gated DeltaNet), not both: kvsim models one kind of recurrent "
-                             "layer per model")
-        if "gdn" in table:
-            table["mamba"] = _mamba_from_table(name, table.pop("gdn"), path, "gdn")
-        elif "mamba" in table:
-            table["mamba"] = _mamba_from_table(name, table["mamba"], path)
+        kinds = [k for k in RECURRENT_TABLES if k in table]
+        if len(kinds) > 1:
+            raise ValueError(f"{path}: [models.{name}]: give one of "
+                             + " and ".join(f"[models.{name}.{k}] ({RECURRENT_TABLES[k][2]})" for k in kinds)
+                             + ", not both: kvsim models one kind of recurrent layer per model")
+        if kinds:
+            table["mamba"] = _mamba_from_table(name, table.pop(kinds[0]), path, kinds[0], table)
         models[name.lower()] = _spec_from_table(ModelSpec, "models", name, table, path)
     gpus = {}
     for name, table in _tables(data, "gpus", path).items():

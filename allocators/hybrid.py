@@ -113,7 +113,7 @@ class HybridPagedAllocator(HybridQueries):
             self.host_tier.take(loads)
         tables = []
         start = num_hit * bs
-        checkpoint = self.align and needs_checkpoint(hits[-1], start, num_tokens, prefill_end, bs)
+        checkpoint = self.checkpoints and needs_checkpoint(hits[-1], start, num_tokens, prefill_end, bs)
         last = -1
         for g, group_hits in enumerate(hits):
             if self.mamba[g] and self.align:  # the hit's state, then the checkpoint's and the running block
@@ -294,7 +294,7 @@ class HybridPagedAllocator(HybridQueries):
                         self._tok[g] -= bs
                 self._release(g, released)
                 self.window_released += len(released)  # waiting requests may fit now: a decode run ends here
-        return needs_checkpoint(s.tables[-1], s.tokens, end, s.prefill_end, bs)
+        return self.checkpoints and needs_checkpoint(s.tables[-1], s.tokens, end, s.prefill_end, bs)
 
     def _targets(self, s: HybridSeq, computed: int) -> list[int]:
         """Leading blocks each group may drop once ``computed`` tokens are computed (full groups: none)."""

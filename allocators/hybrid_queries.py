@@ -133,7 +133,7 @@ class HybridQueries(Allocator):
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
                  kv_groups: Sequence = (), max_num_batched_tokens: int | None = None,
                  prefix_cache_retention_interval: int | None = 0, mamba_groups: int = 0,
-                 mamba_groups_first: bool = False) -> None:
+                 mamba_groups_first: bool = False, mamba_checkpoints: bool = True) -> None:
         """``mamba_groups``: KV cache groups of Mamba layers after the attention ones (`mamba_cache_groups`),
         each holding one state block per sequence; with any, ``capacity_slots`` is the pool itself, its blocks x
         ``block_size`` (`allocators.mamba_layout.HybridMambaPool`), as a token has no bytes in a Mamba layer.
@@ -142,13 +142,17 @@ class HybridQueries(Allocator):
         ``prefix_cache_retention_interval``: vLLM's, which window blocks and (align mode) Mamba states are cached
         (`window_retention`; 0 is vLLM 0.33's default, None caches every full block). ``mamba_groups_first``:
         vLLM's KV cache config lists the Mamba groups before the attention ones (`MambaStateLayers.groups_first`),
-        so a request's blocks are freed group by group in that order (`free_order`)."""
+        so a request's blocks are freed group by group in that order (`free_order`). ``mamba_checkpoints``: the
+        layers export a state from inside a prefill (vLLM's ``num_prefill_checkpoint_blocks`` 1: Mamba-2, gated
+        DeltaNet on Hopper); a Mamba-1 layer does not (0), so no chunk takes a checkpoint block (`checkpoints`)."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
         self.groups += mamba_cache_groups(mamba_groups, self.unit)
         # prefix caching on: vLLM's mamba_cache_mode 'align', a position-indexed state table (`mamba_align`)
         self.align = bool(mamba_groups and prefix_caching)
+        # align mode with prefill checkpoints: a chunk may take a block for a state inside it (`needs_checkpoint`)
+        self.checkpoints = self.align and mamba_checkpoints
         self._fresh: set[int] = set()  # Mamba keys cached in the step being scheduled (`new_step`)
         self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
         # the groups in vLLM's order (``KVCacheCoordinator.free`` frees a request's blocks manager by manager,
@@ -326,8 +330,8 @@ class HybridQueries(Allocator):
         if self.align:
             bs, start = self.block_size, len(hits[0]) * self.block_size if hits else 0
             table = hits[-1] if hits else []
-            state = blocks_to_allocate(len(table), num_tokens, needs_checkpoint(table, start, num_tokens,
-                                                                                 prefill_end, bs), bs)
+            checkpoint = self.checkpoints and needs_checkpoint(table, start, num_tokens, prefill_end, bs)
+            state = blocks_to_allocate(len(table), num_tokens, checkpoint, bs)
             lengths = [len(table) + state if m else n for n, m in zip(lengths, self.mamba, strict=True)]
         if not hits:
             return sum(lengths)

@@ -90,19 +90,22 @@ def place_blocks(table: list[int], end: int, checkpoint: bool, allocated: bool, 
 
 
 def aligned_split(start: int, num_new: int, *, prompt: int, num_tokens: int, junction: int, block_size: int,
-                  max_prefill: int) -> int:
+                  max_prefill: int, checkpoints: bool = True) -> int:
     """The tokens a prefill chunk of ``num_new`` starting at ``start`` keeps (``Scheduler.
     _mamba_block_aligned_split``, ``v1/core/sched/scheduler.py``): chunks end at block boundaries, at the last
     cacheable boundary and at a shared-prefix ``junction``, except the prompt's last chunk. ``num_tokens``: the
     request's tokens (a resumed request's include its output, replayed as prefill); ``max_prefill``: the step's
-    token limit, capped by the long-prefill threshold. 0: nothing this step (too little budget for a block)."""
+    token limit, capped by the long-prefill threshold; ``checkpoints``: whether the layers export a state from inside
+    a prefill (``Scheduler.mamba_has_prefill_checkpoint_blocks``; a Mamba-1 layer does not, and then every prompt's
+    chunk stops at the last cacheable boundary). 0: nothing this step (too little budget for a block)."""
     prefill_end = max(prompt, num_tokens - 1)
     if start >= prefill_end:
         return num_new
     bs = block_size
     last_cache = checkpoint_position(num_tokens, bs)
     end = start + num_new
-    internal = end >= prefill_end and checkpoint_valid(start, end, checkpoint_position(prefill_end, bs), bs)
+    internal = (checkpoints and end >= prefill_end
+                and checkpoint_valid(start, end, checkpoint_position(prefill_end, bs), bs))
     if internal:
         last_cache = 0
     if end < prefill_end:

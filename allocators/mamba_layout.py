@@ -29,8 +29,8 @@ and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default f
 kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
 both modes), and simulates runs in both modes (``sim.kernel.mamba_run``; ``"align"``: ``allocators.mamba_align``).
 
-Gated DeltaNet layers (Qwen3-Next, `allocators.gdn_layout.GatedDeltaNetLayers`) are held the same way: vLLM 0.33
-gives them a ``MambaSpec`` page too. The pool reads either kind through `MambaStateLayers` (the state's bytes and the
+Gated DeltaNet layers (Qwen3-Next, `allocators.gdn_layout.GatedDeltaNetLayers`) and Mamba-1 layers (Jamba,
+`allocators.mamba1_layout.Mamba1Layers`) are held the same way: vLLM 0.33 gives them a ``MambaSpec`` page too. The pool reads either kind through `MambaStateLayers` (the state's bytes and the
 prefill checkpoint alignment that, with prefix caching on, ``_align_hybrid_block_size`` also aligns the block to).
 """
 
@@ -58,7 +58,7 @@ times the smaller (fewer padding layers), else the smaller does."""
 
 class MambaStateLayers(Protocol):
     """What the pool reads of a model's recurrent layers, whichever their kind (`Mamba2Layers`,
-    `allocators.gdn_layout.GatedDeltaNetLayers`): vLLM 0.33 keeps each kind's per-request state as one
+    `allocators.gdn_layout.GatedDeltaNetLayers`, `allocators.mamba1_layout.Mamba1Layers`): vLLM 0.33 keeps each kind's per-request state as one
     ``MambaSpec`` page and schedules them all with ``MambaManager``, so only the state's size and the block-size
     alignment its prefill checkpoints need differ."""
 

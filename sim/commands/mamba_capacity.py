@@ -1,10 +1,11 @@
-"""``kvsim capacity`` of a hybrid attention/Mamba model (Nemotron-H; gated DeltaNet: Qwen3-Next): vLLM 0.33's block
-pool (`allocators.mamba_layout`) and how many requests of a length it holds at once, with prefix caching on, vLLM's
-default, or off (``--no-enable-prefix-caching``). vLLM 0.33's ``MambaModelConfig`` (``model_executor/models/config.py``)
-turns prefix caching into ``mamba_cache_mode="align"``, in which ``Platform._align_hybrid_block_size``
-(``platforms/interface.py``) also makes the block size a multiple of the layers' prefill checkpoint alignment (a gated
-DeltaNet model's 64 tokens on Hopper: `allocators.gdn_layout`), and no prefix caching into ``"none"``, in which it
-does not. A request holds the same blocks at rest in both modes (`allocators.mamba_layout.HybridMambaPool`).
+"""``kvsim capacity`` of a hybrid attention/Mamba model (Nemotron-H; gated DeltaNet: Qwen3-Next; Mamba-1: Jamba): vLLM
+0.33's block pool (`allocators.mamba_layout`) and how many requests of a length it holds at once, with prefix
+caching on, vLLM's default, or off (``--no-enable-prefix-caching``). vLLM 0.33's ``MambaModelConfig``
+(``model_executor/models/config.py``) turns prefix caching into ``mamba_cache_mode="align"``, in which
+``Platform._align_hybrid_block_size`` (``platforms/interface.py``) also makes the block size a multiple of the
+layers' prefill checkpoint alignment (a gated DeltaNet model's 64 tokens on Hopper: `allocators.gdn_layout`), and no
+prefix caching into ``"none"``, in which it does not. A request holds the same blocks at rest in both modes
+(`allocators.mamba_layout.HybridMambaPool`).
 
 Only what was checked against vLLM 0.33 is reported: the paged pool (vLLM's only one) with the model's own KV
 and Mamba dtypes. Other allocators (contiguous slabs or virtual ranges for a recurrent state are not modelled),

@@ -14,7 +14,9 @@ first scheduled and frees it with the request, and the scheduler splits chunks a
 and the settings not modelled are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are
 scheduled by the same ``MambaManager`` and scheduler rules; with prefix caching on they follow them only where vLLM
 exports their prefill checkpoints (FlashInfer's GDN prefill on Hopper, whose 64-token grid also aligns the block size:
-`allocators.gdn_layout`), and are refused elsewhere.
+`allocators.gdn_layout`), and are refused elsewhere. Mamba-1 layers (Jamba, `allocators.mamba1_layout`) export no
+prefill checkpoint on any GPU: with prefix caching on vLLM's scheduler ends every prompt's chunk at its last cacheable
+boundary and no chunk takes a checkpoint block, as kvsim runs them (`mamba_allocator`'s ``mamba_checkpoints``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from allocators.capacity import pool_bytes_per_token
 from allocators.catalog import get_gpu
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import split_kv_groups
+from allocators.mamba1_layout import Mamba1Layers
 from allocators.mamba_layout import HybridMambaPool, block_alignment, check_mamba_capacity, model_pool
 
 
@@ -49,7 +52,8 @@ def mamba_run_refusals(config, model) -> None:
         raise ValueError(f"--preemption {config.preemption}: not modelled for {model.name} (vLLM v1 recomputes)")
     if config.decode_context_parallel_size > 1:
         raise ValueError(f"--decode-context-parallel-size: vLLM does not support it with Mamba layers ({model.name})")
-    if config.prefix_caching and model.mamba.prefill_checkpoint_alignment(_capability(config)) is None:
+    if (config.prefix_caching and not isinstance(model.mamba, Mamba1Layers)  # Mamba-1 exports none anywhere
+            and model.mamba.prefill_checkpoint_alignment(_capability(config)) is None):
         raise ValueError(f"--gpu {config.gpu}: vLLM 0.33 runs {model.name}'s {model.mamba.label} prefill with "
                          "Triton/FLA there, which exports no prefix-cache checkpoint, so its scheduler cuts prompts at "
                          "the checkpoint instead (mamba_cache_mode='align'): not modelled; use "
@@ -92,4 +96,10 @@ def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: di
                          f"{pool.block_size}")
     return HybridPagedAllocator(pool.num_blocks * pool.block_size, kv_groups=kv_groups,
                                 mamba_groups=pool.mamba_groups, mamba_groups_first=model.mamba.groups_first,
-                                **options)
+                                mamba_checkpoints=_exports_checkpoints(config, model), **options)
+
+
+def _exports_checkpoints(config, model) -> bool:
+    """Whether the run's Mamba layers export a state from inside a prefill with prefix caching on (vLLM's
+    ``num_prefill_checkpoint_blocks`` 1; Mamba-1: 0, `allocators.mamba1_layout`). Off, nothing is exported."""
+    return config.prefix_caching and model.mamba.prefill_checkpoint_alignment(_capability(config)) is not None

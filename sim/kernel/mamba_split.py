@@ -15,7 +15,7 @@ from allocators.mamba_align import aligned_split
 class MambaSplit:
     """The block-aligned split for one replica's scheduler; built only for a pool in align mode."""
 
-    __slots__ = ("memory", "block_size", "max_prefill", "junctions")
+    __slots__ = ("memory", "block_size", "max_prefill", "junctions", "checkpoints")
 
     def __init__(self, memory, max_num_batched_tokens: int, long_prefill_token_threshold: int) -> None:
         self.memory = memory
@@ -23,6 +23,7 @@ class MambaSplit:
         threshold = long_prefill_token_threshold
         self.max_prefill = min(max_num_batched_tokens, threshold) if threshold > 0 else max_num_batched_tokens
         self.junctions: dict[int, int] = {}  # group index -> its junction, from its admission's lookup
+        self.checkpoints = memory.mamba_checkpoints()  # False: prompts' chunks stop at their last cacheable boundary
 
     def begin(self) -> None:
         """A step is being scheduled: states cached before it may be hit now (vLLM's ``new_step_starts``)."""
@@ -43,4 +44,4 @@ class MambaSplit:
         """The tokens of a chunk of ``num_new`` from ``start`` the split keeps."""
         return aligned_split(start, num_new, prompt=group.prompt, num_tokens=group.prefill_target,
                              junction=self.junctions.get(group.index, 0), block_size=self.block_size,
-                             max_prefill=self.max_prefill)
+                             max_prefill=self.max_prefill, checkpoints=self.checkpoints)

@@ -130,6 +130,10 @@ class KVMemory:
         """Whether the pool holds Mamba states in vLLM's ``mamba_cache_mode="align"`` (`allocators.mamba_align`)."""
         return self._alloc.align
 
+    def mamba_checkpoints(self) -> bool:
+        """Whether its Mamba states in align mode are exported from inside a prefill (`HybridQueries.checkpoints`)."""
+        return self._alloc.checkpoints
+
     def shared_prefix_boundary(self, group: SequenceGroup) -> int:
         """vLLM's ``shared_prefix_boundary`` of a waiting group looked up now (`HybridQueries.
         shared_prefix_boundary`)."""

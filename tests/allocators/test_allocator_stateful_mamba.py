@@ -2,7 +2,8 @@
 both of its Mamba cache modes: ``"none"`` (prefix caching off: one state block per sequence per Mamba group) and
 ``"align"`` (prefix caching on: block-aligned states, a prefix hit resumed at a cached state, checkpoints at the
 replay boundary and at a shared-prefix junction, a hit on a state cached in the step being scheduled deferred),
-synchronous and with async scheduling (frees by the tokens processed, `HybridPagedAllocator.begin_step`).
+synchronous and with async scheduling (frees by the tokens processed, `HybridPagedAllocator.begin_step`); and in
+align mode with Mamba-1 layers (Jamba), which export no state from inside a prefill (``mamba_checkpoints`` False).
 
 `MambaMachine` schedules as `sim.kernel` does: steps (``new_step``, and ``begin_step`` under async scheduling), each
 request scheduled at most once a step, prefill chunks cut by `aligned_split` (align mode) after a budget, a
@@ -18,7 +19,8 @@ slots the free blocks keeping a hash; no headroom while a state block waits to b
 last token looked up, and resumes at a cached state; only states at a request's replay boundary or junction are
 cached (and, under a positive ``prefix_cache_retention_interval``, those ending each interval), and a hit on one
 cached in the step being scheduled is deferred; a chunk that can export its checkpoint holds a block for it (the
-prefill's last chunk under retention 0, any such chunk under a positive interval); the decode fast-forward's growth
+prefill's last chunk under retention 0, any such chunk under a positive interval; Mamba-1: none, and no chunk runs
+past its prompt's last cacheable boundary); the decode fast-forward's growth
 by the headroom takes and frees nothing; a refused growth only frees states no step reads.
 """
 
@@ -61,6 +63,7 @@ class MambaMachine(RuleBasedStateMachine):
     prefix_caching = False  # True: vLLM's mamba_cache_mode 'align'
     async_scheduling = False
     retention = 0  # vLLM's prefix_cache_retention_interval (align mode), a multiple of BLOCK
+    exports = True  # False: Mamba-1 layers (Jamba), which export no state from inside a prefill (no checkpoint block)
 
     @initialize(blocks=st.integers(8, 60), mamba=st.integers(2, 3), attention=st.sampled_from([1, 2]),
                 budget=st.sampled_from([3, 4, 8, 16, 64]))
@@ -68,7 +71,8 @@ class MambaMachine(RuleBasedStateMachine):
         self.alloc = HybridPagedAllocator(blocks * BLOCK, block_size=BLOCK, max_model_len=MAX_LEN,
                                           kv_groups=ATTENTION[attention], mamba_groups=mamba,
                                           prefix_caching=self.prefix_caching,
-                                          prefix_cache_retention_interval=self.retention)
+                                          prefix_cache_retention_interval=self.retention,
+                                          mamba_checkpoints=self.exports)
         self.alloc.processed_basis = self.async_scheduling  # as `sim.kernel.replica.build_replica` sets it
         self.budget = budget
         self.tokens: dict[int, int] = {}
@@ -97,7 +101,7 @@ class MambaMachine(RuleBasedStateMachine):
         if not self.alloc.align:
             return num_new
         return aligned_split(start, num_new, prompt=r.prompt, num_tokens=r.target, junction=r.junction,
-                             block_size=BLOCK, max_prefill=self.budget)
+                             block_size=BLOCK, max_prefill=self.budget, checkpoints=self.exports)
 
     def mamba_tables(self, seq):
         return [t for t, m in zip(self.alloc.block_tables(seq), self.alloc.mamba, strict=True) if m]
@@ -244,8 +248,16 @@ class MambaMachine(RuleBasedStateMachine):
         """A chunk from ``start`` that can export the state one block before its end into a block of its own
         (`mamba_align.checkpoint_valid`) holds it there, in every Mamba group (align mode): under retention 0 only
         the chunk reaching the prefill's end, under a positive interval any such chunk (vLLM's coordinator passes
-        ``prefill_end`` 0 then)."""
+        ``prefill_end`` 0 then). Mamba-1 layers export none: a chunk never runs past its prompt's last cacheable
+        boundary, and holds no block before its running one's."""
         a, r, end = self.alloc, self.requests[seq], self.tokens[seq]
+        if a.align and not self.exports and start < checkpoint_position(r.target, BLOCK):
+            assert end <= checkpoint_position(r.target, BLOCK), f"sequence {seq}: chunk {start}..{end} runs past " \
+                "its last cacheable boundary"
+            assert not any(t[cdiv(end, BLOCK) - 2] for t in self.mamba_tables(seq) if cdiv(end, BLOCK) >= 2
+                           and cdiv(end, BLOCK) - 2 > (start - 1) // BLOCK), \
+                f"sequence {seq}: chunk {start}..{end} holds a checkpoint block"
+            return
         if not a.align or not checkpoint_valid(start, end, checkpoint_position(end, BLOCK), BLOCK):
             return
         if self.retention or end >= max(r.prompt, r.target - 1):
@@ -350,10 +362,14 @@ class MambaMachine(RuleBasedStateMachine):
         assert b.token_states == b.reservation == b.internal_frag == b.used_blocks == b.shared_saved == 0
 
 
-for _pc, _async, _retention in ((False, False, 0), (True, False, 0), (True, True, 0), (True, False, 2 * BLOCK),
-                                (True, True, 3 * BLOCK)):
-    _label = f"{'align' if _pc else 'none'}{'_async' if _async else ''}{f'_retention_{_retention}' * bool(_retention)}"
+for _pc, _async, _retention, _exports in ((False, False, 0, True), (True, False, 0, True), (True, True, 0, True),
+                                          (True, False, 2 * BLOCK, True), (True, True, 3 * BLOCK, True),
+                                          (True, False, 0, False), (True, True, 0, False),
+                                          (True, False, 2 * BLOCK, False)):
+    _label = (f"{'align' if _pc else 'none'}{'_async' if _async else ''}"
+              f"{f'_retention_{_retention}' * bool(_retention)}{'_mamba1' * (not _exports)}")
     _machine = type(f"MambaMachine_{_label}", (MambaMachine,),
-                    {"prefix_caching": _pc, "async_scheduling": _async, "retention": _retention})
+                    {"prefix_caching": _pc, "async_scheduling": _async, "retention": _retention,
+                     "exports": _exports})
     globals()[f"Test_mamba_{_label}"] = settings(SETTINGS, max_examples=examples(25),
                                                   stateful_step_count=steps(60))(_machine).TestCase

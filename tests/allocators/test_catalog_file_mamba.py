@@ -65,6 +65,36 @@ def test_the_pattern_orders_the_groups(tmp_path, pattern, first):
         assert replace(model, name=NEMOTRON.name, source=NEMOTRON.source) == NEMOTRON
 
 
+GRANITE_LAYER_TYPES = ["attention" if PATTERN[1:-1][i] == "*" else "mamba" for i in range(52)
+                       if PATTERN[1:-1][i] != "-"]
+"""Nemotron-H-8B's Mamba-2 and attention layers in Granite-4.0-H's spelling: config.json's ``layer_types``, one
+"mamba" or "attention" a layer (28 layers: the MLP-only '-' layers dropped, as Granite's Mamba and attention layers
+each carry their MLP)."""
+
+
+def _toml_list(names: list[str]) -> str:
+    return "[" + ", ".join(f'"{n}"' for n in names) + "]"
+
+
+_AT = GRANITE_LAYER_TYPES.index("attention")
+ATTENTION_FIRST = ["attention"] + GRANITE_LAYER_TYPES[:_AT] + GRANITE_LAYER_TYPES[_AT + 1:]
+"""The same layers with the first attention layer moved to the front."""
+
+
+@pytest.mark.parametrize("spelling", [{}, {"mamba": "linear_attention", "attention": "full_attention"}])
+@pytest.mark.parametrize(("types", "first"), [(GRANITE_LAYER_TYPES, True), (ATTENTION_FIRST, False)])
+def test_granites_layer_types_order_the_groups(tmp_path, spelling, types, first):
+    """Granite-4.0-H's config.json gives its layer order as ``layer_types`` of "mamba" and "attention" (transformers
+    renames them "linear_attention" and "full_attention" on loading, and either spelling is read): layer 0 a Mamba
+    layer puts the Mamba groups first, an attention layer after; the dims are the same either way."""
+    path = tmp_path / "cat.toml"
+    path.write_text(nemotron_toml(model={"num_layers": "28"},
+                                  mamba={"layer_types": _toml_list([spelling.get(t, t) for t in types])}))
+    model = load_catalog_file(path)[0]["my-nemotron-h"]
+    assert model.mamba.groups_first is first
+    assert replace(model.mamba, groups_first=True) == NEMOTRON.mamba
+
+
 ENTRY = "[models.m.mamba]"
 BAD = [
     (dict(mamba={"n_groups": "0"}), f"{ENTRY}: n_groups must be a positive integer, got 0"),
@@ -82,12 +112,22 @@ BAD = [
                                                             "--mamba-ssm-cache-dtype), got ['float32']"),
     (dict(mamba={"mamba_n_heads": "128"}), f"{ENTRY}: unknown field(s) mamba_n_heads; known: layers, "
                                            "mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, "
-                                           "conv_kernel, mamba_ssm_cache_dtype, hybrid_override_pattern"),
+                                           "conv_kernel, mamba_ssm_cache_dtype, hybrid_override_pattern, "
+                                           "layer_types"),
     (dict(mamba={"layers": None, "conv_kernel": None}), f"{ENTRY}: missing field(s) layers, conv_kernel"),
     (dict(mamba={"hybrid_override_pattern": '"M*M"'}), f"{ENTRY}: hybrid_override_pattern has 2 'M' layers but "
                                                         "layers = 24"),
     (dict(mamba={"hybrid_override_pattern": '["M", "*"]'}), f"{ENTRY}: hybrid_override_pattern must be "
                                                             "config.json's string, got ['M', '*']"),
+    (dict(mamba={"layer_types": '["mamba", "attention"]'}), f"{ENTRY}: layer_types has 1 'mamba' or "
+                                                            "'linear_attention' layers but layers = 24"),
+    (dict(mamba={"layer_types": '["mamba", "M"]'}), f"{ENTRY}: layer_types has unknown layer kind(s) 'M'; known: "
+                                                    "'mamba', 'attention', 'linear_attention', 'full_attention'"),
+    (dict(mamba={"layer_types": '"mamba"'}), f"{ENTRY}: layer_types must be config.json's list of strings, got "
+                                             "'mamba'"),
+    (dict(mamba={"layer_types": '["mamba"]', "hybrid_override_pattern": '"M"'}),
+     f"{ENTRY}: give one of hybrid_override_pattern and layer_types, not both: each is the model's whole layer "
+     "order"),
     (dict(mamba={"mamba_ssm_cache_dtype": None}),
      f"{ENTRY}: missing field(s) mamba_ssm_cache_dtype (vLLM 0.33 turns --mamba-ssm-cache-dtype auto into "
      "config.json's mamba_ssm_cache_dtype or float32 for NemotronHForCausalLM (NemotronHForCausalLMConfig) and "

@@ -55,7 +55,7 @@ def test_block_size_by_hand():
     assert hybrid_block_size(4096, 4_255_744, block_size=2048) == 2048
 
 
-@pytest.mark.parametrize("name", sorted(ORACLE))
+@pytest.mark.parametrize("name", sorted(n for n in ORACLE if n.startswith("nemotron_h_8b")))
 def test_pool_matches_vllm_planner(name):
     case = ORACLE[name]
     tp = case["tensor_parallel"]

@@ -50,10 +50,14 @@ def test_unchecked_settings_are_refused(flags, named):
 #   print([mamba_pool.pool(59748478730, 1, 1040, m)['num_blocks'] for m in (1040, 8192)])"   -> [3506, 3506]
 # (mamba block size 1040: mamba_cache_mode 'align'; 8192, max_model_len: 'none'). Qwen3-Next on an H200 at -tp 2:
 # tests/allocators/data/gdn_pool.json's qwen3_next_h200_tp2_align (576, 7,812 blocks) and _none (544, 8,272).
+# Jamba-1.5-Mini on two H100s: data/mamba_pool.json's jamba_1_5_mini_tp2_align and _none (80, 37,520 blocks; its
+# Mamba-1 layers export no prefill checkpoint, so 'align' adds no alignment).
 MODES = [
     ("nemotron-h-8b", ("--gpu", "h100-80gb"), 59_748_478_730, {True: (1040, 3506, 250), False: (1040, 3506, 250)}),
     ("qwen3-next-80b-a3b", ("--gpu", "h200", "-tp", "2"), 2 * 55_297_829_079,
      {True: (576, 7812, 17), False: (544, 8272, 17)}),
+    ("jamba-1.5-mini", ("--gpu", "h100-80gb", "-tp", "2"), 49_179_152_149,
+     {True: (80, 37520, 11), False: (80, 37520, 11)}),
 ]
 
 
@@ -113,3 +117,17 @@ def test_decode_context_parallel_is_refused():
     result = run("--kv-gib", "60", "-tp", "16", "-dcp", "2")
     assert result.exit_code != 0
     assert "--decode-context-parallel-size 2: not modelled for nemotron-h-8b" in result.output
+
+
+def test_jamba_does_not_fit_one_h100():
+    """Jamba-1.5-Mini's 51.6e9 bf16 parameters are 96 GiB: more than one H100, as the refusal says."""
+    result = CliRunner().invoke(main, ["capacity", "--model", "jamba-1.5-mini", "--gpu", "h100-80gb"])
+    assert result.exit_code != 0
+    assert "jamba-1.5-mini does not fit on 1 x h100-80gb: weights 96.1 GiB per GPU" in result.output
+
+
+def test_jamba_text_names_its_mamba1_layers():
+    result = CliRunner().invoke(main, ["capacity", "--model", "jamba-1.5-mini", "--gpu", "h100-80gb", "-tp", "2"])
+    assert result.exit_code == 0, result.output
+    assert "4 attention layers and 28 Mamba-1 layers" in result.output
+    assert "8 KV cache groups of 4 layers (1 attention, 7 Mamba): 37,520 blocks" in result.output

@@ -108,3 +108,20 @@ def test_the_gdn_catalog_example_is_the_built_in_entry(tmp_path):
               f"{pool.attention_groups + pool.mamba_groups} KV cache groups of {pool.group_size} layers (1 "
               f"attention, 3 gated DeltaNet) and {pool.num_blocks:,} blocks per GPU")
     assert quoted in " ".join(section.split())
+
+
+def test_the_mamba1_catalog_example_is_the_built_in_entry(tmp_path):
+    """The page's ``[models.NAME.mamba1]`` example loads as jamba-1.5-mini, and the figures it quotes are what
+    ``kvsim capacity`` gives that entry on two H100s."""
+    from allocators.capacity import kv_capacity
+    from allocators.catalog import get_gpu
+    from allocators.mamba_layout import model_pool
+
+    section, mine = example_entry(tmp_path, "### A Mamba-1 hybrid (Jamba)", "jamba-1.5-mini")
+    pool = model_pool(mine, kv_capacity(mine, get_gpu("h100-80gb"), tensor_parallel=2).kv_bytes, 2)
+    quoted = (f"gives blocks of {pool.block_size:,} tokens (16 x cdiv({pool.mamba_state_bytes:,}-byte state, 16 x "
+              f"2,048 bytes a token a layer a GPU)), {pool.attention_groups + pool.mamba_groups} KV cache groups of "
+              f"{pool.group_size} layers (1 attention, {pool.mamba_groups} Mamba) and {pool.num_blocks:,} blocks per "
+              f"GPU, as vLLM's planner does")
+    assert quoted in " ".join(section.split())
+    assert f"and {pool.requests_that_fit(262_144):,} requests of 262,144 tokens" in " ".join(section.split())

@@ -1,5 +1,5 @@
-"""vLLM 0.33's block pool for Nemotron-H-8B (hybrid attention/Mamba-2), driven offline, for kvsim's
-`allocators.mamba_layout` to be checked against.
+"""vLLM 0.33's block pool for Nemotron-H-8B (hybrid attention/Mamba-2) and Jamba-1.5-Mini (Mamba-1), driven
+offline, for kvsim's `allocators.mamba_layout` to be checked against.
 
     HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/mamba_pool.py [--out tests/allocators/data/mamba_pool.json]
 
@@ -67,6 +67,51 @@ def pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) 
     return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, **plan(specs, available_bytes)}
 
 
+JAMBA_1_5_MINI = dict(layers=32, attn_layer_period=8, attn_layer_offset=4, kv_heads=8, head_dim=128,
+                      intermediate_size=2 * 4096, state_size=16, conv_kernel=4)
+"""AI21-Jamba-1.5-Mini's config.json (kvsim's catalog entry ``jamba-1.5-mini`` gives the source): attention where
+``i % attn_layer_period == attn_layer_offset`` (4 layers), Mamba-1 elsewhere (28), the mixer ``mamba_expand x
+hidden_size`` wide."""
+
+JAMBA_CASES = {  # name -> (available bytes per GPU, tensor parallel, attention block size, mamba block size)
+    "jamba_1_5_mini_40gib_none": (40 * 2**30, 1, 80, 262144),
+    "jamba_1_5_mini_tp2_align": (24_589_576_074, 2, 80, 80),
+    "jamba_1_5_mini_tp2_none": (24_589_576_074, 2, 80, 262144),
+}
+"""Jamba cases: its Mamba-1 state (``mamba1_state_shape``, ``mamba1_state_dtype`` with both dtypes auto, as vLLM 0.33
+leaves them for JambaForCausalLM) beside 4 attention layers. 24,589,576,074 bytes: each of 2 H100s' share of what
+``kvsim capacity --model jamba-1.5-mini --gpu h100-80gb -tp 2`` derives (49,179,152,149 bytes, 45.80 GiB, in
+all)."""
+
+
+def jamba_pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) -> dict:
+    """The pool vLLM plans for a Jamba case (`pool`'s, with Jamba's layers: ``JambaMambaDecoderLayer``'s
+    ``MambaMixer``, prefix "...mixer", and ``JambaAttentionDecoderLayer``'s ``Attention``, "...attn")."""
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import (
+        MambaStateDtypeCalculator,
+        MambaStateShapeCalculator,
+    )
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    m = JAMBA_1_5_MINI
+    shapes = MambaStateShapeCalculator.mamba1_state_shape(tp_world_size=tp, intermediate_size=m["intermediate_size"],
+                                                          state_size=m["state_size"], conv_kernel=m["conv_kernel"])
+    dtypes = MambaStateDtypeCalculator.mamba1_state_dtype(torch.bfloat16, "auto", "auto")
+    attn = FullAttentionSpec(block_size=block_size, num_kv_heads=max(m["kv_heads"] // tp, 1),
+                             head_size=m["head_dim"], dtype=torch.bfloat16)
+    state = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size).page_size_bytes
+    mamba = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size,
+                      page_size_padded=attn.page_size_bytes)
+    specs = {}
+    for i in range(m["layers"]):
+        if i % m["attn_layer_period"] == m["attn_layer_offset"]:
+            specs[f"model.layers.{i}.attn"] = attn
+        else:
+            specs[f"model.layers.{i}.mixer"] = mamba
+    return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, **plan(specs, available_bytes)}
+
+
 def plan(specs: dict, available_bytes: int) -> dict:
     """vLLM's KV cache config for the layers' ``specs`` in ``available_bytes`` (``get_global_kv_cache_groups``
     and ``get_kv_cache_configs``, as ``EngineCore`` calls them): its block count and groups (spec, layers)."""
@@ -87,6 +132,8 @@ def main() -> None:
     a = p.parse_args()
     out = {name: {"available_bytes": m, "tensor_parallel": tp, "block_size": b, "mamba_block_size": mb,
                   **pool(m, tp, b, mb)} for name, (m, tp, b, mb) in CASES.items()}
+    out |= {name: {"available_bytes": m, "tensor_parallel": tp, "block_size": b, "mamba_block_size": mb,
+                   **jamba_pool(m, tp, b, mb)} for name, (m, tp, b, mb) in JAMBA_CASES.items()}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
 

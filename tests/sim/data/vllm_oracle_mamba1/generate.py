@@ -1,0 +1,88 @@
+"""How this folder's references were made: `tools/vllm_oracle/mamba_driver.py` with Jamba-1.5-Mini's pool, whose
+seven Mamba-1 groups (28 layers in groups of its 4 attention layers; layer 0 a Mamba layer, so they come first) export
+no prefill checkpoint: vLLM 0.33's ``MambaMixer`` keeps ``MambaBase.get_kv_cache_spec`` (``num_prefill_checkpoint_
+blocks`` 0, ``prefill_checkpoint_alignment`` None) where ``MambaMixer2`` sets 1 and 1, so with prefix caching on the
+scheduler ends every prompt's chunk at its last cacheable boundary (``mamba_has_prefill_checkpoint_blocks`` False)
+and the manager never reserves a checkpoint block. Blocks of 80 tokens, as vLLM raises Jamba's attention block.
+
+    HF_HUB_OFFLINE=1 VENV/bin/python tests/sim/data/vllm_oracle_mamba1/generate.py [--async-scheduling] [CASE ...]
+
+It lives beside the data rather than in ``tools/vllm_oracle`` only because that folder was closed to the change that
+added it; it reuses `mamba_driver`'s case writer and differs from its ``patch_scheduler`` in the spec alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(ROOT / "tools" / "vllm_oracle"))
+
+import mamba_driver  # noqa: E402
+
+MAMBA1_GROUPS = 7
+"""Jamba-1.5-Mini's Mamba KV cache groups: 28 Mamba-1 layers in groups of its 4 attention layers."""
+
+_TRACE = dict(n=50, prompt=(100, 3000), output=(300, 3000), gap=1.0)
+_SHARED = dict(n=80, prompt=(1500, 5000), output=(20, 300), gap=2.0, groups=3)
+CASES: dict[str, dict] = {
+    "m1_align_contended": dict(trace=_TRACE, num_blocks=400, block_size=80),
+    "m1_align_shared_prefix": dict(trace=_SHARED, num_blocks=500, block_size=80),
+    "m1_align_long_prefix": dict(trace=dict(n=0), num_blocks=700, block_size=80, trace_of="mamba_align_long_prefix"),
+    "m1_align_small_budget": dict(trace=dict(n=80, prompt=(100, 9000), output=(10, 200), gap=4.0), num_blocks=600,
+                                  block_size=80, max_num_batched_tokens=512, max_num_seqs=16,
+                                  long_prefill_token_threshold=256),
+    "m1_align_long_prefix_8192": dict(trace=dict(n=0), num_blocks=700, block_size=80,
+                                      trace_of="mamba_align_long_prefix", max_num_batched_tokens=8192),
+    "m1_align_shared_prefix_retention_160": dict(trace=_SHARED, num_blocks=500, block_size=80,
+                                                 prefix_cache_retention_interval=160),
+    "m1_none_contended": dict(trace=_TRACE, num_blocks=400, block_size=80, enable_prefix_caching=False),
+}
+"""Contention, shared system prompts (junctions, hits), mamba_driver's long shared prefixes (also at a budget of
+8,192 tokens, where Mamba-2 would take a checkpoint block mid-prefill), a small budget with a long-prefill
+threshold, a positive retention interval of 2 blocks, and prefix caching off."""
+
+
+def patch_scheduler() -> None:
+    """`mamba_driver.patch_scheduler`'s groups, first, with Mamba-1's spec: no prefill checkpoint block."""
+    import torch
+    import vllm.v1.core.sched.async_scheduler as async_sched
+    import vllm.v1.core.sched.scheduler as sched
+    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
+
+    def with_mamba(base: type) -> type:
+        class MambaScheduler(base):
+            def __init__(self, *, vllm_config, kv_cache_config, **kw):
+                attention = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+                cache = vllm_config.cache_config
+                align = cache.enable_prefix_caching
+                cache.mamba_cache_mode = "align" if align else "none"
+                cache.mamba_block_size = attention.block_size if align else vllm_config.model_config.max_model_len
+                spec = MambaSpec(shapes=((4, 4),), dtypes=(torch.float16,), block_size=cache.mamba_block_size,
+                                 page_size_padded=attention.page_size_bytes, mamba_cache_mode=cache.mamba_cache_mode,
+                                 num_prefill_checkpoint_blocks=0, prefill_checkpoint_alignment=None)
+                mamba = [KVCacheGroupSpec([f"mamba.{i}"], spec) for i in range(MAMBA1_GROUPS)]
+                kv_cache_config = KVCacheConfig(
+                    num_blocks=kv_cache_config.num_blocks, kv_cache_tensors=kv_cache_config.kv_cache_tensors,
+                    kv_cache_groups=[*mamba, *kv_cache_config.kv_cache_groups],
+                    prefix_cache_retention_interval=cache.prefix_cache_retention_interval)
+                kw["block_size"], kw["hash_block_size"] = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+                super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kw)
+                assert not self.mamba_has_prefill_checkpoint_blocks
+
+        return MambaScheduler
+
+    sched.Scheduler = with_mamba(sched.Scheduler)
+    async_sched.AsyncScheduler = with_mamba(async_sched.AsyncScheduler)
+
+
+def main() -> None:
+    mamba_driver.CASES |= CASES  # its long-prefix trace writer reads trace_of there
+    patch_scheduler()
+    mamba_driver.write_references(CASES, MAMBA1_GROUPS, str(Path(__file__).parent), __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""kvsim on Jamba-1.5-Mini (seven Mamba-1 groups, then one attention group, blocks of 80 tokens) against vLLM 0.33's
+own scheduler and KV cache manager given the same pool (``tests/sim/data/vllm_oracle_mamba1/generate.py``), step for
+step, synchronous and under vLLM's default async scheduling: with prefix caching on (``mamba_cache_mode='align'``) a
+Mamba-1 layer exports no prefill checkpoint, so vLLM ends every prompt's chunk at its last cacheable boundary and
+never reserves a checkpoint block; the comparison is `mamba_compare.py`'s, on ``jamba-1.5-mini``."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from sim.kernel import mamba_run
+from tests.sim.vllm_oracle import ROOT, cases
+
+
+def _mamba_compare():
+    spec = importlib.util.spec_from_file_location("vllm_oracle_mamba1_compare",
+                                                  ROOT / "tools" / "vllm_oracle" / "mamba_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.MODEL = "jamba-1.5-mini"  # this instance's model; the Nemotron-H parity test loads its own
+    return module
+
+
+mamba = _mamba_compare()
+DATA = Path(__file__).parent / "data" / "vllm_oracle_mamba1"
+CASES = cases(DATA)
+RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)]
+
+
+def test_the_cases_cover_both_modes_shared_prefixes_long_chunks_and_retention():
+    assert set(CASES) == {"m1_align_contended", "m1_align_shared_prefix", "m1_align_long_prefix",
+                          "m1_align_small_budget", "m1_align_long_prefix_8192",
+                          "m1_align_shared_prefix_retention_160", "m1_none_contended"}
+    assert set(cases(DATA / "async")) == set(CASES)
+
+
+def _differences(case: str, asynchronous: bool) -> tuple[dict, dict]:
+    slow = mamba.run(DATA / case, step_by_step=True, asynchronous=asynchronous)
+    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
+    return (mamba.step_differences(slow, DATA / case, asynchronous=asynchronous),
+            mamba.compare.differences(mamba.metrics(slow, asynchronous=asynchronous), theirs))
+
+
+@pytest.mark.parametrize(("case", "asynchronous"), RUNS)
+def test_every_step_is_vllms(case, asynchronous):
+    steps, metrics = _differences(case, asynchronous)
+    assert steps == dict.fromkeys(mamba.STEP_COLUMNS, "")
+    assert metrics == dict.fromkeys(mamba.compare.METRICS, "")
+
+
+@pytest.mark.parametrize(("case", "asynchronous"), RUNS)
+def test_the_fast_forward_makes_the_same_decisions(case, asynchronous):
+    fast = mamba.metrics(mamba.run(DATA / case, asynchronous=asynchronous), asynchronous=asynchronous)
+    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
+    assert mamba.compare.differences(fast, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
+    assert theirs["preemptions"] > 0
+
+
+@pytest.mark.parametrize("case", ["m1_align_contended", "m1_align_long_prefix_8192"])
+def test_mamba2s_checkpoint_blocks_would_not_be_vllms(case, monkeypatch):
+    """The cases tell Mamba-1 from Mamba-2: with a checkpoint block per prefill (what a Mamba-2 layer exports) the
+    same pool schedules differently from vLLM's Mamba-1 run."""
+    monkeypatch.setattr(mamba_run, "_exports_checkpoints", lambda config, model: config.prefix_caching)
+    steps, _ = _differences(case, False)
+    assert any(steps.values())
