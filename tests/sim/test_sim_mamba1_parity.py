@@ -1,5 +1,5 @@
 """kvsim on Jamba-1.5-Mini (seven Mamba-1 groups, then one attention group, blocks of 80 tokens) against vLLM 0.33's
-own scheduler and KV cache manager given the same pool (``tests/sim/data/vllm_oracle_mamba1/generate.py``), step for
+own scheduler and KV cache manager given the same pool (``tools/vllm_oracle/mamba1_driver.py``), step for
 step, synchronous and under vLLM's default async scheduling: with prefix caching on (``mamba_cache_mode='align'``) a
 Mamba-1 layer exports no prefill checkpoint, so vLLM ends every prompt's chunk at its last cacheable boundary and
 never reserves a checkpoint block; the comparison is `mamba_compare.py`'s, on ``jamba-1.5-mini``."""

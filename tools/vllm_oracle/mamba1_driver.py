@@ -1,14 +1,13 @@
-"""How this folder's references were made: `tools/vllm_oracle/mamba_driver.py` with Jamba-1.5-Mini's pool, whose
+"""Reference outputs of vLLM's scheduler for a Mamba-1 hybrid (``tests/sim/data/vllm_oracle_mamba1``): `mamba_driver.py` with Jamba-1.5-Mini's pool, whose
 seven Mamba-1 groups (28 layers in groups of its 4 attention layers; layer 0 a Mamba layer, so they come first) export
 no prefill checkpoint: vLLM 0.33's ``MambaMixer`` keeps ``MambaBase.get_kv_cache_spec`` (``num_prefill_checkpoint_
 blocks`` 0, ``prefill_checkpoint_alignment`` None) where ``MambaMixer2`` sets 1 and 1, so with prefix caching on the
 scheduler ends every prompt's chunk at its last cacheable boundary (``mamba_has_prefill_checkpoint_blocks`` False)
 and the manager never reserves a checkpoint block. Blocks of 80 tokens, as vLLM raises Jamba's attention block.
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tests/sim/data/vllm_oracle_mamba1/generate.py [--async-scheduling] [CASE ...]
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/mamba1_driver.py [--async-scheduling] [CASE ...]
 
-It lives beside the data rather than in ``tools/vllm_oracle`` only because that folder was closed to the change that
-added it; it reuses `mamba_driver`'s case writer and differs from its ``patch_scheduler`` in the spec alone.
+It reuses `mamba_driver`'s case writer and differs from its ``patch_scheduler`` in the spec alone.
 """
 
 from __future__ import annotations
@@ -16,10 +15,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(ROOT / "tools" / "vllm_oracle"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mamba_driver  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle_mamba1"
 
 MAMBA1_GROUPS = 7
 """Jamba-1.5-Mini's Mamba KV cache groups: 28 Mamba-1 layers in groups of its 4 attention layers."""
@@ -81,7 +81,7 @@ def patch_scheduler() -> None:
 def main() -> None:
     mamba_driver.CASES |= CASES  # its long-prefix trace writer reads trace_of there
     patch_scheduler()
-    mamba_driver.write_references(CASES, MAMBA1_GROUPS, str(Path(__file__).parent), __doc__.splitlines()[0])
+    mamba_driver.write_references(CASES, MAMBA1_GROUPS, str(DATA), __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
