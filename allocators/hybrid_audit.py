@@ -5,7 +5,7 @@ per-group token, reservation and block counters, shared slots, each sequence's r
 block tables alone; the tables are checked against the windows (nulls only as a leading run, only in window
 groups, never over a block the last token, or a refused growth's first, still attends to; a Mamba group's table
 one live state block, whole and unshared, or in align mode a table as long as the attention ones with at most 3
-live state blocks), and the breakdown
+live state blocks, more under async scheduling), and the breakdown
 must sum to capacity, in total and per group, its cached slots being the free blocks that keep a hash.
 """
 
@@ -29,8 +29,12 @@ def audit_hybrid(a) -> None:
         for g, (table, k) in enumerate(zip(s.tables, s.skipped, strict=True)):
             w = a.windows[g]
             if a.mamba[g] and a.align:  # a state table as long as the attention ones, at most 3 live, whole
-                live = [b for b in table[k:] if b]  # (4 under async scheduling: frees lag a step)
-                assert len(table) == length and not any(table[:k]) and 0 < len(live) <= 3 + a.processed_basis, \
+                # (under async scheduling frees lag a step: 4, and 5 where any chunk may take a checkpoint block,
+                # a positive or dense retention interval, as two chunks' checkpoint and running blocks and the
+                # state the first was copied from are held; vLLM 0.33's AsyncScheduler holds the same five)
+                live = [b for b in table[k:] if b]
+                most = 3 + (1 + (a.retention_interval != 0) if a.processed_basis else 0)
+                assert len(table) == length and not any(table[:k]) and 0 < len(live) <= most, \
                     f"sequence {seq_id} Mamba group {g}: table {table} is not a state table of {length} columns"
                 # synchronous, the live states are the running one, the checkpoint before it (the chunk's, on any
                 # chunk under a positive retention interval) and the one the running state was copied from

@@ -7,6 +7,7 @@ vLLM's hybrid coordinator, the fit checks, the memory accounting (per group and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -160,8 +161,16 @@ class HybridQueries(Allocator):
         self.free_order = sorted(range(len(self.groups)), key=lambda g: not self.mamba[g]) if mamba_groups_first \
             else list(range(len(self.groups)))
         self.windows = [g.window for g in self.groups]
-        check_retention_interval(prefix_cache_retention_interval, block_size,
-                                 any(w is not None for w in self.windows) or self.align)
+        # vLLM validates the interval on any model with a window or Mamba group, against its scheduler block size:
+        # a Mamba group without prefix caching (mamba_cache_mode 'none') has blocks of max_model_len tokens
+        # (``MambaModelConfig.verify_and_update_config``), and a multiple of their lcm with the attention block
+        # caches nothing there (``KVCacheCoordinatorNoPrefixCache``), so it runs as 0
+        none_mode = bool(mamba_groups and not prefix_caching)
+        check_retention_interval(prefix_cache_retention_interval,
+                                 math.lcm(block_size, self.max_model_len) if none_mode else block_size,
+                                 any(w is not None for w in self.windows) or bool(mamba_groups),
+                                 f": {block_size} and, prefix caching off, the Mamba groups' max_model_len "
+                                 f"{self.max_model_len}" if none_mode else "")
         self.retention_interval = prefix_cache_retention_interval
         # a hit's tail blocks: a window's, a Mamba state's one block (align mode: cached where reachable)
         self._needs = [(1 if self.align and g.mamba else None) if w is None else cdiv(w - 1, block_size)

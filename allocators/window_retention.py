@@ -48,18 +48,20 @@ def retained_blocks(start: int, stop: int, *, need: int, interval: int | None, b
     return mask
 
 
-def check_retention_interval(interval: int | None, block_size: int, has_window: bool) -> None:
-    """vLLM's checks (``_validate_prefix_cache_retention_interval``, ``kv_cache_coordinator.py``): non-negative, a
-    multiple of the block size, and a positive interval only on a model whose sparse groups it acts on
-    (``has_window``: a sliding-window group, or a Mamba group that caches states, `allocators.mamba_align`)."""
+def check_retention_interval(interval: int | None, block_size: int, has_window: bool, why: str = "") -> None:
+    """vLLM's checks (``_validate_prefix_cache_retention_interval``, ``v1/core/kv_cache_coordinator.py``):
+    non-negative, and a positive interval only on a model with a sliding-window or Mamba KV cache group
+    (``has_window``), a multiple of ``block_size``: vLLM's scheduler block size, the least common multiple of its
+    groups' block sizes (``resolve_kv_cache_block_sizes``), the attention block size except where a Mamba group
+    without prefix caching has blocks of ``max_model_len`` tokens (`HybridQueries`, which says so in ``why``)."""
     if interval is not None and interval < 0:
         raise ValueError(f"--prefix-cache-retention-interval must be non-negative (or None), got {interval}")
     if not interval:
         return
     if not has_window:
-        raise ValueError("--prefix-cache-retention-interval is set but this model has no sliding-window KV cache "
-                         "group nor Mamba states it caches, so retention has no effect: set it to 0 (it only applies "
-                         "to sliding-window and Mamba layers)")
+        raise ValueError("--prefix-cache-retention-interval is set but this model has no sliding-window or Mamba KV "
+                         "cache group, so retention has no effect: set it to 0 (it only applies to sliding-window "
+                         "and Mamba layers)")
     if interval % block_size:
-        raise ValueError(f"--prefix-cache-retention-interval ({interval}) must be a multiple of the block size "
-                         f"({block_size})")
+        raise ValueError(f"--prefix-cache-retention-interval ({interval}) must be a multiple of the scheduler block "
+                         f"size ({block_size}, the least common multiple of the KV cache groups' block sizes{why})")

@@ -170,7 +170,9 @@ RETENTION_HELP = ("Which full blocks a sliding-window KV cache group keeps in th
                   "0 only those a hit can end on, before the prompt's last token and a shared prefix's end; K > 0 "
                   "also one window's worth every K tokens (a multiple of --block-size); None every block "
                   "(vLLM before 0.33). Full-attention groups keep every block either way. Mamba states (prefix "
-                  "caching on) likewise, one state a boundary; None is not modelled for them.")
+                  "caching on) likewise, one state a boundary (None: every full state). With prefix caching off "
+                  "a Mamba model accepts only 0, None or a multiple of lcm(block size, max_model_len), which "
+                  "does nothing (vLLM's check).")
 retention_option = vllm_option("--prefix-cache-retention-interval", "prefix_cache_retention_interval",
                                type=_IntOrNone(), default=0, show_default=True, help=RETENTION_HELP)
 """``--prefix-cache-retention-interval`` (the `SimConfig` field of the same name)."""

@@ -10,8 +10,11 @@ first scheduled and frees it with the request, and the scheduler splits chunks a
 (``mamba_groups``). vLLM's default, prefix caching on, is ``"align"``: block-aligned chunk splits
 (`sim.kernel.mamba_split`), a state block per boundary crossed and states cached at reachable boundaries
 (`allocators.mamba_align`), with ``--prefix-cache-retention-interval`` 0 (vLLM's default) or a positive interval
-(every chunk then takes a checkpoint block, and each interval's last state is cached too); dense retention (None)
-and the settings not modelled are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are
+(every chunk then takes a checkpoint block, and each interval's last state is cached too) or None (dense: the
+same checkpoint blocks, every full state cached; ``KVCacheCoordinator.get_num_blocks_to_allocate`` and
+``MambaManager.reachable_block_mask``, ``v1/core/``). With prefix caching off vLLM accepts a positive interval that
+is a multiple of its scheduler block size, lcm(block size, max_model_len), and caches nothing
+(`HybridQueries`' check). The settings not modelled are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are
 scheduled by the same ``MambaManager`` and scheduler rules; with prefix caching on they follow them only where vLLM
 exports their prefill checkpoints (FlashInfer's GDN prefill on Hopper, whose 64-token grid also aligns the block size:
 `allocators.gdn_layout`), and are refused elsewhere. Mamba-1 layers (Jamba, `allocators.mamba1_layout`) export no
@@ -32,15 +35,12 @@ from allocators.mamba_layout import HybridMambaPool, block_alignment, check_mamb
 def mamba_run_refusals(config, model) -> None:
     """A one-line ValueError naming the flag for a setting of a run of ``model`` (with Mamba layers) kvsim does
     not model: the capacity report's (`check_mamba_capacity`); with prefix caching on (mamba_cache_mode 'align')
-    dense retention (``--prefix-cache-retention-interval None``) or prefill without chunks; a host tier or KV
+    prefill without chunks; a host tier or KV
     transfer (vLLM's connectors carry the Mamba state as a group of its own: not modelled), and swap preemption
     (vLLM v1 recomputes)."""
     check_mamba_capacity(allocator=config.allocator, kv_cache_dtype=config.kv_cache_dtype,
                          disable_hybrid_kv_cache_manager=config.disable_hybrid_kv_cache_manager,
                          speculative_config=config.speculative_config, model=model.name)
-    if config.prefix_caching and config.prefix_cache_retention_interval is None:
-        raise ValueError(f"--prefix-cache-retention-interval None: dense retention is not modelled for {model.name}'s "
-                         "Mamba states (mamba_cache_mode='align'); use 0 (vLLM's default) or a positive interval")
     if config.prefix_caching and (not config.chunked_prefill or config.scheduler != "continuous"):
         raise ValueError(f"--no-chunked-prefill / --scheduler static: {model.name}'s block-aligned Mamba chunks "
                          "(mamba_cache_mode='align') are modelled with chunked prefill on a continuous scheduler")

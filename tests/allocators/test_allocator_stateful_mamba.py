@@ -13,14 +13,16 @@ their output replayed as prefill. Blocks are 4 tokens so that boundaries are cro
 Mamba groups after one or two attention groups; prompts of a few prefixes so that hits, junctions and deferrals
 happen. After every rule the allocator's audit runs, and the machine checks vLLM's rules from the outside
 (``MambaManager``, ``v1/core/single_type_kv_cache_manager.py``): a sequence holds exactly one state block per Mamba
-group in none mode, at most three live (four under async scheduling) in align mode with its running state in its
+group in none mode, at most three live (four under async scheduling, five there
+under a positive or dense retention interval) in align mode with its running state in its
 last column and every Mamba group alike; the used blocks are the distinct blocks the tables hold and the cached
 slots the free blocks keeping a hash; no headroom while a state block waits to be freed; a hit never covers the
 last token looked up, and resumes at a cached state; only states at a request's replay boundary or junction are
 cached (and, under a positive ``prefix_cache_retention_interval``, those ending each interval), and a hit on one
 cached in the step being scheduled is deferred; a chunk that can export its checkpoint holds a block for it (the
-prefill's last chunk under retention 0, any such chunk under a positive interval; Mamba-1: none, and no chunk runs
-past its prompt's last cacheable boundary); the decode fast-forward's growth
+prefill's last chunk under retention 0, any such chunk under a positive interval or dense retention, None, where
+every full state may be cached; Mamba-1: none, and no chunk runs past its prompt's last cacheable boundary); the
+decode fast-forward's growth
 by the headroom takes and frees nothing; a refused growth only frees states no step reads.
 """
 
@@ -62,7 +64,7 @@ class Request:
 class MambaMachine(RuleBasedStateMachine):
     prefix_caching = False  # True: vLLM's mamba_cache_mode 'align'
     async_scheduling = False
-    retention = 0  # vLLM's prefix_cache_retention_interval (align mode), a multiple of BLOCK
+    retention: int | None = 0  # vLLM's prefix_cache_retention_interval (align mode), a multiple of BLOCK or None
     exports = True  # False: Mamba-1 layers (Jamba), which export no state from inside a prefill (no checkpoint block)
 
     @initialize(blocks=st.integers(8, 60), mamba=st.integers(2, 3), attention=st.sampled_from([1, 2]),
@@ -79,7 +81,7 @@ class MambaMachine(RuleBasedStateMachine):
         self.requests: dict[int, Request] = {}
         self.preempted: list[Request] = []
         self.scheduled: set[int] = set()  # sequences scheduled in this step
-        self.cache: dict[int, int] = {}  # each cached key's block, as the last rule left them
+        self.cache: dict[int, set[int]] = {}  # each cached key's blocks, as the last rule left them
         self.step_cached: set[int] = set()  # the keys cached (anew, or into another block) in this step
         self.reachable: set[int] = set()  # the Mamba keys a later request can resume at: admissions' boundaries
         self.next_id = 0
@@ -91,8 +93,14 @@ class MambaMachine(RuleBasedStateMachine):
         return (a.breakdown(), a.memory_map().tobytes(), a.free_block_ids(),
                 {seq: a.block_tables(seq) for seq in self.tokens})
 
-    def cached_blocks(self) -> dict[int, int]:
-        return {h: b for b, h in enumerate(self.alloc._cache.block_hash) if h is not None}
+    def cached_blocks(self) -> dict[int, set[int]]:
+        """Each cached key's blocks: a key may be cached in several (two requests computed the same state, as
+        vLLM's block pool keeps them), so one of them evicted is no new caching."""
+        out: dict[int, set[int]] = {}
+        for b, h in enumerate(self.alloc._cache.block_hash):
+            if h is not None:
+                out.setdefault(h, set()).add(b)
+        return out
 
     def chunk(self, r: Request, start: int) -> int:
         """The scheduler's chunk from ``start``: what the budget allows, block-aligned in align mode
@@ -183,7 +191,9 @@ class MambaMachine(RuleBasedStateMachine):
             for i in range(cached // BLOCK - 1 if a.mamba[g] else 0, cached // BLOCK):  # a state: only its last
                 assert a._cache.block_hash[table[i]] == r.hashes[i] * n + g, f"group {g}: hit block {i} is not cached"
         columns = [boundary // BLOCK - 1 for boundary in (r.prompt - 1, r.junction)]  # replay boundary, junction
-        if self.retention:  # and the state ending every interval
+        if self.retention is None:  # dense: every state
+            columns += range(len(r.hashes))
+        elif self.retention:  # and the state ending every interval
             columns += [i for i in range(len(r.hashes)) if (i + 1) % (self.retention // BLOCK) == 0]
         for column in columns:
             if 0 <= column < len(r.hashes):
@@ -247,9 +257,9 @@ class MambaMachine(RuleBasedStateMachine):
     def checkpoints(self, seq, start):
         """A chunk from ``start`` that can export the state one block before its end into a block of its own
         (`mamba_align.checkpoint_valid`) holds it there, in every Mamba group (align mode): under retention 0 only
-        the chunk reaching the prefill's end, under a positive interval any such chunk (vLLM's coordinator passes
-        ``prefill_end`` 0 then). Mamba-1 layers export none: a chunk never runs past its prompt's last cacheable
-        boundary, and holds no block before its running one's."""
+        the chunk reaching the prefill's end, under a positive interval or None any such chunk (vLLM's coordinator
+        passes ``prefill_end`` 0 then). Mamba-1 layers export none: a chunk never runs past its prompt's last
+        cacheable boundary, and holds no block before its running one's."""
         a, r, end = self.alloc, self.requests[seq], self.tokens[seq]
         if a.align and not self.exports and start < checkpoint_position(r.target, BLOCK):
             assert end <= checkpoint_position(r.target, BLOCK), f"sequence {seq}: chunk {start}..{end} runs past " \
@@ -260,7 +270,7 @@ class MambaMachine(RuleBasedStateMachine):
             return
         if not a.align or not checkpoint_valid(start, end, checkpoint_position(end, BLOCK), BLOCK):
             return
-        if self.retention or end >= max(r.prompt, r.target - 1):
+        if self.retention != 0 or end >= max(r.prompt, r.target - 1):
             assert all(t[cdiv(end, BLOCK) - 2] for t in self.mamba_tables(seq)), \
                 f"sequence {seq}: chunk {start}..{end} holds no checkpoint block"
 
@@ -325,13 +335,13 @@ class MambaMachine(RuleBasedStateMachine):
         a = self.alloc
         a.check_invariants()
         cache = self.cached_blocks()
-        self.step_cached.update(k for k, b in cache.items() if self.cache.get(k) != b)
+        self.step_cached.update(k for k, blocks in cache.items() if not blocks <= self.cache.get(k, set()))
         self.cache = cache
         assert all(k in self.reachable for k in cache if a.mamba[k % len(a.groups)]), "a state cached out of reach"
         b = a.breakdown()
         assert b.token_states + b.reservation + b.internal_frag + b.external_frag + b.free == a.capacity
         held = set()
-        limit = 3 + self.async_scheduling
+        limit = 3 + (self.async_scheduling and 1 + (self.retention != 0))  # as `audit_hybrid` bounds them
         for seq, tokens in self.tokens.items():
             assert a.num_tokens(seq) == tokens
             length = cdiv(tokens, BLOCK)
@@ -364,10 +374,12 @@ class MambaMachine(RuleBasedStateMachine):
 
 for _pc, _async, _retention, _exports in ((False, False, 0, True), (True, False, 0, True), (True, True, 0, True),
                                           (True, False, 2 * BLOCK, True), (True, True, 3 * BLOCK, True),
+                                          (True, False, None, True), (True, True, None, True),
                                           (True, False, 0, False), (True, True, 0, False),
                                           (True, False, 2 * BLOCK, False)):
     _label = (f"{'align' if _pc else 'none'}{'_async' if _async else ''}"
-              f"{f'_retention_{_retention}' * bool(_retention)}{'_mamba1' * (not _exports)}")
+              f"{'_dense' if _retention is None else f'_retention_{_retention}' * bool(_retention)}"
+              f"{'_mamba1' * (not _exports)}")
     _machine = type(f"MambaMachine_{_label}", (MambaMachine,),
                     {"prefix_caching": _pc, "async_scheduling": _async, "retention": _retention,
                      "exports": _exports})

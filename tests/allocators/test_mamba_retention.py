@@ -47,17 +47,20 @@ def prefill(a: HybridPagedAllocator, seq: int, hashes: list[int], chunks: list[i
 
 @pytest.mark.parametrize(("retention", "expected"), [
     (0, [("...x", 5), ("...x...x", 10), (".......x...C", 14), ("...........Cx", 15)]),
-    (32, [("..xC", 6), ("...C..xC", 11), (".......C..xC", 15), ("...........Cx", 15)])])
+    (32, [("..xC", 6), ("...C..xC", 11), (".......C..xC", 15), ("...........Cx", 15)]),
+    (None, [("..CC", 6), ("...C..CC", 11), (".......C..CC", 15), ("...........Cx", 15)])])
 def test_every_chunk_that_can_export_its_checkpoint_takes_a_block_under_a_positive_interval(retention, expected):
     """Chunks of 64 (four blocks): under 0 only the last chunk's checkpoint (the replay boundary, 192) is
     exported; under 32 every chunk exports the state one block before its end, and those ending an interval
-    (64, 128) stay cached."""
+    (64, 128) stay cached; dense retention (None) takes the same blocks and caches every full state
+    (``KVCacheCoordinator.get_num_blocks_to_allocate`` passes prefill_end 0 for any interval but 0, and
+    ``MambaManager.reachable_block_mask`` returns None: every block)."""
     assert prefill(pool(retention), 0, FIRST, [64, 64, 64, 8]) == expected
 
 
 @pytest.mark.parametrize(("retention", "hit", "junction", "tables"), [
     (0, 0, 144, ["...x", "...x...x", ".......xC", "........C..Cx"]),
-    (32, 128, 144, [".......CC", "........C..Cx"])])
+    (32, 128, 144, [".......CC", "........C..Cx"]), (None, 128, 144, [".......CC", "........C..Cx"])])
 def test_a_later_prompt_resumes_at_the_last_interval_state_it_shares(retention, hit, junction, tables):
     """A second prompt sharing the first's 150 tokens: under 0 no state of the first is within the shared part,
     so it starts from scratch (chunks stop at the junction, 144); under 32 it resumes at the state at 128 and
@@ -73,11 +76,66 @@ def test_a_later_prompt_resumes_at_the_last_interval_state_it_shares(retention, 
 
 def test_a_positive_interval_needs_a_mamba_group_that_caches_states():
     """vLLM accepts a positive interval for a model with Mamba groups (``_validate_prefix_cache_retention_interval``),
-    a multiple of the block size; without prefix caching no state is cached and kvsim's check stays the
-    sliding-window one."""
+    a multiple of the block size."""
     assert pool(48).retention_interval == 48
-    with pytest.raises(ValueError, match="multiple of the block size"):
+    with pytest.raises(ValueError, match="multiple of the scheduler block size"):
         pool(40)
-    with pytest.raises(ValueError, match="no sliding-window KV cache group"):
-        HybridPagedAllocator(100 * 16, block_size=16, kv_groups=ATTENTION, mamba_groups=1, max_model_len=4096,
+
+
+def test_without_prefix_caching_an_interval_must_be_a_multiple_of_max_model_len_and_does_nothing():
+    """Prefix caching off (``mamba_cache_mode='none'``), a Mamba group's block is ``max_model_len`` (4,096) tokens,
+    so vLLM's scheduler block size is lcm(16, 4,096) = 4,096: it accepts 4,096 and 8,192, refuses 32 and 2,048
+    (``KVCacheCoordinator.__init__`` validates for ``KVCacheCoordinatorNoPrefixCache`` too; probed on vLLM 0.33),
+    and caches nothing, so the blocks a request takes are those under 0."""
+    def none_mode(retention):
+        return HybridPagedAllocator(100 * 16, block_size=16, kv_groups=ATTENTION, mamba_groups=1, max_model_len=4096,
+                                    prefix_cache_retention_interval=retention)
+
+    for retention in (32, 2048):
+        with pytest.raises(ValueError, match=r"multiple of the scheduler block size \(4096"):
+            none_mode(retention)
+    runs = []
+    for retention in (0, 4096, 8192, None):
+        a = none_mode(retention)
+        a.admit(0, 64, final_tokens=202, block_hashes=FIRST, prompt_tokens=200, request_tokens=200)
+        a.grow_chunk(0, 136)
+        a.check_invariants()
+        runs.append((a.block_tables(0), used(a), a.num_cached_tokens(FIRST, 200)))
+    assert runs == [runs[0]] * 4 and runs[0][1] == 13 + 1 and runs[0][2] == 0
+    with pytest.raises(ValueError, match="no sliding-window or Mamba KV cache group"):
+        HybridPagedAllocator(100 * 16, block_size=16, kv_groups=ATTENTION, max_model_len=4096,
                              prefix_cache_retention_interval=32)
+
+
+@pytest.mark.parametrize(("retention", "tables"), [
+    (0, [".C..x", ".C..x..C"]), (32, [".C.Cx", ".C.Cx.xC"]), (None, [".C.CC", ".C.CC.CC"])])
+def test_under_async_scheduling_two_chunks_with_checkpoints_hold_five_states(retention, tables):
+    """Under async scheduling states are freed by the tokens processed, a step late: a request resuming at a
+    32-token hit whose second 48-token chunk is scheduled while its first is in flight holds, where every chunk
+    may take a checkpoint block (a positive interval, or None), the hit's state and both chunks' checkpoint and
+    running blocks, five, as vLLM 0.33's ``AsyncScheduler`` does (these tables, probed there); the audit allows
+    them."""
+    a = HybridPagedAllocator(100 * 16, block_size=16, kv_groups=ATTENTION, mamba_groups=1, prefix_caching=True,
+                             max_model_len=4096, prefix_cache_retention_interval=retention)
+    a.processed_basis = True
+
+    def step():
+        a.begin_step()
+        a.new_step()
+
+    first, second = [3000, 3001], [3000, 3001, *range(4002, 4008)]  # 33 tokens; 132 sharing its first 32
+    step()
+    a.admit(0, 33, final_tokens=35, block_hashes=first, prompt_tokens=33, request_tokens=33)
+    step()
+    a.grow(0, 1)
+    step()
+    a.free(0)
+    step()
+    assert a.num_cached_tokens(second, 132) == 32
+    a.admit(1, 80, final_tokens=134, block_hashes=second, prompt_tokens=132, request_tokens=132)
+    out = [state_table(a, 1)]
+    step()
+    assert a.grow_chunk(1, 48) is not None
+    out.append(state_table(a, 1))
+    a.check_invariants()
+    assert out == tables

@@ -80,8 +80,8 @@ def test_a_resumed_request_caches_by_its_prompt_not_its_tokens():
 
 
 @pytest.mark.parametrize(("interval", "has_window", "message"), [
-    (-16, True, "must be non-negative"), (6, True, "multiple of the block size"),
-    (64, False, "no sliding-window KV cache group")])
+    (-16, True, "must be non-negative"), (6, True, "multiple of the scheduler block size"),
+    (64, False, "no sliding-window or Mamba KV cache group")])
 def test_vllms_checks(interval, has_window, message):
     with pytest.raises(ValueError, match=message):
         check_retention_interval(interval, 4, has_window)
@@ -90,7 +90,7 @@ def test_vllms_checks(interval, has_window, message):
 def test_settings_vllm_accepts():
     for interval, has_window in ((None, False), (0, False), (None, True), (0, True), (16, True)):
         check_retention_interval(interval, 4, has_window)
-    with pytest.raises(ValueError, match="multiple of the block size"):
+    with pytest.raises(ValueError, match="multiple of the scheduler block size"):
         pool(6)
 
 

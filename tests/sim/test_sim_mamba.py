@@ -61,12 +61,13 @@ def test_vllms_default_prefix_caching_runs_in_align_mode():
     assert_same_step_totals(fast, slow)
 
 
-@pytest.mark.parametrize("interval", [2080, 4160])
+@pytest.mark.parametrize("interval", [2080, 4160, None])
 def test_a_positive_retention_interval_runs_and_the_fast_forward_equals_step_by_step(interval):
-    """vLLM's ``prefix_cache_retention_interval`` of 2 or 4 blocks with prefix caching on: chunks of up to 8,192
-    tokens take a checkpoint block wherever they can export one and the state ending every interval is cached,
-    which changes who is preempted when (13 preemptions here, 17 under 0); the decode fast-forward equals
-    --step-by-step, every step audited (`tests/sim/test_sim_mamba_parity.py` has vLLM's own runs)."""
+    """vLLM's ``prefix_cache_retention_interval`` of 2 or 4 blocks, or dense (None), with prefix caching on:
+    chunks of up to 8,192 tokens take a checkpoint block wherever they can export one and the state ending every
+    interval (dense: every full state) is cached, which changes who is preempted when (13 preemptions at 2 blocks,
+    12 dense, 18 under 0); the decode fast-forward equals --step-by-step, every step audited
+    (`tests/sim/test_sim_mamba_parity.py` has vLLM's own runs)."""
     w = shared_prefixes()
     options = dict(prefix_caching=True, kv_tokens=60 * 1040, max_num_batched_tokens=8192, debug_invariants=1)
     fast = run_simulation(config(prefix_cache_retention_interval=interval, **options), w)
@@ -85,11 +86,27 @@ def test_a_positive_retention_interval_runs_and_the_fast_forward_equals_step_by_
     ({"kv_cache_dtype": "fp8"}, "--kv-cache-dtype"), ({"cpu_offload_gib": 4.0}, "--cpu-offload-gib"),
     ({"disable_hybrid_kv_cache_manager": True}, "--disable-hybrid-kv-cache-manager"),
     ({"preemption": "swap"}, "--preemption"),
-    ({"prefix_caching": True, "prefix_cache_retention_interval": None}, "--prefix-cache-retention-interval"),
     ({"prefix_caching": True, "chunked_prefill": False}, "--no-chunked-prefill")])
 def test_settings_not_modelled_are_refused_naming_the_flag(options, flag):
     with pytest.raises(ValueError, match=flag):
         resolve_capacity(config(**options))
+
+
+def test_without_prefix_caching_vllms_interval_runs_as_0():
+    """Prefix caching off (``mamba_cache_mode='none'``), vLLM takes a positive interval that is a multiple of its
+    scheduler block size, lcm(1,040, max_model_len 16,384) = 1,064,960 here, and caches nothing
+    (``KVCacheCoordinatorNoPrefixCache``): the run is the run under 0, fast-forward and step by step, every step
+    audited; any other positive interval is refused naming the flag."""
+    w = workload()
+    options = dict(max_model_len=16384, debug_invariants=1)
+    base = run_simulation(config(**options), w)
+    for step_by_step in (False, True):
+        run = run_simulation(config(prefix_cache_retention_interval=1064960, step_by_step=step_by_step, **options), w)
+        np.testing.assert_allclose(run.requests["finished_s"], base.requests["finished_s"], rtol=1e-12)
+        assert run.requests["preemptions"].tolist() == base.requests["preemptions"].tolist()
+    with pytest.raises(ValueError, match=r"--prefix-cache-retention-interval \(2080\) must be a multiple of the "
+                                         r"scheduler block size \(1064960"):
+        run_simulation(config(prefix_cache_retention_interval=2080, **options), w)
 
 
 def test_other_models_still_resolve():

@@ -1,6 +1,7 @@
 """kvsim on Nemotron-H-8B with prefix caching off (vLLM's ``mamba_cache_mode='none'``) and on (``'align'``, the
 default: block-aligned chunks, state blocks per boundary, reachable states cached; also under a positive
-``--prefix-cache-retention-interval`` and with requests sampled n > 1 times) against vLLM 0.33's own
+or dense (None) ``--prefix-cache-retention-interval``, and with requests sampled n > 1 times; prefix caching
+off with a positive interval, which vLLM ignores there) against vLLM 0.33's own
 scheduler and KV cache manager given the same pool (six Mamba groups, then one attention group, blocks of 1,040
 tokens: ``tools/vllm_oracle/mamba_driver.py``), step for step: every engine step's running and waiting requests,
 prefill tokens, decoding requests and used blocks, and `compare.py`'s run-wide and per-request metrics, exactly,
@@ -29,7 +30,7 @@ RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)
 def test_the_cases_cover_contention_a_burst_and_chunked_prompts_in_both_engine_loops():
     """Both cache modes; in align mode also prefixes shared across requests over several blocks, identical prompts
     in one step (a hit on a state cached in the same step is deferred), resumed requests hitting their own,
-    parallel sampling (siblings hitting the state their first child cached), and positive
+    parallel sampling (siblings hitting the state their first child cached), and positive and dense
     ``prefix_cache_retention_interval``s (`tests/allocators/test_mamba_retention.py`)."""
     assert set(CASES) >= {f"mamba_{mode}_{case}" for mode in ("none", "align")
                           for case in ("contended", "offline_burst", "small_budget")}
@@ -43,6 +44,10 @@ def test_the_cases_cover_contention_a_burst_and_chunked_prompts_in_both_engine_l
             "mamba_align_long_prefix_retention_2080", "mamba_align_long_prefix_8192_retention_2080",
             "mamba_align_long_prefix_8192_retention_4160",
             "mamba_align_parallel_sampling_shared_retention_2080"} <= set(CASES)
+    # dense retention (None: every full state cached, every chunk able to export its checkpoint takes a block), and
+    # prefix caching off with a positive interval vLLM accepts (a multiple of lcm(1,040, 16,384)) and ignores
+    assert {"mamba_align_contended_dense", "mamba_align_shared_prefix_dense", "mamba_align_long_prefix_8192_dense",
+            "mamba_none_contended_retention_1064960"} <= set(CASES)
     assert set(cases(mamba.DATA / "async")) == set(CASES)
 
 

@@ -122,6 +122,15 @@ CASES |= {f"{name}_retention_{blocks * 1040}": CASES[name] | dict(trace_of=CASES
                                ("mamba_align_long_prefix_8192", 4))}
 # (mamba_align_contended at 4 blocks, and mamba_align_contended_8192 at 2 and 4, were exact too, their steps
 # those of a case above: not kept)
+# dense retention (``--prefix-cache-retention-interval None``): every full state block a request holds is cached,
+# and, as under a positive interval, every chunk whose checkpoint is valid reserves a checkpoint block
+CASES |= {f"{name}_dense": CASES[name] | dict(trace_of=CASES[name].get("trace_of", name),
+                                             prefix_cache_retention_interval=None)
+          for name in ("mamba_align_contended", "mamba_align_shared_prefix", "mamba_align_long_prefix_8192")}
+# prefix caching off (mamba_cache_mode "none") with a positive interval: vLLM accepts a multiple of its scheduler
+# block size, lcm(1,040, max_model_len 16,384) = 1,064,960, and caches nothing, so the run is mamba_none_contended's
+CASES["mamba_none_contended_retention_1064960"] = CASES["mamba_none_contended"] | dict(
+    trace_of="mamba_none_contended", prefix_cache_retention_interval=1064960)
 LONG_PREFIXES = (2600, 4200, 6500)
 """``mamba_align_long_prefix``'s three system prompts, in tokens (2.5 to 6.25 blocks of 1,040)."""
 
