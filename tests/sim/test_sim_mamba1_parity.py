@@ -31,7 +31,8 @@ RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)
 def test_the_cases_cover_both_modes_shared_prefixes_long_chunks_and_retention():
     assert set(CASES) == {"m1_align_contended", "m1_align_shared_prefix", "m1_align_long_prefix",
                           "m1_align_small_budget", "m1_align_long_prefix_8192",
-                          "m1_align_shared_prefix_retention_160", "m1_none_contended"}
+                          "m1_align_shared_prefix_retention_160", "m1_none_contended",
+                          "m1_align_shared_prefix_dense"}
     assert set(cases(DATA / "async")) == set(CASES)
 
 

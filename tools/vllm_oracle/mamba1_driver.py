@@ -38,10 +38,13 @@ CASES: dict[str, dict] = {
     "m1_align_shared_prefix_retention_160": dict(trace=_SHARED, num_blocks=500, block_size=80,
                                                  prefix_cache_retention_interval=160),
     "m1_none_contended": dict(trace=_TRACE, num_blocks=400, block_size=80, enable_prefix_caching=False),
+    "m1_align_shared_prefix_dense": dict(trace=_SHARED, num_blocks=500, block_size=80,
+                                         trace_of="m1_align_shared_prefix", prefix_cache_retention_interval=None),
 }
 """Contention, shared system prompts (junctions, hits), mamba_driver's long shared prefixes (also at a budget of
 8,192 tokens, where Mamba-2 would take a checkpoint block mid-prefill), a small budget with a long-prefill
-threshold, a positive retention interval of 2 blocks, and prefix caching off."""
+threshold, a positive retention interval of 2 blocks, prefix caching off, and dense retention (None: every full
+state a request holds is cached; a Mamba-1 layer still takes no checkpoint block)."""
 
 
 def patch_scheduler() -> None:
