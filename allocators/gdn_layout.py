@@ -21,8 +21,10 @@ from inside a prefill only with FlashInfer's GDN prefill kernel (``get_prefill_c
 only with ``head_k_dim`` 128 and a CUDA 13 runtime, and never before Hopper (Triton/FLA: no checkpoint). Where it
 exports, ``Platform._align_hybrid_block_size`` makes the attention block size a multiple of that 64, and the
 scheduler's checkpoint rules are Mamba-2's (the checkpoint alignment is the block size itself, which every
-block-aligned chunk start meets, ``is_mamba_prefill_checkpoint_valid``); where it does not, the scheduler cuts the
-prefill at the checkpoint instead (``mamba_has_prefill_checkpoint_blocks`` False), which kvsim does not model.
+block-aligned chunk start meets, ``is_mamba_prefill_checkpoint_valid``); where it does not, ``get_kv_cache_spec``
+is ``MambaBase``'s (no checkpoint block, no alignment) and the scheduler ends every prompt's chunk at its last
+cacheable boundary instead (``mamba_has_prefill_checkpoint_blocks`` False), as for Mamba-1 layers
+(`allocators.mamba1_layout`; ``tests/sim/test_sim_gdn_nockpt_parity.py``).
 """
 
 from __future__ import annotations

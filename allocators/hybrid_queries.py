@@ -145,7 +145,8 @@ class HybridQueries(Allocator):
         vLLM's KV cache config lists the Mamba groups before the attention ones (`MambaStateLayers.groups_first`),
         so a request's blocks are freed group by group in that order (`free_order`). ``mamba_checkpoints``: the
         layers export a state from inside a prefill (vLLM's ``num_prefill_checkpoint_blocks`` 1: Mamba-2, gated
-        DeltaNet on Hopper); a Mamba-1 layer does not (0), so no chunk takes a checkpoint block (`checkpoints`)."""
+        DeltaNet on Hopper); a Mamba-1 layer, or gated DeltaNet before Hopper, does not (0), so no chunk takes a
+        checkpoint block (`checkpoints`)."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)

@@ -14,12 +14,14 @@ first scheduled and frees it with the request, and the scheduler splits chunks a
 same checkpoint blocks, every full state cached; ``KVCacheCoordinator.get_num_blocks_to_allocate`` and
 ``MambaManager.reachable_block_mask``, ``v1/core/``). With prefix caching off vLLM accepts a positive interval that
 is a multiple of its scheduler block size, lcm(block size, max_model_len), and caches nothing
-(`HybridQueries`' check). The settings not modelled are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are
-scheduled by the same ``MambaManager`` and scheduler rules; with prefix caching on they follow them only where vLLM
-exports their prefill checkpoints (FlashInfer's GDN prefill on Hopper, whose 64-token grid also aligns the block size:
-`allocators.gdn_layout`), and are refused elsewhere. Mamba-1 layers (Jamba, `allocators.mamba1_layout`) export no
-prefill checkpoint on any GPU: with prefix caching on vLLM's scheduler ends every prompt's chunk at its last cacheable
-boundary and no chunk takes a checkpoint block, as kvsim runs them (`mamba_allocator`'s ``mamba_checkpoints``).
+(`HybridQueries`' check). The settings not modelled are refused with the reason (`mamba_run_refusals`). Gated
+DeltaNet layers are scheduled by the same ``MambaManager`` and scheduler rules: with prefix caching on, where vLLM
+exports their prefill checkpoints (FlashInfer's GDN prefill on Hopper, whose 64-token grid also aligns the block
+size) as Mamba-2's, and before Hopper (Triton/FLA: no checkpoint, no alignment beyond the kernel block's;
+`allocators.gdn_layout`) as Mamba-1's. Mamba-1 layers (Jamba, `allocators.mamba1_layout`) export no prefill
+checkpoint on any GPU: with prefix caching on vLLM's scheduler ends every prompt's chunk at its last cacheable
+boundary and no chunk takes a checkpoint block, as kvsim runs them (`mamba_allocator`'s ``mamba_checkpoints``, from
+the layers' ``prefill_checkpoint_alignment`` on the run's GPU).
 """
 
 from __future__ import annotations
@@ -28,16 +30,14 @@ from allocators.capacity import pool_bytes_per_token
 from allocators.catalog import get_gpu
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import split_kv_groups
-from allocators.mamba1_layout import Mamba1Layers
 from allocators.mamba_layout import HybridMambaPool, block_alignment, check_mamba_capacity, model_pool
 
 
 def mamba_run_refusals(config, model) -> None:
     """A one-line ValueError naming the flag for a setting of a run of ``model`` (with Mamba layers) kvsim does
     not model: the capacity report's (`check_mamba_capacity`); with prefix caching on (mamba_cache_mode 'align')
-    prefill without chunks; a host tier or KV
-    transfer (vLLM's connectors carry the Mamba state as a group of its own: not modelled), and swap preemption
-    (vLLM v1 recomputes)."""
+    prefill without chunks; a host tier or KV transfer (vLLM's connectors carry the Mamba state as a group of its
+    own: not modelled), and swap preemption (vLLM v1 recomputes)."""
     check_mamba_capacity(allocator=config.allocator, kv_cache_dtype=config.kv_cache_dtype,
                          disable_hybrid_kv_cache_manager=config.disable_hybrid_kv_cache_manager,
                          speculative_config=config.speculative_config, model=model.name)
@@ -52,12 +52,6 @@ def mamba_run_refusals(config, model) -> None:
         raise ValueError(f"--preemption {config.preemption}: not modelled for {model.name} (vLLM v1 recomputes)")
     if config.decode_context_parallel_size > 1:
         raise ValueError(f"--decode-context-parallel-size: vLLM does not support it with Mamba layers ({model.name})")
-    if (config.prefix_caching and not isinstance(model.mamba, Mamba1Layers)  # Mamba-1 exports none anywhere
-            and model.mamba.prefill_checkpoint_alignment(_capability(config)) is None):
-        raise ValueError(f"--gpu {config.gpu}: vLLM 0.33 runs {model.name}'s {model.mamba.label} prefill with "
-                         "Triton/FLA there, which exports no prefix-cache checkpoint, so its scheduler cuts prompts at "
-                         "the checkpoint instead (mamba_cache_mode='align'): not modelled; use "
-                         "--no-enable-prefix-caching or a Hopper GPU")
 
 
 def _capability(config) -> float | None:

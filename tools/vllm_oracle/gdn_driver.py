@@ -1,7 +1,7 @@
 """`mamba_driver.py` with Qwen3-Next-80B-A3B's pool: three gated DeltaNet groups, then its attention group.
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--out tests/sim/data/vllm_oracle_gdn] \
-        [--async-scheduling] [CASE ...]
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--no-checkpoint] \
+        [--out tests/sim/data/vllm_oracle_gdn] [--async-scheduling] [CASE ...]
 
 vLLM 0.33 plans Qwen3-Next's 12 attention and 36 gated DeltaNet layers as one attention KV cache group and three
 Mamba groups of 12 layers, the Mamba groups first (its layer 0 is a linear-attention layer: ``gdn_pool.py``
@@ -11,6 +11,13 @@ with the attention block size, one prefill checkpoint block and a checkpoint ali
 (FlashInfer's GDN prefill, ``get_mamba_prefill_checkpoint_grid``), where Mamba-2's is 1. The block sizes are kvsim's
 and vLLM's for the model at -tp 2 on an H200: 576 tokens with prefix caching (64-aligned), 544 without. The traces
 are `mamba_driver.py`'s. kvsim runs the same cases on ``qwen3-next-80b-a3b`` (``tests/sim/test_sim_gdn_parity.py``).
+
+``--no-checkpoint``: the model before Hopper (an A100 at -tp 4), where ``_resolve_gdn_prefill_backend`` picks
+Triton/FLA, ``QwenGatedDeltaNet._checkpoint_alignment`` stays None and ``get_kv_cache_spec`` is ``MambaBase``'s
+(``num_prefill_checkpoint_blocks`` 0, ``prefill_checkpoint_alignment`` None): `mamba1_driver.py`'s spec and
+cases on three groups, first, and blocks of 272 tokens (``_align_hybrid_block_size`` with no alignment beyond the
+kernel block's 16), written to ``tests/sim/data/vllm_oracle_gdn_nockpt``
+(``tests/sim/test_sim_gdn_nockpt_parity.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import mamba1_driver  # noqa: E402
 import mamba_driver  # noqa: E402
 
 GDN_GROUPS = 3
@@ -42,9 +50,31 @@ CASES |= {f"{name}_retention_{blocks * 576}": CASES[name] | dict(trace_of=CASES[
                                ("gdn_align_shared_prefix", 4), ("gdn_align_parallel_sampling_shared", 2))}
 
 
+NOCKPT_BLOCK_SIZE = 272
+"""Qwen3-Next's attention block size at -tp 4 on an A100-80GB, prefix caching on or off (`allocators.gdn_layout`)."""
+
+NOCKPT_CASES: dict[str, dict] = {
+    name.replace("m1_", "gdn_nockpt_"): case | dict(block_size=NOCKPT_BLOCK_SIZE,
+                                                    num_blocks=case["num_blocks"] * case["block_size"]
+                                                    // NOCKPT_BLOCK_SIZE)
+    for name, case in mamba1_driver.CASES.items() if "retention" not in name
+}
+"""`mamba1_driver.py`'s cases (contended, shared prefixes, long prefixes at two budgets, a small budget, prefix
+caching off) on about the same token slots cut into 272-token blocks."""
+
+
 def main() -> None:
+    argv = sys.argv[1:]
+    if "--no-checkpoint" in argv:  # Triton/FLA's GDN prefill: Mamba-1's spec
+        argv.remove("--no-checkpoint")
+        mamba_driver.CASES |= NOCKPT_CASES  # its long-prefix trace writer reads trace_of there
+        mamba1_driver.MAMBA1_GROUPS = GDN_GROUPS  # `mamba1_driver.patch_scheduler` reads the count from it
+        mamba1_driver.patch_scheduler()
+        mamba_driver.write_references(NOCKPT_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_nockpt",
+                                      __doc__.splitlines()[0], argv)
+        return
     mamba_driver.patch_scheduler(GDN_GROUPS, first=True, layer="linear_attn", grid_checkpoints=True)
-    mamba_driver.write_references(CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn", __doc__.splitlines()[0])
+    mamba_driver.write_references(CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
