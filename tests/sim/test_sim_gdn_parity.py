@@ -33,12 +33,13 @@ def run(case: str, *, step_by_step: bool, asynchronous: bool = False):
 def test_the_cases_cover_both_modes_contention_chunks_and_shared_prefixes():
     """Both cache modes, parallel sampling (siblings fanned out as vLLM v1 does), and positive retention
     intervals of 2 and 4 blocks (every chunk able to export its checkpoint reserves a block for it, and each
-    interval's last state is cached)."""
+    interval's last state is cached), and dense retention (the same blocks, every full state cached)."""
     assert set(CASES) == {"gdn_none_contended", "gdn_align_contended", "gdn_none_small_budget",
                           "gdn_align_small_budget", "gdn_align_shared_prefix", "gdn_align_parallel_sampling_shared",
                           "gdn_align_contended_retention_1152", "gdn_align_shared_prefix_retention_1152",
                           "gdn_align_shared_prefix_retention_2304",
-                          "gdn_align_parallel_sampling_shared_retention_1152"}
+                          "gdn_align_parallel_sampling_shared_retention_1152", "gdn_align_contended_dense",
+                          "gdn_align_shared_prefix_dense"}
     assert set(cases(DATA / "async")) == set(CASES)
 
 

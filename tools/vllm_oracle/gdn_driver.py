@@ -48,6 +48,9 @@ CASES |= {f"{name}_retention_{blocks * 576}": CASES[name] | dict(trace_of=CASES[
                                                                  prefix_cache_retention_interval=blocks * 576)
           for name, blocks in (("gdn_align_contended", 2), ("gdn_align_shared_prefix", 2),
                                ("gdn_align_shared_prefix", 4), ("gdn_align_parallel_sampling_shared", 2))}
+# dense retention (None): every full state cached, every chunk able to export its checkpoint reserves a block
+CASES |= {f"{name}_dense": CASES[name] | dict(trace_of=CASES[name]["trace_of"], prefix_cache_retention_interval=None)
+          for name in ("gdn_align_contended", "gdn_align_shared_prefix")}
 
 
 NOCKPT_BLOCK_SIZE = 272
@@ -57,10 +60,12 @@ NOCKPT_CASES: dict[str, dict] = {
     name.replace("m1_", "gdn_nockpt_"): case | dict(block_size=NOCKPT_BLOCK_SIZE,
                                                     num_blocks=case["num_blocks"] * case["block_size"]
                                                     // NOCKPT_BLOCK_SIZE)
+    | ({"trace_of": case["trace_of"].replace("m1_", "gdn_nockpt_")} if "trace_of" in case else {})
     for name, case in mamba1_driver.CASES.items() if "retention" not in name
 }
 """`mamba1_driver.py`'s cases (contended, shared prefixes, long prefixes at two budgets, a small budget, prefix
-caching off) on about the same token slots cut into 272-token blocks."""
+caching off, dense retention) on about the same token slots cut into 272-token blocks, each on its sibling's trace
+where it reruns one."""
 
 
 def main() -> None:
