@@ -30,8 +30,8 @@ adds to the GPU's own hit are the admission's ``host_tokens``. The read-only sid
 A hybrid Mamba model (Nemotron-H) adds ``mamba_groups`` after its attention groups (``kv_cache_groups.
 mamba_cache_groups``): with prefix caching off (vLLM's ``mamba_cache_mode='none'``) a sequence's table there is
 one state block, taken when it is admitted, never grown (a block covers ``max_model_len`` tokens), copied by a
-fork and released with the sequence; it counts as ``block_size`` token states of the ``mamba`` group and holds no
-reservation, and a token appended fills a slot in the attention groups only (``slots_per_token``). With prefix
+fork and released with the sequence (with speculative decoding, one more per draft token: ``mamba_state_blocks``);
+it counts as ``block_size`` token states of the ``mamba`` group and holds no reservation, and a token appended fills a slot in the attention groups only (``slots_per_token``). With prefix
 caching on (``'align'``) the table is position-indexed like an attention table, but holds at most three live
 state blocks among nulls (`mamba_align`): each allocation first frees the states no longer read
 (`_free_states`), a prefix hit needs only the state at its end, and only the states a later request can resume
@@ -123,9 +123,9 @@ class HybridPagedAllocator(HybridQueries):
                 self._tok[g] += (self._used[g] - before) * bs
                 tables.append(table)
                 continue
-            if self.mamba[g]:  # one state block for the sequence's life (no hits: prefix caching is off)
-                tables.append(self._pop(g, 1))
-                self._tok[g] += bs
+            if self.mamba[g]:  # its state blocks for the sequence's life (no hits: prefix caching is off)
+                tables.append(self._pop(g, self.mamba_state_blocks))
+                self._tok[g] += bs * self.mamba_state_blocks
                 continue
             table = list(group_hits)
             if loads:
@@ -237,7 +237,7 @@ class HybridPagedAllocator(HybridQueries):
         for g, target in enumerate(targets):
             if self.mamba[g]:  # its one state block covers any length (align mode: above)
                 continue
-            need += new_len - max(old_len, target, s.skipped[g])
+            need += max(0, new_len - max(old_len, target, s.skipped[g]))  # draft blocks may hold it already
             table = s.tables[g]
             released += sum(1 for i in range(s.skipped[g], min(target, old_len)) if ref[table[i]] == 1)
         if need > self._free.num_free + released:
@@ -268,6 +268,29 @@ class HybridPagedAllocator(HybridQueries):
         self._settle(s)
         if s.num_hashed < len(s.hashes):
             self._cache_full_blocks(s)
+        return NO_COPIES
+
+    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int) -> tuple[Copy, ...] | None:
+        """`grow` by ``num_tokens``, then hold slots for ``drafts`` speculative tokens after them in every attention
+        group, all or nothing, up to ``max_model_len`` (`PagedAllocator.grow_with_drafts`: vLLM's ``allocate_slots``
+        for a verification step; a rejected draft's slots stay held, filled by later tokens). A Mamba group's state
+        blocks cover the drafts already (``1 + num_speculative_blocks`` from admission: ``mamba_state_blocks``).
+        Modelled with full-attention and Mamba groups and prefix caching off only (`check_mamba_speculation`)."""
+        if self.align or any(w is not None for w in self.windows):
+            raise ValueError("speculative drafts on a hybrid pool are modelled with full-attention and Mamba groups "
+                             "and prefix caching off only")
+        s, bs = self._seqs[seq_id], self.block_size
+        drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
+        if (cdiv(s.tokens + num_tokens + drafts, bs) - len(s.tables[0])) * self.slots_per_token > self._free.num_free:
+            return None
+        if num_tokens and self._extend(s, num_tokens, s.tokens + num_tokens - 1) is None:
+            return None
+        more = cdiv(s.tokens + drafts, bs) - len(s.tables[0])
+        if more > 0:
+            for g, table in enumerate(s.tables):
+                if not self.mamba[g]:
+                    table += self._pop(g, more)
+            self._settle(s)
         return NO_COPIES
 
     def _free_states(self, s: HybridSeq, computed: int, end: int) -> bool:

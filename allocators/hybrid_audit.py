@@ -4,9 +4,10 @@ Everything kept incrementally (reference counts, each block's group, the free qu
 per-group token, reservation and block counters, shared slots, each sequence's room) is recomputed from the
 block tables alone; the tables are checked against the windows (nulls only as a leading run, only in window
 groups, never over a block the last token, or a refused growth's first, still attends to; a Mamba group's table
-one live state block, whole and unshared, or in align mode a table as long as the attention ones with at most 3
-live state blocks, more under async scheduling), and the breakdown
-must sum to capacity, in total and per group, its cached slots being the free blocks that keep a hash.
+one live state block (1 + vLLM's num_speculative_blocks with speculative decoding), whole and unshared, or in
+align mode a table as long as the attention ones with at most 3 live state blocks, more under async
+scheduling), and the breakdown must sum to capacity, in total and per group, its cached slots being the free
+blocks that keep a hash.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def audit_hybrid(a) -> None:
     for seq_id, s in a._seqs.items():
         length = cdiv(s.tokens, bs)
         assert s.tokens > 0, f"sequence {seq_id}: holds no token"
+        # attention blocks held for speculative drafts past the tokens (`grow_with_drafts`: no window, no align)
+        held_len = len(s.tables[0])
+        assert held_len == length or (length < held_len and not a.align and all(w is None for w in a.windows)), \
+            f"sequence {seq_id}: {held_len} blocks held for {s.tokens} tokens"
         for g, (table, k) in enumerate(zip(s.tables, s.skipped, strict=True)):
             w = a.windows[g]
             if a.mamba[g] and a.align:  # a state table as long as the attention ones, at most 3 live, whole
@@ -47,24 +52,25 @@ def audit_hybrid(a) -> None:
                     refs[b] += 1
                     fill[b], group[b] = bs, g
                 continue
-            if a.mamba[g]:  # one live state block, whole, never shared (prefix caching is off)
-                assert len(table) == 1 and k == 0 and 0 < table[0] < n, \
-                    f"sequence {seq_id} Mamba group {g}: table {table} is not one live state block"
-                b = table[0]
-                assert refs[b] == 0, f"block {b}: a Mamba state block is shared"
-                refs[b], fill[b], group[b] = 1, bs, g
+            if a.mamba[g]:  # its live state blocks (1 + speculative ones), whole, never shared (prefix caching off)
+                assert len(table) == a.mamba_state_blocks and k == 0 and all(0 < b < n for b in table), \
+                    f"sequence {seq_id} Mamba group {g}: table {table} is not {a.mamba_state_blocks} live state " \
+                    "blocks"
+                for b in table:
+                    assert refs[b] == 0, f"block {b}: a Mamba state block is shared"
+                    refs[b], fill[b], group[b] = 1, bs, g
                 continue
-            assert len(table) == length, f"sequence {seq_id} group {g}: table length {len(table)} != {length}"
+            assert len(table) == held_len, f"sequence {seq_id} group {g}: table length {len(table)} != {held_len}"
             assert all(b == 0 for b in table[:k]) and all(b for b in table[k:]), \
                 f"sequence {seq_id} group {g}: nulls are not exactly the leading {k} entries"
             assert w is not None or k == 0, f"sequence {seq_id} group {g}: a full-attention group freed blocks"
             if w is not None:
                 assert k <= skipped_blocks(max(s.tokens - 1, s.computed), w, bs), \
                     f"sequence {seq_id} group {g}: freed {k} blocks, but the last token still needs some"
-            for i in range(k, length):
+            for i in range(k, held_len):
                 b = table[i]
                 assert 0 < b < n, f"sequence {seq_id}: block id {b} out of range"
-                f = min(bs, s.tokens - i * bs)
+                f = max(0, min(bs, s.tokens - i * bs))
                 assert refs[b] == 0 or (fill[b] == f and group[b] == g), f"block {b}: sharers disagree"
                 refs[b] += 1
                 fill[b], group[b] = f, g
@@ -72,7 +78,7 @@ def audit_hybrid(a) -> None:
             f"sequence {seq_id}: a block appears twice in its tables"
         last_shared = refs[s.tables[0][-1]] > 1
         assert not last_shared, f"sequence {seq_id}: its last block is shared"
-        held = length * bs
+        held = held_len * bs
         assert s.res == max(0, min(s.final, held) - s.tokens), f"sequence {seq_id}: reservation drifted"
         room = held - s.tokens
         if a.align and sum(1 for b in s.tables[-1] if b) > 1:

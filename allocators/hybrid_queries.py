@@ -134,7 +134,8 @@ class HybridQueries(Allocator):
                  placement: str = "buddy", prefix_caching: bool = False, watermark: float = 0.0,
                  kv_groups: Sequence = (), max_num_batched_tokens: int | None = None,
                  prefix_cache_retention_interval: int | None = 0, mamba_groups: int = 0,
-                 mamba_groups_first: bool = False, mamba_checkpoints: bool = True) -> None:
+                 mamba_groups_first: bool = False, mamba_checkpoints: bool = True,
+                 mamba_state_blocks: int = 1) -> None:
         """``mamba_groups``: KV cache groups of Mamba layers after the attention ones (`mamba_cache_groups`),
         each holding one state block per sequence; with any, ``capacity_slots`` is the pool itself, its blocks x
         ``block_size`` (`allocators.mamba_layout.HybridMambaPool`), as a token has no bytes in a Mamba layer.
@@ -146,7 +147,9 @@ class HybridQueries(Allocator):
         so a request's blocks are freed group by group in that order (`free_order`). ``mamba_checkpoints``: the
         layers export a state from inside a prefill (vLLM's ``num_prefill_checkpoint_blocks`` 1: Mamba-2, gated
         DeltaNet on Hopper); a Mamba-1 layer, or gated DeltaNet before Hopper, does not (0), so no chunk takes a
-        checkpoint block (`checkpoints`)."""
+        checkpoint block (`checkpoints`). ``mamba_state_blocks``: the state blocks a sequence holds in each Mamba
+        group with prefix caching off, 1 + vLLM's ``num_speculative_blocks``
+        (`allocators.mamba_layout.mamba_state_blocks`); more than 1 in align mode is not modelled."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
@@ -155,6 +158,10 @@ class HybridQueries(Allocator):
         self.align = bool(mamba_groups and prefix_caching)
         # align mode with prefill checkpoints: a chunk may take a block for a state inside it (`needs_checkpoint`)
         self.checkpoints = self.align and mamba_checkpoints
+        if type(mamba_state_blocks) is not int or mamba_state_blocks < 1 or (self.align and mamba_state_blocks > 1):
+            raise ValueError(f"mamba_state_blocks must be a positive integer, 1 with prefix caching on (align mode's "
+                             f"speculative blocks are not modelled), got {mamba_state_blocks!r}")
+        self.mamba_state_blocks = mamba_state_blocks  # mamba_cache_mode 'none': 1 + num_speculative_blocks
         self._fresh: set[int] = set()  # Mamba keys cached in the step being scheduled (`new_step`)
         self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
         # the groups in vLLM's order (``KVCacheCoordinator.free`` frees a request's blocks manager by manager,
@@ -350,15 +357,17 @@ class HybridQueries(Allocator):
                    for n, h in zip(lengths, hits, strict=True))
 
     def _lengths(self, length: int, capped: bool = False) -> list[int]:
-        """Each group's table length for a sequence of ``length`` blocks: a Mamba group's one state block
-        (vLLM's ``mamba_cache_mode='none'``: a block of ``max_model_len`` tokens covers any request), a window
+        """Each group's table length for a sequence of ``length`` blocks: a Mamba group's state blocks
+        (vLLM's ``mamba_cache_mode='none'``: a block of ``max_model_len`` tokens covers any request, and one more
+        per speculative token, `mamba_state_blocks`), a window
         group's capped at its `admission_caps` when ``capped``."""
-        return [1 if m else length if cap is None or not capped else min(length, cap)
+        return [self.mamba_state_blocks if m else length if cap is None or not capped else min(length, cap)
                 for m, cap in zip(self.mamba, self.admission_caps, strict=True)]
 
     def _fill(self, s: HybridSeq, g: int, i: int) -> int:
-        """The slots ``s`` fills of block ``i`` in group ``g``: a Mamba state block is whole."""
-        return self.block_size if self.mamba[g] else min(self.block_size, s.tokens - i * self.block_size)
+        """The slots ``s`` fills of block ``i`` in group ``g``: a Mamba state block is whole, a block held for
+        speculative drafts only (`HybridPagedAllocator.grow_with_drafts`) empty."""
+        return self.block_size if self.mamba[g] else max(0, min(self.block_size, s.tokens - i * self.block_size))
 
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1,
@@ -391,7 +400,8 @@ class HybridQueries(Allocator):
             return (f"{self.name}: {num_tokens} tokens need {prompt} blocks in {len(self.groups)} KV cache groups "
                     f"but the pool has only {usable} usable")
         final = cdiv(max(num_tokens, final_tokens), bs)
-        need = sum((2 if self.align else 1) if m else final if w is None else min(final, cdiv(w, bs) + 1)
+        need = sum((2 if self.align else self.mamba_state_blocks) if m
+                   else final if w is None else min(final, cdiv(w, bs) + 1)
                    for m, w in zip(self.mamba, self.windows, strict=True))
         if need > usable:
             return (f"{self.name}: needs {need} blocks of {bs} in {len(self.groups)} KV cache groups at its final "

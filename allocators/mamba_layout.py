@@ -26,6 +26,8 @@ time the request crosses a block boundary, the previous one freed at the next st
 and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default for a generative hybrid model is
 ``"align"``: ``ModelConfig.is_prefix_caching_supported`` is True for ``attn_type == "hybrid"``
 (``config/model.py``) and ``MambaModelConfig`` turns prefix caching into ``mamba_cache_mode="align"``.
+With speculative decoding a request holds ``1 + num_speculative_tokens`` state blocks per Mamba group
+(`mamba_state_blocks`), modelled with prefix caching off only (`check_mamba_speculation`).
 kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
 both modes), and simulates runs in both modes (``sim.kernel.mamba_run``; ``"align"``: ``allocators.mamba_align``).
 
@@ -218,14 +220,15 @@ class HybridMambaPool:
         """The share of a Mamba page that is padding."""
         return 1.0 - self.mamba_state_bytes / self.page_bytes
 
-    def blocks_per_request(self, tokens: int) -> int:
+    def blocks_per_request(self, tokens: int, state_blocks: int = 1) -> int:
         """Blocks a request of ``tokens`` tokens holds at rest: ``cdiv(tokens, block_size)`` in each attention
-        group and one state block in each Mamba group."""
-        return self.attention_groups * cdiv(tokens, self.block_size) + self.mamba_groups
+        group and ``state_blocks`` in each Mamba group (`mamba_state_blocks`: one, more with speculative
+        decoding)."""
+        return self.attention_groups * cdiv(tokens, self.block_size) + self.mamba_groups * state_blocks
 
-    def requests_that_fit(self, tokens: int) -> int:
+    def requests_that_fit(self, tokens: int, state_blocks: int = 1) -> int:
         """Requests of ``tokens`` tokens the pool holds at once, the null block left out."""
-        return max(self.num_blocks - 1, 0) // self.blocks_per_request(tokens)
+        return max(self.num_blocks - 1, 0) // self.blocks_per_request(tokens, state_blocks)
 
     def to_dict(self) -> dict:
         return {"block_size": self.block_size, "page_bytes": self.page_bytes,
@@ -250,11 +253,14 @@ def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, 
 
 
 def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_kv_cache_manager: bool,
-                         speculative_config: str | None, model: str, decode_context_parallel_size: int = 1) -> None:
+                         speculative_method: str | None, model: str, decode_context_parallel_size: int = 1,
+                         prefix_caching: bool = True, mamba_kind: str = Mamba2Layers.label) -> None:
     """A one-line ValueError naming the flag for a setting not modelled on a hybrid Mamba model (`kvsim capacity`'s
     and a run's, `sim.kernel.mamba_run`). ``--decode-context-parallel-size``: vLLM 0.33 keeps a Mamba state whole
     on every DCP rank (``v1/kv_cache_interface.py``) and ``MambaManager.find_longest_cache_hit`` asserts DCP 1
-    (``v1/core/single_type_kv_cache_manager.py``); `HybridMambaPool` shards nothing."""
+    (``v1/core/single_type_kv_cache_manager.py``); `HybridMambaPool` shards nothing. ``speculative_method``:
+    ``--speculative-config``'s method, modelled only as `check_mamba_speculation` says (``mamba_kind``: the
+    model's `MambaStateLayers.label`)."""
     if allocator != "paged":
         raise ValueError(f"--allocator {allocator}: {model} has Mamba layers, whose per-request state only the "
                          "paged allocator (vLLM's block pool) holds in kvsim; slabs or virtual ranges for a "
@@ -265,13 +271,51 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
     if disable_hybrid_kv_cache_manager:
         raise ValueError(f"--disable-hybrid-kv-cache-manager: not modelled for {model} (vLLM's Mamba layers "
                          "need the hybrid KV cache manager's separate groups)")
-    if speculative_config is not None:
-        raise ValueError(f"--speculative-config: not modelled for {model} (vLLM gives each Mamba group "
-                         "num_speculative_tokens more state blocks per request)")
+    if speculative_method is not None:
+        check_mamba_speculation(speculative_method, prefix_caching=prefix_caching, model=model, mamba_kind=mamba_kind)
     if decode_context_parallel_size > 1:
         raise ValueError(f"--decode-context-parallel-size {decode_context_parallel_size}: not modelled for {model}'s "
                          "Mamba layers (vLLM keeps their state whole on every decode-context-parallel GPU, and its "
                          "Mamba prefix-cache lookup asserts a size of 1)")
+
+
+def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, mamba_kind: str) -> None:
+    """Speculative decoding on a hybrid Mamba model, modelled with prefix caching off (vLLM's
+    ``mamba_cache_mode='none'``, `mamba_state_blocks`) and the ngram drafter on Mamba-2 or gated DeltaNet layers;
+    the rest refused with the reason:
+
+    - prefix caching on (``'align'``): vLLM 0.33 runs it, ``MambaManager.allocate_new_blocks``
+      (``v1/core/single_type_kv_cache_manager.py``) keeping the running state in the last ``1 +
+      num_speculative_blocks`` columns of a position-indexed table and relocating the speculative blocks as a
+      request crosses block boundaries: not modelled by `allocators.mamba_align`.
+    - a model-based drafter (eagle, eagle3, mtp): its attention layers join the target's in vLLM's planner,
+      whose KV cache groups of equal layer count (``_get_kv_cache_groups_uniform_page_size``) they would change:
+      not modelled by `HybridMambaPool`.
+    - Mamba-1 layers (Jamba): vLLM 0.33's ``MambaMixer`` (``model_executor/layers/mamba/mamba_mixer.py``) and its
+      ``mamba1_attn.py`` metadata read no accepted-token count, unlike Mamba-2's and gated DeltaNet's backends."""
+    if prefix_caching:
+        raise ValueError(f"--speculative-config with prefix caching on (vLLM's mamba_cache_mode 'align'): not "
+                         f"modelled for {model} (vLLM moves each request's speculative state blocks along its "
+                         "position-indexed Mamba table); give --no-enable-prefix-caching")
+    if method != "ngram":
+        raise ValueError(f"--speculative-config: method {method!r} on {model} is not modelled (its drafter's "
+                         "attention layers would change vLLM's KV cache groups of the hybrid pool); method 'ngram' "
+                         "is")
+    if mamba_kind == "Mamba-1":
+        raise ValueError(f"--speculative-config: not modelled for {model}'s Mamba-1 layers (vLLM 0.33's Mamba-1 "
+                         "mixer reads no accepted-token count: it handles no draft tokens)")
+
+
+def mamba_state_blocks(num_speculative_tokens: int) -> int:
+    """State blocks a request holds in each Mamba group with prefix caching off: one, plus vLLM's
+    ``num_speculative_blocks``, which ``MambaBase.get_kv_cache_spec`` (``model_executor/layers/mamba/
+    abstract.py``) sets to ``num_speculative_tokens`` (0 under ``--use-replayssm``, not modelled).
+    ``MambaManager.get_num_blocks_to_allocate`` and ``allocate_new_blocks`` in mode ``'none'`` add ``block_size
+    x num_speculative_blocks`` tokens to what the request asks for, ``block_size`` being ``max_model_len``, and
+    ``KVCacheManager.allocate_slots`` caps a request's slots at ``max_model_len``: ``1 + num_speculative_tokens``
+    blocks from admission to the end (``MambaSpec.max_memory_usage_bytes``: ``1 + num_speculative_blocks``
+    pages). The pool's size does not change (``get_kv_cache_config_from_groups`` divides by the page)."""
+    return 1 + num_speculative_tokens
 
 
 def block_alignment(mamba: MambaStateLayers, prefix_caching: bool, compute_capability: float | None) -> int:

@@ -52,7 +52,12 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     from sim.kernel.config import SimConfig
     from sim.kernel.memory import KVMemory
     from sim.kernel.over_length import vllm_refusals
-    from sim.kernel.spec_decode import check_drafter_budget, drafter_layers, parse_speculative
+    from sim.kernel.spec_decode import (
+        check_drafter_budget,
+        drafter_layers,
+        parse_speculative,
+        speculative_method,
+    )
 
     spec = get_model(model)
     gpu_spec = get_gpu(gpu)
@@ -70,18 +75,19 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         output_len = max_len - prompt_len
     if prompt_len + output_len > max_len:
         raise ValueError(f"--prompt-len + --output-len = {prompt_len + output_len} exceeds --max-model-len {max_len}")
-    draft = 0
+    draft = k = 0
     if speculative_config is not None:
         method, k = parse_speculative(speculative_config)
         check_drafter_budget(method, k, max_num_batched_tokens)
-        draft = drafter_layers(method, spec)
+        draft = drafter_layers(method, spec) if spec.mamba is None else 0  # a hybrid's: `check_mamba_capacity`
     if spec.mamba is not None:  # a hybrid Mamba model: its own report (`sim.commands.mamba_capacity`)
         from allocators.mamba_layout import check_mamba_capacity
 
         check_mamba_capacity(allocator=allocator, kv_cache_dtype=kv_cache_dtype, model=spec.name,
                              disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
-                             speculative_config=speculative_config,
-                             decode_context_parallel_size=decode_context_parallel_size)
+                             speculative_method=speculative_method(speculative_config),
+                             decode_context_parallel_size=decode_context_parallel_size,
+                             prefix_caching=prefix_caching, mamba_kind=spec.mamba.label)
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,
@@ -98,7 +104,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
         from sim.commands.mamba_capacity import mamba_capacity_report
 
         return mamba_capacity_report(cap, block_size=block_size, prompt_len=prompt_len, output_len=output_len,
-                                     max_model_len=max_len, prefix_caching=prefix_caching) | _notes(
+                                     max_model_len=max_len, prefix_caching=prefix_caching,
+                                     num_speculative_tokens=k) | _notes(
             config, max_model_len, spec, cap, False, max_num_batched_tokens)
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)

@@ -10,8 +10,9 @@ prefix caching into ``"none"``, in which it does not. A request holds the same b
 Only what was checked against vLLM 0.33 is reported: the paged pool (vLLM's only one) with the model's own KV
 and Mamba dtypes. Other allocators (contiguous slabs or virtual ranges for a recurrent state are not modelled),
 ``--kv-cache-dtype`` other than auto (FlashAttention's fp8 kernel block on Hopper was not checked),
-``--disable-hybrid-kv-cache-manager`` and ``--speculative-config`` (Mamba's speculative state blocks) are refused
-with the reason.
+and ``--disable-hybrid-kv-cache-manager`` are refused with the reason; ``--speculative-config`` is sized with prefix
+caching off and the ngram drafter (a state block more per Mamba group and draft token:
+`allocators.mamba_layout.mamba_state_blocks`), and refused otherwise (`check_mamba_speculation`).
 """
 
 from __future__ import annotations
@@ -22,18 +23,20 @@ from allocators.catalog import GIB
 
 
 def mamba_capacity_report(cap, *, block_size: int | None, prompt_len: int, output_len: int,
-                          max_model_len: int, prefix_caching: bool = True) -> dict:
+                          max_model_len: int, prefix_caching: bool = True, num_speculative_tokens: int = 0) -> dict:
     """The `kvsim capacity` figures of a hybrid Mamba model (``cap``: its `KVCapacity`, whose bytes vLLM's
     profiling leaves, sized as for any model); ``prefix_caching``: vLLM's ``--enable-prefix-caching``, whose
-    ``mamba_cache_mode`` decides the block size's alignment (the module docstring)."""
+    ``mamba_cache_mode`` decides the block size's alignment (the module docstring); ``num_speculative_tokens``:
+    ``--speculative-config``'s, a state block more per Mamba group each (`mamba_state_blocks`)."""
     from allocators.capacity import final_tokens
-    from allocators.mamba_layout import KERNEL_BLOCK, block_alignment, model_pool
+    from allocators.mamba_layout import KERNEL_BLOCK, block_alignment, mamba_state_blocks, model_pool
 
     spec = cap.model
     align = block_alignment(spec.mamba, prefix_caching, cap.gpu.compute_capability if cap.gpu else None)
     pool = model_pool(spec, cap.kv_bytes, cap.tensor_parallel, KERNEL_BLOCK if block_size is None else block_size,
                       align)
     tokens = final_tokens(prompt_len, output_len)
+    state_blocks = mamba_state_blocks(num_speculative_tokens)
     return {
         "model": spec.name, "gpu": cap.gpu.name if cap.gpu else None, "tensor_parallel": cap.tensor_parallel,
         "data_parallel_size": cap.data_parallel, "kv_source": cap.source, "kv_bytes": cap.kv_bytes,
@@ -41,8 +44,9 @@ def mamba_capacity_report(cap, *, block_size: int | None, prompt_len: int, outpu
         "mamba_layers": spec.mamba.layers, "mamba_kind": spec.mamba.label, "mamba_pool": pool.to_dict(), "block_size": pool.block_size,
         "kv_capacity_blocks": pool.num_blocks, "usable_blocks": pool.num_blocks - 1,
         "max_model_len": max_model_len, "prompt_len": prompt_len, "output_len": output_len,
-        "blocks_per_request": pool.blocks_per_request(tokens),
-        "max_concurrent_requests": pool.requests_that_fit(tokens),
+        "blocks_per_request": pool.blocks_per_request(tokens, state_blocks),
+        "max_concurrent_requests": pool.requests_that_fit(tokens, state_blocks),
+        "num_speculative_blocks": state_blocks - 1,
         "enable_prefix_caching": prefix_caching, "mamba_cache_mode": "align" if prefix_caching else "none",
         "block_alignment": align,
     }
@@ -60,16 +64,21 @@ def print_mamba_text(r: dict) -> None:
     click.echo(f"  {p['attention_groups'] + p['mamba_groups']} KV cache groups of {p['group_size']} layers "
                f"({p['attention_groups']} attention, {p['mamba_groups']} Mamba): {p['num_blocks']:,} blocks of "
                f"{p['bytes_per_block'] / GIB * 1024:.2f} MiB per GPU (block 0 is the null block)")
+    spec = r["num_speculative_blocks"]
+    states = (f"{1 + spec} state blocks per Mamba group: 1 + {spec} speculative" if spec
+              else "one state block per Mamba group")
     click.echo(f"requests of {r['prompt_len']} prompt + {r['output_len']} output tokens hold "
-               f"{r['blocks_per_request']} blocks each (one state block per Mamba group)")
+               f"{r['blocks_per_request']} blocks each ({states})")
     click.echo(f"max concurrent requests: {r['max_concurrent_requests']:,}")
 
 
 def _mode_text(r: dict) -> str:
     """Which of vLLM's two pools was sized: prefix caching on or off, and what that did to the block size."""
     if not r["enable_prefix_caching"]:
-        return ("  prefix caching off (--no-enable-prefix-caching): vLLM's mamba_cache_mode 'none', one state block "
-                "per Mamba group for a request's whole life")
+        spec = r["num_speculative_blocks"]
+        held = f"1 + {spec} speculative state blocks" if spec else "one state block"
+        return ("  prefix caching off (--no-enable-prefix-caching): vLLM's mamba_cache_mode 'none', "
+                f"{held} per Mamba group for a request's whole life")
     grid = (f", the block size a multiple of {r['block_alignment']} (the {r['mamba_kind']} layers' prefill "
             "checkpoint grid)" if r["block_alignment"] > 1 else "")
     return f"  prefix caching on (vLLM's default): mamba_cache_mode 'align'{grid}"

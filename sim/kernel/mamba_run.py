@@ -14,14 +14,15 @@ first scheduled and frees it with the request, and the scheduler splits chunks a
 same checkpoint blocks, every full state cached; ``KVCacheCoordinator.get_num_blocks_to_allocate`` and
 ``MambaManager.reachable_block_mask``, ``v1/core/``). With prefix caching off vLLM accepts a positive interval that
 is a multiple of its scheduler block size, lcm(block size, max_model_len), and caches nothing
-(`HybridQueries`' check). The settings not modelled are refused with the reason (`mamba_run_refusals`). Gated
-DeltaNet layers are scheduled by the same ``MambaManager`` and scheduler rules: with prefix caching on, where vLLM
-exports their prefill checkpoints (FlashInfer's GDN prefill on Hopper, whose 64-token grid also aligns the block
-size) as Mamba-2's, and before Hopper (Triton/FLA: no checkpoint, no alignment beyond the kernel block's;
-`allocators.gdn_layout`) as Mamba-1's. Mamba-1 layers (Jamba, `allocators.mamba1_layout`) export no prefill
-checkpoint on any GPU: with prefix caching on vLLM's scheduler ends every prompt's chunk at its last cacheable
-boundary and no chunk takes a checkpoint block, as kvsim runs them (`mamba_allocator`'s ``mamba_checkpoints``, from
-the layers' ``prefill_checkpoint_alignment`` on the run's GPU).
+(`HybridQueries`' check). Speculative decoding (``--speculative-config``, ngram, prefix caching off) gives each
+request ``1 + num_speculative_tokens`` state blocks per Mamba group (`run_state_blocks`). The settings not modelled
+are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are scheduled by the same ``MambaManager``
+and scheduler rules: with prefix caching on, where vLLM exports their prefill checkpoints (FlashInfer's GDN prefill
+on Hopper, whose 64-token grid also aligns the block size) as Mamba-2's, and before Hopper (Triton/FLA: no
+checkpoint, no alignment beyond the kernel block's; `allocators.gdn_layout`) as Mamba-1's. Mamba-1 layers (Jamba,
+`allocators.mamba1_layout`) export no prefill checkpoint on any GPU: with prefix caching on vLLM's scheduler ends
+every prompt's chunk at its last cacheable boundary and no chunk takes a checkpoint block, as kvsim runs them
+(`mamba_allocator`'s ``mamba_checkpoints``, from the layers' ``prefill_checkpoint_alignment`` on the run's GPU).
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from allocators.capacity import pool_bytes_per_token
 from allocators.catalog import get_gpu
 from allocators.hybrid import HybridPagedAllocator
 from allocators.kv_cache_groups import split_kv_groups
-from allocators.mamba_layout import HybridMambaPool, block_alignment, check_mamba_capacity, model_pool
+from allocators.mamba_layout import (
+    HybridMambaPool,
+    block_alignment,
+    check_mamba_capacity,
+    mamba_state_blocks,
+    model_pool,
+)
+from sim.kernel.spec_decode import parse_speculative, speculative_method
 
 
 def mamba_run_refusals(config, model) -> None:
@@ -40,7 +48,8 @@ def mamba_run_refusals(config, model) -> None:
     own: not modelled), and swap preemption (vLLM v1 recomputes)."""
     check_mamba_capacity(allocator=config.allocator, kv_cache_dtype=config.kv_cache_dtype,
                          disable_hybrid_kv_cache_manager=config.disable_hybrid_kv_cache_manager,
-                         speculative_config=config.speculative_config, model=model.name)
+                         speculative_method=speculative_method(config.speculative_config), model=model.name,
+                         prefix_caching=config.prefix_caching, mamba_kind=model.mamba.label)
     if config.prefix_caching and (not config.chunked_prefill or config.scheduler != "continuous"):
         raise ValueError(f"--no-chunked-prefill / --scheduler static: {model.name}'s block-aligned Mamba chunks "
                          "(mamba_cache_mode='align') are modelled with chunked prefill on a continuous scheduler")
@@ -90,7 +99,15 @@ def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: di
                          f"{pool.block_size}")
     return HybridPagedAllocator(pool.num_blocks * pool.block_size, kv_groups=kv_groups,
                                 mamba_groups=pool.mamba_groups, mamba_groups_first=model.mamba.groups_first,
-                                mamba_checkpoints=_exports_checkpoints(config, model), **options)
+                                mamba_checkpoints=_exports_checkpoints(config, model),
+                                mamba_state_blocks=run_state_blocks(config), **options)
+
+
+def run_state_blocks(config) -> int:
+    """State blocks a request holds in each Mamba group (`mamba_state_blocks`: 1, and one per speculative token
+    with ``--speculative-config``, modelled with prefix caching off: `check_mamba_speculation`)."""
+    spec = config.speculative_config
+    return mamba_state_blocks(0 if spec is None else parse_speculative(spec)[1])
 
 
 def _exports_checkpoints(config, model) -> bool:

@@ -244,7 +244,7 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
     spec = None
     if config.speculative_config is not None:
-        if groups:
+        if groups and model.mamba is None:  # a hybrid Mamba model's: `sim.kernel.mamba_run`
             raise ValueError("--speculative-config needs a model without sliding-window layers (vLLM's hybrid KV "
                              f"cache manager is not modelled with speculative decoding), got {model.name}")
         method, k = parse_speculative(config.speculative_config)

@@ -131,3 +131,37 @@ def test_jamba_text_names_its_mamba1_layers():
     assert result.exit_code == 0, result.output
     assert "4 attention layers and 28 Mamba-1 layers" in result.output
     assert "8 KV cache groups of 4 layers (1 attention, 7 Mamba): 37,520 blocks" in result.output
+
+
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 2}'
+
+
+def test_speculative_decoding_without_prefix_caching_counts_the_speculative_state_blocks():
+    """vLLM's ``MambaSpec.num_speculative_blocks`` is num_speculative_tokens (``MambaBase.get_kv_cache_spec``) and
+    ``MambaManager`` in mode 'none' gives a request 1 + that many state blocks per Mamba group: 1 + 6 x 3 at 1,040
+    tokens where 1 + 6 without drafts; the pool itself (its blocks, its block size) does not change."""
+    request = ("--kv-gib", "60", "--prompt-len", "1000", "--output-len", "41", "--no-enable-prefix-caching")
+    plain = json.loads(run(*request, "--json").stdout)
+    result = run(*request, "--speculative-config", NGRAM, "--json")
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    pool = (plain["block_size"], plain["kv_capacity_blocks"])
+    assert (r["block_size"], r["kv_capacity_blocks"]) == pool == (1040, 3780)
+    assert (plain["blocks_per_request"], plain["max_concurrent_requests"]) == (7, 539)
+    assert (r["blocks_per_request"], r["max_concurrent_requests"], r["num_speculative_blocks"]) == (19, 3779 // 19, 2)
+    text = run("--kv-gib", "60", "--no-enable-prefix-caching", "--speculative-config", NGRAM).output
+    assert "1 + 2 speculative state blocks per Mamba group" in text
+
+
+@pytest.mark.parametrize("model, where, config, named", [
+    ("nemotron-h-8b", ("--gpu", "h100-80gb"), NGRAM, "mamba_cache_mode 'align'"),  # prefix caching on (default)
+    ("qwen3-next-80b-a3b", ("--gpu", "h200", "-tp", "2", "--no-enable-prefix-caching"),
+     '{"method": "mtp", "num_speculative_tokens": 1}', "method 'mtp'"),
+    ("nemotron-h-8b", ("--gpu", "h100-80gb", "--no-enable-prefix-caching"),
+     '{"method": "eagle", "model": "d", "num_speculative_tokens": 2}', "method 'eagle'"),
+    ("jamba-1.5-mini", ("--gpu", "h100-80gb", "-tp", "2", "--no-enable-prefix-caching"), NGRAM, "Mamba-1"),
+])
+def test_speculative_decoding_not_modelled_is_refused_with_the_reason(model, where, config, named):
+    result = CliRunner().invoke(main, ["capacity", "--model", model, *where, "--speculative-config", config])
+    assert result.exit_code != 0
+    assert "--speculative-config" in result.output and named in result.output and "not modelled" in result.output

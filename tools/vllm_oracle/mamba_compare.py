@@ -8,6 +8,11 @@ prefill tokens, decoding requests and used blocks must be vLLM's (kvsim ``--step
 same again under vLLM 0.33's default async scheduling against ``DATA/async/CASE`` (`mamba_driver.py
 --async-scheduling`; kvsim ``--async-scheduling``, steps counted to the run's end as ``async_gap.py`` counts
 them). Needs kvsim only, not vLLM.
+
+The speculative decoding cases (``DATA`` ``tests/sim/data/vllm_oracle_mamba_spec``: ``mamba_driver.py``'s
+``*_spec_K``, ngram with prefix caching off) compare the same step columns but the decoding one (vLLM writes the
+decode tokens a step schedules, drafts included; kvsim the decoding requests), and vLLM's spec decoding counters
+(``spec.json``) instead (`spec_differences`).
 """
 
 from __future__ import annotations
@@ -64,15 +69,34 @@ def reference(case: Path, *, asynchronous: bool = False) -> Path:
     return case.parent / "async" / case.name if asynchronous else case
 
 
+def step_columns(case: Path) -> dict[str, str]:
+    """`STEP_COLUMNS` compared for ``case``: with speculative drafts not the decoding one (vLLM's counts the
+    drafts too)."""
+    if json.loads((case / "settings.json").read_text()).get("num_speculative_tokens"):
+        return {k: v for k, v in STEP_COLUMNS.items() if k != "decode_seqs"}
+    return STEP_COLUMNS
+
+
+def spec_differences(result, case: Path) -> dict[str, str]:
+    """vLLM's spec decoding counter -> '' when kvsim's equals it, else both (a case without ``spec.json``:
+    none)."""
+    path = case / "spec.json"
+    if not path.exists():
+        return {}
+    ours = result.summary["spec_decoding"]
+    return {k: "" if ours[k] == v else f"{ours[k]} vs {v}" for k, v in json.loads(path.read_text()).items()}
+
+
 def step_differences(result, case: Path, *, asynchronous: bool = False) -> dict[str, str]:
     """Column -> '' when every step equals vLLM's, else the first step that differs (``result``: a
-    ``--step-by-step`` run of ``case``)."""
+    ``--step-by-step`` run of ``case``; the columns `step_columns`)."""
     theirs = pd.read_csv(reference(case, asynchronous=asynchronous) / "steps.csv.gz")
     ours = result.steps[result.steps["num_steps"] > 0].reset_index(drop=True)
+    columns = step_columns(case)
     if len(ours) != len(theirs):
-        return dict.fromkeys(STEP_COLUMNS, f"{len(ours)} steps vs {len(theirs)}")
+        return dict.fromkeys(columns, f"{len(ours)} steps vs {len(theirs)}")
     out = {}
-    for column, their_column in STEP_COLUMNS.items():
+    for column, their_column in columns.items():
         a, b = ours[column].to_numpy(np.int64), theirs[their_column].to_numpy(np.int64)
         bad = np.flatnonzero(a != b)
         out[column] = "" if not len(bad) else f"step {bad[0]}: {a[bad[0]]} vs {b[bad[0]]} ({len(bad)} steps differ)"
@@ -98,7 +122,7 @@ def main() -> None:
             slow = run(case, step_by_step=True, asynchronous=asynchronous)
             diff |= {k: v or diff[k] for k, v in compare.differences(metrics(slow, asynchronous=asynchronous),
                                                                      theirs).items()}
-            steps = step_differences(slow, case, asynchronous=asynchronous)
+            steps = step_differences(slow, case, asynchronous=asynchronous) | spec_differences(slow, case)
             failed |= any(diff.values()) or any(steps.values())
             bad = {k: v for k, v in (diff | steps).items() if v}
             print(f"{name}{' (async)' if asynchronous else ''}: {theirs['total_steps']} steps, "

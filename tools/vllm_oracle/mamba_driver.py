@@ -51,7 +51,9 @@ def patch_scheduler(num_mamba_groups: int, *, first: bool = False, layer: str = 
                 alignment = (cache.mamba_block_size if align else None) if grid_checkpoints else 1
                 spec = MambaSpec(shapes=((4, 4),), dtypes=(torch.float16,), block_size=cache.mamba_block_size,
                                  page_size_padded=attention.page_size_bytes, mamba_cache_mode=cache.mamba_cache_mode,
-                                 num_prefill_checkpoint_blocks=int(align), prefill_checkpoint_alignment=alignment)
+                                 num_prefill_checkpoint_blocks=int(align), prefill_checkpoint_alignment=alignment,
+                                 # ``MambaBase.get_kv_cache_spec``: a state block per draft token too
+                                 num_speculative_blocks=vllm_config.num_speculative_tokens)
                 mamba = [KVCacheGroupSpec([f"{layer}.{i}"], spec) for i in range(num_mamba_groups)]
                 groups = [*mamba, *kv_cache_config.kv_cache_groups] if first else \
                     [*kv_cache_config.kv_cache_groups, *mamba]
@@ -131,6 +133,16 @@ CASES |= {f"{name}_dense": CASES[name] | dict(trace_of=CASES[name].get("trace_of
 # block size, lcm(1,040, max_model_len 16,384) = 1,064,960, and caches nothing, so the run is mamba_none_contended's
 CASES["mamba_none_contended_retention_1064960"] = CASES["mamba_none_contended"] | dict(
     trace_of="mamba_none_contended", prefix_cache_retention_interval=1064960)
+# vLLM's ngram speculative decoding with prefix caching off (mamba_cache_mode "none"): each request holds
+# 1 + num_speculative_tokens state blocks per Mamba group (``MambaManager.get_num_blocks_to_allocate``), the
+# acceptances drawn as kvsim draws them (`driver.accepted_drafts`; the case's num_speculative_tokens and
+# spec_acceptance_rate, as ``spec_cases.py`` gives them); pools large enough for two or three requests at once
+# (18 to 30 state blocks each), small enough that growing ones are preempted
+CASES |= {f"{name}_spec_{k}": CASES[name] | dict(trace_of=name, num_blocks=blocks, num_speculative_tokens=k,
+                                                 spec_acceptance_rate=rate)
+          for name, blocks, k, rate in (("mamba_none_contended", 60, 2, 0.5),
+                                        ("mamba_none_offline_burst", 80, 3, 0.6),
+                                        ("mamba_none_small_budget", 70, 4, 0.7))}
 LONG_PREFIXES = (2600, 4200, 6500)
 """``mamba_align_long_prefix``'s three system prompts, in tokens (2.5 to 6.25 blocks of 1,040)."""
 
@@ -185,6 +197,8 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
     for name in a.names:
         out = Path(a.out) / name
         out.mkdir(parents=True, exist_ok=True)
+        if a.async_scheduling and cases.settings(name).get("num_speculative_tokens"):
+            raise SystemExit(f"{name}: async_gap.py does not drive speculative decoding")
         if a.async_scheduling:  # the synchronous case's trace, vLLM's async engine loop
             import async_gap
 
@@ -198,7 +212,10 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
             cases.write_trace(name, out / "trace.csv")
         (out / "settings.json").write_text(json.dumps(cases.settings(name) | {"mamba_groups": num_mamba_groups},
                                                       indent=1) + "\n")
-        driver.run(cases.driver_args(name, out / "trace.csv", out))
+        args = cases.driver_args(name, out / "trace.csv", out)
+        args.num_speculative_tokens = cases.settings(name).get("num_speculative_tokens", 0)
+        args.spec_acceptance_rate = cases.settings(name).get("spec_acceptance_rate", 0.5)
+        driver.run(args)
         driver.gzip_steps(out)
         print(name, "done", flush=True)
 
