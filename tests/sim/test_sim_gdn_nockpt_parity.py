@@ -6,13 +6,16 @@ Triton/FLA, which exports no prefill checkpoint (``num_prefill_checkpoint_blocks
 reserves a checkpoint block, as for Mamba-1 (``tests/sim/test_sim_mamba1_parity.py``); the block size gets no
 alignment beyond the kernel block's. The comparison is `mamba_compare.py`'s."""
 
-import dataclasses
-import json
-
 import pytest
 
 from sim.kernel import mamba_run
-from tests.sim.test_sim_mamba_parity import mamba
+from tests.sim.mamba_oracle import (
+    assert_decisions_are_vllms,
+    assert_every_step_is_vllms,
+    differences,
+    vllms_metrics,
+)
+from tests.sim.mamba_oracle import run as run_case
 from tests.sim.vllm_oracle import ROOT, cases
 
 DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_gdn_nockpt"
@@ -21,12 +24,8 @@ RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)
 
 
 def run(case: str, *, step_by_step: bool, asynchronous: bool = False):
-    from sim.kernel.runner import run_config
-
-    settings = json.loads((DATA / case / "settings.json").read_text())
-    config = mamba.kvsim_config(settings, DATA / case / "trace.csv", step_by_step=step_by_step,
-                                asynchronous=asynchronous)
-    return run_config(dataclasses.replace(config, model="qwen3-next-80b-a3b", gpu="a100-80gb", tensor_parallel=4))
+    return run_case(DATA / case, step_by_step=step_by_step, asynchronous=asynchronous, model="qwen3-next-80b-a3b",
+                    gpu="a100-80gb", tensor_parallel=4)
 
 
 def test_the_cases_cover_both_modes_shared_and_long_prefixes_and_small_budgets():
@@ -37,26 +36,17 @@ def test_the_cases_cover_both_modes_shared_and_long_prefixes_and_small_budgets()
     assert set(cases(DATA / "async")) == set(CASES)
 
 
-def _differences(case: str, asynchronous: bool) -> tuple[dict, dict]:
-    slow = run(case, step_by_step=True, asynchronous=asynchronous)
-    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
-    return (mamba.step_differences(slow, DATA / case, asynchronous=asynchronous),
-            mamba.compare.differences(mamba.metrics(slow, asynchronous=asynchronous), theirs))
-
-
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_every_step_is_vllms(case, asynchronous):
-    steps, metrics = _differences(case, asynchronous)
-    assert steps == dict.fromkeys(mamba.STEP_COLUMNS, "")
-    assert metrics == dict.fromkeys(mamba.compare.METRICS, "")
+    assert_every_step_is_vllms(run(case, step_by_step=True, asynchronous=asynchronous), DATA / case,
+                               asynchronous=asynchronous)
 
 
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_the_fast_forward_makes_the_same_decisions(case, asynchronous):
-    fast = mamba.metrics(run(case, step_by_step=False, asynchronous=asynchronous), asynchronous=asynchronous)
-    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
-    assert mamba.compare.differences(fast, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
-    assert theirs["preemptions"] > 0
+    assert_decisions_are_vllms(run(case, step_by_step=False, asynchronous=asynchronous), DATA / case,
+                               asynchronous=asynchronous)
+    assert vllms_metrics(DATA / case, asynchronous=asynchronous)["preemptions"] > 0
 
 
 @pytest.mark.parametrize("case", ["gdn_nockpt_align_contended", "gdn_nockpt_align_long_prefix_8192"])
@@ -64,5 +54,5 @@ def test_hoppers_checkpoint_blocks_would_not_be_vllms(case, monkeypatch):
     """The cases tell Triton/FLA's GDN prefill from FlashInfer's: with a checkpoint block per prefill (what the
     layer exports on Hopper) the same pool schedules differently from vLLM's run on an A100."""
     monkeypatch.setattr(mamba_run, "_exports_checkpoints", lambda config, model: config.prefix_caching)
-    steps, _ = _differences(case, False)
+    steps, _ = differences(run(case, step_by_step=True), DATA / case)
     assert any(steps.values())

@@ -6,12 +6,10 @@ waiting requests, prefill tokens, decoding requests and used blocks) and `compar
 metrics, exactly; the fast-forward makes the same decisions. Also with requests sampled n > 1 times and under
 positive ``--prefix-cache-retention-interval``s. The comparison is `mamba_compare.py`'s."""
 
-import dataclasses
-import json
-
 import pytest
 
-from tests.sim.test_sim_mamba_parity import mamba
+from tests.sim.mamba_oracle import assert_decisions_are_vllms, assert_every_step_is_vllms, vllms_metrics
+from tests.sim.mamba_oracle import run as run_case
 from tests.sim.vllm_oracle import ROOT, cases
 
 DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_gdn"
@@ -22,12 +20,8 @@ RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)
 
 
 def run(case: str, *, step_by_step: bool, asynchronous: bool = False):
-    from sim.kernel.runner import run_config
-
-    settings = json.loads((DATA / case / "settings.json").read_text())
-    config = mamba.kvsim_config(settings, DATA / case / "trace.csv", step_by_step=step_by_step,
-                                asynchronous=asynchronous)
-    return run_config(dataclasses.replace(config, model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel=2))
+    return run_case(DATA / case, step_by_step=step_by_step, asynchronous=asynchronous, model="qwen3-next-80b-a3b",
+                    gpu="h200", tensor_parallel=2)
 
 
 def test_the_cases_cover_both_modes_contention_chunks_and_shared_prefixes():
@@ -45,17 +39,12 @@ def test_the_cases_cover_both_modes_contention_chunks_and_shared_prefixes():
 
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_every_step_is_vllms(case, asynchronous):
-    slow = run(case, step_by_step=True, asynchronous=asynchronous)
-    assert (mamba.step_differences(slow, DATA / case, asynchronous=asynchronous)
-            == dict.fromkeys(mamba.STEP_COLUMNS, ""))
-    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
-    ours = mamba.metrics(slow, asynchronous=asynchronous)
-    assert mamba.compare.differences(ours, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
-    assert theirs["preemptions"] > 0
+    assert_every_step_is_vllms(run(case, step_by_step=True, asynchronous=asynchronous), DATA / case,
+                               asynchronous=asynchronous)
+    assert vllms_metrics(DATA / case, asynchronous=asynchronous)["preemptions"] > 0
 
 
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_the_fast_forward_makes_the_same_decisions(case, asynchronous):
-    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
-    fast = mamba.metrics(run(case, step_by_step=False, asynchronous=asynchronous), asynchronous=asynchronous)
-    assert mamba.compare.differences(fast, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
+    assert_decisions_are_vllms(run(case, step_by_step=False, asynchronous=asynchronous), DATA / case,
+                               asynchronous=asynchronous)

@@ -4,28 +4,25 @@ step, synchronous and under vLLM's default async scheduling: with prefix caching
 Mamba-1 layer exports no prefill checkpoint, so vLLM ends every prompt's chunk at its last cacheable boundary and
 never reserves a checkpoint block; the comparison is `mamba_compare.py`'s, on ``jamba-1.5-mini``."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from sim.kernel import mamba_run
+from tests.sim.mamba_oracle import (
+    assert_decisions_are_vllms,
+    assert_every_step_is_vllms,
+    differences,
+    vllms_metrics,
+)
+from tests.sim.mamba_oracle import run as run_case
 from tests.sim.vllm_oracle import ROOT, cases
 
-
-def _mamba_compare():
-    spec = importlib.util.spec_from_file_location("vllm_oracle_mamba1_compare",
-                                                  ROOT / "tools" / "vllm_oracle" / "mamba_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.MODEL = "jamba-1.5-mini"  # this instance's model; the Nemotron-H parity test loads its own
-    return module
-
-
-mamba = _mamba_compare()
-DATA = Path(__file__).parent / "data" / "vllm_oracle_mamba1"
+DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_mamba1"
 CASES = cases(DATA)
 RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)]
+
+
+def run(case: str, *, step_by_step: bool, asynchronous: bool = False):
+    return run_case(DATA / case, step_by_step=step_by_step, asynchronous=asynchronous, model="jamba-1.5-mini")
 
 
 def test_the_cases_cover_both_modes_shared_prefixes_long_chunks_and_retention():
@@ -36,26 +33,17 @@ def test_the_cases_cover_both_modes_shared_prefixes_long_chunks_and_retention():
     assert set(cases(DATA / "async")) == set(CASES)
 
 
-def _differences(case: str, asynchronous: bool) -> tuple[dict, dict]:
-    slow = mamba.run(DATA / case, step_by_step=True, asynchronous=asynchronous)
-    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
-    return (mamba.step_differences(slow, DATA / case, asynchronous=asynchronous),
-            mamba.compare.differences(mamba.metrics(slow, asynchronous=asynchronous), theirs))
-
-
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_every_step_is_vllms(case, asynchronous):
-    steps, metrics = _differences(case, asynchronous)
-    assert steps == dict.fromkeys(mamba.STEP_COLUMNS, "")
-    assert metrics == dict.fromkeys(mamba.compare.METRICS, "")
+    assert_every_step_is_vllms(run(case, step_by_step=True, asynchronous=asynchronous), DATA / case,
+                               asynchronous=asynchronous)
 
 
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_the_fast_forward_makes_the_same_decisions(case, asynchronous):
-    fast = mamba.metrics(mamba.run(DATA / case, asynchronous=asynchronous), asynchronous=asynchronous)
-    theirs = mamba.compare.oracle_metrics(mamba.reference(DATA / case, asynchronous=asynchronous))
-    assert mamba.compare.differences(fast, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
-    assert theirs["preemptions"] > 0
+    assert_decisions_are_vllms(run(case, step_by_step=False, asynchronous=asynchronous), DATA / case,
+                               asynchronous=asynchronous)
+    assert vllms_metrics(DATA / case, asynchronous=asynchronous)["preemptions"] > 0
 
 
 @pytest.mark.parametrize("case", ["m1_align_contended", "m1_align_long_prefix_8192"])
@@ -63,5 +51,5 @@ def test_mamba2s_checkpoint_blocks_would_not_be_vllms(case, monkeypatch):
     """The cases tell Mamba-1 from Mamba-2: with a checkpoint block per prefill (what a Mamba-2 layer exports) the
     same pool schedules differently from vLLM's Mamba-1 run."""
     monkeypatch.setattr(mamba_run, "_exports_checkpoints", lambda config, model: config.prefix_caching)
-    steps, _ = _differences(case, False)
+    steps, _ = differences(run(case, step_by_step=True), DATA / case)
     assert any(steps.values())

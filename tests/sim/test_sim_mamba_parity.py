@@ -7,22 +7,16 @@ tokens: ``tools/vllm_oracle/mamba_driver.py``), step for step: every engine step
 prefill tokens, decoding requests and used blocks, and `compare.py`'s run-wide and per-request metrics, exactly,
 synchronous and under vLLM's default async scheduling; the fast-forward makes the same decisions."""
 
-import importlib.util
-
 import pytest
 
-from tests.sim.vllm_oracle import ROOT, cases
+from tests.sim.mamba_oracle import (
+    assert_decisions_are_vllms,
+    assert_every_step_is_vllms,
+    mamba,
+    vllms_metrics,
+)
+from tests.sim.vllm_oracle import cases
 
-
-def _mamba_compare():
-    spec = importlib.util.spec_from_file_location("vllm_oracle_mamba_compare",
-                                                  ROOT / "tools" / "vllm_oracle" / "mamba_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mamba = _mamba_compare()
 CASES = cases(mamba.DATA)
 RUNS = [(case, asynchronous) for case in CASES for asynchronous in (False, True)]
 
@@ -53,17 +47,12 @@ def test_the_cases_cover_contention_a_burst_and_chunked_prompts_in_both_engine_l
 
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_every_step_is_vllms(case, asynchronous):
-    slow = mamba.run(mamba.DATA / case, step_by_step=True, asynchronous=asynchronous)
-    assert (mamba.step_differences(slow, mamba.DATA / case, asynchronous=asynchronous)
-            == dict.fromkeys(mamba.STEP_COLUMNS, ""))
-    theirs = mamba.compare.oracle_metrics(mamba.reference(mamba.DATA / case, asynchronous=asynchronous))
-    ours = mamba.metrics(slow, asynchronous=asynchronous)
-    assert mamba.compare.differences(ours, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
-    assert theirs["preemptions"] > 0
+    assert_every_step_is_vllms(mamba.run(mamba.DATA / case, step_by_step=True, asynchronous=asynchronous),
+                               mamba.DATA / case, asynchronous=asynchronous)
+    assert vllms_metrics(mamba.DATA / case, asynchronous=asynchronous)["preemptions"] > 0
 
 
 @pytest.mark.parametrize(("case", "asynchronous"), RUNS)
 def test_the_fast_forward_makes_the_same_decisions(case, asynchronous):
-    fast = mamba.metrics(mamba.run(mamba.DATA / case, asynchronous=asynchronous), asynchronous=asynchronous)
-    theirs = mamba.compare.oracle_metrics(mamba.reference(mamba.DATA / case, asynchronous=asynchronous))
-    assert mamba.compare.differences(fast, theirs) == dict.fromkeys(mamba.compare.METRICS, "")
+    assert_decisions_are_vllms(mamba.run(mamba.DATA / case, asynchronous=asynchronous), mamba.DATA / case,
+                               asynchronous=asynchronous)

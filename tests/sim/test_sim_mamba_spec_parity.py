@@ -6,23 +6,12 @@ every engine step's running and waiting requests, prefill tokens and used blocks
 per-request metrics and vLLM's spec decoding counters, exactly; the fast-forward makes the same decisions. (vLLM's
 async engine loop is not driven with drafts by the oracle: synchronous only.)"""
 
-import importlib.util
-
 import numpy as np
 import pytest
 
+from tests.sim.mamba_oracle import assert_decisions_are_vllms, assert_every_step_is_vllms, mamba
 from tests.sim.vllm_oracle import ROOT, cases
 
-
-def _mamba_compare():
-    spec = importlib.util.spec_from_file_location("vllm_oracle_mamba_compare_spec",
-                                                  ROOT / "tools" / "vllm_oracle" / "mamba_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mamba = _mamba_compare()
 DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_mamba_spec"
 CASES = cases(DATA)
 K = {"mamba_none_contended_spec_2": 2, "mamba_none_offline_burst_spec_3": 3, "mamba_none_small_budget_spec_4": 4}
@@ -37,11 +26,9 @@ def test_the_cases_cover_two_to_four_drafts_with_preemptions():
 @pytest.mark.parametrize("case", CASES)
 def test_every_step_is_vllms(case):
     slow = mamba.run(DATA / case, step_by_step=True)
-    assert mamba.step_differences(slow, DATA / case) == dict.fromkeys(mamba.step_columns(DATA / case), "")
+    assert_every_step_is_vllms(slow, DATA / case)
     assert mamba.spec_differences(slow, DATA / case) == {"num_drafts": "", "num_draft_tokens": "",
                                                          "num_accepted_tokens": ""}
-    theirs = mamba.compare.oracle_metrics(DATA / case)
-    assert mamba.compare.differences(mamba.metrics(slow), theirs) == dict.fromkeys(mamba.compare.METRICS, "")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -59,8 +46,8 @@ def test_each_request_holds_one_plus_k_state_blocks_per_mamba_group(case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_fast_forward_makes_the_same_decisions(case):
-    fast, slow = mamba.metrics(mamba.run(DATA / case)), mamba.metrics(mamba.run(DATA / case, step_by_step=True))
+    fast = mamba.run(DATA / case)
+    slow = mamba.metrics(mamba.run(DATA / case, step_by_step=True))
     for metric in mamba.compare.METRICS:
-        assert np.array_equal(fast[metric], slow[metric]), metric
-    assert mamba.compare.differences(fast, mamba.compare.oracle_metrics(DATA / case)) == \
-        dict.fromkeys(mamba.compare.METRICS, "")
+        assert np.array_equal(mamba.metrics(fast)[metric], slow[metric]), metric
+    assert_decisions_are_vllms(fast, DATA / case)
