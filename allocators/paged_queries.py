@@ -166,6 +166,17 @@ class PagedQueries(Allocator):
             more += grown - self._fork_shares(tokens, total)
         return taken + more <= free
 
+    def held_sequence_fits(self, seq_id: int, full_tokens: int, *, apply_watermark: bool) -> bool:
+        """vLLM's ``scheduler_reserve_full_isl`` gate for a sequence that already holds blocks (a request whose
+        host hits were loaded beside the steps, now given its first chunk): the blocks ``full_tokens`` take
+        beyond its table are free, less the watermark when ``apply_watermark``. vLLM 0.33 calls
+        ``allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`` for every waiting
+        request it schedules, a loaded one included (``v1/core/sched/scheduler.py``), and for a request holding
+        blocks ``FullAttentionManager.get_num_blocks_to_allocate`` counts ``cdiv(num_tokens, block_size)`` less
+        the blocks it holds (``v1/core/single_type_kv_cache_manager.py``)."""
+        free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
+        return cdiv(full_tokens, self.block_size) - len(self._seqs[seq_id].table) <= free
+
     def _admission_blocks(self, hits: list[int], num_tokens: int) -> int:
         """Free blocks admitting ``num_tokens`` tokens with these prefix hits takes: its new blocks, plus the
         hits that sit in the free queue (cached blocks nobody holds)."""

@@ -80,7 +80,8 @@ class RequestTier(HostTier):
     subclass's."""
 
     __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
-                 "_writing", "_step", "_changes", "_behind", "_last_offers", "_parked_copies", "_sharing")
+                 "_writing", "_step", "_changes", "_behind", "_last_offers", "_parked_copies", "_sharing",
+                 "write_lag", "_late")
 
     write_through = True
 
@@ -111,6 +112,11 @@ class RequestTier(HostTier):
         # cached hash -> the swapped requests whose parked copy its block is (`swap_out`): not evicted meanwhile
         self._parked_copies: dict[int, int] = {}
         self._sharing: dict[int, list[int]] = {}  # swap key -> the cached hashes it took as parked copies
+        # steps a store's write is reported done after its own (1: vLLM's async scheduling, which processes step
+        # t's output, the worker's report that t's stores are written, after it has scheduled step t + 1), and
+        # the hashes of ``_writing`` stored by the step before, written at the next `begin_step`
+        self.write_lag = 0
+        self._late: set[int] = set()
 
     @property
     def skipped_blocks(self) -> int:
@@ -119,10 +125,18 @@ class RequestTier(HostTier):
     # -- the allocator's calls -----------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:
         """Stores from here on are step ``step``'s: those of an earlier step are written now (the oracle's worker
-        finishes every transfer within its step), and may be reused and evicted."""
+        finishes every transfer within its step), and may be reused and evicted; with ``write_lag`` those of the
+        step just before only at the step after this one."""
         if step != self._step:
+            # with ``write_lag`` the previous step's stores stay unwritten through this step (not read, reused nor
+            # evicted: vLLM's chunk ``is_ready`` only once that step's output is processed)
+            lagging = self.write_lag and self._step is not None and step == self._step + 1
             if self._writing:
-                self._writing = set()
+                if lagging:
+                    self._writing -= self._late
+                    self._late = set(self._writing)
+                else:
+                    self._writing, self._late = set(), set()
                 self._changes += 1
             self._step = step
 
@@ -162,6 +176,15 @@ class RequestTier(HostTier):
         swapped since, loads pinned blocks then or do now (a load landing unpins its blocks), or a store
         threshold counts every offer."""
         return stamp[0] != self._changes or stamp[1] or bool(self.pinned) or self.store_filter is not None
+
+    def not_ready(self, block_hashes: Sequence[int]) -> bool:
+        """Whether any of these hashes is stored but not written yet: vLLM's lookup finds such a chunk
+        ``HIT_PENDING`` and defers the request (``OffloadingConnectorScheduler._maximal_prefix_lookup`` returns
+        None, ``get_num_new_matched_tokens`` too, and the scheduler skips the request this step:
+        ``v1/kv_offload/cpu/manager.py`` ``lookup``, ``kv_connector/v1/offloading/scheduler.py``). Only a step's
+        lookups after another's stores can meet one: under async scheduling, the step after."""
+        writing = self._writing
+        return bool(writing) and any(h in writing for h in block_hashes)
 
     @property
     def retries_due(self) -> bool:

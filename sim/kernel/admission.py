@@ -217,12 +217,19 @@ class GroupMechanics(Preemption):
         return gpu // size, cached // size
 
     def _load_in_flight(self, group: SequenceGroup) -> bool:
-        """Whether a fresh group's host hits include a block another request's load is bringing in: it then
-        waits for that load (vLLM's offloading connector delays it rather than load a block twice)."""
-        if not self.s.loads.being_loaded:
+        """Whether a fresh group's host hits include a block another request's load is bringing in, or one the
+        host is still writing (`RequestTier.not_ready`): it then waits for that load or write (vLLM's
+        offloading connector delays it rather than load a block twice or before it is written)."""
+        s = self.s
+        stores = s.memory.held_stores
+        if not s.loads.being_loaded and (stores is None or not stores.write_lag):
             return False
         start, stop = self._host_span(group)
-        return stop > start and self.s.loads.overlaps(group.hashes[start:stop])
+        if stop <= start:
+            return False
+        hashes = group.hashes[start:stop]
+        return (bool(s.loads.being_loaded) and s.loads.overlaps(hashes)) or \
+            (stores is not None and stores.not_ready(hashes))
 
     def _start_loading(self, group: SequenceGroup, hashes, blocks: int | None = None) -> None:
         """The group holds its hits' blocks and waits, off the queue, for the blocks hashed ``hashes`` (or
@@ -255,10 +262,25 @@ class GroupMechanics(Preemption):
         self._start_loading(group, (), blocks)
 
     def _admit_loaded(self, group: SequenceGroup, budget: int) -> int | None:
-        """Schedule a group whose host hits are loaded: its first chunk, if memory has room (no preemption, as for
-        any admission); returns the chunk, or None (nothing changed)."""
+        """Schedule a group whose host hits are loaded: cache the blocks they were loaded into, then its first
+        chunk, if memory has room (no preemption, as for any admission); returns the chunk, or None (nothing
+        changed but the caching)."""
         s = self.s
+        # vLLM caches the loaded blocks only when its waiting loop reaches the request
+        # (``_handle_blocked_waiting_request`` -> ``_update_waiting_for_remote_kv``: ``cache_blocks``), after the
+        # running loop has cached what this step's chunks compute: a hash both hold is found first in the
+        # running request's block (``BlockHashToBlockMap.get_one_block``: the first inserted)
+        s.memory.cache_loaded(group)
+        # vLLM schedules it through allocate_slots with full_sequence_must_fit, as any waiting request: with
+        # scheduler_reserve_full_isl its whole sequence must fit, not only the first chunk (which a long-prefill
+        # threshold or a small budget makes smaller); the chunk's blocks must leave the watermark free, as any
+        # waiting or preempted request's while others run
+        watermark = bool(s.running)
+        if self.reserve_full_isl and not s.memory.loaded_fits(group, group.prefill_target, apply_watermark=watermark):
+            return None
         chunk = s.chunk(group.prefill_remaining, budget)
+        if watermark and not s.memory.loaded_fits(group, group.prefill_done + chunk, apply_watermark=True):
+            return None
         seq_id = group.seq_ids[0]
         more = group.prefill_done + chunk - s.memory.num_tokens(seq_id)  # none when recomputing a held last token
         if more > 0:

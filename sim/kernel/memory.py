@@ -393,6 +393,12 @@ class KVMemory:
         tier = self.host_tier
         return tier if tier is not None and tier.write_through else None
 
+    def loaded_fits(self, group: SequenceGroup, full_tokens: int, *, apply_watermark: bool) -> bool:
+        """Whether a group whose host hits were loaded into the blocks it holds could hold ``full_tokens``
+        (its whole sequence under ``scheduler_reserve_full_isl``, or its first chunk beside the watermark, tested
+        when it is scheduled: `PagedAllocator.held_sequence_fits`)."""
+        return self._alloc.held_sequence_fits(group.seq_ids[0], full_tokens, apply_watermark=apply_watermark)
+
     def cache_loaded(self, group: SequenceGroup) -> None:
         """Cache the blocks a group's host hits were loaded into, now that the load is done (vLLM caches them
         then, not when it allocates them: another request must not hit a block before its KV is in)."""

@@ -91,6 +91,8 @@ class Scheduler:
         self.deferred: set[SequenceGroup] = set()  # groups deferred for a host load until scheduled (`queued`)
         # vLLM's async scheduling: the outputs the last step left in flight (`sim.kernel.async_outputs`)
         self.in_flight = InFlight(self, pins=memory.host_tier is not None) if async_scheduling else None
+        if async_scheduling and memory.held_stores is not None:  # a step's stores are seen written a step late
+            memory.held_stores.write_lag = 1
         # vLLM's speculative decoding (ngram drafts; `sim.kernel.spec_decode`): every decoder is synced every step
         self.spec = spec
         # vLLM's block-aligned prefill split for Mamba states (prefix caching on a hybrid Mamba pool)
@@ -214,9 +216,8 @@ class Scheduler:
                 looped = list(self.running)
         if self.loads:
             landed = self.loads.done(now) if self.in_flight is None else self.loads.done(*self.in_flight.seen_loads())
-            for group in landed:  # back at the head, behind the groups loaded before
-                group.state = LOADED
-                self.memory.cache_loaded(group)
+            for group in landed:  # back at the head, behind the groups loaded before; cached once admission
+                group.state = LOADED  # reaches it (`GroupMechanics._admit_loaded`)
                 self.waiting.hold(group)
         if self.mamba is not None:
             self.mamba.begin()
@@ -417,10 +418,13 @@ class Scheduler:
 
     def verify(self, group: SequenceGroup, budget: int, due: set[int]) -> int:
         """Schedule a decoder with its speculative drafts (`sim.kernel.spec_decode`): slots for its sampled
-        token and the drafts the budget and ``max_model_len`` leave; returns the budget it took (0 if its
-        group was preempted instead)."""
+        token and the drafts the budget, the long-prefill threshold in force and ``max_model_len`` leave; returns
+        the budget it took (0 if its group was preempted instead). vLLM's running loop caps every request's
+        ``num_new_tokens``, a verification's sampled token and drafts included, by the threshold
+        (``if 0 < long_prefill_token_threshold < num_new_tokens``, ``v1/core/sched/scheduler.py``) and schedules
+        only the drafts that leaves (``num_scheduled_spec_tokens``)."""
         spec, seq_id = self.spec, group.seq_ids[0]
-        drafts = spec.drafts_for(group, self.step, budget - 1)
+        drafts = spec.drafts_for(group, self.step, (min(budget, self.threshold) if self.threshold else budget) - 1)
         due.discard(seq_id)
         if not self.sync_decoder(seq_id, spec.held(drafts)):
             return 0

@@ -54,7 +54,9 @@ def test_the_async_references_cover_the_synchronous_cases():
                           "offload_arc_shared_prefix", "offload_whole_prompts",
                           # vLLM 0.33's default sparse window retention above; dense and periodic here
                           "hybrid_contended_dense", "hybrid_shared_prefix_dense", "hybrid_sessions_dense",
-                          "hybrid_retention_interval_256"}
+                          "hybrid_retention_interval_256",
+                          # found by tools/vllm_oracle/fuzz.py: a host store seen written a step late
+                          "offload_whole_prompts_few"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -30,7 +30,8 @@ def test_the_spec_references_cover_contention_caching_and_limits():
     drafts spanning more than a block (20 of them: finishing requests drop the accepted ones past their end)."""
     assert set(CASES) >= {"ample", "contended", "max_num_seqs", "shared_prefix_cached", "small_budget_threshold",
                           "max_model_len_capped", "priority_contended", "long_prefill_threshold", "offline_burst",
-                          "reserve_full_isl_off", "shared_prefix_uncached", "block_size_32", "contended_20_drafts"}
+                          "reserve_full_isl_off", "shared_prefix_uncached", "block_size_32", "contended_20_drafts",
+                          "threshold_below_drafts"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -159,6 +159,35 @@ CASES: dict[str, dict] = {
     "hybrid_retention_interval_256": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
                                                      turn_gap=(5, 60)), trace_of="sessions_open_loop", num_blocks=700,
                                           sliding_window=128, prefix_cache_retention_interval=256),
+    # found by ``fuzz.py``: a request whose host hits were loaded beside the steps is scheduled through the same
+    # admission gate as any waiting one (allocate_slots with full_sequence_must_fit): its whole sequence must
+    # fit, not only the long-prefill threshold's first chunk (kvsim admitted it, then preempted)
+    "offload_long_prefill_threshold": dict(trace=dict(n=20, prompt=(256, 641), output=(41, 163), gap=0.0),
+                                           num_blocks=125, cpu_offload_blocks=1000,
+                                           long_prefill_token_threshold=128),
+    # found by ``fuzz.py``, for its async reference: whole prompts repeated, so a request's host lookup reaches
+    # the block a step before stored; under async scheduling that store is reported written a step late, and
+    # vLLM defers the request while its chunk is HIT_PENDING
+    "offload_whole_prompts_few": dict(trace=dict(n=24, prompt=(300, 700), output=(10, 60), gap=0.5, groups=2,
+                                                 whole_prompts=True), num_blocks=300, cpu_offload_blocks=300),
+    # found by ``fuzz.py``: a request's loaded host hits are cached when vLLM's waiting loop reaches it, after the
+    # running loop has cached what its sibling (the same prompt, sampled twice or more) computes this step, so a
+    # hash both hold is found in the sibling's block: one fewer free block to take when a later lookup hits it
+    "offload_parallel_sampling_threshold": dict(trace=dict(n=20, prompt=(92, 672), output=(58, 137), gap=10.0,
+                                                           samples=(2, 5)),
+                                                num_blocks=53, cpu_offload_blocks=22, parallel_sampling="fan-out",
+                                                max_num_batched_tokens=128, max_num_seqs=32,
+                                                long_prefill_token_threshold=16),
+    # found by ``fuzz.py``: vLLM's watermark (``SchedulerConfig.watermark``, kvsim ``--watermark``) holds for a
+    # request whose host hits were loaded as for any waiting one: its first chunk must leave it free
+    "offload_sessions_watermark": dict(trace=dict(n=7, prompt=(237, 471), output=(37, 89), gap=0.0, turns=4,
+                                                  turn_gap=(8, 21)),
+                                       num_blocks=286, cpu_offload_blocks=539, max_num_batched_tokens=256,
+                                       scheduler_reserve_full_isl=False, watermark=0.1),
+    # found by ``fuzz.py``, for its speculative reference (``spec_cases.py``, 20 drafts): a threshold below a
+    # verification's 1 + 20 tokens caps it, drafts included
+    "threshold_16_contended": dict(trace=dict(n=16, prompt=(141, 716), output=(104, 162), gap=0.0), num_blocks=72,
+                                   max_num_batched_tokens=1024, max_num_seqs=8, long_prefill_token_threshold=16),
 }
 # vLLM's dense sliding-window retention (``--prefix-cache-retention-interval None``: a window group caches every
 # full block, as before vLLM 0.33 made 0 the default) on the hybrid cases whose outputs it changes
@@ -189,7 +218,8 @@ def driver_args(name: str, trace: Path, out: Path | None = None) -> SimpleNamesp
                            long_prefill_token_threshold=s["long_prefill_token_threshold"],
                            prefix_caching=s["enable_prefix_caching"],
                            scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
-                           scheduling_policy=s["scheduling_policy"], watermark=0.0, seed=0, max_steps=200_000,
+                           scheduling_policy=s["scheduling_policy"], watermark=s.get("watermark", 0.0), seed=0,
+                           max_steps=200_000,
                            cpu_offload_blocks=s.get("cpu_offload_blocks", 0),
                            offload_prompt_only=s.get("offload_prompt_only", True),
                            offload_eviction_policy=s.get("offload_eviction_policy", "lru"),

@@ -51,7 +51,7 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
         parallel_sampling=settings.get("parallel_sampling", "auto"),
         prefix_cache_retention_interval=settings.get("prefix_cache_retention_interval", 0),
-        memory_snapshots=0, **host, **spec_options(settings))
+        watermark=settings.get("watermark", 0.0), memory_snapshots=0, **host, **spec_options(settings))
 
 
 def spec_options(settings: dict) -> dict:

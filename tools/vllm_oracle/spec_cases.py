@@ -47,6 +47,8 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "block_size_32": ("block_size_32", 5, 0.7),
     # drafts spanning more than a block (16 tokens): held blocks that later tokens fill and cache
     "contended_20_drafts": ("contended", 20, 0.9),
+    # a long-prefill threshold (16) below a verification's 1 + 20 tokens: vLLM caps it, drafts included
+    "threshold_below_drafts": ("threshold_16_contended", 20, 0.95),
 }
 
 # a base case of this script's own, beside ``cases.py``'s: whole prompts repeated (a group's members all send its

@@ -1,0 +1,293 @@
+"""A randomized differential hunt: random small cases through vLLM's real scheduler and through kvsim, compared.
+
+    PYTHONPATH=$PWD python tools/vllm_oracle/fuzz.py --draws 100 --seed 0 [--out /tmp/kvsim-fuzz] \
+        [--venv /tmp/vvenv] [--only 3 17 ...]
+    PYTHONPATH=$PWD python tools/vllm_oracle/fuzz.py --name NAME --case '{"trace": {...}, "num_blocks": ...}'
+
+The hand-picked cases (``cases.py``) each vary one or two settings; a combination none of them has can hide a
+decision kvsim makes differently. Each draw ``i`` picks, from ``numpy.random.default_rng([seed, i])``, a small trace
+(``cases.write_trace``'s: plain rows with optional shared-prefix groups, whole repeated prompts, priorities and
+``n > 1`` samples, or open-loop sessions; bursts of gap 0 included) and the settings both the driver and
+`compare.kvsim_config` take: ``num_blocks`` from barely one request's worth to ample, ``block_size`` 16 or 32,
+``max_num_batched_tokens``, ``max_num_seqs``, ``long_prefill_token_threshold``, prefix caching on or off,
+``scheduler_reserve_full_isl``, FCFS or priority, a capped ``max_model_len``, a ``watermark``, vLLM's offloading
+connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
+dense or periodic ``prefix_cache_retention_interval``), ngram speculative decoding, and vLLM's ``AsyncScheduler``
+(``async_gap.run_async``). Combinations kvsim refuses (drafts with a window group, a host tier or async scheduling;
+async scheduling with generated blocks offloaded), or the driver does not drive (drafts with sessions or ``n > 1``),
+are not drawn.
+
+The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
+as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
+and one line per case says ``exact`` or the first difference: the metric (`compare.METRICS`), the request and the
+step where kvsim and vLLM first part (the earliest step at which the two step series, or a request's first-token or
+finish step, differ). ``--case`` runs one case given as JSON (to shrink a draw; its ``--name`` seeds its trace, as a
+name in ``cases.py`` does), which becomes a permanent parity case by adding it to ``cases.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import cases  # noqa: E402
+
+WINDOW = 128
+"""The only sliding window `compare.kvsim_config` maps (its hybrid model's)."""
+
+
+def draw(seed: int, i: int) -> dict:
+    """Draw ``i`` of ``seed``: a `cases.CASES` entry (trace parameters, then vLLM settings) plus, where drawn,
+    what `cases.driver_args` does not pass on: ``async_scheduling``, ``num_speculative_tokens`` and
+    ``spec_acceptance_rate``."""
+    rng = np.random.default_rng([seed, i])
+    coin = lambda p: bool(rng.random() < p)  # noqa: E731
+    bs = int(rng.choice([16, 32]))
+    hybrid = coin(0.3)
+    offload = not hybrid and coin(0.25)
+    sessions = coin(0.25)
+    priority = coin(0.3)
+    case: dict = {}
+    if sessions:
+        lo, olo = int(rng.integers(1, 300)), int(rng.integers(1, 100))
+        trace = dict(n=int(rng.integers(3, 13)), prompt=(lo, lo + int(rng.integers(0, 300))),
+                     output=(olo, olo + int(rng.integers(0, 200))), turns=int(rng.integers(2, 5)))
+        tlo = int(rng.integers(0, 20))
+        trace["turn_gap"] = (tlo, tlo + int(rng.integers(0, 80)))
+        max_prompt = trace["turns"] * (trace["prompt"][1] + trace["output"][1])
+    else:
+        groups = int(rng.integers(1, 5)) if coin(0.4) else 0
+        lo = int(rng.integers(260 if groups else 1, 500))  # a group's prefix (100 to 259 tokens) fits every prompt
+        olo = int(rng.integers(1, 150))
+        trace = dict(n=int(rng.integers(8, 41)), prompt=(lo, lo + int(rng.integers(0, 1500))),
+                     output=(olo, olo + int(rng.integers(0, 300))))
+        if groups:
+            trace["groups"] = groups
+            if coin(0.3):
+                trace["whole_prompts"] = True
+        if coin(0.2):
+            trace["samples"] = [(1, 2, 4), (1, 3), (1, 2, 12), (2, 5)][int(rng.integers(0, 4))]
+            case["parallel_sampling"] = "fan-out"
+        max_prompt = max(trace["prompt"][1], 480)
+    trace["gap"] = 0.0 if coin(0.2) else float(rng.choice([0.1, 0.3, 1.0, 3.0, 10.0]))
+    if priority:
+        trace["priorities"] = int(rng.integers(2, 5))
+        case["scheduling_policy"] = "priority"
+    case["trace"] = trace
+    mnbt = int(rng.choice([128, 256, 512, 1024, 2048, 8192]))
+    case |= dict(block_size=bs, max_num_batched_tokens=mnbt,
+                 max_num_seqs=int(min(mnbt, rng.choice([1, 2, 4, 8, 32, 256]))),
+                 enable_prefix_caching=offload or coin(0.75), scheduler_reserve_full_isl=coin(0.7))
+    max_output = trace["output"][1]
+    if coin(0.25):  # outputs that run past max_model_len are cut there
+        case["max_model_len"] = max_prompt + int(rng.integers(1, max_output + 1))
+    if coin(0.4):  # vLLM refuses a threshold above max_model_len
+        case["long_prefill_token_threshold"] = min(int(rng.choice([16, 64, 128, 256, 1000])),
+                                                   case.get("max_model_len", 16384))
+    longest = min(case.get("max_model_len", 16384), max_prompt + max_output)
+    spec = not (sessions or offload or hybrid or "samples" in trace) and coin(0.45)
+    if spec:
+        case["num_speculative_tokens"] = int(rng.choice([1, 2, 3, 5, 20]))
+        case["spec_acceptance_rate"] = float(rng.choice([0.3, 0.5, 0.8, 0.95]))
+        case["max_num_batched_tokens"] = max(mnbt, case["num_speculative_tokens"] + 1)
+        longest += case["num_speculative_tokens"]
+    need = -(-longest // bs) + 1
+    if hybrid:  # the window group's blocks beside the full group's
+        case["sliding_window"] = WINDOW
+        need += min(need, -(-(WINDOW - 1 + mnbt) // bs) + 1) + 1
+        case["prefix_cache_retention_interval"] = [0, 0, None, 2 * bs, 4 * bs, 8 * bs][int(rng.integers(0, 6))]
+    factor = float(rng.uniform(1.0, 1.6)) if coin(0.4) else float(np.exp(rng.uniform(np.log(1.6), np.log(30))))
+    case["num_blocks"] = int(np.ceil(need * factor)) + 1
+    if offload:
+        case["cpu_offload_blocks"] = max(4, int(case["num_blocks"] * np.exp(rng.uniform(np.log(0.2), np.log(5)))))
+        case["offload_eviction_policy"] = str(rng.choice(["lru", "arc"]))
+        case["offload_prompt_only"] = coin(0.7)
+    if not spec and case.get("offload_prompt_only", True) and coin(0.25):
+        case["async_scheduling"] = True
+    if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
+        case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))
+    return case
+
+
+def register(seed: int, indices: list[int]) -> list[str]:
+    """Add the draws to `cases.CASES` (so that `cases.write_trace` and `cases.settings` take them); their names."""
+    names = []
+    for i in indices:
+        name = f"fuzz{seed}_{i:04d}"
+        cases.CASES[name] = draw(seed, i)
+        names.append(name)
+    return names
+
+
+def oracle(names: list[str], out: Path) -> None:
+    """Run every draw through vLLM's scheduler (in vLLM's venv), printing ``FUZZ NAME ok`` or ``FUZZ NAME error``
+    as each lands."""
+    import async_gap
+    import driver
+
+    for name in names:
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        cases.write_trace(name, d / "trace.csv")
+        s = cases.settings(name)  # the harness's keys included
+        (d / "settings.json").write_text(json.dumps(s, indent=1) + "\n")
+        args = cases.driver_args(name, d / "trace.csv", d)
+        args.max_steps = 100_000
+        args.num_speculative_tokens = s.get("num_speculative_tokens", 0)
+        args.spec_acceptance_rate = s.get("spec_acceptance_rate", 0.5)
+        try:
+            if s.get("async_scheduling"):
+                *_, step_rows, request_rows = async_gap.run_async(args)
+                async_gap.write_reference(d, step_rows, request_rows)
+            else:
+                driver.run(args)
+                driver.gzip_steps(d)
+        except (SystemExit, Exception) as e:  # noqa: BLE001 - a draw vLLM cannot run is reported, not fatal
+            print(f"FUZZ {name} error vLLM: {type(e).__name__}: {e}", flush=True)
+            continue
+        print(f"FUZZ {name} ok", flush=True)
+
+
+def kvsim_run(case: Path, *, step_by_step: bool) -> tuple[dict, object]:
+    """kvsim's `compare.METRICS` for the case (its async run's steps counted to the run's end, as
+    ``tests/sim/test_sim_async_scheduling.py`` counts them), and the run."""
+    import compare
+
+    from sim.kernel.runner import run_config
+
+    s = json.loads((case / "settings.json").read_text())
+    config = compare.kvsim_config(s, case / "trace.csv", step_by_step=step_by_step)
+    if s.get("async_scheduling"):
+        config = dataclasses.replace(config, async_scheduling=True)
+    result = run_config(config, warn=False)
+    req, steps = result.requests, result.steps
+    if req["rejected"].any():
+        raise AssertionError(f"kvsim rejected {int(req['rejected'].sum())} requests "
+                             f"({sorted(set(req.loc[req['rejected'], 'reject_reason']))})")
+    end = (steps["time_s"] + steps["duration_s"]).max() if s.get("async_scheduling") else req["finished_s"].max()
+    return compare.run_metrics(result, int(round(float(end)))), result
+
+
+def step_series(result, total: int) -> dict[str, np.ndarray]:
+    """kvsim's steps as the driver's per-step rows: running requests, prefill tokens and preemptions so far
+    (a fast-forwarded row's running count on each of its steps, its prefill and preemptions on its first)."""
+    running, prefill, preempted = (np.zeros(total, np.int64) for _ in range(3))
+    for t, n, r, p, q in zip(np.rint(result.steps["time_s"]).astype(int), result.steps["num_steps"],
+                             result.steps["running"], result.steps["prefill_tokens"], result.steps["preempted"],
+                             strict=True):
+        if t < total:
+            running[t:t + n] = r
+            prefill[t] += p
+            preempted[t] += q
+    return {"running": running, "prefill_tokens": prefill, "preemptions": np.cumsum(preempted)}
+
+
+def first_divergence(ours: dict, theirs: dict, series: dict[str, np.ndarray], case: Path) -> str:
+    """'' when every metric is equal; else the first differing metric, and where kvsim and vLLM first part."""
+    import compare
+    import pandas as pd
+
+    diff = compare.differences(ours, theirs)
+    bad = [m for m in compare.METRICS if diff[m]]
+    if not bad:
+        return ""
+    where = []
+    for m in ("first_token_steps", "finish_steps"):
+        idx = np.flatnonzero(ours[m] != theirs[m])
+        if len(idx):
+            i = idx[np.argmin(np.minimum(ours[m][idx], theirs[m][idx]))]
+            where.append((int(min(ours[m][i], theirs[m][i])),
+                          f"request {i} {m[:-1]} kvsim {ours[m][i]} vs vLLM {theirs[m][i]}"))
+    vllm = pd.read_csv(case / "steps.csv.gz")
+    for col, values in series.items():
+        theirs_col = vllm[col].to_numpy(np.int64)
+        n = min(len(values), len(theirs_col))
+        idx = np.flatnonzero(values[:n] != theirs_col[:n])
+        if len(idx):
+            t = int(idx[0])
+            where.append((t, f"step {t} {col} kvsim {values[t]} vs vLLM {theirs_col[t]}"))
+    for m in ("request_preemptions", "request_cached_tokens"):
+        idx = np.flatnonzero(ours[m] != theirs[m])
+        if len(idx):
+            where.append((1 << 62, f"request {idx[0]} {m} kvsim {ours[m][idx[0]]} vs vLLM {theirs[m][idx[0]]}"))
+    where.sort()
+    return f"{bad[0]} ({diff[bad[0]]}); first: {where[0][1] if where else '?'}"
+
+
+def check(case: Path) -> str:
+    """One line for a case vLLM ran: ``exact``, or its first difference (fast-forward, then step by step)."""
+    import compare
+
+    theirs = compare.oracle_metrics(case)
+    verdicts = []
+    for step_by_step in (False, True):
+        try:
+            ours, result = kvsim_run(case, step_by_step=step_by_step)
+        except Exception as e:  # noqa: BLE001 - a refusal or crash is a finding, reported with the draw
+            return f"ERROR kvsim{' step by step' if step_by_step else ''}: {type(e).__name__}: {e}"
+        series = step_series(result, ours["total_steps"])
+        verdicts.append(first_divergence(ours, theirs, series, case))
+    fast, slow = verdicts
+    if not fast and not slow:
+        return "exact"
+    if fast == slow:
+        return f"MISMATCH {fast}"
+    return f"MISMATCH fast-forward: {fast or 'exact'} | step-by-step: {slow or 'exact'}"
+
+
+def describe(name: str) -> str:
+    """The draw's trace and the settings it sets apart from `cases.DEFAULTS`, in one line."""
+    case = cases.CASES[name]
+    set_ = {k: v for k, v in case.items() if k != "trace" and cases.DEFAULTS.get(k, object()) != v}
+    return f"trace={case['trace']} {set_}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--draws", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", type=int, nargs="*", help="these draws' indices only (reproduce one)")
+    p.add_argument("--out", default="/tmp/kvsim-fuzz")
+    p.add_argument("--case", help="run this case instead of draws (a `cases.CASES` entry as JSON; to shrink one)")
+    p.add_argument("--name", default="fuzz_case", help="the --case's name (which seeds its trace, as in cases.py)")
+    p.add_argument("--venv", default="/tmp/vvenv", help="a venv with vLLM 0.33 (docs/vllm-v1.md)")
+    p.add_argument("--oracle", action="store_true", help="internal: the vLLM side, run in --venv")
+    a = p.parse_args()
+    out = Path(a.out)
+    if a.case:
+        cases.CASES[a.name] = json.loads(a.case)
+        names = [a.name]
+    else:
+        names = register(a.seed, a.only if a.only else list(range(a.draws)))
+    if a.oracle:
+        oracle(names, out)
+        return
+    cmd = [str(Path(a.venv) / "bin" / "python"), __file__, "--oracle", "--seed", str(a.seed), "--out", str(out)]
+    cmd += ["--case", a.case, "--name", a.name] if a.case else ["--only", *map(str, a.only)] if a.only else ["--draws", str(a.draws)]
+    env = os.environ | {"HF_HUB_OFFLINE": "1"}
+    counts = {"exact": 0, "mismatch": 0, "error": 0}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) as proc:
+        for line in proc.stdout:
+            if not line.startswith("FUZZ "):
+                continue
+            _, name, status, *rest = line.split(" ", 3)
+            verdict = check(out / name) if status.strip() == "ok" else " ".join(["ERROR", *rest]).strip()
+            key = "exact" if verdict == "exact" else "error" if verdict.startswith("ERROR") else "mismatch"
+            counts[key] += 1
+            print(f"{name}: {verdict}" + ("" if verdict == "exact" else f"\n    {describe(name)}"), flush=True)
+    print(f"{sum(counts.values())} draws: {counts['exact']} exact, {counts['mismatch']} mismatched, "
+          f"{counts['error']} errors")
+    sys.exit(1 if counts["mismatch"] or counts["error"] else 0)
+
+
+if __name__ == "__main__":
+    main()
