@@ -33,7 +33,8 @@ one state block, taken when it is admitted, never grown (a block covers ``max_mo
 fork and released with the sequence (with speculative decoding, one more per draft token: ``mamba_state_blocks``);
 it counts as ``block_size`` token states of the ``mamba`` group and holds no reservation, and a token appended fills a slot in the attention groups only (``slots_per_token``). With prefix
 caching on (``'align'``) the table is position-indexed like an attention table, but holds at most three live
-state blocks among nulls (`mamba_align`): each allocation first frees the states no longer read
+state blocks among nulls (with speculative decoding ``mamba_state_blocks - 1`` more after the running one, the
+table as many columns longer: `mamba_align.place_blocks`): each allocation first frees the states no longer read
 (`_free_states`), a prefix hit needs only the state at its end, and only the states a later request can resume
 at are cached; a state another request cached in the step being scheduled is not hit before the next step.
 """
@@ -113,13 +114,14 @@ class HybridPagedAllocator(HybridQueries):
             self.host_tier.take(loads)
         tables = []
         start = num_hit * bs
-        checkpoint = self.checkpoints and needs_checkpoint(hits[-1], start, num_tokens, prefill_end, bs)
+        spec = self.mamba_state_blocks - 1
+        checkpoint = self.checkpoints and needs_checkpoint(hits[-1], start, num_tokens, prefill_end, bs, spec)
         last = -1
         for g, group_hits in enumerate(hits):
             if self.mamba[g] and self.align:  # the hit's state, then the checkpoint's and the running block
                 table = list(group_hits)
                 before = self._used[g]
-                last = place_blocks(table, num_tokens, checkpoint, False, bs, lambda k, g=g: self._pop(g, k))
+                last = place_blocks(table, num_tokens, checkpoint, False, bs, lambda k, g=g: self._pop(g, k), spec)
                 self._tok[g] += (self._used[g] - before) * bs
                 tables.append(table)
                 continue
@@ -213,11 +215,12 @@ class HybridPagedAllocator(HybridQueries):
         s = self._seqs[seq_id]
         return self._extend(s, num_tokens, s.tokens)
 
-    def _extend(self, s: HybridSeq, num_tokens: int, computed: int) -> tuple[Copy, ...] | None:
+    def _extend(self, s: HybridSeq, num_tokens: int, computed: int, drafts: int = 0) -> tuple[Copy, ...] | None:
         """Free what ``computed`` tokens leave out of each window, then give the new tokens their blocks. A
         refused call still frees those (vLLM's ``allocate_slots`` removes the skipped blocks before it checks
         for room): they join the free queue ahead of whatever the preemption that follows frees, which
-        decides what later allocations evict."""
+        decides what later allocations evict. ``drafts``: speculative tokens scheduled after them (align mode,
+        `grow_with_drafts`), given slots and state columns too, all or nothing, but not counted as tokens."""
         if num_tokens == 0:
             return NO_COPIES
         if num_tokens < 0:
@@ -225,15 +228,16 @@ class HybridPagedAllocator(HybridQueries):
         if self.processed_basis and s.before < computed:
             computed = s.before
         bs = self.block_size
-        old_len, new_len = len(s.tables[0]), cdiv(s.tokens + num_tokens, bs)
+        old_len, new_len = len(s.tables[0]), cdiv(s.tokens + num_tokens + drafts, bs)
         targets = self._targets(s, computed)
         need = released = 0
         ref = self._ref
         checkpoint = False
         if self.align:  # the states no longer needed go back first, even if the step is refused
-            checkpoint = self._free_states(s, computed, s.tokens + num_tokens)
-            need += self.mamba.count(True) * max(0, blocks_to_allocate(len(s.tables[-1]), s.tokens + num_tokens,
-                                                                          checkpoint, bs))
+            checkpoint = self._free_states(s, computed, s.tokens + num_tokens + drafts)
+            need += self.mamba.count(True) * max(0, blocks_to_allocate(len(s.tables[-1]), s.tokens + num_tokens
+                                                                          + drafts, checkpoint, bs,
+                                                                          self.mamba_state_blocks - 1))
         for g, target in enumerate(targets):
             if self.mamba[g]:  # its one state block covers any length (align mode: above)
                 continue
@@ -251,7 +255,8 @@ class HybridPagedAllocator(HybridQueries):
             if self.mamba[g]:
                 if self.align:
                     before = self._used[g]
-                    last = place_blocks(table, end, checkpoint, s.placed, bs, lambda k, g=g: self._pop(g, k))
+                    last = place_blocks(table, end + drafts, checkpoint, s.placed, bs, lambda k, g=g: self._pop(g, k),
+                                        self.mamba_state_blocks - 1)
                     self._tok[g] += (self._used[g] - before) * bs
                     if last is not None:
                         s.last_state = last
@@ -260,7 +265,7 @@ class HybridPagedAllocator(HybridQueries):
             if start > old_len:  # blocks the window skips before they are ever written
                 table += [0] * (start - old_len)
                 s.skipped[g] = start
-            table += self._pop(g, new_len - start)
+            table += self._pop(g, max(0, new_len - start))
             first = max(t, s.skipped[g] * bs)
             if end > first:
                 self._tok[g] += end - first
@@ -275,12 +280,16 @@ class HybridPagedAllocator(HybridQueries):
         group, all or nothing, up to ``max_model_len`` (`PagedAllocator.grow_with_drafts`: vLLM's ``allocate_slots``
         for a verification step; a rejected draft's slots stay held, filled by later tokens). A Mamba group's state
         blocks cover the drafts already (``1 + num_speculative_blocks`` from admission: ``mamba_state_blocks``).
-        Modelled with full-attention and Mamba groups and prefix caching off only (`check_mamba_speculation`)."""
-        if self.align or any(w is not None for w in self.windows):
+        With prefix caching on (align mode) the drafts take state columns too, in the one allocation vLLM makes
+        for them (`mamba_align.place_blocks` with ``num_tokens_main_model`` counting them). Modelled with
+        full-attention and Mamba groups only (`check_mamba_speculation`)."""
+        if any(w is not None for w in self.windows):
             raise ValueError("speculative drafts on a hybrid pool are modelled with full-attention and Mamba groups "
-                             "and prefix caching off only")
+                             "only")
         s, bs = self._seqs[seq_id], self.block_size
         drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
+        if self.align:
+            return self._extend(s, num_tokens, s.tokens + num_tokens - 1, drafts)
         if (cdiv(s.tokens + num_tokens + drafts, bs) - len(s.tables[0])) * self.slots_per_token > self._free.num_free:
             return None
         if num_tokens and self._extend(s, num_tokens, s.tokens + num_tokens - 1) is None:
@@ -317,7 +326,8 @@ class HybridPagedAllocator(HybridQueries):
                         self._tok[g] -= bs
                 self._release(g, released)
                 self.window_released += len(released)  # waiting requests may fit now: a decode run ends here
-        return self.checkpoints and needs_checkpoint(s.tables[-1], s.tokens, end, s.prefill_end, bs)
+        return self.checkpoints and needs_checkpoint(s.tables[-1], s.tokens, end, s.prefill_end, bs,
+                                                     self.mamba_state_blocks - 1, s.placed)
 
     def _targets(self, s: HybridSeq, computed: int) -> list[int]:
         """Leading blocks each group may drop once ``computed`` tokens are computed (full groups: none)."""

@@ -27,24 +27,28 @@ def audit_hybrid(a) -> None:
     for seq_id, s in a._seqs.items():
         length = cdiv(s.tokens, bs)
         assert s.tokens > 0, f"sequence {seq_id}: holds no token"
-        # attention blocks held for speculative drafts past the tokens (`grow_with_drafts`: no window, no align)
+        # attention blocks held for speculative drafts past the tokens (`grow_with_drafts`: no window)
         held_len = len(s.tables[0])
-        assert held_len == length or (length < held_len and not a.align and all(w is None for w in a.windows)), \
+        spec = a.mamba_state_blocks - 1
+        assert held_len == length or (length < held_len and spec and all(w is None for w in a.windows)), \
             f"sequence {seq_id}: {held_len} blocks held for {s.tokens} tokens"
         for g, (table, k) in enumerate(zip(s.tables, s.skipped, strict=True)):
             w = a.windows[g]
             if a.mamba[g] and a.align:  # a state table as long as the attention ones, at most 3 live, whole
+                # (with speculative decoding ``spec`` columns longer, and ``spec`` more live after the running one,
+                # `mamba_align.place_blocks`)
                 # (under async scheduling frees lag a step: 4, and 5 where any chunk may take a checkpoint block,
                 # a positive or dense retention interval, as two chunks' checkpoint and running blocks and the
                 # state the first was copied from are held; vLLM 0.33's AsyncScheduler holds the same five)
                 live = [b for b in table[k:] if b]
-                most = 3 + (1 + (a.retention_interval != 0) if a.processed_basis else 0)
-                assert len(table) == length and not any(table[:k]) and 0 < len(live) <= most, \
-                    f"sequence {seq_id} Mamba group {g}: table {table} is not a state table of {length} columns"
+                most = 3 + spec + (1 + (a.retention_interval != 0) if a.processed_basis else 0)
+                assert len(table) == held_len + spec and not any(table[:k]) and 0 < len(live) <= most, \
+                    f"sequence {seq_id} Mamba group {g}: table {table} is not a state table of {held_len + spec} " \
+                    "columns"
                 # synchronous, the live states are the running one, the checkpoint before it (the chunk's, on any
                 # chunk under a positive retention interval) and the one the running state was copied from
-                assert a.processed_basis or all(i in (length - 1, length - 2, s.last_state)
-                                                for i in range(k, length) if table[i]), \
+                assert a.processed_basis or all(i >= len(table) - 2 - spec or i == s.last_state
+                                                for i in range(k, len(table)) if table[i]), \
                     f"sequence {seq_id} Mamba group {g}: a live state outside the running, checkpoint and copied " \
                     f"columns of {table}"
                 for b in live:

@@ -149,7 +149,8 @@ class HybridQueries(Allocator):
         DeltaNet on Hopper); a Mamba-1 layer, or gated DeltaNet before Hopper, does not (0), so no chunk takes a
         checkpoint block (`checkpoints`). ``mamba_state_blocks``: the state blocks a sequence holds in each Mamba
         group with prefix caching off, 1 + vLLM's ``num_speculative_blocks``
-        (`allocators.mamba_layout.mamba_state_blocks`); more than 1 in align mode is not modelled."""
+        (`allocators.mamba_layout.mamba_state_blocks`); in align mode the ``num_speculative_blocks`` more after the
+        running block (`allocators.mamba_align.place_blocks`)."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
@@ -158,10 +159,9 @@ class HybridQueries(Allocator):
         self.align = bool(mamba_groups and prefix_caching)
         # align mode with prefill checkpoints: a chunk may take a block for a state inside it (`needs_checkpoint`)
         self.checkpoints = self.align and mamba_checkpoints
-        if type(mamba_state_blocks) is not int or mamba_state_blocks < 1 or (self.align and mamba_state_blocks > 1):
-            raise ValueError(f"mamba_state_blocks must be a positive integer, 1 with prefix caching on (align mode's "
-                             f"speculative blocks are not modelled), got {mamba_state_blocks!r}")
-        self.mamba_state_blocks = mamba_state_blocks  # mamba_cache_mode 'none': 1 + num_speculative_blocks
+        if type(mamba_state_blocks) is not int or mamba_state_blocks < 1:
+            raise ValueError(f"mamba_state_blocks must be a positive integer, got {mamba_state_blocks!r}")
+        self.mamba_state_blocks = mamba_state_blocks  # 1 + num_speculative_blocks
         self._fresh: set[int] = set()  # Mamba keys cached in the step being scheduled (`new_step`)
         self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
         # the groups in vLLM's order (``KVCacheCoordinator.free`` frees a request's blocks manager by manager,
@@ -347,8 +347,9 @@ class HybridQueries(Allocator):
         if self.align:
             bs, start = self.block_size, len(hits[0]) * self.block_size if hits else 0
             table = hits[-1] if hits else []
-            checkpoint = self.checkpoints and needs_checkpoint(table, start, num_tokens, prefill_end, bs)
-            state = blocks_to_allocate(len(table), num_tokens, checkpoint, bs)
+            spec = self.mamba_state_blocks - 1
+            checkpoint = self.checkpoints and needs_checkpoint(table, start, num_tokens, prefill_end, bs, spec)
+            state = blocks_to_allocate(len(table), num_tokens, checkpoint, bs, spec, allocated=False)
             lengths = [len(table) + state if m else n for n, m in zip(lengths, self.mamba, strict=True)]
         if not hits:
             return sum(lengths)
@@ -400,7 +401,7 @@ class HybridQueries(Allocator):
             return (f"{self.name}: {num_tokens} tokens need {prompt} blocks in {len(self.groups)} KV cache groups "
                     f"but the pool has only {usable} usable")
         final = cdiv(max(num_tokens, final_tokens), bs)
-        need = sum((2 if self.align else self.mamba_state_blocks) if m
+        need = sum((1 if self.align else 0) + self.mamba_state_blocks if m
                    else final if w is None else min(final, cdiv(w, bs) + 1)
                    for m, w in zip(self.mamba, self.windows, strict=True))
         if need > usable:

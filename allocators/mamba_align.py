@@ -16,6 +16,17 @@ positive interval also keeps the state ending each interval, and makes every chu
 take a block for it, `needs_checkpoint` with ``prefill_end`` 0), and the scheduler ends prefill chunks at block
 boundaries so that those states exist (`aligned_split`).
 The functions here are those rules on plain tables; `HybridPagedAllocator` applies them per Mamba group.
+
+With speculative decoding (``spec``: vLLM's ``MambaSpec.num_speculative_blocks``, the draft tokens) a table holds
+``spec`` more blocks after the running one (``num_required_blocks = cdiv(num_tokens_main_model, block_size) +
+num_speculative_blocks``, ``MambaManager.allocate_new_blocks``, ``v1/core/single_type_kv_cache_manager.py``
+:1797-1923; ``num_tokens_main_model`` counts the drafts a verification schedules). They are taken with the first
+allocation; a later one copies the state from column ``len - 1 - spec`` (the running block before the
+speculative ones, :1838-1847), moves each speculative block whose column the step leaves behind to the table's end
+(``_relocate_speculative_block``, :1861-1871, :1925-1934), and takes only the running block (and a checkpoint's):
+each block boundary crossed one at a time reuses the first speculative block's column, so a decoding request
+rests at ``1 + spec`` blocks, ``spec`` more than without drafts (with the previous running block and a checkpoint
+up to ``2 + spec + checkpoint``, ``MambaSpec.max_memory_usage_bytes``, ``v1/kv_cache_interface.py``:1135-1139).
 """
 
 from __future__ import annotations
@@ -38,21 +49,27 @@ def checkpoint_valid(start: int, end: int, checkpoint: int, block_size: int) -> 
             and start + block_size <= checkpoint and start < checkpoint < end)
 
 
-def needs_checkpoint(table: list[int], start: int, end: int, prefill_end: int, block_size: int) -> bool:
+def needs_checkpoint(table: list[int], start: int, end: int, prefill_end: int, block_size: int, spec: int = 0,
+                     allocated: bool = False) -> bool:
     """``MambaManager._needs_internal_checkpoint``: the chunk reaching the prefill's end takes a block for the
-    state at `checkpoint_position` (column ``cdiv(end) - 2``) when that column has none yet; with ``prefill_end``
-    0 (vLLM's coordinator passes it under a positive retention interval) any chunk that can export it."""
+    state at `checkpoint_position` (column ``cdiv(end) - 2``) when that column has none yet (or, once blocks were
+    ``allocated``, only one of the ``spec`` speculative blocks at the table's end, :1683-1688); with
+    ``prefill_end`` 0 (vLLM's coordinator passes it under a positive retention interval) any chunk that can
+    export it."""
     column = cdiv(end, block_size) - 2
     return (end >= prefill_end and checkpoint_valid(start, end, checkpoint_position(end, block_size), block_size)
-            and column >= 0 and (column >= len(table) or table[column] == 0))
+            and column >= 0 and (column >= len(table) or table[column] == 0
+                                 or (allocated and spec > 0 and column >= len(table) - spec)))
 
 
-def blocks_to_allocate(table_len: int, end: int, checkpoint: bool, block_size: int) -> int:
+def blocks_to_allocate(table_len: int, end: int, checkpoint: bool, block_size: int, spec: int = 0,
+                       allocated: bool = True) -> int:
     """New state blocks a sequence whose table (hits included) has ``table_len`` columns takes to reach ``end``
-    tokens (``MambaManager.get_num_blocks_to_allocate`` in align mode): the columns missing, at most the running
-    block and the checkpoint's."""
-    new = cdiv(end, block_size) - table_len
-    return min(new, 1 + checkpoint) if new > 0 else new
+    tokens (``MambaManager.get_num_blocks_to_allocate`` in align mode, :1733-1795): the columns missing (``spec``
+    speculative ones after the running block), at most the running block and the checkpoint's, and the speculative
+    ones where no block was ``allocated`` yet."""
+    new = cdiv(end, block_size) + spec - table_len
+    return min(new, 1 + checkpoint + (0 if allocated else spec)) if new > 0 else new
 
 
 def freed_columns(table: list[int], retired: int, last: int, computed: int, block_size: int) -> tuple[list[int], int]:
@@ -73,18 +90,26 @@ def freed_columns(table: list[int], retired: int, last: int, computed: int, bloc
 
 
 def place_blocks(table: list[int], end: int, checkpoint: bool, allocated: bool, block_size: int,
-                 pop: Callable[[int], list[int]]) -> int | None:
-    """``MambaManager.allocate_new_blocks`` in align mode: extend ``table`` to ``end`` tokens with nulls, then
-    the checkpoint block (if any) and the running block, taken by ``pop(count)``. Returns the column of the block
-    the state is copied from (the previous running block, or a prefix hit's), freed at a later allocation; None
-    where nothing was placed (the running block covers ``end``)."""
-    required = cdiv(end, block_size)
+                 pop: Callable[[int], list[int]], spec: int = 0) -> int | None:
+    """``MambaManager.allocate_new_blocks`` in align mode: extend ``table`` to ``end`` tokens with nulls, move the
+    ``spec`` speculative blocks the step leaves behind to the end (once blocks were ``allocated``), then take the
+    checkpoint block (if any), the running block and (first allocation) the speculative ones by ``pop(count)``.
+    Returns the column of the block the state is copied from (the previous running block, or a prefix hit's),
+    freed at a later allocation; None where nothing was placed (the running block covers ``end``)."""
+    required = cdiv(end, block_size) + spec
     if required <= len(table) and not checkpoint:
         return None
     prev = len(table)
-    last = prev - 1 if allocated or prev > 0 else -1
-    if prev < required - 1:
-        table.extend([0] * (required - 1 - checkpoint - prev))
+    last = prev - 1 - spec if allocated else prev - 1 if prev > 0 else -1
+    skipped = required - spec - 1
+    if prev < skipped:
+        table.extend([0] * (skipped - checkpoint - prev))
+    if allocated:
+        for i in range(prev - spec, prev):
+            if i >= skipped - checkpoint:
+                break
+            table.append(table[i])
+            table[i] = 0
     table.extend(pop(max(required - len(table), 0)))
     return last
 

@@ -27,7 +27,8 @@ and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default f
 ``"align"``: ``ModelConfig.is_prefix_caching_supported`` is True for ``attn_type == "hybrid"``
 (``config/model.py``) and ``MambaModelConfig`` turns prefix caching into ``mamba_cache_mode="align"``.
 With speculative decoding a request holds ``1 + num_speculative_tokens`` state blocks per Mamba group
-(`mamba_state_blocks`), modelled with prefix caching off only (`check_mamba_speculation`).
+(`mamba_state_blocks`; with prefix caching on, at rest, the speculative ones after its running state:
+`allocators.mamba_align.place_blocks`), modelled as `check_mamba_speculation` says.
 kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
 both modes), and simulates runs in both modes (``sim.kernel.mamba_run``; ``"align"``: ``allocators.mamba_align``).
 
@@ -254,13 +255,14 @@ def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, 
 
 def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_kv_cache_manager: bool,
                          speculative_method: str | None, model: str, decode_context_parallel_size: int = 1,
-                         prefix_caching: bool = True, mamba_kind: str = Mamba2Layers.label) -> None:
+                         prefix_caching: bool = True, mamba_kind: str = Mamba2Layers.label,
+                         checkpoints: bool = True) -> None:
     """A one-line ValueError naming the flag for a setting not modelled on a hybrid Mamba model (`kvsim capacity`'s
     and a run's, `sim.kernel.mamba_run`). ``--decode-context-parallel-size``: vLLM 0.33 keeps a Mamba state whole
     on every DCP rank (``v1/kv_cache_interface.py``) and ``MambaManager.find_longest_cache_hit`` asserts DCP 1
     (``v1/core/single_type_kv_cache_manager.py``); `HybridMambaPool` shards nothing. ``speculative_method``:
     ``--speculative-config``'s method, modelled only as `check_mamba_speculation` says (``mamba_kind``: the
-    model's `MambaStateLayers.label`)."""
+    model's `MambaStateLayers.label`; ``checkpoints``: whether its layers export prefill checkpoints on the GPU)."""
     if allocator != "paged":
         raise ValueError(f"--allocator {allocator}: {model} has Mamba layers, whose per-request state only the "
                          "paged allocator (vLLM's block pool) holds in kvsim; slabs or virtual ranges for a "
@@ -272,31 +274,30 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
         raise ValueError(f"--disable-hybrid-kv-cache-manager: not modelled for {model} (vLLM's Mamba layers "
                          "need the hybrid KV cache manager's separate groups)")
     if speculative_method is not None:
-        check_mamba_speculation(speculative_method, prefix_caching=prefix_caching, model=model, mamba_kind=mamba_kind)
+        check_mamba_speculation(speculative_method, prefix_caching=prefix_caching, model=model, mamba_kind=mamba_kind,
+                                checkpoints=checkpoints)
     if decode_context_parallel_size > 1:
         raise ValueError(f"--decode-context-parallel-size {decode_context_parallel_size}: not modelled for {model}'s "
                          "Mamba layers (vLLM keeps their state whole on every decode-context-parallel GPU, and its "
                          "Mamba prefix-cache lookup asserts a size of 1)")
 
 
-def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, mamba_kind: str) -> None:
-    """Speculative decoding on a hybrid Mamba model, modelled with prefix caching off (vLLM's
-    ``mamba_cache_mode='none'``, `mamba_state_blocks`) and the ngram drafter on Mamba-2 or gated DeltaNet layers;
-    the rest refused with the reason:
+def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, mamba_kind: str,
+                            checkpoints: bool = True) -> None:
+    """Speculative decoding on a hybrid Mamba model, modelled with the ngram drafter on Mamba-2 or gated DeltaNet
+    layers with prefix caching off (vLLM's ``mamba_cache_mode='none'``, `mamba_state_blocks`) or on (``'align'``:
+    the speculative blocks after the running one, `allocators.mamba_align.place_blocks`) where the layers export
+    prefill checkpoints (``checkpoints``: Mamba-2; gated DeltaNet on Hopper, FlashInfer's prefill); the rest
+    refused with the reason:
 
-    - prefix caching on (``'align'``): vLLM 0.33 runs it, ``MambaManager.allocate_new_blocks``
-      (``v1/core/single_type_kv_cache_manager.py``) keeping the running state in the last ``1 +
-      num_speculative_blocks`` columns of a position-indexed table and relocating the speculative blocks as a
-      request crosses block boundaries: not modelled by `allocators.mamba_align`.
+    - gated DeltaNet before Hopper with prefix caching on (Triton/FLA's prefill, no checkpoint): vLLM 0.33 runs it
+      with the same ``MambaManager`` code, but kvsim's align-mode speculative tables were checked against vLLM's
+      scheduler only where the layers export prefill checkpoints.
     - a model-based drafter (eagle, eagle3, mtp): its attention layers join the target's in vLLM's planner,
       whose KV cache groups of equal layer count (``_get_kv_cache_groups_uniform_page_size``) they would change:
       not modelled by `HybridMambaPool`.
     - Mamba-1 layers (Jamba): vLLM 0.33's ``MambaMixer`` (``model_executor/layers/mamba/mamba_mixer.py``) and its
       ``mamba1_attn.py`` metadata read no accepted-token count, unlike Mamba-2's and gated DeltaNet's backends."""
-    if prefix_caching:
-        raise ValueError(f"--speculative-config with prefix caching on (vLLM's mamba_cache_mode 'align'): not "
-                         f"modelled for {model} (vLLM moves each request's speculative state blocks along its "
-                         "position-indexed Mamba table); give --no-enable-prefix-caching")
     if method != "ngram":
         raise ValueError(f"--speculative-config: method {method!r} on {model} is not modelled (its drafter's "
                          "attention layers would change vLLM's KV cache groups of the hybrid pool); method 'ngram' "
@@ -304,6 +305,12 @@ def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, ma
     if mamba_kind == "Mamba-1":
         raise ValueError(f"--speculative-config: not modelled for {model}'s Mamba-1 layers (vLLM 0.33's Mamba-1 "
                          "mixer reads no accepted-token count: it handles no draft tokens)")
+    if prefix_caching and not checkpoints:
+        raise ValueError(f"--speculative-config with prefix caching on (vLLM's mamba_cache_mode 'align'): not "
+                         f"modelled for {model}'s {mamba_kind} layers on a GPU where they export no prefill "
+                         "checkpoint (the speculative state blocks vLLM moves along a request's Mamba table, "
+                         "MambaManager.allocate_new_blocks, v1/core/single_type_kv_cache_manager.py:1816-1923, were "
+                         "checked where they do); give --no-enable-prefix-caching")
 
 
 def mamba_state_blocks(num_speculative_tokens: int) -> int:

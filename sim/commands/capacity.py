@@ -87,7 +87,9 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                              disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
                              speculative_method=speculative_method(speculative_config),
                              decode_context_parallel_size=decode_context_parallel_size,
-                             prefix_caching=prefix_caching, mamba_kind=spec.mamba.label)
+                             prefix_caching=prefix_caching, mamba_kind=spec.mamba.label,
+                             checkpoints=not (prefix_caching and speculative_config) or spec.mamba
+                             .prefill_checkpoint_alignment(gpu_spec.compute_capability) is not None)
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,

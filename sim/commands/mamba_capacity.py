@@ -10,9 +10,10 @@ prefix caching into ``"none"``, in which it does not. A request holds the same b
 Only what was checked against vLLM 0.33 is reported: the paged pool (vLLM's only one) with the model's own KV
 and Mamba dtypes. Other allocators (contiguous slabs or virtual ranges for a recurrent state are not modelled),
 ``--kv-cache-dtype`` other than auto (FlashAttention's fp8 kernel block on Hopper was not checked),
-and ``--disable-hybrid-kv-cache-manager`` are refused with the reason; ``--speculative-config`` is sized with prefix
-caching off and the ngram drafter (a state block more per Mamba group and draft token:
-`allocators.mamba_layout.mamba_state_blocks`), and refused otherwise (`check_mamba_speculation`).
+and ``--disable-hybrid-kv-cache-manager`` are refused with the reason; ``--speculative-config`` is sized with the
+ngram drafter, prefix caching off or on (Mamba-2) (a state block more per Mamba group and draft token:
+`allocators.mamba_layout.mamba_state_blocks`; with prefix caching on, those a decoding request rests at:
+`allocators.mamba_align.place_blocks`), and refused otherwise (`check_mamba_speculation`).
 """
 
 from __future__ import annotations

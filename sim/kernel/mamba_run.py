@@ -14,8 +14,9 @@ first scheduled and frees it with the request, and the scheduler splits chunks a
 same checkpoint blocks, every full state cached; ``KVCacheCoordinator.get_num_blocks_to_allocate`` and
 ``MambaManager.reachable_block_mask``, ``v1/core/``). With prefix caching off vLLM accepts a positive interval that
 is a multiple of its scheduler block size, lcm(block size, max_model_len), and caches nothing
-(`HybridQueries`' check). Speculative decoding (``--speculative-config``, ngram, prefix caching off) gives each
-request ``1 + num_speculative_tokens`` state blocks per Mamba group (`run_state_blocks`). The settings not modelled
+(`HybridQueries`' check). Speculative decoding (``--speculative-config``, ngram) gives each request ``1 +
+num_speculative_tokens`` state blocks per Mamba group (`run_state_blocks`; prefix caching on, Mamba-2 only: the
+speculative ones after the running state, `allocators.mamba_align.place_blocks`). The settings not modelled
 are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are scheduled by the same ``MambaManager``
 and scheduler rules: with prefix caching on, where vLLM exports their prefill checkpoints (FlashInfer's GDN prefill
 on Hopper, whose 64-token grid also aligns the block size) as Mamba-2's, and before Hopper (Triton/FLA: no
@@ -49,7 +50,8 @@ def mamba_run_refusals(config, model) -> None:
     check_mamba_capacity(allocator=config.allocator, kv_cache_dtype=config.kv_cache_dtype,
                          disable_hybrid_kv_cache_manager=config.disable_hybrid_kv_cache_manager,
                          speculative_method=speculative_method(config.speculative_config), model=model.name,
-                         prefix_caching=config.prefix_caching, mamba_kind=model.mamba.label)
+                         prefix_caching=config.prefix_caching, mamba_kind=model.mamba.label,
+                         checkpoints=not config.speculative_config or _exports_checkpoints(config, model))
     if config.prefix_caching and (not config.chunked_prefill or config.scheduler != "continuous"):
         raise ValueError(f"--no-chunked-prefill / --scheduler static: {model.name}'s block-aligned Mamba chunks "
                          "(mamba_cache_mode='align') are modelled with chunked prefill on a continuous scheduler")
@@ -105,7 +107,7 @@ def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: di
 
 def run_state_blocks(config) -> int:
     """State blocks a request holds in each Mamba group (`mamba_state_blocks`: 1, and one per speculative token
-    with ``--speculative-config``, modelled with prefix caching off: `check_mamba_speculation`)."""
+    with ``--speculative-config``, modelled as `check_mamba_speculation` says)."""
     spec = config.speculative_config
     return mamba_state_blocks(0 if spec is None else parse_speculative(spec)[1])
 

@@ -1,9 +1,8 @@
 """The hybrid paged allocator with Mamba groups under speculative decoding (vLLM's ``mamba_cache_mode='none'``):
 ``1 + num_speculative_blocks`` state blocks per sequence per Mamba group from admission to free
 (``MambaManager.get_num_blocks_to_allocate``), and attention blocks held for a verification's drafts
-(`HybridPagedAllocator.grow_with_drafts`), audited."""
-
-import pytest
+(`HybridPagedAllocator.grow_with_drafts`), audited; with prefix caching on (``'align'``) the speculative blocks
+after the running one, moved along the position-indexed table (`allocators.mamba_align.place_blocks`)."""
 
 from allocators.hybrid import HybridPagedAllocator
 from allocators.mamba_layout import mamba_state_blocks
@@ -55,6 +54,44 @@ def test_drafts_hold_attention_blocks_all_or_nothing_and_later_tokens_fill_them(
     a.check_invariants()
 
 
-def test_align_mode_with_speculative_blocks_is_refused():
-    with pytest.raises(ValueError, match="mamba_state_blocks"):
-        pool(k=2, prefix_caching=True)
+def test_align_mode_keeps_k_speculative_blocks_after_the_running_one_and_moves_them_along():
+    """Prefix caching on (vLLM's ``mamba_cache_mode='align'``, ``MambaManager.allocate_new_blocks``): the first
+    allocation takes the running block and k speculative ones after it; a chunk that leaves their columns behind
+    moves them to the table's end (a null where they were) and takes only a checkpoint block and the running one;
+    a verification's drafts count in the columns; the blocks no step reads are freed at the next allocation, so a
+    decoding request rests at 1 + k state blocks a group."""
+    a = pool(blocks=40, k=2, prefix_caching=True)
+    assert a.admit(1, 2 * BS, final_tokens=8 * BS, prompt_tokens=6 * BS, request_tokens=6 * BS) is not None
+    first = a.block_tables(1)[1]
+    assert first[0] == 0 and all(first[1:]) and len(first) == 2 + 2  # running at column 1, then 2 speculative
+    assert a.live_blocks(1) == [2] + [3] * 6 and a.num_free_blocks == 39 - 20
+    a.check_invariants()
+    assert a.grow_chunk(1, 4 * BS) is not None  # to the prompt's end at 6 blocks: a checkpoint at 5
+    table = a.block_tables(1)[1]
+    assert table[:6] == (0, first[1], 0, 0, first[2], first[3]) and all(table[6:]) and len(table) == 6 + 2
+    assert a.live_blocks(1) == [6] + [5] * 6  # the copied-from state, the checkpoint, the running and 2 more
+    a.check_invariants()
+    assert a.grow_with_drafts(1, 1, 2) is not None  # 6 blocks + 3 tokens: a column more, the checkpoint freed
+    assert len(a.block_tables(1)[1]) == 7 + 2 and a.live_blocks(1) == [7] + [4] * 6
+    a.check_invariants()
+    assert a.grow_with_drafts(1, 1, 2) is not None
+    assert a.live_blocks(1) == [7] + [3] * 6 and a.num_free_blocks == 39 - 7 - 18
+    a.check_invariants()
+    a.free(1)
+    assert a.num_free_blocks == 39
+    a.check_invariants()
+
+
+def test_align_mode_admission_counts_the_speculative_blocks():
+    """vLLM's admission test in align mode (``get_num_blocks_to_allocate``): the columns missing, capped at the
+    running, checkpoint and k speculative blocks a group: 1 + 6 x 3 for a 1-block prompt at k = 2, and a
+    2-block one exports its checkpoint at 1 block into a block of its own, 2 + 6 x 4."""
+    assert pool(blocks=19, k=2, prefix_caching=True).admit(1, BS, final_tokens=BS + 1) is None  # 18 usable
+    a = pool(blocks=20, k=2, prefix_caching=True)
+    assert a.admit(1, BS, final_tokens=BS + 1) is not None and a.num_free_blocks == 0
+    assert a.live_blocks(1) == [1] + [3] * 6
+    a.check_invariants()
+    assert pool(blocks=26, k=2, prefix_caching=True).admit(1, 2 * BS, final_tokens=2 * BS + 1) is None
+    b = pool(blocks=27, k=2, prefix_caching=True)
+    assert b.admit(1, 2 * BS, final_tokens=2 * BS + 1) is not None and b.live_blocks(1) == [2] + [4] * 6
+    b.check_invariants()

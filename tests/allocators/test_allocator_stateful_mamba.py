@@ -2,8 +2,11 @@
 both of its Mamba cache modes: ``"none"`` (prefix caching off: one state block per sequence per Mamba group) and
 ``"align"`` (prefix caching on: block-aligned states, a prefix hit resumed at a cached state, checkpoints at the
 replay boundary and at a shared-prefix junction, a hit on a state cached in the step being scheduled deferred),
-synchronous and with async scheduling (frees by the tokens processed, `HybridPagedAllocator.begin_step`); and in
-align mode with Mamba-1 layers (Jamba), which export no state from inside a prefill (``mamba_checkpoints`` False).
+synchronous and with async scheduling (frees by the tokens processed, `HybridPagedAllocator.begin_step`); in
+align mode with Mamba-1 layers (Jamba), which export no state from inside a prefill (``mamba_checkpoints`` False);
+and in align mode with ngram speculative decoding (``spec`` k: decode steps verify up to k drafts, given slots and
+state columns, `HybridPagedAllocator.grow_with_drafts`; a table k columns longer than the attention ones with k more
+live blocks after the running one, `mamba_align.place_blocks`).
 
 `MambaMachine` schedules as `sim.kernel` does: steps (``new_step``, and ``begin_step`` under async scheduling), each
 request scheduled at most once a step, prefill chunks cut by `aligned_split` (align mode) after a budget, a
@@ -66,6 +69,7 @@ class MambaMachine(RuleBasedStateMachine):
     async_scheduling = False
     retention: int | None = 0  # vLLM's prefix_cache_retention_interval (align mode), a multiple of BLOCK or None
     exports = True  # False: Mamba-1 layers (Jamba), which export no state from inside a prefill (no checkpoint block)
+    spec = 0  # vLLM's num_speculative_blocks (align mode): decode steps verify up to that many drafts
 
     @initialize(blocks=st.integers(8, 60), mamba=st.integers(2, 3), attention=st.sampled_from([1, 2]),
                 budget=st.sampled_from([3, 4, 8, 16, 64]))
@@ -74,7 +78,7 @@ class MambaMachine(RuleBasedStateMachine):
                                           kv_groups=ATTENTION[attention], mamba_groups=mamba,
                                           prefix_caching=self.prefix_caching,
                                           prefix_cache_retention_interval=self.retention,
-                                          mamba_checkpoints=self.exports)
+                                          mamba_checkpoints=self.exports, mamba_state_blocks=1 + self.spec)
         self.alloc.processed_basis = self.async_scheduling  # as `sim.kernel.replica.build_replica` sets it
         self.budget = budget
         self.tokens: dict[int, int] = {}
@@ -217,6 +221,10 @@ class MambaMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def decode(self, data):
         seq = data.draw(st.sampled_from(self.unscheduled(prefilling=False)))
+        if self.spec:  # a verification: the fed token, and drafts given slots and state columns (all rejected)
+            drafts = data.draw(st.integers(0, self.spec))
+            self._extend(seq, 1, lambda s, n: self.alloc.grow_with_drafts(s, n, drafts))
+            return
         self._extend(seq, 1, self.alloc.grow)
 
     def _extend(self, seq, n, call):
@@ -341,15 +349,17 @@ class MambaMachine(RuleBasedStateMachine):
         b = a.breakdown()
         assert b.token_states + b.reservation + b.internal_frag + b.external_frag + b.free == a.capacity
         held = set()
-        limit = 3 + (self.async_scheduling and 1 + (self.retention != 0))  # as `audit_hybrid` bounds them
+        limit = 3 + self.spec + (self.async_scheduling and 1 + (self.retention != 0))  # as `audit_hybrid` bounds them
         for seq, tokens in self.tokens.items():
             assert a.num_tokens(seq) == tokens
             length = cdiv(tokens, BLOCK)
-            assert all(len(t) == length and all(t) for t in self.attention_tables(seq))
+            attention = self.attention_tables(seq)  # with drafts, their blocks held past the tokens too
+            assert all((len(t) == length or self.spec and len(t) > length) and all(t) for t in attention)
             states = self.mamba_tables(seq)
             if a.align:
                 live = [sum(1 for x in t if x) for t in states]
-                assert all(len(t) == length and t[-1] for t in states), f"sequence {seq}: no running state"
+                assert all(len(t) == len(attention[0]) + self.spec and t[-1] for t in states), \
+                    f"sequence {seq}: no running state, or not {self.spec} speculative blocks after it"
                 assert 1 <= live[0] <= limit, f"sequence {seq}: {live[0]} live state blocks"
                 assert len({tuple(x == 0 for x in t) for t in states}) == 1, "Mamba groups hold different columns"
                 if live[0] > 1:
@@ -372,16 +382,18 @@ class MambaMachine(RuleBasedStateMachine):
         assert b.token_states == b.reservation == b.internal_frag == b.used_blocks == b.shared_saved == 0
 
 
-for _pc, _async, _retention, _exports in ((False, False, 0, True), (True, False, 0, True), (True, True, 0, True),
-                                          (True, False, 2 * BLOCK, True), (True, True, 3 * BLOCK, True),
-                                          (True, False, None, True), (True, True, None, True),
-                                          (True, False, 0, False), (True, True, 0, False),
-                                          (True, False, 2 * BLOCK, False)):
+for _pc, _async, _retention, _exports, _spec in (
+        (False, False, 0, True, 0), (True, False, 0, True, 0), (True, True, 0, True, 0),
+        (True, False, 2 * BLOCK, True, 0), (True, True, 3 * BLOCK, True, 0),
+        (True, False, None, True, 0), (True, True, None, True, 0),
+        (True, False, 0, False, 0), (True, True, 0, False, 0),
+        (True, False, 2 * BLOCK, False, 0),
+        (True, False, 0, True, 2), (True, False, 2 * BLOCK, True, 3)):  # align mode's speculative blocks
     _label = (f"{'align' if _pc else 'none'}{'_async' if _async else ''}"
               f"{'_dense' if _retention is None else f'_retention_{_retention}' * bool(_retention)}"
-              f"{'_mamba1' * (not _exports)}")
+              f"{'_mamba1' * (not _exports)}{f'_spec_{_spec}' * bool(_spec)}")
     _machine = type(f"MambaMachine_{_label}", (MambaMachine,),
                     {"prefix_caching": _pc, "async_scheduling": _async, "retention": _retention,
-                     "exports": _exports})
+                     "exports": _exports, "spec": _spec})
     globals()[f"Test_mamba_{_label}"] = settings(SETTINGS, max_examples=examples(25),
                                                   stateful_step_count=steps(60))(_machine).TestCase

@@ -36,7 +36,7 @@ def test_text_names_the_pool():
     (("--allocator", "vattention"), "--allocator vattention"),
     (("--kv-cache-dtype", "fp8"), "--kv-cache-dtype fp8"),
     (("--disable-hybrid-kv-cache-manager",), "--disable-hybrid-kv-cache-manager"),
-    (("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}'), "--speculative-config"),
+    (("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}'), "--speculative-config"),
 ])
 def test_unchecked_settings_are_refused(flags, named):
     result = run("--kv-gib", "60", *flags)
@@ -153,8 +153,22 @@ def test_speculative_decoding_without_prefix_caching_counts_the_speculative_stat
     assert "1 + 2 speculative state blocks per Mamba group" in text
 
 
+def test_speculative_decoding_with_prefix_caching_counts_the_speculative_state_blocks():
+    """Prefix caching on (vLLM's default, ``mamba_cache_mode='align'``): a decoding request rests at its running
+    state block and the k speculative ones after it in each Mamba group (``MambaManager.allocate_new_blocks``),
+    as with prefix caching off: 8 + 6 x 3 blocks for 8,192 tokens at k = 2 on an H100's 3,506, 134 requests
+    (vLLM's scheduler runs 134 such requests at once: tests/sim/test_sim_mamba_spec_parity.py)."""
+    result = CliRunner().invoke(main, ["capacity", "--model", "nemotron-h-8b", "--gpu", "h100-80gb",
+                                       "--speculative-config", NGRAM, "--json"])
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    assert r["mamba_cache_mode"] == "align" and r["num_speculative_blocks"] == 2
+    assert (r["kv_capacity_blocks"], r["blocks_per_request"], r["max_concurrent_requests"]) == (3506, 26, 134)
+
+
 @pytest.mark.parametrize("model, where, config, named", [
-    ("nemotron-h-8b", ("--gpu", "h100-80gb"), NGRAM, "mamba_cache_mode 'align'"),  # prefix caching on (default)
+    # gated DeltaNet before Hopper with prefix caching on: no prefill checkpoint, not checked against vLLM
+    ("qwen3-next-80b-a3b", ("--gpu", "a100-80gb", "-tp", "4"), NGRAM, "mamba_cache_mode 'align'"),
     ("qwen3-next-80b-a3b", ("--gpu", "h200", "-tp", "2", "--no-enable-prefix-caching"),
      '{"method": "mtp", "num_speculative_tokens": 1}', "method 'mtp'"),
     ("nemotron-h-8b", ("--gpu", "h100-80gb", "--no-enable-prefix-caching"),

@@ -87,8 +87,8 @@ def test_a_positive_retention_interval_runs_and_the_fast_forward_equals_step_by_
     ({"disable_hybrid_kv_cache_manager": True}, "--disable-hybrid-kv-cache-manager"),
     ({"preemption": "swap"}, "--preemption"),
     ({"prefix_caching": True, "chunked_prefill": False}, "--no-chunked-prefill"),
-    # speculative decoding is modelled with prefix caching off and ngram only (`check_mamba_speculation`)
-    ({"prefix_caching": True, "speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}'},
+    # speculative decoding is modelled with ngram drafts only (`check_mamba_speculation`)
+    ({"prefix_caching": True, "speculative_config": '{"method": "mtp", "num_speculative_tokens": 2}'},
      "--speculative-config"),
     ({"prefix_caching": False,
       "speculative_config": '{"method": "eagle", "model": "d", "num_speculative_tokens": 2}'}, "--speculative-config")])

@@ -1,6 +1,6 @@
 """`mamba_driver.py` with Qwen3-Next-80B-A3B's pool: three gated DeltaNet groups, then its attention group.
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--no-checkpoint] \
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--no-checkpoint | --spec] \
         [--out tests/sim/data/vllm_oracle_gdn] [--async-scheduling] [CASE ...]
 
 vLLM 0.33 plans Qwen3-Next's 12 attention and 36 gated DeltaNet layers as one attention KV cache group and three
@@ -53,6 +53,14 @@ CASES |= {f"{name}_dense": CASES[name] | dict(trace_of=CASES[name]["trace_of"], 
           for name in ("gdn_align_contended", "gdn_align_shared_prefix")}
 
 
+SPEC_CASES: dict[str, dict] = {
+    f"{name}_spec_{k}": CASES[name] | dict(num_blocks=blocks, num_speculative_tokens=k, spec_acceptance_rate=rate)
+    for name, blocks, k, rate in (("gdn_align_contended", 60, 2, 0.5), ("gdn_align_shared_prefix", 80, 3, 0.6))
+}
+"""``--spec``: ngram speculative decoding with prefix caching on (`mamba_driver.py`'s ``mamba_align_*_spec_K``), the
+running state and k speculative blocks at the end of each request's table, written to
+``tests/sim/data/vllm_oracle_gdn_spec`` (``tests/sim/test_sim_gdn_spec_parity.py``)."""
+
 NOCKPT_BLOCK_SIZE = 272
 """Qwen3-Next's attention block size at -tp 4 on an A100-80GB, prefix caching on or off (`allocators.gdn_layout`)."""
 
@@ -79,6 +87,11 @@ def main() -> None:
                                       __doc__.splitlines()[0], argv)
         return
     mamba_driver.patch_scheduler(GDN_GROUPS, first=True, layer="linear_attn", grid_checkpoints=True)
+    if "--spec" in argv:
+        argv.remove("--spec")
+        mamba_driver.write_references(SPEC_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_spec",
+                                      __doc__.splitlines()[0], argv)
+        return
     mamba_driver.write_references(CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn", __doc__.splitlines()[0], argv)
 
 

@@ -143,6 +143,21 @@ CASES |= {f"{name}_spec_{k}": CASES[name] | dict(trace_of=name, num_blocks=block
           for name, blocks, k, rate in (("mamba_none_contended", 60, 2, 0.5),
                                         ("mamba_none_offline_burst", 80, 3, 0.6),
                                         ("mamba_none_small_budget", 70, 4, 0.7))}
+# the same with prefix caching on (mamba_cache_mode "align", retention 0): the running state and the k speculative
+# blocks are the last 1 + k columns of a request's Mamba table, the speculative ones moved up as it crosses a block
+# boundary (``MambaManager.allocate_new_blocks``); shared prefixes add Mamba hits and junctions
+CASES |= {f"{name}_spec_{k}": CASES[name] | dict(trace_of=CASES[name].get("trace_of", name), num_blocks=blocks,
+                                                 num_speculative_tokens=k, spec_acceptance_rate=rate)
+          for name, blocks, k, rate in (("mamba_align_contended", 60, 2, 0.5),
+                                        ("mamba_align_shared_prefix", 80, 2, 0.6),
+                                        ("mamba_align_small_budget", 70, 4, 0.7))}
+# `kvsim capacity --model nemotron-h-8b --gpu h100-80gb --speculative-config '{"method": "ngram",
+# "num_speculative_tokens": 2}' --prompt-len 7000 --output-len 1000`'s pool (3,506 blocks) given 160 such requests at
+# once: once each holds its 8 attention blocks and 1 + 2 state blocks per Mamba group, 134 run (26 blocks each)
+CASES["mamba_align_capacity_spec_2"] = dict(trace=dict(n=160, prompt=(7000, 7000), output=(1000, 1000), gap=0.0),
+                                            num_blocks=3506, block_size=1040, max_num_batched_tokens=8192,
+                                            enable_prefix_caching=True, num_speculative_tokens=2,
+                                            spec_acceptance_rate=0.5)
 LONG_PREFIXES = (2600, 4200, 6500)
 """``mamba_align_long_prefix``'s three system prompts, in tokens (2.5 to 6.25 blocks of 1,040)."""
 
