@@ -49,7 +49,7 @@ class InFlight:
     """The outputs a scheduler's last step left in flight (``Scheduler.in_flight`` with async scheduling)."""
 
     __slots__ = ("s", "releasing", "decoded", "joined", "deferred", "started", "pins", "scheduled", "halted",
-                 "last_plan_s", "this_plan_s")
+                 "last_plan_s", "this_plan_s", "preempted_finished")
 
     def __init__(self, scheduler, pins: bool = False) -> None:
         self.s = scheduler
@@ -65,6 +65,11 @@ class InFlight:
         self.joined: set[int] = set()  # groups whose prefill (or recompute) the last step completed
         self.deferred: set[int] = set()  # decoding groups the step being planned gave no token (the budget)
         self.started: dict[int, int] = {}  # group index -> its prefill progress as it was last admitted
+        # held finished groups the step being planned preempted (`preempt_finished`): vLLM 0.33's
+        # ``_preempt_request`` puts such a request back in the waiting queue (v1/core/sched/scheduler.py:1842,
+        # ``self.waiting.prepend_request``) and only its in-flight output, processed after the step is scheduled,
+        # finishes it, so the step's waiting count still holds it (`Scheduler.queued`)
+        self.preempted_finished = 0
 
     def hold(self, group: SequenceGroup, end_s: float) -> None:
         """``group`` produced its last token in the step that ended at ``end_s``: finished (reported now, at that
@@ -89,6 +94,7 @@ class InFlight:
     def release(self) -> None:
         """The next step is planned: the held groups' outputs are processed, they free their blocks and seats
         (in the order they finished, vLLM's order of the step's scheduled requests)."""
+        self.preempted_finished = 0
         if not self.releasing:
             return
         groups = self.s.groups
@@ -107,6 +113,7 @@ class InFlight:
         s.groups.num_preemptions += 1
         s.plan.preempted += 1
         s.groups.sink.preemptions[victim.index] = victim.preemptions  # reported finished already
+        self.preempted_finished += 1
         return True
 
     def tail_unknown(self, victim: SequenceGroup, stepped: bool) -> bool:

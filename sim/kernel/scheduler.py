@@ -123,8 +123,10 @@ class Scheduler:
     def queued(self) -> int:
         """A step row's ``waiting``, as vLLM counts ``num_requests_waiting``: the queue, less the groups deferred
         for a host load (loading, loaded but not yet scheduled, or skipped for another's load: vLLM counts them
-        apart, ``num_skipped_waiting_reqs``, until they are scheduled)."""
-        return len(self.waiting) + (len(self.loads) - len(self.deferred) if self.loads is not None else 0)
+        apart, ``num_skipped_waiting_reqs``, until they are scheduled), and, under async scheduling, the finished
+        groups this step preempted (`InFlight.preempted_finished`)."""
+        return len(self.waiting) + (len(self.loads) - len(self.deferred) if self.loads is not None else 0) + (
+            self.in_flight.preempted_finished if self.in_flight is not None else 0)
 
     @property
     def load(self) -> int:

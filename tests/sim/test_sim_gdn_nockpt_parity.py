@@ -32,7 +32,7 @@ def test_the_cases_cover_both_modes_shared_and_long_prefixes_and_small_budgets()
     assert set(CASES) == {"gdn_nockpt_align_contended", "gdn_nockpt_align_shared_prefix",
                           "gdn_nockpt_align_long_prefix", "gdn_nockpt_align_small_budget",
                           "gdn_nockpt_align_long_prefix_8192", "gdn_nockpt_none_contended",
-                          "gdn_nockpt_align_shared_prefix_dense"}
+                          "gdn_nockpt_align_shared_prefix_dense", "gdn_nockpt_align_long_prefix_preempt_finished"}
     assert set(cases(DATA / "async")) == set(CASES)
 
 

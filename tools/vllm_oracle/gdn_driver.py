@@ -74,6 +74,13 @@ NOCKPT_CASES: dict[str, dict] = {
 """`mamba1_driver.py`'s cases (contended, shared prefixes, long prefixes at two budgets, a small budget, prefix
 caching off, dense retention) on about the same token slots cut into 272-token blocks, each on its sibling's trace
 where it reruns one."""
+# found by ``mamba_fuzz.py`` (seed 1, draw 82), for its async reference: a finished request whose last output is in
+# flight, preempted by the next step's schedule, is back in vLLM's waiting queue (``_preempt_request``) until that
+# output is processed after the step is scheduled, so the step's waiting count holds it
+NOCKPT_CASES["gdn_nockpt_align_long_prefix_preempt_finished"] = dict(
+    trace=dict(n=0), trace_of="mamba_align_long_prefix", num_blocks=67, block_size=NOCKPT_BLOCK_SIZE,
+    max_num_batched_tokens=128, max_num_seqs=8, scheduler_reserve_full_isl=False, long_prefill_token_threshold=64,
+    prefix_cache_retention_interval=4 * NOCKPT_BLOCK_SIZE)
 
 
 def main() -> None:
