@@ -65,17 +65,25 @@ class HybridPagedAllocator(HybridQueries):
     def admit(self, seq_id: int, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None,
               block_hashes: Sequence[int] = (), full_tokens: int | None = None,
               apply_watermark: bool = True, prompt_tokens: int | None = None,
-              request_tokens: int | None = None) -> Admission | None:
+              request_tokens: int | None = None, lookahead_slots: int = 0) -> Admission | None:
         """As `PagedAllocator.admit`: blocks for ``num_tokens`` in every group (prefix hits included), the
         window groups keeping what the first uncached token needs; ``full_tokens``: admit only if that many
         tokens would fit; the watermark only when ``apply_watermark``. ``prompt_tokens``: the request's prompt
         (a resumed one's tokens include its output; default ``num_tokens``), whose replay boundary a window
         group caches under sparse retention (`window_retention`); ``request_tokens``: all its tokens (default
-        ``num_tokens``), up to which vLLM looks the full groups' hit up for its shared-prefix junction."""
+        ``num_tokens``), up to which vLLM looks the full groups' hit up for its shared-prefix junction.
+        ``lookahead_slots``: a padded admission's placeholder drafts (vLLM's ``pad_spec_decode``: a request with one
+        token left to compute scheduled with ``1 + num_speculative_tokens``), given slots and, in align mode, state
+        columns in the same allocation, as `grow_with_drafts` gives a verification's drafts, but not counted as
+        tokens; up to ``max_model_len``."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
+        lookahead = max(0, min(lookahead_slots, self.max_model_len - num_tokens))
+        if lookahead and any(w is not None for w in self.windows):
+            raise ValueError("speculative drafts on a hybrid pool are modelled with full-attention and Mamba groups "
+                             "only")
         looked_up = max(num_tokens, full_tokens or 0)
         hits = self._lookup(block_hashes, looked_up)
         if hits and self.align and self._cache.block_hash[hits[-1][-1]] in self._fresh:
@@ -85,7 +93,7 @@ class HybridPagedAllocator(HybridQueries):
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens, capped=True, prefill_end=prefill_end) > free:
             return None
-        if self._admission_blocks(hits, num_tokens, prefill_end=prefill_end) > free:
+        if self._admission_blocks(hits, num_tokens + lookahead, prefill_end=prefill_end) > free:
             return None
         # with host hits, the hit the GPU alone gives: the tokens the tier adds are the rest
         gpu = (self._hit_blocks(block_hashes, looked_up, self._cache.getter)
@@ -95,7 +103,7 @@ class HybridPagedAllocator(HybridQueries):
         reach = (self._reachable(block_hashes, max(looked_up, request_tokens or 0), num_hit if gpu is None else gpu,
                                  num_tokens if prompt_tokens is None else prompt_tokens)
                  if self.prefix_caching and self.retention_interval is not None else ())  # looked up before any pop
-        length = cdiv(num_tokens, bs)
+        length = cdiv(num_tokens + lookahead, bs)
         hits = hits or [[] for _ in self.groups]
         n, loads = len(self.groups), []
         for g, group_hits in enumerate(hits):  # every group's hits first, so that popping cannot evict them
@@ -115,13 +123,15 @@ class HybridPagedAllocator(HybridQueries):
         tables = []
         start = num_hit * bs
         spec = self.mamba_state_blocks - 1
-        checkpoint = self.checkpoints and needs_checkpoint(hits[-1], start, num_tokens, prefill_end, bs, spec)
+        checkpoint = self.checkpoints and needs_checkpoint(hits[-1], start, num_tokens + lookahead, prefill_end, bs,
+                                                           spec)
         last = -1
         for g, group_hits in enumerate(hits):
             if self.mamba[g] and self.align:  # the hit's state, then the checkpoint's and the running block
                 table = list(group_hits)
                 before = self._used[g]
-                last = place_blocks(table, num_tokens, checkpoint, False, bs, lambda k, g=g: self._pop(g, k), spec)
+                last = place_blocks(table, num_tokens + lookahead, checkpoint, False, bs,
+                                    lambda k, g=g: self._pop(g, k), spec)
                 self._tok[g] += (self._used[g] - before) * bs
                 tables.append(table)
                 continue

@@ -22,7 +22,8 @@ def run(case: str, *, step_by_step: bool):
 
 
 def test_the_cases_cover_contention_and_shared_prefixes_with_preemptions():
-    assert set(CASES) == {"gdn_align_contended_spec_2", "gdn_align_shared_prefix_spec_3"}
+    assert set(CASES) == {"gdn_align_contended_spec_2", "gdn_align_shared_prefix_spec_3",
+                          "gdn_align_padded_admission_spec_3"}
     for case in CASES:
         assert mamba.compare.oracle_metrics(DATA / case)["preemptions"] > 0, case
 

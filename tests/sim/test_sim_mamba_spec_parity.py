@@ -6,7 +6,9 @@ num_speculative_tokens``, then one attention group, blocks of 1,040 tokens: ``to
 every engine step's running and waiting requests, prefill tokens and used blocks, `compare.py`'s run-wide and
 per-request metrics and vLLM's spec decoding counters, exactly (audited after every step); the fast-forward makes
 the same decisions; with prefix caching on and ngram drafts, ``kvsim capacity``'s figure is the number of requests
-vLLM's scheduler runs at once on that pool (``mamba_align_capacity_spec_2``). (vLLM's
+vLLM's scheduler runs at once on that pool (``mamba_align_capacity_spec_2``); a resumed request with all but its
+last token cached is admitted padded to 1 + k tokens, its placeholder drafts given slots and state columns
+(``mamba_align_padded_admission_spec_3``). (vLLM's
 async engine loop is not driven with drafts by the oracle: synchronous only.)"""
 
 import json
@@ -24,7 +26,7 @@ DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_mamba_spec"
 CASES = cases(DATA)
 K = {"mamba_none_contended_spec_2": 2, "mamba_none_offline_burst_spec_3": 3, "mamba_none_small_budget_spec_4": 4,
      "mamba_align_contended_spec_2": 2, "mamba_align_shared_prefix_spec_2": 2, "mamba_align_small_budget_spec_4": 4,
-     "mamba_align_capacity_spec_2": 2}
+     "mamba_align_capacity_spec_2": 2, "mamba_align_padded_admission_spec_3": 3}
 
 
 def test_the_cases_cover_two_to_four_drafts_with_preemptions():

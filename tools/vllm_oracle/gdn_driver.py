@@ -60,6 +60,13 @@ SPEC_CASES: dict[str, dict] = {
 """``--spec``: ngram speculative decoding with prefix caching on (`mamba_driver.py`'s ``mamba_align_*_spec_K``), the
 running state and k speculative blocks at the end of each request's table, written to
 ``tests/sim/data/vllm_oracle_gdn_spec`` (``tests/sim/test_sim_gdn_spec_parity.py``)."""
+# found by ``mamba_fuzz.py`` (seed 5, draw 102): under dense retention a preempted request comes back with all but
+# its last token cached, and vLLM pads its admission to 1 + k tokens (``pad_spec_decode``)
+SPEC_CASES["gdn_align_padded_admission_spec_3"] = dict(
+    trace=dict(n=11, prompt=(1187, 2071), output=(79, 121), gap=3.0), trace_of="mfuzz5_0102", num_blocks=35,
+    block_size=576, enable_prefix_caching=True, max_num_batched_tokens=256, max_num_seqs=2,
+    scheduler_reserve_full_isl=False, prefix_cache_retention_interval=None, num_speculative_tokens=3,
+    spec_acceptance_rate=0.5)
 
 NOCKPT_BLOCK_SIZE = 272
 """Qwen3-Next's attention block size at -tp 4 on an A100-80GB, prefix caching on or off (`allocators.gdn_layout`)."""

@@ -158,6 +158,13 @@ CASES["mamba_align_capacity_spec_2"] = dict(trace=dict(n=160, prompt=(7000, 7000
                                             num_blocks=3506, block_size=1040, max_num_batched_tokens=8192,
                                             enable_prefix_caching=True, num_speculative_tokens=2,
                                             spec_acceptance_rate=0.5)
+# found by ``mamba_fuzz.py`` (seed 5, draw 18; its trace seeded by the draw's name): with drafts and a positive
+# retention interval, a preempted request comes back with all but its last token cached and vLLM pads its admission
+# to 1 + k tokens (``pad_spec_decode``), whose slots and state columns it allocates as a verification's drafts
+CASES["mamba_align_padded_admission_spec_3"] = dict(
+    trace=dict(n=13, prompt=(1831, 2783), output=(123, 138), gap=3.0), trace_of="mfuzz5_0018", num_blocks=60,
+    block_size=1040, enable_prefix_caching=True, max_num_batched_tokens=512, max_num_seqs=4,
+    prefix_cache_retention_interval=1040, num_speculative_tokens=3, spec_acceptance_rate=0.3)
 LONG_PREFIXES = (2600, 4200, 6500)
 """``mamba_align_long_prefix``'s three system prompts, in tokens (2.5 to 6.25 blocks of 1,040)."""
 
