@@ -82,8 +82,12 @@ def pool_bytes_per_token(model: ModelSpec, tensor_parallel: int = 1, drafter_lay
     or more GPUs than KV heads); with ``drafter_layers`` more layers of the model's layout (a speculative
     drafter's, the module docstring). With ``decode_context_parallel`` N (which divides ``tensor_parallel``,
     `check_decode_context_parallel`) each token is stored on one GPU of every N instead of on all of them: a
-    rank's pages hold its own share of every request's tokens (`allocators.decode_context_parallel`)."""
-    if drafter_layers:
+    rank's pages hold its own share of every request's tokens (`allocators.decode_context_parallel`). A hybrid
+    Mamba model's drafter layers are attention layers (Qwen3-Next's MTP layer: `allocators.mamba_layout.model_pool`)."""
+    if drafter_layers and model.attention_layers is not None:
+        model = replace(model, num_layers=model.num_layers + drafter_layers,
+                        attention_layers=model.attention_layers + drafter_layers)
+    elif drafter_layers:
         model = replace(model, num_layers=model.num_layers + drafter_layers)
     return model.kv_bytes_per_token_per_gpu(tensor_parallel) * (tensor_parallel // decode_context_parallel)
 

@@ -531,8 +531,13 @@ MODELS: dict[str, ModelSpec] = {
                   "4096 x 2048, q/k norms) and 36 gated DeltaNet layers of 33,718,464 (in_proj_qkvz 2048 x 12288, "
                   "in_proj_ba 2048 x 64, conv1d 8192 x 4, dt_bias, A_log, norm 128, out_proj 4096 x 2048), final "
                   "norm: 79,674,391,296 (the card's 80B). active_params: all but 502 unrouted experts a layer, "
-                  "3,874,929,408 (the card's 3B activated counts no embedding and lm_head: 3.25e9)",
-                  active_params=3_874_929_408, num_experts=512, num_experts_per_tok=10,
+                  "3,874,929,408 (the card's 3B activated counts no embedding and lm_head: 3.25e9). "
+                  "num_nextn_predict_layers 1: the checkpoint's one MTP layer (config.json's mtp_num_hidden_layers "
+                  "1, not read here), as vLLM 0.33's Qwen3NextMultiTokenPredictor builds it, "
+                  "getattr(config, 'num_nextn_predict_layers', 1) decoder layers of layer_type full_attention "
+                  "(model_executor/models/qwen3_next_mtp.py:63 and 89-96; transformers' Qwen3NextConfig has no "
+                  "such field, so the default 1)",
+                  active_params=3_874_929_408, num_experts=512, num_experts_per_tok=10, num_nextn_predict_layers=1,
                   attention_layers=12, mamba=GatedDeltaNetLayers(
                       36, 16, 32, 128, 128, 4,
                       groups_first=first_layer_recurrent(_QWEN3_NEXT_LAYER_TYPES, "linear_attention"))),

@@ -72,10 +72,13 @@ class HybridPagedAllocator(HybridQueries):
         (a resumed one's tokens include its output; default ``num_tokens``), whose replay boundary a window
         group caches under sparse retention (`window_retention`); ``request_tokens``: all its tokens (default
         ``num_tokens``), up to which vLLM looks the full groups' hit up for its shared-prefix junction.
-        ``lookahead_slots``: a padded admission's placeholder drafts (vLLM's ``pad_spec_decode``: a request with one
-        token left to compute scheduled with ``1 + num_speculative_tokens``), given slots and, in align mode, state
-        columns in the same allocation, as `grow_with_drafts` gives a verification's drafts, but not counted as
-        tokens; up to ``max_model_len``."""
+        ``lookahead_slots``: slots held after the ``num_tokens``, never cached, up to ``max_model_len``, counted in
+        the admission test but not in ``full_tokens``' (`PagedAllocator.admit`'s): a padded admission's placeholder
+        drafts (vLLM's ``pad_spec_decode``: a request with one token left to compute scheduled with ``1 +
+        num_speculative_tokens``), or an MTP drafter's lookahead (``allocate_slots``' ``num_lookahead_tokens``:
+        ``num_tokens_need_slot``, ``v1/core/kv_cache_manager.py:551-553``). In align mode they take state columns
+        in the same allocation, as `grow_with_drafts` gives a verification's drafts; in mode 'none' a Mamba group's
+        ``mamba_state_blocks`` cover them (its block is ``max_model_len`` tokens)."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:

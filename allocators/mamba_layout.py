@@ -28,7 +28,8 @@ and cached for prefix hits when a step ends on a boundary. vLLM 0.33's default f
 (``config/model.py``) and ``MambaModelConfig`` turns prefix caching into ``mamba_cache_mode="align"``.
 With speculative decoding a request holds ``1 + num_speculative_tokens`` state blocks per Mamba group
 (`mamba_state_blocks`; with prefix caching on, at rest, the speculative ones after its running state:
-`allocators.mamba_align.place_blocks`), modelled as `check_mamba_speculation` says.
+`allocators.mamba_align.place_blocks`), modelled as `check_mamba_speculation` says; an MTP drafter's attention
+layer (Qwen3-Next's) joins the attention layers in the planner's groups (`hybrid_mamba_pool`'s ``drafter_layers``).
 kvsim sizes the pool and counts what requests hold at rest (`HybridMambaPool.blocks_per_request`, the same in
 both modes), and simulates runs in both modes (``sim.kernel.mamba_run``; ``"align"``: ``allocators.mamba_align``).
 
@@ -241,12 +242,20 @@ class HybridMambaPool:
 
 def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, mamba: MambaStateLayers,
                       dtype_bytes: int, available_bytes: int, tensor_parallel: int = 1,
-                      block_size: int = KERNEL_BLOCK, checkpoint_alignment: int = 1) -> HybridMambaPool:
+                      block_size: int = KERNEL_BLOCK, checkpoint_alignment: int = 1,
+                      drafter_layers: int = 0) -> HybridMambaPool:
     """The pool of one GPU with ``available_bytes`` of KV memory; ``attention_bytes_per_token``: one token of
-    one attention layer on that GPU; ``checkpoint_alignment``: `block_alignment`'s."""
+    one attention layer on that GPU; ``checkpoint_alignment``: `block_alignment`'s. ``drafter_layers``: an MTP
+    drafter's attention layers of the target's spec (Qwen3-Next's one full-attention MTP layer,
+    ``model_executor/models/qwen3_next_mtp.py:89-96``), flagged ``is_draft`` by ``GPUModelRunner.get_kv_cache_spec``
+    (``v1/worker/gpu_model_runner.py:7114-7115``), a field out of the spec's equality: they join the target's
+    attention layers in the planner's groups (Qwen3-Next: 13 attention layers, groups of 13, 36 gated DeltaNet
+    layers in three groups of 12 and three padding layers; ``tools/vllm_oracle/gdn_pool.py``). The block size is
+    unchanged (a layer's page is)."""
     state = mamba.state_bytes(dtype_bytes, tensor_parallel)
     size = hybrid_block_size(attention_bytes_per_token, state, block_size, checkpoint_alignment=checkpoint_alignment)
     page = size * attention_bytes_per_token
+    attention_layers += drafter_layers
     group = kv_cache_group_size(attention_layers, mamba.layers)
     return HybridMambaPool(block_size=size, page_bytes=page, mamba_state_bytes=state, group_size=group,
                            attention_groups=cdiv(attention_layers, group), mamba_groups=cdiv(mamba.layers, group),
@@ -256,13 +265,14 @@ def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, 
 def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_kv_cache_manager: bool,
                          speculative_method: str | None, model: str, decode_context_parallel_size: int = 1,
                          prefix_caching: bool = True, mamba_kind: str = Mamba2Layers.label,
-                         checkpoints: bool = True) -> None:
+                         checkpoints: bool = True, scheduled: bool = True) -> None:
     """A one-line ValueError naming the flag for a setting not modelled on a hybrid Mamba model (`kvsim capacity`'s
     and a run's, `sim.kernel.mamba_run`). ``--decode-context-parallel-size``: vLLM 0.33 keeps a Mamba state whole
     on every DCP rank (``v1/kv_cache_interface.py``) and ``MambaManager.find_longest_cache_hit`` asserts DCP 1
     (``v1/core/single_type_kv_cache_manager.py``); `HybridMambaPool` shards nothing. ``speculative_method``:
     ``--speculative-config``'s method, modelled only as `check_mamba_speculation` says (``mamba_kind``: the
-    model's `MambaStateLayers.label`; ``checkpoints``: whether its layers export prefill checkpoints on the GPU)."""
+    model's `MambaStateLayers.label`; ``checkpoints``: whether its layers export prefill checkpoints on the GPU;
+    ``scheduled``: a run's, False for the capacity report, which sizes the pool only)."""
     if allocator != "paged":
         raise ValueError(f"--allocator {allocator}: {model} has Mamba layers, whose per-request state only the "
                          "paged allocator (vLLM's block pool) holds in kvsim; slabs or virtual ranges for a "
@@ -275,7 +285,7 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
                          "need the hybrid KV cache manager's separate groups)")
     if speculative_method is not None:
         check_mamba_speculation(speculative_method, prefix_caching=prefix_caching, model=model, mamba_kind=mamba_kind,
-                                checkpoints=checkpoints)
+                                checkpoints=checkpoints, scheduled=scheduled)
     if decode_context_parallel_size > 1:
         raise ValueError(f"--decode-context-parallel-size {decode_context_parallel_size}: not modelled for {model}'s "
                          "Mamba layers (vLLM keeps their state whole on every decode-context-parallel GPU, and its "
@@ -283,7 +293,7 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
 
 
 def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, mamba_kind: str,
-                            checkpoints: bool = True) -> None:
+                            checkpoints: bool = True, scheduled: bool = True) -> None:
     """Speculative decoding on a hybrid Mamba model, modelled with the ngram drafter on Mamba-2 or gated DeltaNet
     layers with prefix caching off (vLLM's ``mamba_cache_mode='none'``, `mamba_state_blocks`) or on (``'align'``:
     the speculative blocks after the running one, `allocators.mamba_align.place_blocks`) where the layers export
@@ -294,14 +304,32 @@ def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, ma
       with the same ``MambaManager`` code, but kvsim's align-mode speculative tables were checked against vLLM's
       scheduler only where the layers export prefill checkpoints.
     - a model-based drafter (eagle, eagle3, mtp): its attention layers join the target's in vLLM's planner,
-      whose KV cache groups of equal layer count (``_get_kv_cache_groups_uniform_page_size``) they would change:
-      not modelled by `HybridMambaPool`.
+      whose KV cache groups of equal layer count (``_get_kv_cache_groups_uniform_page_size``) they change.
+      Modelled: ``mtp`` on gated DeltaNet (Qwen3-Next's one full-attention MTP layer, ``drafter_layers`` of
+      `hybrid_mamba_pool`: exact against vLLM's planner, ``tools/vllm_oracle/gdn_pool.py``) with prefix caching
+      off, its K lookahead slots in the attention group at every allocation (`HybridPagedAllocator.admit`'s
+      ``lookahead_slots``, ``grow_with_drafts``: step for step as vLLM's scheduler, ``gdn_driver.py --mtp``);
+      with prefix caching on only the pool (``scheduled`` False: `kvsim capacity`), a run refused: vLLM's
+      EAGLE-style lookahead block hashes, last-block drop and Mamba checkpoint drop
+      (``v1/core/kv_cache_coordinator.py:129-182``) on the hybrid pool are not modelled. eagle, eagle3, and mtp
+      on Mamba-2: refused (not checked against vLLM's planner for those models).
     - Mamba-1 layers (Jamba): vLLM 0.33's ``MambaMixer`` (``model_executor/layers/mamba/mamba_mixer.py``) and its
       ``mamba1_attn.py`` metadata read no accepted-token count, unlike Mamba-2's and gated DeltaNet's backends."""
+    if method == "mtp" and mamba_kind == "gated DeltaNet" and not (prefix_caching and scheduled):
+        if prefix_caching and not checkpoints:
+            raise ValueError(f"--speculative-config with prefix caching on (vLLM's mamba_cache_mode 'align'): not "
+                             f"modelled for {model}'s {mamba_kind} layers on a GPU where they export no prefill "
+                             "checkpoint; give --no-enable-prefix-caching")
+        return
+    if method == "mtp" and mamba_kind == "gated DeltaNet":
+        raise ValueError(f"--speculative-config: method 'mtp' on {model} with prefix caching on (vLLM's "
+                         "mamba_cache_mode 'align') is not modelled (an EAGLE-style drafter's lookahead block "
+                         "hashes, last-block drop and Mamba checkpoint drop, v1/core/kv_cache_coordinator.py:129-182, "
+                         "on the hybrid pool); give --no-enable-prefix-caching")
     if method != "ngram":
         raise ValueError(f"--speculative-config: method {method!r} on {model} is not modelled (its drafter's "
                          "attention layers would change vLLM's KV cache groups of the hybrid pool); method 'ngram' "
-                         "is")
+                         "is, and 'mtp' on gated DeltaNet with prefix caching off")
     if mamba_kind == "Mamba-1":
         raise ValueError(f"--speculative-config: not modelled for {model}'s Mamba-1 layers (vLLM 0.33's Mamba-1 "
                          "mixer reads no accepted-token count: it handles no draft tokens)")
@@ -344,11 +372,13 @@ def model_block_size(model, tensor_parallel: int = 1, block_size: int = KERNEL_B
 
 
 def model_pool(model, kv_bytes: int, tensor_parallel: int = 1, block_size: int = KERNEL_BLOCK,
-               checkpoint_alignment: int = 1) -> HybridMambaPool:
+               checkpoint_alignment: int = 1, drafter_layers: int = 0) -> HybridMambaPool:
     """`hybrid_mamba_pool` of a catalog ``ModelSpec`` with ``mamba`` whose ``tensor_parallel`` GPUs have
-    ``kv_bytes`` of KV memory together (each GPU sizes its own pool from its share, as vLLM's workers do)."""
+    ``kv_bytes`` of KV memory together (each GPU sizes its own pool from its share, as vLLM's workers do);
+    ``drafter_layers``: an MTP drafter's attention layers (`sim.kernel.spec_decode.drafter_layers`)."""
     per_token = model.kv_bytes_per_token_per_gpu(tensor_parallel) // model.attention_layers
     return hybrid_mamba_pool(attention_layers=model.attention_layers, attention_bytes_per_token=per_token,
                              mamba=model.mamba, dtype_bytes=model.dtype_bytes,
                              available_bytes=kv_bytes // tensor_parallel, tensor_parallel=tensor_parallel,
-                             block_size=block_size, checkpoint_alignment=checkpoint_alignment)
+                             block_size=block_size, checkpoint_alignment=checkpoint_alignment,
+                             drafter_layers=drafter_layers)

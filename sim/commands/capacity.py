@@ -79,7 +79,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     if speculative_config is not None:
         method, k = parse_speculative(speculative_config)
         check_drafter_budget(method, k, max_num_batched_tokens)
-        draft = drafter_layers(method, spec) if spec.mamba is None else 0  # a hybrid's: `check_mamba_capacity`
+        if spec.mamba is None:  # a hybrid's after `check_mamba_capacity`, which refuses what is not modelled
+            draft = drafter_layers(method, spec)
     if spec.mamba is not None:  # a hybrid Mamba model: its own report (`sim.commands.mamba_capacity`)
         from allocators.mamba_layout import check_mamba_capacity
 
@@ -89,7 +90,10 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                              decode_context_parallel_size=decode_context_parallel_size,
                              prefix_caching=prefix_caching, mamba_kind=spec.mamba.label,
                              checkpoints=not (prefix_caching and speculative_config) or spec.mamba
-                             .prefill_checkpoint_alignment(gpu_spec.compute_capability) is not None)
+                             .prefill_checkpoint_alignment(gpu_spec.compute_capability) is not None,
+                             scheduled=False)
+        if speculative_config is not None:  # an MTP drafter's attention layers (`check_mamba_speculation`)
+            draft = drafter_layers(method, spec)
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
                       kv_gib=kv_gib, kv_tokens=kv_tokens, kv_cache_dtype=kv_cache_dtype,
                       max_num_batched_tokens=max_num_batched_tokens, data_parallel=data_parallel_size,
@@ -107,7 +111,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
 
         return mamba_capacity_report(cap, block_size=block_size, prompt_len=prompt_len, output_len=output_len,
                                      max_model_len=max_len, prefix_caching=prefix_caching,
-                                     num_speculative_tokens=k) | _notes(
+                                     num_speculative_tokens=k, drafter_layers=draft) | _notes(
             config, max_model_len, spec, cap, False, max_num_batched_tokens)
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)

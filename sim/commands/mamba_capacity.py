@@ -13,7 +13,10 @@ and Mamba dtypes. Other allocators (contiguous slabs or virtual ranges for a rec
 and ``--disable-hybrid-kv-cache-manager`` are refused with the reason; ``--speculative-config`` is sized with the
 ngram drafter, prefix caching off or on (Mamba-2) (a state block more per Mamba group and draft token:
 `allocators.mamba_layout.mamba_state_blocks`; with prefix caching on, those a decoding request rests at:
-`allocators.mamba_align.place_blocks`), and refused otherwise (`check_mamba_speculation`).
+`allocators.mamba_align.place_blocks`), and with Qwen3-Next's MTP drafter, prefix caching off or on, whose
+full-attention layer joins the attention group (groups of 13 layers, exact against vLLM's planner: its weights
+out of the memory, kvsim's estimate) and whose lookahead slots a request at rest does not hold; refused otherwise
+(`check_mamba_speculation`).
 """
 
 from __future__ import annotations
@@ -24,18 +27,20 @@ from allocators.catalog import GIB
 
 
 def mamba_capacity_report(cap, *, block_size: int | None, prompt_len: int, output_len: int,
-                          max_model_len: int, prefix_caching: bool = True, num_speculative_tokens: int = 0) -> dict:
+                          max_model_len: int, prefix_caching: bool = True, num_speculative_tokens: int = 0,
+                          drafter_layers: int = 0) -> dict:
     """The `kvsim capacity` figures of a hybrid Mamba model (``cap``: its `KVCapacity`, whose bytes vLLM's
     profiling leaves, sized as for any model); ``prefix_caching``: vLLM's ``--enable-prefix-caching``, whose
     ``mamba_cache_mode`` decides the block size's alignment (the module docstring); ``num_speculative_tokens``:
-    ``--speculative-config``'s, a state block more per Mamba group each (`mamba_state_blocks`)."""
+    ``--speculative-config``'s, a state block more per Mamba group each (`mamba_state_blocks`);
+    ``drafter_layers``: an MTP drafter's attention layers, in the attention group (`model_pool`)."""
     from allocators.capacity import final_tokens
     from allocators.mamba_layout import KERNEL_BLOCK, block_alignment, mamba_state_blocks, model_pool
 
     spec = cap.model
     align = block_alignment(spec.mamba, prefix_caching, cap.gpu.compute_capability if cap.gpu else None)
     pool = model_pool(spec, cap.kv_bytes, cap.tensor_parallel, KERNEL_BLOCK if block_size is None else block_size,
-                      align)
+                      align, drafter_layers)
     tokens = final_tokens(prompt_len, output_len)
     state_blocks = mamba_state_blocks(num_speculative_tokens)
     return {
@@ -47,7 +52,7 @@ def mamba_capacity_report(cap, *, block_size: int | None, prompt_len: int, outpu
         "max_model_len": max_model_len, "prompt_len": prompt_len, "output_len": output_len,
         "blocks_per_request": pool.blocks_per_request(tokens, state_blocks),
         "max_concurrent_requests": pool.requests_that_fit(tokens, state_blocks),
-        "num_speculative_blocks": state_blocks - 1,
+        "num_speculative_blocks": state_blocks - 1, "drafter_layers": drafter_layers,
         "enable_prefix_caching": prefix_caching, "mamba_cache_mode": "align" if prefix_caching else "none",
         "block_alignment": align,
     }
@@ -57,7 +62,9 @@ def print_mamba_text(r: dict) -> None:
     """`mamba_capacity_report` as text."""
     p = r["mamba_pool"]
     click.echo(f"model {r['model']}: KV memory {r['kv_gib']:.2f} GiB ({r['kv_source']}), "
-               f"{r['kv_groups'][0]['layers']} attention layers and {r['mamba_layers']} {r['mamba_kind']} layers")
+               f"{r['kv_groups'][0]['layers']} attention layers and {r['mamba_layers']} {r['mamba_kind']} layers"
+               + (f", and the MTP drafter's {r['drafter_layers']} attention layer (in the attention group)"
+                  if r["drafter_layers"] else ""))
     click.echo(_mode_text(r))
     click.echo(f"  attention block size {p['block_size']} (raised so one attention page, {p['page_bytes']:,} bytes "
                f"per layer, holds a Mamba state of {p['mamba_state_bytes']:,} bytes, padded by "

@@ -16,7 +16,9 @@ same checkpoint blocks, every full state cached; ``KVCacheCoordinator.get_num_bl
 is a multiple of its scheduler block size, lcm(block size, max_model_len), and caches nothing
 (`HybridQueries`' check). Speculative decoding (``--speculative-config``, ngram) gives each request ``1 +
 num_speculative_tokens`` state blocks per Mamba group (`run_state_blocks`; prefix caching on, Mamba-2 only: the
-speculative ones after the running state, `allocators.mamba_align.place_blocks`). The settings not modelled
+speculative ones after the running state, `allocators.mamba_align.place_blocks`); Qwen3-Next's MTP drafter
+(``method`` mtp, prefix caching off) too, its attention layer in the pool's attention group (`run_pool`'s
+``drafter_layers``) and its K lookahead slots in that group at every allocation. The settings not modelled
 are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are scheduled by the same ``MambaManager``
 and scheduler rules: with prefix caching on, where vLLM exports their prefill checkpoints (FlashInfer's GDN prefill
 on Hopper, whose 64-token grid also aligns the block size) as Mamba-2's, and before Hopper (Triton/FLA: no
@@ -39,7 +41,7 @@ from allocators.mamba_layout import (
     mamba_state_blocks,
     model_pool,
 )
-from sim.kernel.spec_decode import parse_speculative, speculative_method
+from sim.kernel.spec_decode import drafter_layers, parse_speculative, speculative_method
 
 
 def mamba_run_refusals(config, model) -> None:
@@ -83,8 +85,9 @@ def run_pool(config, model, kv_tokens: int, block_size: int | None = None) -> Hy
     from allocators.mamba_layout import KERNEL_BLOCK
 
     tp = config.tensor_parallel
-    return model_pool(model, kv_tokens * pool_bytes_per_token(model, tp), tp,
-                      KERNEL_BLOCK if block_size is None else block_size, run_alignment(config, model))
+    draft = drafter_layers(speculative_method(config.speculative_config), model)  # `kv_capacity`'s token slots
+    return model_pool(model, kv_tokens * pool_bytes_per_token(model, tp, draft), tp,
+                      KERNEL_BLOCK if block_size is None else block_size, run_alignment(config, model), draft)
 
 
 def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: dict) -> HybridPagedAllocator:

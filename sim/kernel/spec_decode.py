@@ -53,7 +53,11 @@ same way and add what kvsim is about, KV memory:
   more than one module with ``num_speculative_tokens > 1`` is multi-module MTP (``use_multi_module_mtp``), whose
   prefill lookahead kvsim does not model: refused, as is ``mtp`` on a catalog entry without the field. A drafter
   whose layers would form a KV cache group of their own (EAGLE's GQA layer beside an MLA model) or sit beside
-  sliding-window groups is refused (`drafter_layers`).
+  sliding-window groups is refused (`drafter_layers`). On a hybrid Mamba model, Qwen3-Next's one MTP layer is a
+  full-attention layer (``model_executor/models/qwen3_next_mtp.py:89-96``): it joins the attention group of the
+  hybrid pool (`allocators.mamba_layout.hybrid_mamba_pool`, groups of 13 layers), modelled with prefix caching
+  off (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp``,
+  ``tests/sim/test_sim_gdn_mtp_parity.py``).
   `allocators.capacity.kv_capacity` sizes the pool with the drafter layers (``drafter_layers``), and counts the
   drafter's weights (one average target decoder layer each: approximate, `drafter_weight_bytes`).
 - Prefix caching: with a drafter, vLLM hashes each block with the token after it (``num_hash_lookahead_tokens``

@@ -4,6 +4,8 @@
 (`HybridPagedAllocator.grow_with_drafts`), audited; with prefix caching on (``'align'``) the speculative blocks
 after the running one, moved along the position-indexed table (`allocators.mamba_align.place_blocks`)."""
 
+import pytest
+
 from allocators.hybrid import HybridPagedAllocator
 from allocators.mamba_layout import mamba_state_blocks
 from tests.allocators.kv_group_fixture import KVGroupFixture
@@ -95,3 +97,30 @@ def test_align_mode_admission_counts_the_speculative_blocks():
     b = pool(blocks=27, k=2, prefix_caching=True)
     assert b.admit(1, 2 * BS, final_tokens=2 * BS + 1) is not None and b.live_blocks(1) == [2] + [4] * 6
     b.check_invariants()
+
+
+def test_a_drafters_lookahead_slots_take_attention_blocks_at_admission_up_to_max_model_len():
+    """An MTP drafter's lookahead (vLLM's ``allocate_slots`` with ``num_lookahead_tokens``, prefix caching off):
+    the attention group holds slots for the tokens and the k lookahead ones after them, counted in the admission
+    test (not in the whole-prompt one), capped at ``max_model_len``; the Mamba groups' 1 + k state blocks cover
+    them. The slots are held, not tokens: a later step's tokens fill them."""
+    a = pool(blocks=21, k=2)  # 20 usable: 18 state blocks, 2 attention blocks
+    assert a.admit(1, BS - 1, final_tokens=3 * BS, lookahead_slots=2) is not None
+    assert a.live_blocks(1) == [2] + [3] * 6 and a.num_free_blocks == 0
+    a.check_invariants()
+    assert a.grow_with_drafts(1, 1, 2) is not None and a.num_free_blocks == 0  # the lookahead's block already
+    a.free(1)
+    b = pool(blocks=20, k=2)  # 19 usable: one attention block
+    assert b.admit(1, BS - 1, final_tokens=3 * BS, lookahead_slots=2) is None
+    assert b.admit(1, BS - 1, final_tokens=3 * BS, full_tokens=BS - 1, lookahead_slots=1) is not None
+    b.free(1)
+    capped = HybridPagedAllocator(21 * BS, block_size=BS, kv_groups=ATTENTION, mamba_groups=6, max_model_len=BS,
+                                  mamba_state_blocks=mamba_state_blocks(2))
+    assert capped.admit(1, BS - 1, final_tokens=BS, lookahead_slots=2) is not None
+    assert capped.live_blocks(1) == [1] + [3] * 6  # one slot of lookahead: max_model_len
+
+
+def test_lookahead_slots_are_refused_in_align_mode():
+    """Not modelled with prefix caching on (`allocators.mamba_layout.check_mamba_speculation` refuses the run)."""
+    with pytest.raises(ValueError, match="prefix caching off"):
+        pool(prefix_caching=True).admit(1, BS, final_tokens=BS + 1, lookahead_slots=2)

@@ -14,7 +14,8 @@ QWEN3_NEXT = get_model("qwen3-next-80b-a3b")
 
 MODEL = ("num_layers = 48\nhidden_size = 2048\nnum_heads = 16\nnum_kv_heads = 2\nhead_dim = 256\n"
          "num_params = 79_674_391_296\nmax_seq_len = 262144\nintermediate_size = 512\nvocab_size = 151936\n"
-         "active_params = 3_874_929_408\nnum_experts = 512\nnum_experts_per_tok = 10\nattention_layers = 12\n")
+         "active_params = 3_874_929_408\nnum_experts = 512\nnum_experts_per_tok = 10\nattention_layers = 12\n"
+         "num_nextn_predict_layers = 1\n")  # its one MTP layer
 GDN = ('layers = 36\nlinear_num_key_heads = 16\nlinear_num_value_heads = 32\nlinear_key_head_dim = 128\n'
        'linear_value_head_dim = 128\nlinear_conv_kernel_dim = 4\nmamba_ssm_cache_dtype = "auto"\n')
 

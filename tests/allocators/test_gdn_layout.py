@@ -1,6 +1,7 @@
 """Gated DeltaNet hybrids (`allocators.gdn_layout`): Qwen3-Next-80B-A3B's recurrent state and pool as vLLM 0.33 plans
 them, checked by hand from its source and against vLLM's own planner run offline (``tools/vllm_oracle/gdn_pool.py``,
-recorded in ``data/gdn_pool.json``: two GPUs at two tensor-parallel sizes each, prefix caching on, and one off)."""
+recorded in ``data/gdn_pool.json``: two GPUs at two tensor-parallel sizes each, prefix caching on, and one off; and
+three with the MTP drafter's attention layer, prefix caching on and off)."""
 
 import json
 from pathlib import Path
@@ -11,6 +12,7 @@ from allocators import catalog
 from allocators.capacity import kv_capacity
 from allocators.gdn_layout import GatedDeltaNetLayers
 from allocators.mamba_layout import Mamba2Layers, block_alignment, hybrid_block_size, model_pool
+from sim.kernel.spec_decode import drafter_layers
 
 QWEN3_NEXT = catalog.get_model("qwen3-next-80b-a3b")
 ORACLE = json.loads((Path(__file__).parent / "data" / "gdn_pool.json").read_text())
@@ -67,20 +69,26 @@ def test_block_size_by_hand():
 
 @pytest.mark.parametrize("name", sorted(ORACLE))
 def test_pool_matches_vllm_planner(name):
-    """The available bytes are kvsim's own derivation for the GPU and -tp the case is named after."""
+    """The available bytes are kvsim's own derivation for the GPU and -tp the case is named after (with an MTP
+    drafter, ``num_speculative_tokens`` given: its weights out, `drafter_layers`). With the MTP layer the planner
+    makes groups of 13 layers: the attention group holds the 12 target layers and the drafter's, each Mamba group
+    12 gated DeltaNet layers and a padding layer, and a block costs 13 pages."""
     case = ORACLE[name]
     tp = case["tensor_parallel"]
     gpu = catalog.get_gpu(GPU_OF[name.split("_")[2]])
-    cap = kv_capacity(QWEN3_NEXT, gpu, tensor_parallel=tp)
+    draft = drafter_layers("mtp", QWEN3_NEXT) if case.get("num_speculative_tokens") else 0
+    cap = kv_capacity(QWEN3_NEXT, gpu, tensor_parallel=tp, drafter_layers=draft)
     assert cap.kv_bytes // tp == case["available_bytes"]
     align = block_alignment(QWEN3_NEXT.mamba, case["mamba_cache_mode"] == "align", gpu.compute_capability)
-    pool = model_pool(QWEN3_NEXT, cap.kv_bytes, tp, checkpoint_alignment=align)
+    pool = model_pool(QWEN3_NEXT, cap.kv_bytes, tp, checkpoint_alignment=align, drafter_layers=draft)
     assert pool.block_size == case["block_size"]
     assert pool.mamba_state_bytes == case["mamba_state_bytes"]
     assert pool.page_bytes == case["page_bytes"]
     assert pool.num_blocks == case["num_blocks"]
-    attention = [["FullAttentionSpec", pool.group_size]] * pool.attention_groups
-    mamba = [["MambaSpec", pool.group_size]] * pool.mamba_groups
+    assert pool.group_size == 12 + draft and pool.bytes_per_block == (12 + draft) * pool.page_bytes
+    attention = [["FullAttentionSpec", (QWEN3_NEXT.attention_layers + draft) // pool.attention_groups]] \
+        * pool.attention_groups
+    mamba = [["MambaSpec", QWEN3_NEXT.mamba.layers // pool.mamba_groups]] * pool.mamba_groups
     assert QWEN3_NEXT.mamba.groups_first  # layer 0 is a gated DeltaNet layer: its groups first, in vLLM's order too
     assert mamba + attention == case["groups"]
 

@@ -169,8 +169,13 @@ def test_speculative_decoding_with_prefix_caching_counts_the_speculative_state_b
 @pytest.mark.parametrize("model, where, config, named", [
     # gated DeltaNet before Hopper with prefix caching on: no prefill checkpoint, not checked against vLLM
     ("qwen3-next-80b-a3b", ("--gpu", "a100-80gb", "-tp", "4"), NGRAM, "mamba_cache_mode 'align'"),
-    ("qwen3-next-80b-a3b", ("--gpu", "h200", "-tp", "2", "--no-enable-prefix-caching"),
+    ("qwen3-next-80b-a3b", ("--gpu", "a100-80gb", "-tp", "4"), '{"method": "mtp", "num_speculative_tokens": 1}',
+     "mamba_cache_mode 'align'"),
+    # a model-based drafter on Mamba-2 layers: its groups not checked against vLLM's planner
+    ("nemotron-h-8b", ("--gpu", "h100-80gb", "--no-enable-prefix-caching"),
      '{"method": "mtp", "num_speculative_tokens": 1}', "method 'mtp'"),
+    ("qwen3-next-80b-a3b", ("--gpu", "h200", "-tp", "2", "--no-enable-prefix-caching"),
+     '{"method": "eagle", "model": "d", "num_speculative_tokens": 2}', "method 'eagle'"),
     ("nemotron-h-8b", ("--gpu", "h100-80gb", "--no-enable-prefix-caching"),
      '{"method": "eagle", "model": "d", "num_speculative_tokens": 2}', "method 'eagle'"),
     ("jamba-1.5-mini", ("--gpu", "h100-80gb", "-tp", "2", "--no-enable-prefix-caching"), NGRAM, "Mamba-1"),
@@ -179,3 +184,30 @@ def test_speculative_decoding_not_modelled_is_refused_with_the_reason(model, whe
     result = CliRunner().invoke(main, ["capacity", "--model", model, *where, "--speculative-config", config])
     assert result.exit_code != 0
     assert "--speculative-config" in result.output and named in result.output and "not modelled" in result.output
+
+
+MTP = '{"method": "mtp", "num_speculative_tokens": 2}'
+
+
+@pytest.mark.parametrize("flags, expected", [
+    # tests/allocators/data/gdn_pool.json's qwen3_next_h200_tp2_align_mtp_2 and _none_mtp_2 (vLLM's planner)
+    ((), (576, 6996, 465, 15, "align")), (("--no-enable-prefix-caching",), (544, 7408, 491, 15, "none"))])
+def test_qwen3_next_mtp_sizes_vllms_pool_with_the_drafter_layer(flags, expected):
+    """Qwen3-Next's MTP layer is a full-attention layer of the target's spec in the attention group: 13 layers,
+    groups of 13 (each Mamba group 12 gated DeltaNet layers and a padding layer), a block 13 pages, and the
+    drafter's weights out of the memory: 6,996 blocks where 7,812 without it (prefix caching on), 7,408 where 8,272
+    (off), as vLLM 0.33's planner makes them. A request of max_model_len holds its 262,144 tokens' attention
+    blocks and 1 + 2 state blocks in each of the 3 Mamba groups."""
+    result = CliRunner().invoke(main, ["capacity", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2",
+                                       "--speculative-config", MTP, "--json", *flags])
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    pool = r["mamba_pool"]
+    assert (r["block_size"], r["kv_capacity_blocks"], r["blocks_per_request"], r["max_concurrent_requests"],
+            r["mamba_cache_mode"]) == expected
+    assert (pool["group_size"], pool["attention_groups"], pool["mamba_groups"], r["drafter_layers"]) == (13, 1, 3, 1)
+    assert r["kv_bytes"] // 2 == 53_650_911_132 and r["num_speculative_blocks"] == 2
+    text = CliRunner().invoke(main, ["capacity", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "-tp", "2",
+                                     "--speculative-config", MTP, *flags]).output
+    assert "and the MTP drafter's 1 attention layer (in the attention group)" in text
+    assert f"4 KV cache groups of 13 layers (1 attention, 3 Mamba): {expected[1]:,} blocks" in text

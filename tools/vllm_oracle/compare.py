@@ -55,10 +55,12 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
 
 
 def spec_options(settings: dict) -> dict:
-    """kvsim's flags for a case with vLLM's ngram speculative decoding (``num_speculative_tokens``)."""
+    """kvsim's flags for a case with vLLM's ngram speculative decoding (``num_speculative_tokens``), or the
+    model's MTP drafter where the case's ``method`` is ``"mtp"`` (``gdn_driver.py --mtp``)."""
     if not settings.get("num_speculative_tokens"):
         return {}
-    return dict(speculative_config=json.dumps({"method": "ngram",
+    method = "mtp" if settings.get("method") == "mtp" else "ngram"
+    return dict(speculative_config=json.dumps({"method": method,
                                                "num_speculative_tokens": settings["num_speculative_tokens"]}),
                 spec_acceptance_rate=settings["spec_acceptance_rate"])
 

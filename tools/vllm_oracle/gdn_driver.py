@@ -1,6 +1,6 @@
 """`mamba_driver.py` with Qwen3-Next-80B-A3B's pool: three gated DeltaNet groups, then its attention group.
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--no-checkpoint | --spec] \
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--no-checkpoint | --spec | --mtp] \
         [--out tests/sim/data/vllm_oracle_gdn] [--async-scheduling] [CASE ...]
 
 vLLM 0.33 plans Qwen3-Next's 12 attention and 36 gated DeltaNet layers as one attention KV cache group and three
@@ -68,6 +68,49 @@ SPEC_CASES["gdn_align_padded_admission_spec_3"] = dict(
     scheduler_reserve_full_isl=False, prefix_cache_retention_interval=None, num_speculative_tokens=3,
     spec_acceptance_rate=0.5)
 
+MTP_CASES: dict[str, dict] = {
+    f"{name}_mtp_{k}": CASES[name] | dict(num_blocks=blocks, num_speculative_tokens=k, spec_acceptance_rate=rate,
+                                          method="mtp")
+    for name, blocks, k, rate in (("gdn_none_contended", 60, 2, 0.5), ("gdn_none_small_budget", 70, 3, 0.6))
+}
+# three shared system prompts of 1,500-5,000 tokens, prefix caching off: nothing cached, the prompts' blocks each
+# request's own
+MTP_CASES["gdn_none_shared_prefix_mtp_2"] = CASES["gdn_align_shared_prefix"] | dict(
+    enable_prefix_caching=False, block_size=BLOCK_SIZES[False], num_blocks=80, num_speculative_tokens=2,
+    spec_acceptance_rate=0.7, method="mtp")
+"""``--mtp``: Qwen3-Next's MTP drafter (``--speculative-config '{"method": "mtp", "num_speculative_tokens": K}'``)
+with prefix caching off (``mamba_cache_mode='none'``), written to ``tests/sim/data/vllm_oracle_gdn_mtp``
+(``tests/sim/test_sim_gdn_mtp_parity.py``). As ``spec_cases.py --method eagle`` does for an EAGLE drafter (a real
+MTP config loads the checkpoint's, which this offline harness does not have), the driver's ngram config is switched
+to ``method = "mtp"`` before the ``Scheduler`` is built (`as_mtp`): ``use_eagle`` (``config/speculative.py:2116-2120``),
+``num_lookahead_tokens`` K (``config/vllm.py:646-651``), ``num_prefill_lookahead_tokens`` 1 (one MTP module:
+``use_multi_module_mtp`` is False, ``config/vllm.py:667-675``) and ``use_eagle_block_drop`` are then MTP's; the
+attention group, which holds the drafter's layer in vLLM's planner (``gdn_pool.py``), is flagged
+``is_eagle_group`` (``v1/core/kv_cache_planning.py:1649-1655``). Each Mamba group's ``num_speculative_blocks`` is
+K (``MambaBase.get_kv_cache_spec``). The drafter's layer is not in the driver's pool: its ``num_blocks`` is given
+(the pool in blocks with the layer is `gdn_pool.py`'s)."""
+
+
+def as_mtp() -> None:
+    """Make the driver build vLLM's ``Scheduler`` for Qwen3-Next's MTP drafter (`MTP_CASES`)."""
+    import vllm.v1.core.sched.scheduler as module
+
+    base = module.Scheduler
+
+    class MTPScheduler(base):
+        def __init__(self, *, vllm_config, kv_cache_config, **kwargs) -> None:
+            object.__setattr__(vllm_config.speculative_config, "method", "mtp")
+            assert vllm_config.speculative_config.use_eagle()
+            assert not vllm_config.speculative_config.use_multi_module_mtp()
+            assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
+            assert vllm_config.num_prefill_lookahead_tokens == 1
+            (attention,) = kv_cache_config.kv_cache_groups  # the drafter's layer is in it
+            attention.is_eagle_group = True
+            super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kwargs)
+
+    module.Scheduler = MTPScheduler
+
+
 NOCKPT_BLOCK_SIZE = 272
 """Qwen3-Next's attention block size at -tp 4 on an A100-80GB, prefix caching on or off (`allocators.gdn_layout`)."""
 
@@ -101,6 +144,12 @@ def main() -> None:
                                       __doc__.splitlines()[0], argv)
         return
     mamba_driver.patch_scheduler(GDN_GROUPS, first=True, layer="linear_attn", grid_checkpoints=True)
+    if "--mtp" in argv:
+        argv.remove("--mtp")
+        as_mtp()
+        mamba_driver.write_references(MTP_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_mtp",
+                                      __doc__.splitlines()[0], argv)
+        return
     if "--spec" in argv:
         argv.remove("--spec")
         mamba_driver.write_references(SPEC_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_spec",

@@ -1,0 +1,81 @@
+"""kvsim on Qwen3-Next-80B-A3B (-tp 2 on an H200, 544-token blocks) with its MTP drafter (``--speculative-config
+'{"method": "mtp", "num_speculative_tokens": K}'``) and prefix caching off (``mamba_cache_mode='none'``: 1 + K
+state blocks a Mamba group, the drafter's K lookahead slots in the attention group at every ``allocate_slots``)
+against vLLM 0.33's own scheduler built for an MTP drafter on the same pool (``tools/vllm_oracle/gdn_driver.py
+--mtp``): every engine step's running and waiting requests, prefill tokens and used blocks, `compare.py`'s
+metrics and vLLM's spec decoding counters, exactly; the fast-forward makes the same decisions, audited at every
+step. The same cases run with ngram drafts (no lookahead slots) differ from vLLM's in preemptions and blocks.
+(Synchronous only: the oracle drives no drafts through vLLM's async engine loop.)"""
+
+import dataclasses
+import json
+
+import pytest
+
+from sim.kernel.config import SimConfig
+from sim.kernel.replica import resolve_capacity
+from tests.sim.mamba_oracle import assert_decisions_are_vllms, assert_every_step_is_vllms, differences, mamba
+from tests.sim.mamba_oracle import run as run_case
+from tests.sim.vllm_oracle import ROOT, cases
+
+DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_gdn_mtp"
+CASES = cases(DATA)
+QWEN3_NEXT = dict(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel=2)
+DRAFTS = dict(spec_acceptance_rate=0.5)
+
+
+def run(case: str, *, step_by_step: bool):
+    return run_case(DATA / case, step_by_step=step_by_step, debug_invariants=1, **QWEN3_NEXT)
+
+
+def test_the_cases_cover_contention_a_small_budget_and_shared_prefixes_with_preemptions():
+    assert set(CASES) == {"gdn_none_contended_mtp_2", "gdn_none_small_budget_mtp_3", "gdn_none_shared_prefix_mtp_2"}
+    for case in CASES:
+        settings = json.loads((DATA / case / "settings.json").read_text())
+        assert settings["method"] == "mtp" and not settings["enable_prefix_caching"], case
+        assert mamba.compare.oracle_metrics(DATA / case)["preemptions"] > 0, case
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_step_is_vllms(case):
+    slow = run(case, step_by_step=True)
+    assert slow.summary["spec_decoding"]["method"] == "mtp"
+    assert slow.summary["spec_decoding"]["drafter_layers"] == 1
+    assert_every_step_is_vllms(slow, DATA / case)
+    assert mamba.spec_differences(slow, DATA / case) == {"num_drafts": "", "num_draft_tokens": "",
+                                                         "num_accepted_tokens": ""}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_fast_forward_makes_the_same_decisions(case):
+    assert_decisions_are_vllms(run(case, step_by_step=False), DATA / case)
+
+
+def test_ngram_drafts_without_the_lookahead_slots_are_not_vllms_mtp_run():
+    """The references tell the drafter's lookahead slots apart: the contended case run as ngram preempts 27
+    requests where vLLM's MTP run preempts 39."""
+    from sim.kernel.runner import run_config
+
+    case = DATA / "gdn_none_contended_mtp_2"
+    settings = json.loads((case / "settings.json").read_text()) | {"method": "ngram"}
+    config = mamba.kvsim_config(settings, case / "trace.csv", step_by_step=True)
+    ngram = run_config(dataclasses.replace(config, **QWEN3_NEXT))
+    steps, metrics = differences(ngram, case)
+    assert metrics["preemptions"] == "27 vs 39" and steps["used_blocks"]
+
+
+def test_a_run_with_prefix_caching_on_is_refused_with_the_reason():
+    """vLLM's EAGLE-style lookahead block hashes, last-block drop and Mamba checkpoint drop on the hybrid pool are
+    not modelled: a run with the MTP drafter and prefix caching on (mamba_cache_mode 'align') is refused, as are
+    eagle on Qwen3-Next and mtp on a Mamba-2 model; `kvsim capacity` sizes the pool (`tests/cli/`)."""
+    mtp = json.dumps({"method": "mtp", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="method 'mtp' on qwen3-next-80b-a3b with prefix caching on"):
+        resolve_capacity(SimConfig(speculative_config=mtp, **DRAFTS, **QWEN3_NEXT))
+    eagle = json.dumps({"method": "eagle", "model": "d", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="method 'eagle'"):
+        resolve_capacity(SimConfig(speculative_config=eagle, prefix_caching=False, **DRAFTS, **QWEN3_NEXT))
+    with pytest.raises(ValueError, match="method 'mtp' on nemotron-h-8b"):
+        resolve_capacity(SimConfig(model="nemotron-h-8b", gpu="h100-80gb", speculative_config=mtp,
+                                   prefix_caching=False, **DRAFTS))
+    cap = resolve_capacity(SimConfig(speculative_config=mtp, prefix_caching=False, **DRAFTS, **QWEN3_NEXT))
+    assert cap.drafter_layers == 1
