@@ -79,3 +79,17 @@ def test_a_run_with_prefix_caching_on_is_refused_with_the_reason():
                                    prefix_caching=False, **DRAFTS))
     cap = resolve_capacity(SimConfig(speculative_config=mtp, prefix_caching=False, **DRAFTS, **QWEN3_NEXT))
     assert cap.drafter_layers == 1
+
+
+def test_a_runs_pool_is_vllms_with_the_drafter_layer():
+    """A run's pool from its derived capacity (token slots of 13 attention layers, `kv_capacity` with the drafter)
+    is `kvsim capacity`'s and vLLM's planner's: 7,408 blocks of 544 tokens, groups of 13 layers
+    (tests/allocators/data/gdn_pool.json's qwen3_next_h200_tp2_none_mtp_2)."""
+    from allocators.catalog import get_model
+    from sim.kernel.mamba_run import run_pool
+
+    config = SimConfig(speculative_config=json.dumps({"method": "mtp", "num_speculative_tokens": 2}),
+                       prefix_caching=False, **DRAFTS, **QWEN3_NEXT)
+    pool = run_pool(config, get_model("qwen3-next-80b-a3b"), resolve_capacity(config).kv_tokens)
+    assert (pool.block_size, pool.group_size, pool.attention_groups, pool.mamba_groups, pool.num_blocks) == \
+        (544, 13, 1, 3, 7408)
