@@ -302,6 +302,12 @@ class HybridPagedAllocator(HybridQueries):
         s, bs = self._seqs[seq_id], self.block_size
         drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
         if self.align:
+            if num_tokens > 1 and s.num_hashed < len(s.hashes):
+                # the last verification's accepted drafts, in slots it held: vLLM cached the blocks they filled
+                # right after that step (``update_from_output``'s ``cache_blocks``), before this allocation frees a
+                # state no step reads (the running block of a column they crossed)
+                held = min(len(t) for g, t in enumerate(s.tables) if not self.mamba[g]) * bs
+                self._cache_full_blocks(s, min(s.tokens + num_tokens - 1, held))
             return self._extend(s, num_tokens, s.tokens + num_tokens - 1, drafts)
         if (cdiv(s.tokens + num_tokens + drafts, bs) - len(s.tables[0])) * self.slots_per_token > self._free.num_free:
             return None
@@ -365,11 +371,12 @@ class HybridPagedAllocator(HybridQueries):
             s.skipped[g] = stop
         self.window_released += used - sum(self._used)
 
-    def _cache_full_blocks(self, s: HybridSeq) -> None:
+    def _cache_full_blocks(self, s: HybridSeq, tokens: int | None = None) -> None:
         """Cache every live block full by now under its hash and group (vLLM caches a block when the step that
         fills it is scheduled), a window group's only where its retention keeps it (`window_retention`); blocks
-        below ``num_hashed`` are settled already."""
-        full = min(s.tokens // self.block_size, len(s.hashes))
+        below ``num_hashed`` are settled already. ``tokens``: the tokens computed, if more than the sequence was
+        told of (a verification's accepted drafts, `grow_with_drafts`)."""
+        full = min((s.tokens if tokens is None else tokens) // self.block_size, len(s.hashes))
         if s.num_hashed >= full:
             return
         cache, n, start = self._cache, len(self.groups), s.num_hashed

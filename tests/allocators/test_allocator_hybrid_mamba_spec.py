@@ -4,8 +4,6 @@
 (`HybridPagedAllocator.grow_with_drafts`), audited; with prefix caching on (``'align'``) the speculative blocks
 after the running one, moved along the position-indexed table (`allocators.mamba_align.place_blocks`)."""
 
-import pytest
-
 from allocators.hybrid import HybridPagedAllocator
 from allocators.mamba_layout import mamba_state_blocks
 from tests.allocators.kv_group_fixture import KVGroupFixture
@@ -120,7 +118,22 @@ def test_a_drafters_lookahead_slots_take_attention_blocks_at_admission_up_to_max
     assert capped.live_blocks(1) == [1] + [3] * 6  # one slot of lookahead: max_model_len
 
 
-def test_lookahead_slots_are_refused_in_align_mode():
-    """Not modelled with prefix caching on (`allocators.mamba_layout.check_mamba_speculation` refuses the run)."""
-    with pytest.raises(ValueError, match="prefix caching off"):
-        pool(prefix_caching=True).admit(1, BS, final_tokens=BS + 1, lookahead_slots=2)
+def test_align_mode_lookahead_slots_take_state_columns_as_a_verifications_drafts_do():
+    """Prefix caching on: a padded admission's placeholder drafts (vLLM's ``pad_spec_decode`` schedules ``1 + k``
+    tokens, ``num_tokens_main_model`` counting them) take attention slots and state columns in the one allocation,
+    as `grow_with_drafts` gives a verification's drafts: 2,081 tokens' columns (a checkpoint at 2,080) for a
+    2,079-token request, its running block and k speculative ones after them; the slots are held, not tokens."""
+    plain = pool(blocks=40, k=2, prefix_caching=True)
+    assert plain.admit(1, 2 * BS - 1, final_tokens=3 * BS) is not None
+    assert plain.block_tables(1)[1] == (3, 4, 5, 6) and plain.live_blocks(1) == [2] + [4] * 6
+    padded = pool(blocks=40, k=2, prefix_caching=True)
+    assert padded.admit(1, 2 * BS - 1, final_tokens=3 * BS, lookahead_slots=2) is not None
+    table = padded.block_tables(1)[1]
+    assert table[0] == 0 and all(table[1:]) and len(table) == 3 + 2
+    assert padded.live_blocks(1) == [3] + [4] * 6 and padded.num_tokens(1) == 2 * BS - 1
+    padded.check_invariants()
+    padded.free(1)
+    assert padded.num_free_blocks == 39
+    tight = pool(blocks=27, k=2, prefix_caching=True)  # 26 usable: 2 + 6 x 4 fit, 3 + 6 x 4 do not
+    assert tight.admit(1, 2 * BS - 1, final_tokens=3 * BS, lookahead_slots=2) is None
+    assert tight.admit(1, 2 * BS - 1, final_tokens=3 * BS) is not None

@@ -22,10 +22,13 @@ def run(case: str, *, step_by_step: bool):
 
 
 def test_the_cases_cover_contention_and_shared_prefixes_with_preemptions():
+    """And long shared prefixes hit by requests run one at a time (no preemption there), whose five drafts a step
+    often cross a block boundary mid-step: the state left behind there is cached as vLLM caches it."""
+    one_at_a_time = "gdn_align_long_prefix_spec_5_retention_576"
     assert set(CASES) == {"gdn_align_contended_spec_2", "gdn_align_shared_prefix_spec_3",
-                          "gdn_align_padded_admission_spec_3"}
+                          "gdn_align_padded_admission_spec_3", one_at_a_time}
     for case in CASES:
-        assert mamba.compare.oracle_metrics(DATA / case)["preemptions"] > 0, case
+        assert (mamba.compare.oracle_metrics(DATA / case)["preemptions"] > 0) == (case != one_at_a_time), case
 
 
 @pytest.mark.parametrize("case", CASES)

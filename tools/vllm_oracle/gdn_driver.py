@@ -67,6 +67,14 @@ SPEC_CASES["gdn_align_padded_admission_spec_3"] = dict(
     block_size=576, enable_prefix_caching=True, max_num_batched_tokens=256, max_num_seqs=2,
     scheduler_reserve_full_isl=False, prefix_cache_retention_interval=None, num_speculative_tokens=3,
     spec_acceptance_rate=0.5)
+# found by ``mamba_fuzz.py`` (seed 3, draw 116): a verification whose accepted drafts cross a block boundary leaves
+# that column's state behind; vLLM caches it right after the step (``update_from_output``'s ``cache_blocks``, under a
+# positive retention interval) before the next allocation frees it, so a later request hits that prefix in every
+# group (one at a time, 5 drafts: the accepted ones often cross a boundary mid-step)
+SPEC_CASES["gdn_align_long_prefix_spec_5_retention_576"] = dict(
+    trace=dict(n=0), trace_of="mamba_align_long_prefix", num_blocks=164, block_size=576, enable_prefix_caching=True,
+    max_num_seqs=1, scheduler_reserve_full_isl=False, prefix_cache_retention_interval=576, num_speculative_tokens=5,
+    spec_acceptance_rate=0.3)
 
 MTP_CASES: dict[str, dict] = {
     f"{name}_mtp_{k}": CASES[name] | dict(num_blocks=blocks, num_speculative_tokens=k, spec_acceptance_rate=rate,
@@ -152,6 +160,7 @@ def main() -> None:
         return
     if "--spec" in argv:
         argv.remove("--spec")
+        mamba_driver.CASES |= SPEC_CASES  # its long-prefix trace writer reads trace_of there
         mamba_driver.write_references(SPEC_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_spec",
                                       __doc__.splitlines()[0], argv)
         return
