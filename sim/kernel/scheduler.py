@@ -224,7 +224,9 @@ class Scheduler:
         if self.mamba is not None:
             self.mamba.begin()
         self.now = now
-        self.threshold = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
+        # vLLM lifts the threshold when one request is in, counting those holding KV for a host load
+        # (``get_request_counts``: ``len(self.waiting) + len(self.kv_holding_waiting)``)
+        self.threshold = self.long_prefill_token_threshold if self.load > 1 else 0
         self.step_tokens.clear()
         self.returned = 0
         self.deferred_decoders.clear()

@@ -184,6 +184,15 @@ CASES: dict[str, dict] = {
                                                   turn_gap=(8, 21)),
                                        num_blocks=286, cpu_offload_blocks=539, max_num_batched_tokens=256,
                                        scheduler_reserve_full_isl=False, watermark=0.1),
+    # found by ``fuzz.py`` (seed 13, draw 16; its trace seeded by the draw's name), for its async reference: vLLM
+    # lifts the long-prefill threshold only when one request is in, counting those holding KV for a host load
+    # (``get_request_counts``); kvsim counted the queue only, and gave a lone running request 526 tokens at once
+    "offload_arc_sessions_priority_threshold": dict(trace=dict(n=7, prompt=(105, 170), output=(81, 88), gap=3.0,
+                                                               turns=3, turn_gap=(9, 53)),
+                                                    trace_of="fuzz13_0016", num_blocks=67, cpu_offload_blocks=20,
+                                                    offload_eviction_policy="arc", scheduling_policy="priority",
+                                                    max_num_seqs=2, scheduler_reserve_full_isl=False,
+                                                    max_model_len=857, long_prefill_token_threshold=16),
     # found by ``fuzz.py``, for its speculative reference (``spec_cases.py``, 20 drafts): a threshold below a
     # verification's 1 + 20 tokens caps it, drafts included
     "threshold_16_contended": dict(trace=dict(n=16, prompt=(141, 716), output=(104, 162), gap=0.0), num_blocks=72,
