@@ -23,6 +23,14 @@ and one line per case says ``exact`` or the first difference: the metric (`compa
 step where kvsim and vLLM first part (the earliest step at which the two step series, or a request's first-token or
 finish step, differ). ``--case`` runs one case given as JSON (to shrink a draw; its ``--name`` seeds its trace, as a
 name in ``cases.py`` does), which becomes a permanent parity case by adding it to ``cases.py``.
+
+Covered (2026-12-06, vLLM 0.33): seeds 7, 8, 9 and 11 (300 draws each) all exact at ede77f8, seed 12 (120) at
+a91f6e4, seeds 13 and 14 (150 each) at 505d14b; seed 10, before the watermark fix of ede77f8, 297 exact, one
+mismatch (that fix) and two vLLM runs that never end (a sliding-window group with a watermark: vLLM's, not kvsim's);
+seed 13 before 505d14b, 149 exact and one mismatch (that fix). The six kvsim bugs found are committed references
+(``cases.py``'s ``offload_long_prefill_threshold``, ``offload_whole_prompts_few``,
+``offload_parallel_sampling_threshold``, ``offload_sessions_watermark``, ``offload_arc_sessions_priority_threshold``,
+and ``spec_cases.py``'s ``threshold_below_drafts``).
 """
 
 from __future__ import annotations
