@@ -259,42 +259,55 @@ def describe(name: str) -> str:
     return f"trace={case['trace']} {set_}"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--draws", type=int, default=100)
+def drive(description: str, *, register, oracle, check, describe, draws: int, out: str, name: str,
+          script: str) -> dict[str, int] | None:
+    """A fuzzer's command line (this one's and `mamba_fuzz.py`'s): register the draws (or one ``--case``), and in
+    vLLM's venv (``--oracle``) run them there; else start that run as a child and, as each case lands, print its
+    ``check`` verdict (``describe`` of a draw that is not exact) and at the end the counts, which it returns (None
+    on the vLLM side). ``draws``, ``out`` and ``name`` are the defaults of ``--draws``, ``--out`` and ``--name``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--draws", type=int, default=draws)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", type=int, nargs="*", help="these draws' indices only (reproduce one)")
-    p.add_argument("--out", default="/tmp/kvsim-fuzz")
+    p.add_argument("--out", default=out)
     p.add_argument("--case", help="run this case instead of draws (a `cases.CASES` entry as JSON; to shrink one)")
-    p.add_argument("--name", default="fuzz_case", help="the --case's name (which seeds its trace, as in cases.py)")
+    p.add_argument("--name", default=name, help="the --case's name (which seeds its trace, as in cases.py)")
     p.add_argument("--venv", default="/tmp/vvenv", help="a venv with vLLM 0.33 (docs/vllm-v1.md)")
     p.add_argument("--oracle", action="store_true", help="internal: the vLLM side, run in --venv")
     a = p.parse_args()
-    out = Path(a.out)
+    out_dir = Path(a.out)
     if a.case:
         cases.CASES[a.name] = json.loads(a.case)
         names = [a.name]
     else:
         names = register(a.seed, a.only if a.only else list(range(a.draws)))
     if a.oracle:
-        oracle(names, out)
-        return
-    cmd = [str(Path(a.venv) / "bin" / "python"), __file__, "--oracle", "--seed", str(a.seed), "--out", str(out)]
-    cmd += ["--case", a.case, "--name", a.name] if a.case else ["--only", *map(str, a.only)] if a.only else ["--draws", str(a.draws)]
+        oracle(names, out_dir)
+        return None
+    cmd = [str(Path(a.venv) / "bin" / "python"), script, "--oracle", "--seed", str(a.seed), "--out", str(out_dir)]
+    cmd += ["--case", a.case, "--name", a.name] if a.case else \
+        ["--only", *map(str, a.only)] if a.only else ["--draws", str(a.draws)]
     env = os.environ | {"HF_HUB_OFFLINE": "1"}
     counts = {"exact": 0, "mismatch": 0, "error": 0}
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) as proc:
         for line in proc.stdout:
             if not line.startswith("FUZZ "):
                 continue
-            _, name, status, *rest = line.split(" ", 3)
-            verdict = check(out / name) if status.strip() == "ok" else " ".join(["ERROR", *rest]).strip()
-            key = "exact" if verdict == "exact" else "error" if verdict.startswith("ERROR") else "mismatch"
+            _, case, status, *rest = line.split(" ", 3)
+            verdict = check(out_dir / case) if status.strip() == "ok" else " ".join(["ERROR", *rest]).strip()
+            key = "exact" if verdict == "exact" else "error" if "ERROR" in verdict else "mismatch"
             counts[key] += 1
-            print(f"{name}: {verdict}" + ("" if verdict == "exact" else f"\n    {describe(name)}"), flush=True)
+            print(f"{case}: {verdict}" + ("" if verdict == "exact" else f"\n    {describe(case)}"), flush=True)
     print(f"{sum(counts.values())} draws: {counts['exact']} exact, {counts['mismatch']} mismatched, "
           f"{counts['error']} errors")
-    sys.exit(1 if counts["mismatch"] or counts["error"] else 0)
+    return counts
+
+
+def main() -> None:
+    counts = drive(__doc__.splitlines()[0], register=register, oracle=oracle, check=check, describe=describe,
+                   draws=100, out="/tmp/kvsim-fuzz", name="fuzz_case", script=__file__)
+    if counts is not None:
+        sys.exit(1 if counts["mismatch"] or counts["error"] else 0)
 
 
 if __name__ == "__main__":

@@ -45,12 +45,9 @@ One harness fault (seed 1, draw 141): vLLM's driver rows idle steps, kvsim does 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -59,6 +56,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 import cases  # noqa: E402
+import fuzz  # noqa: E402
 
 LONG_PREFIX = "mamba_align_long_prefix"
 """`mamba_driver`'s long shared-prefix trace (``trace_of`` this name)."""
@@ -288,44 +286,14 @@ def check(case: Path) -> str:
     return " | ".join(verdicts) or "exact"
 
 
+def describe(name: str) -> str:
+    """The draw's fields that `cases.DEFAULTS` does not set, as JSON (to pass back as ``--case``)."""
+    return json.dumps({k: v for k, v in cases.CASES[name].items() if cases.DEFAULTS.get(k, object()) != v})
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--draws", type=int, default=150)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", type=int, nargs="*", help="these draws' indices only (reproduce one)")
-    p.add_argument("--out", default="/tmp/kvsim-mamba-fuzz")
-    p.add_argument("--case", help="run this case instead of draws (a `cases.CASES` entry with a flavor, as JSON)")
-    p.add_argument("--name", default="mfuzz_case", help="the --case's name (which seeds its trace)")
-    p.add_argument("--venv", default="/tmp/vvenv", help="a venv with vLLM 0.33 (docs/vllm-v1.md)")
-    p.add_argument("--oracle", action="store_true", help="internal: the vLLM side, run in --venv")
-    a = p.parse_args()
-    out = Path(a.out)
-    if a.case:
-        cases.CASES[a.name] = json.loads(a.case)
-        names = [a.name]
-    else:
-        names = register(a.seed, a.only if a.only else list(range(a.draws)))
-    if a.oracle:
-        oracle(names, out)
-        return
-    cmd = [str(Path(a.venv) / "bin" / "python"), __file__, "--oracle", "--seed", str(a.seed), "--out", str(out)]
-    cmd += ["--case", a.case, "--name", a.name] if a.case else \
-        ["--only", *map(str, a.only)] if a.only else ["--draws", str(a.draws)]
-    env = os.environ | {"HF_HUB_OFFLINE": "1"}
-    counts = {"exact": 0, "mismatch": 0, "error": 0}
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) as proc:
-        for line in proc.stdout:
-            if not line.startswith("FUZZ "):
-                continue
-            _, name, status, *rest = line.split(" ", 3)
-            verdict = check(out / name) if status.strip() == "ok" else " ".join(["ERROR", *rest]).strip()
-            key = "exact" if verdict == "exact" else "error" if "ERROR" in verdict else "mismatch"
-            counts[key] += 1
-            described = {k: v for k, v in cases.CASES[name].items() if cases.DEFAULTS.get(k, object()) != v}
-            print(f"{name}: {verdict}" + ("" if verdict == "exact" else f"\n    {json.dumps(described)}"),
-                  flush=True)
-    print(f"{sum(counts.values())} draws: {counts['exact']} exact, {counts['mismatch']} mismatched, "
-          f"{counts['error']} errors")
+    fuzz.drive(__doc__.splitlines()[0], register=register, oracle=oracle, check=check, describe=describe,
+               draws=150, out="/tmp/kvsim-mamba-fuzz", name="mfuzz_case", script=__file__)
 
 
 if __name__ == "__main__":
