@@ -7,7 +7,7 @@ and the manager never reserves a checkpoint block. Blocks of 80 tokens, as vLLM 
 
     HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/mamba1_driver.py [--async-scheduling] [CASE ...]
 
-It reuses `mamba_driver`'s case writer and differs from its ``patch_scheduler`` in the spec alone.
+It reuses `mamba_driver`'s case writer and ``patch_scheduler`` (``checkpoints=False``).
 """
 
 from __future__ import annotations
@@ -48,37 +48,9 @@ state a request holds is cached; a Mamba-1 layer still takes no checkpoint block
 
 
 def patch_scheduler() -> None:
-    """`mamba_driver.patch_scheduler`'s groups, first, with Mamba-1's spec: no prefill checkpoint block."""
-    import torch
-    import vllm.v1.core.sched.async_scheduler as async_sched
-    import vllm.v1.core.sched.scheduler as sched
-    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
-
-    def with_mamba(base: type) -> type:
-        class MambaScheduler(base):
-            def __init__(self, *, vllm_config, kv_cache_config, **kw):
-                attention = kv_cache_config.kv_cache_groups[0].kv_cache_spec
-                cache = vllm_config.cache_config
-                align = cache.enable_prefix_caching
-                cache.mamba_cache_mode = "align" if align else "none"
-                cache.mamba_block_size = attention.block_size if align else vllm_config.model_config.max_model_len
-                spec = MambaSpec(shapes=((4, 4),), dtypes=(torch.float16,), block_size=cache.mamba_block_size,
-                                 page_size_padded=attention.page_size_bytes, mamba_cache_mode=cache.mamba_cache_mode,
-                                 num_prefill_checkpoint_blocks=0, prefill_checkpoint_alignment=None)
-                mamba = [KVCacheGroupSpec([f"mamba.{i}"], spec) for i in range(MAMBA1_GROUPS)]
-                kv_cache_config = KVCacheConfig(
-                    num_blocks=kv_cache_config.num_blocks, kv_cache_tensors=kv_cache_config.kv_cache_tensors,
-                    kv_cache_groups=[*mamba, *kv_cache_config.kv_cache_groups],
-                    prefix_cache_retention_interval=cache.prefix_cache_retention_interval)
-                kw["block_size"], kw["hash_block_size"] = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-                super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kw)
-                assert not self.mamba_has_prefill_checkpoint_blocks
-
-        return MambaScheduler
-
-    sched.Scheduler = with_mamba(sched.Scheduler)
-    async_sched.AsyncScheduler = with_mamba(async_sched.AsyncScheduler)
+    """`mamba_driver.patch_scheduler`'s `MAMBA1_GROUPS` groups, first, with Mamba-1's spec: no prefill checkpoint
+    block."""
+    mamba_driver.patch_scheduler(MAMBA1_GROUPS, first=True, checkpoints=False)
 
 
 def main() -> None:

@@ -27,13 +27,15 @@ import driver  # noqa: E402
 
 
 def patch_scheduler(num_mamba_groups: int, *, first: bool = False, layer: str = "mamba",
-                    grid_checkpoints: bool = False) -> None:
+                    grid_checkpoints: bool = False, checkpoints: bool = True) -> None:
     """Make vLLM's ``Scheduler`` and ``AsyncScheduler`` (as `driver.build_scheduler` imports them) add the Mamba
     groups to the KV cache config they are given: after the attention group, or ``first`` (as vLLM's planner
     orders a model whose layer 0 is a recurrent one: Nemotron-H's Mamba-2 'M', Qwen3-Next's linear attention), their
     layers named ``layer.i``. A Mamba-2
     layer exports its state at any token (``prefill_checkpoint_alignment`` 1); with ``grid_checkpoints`` (gated
-    DeltaNet on Hopper: FlashInfer's grid) only at multiples of the block size, and none without prefix caching."""
+    DeltaNet on Hopper: FlashInfer's grid) only at multiples of the block size, and none without prefix caching;
+    without ``checkpoints`` (Mamba-1, gated DeltaNet's Triton/FLA prefill: ``MambaBase``'s spec) none at all, and no
+    checkpoint block (``num_prefill_checkpoint_blocks`` 0)."""
     import torch
     import vllm.v1.core.sched.async_scheduler as async_sched
     import vllm.v1.core.sched.scheduler as sched
@@ -48,10 +50,16 @@ def patch_scheduler(num_mamba_groups: int, *, first: bool = False, layer: str = 
                 align = cache.enable_prefix_caching
                 cache.mamba_cache_mode = "align" if align else "none"
                 cache.mamba_block_size = attention.block_size if align else vllm_config.model_config.max_model_len
-                alignment = (cache.mamba_block_size if align else None) if grid_checkpoints else 1
+                if not checkpoints:
+                    alignment = None
+                elif grid_checkpoints:
+                    alignment = cache.mamba_block_size if align else None
+                else:
+                    alignment = 1
                 spec = MambaSpec(shapes=((4, 4),), dtypes=(torch.float16,), block_size=cache.mamba_block_size,
                                  page_size_padded=attention.page_size_bytes, mamba_cache_mode=cache.mamba_cache_mode,
-                                 num_prefill_checkpoint_blocks=int(align), prefill_checkpoint_alignment=alignment,
+                                 num_prefill_checkpoint_blocks=int(align and checkpoints),
+                                 prefill_checkpoint_alignment=alignment,
                                  # ``MambaBase.get_kv_cache_spec``: a state block per draft token too
                                  num_speculative_blocks=vllm_config.num_speculative_tokens)
                 mamba = [KVCacheGroupSpec([f"{layer}.{i}"], spec) for i in range(num_mamba_groups)]
@@ -65,6 +73,7 @@ def patch_scheduler(num_mamba_groups: int, *, first: bool = False, layer: str = 
                 super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kw)
                 assert sum(isinstance(g.kv_cache_spec, MambaSpec)
                            for g in self.kv_cache_config.kv_cache_groups) == num_mamba_groups
+                assert checkpoints or not self.mamba_has_prefill_checkpoint_blocks
 
         return MambaScheduler
 
