@@ -59,3 +59,8 @@ def assert_decisions_are_vllms(fast, case: Path, *, asynchronous: bool = False) 
     assert (mamba.compare.differences(mamba.metrics(fast, asynchronous=asynchronous),
                                       vllms_metrics(case, asynchronous=asynchronous))
             == dict.fromkeys(mamba.compare.METRICS, ""))
+
+
+def assert_spec_counters_are_vllms(slow, case: Path) -> None:
+    """vLLM's spec decoding counters (``spec.json``) summed over the run are kvsim's."""
+    assert mamba.spec_differences(slow, case) == {"num_drafts": "", "num_draft_tokens": "", "num_accepted_tokens": ""}

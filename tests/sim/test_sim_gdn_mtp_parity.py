@@ -14,7 +14,13 @@ import pytest
 
 from sim.kernel.config import SimConfig
 from sim.kernel.replica import resolve_capacity
-from tests.sim.mamba_oracle import assert_decisions_are_vllms, assert_every_step_is_vllms, differences, mamba
+from tests.sim.mamba_oracle import (
+    assert_decisions_are_vllms,
+    assert_every_step_is_vllms,
+    assert_spec_counters_are_vllms,
+    differences,
+    mamba,
+)
 from tests.sim.mamba_oracle import run as run_case
 from tests.sim.vllm_oracle import ROOT, cases
 
@@ -42,8 +48,7 @@ def test_every_step_is_vllms(case):
     assert slow.summary["spec_decoding"]["method"] == "mtp"
     assert slow.summary["spec_decoding"]["drafter_layers"] == 1
     assert_every_step_is_vllms(slow, DATA / case)
-    assert mamba.spec_differences(slow, DATA / case) == {"num_drafts": "", "num_draft_tokens": "",
-                                                         "num_accepted_tokens": ""}
+    assert_spec_counters_are_vllms(slow, DATA / case)
 
 
 @pytest.mark.parametrize("case", CASES)

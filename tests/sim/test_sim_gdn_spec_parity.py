@@ -8,7 +8,12 @@ audited at every step. (Synchronous only: the oracle drives no drafts through vL
 
 import pytest
 
-from tests.sim.mamba_oracle import assert_decisions_are_vllms, assert_every_step_is_vllms, mamba
+from tests.sim.mamba_oracle import (
+    assert_decisions_are_vllms,
+    assert_every_step_is_vllms,
+    assert_spec_counters_are_vllms,
+    mamba,
+)
 from tests.sim.mamba_oracle import run as run_case
 from tests.sim.vllm_oracle import ROOT, cases
 
@@ -35,8 +40,7 @@ def test_the_cases_cover_contention_and_shared_prefixes_with_preemptions():
 def test_every_step_is_vllms(case):
     slow = run(case, step_by_step=True)
     assert_every_step_is_vllms(slow, DATA / case)
-    assert mamba.spec_differences(slow, DATA / case) == {"num_drafts": "", "num_draft_tokens": "",
-                                                         "num_accepted_tokens": ""}
+    assert_spec_counters_are_vllms(slow, DATA / case)
 
 
 @pytest.mark.parametrize("case", CASES)
