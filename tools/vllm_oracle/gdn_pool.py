@@ -62,21 +62,16 @@ def pool(available_bytes: int, tp: int, block_size: int, mode: str, mtp_tokens: 
         MambaStateDtypeCalculator,
         MambaStateShapeCalculator,
     )
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     m = QWEN3_NEXT
     shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
         tp, m["k_heads"], m["v_heads"], m["head_k_dim"], m["head_v_dim"], m["conv_kernel"])
     dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(torch.bfloat16, "auto", "auto")
     mamba_block_size = block_size if mode == "align" else m["max_model_len"]
-    attn = FullAttentionSpec(block_size=block_size, num_kv_heads=max(m["kv_heads"] // tp, 1),
-                             head_size=m["head_dim"], dtype=torch.bfloat16)
-    state = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size).page_size_bytes
-    gdn = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size,
-                    page_size_padded=attn.page_size_bytes, mamba_cache_mode=mode,
-                    num_prefill_checkpoint_blocks=int(mode == "align"),
-                    prefill_checkpoint_alignment=block_size if mode == "align" else None,
-                    num_speculative_blocks=mtp_tokens)
+    attn, gdn, state = mamba_pool.layer_specs(m, tp, block_size, shapes, dtypes, mamba_block_size,
+                                              mamba_cache_mode=mode, num_prefill_checkpoint_blocks=int(mode == "align"),
+                                              prefill_checkpoint_alignment=block_size if mode == "align" else None,
+                                              num_speculative_blocks=mtp_tokens)
     specs = {}
     for i in range(m["layers"]):
         full = (i + 1) % m["full_attention_interval"] == 0

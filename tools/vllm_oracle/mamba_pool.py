@@ -43,7 +43,6 @@ def pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) 
         MambaStateDtypeCalculator,
         MambaStateShapeCalculator,
     )
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     m = NEMOTRON_H_8B
     shapes = MambaStateShapeCalculator.mamba2_state_shape(
@@ -51,11 +50,7 @@ def pool(available_bytes: int, tp: int, block_size: int, mamba_block_size: int) 
         num_heads=m["mamba_heads"], head_dim=m["mamba_head_dim"], state_size=m["state_size"],
         conv_kernel=m["conv_kernel"])
     dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(torch.bfloat16, "auto", "float32")
-    attn = FullAttentionSpec(block_size=block_size, num_kv_heads=max(m["kv_heads"] // tp, 1),
-                             head_size=m["head_dim"], dtype=torch.bfloat16)
-    state = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size).page_size_bytes
-    mamba = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size,
-                      page_size_padded=attn.page_size_bytes)
+    attn, mamba, state = layer_specs(m, tp, block_size, shapes, dtypes, mamba_block_size)
     # in the model's layer order, as ``get_kv_cache_spec`` lists them (``static_forward_context``, which each layer
     # joins as ``make_layers`` builds it): the planner's groups follow the order it first meets each spec in
     specs = {}
@@ -92,17 +87,12 @@ def jamba_pool(available_bytes: int, tp: int, block_size: int, mamba_block_size:
         MambaStateDtypeCalculator,
         MambaStateShapeCalculator,
     )
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     m = JAMBA_1_5_MINI
     shapes = MambaStateShapeCalculator.mamba1_state_shape(tp_world_size=tp, intermediate_size=m["intermediate_size"],
                                                           state_size=m["state_size"], conv_kernel=m["conv_kernel"])
     dtypes = MambaStateDtypeCalculator.mamba1_state_dtype(torch.bfloat16, "auto", "auto")
-    attn = FullAttentionSpec(block_size=block_size, num_kv_heads=max(m["kv_heads"] // tp, 1),
-                             head_size=m["head_dim"], dtype=torch.bfloat16)
-    state = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size).page_size_bytes
-    mamba = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size,
-                      page_size_padded=attn.page_size_bytes)
+    attn, mamba, state = layer_specs(m, tp, block_size, shapes, dtypes, mamba_block_size)
     specs = {}
     for i in range(m["layers"]):
         if i % m["attn_layer_period"] == m["attn_layer_offset"]:
@@ -110,6 +100,21 @@ def jamba_pool(available_bytes: int, tp: int, block_size: int, mamba_block_size:
         else:
             specs[f"model.layers.{i}.mixer"] = mamba
     return {"mamba_state_bytes": state, "page_bytes": attn.page_size_bytes, **plan(specs, available_bytes)}
+
+
+def layer_specs(m: dict, tp: int, block_size: int, shapes, dtypes, mamba_block_size: int, **mamba_fields) -> tuple:
+    """A model's attention layer spec on ``tp`` GPUs (bf16, its KV heads split), its Mamba layer spec padded to the
+    attention page (with ``mamba_fields`` of ``MambaSpec`` where the layer sets them), and the unpadded state's
+    bytes."""
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    attn = FullAttentionSpec(block_size=block_size, num_kv_heads=max(m["kv_heads"] // tp, 1),
+                             head_size=m["head_dim"], dtype=torch.bfloat16)
+    state = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size).page_size_bytes
+    mamba = MambaSpec(shapes=tuple(shapes), dtypes=dtypes, block_size=mamba_block_size,
+                      page_size_padded=attn.page_size_bytes, **mamba_fields)
+    return attn, mamba, state
 
 
 def plan(specs: dict, available_bytes: int) -> dict:
