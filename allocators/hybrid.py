@@ -84,9 +84,8 @@ class HybridPagedAllocator(HybridQueries):
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
         lookahead = max(0, min(lookahead_slots, self.max_model_len - num_tokens))
-        if lookahead and any(w is not None for w in self.windows):
-            raise ValueError("speculative drafts on a hybrid pool are modelled with full-attention and Mamba groups "
-                             "only")
+        if lookahead:
+            self._check_drafts_modelled()
         looked_up = max(num_tokens, full_tokens or 0)
         hits = self._lookup(block_hashes, looked_up)
         if hits and self.align and self._cache.block_hash[hits[-1][-1]] in self._fresh:
@@ -296,9 +295,7 @@ class HybridPagedAllocator(HybridQueries):
         With prefix caching on (align mode) the drafts take state columns too, in the one allocation vLLM makes
         for them (`mamba_align.place_blocks` with ``num_tokens_main_model`` counting them). Modelled with
         full-attention and Mamba groups only (`check_mamba_speculation`)."""
-        if any(w is not None for w in self.windows):
-            raise ValueError("speculative drafts on a hybrid pool are modelled with full-attention and Mamba groups "
-                             "only")
+        self._check_drafts_modelled()
         s, bs = self._seqs[seq_id], self.block_size
         drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
         if self.align:
@@ -320,6 +317,13 @@ class HybridPagedAllocator(HybridQueries):
                     table += self._pop(g, more)
             self._settle(s)
         return NO_COPIES
+
+    def _check_drafts_modelled(self) -> None:
+        """Slots past a sequence's tokens (drafts, a padded admission's placeholders, a drafter's lookahead) are
+        modelled with full-attention and Mamba groups only (`check_mamba_speculation` refuses the rest)."""
+        if any(w is not None for w in self.windows):
+            raise ValueError("speculative drafts on a hybrid pool are modelled with full-attention and Mamba groups "
+                             "only")
 
     def _free_states(self, s: HybridSeq, computed: int, end: int) -> bool:
         """vLLM's ``MambaManager.remove_skipped_blocks`` in align mode, ``computed`` tokens processed: release
