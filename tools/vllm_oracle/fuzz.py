@@ -1,7 +1,7 @@
 """A randomized differential hunt: random small cases through vLLM's real scheduler and through kvsim, compared.
 
     PYTHONPATH=$PWD python tools/vllm_oracle/fuzz.py --draws 100 --seed 0 [--out /tmp/kvsim-fuzz] \
-        [--venv /tmp/vvenv] [--only 3 17 ...]
+        [--venv ~/vllm-venv] [--only 3 17 ...]
     PYTHONPATH=$PWD python tools/vllm_oracle/fuzz.py --name NAME --case '{"trace": {...}, "num_blocks": ...}'
 
 The hand-picked cases (``cases.py``) each vary one or two settings; a combination none of them has can hide a
@@ -272,7 +272,7 @@ def drive(description: str, *, register, oracle, check, describe, draws: int, ou
     p.add_argument("--out", default=out)
     p.add_argument("--case", help="run this case instead of draws (a `cases.CASES` entry as JSON; to shrink one)")
     p.add_argument("--name", default=name, help="the --case's name (which seeds its trace, as in cases.py)")
-    p.add_argument("--venv", default="/tmp/vvenv", help="a venv with vLLM 0.33 (docs/vllm-v1.md)")
+    p.add_argument("--venv", default="~/vllm-venv", help="a venv with vLLM 0.33 (docs/vllm-v1.md, Re-running)")
     p.add_argument("--oracle", action="store_true", help="internal: the vLLM side, run in --venv")
     a = p.parse_args()
     out_dir = Path(a.out)
@@ -284,7 +284,7 @@ def drive(description: str, *, register, oracle, check, describe, draws: int, ou
     if a.oracle:
         oracle(names, out_dir)
         return None
-    cmd = [str(Path(a.venv) / "bin" / "python"), script, "--oracle", "--seed", str(a.seed), "--out", str(out_dir)]
+    cmd = [str(Path(a.venv).expanduser() / "bin" / "python"), script, "--oracle", "--seed", str(a.seed), "--out", str(out_dir)]
     cmd += ["--case", a.case, "--name", a.name] if a.case else \
         ["--only", *map(str, a.only)] if a.only else ["--draws", str(a.draws)]
     env = os.environ | {"HF_HUB_OFFLINE": "1"}

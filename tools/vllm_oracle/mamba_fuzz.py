@@ -2,7 +2,7 @@
 scheduler (given Mamba groups as the drivers give them) and through kvsim, compared step for step.
 
     PYTHONPATH=$PWD python tools/vllm_oracle/mamba_fuzz.py --draws 150 --seed 0 [--out /tmp/kvsim-mamba-fuzz] \
-        [--venv /tmp/vvenv] [--only 3 17 ...]
+        [--venv ~/vllm-venv] [--only 3 17 ...]
     PYTHONPATH=$PWD python tools/vllm_oracle/mamba_fuzz.py --name NAME --case '{"flavor": "mamba2", ...}'
 
 `fuzz.py` draws attention-only and sliding-window cases; the hybrid drivers (`mamba_driver.py`, `mamba1_driver.py`,
