@@ -237,7 +237,8 @@ class SimConfig:
     def _check_speculative(self) -> None:
         """``--speculative-config`` is vLLM v1's speculative decoding (`sim.kernel.spec_decode`), checked
         against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
-        scheduling, FCFS or priority order and one replica, without a host tier; anything else is refused."""
+        scheduling and FCFS or priority order, without a host tier; anything else is refused. Several replicas
+        (``--replicas``, ``--data-parallel-size``) are as many engines, each drafting for its own requests."""
         if self.speculative_config is None:
             if self.spec_acceptance_rate is not None:
                 raise ValueError("--spec-acceptance-rate needs --speculative-config")
@@ -253,12 +254,12 @@ class SimConfig:
         given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
                  "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
                  "--async-scheduling": (self.async_scheduling, False),
-                 "--cpu-offload-gib": (self.cpu_offload_gib > 0, False), "--replicas": (self.replicas, 1)}
+                 "--cpu-offload-gib": (self.cpu_offload_gib > 0, False)}
         if wrong := self._unchecked(given):
             raise ValueError("--speculative-config models vLLM v1's speculative decoding on its paged KV cache "
                              "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
-                             "no --async-scheduling, no --cpu-offload-gib, one replica, --scheduling-policy fcfs "
-                             "or priority); not modelled with " + ", ".join(wrong))
+                             "no --async-scheduling, no --cpu-offload-gib, --scheduling-policy fcfs or priority); "
+                             "not modelled with " + ", ".join(wrong))
 
     def _check_data_parallel(self) -> None:
         """``--data-parallel-size N`` is N replicas of one engine, as vLLM runs N engine cores of

@@ -60,6 +60,7 @@ from sim.kernel.parallel_sampling import as_run
 from sim.kernel.replica import SimResult, resolve_capacity, snapshot_count, summary_extra
 from sim.kernel.routers import make_router
 from sim.kernel.snapshot_schedule import SnapshotSchedule
+from sim.kernel.spec_decode import check_spec_run
 
 
 class Fleet:
@@ -79,7 +80,9 @@ class Fleet:
         # the latest request rejected on arrival by the router's replica: the run's window reaches it, as the
         # single engine's does (a rejection at routing moves no replica's clock)
         self.rejected_until = self.start
-        self.source = ArrivalSource.for_memory(workload, self.replicas[0].memory, start_s=self.start)
+        spec = self.replicas[0].sched.spec
+        self.source = ArrivalSource.for_memory(workload, self.replicas[0].memory, start_s=self.start,
+                                               lookahead_hashes=spec is not None and spec.lookahead > 0)
         for replica in self.replicas:
             replica.rec.on_done = self._on_done
         # arrivals released by requests leaving (closed loop, session turns with a think time) come from every
@@ -307,6 +310,7 @@ def run_fleet(config: SimConfig, workload, *, progress=None) -> SimResult:
 
     wall_start = time.perf_counter()
     workload = as_run(config, workload)
+    check_spec_run(config, workload)
     fleet = Fleet(config, workload, progress=progress)
     end = fleet.run()
     if config.debug_invariants:

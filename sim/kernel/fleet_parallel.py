@@ -36,6 +36,7 @@ from sim.kernel.data_parallel import steps_in_lockstep
 from sim.kernel.metrics import Recorder
 from sim.kernel.replica import SimResult, summary_extra
 from sim.kernel.routers import ROUTERS
+from sim.kernel.spec_decode import check_spec_run
 from sim.kernel.worker_processes import refuse_while_starting, worker_died
 
 _REQUEST_ARRAYS = ("arrival_s", "admitted_s", "first_token_s", "finished_s", "preemptions", "rejected")
@@ -90,6 +91,7 @@ class ReplicaOutcome:
     host_tier: SimpleNamespace | None
     final: MemoryBreakdown  # its pool as its last row left it (`fleet_summary.idle_until` to the fleet's end)
     final_map: tuple | None  # that pool's memory map, where snapshot moments fell after its last row
+    spec: dict | None  # its spec decoding summary (`Replica.spec_summary`)
 
 
 def _slim(rec: Recorder) -> Recorder:
@@ -137,7 +139,7 @@ def simulate_group(config: SimConfig, workload, replica_of: np.ndarray, numbers:
             None if tier is None else SimpleNamespace(offload_bytes=tier.offload_bytes, reload_bytes=tier.reload_bytes,
                                                       skipped_blocks=tier.skipped_blocks, dropped_blocks=tier.dropped_blocks,
                                                       num_blocks=tier.num_blocks),
-            r.memory.breakdown(False), r.final_map))
+            r.memory.breakdown(False), r.final_map, r.spec_summary()))
     index = np.flatnonzero(np.isin(replica_of, numbers))
     return GroupOutcome(index, {name: getattr(fleet.rec, name)[index] for name in _REQUEST_ARRAYS},
                         fleet.source.arrival_s[index], fleet.rec.reasons, outcomes)
@@ -153,6 +155,7 @@ class _Finished:
         self.final_map = o.final_map
         self.sched = SimpleNamespace(groups=o.groups)
         self.memory = SimpleNamespace(host_tier=o.host_tier, breakdown=lambda *args: o.final)
+        self.spec_summary = lambda: o.spec
 
 
 def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=None) -> SimResult:
@@ -162,6 +165,7 @@ def run_fleet_parallel(config: SimConfig, workload, workers: int, *, progress=No
     from sim.kernel.parallel_sampling import as_run
 
     workload = as_run(config, workload)
+    check_spec_run(config, workload)
     refuse_while_starting(f"run_simulation(workers={workers})")
     wall_start = time.perf_counter()
     fleet = Fleet(config, workload)  # routes, and holds the fleet-wide arrays the results are merged into

@@ -43,6 +43,10 @@ class Replica:
         self.leaving: list[tuple[float, int]] = []  # heap: when requests finish, and their API servers (`in_flight`)
         self.routed_by: Counter[int] = Counter()  # requests each API server routed here and not seen finish
 
+    def spec_summary(self) -> dict | None:
+        """Its engine's spec decoding summary (`sim.kernel.spec_decode.SpecDecode.summary`; None without drafts)."""
+        return None if self.sched.spec is None else self.sched.spec.summary()
+
     # -- what routers read (`sim.kernel.routers.ReplicaState`) ---------------------------------------------------
     @property
     def load(self) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 from sim.kernel.metrics import MEMORY_KEYS, MemoryIntegral, Recorder
 from sim.kernel.parallel_sampling import first_children
 from sim.kernel.replica import SimResult, requests_frame, tier_summary
+from sim.kernel.spec_decode import fleet_spec_summary
 from sim.kernel.summary import SHARE_KEYS, build_summary
 
 PER_REPLICA_KEYS = frozenset({*SHARE_KEYS, "block_usage_frac", "token_occupancy_frac", "shared_saved_frac",
@@ -128,6 +129,8 @@ def fleet_result(fleet, workload, end: float, extra: dict, served_by: np.ndarray
                                 tier=tier_summary([(r.memory, r.sched.groups)]),
                                 extra={"processed_tokens": tokens, "memory_maps": len(r.rec.snapshots)})
         del summary["wall_time_s"]
+        if (spec := r.spec_summary()) is not None:
+            summary["spec_decoding"] = spec
         per_replica.append({"replica": r.number, **summary})
     steps_frame = pd.concat(steps, ignore_index=True)
     extra = extra | {"memory_maps": sum(r["memory_maps"] for r in per_replica)}  # after the callers' memory_snapshots
@@ -139,6 +142,8 @@ def fleet_result(fleet, workload, end: float, extra: dict, served_by: np.ndarray
         prefill_tokens=int(steps_frame["prefill_tokens"].sum()),
         cached_prompt_tokens=sum(r.sched.groups.cached_prompt_tokens for r in replicas),
         tier=tier_summary([(r.memory, r.sched.groups) for r in replicas]), extra=extra)
+    if "spec_decoding" in per_replica[0]:
+        summary["spec_decoding"] = fleet_spec_summary([s["spec_decoding"] for s in per_replica])
     summary.update({"replicas": len(replicas), "router": config.router,
                     "load_imbalance": load_imbalance(processed), "per_replica": per_replica,
                     "api_server_count": config.api_servers})

@@ -39,7 +39,7 @@ from sim.kernel.replica import (  # noqa: F401  (re-exported: the runner is wher
     tier_summary,
 )
 from sim.kernel.snapshot_schedule import SnapshotSchedule
-from sim.kernel.spec_decode import check_spec_workload, speculative_method
+from sim.kernel.spec_decode import check_spec_run
 from sim.kernel.summary import build_summary
 from workloads.workload import Workload
 
@@ -103,8 +103,7 @@ def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostMod
 
         return run_pd_fleet(config, workload, progress=progress)
     workload = as_run(config, workload)  # outputs cut at max_model_len, samples fanned out, as vLLM runs them
-    if config.speculative_config is not None:
-        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching)
+    check_spec_run(config, workload)
     wall_start = time.perf_counter()
     cap = resolve_capacity(config)
     model, gpu = cap.model, cap.gpu

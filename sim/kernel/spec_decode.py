@@ -279,12 +279,35 @@ class SpecDecode:
     def summary(self) -> dict:
         """The drafting method, its lookahead slots a step and KV layers, then vLLM's ``SpecDecodingStats`` over the
         run and its logged mean acceptance length."""
-        return {"method": self.method, "num_lookahead_tokens": self.lookahead, "drafter_layers": self.drafter_layers,
-                "num_speculative_tokens": self.k, "spec_acceptance_rate": self.p,
-                "num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
-                "num_accepted_tokens": self.num_accepted_tokens,
-                "mean_acceptance_length": (1 + self.num_accepted_tokens / self.num_drafts) if self.num_drafts
-                else None}
+        return with_acceptance_length({
+            "method": self.method, "num_lookahead_tokens": self.lookahead, "drafter_layers": self.drafter_layers,
+            "num_speculative_tokens": self.k, "spec_acceptance_rate": self.p, "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens, "num_accepted_tokens": self.num_accepted_tokens})
+
+
+SPEC_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+"""vLLM's ``SpecDecodingStats`` counters, which a fleet's engines each keep and its summary sums."""
+
+
+def with_acceptance_length(summary: dict) -> dict:
+    """``summary`` with vLLM's logged mean acceptance length, 1 + accepted drafts per verification (None
+    without one)."""
+    drafts = summary["num_drafts"]
+    return summary | {"mean_acceptance_length": 1 + summary["num_accepted_tokens"] / drafts if drafts else None}
+
+
+def fleet_spec_summary(summaries: list[dict]) -> dict:
+    """A fleet's spec decoding summary from its replicas' (each an engine drafting for its own requests, as
+    vLLM's data-parallel engine cores do): their counters summed, the acceptance length over them all."""
+    total = {k: v for k, v in summaries[0].items() if k not in SPEC_COUNTERS and k != "mean_acceptance_length"}
+    return with_acceptance_length(total | {k: sum(s[k] for s in summaries) for k in SPEC_COUNTERS})
+
+
+def check_spec_run(config, workload) -> None:
+    """`check_spec_workload` for a run of ``config`` with drafts (the workload as the engines run it:
+    `sim.kernel.parallel_sampling.as_run`'s); nothing without."""
+    if config.speculative_config is not None:
+        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching)
 
 
 def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False) -> None:

@@ -146,7 +146,6 @@ def test_vllms_spellings_are_read():
     (dict(async_scheduling=True), "--async-scheduling True"),
     (dict(cpu_offload_gib=1.0), "--cpu-offload-gib True"),
     (dict(chunked_prefill=False), "--chunked-prefill False"),
-    (dict(replicas=2), "--replicas 2"),
     (dict(scheduling_policy="lpm"), "--scheduling-policy lpm"),
     (dict(spec_acceptance_rate=None), "needs --spec-acceptance-rate"),
     (dict(spec_acceptance_rate=1.5), "needs --spec-acceptance-rate"),
