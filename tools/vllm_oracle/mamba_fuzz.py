@@ -18,8 +18,10 @@ optional shared-prefix groups (or whole repeated prompts), ``n > 1`` samples fan
 vLLM's synchronous scheduler; two in five without drafts also vLLM's ``AsyncScheduler`` (``async_gap.run_async``);
 without samples, half the Mamba-2 and gated DeltaNet draws take ngram drafts (prefix caching off: 1 + k state
 blocks a request; on: k speculative blocks moving along the Mamba table; `mamba_driver.patch_scheduler` gives
-vLLM's spec ``num_speculative_blocks``); a quarter of the sampled-once traces carry priorities (vLLM's priority
-policy), and some draws a ``watermark``.
+vLLM's spec ``num_speculative_blocks``; half the gated DeltaNet ones with prefix caching off take Qwen3-Next's MTP
+drafter instead, `gdn_driver.as_mtp`); a quarter of the sampled-once traces carry priorities (vLLM's priority
+policy), a fifth of the drawn traces a ``max_model_len`` that cuts the longest outputs, and some draws a
+``watermark``.
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as `mamba_driver.write_references` does (``OUT/NAME``, its async run in ``OUT/async/NAME``). As each lands, kvsim
@@ -28,12 +30,13 @@ step, and one line says ``exact`` or what differs: `mamba_compare.py`'s metrics 
 each column parts at), and the spec counters. ``--case`` runs one case given as JSON (to shrink a draw); a shrunk
 case becomes a committed reference by adding it to the flavor's driver. Drafts are not drawn for Mamba-1 or
 gated DeltaNet without checkpoints (kvsim refuses them there: `allocators.mamba_layout.check_mamba_speculation`),
-nor with samples or async scheduling (the drivers' drafts are synchronous); a capped ``max_model_len`` is not
-drawn.
+nor with samples or async scheduling (the drivers' drafts are synchronous).
 
 Covered (2026-12-06, vLLM 0.33): an earlier draw (no priorities, no watermark, drafts with prefix caching off
 only) for seeds 1 (250 draws) and 2 (200), all exact; this one for seeds 3, 4 and 5 (150 each), 450 exact once
-the bugs below were fixed (the 63 draws with drafts and prefix caching on rerun after the last fix). Bugs found and
+the bugs below were fixed (the 63 draws with drafts and prefix caching on rerun after the last fix); with MTP
+drafts and capped ``max_model_len`` drawn, seeds 6 and 7 (150 each: 9 MTP, 47 capped, 57 with drafts, 80 also
+async), all exact. Bugs found and
 fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
 kvsim's waiting count for a step (seed 1, draw 82; ``gdn_driver.py``'s
 ``gdn_nockpt_align_long_prefix_preempt_finished``); a padded admission with drafts and prefix caching on raised in
@@ -77,6 +80,10 @@ without ``--no-checkpoint``)."""
 SPEC_FLAVORS = ("mamba2", "gdn")
 """The flavors whose driver spec carries ``num_speculative_blocks`` (`mamba_driver.patch_scheduler`)."""
 
+MTP_FLAVORS = ("gdn",)
+"""The flavors with an MTP drafter (Qwen3-Next's, `gdn_driver.as_mtp`), drawn with prefix caching off as kvsim
+runs it."""
+
 
 def draw(seed: int, i: int) -> dict:
     """Draw ``i`` of ``seed``: a `cases.CASES` entry plus ``flavor``, and where drawn ``async_scheduling``,
@@ -106,21 +113,27 @@ def draw(seed: int, i: int) -> dict:
         trace["gap"] = 0.0 if coin(0.25) else float(rng.choice([0.3, 1.0, 3.0, 10.0]))
         case["trace"] = trace
         longest = trace["prompt"][1] + trace["output"][1]
+        if coin(0.2):  # outputs that run past max_model_len are cut there
+            case["max_model_len"] = trace["prompt"][1] + int(rng.integers(1, trace["output"][1] + 1))
+            longest = case["max_model_len"]
+    max_model_len = case.get("max_model_len", 16384)
     mnbt = int(rng.choice([128, 256, 512, 1024, 2048, 8192]))
     case |= dict(max_num_batched_tokens=mnbt, max_num_seqs=int(min(mnbt, rng.choice([1, 2, 4, 8, 32, 256]))),
                  scheduler_reserve_full_isl=coin(0.7))
-    if coin(0.35):
-        case["long_prefill_token_threshold"] = int(rng.choice([16, 64, 256, 1000]))
+    if coin(0.35):  # vLLM refuses a threshold above max_model_len
+        case["long_prefill_token_threshold"] = min(int(rng.choice([16, 64, 256, 1000])), max_model_len)
     if pc:
         case["prefix_cache_retention_interval"] = [0, 0, None, bs, 2 * bs, 4 * bs][int(rng.integers(0, 6))]
     else:  # vLLM accepts a multiple of its scheduler block, lcm(block, max_model_len)
-        case["prefix_cache_retention_interval"] = [0, 0, None, math.lcm(bs, 16384)][int(rng.integers(0, 4))]
+        case["prefix_cache_retention_interval"] = [0, 0, None, math.lcm(bs, max_model_len)][int(rng.integers(0, 4))]
     k = 0
     if flavor in SPEC_FLAVORS and "parallel_sampling" not in case and coin(0.5):
         k = int(rng.choice([1, 2, 3, 5]))
         case |= dict(num_speculative_tokens=k, spec_acceptance_rate=float(rng.choice([0.3, 0.5, 0.8])))
         case["max_num_batched_tokens"] = max(mnbt, k + 1)
         longest += k
+        if flavor in MTP_FLAVORS and not pc and coin(0.5):
+            case["method"] = "mtp"
     # a request's attention blocks and, per Mamba group, its state blocks (running, checkpoint, drafts')
     need = -(-longest // bs) + 1 + FLAVORS[flavor]["groups"] * (3 + k)
     factor = float(rng.uniform(1.0, 1.6)) if coin(0.55) else float(np.exp(rng.uniform(np.log(1.6), np.log(20))))
@@ -169,6 +182,7 @@ def oracle(names: list[str], out: Path) -> None:
     as each lands."""
     import async_gap
     import driver
+    import gdn_driver
     import mamba_driver
     import vllm.v1.core.sched.async_scheduler as async_sched
     import vllm.v1.core.sched.scheduler as sched
@@ -180,6 +194,8 @@ def oracle(names: list[str], out: Path) -> None:
         s = cases.settings(name)
         try:
             patch(s["flavor"], originals)
+            if s.get("method") == "mtp":
+                gdn_driver.as_mtp()
             if cases.CASES[name].get("trace_of") == LONG_PREFIX:
                 mamba_driver.write_long_prefix_trace(d / "trace.csv")
             else:
