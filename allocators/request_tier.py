@@ -80,7 +80,7 @@ class RequestTier(HostTier):
     subclass's."""
 
     __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
-                 "_writing", "_step", "_changes", "_behind", "_last_offers", "_parked_copies", "_sharing",
+                 "_writing", "_step", "_changes", "_behind", "_last_offers", "_finishing", "_parked_copies", "_sharing",
                  "write_lag", "_late")
 
     write_through = True
@@ -109,6 +109,8 @@ class RequestTier(HostTier):
         # finished sequences that were behind -> (request, hashes, full, stamp): vLLM makes a finished request's
         # failed store once more, after the next step's stores and before ranking it anew (`flush_stores`)
         self._last_offers: dict[int, tuple[object, Sequence[int], int, tuple[int, bool]]] = {}
+        # a finishing sequence (`finishing`) -> the offer of the tokens it was told last, made as a last offer
+        self._finishing: dict[int, tuple[Sequence[int], int] | None] = {}
         # cached hash -> the swapped requests whose parked copy its block is (`swap_out`): not evicted meanwhile
         self._parked_copies: dict[int, int] = {}
         self._sharing: dict[int, list[int]] = {}  # swap key -> the cached hashes it took as parked copies
@@ -277,6 +279,9 @@ class RequestTier(HostTier):
         if self._queued is not None:
             self._queued.append((seq_id, block_hashes, full))
             return 0
+        if seq_id in self._finishing:
+            self._finishing[seq_id] = (block_hashes, full)
+            return 0
         a = self._access(seq_id)
         self._behind.pop(seq_id, None)
         stop = self._stop(self._request_of(seq_id), block_hashes, full)
@@ -361,12 +366,23 @@ class RequestTier(HostTier):
         ``prompt_only`` at its prompt's."""
         return min(full, len(block_hashes), self._limits.get(request, full))
 
+    def finishing(self, seq_id: int) -> None:
+        """The finishing sequence is told its last tokens (speculative drafts its last step accepted) before it
+        is released: their offer is made as a last offer (`release`), not now. vLLM stores a finished request's
+        blocks through ``num_tokens - 1`` when it plans the next step, after that step's stores
+        (``_build_store_jobs`` over ``finished_req_ids``, after the scheduled requests)."""
+        if self._finished is not None:
+            self._finishing[seq_id] = None
+
     def release(self, seq_id: int, finished: bool) -> None:
         """The sequence is freed. If its request ``finished``, the policy reads its record (`_finish`) and the
-        record ends, at the next `flush_stores`; a preempted request's record waits for the sequence that places
-        it again (`bind`)."""
+        record ends, at the next `flush_stores`, after its last offer: one that failed, or of the tokens it was
+        told `finishing`; a preempted request's record waits for the sequence that places it again (`bind`)."""
         request = self._bound.pop(seq_id, seq_id)
         behind = self._behind.pop(seq_id, None)
+        final = self._finishing.pop(seq_id, None)
+        if final is not None:  # offered whatever changed since: the offer covers any failed one
+            behind = (*final, (-1, True))
         if finished and behind is not None and self._finished is not None:
             self._last_offers[seq_id] = (request, *behind)
         if self._queued:  # a sequence preempted while its step is planned offers nothing (vLLM: not scheduled)

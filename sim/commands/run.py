@@ -145,8 +145,9 @@ def simulation_options(func):
                            "prompt prefixes need --no-prefix-caching with them. Each "
                            "decode step verifies the drafts (slots for all of them, as vLLM allocates them); decoders "
                            "are then stepped one step at a time. Needs --spec-acceptance-rate, --allocator paged, "
-                           "chunked prefill, recompute preemption, no async scheduling, host tier, n > 1, beams "
-                           "or sessions. The summary's spec_decoding gives vLLM's counters."),
+                           "chunked prefill, recompute preemption, no async scheduling, n > 1, beams or sessions; a "
+                           "host tier only as vLLM's offloading connector (--offload-write-policy write_through "
+                           "--offload-loads async) with ngram drafts. The summary's spec_decoding gives vLLM's counters."),
         _field_option("--spec-acceptance-rate", type=float,
                       help="kvsim's model of the drafter with --speculative-config: each draft token is accepted "
                            "with this probability, a verification's drafts as a prefix up to the first rejection "

@@ -19,11 +19,11 @@ fit and is rejected, so nothing loops forever.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from contextlib import nullcontext
 from itertools import islice
 
-from allocators.base import Admission, GroupSwap, PageMap
+from allocators.base import NO_COPIES, Admission, GroupSwap, PageMap
 from sim.kernel.preemption import Preemption
 from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.sequence_group import FINISHED, LOADED, LOADING, REJECTED, RUNNING, SWAPPED, SequenceGroup
@@ -57,6 +57,7 @@ class GroupMechanics(Preemption):
         self.delay_free = None
         # and when its held blocks could next be freed, given the time now (None: it holds none)
         self.frees_at = None
+        self._admitted_from = 0  # with loads beside the steps: where this step's admissions start in `running`
 
     # -- admission ---------------------------------------------------------------------------------------
     def never_runs(self, group: SequenceGroup) -> str | None:
@@ -96,9 +97,14 @@ class GroupMechanics(Preemption):
         s = self.s
         if s.spec is None or group.state == SWAPPED:
             return 0
-        computed = group.prefill_target - 1  # a hit of all its tokens but the last (looked up as admission will)
-        if min(s.memory.cached_tokens(group.hashes, group.prefill_target), computed) != computed:
+        computed = group.prefill_target - 1  # a hit of all its tokens but the last (looked up as admission will,
+        if group.state == LOADED:  # or loaded from the host)
+            if group.prefill_done != computed:
+                return 0
+        elif min(s.memory.cached_tokens(group.hashes, group.prefill_target), computed) != computed:
             return 0
+        elif self._loads_apply(group) and len(range(*self._host_span(group))):
+            return 0  # its hits load first: vLLM's async-load branch schedules no token, so pads none
         if any(g.index in s.step_tokens for g in s.prefilling) or not (s.step_tokens or computed > 0):
             return 0
         return s.spec.k if s.spec.pads(computed) else 0
@@ -124,8 +130,11 @@ class GroupMechanics(Preemption):
             with s.loads.pinning(group.hashes[start:stop]) if stop > start else nullcontext():
                 admission = s.memory.place_first_chunk(
                     group, chunk_of, full_tokens=group.prefill_target if self.reserve_full_isl else None,
-                    apply_watermark=bool(s.running), reserved_blocks=self._prefills_in_flight() if loads else 0,
-                    lookahead_slots=padded + (s.spec.lookahead if s.spec is not None else 0), remote=remote)
+                    apply_watermark=bool(s.running), reserved_blocks=self._load_reserve() if loads else 0,
+                    # none while its hits load: vLLM allocates a drafter's lookahead with the first chunk
+                    # (``limit_lookahead_tokens``, `_admit_loaded`)
+                    lookahead_slots=0 if loads else padded + (s.spec.lookahead if s.spec is not None else 0),
+                    remote=remote)
             if admission is None:
                 return False
             if remote:
@@ -195,17 +204,37 @@ class GroupMechanics(Preemption):
         s = self.s
         return s.loads is not None and s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED
 
-    def _prefills_in_flight(self) -> int:
-        """The blocks the prefills in flight (loading, loaded, or running with prompt left) still need to hold
-        their whole sequences: vLLM 0.33 admits a request that loads its hits only into the free blocks beyond
-        them, as it holds its blocks through the load and cannot be preempted meanwhile."""
+    def _load_reserve(self) -> int:
+        """The blocks a request that loads its hits must leave free: those the prefills in flight (loading,
+        loaded, or running with prompt left) still need to hold their whole sequences, and with speculative
+        decoding each a verification step's more (``1 + num_speculative_tokens + num_lookahead_tokens`` slots),
+        plus one such step's blocks for the request itself. vLLM 0.33 admits it only into the free blocks beyond
+        them (``_inflight_prefill_reserved_blocks`` + ``_spec_decode_step_blocks``, ``_request_remaining_blocks``),
+        as it holds its blocks through the load and cannot be preempted meanwhile."""
         s = self.s
         memory, waiting = s.memory, s.waiting
-        need = 0
-        for g in (*s.loads.groups(), *islice(waiting, waiting.held),
-                  *(g for g in s.running if g.num_seqs == 1 and g.prefilling)):
-            need += max(0, memory.blocks_for(g.prefill_target) - memory.held_blocks(g.seq_ids[0]))
+        step = 1 + s.spec.k + s.spec.lookahead if s.spec is not None else 0
+        need = memory.blocks_for(step)
+        for g in (*s.loads.groups(), *islice(waiting, waiting.held), *self._running_prefills()):
+            need += max(0, memory.blocks_for(g.prefill_target + step) - memory.held_blocks(g.seq_ids[0]))
         return need
+
+    def _running_prefills(self) -> Iterator[SequenceGroup]:
+        """The running single sequences vLLM counts as prefills in flight (``_inflight_prefills``): those
+        running before this step with prompt left, and those admitted this step whose first chunk leaves some
+        (it adds only those; a request its chunk this step completes leaves the set once the step is
+        scheduled)."""
+        s = self.s
+        chunks = None
+        for i, g in enumerate(s.running):
+            if g.num_seqs != 1 or not g.prefilling:
+                continue
+            if i >= self._admitted_from:
+                if chunks is None:
+                    chunks = {group.index: chunk for group, chunk in s.plan.chunks}
+                if g.prefill_done + chunks.get(g.index, 0) >= g.prefill_target:
+                    continue
+            yield g
 
     def _host_span(self, group: SequenceGroup) -> tuple[int, int]:
         """The blocks of a fresh group's prefix it would find in the host tier now, ``(start, stop)`` (after its
@@ -261,16 +290,20 @@ class GroupMechanics(Preemption):
         group.prefill_done = group.prefill_target - 1
         self._start_loading(group, (), blocks)
 
-    def _admit_loaded(self, group: SequenceGroup, budget: int) -> int | None:
+    def _admit_loaded(self, group: SequenceGroup, budget: int) -> tuple[int, int] | None:
         """Schedule a group whose host hits are loaded: cache the blocks they were loaded into, then its first
-        chunk, if memory has room (no preemption, as for any admission); returns the chunk, or None (nothing
-        changed but the caching)."""
+        chunk, padded as any waiting request with one token left (`_spec_padding`), if memory has room and the
+        budget the padding (no preemption, as for any admission); returns the chunk and the placeholder drafts,
+        or None (nothing changed but the caching)."""
         s = self.s
         # vLLM caches the loaded blocks only when its waiting loop reaches the request
         # (``_handle_blocked_waiting_request`` -> ``_update_waiting_for_remote_kv``: ``cache_blocks``), after the
         # running loop has cached what this step's chunks compute: a hash both hold is found first in the
         # running request's block (``BlockHashToBlockMap.get_one_block``: the first inserted)
         s.memory.cache_loaded(group)
+        padded = self._spec_padding(group)
+        if padded and 1 + padded > budget:  # vLLM: rather not schedule it than schedule it unpadded
+            return None
         # vLLM schedules it through allocate_slots with full_sequence_must_fit, as any waiting request: with
         # scheduler_reserve_full_isl its whole sequence must fit, not only the first chunk (which a long-prefill
         # threshold or a small budget makes smaller); the chunk's blocks must leave the watermark free, as any
@@ -279,18 +312,23 @@ class GroupMechanics(Preemption):
         if self.reserve_full_isl and not s.memory.loaded_fits(group, group.prefill_target, apply_watermark=watermark):
             return None
         chunk = s.chunk(group.prefill_remaining, budget)
-        if watermark and not s.memory.loaded_fits(group, group.prefill_done + chunk, apply_watermark=True):
+        # a padded verification's placeholders and a drafter's lookahead slots, which vLLM holds back while the
+        # load runs (``limit_lookahead_tokens``) and allocates with the first chunk (`place_group`)
+        held = padded + (s.spec.lookahead if s.spec is not None else 0)
+        if watermark and not s.memory.loaded_fits(group, group.prefill_done + chunk + held, apply_watermark=True):
             return None
         seq_id = group.seq_ids[0]
         more = group.prefill_done + chunk - s.memory.num_tokens(seq_id)  # none when recomputing a held last token
-        if more > 0:
-            copies = s.memory.grow_chunk(seq_id, more)
-            if copies is None:
-                return None
-            s.plan.add_copies(copies)
+        if held:
+            copies = s.memory.grow_with_drafts(seq_id, max(more, 0), held)
+        else:
+            copies = s.memory.grow_chunk(seq_id, more) if more > 0 else NO_COPIES
+        if copies is None:
+            return None
+        s.plan.add_copies(copies)
         s.waiting.popleft()
         self._start_running(group)
-        return chunk
+        return chunk, padded
 
     def _start_running(self, group: SequenceGroup) -> None:
         s = self.s
@@ -317,6 +355,7 @@ class GroupMechanics(Preemption):
             s.waiting.order_by_prefix(s.memory.cached_split, s.memory.block_size, s.memory.touch_prefixes)
         if s.loads is None:
             return self._admit_in_order(budget, None)
+        self._admitted_from = len(s.running)  # the running groups admitted this step follow
         skipped: list[SequenceGroup] = []
         admitted = self._admit_in_order(budget, skipped)
         for group in reversed(skipped):  # back where they were (vLLM's skipped waiting requests)
@@ -335,8 +374,8 @@ class GroupMechanics(Preemption):
                 s.memory_blocked = False
                 return admitted
             if group.state == LOADED:  # its host hits are in: its first chunk, into the blocks it holds
-                chunk = self._admit_loaded(group, budget)
-                if chunk is None:
+                scheduled = self._admit_loaded(group, budget)
+                if scheduled is None:
                     if s.running or s.loads:  # memory frees as they finish, or their loads land
                         return admitted
                     s.waiting.popleft()
@@ -345,7 +384,10 @@ class GroupMechanics(Preemption):
                                        "loaded requests hold, with nothing running", s.now)
                     continue
                 admitted = True
-                budget -= chunk
+                chunk, padded = scheduled
+                budget -= chunk + padded
+                if padded:
+                    s.spec.schedule(group, padded, group.prefill_target, padded=True)
                 self.schedule_chunk(group, chunk)
                 continue
             if group.state != SWAPPED:  # tried: its lookup may count as use (SGLang's, before its budget test)

@@ -237,15 +237,22 @@ class SimConfig:
     def _check_speculative(self) -> None:
         """``--speculative-config`` is vLLM v1's speculative decoding (`sim.kernel.spec_decode`), checked
         against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
-        scheduling and FCFS or priority order, without a host tier; anything else is refused. Several replicas
-        (``--replicas``, ``--data-parallel-size``) are as many engines, each drafting for its own requests."""
+        scheduling and FCFS or priority order, with or without a host tier run as vLLM's offloading connector
+        runs it (write-through, loads beside the steps, no store threshold; LRU or ARC, prompt blocks only or
+        not; ngram drafts only); anything else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many
+        engines, each drafting for its own requests."""
         if self.speculative_config is None:
             if self.spec_acceptance_rate is not None:
                 raise ValueError("--spec-acceptance-rate needs --speculative-config")
             return
-        from sim.kernel.spec_decode import check_drafter_budget, parse_speculative
+        from sim.kernel.spec_decode import DRAFTER_METHODS, check_drafter_budget, parse_speculative
 
-        check_drafter_budget(*parse_speculative(self.speculative_config), self.max_num_batched_tokens)
+        method, k = parse_speculative(self.speculative_config)
+        check_drafter_budget(method, k, self.max_num_batched_tokens)
+        if method in DRAFTER_METHODS and self.cpu_offload_gib > 0:
+            raise ValueError(f"--speculative-config method {method!r} with --cpu-offload-gib is not modelled: vLLM's "
+                             "offloading connector keeps the trailing chunk of a drafter's KV cache group out of its "
+                             "stores and lookups (its volatile tail); ngram drafts run with a host tier")
         rate = plain_number(self.spec_acceptance_rate) if self.spec_acceptance_rate is not None else None
         if rate is None or not 0 <= rate <= 1:
             raise ValueError("--speculative-config needs --spec-acceptance-rate P, each draft token's acceptance "
@@ -253,12 +260,16 @@ class SimConfig:
         self.spec_acceptance_rate = rate
         given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
                  "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
-                 "--async-scheduling": (self.async_scheduling, False),
-                 "--cpu-offload-gib": (self.cpu_offload_gib > 0, False)}
+                 "--async-scheduling": (self.async_scheduling, False)}
+        if self.cpu_offload_gib > 0:
+            given |= {"--offload-write-policy": (self.offload_write_policy, "write_through"),
+                      "--offload-loads": (self.offload_loads, "async"),
+                      "--offload-store-threshold >= 2": (self.offload_store_threshold >= 2, False)}
         if wrong := self._unchecked(given):
             raise ValueError("--speculative-config models vLLM v1's speculative decoding on its paged KV cache "
                              "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
-                             "no --async-scheduling, no --cpu-offload-gib, --scheduling-policy fcfs or priority); "
+                             "no --async-scheduling, --scheduling-policy fcfs or priority; a --cpu-offload-gib host "
+                             "tier with --offload-write-policy write_through and --offload-loads async); "
                              "not modelled with " + ", ".join(wrong))
 
     def _check_data_parallel(self) -> None:

@@ -272,9 +272,12 @@ class KVMemory:
         copies that telling them made. ``unknown_tail``: the block the last told token fills is not cached yet
         (async scheduling: that token is in flight), so it loses its hash (`PagedAllocator.forget_tail_hash`)."""
         copies: tuple[Copy, ...] = NO_COPIES
+        tier = self.host_tier if finished and self.host_tier is not None and self.host_tier.write_through else None
         for seq_id in group.seq_ids:
             lag = lags.get(seq_id, 0)
             if lag > 0 and self.prefix_caching:
+                if tier is not None:  # their blocks are offered when the next step is planned
+                    tier.finishing(seq_id)
                 copies += self._alloc.grow(seq_id, lag) or NO_COPIES
             if unknown_tail and self.prefix_caching:
                 self._alloc.forget_tail_hash(seq_id)

@@ -144,7 +144,8 @@ def test_vllms_spellings_are_read():
     (dict(allocator="vattention"), "--allocator vattention"),
     (dict(preemption="swap"), "--preemption swap"),
     (dict(async_scheduling=True), "--async-scheduling True"),
-    (dict(cpu_offload_gib=1.0), "--cpu-offload-gib True"),
+    (dict(cpu_offload_gib=1.0), "--offload-write-policy write_back"),
+    (dict(cpu_offload_gib=1.0, offload_write_policy="write_through"), "--offload-loads sync"),
     (dict(chunked_prefill=False), "--chunked-prefill False"),
     (dict(scheduling_policy="lpm"), "--scheduling-policy lpm"),
     (dict(spec_acceptance_rate=None), "needs --spec-acceptance-rate"),
@@ -153,6 +154,13 @@ def test_vllms_spellings_are_read():
 def test_unmodelled_combinations_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         SimConfig(**({"speculative_config": NGRAM, "spec_acceptance_rate": 0.5} | options))
+
+
+def test_a_drafter_with_a_host_tier_is_refused():
+    eagle = json.dumps({"method": "eagle", "model": "m", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="method 'eagle' with --cpu-offload-gib is not modelled"):
+        SimConfig(speculative_config=eagle, spec_acceptance_rate=0.5, cpu_offload_gib=1.0,
+                  offload_write_policy="write_through", offload_loads="async")
 
 
 def test_an_acceptance_rate_alone_is_refused():

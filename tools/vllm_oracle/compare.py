@@ -56,13 +56,15 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
 
 def spec_options(settings: dict) -> dict:
     """kvsim's flags for a case with vLLM's ngram speculative decoding (``num_speculative_tokens``), or the
-    model's MTP drafter where the case's ``method`` is ``"mtp"`` (``gdn_driver.py --mtp``)."""
+    drafter the case's ``method`` names: the model's MTP drafter (``gdn_driver.py --mtp``) or an EAGLE one
+    (``spec_cases.py --method eagle``)."""
     if not settings.get("num_speculative_tokens"):
         return {}
-    method = "mtp" if settings.get("method") == "mtp" else "ngram"
-    return dict(speculative_config=json.dumps({"method": method,
-                                               "num_speculative_tokens": settings["num_speculative_tokens"]}),
-                spec_acceptance_rate=settings["spec_acceptance_rate"])
+    method = settings.get("method", "ngram")
+    spec = {"method": method, "num_speculative_tokens": settings["num_speculative_tokens"]}
+    if method == "eagle":
+        spec["model"] = "drafter"  # a name only: kvsim sizes the drafter's layer from the target's
+    return dict(speculative_config=json.dumps(spec), spec_acceptance_rate=settings["spec_acceptance_rate"])
 
 
 def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:

@@ -12,10 +12,10 @@ decision kvsim makes differently. Each draw ``i`` picks, from ``numpy.random.def
 ``max_num_batched_tokens``, ``max_num_seqs``, ``long_prefill_token_threshold``, prefix caching on or off,
 ``scheduler_reserve_full_isl``, FCFS or priority, a capped ``max_model_len``, a ``watermark``, vLLM's offloading
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
-dense or periodic ``prefix_cache_retention_interval``), ngram speculative decoding, and vLLM's ``AsyncScheduler``
-(``async_gap.run_async``). Combinations kvsim refuses (drafts with a window group, a host tier or async scheduling;
-async scheduling with generated blocks offloaded), or the driver does not drive (drafts with sessions or ``n > 1``),
-are not drawn.
+dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
+and vLLM's ``AsyncScheduler`` (``async_gap.run_async``). Combinations kvsim refuses (drafts with a window group or
+async scheduling, an EAGLE drafter with a host tier; async scheduling with generated blocks offloaded), or the
+driver does not drive (drafts with sessions or ``n > 1``), are not drawn.
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
@@ -27,10 +27,14 @@ name in ``cases.py`` does), which becomes a permanent parity case by adding it t
 Covered (2026-12-06, vLLM 0.33): seeds 7, 8, 9 and 11 (300 draws each) all exact at ede77f8, seed 12 (120) at
 a91f6e4, seeds 13 and 14 (150 each) at 505d14b; seed 10, before the watermark fix of ede77f8, 297 exact, one
 mismatch (that fix) and two vLLM runs that never end (a sliding-window group with a watermark: vLLM's, not kvsim's);
-seed 13 before 505d14b, 149 exact and one mismatch (that fix). The six kvsim bugs found are committed references
-(``cases.py``'s ``offload_long_prefill_threshold``, ``offload_whole_prompts_few``,
-``offload_parallel_sampling_threshold``, ``offload_sessions_watermark``, ``offload_arc_sessions_priority_threshold``,
-and ``spec_cases.py``'s ``threshold_below_drafts``).
+seed 13 before 505d14b, 149 exact and one mismatch (that fix); seeds 15 and 16 (150 each, before drafts were drawn
+with a host tier) all exact. Since drafts are drawn with a host tier and EAGLE drafts without: the draws with ngram
+drafts and a host tier of seeds 40 and 41 (21 and 74), all exact once the two bugs below were fixed (EAGLE with a
+host tier, 19 of 19 mismatched, is now refused), and seed 42 (150), all exact but three EAGLE draws with a host
+tier drawn before that refusal. The eight kvsim bugs found are committed references (``cases.py``'s
+``offload_long_prefill_threshold``, ``offload_whole_prompts_few``, ``offload_parallel_sampling_threshold``,
+``offload_sessions_watermark``, ``offload_arc_sessions_priority_threshold``, and ``spec_cases.py``'s
+``threshold_below_drafts``, ``offload_padded_loads`` and ``offload_finished_drafts``).
 """
 
 from __future__ import annotations
@@ -102,12 +106,15 @@ def draw(seed: int, i: int) -> dict:
         case["long_prefill_token_threshold"] = min(int(rng.choice([16, 64, 128, 256, 1000])),
                                                    case.get("max_model_len", 16384))
     longest = min(case.get("max_model_len", 16384), max_prompt + max_output)
-    spec = not (sessions or offload or hybrid or "samples" in trace) and coin(0.45)
+    spec = not (sessions or hybrid or "samples" in trace) and coin(0.45)
     if spec:
         case["num_speculative_tokens"] = int(rng.choice([1, 2, 3, 5, 20]))
         case["spec_acceptance_rate"] = float(rng.choice([0.3, 0.5, 0.8, 0.95]))
         case["max_num_batched_tokens"] = max(mnbt, case["num_speculative_tokens"] + 1)
         longest += case["num_speculative_tokens"]
+        if not offload and coin(0.4):  # an EAGLE drafter (`spec_cases.as_eagle`): lookahead slots and hashes
+            case["method"] = "eagle"
+            longest += case["num_speculative_tokens"]
     need = -(-longest // bs) + 1
     if hybrid:  # the window group's blocks beside the full group's
         case["sliding_window"] = WINDOW
@@ -141,8 +148,12 @@ def oracle(names: list[str], out: Path) -> None:
     as each lands."""
     import async_gap
     import driver
+    import spec_cases
+    import vllm.v1.core.sched.scheduler as sched
 
+    original = sched.Scheduler
     for name in names:
+        sched.Scheduler = original  # `spec_cases.as_eagle` patches it for one draw
         d = out / name
         d.mkdir(parents=True, exist_ok=True)
         cases.write_trace(name, d / "trace.csv")
@@ -152,6 +163,8 @@ def oracle(names: list[str], out: Path) -> None:
         args.max_steps = 100_000
         args.num_speculative_tokens = s.get("num_speculative_tokens", 0)
         args.spec_acceptance_rate = s.get("spec_acceptance_rate", 0.5)
+        if s.get("method") == "eagle":
+            spec_cases.as_eagle()
         try:
             if s.get("async_scheduling"):
                 *_, step_rows, request_rows = async_gap.run_async(args)

@@ -49,7 +49,29 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "contended_20_drafts": ("contended", 20, 0.9),
     # a long-prefill threshold (16) below a verification's 1 + 20 tokens: vLLM caps it, drafts included
     "threshold_below_drafts": ("threshold_16_contended", 20, 0.95),
+    # vLLM's offloading connector (a host tier, loads beside the steps): host hits of shared prefixes and whole
+    # prompts under drafts
+    "offload_shared_prefix": ("offload_shared_prefix", 3, 0.6),
+    "offload_whole_prompts": ("offload_whole_prompts", 2, 0.5),
+    # found by `fuzz.py` (seed 40, draw 107): a request that loaded all its prompt but the last token is padded
+    # with placeholder drafts when scheduled (pad_spec_decode), and a load is admitted only beyond a verification
+    # step's blocks more for each prefill in flight and one for itself (`_request_remaining_blocks`,
+    # `_spec_decode_step_blocks`)
+    "offload_padded_loads": ("fuzz40_0107", 2, 0.3),
+    # found by `fuzz.py` (seed 41): generated blocks offloaded (ARC); a request whose last verification accepted
+    # drafts stores their blocks when the next step is planned, after that step's stores (finished_req_ids)
+    "offload_finished_drafts": ("fuzz41_1126", 2, 0.95),
 }
+
+# the two `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
+cases.CASES.setdefault("fuzz40_0107", dict(
+    trace=dict(n=36, prompt=(491, 1053), output=(128, 152), groups=1, whole_prompts=True, gap=0.1),
+    max_num_batched_tokens=128, max_num_seqs=128, num_blocks=230, cpu_offload_blocks=89,
+    offload_eviction_policy="arc", offload_prompt_only=False, watermark=0.01))
+cases.CASES.setdefault("fuzz41_1126", dict(
+    trace=dict(n=10, prompt=(496, 1191), output=(19, 278), groups=3, gap=0.0), block_size=32,
+    max_num_batched_tokens=128, max_num_seqs=4, scheduler_reserve_full_isl=False, num_blocks=127,
+    cpu_offload_blocks=69, offload_eviction_policy="arc", offload_prompt_only=False))
 
 # a base case of this script's own, beside ``cases.py``'s: whole prompts repeated (a group's members all send its
 # prompt, a whole number of blocks long), so the block ending a shared prompt is followed by each request's own
