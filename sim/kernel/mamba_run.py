@@ -41,7 +41,7 @@ from allocators.mamba_layout import (
     mamba_state_blocks,
     model_pool,
 )
-from sim.kernel.spec_decode import drafter_layers, parse_speculative, speculative_method
+from sim.kernel.spec_decode import drafter_layers, num_lookahead_tokens, parse_speculative, speculative_method
 
 
 def mamba_run_refusals(config, model) -> None:
@@ -105,7 +105,8 @@ def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: di
     return HybridPagedAllocator(pool.num_blocks * pool.block_size, kv_groups=kv_groups,
                                 mamba_groups=pool.mamba_groups, mamba_groups_first=model.mamba.groups_first,
                                 mamba_checkpoints=_exports_checkpoints(config, model),
-                                mamba_state_blocks=run_state_blocks(config), **options)
+                                mamba_state_blocks=run_state_blocks(config),
+                                lookahead_tokens=run_lookahead_tokens(config), **options)
 
 
 def run_state_blocks(config) -> int:
@@ -113,6 +114,13 @@ def run_state_blocks(config) -> int:
     with ``--speculative-config``, modelled as `check_mamba_speculation` says)."""
     spec = config.speculative_config
     return mamba_state_blocks(0 if spec is None else parse_speculative(spec)[1])
+
+
+def run_lookahead_tokens(config) -> int:
+    """A model-based drafter's lookahead slots (`num_lookahead_tokens`: MTP's K), which the hybrid allocator gives
+    the attention groups only in align mode (`HybridQueries._main_model_drafts`)."""
+    spec = config.speculative_config
+    return 0 if spec is None else num_lookahead_tokens(*parse_speculative(spec))
 
 
 def _exports_checkpoints(config, model) -> bool:

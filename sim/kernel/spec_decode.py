@@ -162,10 +162,17 @@ def drafter_layers(method: str | None, model) -> int:
     return layers
 
 
+def num_lookahead_tokens(method: str | None, k: int) -> int:
+    """vLLM's ``VllmConfig.num_lookahead_tokens`` (``config/vllm.py:646-651``): the slots a model-based drafter's
+    KV takes after every ``allocate_slots``' tokens, ``num_speculative_tokens`` for eagle, eagle3 and mtp, 0 for
+    ngram (no drafter KV)."""
+    return k if method in DRAFTER_METHODS else 0
+
+
 def check_drafter_budget(method: str | None, k: int, max_num_batched_tokens: int) -> None:
     """vLLM's ``VllmConfig._set_max_num_scheduled_tokens``: a drafter's lookahead slots must leave room for a
     token in the step."""
-    lookahead = k if method in DRAFTER_METHODS else 0
+    lookahead = num_lookahead_tokens(method, k)
     if lookahead and max_num_batched_tokens <= lookahead:
         raise ValueError(f"--max-num-batched-tokens ({max_num_batched_tokens}) must exceed the drafter's "
                          f"{lookahead} lookahead slots (num_speculative_tokens), as vLLM requires")
@@ -178,7 +185,7 @@ class SpecDecode:
                  method: str = "ngram", drafter_layers: int = 0) -> None:
         self.k = num_speculative_tokens
         self.method = method
-        self.lookahead = num_speculative_tokens if method in DRAFTER_METHODS else 0  # num_lookahead_tokens
+        self.lookahead = num_lookahead_tokens(method, num_speculative_tokens)
         self.drafter_layers = drafter_layers
         self.p = acceptance_rate
         self.seed = seed
