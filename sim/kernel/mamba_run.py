@@ -17,8 +17,9 @@ is a multiple of its scheduler block size, lcm(block size, max_model_len), and c
 (`HybridQueries`' check). Speculative decoding (``--speculative-config``, ngram) gives each request ``1 +
 num_speculative_tokens`` state blocks per Mamba group (`run_state_blocks`; prefix caching on, Mamba-2 only: the
 speculative ones after the running state, `allocators.mamba_align.place_blocks`); Qwen3-Next's MTP drafter
-(``method`` mtp, prefix caching off) too, its attention layer in the pool's attention group (`run_pool`'s
-``drafter_layers``) and its K lookahead slots in that group at every allocation. The settings not modelled
+(``method`` mtp, prefix caching off or on) too, its attention layer in the pool's attention group (`run_pool`'s
+``drafter_layers``) and its K lookahead slots in that group at every allocation (on, in no Mamba group:
+`run_lookahead_tokens`). The settings not modelled
 are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are scheduled by the same ``MambaManager``
 and scheduler rules: with prefix caching on, where vLLM exports their prefill checkpoints (FlashInfer's GDN prefill
 on Hopper, whose 64-token grid also aligns the block size) as Mamba-2's, and before Hopper (Triton/FLA: no

@@ -56,8 +56,9 @@ same way and add what kvsim is about, KV memory:
   sliding-window groups is refused (`drafter_layers`). On a hybrid Mamba model, Qwen3-Next's one MTP layer is a
   full-attention layer (``model_executor/models/qwen3_next_mtp.py:89-96``): it joins the attention group of the
   hybrid pool (`allocators.mamba_layout.hybrid_mamba_pool`, groups of 13 layers), modelled with prefix caching
-  off (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp``,
-  ``tests/sim/test_sim_gdn_mtp_parity.py``).
+  off and on (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp`` and
+  ``--mtp-align``, ``tests/sim/test_sim_gdn_mtp_parity.py`` and ``test_sim_gdn_mtp_align_parity.py``): on, its
+  lookahead slots take no Mamba state column (`allocators.hybrid_queries.HybridQueries._main_model_drafts`).
   `allocators.capacity.kv_capacity` sizes the pool with the drafter layers (``drafter_layers``), and counts the
   drafter's weights (one average target decoder layer each: approximate, `drafter_weight_bytes`).
 - Prefix caching: with a drafter, vLLM hashes each block with the token after it (``num_hash_lookahead_tokens``
