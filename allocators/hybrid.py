@@ -76,9 +76,10 @@ class HybridPagedAllocator(HybridQueries):
         the admission test but not in ``full_tokens``' (`PagedAllocator.admit`'s): a padded admission's placeholder
         drafts (vLLM's ``pad_spec_decode``: a request with one token left to compute scheduled with ``1 +
         num_speculative_tokens``), or an MTP drafter's lookahead (``allocate_slots``' ``num_lookahead_tokens``:
-        ``num_tokens_need_slot``, ``v1/core/kv_cache_manager.py:551-553``). In align mode they take state columns
-        in the same allocation, as `grow_with_drafts` gives a verification's drafts; in mode 'none' a Mamba group's
-        ``mamba_state_blocks`` cover them (its block is ``max_model_len`` tokens)."""
+        ``num_tokens_need_slot``, ``v1/core/kv_cache_manager.py:551-553``). In align mode placeholders take state
+        columns in the same allocation, as `grow_with_drafts` gives a verification's drafts, the drafter's
+        lookahead none (`_main_model_drafts`); in mode 'none' a Mamba group's ``mamba_state_blocks`` cover them
+        (its block is ``max_model_len`` tokens)."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} is already allocated")
         if num_tokens <= 0:
@@ -86,6 +87,7 @@ class HybridPagedAllocator(HybridQueries):
         lookahead = max(0, min(lookahead_slots, self.max_model_len - num_tokens))
         if lookahead:
             self._check_drafts_modelled()
+        mamba_tokens = num_tokens + min(lookahead, self._main_model_drafts(lookahead_slots))
         looked_up = max(num_tokens, full_tokens or 0)
         hits = self._lookup(block_hashes, looked_up)
         if hits and self.align and self._cache.block_hash[hits[-1][-1]] in self._fresh:
@@ -95,7 +97,8 @@ class HybridPagedAllocator(HybridQueries):
         free = self._free.num_free - (self.watermark_blocks if apply_watermark else 0)
         if full_tokens is not None and self._admission_blocks(hits, full_tokens, capped=True, prefill_end=prefill_end) > free:
             return None
-        if self._admission_blocks(hits, num_tokens + lookahead, prefill_end=prefill_end) > free:
+        if self._admission_blocks(hits, num_tokens + lookahead, prefill_end=prefill_end,
+                                  mamba_tokens=mamba_tokens) > free:
             return None
         # with host hits, the hit the GPU alone gives: the tokens the tier adds are the rest
         gpu = (self._hit_blocks(block_hashes, looked_up, self._cache.getter)
@@ -125,14 +128,13 @@ class HybridPagedAllocator(HybridQueries):
         tables = []
         start = num_hit * bs
         spec = self.mamba_state_blocks - 1
-        checkpoint = self.checkpoints and needs_checkpoint(hits[-1], start, num_tokens + lookahead, prefill_end, bs,
-                                                           spec)
+        checkpoint = self.checkpoints and needs_checkpoint(hits[-1], start, mamba_tokens, prefill_end, bs, spec)
         last = -1
         for g, group_hits in enumerate(hits):
             if self.mamba[g] and self.align:  # the hit's state, then the checkpoint's and the running block
                 table = list(group_hits)
                 before = self._used[g]
-                last = place_blocks(table, num_tokens + lookahead, checkpoint, False, bs,
+                last = place_blocks(table, mamba_tokens, checkpoint, False, bs,
                                     lambda k, g=g: self._pop(g, k), spec)
                 self._tok[g] += (self._used[g] - before) * bs
                 tables.append(table)
@@ -227,12 +229,14 @@ class HybridPagedAllocator(HybridQueries):
         s = self._seqs[seq_id]
         return self._extend(s, num_tokens, s.tokens)
 
-    def _extend(self, s: HybridSeq, num_tokens: int, computed: int, drafts: int = 0) -> tuple[Copy, ...] | None:
+    def _extend(self, s: HybridSeq, num_tokens: int, computed: int, drafts: int = 0,
+                mamba_drafts: int | None = None) -> tuple[Copy, ...] | None:
         """Free what ``computed`` tokens leave out of each window, then give the new tokens their blocks. A
         refused call still frees those (vLLM's ``allocate_slots`` removes the skipped blocks before it checks
         for room): they join the free queue ahead of whatever the preemption that follows frees, which
-        decides what later allocations evict. ``drafts``: speculative tokens scheduled after them (align mode,
-        `grow_with_drafts`), given slots and state columns too, all or nothing, but not counted as tokens."""
+        decides what later allocations evict. ``drafts``: slots held after them (align mode, `grow_with_drafts`),
+        all or nothing, but not counted as tokens; ``mamba_drafts`` of them (default all: without a drafter's
+        lookahead, `_main_model_drafts`) take state columns too."""
         if num_tokens == 0:
             return NO_COPIES
         if num_tokens < 0:
@@ -245,10 +249,10 @@ class HybridPagedAllocator(HybridQueries):
         need = released = 0
         ref = self._ref
         checkpoint = False
+        mamba_end = s.tokens + num_tokens + (drafts if mamba_drafts is None else mamba_drafts)
         if self.align:  # the states no longer needed go back first, even if the step is refused
-            checkpoint = self._free_states(s, computed, s.tokens + num_tokens + drafts)
-            need += self.mamba.count(True) * max(0, blocks_to_allocate(len(s.tables[-1]), s.tokens + num_tokens
-                                                                          + drafts, checkpoint, bs,
+            checkpoint = self._free_states(s, computed, mamba_end)
+            need += self.mamba.count(True) * max(0, blocks_to_allocate(len(s.tables[-1]), mamba_end, checkpoint, bs,
                                                                           self.mamba_state_blocks - 1))
         for g, target in enumerate(targets):
             if self.mamba[g]:  # its one state block covers any length (align mode: above)
@@ -267,7 +271,7 @@ class HybridPagedAllocator(HybridQueries):
             if self.mamba[g]:
                 if self.align:
                     before = self._used[g]
-                    last = place_blocks(table, end + drafts, checkpoint, s.placed, bs, lambda k, g=g: self._pop(g, k),
+                    last = place_blocks(table, mamba_end, checkpoint, s.placed, bs, lambda k, g=g: self._pop(g, k),
                                         self.mamba_state_blocks - 1)
                     self._tok[g] += (self._used[g] - before) * bs
                     if last is not None:
@@ -287,28 +291,35 @@ class HybridPagedAllocator(HybridQueries):
             self._cache_full_blocks(s)
         return NO_COPIES
 
-    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int) -> tuple[Copy, ...] | None:
-        """`grow` by ``num_tokens``, then hold slots for ``drafts`` speculative tokens after them in every attention
+    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int, *,
+                         chunk: bool = False) -> tuple[Copy, ...] | None:
+        """`grow` (``chunk``: `grow_chunk`, a prefill chunk with a drafter's lookahead slots after it) by
+        ``num_tokens``, then hold slots for ``drafts`` speculative tokens after them in every attention
         group, all or nothing, up to ``max_model_len`` (`PagedAllocator.grow_with_drafts`: vLLM's ``allocate_slots``
         for a verification step; a rejected draft's slots stay held, filled by later tokens). A Mamba group's state
         blocks cover the drafts already (``1 + num_speculative_blocks`` from admission: ``mamba_state_blocks``).
         With prefix caching on (align mode) the drafts take state columns too, in the one allocation vLLM makes
-        for them (`mamba_align.place_blocks` with ``num_tokens_main_model`` counting them). Modelled with
-        full-attention and Mamba groups only (`check_mamba_speculation`)."""
+        for them (`mamba_align.place_blocks` with ``num_tokens_main_model`` counting them), a drafter's lookahead
+        slots after them none (`_main_model_drafts`). A chunk frees the states the tokens computed before it no
+        longer need, a verification those its fed token leaves (``allocate_slots`` calls ``remove_skipped_blocks``
+        with the tokens computed before the step, ``v1/core/kv_cache_manager.py:564-568``). Modelled with full-attention and Mamba groups only (`check_mamba_speculation`)."""
         self._check_drafts_modelled()
         s, bs = self._seqs[seq_id], self.block_size
+        main = self._main_model_drafts(drafts)
         drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
+        main = min(main, drafts)
+        computed = s.tokens if chunk else s.tokens + num_tokens - 1
         if self.align:
-            if num_tokens > 1 and s.num_hashed < len(s.hashes):
+            if not chunk and num_tokens > 1 and s.num_hashed < len(s.hashes):
                 # the last verification's accepted drafts, in slots it held: vLLM cached the blocks they filled
                 # right after that step (``update_from_output``'s ``cache_blocks``), before this allocation frees a
                 # state no step reads (the running block of a column they crossed)
                 held = min(len(t) for g, t in enumerate(s.tables) if not self.mamba[g]) * bs
                 self._cache_full_blocks(s, min(s.tokens + num_tokens - 1, held))
-            return self._extend(s, num_tokens, s.tokens + num_tokens - 1, drafts)
+            return self._extend(s, num_tokens, computed, drafts, main)
         if (cdiv(s.tokens + num_tokens + drafts, bs) - len(s.tables[0])) * self.slots_per_token > self._free.num_free:
             return None
-        if num_tokens and self._extend(s, num_tokens, s.tokens + num_tokens - 1) is None:
+        if num_tokens and self._extend(s, num_tokens, computed) is None:
             return None
         more = cdiv(s.tokens + drafts, bs) - len(s.tables[0])
         if more > 0:

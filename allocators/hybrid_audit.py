@@ -40,11 +40,14 @@ def audit_hybrid(a) -> None:
                 # (under async scheduling frees lag a step: 4, and 5 where any chunk may take a checkpoint block,
                 # a positive or dense retention interval, as two chunks' checkpoint and running blocks and the
                 # state the first was copied from are held; vLLM 0.33's AsyncScheduler holds the same five)
+                # (a drafter's lookahead slots lengthen the attention tables only: up to cdiv(lookahead, bs) columns
+                # fewer, `HybridQueries._main_model_drafts`)
                 live = [b for b in table[k:] if b]
                 most = 3 + spec + (1 + (a.retention_interval != 0) if a.processed_basis else 0)
-                assert len(table) == held_len + spec and not any(table[:k]) and 0 < len(live) <= most, \
+                short = held_len + spec - len(table)
+                assert 0 <= short <= cdiv(a.lookahead_tokens, bs) and not any(table[:k]) and 0 < len(live) <= most, \
                     f"sequence {seq_id} Mamba group {g}: table {table} is not a state table of {held_len + spec} " \
-                    "columns"
+                    f"columns (less up to {cdiv(a.lookahead_tokens, bs)} for the drafter's lookahead)"
                 # synchronous, the live states are the running one, the checkpoint before it (the chunk's, on any
                 # chunk under a positive retention interval) and the one the running state was copied from
                 assert a.processed_basis or all(i >= len(table) - 2 - spec or i == s.last_state

@@ -135,7 +135,7 @@ class HybridQueries(Allocator):
                  kv_groups: Sequence = (), max_num_batched_tokens: int | None = None,
                  prefix_cache_retention_interval: int | None = 0, mamba_groups: int = 0,
                  mamba_groups_first: bool = False, mamba_checkpoints: bool = True,
-                 mamba_state_blocks: int = 1) -> None:
+                 mamba_state_blocks: int = 1, lookahead_tokens: int = 0) -> None:
         """``mamba_groups``: KV cache groups of Mamba layers after the attention ones (`mamba_cache_groups`),
         each holding one state block per sequence; with any, ``capacity_slots`` is the pool itself, its blocks x
         ``block_size`` (`allocators.mamba_layout.HybridMambaPool`), as a token has no bytes in a Mamba layer.
@@ -150,7 +150,10 @@ class HybridQueries(Allocator):
         checkpoint block (`checkpoints`). ``mamba_state_blocks``: the state blocks a sequence holds in each Mamba
         group with prefix caching off, 1 + vLLM's ``num_speculative_blocks``
         (`allocators.mamba_layout.mamba_state_blocks`); in align mode the ``num_speculative_blocks`` more after the
-        running block (`allocators.mamba_align.place_blocks`)."""
+        running block (`allocators.mamba_align.place_blocks`). ``lookahead_tokens``: a model-based drafter's
+        lookahead slots (vLLM's ``num_lookahead_tokens``, `sim.kernel.spec_decode.num_lookahead_tokens`), the last
+        of the slots every ``admit`` and ``grow_with_drafts`` of such a run is given past a sequence's tokens
+        (`_main_model_drafts`)."""
         super().__init__(capacity_slots, block_size=block_size, max_model_len=max_model_len, placement=placement,
                          prefix_caching=prefix_caching, watermark=watermark)
         self.unit, self.groups = split_kv_groups(kv_groups)
@@ -162,6 +165,7 @@ class HybridQueries(Allocator):
         if type(mamba_state_blocks) is not int or mamba_state_blocks < 1:
             raise ValueError(f"mamba_state_blocks must be a positive integer, got {mamba_state_blocks!r}")
         self.mamba_state_blocks = mamba_state_blocks  # 1 + num_speculative_blocks
+        self.lookahead_tokens = lookahead_tokens
         self._fresh: set[int] = set()  # Mamba keys cached in the step being scheduled (`new_step`)
         self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
         # the groups in vLLM's order (``KVCacheCoordinator.free`` frees a request's blocks manager by manager,
@@ -337,25 +341,36 @@ class HybridQueries(Allocator):
         return prefill_end if self.retention_interval == 0 else 0
 
     def _admission_blocks(self, hits: list[list[int]], num_tokens: int, capped: bool = False,
-                          prefill_end: int = 0) -> int:
+                          prefill_end: int = 0, mamba_tokens: int | None = None) -> int:
         """Free blocks admitting ``num_tokens`` with these hits takes: new blocks in every group (host hits
         load into new blocks too), plus the hits that sit in the free queue. ``capped``: the test that a
         request's whole sequence would fit, where a window group needs at most its `admission_caps` blocks.
         A Mamba group in align mode takes at most a running block and a checkpoint block (`mamba_align`;
-        ``prefill_end``: where the request's prefill ends)."""
+        ``prefill_end``: where the request's prefill ends) for ``mamba_tokens`` (default ``num_tokens``: without
+        a drafter's lookahead slots, `_main_model_drafts`)."""
         lengths = self._lengths(cdiv(num_tokens, self.block_size), capped)
         if self.align:
             bs, start = self.block_size, len(hits[0]) * self.block_size if hits else 0
             table = hits[-1] if hits else []
             spec = self.mamba_state_blocks - 1
-            checkpoint = self.checkpoints and needs_checkpoint(table, start, num_tokens, prefill_end, bs, spec)
-            state = blocks_to_allocate(len(table), num_tokens, checkpoint, bs, spec, allocated=False)
+            mamba_tokens = num_tokens if mamba_tokens is None else mamba_tokens
+            checkpoint = self.checkpoints and needs_checkpoint(table, start, mamba_tokens, prefill_end, bs, spec)
+            state = blocks_to_allocate(len(table), mamba_tokens, checkpoint, bs, spec, allocated=False)
             lengths = [len(table) + state if m else n for n, m in zip(lengths, self.mamba, strict=True)]
         if not hits:
             return sum(lengths)
         ref = self._ref
         return sum(max(n - len(h), 0) + sum(1 for b in h if b < 0 or b and ref[b] == 0)
                    for n, h in zip(lengths, hits, strict=True))
+
+    def _main_model_drafts(self, slots: int) -> int:
+        """Of ``slots`` held past a sequence's tokens (a verification's drafts or a padded admission's placeholders,
+        then a drafter's `lookahead_tokens`), those the target model computes: vLLM's ``num_tokens_main_model``
+        (``KVCacheManager.allocate_slots``, ``v1/core/kv_cache_manager.py:550-553``), which is all a Mamba group in
+        align mode allocates state columns and checkpoints for (``MambaManager.get_num_blocks_to_allocate`` and
+        ``allocate_new_blocks``, ``v1/core/single_type_kv_cache_manager.py:1731-1736`` and ``1810-1815``: the
+        drafter has no Mamba layer); the attention groups hold all of them."""
+        return max(0, slots - self.lookahead_tokens)
 
     def _lengths(self, length: int, capped: bool = False) -> list[int]:
         """Each group's table length for a sequence of ``length`` blocks: a Mamba group's state blocks

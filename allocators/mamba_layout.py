@@ -265,14 +265,14 @@ def hybrid_mamba_pool(*, attention_layers: int, attention_bytes_per_token: int, 
 def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_kv_cache_manager: bool,
                          speculative_method: str | None, model: str, decode_context_parallel_size: int = 1,
                          prefix_caching: bool = True, mamba_kind: str = Mamba2Layers.label,
-                         checkpoints: bool = True, scheduled: bool = True) -> None:
+                         checkpoints: bool = True) -> None:
     """A one-line ValueError naming the flag for a setting not modelled on a hybrid Mamba model (`kvsim capacity`'s
     and a run's, `sim.kernel.mamba_run`). ``--decode-context-parallel-size``: vLLM 0.33 keeps a Mamba state whole
     on every DCP rank (``v1/kv_cache_interface.py``) and ``MambaManager.find_longest_cache_hit`` asserts DCP 1
     (``v1/core/single_type_kv_cache_manager.py``); `HybridMambaPool` shards nothing. ``speculative_method``:
     ``--speculative-config``'s method, modelled only as `check_mamba_speculation` says (``mamba_kind``: the
-    model's `MambaStateLayers.label`; ``checkpoints``: whether its layers export prefill checkpoints on the GPU;
-    ``scheduled``: a run's, False for the capacity report, which sizes the pool only)."""
+    model's `MambaStateLayers.label`; ``checkpoints``: whether its layers export prefill checkpoints on the
+    GPU)."""
     if allocator != "paged":
         raise ValueError(f"--allocator {allocator}: {model} has Mamba layers, whose per-request state only the "
                          "paged allocator (vLLM's block pool) holds in kvsim; slabs or virtual ranges for a "
@@ -285,7 +285,7 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
                          "need the hybrid KV cache manager's separate groups)")
     if speculative_method is not None:
         check_mamba_speculation(speculative_method, prefix_caching=prefix_caching, model=model, mamba_kind=mamba_kind,
-                                checkpoints=checkpoints, scheduled=scheduled)
+                                checkpoints=checkpoints)
     if decode_context_parallel_size > 1:
         raise ValueError(f"--decode-context-parallel-size {decode_context_parallel_size}: not modelled for {model}'s "
                          "Mamba layers (vLLM keeps their state whole on every decode-context-parallel GPU, and its "
@@ -293,7 +293,7 @@ def check_mamba_capacity(*, allocator: str, kv_cache_dtype: str, disable_hybrid_
 
 
 def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, mamba_kind: str,
-                            checkpoints: bool = True, scheduled: bool = True) -> None:
+                            checkpoints: bool = True) -> None:
     """Speculative decoding on a hybrid Mamba model, modelled with the ngram drafter on Mamba-2 or gated DeltaNet
     layers with prefix caching off (vLLM's ``mamba_cache_mode='none'``, `mamba_state_blocks`) or on (``'align'``:
     the speculative blocks after the running one, `allocators.mamba_align.place_blocks`) where the layers export
@@ -306,30 +306,31 @@ def check_mamba_speculation(method: str, *, prefix_caching: bool, model: str, ma
     - a model-based drafter (eagle, eagle3, mtp): its attention layers join the target's in vLLM's planner,
       whose KV cache groups of equal layer count (``_get_kv_cache_groups_uniform_page_size``) they change.
       Modelled: ``mtp`` on gated DeltaNet (Qwen3-Next's one full-attention MTP layer, ``drafter_layers`` of
-      `hybrid_mamba_pool`: exact against vLLM's planner, ``tools/vllm_oracle/gdn_pool.py``) with prefix caching
-      off, its K lookahead slots in the attention group at every allocation (`HybridPagedAllocator.admit`'s
-      ``lookahead_slots``, ``grow_with_drafts``: step for step as vLLM's scheduler, ``gdn_driver.py --mtp``);
-      with prefix caching on only the pool (``scheduled`` False: `kvsim capacity`), a run refused: vLLM's
-      EAGLE-style lookahead block hashes, last-block drop and Mamba checkpoint drop
-      (``v1/core/kv_cache_coordinator.py:129-182``) on the hybrid pool are not modelled. eagle, eagle3, and mtp
-      on Mamba-2: refused (not checked against vLLM's planner for those models).
+      `hybrid_mamba_pool`: exact against vLLM's planner, ``tools/vllm_oracle/gdn_pool.py``), its K lookahead
+      slots in the attention group at every allocation (`HybridPagedAllocator.admit`'s ``lookahead_slots``,
+      ``grow_with_drafts``), with prefix caching off (``gdn_driver.py --mtp``) or on where the layers export
+      prefill checkpoints (``gdn_driver.py --mtp-align``), step for step as vLLM's scheduler. With prefix caching
+      on, one MTP module makes vLLM hash each block with the token after it (``num_hash_lookahead_tokens`` 1,
+      ``config/vllm.py:677-692``: `sim.kernel.arrivals`' ``lookahead_hashes``), which clears
+      ``use_eagle_block_drop`` (``v1/core/sched/scheduler.py:342-345``): no group drops its last hit block and
+      no Mamba group its checkpoint (``v1/core/kv_cache_coordinator.py:129-182``), and its prefill lookahead of
+      1 ends no chunk early; a Mamba group allocates state columns for the target's tokens only, not the
+      lookahead slots (`HybridQueries._main_model_drafts`). The drop rules (``disable_lookahead_block_hashes``)
+      and multi-module MTP, under which they apply, are refused by `sim.kernel.spec_decode.parse_speculative`
+      and `drafter_layers`. eagle, eagle3, and mtp on Mamba-2: refused (not checked against vLLM's planner for
+      those models).
     - Mamba-1 layers (Jamba): vLLM 0.33's ``MambaMixer`` (``model_executor/layers/mamba/mamba_mixer.py``) and its
       ``mamba1_attn.py`` metadata read no accepted-token count, unlike Mamba-2's and gated DeltaNet's backends."""
-    if method == "mtp" and mamba_kind == "gated DeltaNet" and not (prefix_caching and scheduled):
+    if method == "mtp" and mamba_kind == "gated DeltaNet":
         if prefix_caching and not checkpoints:
             raise ValueError(f"--speculative-config with prefix caching on (vLLM's mamba_cache_mode 'align'): not "
                              f"modelled for {model}'s {mamba_kind} layers on a GPU where they export no prefill "
                              "checkpoint; give --no-enable-prefix-caching")
         return
-    if method == "mtp" and mamba_kind == "gated DeltaNet":
-        raise ValueError(f"--speculative-config: method 'mtp' on {model} with prefix caching on (vLLM's "
-                         "mamba_cache_mode 'align') is not modelled (an EAGLE-style drafter's lookahead block "
-                         "hashes, last-block drop and Mamba checkpoint drop, v1/core/kv_cache_coordinator.py:129-182, "
-                         "on the hybrid pool); give --no-enable-prefix-caching")
     if method != "ngram":
         raise ValueError(f"--speculative-config: method {method!r} on {model} is not modelled (its drafter's "
                          "attention layers would change vLLM's KV cache groups of the hybrid pool); method 'ngram' "
-                         "is, and 'mtp' on gated DeltaNet with prefix caching off")
+                         "is, and 'mtp' on gated DeltaNet")
     if mamba_kind == "Mamba-1":
         raise ValueError(f"--speculative-config: not modelled for {model}'s Mamba-1 layers (vLLM 0.33's Mamba-1 "
                          "mixer reads no accepted-token count: it handles no draft tokens)")

@@ -241,12 +241,14 @@ class PagedAllocator(PagedQueries):
         headroom = self._headroom(seq_id, s) if hashes else held - tokens  # one short of a fill that is work
         return headroom, num_new, delta
 
-    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int) -> tuple[Copy, ...] | None:
+    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int, *,
+                         chunk: bool = False) -> tuple[Copy, ...] | None:
         """Grow by ``num_tokens`` and hold slots for ``drafts`` more tokens after them, all or nothing (vLLM's
         ``allocate_slots`` for a verification step of speculative decoding: slots for the fed token and the
         drafts, but only tokens up to ``request.num_tokens``, no draft, are cached). The draft slots are held,
         not token slots: a rejected draft's slot is filled by a later token, never freed before the request.
-        Up to ``max_model_len`` (``allocate_slots`` caps a drafter's lookahead slots there)."""
+        Up to ``max_model_len`` (``allocate_slots`` caps a drafter's lookahead slots there). ``chunk``: a prefill
+        chunk's (one table, nothing freed by the tokens computed: grown as a verification's tokens are)."""
         s, bs = self._seqs[seq_id], self.block_size
         drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
         if -(-(s.tokens + num_tokens + drafts) // bs) - len(s.table) > self._free.num_free:

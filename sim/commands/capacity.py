@@ -90,8 +90,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                              decode_context_parallel_size=decode_context_parallel_size,
                              prefix_caching=prefix_caching, mamba_kind=spec.mamba.label,
                              checkpoints=not (prefix_caching and speculative_config) or spec.mamba
-                             .prefill_checkpoint_alignment(gpu_spec.compute_capability) is not None,
-                             scheduled=False)
+                             .prefill_checkpoint_alignment(gpu_spec.compute_capability) is not None)
         if speculative_config is not None:  # an MTP drafter's attention layers (`check_mamba_speculation`)
             draft = drafter_layers(method, spec)
     cap = kv_capacity(spec, gpu_spec, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,

@@ -17,8 +17,9 @@ is a multiple of its scheduler block size, lcm(block size, max_model_len), and c
 (`HybridQueries`' check). Speculative decoding (``--speculative-config``, ngram) gives each request ``1 +
 num_speculative_tokens`` state blocks per Mamba group (`run_state_blocks`; prefix caching on, Mamba-2 only: the
 speculative ones after the running state, `allocators.mamba_align.place_blocks`); Qwen3-Next's MTP drafter
-(``method`` mtp, prefix caching off) too, its attention layer in the pool's attention group (`run_pool`'s
-``drafter_layers``) and its K lookahead slots in that group at every allocation. The settings not modelled
+(``method`` mtp, prefix caching off or on) too, its attention layer in the pool's attention group (`run_pool`'s
+``drafter_layers``) and its K lookahead slots in that group at every allocation (on, in no Mamba group:
+`run_lookahead_tokens`). The settings not modelled
 are refused with the reason (`mamba_run_refusals`). Gated DeltaNet layers are scheduled by the same ``MambaManager``
 and scheduler rules: with prefix caching on, where vLLM exports their prefill checkpoints (FlashInfer's GDN prefill
 on Hopper, whose 64-token grid also aligns the block size) as Mamba-2's, and before Hopper (Triton/FLA: no
@@ -41,7 +42,7 @@ from allocators.mamba_layout import (
     mamba_state_blocks,
     model_pool,
 )
-from sim.kernel.spec_decode import drafter_layers, parse_speculative, speculative_method
+from sim.kernel.spec_decode import drafter_layers, num_lookahead_tokens, parse_speculative, speculative_method
 
 
 def mamba_run_refusals(config, model) -> None:
@@ -105,7 +106,8 @@ def mamba_allocator(config, model, kv_tokens: int, kv_groups: tuple, options: di
     return HybridPagedAllocator(pool.num_blocks * pool.block_size, kv_groups=kv_groups,
                                 mamba_groups=pool.mamba_groups, mamba_groups_first=model.mamba.groups_first,
                                 mamba_checkpoints=_exports_checkpoints(config, model),
-                                mamba_state_blocks=run_state_blocks(config), **options)
+                                mamba_state_blocks=run_state_blocks(config),
+                                lookahead_tokens=run_lookahead_tokens(config), **options)
 
 
 def run_state_blocks(config) -> int:
@@ -113,6 +115,13 @@ def run_state_blocks(config) -> int:
     with ``--speculative-config``, modelled as `check_mamba_speculation` says)."""
     spec = config.speculative_config
     return mamba_state_blocks(0 if spec is None else parse_speculative(spec)[1])
+
+
+def run_lookahead_tokens(config) -> int:
+    """A model-based drafter's lookahead slots (`num_lookahead_tokens`: MTP's K), which the hybrid allocator gives
+    the attention groups only in align mode (`HybridQueries._main_model_drafts`)."""
+    spec = config.speculative_config
+    return 0 if spec is None else num_lookahead_tokens(*parse_speculative(spec))
 
 
 def _exports_checkpoints(config, model) -> bool:

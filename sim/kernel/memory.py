@@ -372,10 +372,10 @@ class KVMemory:
             self._unplace(group, admitted=False)
         return admission
 
-    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int):
-        """`grow` plus slots held for ``drafts`` speculative tokens after them (`PagedAllocator.grow_with_drafts`:
-        vLLM's paged KV cache manager only)."""
-        return self._alloc.grow_with_drafts(seq_id, num_tokens, drafts)
+    def grow_with_drafts(self, seq_id: int, num_tokens: int, drafts: int, *, chunk: bool = False):
+        """`grow` (``chunk``: `grow_chunk`) plus slots held for ``drafts`` speculative tokens or a drafter's
+        lookahead after them (`PagedAllocator.grow_with_drafts`: vLLM's paged KV cache manager only)."""
+        return self._alloc.grow_with_drafts(seq_id, num_tokens, drafts, chunk=chunk)
 
     def never_fits_tokens(self, prompt: int, tokens: int) -> str | None:
         """Why one sequence that must at some point hold ``tokens`` slots could not run even alone, or None."""

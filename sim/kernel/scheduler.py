@@ -417,7 +417,7 @@ class Scheduler:
         """Slots for a running prefill's chunk, and a model-based drafter's lookahead slots after it (vLLM's
         ``allocate_slots`` with ``num_lookahead_tokens``, `sim.kernel.spec_decode`)."""
         if self.spec is not None and self.spec.lookahead:
-            return self.memory.grow_with_drafts(seq_id, chunk, self.spec.lookahead)
+            return self.memory.grow_with_drafts(seq_id, chunk, self.spec.lookahead, chunk=True)
         return self.memory.grow_chunk(seq_id, chunk)
 
     def verify(self, group: SequenceGroup, budget: int, due: set[int]) -> int:

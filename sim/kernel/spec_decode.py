@@ -56,8 +56,9 @@ same way and add what kvsim is about, KV memory:
   sliding-window groups is refused (`drafter_layers`). On a hybrid Mamba model, Qwen3-Next's one MTP layer is a
   full-attention layer (``model_executor/models/qwen3_next_mtp.py:89-96``): it joins the attention group of the
   hybrid pool (`allocators.mamba_layout.hybrid_mamba_pool`, groups of 13 layers), modelled with prefix caching
-  off (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp``,
-  ``tests/sim/test_sim_gdn_mtp_parity.py``).
+  off and on (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp`` and
+  ``--mtp-align``, ``tests/sim/test_sim_gdn_mtp_parity.py`` and ``test_sim_gdn_mtp_align_parity.py``): on, its
+  lookahead slots take no Mamba state column (`allocators.hybrid_queries.HybridQueries._main_model_drafts`).
   `allocators.capacity.kv_capacity` sizes the pool with the drafter layers (``drafter_layers``), and counts the
   drafter's weights (one average target decoder layer each: approximate, `drafter_weight_bytes`).
 - Prefix caching: with a drafter, vLLM hashes each block with the token after it (``num_hash_lookahead_tokens``
@@ -162,10 +163,17 @@ def drafter_layers(method: str | None, model) -> int:
     return layers
 
 
+def num_lookahead_tokens(method: str | None, k: int) -> int:
+    """vLLM's ``VllmConfig.num_lookahead_tokens`` (``config/vllm.py:646-651``): the slots a model-based drafter's
+    KV takes after every ``allocate_slots``' tokens, ``num_speculative_tokens`` for eagle, eagle3 and mtp, 0 for
+    ngram (no drafter KV)."""
+    return k if method in DRAFTER_METHODS else 0
+
+
 def check_drafter_budget(method: str | None, k: int, max_num_batched_tokens: int) -> None:
     """vLLM's ``VllmConfig._set_max_num_scheduled_tokens``: a drafter's lookahead slots must leave room for a
     token in the step."""
-    lookahead = k if method in DRAFTER_METHODS else 0
+    lookahead = num_lookahead_tokens(method, k)
     if lookahead and max_num_batched_tokens <= lookahead:
         raise ValueError(f"--max-num-batched-tokens ({max_num_batched_tokens}) must exceed the drafter's "
                          f"{lookahead} lookahead slots (num_speculative_tokens), as vLLM requires")
@@ -178,7 +186,7 @@ class SpecDecode:
                  method: str = "ngram", drafter_layers: int = 0) -> None:
         self.k = num_speculative_tokens
         self.method = method
-        self.lookahead = num_speculative_tokens if method in DRAFTER_METHODS else 0  # num_lookahead_tokens
+        self.lookahead = num_lookahead_tokens(method, num_speculative_tokens)
         self.drafter_layers = drafter_layers
         self.p = acceptance_rate
         self.seed = seed

@@ -69,13 +69,20 @@ def test_ngram_drafts_without_the_lookahead_slots_are_not_vllms_mtp_run():
     assert metrics["preemptions"] == "27 vs 39" and steps["used_blocks"]
 
 
-def test_a_run_with_prefix_caching_on_is_refused_with_the_reason():
-    """vLLM's EAGLE-style lookahead block hashes, last-block drop and Mamba checkpoint drop on the hybrid pool are
-    not modelled: a run with the MTP drafter and prefix caching on (mamba_cache_mode 'align') is refused, as are
-    eagle on Qwen3-Next and mtp on a Mamba-2 model; `kvsim capacity` sizes the pool (`tests/cli/`)."""
+def test_what_is_not_modelled_is_refused_with_the_reason():
+    """With prefix caching on a run with the MTP drafter is modelled where the gated DeltaNet layers export prefill
+    checkpoints (Hopper: ``tests/sim/test_sim_gdn_mtp_align_parity.py``), refused before (an A100: Triton/FLA's
+    prefill); refused too: vLLM's last-block and checkpoint drops without lookahead hashes
+    (``disable_lookahead_block_hashes``), eagle on Qwen3-Next and mtp on a Mamba-2 model; `kvsim capacity` sizes
+    the pool (`tests/cli/`)."""
     mtp = json.dumps({"method": "mtp", "num_speculative_tokens": 2})
-    with pytest.raises(ValueError, match="method 'mtp' on qwen3-next-80b-a3b with prefix caching on"):
-        resolve_capacity(SimConfig(speculative_config=mtp, **DRAFTS, **QWEN3_NEXT))
+    assert resolve_capacity(SimConfig(speculative_config=mtp, **DRAFTS, **QWEN3_NEXT)).drafter_layers == 1
+    with pytest.raises(ValueError, match="on a GPU where they export no prefill checkpoint"):
+        resolve_capacity(SimConfig(speculative_config=mtp, **DRAFTS, **QWEN3_NEXT | dict(gpu="a100-80gb",
+                                                                                       tensor_parallel=4)))
+    drops = json.dumps({"method": "mtp", "num_speculative_tokens": 2, "disable_lookahead_block_hashes": True})
+    with pytest.raises(ValueError, match="disable_lookahead_block_hashes not modelled"):
+        resolve_capacity(SimConfig(speculative_config=drops, **DRAFTS, **QWEN3_NEXT))
     eagle = json.dumps({"method": "eagle", "model": "d", "num_speculative_tokens": 2})
     with pytest.raises(ValueError, match="method 'eagle'"):
         resolve_capacity(SimConfig(speculative_config=eagle, prefix_caching=False, **DRAFTS, **QWEN3_NEXT))

@@ -1,6 +1,6 @@
 """`mamba_driver.py` with Qwen3-Next-80B-A3B's pool: three gated DeltaNet groups, then its attention group.
 
-    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--no-checkpoint | --spec | --mtp] \
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/gdn_driver.py [--no-checkpoint | --spec | --mtp | --mtp-align] \
         [--out tests/sim/data/vllm_oracle_gdn] [--async-scheduling] [CASE ...]
 
 vLLM 0.33 plans Qwen3-Next's 12 attention and 36 gated DeltaNet layers as one attention KV cache group and three
@@ -99,8 +99,42 @@ K (``MambaBase.get_kv_cache_spec``). The drafter's layer is not in the driver's 
 (the pool in blocks with the layer is `gdn_pool.py`'s)."""
 
 
+MTP_ALIGN_CASES: dict[str, dict] = {
+    f"{name}_mtp_{k}": CASES[name] | dict(num_blocks=blocks, num_speculative_tokens=k, spec_acceptance_rate=rate,
+                                          method="mtp")
+    for name, blocks, k, rate in (("gdn_align_contended", 60, 2, 0.5), ("gdn_align_small_budget", 70, 3, 0.6),
+                                  ("gdn_align_shared_prefix", 80, 3, 0.6),
+                                  ("gdn_align_shared_prefix_retention_1152", 80, 2, 0.7),
+                                  ("gdn_align_contended_dense", 60, 3, 0.5))
+}
+# `mamba_driver.write_long_prefix_trace`'s draws with three system prompts a whole number of 576-token blocks long
+# (2, 4 and 7 blocks): a prefix's last block is followed by each request's own token, which a lookahead block hash
+# covers (``v1/core/kv_cache_utils.py:1003-1018``), so a sibling hits one block less than with ngram's hashes
+MTP_ALIGN_CASES["gdn_align_block_prefix_mtp_2"] = dict(
+    trace=dict(n=0, prefixes=(1152, 2304, 4032)), trace_of="gdn_align_block_prefix", num_blocks=110,
+    block_size=576, enable_prefix_caching=True, num_speculative_tokens=2, spec_acceptance_rate=0.5, method="mtp")
+# `kvsim capacity --model qwen3-next-80b-a3b --gpu h200 -tp 2 --speculative-config '{"method": "mtp",
+# "num_speculative_tokens": 2}' --prompt-len 7000 --output-len 1000`'s pool (6,996 blocks; 23 blocks a request at rest:
+# 14 attention blocks for 8,000 tokens and 2 lookahead slots, 1 + 2 state blocks per Mamba group; 304 at once) given
+# 320 such requests at once (up to 512 running), few drafts accepted: a request holds its 23 blocks from token 7,488
+# to its end, about 460 steps, while the others are admitted one a step
+MTP_ALIGN_CASES["gdn_align_capacity_mtp_2"] = dict(
+    trace=dict(n=320, prompt=(7000, 7000), output=(1000, 1000), gap=0.0), num_blocks=6996, block_size=576,
+    max_num_batched_tokens=8192, max_num_seqs=512, enable_prefix_caching=True, num_speculative_tokens=2,
+    spec_acceptance_rate=0.1, method="mtp")
+"""``--mtp-align``: Qwen3-Next's MTP drafter with prefix caching on (``mamba_cache_mode='align'``), written to
+``tests/sim/data/vllm_oracle_gdn_mtp_align`` (``tests/sim/test_sim_gdn_mtp_align_parity.py``): the ``--spec``
+cases' traces and pools (contended, shared prefixes, a retention interval of two blocks, dense retention), a small
+budget, block-aligned system prompts and `kvsim capacity`'s pool. The scheduler is `as_mtp`'s, which checks what
+vLLM 0.33 turns on for one MTP module with prefix caching: lookahead block hashes of one token (``num_hash_lookahead_tokens``,
+``config/vllm.py:677-692``), which clear ``use_eagle_block_drop`` (``v1/core/sched/scheduler.py:342-345``), so no
+group drops its last hit block and no Mamba group its checkpoint (``v1/core/kv_cache_coordinator.py:129-182``),
+and a prefill lookahead of 1 (no chunk-end rule, ``Scheduler._reserve_prefill_lookahead``; nothing
+re-prefillable)."""
+
+
 def as_mtp() -> None:
-    """Make the driver build vLLM's ``Scheduler`` for Qwen3-Next's MTP drafter (`MTP_CASES`)."""
+    """Make the driver build vLLM's ``Scheduler`` for Qwen3-Next's MTP drafter (`MTP_CASES`, `MTP_ALIGN_CASES`)."""
     import vllm.v1.core.sched.scheduler as module
 
     base = module.Scheduler
@@ -115,6 +149,13 @@ def as_mtp() -> None:
             (attention,) = kv_cache_config.kv_cache_groups  # the drafter's layer is in it
             attention.is_eagle_group = True
             super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kwargs)
+            if vllm_config.cache_config.enable_prefix_caching:  # `MTP_ALIGN_CASES`: what stays off
+                coordinator = self.kv_cache_manager.coordinator
+                assert self.num_hash_lookahead_tokens == 1 and not self.use_eagle_block_drop
+                assert coordinator.eagle_group_ids and not coordinator.drop_eagle_group_ids
+                assert coordinator.num_reprefillable_tokens == 0
+                assert not any(getattr(m, "drop_eagle_checkpoint_block", False)
+                               for m in coordinator.single_type_managers)
 
     module.Scheduler = MTPScheduler
 
@@ -156,6 +197,12 @@ def main() -> None:
         argv.remove("--mtp")
         as_mtp()
         mamba_driver.write_references(MTP_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_mtp",
+                                      __doc__.splitlines()[0], argv)
+        return
+    if "--mtp-align" in argv:
+        argv.remove("--mtp-align")
+        as_mtp()
+        mamba_driver.write_references(MTP_ALIGN_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_mtp_align",
                                       __doc__.splitlines()[0], argv)
         return
     if "--spec" in argv:

@@ -181,9 +181,10 @@ MAMBA_GROUPS = 6
 """Nemotron-H-8B's Mamba KV cache groups (24 Mamba layers in groups of its 4 attention layers)."""
 
 
-def write_long_prefix_trace(path: Path) -> None:
+def write_long_prefix_trace(path: Path, prefixes: tuple[int, ...] = LONG_PREFIXES) -> None:
     """``mamba_align_long_prefix``'s trace: 70 arrivals a few seconds apart, each a fresh prompt (one in four) or
-    one of `LONG_PREFIXES` with a tail, or, three times in ten, the prefix alone arriving twice at once."""
+    one of ``prefixes`` (`LONG_PREFIXES`, or a case's ``trace["prefixes"]``) with a tail, or, three times in ten,
+    the prefix alone arriving twice at once (the same draws whatever the prefixes)."""
     import csv
 
     import numpy as np
@@ -198,10 +199,10 @@ def write_long_prefix_trace(path: Path) -> None:
             rows.append([t, int(rng.integers(500, 5000)), out_tokens, "", ""])
             continue
         same = rng.random() < 0.3
-        prompt = LONG_PREFIXES[g] if same else LONG_PREFIXES[g] + int(rng.integers(100, 3000))
-        rows.append([t, prompt, out_tokens, f"system-{chr(97 + g)}", LONG_PREFIXES[g]])
+        prompt = prefixes[g] if same else prefixes[g] + int(rng.integers(100, 3000))
+        rows.append([t, prompt, out_tokens, f"system-{chr(97 + g)}", prefixes[g]])
         if same:
-            rows.append([t, prompt, int(rng.integers(20, 300)), f"system-{chr(97 + g)}", LONG_PREFIXES[g]])
+            rows.append([t, prompt, int(rng.integers(20, 300)), f"system-{chr(97 + g)}", prefixes[g]])
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["arrival_time_s", "prompt_tokens", "output_tokens", "prefix_group", "prefix_len"])
@@ -237,7 +238,9 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
             async_gap.write_reference(Path(a.out) / "async" / name, step_rows, request_rows)
             print(name, "async done", flush=True)
             continue
-        if CASES.get(name, {}).get("trace_of", name) == "mamba_align_long_prefix":
+        if "prefixes" in case_table[name].get("trace", {}):
+            write_long_prefix_trace(out / "trace.csv", case_table[name]["trace"]["prefixes"])
+        elif CASES.get(name, {}).get("trace_of", name) == "mamba_align_long_prefix":
             write_long_prefix_trace(out / "trace.csv")
         else:
             cases.write_trace(name, out / "trace.csv")
