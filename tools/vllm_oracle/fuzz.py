@@ -13,9 +13,10 @@ decision kvsim makes differently. Each draw ``i`` picks, from ``numpy.random.def
 ``scheduler_reserve_full_isl``, FCFS or priority, a capped ``max_model_len``, a ``watermark``, vLLM's offloading
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram speculative decoding, and vLLM's ``AsyncScheduler``
-(``async_gap.run_async``). Combinations kvsim refuses (drafts with a window group, a host tier or async scheduling;
-async scheduling with generated blocks offloaded), or the driver does not drive (drafts with sessions or ``n > 1``),
-are not drawn.
+(``async_gap.run_async``). Combinations kvsim refuses (drafts with a window group or a host tier; async scheduling
+with generated blocks offloaded), or the driver does not drive (drafts with sessions or ``n > 1``), are not drawn;
+nor are drafts under async scheduling (``spec_cases.py --async-scheduling`` checks them; left out so that the seeds
+below still draw what they drew).
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
@@ -36,7 +37,6 @@ and ``spec_cases.py``'s ``threshold_below_drafts``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -173,16 +173,12 @@ def kvsim_run(case: Path, *, step_by_step: bool) -> tuple[dict, object]:
     from sim.kernel.runner import run_config
 
     s = json.loads((case / "settings.json").read_text())
-    config = compare.kvsim_config(s, case / "trace.csv", step_by_step=step_by_step)
-    if s.get("async_scheduling"):
-        config = dataclasses.replace(config, async_scheduling=True)
-    result = run_config(config, warn=False)
-    req, steps = result.requests, result.steps
+    result = run_config(compare.kvsim_config(s, case / "trace.csv", step_by_step=step_by_step), warn=False)
+    req = result.requests
     if req["rejected"].any():
         raise AssertionError(f"kvsim rejected {int(req['rejected'].sum())} requests "
                              f"({sorted(set(req.loc[req['rejected'], 'reject_reason']))})")
-    end = (steps["time_s"] + steps["duration_s"]).max() if s.get("async_scheduling") else req["finished_s"].max()
-    return compare.run_metrics(result, int(round(float(end)))), result
+    return compare.run_metrics(result, compare.total_steps(result, s.get("async_scheduling", False))), result
 
 
 def step_series(result, total: int) -> dict[str, np.ndarray]:
