@@ -237,8 +237,10 @@ class SimConfig:
     def _check_speculative(self) -> None:
         """``--speculative-config`` is vLLM v1's speculative decoding (`sim.kernel.spec_decode`), checked
         against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
-        scheduling and FCFS or priority order, without a host tier; anything else is refused. Several replicas
-        (``--replicas``, ``--data-parallel-size``) are as many engines, each drafting for its own requests."""
+        or async scheduling (vLLM 0.33's ``AsyncScheduler``, its default for every modelled method under the V2
+        model runner; attention-only models, `check_async_drafts`) and FCFS or priority order, without a host
+        tier; anything else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many
+        engines, each drafting for its own requests."""
         if self.speculative_config is None:
             if self.spec_acceptance_rate is not None:
                 raise ValueError("--spec-acceptance-rate needs --speculative-config")
@@ -253,13 +255,12 @@ class SimConfig:
         self.spec_acceptance_rate = rate
         given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
                  "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
-                 "--async-scheduling": (self.async_scheduling, False),
                  "--cpu-offload-gib": (self.cpu_offload_gib > 0, False)}
         if wrong := self._unchecked(given):
             raise ValueError("--speculative-config models vLLM v1's speculative decoding on its paged KV cache "
                              "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
-                             "no --async-scheduling, no --cpu-offload-gib, --scheduling-policy fcfs or priority); "
-                             "not modelled with " + ", ".join(wrong))
+                             "no --cpu-offload-gib, --scheduling-policy fcfs or priority); not modelled with "
+                             + ", ".join(wrong))
 
     def _check_data_parallel(self) -> None:
         """``--data-parallel-size N`` is N replicas of one engine, as vLLM runs N engine cores of

@@ -143,7 +143,6 @@ def test_vllms_spellings_are_read():
 @pytest.mark.parametrize("options, message", [
     (dict(allocator="vattention"), "--allocator vattention"),
     (dict(preemption="swap"), "--preemption swap"),
-    (dict(async_scheduling=True), "--async-scheduling True"),
     (dict(cpu_offload_gib=1.0), "--cpu-offload-gib True"),
     (dict(chunked_prefill=False), "--chunked-prefill False"),
     (dict(scheduling_policy="lpm"), "--scheduling-policy lpm"),
