@@ -70,12 +70,21 @@ class PagedAllocator(PagedQueries):
         request preempted before keeps that block uncached); True if it did. Such a block is the request's own,
         parked, or (a session turn's generated block, which the next turn's prompt holds) indexed under a shared
         hash."""
+        return self.forget_hashes_past(seq_id, 1)
+
+    def forget_hashes_past(self, seq_id: int, unknown: int) -> bool:
+        """Uncache the hashed blocks of the sequence that its last ``unknown`` tokens reach into (`forget_tail_hash`
+        for one; with speculative drafts under async scheduling a verification's accepted drafts are in flight too,
+        and a drafter's lookahead block hashes need one token more, `sim.kernel.async_outputs.InFlight.tail_unknown`);
+        True if it did."""
         s = self._seqs[seq_id]
-        full = s.tokens // self.block_size
-        if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
+        keep = max(0, s.tokens - unknown) // self.block_size
+        hashed = min(s.num_hashed, len(s.hashes))
+        if hashed <= keep:
             return False
-        self._cache.forget(s.table[full - 1])
-        s.num_hashed = full - 1
+        for index in range(hashed - 1, keep - 1, -1):
+            self._cache.forget(s.table[index])
+        s.num_hashed = keep
         return True
 
     def hide_shared_tail(self, seq_id: int) -> bool:

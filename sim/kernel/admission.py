@@ -27,6 +27,7 @@ from allocators.base import NO_COPIES, Admission, GroupSwap, PageMap
 from sim.kernel.preemption import Preemption
 from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.sequence_group import FINISHED, LOADED, LOADING, REJECTED, RUNNING, SWAPPED, SequenceGroup
+from sim.kernel.spec_decode import final_lag
 
 
 class GroupMechanics(Preemption):
@@ -465,22 +466,22 @@ class GroupMechanics(Preemption):
 
     def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False,
                      stepped: Collection[int] = (), parked: set[int] | None = None,
-                     unknown_tail: bool = False) -> None:
+                     unknown_tail: int = 0) -> None:
         """Free every sequence of a running group and take it off the running list (``finished``, or
         preempted): the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots
         a last sync copies (a preemption; a group finishing after its step has run pays nothing).
         ``stepped``: decoders the running loop passed this step (`Scheduler.walked`), told this step's slot
         too where they lag, as step by step they hold it (a block it fills is cached, as in vLLM, whose
         scheduler caches the blocks it allocates before it preempts). ``parked``: gathers the hashes of the
-        blocks it held (`KVMemory.free_group`). ``unknown_tail``: with async scheduling, the last block it fills
-        is not cached yet (`sim.kernel.async_outputs.InFlight.tail_unknown`)."""
+        blocks it held (`KVMemory.free_group`). ``unknown_tail``: with async scheduling, the last tokens it holds
+        not known yet, whose blocks are not cached (`sim.kernel.async_outputs.InFlight.tail_unknown`)."""
         s = self.s
         decode, lags = s.decode, {}
         for seq_id in group.seq_ids:
             if seq_id in decode:
                 lag = decode.pending(seq_id, s.step)
-                if finished and s.spec is not None:  # drafts accepted past its last output token are dropped
-                    lag = min(lag, group.final_tokens - s.memory.num_tokens(seq_id))
+                if finished and s.spec is not None:
+                    lag = final_lag(group, lag, s.memory.num_tokens(seq_id))
                 lags[seq_id] = lag + 1 if lag >= 0 and seq_id in stepped else lag
                 decode.leave(seq_id)
         if finished and self.delay_free is not None:  # held until the decode side has read them

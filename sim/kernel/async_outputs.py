@@ -27,6 +27,11 @@ changes in what the scheduler decides:
   (its blocks' free is deferred): the running loop stops at it (`pinned`); and a host load is seen done a step
   later, with the output of the step it landed in (`seen_loads`).
 - Fan-out children (``n > 1``, `sim.kernel.parallel_sampling`) are ordinary requests here.
+- With speculative drafts (`sim.kernel.spec_decode`; ``spec_cases.py --async-scheduling``,
+  ``tests/sim/test_sim_async_spec_parity.py``) step t + 1 is scheduled as if step t's verifications accepted all
+  their drafts (`SpecDecode.in_flight_rejected`); a request step t finishes only by accepting drafts is scheduled
+  in step t + 1 too (`SpecDecode.unsure`, `Scheduler.verify_finished`); a victim's accepted drafts in flight, and
+  with lookahead block hashes the token after a block, are not hashed yet (`tail_unknown`).
 - Everything else is as the synchronous scheduler: decodes follow each other without a gap (the placeholders
   count as computed), and a preempted request's stale token is still appended, so it recomputes as many tokens.
 
@@ -43,6 +48,7 @@ import numpy as np
 from sim.kernel.arrivals import releases_arrivals
 from sim.kernel.parallel_sampling import fans_out
 from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
+from sim.kernel.spec_decode import final_lag
 
 
 class InFlight:
@@ -74,14 +80,16 @@ class InFlight:
     def hold(self, group: SequenceGroup, end_s: float) -> None:
         """``group`` produced its last token in the step that ended at ``end_s``: finished (reported now, at that
         time), it keeps its blocks and seat until the next step is planned. Its lazily grown decoders tell the
-        allocator what they computed (so memory counts it while they are out of the decode set) and leave the
-        set."""
+        allocator what they computed (so memory counts it while they are out of the decode set; with drafts not
+        the accepted ones past its end, `final_lag`) and leave the set."""
         s = self.s
         group.generated = group.output
         decode, memory = s.decode, s.memory
         for seq_id in group.seq_ids:
             if seq_id in decode:
                 lag = decode.pending(seq_id, s.step)
+                if s.spec is not None:
+                    lag = final_lag(group, lag, memory.num_tokens(seq_id))
                 decode.leave(seq_id)
                 if lag > 0 and memory.grow(seq_id, lag) is None:
                     raise RuntimeError(f"sequence {seq_id}: its computed tokens outgrew the blocks it holds")
@@ -116,7 +124,22 @@ class InFlight:
         self.preempted_finished += 1
         return True
 
-    def tail_unknown(self, victim: SequenceGroup, stepped: bool) -> bool:
+    def tail_unknown(self, victim: SequenceGroup, stepped: bool) -> int:
+        """The last tokens a decoding ``victim`` preempted now holds (told the allocator) whose blocks vLLM's async
+        scheduling has not cached yet (`tail_block_unknown`: its last one). With speculative drafts
+        (`sim.kernel.spec_decode`) the drafts its verification in flight accepts too (vLLM appends them only with
+        that output, ``_update_request_with_output``, ``v1/core/sched/scheduler.py:2744-2770``), and with a drafter's
+        lookahead block hashes (``num_hash_lookahead_tokens``, ``vllm/config/vllm.py:678``: a block is hashed once
+        the token after it is known) one token more where this step's allocation or the completed prefill cached
+        up to the tokens known (``allocate_slots``' ``num_tokens_to_cache``, ``v1/core/kv_cache_manager.py:621``)."""
+        unknown = int(self.tail_block_unknown(victim, stepped))
+        spec = self.s.spec
+        if spec is not None:
+            index = victim.index
+            unknown += spec.in_flight_unknown(victim, (stepped and index in self.decoded) or index in self.joined)
+        return unknown
+
+    def tail_block_unknown(self, victim: SequenceGroup, stepped: bool) -> bool:
         """Whether the last block the synchronous scheduler would have cached for a decoding ``victim`` preempted
         now is not cached yet: the last token it holds a slot for was sampled by a step whose output is still in
         flight. ``stepped``: the running loop scheduled it this step before it was preempted (it then holds this
@@ -131,9 +154,10 @@ class InFlight:
         """The sequences whose last block the synchronous scheduler has cached by now but vLLM's async scheduling
         has not (its last token is in flight, `tail_unknown`): the running decoders, scheduled this step (a due
         decoder is synced by now; one not due is not at a block's end), and the finished groups still held."""
-        seqs = [seq_id for g in self.s.running if g.state == RUNNING and g.decoding and self.tail_unknown(g, True)
+        seqs = [seq_id for g in self.s.running if g.state == RUNNING and g.decoding and self.tail_block_unknown(g, True)
                 for seq_id in g.seq_ids]
-        return seqs + [seq_id for g in self.releasing.values() if self.tail_unknown(g, False) for seq_id in g.seq_ids]
+        return seqs + [seq_id for g in self.releasing.values() if self.tail_block_unknown(g, False)
+                       for seq_id in g.seq_ids]
 
     def comes_back(self, victim: SequenceGroup) -> bool:
         """Whether ``victim``, a prefilling group preempted while nothing else runs, makes progress when it is

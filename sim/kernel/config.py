@@ -237,9 +237,11 @@ class SimConfig:
     def _check_speculative(self) -> None:
         """``--speculative-config`` is vLLM v1's speculative decoding (`sim.kernel.spec_decode`), checked
         against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
-        scheduling and FCFS or priority order, with or without a host tier run as vLLM's offloading connector
-        runs it (write-through, loads beside the steps, no store threshold; LRU or ARC, prompt blocks only or
-        not; ngram drafts only); anything else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many
+        scheduling or async scheduling (vLLM 0.33's ``AsyncScheduler``, its default for every modelled method under
+        the V2 model runner; attention-only models, `check_async_drafts`) and FCFS or priority order, with or
+        without a host tier run as vLLM's offloading connector runs it (synchronous scheduling, write-through, loads
+        beside the steps, no store threshold; LRU or ARC, prompt blocks only or not; ngram drafts only); anything
+        else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many
         engines, each drafting for its own requests."""
         if self.speculative_config is None:
             if self.spec_acceptance_rate is not None:
@@ -260,7 +262,8 @@ class SimConfig:
         self.spec_acceptance_rate = rate
         given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
                  "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
-                 "--async-scheduling": (self.async_scheduling, False)}
+                 "--async-scheduling with --cpu-offload-gib": (self.async_scheduling and self.cpu_offload_gib > 0,
+                                                               False)}
         if self.cpu_offload_gib > 0:
             given |= {"--offload-write-policy": (self.offload_write_policy, "write_through"),
                       "--offload-loads": (self.offload_loads, "async"),
@@ -268,8 +271,8 @@ class SimConfig:
         if wrong := self._unchecked(given):
             raise ValueError("--speculative-config models vLLM v1's speculative decoding on its paged KV cache "
                              "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
-                             "no --async-scheduling, --scheduling-policy fcfs or priority; a --cpu-offload-gib host "
-                             "tier with --offload-write-policy write_through and --offload-loads async); "
+                             "--scheduling-policy fcfs or priority; a --cpu-offload-gib host tier with synchronous "
+                             "scheduling, --offload-write-policy write_through and --offload-loads async); "
                              "not modelled with " + ", ".join(wrong))
 
     def _check_data_parallel(self) -> None:

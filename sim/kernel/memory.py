@@ -264,13 +264,14 @@ class KVMemory:
         del self.owner[seq_id]
 
     def free_group(self, group: SequenceGroup, lags: Mapping[int, int], finished: bool = False,
-                   parked: set[int] | None = None, unknown_tail: bool = False) -> tuple[Copy, ...]:
+                   parked: set[int] | None = None, unknown_tail: int = 0) -> tuple[Copy, ...]:
         """Free every sequence of a group (``finished``: for good). ``lags``: tokens a sequence computed that the
         allocator was not told (a lazily grown decoder); with prefix caching they are told first, so its full
         blocks get their hashes, as in vLLM. ``parked``: gathers the host-tier keys of the hashed blocks each
         sequence holds when it is freed, those told included (a group being swapped out: `park`). Returns the
-        copies that telling them made. ``unknown_tail``: the block the last told token fills is not cached yet
-        (async scheduling: that token is in flight), so it loses its hash (`PagedAllocator.forget_tail_hash`)."""
+        copies that telling them made. ``unknown_tail``: the last told tokens not known yet (async scheduling:
+        they are in flight), so the blocks they reach into lose their hashes (`PagedAllocator.forget_tail_hash`;
+        more than one token with speculative drafts, `PagedAllocator.forget_hashes_past`)."""
         copies: tuple[Copy, ...] = NO_COPIES
         tier = self.host_tier if finished and self.host_tier is not None and self.host_tier.write_through else None
         for seq_id in group.seq_ids:
@@ -279,8 +280,10 @@ class KVMemory:
                 if tier is not None:  # their blocks are offered when the next step is planned
                     tier.finishing(seq_id)
                 copies += self._alloc.grow(seq_id, lag) or NO_COPIES
-            if unknown_tail and self.prefix_caching:
+            if unknown_tail == 1 and self.prefix_caching:
                 self._alloc.forget_tail_hash(seq_id)
+            elif unknown_tail and self.prefix_caching:  # drafts: vLLM's paged manager only (`_check_speculative`)
+                self._alloc.forget_hashes_past(seq_id, unknown_tail)
             if parked is not None:
                 parked |= self._alloc.swap_hashes(seq_id)
             self.free(seq_id, finished)

@@ -47,6 +47,7 @@ class Preemption:
     def preempt(self, victim: SequenceGroup) -> None:
         s = self.s
         if s.in_flight is not None and s.in_flight.preempt_finished(victim):
+            s.returned += s.step_tokens.pop(victim.index, 0)  # a finished request scheduled again (drafts)
             return
         decoding = victim.decoding  # only a decoding group is swapped; a prefill is recomputed
         if decoding:
@@ -59,7 +60,7 @@ class Preemption:
                                                 for seq_id in victim.seq_ids])
         stepped = [seq_id for seq_id in victim.seq_ids if s.walked(victim, seq_id)] if decoding else ()
         parked = set() if swap is not None and s.memory.parks_hashes else None  # what the swap parks, hashed
-        unknown_tail = decoding and s.in_flight is not None and s.in_flight.tail_unknown(victim, bool(stepped))
+        unknown_tail = s.in_flight.tail_unknown(victim, bool(stepped)) if decoding and s.in_flight is not None else 0
         self.stop_running(victim, stepped=stepped, parked=parked, unknown_tail=unknown_tail)
         s.returned += s.step_tokens.pop(victim.index, 0)
         victim.epoch += 1

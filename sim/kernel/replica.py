@@ -36,7 +36,13 @@ from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.prefix_cache_stats import PrefixCacheStats
 from sim.kernel.request_hashes import hash_columns
 from sim.kernel.scheduler import Scheduler
-from sim.kernel.spec_decode import SpecDecode, drafter_layers, parse_speculative, speculative_method
+from sim.kernel.spec_decode import (
+    SpecDecode,
+    check_async_drafts,
+    drafter_layers,
+    parse_speculative,
+    speculative_method,
+)
 from sim.kernel.summary import arrival_keys
 
 MEMORY_MAP_ROWS = 2**22
@@ -248,8 +254,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
             raise ValueError("--speculative-config needs a model without sliding-window layers (vLLM's hybrid KV "
                              f"cache manager is not modelled with speculative decoding), got {model.name}")
         method, k = parse_speculative(config.speculative_config)
+        check_async_drafts(model, config.async_scheduling)
         spec = SpecDecode(k, config.spec_acceptance_rate, config.seed, max_model_len, method=method,
-                          drafter_layers=drafter_layers(method, model))
+                          drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,

@@ -366,6 +366,9 @@ class Scheduler:
         in_flight = self.in_flight
         for group in list(self.running):
             if group.state != RUNNING or (group.beam and group.decoding):
+                if self.spec is not None and in_flight is not None and group.index in self.spec.unsure \
+                        and group.index in in_flight.releasing:  # held, not preempted this step
+                    budget -= self.verify_finished(group, budget)
                 continue
             if in_flight is not None and in_flight.halted:  # vLLM's loop stopped: nothing for the rest
                 if group.prefill_done < group.prefill_target:
@@ -400,7 +403,10 @@ class Scheduler:
                 self.defer(group, due)
                 continue
             if self.spec is not None:  # one sequence: its sampled token and its drafts, as the budget reaches
-                budget -= self.verify(group, budget, due)
+                if self.spec.reaches_model_len(group, self.step):
+                    self.defer(group, due)
+                else:
+                    budget -= self.verify(group, budget, due)
                 continue
             if not due.isdisjoint(group.seq_ids):  # most decoders are not due: no sync, no state change
                 self.sync_group(group, [seq_id for seq_id in group.seq_ids if seq_id in due])
@@ -428,9 +434,32 @@ class Scheduler:
         (``if 0 < long_prefill_token_threshold < num_new_tokens``, ``v1/core/sched/scheduler.py``) and schedules
         only the drafts that leaves (``num_scheduled_spec_tokens``)."""
         spec, seq_id = self.spec, group.seq_ids[0]
-        drafts = spec.drafts_for(group, self.step, (min(budget, self.threshold) if self.threshold else budget) - 1)
+        drafts = spec.drafts_for(group, self.step, self.room(budget))
         due.discard(seq_id)
-        if not self.sync_decoder(seq_id, spec.held(drafts)):
+        if not self.sync_decoder(seq_id, spec.held(drafts, group)):
+            return 0
+        self.step_tokens[group.index] = 1 + drafts
+        spec.schedule(group, drafts, group.prompt + self.step - group.base, padded=False)
+        return 1 + drafts
+
+    def room(self, budget: int) -> int:
+        """Drafts a verification may feed after its sampled token: the budget left, capped by the long-prefill
+        threshold in force (`verify`)."""
+        return (min(budget, self.threshold) if self.threshold else budget) - 1
+
+    def verify_finished(self, group: SequenceGroup, budget: int) -> int:
+        """Under async scheduling, schedule a held finished ``group`` whose step in flight finishes it only by
+        accepting drafts (`SpecDecode.unsure`): vLLM's running loop cannot tell that step reached ``max_tokens``
+        (``v1/core/sched/scheduler.py:799-813``), so it schedules the request's sampled token and drafts again, and
+        ``allocate_slots`` gives them slots past every in-flight draft (``scheduler.py:912-918``; may preempt,
+        the request itself included); the step's output is dropped, the request finished
+        (``scheduler.py:2327``). Returns the budget it took (0 if not scheduled)."""
+        spec, seq_id = self.spec, group.seq_ids[0]
+        if budget <= 0 or spec.reaches_model_len(group, self.step):  # vLLM's loop: no budget; no position left
+            return 0
+        drafts = spec.drafts_for(group, self.step, self.room(budget))
+        slots = spec.computed(group, self.step) + 1 + spec.held(drafts) - self.memory.num_tokens(seq_id)
+        if self.groups.until_fits(group, lambda: self.memory.grow_with_drafts(seq_id, 0, slots)) is None:
             return 0
         self.step_tokens[group.index] = 1 + drafts
         spec.schedule(group, drafts, group.prompt + self.step - group.base, padded=False)

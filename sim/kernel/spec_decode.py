@@ -76,6 +76,12 @@ same way and add what kvsim is about, KV memory:
   target's, ``_maybe_share_lm_head``; read and multiplied each pass); no launch overhead per pass. Approximate:
   an EAGLE layer's extra input projection (``fc``) and EAGLE-3's own smaller vocabulary are not priced.
 
+Under ``--async-scheduling`` (vLLM 0.33's default with drafts) the ``AsyncScheduler`` schedules a step before the
+verifications in flight are processed: what it does not know yet is kept per step (`SpecDecode.note_in_flight`) and
+read where vLLM's scheduler reads it (`in_flight_rejected`, `computed`, `reaches_model_len`, `unsure`,
+`in_flight_unknown`); checked on attention-only models (`check_async_drafts`) against vLLM's ``AsyncScheduler``
+(``tools/vllm_oracle/spec_cases.py --async-scheduling``, ``tests/sim/test_sim_async_spec_parity.py``).
+
 Checked against vLLM 0.33's scheduler built for an EAGLE drafter (``tools/vllm_oracle/spec_cases.py --method
 eagle``, ``tests/sim/test_sim_spec_drafter.py``): every metric and the blocks in use after every step exact, and
 the pool against vLLM's ``get_kv_cache_configs`` with the drafter layer (``--pool``). The drafter's time and
@@ -170,6 +176,23 @@ def num_lookahead_tokens(method: str | None, k: int) -> int:
     return k if method in DRAFTER_METHODS else 0
 
 
+def final_lag(group: SequenceGroup, lag: int, told: int) -> int:
+    """The tokens a finishing ``group``'s sequence computed that the allocator was not told (``lag``, past the
+    ``told`` ones), drafts accepted past its last output token dropped: vLLM trims a stopped request's
+    ``num_computed_tokens`` to its last token but one (``_update_request_with_output``,
+    ``v1/core/sched/scheduler.py:2758-2763``) before caching and freeing its blocks."""
+    return min(lag, group.final_tokens - told)
+
+
+def check_async_drafts(model, asynchronous: bool) -> None:
+    """Drafts under ``--async-scheduling`` (vLLM's ``AsyncScheduler``, `sim.kernel.async_outputs`) are checked on
+    attention-only models (``tools/vllm_oracle/spec_cases.py --async-scheduling``); a hybrid Mamba or GatedDeltaNet
+    model's recurrent states under both are not, and are refused."""
+    if asynchronous and model.mamba is not None:
+        raise ValueError(f"--speculative-config with --async-scheduling is modelled on attention-only models; "
+                         f"{model.name}'s recurrent-state layers with drafts under vLLM's AsyncScheduler are not")
+
+
 def check_drafter_budget(method: str | None, k: int, max_num_batched_tokens: int) -> None:
     """vLLM's ``VllmConfig._set_max_num_scheduled_tokens``: a drafter's lookahead slots must leave room for a
     token in the step."""
@@ -183,7 +206,7 @@ class SpecDecode:
     """The drafts each running request holds, the acceptance draws and vLLM's spec decoding counters."""
 
     def __init__(self, num_speculative_tokens: int, acceptance_rate: float, seed: int, max_model_len: int,
-                 method: str = "ngram", drafter_layers: int = 0) -> None:
+                 method: str = "ngram", drafter_layers: int = 0, asynchronous: bool = False) -> None:
         self.k = num_speculative_tokens
         self.method = method
         self.lookahead = num_lookahead_tokens(method, num_speculative_tokens)
@@ -197,17 +220,69 @@ class SpecDecode:
         self.tokens = self.pairs = 0  # this step's drafts, and the attention pairs of their queries
         self.context = 0  # this step's verifying requests' context, which the drafter's later passes read
         self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
+        # under async scheduling (`sim.kernel.async_outputs`), what the verifications of the step in flight leave
+        # unknown to the step being planned: their drafts and accepted drafts, and the groups they finish only by
+        # accepting (`note_in_flight`); empty with synchronous scheduling
+        self.asynchronous = asynchronous
+        self.verified: dict[int, tuple[int, int]] = {}  # group index -> (drafts, accepted) of its verification
+        self.unsure: set[int] = set()
+
+    def in_flight_rejected(self, group: SequenceGroup) -> int:
+        """Drafts of ``group``'s verification in flight (the step before the one being planned) that it rejects: 0
+        with synchronous scheduling, where that step's output is processed before the next is scheduled. vLLM's
+        ``AsyncScheduler`` schedules as if they were all accepted: the step advanced ``num_computed_tokens`` over
+        them (``_update_after_schedule``, ``v1/core/sched/scheduler.py:1858``) and only the output's rejection count,
+        processed after the next step is scheduled, takes them back (``scheduler.py:2361-2364``)."""
+        drafts, accepted = self.verified.get(group.index, (0, 0))
+        return drafts - accepted
+
+    def in_flight_accepted(self, group: SequenceGroup) -> int:
+        """Drafts of ``group``'s verification in flight that it accepts: under async scheduling vLLM does not know
+        them (nor hash their blocks) until that output is processed (`InFlight.tail_unknown`)."""
+        return self.verified.get(group.index, (0, 0))[1]
+
+    def hash_lookahead(self) -> int:
+        """Tokens after a block that its hash covers, vLLM's ``num_hash_lookahead_tokens``
+        (``vllm/config/vllm.py:678-692``): one for a model-based drafter (the drafter's KV at a block's last
+        position reads the token after it; kvsim's prefix hashes drop such a block, `sim.kernel.arrivals`), none
+        for ngram."""
+        return 1 if self.lookahead else 0
+
+    def in_flight_unknown(self, group: SequenceGroup, cached_to_known: bool) -> int:
+        """Tokens a preempted ``group`` holds past those vLLM's async scheduling has hashed, beyond its last one
+        (`InFlight.tail_unknown`): the drafts its verification in flight accepts (appended only with that output,
+        ``_update_request_with_output``, ``v1/core/sched/scheduler.py:2744-2770``), and where its blocks were last
+        cached up to the tokens known (``cached_to_known``: this step's allocation, or the one completing its
+        prefill; ``allocate_slots``' ``num_tokens_to_cache``, ``v1/core/kv_cache_manager.py:621``) the
+        `hash_lookahead` tokens a block's hash needs after it."""
+        return self.in_flight_accepted(group) + (self.hash_lookahead() if cached_to_known else 0)
+
+    def computed(self, group: SequenceGroup, step: int) -> int:
+        """vLLM's ``num_computed_tokens`` of a decoding ``group`` as step ``step`` is scheduled: every token but the
+        last sampled one, plus the rejected drafts it still counts under async scheduling
+        (`in_flight_rejected`)."""
+        return group.prompt + step - group.base - 1 + self.in_flight_rejected(group)
 
     def drafts_for(self, group: SequenceGroup, step: int, room: int) -> int:
         """Drafts ``group`` feeds this step: those proposed after its last step, capped by ``room`` (the budget
-        left after its sampled token) and by ``max_model_len - num_computed_tokens - 1``."""
-        tokens = group.prompt + step - group.base  # vLLM's request.num_tokens
-        return max(0, min(self.drafts.get(group.index, 0), room, self.max_model_len - tokens - 1))
+        left after its sampled token) and by ``max_model_len - num_computed_tokens - 2`` (vLLM caps the sampled
+        token and the drafts at ``max_model_len - num_computed_tokens - 1``, ``v1/core/sched/scheduler.py:852-857``;
+        under async scheduling ``num_computed_tokens`` counts the in-flight rejected drafts, `computed`)."""
+        return max(0, min(self.drafts.get(group.index, 0), room, self.max_model_len - self.computed(group, step) - 2))
 
-    def held(self, drafts: int) -> int:
+    def reaches_model_len(self, group: SequenceGroup, step: int) -> bool:
+        """Whether ``group`` may not feed even its sampled token this step: the in-flight rejected drafts vLLM still
+        counts leave no position below ``max_model_len`` (its running loop's ``num_new_tokens == 0``: "the request
+        has reached ... max_model_len", ``v1/core/sched/scheduler.py:891-906``); it is skipped, as a decoder the
+        budget does not reach."""
+        return self.max_model_len - self.computed(group, step) - 1 <= 0
+
+    def held(self, drafts: int, group: SequenceGroup | None = None) -> int:
         """Slots a step holds after the tokens it computes: its drafts' and the drafter's lookahead slots
-        (the allocator caps them at ``max_model_len``, as ``allocate_slots`` does)."""
-        return drafts + self.lookahead
+        (the allocator caps them at ``max_model_len``, as ``allocate_slots`` does), and under async scheduling the
+        in-flight rejected drafts of ``group`` that vLLM's ``allocate_slots`` counts as computed
+        (`in_flight_rejected`)."""
+        return drafts + self.lookahead + (0 if group is None else self.in_flight_rejected(group))
 
     def reach(self, final_tokens: int) -> int:
         """Slots a request ending at ``final_tokens`` may hold at its last verification: ngram's drafts end a
@@ -258,6 +333,7 @@ class SpecDecode:
         ahead, and it may now finish earlier), and every group that sampled (the ``joiners``, whose prefill it
         ended, and its decoders) gets its next drafts."""
         step, tokens, sampled = sched.step, sched.step_tokens, list(joiners)
+        self.verified, self.unsure = {}, set()
         for group, drafts, padded in self.scheduled:
             if group.state != RUNNING or not (padded or group.index in tokens):
                 continue
@@ -265,6 +341,8 @@ class SpecDecode:
             if not drafts:  # nothing to verify (drafts cut by the budget or max_model_len)
                 continue
             accepted = 0 if padded else self.accept(group, drafts)
+            if self.asynchronous:
+                self.note_in_flight(group, drafts, accepted, step + 1 - group.base)
             self.num_drafts += 1
             self.num_draft_tokens += drafts
             self.num_accepted_tokens += accepted
@@ -279,6 +357,19 @@ class SpecDecode:
             if group.state == RUNNING:
                 tokens_now = group.prompt + step + 1 - group.base
                 self.drafts[group.index] = max(0, min(self.k, self.max_model_len - tokens_now))
+
+    def note_in_flight(self, group: SequenceGroup, drafts: int, accepted: int, generated: int) -> None:
+        """Remember what the next step, scheduled before this verification's output is processed under async
+        scheduling, does not know: the drafts it verifies and accepts (`in_flight_rejected`,
+        `in_flight_accepted`), and whether ``group``, with
+        ``generated`` output tokens after the step without its drafts, finishes only by accepting them. vLLM's
+        running loop skips a request only when the step in flight is sure to reach ``max_tokens`` with every
+        draft rejected (``num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens``,
+        ``v1/core/sched/scheduler.py:799-813``); otherwise it schedules it once more, a step whose output is
+        dropped (`unsure`)."""
+        self.verified[group.index] = drafts, accepted
+        if generated < group.output <= generated + accepted:
+            self.unsure.add(group.index)
 
     def stop(self, group: SequenceGroup) -> None:
         """A preempted or finished request holds no drafts (vLLM's ``_preempt_request`` clears them)."""

@@ -33,9 +33,8 @@ def async_config(case: str, *, step_by_step: bool = False) -> SimConfig:
 def async_metrics(case: str, *, step_by_step: bool = False) -> dict:
     """`compare.METRICS` of kvsim's async run: as `compare.kvsim_metrics`, but steps counted to the run's end."""
     result = run_config(async_config(case, step_by_step=step_by_step))
-    req, steps = result.requests, result.steps
-    assert not req["rejected"].any(), case
-    return compare.run_metrics(result, int(round(float((steps["time_s"] + steps["duration_s"]).max()))))
+    assert not result.requests["rejected"].any(), case
+    return compare.run_metrics(result, compare.total_steps(result, asynchronous=True))
 
 
 def test_the_async_references_cover_the_synchronous_cases():

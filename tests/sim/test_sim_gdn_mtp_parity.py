@@ -5,7 +5,7 @@ against vLLM 0.33's own scheduler built for an MTP drafter on the same pool (``t
 --mtp``): every engine step's running and waiting requests, prefill tokens and used blocks, `compare.py`'s
 metrics and vLLM's spec decoding counters, exactly; the fast-forward makes the same decisions, audited at every
 step. The same cases run with ngram drafts (no lookahead slots) differ from vLLM's in preemptions and blocks.
-(Synchronous only: the oracle drives no drafts through vLLM's async engine loop.)"""
+(Synchronous only: kvsim refuses drafts under async scheduling on a recurrent-state model.)"""
 
 import dataclasses
 import json

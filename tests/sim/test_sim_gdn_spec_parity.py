@@ -4,7 +4,7 @@
 `allocators.mamba_align.place_blocks`) against vLLM 0.33's own scheduler given the same pool (``tools/vllm_oracle/
 gdn_driver.py --spec``): every engine step's running and waiting requests, prefill tokens and used blocks,
 `compare.py`'s metrics and vLLM's spec decoding counters, exactly; the fast-forward makes the same decisions,
-audited at every step. (Synchronous only: the oracle drives no drafts through vLLM's async engine loop.)"""
+audited at every step. (Synchronous only: kvsim refuses drafts under async scheduling on a recurrent-state model.)"""
 
 import pytest
 

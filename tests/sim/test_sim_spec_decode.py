@@ -143,9 +143,10 @@ def test_vllms_spellings_are_read():
 @pytest.mark.parametrize("options, message", [
     (dict(allocator="vattention"), "--allocator vattention"),
     (dict(preemption="swap"), "--preemption swap"),
-    (dict(async_scheduling=True), "--async-scheduling True"),
     (dict(cpu_offload_gib=1.0), "--offload-write-policy write_back"),
     (dict(cpu_offload_gib=1.0, offload_write_policy="write_through"), "--offload-loads sync"),
+    (dict(cpu_offload_gib=1.0, offload_write_policy="write_through", offload_loads="async", async_scheduling=True),
+     "--async-scheduling with --cpu-offload-gib True"),
     (dict(chunked_prefill=False), "--chunked-prefill False"),
     (dict(scheduling_policy="lpm"), "--scheduling-policy lpm"),
     (dict(spec_acceptance_rate=None), "needs --spec-acceptance-rate"),

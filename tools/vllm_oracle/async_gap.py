@@ -23,6 +23,16 @@ a session turn emits the output its next turn's prompt holds (its token is the r
 offloading connector's loads and stores a step asks for are reported done in that step's output
 (`driver._transfers_done`), which the batch queue processes after the next step is scheduled.
 
+With ``num_speculative_tokens`` set (``spec_cases.py --async-scheduling``) it plays the drafter and rejection
+sampler as ``driver.run`` does, the way the engine runs them under async scheduling: no draft ids reach the
+scheduler (``EngineCore.post_step`` calls ``update_draft_token_ids`` only without async scheduling,
+``vllm/v1/engine/core.py:700-706``); the ``AsyncScheduler`` schedules ``-1`` placeholders for them
+(``v1/core/sched/async_scheduler.py:28-49``), which the worker fills with its drafter's tokens. A verification's output is its
+accepted drafts and one bonus token, the accepted count drawn as kvsim draws it (``driver.accepted_drafts``),
+none for a padded admission's placeholders (a request this step admitted). vLLM's spec decoding counters count a
+verification when its output is processed for a request not finished by then (``update_from_output``), stale
+outputs of preempted requests included (`count_verifications`).
+
 Left out by default (``LEFT_OUT``): ``offload_arc_small_gpu``, whose async run vLLM itself decides by Python's hash
 seed (two loads landing in one step reach the ARC policy in the order of a ``set`` of request ids: PYTHONHASHSEED
 1, 3, 4 and 5 give 6,008 steps and 32 preemptions, 0, 2 and 6 give 6,010 and 34), and ``offload_generated_blocks``
@@ -59,6 +69,9 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     requests, outputs, parent = driver.make_requests(rows, hasher, args.seed)
     token_rng = np.random.default_rng(args.seed + 1)
     stats = driver.new_stats(requests, parent)
+    num_spec = getattr(args, "num_speculative_tokens", 0)
+    accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, int(parent[r.request_id])]) for r in requests}
+    spec_totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
     finish: dict[int, int] = {}  # row -> the step whose output finished its last request (a fanned-out row's child)
     finished = 0
     step_rows: list[dict] = []
@@ -68,6 +81,8 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
 
     def process(batch) -> None:
         nonlocal finished
+        if num_spec:
+            count_verifications(scheduler, *batch, spec_totals)
         for engine_outputs in scheduler.update_from_output(*batch).values():
             for o in engine_outputs.outputs:
                 if o.finish_reason is not None:
@@ -85,8 +100,11 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
         step_prefill = step_decode = 0
         for req_id in req_ids:
             req = scheduler.requests[req_id]
+            drafts = out.scheduled_spec_decode_tokens.get(req_id, ())
+            padded = req_id in in_prefill and bool(drafts)  # an admission padded with placeholder drafts
             if req_id in in_prefill:
-                step_prefill += out.num_scheduled_tokens[req_id]
+                step_prefill += out.num_scheduled_tokens[req_id] - len(drafts)
+                step_decode += len(drafts)
             else:
                 step_decode += out.num_scheduled_tokens[req_id]
             done = req.num_computed_tokens >= req.num_tokens  # advanced by schedule(), placeholders included
@@ -95,6 +113,10 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
                 planned = outputs.get(req_id)
                 k = len(req.output_token_ids) + req.num_output_placeholders - 1
                 sampled.append([planned[k] if planned else int(token_rng.integers(3, driver.VOCAB))])
+                if drafts:  # a verification: its accepted drafts, then the bonus token
+                    accepted = 0 if padded else driver.accepted_drafts(accept[req_id], len(drafts), num_spec,
+                                                                       args.spec_acceptance_rate)
+                    sampled[-1] = token_rng.integers(3, driver.VOCAB, accepted).tolist() + sampled[-1]
             else:
                 sampled.append([])
             if done:
@@ -122,8 +144,26 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
             pending = None
         if step > args.max_steps:
             raise SystemExit(f"no end after {args.max_steps} steps")
-    return ({"total_steps": step, "preemptions": preempted, "prefill_tokens": prefill,
-             "mean_running": running / step}, finish, step_rows, driver.per_row(stats))
+    totals = {"total_steps": step, "preemptions": preempted, "prefill_tokens": prefill, "mean_running": running / step}
+    if num_spec:
+        totals["spec"] = spec_totals
+    return totals, finish, step_rows, driver.per_row(stats)
+
+
+def count_verifications(scheduler, out, output, totals: dict[str, int]) -> None:
+    """Add the verifications of a step's output (``out``, ``output``), about to be processed, to vLLM's spec decoding
+    counters (``totals``) as ``update_from_output`` counts them (``v1/core/sched/scheduler.py:2323-2380``): a request
+    finished by an earlier output, its step's output dropped, counts nothing; one preempted since (its output
+    stale) still counts."""
+    for req_id, drafts in out.scheduled_spec_decode_tokens.items():
+        request = scheduler.requests.get(req_id)
+        if request is None or request.is_finished():
+            continue
+        tokens = output.sampled_token_ids[output.req_id_to_index[req_id]]
+        if tokens:
+            totals["num_drafts"] += 1
+            totals["num_draft_tokens"] += len(drafts)
+            totals["num_accepted_tokens"] += len(tokens) - 1
 
 
 def write_reference(out: Path, step_rows: list[dict], request_rows: list[dict]) -> None:

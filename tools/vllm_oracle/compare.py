@@ -20,6 +20,10 @@ DATA = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_or
 METRICS = ("total_steps", "mean_running", "max_running", "preemptions", "prefill_tokens", "first_token_steps",
            "finish_steps", "request_preemptions", "request_cached_tokens")
 """Run-wide metrics, then per-request arrays (compared request by request)."""
+MTP_MODEL = "deepseek-v3"
+"""kvsim's attention-only model with one MTP module (``num_nextn_predict_layers``) for the cases whose ``method`` is
+``"mtp"`` (``spec_cases.py --async-scheduling``): vLLM's scheduler reads only ``num_speculative_tokens`` and the
+lookahead it gives, EAGLE's (the pool is ``num_blocks`` blocks, whatever the model)."""
 HYBRID_MODEL = "gpt-oss-20b"
 """kvsim's model for the cases with a sliding window: 12 window layers (128 tokens) and 12 full ones, two KV cache
 groups of one page size, as the driver's two groups."""
@@ -37,7 +41,8 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
                     offload_write_policy="write_through", offload_loads="async",
                     offload_eviction_policy=settings.get("offload_eviction_policy", "lru"),
                     offload_prompt_only=settings.get("offload_prompt_only", True))
-    model, kv_tokens = SimConfig().model, settings["num_blocks"] * settings["block_size"]
+    model = MTP_MODEL if settings.get("method") == "mtp" else SimConfig().model
+    kv_tokens = settings["num_blocks"] * settings["block_size"]
     if settings.get("sliding_window"):  # two KV cache groups in one pool of num_blocks blocks
         model, kv_tokens = HYBRID_MODEL, kv_tokens // 2
         assert get_model(model).sliding_window == settings["sliding_window"], "the case's window is the model's"
@@ -51,19 +56,21 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
         parallel_sampling=settings.get("parallel_sampling", "auto"),
         prefix_cache_retention_interval=settings.get("prefix_cache_retention_interval", 0),
-        watermark=settings.get("watermark", 0.0), memory_snapshots=0, **host, **spec_options(settings))
+        watermark=settings.get("watermark", 0.0), memory_snapshots=0, async_scheduling=settings.get("async_scheduling",
+                                                                                                  False),
+        **host, **spec_options(settings))
 
 
 def spec_options(settings: dict) -> dict:
-    """kvsim's flags for a case with vLLM's ngram speculative decoding (``num_speculative_tokens``), or the
-    drafter the case's ``method`` names: the model's MTP drafter (``gdn_driver.py --mtp``) or an EAGLE one
-    (``spec_cases.py --method eagle``)."""
+    """kvsim's flags for a case with vLLM's speculative decoding (``num_speculative_tokens``): ngram, an EAGLE
+    drafter where the case's ``method`` is ``"eagle"`` (``spec_cases.py --method eagle``; its checkpoint's name is
+    not read), or the model's MTP drafter where it is ``"mtp"`` (``gdn_driver.py --mtp``)."""
     if not settings.get("num_speculative_tokens"):
         return {}
     method = settings.get("method", "ngram")
     spec = {"method": method, "num_speculative_tokens": settings["num_speculative_tokens"]}
     if method == "eagle":
-        spec["model"] = "drafter"  # a name only: kvsim sizes the drafter's layer from the target's
+        spec["model"] = "drafter"
     return dict(speculative_config=json.dumps(spec), spec_acceptance_rate=settings["spec_acceptance_rate"])
 
 
@@ -75,7 +82,15 @@ def kvsim_metrics(case: Path, *, step_by_step: bool = False) -> dict:
     req = result.requests
     if req["rejected"].any():
         raise AssertionError(f"{case.name}: kvsim rejected {int(req['rejected'].sum())} requests")
-    return run_metrics(result, int(round(float(req["finished_s"].max()))))
+    return run_metrics(result, total_steps(result, settings.get("async_scheduling", False)))
+
+
+def total_steps(result, asynchronous: bool) -> int:
+    """A kvsim run's steps as vLLM counts them: to the last finish, or under async scheduling to the run's end (the
+    engine's last step only hands the last outputs back, `async_gap.py`)."""
+    steps = result.steps
+    end = (steps["time_s"] + steps["duration_s"]).max() if asynchronous else result.requests["finished_s"].max()
+    return int(round(float(end)))
 
 
 def run_metrics(result, total: int) -> dict:

@@ -13,9 +13,9 @@ decision kvsim makes differently. Each draw ``i`` picks, from ``numpy.random.def
 ``scheduler_reserve_full_isl``, FCFS or priority, a capped ``max_model_len``, a ``watermark``, vLLM's offloading
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
-and vLLM's ``AsyncScheduler`` (``async_gap.run_async``). Combinations kvsim refuses (drafts with a window group or
-async scheduling, an EAGLE drafter with a host tier; async scheduling with generated blocks offloaded), or the
-driver does not drive (drafts with sessions or ``n > 1``), are not drawn.
+and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (drafts with a
+window group, an EAGLE drafter with a host tier, drafts with a host tier under async scheduling; async scheduling
+with generated blocks offloaded), or the driver does not drive (drafts with sessions or ``n > 1``), are not drawn.
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
@@ -40,7 +40,6 @@ tier drawn before that refusal. The eight kvsim bugs found are committed referen
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -126,7 +125,7 @@ def draw(seed: int, i: int) -> dict:
         case["cpu_offload_blocks"] = max(4, int(case["num_blocks"] * np.exp(rng.uniform(np.log(0.2), np.log(5)))))
         case["offload_eviction_policy"] = str(rng.choice(["lru", "arc"]))
         case["offload_prompt_only"] = coin(0.7)
-    if not spec and case.get("offload_prompt_only", True) and coin(0.25):
+    if not (spec and offload) and case.get("offload_prompt_only", True) and coin(0.25):
         case["async_scheduling"] = True
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))
@@ -149,11 +148,12 @@ def oracle(names: list[str], out: Path) -> None:
     import async_gap
     import driver
     import spec_cases
+    import vllm.v1.core.sched.async_scheduler as async_sched
     import vllm.v1.core.sched.scheduler as sched
 
-    original = sched.Scheduler
+    originals = sched.Scheduler, async_sched.AsyncScheduler
     for name in names:
-        sched.Scheduler = original  # `spec_cases.as_eagle` patches it for one draw
+        sched.Scheduler, async_sched.AsyncScheduler = originals  # `spec_cases.as_eagle` patches them for one draw
         d = out / name
         d.mkdir(parents=True, exist_ok=True)
         cases.write_trace(name, d / "trace.csv")
@@ -186,16 +186,12 @@ def kvsim_run(case: Path, *, step_by_step: bool) -> tuple[dict, object]:
     from sim.kernel.runner import run_config
 
     s = json.loads((case / "settings.json").read_text())
-    config = compare.kvsim_config(s, case / "trace.csv", step_by_step=step_by_step)
-    if s.get("async_scheduling"):
-        config = dataclasses.replace(config, async_scheduling=True)
-    result = run_config(config, warn=False)
-    req, steps = result.requests, result.steps
+    result = run_config(compare.kvsim_config(s, case / "trace.csv", step_by_step=step_by_step), warn=False)
+    req = result.requests
     if req["rejected"].any():
         raise AssertionError(f"kvsim rejected {int(req['rejected'].sum())} requests "
                              f"({sorted(set(req.loc[req['rejected'], 'reject_reason']))})")
-    end = (steps["time_s"] + steps["duration_s"]).max() if s.get("async_scheduling") else req["finished_s"].max()
-    return compare.run_metrics(result, int(round(float(end)))), result
+    return compare.run_metrics(result, compare.total_steps(result, s.get("async_scheduling", False))), result
 
 
 def step_series(result, total: int) -> dict[str, np.ndarray]:

@@ -59,9 +59,7 @@ def run(case: Path, *, step_by_step: bool = False, asynchronous: bool = False):
 def metrics(result, *, asynchronous: bool = False) -> dict:
     """`compare.METRICS` of a kvsim run; under async scheduling its steps counted to the run's end (the engine's
     last step drains the batch queue)."""
-    steps = result.steps
-    end = (steps["time_s"] + steps["duration_s"]).max() if asynchronous else result.requests["finished_s"].max()
-    return compare.run_metrics(result, int(round(float(end))))
+    return compare.run_metrics(result, compare.total_steps(result, asynchronous))
 
 
 def reference(case: Path, *, asynchronous: bool = False) -> Path:

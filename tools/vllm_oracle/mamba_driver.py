@@ -230,7 +230,7 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
         out = Path(a.out) / name
         out.mkdir(parents=True, exist_ok=True)
         if a.async_scheduling and cases.settings(name).get("num_speculative_tokens"):
-            raise SystemExit(f"{name}: async_gap.py does not drive speculative decoding")
+            raise SystemExit(f"{name}: kvsim refuses drafts under async scheduling on a recurrent-state model")
         if a.async_scheduling:  # the synchronous case's trace, vLLM's async engine loop
             import async_gap
 

@@ -30,7 +30,7 @@ step, and one line says ``exact`` or what differs: `mamba_compare.py`'s metrics 
 each column parts at), and the spec counters. ``--case`` runs one case given as JSON (to shrink a draw); a shrunk
 case becomes a committed reference by adding it to the flavor's driver. Drafts are not drawn for Mamba-1 or
 gated DeltaNet without checkpoints (kvsim refuses them there: `allocators.mamba_layout.check_mamba_speculation`),
-nor with samples or async scheduling (the drivers' drafts are synchronous).
+nor with samples or async scheduling (kvsim refuses drafts under async scheduling on these models).
 
 Covered (2026-12-06, vLLM 0.33): an earlier draw (no priorities, no watermark, drafts with prefix caching off
 only) for seeds 1 (250 draws) and 2 (200), all exact; this one for seeds 3, 4 and 5 (150 each), 450 exact once

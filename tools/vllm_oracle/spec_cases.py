@@ -9,6 +9,21 @@ kvsim's ``spec_acceptance_rate``; the driver feeds vLLM's scheduler that many dr
 samples and accepts them as kvsim draws them (``driver.accepted_drafts``). Writes ``OUT/CASE/{trace.csv,
 settings.json, steps.csv.gz, requests.csv, spec.json}``; reruns are byte-identical.
 
+``--async-scheduling`` runs the ``ASYNC_CASES`` (EAGLE, MTP or ngram, K 1 or 3) through vLLM's
+``AsyncScheduler`` and its engine's batch queue of two (``async_gap.run_async``: step t + 1 scheduled before step
+t's output is processed, draft ids never sent to the scheduler), as vLLM 0.33 runs speculative decoding by default,
+and writes them to ``tests/sim/data/vllm_oracle/async_spec/CASE`` (``async_gap.py``'s step and request rows,
+``settings.json`` with ``"method"`` and ``"async_scheduling": true``, ``spec.json``)::
+
+    HF_HUB_OFFLINE=1 VENV/bin/python tools/vllm_oracle/spec_cases.py --async-scheduling [CASE ...]
+
+An MTP case switches the config to ``method = "mtp"`` as `as_drafter` does for EAGLE: one MTP module
+(``use_multi_module_mtp`` is False without a drafter config) reads what EAGLE reads (one prefill lookahead token,
+``num_speculative_tokens`` lookahead slots, lookahead block hashes), so the scheduler is EAGLE's. The ngram cases
+keep the driver's ngram config: vLLM 0.33's V1 model runner refuses async scheduling with it
+(``v1_async_sched_incompat``, ``vllm/config/vllm.py:1652-1680``), its V2 model runner, the default where it is
+supported (``VllmConfig.use_v2_model_runner``), runs it, as the driver's config does.
+
 The ``EAGLE_CASES`` (written under ``OUT/eagle/CASE``, with ``"method": "eagle"`` in ``settings.json``) run the
 same scheduler as vLLM runs it with an EAGLE drafter. A real ``SpeculativeConfig(method="eagle")`` loads the
 drafter checkpoint's config, which this offline harness does not have, so the driver's ngram config is switched to
@@ -94,19 +109,84 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
 }
 
 
+ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, acceptance rate)
+    # contended pools: preemptions (FCFS), victims whose verification is in flight
+    "eagle_contended_k1": ("contended", "eagle", 1, 0.5),
+    "eagle_contended_k3": ("contended", "eagle", 3, 0.6),
+    "mtp_contended_k1": ("contended", "mtp", 1, 0.7),
+    "mtp_contended_k3": ("contended", "mtp", 3, 0.95),
+    "eagle_offline_burst_k3": ("offline_burst", "eagle", 3, 0.9),
+    "eagle_reserve_full_isl_off_k3": ("reserve_full_isl_off", "eagle", 3, 0.9),
+    "eagle_long_prefill_threshold_k3": ("long_prefill_threshold", "eagle", 3, 0.9),
+    # 32-token blocks: a victim's accepted drafts in flight reach into a block vLLM has not cached
+    "eagle_block_size_32_k3": ("block_size_32", "eagle", 3, 0.9),
+    # a small token budget and long-prefill threshold cutting verifications
+    "eagle_small_budget_threshold_k3": ("small_budget_threshold", "eagle", 3, 0.7),
+    "mtp_small_budget_threshold_k1": ("small_budget_threshold", "mtp", 1, 0.6),
+    # shared prefixes cached; whole prompts (a prompt's last block hashed with the first output token)
+    "eagle_shared_prefix_cached_k3": ("shared_prefix_cached", "eagle", 3, 0.3),
+    "eagle_shared_prefix_cached_k3_high": ("shared_prefix_cached", "eagle", 3, 0.9),
+    "mtp_shared_prefix_cached_k3": ("shared_prefix_cached", "mtp", 3, 0.5),
+    "eagle_whole_prompts_cached_k1": ("whole_prompts_cached", "eagle", 1, 0.5),
+    # max_model_len 1024: in-flight rejected drafts count against it
+    "eagle_max_model_len_capped_k3": ("max_model_len_capped", "eagle", 3, 0.8),
+    "mtp_max_model_len_capped_k1": ("max_model_len_capped", "mtp", 1, 0.9),
+    # priority policy
+    "eagle_priority_contended_k1": ("priority_contended", "eagle", 1, 0.6),
+    "eagle_priority_contended_k3": ("priority_contended", "eagle", 3, 0.4),
+    "mtp_priority_contended_k3": ("priority_contended", "mtp", 3, 0.95),
+    "eagle_priority_k3": ("priority", "eagle", 3, 0.9),
+    "mtp_priority_k3": ("priority", "mtp", 3, 0.97),
+    # ngram: vLLM 0.33's V2 model runner (its default) runs it asynchronously too; no lookahead slots or hashes
+    "ngram_contended_k3": ("contended", "ngram", 3, 0.8),
+    "ngram_max_model_len_capped_k3": ("max_model_len_capped", "ngram", 3, 0.8),
+    "ngram_shared_prefix_cached_k3": ("shared_prefix_cached", "ngram", 3, 0.8),
+}
+ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
+
+
 def as_eagle() -> None:
     """Make the driver build vLLM's ``Scheduler`` for an EAGLE drafter (the module docstring)."""
+    as_drafter("eagle")
+
+
+def as_drafter(method: str) -> None:
+    """Make the driver build vLLM's ``Scheduler`` and ``AsyncScheduler`` for a ``method`` drafter (``"eagle"`` or
+    ``"mtp"``; the module docstring)."""
+    import vllm.v1.core.sched.async_scheduler as async_module
     import vllm.v1.core.sched.scheduler as module
 
-    base = module.Scheduler
+    def switched(base):
+        class DrafterScheduler(base):
+            def __init__(self, *, vllm_config, **kwargs) -> None:
+                object.__setattr__(vllm_config.speculative_config, "method", method)
+                assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
+                assert vllm_config.num_prefill_lookahead_tokens == 1
+                super().__init__(vllm_config=vllm_config, **kwargs)
 
-    class EagleScheduler(base):
-        def __init__(self, *, vllm_config, **kwargs) -> None:
-            object.__setattr__(vllm_config.speculative_config, "method", "eagle")
-            assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
-            super().__init__(vllm_config=vllm_config, **kwargs)
+        return DrafterScheduler
 
-    module.Scheduler = EagleScheduler
+    module.Scheduler = switched(module.Scheduler)
+    async_module.AsyncScheduler = switched(async_module.AsyncScheduler)
+
+
+def write_async(name: str, out: Path) -> dict:
+    """vLLM's ``AsyncScheduler`` run of ``ASYNC_CASES[name]`` (the drafter switched in first, `as_drafter`), written
+    to ``out``: trace, settings, step and request rows, spec decoding counters. Returns the run's totals."""
+    import async_gap
+
+    base, method, k, rate = ASYNC_CASES[name]
+    out.mkdir(parents=True, exist_ok=True)
+    cases.write_trace(base, out / "trace.csv")
+    settings = cases.settings(base) | {"num_speculative_tokens": k, "spec_acceptance_rate": rate, "method": method,
+                                       "async_scheduling": True}
+    (out / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
+    args = cases.driver_args(base, out / "trace.csv", out)
+    args.num_speculative_tokens, args.spec_acceptance_rate = k, rate
+    totals, _, step_rows, request_rows = async_gap.run_async(args)
+    async_gap.write_reference(out, step_rows, request_rows)
+    (out / "spec.json").write_text(json.dumps(totals["spec"], indent=1) + "\n")
+    return totals
 
 
 def pool_blocks(available_bytes: int, layers: int, drafter_layers: int) -> dict:
@@ -162,7 +242,24 @@ def main() -> None:
     p.add_argument("--out", default="tests/sim/data/vllm_oracle/spec")
     p.add_argument("--method", choices=["ngram", "eagle"], default="ngram")
     p.add_argument("--pool", action="store_true", help="write OUT/eagle/pool.json (vLLM's pool sizes) instead")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="the ASYNC_CASES through vLLM's AsyncScheduler, written to tests/sim/data/vllm_oracle/async_spec")
     a = p.parse_args()
+    if a.async_scheduling:
+        for name in a.names or list(ASYNC_CASES):
+            method = ASYNC_CASES[name][1]
+            import vllm.v1.core.sched.async_scheduler as async_module
+            import vllm.v1.core.sched.scheduler as module
+
+            bases = module.Scheduler, async_module.AsyncScheduler
+            if method != "ngram":
+                as_drafter(method)
+            try:
+                totals = write_async(name, ASYNC_OUT / name)
+            finally:
+                module.Scheduler, async_module.AsyncScheduler = bases
+            print(name, {k: v for k, v in totals.items()}, flush=True)
+        return
     if a.pool:
         pool = {name: {"available_bytes": m, "layers": n, "drafter_layers": d, **pool_blocks(m, n, d)}
                 for name, (m, n, d) in POOL.items()}
