@@ -146,9 +146,10 @@ def simulation_options(func):
                            "Qwen3-Next's mtp (prefix caching on needs a Hopper GPU). Each "
                            "decode step verifies the drafts (slots for all of them, as vLLM allocates them); decoders "
                            "are then stepped one step at a time. Needs --spec-acceptance-rate, --allocator paged, "
-                           "chunked prefill, recompute preemption, no async scheduling, n > 1, beams or sessions; a "
-                           "host tier only as vLLM's offloading connector (--offload-write-policy write_through "
-                           "--offload-loads async) with ngram drafts. The summary's spec_decoding gives vLLM's counters."),
+                           "chunked prefill, recompute preemption, no n > 1, beams, closed loops or session turns "
+                           "released by the turn before (open-loop sessions run, synchronously); a host tier only as "
+                           "vLLM's offloading connector (--offload-write-policy write_through --offload-loads async) "
+                           "with ngram drafts, synchronously. The summary's spec_decoding gives vLLM's counters."),
         _field_option("--spec-acceptance-rate", type=float,
                       help="kvsim's model of the drafter with --speculative-config: each draft token is accepted "
                            "with this probability, a verification's drafts as a prefix up to the first rejection "

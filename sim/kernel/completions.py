@@ -34,16 +34,17 @@ class Completions:
         return None
 
     def pop_before(self, step: int, live: dict[int, SequenceGroup],
-                   running: Sequence[SequenceGroup] | None = None) -> Iterator[SequenceGroup]:
+                   running: Sequence[SequenceGroup] | None = None, since: int = 0) -> Iterator[SequenceGroup]:
         """The running groups whose last token came before ``step``, earliest first, and those of one step in
         their order in ``running`` (else by index), each checked as it is popped (finishing one may stop
         others); removes their entries. Why the running order: vLLM frees the requests a step finishes as it
         walks the step's scheduled requests, and the order of their freed blocks in the free queue decides
-        which cached blocks are evicted first."""
+        which cached blocks are evicted first. ``since``: the first step just run; a group due before it
+        (speculative drafts it accepted took it past its last token) finished in it."""
         heap = self.heap
         while heap and heap[0][0] < step:
             entries = [heapq.heappop(heap)]
-            while heap and heap[0][0] == entries[0][0]:
+            while heap and max(heap[0][0], since) == max(entries[0][0], since):
                 entries.append(heapq.heappop(heap))
             if len(entries) > 1 and running is not None:  # rare: most steps finish at most one group
                 place = {g.index: i for i, g in enumerate(running)}

@@ -61,6 +61,8 @@ class Preemption:
         stepped = [seq_id for seq_id in victim.seq_ids if s.walked(victim, seq_id)] if decoding else ()
         parked = set() if swap is not None and s.memory.parks_hashes else None  # what the swap parks, hashed
         unknown_tail = s.in_flight.tail_unknown(victim, bool(stepped)) if decoding and s.in_flight is not None else 0
+        if stepped and s.in_flight is None and s.spec is not None:  # its block ending at its tokens: no hash yet
+            unknown_tail = s.spec.hash_lookahead()  # (`SpecDecode.unhashed_tails`)
         self.stop_running(victim, stepped=stepped, parked=parked, unknown_tail=unknown_tail)
         s.returned += s.step_tokens.pop(victim.index, 0)
         victim.epoch += 1

@@ -257,7 +257,8 @@ class Scheduler:
             budget -= self.decode.n
         else:
             budget = self.walk_running(budget)
-        hidden = self.memory.hide_shared_tails(self.in_flight.unknown_tails()) if self.in_flight else []
+        hidden = self.memory.hide_shared_tails(self.in_flight.unknown_tails() if self.in_flight else
+                                               self.spec.unhashed_tails(self) if self.spec is not None else ())
         admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
         if hidden:
             self.memory.show_tails(hidden)
@@ -575,5 +576,5 @@ class Scheduler:
         self.joiners = []
         self.step += num_steps
         finish = self.groups.finish if in_flight is None else in_flight.hold
-        for group in self.completions.pop_before(self.step, self.live, self.running):
+        for group in self.completions.pop_before(self.step, self.live, self.running, self.step - num_steps):
             finish(group, end_s)

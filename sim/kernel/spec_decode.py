@@ -248,6 +248,19 @@ class SpecDecode:
         for ngram."""
         return 1 if self.lookahead else 0
 
+    def unhashed_tails(self, sched) -> list[int]:
+        """Synchronously, with a drafter's lookahead block hashes: the sequences whose allocation this step reached
+        every token they know (a verification's fed token, a prefill's last chunk), so that the block ending there
+        has no hash yet (its hash covers the token after it, which this step samples: ``num_hash_lookahead_tokens``,
+        ``get_request_block_hasher``); vLLM caches it once the step's output is processed
+        (``update_from_output``'s ``cache_blocks``), so admissions this step miss it (`Scheduler.plan_step` hides
+        it from them where other requests share its hash: a session turn's, which the next turn's prompt holds)."""
+        if not self.hash_lookahead() or sched.in_flight is not None:
+            return []
+        memory, tokens = sched.memory, sched.step_tokens
+        return [seq_id for g in sched.running if g.state == RUNNING and g.index in tokens
+                for seq_id in g.seq_ids if memory.num_tokens(seq_id) >= g.prefill_target]
+
     def in_flight_unknown(self, group: SequenceGroup, cached_to_known: bool) -> int:
         """Tokens a preempted ``group`` holds past those vLLM's async scheduling has hashed, beyond its last one
         (`InFlight.tail_unknown`): the drafts its verification in flight accepts (appended only with that output,
@@ -406,15 +419,18 @@ def check_spec_run(config, workload) -> None:
     """`check_spec_workload` for a run of ``config`` with drafts (the workload as the engines run it:
     `sim.kernel.parallel_sampling.as_run`'s); nothing without."""
     if config.speculative_config is not None:
-        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching)
+        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching,
+                            config.async_scheduling)
 
 
-def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False) -> None:
+def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False,
+                        asynchronous: bool = False) -> None:
     """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times (a fanned-out row's
     children share an index space kvsim has not checked against vLLM; its ``fork`` groups are vLLM v0's), beam
-    search (vLLM v1 has none with drafts), and sessions or closed loops (the oracle drives neither); with a
-    drafter ``method`` and ``prefix_caching``, a trace's prefix hashes (the module docstring: vLLM's lookahead
-    block hashes)."""
+    search (vLLM v1 has none with drafts), closed loops and session turns released by the turn before (the
+    oracle drives neither), sessions under ``asynchronous`` scheduling (not driven either; open-loop sessions
+    are checked synchronously, ``spec_cases.py``'s ``sessions``); with a drafter ``method`` and
+    ``prefix_caching``, a trace's prefix hashes (the module docstring: vLLM's lookahead block hashes)."""
     from sim.kernel.arrivals import releases_arrivals
 
     reasons = []
@@ -422,8 +438,10 @@ def check_spec_workload(workload, method: str | None = None, prefix_caching: boo
         reasons.append("rows sampled n > 1 times")
     if (np.asarray(workload.beam_width) > 1).any():
         reasons.append("beam search")
-    if workload.has_sessions or releases_arrivals(workload):
-        reasons.append("sessions or a closed loop")
+    if releases_arrivals(workload):
+        reasons.append("a closed loop or session turns released by the turn before")
+    elif workload.has_sessions and asynchronous:
+        reasons.append("sessions under --async-scheduling")
     if method in DRAFTER_METHODS and prefix_caching and workload.has_prefix_hashes:
         reasons.append(f"prefix hashes (hash_ids) under prefix caching and method {method!r} (vLLM hashes a block "
                        "with the token after it, which a trace's hash units do not give where a block ends at a "

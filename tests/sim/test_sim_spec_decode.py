@@ -177,6 +177,25 @@ def test_unmodelled_workloads_are_refused(column, value, message):
         _run(frame, speculative_config=NGRAM, spec_acceptance_rate=0.5)
 
 
+SESSION = dict(session_id=["a", "a", "b"], turn=[0, 1, 0])
+
+
+@pytest.mark.parametrize("extra, options, message", [
+    (dict(SESSION, think_time_s=[float("nan"), 0.5, float("nan")]), {}, "session turns released by the turn before"),
+    (SESSION, dict(async_scheduling=True), "sessions under --async-scheduling"),
+])
+def test_released_turns_and_sessions_under_async_scheduling_are_refused(extra, options, message):
+    with pytest.raises(ValueError, match=message):
+        _run(FRAME.assign(**extra), speculative_config=NGRAM, spec_acceptance_rate=0.5, **options)
+
+
+def test_open_loop_sessions_run_with_drafts():
+    """A turn arriving at its own time holds the turn before's output, drafts accepted into it included
+    (``spec_cases.py``'s ``sessions`` and ``offload_arc_sessions``, exact against vLLM)."""
+    result = _run(FRAME.assign(**SESSION), speculative_config=NGRAM, spec_acceptance_rate=0.5, prefix_caching=True)
+    assert result.summary["completed"] == 3 and result.summary["spec_decoding"]["num_drafts"] > 0
+
+
 def test_a_model_with_sliding_windows_is_refused():
     with pytest.raises(ValueError, match="without sliding-window layers"):
         _run(FRAME, model="gpt-oss-20b", speculative_config=NGRAM, spec_acceptance_rate=0.5)

@@ -272,8 +272,8 @@ def run(args) -> None:
     k = getattr(args, "num_speculative_tokens", 0)
     accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, int(parent[r.request_id])]) for r in requests}
     spec_totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
-    if k and any(r["n"] > 1 or r["session"] != "" for r in rows):
-        raise SystemExit("speculative decoding: rows sampled n > 1 and sessions are not driven")
+    if k and any(r["n"] > 1 for r in rows):
+        raise SystemExit("speculative decoding: rows sampled n > 1 are not driven")
     step_rows = []
     preempted_total = 0
     prefill_total = 0
@@ -306,6 +306,9 @@ def run(args) -> None:
                     a = accepted_drafts(accept[req_id], len(drafts), k, args.spec_acceptance_rate) \
                         if drafts[0] >= 0 else 0
                     sampled[-1] = list(drafts[:a]) + sampled[-1]
+                    if planned:  # a session turn's tokens are its planned output, past its end any (vLLM trims them)
+                        done_tokens = len(req.output_token_ids)
+                        sampled[-1] = (planned[done_tokens:done_tokens + a + 1] + sampled[-1])[:a + 1]
                     spec_totals["num_drafts"] += 1
                     spec_totals["num_draft_tokens"] += len(drafts)
                     spec_totals["num_accepted_tokens"] += a

@@ -14,8 +14,8 @@ decision kvsim makes differently. Each draw ``i`` picks, from ``numpy.random.def
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
 and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (drafts with a
-window group, an EAGLE drafter with a host tier, drafts with a host tier under async scheduling; async scheduling
-with generated blocks offloaded), or the driver does not drive (drafts with sessions or ``n > 1``), are not drawn.
+window group, an EAGLE drafter with a host tier, drafts with a host tier or sessions under async scheduling; async
+scheduling with generated blocks offloaded), or the driver does not drive (drafts with ``n > 1``), are not drawn.
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
@@ -31,10 +31,13 @@ seed 13 before 505d14b, 149 exact and one mismatch (that fix); seeds 15 and 16 (
 with a host tier) all exact. Since drafts are drawn with a host tier and EAGLE drafts without: the draws with ngram
 drafts and a host tier of seeds 40 and 41 (21 and 74), all exact once the two bugs below were fixed (EAGLE with a
 host tier, 19 of 19 mismatched, is now refused), and seed 42 (150), all exact but three EAGLE draws with a host
-tier drawn before that refusal. The eight kvsim bugs found are committed references (``cases.py``'s
+tier drawn before that refusal; seed 43 (150) all exact; and the first 80 draws with drafts of seed 44 (26 with
+sessions, 10 async, 24 EAGLE), all exact but four EAGLE draws with sessions before their fix. The ten kvsim bugs
+found are committed references (``cases.py``'s
 ``offload_long_prefill_threshold``, ``offload_whole_prompts_few``, ``offload_parallel_sampling_threshold``,
 ``offload_sessions_watermark``, ``offload_arc_sessions_priority_threshold``, and ``spec_cases.py``'s
-``threshold_below_drafts``, ``offload_padded_loads`` and ``offload_finished_drafts``).
+``threshold_below_drafts``, ``offload_padded_loads``, ``offload_finished_drafts``, ``sessions`` (accepted drafts
+that take requests past their end freed in running order) and ``eagle/sessions_fuzz44_0271``).
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def draw(seed: int, i: int) -> dict:
         case["long_prefill_token_threshold"] = min(int(rng.choice([16, 64, 128, 256, 1000])),
                                                    case.get("max_model_len", 16384))
     longest = min(case.get("max_model_len", 16384), max_prompt + max_output)
-    spec = not (sessions or hybrid or "samples" in trace) and coin(0.45)
+    spec = not (hybrid or "samples" in trace) and coin(0.45)
     if spec:
         case["num_speculative_tokens"] = int(rng.choice([1, 2, 3, 5, 20]))
         case["spec_acceptance_rate"] = float(rng.choice([0.3, 0.5, 0.8, 0.95]))
@@ -125,7 +128,7 @@ def draw(seed: int, i: int) -> dict:
         case["cpu_offload_blocks"] = max(4, int(case["num_blocks"] * np.exp(rng.uniform(np.log(0.2), np.log(5)))))
         case["offload_eviction_policy"] = str(rng.choice(["lru", "arc"]))
         case["offload_prompt_only"] = coin(0.7)
-    if not (spec and offload) and case.get("offload_prompt_only", True) and coin(0.25):
+    if not (spec and (offload or sessions)) and case.get("offload_prompt_only", True) and coin(0.25):
         case["async_scheduling"] = True
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))

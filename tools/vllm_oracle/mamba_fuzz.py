@@ -18,8 +18,8 @@ optional shared-prefix groups (or whole repeated prompts), ``n > 1`` samples fan
 vLLM's synchronous scheduler; two in five without drafts also vLLM's ``AsyncScheduler`` (``async_gap.run_async``);
 without samples, half the Mamba-2 and gated DeltaNet draws take ngram drafts (prefix caching off: 1 + k state
 blocks a request; on: k speculative blocks moving along the Mamba table; `mamba_driver.patch_scheduler` gives
-vLLM's spec ``num_speculative_blocks``; half the gated DeltaNet ones with prefix caching off take Qwen3-Next's MTP
-drafter instead, `gdn_driver.as_mtp`); a quarter of the sampled-once traces carry priorities (vLLM's priority
+vLLM's spec ``num_speculative_blocks``; half the gated DeltaNet ones take Qwen3-Next's MTP drafter instead,
+`gdn_driver.as_mtp`); a quarter of the sampled-once traces carry priorities (vLLM's priority
 policy), a fifth of the drawn traces a ``max_model_len`` that cuts the longest outputs, and some draws a
 ``watermark``.
 
@@ -36,7 +36,8 @@ Covered (2026-12-06, vLLM 0.33): an earlier draw (no priorities, no watermark, d
 only) for seeds 1 (250 draws) and 2 (200), all exact; this one for seeds 3, 4 and 5 (150 each), 450 exact once
 the bugs below were fixed (the 63 draws with drafts and prefix caching on rerun after the last fix); with MTP
 drafts and capped ``max_model_len`` drawn, seeds 6 and 7 (150 each: 9 MTP, 47 capped, 57 with drafts, 80 also
-async), all exact. Bugs found and
+async), all exact; with MTP drawn with prefix caching on too, seed 8 (150: 5 MTP, 3 of them with prefix caching
+on), all exact. Bugs found and
 fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
 kvsim's waiting count for a step (seed 1, draw 82; ``gdn_driver.py``'s
 ``gdn_nockpt_align_long_prefix_preempt_finished``); a padded admission with drafts and prefix caching on raised in
@@ -81,8 +82,8 @@ SPEC_FLAVORS = ("mamba2", "gdn")
 """The flavors whose driver spec carries ``num_speculative_blocks`` (`mamba_driver.patch_scheduler`)."""
 
 MTP_FLAVORS = ("gdn",)
-"""The flavors with an MTP drafter (Qwen3-Next's, `gdn_driver.as_mtp`), drawn with prefix caching off as kvsim
-runs it."""
+"""The flavors with an MTP drafter (Qwen3-Next's, `gdn_driver.as_mtp`: prefix caching off, or on where its layers
+export prefill checkpoints)."""
 
 
 def draw(seed: int, i: int) -> dict:
@@ -132,7 +133,7 @@ def draw(seed: int, i: int) -> dict:
         case |= dict(num_speculative_tokens=k, spec_acceptance_rate=float(rng.choice([0.3, 0.5, 0.8])))
         case["max_num_batched_tokens"] = max(mnbt, k + 1)
         longest += k
-        if flavor in MTP_FLAVORS and not pc and coin(0.5):
+        if flavor in MTP_FLAVORS and coin(0.5):
             case["method"] = "mtp"
     # a request's attention blocks and, per Mamba group, its state blocks (running, checkpoint, drafts')
     need = -(-longest // bs) + 1 + FLAVORS[flavor]["groups"] * (3 + k)

@@ -76,6 +76,9 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     # found by `fuzz.py` (seed 41): generated blocks offloaded (ARC); a request whose last verification accepted
     # drafts stores their blocks when the next step is planned, after that step's stores (finished_req_ids)
     "offload_finished_drafts": ("fuzz41_1126", 2, 0.95),
+    # open-loop sessions: a turn's prompt holds the turn before's output, accepted drafts included
+    "sessions": ("sessions_open_loop", 3, 0.7),
+    "offload_arc_sessions": ("offload_arc_sessions", 2, 0.6),
 }
 
 # the two `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
@@ -106,7 +109,18 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     "shared_prefix_uncached": ("shared_prefix_uncached", 2, 0.8),
     "block_size_32": ("block_size_32", 5, 0.7),
     "contended_20_drafts": ("contended", 20, 0.9),
+    # open-loop sessions: a turn admitted in the step whose verification fills the turn before's last block misses
+    # it (its hash needs the token that step samples)
+    "sessions": ("sessions_open_loop", 3, 0.7),
+    "sessions_fuzz44_0271": ("fuzz44_0271", 3, 0.3),
 }
+
+# `fuzz.py`'s seed 44, draw 271 (its trace seeded by its name): six two-turn sessions, each next turn arriving while
+# the turn before decodes
+cases.CASES.setdefault("fuzz44_0271", dict(
+    trace=dict(n=6, prompt=(166, 389), output=(90, 265), turns=2, turn_gap=(3, 30), gap=0.0),
+    max_num_batched_tokens=512, max_num_seqs=8, max_model_len=1491, long_prefill_token_threshold=256,
+    num_blocks=2017, watermark=0.05))
 
 
 ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, acceptance rate)
