@@ -26,12 +26,16 @@ from tests.sim.vllm_oracle import ROOT, cases
 
 DATA = ROOT / "tests" / "sim" / "data" / "vllm_oracle_gdn_mtp"
 CASES = cases(DATA)
+ALIGN = ROOT / "tests" / "sim" / "data" / "vllm_oracle_gdn_mtp_align"
+REFERENCES = [DATA / case for case in CASES] + [ALIGN / case for case in cases(ALIGN)]
+"""Prefix caching off, and on (``gdn_driver.py --mtp-align``: `tests/sim/test_sim_gdn_mtp_align_parity.py` says
+what they cover and shows each rule matters)."""
 QWEN3_NEXT = dict(model="qwen3-next-80b-a3b", gpu="h200", tensor_parallel=2)
 DRAFTS = dict(spec_acceptance_rate=0.5)
 
 
-def run(case: str, *, step_by_step: bool):
-    return run_case(DATA / case, step_by_step=step_by_step, debug_invariants=1, **QWEN3_NEXT)
+def run(path, *, step_by_step: bool):
+    return run_case(path, step_by_step=step_by_step, debug_invariants=1, **QWEN3_NEXT)
 
 
 def test_the_cases_cover_contention_a_small_budget_and_shared_prefixes_with_preemptions():
@@ -42,18 +46,18 @@ def test_the_cases_cover_contention_a_small_budget_and_shared_prefixes_with_pree
         assert mamba.compare.oracle_metrics(DATA / case)["preemptions"] > 0, case
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_every_step_is_vllms(case):
-    slow = run(case, step_by_step=True)
+@pytest.mark.parametrize("path", REFERENCES, ids=lambda path: path.name)
+def test_every_step_is_vllms(path):
+    slow = run(path, step_by_step=True)
     assert slow.summary["spec_decoding"]["method"] == "mtp"
     assert slow.summary["spec_decoding"]["drafter_layers"] == 1
-    assert_every_step_is_vllms(slow, DATA / case)
-    assert_spec_counters_are_vllms(slow, DATA / case)
+    assert_every_step_is_vllms(slow, path)
+    assert_spec_counters_are_vllms(slow, path)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_the_fast_forward_makes_the_same_decisions(case):
-    assert_decisions_are_vllms(run(case, step_by_step=False), DATA / case)
+@pytest.mark.parametrize("path", REFERENCES, ids=lambda path: path.name)
+def test_the_fast_forward_makes_the_same_decisions(path):
+    assert_decisions_are_vllms(run(path, step_by_step=False), path)
 
 
 def test_ngram_drafts_without_the_lookahead_slots_are_not_vllms_mtp_run():
