@@ -98,8 +98,9 @@ class GroupMechanics(Preemption):
         s = self.s
         if s.spec is None or group.state == SWAPPED:
             return 0
-        computed = group.prefill_target - 1  # a hit of all its tokens but the last (looked up as admission will,
-        if group.state == LOADED:  # or loaded from the host)
+        # a hit of all its tokens but the last: loaded from the host, or looked up as admission will look it up
+        computed = group.prefill_target - 1
+        if group.state == LOADED:
             if group.prefill_done != computed:
                 return 0
         elif min(s.memory.cached_tokens(group.hashes, group.prefill_target), computed) != computed:
