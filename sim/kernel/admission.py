@@ -391,6 +391,7 @@ class GroupMechanics(Preemption):
                 if padded:
                     s.spec.schedule(group, padded, group.prefill_target, padded=True)
                 self.schedule_chunk(group, chunk)
+                s.hide_admitted_tail(group)
                 continue
             if group.state != SWAPPED:  # tried: its lookup may count as use (SGLang's, before its budget test)
                 s.memory.touch_prefixes(((group.hashes, group.prefill_target),))
@@ -430,6 +431,7 @@ class GroupMechanics(Preemption):
                 self.schedule_chunk(group, chunk)
             else:
                 self.start_decode(group, from_prefill=False)
+            s.hide_admitted_tail(group)
             if s.plan.preempted:  # starting it preempted someone: memory is short, stop admitting
                 s.memory_blocked = bool(s.waiting)
                 return admitted

@@ -76,6 +76,8 @@ class Scheduler:
         self.decode = DecodeSet(lazy, sliding_window or attention_topk)
         self.completions = Completions()
         self.joiners: list[SequenceGroup] = []
+        # sequences whose just-filled last block admissions this step must miss (`plan_step`, `hide_admitted_tail`)
+        self.hidden: list[int] = []
         self.step = 0
         self.now = 0.0
         self.memory_blocked = False
@@ -257,15 +259,21 @@ class Scheduler:
             budget -= self.decode.n
         else:
             budget = self.walk_running(budget)
-        hidden = self.memory.hide_shared_tails(self.in_flight.unknown_tails() if self.in_flight else
-                                               self.spec.unhashed_tails(self) if self.spec is not None else ())
+        self.hidden = self.memory.hide_shared_tails(self.in_flight.unknown_tails() if self.in_flight else
+                                                    self.spec.unhashed_tails(self) if self.spec is not None else ())
         admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
-        if hidden:
-            self.memory.show_tails(hidden)
+        if self.hidden:
+            self.memory.show_tails(self.hidden)
         if stores is not None:
             stores.flush_stores(() if looped is None else self.scheduled_seqs(looped, decoders_only))
         self.finish_plan(plan, admitted)
         return plan
+
+    def hide_admitted_tail(self, group: SequenceGroup) -> None:
+        """Hide from the admissions after it the block an admitted ``group`` just filled that has no hash yet (a
+        drafter's lookahead block hashes: `SpecDecode.admitted_tail`); shown again with the rest (`plan_step`)."""
+        if self.spec is not None:
+            self.hidden += self.memory.hide_shared_tails(self.spec.admitted_tail(self, group))
 
     def scheduled_seqs(self, looped: list[SequenceGroup], decoders_only: bool) -> list[int]:
         """The sequences the step planned computes, in vLLM's order (``num_scheduled_tokens``): the running loop's

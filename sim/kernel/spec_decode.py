@@ -254,12 +254,20 @@ class SpecDecode:
         has no hash yet (its hash covers the token after it, which this step samples: ``num_hash_lookahead_tokens``,
         ``get_request_block_hasher``); vLLM caches it once the step's output is processed
         (``update_from_output``'s ``cache_blocks``), so admissions this step miss it (`Scheduler.plan_step` hides
-        it from them where other requests share its hash: a session turn's, which the next turn's prompt holds)."""
+        it from them where other requests share its hash: a session turn's, which the next turn's prompt holds;
+        `admitted_tail` for a request admitted this step, from the admissions after it)."""
         if not self.hash_lookahead() or sched.in_flight is not None:
             return []
         memory, tokens = sched.memory, sched.step_tokens
         return [seq_id for g in sched.running if g.state == RUNNING and g.index in tokens
                 for seq_id in g.seq_ids if memory.num_tokens(seq_id) >= g.prefill_target]
+
+    def admitted_tail(self, sched, group: SequenceGroup) -> list[int]:
+        """`unhashed_tails` of ``group``, admitted this step: its sequences if its chunk reaches every token it
+        knows."""
+        if not self.hash_lookahead() or sched.in_flight is not None:
+            return []
+        return [seq_id for seq_id in group.seq_ids if sched.memory.num_tokens(seq_id) >= group.prefill_target]
 
     def in_flight_unknown(self, group: SequenceGroup, cached_to_known: bool) -> int:
         """Tokens a preempted ``group`` holds past those vLLM's async scheduling has hashed, beyond its last one

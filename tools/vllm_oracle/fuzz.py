@@ -32,12 +32,13 @@ with a host tier) all exact. Since drafts are drawn with a host tier and EAGLE d
 drafts and a host tier of seeds 40 and 41 (21 and 74), all exact once the two bugs below were fixed (EAGLE with a
 host tier, 19 of 19 mismatched, is now refused), and seed 42 (150), all exact but three EAGLE draws with a host
 tier drawn before that refusal; seed 43 (150) all exact; and the first 80 draws with drafts of seed 44 (26 with
-sessions, 10 async, 24 EAGLE), all exact but four EAGLE draws with sessions before their fix. The ten kvsim bugs
-found are committed references (``cases.py``'s
+sessions, 10 async, 24 EAGLE), all exact but four EAGLE draws with sessions before their fix; seed 46 (150), all
+exact but one EAGLE draw with sessions before its fix. The eleven kvsim bugs found are committed references (``cases.py``'s
 ``offload_long_prefill_threshold``, ``offload_whole_prompts_few``, ``offload_parallel_sampling_threshold``,
 ``offload_sessions_watermark``, ``offload_arc_sessions_priority_threshold``, and ``spec_cases.py``'s
 ``threshold_below_drafts``, ``offload_padded_loads``, ``offload_finished_drafts``, ``sessions`` (accepted drafts
-that take requests past their end freed in running order) and ``eagle/sessions_fuzz44_0271``).
+that take requests past their end freed in running order), ``eagle/sessions_fuzz44_0271`` and
+``eagle/sessions_fuzz46_0008``).
 """
 
 from __future__ import annotations

@@ -113,14 +113,19 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     # it (its hash needs the token that step samples)
     "sessions": ("sessions_open_loop", 3, 0.7),
     "sessions_fuzz44_0271": ("fuzz44_0271", 3, 0.3),
+    # a preempted turn admitted again with all it knows, then the next turn in the same step: it misses the block
+    "sessions_fuzz46_0008": ("fuzz46_0008", 20, 0.3),
 }
 
-# `fuzz.py`'s seed 44, draw 271 (its trace seeded by its name): six two-turn sessions, each next turn arriving while
-# the turn before decodes
+# `fuzz.py`'s seed 44, draw 271 and seed 46, draw 8 (their traces seeded by their names): sessions whose next turn
+# arrives while the turn before decodes; the second, three turns in a pool of 83 32-token blocks, priorities
 cases.CASES.setdefault("fuzz44_0271", dict(
     trace=dict(n=6, prompt=(166, 389), output=(90, 265), turns=2, turn_gap=(3, 30), gap=0.0),
     max_num_batched_tokens=512, max_num_seqs=8, max_model_len=1491, long_prefill_token_threshold=256,
     num_blocks=2017, watermark=0.05))
+cases.CASES.setdefault("fuzz46_0008", dict(
+    trace=dict(n=9, prompt=(252, 424), output=(87, 182), turns=3, turn_gap=(1, 35), gap=10.0, priorities=3),
+    scheduling_policy="priority", block_size=32, max_num_batched_tokens=8192, max_num_seqs=4, num_blocks=83))
 
 
 ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, acceptance rate)
