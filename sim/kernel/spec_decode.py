@@ -256,16 +256,21 @@ class SpecDecode:
         (``update_from_output``'s ``cache_blocks``), so admissions this step miss it (`Scheduler.plan_step` hides
         it from them where other requests share its hash: a session turn's, which the next turn's prompt holds;
         `admitted_tail` for a request admitted this step, from the admissions after it)."""
-        if not self.hash_lookahead() or sched.in_flight is not None:
+        if not self._hashes_lag(sched):
             return []
-        memory, tokens = sched.memory, sched.step_tokens
+        tokens = sched.step_tokens
         return [seq_id for g in sched.running if g.state == RUNNING and g.index in tokens
-                for seq_id in g.seq_ids if memory.num_tokens(seq_id) >= g.prefill_target]
+                for seq_id in self.admitted_tail(sched, g)]
+
+    def _hashes_lag(self, sched) -> bool:
+        """Whether a block's hash waits for the token after it (`unhashed_tails`): a drafter's lookahead block
+        hashes, synchronously (under async scheduling `InFlight.tail_unknown` covers it)."""
+        return bool(self.hash_lookahead()) and sched.in_flight is None
 
     def admitted_tail(self, sched, group: SequenceGroup) -> list[int]:
-        """`unhashed_tails` of ``group``, admitted this step: its sequences if its chunk reaches every token it
-        knows."""
-        if not self.hash_lookahead() or sched.in_flight is not None:
+        """`unhashed_tails` of one ``group`` scheduled this step (the running loop's, or admitted): its sequences
+        if its allocation reaches every token it knows."""
+        if not self._hashes_lag(sched):
             return []
         return [seq_id for seq_id in group.seq_ids if sched.memory.num_tokens(seq_id) >= group.prefill_target]
 

@@ -193,18 +193,14 @@ def main() -> None:
                                       __doc__.splitlines()[0], argv)
         return
     mamba_driver.patch_scheduler(GDN_GROUPS, first=True, layer="linear_attn", grid_checkpoints=True)
-    if "--mtp" in argv:
-        argv.remove("--mtp")
-        as_mtp()
-        mamba_driver.write_references(MTP_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_mtp",
-                                      __doc__.splitlines()[0], argv)
-        return
-    if "--mtp-align" in argv:
-        argv.remove("--mtp-align")
-        as_mtp()
-        mamba_driver.write_references(MTP_ALIGN_CASES, GDN_GROUPS, "tests/sim/data/vllm_oracle_gdn_mtp_align",
-                                      __doc__.splitlines()[0], argv)
-        return
+    for flag, table, folder in (("--mtp", MTP_CASES, "vllm_oracle_gdn_mtp"),
+                                ("--mtp-align", MTP_ALIGN_CASES, "vllm_oracle_gdn_mtp_align")):
+        if flag in argv:
+            argv.remove(flag)
+            as_mtp()
+            mamba_driver.write_references(table, GDN_GROUPS, f"tests/sim/data/{folder}", __doc__.splitlines()[0],
+                                          argv)
+            return
     if "--spec" in argv:
         argv.remove("--spec")
         mamba_driver.CASES |= SPEC_CASES  # its long-prefix trace writer reads trace_of there
