@@ -27,6 +27,7 @@ from sim.kernel.completions import Completions
 from sim.kernel.decode_set import DecodeSet
 from sim.kernel.group_growth import by_group
 from sim.kernel.host_loads import HostLoads
+from sim.kernel.livelock import StallWatch
 from sim.kernel.mamba_split import MambaSplit
 from sim.kernel.memory import KVMemory
 from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
@@ -79,6 +80,7 @@ class Scheduler:
         # sequences whose just-filled last block admissions this step must miss (`plan_step`, `hide_admitted_tail`)
         self.hidden: list[int] = []
         self.step = 0
+        self.stall = StallWatch()  # steps without a token, to catch a preemption livelock (`sim.kernel.livelock`)
         self.now = 0.0
         self.memory_blocked = False
         self.plan: StepPlan | None = None
@@ -581,6 +583,7 @@ class Scheduler:
                 group.first_token_s = end_s
         if self.spec is not None:  # drafts accepted (groups move ahead), and the next drafts proposed
             self.spec.step_done(self, self.joiners)
+        self.stall.stepped(num_steps, bool(plan.decode_seqs or self.joiners))
         self.joiners = []
         self.step += num_steps
         finish = self.groups.finish if in_flight is None else in_flight.hold

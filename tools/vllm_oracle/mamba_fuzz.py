@@ -37,10 +37,12 @@ only) for seeds 1 (250 draws) and 2 (200), all exact; this one for seeds 3, 4 an
 the bugs below were fixed (the 63 draws with drafts and prefix caching on rerun after the last fix); with MTP
 drafts and capped ``max_model_len`` drawn, seeds 6 and 7 (150 each: 9 MTP, 47 capped, 57 with drafts, 80 also
 async), all exact; with MTP drawn with prefix caching on too, seed 8 (150: 5 MTP, 3 of them with prefix caching
-on), all exact; seed 10 (150), all exact but draw 95, which vLLM never ends (Jamba with prefix caching on, a
-long-prefill threshold of 16 below its 80-token block, fan-out children: no block-aligned chunk is ever scheduled),
-and kvsim neither (it loops as vLLM does, where it should refuse or reject: not done). Bugs found and
-fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
+on), all exact; seed 10 (150), all exact but draw 95, which vLLM never ends: a preemption livelock (Jamba with
+prefix caching on, a long-prefill threshold of 16 below its 80-token block, 43 blocks, the priority policy:
+fan-out children tie on vLLM's victim key, so the one furthest along is preempted before its prefill ends, in
+turn), which kvsim followed step for step until it learnt to stop it by rejecting the cycled request with the
+reason (`sim.kernel.livelock`; shrunk to three rows, vLLM still cycling after 10,000 steps:
+``tests/sim/test_sim_livelock.py``). Bugs found and fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
 kvsim's waiting count for a step (seed 1, draw 82; ``gdn_driver.py``'s
 ``gdn_nockpt_align_long_prefix_preempt_finished``); a padded admission with drafts and prefix caching on raised in
 kvsim (seeds 3 and 5, five draws; ``mamba_align_padded_admission_spec_3``, ``gdn_align_padded_admission_spec_3``);
