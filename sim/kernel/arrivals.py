@@ -86,6 +86,8 @@ class ArrivalSource:
         self.rows = getattr(workload, "fan_parent", None)  # a fanned-out workload: the row each came from
         # (`sim.kernel.parallel_sampling`), and which rows have siblings (came from a row sampled more than once)
         self.fanned = np.bincount(self.rows)[self.rows] > 1 if self.rows is not None and self.want_hashes else None
+        # each request's number among its row's children (rows are sorted: a row's children are consecutive)
+        self.child = None if self.rows is None else np.arange(len(self.rows)) - np.searchsorted(self.rows, self.rows)
         self.ready: list[float] = []  # closed loop: heap of the times users send their next requests
         if self.closed is not None:
             self.ready = [start_s] * min(self.closed.users, self.size)
@@ -227,12 +229,18 @@ class ArrivalSource:
     def _child_hashes(self, i: int, prompt: int, output: int) -> tuple[tuple[int, ...], int, int]:
         """A fanned-out child's block ids, its shared-prefix blocks and where its own start: its row's prefix
         identity (a group's or the trace's prefix hashes), then the rest of its prompt as its siblings have it
-        (ids by the row it came from), then its own generated blocks."""
+        (ids by the row it came from), then its own generated blocks. With a drafter's lookahead hashes
+        (`make_group`) a block is hashed with the token after it: one ending where the known prefix ends is its
+        row's, one ending where the prompt ends the child's own (the token after it is the child's first)."""
         size = self.block_size
-        known = () if self.anonymous[i] else self._known_hashes(self.workload[i], i)
-        shared = own_block_hashes(int(self.rows[i]), len(known), prompt, size, base=_SIBLING_BASE)
-        own = own_block_hashes(i, prompt // size, prompt + output, size) if self.own_identity else ()
-        return known + shared + own, len(known), prompt // size
+        request = None if self.anonymous[i] else self.workload[i]
+        known = () if request is None else self._known_hashes(request, i)
+        if self.lookahead_hashes and known and request.known_prefix_tokens == len(known) * size:
+            known = known[:-1]
+        siblings = prompt - 1 if self.lookahead_hashes else prompt  # the tokens whose blocks the siblings share
+        shared = own_block_hashes(int(self.rows[i]), len(known), siblings, size, base=_SIBLING_BASE)
+        own = own_block_hashes(i, siblings // size, prompt + output, size) if self.own_identity else ()
+        return known + shared + own, len(known), siblings // size
 
     def make_group(self, i: int, t: float) -> SequenceGroup:
         w = self.workload
@@ -264,4 +272,5 @@ class ArrivalSource:
             prefix_group=group_id if group_id >= 0 else None, prefix_blocks=prefix_blocks,
             priority=int(w.priority[i]) if getattr(w, "priority", None) is not None else 0, own_from=own_from,
             row=int(self.rows[i]) if self.rows is not None else None,
+            child=int(self.child[i]) if self.child is not None else None,
         )

@@ -23,7 +23,7 @@ class SequenceGroup:
     """A request's live state. ``index`` is its position in the workload (results are stored by it)."""
 
     __slots__ = (
-        "index", "row", "request_id", "prefix_group", "prefix_blocks", "own_from", "priority", "arrival_s", "prompt",
+        "index", "row", "sibling_order", "request_id", "prefix_group", "prefix_blocks", "own_from", "priority", "arrival_s", "prompt",
         "output", "num_seqs", "beam", "max_total", "hashes",
         "state", "seq_ids", "generated", "prefill_target", "prefill_done", "admitted_s", "first_token_s",
         "preemptions", "epoch", "forked", "base",
@@ -32,9 +32,12 @@ class SequenceGroup:
     def __init__(self, index: int, request_id: int, arrival_s: float, prompt: int, output: int, *, n: int = 1,
                  beam_width: int = 1, max_total: int | None = None, hashes: tuple[int, ...] = (),
                  prefix_group: int | None = None, prefix_blocks: int | None = None, priority: int = 0,
-                 own_from: int | None = None, row: int | None = None) -> None:
+                 own_from: int | None = None, row: int | None = None, child: int | None = None) -> None:
         self.index = index
         self.row = index if row is None else row  # the workload row it came from (a fanned-out child: its request's)
+        # a fanned-out ``child``'s place among its siblings where vLLM breaks ties by request id: its front end
+        # names child k "k_<parent id>", so the ids sort as the strings "k_" ("10_" before "1_")
+        self.sibling_order = "" if child is None else f"{child}_"
         self.prefix_group = prefix_group
         self.prefix_blocks = len(hashes) if prefix_blocks is None else prefix_blocks  # shared-prefix hashes
         self.own_from = len(hashes) if own_from is None else own_from  # hashes from here on: this request's own

@@ -438,8 +438,8 @@ def check_spec_run(config, workload) -> None:
 
 def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False,
                         asynchronous: bool = False) -> None:
-    """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times (a fanned-out row's
-    children share an index space kvsim has not checked against vLLM; its ``fork`` groups are vLLM v0's), beam
+    """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times as one group
+    (``--parallel-sampling fork``, vLLM v0's; fanned out, its children are vLLM v1's requests, checked), beam
     search (vLLM v1 has none with drafts), closed loops and session turns released by the turn before (the
     oracle drives neither), sessions under ``asynchronous`` scheduling (not driven either; open-loop sessions
     are checked synchronously, ``spec_cases.py``'s ``sessions``); with a drafter ``method`` and
@@ -447,8 +447,8 @@ def check_spec_workload(workload, method: str | None = None, prefix_caching: boo
     from sim.kernel.arrivals import releases_arrivals
 
     reasons = []
-    if getattr(workload, "fan_parent", None) is not None or (np.asarray(workload.n) > 1).any():
-        reasons.append("rows sampled n > 1 times")
+    if (np.asarray(workload.n) > 1).any():
+        reasons.append("rows sampled n > 1 times as one group (--parallel-sampling fork; fan-out is modelled)")
     if (np.asarray(workload.beam_width) > 1).any():
         reasons.append("beam search")
     if releases_arrivals(workload):

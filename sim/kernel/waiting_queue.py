@@ -2,7 +2,8 @@
 
 FCFS (vLLM's default): arrivals join at the back, and a preempted group goes back in front, so it is the
 first to be re-admitted. ``priority``: lower ``priority`` value first, then earlier arrival, then workload
-position, as vLLM's priority queue orders requests; a preempted group goes back into its place in that order.
+row (a fanned-out row's children as vLLM's child request ids sort), as vLLM's priority queue orders requests; a
+preempted group goes back into its place in that order.
 ``lpm`` (longest prefix match, SGLang's cache-aware policy, as its ``schedule_policy.py`` does it): before each
 admission round the queue is sorted by the prompt tokens each group would find cached now
 (`Allocator.num_cached_tokens`, GPU and host tier, no side effects), most first, in a stable sort (ties keep the
@@ -43,9 +44,10 @@ IN_BATCH_DEPRIORITIZE_TOKENS = 32
 ``IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD``)."""
 
 
-def _priority_key(group: SequenceGroup) -> tuple[int, float, int]:
-    """Where a group stands under ``priority``: lower value, then earlier arrival, then workload position."""
-    return group.priority, group.arrival_s, group.index
+def _priority_key(group: SequenceGroup) -> tuple[int, float, int, str]:
+    """Where a group stands under ``priority``: lower value, then earlier arrival, then workload row, then (a
+    fanned-out row's children) the order of vLLM's child request ids (`SequenceGroup.sibling_order`)."""
+    return group.priority, group.arrival_s, group.row, group.sibling_order
 
 
 class WaitingQueue(deque):

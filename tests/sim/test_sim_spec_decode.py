@@ -169,12 +169,21 @@ def test_an_acceptance_rate_alone_is_refused():
         SimConfig(spec_acceptance_rate=0.5)
 
 
-@pytest.mark.parametrize("column, value, message", [("n", 2, "rows sampled n > 1 times"),
-                                                    ("beam_width", 2, "beam search")])
-def test_unmodelled_workloads_are_refused(column, value, message):
+@pytest.mark.parametrize("column, value, options, message", [
+    ("n", 2, dict(parallel_sampling="fork"), "rows sampled n > 1 times as one group"),
+    ("beam_width", 2, {}, "beam search")])
+def test_unmodelled_workloads_are_refused(column, value, options, message):
     frame = FRAME.assign(**{column: [1, value, 1]})
     with pytest.raises(ValueError, match=message):
-        _run(frame, speculative_config=NGRAM, spec_acceptance_rate=0.5)
+        _run(frame, speculative_config=NGRAM, spec_acceptance_rate=0.5, **options)
+
+
+def test_a_row_sampled_n_times_runs_with_drafts_as_its_children():
+    """vLLM v1's front end fans the row out into ``n`` requests, each drafting and verifying on its own
+    (``spec_cases.py``'s ``fanned_out``, exact against vLLM)."""
+    result = _run(FRAME.assign(n=[1, 3, 1]), speculative_config=NGRAM, spec_acceptance_rate=0.5, prefix_caching=True)
+    assert result.summary["completed"] == 3 and result.summary["parallel_sampling"] == "fan-out"
+    assert result.summary["spec_decoding"]["num_drafts"] > 0
 
 
 SESSION = dict(session_id=["a", "a", "b"], turn=[0, 1, 0])

@@ -1,5 +1,5 @@
-"""The waiting queue's order: under ``priority`` lower value first, then earlier arrival, then workload position,
-whatever order groups come in (arrivals, and preempted groups going back); under ``lpm`` SGLang's sort (most
+"""The waiting queue's order: under ``priority`` lower value first, then earlier arrival, then workload row (a
+fanned-out row's children as vLLM's child request ids sort), whatever order groups come in (arrivals, and preempted groups going back); under ``lpm`` SGLang's sort (most
 cached first, ties in queue order, groups sharing a prefix with a group before them last, nothing sorted past
 128 queued)."""
 
@@ -22,6 +22,20 @@ def test_priority_queue_keeps_vllms_order_for_any_insertion_order():
             queue.requeue(queue.popleft())
     expected = sorted(groups, key=lambda g: (g.priority, g.arrival_s, g.index))
     assert [g.index for g in queue] == [g.index for g in expected]
+
+
+def test_priority_queue_orders_a_rows_children_as_vllms_child_request_ids_sort():
+    """vLLM's front end names child k of a request "k_<id>" and its priority heap breaks ties by request id, so
+    twelve children tie on priority and arrival and are admitted as the strings sort: 0, 10, 11, 1, 2, ... (the
+    victim among them is the first running: ``spec_cases.py``'s ``parallel_sampling_priority``)."""
+    children = [SequenceGroup(5 + k, 5 + k, 1.0, 10, 5, priority=1, row=5, child=k) for k in range(12)]
+    before = SequenceGroup(4, 4, 1.0, 10, 5, priority=1)
+    after = SequenceGroup(17, 17, 1.0, 10, 5, priority=1, row=6)
+    queue = WaitingQueue(priority=True)
+    for g in [after, *reversed(children), before]:
+        queue.enqueue(g)
+    assert [g.index - 5 for g in queue][1:-1] == [0, 10, 11, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert queue[0] is before and queue[-1] is after
 
 
 def test_fcfs_queue_appends_arrivals_and_puts_preempted_in_front():

@@ -70,7 +70,8 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     token_rng = np.random.default_rng(args.seed + 1)
     stats = driver.new_stats(requests, parent)
     num_spec = getattr(args, "num_speculative_tokens", 0)
-    accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, int(parent[r.request_id])]) for r in requests}
+    # keyed by the request's position: its row's, a fanned-out child's in kvsim's fanned-out workload (its group index)
+    accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, i]) for i, r in enumerate(requests)}
     spec_totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
     finish: dict[int, int] = {}  # row -> the step whose output finished its last request (a fanned-out row's child)
     finished = 0

@@ -270,10 +270,9 @@ def run(args) -> None:
     cursor = step = 0
     finished = 0
     k = getattr(args, "num_speculative_tokens", 0)
-    accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, int(parent[r.request_id])]) for r in requests}
+    # keyed by the request's position: its row's, a fanned-out child's in kvsim's fanned-out workload (its group index)
+    accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, i]) for i, r in enumerate(requests)}
     spec_totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
-    if k and any(r["n"] > 1 for r in rows):
-        raise SystemExit("speculative decoding: rows sampled n > 1 are not driven")
     step_rows = []
     preempted_total = 0
     prefill_total = 0

@@ -30,7 +30,8 @@ step, and one line says ``exact`` or what differs: `mamba_compare.py`'s metrics 
 each column parts at), and the spec counters. ``--case`` runs one case given as JSON (to shrink a draw); a shrunk
 case becomes a committed reference by adding it to the flavor's driver. Drafts are not drawn for Mamba-1 or
 gated DeltaNet without checkpoints (kvsim refuses them there: `allocators.mamba_layout.check_mamba_speculation`),
-nor with samples or async scheduling (kvsim refuses drafts under async scheduling on these models).
+nor with async scheduling (kvsim refuses drafts under async scheduling on these models); with ``n > 1`` samples
+they are since 2026-12-06 (draws with samples differ from those of earlier seeds).
 
 Covered (2026-12-06, vLLM 0.33): an earlier draw (no priorities, no watermark, drafts with prefix caching off
 only) for seeds 1 (250 draws) and 2 (200), all exact; this one for seeds 3, 4 and 5 (150 each), 450 exact once
@@ -42,7 +43,9 @@ prefix caching on, a long-prefill threshold of 16 below its 80-token block, 43 b
 fan-out children tie on vLLM's victim key, so the one furthest along is preempted before its prefill ends, in
 turn), which kvsim followed step for step until it learnt to stop it by rejecting the cycled request with the
 reason (`sim.kernel.livelock`; shrunk to three rows, vLLM still cycling after 10,000 steps:
-``tests/sim/test_sim_livelock.py``). Bugs found and fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
+``tests/sim/test_sim_livelock.py``); with drafts drawn with fanned-out samples, seed 12's 60 such draws of its
+first 1,500 (32 Mamba-2, 28 gated DeltaNet; 30 with prefix caching on, 17 MTP), all exact; seed 11 (150, drawn before drafts were drawn with samples), all exact.
+Bugs found and fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
 kvsim's waiting count for a step (seed 1, draw 82; ``gdn_driver.py``'s
 ``gdn_nockpt_align_long_prefix_preempt_finished``); a padded admission with drafts and prefix caching on raised in
 kvsim (seeds 3 and 5, five draws; ``mamba_align_padded_admission_spec_3``, ``gdn_align_padded_admission_spec_3``);
@@ -132,7 +135,7 @@ def draw(seed: int, i: int) -> dict:
     else:  # vLLM accepts a multiple of its scheduler block, lcm(block, max_model_len)
         case["prefix_cache_retention_interval"] = [0, 0, None, math.lcm(bs, max_model_len)][int(rng.integers(0, 4))]
     k = 0
-    if flavor in SPEC_FLAVORS and "parallel_sampling" not in case and coin(0.5):
+    if flavor in SPEC_FLAVORS and coin(0.5):
         k = int(rng.choice([1, 2, 3, 5]))
         case |= dict(num_speculative_tokens=k, spec_acceptance_rate=float(rng.choice([0.3, 0.5, 0.8])))
         case["max_num_batched_tokens"] = max(mnbt, k + 1)

@@ -79,6 +79,11 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     # open-loop sessions: a turn's prompt holds the turn before's output, accepted drafts included
     "sessions": ("sessions_open_loop", 3, 0.7),
     "offload_arc_sessions": ("offload_arc_sessions", 2, 0.6),
+    # rows sampled n > 1 times, fanned out: each child drafts and verifies on its own (acceptances drawn by its
+    # position in the fanned-out trace), the children sharing their prompt's blocks
+    "parallel_sampling": ("parallel_sampling", 3, 0.6),
+    "parallel_sampling_priority": ("parallel_sampling_priority", 2, 0.7),
+    "offload_parallel_sampling_threshold": ("offload_parallel_sampling_threshold", 2, 0.5),
 }
 
 # the two `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
@@ -115,6 +120,9 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     "sessions_fuzz44_0271": ("fuzz44_0271", 3, 0.3),
     # a preempted turn admitted again with all it knows, then the next turn in the same step: it misses the block
     "sessions_fuzz46_0008": ("fuzz46_0008", 20, 0.3),
+    # fanned-out children: a prompt's last block hashed with each child's first token
+    "parallel_sampling": ("parallel_sampling", 3, 0.5),
+    "parallel_sampling_priority": ("parallel_sampling_priority", 3, 0.8),
 }
 
 # `fuzz.py`'s seed 44, draw 271 and seed 46, draw 8 (their traces seeded by their names): sessions whose next turn
@@ -160,6 +168,9 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "ngram_contended_k3": ("contended", "ngram", 3, 0.8),
     "ngram_max_model_len_capped_k3": ("max_model_len_capped", "ngram", 3, 0.8),
     "ngram_shared_prefix_cached_k3": ("shared_prefix_cached", "ngram", 3, 0.8),
+    # rows sampled n > 1 times, fanned out
+    "eagle_parallel_sampling_k3": ("parallel_sampling", "eagle", 3, 0.7),
+    "ngram_parallel_sampling_priority_k3": ("parallel_sampling_priority", "ngram", 3, 0.8),
 }
 ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
 
