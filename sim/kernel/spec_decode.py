@@ -440,20 +440,17 @@ def check_spec_workload(workload, method: str | None = None, prefix_caching: boo
                         asynchronous: bool = False) -> None:
     """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times as one group
     (``--parallel-sampling fork``, vLLM v0's; fanned out, its children are vLLM v1's requests, checked), beam
-    search (vLLM v1 has none with drafts), closed loops and session turns released by the turn before (the
-    oracle drives neither), sessions under ``asynchronous`` scheduling (not driven either; open-loop sessions
-    are checked synchronously, ``spec_cases.py``'s ``sessions``); with a drafter ``method`` and
+    search (vLLM v1 has none with drafts), and open-loop sessions under ``asynchronous`` scheduling (the oracle
+    drives them synchronously, ``spec_cases.py``'s ``sessions``; closed loops and released turns, driven
+    synchronously too, ``closed_loop`` and ``sessions_released``, async scheduling refuses with or without
+    drafts: `sim.kernel.async_outputs.refuse_unmodelled`); with a drafter ``method`` and
     ``prefix_caching``, a trace's prefix hashes (the module docstring: vLLM's lookahead block hashes)."""
-    from sim.kernel.arrivals import releases_arrivals
-
     reasons = []
     if (np.asarray(workload.n) > 1).any():
         reasons.append("rows sampled n > 1 times as one group (--parallel-sampling fork; fan-out is modelled)")
     if (np.asarray(workload.beam_width) > 1).any():
         reasons.append("beam search")
-    if releases_arrivals(workload):
-        reasons.append("a closed loop or session turns released by the turn before")
-    elif workload.has_sessions and asynchronous:
+    if workload.has_sessions and asynchronous:
         reasons.append("sessions under --async-scheduling")
     if method in DRAFTER_METHODS and prefix_caching and workload.has_prefix_hashes:
         reasons.append(f"prefix hashes (hash_ids) under prefix caching and method {method!r} (vLLM hashes a block "

@@ -189,13 +189,25 @@ def test_a_row_sampled_n_times_runs_with_drafts_as_its_children():
 SESSION = dict(session_id=["a", "a", "b"], turn=[0, 1, 0])
 
 
+RELEASED = dict(SESSION, think_time_s=[float("nan"), 0.5, float("nan")])
+
+
 @pytest.mark.parametrize("extra, options, message", [
-    (dict(SESSION, think_time_s=[float("nan"), 0.5, float("nan")]), {}, "session turns released by the turn before"),
+    (RELEASED, dict(async_scheduling=True), "session turns released by the previous turn's finish"),
     (SESSION, dict(async_scheduling=True), "sessions under --async-scheduling"),
 ])
 def test_released_turns_and_sessions_under_async_scheduling_are_refused(extra, options, message):
     with pytest.raises(ValueError, match=message):
         _run(FRAME.assign(**extra), speculative_config=NGRAM, spec_acceptance_rate=0.5, **options)
+
+
+def test_released_turns_run_with_drafts():
+    """A turn sent after the turn before finished holds its output, accepted drafts included (``spec_cases.py``'s
+    ``sessions_released`` and ``closed_loop``, exact against vLLM driven as a client that waits for replies)."""
+    result = _run(FRAME.assign(**RELEASED), speculative_config=NGRAM, spec_acceptance_rate=0.5, prefix_caching=True)
+    req = result.requests
+    assert result.summary["completed"] == 3 and result.summary["spec_decoding"]["num_drafts"] > 0
+    assert req.loc[1, "arrival_s"] == pytest.approx(req.loc[0, "finished_s"] + 0.5)
 
 
 def test_open_loop_sessions_run_with_drafts():

@@ -66,6 +66,8 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     args.async_scheduling = True
     scheduler, hasher = driver.build_scheduler(args)
     rows = driver.read_trace(args.trace)
+    if any(r["think"] is not None or r["closed_loop_users"] for r in rows):
+        raise SystemExit("rows released by earlier finishes (releases.py) are driven by driver.run only")
     requests, outputs, parent = driver.make_requests(rows, hasher, args.seed)
     token_rng = np.random.default_rng(args.seed + 1)
     stats = driver.new_stats(requests, parent)

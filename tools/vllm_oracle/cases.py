@@ -47,6 +47,14 @@ CASES: dict[str, dict] = {
     # open-loop sessions: a turn arrives while the previous one may still decode, and hits its generated blocks
     "sessions_open_loop": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
                                           turn_gap=(5, 60)), num_blocks=150),
+    # rows an earlier finish releases (`releases.py`): session turns sent a whole number of steps after the turn
+    # before finished, and a closed loop of users each sending its next request after its last one's reply
+    "sessions_released": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                         think=(0, 20)), num_blocks=150),
+    "closed_loop": dict(trace=dict(n=150, prompt=(50, 600), output=(20, 300), gap=0.0, users=24, think=2),
+                        num_blocks=200),
+    "closed_loop_priority": dict(trace=dict(n=150, prompt=(20, 800), output=(100, 400), gap=0.0, users=40,
+                                            priorities=3), num_blocks=150, scheduling_policy="priority"),
     # vLLM's OffloadingConnector (CPU, LRU, prompt blocks only) behind a small GPU: sessions whose earlier turns
     # come back from host memory, loaded asynchronously (kvsim: --offload-write-policy write_through
     # --offload-loads async), with preemptions
@@ -262,6 +270,9 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
         header.append("priority")
     if spec.get("samples"):
         header.append("n")
+    if spec.get("users"):  # a closed loop (`releases.py`): arrival times are only an order
+        header += ["closed_loop_users", "think_time_s"]
+        arrivals[:] = 0
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
@@ -276,27 +287,36 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
                 row.append(int(rng.integers(0, spec["priorities"])))
             if spec.get("samples"):
                 row.append(int(rng.choice(spec["samples"])))
+            if spec.get("users"):
+                row += [spec["users"], spec.get("think", 0)]
             w.writerow(row)
 
 
 def _write_sessions(spec: dict, rng: np.random.Generator, path: Path) -> None:
     """``n`` sessions of ``turns`` turns, open loop: a session starts ``gap`` steps (exponential) after the
     previous one, each later turn ``turn_gap`` steps (uniform) after the one before, whether or not it has
-    finished; a turn's prompt is the previous turn's prompt and output plus a new message of ``prompt`` tokens."""
+    finished; a turn's prompt is the previous turn's prompt and output plus a new message of ``prompt`` tokens.
+    With ``think`` (a range of whole steps) each later turn is released instead by the previous turn's finish,
+    that many steps after it (``think_time_s``; its ``arrival_time_s``, the session's start, is not read)."""
     rows = []
     start = 0.0
+    released = spec.get("think")
     for session in range(spec["n"]):
         start += rng.exponential(spec["gap"]) if session else 0.0
         arrival, prompt, output = int(start), 0, 0
         for turn in range(spec["turns"]):
-            if turn:
+            think = ""
+            if turn and released:
+                think = int(rng.integers(released[0], released[1] + 1))
+            elif turn:
                 arrival += int(rng.integers(spec["turn_gap"][0], spec["turn_gap"][1] + 1))
             prompt += output + int(rng.integers(spec["prompt"][0], spec["prompt"][1] + 1))
             output = int(rng.integers(spec["output"][0], spec["output"][1] + 1))
-            rows.append((arrival, session, turn, prompt, output))
+            rows.append((arrival, session, turn, prompt, output, think))
     rows.sort()
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["arrival_time_s", "prompt_tokens", "output_tokens", "session_id", "turn"])
-        for arrival, session, turn, prompt, output in rows:
-            w.writerow([arrival, prompt, output, session, turn])
+        w.writerow(["arrival_time_s", "prompt_tokens", "output_tokens", "session_id", "turn"]
+                   + (["think_time_s"] if released else []))
+        for arrival, session, turn, prompt, output, think in rows:
+            w.writerow([arrival, prompt, output, session, turn] + ([think] if released else []))

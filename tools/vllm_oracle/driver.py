@@ -8,7 +8,9 @@ Run with a venv that has vLLM (never a kvsim dependency; see ``docs/vllm-v1.md``
         [--cpu-offload-blocks N [--no-offload-prompt-only] [--offload-eviction-policy arc]]
 
 TRACE is a kvsim canonical CSV (arrival_time_s in whole engine steps, prompt_tokens, output_tokens and
-optionally prefix_group, prefix_len, priority, or session_id and turn). Token ids are random except a prefix
+optionally prefix_group, prefix_len, priority, or session_id and turn, with think_time_s on the turns its
+previous turn's finish releases, or a closed loop's closed_loop_users and think_time_s: `releases.py`). Token
+ids are random except a prefix
 group's first ``prefix_len`` tokens, which are the same ids for every member, and a session turn's prompt, which
 starts with the previous turn's prompt and output (each turn's output ids are drawn up front and emitted as
 sampled). Writes ``steps.csv`` (one row per engine step, empty steps included; ``waiting`` as vLLM counts
@@ -34,8 +36,13 @@ import argparse
 import csv
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from releases import Releases  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 VOCAB = 32000
@@ -143,8 +150,18 @@ def read_trace(path: str) -> list[dict]:
                 "priority": int(row.get("priority") or 0),
                 "session": row.get("session_id") or "", "turn": int(row.get("turn") or 0),
                 "n": int(row.get("n") or 1),
+                # a session turn's think time (None: it arrives at its time), a closed loop's users and think time
+                "think": _think(row) if row.get("session_id") else None,
+                "closed_loop_users": int(float(row.get("closed_loop_users") or 0)),
+                "closed_loop_think": _think(row) or 0.0 if row.get("closed_loop_users") else 0.0,
             })
     return rows
+
+
+def _think(row: dict) -> float | None:
+    """A row's ``think_time_s``, None where empty or NaN."""
+    value = float(row.get("think_time_s") or "nan")
+    return None if value != value else value
 
 
 def make_requests(rows: list[dict], hasher, seed: int):
@@ -267,8 +284,11 @@ def run(args) -> None:
     token_rng = np.random.default_rng(args.seed + 1)
     stats = new_stats(requests, parent)
     in_prefill: set[str] = set()
-    cursor = step = 0
-    finished = 0
+    releases = Releases(rows)  # when each row is added: its arrival, or an earlier finish's release
+    by_row: dict[int, list] = {}
+    for req in requests:
+        by_row.setdefault(int(parent[req.request_id]), []).append(req)
+    step = finished = 0
     k = getattr(args, "num_speculative_tokens", 0)
     # keyed by the request's position: its row's, a fanned-out child's in kvsim's fanned-out workload (its group index)
     accept = {r.request_id: np.random.default_rng([args.seed, 0x5EC, i]) for i, r in enumerate(requests)}
@@ -277,9 +297,10 @@ def run(args) -> None:
     preempted_total = 0
     prefill_total = 0
     while finished < len(requests):
-        while cursor < len(requests) and rows[stats[requests[cursor].request_id]["id"]]["arrival"] <= step:
-            scheduler.add_request(requests[cursor])
-            cursor += 1
+        for t, row in releases.take(step):
+            for req in by_row[row]:
+                req.arrival_time = t + row * 1e-9
+                scheduler.add_request(req)
         out = scheduler.schedule()
         prefill = decode = 0
         preempted_total += note_schedule(out, scheduler, stats, in_prefill, step)
@@ -336,6 +357,7 @@ def run(args) -> None:
                 if o.finish_reason is not None:
                     stats[o.request_id]["finish_step"] = step
                     finished += 1
+                    releases.finished(int(parent[o.request_id]), step)
         step_rows.append({"step": step, "running": running, "waiting": waiting, "prefill_tokens": prefill,
                           "decode_tokens": decode, "used_blocks": used, "preemptions": preempted_total})
         step += 1

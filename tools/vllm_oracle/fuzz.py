@@ -7,7 +7,8 @@
 The hand-picked cases (``cases.py``) each vary one or two settings; a combination none of them has can hide a
 decision kvsim makes differently. Each draw ``i`` picks, from ``numpy.random.default_rng([seed, i])``, a small trace
 (``cases.write_trace``'s: plain rows with optional shared-prefix groups, whole repeated prompts, priorities and
-``n > 1`` samples, or open-loop sessions; bursts of gap 0 included) and the settings both the driver and
+``n > 1`` samples, a closed loop of users, or sessions, open-loop or each later turn released by the one
+before's finish (`releases.py`); bursts of gap 0 included) and the settings both the driver and
 `compare.kvsim_config` take: ``num_blocks`` from barely one request's worth to ample, ``block_size`` 16 or 32,
 ``max_num_batched_tokens``, ``max_num_seqs``, ``long_prefill_token_threshold``, prefix caching on or off,
 ``scheduler_reserve_full_isl``, FCFS or priority, a capped ``max_model_len``, a ``watermark``, vLLM's offloading
@@ -15,8 +16,9 @@ connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
 and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (drafts with a
 window group, an EAGLE drafter with a host tier, drafts with a host tier or sessions under async scheduling; async
-scheduling with generated blocks offloaded) are not drawn; drafts are drawn with ``n > 1`` samples since
-2026-12-06 (draws with samples differ from those of earlier seeds).
+scheduling with generated blocks offloaded, or with arrivals released by finishes) are not drawn; drafts are
+drawn with ``n > 1`` samples, and closed loops and released turns at all, since 2026-12-06 (draws with samples
+or sessions, and some others, differ from those of earlier seeds).
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
@@ -41,7 +43,10 @@ exact but one EAGLE draw with sessions before its fix. The eleven kvsim bugs fou
 that take requests past their end freed in running order), ``eagle/sessions_fuzz44_0271`` and
 ``eagle/sessions_fuzz46_0008``). Drafts with fanned-out samples: seed 47's 45 such draws of its first 1,000 (9
 with a host tier, 9 async, 16 EAGLE, 16 priority, 15 with rows sampled 12 times), all exact after the two fixes
-``spec_cases.py``'s ``parallel_sampling_priority`` and ``eagle/parallel_sampling`` hold.
+``spec_cases.py``'s ``parallel_sampling_priority`` and ``eagle/parallel_sampling`` hold. Closed loops and released turns: seeds 48
+and 49 (150 each; seed 49's 25 with releases) all exact, and seed 50's 92 draws with releases of its first 500
+(32 closed loops, 60 sessions; 22 with drafts, 10 of them EAGLE; 11 with a host tier, 37 with a window group),
+all exact.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ def draw(seed: int, i: int) -> dict:
                      output=(olo, olo + int(rng.integers(0, 200))), turns=int(rng.integers(2, 5)))
         tlo = int(rng.integers(0, 20))
         trace["turn_gap"] = (tlo, tlo + int(rng.integers(0, 80)))
+        if coin(0.4):  # each later turn released by the turn before's finish, whole steps after it
+            trace["think"] = (tlo // 4, tlo // 4 + int(rng.integers(0, 30)))
         max_prompt = trace["turns"] * (trace["prompt"][1] + trace["output"][1])
     else:
         groups = int(rng.integers(1, 5)) if coin(0.4) else 0
@@ -95,6 +102,8 @@ def draw(seed: int, i: int) -> dict:
         if coin(0.2):
             trace["samples"] = [(1, 2, 4), (1, 3), (1, 2, 12), (2, 5)][int(rng.integers(0, 4))]
             case["parallel_sampling"] = "fan-out"
+        elif coin(0.15):  # a closed loop of users (kvsim runs its rows sampled once; samples would be forks)
+            trace["users"], trace["think"] = int(rng.integers(1, 41)), int(rng.integers(0, 6))
         max_prompt = max(trace["prompt"][1], 480)
     trace["gap"] = 0.0 if coin(0.2) else float(rng.choice([0.1, 0.3, 1.0, 3.0, 10.0]))
     if priority:
@@ -132,7 +141,8 @@ def draw(seed: int, i: int) -> dict:
         case["cpu_offload_blocks"] = max(4, int(case["num_blocks"] * np.exp(rng.uniform(np.log(0.2), np.log(5)))))
         case["offload_eviction_policy"] = str(rng.choice(["lru", "arc"]))
         case["offload_prompt_only"] = coin(0.7)
-    if not (spec and (offload or sessions)) and case.get("offload_prompt_only", True) and coin(0.25):
+    released = "think" in trace  # async scheduling refuses arrivals released by finishes
+    if not (spec and (offload or sessions) or released) and case.get("offload_prompt_only", True) and coin(0.25):
         case["async_scheduling"] = True
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))

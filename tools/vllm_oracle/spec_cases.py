@@ -84,6 +84,11 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "parallel_sampling": ("parallel_sampling", 3, 0.6),
     "parallel_sampling_priority": ("parallel_sampling_priority", 2, 0.7),
     "offload_parallel_sampling_threshold": ("offload_parallel_sampling_threshold", 2, 0.5),
+    # rows released by earlier finishes (`releases.py`): a turn sent after the turn before finished, accepted
+    # drafts in its prompt; a closed loop's users
+    "sessions_released": ("sessions_released", 3, 0.7),
+    "closed_loop": ("closed_loop", 3, 0.6),
+    "closed_loop_priority": ("closed_loop_priority", 5, 0.8),
 }
 
 # the two `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
@@ -123,6 +128,9 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     # fanned-out children: a prompt's last block hashed with each child's first token
     "parallel_sampling": ("parallel_sampling", 3, 0.5),
     "parallel_sampling_priority": ("parallel_sampling_priority", 3, 0.8),
+    # rows released by earlier finishes
+    "sessions_released": ("sessions_released", 3, 0.5),
+    "closed_loop": ("closed_loop", 2, 0.7),
 }
 
 # `fuzz.py`'s seed 44, draw 271 and seed 46, draw 8 (their traces seeded by their names): sessions whose next turn
