@@ -32,7 +32,11 @@ read from it (``VllmConfig.num_lookahead_tokens``, ``num_prefill_lookahead_token
 ``SpeculativeConfig.use_eagle``, ``use_eagle_block_drop``) is then EAGLE's, and so is the driver's block hasher
 (built after, from ``num_hash_lookahead_tokens``). The drafter's KV layer is not in the driver's one-layer pool:
 the scheduler counts blocks, not bytes, and ``num_blocks`` is given (the pool's size in blocks, which the drafter
-layer changes, is checked apart, `pool_blocks`).
+layer changes, is checked apart, `pool_blocks`). The pool's one group is marked as holding the drafter's layers
+(``is_eagle_group``), as vLLM's planner marks it: only vLLM's offloading connector reads the mark (it keeps a drafter
+group's volatile trailing chunk out of its stores and drops the last chunk a lookup hits), so every reference
+without a host tier is the same with or without it; EAGLE with a host tier stays refused by kvsim (without the
+mark the driver ran the connector as for ngram).
 """
 
 from __future__ import annotations
@@ -196,11 +200,15 @@ def as_drafter(method: str) -> None:
 
     def switched(base):
         class DrafterScheduler(base):
-            def __init__(self, *, vllm_config, **kwargs) -> None:
+            def __init__(self, *, vllm_config, kv_cache_config, **kwargs) -> None:
                 object.__setattr__(vllm_config.speculative_config, "method", method)
                 assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
                 assert vllm_config.num_prefill_lookahead_tokens == 1
-                super().__init__(vllm_config=vllm_config, **kwargs)
+                # the drafter's layers join the target's one attention group, which vLLM's planner then marks
+                # as the drafter's (``get_kv_cache_groups``: ``is_eagle_group`` where ``use_eagle_block_drop()``)
+                for group in kv_cache_config.kv_cache_groups:
+                    group.is_eagle_group = True
+                super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kwargs)
 
         return DrafterScheduler
 
