@@ -135,6 +135,10 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     # rows released by earlier finishes
     "sessions_released": ("sessions_released", 3, 0.5),
     "closed_loop": ("closed_loop", 2, 0.7),
+    # the priority policy: a victim the running loop already scheduled this step (lower priority, earlier in the
+    # running list) loses the hash of the block its verification just filled
+    "priority": ("priority", 3, 0.8),
+    "priority_contended": ("priority_contended", 5, 0.7),
 }
 
 # `fuzz.py`'s seed 44, draw 271 and seed 46, draw 8 (their traces seeded by their names): sessions whose next turn
