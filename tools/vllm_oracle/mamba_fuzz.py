@@ -153,6 +153,8 @@ def draw(seed: int, i: int) -> dict:
         case["scheduling_policy"] = "priority"
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))
+    if k and coin(0.4):  # drafts under async scheduling too (drawn last: every earlier field as before)
+        case["async_scheduling"] = True
     return case
 
 
@@ -219,8 +221,12 @@ def oracle(names: list[str], out: Path) -> None:
             if s.get("async_scheduling"):
                 args = cases.driver_args(name, d / "trace.csv", d)
                 args.max_steps = 100_000
-                step_rows, request_rows = async_gap.run_async(args)[2:]
+                args.num_speculative_tokens = s.get("num_speculative_tokens", 0)
+                args.spec_acceptance_rate = s.get("spec_acceptance_rate", 0.5)
+                totals, _, step_rows, request_rows = async_gap.run_async(args)
                 async_gap.write_reference(out / "async" / name, step_rows, request_rows)
+                if args.num_speculative_tokens:
+                    (out / "async" / name / "spec.json").write_text(json.dumps(totals["spec"], indent=1) + "\n")
         except (SystemExit, Exception) as e:  # noqa: BLE001 - a draw vLLM cannot run is reported, not fatal
             print(f"FUZZ {name} error vLLM: {type(e).__name__}: {e}", flush=True)
             continue
@@ -288,7 +294,8 @@ def differences(case: Path, *, asynchronous: bool) -> str:
     where = first_step(result, case, asynchronous=asynchronous)
     if where:
         parts.append(f"first: {where}")
-    spec = {k: v for k, v in mamba_compare.spec_differences(result, case).items() if v}
+    spec = {k: v for k, v in mamba_compare.spec_differences(
+        result, mamba_compare.reference(case, asynchronous=asynchronous)).items() if v}
     if spec:
         parts.append(f"spec: {spec}")
     return "; ".join(parts)
