@@ -41,7 +41,7 @@ at are cached; a state another request cached in the step being scheduled is not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from allocators.base import NO_COPIES, Admission, Copy, cdiv
 from allocators.hybrid_queries import HOST, HybridQueries, HybridSeq
@@ -184,13 +184,18 @@ class HybridPagedAllocator(HybridQueries):
             cache.insert(b, block_hashes[i] * n + g)
         self._tok[g] += len(at) * self.block_size
 
-    def begin_step(self) -> None:
+    def begin_step(self, landed: Mapping[int, int] | None = None) -> None:
         """A step is being planned (with ``processed_basis``, vLLM's async scheduling): remember every sequence's
-        tokens as the previous step and this one began. vLLM frees window blocks by the tokens whose output is
-        processed (``allocate_slots``: ``num_computed_tokens - num_in_flight_tokens``), and under async scheduling
-        the step before's output is still in flight while a step is scheduled: the tokens as that step began."""
-        for s in self._seqs.values():
-            s.before, s.at_start = s.at_start, s.tokens
+        tokens as the previous step and this one began. vLLM frees window blocks and Mamba states by the tokens
+        whose output is processed (``allocate_slots``: ``num_computed_tokens - num_in_flight_tokens``,
+        ``v1/core/kv_cache_manager.py:561-567``), and under async scheduling the step before's output is still in
+        flight while a step is scheduled: the tokens as that step began, plus ``landed``, sequence -> the drafts
+        accepted by the verification of the step before that one (its output was processed after the step before
+        was scheduled, ``update_from_output``: they count as computed then; this allocator is told them with the
+        sequence's next token, `sim.kernel.spec_decode.SpecDecode.landed`)."""
+        landed = landed or {}
+        for seq_id, s in self._seqs.items():
+            s.before, s.at_start = s.at_start + landed.get(seq_id, 0), s.tokens
 
     def new_step(self) -> None:
         """A step is being scheduled (vLLM's ``new_step_starts``): states cached before it may be hit now."""
@@ -198,15 +203,23 @@ class HybridPagedAllocator(HybridQueries):
 
     def forget_tail_hash(self, seq_id: int) -> bool:
         """As `PagedAllocator.forget_tail_hash`, in every group that holds that block."""
+        return self.forget_hashes_past(seq_id, 1)
+
+    def forget_hashes_past(self, seq_id: int, unknown: int) -> bool:
+        """As `PagedAllocator.forget_hashes_past` (a victim's accepted drafts in flight, and a drafter's lookahead
+        hash's token), in every group that holds those blocks: an attention block, or the Mamba state cached at its
+        end."""
         s = self._seqs[seq_id]
-        full = s.tokens // self.block_size
-        if s.tokens % self.block_size or not 0 < full <= len(s.hashes) or s.num_hashed != full:
+        keep = max(0, s.tokens - unknown) // self.block_size
+        hashed = min(s.num_hashed, len(s.hashes), len(s.tables[0]))
+        if hashed <= keep:
             return False
         cache = self._cache
-        for table in s.tables:
-            if table[full - 1] and cache.block_hash[table[full - 1]] is not None:
-                cache.forget(table[full - 1])
-        s.num_hashed = full - 1
+        for index in range(hashed - 1, keep - 1, -1):
+            for table in s.tables:
+                if index < len(table) and table[index] and cache.block_hash[table[index]] is not None:
+                    cache.forget(table[index])
+        s.num_hashed = keep
         return True
 
     def hide_shared_tail(self, seq_id: int) -> bool:
@@ -237,7 +250,7 @@ class HybridPagedAllocator(HybridQueries):
         decides what later allocations evict. ``drafts``: slots held after them (align mode, `grow_with_drafts`),
         all or nothing, but not counted as tokens; ``mamba_drafts`` of them (default all: without a drafter's
         lookahead, `_main_model_drafts`) take state columns too."""
-        if num_tokens == 0:
+        if num_tokens == 0 and not (self.align and drafts):  # align mode: drafts alone move the states too
             return NO_COPIES
         if num_tokens < 0:
             raise ValueError(f"cannot grow by {num_tokens} tokens")

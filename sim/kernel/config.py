@@ -238,7 +238,7 @@ class SimConfig:
         """``--speculative-config`` is vLLM v1's speculative decoding (`sim.kernel.spec_decode`), checked
         against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
         scheduling or async scheduling (vLLM 0.33's ``AsyncScheduler``, its default for every modelled method under
-        the V2 model runner; attention-only models, `check_async_drafts`) and FCFS or priority order, with or
+        the V2 model runner; on hybrid Mamba-2 and gated DeltaNet models where drafts are modelled synchronously) and FCFS or priority order, with or
         without a host tier run as vLLM's offloading connector runs it (synchronous scheduling, write-through, loads
         beside the steps, no store threshold; LRU or ARC, prompt blocks only or not; ngram drafts only); anything
         else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many

@@ -233,11 +233,12 @@ class KVMemory:
             self.new_seq(group)
         return made
 
-    def begin_step(self) -> None:
-        """A step is being planned under async scheduling: a pool that frees window blocks by the tokens
-        processed remembers where each sequence stood (`HybridPagedAllocator.begin_step`)."""
+    def begin_step(self, landed: Mapping[int, int] | None = None) -> None:
+        """A step is being planned under async scheduling: a pool that frees window blocks (and Mamba states) by
+        the tokens processed remembers where each sequence stood (`HybridPagedAllocator.begin_step`; ``landed``:
+        sequence -> drafts accepted by the verification whose output this step's planning sees processed)."""
         if self._alloc.processed_basis:
-            self._alloc.begin_step()
+            self._alloc.begin_step(landed)
 
     def hide_shared_tails(self, seq_ids) -> list[int]:
         """Under async scheduling, uncache the just filled, shared-hash last block of each of ``seq_ids`` (its last

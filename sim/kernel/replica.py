@@ -38,7 +38,6 @@ from sim.kernel.request_hashes import hash_columns
 from sim.kernel.scheduler import Scheduler
 from sim.kernel.spec_decode import (
     SpecDecode,
-    check_async_drafts,
     drafter_layers,
     parse_speculative,
     speculative_method,
@@ -254,7 +253,6 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
             raise ValueError("--speculative-config needs a model without sliding-window layers (vLLM's hybrid KV "
                              f"cache manager is not modelled with speculative decoding), got {model.name}")
         method, k = parse_speculative(config.speculative_config)
-        check_async_drafts(model, config.async_scheduling)
         spec = SpecDecode(k, config.spec_acceptance_rate, config.seed, max_model_len, method=method,
                           drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling)
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",

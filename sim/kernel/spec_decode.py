@@ -79,8 +79,12 @@ same way and add what kvsim is about, KV memory:
 Under ``--async-scheduling`` (vLLM 0.33's default with drafts) the ``AsyncScheduler`` schedules a step before the
 verifications in flight are processed: what it does not know yet is kept per step (`SpecDecode.note_in_flight`) and
 read where vLLM's scheduler reads it (`in_flight_rejected`, `computed`, `reaches_model_len`, `unsure`,
-`in_flight_unknown`); checked on attention-only models (`check_async_drafts`) against vLLM's ``AsyncScheduler``
-(``tools/vllm_oracle/spec_cases.py --async-scheduling``, ``tests/sim/test_sim_async_spec_parity.py``).
+`in_flight_unknown`); checked on attention-only models against vLLM's ``AsyncScheduler``
+(``tools/vllm_oracle/spec_cases.py --async-scheduling``, ``tests/sim/test_sim_async_spec_parity.py``), and on hybrid
+Mamba-2 and gated DeltaNet pools wherever drafts are modelled there synchronously (``mamba_driver.py`` and
+``gdn_driver.py --async-scheduling``, ``tests/sim/test_sim_hybrid_async_spec_parity.py``): a Mamba group frees the
+states behind the tokens processed, which count a verification's accepted drafts once its output is (`landed`),
+and a finished request scheduled once more (`unsure`) moves its states for its drafts as a verification does.
 
 Checked against vLLM 0.33's scheduler built for an EAGLE drafter (``tools/vllm_oracle/spec_cases.py --method
 eagle``, ``tests/sim/test_sim_spec_drafter.py``): every metric and the blocks in use after every step exact, and
@@ -93,7 +97,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.kernel.json_argument import json_object
-from sim.kernel.sequence_group import RUNNING, SequenceGroup
+from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
 
 DRAFTER_METHODS = ("eagle", "eagle3", "mtp")
 """Methods whose drafter is a model run on the GPU: lookahead slots, drafter KV layers and drafter time."""
@@ -184,15 +188,6 @@ def final_lag(group: SequenceGroup, lag: int, told: int) -> int:
     return min(lag, group.final_tokens - told)
 
 
-def check_async_drafts(model, asynchronous: bool) -> None:
-    """Drafts under ``--async-scheduling`` (vLLM's ``AsyncScheduler``, `sim.kernel.async_outputs`) are checked on
-    attention-only models (``tools/vllm_oracle/spec_cases.py --async-scheduling``); a hybrid Mamba or GatedDeltaNet
-    model's recurrent states under both are not, and are refused."""
-    if asynchronous and model.mamba is not None:
-        raise ValueError(f"--speculative-config with --async-scheduling is modelled on attention-only models; "
-                         f"{model.name}'s recurrent-state layers with drafts under vLLM's AsyncScheduler are not")
-
-
 def check_drafter_budget(method: str | None, k: int, max_num_batched_tokens: int) -> None:
     """vLLM's ``VllmConfig._set_max_num_scheduled_tokens``: a drafter's lookahead slots must leave room for a
     token in the step."""
@@ -226,6 +221,7 @@ class SpecDecode:
         self.asynchronous = asynchronous
         self.verified: dict[int, tuple[int, int]] = {}  # group index -> (drafts, accepted) of its verification
         self.unsure: set[int] = set()
+        self.accepted_before: dict[int, int] = {}  # group index -> accepted drafts of the step before's verification
 
     def in_flight_rejected(self, group: SequenceGroup) -> int:
         """Drafts of ``group``'s verification in flight (the step before the one being planned) that it rejects: 0
@@ -235,6 +231,19 @@ class SpecDecode:
         processed after the next step is scheduled, takes them back (``scheduler.py:2361-2364``)."""
         drafts, accepted = self.verified.get(group.index, (0, 0))
         return drafts - accepted
+
+    def landed(self, sched) -> dict[int, int]:
+        """Under async scheduling, as a step is planned: sequence -> the drafts accepted by its group's verification
+        two steps back, whose output was processed after the step before was scheduled (``update_from_output``
+        keeps ``num_computed_tokens`` over them and takes the rejected ones back), so that vLLM counts them as
+        processed now (``allocate_slots``' ``num_computed_tokens - num_in_flight_tokens``,
+        ``v1/core/kv_cache_manager.py:561-567``), which frees the Mamba states behind them
+        (`HybridPagedAllocator.begin_step`): running groups' and held finished ones' (`InFlight.releasing`); a group
+        preempted since holds no sequence."""
+        live, held = sched.live, sched.in_flight.releasing
+        return {seq_id: accepted for index, accepted in self.accepted_before.items()
+                if (group := live.get(index, held.get(index))) is not None and group.state in (RUNNING, FINISHED)
+                for seq_id in group.seq_ids}
 
     def in_flight_accepted(self, group: SequenceGroup) -> int:
         """Drafts of ``group``'s verification in flight that it accepts: under async scheduling vLLM does not know
@@ -359,6 +368,7 @@ class SpecDecode:
         ahead, and it may now finish earlier), and every group that sampled (the ``joiners``, whose prefill it
         ended, and its decoders) gets its next drafts."""
         step, tokens, sampled = sched.step, sched.step_tokens, list(joiners)
+        self.accepted_before = {index: accepted for index, (_, accepted) in self.verified.items() if accepted}
         self.verified, self.unsure = {}, set()
         for group, drafts, padded in self.scheduled:
             if group.state != RUNNING or not (padded or group.index in tokens):

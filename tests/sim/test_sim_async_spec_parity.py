@@ -13,15 +13,12 @@ and each rule kvsim ports for it must matter: without it some case differs.
 
 import json
 
-import pandas as pd
 import pytest
 
 from sim.kernel import async_outputs, scheduler, spec_decode
-from sim.kernel.config import SimConfig
-from sim.kernel.runner import run_config, run_simulation
+from sim.kernel.runner import run_config
 from tests.sim.mamba_oracle import mamba
 from tests.sim.vllm_oracle import DATA, cases, compare
-from workloads import workload_from_frame
 
 ASYNC_SPEC = DATA / "async_spec"
 CASES = cases(ASYNC_SPEC)
@@ -110,13 +107,3 @@ def test_each_rule_matters(rule, patch, case, monkeypatch):
     assert not any(differences(case).values())
     monkeypatch.setattr(*patch)
     assert any(differences(case).values()), rule
-
-
-def test_drafts_on_a_recurrent_state_model_are_refused_under_async_scheduling():
-    """Async scheduling with drafts is checked on attention-only models; a hybrid Mamba model's is refused."""
-    frame = pd.DataFrame(dict(arrival_time_s=[0.0], prompt_tokens=[64], output_tokens=[8]))
-    config = SimConfig(model="nemotron-h-8b", async_scheduling=True, step_time=1.0,
-                       speculative_config=json.dumps({"method": "ngram", "num_speculative_tokens": 2}),
-                       spec_acceptance_rate=0.5, prefix_caching=False)
-    with pytest.raises(ValueError, match="modelled on attention-only models"):
-        run_simulation(config, workload_from_frame(frame))

@@ -8,10 +8,8 @@ per-request metrics and vLLM's spec decoding counters, exactly (audited after ev
 the same decisions; with prefix caching on and ngram drafts, ``kvsim capacity``'s figure is the number of requests
 vLLM's scheduler runs at once on that pool (``mamba_align_capacity_spec_2``); a resumed request with all but its
 last token cached is admitted padded to 1 + k tokens, its placeholder drafts given slots and state columns
-(``mamba_align_padded_admission_spec_3``). (Synchronous
-only: kvsim refuses drafts under async scheduling on a recurrent-state model, `spec_decode.check_async_drafts`;
-the oracle drives them through vLLM's async engine loop on attention-only models, ``spec_cases.py
---async-scheduling``.)"""
+(``mamba_align_padded_admission_spec_3``). (Their
+async runs, vLLM's ``AsyncScheduler`` with drafts: ``tests/sim/test_sim_hybrid_async_spec_parity.py``.)"""
 
 import json
 

@@ -55,11 +55,14 @@ CASES |= {f"{name}_dense": CASES[name] | dict(trace_of=CASES[name]["trace_of"], 
 
 SPEC_CASES: dict[str, dict] = {
     f"{name}_spec_{k}": CASES[name] | dict(num_blocks=blocks, num_speculative_tokens=k, spec_acceptance_rate=rate)
-    for name, blocks, k, rate in (("gdn_align_contended", 60, 2, 0.5), ("gdn_align_shared_prefix", 80, 3, 0.6))
+    for name, blocks, k, rate in (("gdn_align_contended", 60, 2, 0.5), ("gdn_align_shared_prefix", 80, 3, 0.6),
+                                  ("gdn_none_contended", 60, 2, 0.5))
 }
 """``--spec``: ngram speculative decoding with prefix caching on (`mamba_driver.py`'s ``mamba_align_*_spec_K``), the
-running state and k speculative blocks at the end of each request's table, written to
-``tests/sim/data/vllm_oracle_gdn_spec`` (``tests/sim/test_sim_gdn_spec_parity.py``)."""
+running state and k speculative blocks at the end of each request's table, or off (``gdn_none_contended_spec_2``:
+1 + k state blocks a request in each group), written to ``tests/sim/data/vllm_oracle_gdn_spec``
+(``tests/sim/test_sim_gdn_spec_parity.py``; ``--async-scheduling``: vLLM's ``AsyncScheduler`` run of each, in its
+``async`` folder, ``tests/sim/test_sim_hybrid_async_spec_parity.py``)."""
 # found by ``mamba_fuzz.py`` (seed 5, draw 102): under dense retention a preempted request comes back with all but
 # its last token cached, and vLLM pads its admission to 1 + k tokens (``pad_spec_decode``)
 SPEC_CASES["gdn_align_padded_admission_spec_3"] = dict(
@@ -134,30 +137,34 @@ re-prefillable)."""
 
 
 def as_mtp() -> None:
-    """Make the driver build vLLM's ``Scheduler`` for Qwen3-Next's MTP drafter (`MTP_CASES`, `MTP_ALIGN_CASES`)."""
+    """Make the driver build vLLM's ``Scheduler`` and ``AsyncScheduler`` for Qwen3-Next's MTP drafter (`MTP_CASES`,
+    `MTP_ALIGN_CASES`; ``--async-scheduling``: the async one)."""
+    import vllm.v1.core.sched.async_scheduler as async_module
     import vllm.v1.core.sched.scheduler as module
 
-    base = module.Scheduler
+    def switched(base: type) -> type:
+        class MTPScheduler(base):
+            def __init__(self, *, vllm_config, kv_cache_config, **kwargs) -> None:
+                object.__setattr__(vllm_config.speculative_config, "method", "mtp")
+                assert vllm_config.speculative_config.use_eagle()
+                assert not vllm_config.speculative_config.use_multi_module_mtp()
+                assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
+                assert vllm_config.num_prefill_lookahead_tokens == 1
+                (attention,) = kv_cache_config.kv_cache_groups  # the drafter's layer is in it
+                attention.is_eagle_group = True
+                super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kwargs)
+                if vllm_config.cache_config.enable_prefix_caching:  # `MTP_ALIGN_CASES`: what stays off
+                    coordinator = self.kv_cache_manager.coordinator
+                    assert self.num_hash_lookahead_tokens == 1 and not self.use_eagle_block_drop
+                    assert coordinator.eagle_group_ids and not coordinator.drop_eagle_group_ids
+                    assert coordinator.num_reprefillable_tokens == 0
+                    assert not any(getattr(m, "drop_eagle_checkpoint_block", False)
+                                   for m in coordinator.single_type_managers)
 
-    class MTPScheduler(base):
-        def __init__(self, *, vllm_config, kv_cache_config, **kwargs) -> None:
-            object.__setattr__(vllm_config.speculative_config, "method", "mtp")
-            assert vllm_config.speculative_config.use_eagle()
-            assert not vllm_config.speculative_config.use_multi_module_mtp()
-            assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
-            assert vllm_config.num_prefill_lookahead_tokens == 1
-            (attention,) = kv_cache_config.kv_cache_groups  # the drafter's layer is in it
-            attention.is_eagle_group = True
-            super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config, **kwargs)
-            if vllm_config.cache_config.enable_prefix_caching:  # `MTP_ALIGN_CASES`: what stays off
-                coordinator = self.kv_cache_manager.coordinator
-                assert self.num_hash_lookahead_tokens == 1 and not self.use_eagle_block_drop
-                assert coordinator.eagle_group_ids and not coordinator.drop_eagle_group_ids
-                assert coordinator.num_reprefillable_tokens == 0
-                assert not any(getattr(m, "drop_eagle_checkpoint_block", False)
-                               for m in coordinator.single_type_managers)
+        return MTPScheduler
 
-    module.Scheduler = MTPScheduler
+    module.Scheduler = switched(module.Scheduler)
+    async_module.AsyncScheduler = switched(async_module.AsyncScheduler)
 
 
 NOCKPT_BLOCK_SIZE = 272

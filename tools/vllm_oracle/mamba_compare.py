@@ -12,7 +12,8 @@ them). Needs kvsim only, not vLLM.
 The speculative decoding cases (``DATA`` ``tests/sim/data/vllm_oracle_mamba_spec``: ``mamba_driver.py``'s
 ``*_spec_K``, ngram with prefix caching off) compare the same step columns but the decoding one (vLLM writes the
 decode tokens a step schedules, drafts included; kvsim the decoding requests), and vLLM's spec decoding counters
-(``spec.json``) instead (`spec_differences`).
+(``spec.json``) instead (`spec_differences`); their async runs (``DATA/async/CASE``, ``mamba_driver.py
+--out tests/sim/data/vllm_oracle_mamba_spec --async-scheduling``) theirs, from ``DATA/async/CASE/spec.json``.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def main() -> None:
             slow = run(case, step_by_step=True, asynchronous=asynchronous)
             diff |= {k: v or diff[k] for k, v in compare.differences(metrics(slow, asynchronous=asynchronous),
                                                                      theirs).items()}
-            steps = step_differences(slow, case, asynchronous=asynchronous) | spec_differences(slow, case)
+            steps = (step_differences(slow, case, asynchronous=asynchronous)
+                     | spec_differences(slow, reference(case, asynchronous=asynchronous)))
             failed |= any(diff.values()) or any(steps.values())
             bad = {k: v for k, v in (diff | steps).items() if v}
             print(f"{name}{' (async)' if asynchronous else ''}: {theirs['total_steps']} steps, "

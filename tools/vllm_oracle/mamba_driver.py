@@ -213,7 +213,8 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
                      argv: list[str] | None = None) -> None:
     """Write every case of ``case_table`` (or those named on the command line) to ``OUT/CASE/{trace.csv,
     settings.json, steps.csv.gz, requests.csv}``, or with ``--async-scheduling`` vLLM's async run of each to
-    ``OUT/async/CASE``; the scheduler must be patched (`patch_scheduler`) first."""
+    ``OUT/async/CASE`` (`write_async`: with drafts too, and their ``spec.json``; the ``*_spec_K`` cases with
+    ``--out tests/sim/data/vllm_oracle_mamba_spec``); the scheduler must be patched (`patch_scheduler`) first."""
     import json
 
     import cases
@@ -229,13 +230,8 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
     for name in a.names:
         out = Path(a.out) / name
         out.mkdir(parents=True, exist_ok=True)
-        if a.async_scheduling and cases.settings(name).get("num_speculative_tokens"):
-            raise SystemExit(f"{name}: kvsim refuses drafts under async scheduling on a recurrent-state model")
         if a.async_scheduling:  # the synchronous case's trace, vLLM's async engine loop
-            import async_gap
-
-            step_rows, request_rows = async_gap.run_async(cases.driver_args(name, out / "trace.csv"))[2:]
-            async_gap.write_reference(Path(a.out) / "async" / name, step_rows, request_rows)
+            write_async(name, out / "trace.csv", Path(a.out) / "async" / name)
             print(name, "async done", flush=True)
             continue
         if "prefixes" in case_table[name].get("trace", {}):
@@ -252,6 +248,26 @@ def write_references(case_table: dict[str, dict], num_mamba_groups: int, default
         driver.run(args)
         driver.gzip_steps(out)
         print(name, "done", flush=True)
+
+
+def write_async(name: str, trace: Path, out: Path) -> None:
+    """vLLM's async run of case ``name`` (`async_gap.run_async`: the ``AsyncScheduler`` and its engine's batch queue of
+    two) on its synchronous reference's ``trace``, written to ``out`` (step and request rows); with drafts
+    (``num_speculative_tokens``) the drafter and rejection sampler played as `async_gap` plays them, the acceptances
+    kvsim's, and vLLM's spec decoding counters in ``spec.json``."""
+    import json
+
+    import async_gap
+    import cases
+
+    args = cases.driver_args(name, trace)
+    settings = cases.settings(name)
+    args.num_speculative_tokens = settings.get("num_speculative_tokens", 0)
+    args.spec_acceptance_rate = settings.get("spec_acceptance_rate", 0.5)
+    totals, _, step_rows, request_rows = async_gap.run_async(args)
+    async_gap.write_reference(out, step_rows, request_rows)
+    if args.num_speculative_tokens:
+        (out / "spec.json").write_text(json.dumps(totals["spec"], indent=1) + "\n")
 
 
 def main() -> None:

@@ -15,7 +15,8 @@ request's worth to ample, ``max_num_batched_tokens``, ``max_num_seqs``, ``long_p
 = dense; with prefix caching off 0, None or a multiple of vLLM's lcm(block, max_model_len)), and a trace: rows with
 optional shared-prefix groups (or whole repeated prompts), ``n > 1`` samples fanned out, bursts of gap 0, or
 `mamba_driver`'s long shared prefixes (several blocks each, identical prompts arriving together). Every draw runs
-vLLM's synchronous scheduler; two in five without drafts also vLLM's ``AsyncScheduler`` (``async_gap.run_async``);
+vLLM's synchronous scheduler; two in five also vLLM's ``AsyncScheduler`` (``async_gap.run_async``; with drafts
+since 2026-12-06, drawn after every other field, so earlier seeds' draws keep their settings and gain an async run);
 without samples, half the Mamba-2 and gated DeltaNet draws take ngram drafts (prefix caching off: 1 + k state
 blocks a request; on: k speculative blocks moving along the Mamba table; `mamba_driver.patch_scheduler` gives
 vLLM's spec ``num_speculative_blocks``; half the gated DeltaNet ones take Qwen3-Next's MTP drafter instead,
@@ -29,9 +30,10 @@ as `mamba_driver.write_references` does (``OUT/NAME``, its async run in ``OUT/as
 step, and one line says ``exact`` or what differs: `mamba_compare.py`'s metrics and step columns (the first step
 each column parts at), and the spec counters. ``--case`` runs one case given as JSON (to shrink a draw); a shrunk
 case becomes a committed reference by adding it to the flavor's driver. Drafts are not drawn for Mamba-1 or
-gated DeltaNet without checkpoints (kvsim refuses them there: `allocators.mamba_layout.check_mamba_speculation`),
-nor with async scheduling (kvsim refuses drafts under async scheduling on these models); with ``n > 1`` samples
-they are since 2026-12-06 (draws with samples differ from those of earlier seeds).
+gated DeltaNet without checkpoints (kvsim refuses them there: `allocators.mamba_layout.check_mamba_speculation`);
+with ``n > 1`` samples they are since 2026-12-06 (draws with samples differ from those of earlier seeds), and under
+async scheduling since 2026-12-06 (the vLLM side runs the drafts in ``async_gap.run_async`` and writes its spec
+decoding counters to ``OUT/async/NAME/spec.json``, which kvsim's async run is held to).
 
 Covered (2026-12-06, vLLM 0.33): an earlier draw (no priorities, no watermark, drafts with prefix caching off
 only) for seeds 1 (250 draws) and 2 (200), all exact; this one for seeds 3, 4 and 5 (150 each), 450 exact once
@@ -44,7 +46,11 @@ fan-out children tie on vLLM's victim key, so the one furthest along is preempte
 turn), which kvsim followed step for step until it learnt to stop it by rejecting the cycled request with the
 reason (`sim.kernel.livelock`; shrunk to three rows, vLLM still cycling after 10,000 steps:
 ``tests/sim/test_sim_livelock.py``); with drafts drawn with fanned-out samples, seed 12's 60 such draws of its
-first 1,500 (32 Mamba-2, 28 gated DeltaNet; 30 with prefix caching on, 17 MTP), all exact; seed 11 (150, drawn before drafts were drawn with samples), all exact.
+first 1,500 (32 Mamba-2, 28 gated DeltaNet; 30 with prefix caching on, 17 MTP), all exact; seed 11 (150, drawn before drafts were drawn with samples), all exact;
+with drafts under async scheduling (2026-12-06), seed 13's 152 such draws of its first 1,500 and seed 14's 94 of its
+first 1,000 (246: 122 Mamba-2, 124 gated DeltaNet; 149 with prefix caching on, 64 MTP, 52 priority, 56 with
+fanned-out samples, 33 with a capped max_model_len, 40 with a watermark), all exact once the
+rules of ``tests/sim/test_sim_hybrid_async_spec_parity.py`` were ported (found on its references, before the fuzz).
 Bugs found and fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
 kvsim's waiting count for a step (seed 1, draw 82; ``gdn_driver.py``'s
 ``gdn_nockpt_align_long_prefix_preempt_finished``); a padded admission with drafts and prefix caching on raised in
@@ -153,6 +159,8 @@ def draw(seed: int, i: int) -> dict:
         case["scheduling_policy"] = "priority"
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))
+    if k and coin(0.4):  # drafts under async scheduling too (drawn last: every earlier field as before)
+        case["async_scheduling"] = True
     return case
 
 
@@ -219,8 +227,12 @@ def oracle(names: list[str], out: Path) -> None:
             if s.get("async_scheduling"):
                 args = cases.driver_args(name, d / "trace.csv", d)
                 args.max_steps = 100_000
-                step_rows, request_rows = async_gap.run_async(args)[2:]
+                args.num_speculative_tokens = s.get("num_speculative_tokens", 0)
+                args.spec_acceptance_rate = s.get("spec_acceptance_rate", 0.5)
+                totals, _, step_rows, request_rows = async_gap.run_async(args)
                 async_gap.write_reference(out / "async" / name, step_rows, request_rows)
+                if args.num_speculative_tokens:
+                    (out / "async" / name / "spec.json").write_text(json.dumps(totals["spec"], indent=1) + "\n")
         except (SystemExit, Exception) as e:  # noqa: BLE001 - a draw vLLM cannot run is reported, not fatal
             print(f"FUZZ {name} error vLLM: {type(e).__name__}: {e}", flush=True)
             continue
@@ -288,7 +300,8 @@ def differences(case: Path, *, asynchronous: bool) -> str:
     where = first_step(result, case, asynchronous=asynchronous)
     if where:
         parts.append(f"first: {where}")
-    spec = {k: v for k, v in mamba_compare.spec_differences(result, case).items() if v}
+    spec = {k: v for k, v in mamba_compare.spec_differences(
+        result, mamba_compare.reference(case, asynchronous=asynchronous)).items() if v}
     if spec:
         parts.append(f"spec: {spec}")
     return "; ".join(parts)
