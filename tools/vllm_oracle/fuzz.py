@@ -46,7 +46,7 @@ with a host tier, 9 async, 16 EAGLE, 16 priority, 15 with rows sampled 12 times)
 ``spec_cases.py``'s ``parallel_sampling_priority`` and ``eagle/parallel_sampling`` hold. Closed loops and released turns: seeds 48
 and 49 (150 each; seed 49's 25 with releases) all exact, and seed 50's 92 draws with releases of its first 500
 (32 closed loops, 60 sessions; 22 with drafts, 10 of them EAGLE; 11 with a host tier, 37 with a window group),
-all exact.
+all exact; seed 52 (150), after the hybrid async merge, all exact.
 """
 
 from __future__ import annotations
