@@ -233,6 +233,12 @@ class KVMemory:
             self.new_seq(group)
         return made
 
+    @property
+    def processed_basis(self) -> bool:
+        """Whether the pool frees by the tokens whose output is processed (`Allocator.processed_basis`): only such
+        a pool reads `begin_step`'s ``landed``."""
+        return self._alloc.processed_basis
+
     def begin_step(self, landed: Mapping[int, int] | None = None) -> None:
         """A step is being planned under async scheduling: a pool that frees window blocks (and Mamba states) by
         the tokens processed remembers where each sequence stood (`HybridPagedAllocator.begin_step`; ``landed``:

@@ -212,7 +212,8 @@ class Scheduler:
         plan = self.plan = StepPlan() if self.carry is None else self.carry
         self.carry = None
         if self.in_flight is not None:
-            self.memory.begin_step(self.spec.landed(self) if self.spec is not None else None)
+            memory = self.memory
+            memory.begin_step(self.spec.landed(self) if self.spec is not None and memory.processed_basis else None)
             self.in_flight.planned(now)
         stores = self.memory.held_stores  # a write-through tier stores the step's blocks once it is planned
         looped = None

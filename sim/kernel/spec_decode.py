@@ -368,7 +368,8 @@ class SpecDecode:
         ahead, and it may now finish earlier), and every group that sampled (the ``joiners``, whose prefill it
         ended, and its decoders) gets its next drafts."""
         step, tokens, sampled = sched.step, sched.step_tokens, list(joiners)
-        self.accepted_before = {index: accepted for index, (_, accepted) in self.verified.items() if accepted}
+        if self.asynchronous:  # read by `landed` as the step after next is planned
+            self.accepted_before = {index: accepted for index, (_, accepted) in self.verified.items() if accepted}
         self.verified, self.unsure = {}, set()
         for group, drafts, padded in self.scheduled:
             if group.state != RUNNING or not (padded or group.index in tokens):
