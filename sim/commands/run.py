@@ -134,8 +134,8 @@ def simulation_options(func):
                            "default so earlier runs keep their numbers; vLLM 0.33 turns it on by default. The "
                            "clock is not changed. Needs --allocator paged, chunked prefill, recompute "
                            "preemption; a host tier only as vLLM's offloading connector runs it (write-through, "
-                           "async loads, prompt blocks); n > 1 only fanned out; no beams, closed loop or turns "
-                           "released by a previous turn's finish."),
+                           "async loads, prompt blocks); n > 1 only fanned out; no beams. A finish releases a "
+                           "closed loop's next request or a session's next turn once the next step is scheduled."),
         _field_option("--speculative-config", type=str, metavar="JSON",
                       help="vLLM's speculative decoding, as its engine argument: '{\"method\": \"ngram\", "
                            "\"num_speculative_tokens\": 3}' (no drafter model, KV or GPU time) or method eagle, "

@@ -45,7 +45,6 @@ import math
 
 import numpy as np
 
-from sim.kernel.arrivals import releases_arrivals
 from sim.kernel.parallel_sampling import fans_out
 from sim.kernel.sequence_group import FINISHED, RUNNING, SequenceGroup
 from sim.kernel.spec_decode import final_lag
@@ -55,7 +54,7 @@ class InFlight:
     """The outputs a scheduler's last step left in flight (``Scheduler.in_flight`` with async scheduling)."""
 
     __slots__ = ("s", "releasing", "decoded", "joined", "deferred", "started", "pins", "scheduled", "halted",
-                 "last_plan_s", "this_plan_s", "preempted_finished")
+                 "last_plan_s", "this_plan_s", "preempted_finished", "untold")
 
     def __init__(self, scheduler, pins: bool = False) -> None:
         self.s = scheduler
@@ -76,6 +75,7 @@ class InFlight:
         # ``self.waiting.prepend_request``) and only its in-flight output, processed after the step is scheduled,
         # finishes it, so the step's waiting count still holds it (`Scheduler.queued`)
         self.preempted_finished = 0
+        self.untold: list[tuple[float, int]] = []  # (finish time, index) of finished groups no client heard of yet
 
     def hold(self, group: SequenceGroup, end_s: float) -> None:
         """``group`` produced its last token in the step that ended at ``end_s``: finished (reported now, at that
@@ -96,7 +96,8 @@ class InFlight:
         group.state = FINISHED
         self.started.pop(group.index, None)
         del s.live[group.index]
-        s.groups.sink.finish(group, end_s)
+        s.groups.sink.finish(group, end_s, notify=False)
+        self.untold.append((end_s, group.index))
         self.releasing[group.index] = group
 
     def release(self) -> None:
@@ -184,9 +185,23 @@ class InFlight:
         self.halted = False
 
     def planned(self, now: float) -> None:
-        """A step starting at ``now`` is being planned."""
+        """A step starting at ``now`` is being planned: the outputs of the step before, processed after it is
+        scheduled, reach their clients now (`tell_clients`)."""
         self.last_plan_s, self.this_plan_s = self.this_plan_s, now
         self.halted = False
+        self.tell_clients()
+
+    def tell_clients(self) -> None:
+        """What the finished groups' clients send next (a closed-loop user's next request, a session's next turn,
+        `ArrivalSource.on_done`) is released now, from their finish times: vLLM's engine hands step t's output
+        back only after it scheduled step t + 1, so what a request finishing in step t releases with no think time
+        reaches step t + 2 at the soonest, not t + 1 as with the synchronous scheduler (`tools/vllm_oracle/
+        releases.py`). Called as the step after the finishing one is planned, once it took in its arrivals."""
+        on_done = self.s.groups.sink.on_done
+        if on_done is not None:
+            for end_s, index in self.untold:
+                on_done(end_s, index)
+        self.untold.clear()
 
     def seen_loads(self) -> tuple[float, float]:
         """`HostLoads.done`'s arguments for the step being planned: the loads that landed by the start of the
@@ -209,17 +224,11 @@ class InFlight:
 
 
 def refuse_unmodelled(config, workload) -> None:
-    """A ValueError for a workload ``--async-scheduling`` is not checked on: arrivals released by finishing
-    requests (a closed loop, session turns: under async scheduling vLLM hands a finished output back a step later
-    than it schedules, which the unchanged clock does not say), and requests sampled ``n > 1`` times or searched
-    with beams (their sequences' outputs are not modelled in flight)."""
+    """A ValueError for a workload ``--async-scheduling`` is not checked on: requests sampled ``n > 1`` times as
+    one group or searched with beams (their sequences' outputs are not modelled in flight)."""
     if not config.async_scheduling:
         return
     why = []
-    if getattr(workload, "closed_loop", None) is not None:
-        why.append("a closed loop (--arrivals closed)")
-    if getattr(workload, "has_sessions", False) and releases_arrivals(workload):
-        why.append("session turns released by the previous turn's finish (a think_time_s column)")
     if len(workload) and np.any(np.asarray(workload.n) > 1) and not fans_out(config, workload):
         why.append("requests sampled n > 1 times as one group (--parallel-sampling fork)")
     if len(workload) and np.any(np.asarray(workload.beam_width) > 1):

@@ -120,13 +120,15 @@ class Recorder:
         for name in group_names:
             self.memory.groups.setdefault(name, [0.0] * len(GROUP_KEYS))
 
-    def finish(self, group, t: float) -> None:
+    def finish(self, group, t: float, notify: bool = True) -> None:
+        """``group`` finished at ``t``. ``notify``: call `on_done` now (False: the caller does once the client
+        hears of it, async scheduling's `InFlight.tell_clients`)."""
         i = group.index
         self.admitted_s[i] = group.admitted_s
         self.first_token_s[i] = group.first_token_s
         self.finished_s[i] = t
         self.preemptions[i] = group.preemptions
-        if self.on_done is not None:
+        if notify and self.on_done is not None:
             self.on_done(t, i)
 
     def reject(self, group, reason: str, t: float) -> None:

@@ -451,10 +451,9 @@ def check_spec_workload(workload, method: str | None = None, prefix_caching: boo
                         asynchronous: bool = False) -> None:
     """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times as one group
     (``--parallel-sampling fork``, vLLM v0's; fanned out, its children are vLLM v1's requests, checked), beam
-    search (vLLM v1 has none with drafts), and open-loop sessions under ``asynchronous`` scheduling (the oracle
-    drives them synchronously, ``spec_cases.py``'s ``sessions``; closed loops and released turns, driven
-    synchronously too, ``closed_loop`` and ``sessions_released``, async scheduling refuses with or without
-    drafts: `sim.kernel.async_outputs.refuse_unmodelled`); with a drafter ``method`` and
+    search (vLLM v1 has none with drafts), and sessions under ``asynchronous`` scheduling (the oracle drives them
+    synchronously, ``spec_cases.py``'s ``sessions`` and ``sessions_released``; closed loops it drives under async
+    scheduling too, its ``*_closed_loop*`` cases); with a drafter ``method`` and
     ``prefix_caching``, a trace's prefix hashes (the module docstring: vLLM's lookahead block hashes)."""
     reasons = []
     if (np.asarray(workload.n) > 1).any():

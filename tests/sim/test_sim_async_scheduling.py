@@ -10,6 +10,7 @@ last step that only hands the last outputs back (vLLM's engine schedules it, com
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from sim.kernel.config import SimConfig
@@ -17,6 +18,7 @@ from sim.kernel.runner import run_config, run_simulation
 from tests.sim.summaries import assert_fast_forward_equals_stepping
 from tests.sim.vllm_oracle import DATA, cases, compare
 from workloads import load_trace, workload_from_frame
+from workloads.workload import ClosedLoop
 
 ASYNC = DATA / "async"
 CASES = cases(ASYNC)
@@ -55,7 +57,9 @@ def test_the_async_references_cover_the_synchronous_cases():
                           "hybrid_contended_dense", "hybrid_shared_prefix_dense", "hybrid_sessions_dense",
                           "hybrid_retention_interval_256",
                           # found by tools/vllm_oracle/fuzz.py: a host store seen written a step late
-                          "offload_whole_prompts_few"}
+                          "offload_whole_prompts_few",
+                          # arrivals released by finishes (`releases.py` plays the client)
+                          "closed_loop", "closed_loop_priority", "sessions_released"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -67,7 +71,8 @@ def test_kvsim_makes_async_vllms_decisions(case):
 
 
 @pytest.mark.parametrize("case", ["contended", "shared_prefix_cached", "priority", "max_num_seqs", "parallel_sampling",
-                                  "parallel_sampling_priority", "sessions_open_loop"])
+                                  "parallel_sampling_priority", "sessions_open_loop", "closed_loop",
+                                  "sessions_released"])
 def test_async_fast_forward_equals_step_by_step(case):
     """The decode fast-forward runs under async scheduling (between the steps that hand finished requests'
     blocks back) and gives what stepping gives: summary, memory maps, step totals, finish times."""
@@ -102,12 +107,9 @@ def test_unmodelled_settings_are_refused(fields, named):
 @pytest.mark.parametrize("extra, fields, named", [
     (dict(n=[1, 2]), dict(parallel_sampling="fork"), "sampled n > 1 times as one group"),
     (dict(beam_width=[1, 2]), {}, "beam search"),
-    (dict(session_id=["a", "a"], turn=[0, 1], think_time_s=[float("nan"), 0.0]), {}, "released by the previous"),
 ])
 def test_unmodelled_workloads_are_refused(extra, fields, named):
-    """Sequences kept together (fork, beams) and session turns released by a finish are not checked against vLLM's
-    ``AsyncScheduler``. A released turn would need its arrival a step after the finish kvsim reports: vLLM
-    processes step t's output (and hands the turn back) only after step t + 1 is scheduled."""
+    """Sequences kept together (fork, beams) are not checked against vLLM's ``AsyncScheduler``."""
     import pandas as pd
 
     frame = pd.DataFrame(dict(arrival_time_s=[0.0, 1.0], prompt_tokens=[64, 100], output_tokens=[8, 8], **extra))
@@ -150,13 +152,20 @@ def test_a_host_tier_steps_one_step_at_a_time(case):
     assert fast.summary == slow.summary
 
 
-def test_closed_loops_are_refused():
-    """A closed loop's next arrival is released by a finished output, which async scheduling hands back later
-    than the unchanged clock says."""
-    config = SimConfig(trace=str(DATA / "ample" / "trace.csv"), arrivals="closed:users=2", async_scheduling=True,
-                       step_time=1.0)
-    with pytest.raises(ValueError, match="closed loop"):
-        run_config(config)
+@pytest.mark.parametrize("think_s, later", [(0.0, 1), (1.0, 0), (2.5, 0)])
+def test_a_client_hears_of_a_finish_once_the_next_step_is_scheduled(think_s, later):
+    """One closed-loop user: its second request is sent at the first's finish plus the think time under either
+    scheduler (the finish is still timed at the end of its step), but vLLM's async engine hands the output back
+    only after it scheduled the next step, so with no think time the request waits ``later`` one step more."""
+    import pandas as pd
+
+    frame = pd.DataFrame(dict(arrival_time_s=[0.0, 0.0], prompt_tokens=[64, 100], output_tokens=[8, 8]))
+    workload = workload_from_frame(frame).select(np.arange(2), closed_loop=ClosedLoop(users=1, think_time_s=think_s))
+    sync, asy = (run_simulation(SimConfig(async_scheduling=asynchronous, kv_tokens=4096, step_time=1.0),
+                                workload).requests for asynchronous in (False, True))
+    assert asy["finished_s"][0] == sync["finished_s"][0] == 8.0
+    assert asy["arrival_s"][1] == sync["arrival_s"][1] == 8.0 + think_s
+    assert asy["first_token_s"][1] - sync["first_token_s"][1] == later
 
 
 @pytest.mark.parametrize("case", ["contended", "shared_prefix_cached"])

@@ -43,13 +43,16 @@ def sessions(think_time_s: float, count: int = 90) -> Workload:
 CONFIG = SimConfig(kv_tokens=3000, prefix_caching=True, max_model_len=2048)
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("think_time_s", [0.0, 0.5])
-def test_one_replica_is_the_single_engine(think_time_s):
+def test_one_replica_is_the_single_engine(think_time_s, asynchronous):
     """With one replica the fleet routes each release at its time and gives the single run, table for table
-    (the rejected request included: its user's next request follows its arrival by the think time)."""
+    (the rejected request included: its user's next request follows its arrival by the think time); under async
+    scheduling too, where a finish is heard of once the next step is planned (`InFlight.tell_clients`)."""
     w = closed_loop(80, users=6, think_time_s=think_time_s)
-    single = run_simulation(CONFIG, w)
-    fleet = run_fleet(CONFIG, w)
+    config = dataclasses.replace(CONFIG, async_scheduling=asynchronous)
+    single = run_simulation(config, w)
+    fleet = run_fleet(config, w)
     assert single.requests["rejected"].sum() == 1
     for name in ("requests", "steps"):
         pd.testing.assert_frame_equal(getattr(fleet, name).drop(columns="replica"), getattr(single, name))
@@ -86,21 +89,21 @@ def test_fast_forward_equals_step_by_step(router, workload):
 @given(seed=st.integers(0, 2**20), sessions_not_users=st.booleans(), think=st.sampled_from([0.0, 0.01, 0.4]),
        replicas=st.integers(2, 4), router=st.sampled_from(list(ROUTERS)),
        step_time=st.sampled_from([None, 0.02]), allocator=st.sampled_from(["paged", "radix", "contiguous-max"]),
-       api_servers=st.sampled_from([None, 1, 2]))
+       api_servers=st.sampled_from([None, 1, 2]), asynchronous=st.booleans())
 # two replicas report at one step end an ulp apart, the ulp on opposite sides in the two modes, at the instant
 # a DP coordinator's publish falls due: it must see both reports or neither (`DPCoordinator._advance`)
 @example(seed=364084, sessions_not_users=False, think=0.01, replicas=2, router="dp-lb", step_time=0.02,
-         allocator="contiguous-max", api_servers=1)
+         allocator="contiguous-max", api_servers=1, asynchronous=False)
 # one user, no think time: each request arrives at its last one's finish rounded to the nanosecond, which the two
 # modes compute an ulp apart; that finish must count as before the arrival in both (its connection closed, its
 # API server's in-flight count down: `APIServers._least_loaded`, `Replica.in_flight`)
 @example(seed=0, sessions_not_users=False, think=0.0, replicas=3, router="dp-lb", step_time=0.02, allocator="paged",
-         api_servers=2)
+         api_servers=2, asynchronous=False)
 def test_fast_forward_equals_step_by_step_on_random_fleets(seed, sessions_not_users, think, replicas, router,
-                                                           step_time, allocator, api_servers):
+                                                           step_time, allocator, api_servers, asynchronous):
     """The same on random small fleets, a fixed step time among them: every replica's row ends then fall on
     the same few instants, the ties the release rules are for. ``dp-lb`` with vLLM's default API servers (one
-    per replica), one or two."""
+    per replica), one or two; async scheduling where modelled (``paged``)."""
     if sessions_not_users:
         w = generate(TURNS, "poisson:rate=3", 40, seed=seed, turns=3, think_time_s=think, system_prompt_len=128,
                      system_prompt_frac=0.5)
@@ -108,7 +111,8 @@ def test_fast_forward_equals_step_by_step_on_random_fleets(seed, sessions_not_us
         w = closed_loop(45, users=1 + seed % 8, think_time_s=think, seed=seed)
     config = dataclasses.replace(CONFIG, replicas=replicas, router=router, step_time=step_time, allocator=allocator,
                                  prefix_caching=allocator != "contiguous-max", seed=seed,
-                                 api_server_count=api_servers if router == "dp-lb" else None)
+                                 api_server_count=api_servers if router == "dp-lb" else None,
+                                 async_scheduling=asynchronous and allocator == "paged")
     fast = run_fleet(config, w)
     slow = run_fleet(dataclasses.replace(config, step_by_step=True), w)
     assert fast.requests["replica"].tolist() == slow.requests["replica"].tolist()

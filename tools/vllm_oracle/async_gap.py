@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import cases  # noqa: E402
 import driver  # noqa: E402
+from releases import Releases  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle"
 LEFT_OUT = ("offload_arc_small_gpu", "offload_generated_blocks")
@@ -66,9 +67,11 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     args.async_scheduling = True
     scheduler, hasher = driver.build_scheduler(args)
     rows = driver.read_trace(args.trace)
-    if any(r["think"] is not None or r["closed_loop_users"] for r in rows):
-        raise SystemExit("rows released by earlier finishes (releases.py) are driven by driver.run only")
     requests, outputs, parent = driver.make_requests(rows, hasher, args.seed)
+    releases = Releases(rows)  # when each row is added: its arrival, or a finish's release once its output is processed
+    by_row: dict[int, list] = {}
+    for req in requests:
+        by_row.setdefault(int(parent[req.request_id]), []).append(req)
     token_rng = np.random.default_rng(args.seed + 1)
     stats = driver.new_stats(requests, parent)
     num_spec = getattr(args, "num_speculative_tokens", 0)
@@ -78,7 +81,7 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     finish: dict[int, int] = {}  # row -> the step whose output finished its last request (a fanned-out row's child)
     finished = 0
     step_rows: list[dict] = []
-    cursor = step = preempted = prefill = running = 0
+    added = step = preempted = prefill = running = 0
     in_prefill: set[str] = set()
     pending = None
 
@@ -92,11 +95,14 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
                     finish[int(parent[o.request_id])] = step - 1
                     stats[o.request_id]["finish_step"] = step - 1
                     finished += 1
+                    releases.finished(int(parent[o.request_id]), step - 1)
 
     while finished < len(requests):
-        while cursor < len(requests) and rows[int(parent[requests[cursor].request_id])]["arrival"] <= step:
-            scheduler.add_request(requests[cursor])
-            cursor += 1
+        for t, row in releases.take(step):  # a release of step t - 1's finish, processed after step t was
+            for req in by_row[row]:  # scheduled, is due at t with no think time: it is taken for step t + 1
+                req.arrival_time = t + row * 1e-9
+                scheduler.add_request(req)
+                added += 1
         out = scheduler.schedule()
         preempted += driver.note_schedule(out, scheduler, stats, in_prefill, step)
         req_ids, sampled = list(out.num_scheduled_tokens), []
@@ -142,7 +148,7 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
             process(pending)
         pending = (out, output)
         step += 1
-        if not scheduler.has_requests() and cursor == len(requests):
+        if not scheduler.has_requests() and added == len(requests):
             process(pending)
             pending = None
         if step > args.max_steps:

@@ -187,6 +187,10 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     # rows sampled n > 1 times, fanned out
     "eagle_parallel_sampling_k3": ("parallel_sampling", "eagle", 3, 0.7),
     "ngram_parallel_sampling_priority_k3": ("parallel_sampling_priority", "ngram", 3, 0.8),
+    # closed loops: a user's next request released by a finished output, handed back after the next step is scheduled
+    "eagle_closed_loop_k3": ("closed_loop", "eagle", 3, 0.7),
+    "mtp_closed_loop_priority_k1": ("closed_loop_priority", "mtp", 1, 0.8),
+    "ngram_closed_loop_k3": ("closed_loop", "ngram", 3, 0.6),
 }
 ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
 
