@@ -59,6 +59,7 @@ class GroupMechanics(Preemption):
         # and when its held blocks could next be freed, given the time now (None: it holds none)
         self.frees_at = None
         self._admitted_from = 0  # with loads beside the steps: where this step's admissions start in `running`
+        self._loaded_now: set[int] = set()  # and the groups among them whose hits were loaded (`_admit_loaded`)
 
     # -- admission ---------------------------------------------------------------------------------------
     def never_runs(self, group: SequenceGroup) -> str | None:
@@ -223,15 +224,15 @@ class GroupMechanics(Preemption):
 
     def _running_prefills(self) -> Iterator[SequenceGroup]:
         """The running single sequences vLLM counts as prefills in flight (``_inflight_prefills``): those
-        running before this step with prompt left, and those admitted this step whose first chunk leaves some
-        (it adds only those; a request its chunk this step completes leaves the set once the step is
-        scheduled)."""
+        running before this step with prompt left, those admitted this step after a load (added when the load
+        started), and the others admitted this step whose first chunk leaves some (it adds only those; a request
+        its chunk this step completes leaves the set once the step is scheduled, ``_update_after_schedule``)."""
         s = self.s
         chunks = None
         for i, g in enumerate(s.running):
             if g.num_seqs != 1 or not g.prefilling:
                 continue
-            if i >= self._admitted_from:
+            if i >= self._admitted_from and g.index not in self._loaded_now:
                 if chunks is None:
                     chunks = {group.index: chunk for group, chunk in s.plan.chunks}
                 if g.prefill_done + chunks.get(g.index, 0) >= g.prefill_target:
@@ -330,6 +331,7 @@ class GroupMechanics(Preemption):
         s.plan.add_copies(copies)
         s.waiting.popleft()
         self._start_running(group)
+        self._loaded_now.add(group.index)
         return chunk, padded
 
     def _start_running(self, group: SequenceGroup) -> None:
@@ -358,6 +360,7 @@ class GroupMechanics(Preemption):
         if s.loads is None:
             return self._admit_in_order(budget, None)
         self._admitted_from = len(s.running)  # the running groups admitted this step follow
+        self._loaded_now.clear()
         skipped: list[SequenceGroup] = []
         admitted = self._admit_in_order(budget, skipped)
         for group in reversed(skipped):  # back where they were (vLLM's skipped waiting requests)

@@ -31,7 +31,9 @@ def test_the_spec_references_cover_contention_caching_and_limits():
     assert set(CASES) >= {"ample", "contended", "max_num_seqs", "shared_prefix_cached", "small_budget_threshold",
                           "max_model_len_capped", "priority_contended", "long_prefill_threshold", "offline_burst",
                           "reserve_full_isl_off", "shared_prefix_uncached", "block_size_32", "contended_20_drafts",
-                          "threshold_below_drafts"}
+                          "threshold_below_drafts",
+                          # vLLM's offloading connector: loads admitted beyond the prefills in flight's reservations
+                          "offload_padded_loads", "offload_loaded_final_chunk"}
 
 
 @pytest.mark.parametrize("case", CASES)

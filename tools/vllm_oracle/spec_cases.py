@@ -80,6 +80,10 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     # found by `fuzz.py` (seed 41): generated blocks offloaded (ARC); a request whose last verification accepted
     # drafts stores their blocks when the next step is planned, after that step's stores (finished_req_ids)
     "offload_finished_drafts": ("fuzz41_1126", 2, 0.95),
+    # found by `fuzz.py` (seed 53, draw 100): a request whose load landed, scheduled its last chunk, still counts
+    # as a prefill in flight for the loads admitted after it in the step (vLLM added it when its load started and
+    # drops it once the step is scheduled): its next verification step's block is reserved
+    "offload_loaded_final_chunk": ("fuzz53_0100", 2, 0.5),
     # open-loop sessions: a turn's prompt holds the turn before's output, accepted drafts included
     "sessions": ("sessions_open_loop", 3, 0.7),
     "offload_arc_sessions": ("offload_arc_sessions", 2, 0.6),
@@ -95,7 +99,7 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "closed_loop_priority": ("closed_loop_priority", 5, 0.8),
 }
 
-# the two `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
+# the `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
 cases.CASES.setdefault("fuzz40_0107", dict(
     trace=dict(n=36, prompt=(491, 1053), output=(128, 152), groups=1, whole_prompts=True, gap=0.1),
     max_num_batched_tokens=128, max_num_seqs=128, num_blocks=230, cpu_offload_blocks=89,
@@ -104,6 +108,10 @@ cases.CASES.setdefault("fuzz41_1126", dict(
     trace=dict(n=10, prompt=(496, 1191), output=(19, 278), groups=3, gap=0.0), block_size=32,
     max_num_batched_tokens=128, max_num_seqs=4, scheduler_reserve_full_isl=False, num_blocks=127,
     cpu_offload_blocks=69, offload_eviction_policy="arc", offload_prompt_only=False))
+cases.CASES.setdefault("fuzz53_0100", dict(
+    trace=dict(n=36, prompt=(428, 708), output=(37, 264), gap=0.3), block_size=32, max_num_batched_tokens=2048,
+    max_num_seqs=32, long_prefill_token_threshold=64, num_blocks=172, cpu_offload_blocks=75,
+    offload_eviction_policy="lru", offload_prompt_only=False))
 
 # a base case of this script's own, beside ``cases.py``'s: whole prompts repeated (a group's members all send its
 # prompt, a whole number of blocks long), so the block ending a shared prompt is followed by each request's own
