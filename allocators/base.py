@@ -396,9 +396,10 @@ class Allocator(ABC):
     def free(self, seq_id: int) -> int:
         """Release a sequence; returns the slots it no longer references."""
 
-    def hide_shared_tail(self, seq_id: int) -> bool:
-        """Uncache the sequence's just filled last block, whose hash other requests may look up, while vLLM's
-        async scheduling has not hashed it yet (its last token in flight); True if hidden. Only the block pools
+    def hide_shared_tail(self, seq_id: int, unknown: int = 1) -> bool:
+        """Uncache the sequence's blocks its last ``unknown`` tokens reach into, whose hashes other requests may look
+        up, while vLLM's async scheduling has not hashed them yet (those tokens in flight); True if hidden. Only the
+        block pools
         that cache generated blocks under shared hashes (`PagedAllocator`, the hybrid pool) have one to hide."""
         return False
 

@@ -222,9 +222,9 @@ class HybridPagedAllocator(HybridQueries):
         s.num_hashed = keep
         return True
 
-    def hide_shared_tail(self, seq_id: int) -> bool:
+    def hide_shared_tail(self, seq_id: int, unknown: int = 1) -> bool:
         """As `PagedAllocator.hide_shared_tail`; a hybrid pool indexes every hash it caches, so any such tail."""
-        return self.forget_tail_hash(seq_id)
+        return self.forget_hashes_past(seq_id, unknown)
 
     def cache_blocks(self, seq_id: int) -> None:
         """Cache the sequence's full blocks again (`hide_shared_tail`'s)."""

@@ -87,12 +87,13 @@ class PagedAllocator(PagedQueries):
         s.num_hashed = keep
         return True
 
-    def hide_shared_tail(self, seq_id: int) -> bool:
-        """`forget_tail_hash` for a block whose hash other requests may look up (a session turn's generated block,
-        which the next turn's prompt holds; not one of the request's own): vLLM's async scheduling has not hashed
-        it yet, so admissions planned meanwhile miss it. True if hidden; `cache_blocks` caches it again."""
+    def hide_shared_tail(self, seq_id: int, unknown: int = 1) -> bool:
+        """`forget_hashes_past` for blocks whose hash other requests may look up (a session turn's generated
+        blocks, which the next turn's prompt holds; not the request's own), reached by the last ``unknown`` tokens
+        (its last token, and with drafts the accepted ones, in flight): vLLM's async scheduling has not hashed them
+        yet, so admissions planned meanwhile miss them. True if hidden; `cache_blocks` caches them again."""
         s = self._seqs[seq_id]
-        return s.tokens // self.block_size - 1 < s.own_from and self.forget_tail_hash(seq_id)
+        return max(0, s.tokens - unknown) // self.block_size < s.own_from and self.forget_hashes_past(seq_id, unknown)
 
     def cache_blocks(self, seq_id: int) -> None:
         """Cache the full blocks of a sequence admitted with ``delay_cache_blocks`` (vLLM's ``cache_blocks``)."""

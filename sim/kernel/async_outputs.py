@@ -151,14 +151,16 @@ class InFlight:
             return victim.index in self.decoded or victim.index in self.joined
         return victim.index in self.decoded
 
-    def unknown_tails(self) -> list[int]:
-        """The sequences whose last block the synchronous scheduler has cached by now but vLLM's async scheduling
-        has not (its last token is in flight, `tail_unknown`): the running decoders, scheduled this step (a due
-        decoder is synced by now; one not due is not at a block's end), and the finished groups still held."""
-        seqs = [seq_id for g in self.s.running if g.state == RUNNING and g.decoding and self.tail_block_unknown(g, True)
-                for seq_id in g.seq_ids]
-        return seqs + [seq_id for g in self.releasing.values() if self.tail_block_unknown(g, False)
-                       for seq_id in g.seq_ids]
+    def unknown_tails(self) -> dict[int, int]:
+        """The sequences whose last blocks the synchronous scheduler has cached by now but vLLM's async scheduling
+        has not, each with the tokens it has not hashed yet (`tail_unknown`: its last token in flight, with drafts
+        the accepted ones too): the running decoders, scheduled this step (a due decoder is synced by now; one not
+        due is not at a block's end), and the finished groups still held."""
+        tails = {seq_id: unknown for g in self.s.running if g.state == RUNNING and g.decoding
+                 and (unknown := self.tail_unknown(g, True)) for seq_id in g.seq_ids}
+        tails.update((seq_id, unknown) for g in self.releasing.values() if (unknown := self.tail_unknown(g, False))
+                     for seq_id in g.seq_ids)
+        return tails
 
     def comes_back(self, victim: SequenceGroup) -> bool:
         """Whether ``victim``, a prefilling group preempted while nothing else runs, makes progress when it is

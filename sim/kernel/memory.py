@@ -246,13 +246,14 @@ class KVMemory:
         if self._alloc.processed_basis:
             self._alloc.begin_step(landed)
 
-    def hide_shared_tails(self, seq_ids) -> list[int]:
-        """Under async scheduling, uncache the just filled, shared-hash last block of each of ``seq_ids`` (its last
-        token is in flight: `PagedAllocator.hide_shared_tail`) while admissions look the cache up; returns the
-        sequences hidden, for `show_tails`. Only the paged allocator shares generated blocks (sessions)."""
+    def hide_shared_tails(self, tails: Mapping[int, int]) -> list[int]:
+        """Under async scheduling, uncache the shared-hash blocks of each sequence of ``tails`` that its last tokens
+        in flight (``tails[seq_id]`` of them) reach into (`PagedAllocator.hide_shared_tail`) while admissions look
+        the cache up; returns the sequences hidden, for `show_tails`. Only the paged allocator and the hybrid pool
+        share generated blocks (sessions)."""
         if not self.prefix_caching:
             return []
-        return [seq_id for seq_id in seq_ids if self._alloc.hide_shared_tail(seq_id)]
+        return [seq_id for seq_id, unknown in tails.items() if self._alloc.hide_shared_tail(seq_id, unknown)]
 
     def show_tails(self, seq_ids: list[int]) -> None:
         """Cache again the blocks `hide_shared_tails` hid (vLLM hashes them once the output is processed)."""

@@ -262,8 +262,9 @@ class Scheduler:
             budget -= self.decode.n
         else:
             budget = self.walk_running(budget)
-        self.hidden = self.memory.hide_shared_tails(self.in_flight.unknown_tails() if self.in_flight else
-                                                    self.spec.unhashed_tails(self) if self.spec is not None else ())
+        self.hidden = self.memory.hide_shared_tails(
+            self.in_flight.unknown_tails() if self.in_flight else
+            dict.fromkeys(self.spec.unhashed_tails(self), 1) if self.spec is not None else {})
         admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
         if self.hidden:
             self.memory.show_tails(self.hidden)
@@ -276,7 +277,7 @@ class Scheduler:
         """Hide from the admissions after it the block an admitted ``group`` just filled that has no hash yet (a
         drafter's lookahead block hashes: `SpecDecode.admitted_tail`); shown again with the rest (`plan_step`)."""
         if self.spec is not None:
-            self.hidden += self.memory.hide_shared_tails(self.spec.admitted_tail(self, group))
+            self.hidden += self.memory.hide_shared_tails(dict.fromkeys(self.spec.admitted_tail(self, group), 1))
 
     def scheduled_seqs(self, looped: list[SequenceGroup], decoders_only: bool) -> list[int]:
         """The sequences the step planned computes, in vLLM's order (``num_scheduled_tokens``): the running loop's

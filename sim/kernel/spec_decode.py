@@ -443,25 +443,20 @@ def check_spec_run(config, workload) -> None:
     """`check_spec_workload` for a run of ``config`` with drafts (the workload as the engines run it:
     `sim.kernel.parallel_sampling.as_run`'s); nothing without."""
     if config.speculative_config is not None:
-        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching,
-                            config.async_scheduling)
+        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching)
 
 
-def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False,
-                        asynchronous: bool = False) -> None:
+def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False) -> None:
     """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times as one group
     (``--parallel-sampling fork``, vLLM v0's; fanned out, its children are vLLM v1's requests, checked), beam
-    search (vLLM v1 has none with drafts), and sessions under ``asynchronous`` scheduling (the oracle drives them
-    synchronously, ``spec_cases.py``'s ``sessions`` and ``sessions_released``; closed loops it drives under async
-    scheduling too, its ``*_closed_loop*`` cases); with a drafter ``method`` and
-    ``prefix_caching``, a trace's prefix hashes (the module docstring: vLLM's lookahead block hashes)."""
+    search (vLLM v1 has none with drafts); with a drafter ``method`` and ``prefix_caching``, a trace's prefix
+    hashes (the module docstring: vLLM's lookahead block hashes). Sessions and closed loops run under either
+    scheduler (``spec_cases.py``'s ``sessions*``, ``closed_loop*`` and ``*_sessions*`` async cases)."""
     reasons = []
     if (np.asarray(workload.n) > 1).any():
         reasons.append("rows sampled n > 1 times as one group (--parallel-sampling fork; fan-out is modelled)")
     if (np.asarray(workload.beam_width) > 1).any():
         reasons.append("beam search")
-    if workload.has_sessions and asynchronous:
-        reasons.append("sessions under --async-scheduling")
     if method in DRAFTER_METHODS and prefix_caching and workload.has_prefix_hashes:
         reasons.append(f"prefix hashes (hash_ids) under prefix caching and method {method!r} (vLLM hashes a block "
                        "with the token after it, which a trace's hash units do not give where a block ends at a "

@@ -195,11 +195,12 @@ RELEASED = dict(SESSION, think_time_s=[float("nan"), 0.5, float("nan")])
 
 
 @pytest.mark.parametrize("extra", [RELEASED, SESSION])
-def test_sessions_under_async_scheduling_are_refused(extra):
-    """Session turns with drafts under async scheduling, released or open-loop, are not checked against vLLM (a
-    closed loop is: ``spec_cases.py``'s ``*_closed_loop*`` async cases)."""
-    with pytest.raises(ValueError, match="sessions under --async-scheduling"):
-        _run(FRAME.assign(**extra), speculative_config=NGRAM, spec_acceptance_rate=0.5, async_scheduling=True)
+def test_sessions_run_with_drafts_under_async_scheduling(extra):
+    """Session turns, released or open-loop, run with drafts under async scheduling (exact against vLLM:
+    ``spec_cases.py``'s ``*_sessions*`` async cases)."""
+    result = _run(FRAME.assign(**extra), speculative_config=NGRAM, spec_acceptance_rate=0.5, async_scheduling=True,
+                  prefix_caching=True)
+    assert result.summary["completed"] == 3 and result.summary["spec_decoding"]["num_drafts"] > 0
 
 
 def test_released_turns_run_with_drafts():

@@ -106,6 +106,8 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
         out = scheduler.schedule()
         preempted += driver.note_schedule(out, scheduler, stats, in_prefill, step)
         req_ids, sampled = list(out.num_scheduled_tokens), []
+        # the tokens the step in flight emits for each request, not yet in its output_token_ids
+        in_flight = {} if pending is None else dict(zip(pending[1].req_ids, map(len, pending[1].sampled_token_ids)))
         step_prefill = step_decode = 0
         for req_id in req_ids:
             req = scheduler.requests[req_id]
@@ -117,15 +119,18 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
             else:
                 step_decode += out.num_scheduled_tokens[req_id]
             done = req.num_computed_tokens >= req.num_tokens  # advanced by schedule(), placeholders included
-            if done:  # a session turn emits the output its next turn's prompt holds: this step's token is the
-                # last placeholder (the previous step's output, if in flight, is the one before it)
+            if done:  # a session turn emits the output its next turn's prompt holds: this step's tokens follow
+                # those of its output and of the step in flight (a step past its end emits what vLLM drops)
                 planned = outputs.get(req_id)
-                k = len(req.output_token_ids) + req.num_output_placeholders - 1
-                sampled.append([planned[k] if planned else int(token_rng.integers(3, driver.VOCAB))])
+                k = len(req.output_token_ids) + in_flight.get(req_id, 0)
+                sampled.append([planned[k] if planned and k < len(planned)
+                                else int(token_rng.integers(3, driver.VOCAB))])
                 if drafts:  # a verification: its accepted drafts, then the bonus token
                     accepted = 0 if padded else driver.accepted_drafts(accept[req_id], len(drafts), num_spec,
                                                                        args.spec_acceptance_rate)
                     sampled[-1] = token_rng.integers(3, driver.VOCAB, accepted).tolist() + sampled[-1]
+                    if planned:  # a session turn's tokens are its planned output (past its end any: vLLM trims)
+                        sampled[-1] = (planned[k:k + accepted + 1] + sampled[-1])[:accepted + 1]
             else:
                 sampled.append([])
             if done:

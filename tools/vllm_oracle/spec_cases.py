@@ -199,6 +199,13 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "eagle_closed_loop_k3": ("closed_loop", "eagle", 3, 0.7),
     "mtp_closed_loop_priority_k1": ("closed_loop_priority", "mtp", 1, 0.8),
     "ngram_closed_loop_k3": ("closed_loop", "ngram", 3, 0.6),
+    # sessions: a turn's prompt holds the turn before's output, accepted drafts included; open-loop turns admitted
+    # while the turn before decodes with drafts in flight, released turns
+    "eagle_sessions_k3": ("sessions_open_loop", "eagle", 3, 0.7),
+    "ngram_sessions_k3": ("sessions_open_loop", "ngram", 3, 0.7),
+    "mtp_sessions_released_k3": ("sessions_released", "mtp", 3, 0.5),
+    "eagle_sessions_fuzz44_0271_k3": ("fuzz44_0271", "eagle", 3, 0.3),
+    "ngram_sessions_fuzz46_0008_k20": ("fuzz46_0008", "ngram", 20, 0.3),
 }
 ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
 
