@@ -381,7 +381,7 @@ class GroupMechanics(Preemption):
             if group.state == LOADED:  # its host hits are in: its first chunk, into the blocks it holds
                 scheduled = self._admit_loaded(group, budget)
                 if scheduled is None:
-                    if s.running or s.loads:  # memory frees as they finish, or their loads land
+                    if s.stepping or s.loads:  # memory frees as they finish, or their loads land
                         return admitted
                     s.waiting.popleft()
                     s.memory.free_group(group, {}, False)
@@ -416,7 +416,7 @@ class GroupMechanics(Preemption):
                 return admitted
             if not self.place_group(group, budget, padded):
                 # memory frees as they finish, as loads land, or as the blocks held for pulls are read
-                if s.running or s.loads or (self.frees_at is not None and self.frees_at(s.now) is not None):
+                if s.stepping or s.loads or (self.frees_at is not None and self.frees_at(s.now) is not None):
                     return admitted
                 s.waiting.popleft()
                 self.reject(group, "does not fit in an empty KV pool (its sequences together need more memory "
@@ -472,7 +472,7 @@ class GroupMechanics(Preemption):
 
     def stop_running(self, group: SequenceGroup, *, charge: bool = True, finished: bool = False,
                      stepped: Collection[int] = (), parked: set[int] | None = None,
-                     unknown_tail: int = 0) -> None:
+                     unknown_tail: int = 0, keep_blocks: bool = False) -> None:
         """Free every sequence of a running group and take it off the running list (``finished``, or
         preempted): the reverse of the end of `place_group`. ``charge``: the step being planned pays the slots
         a last sync copies (a preemption; a group finishing after its step has run pays nothing).
@@ -480,7 +480,8 @@ class GroupMechanics(Preemption):
         too where they lag, as step by step they hold it (a block it fills is cached, as in vLLM, whose
         scheduler caches the blocks it allocates before it preempts). ``parked``: gathers the hashes of the
         blocks it held (`KVMemory.free_group`). ``unknown_tail``: with async scheduling, the last tokens it holds
-        not known yet, whose blocks are not cached (`sim.kernel.async_outputs.InFlight.tail_unknown`)."""
+        not known yet, whose blocks are not cached (`sim.kernel.async_outputs.InFlight.tail_unknown`).
+        ``keep_blocks``: a finished group keeps its blocks for the caller to free later (`InFlight.release`)."""
         s = self.s
         decode, lags = s.decode, {}
         for seq_id in group.seq_ids:
@@ -492,6 +493,8 @@ class GroupMechanics(Preemption):
                 decode.leave(seq_id)
         if finished and self.delay_free is not None:  # held until the decode side has read them
             self.delay_free(group, lags)
+            copies = ()
+        elif keep_blocks:
             copies = ()
         else:
             copies = s.memory.free_group(group, lags, finished, parked, unknown_tail)

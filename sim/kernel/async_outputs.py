@@ -54,7 +54,7 @@ class InFlight:
     """The outputs a scheduler's last step left in flight (``Scheduler.in_flight`` with async scheduling)."""
 
     __slots__ = ("s", "releasing", "decoded", "joined", "deferred", "started", "pins", "scheduled", "halted",
-                 "last_plan_s", "this_plan_s", "preempted_finished", "untold")
+                 "last_plan_s", "this_plan_s", "preempted_finished", "untold", "freeing_late")
 
     def __init__(self, scheduler, pins: bool = False) -> None:
         self.s = scheduler
@@ -76,6 +76,12 @@ class InFlight:
         # finishes it, so the step's waiting count still holds it (`Scheduler.queued`)
         self.preempted_finished = 0
         self.untold: list[tuple[float, int]] = []  # (finish time, index) of finished groups no client heard of yet
+        self.freeing_late: list[SequenceGroup] = []  # finished groups off the running list whose blocks wait (`release`)
+
+    @property
+    def holds_blocks(self) -> bool:
+        """Whether finished groups still hold blocks (`releasing`, `freeing_late`): no decode run starts."""
+        return bool(self.releasing or self.freeing_late)
 
     def hold(self, group: SequenceGroup, end_s: float) -> None:
         """``group`` produced its last token in the step that ended at ``end_s``: finished (reported now, at that
@@ -102,14 +108,35 @@ class InFlight:
 
     def release(self) -> None:
         """The next step is planned: the held groups' outputs are processed, they free their blocks and seats
-        (in the order they finished, vLLM's order of the step's scheduled requests)."""
+        (in the order they finished, vLLM's order of the step's scheduled requests). With `pins`, a group the
+        step just run scheduled once more (`SpecDecode.unsure`) gives its seat back but keeps its blocks until
+        that step's output is processed, at the next release, first of all (vLLM's ``_free_request_blocks``
+        defers them while ``last_sched_seq`` is past ``processed_step_seq``; ``_drain_deferred_frees`` returns them
+        as the next output is processed, before its finishes)."""
         self.preempted_finished = 0
+        s = self.s
+        self.free_late()
         if not self.releasing:
             return
-        groups = self.s.groups
+        groups = s.groups
         for group in self.releasing.values():
-            groups.stop_running(group, charge=False, finished=True)
+            late = self.frees_late(group)
+            groups.stop_running(group, charge=False, finished=True, keep_blocks=late)
+            if late:
+                s.memory.tell_tier_finished(group)
+                self.freeing_late.append(group)
         self.releasing.clear()
+
+    def frees_late(self, group: SequenceGroup) -> bool:
+        """Whether a held finished ``group`` keeps its blocks a step more (`release`): the step just run scheduled
+        it once more (`Scheduler.verify_finished`) while vLLM defers freeing blocks (`pins`)."""
+        return self.pins and group.index in self.s.step_tokens
+
+    def free_late(self) -> None:
+        """Free the blocks of the finished groups that kept them for the step in flight (`release`)."""
+        for group in self.freeing_late:
+            self.s.memory.free_group(group, {}, True, tier_told=True)
+        self.freeing_late = []
 
     def preempt_finished(self, victim: SequenceGroup) -> bool:
         """Preempt ``victim`` if it is a held finished group (True): its blocks go now, the preemption is counted,

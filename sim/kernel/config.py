@@ -239,8 +239,8 @@ class SimConfig:
         against vLLM's scheduler on its paged KV cache with chunked prefill, recompute preemption, synchronous
         scheduling or async scheduling (vLLM 0.33's ``AsyncScheduler``, its default for every modelled method under
         the V2 model runner; on hybrid Mamba-2 and gated DeltaNet models where drafts are modelled synchronously) and FCFS or priority order, with or
-        without a host tier run as vLLM's offloading connector runs it (synchronous scheduling, write-through, loads
-        beside the steps, no store threshold; LRU or ARC, prompt blocks only or not; ngram drafts only); anything
+        without a host tier run as vLLM's offloading connector runs it (write-through, loads beside the steps, no
+        store threshold; LRU or ARC; prompt blocks only or not, only under async scheduling; ngram drafts only); anything
         else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many
         engines, each drafting for its own requests."""
         if self.speculative_config is None:
@@ -261,9 +261,7 @@ class SimConfig:
                              f"probability in [0, 1] (kvsim's model of the drafter), got {self.spec_acceptance_rate!r}")
         self.spec_acceptance_rate = rate
         given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
-                 "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute"),
-                 "--async-scheduling with --cpu-offload-gib": (self.async_scheduling and self.cpu_offload_gib > 0,
-                                                               False)}
+                 "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute")}
         if self.cpu_offload_gib > 0:
             given |= {"--offload-write-policy": (self.offload_write_policy, "write_through"),
                       "--offload-loads": (self.offload_loads, "async"),
@@ -271,8 +269,8 @@ class SimConfig:
         if wrong := self._unchecked(given):
             raise ValueError("--speculative-config models vLLM v1's speculative decoding on its paged KV cache "
                              "(--allocator paged, --scheduler continuous, chunked prefill, --preemption recompute, "
-                             "--scheduling-policy fcfs or priority; a --cpu-offload-gib host tier with synchronous "
-                             "scheduling, --offload-write-policy write_through and --offload-loads async); "
+                             "--scheduling-policy fcfs or priority; a --cpu-offload-gib host tier with "
+                             "--offload-write-policy write_through and --offload-loads async); "
                              "not modelled with " + ", ".join(wrong))
 
     def _check_data_parallel(self) -> None:

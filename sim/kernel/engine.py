@@ -83,7 +83,7 @@ class Engine:
                 now = env.now
                 continue
             plan = sched.plan_step(now)
-            if not sched.running:  # everything queued was rejected, waits for its host hits to load, or was preempted
+            if not sched.stepping:  # everything queued was rejected, waits for its host hits to load, or was preempted
                 if snap:
                     record_snapshot(sched, rec, now)
                 now = empty_step(sched, cost, rec, plan, source.next_time(), now)

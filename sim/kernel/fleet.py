@@ -286,7 +286,7 @@ class Fleet:
                 now = env.now
                 continue
             plan = sched.plan_step(now)
-            if not sched.running:  # everything queued was rejected, waits for its host hits to load, or was preempted
+            if not sched.stepping:  # everything queued was rejected, waits for its host hits to load, or was preempted
                 if snap:
                     record_snapshot(sched, rec, now)
                 waited = empty_step(sched, cost, rec, plan, self._next_time(replica), now)

@@ -137,7 +137,7 @@ def lockstep(fleet):
                        for r, plan in zip(replicas, plans, strict=True))
         for r, plan, snap, watch, q, rank in zip(replicas, plans, snaps, watches, quiet, ranks, strict=True):
             sched = r.sched
-            if plan is not None and sched.running:
+            if plan is not None and sched.stepping:
                 if q:
                     take_quiet_step(sched, r.rec, plan, rank.breakdown(r), now, duration)
                 else:
@@ -192,7 +192,7 @@ def _own_seconds(sched, cost, plan, now: float, dummy_s: float, expert_tokens: i
     (`StepCostModel.empty_step_s`)."""
     if plan is None:
         return dummy_s
-    if not sched.running:
+    if not sched.stepping:
         return dummy_s + transfer_time_of(cost, plan)
     if not _computes(plan):  # its own step's transfers, then the dummy batch's forward pass
         return step_seconds(sched, cost, plan, now) + dummy_s

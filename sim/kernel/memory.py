@@ -260,26 +260,36 @@ class KVMemory:
         for seq_id in seq_ids:
             self._alloc.cache_blocks(seq_id)
 
-    def free(self, seq_id: int, finished: bool = False) -> None:
+    def free(self, seq_id: int, finished: bool = False, tier_told: bool = False) -> None:
         """``finished``: the request is done for good (an allocator that parks own blocks drops them; a
-        write-through host tier ranks its blocks anew)."""
+        write-through host tier ranks its blocks anew, unless ``tier_told`` already, `tell_tier_finished`)."""
         if finished and self.parks_own:
             self._alloc.free(seq_id, finished=True)
         else:
             self._alloc.free(seq_id)
-        if self.host_tier is not None and self.host_tier.write_through:
+        if self.host_tier is not None and self.host_tier.write_through and not tier_told:
             self.host_tier.release(seq_id, finished)
         del self.owner[seq_id]
 
+    def tell_tier_finished(self, group: SequenceGroup) -> None:
+        """Tell a write-through host tier that ``group`` finished, before its blocks are freed: vLLM's connector
+        hears of a finished request when its output is processed (``request_finished``), though the blocks wait
+        for the step in flight (`sim.kernel.async_outputs.InFlight.freeing_late`)."""
+        tier = self.host_tier
+        if tier is not None and tier.write_through:
+            for seq_id in group.seq_ids:
+                tier.release(seq_id, True)
+
     def free_group(self, group: SequenceGroup, lags: Mapping[int, int], finished: bool = False,
-                   parked: set[int] | None = None, unknown_tail: int = 0) -> tuple[Copy, ...]:
+                   parked: set[int] | None = None, unknown_tail: int = 0, tier_told: bool = False) -> tuple[Copy, ...]:
         """Free every sequence of a group (``finished``: for good). ``lags``: tokens a sequence computed that the
         allocator was not told (a lazily grown decoder); with prefix caching they are told first, so its full
         blocks get their hashes, as in vLLM. ``parked``: gathers the host-tier keys of the hashed blocks each
         sequence holds when it is freed, those told included (a group being swapped out: `park`). Returns the
         copies that telling them made. ``unknown_tail``: the last told tokens not known yet (async scheduling:
         they are in flight), so the blocks they reach into lose their hashes (`PagedAllocator.forget_tail_hash`;
-        more than one token with speculative drafts, `PagedAllocator.forget_hashes_past`)."""
+        more than one token with speculative drafts, `PagedAllocator.forget_hashes_past`). ``tier_told``: the host
+        tier heard of the finish already (`tell_tier_finished`)."""
         copies: tuple[Copy, ...] = NO_COPIES
         tier = self.host_tier if finished and self.host_tier is not None and self.host_tier.write_through else None
         for seq_id in group.seq_ids:
@@ -294,7 +304,7 @@ class KVMemory:
                 self._alloc.forget_hashes_past(seq_id, unknown_tail)
             if parked is not None:
                 parked |= self._alloc.swap_hashes(seq_id)
-            self.free(seq_id, finished)
+            self.free(seq_id, finished, tier_told)
         group.seq_ids = []
         return copies
 

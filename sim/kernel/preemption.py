@@ -70,7 +70,7 @@ class Preemption:
         self.num_preemptions += 1
         s.plan.preempted += 1
         if not (s.in_flight and s.in_flight.comes_back(victim)):
-            if not s.running and not self.held_off_running():
+            if not s.stepping and not self.held_off_running():
                 self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
                 return
             livelock = s.stall.stuck(s.live.values())

@@ -117,11 +117,21 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        """Nothing to run, load, or (a P/D prefill replica, `sim.kernel.disaggregation`) hold for a pull."""
+        """Nothing to run, load, or (a P/D prefill replica, `sim.kernel.disaggregation`) hold for a pull. Under async
+        scheduling, finished requests' blocks that wait for the step in flight (`InFlight.freeing_late`) are freed
+        then: with nothing to schedule vLLM's engine processes that step's output at once."""
         if self.running or self.waiting or self.loads:
             return False
+        if self.in_flight is not None:
+            self.in_flight.free_late()
         frees_at = self.groups.frees_at
         return frees_at is None or frees_at(self.now) is None
+
+    @property
+    def stepping(self) -> bool:
+        """Whether the step planned is taken as a step, whose end processes outputs: something runs, or under async
+        scheduling a finished request's blocks wait for the step in flight (`InFlight.freeing_late`)."""
+        return bool(self.running) or (self.in_flight is not None and bool(self.in_flight.freeing_late))
 
     @property
     def queued(self) -> int:
@@ -380,8 +390,8 @@ class Scheduler:
         for group in list(self.running):
             if group.state != RUNNING or (group.beam and group.decoding):
                 if self.spec is not None and in_flight is not None and group.index in self.spec.unsure \
-                        and group.index in in_flight.releasing:  # held, not preempted this step
-                    budget -= self.verify_finished(group, budget)
+                        and group.index in in_flight.releasing and not in_flight.halted:  # held, not preempted
+                    budget -= self.verify_finished(group, budget)  # this step (nor past where vLLM's loop stopped)
                 continue
             if in_flight is not None and in_flight.halted:  # vLLM's loop stopped: nothing for the rest
                 if group.prefill_done < group.prefill_target:
@@ -450,6 +460,8 @@ class Scheduler:
         drafts = spec.drafts_for(group, self.step, self.room(budget))
         due.discard(seq_id)
         if not self.sync_decoder(seq_id, spec.held(drafts, group)):
+            if group.state == RUNNING:  # its growth met a pinned victim (`InFlight.pinned`): not preempted
+                self.defer(group, due)
             return 0
         self.step_tokens[group.index] = 1 + drafts
         spec.schedule(group, drafts, group.prompt + self.step - group.base, padded=False)
@@ -530,7 +542,7 @@ class Scheduler:
                 plan.draft_seqs, plan.draft_context = self.spec.drafter_figures()
         if decode.windows is not None:
             self.window_figures(plan, joining)
-        plan.can_run = (self.lazy and (self.in_flight is None or not self.in_flight.releasing) and not plan.chunks and not joining and not plan.preempted and not admitted
+        plan.can_run = (self.lazy and (self.in_flight is None or not self.in_flight.holds_blocks) and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
                         and not self.beams.groups and not self.skipped_for_loads
                         and decode.n > 0 and (not self.waiting or self.memory_blocked

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from sim.kernel import async_outputs, scheduler, spec_decode
+from sim.kernel import async_outputs, memory, scheduler, spec_decode
 from sim.kernel.runner import run_config
 from tests.sim.mamba_oracle import mamba
 from tests.sim.vllm_oracle import DATA, cases, compare
@@ -49,7 +49,7 @@ def differences(case: str) -> dict[str, str]:
 def test_the_references_cover_drafters_contention_caching_and_limits():
     """EAGLE, MTP and ngram, 1 and 3 drafts; preemptions (FCFS and priority), a small budget and long-prefill
     threshold, shared prefixes cached (whole prompts: a prompt's last block hashed with its first output token),
-    max_model_len capped."""
+    max_model_len capped; closed loops, sessions and vLLM's offloading connector."""
     assert set(CASES) >= {
         "eagle_contended_k1", "eagle_contended_k3", "mtp_contended_k1", "mtp_contended_k3", "eagle_offline_burst_k3",
         "eagle_reserve_full_isl_off_k3", "eagle_long_prefill_threshold_k3", "eagle_block_size_32_k3",
@@ -57,7 +57,12 @@ def test_the_references_cover_drafters_contention_caching_and_limits():
         "eagle_shared_prefix_cached_k3_high", "mtp_shared_prefix_cached_k3", "eagle_whole_prompts_cached_k1",
         "eagle_max_model_len_capped_k3", "mtp_max_model_len_capped_k1", "eagle_priority_contended_k1",
         "eagle_priority_contended_k3", "mtp_priority_contended_k3", "eagle_priority_k3", "mtp_priority_k3",
-        "ngram_contended_k3", "ngram_max_model_len_capped_k3", "ngram_shared_prefix_cached_k3"}
+        "ngram_contended_k3", "ngram_max_model_len_capped_k3", "ngram_shared_prefix_cached_k3",
+        # closed loops and sessions (a turn's prompt holds the turn before's output), a host tier
+        "eagle_closed_loop_k3", "mtp_closed_loop_priority_k1", "ngram_closed_loop_k3", "eagle_sessions_k3",
+        "ngram_sessions_k3", "mtp_sessions_released_k3", "eagle_sessions_fuzz44_0271_k3",
+        "ngram_sessions_fuzz46_0008_k20", "ngram_offload_shared_prefix_k3", "ngram_offload_whole_prompts_k2",
+        "ngram_offload_arc_sessions_k2", "ngram_offload_sessions_k3"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -97,6 +102,10 @@ RULES = [  # (what is dropped, the function replaced, the case that then differs
      (spec_decode.SpecDecode, "hash_lookahead", lambda self: 0), "eagle_whole_prompts_cached_k1"),
     ("a finished request's accepted drafts past its end are not cached",
      (async_outputs, "final_lag", lambda group, lag, told: lag), "eagle_offline_burst_k3"),
+    ("with a host tier, a finished request scheduled once more frees its blocks a step late",
+     (async_outputs.InFlight, "frees_late", lambda self, group: False), "ngram_offload_sessions_k3"),
+    ("the host tier hears of such a request's finish when its output is processed",
+     (memory.KVMemory, "tell_tier_finished", lambda self, group: None), "ngram_offload_shared_prefix_k3"),
 ]
 
 

@@ -15,11 +15,10 @@ before's finish (`releases.py`); bursts of gap 0 included) and the settings both
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
 and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (drafts with a
-window group, an EAGLE drafter with a host tier, drafts with a host tier under async scheduling; async scheduling
-with generated blocks offloaded) are not drawn; drafts are drawn with ``n > 1`` samples, and closed loops and
-released turns at all, since 2026-12-06, and arrivals released by finishes and sessions with drafts under async
-scheduling since 2026-12-07 (draws with samples, sessions or releases, and some others, differ from those of
-earlier seeds).
+window group, an EAGLE drafter with a host tier; async scheduling with generated blocks offloaded) are not drawn;
+drafts are drawn with ``n > 1`` samples, and closed loops and released turns at all, since 2026-12-06, and arrivals
+released by finishes, and sessions or a host tier with drafts, under async scheduling since 2026-12-07 (draws
+with samples, sessions or releases, and some others, differ from those of earlier seeds).
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
@@ -142,7 +141,7 @@ def draw(seed: int, i: int) -> dict:
         case["cpu_offload_blocks"] = max(4, int(case["num_blocks"] * np.exp(rng.uniform(np.log(0.2), np.log(5)))))
         case["offload_eviction_policy"] = str(rng.choice(["lru", "arc"]))
         case["offload_prompt_only"] = coin(0.7)
-    if not (spec and offload) and case.get("offload_prompt_only", True) and coin(0.25):
+    if case.get("offload_prompt_only", True) and coin(0.25):
         case["async_scheduling"] = True
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))

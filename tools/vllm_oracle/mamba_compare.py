@@ -88,9 +88,13 @@ def spec_differences(result, case: Path) -> dict[str, str]:
 
 def step_differences(result, case: Path, *, asynchronous: bool = False) -> dict[str, str]:
     """Column -> '' when every step equals vLLM's, else the first step that differs (``result``: a
-    ``--step-by-step`` run of ``case``; the columns `step_columns`)."""
+    ``--step-by-step`` run of ``case``, one engine step a unit of time; the columns `step_columns`). A row of no
+    steps that lasts whole steps (waiting for host loads to land: vLLM's engine takes empty steps meanwhile) counts
+    as that many steps."""
     theirs = pd.read_csv(reference(case, asynchronous=asynchronous) / "steps.csv.gz")
-    ours = result.steps[result.steps["num_steps"] > 0].reset_index(drop=True)
+    steps = result.steps
+    counts = np.where(steps["num_steps"] > 0, steps["num_steps"], np.rint(steps["duration_s"]).astype(np.int64))
+    ours = steps.loc[steps.index.repeat(counts)].reset_index(drop=True)
     columns = step_columns(case)
     if len(ours) != len(theirs):
         return dict.fromkeys(columns, f"{len(ours)} steps vs {len(theirs)}")

@@ -206,6 +206,11 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "mtp_sessions_released_k3": ("sessions_released", "mtp", 3, 0.5),
     "eagle_sessions_fuzz44_0271_k3": ("fuzz44_0271", "eagle", 3, 0.3),
     "ngram_sessions_fuzz46_0008_k20": ("fuzz46_0008", "ngram", 20, 0.3),
+    # vLLM's offloading connector (a host tier, loads beside the steps, prompt blocks only)
+    "ngram_offload_shared_prefix_k3": ("offload_shared_prefix", "ngram", 3, 0.6),
+    "ngram_offload_whole_prompts_k2": ("offload_whole_prompts", "ngram", 2, 0.5),
+    "ngram_offload_arc_sessions_k2": ("offload_arc_sessions", "ngram", 2, 0.6),
+    "ngram_offload_sessions_k3": ("offload_sessions", "ngram", 3, 0.7),
 }
 ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
 
