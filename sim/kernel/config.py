@@ -251,10 +251,11 @@ class SimConfig:
 
         method, k = parse_speculative(self.speculative_config)
         check_drafter_budget(method, k, self.max_num_batched_tokens)
-        if method in DRAFTER_METHODS and self.cpu_offload_gib > 0:
-            raise ValueError(f"--speculative-config method {method!r} with --cpu-offload-gib is not modelled: vLLM's "
-                             "offloading connector keeps the trailing chunk of a drafter's KV cache group out of its "
-                             "stores and lookups (its volatile tail); ngram drafts run with a host tier")
+        if method in DRAFTER_METHODS and self.cpu_offload_gib > 0 and not self.offload_prompt_only:
+            raise ValueError(f"--speculative-config method {method!r} with --cpu-offload-gib and "
+                             "--no-offload-prompt-only is not modelled: vLLM's offloading connector keeps the trailing "
+                             "chunk of a drafter's KV cache group out of its stores while the request decodes (its "
+                             "volatile tail); with prompt blocks only, or ngram drafts, it is")
         rate = plain_number(self.spec_acceptance_rate) if self.spec_acceptance_rate is not None else None
         if rate is None or not 0 <= rate <= 1:
             raise ValueError("--speculative-config needs --spec-acceptance-rate P, each draft token's acceptance "

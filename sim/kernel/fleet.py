@@ -82,7 +82,7 @@ class Fleet:
         self.rejected_until = self.start
         spec = self.replicas[0].sched.spec
         self.source = ArrivalSource.for_memory(workload, self.replicas[0].memory, start_s=self.start,
-                                               lookahead_hashes=spec is not None and spec.lookahead > 0)
+                                               lookahead_hashes=spec is not None and spec.hash_lookahead() > 0)
         for replica in self.replicas:
             replica.rec.on_done = self._on_done
         # arrivals released by requests leaving (closed loop, session turns with a think time) come from every

@@ -384,6 +384,8 @@ class KVMemory:
         chunk = chunk_of(target - cached)
         options = self._own(group) if chunk and not remote else {**self._own(group), "lookup_tokens": target,
                                                    "delay_cache_blocks": True, "reserved_blocks": reserved_blocks}
+        if chunk and self.drops_last_hit:  # the dropped block is the last of a lookup over its whole prompt, as
+            options["lookup_tokens"] = target  # vLLM looks it up, not of one bounded by the first chunk
         if lookahead_slots:  # a padded verification's placeholder drafts, a drafter's lookahead (`spec_decode`)
             options["lookahead_slots"] = lookahead_slots
         admission = self._alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
@@ -409,6 +411,11 @@ class KVMemory:
     def held_blocks(self, seq_id: int) -> int:
         """Blocks sequence ``seq_id`` holds (its block table's length)."""
         return len(self._alloc.block_table(seq_id))
+
+    @property
+    def drops_last_hit(self) -> bool:
+        """Whether every prefix hit drops its last block (`allocators.base.Allocator.drop_last_hit`)."""
+        return self._alloc.drop_last_hit
 
     @property
     def held_stores(self):

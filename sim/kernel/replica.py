@@ -97,6 +97,18 @@ def slot_frac(config: SimConfig, model) -> float:
     return split_kv_groups(groups)[0] / sum(g.layers for g in groups) if groups else 1.0
 
 
+def host_slot_bytes(config: SimConfig, model) -> int:
+    """Bytes of a host-tier slot (``--cpu-offload-gib``), a pool slot's: a host block holds a pool block of every
+    GPU (vLLM's CPU offloading keeps each rank's own copy, its ``kv_offloading_size`` the sum over ranks, so KV
+    that GPUs replicate takes host memory once per GPU too), a speculative drafter's KV layers included (they
+    share the target's KV cache group, so its blocks, `drafter_layers`)."""
+    drafters = drafter_layers(speculative_method(config.speculative_config), model) \
+        if config.speculative_config is not None else 0
+    return round(pool_bytes_per_token(model, config.tensor_parallel, drafters,
+                                      decode_context_parallel=config.decode_context_parallel_size)
+                 * slot_frac(config, model))
+
+
 def slab_rings(config: SimConfig, model) -> SlabLayout | None:
     """The ring-buffer layout of ``config``'s contiguous slabs on a model with windows (`allocators.slab_layout`),
     else None."""
@@ -225,11 +237,7 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
         swap_slots = group_slots(swap_slots, groups, alloc.unit)
     elif (rings := slab_rings(config, model)) is not None:  # and ring-buffer slabs their slots
         swap_slots *= rings.per_token
-    # A host block holds a pool block of every GPU: vLLM's CPU offloading keeps each rank's own copy (its
-    # ``kv_offloading_size`` is the sum over ranks), so KV that GPUs replicate takes host memory once per GPU too.
-    slot_bytes = round(pool_bytes_per_token(model, config.tensor_parallel,
-                                            decode_context_parallel=config.decode_context_parallel_size)
-                       * slot_frac(config, model))
+    slot_bytes = host_slot_bytes(config, model)
     tier = None
     if config.cpu_offload_gib > 0:
         if config.offload_write_policy == "write_through":
@@ -254,7 +262,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                              f"cache manager is not modelled with speculative decoding), got {model.name}")
         method, k = parse_speculative(config.speculative_config)
         spec = SpecDecode(k, config.spec_acceptance_rate, config.seed, max_model_len, method=method,
-                          drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling)
+                          drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling,
+                          kv_connector=memory.host_tier is not None)
+        alloc.drop_last_hit = spec.block_drop
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,

@@ -111,7 +111,7 @@ def _simulate(config: SimConfig, workload: Workload, progress, cost: StepCostMod
     memory, cost, sched = build_replica(config, model, gpu, cap.kv_tokens, recorder, cost)
     start = first_arrival_s(workload)
     source = ArrivalSource.for_memory(workload, memory, start_s=start,
-                                      lookahead_hashes=sched.spec is not None and sched.spec.lookahead > 0)
+                                      lookahead_hashes=sched.spec is not None and sched.spec.hash_lookahead() > 0)
     recorder.on_done = source.on_done
     count = snapshot_count(config, memory.breakdown().capacity)  # slots: a hybrid pool counts group slots
     snaps = SnapshotSchedule.for_workload(count, workload, start, source.released_arrivals)

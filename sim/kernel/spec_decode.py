@@ -67,7 +67,10 @@ same way and add what kvsim is about, KV memory:
   is the request's own (`sim.kernel.arrivals.ArrivalSource.make_group`); a request's own blocks, hit again after
   a preemption, hit as before (the hit stops a token short of its tokens). A trace's prefix hashes
   (``hash_ids``) do not say whether two requests' tokens after a block ending at a unit's end agree: refused
-  with prefix caching on.
+  with prefix caching on. With a KV connector (a host tier: vLLM's offloading connector) vLLM keeps the legacy
+  hashes instead (``num_hash_lookahead_tokens`` 0) and every prefix hit drops its last block, GPU and host
+  (`SpecDecode.block_drop`, `allocators.base.Allocator.drop_last_hit`); a host block holds the drafter's layers
+  too (`sim.kernel.replica.host_slot_bytes`).
 - Drafter GPU time (`sim.kernel.roofline_cost.StepCostModel.drafter_time`): the proposer
   (``v1/spec_decode/llm_base_proposer.py``, ``propose``) runs its layers once over all the step's scheduled
   tokens, then ``num_speculative_tokens - 1`` times over one token of each request it drafts for. kvsim prices
@@ -201,10 +204,14 @@ class SpecDecode:
     """The drafts each running request holds, the acceptance draws and vLLM's spec decoding counters."""
 
     def __init__(self, num_speculative_tokens: int, acceptance_rate: float, seed: int, max_model_len: int,
-                 method: str = "ngram", drafter_layers: int = 0, asynchronous: bool = False) -> None:
+                 method: str = "ngram", drafter_layers: int = 0, asynchronous: bool = False,
+                 kv_connector: bool = False) -> None:
         self.k = num_speculative_tokens
         self.method = method
         self.lookahead = num_lookahead_tokens(method, num_speculative_tokens)
+        # a model-based drafter's prefix hits (`hash_lookahead`): with a KV connector (``kv_connector``, the
+        # offloading one: a host tier) vLLM keeps the legacy hashes and drops every hit's last block instead
+        self.block_drop = bool(self.lookahead) and kv_connector
         self.drafter_layers = drafter_layers
         self.p = acceptance_rate
         self.seed = seed
@@ -254,8 +261,9 @@ class SpecDecode:
         """Tokens after a block that its hash covers, vLLM's ``num_hash_lookahead_tokens``
         (``vllm/config/vllm.py:678-692``): one for a model-based drafter (the drafter's KV at a block's last
         position reads the token after it; kvsim's prefix hashes drop such a block, `sim.kernel.arrivals`), none
-        for ngram."""
-        return 1 if self.lookahead else 0
+        for ngram, nor with a KV connector, which keeps the legacy hashes: every prefix hit then drops its last
+        block (`block_drop`, `allocators.base.Allocator.drop_last_hit`)."""
+        return 1 if self.lookahead and not self.block_drop else 0
 
     def unhashed_tails(self, sched) -> list[int]:
         """Synchronously, with a drafter's lookahead block hashes: the sequences whose allocation this step reached

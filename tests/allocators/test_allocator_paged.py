@@ -111,3 +111,25 @@ def test_own_blocks_are_indexed_only_when_their_request_will_come_back():
         a.admit(2, 16 * 10, final_tokens=16 * 10)  # takes every block: the parked ones are evicted too
         assert all(a.block_hash(b) is None for b in range(1, 11))
         a.check_invariants()
+
+
+def test_a_drafters_block_drop_pops_the_last_gpu_and_host_hit():
+    """vLLM's EAGLE block drop (`Allocator.drop_last_hit`, a drafter with a KV connector): a request whose 6 full
+    blocks are all cached hits 5 on the GPU (4 after the drop); the host tier, which holds the 6, gives the blocks
+    after them but the last it finds (a host lookup may reach the request's last token, as vLLM's connector's)."""
+    from allocators.lru_tier import LruTier
+
+    hashes = list(range(1, 7))
+    counts = {}
+    for drop in (False, True):
+        a = make_allocator("paged", 40 * 16, prefix_caching=True)
+        tier = LruTier(20, block_bytes=1)
+        assert a.attach_host_tier(tier, to_end=True)
+        a.drop_last_hit = drop
+        assert a.admit(1, 96, final_tokens=97, block_hashes=hashes).cached_tokens == 0
+        a.free(1)
+        tier.flush_stores()
+        hit = a.admit(2, 96, final_tokens=97, block_hashes=hashes)
+        counts[drop] = (hit.cached_tokens - hit.host_tokens) // 16, hit.host_tokens // 16
+        a.check_invariants()
+    assert counts == {False: (5, 1), True: (4, 1)}

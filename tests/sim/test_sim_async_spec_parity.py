@@ -62,7 +62,8 @@ def test_the_references_cover_drafters_contention_caching_and_limits():
         "eagle_closed_loop_k3", "mtp_closed_loop_priority_k1", "ngram_closed_loop_k3", "eagle_sessions_k3",
         "ngram_sessions_k3", "mtp_sessions_released_k3", "eagle_sessions_fuzz44_0271_k3",
         "ngram_sessions_fuzz46_0008_k20", "ngram_offload_shared_prefix_k3", "ngram_offload_whole_prompts_k2",
-        "ngram_offload_arc_sessions_k2", "ngram_offload_sessions_k3"}
+        "ngram_offload_arc_sessions_k2", "ngram_offload_sessions_k3", "eagle_offload_shared_prefix_k3",
+        "mtp_offload_whole_prompts_k2", "eagle_offload_arc_sessions_k2"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -31,22 +31,18 @@ groups of one page size, as the driver's two groups."""
 
 def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
     """The kvsim configuration matching a case's vLLM settings (the flags a user would pass)."""
+    import dataclasses
+
     from allocators.catalog import get_model
     from sim.kernel.config import SimConfig
+    from sim.kernel.replica import host_slot_bytes
 
-    host = {}
-    if settings.get("cpu_offload_blocks"):  # that many host blocks of kvsim's model, vLLM's connector as it runs
-        block_bytes = get_model(SimConfig().model).kv_bytes_per_token * settings["block_size"]
-        host = dict(cpu_offload_gib=settings["cpu_offload_blocks"] * block_bytes / 2**30,
-                    offload_write_policy="write_through", offload_loads="async",
-                    offload_eviction_policy=settings.get("offload_eviction_policy", "lru"),
-                    offload_prompt_only=settings.get("offload_prompt_only", True))
     model = MTP_MODEL if settings.get("method") == "mtp" else SimConfig().model
     kv_tokens = settings["num_blocks"] * settings["block_size"]
     if settings.get("sliding_window"):  # two KV cache groups in one pool of num_blocks blocks
         model, kv_tokens = HYBRID_MODEL, kv_tokens // 2
         assert get_model(model).sliding_window == settings["sliding_window"], "the case's window is the model's"
-    return SimConfig(
+    config = SimConfig(
         model=model, trace=str(trace), kv_tokens=kv_tokens,
         block_size=settings["block_size"], max_num_batched_tokens=settings["max_num_batched_tokens"],
         max_num_seqs=settings["max_num_seqs"], max_model_len=settings["max_model_len"],
@@ -58,7 +54,15 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         prefix_cache_retention_interval=settings.get("prefix_cache_retention_interval", 0),
         watermark=settings.get("watermark", 0.0), memory_snapshots=0, async_scheduling=settings.get("async_scheduling",
                                                                                                   False),
-        **host, **spec_options(settings))
+        **spec_options(settings))
+    if not settings.get("cpu_offload_blocks"):
+        return config
+    # that many host blocks of kvsim's model (a drafter's KV layers included), vLLM's connector as it runs
+    block_bytes = host_slot_bytes(config, get_model(model)) * settings["block_size"]
+    return dataclasses.replace(config, cpu_offload_gib=settings["cpu_offload_blocks"] * block_bytes / 2**30,
+                               offload_write_policy="write_through", offload_loads="async",
+                               offload_eviction_policy=settings.get("offload_eviction_policy", "lru"),
+                               offload_prompt_only=settings.get("offload_prompt_only", True))
 
 
 def spec_options(settings: dict) -> dict:

@@ -15,7 +15,8 @@ before's finish (`releases.py`); bursts of gap 0 included) and the settings both
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
 and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (drafts with a
-window group, an EAGLE drafter with a host tier; async scheduling with generated blocks offloaded) are not drawn;
+window group, an EAGLE drafter with a host tier that offloads generated blocks; async scheduling with generated
+blocks offloaded) are not drawn;
 drafts are drawn with ``n > 1`` samples, and closed loops and released turns at all, since 2026-12-06, and arrivals
 released by finishes, and sessions or a host tier with drafts, under async scheduling since 2026-12-07 (draws
 with samples, sessions or releases, and some others, differ from those of earlier seeds).
@@ -52,7 +53,9 @@ exact; seed 54 (150) all exact; seed 55 (150) all exact but one vLLM cannot run 
 with 20 placeholder drafts under a long-prefill threshold of 16 trips vLLM's own ``assert num_new_tokens == 1 +
 self.num_spec_tokens``, ``v1/core/sched/scheduler.py:1579``); with drafts drawn with a host tier and sessions under
 async scheduling, seed 56 (150) all exact, and the 108 draws of seed 57's first 1,500 that are async with releases
-(76), drafts and a host tier (23) or drafts and sessions (30), all exact.
+(76), drafts and a host tier (23) or drafts and sessions (30), all exact. With EAGLE drawn with a host tier (prompt
+blocks only): seed 58's 38 such draws of its first 1,200, all exact but one (``spec_cases.py``'s
+``eagle/offload_sessions_fuzz58_0027``, fixed).
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def draw(seed: int, i: int) -> dict:
         case["spec_acceptance_rate"] = float(rng.choice([0.3, 0.5, 0.8, 0.95]))
         case["max_num_batched_tokens"] = max(mnbt, case["num_speculative_tokens"] + 1)
         longest += case["num_speculative_tokens"]
-        if not offload and coin(0.4):  # an EAGLE drafter (`spec_cases.as_eagle`): lookahead slots and hashes
+        if coin(0.4):  # an EAGLE drafter (`spec_cases.as_eagle`): lookahead slots and hashes (a host tier: legacy ones)
             case["method"] = "eagle"
             longest += case["num_speculative_tokens"]
     need = -(-longest // bs) + 1
@@ -146,7 +149,7 @@ def draw(seed: int, i: int) -> dict:
     if offload:
         case["cpu_offload_blocks"] = max(4, int(case["num_blocks"] * np.exp(rng.uniform(np.log(0.2), np.log(5)))))
         case["offload_eviction_policy"] = str(rng.choice(["lru", "arc"]))
-        case["offload_prompt_only"] = coin(0.7)
+        case["offload_prompt_only"] = coin(0.7) or case.get("method") == "eagle"  # EAGLE: prompt blocks only
     if case.get("offload_prompt_only", True) and coin(0.25):
         case["async_scheduling"] = True
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)

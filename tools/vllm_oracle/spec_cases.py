@@ -35,8 +35,9 @@ the scheduler counts blocks, not bytes, and ``num_blocks`` is given (the pool's 
 layer changes, is checked apart, `pool_blocks`). The pool's one group is marked as holding the drafter's layers
 (``is_eagle_group``), as vLLM's planner marks it: only vLLM's offloading connector reads the mark (it keeps a drafter
 group's volatile trailing chunk out of its stores and drops the last chunk a lookup hits), so every reference
-without a host tier is the same with or without it; EAGLE with a host tier stays refused by kvsim (without the
-mark the driver ran the connector as for ngram).
+without a host tier is the same with or without it. With a host tier (the ``offload_*`` EAGLE cases, prompt blocks
+only) the driver's KV connector also keeps vLLM's legacy block hashes and the GPU lookup's last-block drop
+(``num_hash_lookahead_tokens`` is 0 with a ``kv_transfer_config``), which kvsim models (`Allocator.drop_last_hit`).
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ cases.CASES.setdefault("fuzz41_1126", dict(
     trace=dict(n=10, prompt=(496, 1191), output=(19, 278), groups=3, gap=0.0), block_size=32,
     max_num_batched_tokens=128, max_num_seqs=4, scheduler_reserve_full_isl=False, num_blocks=127,
     cpu_offload_blocks=69, offload_eviction_policy="arc", offload_prompt_only=False))
+cases.CASES.setdefault("fuzz58_0027", dict(
+    trace=dict(n=8, prompt=(10, 308), output=(11, 207), turns=4, turn_gap=(5, 57), gap=1.0, priorities=4),
+    scheduling_policy="priority", block_size=32, max_num_batched_tokens=256, max_num_seqs=32,
+    scheduler_reserve_full_isl=False, num_blocks=83, cpu_offload_blocks=39, offload_eviction_policy="arc"))
 cases.CASES.setdefault("fuzz53_0100", dict(
     trace=dict(n=36, prompt=(428, 708), output=(37, 264), gap=0.3), block_size=32, max_num_batched_tokens=2048,
     max_num_seqs=32, long_prefill_token_threshold=64, num_blocks=172, cpu_offload_blocks=75,
@@ -121,6 +126,13 @@ cases.CASES.setdefault("whole_prompts_cached", dict(trace=dict(n=150, prompt=(30
 
 EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptance rate)
     "ample": ("ample", 3, 0.6),
+    # vLLM's offloading connector, prompt blocks only: legacy block hashes, every hit's last block dropped
+    "offload_shared_prefix": ("offload_shared_prefix", 3, 0.6),
+    "offload_whole_prompts": ("offload_whole_prompts", 2, 0.5),
+    "offload_sessions": ("offload_sessions", 3, 0.7),
+    # found by `fuzz.py` (seed 58, draw 27): without scheduler_reserve_full_isl a waiting request is still looked
+    # up over its whole prompt, its hit's last block dropped, not over its hit and first chunk
+    "offload_sessions_fuzz58_0027": ("fuzz58_0027", 5, 0.95),
     "shared_prefix_cached": ("shared_prefix_cached", 3, 0.3),
     "whole_prompts_cached": ("whole_prompts_cached", 3, 0.5),
     "contended": ("contended", 2, 0.5),
@@ -211,6 +223,9 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "ngram_offload_whole_prompts_k2": ("offload_whole_prompts", "ngram", 2, 0.5),
     "ngram_offload_arc_sessions_k2": ("offload_arc_sessions", "ngram", 2, 0.6),
     "ngram_offload_sessions_k3": ("offload_sessions", "ngram", 3, 0.7),
+    "eagle_offload_shared_prefix_k3": ("offload_shared_prefix", "eagle", 3, 0.6),
+    "mtp_offload_whole_prompts_k2": ("offload_whole_prompts", "mtp", 2, 0.5),
+    "eagle_offload_arc_sessions_k2": ("offload_arc_sessions", "eagle", 2, 0.6),
 }
 ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
 
