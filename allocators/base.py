@@ -407,8 +407,8 @@ class Allocator(ABC):
     def hide_shared_tail(self, seq_id: int, unknown: int = 1) -> bool:
         """Uncache the sequence's blocks its last ``unknown`` tokens reach into, whose hashes other requests may look
         up, while vLLM's async scheduling has not hashed them yet (those tokens in flight); True if hidden. Only the
-        block pools
-        that cache generated blocks under shared hashes (`PagedAllocator`, the hybrid pool) have one to hide."""
+        block pools that cache generated blocks under shared hashes (`PagedAllocator`, the hybrid pool) have one to
+        hide."""
         return False
 
     @abstractmethod

@@ -81,7 +81,7 @@ class RequestTier(HostTier):
 
     __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
                  "_writing", "_step", "_changes", "_behind", "_last_offers", "_finishing", "_parked_copies", "_sharing",
-                 "write_lag", "_late")
+                 "write_lag", "_late", "volatile_tail", "_prompt_blocks", "_final", "_latest")
 
     write_through = True
 
@@ -119,6 +119,12 @@ class RequestTier(HostTier):
         # the hashes of ``_writing`` stored by the step before, written at the next `begin_step`
         self.write_lag = 0
         self._late: set[int] = set()
+        # a model-based drafter's KV group (vLLM's ``is_eagle_group``): while a request decodes, its last full
+        # block is not offered (the drafter may rewrite it after a rejection), unless the request has finished
+        self.volatile_tail = False
+        self._prompt_blocks: dict[object, int] = {}  # request -> its prompt's full blocks (`bind`)
+        self._final = False  # a finished request's last offer is being made (`flush_stores`)
+        self._latest: dict[int, tuple[Sequence[int], int]] = {}  # with a volatile tail: a sequence's latest offer
 
     @property
     def skipped_blocks(self) -> int:
@@ -212,12 +218,14 @@ class RequestTier(HostTier):
         for seq_id, block_hashes, full in queued:
             self.computed(seq_id, block_hashes, full)
         last_offers, self._last_offers = self._last_offers, {}
+        self._final = True
         for seq_id, (request, block_hashes, full, stamp) in last_offers.items():
             if self._worth_offering_again(stamp):
                 self._bound[seq_id] = request
                 self.computed(seq_id, block_hashes, full)
                 del self._bound[seq_id]
                 self._behind.pop(seq_id, None)
+        self._final = False
         finished, self._finished = self._finished or (), []
         for request in finished:
             self._close(request)
@@ -244,6 +252,7 @@ class RequestTier(HostTier):
     def _close(self, request: object) -> None:
         """The finished request's record: read by the policy (`_finish`), then ended."""
         self._limits.pop(request, None)
+        self._prompt_blocks.pop(request, None)
         a = self._requests.pop(request, None)
         if a is not None:
             self._finish(a)
@@ -257,6 +266,7 @@ class RequestTier(HostTier):
         a = self._requests.get(request)
         if a is not None:
             a.next_stored = 0
+        self._prompt_blocks[request] = prompt_blocks
         if self.prompt_only:
             self._limits[request] = prompt_blocks
     def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
@@ -284,6 +294,8 @@ class RequestTier(HostTier):
             return 0
         a = self._access(seq_id)
         self._behind.pop(seq_id, None)
+        if self.volatile_tail:  # its finish offers the tail it held back (`release`)
+            self._latest[seq_id] = (block_hashes, full)
         stop = self._stop(self._request_of(seq_id), block_hashes, full)
         if stop <= a.next_stored:
             return 0
@@ -362,9 +374,14 @@ class RequestTier(HostTier):
                 if h not in lru)
 
     def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
-        """Where an offer of the request's first ``full`` blocks ends: at its known blocks, and with
-        ``prompt_only`` at its prompt's."""
-        return min(full, len(block_hashes), self._limits.get(request, full))
+        """Where an offer of the request's first ``full`` blocks ends: at its known blocks, with ``prompt_only`` at
+        its prompt's, and with a `volatile_tail` a block short while it decodes and has not finished (vLLM's
+        ``storable_chunks``: decoding once its offloadable tokens pass its prompt; here once its full blocks do,
+        which differs only for a prompt block whose failed store is offered again while it decodes)."""
+        stop = min(full, len(block_hashes), self._limits.get(request, full))
+        if self.volatile_tail and not self._final and full > self._prompt_blocks.get(request, full):
+            stop = min(stop, full - 1)
+        return stop
 
     def finishing(self, seq_id: int) -> None:
         """The finishing sequence is told its last tokens (speculative drafts its last step accepted) before it
@@ -381,6 +398,9 @@ class RequestTier(HostTier):
         request = self._bound.pop(seq_id, seq_id)
         behind = self._behind.pop(seq_id, None)
         final = self._finishing.pop(seq_id, None)
+        latest = self._latest.pop(seq_id, None)
+        if final is None and finished and latest is not None:  # a volatile tail held back, stored once finished
+            final = latest
         if final is not None:  # offered whatever changed since: the offer covers any failed one
             behind = (*final, (-1, True))
         if finished and behind is not None and self._finished is not None:

@@ -240,22 +240,17 @@ class SimConfig:
         scheduling or async scheduling (vLLM 0.33's ``AsyncScheduler``, its default for every modelled method under
         the V2 model runner; on hybrid Mamba-2 and gated DeltaNet models where drafts are modelled synchronously) and FCFS or priority order, with or
         without a host tier run as vLLM's offloading connector runs it (write-through, loads beside the steps, no
-        store threshold; LRU or ARC; prompt blocks only or not, only under async scheduling; ngram drafts only); anything
+        store threshold; LRU or ARC; prompt blocks only or not, prompt blocks only under async scheduling); anything
         else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many
         engines, each drafting for its own requests."""
         if self.speculative_config is None:
             if self.spec_acceptance_rate is not None:
                 raise ValueError("--spec-acceptance-rate needs --speculative-config")
             return
-        from sim.kernel.spec_decode import DRAFTER_METHODS, check_drafter_budget, parse_speculative
+        from sim.kernel.spec_decode import check_drafter_budget, parse_speculative
 
         method, k = parse_speculative(self.speculative_config)
         check_drafter_budget(method, k, self.max_num_batched_tokens)
-        if method in DRAFTER_METHODS and self.cpu_offload_gib > 0 and not self.offload_prompt_only:
-            raise ValueError(f"--speculative-config method {method!r} with --cpu-offload-gib and "
-                             "--no-offload-prompt-only is not modelled: vLLM's offloading connector keeps the trailing "
-                             "chunk of a drafter's KV cache group out of its stores while the request decodes (its "
-                             "volatile tail); with prompt blocks only, or ngram drafts, it is")
         rate = plain_number(self.spec_acceptance_rate) if self.spec_acceptance_rate is not None else None
         if rate is None or not 0 <= rate <= 1:
             raise ValueError("--speculative-config needs --spec-acceptance-rate P, each draft token's acceptance "

@@ -265,6 +265,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                           drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling,
                           kv_connector=memory.host_tier is not None)
         alloc.drop_last_hit = spec.block_drop
+        if spec.block_drop and memory.held_stores is not None:  # the drafter's group: vLLM's ``is_eagle_group``
+            memory.held_stores.volatile_tail = True
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,

@@ -65,6 +65,25 @@ def test_a_store_offers_only_the_blocks_since_the_last_one():
     assert not t.offers(0, [A, B, C, D], 5) and t.offers(1, [A], 1)  # all offered; a new request has offered none
 
 
+def test_a_drafters_volatile_tail_is_held_back_while_decoding_and_stored_once_finished():
+    """vLLM's connector with a model-based drafter (``is_eagle_group``, `RequestTier.volatile_tail`): a request with
+    a two-block prompt stores it whole; once it decodes, its last full block is held back (the drafter may rewrite
+    it after a rejection) until a later block fills, and its finish offers the held one."""
+    t = tier(8)
+    t.volatile_tail = True
+    t.hold_stores(0)
+    t.flush_stores()  # steps are planned: a finished request's last offer waits for the next flush
+    t.bind(0, "r", prompt_blocks=2)
+    assert t.computed(0, [A, B, C, D], 2) == 2  # the prompt: A, B
+    assert t.computed(0, [A, B, C, D], 3) == 0  # decoding: C held back
+    assert t.computed(0, [A, B, C, D], 4) == 1 and C in t and D not in t
+    t.release(0, finished=True)
+    t.hold_stores(1)
+    t.flush_stores()
+    assert D in t and t.offloaded_blocks == 4
+    t.check_invariants()
+
+
 def test_a_request_that_loads_host_hits_offers_only_the_blocks_after_them():
     """vLLM's default (chunk-level) policy skips a loading request's hit blocks when it stores; a request
     without host hits offers its GPU hits too, reusing the held ones."""

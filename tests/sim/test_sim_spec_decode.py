@@ -159,15 +159,14 @@ def test_unmodelled_combinations_are_refused(options, message):
         SimConfig(**({"speculative_config": NGRAM, "spec_acceptance_rate": 0.5} | options))
 
 
-def test_a_drafter_with_a_host_tier_offloading_generated_blocks_is_refused():
-    """vLLM's connector keeps a drafter group's trailing chunk out of its stores while a request decodes: not
-    modelled; with prompt blocks only (the default) a drafter runs with a host tier
-    (``test_sim_spec_drafter.py``'s ``offload_*`` cases)."""
+@pytest.mark.parametrize("prompt_only", [True, False])
+def test_a_drafter_runs_with_vllms_offloading_connector(prompt_only):
+    """A model-based drafter with the connector's host tier (``test_sim_spec_drafter.py``'s ``offload_*`` cases):
+    prompt blocks only or generated ones too."""
     eagle = json.dumps({"method": "eagle", "model": "m", "num_speculative_tokens": 2})
-    host = dict(cpu_offload_gib=1.0, offload_write_policy="write_through", offload_loads="async")
-    with pytest.raises(ValueError, match="method 'eagle' with --cpu-offload-gib and --no-offload-prompt-only"):
-        SimConfig(speculative_config=eagle, spec_acceptance_rate=0.5, offload_prompt_only=False, **host)
-    assert SimConfig(speculative_config=eagle, spec_acceptance_rate=0.5, **host).offload_prompt_only
+    config = SimConfig(speculative_config=eagle, spec_acceptance_rate=0.5, cpu_offload_gib=1.0,
+                       offload_write_policy="write_through", offload_loads="async", offload_prompt_only=prompt_only)
+    assert config.offload_prompt_only is prompt_only
 
 
 def test_an_acceptance_rate_alone_is_refused():

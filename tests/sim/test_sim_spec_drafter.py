@@ -145,7 +145,8 @@ def test_the_eagle_references_cover_contention_and_limits():
                                  "offline_burst", "reserve_full_isl_off", "shared_prefix_uncached", "block_size_32",
                                  "contended_20_drafts", "shared_prefix_cached", "whole_prompts_cached",
                                  # vLLM's offloading connector: legacy hashes, every hit's last block dropped
-                                 "offload_shared_prefix", "offload_whole_prompts", "offload_sessions"}
+                                 "offload_shared_prefix", "offload_whole_prompts", "offload_sessions",
+                                 "offload_sessions_fuzz58_0027", "offload_generated_blocks", "offload_finished_drafts"}
 
 
 @pytest.mark.parametrize("case", ORACLE_CASES)

@@ -107,7 +107,7 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
         preempted += driver.note_schedule(out, scheduler, stats, in_prefill, step)
         req_ids, sampled = list(out.num_scheduled_tokens), []
         # the tokens the step in flight emits for each request, not yet in its output_token_ids
-        in_flight = {} if pending is None else dict(zip(pending[1].req_ids, map(len, pending[1].sampled_token_ids)))
+        in_flight = {} if pending is None else dict(zip(pending[1].req_ids, map(len, pending[1].sampled_token_ids), strict=True))
         step_prefill = step_decode = 0
         for req_id in req_ids:
             req = scheduler.requests[req_id]

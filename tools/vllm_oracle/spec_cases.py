@@ -133,6 +133,9 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     # found by `fuzz.py` (seed 58, draw 27): without scheduler_reserve_full_isl a waiting request is still looked
     # up over its whole prompt, its hit's last block dropped, not over its hit and first chunk
     "offload_sessions_fuzz58_0027": ("fuzz58_0027", 5, 0.95),
+    # generated blocks offloaded too: the drafter group's last full block held back while a request decodes
+    "offload_generated_blocks": ("offload_generated_blocks", 3, 0.6),
+    "offload_finished_drafts": ("fuzz41_1126", 2, 0.95),
     "shared_prefix_cached": ("shared_prefix_cached", 3, 0.3),
     "whole_prompts_cached": ("whole_prompts_cached", 3, 0.5),
     "contended": ("contended", 2, 0.5),
