@@ -68,10 +68,8 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     scheduler, hasher = driver.build_scheduler(args)
     rows = driver.read_trace(args.trace)
     requests, outputs, parent = driver.make_requests(rows, hasher, args.seed)
-    releases = Releases(rows)  # when each row is added: its arrival, or a finish's release once its output is processed
-    by_row: dict[int, list] = {}
-    for req in requests:
-        by_row.setdefault(int(parent[req.request_id]), []).append(req)
+    # when each row is added: its arrival, or a finish's release once its output is processed
+    releases = Releases(rows, requests, parent)
     token_rng = np.random.default_rng(args.seed + 1)
     stats = driver.new_stats(requests, parent)
     num_spec = getattr(args, "num_speculative_tokens", 0)
@@ -98,11 +96,9 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
                     releases.finished(int(parent[o.request_id]), step - 1)
 
     while finished < len(requests):
-        for t, row in releases.take(step):  # a release of step t - 1's finish, processed after step t was
-            for req in by_row[row]:  # scheduled, is due at t with no think time: it is taken for step t + 1
-                req.arrival_time = t + row * 1e-9
-                scheduler.add_request(req)
-                added += 1
+        # a release of step t - 1's finish, processed after step t was scheduled, is due at t with no think time:
+        # it is added for step t + 1
+        added += releases.add_due(step, scheduler)
         out = scheduler.schedule()
         preempted += driver.note_schedule(out, scheduler, stats, in_prefill, step)
         req_ids, sampled = list(out.num_scheduled_tokens), []

@@ -284,10 +284,7 @@ def run(args) -> None:
     token_rng = np.random.default_rng(args.seed + 1)
     stats = new_stats(requests, parent)
     in_prefill: set[str] = set()
-    releases = Releases(rows)  # when each row is added: its arrival, or an earlier finish's release
-    by_row: dict[int, list] = {}
-    for req in requests:
-        by_row.setdefault(int(parent[req.request_id]), []).append(req)
+    releases = Releases(rows, requests, parent)  # when each row is added: its arrival, or an earlier finish's release
     step = finished = 0
     k = getattr(args, "num_speculative_tokens", 0)
     # keyed by the request's position: its row's, a fanned-out child's in kvsim's fanned-out workload (its group index)
@@ -297,10 +294,7 @@ def run(args) -> None:
     preempted_total = 0
     prefill_total = 0
     while finished < len(requests):
-        for t, row in releases.take(step):
-            for req in by_row[row]:
-                req.arrival_time = t + row * 1e-9
-                scheduler.add_request(req)
+        releases.add_due(step, scheduler)
         out = scheduler.schedule()
         prefill = decode = 0
         preempted_total += note_schedule(out, scheduler, stats, in_prefill, step)

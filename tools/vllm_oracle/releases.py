@@ -16,10 +16,14 @@ import heapq
 
 
 class Releases:
-    """The rows not yet added, each with its arrival time once known."""
+    """The rows not yet added, each with its arrival time once known, and the requests each row makes (a row sampled
+    ``n`` times fanned out is ``n`` requests, `driver.make_requests`)."""
 
-    def __init__(self, rows: list[dict]) -> None:
+    def __init__(self, rows: list[dict], requests: list, parent: dict[str, str]) -> None:
         self.rows = rows
+        self.by_row: dict[int, list] = {}
+        for req in requests:
+            self.by_row.setdefault(int(parent[req.request_id]), []).append(req)
         self.users = rows[0]["closed_loop_users"] if rows else 0
         self.due: list[tuple[float, int]] = []  # (time, row) of rows whose arrival is known
         self.following: dict[int, int] = {}  # row -> the session turn it releases
@@ -47,6 +51,17 @@ class Releases:
         while self.due and self.due[0][0] <= step:
             taken.append(heapq.heappop(self.due))
         return taken
+
+    def add_due(self, step: int, scheduler) -> int:
+        """Add the requests of the rows due at or before ``step`` to vLLM's ``scheduler`` (`take`'s order, each
+        arriving at its row's time, ties broken by row); returns how many were added."""
+        added = 0
+        for t, row in self.take(step):
+            for req in self.by_row[row]:
+                req.arrival_time = t + row * 1e-9
+                scheduler.add_request(req)
+                added += 1
+        return added
 
     def finished(self, row: int, step: int) -> None:
         """Row ``row``'s request was finished by step ``step``'s output: release what waits for it."""
