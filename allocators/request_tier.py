@@ -11,6 +11,9 @@ rank blocks on those events. What they share, here:
   ``CHUNK_LEVEL`` policy). A block the host holds is reused, one it lacks is stored. With ``prompt_only``
   (vLLM's ``offload_prompt_only``, on by default) only the blocks of its prompt are offered (`bind`):
   what it generates is stored, if at all, as part of a later request's prompt (a conversation's next turn).
+  Under vLLM's async scheduling an offer stops at the blocks hashed by then (`hashed_blocks`: a block whose last
+  token is in an output still in flight has no hash) and the rest is offered at the next step that schedules the
+  request, or with its last offer once it has finished.
 - **All or nothing.** A store that needs more evictions than the host has blocks outside the offer (and
   outside what is being written or loaded) fails whole: a host smaller than one step's blocks stores nothing.
   vLLM's ``prepare_store`` then returns None and the request's store index does not advance, so the request
@@ -60,6 +63,10 @@ from dataclasses import dataclass, field
 from allocators.host_tier import HostTier
 from allocators.store_filter import StoreFilter
 
+_DUE = (-1, True)
+"""The stamp of an offer that is due again whatever happens meanwhile (`_worth_offering_again`): one that stopped
+short of blocks not hashed yet (`RequestTier.hashed_blocks`), or a finished request's last offer."""
+
 
 @dataclass(slots=True)
 class Access:
@@ -81,7 +88,8 @@ class RequestTier(HostTier):
 
     __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
                  "_writing", "_step", "_changes", "_behind", "_last_offers", "_finishing", "_parked_copies", "_sharing",
-                 "write_lag", "_late", "volatile_tail", "_prompt_blocks", "_final", "_latest")
+                 "write_lag", "_late", "volatile_tail", "_prompt_blocks", "_final", "_latest",
+                 "hashed_blocks")
 
     write_through = True
 
@@ -125,6 +133,11 @@ class RequestTier(HostTier):
         self._prompt_blocks: dict[object, int] = {}  # request -> its prompt's full blocks (`bind`)
         self._final = False  # a finished request's last offer is being made (`flush_stores`)
         self._latest: dict[int, tuple[Sequence[int], int]] = {}  # with a volatile tail: a sequence's latest offer
+        # vLLM's async scheduling: sequence -> its full blocks hashed by now, for the sequences with outputs in
+        # flight (vLLM keys a request's stores by its block hashes, which grow only as its outputs are processed):
+        # an offer stops there, and the rest is offered at the next step that schedules the request
+        # (`flush_stores`) or as its last offer once it has finished (set as each step is planned)
+        self.hashed_blocks: dict[int, int] = {}
 
     @property
     def skipped_blocks(self) -> int:
@@ -296,7 +309,13 @@ class RequestTier(HostTier):
         self._behind.pop(seq_id, None)
         if self.volatile_tail:  # its finish offers the tail it held back (`release`)
             self._latest[seq_id] = (block_hashes, full)
-        stop = self._stop(self._request_of(seq_id), block_hashes, full)
+        request = self._request_of(seq_id)
+        stop = self._stop(request, block_hashes, full)
+        hashed = self.hashed_blocks.get(seq_id, full)
+        due = hashed < full and not self._final and self._stop(request, block_hashes, hashed) < stop
+        if due:  # blocks not hashed yet: offered again once they are
+            stop = self._stop(request, block_hashes, hashed)
+            self._behind[seq_id] = (block_hashes, full, _DUE)
         if stop <= a.next_stored:
             return 0
         self._check_positions(stop)
@@ -326,7 +345,8 @@ class RequestTier(HostTier):
             self._reused(a, h, pos)
         a.seen.update(new)
         if not stored:
-            self._behind[seq_id] = (block_hashes, full, (self._changes, bool(self.pinned)))  # offered again
+            if not due:
+                self._behind[seq_id] = (block_hashes, full, (self._changes, bool(self.pinned)))  # offered again
             return 0
         if new:
             free, n = self._free, len(new)
@@ -402,7 +422,7 @@ class RequestTier(HostTier):
         if final is None and finished and latest is not None:  # a volatile tail held back, stored once finished
             final = latest
         if final is not None:  # offered whatever changed since: the offer covers any failed one
-            behind = (*final, (-1, True))
+            behind = (*final, _DUE)
         if finished and behind is not None and self._finished is not None:
             self._last_offers[seq_id] = (request, *behind)
         if self._queued:  # a sequence preempted while its step is planned offers nothing (vLLM: not scheduled)

@@ -213,12 +213,33 @@ class InFlight:
             self.scheduled = self.decoded | {g.index for g, _ in self.s.plan.chunks}
         self.halted = False
 
+    def hashed_blocks(self) -> dict[int, int]:
+        """As a step is planned, the full blocks vLLM has hashed of each sequence the step before sampled a token
+        for: those of its tokens known, every one but that token and the drafts its verification accepted (both
+        in the output in flight). A host tier that stores generated blocks stores the rest once they are hashed,
+        a step late or more (`RequestTier.hashed_blocks`; vLLM keys a request's stores by its block hashes,
+        ``OffloadingConnectorScheduler._build_store_jobs``, which grow as its outputs are processed)."""
+        s = self.s
+        spec, step, size = s.spec, s.step, s.memory.block_size
+        hashed = {}
+        for index in self.decoded | self.joined:
+            group = s.live.get(index)  # None: finished (its last offer stores what it computed)
+            if group is None:
+                continue
+            known = group.prompt + step - group.base - 1 - (spec.in_flight_accepted(group) if spec else 0)
+            for seq_id in group.seq_ids:
+                hashed[seq_id] = known // size
+        return hashed
+
     def planned(self, now: float) -> None:
         """A step starting at ``now`` is being planned: the outputs of the step before, processed after it is
         scheduled, reach their clients now (`tell_clients`)."""
         self.last_plan_s, self.this_plan_s = self.this_plan_s, now
         self.halted = False
         self.tell_clients()
+        tier = self.s.memory.held_stores
+        if tier is not None and not tier.prompt_only:  # it stores generated blocks: as they are hashed
+            tier.hashed_blocks = self.hashed_blocks()
 
     def tell_clients(self) -> None:
         """What the finished groups' clients send next (a closed-loop user's next request, a session's next turn,

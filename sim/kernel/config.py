@@ -217,21 +217,20 @@ class SimConfig:
     def _check_async_scheduling(self) -> None:
         """``--async-scheduling`` is vLLM v1's ``AsyncScheduler``, checked against it step for step on its
         paged KV cache with chunked prefill, recompute preemption and FCFS or priority order, with or without a
-        host tier run as vLLM's offloading connector runs it (write-through, prompt blocks only, loads beside the
-        steps, LRU or ARC; `sim.kernel.async_outputs`); any other setting would run a combination nobody
-        checked."""
+        host tier run as vLLM's offloading connector runs it (write-through, loads beside the steps, LRU or ARC,
+        prompt blocks only or generated ones too; `sim.kernel.async_outputs`); any other setting would run a
+        combination nobody checked."""
         given = {"--allocator": (self.allocator, "paged"), "--scheduler": (self.scheduler, "continuous"),
                  "--chunked-prefill": (self.chunked_prefill, True), "--preemption": (self.preemption, "recompute")}
         if self.cpu_offload_gib > 0:
             given |= {"--offload-write-policy": (self.offload_write_policy, "write_through"),
                       "--offload-loads": (self.offload_loads, "async"),
-                      "--offload-prompt-only": (self.offload_prompt_only, True),
                       "--offload-store-threshold >= 2": (self.offload_store_threshold >= 2, False)}
         if wrong := self._unchecked(given):
             raise ValueError("--async-scheduling models vLLM v1's AsyncScheduler on its paged KV cache (--allocator "
                              "paged, --scheduler continuous, chunked prefill, --preemption recompute, "
                              "--scheduling-policy fcfs or priority; a --cpu-offload-gib host tier with "
-                             "--offload-write-policy write_through, --offload-loads async and --offload-prompt-only); "
+                             "--offload-write-policy write_through and --offload-loads async); "
                              "not modelled with " + ", ".join(wrong))
 
     def _check_speculative(self) -> None:
@@ -240,7 +239,7 @@ class SimConfig:
         scheduling or async scheduling (vLLM 0.33's ``AsyncScheduler``, its default for every modelled method under
         the V2 model runner; on hybrid Mamba-2 and gated DeltaNet models where drafts are modelled synchronously) and FCFS or priority order, with or
         without a host tier run as vLLM's offloading connector runs it (write-through, loads beside the steps, no
-        store threshold; LRU or ARC; prompt blocks only or not, prompt blocks only under async scheduling); anything
+        store threshold; LRU or ARC; prompt blocks only or not); anything
         else is refused. Several replicas (``--replicas``, ``--data-parallel-size``) are as many
         engines, each drafting for its own requests."""
         if self.speculative_config is None:

@@ -84,6 +84,40 @@ def test_a_drafters_volatile_tail_is_held_back_while_decoding_and_stored_once_fi
     t.check_invariants()
 
 
+def test_blocks_past_the_tokens_hashed_are_stored_once_they_are_hashed():
+    """vLLM's async scheduling keys a request's stores by its block hashes, which grow only as its outputs are
+    processed (`RequestTier.hashed_blocks`): an offer stops at the blocks hashed, and the next step that schedules
+    the request offers the rest as far as they are hashed then (in its scheduled order), as does its finish,
+    whole; a preemption drops them, as vLLM schedules the victim no more."""
+    t = tier(8)
+    t.hold_stores(0)
+    t.flush_stores()
+    t.bind(0, "r", prompt_blocks=1)
+    t.hashed_blocks = {0: 1}
+    t.hold_stores(1)
+    assert t.computed(0, [A, B, C], 3) == 0  # held until the step is planned
+    t.flush_stores([0])
+    assert A in t and B not in t and 0 in t.behind and t.retries_due
+    t.hashed_blocks = {0: 2}
+    t.hold_stores(2)
+    t.flush_stores([0])  # the next step schedules it: B is hashed now, C is not
+    assert B in t and C not in t and 0 in t.behind
+    t.release(0, finished=True)  # its finish offers C, after the next step's stores
+    t.hold_stores(3)
+    t.flush_stores()
+    assert C in t and t.offloaded_blocks == 3 and not t.behind
+    t.bind(1, "s", prompt_blocks=0)
+    t.hashed_blocks = {1: 0}
+    t.hold_stores(4)
+    t.computed(1, [D, E], 1)
+    t.flush_stores([1])
+    t.release(1, finished=False)  # preempted: D is not offered
+    t.hold_stores(5)
+    t.flush_stores()
+    assert D not in t and not t.behind
+    t.check_invariants()
+
+
 def test_a_request_that_loads_host_hits_offers_only_the_blocks_after_them():
     """vLLM's default (chunk-level) policy skips a loading request's hit blocks when it stores; a request
     without host hits offers its GPU hits too, reusing the held ones."""

@@ -63,7 +63,10 @@ def test_the_references_cover_drafters_contention_caching_and_limits():
         "ngram_sessions_k3", "mtp_sessions_released_k3", "eagle_sessions_fuzz44_0271_k3",
         "ngram_sessions_fuzz46_0008_k20", "ngram_offload_shared_prefix_k3", "ngram_offload_whole_prompts_k2",
         "ngram_offload_arc_sessions_k2", "ngram_offload_sessions_k3", "eagle_offload_shared_prefix_k3",
-        "mtp_offload_whole_prompts_k2", "eagle_offload_arc_sessions_k2"}
+        "mtp_offload_whole_prompts_k2", "eagle_offload_arc_sessions_k2",
+        # generated blocks offloaded too
+        "ngram_offload_generated_blocks_k3", "eagle_offload_generated_blocks_k3", "mtp_offload_finished_drafts_k2",
+        "ngram_offload_generated_fuzz62_0134_k20"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -107,6 +110,10 @@ RULES = [  # (what is dropped, the function replaced, the case that then differs
      (async_outputs.InFlight, "frees_late", lambda self, group: False), "ngram_offload_sessions_k3"),
     ("the host tier hears of such a request's finish when its output is processed",
      (memory.KVMemory, "tell_tier_finished", lambda self, group: None), "ngram_offload_shared_prefix_k3"),
+    ("with generated blocks offloaded, a block is stored once the token it ends at is known",
+     (async_outputs.InFlight, "hashed_blocks", lambda self: {}), "eagle_offload_generated_blocks_k3"),
+    ("and the drafts its verification in flight accepted are not hashed either",
+     (spec_decode.SpecDecode, "in_flight_accepted", lambda self, group: 0), "ngram_offload_generated_fuzz62_0134_k20"),
 ]
 
 

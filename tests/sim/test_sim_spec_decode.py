@@ -147,8 +147,6 @@ def test_vllms_spellings_are_read():
     (dict(preemption="swap"), "--preemption swap"),
     (dict(cpu_offload_gib=1.0), "--offload-write-policy write_back"),
     (dict(cpu_offload_gib=1.0, offload_write_policy="write_through"), "--offload-loads sync"),
-    (dict(cpu_offload_gib=1.0, offload_write_policy="write_through", offload_loads="async", async_scheduling=True,
-          offload_prompt_only=False), "--offload-prompt-only False"),
     (dict(chunked_prefill=False), "--chunked-prefill False"),
     (dict(scheduling_policy="lpm"), "--scheduling-policy lpm"),
     (dict(spec_acceptance_rate=None), "needs --spec-acceptance-rate"),
@@ -159,13 +157,15 @@ def test_unmodelled_combinations_are_refused(options, message):
         SimConfig(**({"speculative_config": NGRAM, "spec_acceptance_rate": 0.5} | options))
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("prompt_only", [True, False])
-def test_a_drafter_runs_with_vllms_offloading_connector(prompt_only):
-    """A model-based drafter with the connector's host tier (``test_sim_spec_drafter.py``'s ``offload_*`` cases):
-    prompt blocks only or generated ones too."""
+def test_a_drafter_runs_with_vllms_offloading_connector(prompt_only, asynchronous):
+    """A model-based drafter with the connector's host tier (``test_sim_spec_drafter.py``'s ``offload_*`` cases and
+    the async ones of ``test_sim_async_spec_parity.py``): prompt blocks only or generated ones too."""
     eagle = json.dumps({"method": "eagle", "model": "m", "num_speculative_tokens": 2})
     config = SimConfig(speculative_config=eagle, spec_acceptance_rate=0.5, cpu_offload_gib=1.0,
-                       offload_write_policy="write_through", offload_loads="async", offload_prompt_only=prompt_only)
+                       offload_write_policy="write_through", offload_loads="async", offload_prompt_only=prompt_only,
+                       async_scheduling=asynchronous)
     assert config.offload_prompt_only is prompt_only
 
 

@@ -35,8 +35,7 @@ outputs of preempted requests included (`count_verifications`).
 
 Left out by default (``LEFT_OUT``): ``offload_arc_small_gpu``, whose async run vLLM itself decides by Python's hash
 seed (two loads landing in one step reach the ARC policy in the order of a ``set`` of request ids: PYTHONHASHSEED
-1, 3, 4 and 5 give 6,008 steps and 32 preemptions, 0, 2 and 6 give 6,010 and 34), and ``offload_generated_blocks``
-(``offload_prompt_only`` off: kvsim does not model under async scheduling when a generated block is stored).
+1, 3, 4 and 5 give 6,008 steps and 32 preemptions, 0, 2 and 6 give 6,010 and 34).
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ import driver  # noqa: E402
 from releases import Releases  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle"
-LEFT_OUT = ("offload_arc_small_gpu", "offload_generated_blocks")
+LEFT_OUT = ("offload_arc_small_gpu",)
 """Cases without an async reference (the module's docstring says why)."""
 
 

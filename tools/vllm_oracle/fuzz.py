@@ -15,10 +15,11 @@ before's finish (`releases.py`); bursts of gap 0 included) and the settings both
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
 and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (drafts with a
-window group; async scheduling with generated blocks offloaded) are not drawn;
+window group) are not drawn;
 drafts are drawn with ``n > 1`` samples, and closed loops and released turns at all, since 2026-12-06, and arrivals
-released by finishes, and sessions or a host tier with drafts, under async scheduling since 2026-12-07 (draws
-with samples, sessions or releases, and some others, differ from those of earlier seeds).
+released by finishes, and sessions or a host tier with drafts, under async scheduling since 2026-12-07, and
+async scheduling with generated blocks offloaded since later that day, drawn last (draws with samples, sessions or
+releases, and some others, differ from those of earlier seeds).
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
 as ``run_oracle.py`` does under ``OUT/NAME``; as each case lands kvsim replays it, fast-forwarding and step by step,
@@ -155,6 +156,8 @@ def draw(seed: int, i: int) -> dict:
         case["async_scheduling"] = True
     if coin(0.15):  # vLLM's SchedulerConfig.watermark (kvsim: --watermark)
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))
+    if not case.get("offload_prompt_only", True) and coin(0.4):  # drawn last: the draws before keep their cases
+        case["async_scheduling"] = True
     return case
 
 

@@ -113,6 +113,10 @@ cases.CASES.setdefault("fuzz58_0027", dict(
     trace=dict(n=8, prompt=(10, 308), output=(11, 207), turns=4, turn_gap=(5, 57), gap=1.0, priorities=4),
     scheduling_policy="priority", block_size=32, max_num_batched_tokens=256, max_num_seqs=32,
     scheduler_reserve_full_isl=False, num_blocks=83, cpu_offload_blocks=39, offload_eviction_policy="arc"))
+cases.CASES.setdefault("fuzz62_0134", dict(
+    trace=dict(n=20, prompt=(421, 1534), output=(130, 227), gap=0.0), max_num_batched_tokens=8192,
+    max_model_len=1559, long_prefill_token_threshold=128, num_blocks=300, cpu_offload_blocks=210,
+    offload_eviction_policy="arc", offload_prompt_only=False))
 cases.CASES.setdefault("fuzz53_0100", dict(
     trace=dict(n=36, prompt=(428, 708), output=(37, 264), gap=0.3), block_size=32, max_num_batched_tokens=2048,
     max_num_seqs=32, long_prefill_token_threshold=64, num_blocks=172, cpu_offload_blocks=75,
@@ -229,6 +233,12 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "eagle_offload_shared_prefix_k3": ("offload_shared_prefix", "eagle", 3, 0.6),
     "mtp_offload_whole_prompts_k2": ("offload_whole_prompts", "mtp", 2, 0.5),
     "eagle_offload_arc_sessions_k2": ("offload_arc_sessions", "eagle", 2, 0.6),
+    # generated blocks offloaded too (``offload_prompt_only`` off): a block is stored once its hash is known
+    "ngram_offload_generated_blocks_k3": ("offload_generated_blocks", "ngram", 3, 0.6),
+    "eagle_offload_generated_blocks_k3": ("offload_generated_blocks", "eagle", 3, 0.6),
+    "mtp_offload_finished_drafts_k2": ("fuzz41_1126", "mtp", 2, 0.95),
+    # found by `fuzz.py` (seed 62, draw 134): 20 drafts in flight leave more than the last block unhashed
+    "ngram_offload_generated_fuzz62_0134_k20": ("fuzz62_0134", "ngram", 20, 0.95),
 }
 ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
 
