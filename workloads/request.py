@@ -108,10 +108,16 @@ class Request:
             return min(len(self.prefix_hashes) * self.prefix_hash_tokens, self.prompt_tokens)
         return self.prefix_len if self.prefix_group is not None else 0
 
-    def block_hashes(self, block_size: int, units: np.ndarray | None = None) -> tuple[int, ...]:
+    def block_hashes(self, block_size: int, units: np.ndarray | None = None,
+                     lookahead: bool = False) -> tuple[int, ...]:
         """Chained hashes of the full blocks of ``block_size`` tokens whose identity is known: the prompt's, and
         for a session turn its generated tokens' too. ``units``: dense ids of this request's chained
         ``prefix_hashes`` units within its workload (`Workload.prefix_units`), if the caller has them.
+        ``lookahead`` (``prefix_hashes`` only): each block is hashed with the token after it, as vLLM hashes
+        blocks for a model-based speculative drafter (``num_hash_lookahead_tokens`` 1), so a block ending where a
+        unit ends is shared only by prompts whose next units are too (the trace cannot say whether two different
+        units start with the same token: they are taken to differ), and one ending where the known tokens end
+        has no hash.
 
         Two requests get equal hashes for block ``j`` exactly when their first ``(j + 1) * block_size`` tokens
         are known to be equal, so a hash stands for the block *and everything before it* (vLLM's chained
@@ -151,9 +157,13 @@ class Request:
             hashed = np.where(shared, mix_array(mix(_GROUP_SEED, self.prefix_group or 0), ends), own)
         elif self.prefix_hashes:
             unit_size = self.prefix_hash_tokens
+            if lookahead:  # block j is known by the prefix one token past its end
+                ends = ends[ends < self.known_prefix_tokens] + 1
+                if not len(ends):
+                    return ()
             at = (ends - 1) // unit_size  # the unit each block ends in
             if units is not None:
-                g = gcd(block_size, unit_size)
+                g = gcd(block_size, unit_size) if not lookahead else 1
                 ids = units[at].astype(np.int64) * (unit_size // g) + (ends - at * unit_size) // g + _UNIT_BASE
                 return tuple(ids.tolist())
             links = [0] * (int(at[-1]) + 1)

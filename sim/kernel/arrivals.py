@@ -221,10 +221,22 @@ class ArrivalSource:
 
     def _known_hashes(self, request, i: int) -> tuple[int, ...]:
         """Row ``i``'s (``request``'s) block ids from its prefix identity (`Request.block_hashes`), numbered by the
-        workload's dense units where it has them."""
+        workload's dense units where it has them. With a drafter's lookahead hashes a trace's prefix hashes give
+        each block's with the token after it; the other identities drop the block ending where the known tokens
+        end (`_lookahead_drop`)."""
         w = self.workload
-        units = w.prefix_units(i) if request.prefix_hashes and hasattr(w, "prefix_units") else None
-        return request.block_hashes(self.block_size, units)
+        if not request.prefix_hashes:
+            return self._lookahead_drop(request, request.block_hashes(self.block_size))
+        units = w.prefix_units(i) if hasattr(w, "prefix_units") else None
+        return request.block_hashes(self.block_size, units, lookahead=self.lookahead_hashes)
+
+    def _lookahead_drop(self, request, hashes: tuple[int, ...]) -> tuple[int, ...]:
+        """``hashes`` less their last with a drafter's lookahead hashes (``get_request_block_hasher``'s
+        ``num_hash_lookahead_tokens``) where it ends where the known tokens end: the token after it is the
+        request's own (a session turn's or a shared system prompt's block ending there is the request's own)."""
+        if self.lookahead_hashes and hashes and request.known_prefix_tokens == len(hashes) * self.block_size:
+            return hashes[:-1]
+        return hashes
 
     def _child_hashes(self, i: int, prompt: int, output: int) -> tuple[tuple[int, ...], int, int]:
         """A fanned-out child's block ids, its shared-prefix blocks and where its own start: its row's prefix
@@ -235,8 +247,6 @@ class ArrivalSource:
         size = self.block_size
         request = None if self.anonymous[i] else self.workload[i]
         known = () if request is None else self._known_hashes(request, i)
-        if self.lookahead_hashes and known and request.known_prefix_tokens == len(known) * size:
-            known = known[:-1]
         siblings = prompt - 1 if self.lookahead_hashes else prompt  # the tokens whose blocks the siblings share
         shared = own_block_hashes(int(self.rows[i]), len(known), siblings, size, base=_SIBLING_BASE)
         own = own_block_hashes(i, siblings // size, prompt + output, size) if self.own_identity else ()
@@ -255,12 +265,7 @@ class ArrivalSource:
                 hashes = own_block_hashes(i, 0, prompt + output, self.block_size)
         elif self.want_hashes:
             request = w[i]
-            hashes = self._known_hashes(request, i)
-            if self.lookahead_hashes and hashes and request.known_prefix_tokens == len(hashes) * self.block_size:
-                # vLLM with a speculative drafter hashes a block with the token after it
-                # (``get_request_block_hasher``'s ``num_hash_lookahead_tokens``): a block ending where the known
-                # prefix ends is followed by the request's own token, so it is the request's own block
-                hashes = hashes[:-1]
+            hashes = self._known_hashes(request, i)  # with lookahead hashes as a drafter's
             prefix_blocks = own_from = len(hashes)
             if request.session_id is not None:  # identity covers the whole turn; the group's part is shared
                 prefix_blocks = request.prefix_len // self.block_size if group_id >= 0 else 0

@@ -66,8 +66,9 @@ same way and add what kvsim is about, KV memory:
   system prompt (``prefix_group``) ending at a block's end is followed by each request's own token, so that block
   is the request's own (`sim.kernel.arrivals.ArrivalSource.make_group`); a request's own blocks, hit again after
   a preemption, hit as before (the hit stops a token short of its tokens). A trace's prefix hashes
-  (``hash_ids``) do not say whether two requests' tokens after a block ending at a unit's end agree: refused
-  with prefix caching on. With a KV connector (a host tier: vLLM's offloading connector) vLLM keeps the legacy
+  (``hash_ids``) hash each block with the token after it (`workloads.request.Request.block_hashes`'s
+  ``lookahead``): a block ending at a unit's end is shared only by requests whose next units are too (the trace
+  cannot say whether two different units start with the same token: kvsim takes them to differ). With a KV connector (a host tier: vLLM's offloading connector) vLLM keeps the legacy
   hashes instead (``num_hash_lookahead_tokens`` 0) and every prefix hit drops its last block, GPU and host
   (`SpecDecode.block_drop`, `allocators.base.Allocator.drop_last_hit`); a host block holds the drafter's layers
   too (`sim.kernel.replica.host_slot_bytes`).
@@ -451,23 +452,19 @@ def check_spec_run(config, workload) -> None:
     """`check_spec_workload` for a run of ``config`` with drafts (the workload as the engines run it:
     `sim.kernel.parallel_sampling.as_run`'s); nothing without."""
     if config.speculative_config is not None:
-        check_spec_workload(workload, speculative_method(config.speculative_config), config.prefix_caching)
+        check_spec_workload(workload)
 
 
-def check_spec_workload(workload, method: str | None = None, prefix_caching: bool = False) -> None:
+def check_spec_workload(workload) -> None:
     """Refuse what speculative decoding is not modelled with: a row sampled ``n > 1`` times as one group
     (``--parallel-sampling fork``, vLLM v0's; fanned out, its children are vLLM v1's requests, checked), beam
-    search (vLLM v1 has none with drafts); with a drafter ``method`` and ``prefix_caching``, a trace's prefix
-    hashes (the module docstring: vLLM's lookahead block hashes). Sessions and closed loops run under either
-    scheduler (``spec_cases.py``'s ``sessions*``, ``closed_loop*`` and ``*_sessions*`` async cases)."""
+    search (vLLM v1 has none with drafts). Sessions and closed loops run under either scheduler
+    (``spec_cases.py``'s ``sessions*``, ``closed_loop*`` and ``*_sessions*`` async cases), and a trace's prefix
+    hashes with any method (the module docstring)."""
     reasons = []
     if (np.asarray(workload.n) > 1).any():
         reasons.append("rows sampled n > 1 times as one group (--parallel-sampling fork; fan-out is modelled)")
     if (np.asarray(workload.beam_width) > 1).any():
         reasons.append("beam search")
-    if method in DRAFTER_METHODS and prefix_caching and workload.has_prefix_hashes:
-        reasons.append(f"prefix hashes (hash_ids) under prefix caching and method {method!r} (vLLM hashes a block "
-                       "with the token after it, which a trace's hash units do not give where a block ends at a "
-                       "unit's end; give --no-prefix-caching)")
     if reasons:
         raise ValueError("--speculative-config is not modelled with " + ", ".join(reasons))

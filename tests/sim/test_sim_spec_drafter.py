@@ -20,6 +20,7 @@ from sim.kernel.runner import run_config, run_simulation
 from sim.kernel.spec_decode import SpecDecode, parse_speculative
 from tests.sim.vllm_oracle import DATA, cases, compare
 from workloads import workload_from_frame
+from workloads.workload import Workload
 
 ORACLE = DATA / "spec" / "eagle"
 ORACLE_CASES = cases(ORACLE)
@@ -120,15 +121,21 @@ def test_a_shared_prompt_ending_at_a_block_end_keeps_that_block_its_own():
     assert (second_hit(40, NGRAM), second_hit(40, EAGLE)) == (32, 32)
 
 
-def test_trace_prefix_hashes_need_prefix_caching_off():
-    from tests.sim.test_sim_prefix_reuse import hashed_trace
+def test_a_trace_prefix_hash_shares_a_block_ending_a_unit_only_if_the_next_unit_is_shared():
+    """A trace's hash ids under a drafter's lookahead block hashes (`Request.block_hashes`'s ``lookahead``): with
+    32-token units (two blocks), a second request sharing the first request's first unit only hits both its
+    blocks under ngram (32 tokens) and only the first under EAGLE (16), as the token after the second block starts
+    a unit the two do not share; sharing two units, it hits four blocks under ngram and three under EAGLE (each
+    prompt 80 tokens, three units, the last partial)."""
+    def second_hit(second: list[int], spec: str) -> int:
+        workload = Workload(arrival_time_s=np.array([0.0, 10.0]), prompt_tokens=np.array([80, 80]),
+                            output_tokens=np.array([4, 4]), hash_offsets=np.array([0, 3, 6]),
+                            hash_values=np.array([1, 2, 3, *second]), prefix_hash_tokens=32, name="units")
+        config = SimConfig(model="llama-2-7b", gpu="h100-80gb", speculative_config=spec, spec_acceptance_rate=0.5)
+        return int(run_simulation(config, workload).requests["cached_tokens"].iloc[1])
 
-    workload, _ = hashed_trace(count=4)
-    config = dict(model="llama-2-7b", gpu="h100-80gb", speculative_config=EAGLE, spec_acceptance_rate=0.5)
-    with pytest.raises(ValueError, match="prefix hashes .hash_ids. under prefix caching and method 'eagle'"):
-        run_simulation(SimConfig(**config), workload)
-    assert run_simulation(SimConfig(**config, prefix_caching=False), workload).summary["completed"] == 4
-    assert run_simulation(SimConfig(**{**config, "speculative_config": NGRAM}), workload).summary["completed"] == 4
+    assert (second_hit([1, 5, 6], NGRAM), second_hit([1, 5, 6], EAGLE)) == (32, 16)
+    assert (second_hit([1, 2, 6], NGRAM), second_hit([1, 2, 6], EAGLE)) == (64, 48)
 
 
 def test_mtp_needs_the_models_mtp_layers():
@@ -146,7 +153,9 @@ def test_the_eagle_references_cover_contention_and_limits():
                                  "contended_20_drafts", "shared_prefix_cached", "whole_prompts_cached",
                                  # vLLM's offloading connector: legacy hashes, every hit's last block dropped
                                  "offload_shared_prefix", "offload_whole_prompts", "offload_sessions",
-                                 "offload_sessions_fuzz58_0027", "offload_generated_blocks", "offload_finished_drafts"}
+                                 "offload_sessions_fuzz58_0027", "offload_generated_blocks", "offload_finished_drafts",
+                                 # a trace's own prefix hashes, hashed with the token after each block
+                                 "hash_units", "hash_units_40", "offload_hash_units"}
 
 
 @pytest.mark.parametrize("case", ORACLE_CASES)

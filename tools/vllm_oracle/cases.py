@@ -29,6 +29,12 @@ CASES: dict[str, dict] = {
                               max_num_batched_tokens=8192),
     "max_num_seqs": dict(trace=dict(n=120, prompt=(20, 400), output=(20, 200), gap=0.3), num_blocks=4000,
                          max_num_seqs=8),
+    # a trace's own prefix hashes (Mooncake's hash_ids): units of 64 tokens (four blocks) and of 40 (a block
+    # ends inside a unit, a unit inside a block)
+    "hash_units": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, hash_units=64),
+                       num_blocks=300),
+    "hash_units_40": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, hash_units=40),
+                          num_blocks=250),
     "block_size_32": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5), num_blocks=60,
                           block_size=32),
     "offline_burst": dict(trace=dict(n=150, prompt=(50, 600), output=(20, 300), gap=0.0), num_blocks=150),
@@ -63,6 +69,10 @@ CASES: dict[str, dict] = {
     # the same connector with shared system prompts that the GPU evicts between uses, and a host that evicts too
     "offload_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
                                   num_blocks=120, cpu_offload_blocks=150),
+    # a trace's own prefix hashes behind the connector (ARC), generated blocks stored too
+    "offload_hash_units": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, hash_units=64),
+                               trace_of="hash_units", num_blocks=120, cpu_offload_blocks=150,
+                               offload_eviction_policy="arc", offload_prompt_only=False),
     # the same connector with vLLM's ARC policy (kvsim: --offload-eviction-policy arc): a host too small for the
     # sessions, so T1 and T2 both evict and the ghost lists move T1's target
     "offload_arc_sessions": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
@@ -273,6 +283,8 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
     if spec.get("users"):  # a closed loop (`releases.py`): arrival times are only an order
         header += ["closed_loop_users", "think_time_s"]
         arrivals[:] = 0
+    if spec.get("hash_units"):  # a trace's own prefix hashes (Mooncake's hash_ids), one per unit of its prompt
+        header += ["prefix_hashes", "prefix_hash_tokens"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
@@ -289,7 +301,16 @@ def write_trace(name: str, path: Path, seed: int = 0) -> None:
                 row.append(int(rng.choice(spec["samples"])))
             if spec.get("users"):
                 row += [spec["users"], spec.get("think", 0)]
+            if spec.get("hash_units"):
+                row += [_unit_hashes(rng, row[1], spec["hash_units"]), spec["hash_units"]]
             w.writerow(row)
+
+
+def _unit_hashes(rng: np.random.Generator, prompt: int, unit: int) -> str:
+    """A prompt's hash ids, one per ``unit`` tokens (the last unit partial), as a CSV cell (``0 1 2``): unit ``u``'s
+    id one of ``u + 1`` (the first unit shared by every prompt, later ones ever less), so prompts share prefixes of
+    every length; an id means the same tokens only after the same ids (kvsim chains them, the driver too)."""
+    return " ".join(str(int(rng.integers(0, u + 1))) for u in range(-(-prompt // unit)))
 
 
 def _write_sessions(spec: dict, rng: np.random.Generator, path: Path) -> None:

@@ -9,11 +9,12 @@ Run with a venv that has vLLM (never a kvsim dependency; see ``docs/vllm-v1.md``
 
 TRACE is a kvsim canonical CSV (arrival_time_s in whole engine steps, prompt_tokens, output_tokens and
 optionally prefix_group, prefix_len, priority, or session_id and turn, with think_time_s on the turns its
-previous turn's finish releases, or a closed loop's closed_loop_users and think_time_s: `releases.py`). Token
-ids are random except a prefix
-group's first ``prefix_len`` tokens, which are the same ids for every member, and a session turn's prompt, which
+previous turn's finish releases, or a closed loop's closed_loop_users and think_time_s: `releases.py`; or
+prefix_hashes with prefix_hash_tokens, a trace's own hash ids). Token ids are random except a prefix
+group's first ``prefix_len`` tokens, which are the same ids for every member, a session turn's prompt, which
 starts with the previous turn's prompt and output (each turn's output ids are drawn up front and emitted as
-sampled). Writes ``steps.csv`` (one row per engine step, empty steps included; ``waiting`` as vLLM counts
+sampled), and each unit of ``prefix_hash_tokens`` tokens with a hash id, drawn from the ids up to it (the same
+tokens after the same ids, as kvsim chains them). Writes ``steps.csv`` (one row per engine step, empty steps included; ``waiting`` as vLLM counts
 ``num_requests_waiting``) and ``requests.csv`` (one row per request).
 
 ``--cpu-offload-blocks N`` adds vLLM's ``OffloadingConnector`` with its CPU spec (N host blocks, LRU by default) and plays its
@@ -154,6 +155,9 @@ def read_trace(path: str) -> list[dict]:
                 "think": _think(row) if row.get("session_id") else None,
                 "closed_loop_users": int(float(row.get("closed_loop_users") or 0)),
                 "closed_loop_think": _think(row) or 0.0 if row.get("closed_loop_users") else 0.0,
+                # a trace's own prefix hashes: one id per unit of prefix_hash_tokens prompt tokens
+                "hashes": [int(h) for h in (row.get("prefix_hashes") or "").split()],
+                "unit": int(row.get("prefix_hash_tokens") or 512),
             })
     return rows
 
@@ -186,6 +190,10 @@ def make_requests(rows: list[dict], hasher, seed: int):
                 ids[: len(history)] = history
             outputs[str(i)] = session_rng.integers(3, VOCAB, r["output"]).tolist()
             turns[r["session"]] = (r["turn"], ids + outputs[str(i)])
+        for u in range(len(r["hashes"])):  # unit u's tokens: the same after the same ids (kvsim chains them)
+            chain = np.random.default_rng([seed + 3, *r["hashes"][: u + 1]])
+            start = u * r["unit"]
+            ids[start: start + r["unit"]] = chain.integers(3, VOCAB, r["unit"]).tolist()[: max(0, r["prompt"] - start)]
         if r["group"] != "" and r["prefix_len"]:
             shared = prefixes.setdefault(r["group"], rng.integers(3, VOCAB, 100_000).tolist())
             ids[: r["prefix_len"]] = shared[: r["prefix_len"]]

@@ -18,7 +18,8 @@ and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combin
 window group) are not drawn;
 drafts are drawn with ``n > 1`` samples, and closed loops and released turns at all, since 2026-12-06, and arrivals
 released by finishes, and sessions or a host tier with drafts, under async scheduling since 2026-12-07, and
-async scheduling with generated blocks offloaded since later that day, drawn last (draws with samples, sessions or
+async scheduling with generated blocks offloaded since later that day, and a trace's own prefix hashes
+(``hash_units``, on traces without groups or sessions) after it, both drawn last (draws with samples, sessions or
 releases, and some others, differ from those of earlier seeds).
 
 The vLLM side runs in vLLM's venv (``--venv``; this script runs itself there with ``--oracle``), writing each case
@@ -158,6 +159,8 @@ def draw(seed: int, i: int) -> dict:
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))
     if not case.get("offload_prompt_only", True) and coin(0.4):  # drawn last: the draws before keep their cases
         case["async_scheduling"] = True
+    if "turns" not in trace and not trace.get("groups") and coin(0.3):  # a trace's own prefix hashes
+        trace["hash_units"] = int(rng.choice([16, 40, 64, 100]))
     return case
 
 

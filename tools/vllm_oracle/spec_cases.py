@@ -98,6 +98,8 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "sessions_released": ("sessions_released", 3, 0.7),
     "closed_loop": ("closed_loop", 3, 0.6),
     "closed_loop_priority": ("closed_loop_priority", 5, 0.8),
+    # a trace's own prefix hashes (no lookahead hashes with ngram)
+    "hash_units": ("hash_units", 3, 0.7),
 }
 
 # the `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
@@ -166,6 +168,10 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     # running list) loses the hash of the block its verification just filled
     "priority": ("priority", 3, 0.8),
     "priority_contended": ("priority_contended", 5, 0.7),
+    # a trace's own prefix hashes: a block ending where a unit ends is hashed with the next unit's first token
+    "hash_units": ("hash_units", 3, 0.6),
+    "hash_units_40": ("hash_units_40", 2, 0.8),
+    "offload_hash_units": ("offload_hash_units", 3, 0.6),
 }
 
 # `fuzz.py`'s seed 44, draw 271 and seed 46, draw 8 (their traces seeded by their names): sessions whose next turn
@@ -239,6 +245,9 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "mtp_offload_finished_drafts_k2": ("fuzz41_1126", "mtp", 2, 0.95),
     # found by `fuzz.py` (seed 62, draw 134): 20 drafts in flight leave more than the last block unhashed
     "ngram_offload_generated_fuzz62_0134_k20": ("fuzz62_0134", "ngram", 20, 0.95),
+    # a trace's own prefix hashes
+    "eagle_hash_units_k3": ("hash_units", "eagle", 3, 0.6),
+    "mtp_offload_hash_units_k2": ("offload_hash_units", "mtp", 2, 0.7),
 }
 ASYNC_OUT = Path(__file__).resolve().parents[2] / "tests" / "sim" / "data" / "vllm_oracle" / "async_spec"
 
