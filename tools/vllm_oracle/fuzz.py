@@ -58,7 +58,13 @@ async scheduling, seed 56 (150) all exact, and the 108 draws of seed 57's first 
 blocks only): seed 58's 38 such draws of its first 1,200, all exact but one (``spec_cases.py``'s
 ``eagle/offload_sessions_fuzz58_0027``, fixed); seed 59's 59 draws of its first 1,500 with drafts and a host tier,
 EAGLE or async, all exact; with EAGLE drawn with generated blocks offloaded too, seed 60's 49 draws with EAGLE and a
-host tier of its first 1,500 (19 offloading generated blocks, 6 async, 15 with sessions), all exact.
+host tier of its first 1,500 (19 offloading generated blocks, 6 async, 15 with sessions), all exact. With async
+scheduling drawn with generated blocks offloaded: seed 61's 38 such draws of its first 1,500 and seed 62's 63 of
+its first 3,000 (45 with drafts, 17 EAGLE, 27 with sessions), all exact but one (``spec_cases.py``'s
+``ngram_offload_generated_fuzz62_0134_k20``, fixed). With a trace's own prefix hashes drawn (``hash_units``):
+seed 63's 66 such draws of its first 400 and seed 64's 119 of its first 800, all exact but seed 64's draw 211
+(EAGLE, an LRU host, priorities), whose vLLM run depends on Python's hash seed: PYTHONHASHSEED 1 and 5 give
+kvsim's run metric for metric, 0, 2, 3 and 4 another (64 prompt tokens fewer at step 609).
 """
 
 from __future__ import annotations
