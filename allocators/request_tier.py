@@ -311,10 +311,9 @@ class RequestTier(HostTier):
             self._latest[seq_id] = (block_hashes, full)
         request = self._request_of(seq_id)
         stop = self._stop(request, block_hashes, full)
-        hashed = self.hashed_blocks.get(seq_id, full)
-        due = hashed < full and not self._final and self._stop(request, block_hashes, hashed) < stop
-        if due:  # blocks not hashed yet: offered again once they are
-            stop = self._stop(request, block_hashes, hashed)
+        hashed, due = self.hashed_blocks.get(seq_id, full), False
+        if hashed < full and not self._final and (known := self._stop(request, block_hashes, hashed)) < stop:
+            stop, due = known, True  # blocks not hashed yet: offered again once they are
             self._behind[seq_id] = (block_hashes, full, _DUE)
         if stop <= a.next_stored:
             return 0

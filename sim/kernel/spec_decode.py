@@ -68,10 +68,11 @@ same way and add what kvsim is about, KV memory:
   a preemption, hit as before (the hit stops a token short of its tokens). A trace's prefix hashes
   (``hash_ids``) hash each block with the token after it (`workloads.request.Request.block_hashes`'s
   ``lookahead``): a block ending at a unit's end is shared only by requests whose next units are too (the trace
-  cannot say whether two different units start with the same token: kvsim takes them to differ). With a KV connector (a host tier: vLLM's offloading connector) vLLM keeps the legacy
-  hashes instead (``num_hash_lookahead_tokens`` 0) and every prefix hit drops its last block, GPU and host
-  (`SpecDecode.block_drop`, `allocators.base.Allocator.drop_last_hit`); a host block holds the drafter's layers
-  too (`sim.kernel.replica.host_slot_bytes`).
+  cannot say whether two different units start with the same token: kvsim takes them to differ). With a KV
+  connector (a host tier: vLLM's offloading connector) vLLM keeps the legacy hashes instead
+  (``num_hash_lookahead_tokens`` 0) and every prefix hit drops its last block, GPU and host (`SpecDecode.block_drop`,
+  `allocators.base.Allocator.drop_last_hit`); a host block holds the drafter's layers too
+  (`sim.kernel.replica.host_slot_bytes`).
 - Drafter GPU time (`sim.kernel.roofline_cost.StepCostModel.drafter_time`): the proposer
   (``v1/spec_decode/llm_base_proposer.py``, ``propose``) runs its layers once over all the step's scheduled
   tokens, then ``num_speculative_tokens - 1`` times over one token of each request it drafts for. kvsim prices

@@ -14,8 +14,8 @@ prefix_hashes with prefix_hash_tokens, a trace's own hash ids). Token ids are ra
 group's first ``prefix_len`` tokens, which are the same ids for every member, a session turn's prompt, which
 starts with the previous turn's prompt and output (each turn's output ids are drawn up front and emitted as
 sampled), and each unit of ``prefix_hash_tokens`` tokens with a hash id, drawn from the ids up to it (the same
-tokens after the same ids, as kvsim chains them). Writes ``steps.csv`` (one row per engine step, empty steps included; ``waiting`` as vLLM counts
-``num_requests_waiting``) and ``requests.csv`` (one row per request).
+tokens after the same ids, as kvsim chains them). Writes ``steps.csv`` (one row per engine step, empty steps
+included; ``waiting`` as vLLM counts ``num_requests_waiting``) and ``requests.csv`` (one row per request).
 
 ``--cpu-offload-blocks N`` adds vLLM's ``OffloadingConnector`` with its CPU spec (N host blocks, LRU by default) and plays its
 worker: every load and store a step asks for is reported done in that step's output (kvsim with ``--step-time 1``,
