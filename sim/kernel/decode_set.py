@@ -82,7 +82,7 @@ class DecodeSet:
         heapq.heappush(self.heap, (due, seq_id))
 
     def sync_run(self, step0: int, end: int, grow_due, start_of, spare: int = 1 << 62, begin_step=None,
-                 together=None, fits=None) -> tuple[int, int, float, int, float, int, float]:
+                 together=None, fits=None, whole_steps: bool = False) -> tuple[int, int, float, int, float, int, float]:
         """Sync every sequence falling due in steps ``step0 .. end - 1`` of a decode run, in (deadline, id)
         order, including the later deadlines the syncs create. ``grow_due(seq_id, tokens)`` is the
         allocator's (headroom, new blocks, reservation change) or None when out of memory: the run then ends
@@ -93,7 +93,11 @@ class DecodeSet:
         ``together(seq_id, due)``, if given: the decoders of its group due at step ``due`` where there are
         several (`group_growth.due_together`), else None; they are synced together, at the first, once
         ``fits(growth)`` says their growth fits whole (else the run ends before that step: the scheduler
-        preempts, `sim.kernel.group_growth`).
+        preempts, `sim.kernel.group_growth`). ``whole_steps``: so are all the decoders due at a step, which
+        matters where the order decoders grow in decides what follows a refusal: under async scheduling behind a
+        host tier the running loop stops at a decoder that finds no room and no victim it may preempt
+        (`InFlight.pinned`), deferring the rest, so which one meets the full pool first must be the running
+        order's, which the scheduler then plans, not the run's (deadline, id) order.
 
         Returns ``(end, blocks, blocks_t, moved, moved_t, evicted, evicted_t)``: the run's end, the used blocks
         gained, the reservation gained (slots: the lag no longer counts the tokens just told) and the cached
@@ -111,8 +115,13 @@ class DecodeSet:
             if deadline.get(seq_id) != due:
                 pop(heap)  # stale: the sequence left or was re-synced
                 continue
-            if begin_step is not None and due != at:
-                begin_step(due)
+            if due != at:
+                if whole_steps and not fits([(m, due - g0[m] + 1) for m in
+                                             {m for d, m in heap if d == due and deadline.get(m) == due}]):
+                    end = due
+                    break
+                if begin_step is not None:
+                    begin_step(due)
                 at = due
             members = together(seq_id, due) if together is not None else None
             if members is None:

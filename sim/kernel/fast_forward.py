@@ -88,9 +88,10 @@ def run_decode(sched, cost: StepCostModel, integral: MemoryIntegral, waiting: bo
     if horizon != math.inf:
         k = cost.steps_starting_before(n, context, k, horizon, prefix, window)
     end = step0 + k
-    together = _together(sched)
+    together, whole_steps = _together(sched), _whole_steps(sched)
     end, blocks, blocks_t, moved, moved_t, evicted, evicted_t = decode.sync_run(
-        step0, end, grow_due, prefix, spare, begin_step, together, memory.growth_fits if together else None)
+        step0, end, grow_due, prefix, spare, begin_step, together,
+        memory.growth_fits if together or whole_steps else None, whole_steps)
     _end_run_stores(memory, end)
     k = end - step0
     seconds, weighted = cost.decode_run(n, context, k, window)
@@ -113,6 +114,13 @@ def _together(sched):
         return None
     owner, deadline = sched.memory.owner, sched.decode.deadline
     return lambda seq_id, due: due_together(owner[seq_id], deadline, due)
+
+
+def _whole_steps(sched) -> bool:
+    """Whether a run syncs a step's due decoders only if they all fit (`DecodeSet.sync_run`'s ``whole_steps``):
+    where the running loop may stop at a victim it cannot preempt (`InFlight.pins`, async scheduling behind a
+    host tier), as the decoder that meets the full pool first, and the decoders it defers, follow running order."""
+    return sched.in_flight is not None and sched.in_flight.pins
 
 
 def _retries_due(memory) -> bool:
@@ -288,7 +296,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
     used0 = b.used_blocks
     tier = memory.host_tier  # a host tier's contents change with stores and spills, not seen in the breakdown
     retry = _retries_due(memory)  # then one step only
-    together = _groups_run(sched)
+    together, whole = _groups_run(sched), _whole_steps(sched)
     grow, begin_step = _store_steps(memory, memory.grow)
     while True:
         deadline = decode.next_deadline()
@@ -320,8 +328,12 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         openings = memory.growth_openings
         if begin_step is not None:
             begin_step(step)
-        # a group's due decoders grow together, and only if they fit whole (`sim.kernel.group_growth`)
-        order = [seq_ids for _, seq_ids in by_group(due, memory.owner)] if together else [[s] for s in due]
+        # a group's due decoders grow together, and only if they fit whole (`sim.kernel.group_growth`); with
+        # `_whole_steps`, all of the step's do
+        if whole:
+            order = [due]
+        else:
+            order = [seq_ids for _, seq_ids in by_group(due, memory.owner)] if together else [[s] for s in due]
         for i, seq_ids in enumerate(order):
             done = _sync_together(decode, memory, grow, seq_ids, step, synced)
             if done < len(seq_ids):  # the scheduler plans it (and preempts, if memory ran out)

@@ -284,12 +284,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
 def steps_singly(config: SimConfig, groups: tuple) -> bool:
     """Whether decoders grow one token a step (as ``--step-by-step``): with async scheduling on a hybrid pool,
     whose window groups free blocks by the tokens processed as the step before began (`HybridPagedAllocator.
-    begin_step`), which a lazily grown decoder's growth over several steps at once would not see; and with async
-    scheduling behind a host tier, whose running loop may stop at a victim it cannot preempt
-    (`sim.kernel.async_outputs.InFlight.pinned`): the decisions were the same fast-forwarded, but the memory
-    shares of the lazily grown decoders that such a stop defers were not (token states 0.7717 against 0.7717 +
-    1.1e-5 on case `offload_sessions`), so those runs take every step."""
-    return config.async_scheduling and (bool(groups) or config.cpu_offload_gib > 0)
+    begin_step`), which a lazily grown decoder's growth over several steps at once would not see."""
+    return config.async_scheduling and bool(groups)
 
 
 def load_seconds(config: SimConfig, memory: KVMemory, cost) -> Callable[[int], float] | None:

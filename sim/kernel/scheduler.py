@@ -542,7 +542,8 @@ class Scheduler:
                 plan.draft_seqs, plan.draft_context = self.spec.drafter_figures()
         if decode.windows is not None:
             self.window_figures(plan, joining)
-        plan.can_run = (self.lazy and (self.in_flight is None or not self.in_flight.holds_blocks) and not plan.chunks and not joining and not plan.preempted and not admitted
+        in_flight = self.in_flight  # a running loop that stopped at a pinned victim tries again next step
+        plan.can_run = (self.lazy and (in_flight is None or not (in_flight.holds_blocks or in_flight.halted)) and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
                         and not self.beams.groups and not self.skipped_for_loads
                         and decode.n > 0 and (not self.waiting or self.memory_blocked

@@ -40,7 +40,9 @@ def test_the_harness_covers_the_required_cases():
                           "hybrid_retention_interval_256",
                           # found by tools/vllm_oracle/fuzz.py
                           "offload_long_prefill_threshold", "offload_whole_prompts_few", "threshold_16_contended",
-                          "offload_parallel_sampling_threshold", "offload_sessions_watermark"}
+                          "offload_parallel_sampling_threshold", "offload_sessions_watermark",
+                          # for its async reference (tests/sim/test_sim_async_scheduling.py)
+                          "offload_full_pool_decoders"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -202,6 +202,11 @@ CASES: dict[str, dict] = {
                                                   turn_gap=(8, 21)),
                                        num_blocks=286, cpu_offload_blocks=539, max_num_batched_tokens=256,
                                        scheduler_reserve_full_isl=False, watermark=0.1),
+    # for its async reference: decoders filling a full pool, in a running order that preemptions took away from
+    # admission order; vLLM's running loop stops at the first one in running order that finds no room and no
+    # victim it may preempt (the victim's step is in flight), so a decode run grows a step's due decoders whole
+    "offload_full_pool_decoders": dict(trace=dict(n=80, prompt=(50, 300), output=(100, 600), gap=0.1),
+                                       num_blocks=150, cpu_offload_blocks=300, max_num_batched_tokens=512),
     # found by ``fuzz.py`` (seed 13, draw 16; its trace seeded by the draw's name), for its async reference: vLLM
     # lifts the long-prefill threshold only when one request is in, counting those holding KV for a host load
     # (``get_request_counts``); kvsim counted the queue only, and gave a lone running request 526 tokens at once
