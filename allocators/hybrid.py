@@ -16,7 +16,9 @@ last token is computed now) frees what the *last* new token no longer needs, `gr
 prefill step) what the *first* one no longer needs, as vLLM does with the tokens computed before the step.
 `headroom` stops at the next token whose step frees a block, so the decode fast-forward calls `grow` at the
 very step at which `--step-by-step` would, and the two stay identical (``reports_growth`` is False: the
-fast-forward re-reads the breakdown after every call).
+fast-forward re-reads the breakdown after every call). With ngram speculative drafts a verification
+(`grow_with_drafts`) frees what the tokens before it leave first and then holds blocks for its drafts in every
+group; accepted drafts told as a sequence is freed (`cache_held`) are cached and free no window block.
 
 Prefix caching (vLLM's ``HybridKVCacheCoordinator``): a block is cached under its hash and its group, a
 full-attention group hits on a prefix whose every block is cached, a window group on a prefix whose last
@@ -85,8 +87,6 @@ class HybridPagedAllocator(HybridQueries):
         if num_tokens <= 0:
             raise ValueError(f"sequence {seq_id}: num_tokens must be positive, got {num_tokens}")
         lookahead = max(0, min(lookahead_slots, self.max_model_len - num_tokens))
-        if lookahead:
-            self._check_drafts_modelled()
         mamba_tokens = num_tokens + min(lookahead, self._main_model_drafts(lookahead_slots))
         looked_up = max(num_tokens, full_tokens or 0)
         hits = self._lookup(block_hashes, looked_up)
@@ -236,6 +236,14 @@ class HybridPagedAllocator(HybridQueries):
         s = self._seqs[seq_id]
         return self._extend(s, num_tokens, s.tokens + num_tokens - 1)
 
+    def cache_held(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
+        """Append tokens computed in slots the sequence holds, told as it is freed (a verification's accepted
+        drafts): their full blocks are cached, as vLLM's ``update_from_output`` caches them (``cache_blocks``),
+        and its windows free nothing, as vLLM frees window blocks only in an ``allocate_slots``, which a freed
+        sequence no longer has."""
+        s = self._seqs[seq_id]
+        return self._extend(s, num_tokens, s.computed)
+
     def grow_chunk(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
         """Append a prefill chunk computed in one step: the window groups free only what its first token no
         longer needs (vLLM frees by the tokens computed before the step)."""
@@ -250,7 +258,7 @@ class HybridPagedAllocator(HybridQueries):
         decides what later allocations evict. ``drafts``: slots held after them (align mode, `grow_with_drafts`),
         all or nothing, but not counted as tokens; ``mamba_drafts`` of them (default all: without a drafter's
         lookahead, `_main_model_drafts`) take state columns too."""
-        if num_tokens == 0 and not (self.align and drafts):  # align mode: drafts alone move the states too
+        if num_tokens == 0 and not drafts:
             return NO_COPIES
         if num_tokens < 0:
             raise ValueError(f"cannot grow by {num_tokens} tokens")
@@ -315,8 +323,9 @@ class HybridPagedAllocator(HybridQueries):
         for them (`mamba_align.place_blocks` with ``num_tokens_main_model`` counting them), a drafter's lookahead
         slots after them none (`_main_model_drafts`). A chunk frees the states the tokens computed before it no
         longer need, a verification those its fed token leaves (``allocate_slots`` calls ``remove_skipped_blocks``
-        with the tokens computed before the step, ``v1/core/kv_cache_manager.py:564-568``). Modelled with full-attention and Mamba groups only (`check_mamba_speculation`)."""
-        self._check_drafts_modelled()
+        with the tokens computed before the step, ``v1/core/kv_cache_manager.py:564-568``). With window groups
+        (ngram drafts on a sliding-window model) the windows free what those tokens leave first, then every group
+        takes the blocks for the tokens and drafts, all or nothing (`_extend`)."""
         s, bs = self._seqs[seq_id], self.block_size
         main = self._main_model_drafts(drafts)
         drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
@@ -330,6 +339,9 @@ class HybridPagedAllocator(HybridQueries):
                 held = min(len(t) for g, t in enumerate(s.tables) if not self.mamba[g]) * bs
                 self._cache_full_blocks(s, min(s.tokens + num_tokens - 1, held))
             return self._extend(s, num_tokens, computed, drafts, main)
+        if any(w is not None for w in self.windows):  # the windows free what ``computed`` leaves out first
+            self.draft_slots = max(self.draft_slots, drafts)
+            return self._extend(s, num_tokens, computed, drafts)
         if (cdiv(s.tokens + num_tokens + drafts, bs) - len(s.tables[0])) * self.slots_per_token > self._free.num_free:
             return None
         if num_tokens and self._extend(s, num_tokens, computed) is None:
@@ -341,13 +353,6 @@ class HybridPagedAllocator(HybridQueries):
                     table += self._pop(g, more)
             self._settle(s)
         return NO_COPIES
-
-    def _check_drafts_modelled(self) -> None:
-        """Slots past a sequence's tokens (drafts, a padded admission's placeholders, a drafter's lookahead) are
-        modelled with full-attention and Mamba groups only (`check_mamba_speculation` refuses the rest)."""
-        if any(w is not None for w in self.windows):
-            raise ValueError("speculative drafts on a hybrid pool are modelled with full-attention and Mamba groups "
-                             "only")
 
     def _free_states(self, s: HybridSeq, computed: int, end: int) -> bool:
         """vLLM's ``MambaManager.remove_skipped_blocks`` in align mode, ``computed`` tokens processed: release

@@ -27,10 +27,12 @@ def audit_hybrid(a) -> None:
     for seq_id, s in a._seqs.items():
         length = cdiv(s.tokens, bs)
         assert s.tokens > 0, f"sequence {seq_id}: holds no token"
-        # attention blocks held for speculative drafts past the tokens (`grow_with_drafts`: no window)
+        # attention blocks held for speculative drafts past the tokens (`grow_with_drafts`; with windows, at most
+        # the blocks of the most drafts a verification held)
         held_len = len(s.tables[0])
         spec = a.mamba_state_blocks - 1
-        assert held_len == length or (length < held_len and spec and all(w is None for w in a.windows)), \
+        assert held_len == length or (length < held_len and (
+            spec and all(w is None for w in a.windows) or held_len <= cdiv(s.tokens + a.draft_slots, bs))), \
             f"sequence {seq_id}: {held_len} blocks held for {s.tokens} tokens"
         for g, (table, k) in enumerate(zip(s.tables, s.skipped, strict=True)):
             w = a.windows[g]

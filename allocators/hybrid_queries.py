@@ -166,6 +166,7 @@ class HybridQueries(Allocator):
             raise ValueError(f"mamba_state_blocks must be a positive integer, got {mamba_state_blocks!r}")
         self.mamba_state_blocks = mamba_state_blocks  # 1 + num_speculative_blocks
         self.lookahead_tokens = lookahead_tokens
+        self.draft_slots = 0  # the most speculative slots a verification held past its tokens (`grow_with_drafts`)
         self._fresh: set[int] = set()  # Mamba keys cached in the step being scheduled (`new_step`)
         self.mamba = [g.mamba for g in self.groups]  # a group of one state block per sequence
         # the groups in vLLM's order (``KVCacheCoordinator.free`` frees a request's blocks manager by manager,

@@ -203,8 +203,11 @@ class DecodeSet:
         """The sequence gained ``tokens`` beyond its step's one (accepted speculative drafts,
         `sim.kernel.spec_decode`): they count as pending until its next sync, as if appended in earlier steps.
         Only for sequences synced every step (``lazy=False``): its deadline does not move."""
-        if self.windows is not None:
-            raise ValueError("speculative decoding is not modelled with sliding-window context")
+        windows = self.windows
+        if windows is not None and seq_id in windows.exit_at:  # it leaves the window ``tokens`` steps earlier
+            off = self.tokens[seq_id] - self.g0[seq_id]
+            windows.leave(seq_id, off)
+            windows.enter(seq_id, off + tokens)
         self.g0[seq_id] -= tokens
         self.sum_g0 -= tokens
 

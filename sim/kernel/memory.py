@@ -46,7 +46,7 @@ class KVMemory:
                  "shares_prefixes", "reports_growth", "per_chunk_capable", "parks_own", "knows_own", "grow",
                  "grow_due", "shared_fill", "evicted_blocks", "new_blocks", "hit_layout", "stores",
                  "host_evictions", "headroom", "grow_chunk", "touch_prefixes", "slots_per_token", "group_names",
-                 "host_tier")
+                 "host_tier", "tell_lag")
 
     def __init__(self, alloc: Allocator, host_tier: HostTier | None = None, *, host_hits_to_end: bool = False) -> None:
         """``host_tier``: a host-memory KV tier to put behind the allocator's prefix cache (``--cpu-offload-gib``);
@@ -79,6 +79,9 @@ class KVMemory:
         self.headroom = alloc.headroom
         self.grow_chunk = alloc.grow_chunk
         self.touch_prefixes = alloc.touch_prefixes
+        # how `free_group` tells a sequence's lagging tokens: as growth, except that a verification's accepted
+        # drafts in a pool with windows free no window block (`HybridPagedAllocator.cache_held`, set by the replica)
+        self.tell_lag = alloc.grow
 
     # -- questions -----------------------------------------------------------------------------------------
     @property
@@ -297,7 +300,7 @@ class KVMemory:
             if lag > 0 and self.prefix_caching:
                 if tier is not None:  # their blocks are offered when the next step is planned
                     tier.finishing(seq_id)
-                copies += self._alloc.grow(seq_id, lag) or NO_COPIES
+                copies += self.tell_lag(seq_id, lag) or NO_COPIES
             if unknown_tail == 1 and self.prefix_caching:
                 self._alloc.forget_tail_hash(seq_id)
             elif unknown_tail and self.prefix_caching:  # drafts: vLLM's paged manager only (`_check_speculative`)

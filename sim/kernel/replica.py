@@ -257,14 +257,13 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
     spec = None
     if config.speculative_config is not None:
-        if groups and model.mamba is None:  # a hybrid Mamba model's: `sim.kernel.mamba_run`
-            raise ValueError("--speculative-config needs a model without sliding-window layers (vLLM's hybrid KV "
-                             f"cache manager is not modelled with speculative decoding), got {model.name}")
         method, k = parse_speculative(config.speculative_config)
         spec = SpecDecode(k, config.spec_acceptance_rate, config.seed, max_model_len, method=method,
                           drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling,
                           kv_connector=memory.host_tier is not None)
         alloc.drop_last_hit = spec.block_drop
+        if groups and model.mamba is None:  # window groups: accepted drafts told at a free free no window block
+            memory.tell_lag = alloc.cache_held
         if spec.block_drop and memory.held_stores is not None:  # the drafter's group: vLLM's ``is_eagle_group``
             memory.held_stores.volatile_tail = True
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",

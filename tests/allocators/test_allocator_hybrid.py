@@ -158,6 +158,38 @@ def test_a_growth_counts_the_blocks_its_window_frees():
     a.check_invariants()
 
 
+def test_a_verification_counts_the_blocks_its_window_frees_before_its_drafts_blocks():
+    """ngram drafts on a sliding-window model: vLLM's ``allocate_slots`` for a verification frees what the tokens
+    before it leave out of the window, then allocates the fed token's and the drafts' slots in every group, all or
+    nothing, so a pool with one free block takes a verification that needs two once its window frees six."""
+    groups = (KVGroupFixture("sw", "sliding_window", 1, 4, 100), KVGroupFixture("full", "full", 1, None, 100))
+    a = HybridPagedAllocator(4 * 10, block_size=4, kv_groups=groups)  # 19 usable blocks
+    a.admit(0, 28, final_tokens=60)  # 7 blocks in each group
+    a.admit(1, 8, final_tokens=8)
+    assert a.num_free_blocks == 1
+    assert a.grow_with_drafts(0, 1, 2) == ()  # token 29 fed, drafts 30 .. 31: a block more in each group
+    assert a.block_tables(0)[0][:6] == (0,) * 6 and [len(t) for t in a.block_tables(0)] == [8, 8]
+    assert a.num_free_blocks == 5
+    a.check_invariants()
+
+
+def test_accepted_drafts_told_as_a_sequence_is_freed_free_no_window_block():
+    """A verification's accepted drafts are told when the sequence is freed (preempted, or finished, with them):
+    vLLM caches their full blocks after the step (``update_from_output``'s ``cache_blocks``) but frees window
+    blocks only in an ``allocate_slots``, which the sequence no longer has, so its window keeps what it held (told
+    as growth, block 1 would leave the window and reach the free queue before the rest)."""
+    groups = (KVGroupFixture("sw", "sliding_window", 1, 8, 100), KVGroupFixture("full", "full", 1, None, 100))
+    a = HybridPagedAllocator(4 * 20, block_size=4, kv_groups=groups, prefix_caching=True,
+                             prefix_cache_retention_interval=None)
+    hashes = [1, 2, 3, 4, 5, 6]
+    a.admit(0, 12, final_tokens=40, block_hashes=hashes)
+    assert a.grow_with_drafts(0, 1, 4) == ()  # token 13 fed, drafts 14 .. 17
+    assert a.block_tables(0) == ((0, 2, 3, 7, 8), (4, 5, 6, 9, 10)) and a.num_cached_tokens(hashes, 24) == 12
+    assert a.cache_held(0, 3) == ()  # three drafts accepted: 16 tokens, the fourth block full and cached
+    assert a.block_tables(0) == ((0, 2, 3, 7, 8), (4, 5, 6, 9, 10)) and a.num_cached_tokens(hashes, 24) == 16
+    a.check_invariants()
+
+
 def test_a_refused_chunk_frees_its_windows_blocks_before_the_preemption_does():
     """vLLM's ``allocate_slots`` removes the blocks a window left before it checks for room, so a refused chunk
     has freed them when the preemption that follows frees its victim's: they are evicted first, the victim's

@@ -66,7 +66,9 @@ def test_the_references_cover_drafters_contention_caching_and_limits():
         "mtp_offload_whole_prompts_k2", "eagle_offload_arc_sessions_k2",
         # generated blocks offloaded too
         "ngram_offload_generated_blocks_k3", "eagle_offload_generated_blocks_k3", "mtp_offload_finished_drafts_k2",
-        "ngram_offload_generated_fuzz62_0134_k20", "eagle_hash_units_k3", "mtp_offload_hash_units_k2"}
+        "ngram_offload_generated_fuzz62_0134_k20", "eagle_hash_units_k3", "mtp_offload_hash_units_k2",
+        # ngram drafts on a sliding-window model
+        "ngram_hybrid_contended_k3", "ngram_hybrid_sessions_k2", "ngram_hybrid_drafts_preempted_k20"}
 
 
 @pytest.mark.parametrize("case", CASES)

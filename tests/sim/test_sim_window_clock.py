@@ -29,11 +29,12 @@ def test_clipped_sum_is_the_sum_of_the_clipped_terms(first, span, window):
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(st.integers(1, 64), st.lists(st.tuples(st.sampled_from("jlrds"), st.integers(0, 7), st.integers(1, 90)),
+@given(st.integers(1, 64), st.lists(st.tuples(st.sampled_from("jlrdsa"), st.integers(0, 7), st.integers(1, 90)),
                                     max_size=60))
 def test_the_clipped_context_follows_every_change(window, ops):
     """Against a model that keeps every sequence's synced tokens and sync step: ``sum min(c + 1, W)`` with
-    ``c = tokens + step - g0`` (the fed token included), after joins, syncs, deferrals, departures and steps."""
+    ``c = tokens + step - g0`` (the fed token included), after joins, syncs, deferrals, departures, steps and
+    accepted speculative drafts (`DecodeSet.advance`: pending tokens as if appended in earlier steps)."""
     decode = DecodeSet(lazy=True, window=window)
     truth: dict[int, list[int]] = {}  # seq id -> [tokens, g0]
     step = 0
@@ -51,6 +52,9 @@ def test_the_clipped_context_follows_every_change(window, ops):
         elif op == "d" and seq in truth:
             decode.defer(seq)
             truth[seq][1] += 1
+        elif op == "a" and seq in truth:
+            decode.advance(seq, value % 21)
+            truth[seq][1] -= value % 21
         elif op == "s":
             step += value % 5
         expected = sum(min(t + step - g0 + 1, window) for t, g0 in truth.values())

@@ -14,8 +14,8 @@ before's finish (`releases.py`); bursts of gap 0 included) and the settings both
 ``scheduler_reserve_full_isl``, FCFS or priority, a capped ``max_model_len``, a ``watermark``, vLLM's offloading
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
-and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (drafts with a
-window group) are not drawn;
+and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (EAGLE
+drafts with a window group) are not drawn; ngram drafts with one are, since 2026-12-07 (drawn last);
 drafts are drawn with ``n > 1`` samples, and closed loops and released turns at all, since 2026-12-06, and arrivals
 released by finishes, and sessions or a host tier with drafts, under async scheduling since 2026-12-07, and
 async scheduling with generated blocks offloaded since later that day, and a trace's own prefix hashes
@@ -64,7 +64,14 @@ its first 3,000 (45 with drafts, 17 EAGLE, 27 with sessions), all exact but one 
 ``ngram_offload_generated_fuzz62_0134_k20``, fixed). With a trace's own prefix hashes drawn (``hash_units``):
 seed 63's 66 such draws of its first 400 and seed 64's 119 of its first 800, all exact but seed 64's draw 211
 (EAGLE, an LRU host, priorities), whose vLLM run depends on Python's hash seed: PYTHONHASHSEED 1 and 5 give
-kvsim's run metric for metric, 0, 2, 3 and 4 another (64 prompt tokens fewer at step 609).
+kvsim's run metric for metric, 0, 2, 3 and 4 another (64 prompt tokens fewer at step 609). Seeds 66 (150) and 67
+(1,500), all exact but three vLLM runs: two that never end (kvsim rejects requests needing more than the pool) and
+draw 1433 (ngram, an ARC host, released session turns), whose vLLM run depends on Python's hash seed (1 gives kvsim's
+run); the 65 and 118 draws of seeds 68 and 69 that are async behind a host tier without drafts (decode runs
+fast-forwarded there since 2026-12-07), all exact but seed 69's draw 1581 (LRU host, sessions), hash-seed dependent
+too (2 gives kvsim's run). With ngram drafts drawn on window draws (2026-12-07, drawn last): seeds 70, 71 and 72's
+63, 392 and 388 such draws, all exact but seed 71's two (``spec_cases.py``'s ``hybrid_accepted_drafts_fuzz71_2639``,
+fixed) and one vLLM run that never ends.
 """
 
 from __future__ import annotations
@@ -167,6 +174,11 @@ def draw(seed: int, i: int) -> dict:
         case["async_scheduling"] = True
     if "turns" not in trace and not trace.get("groups") and coin(0.3):  # a trace's own prefix hashes
         trace["hash_units"] = int(rng.choice([16, 40, 64, 100]))
+    if hybrid and coin(0.45):  # ngram drafts beside a window group (drawn last: the draws before keep their cases)
+        k = int(rng.choice([1, 2, 3, 5, 20]))
+        case["num_speculative_tokens"], case["spec_acceptance_rate"] = k, float(rng.choice([0.3, 0.5, 0.8, 0.95]))
+        case["max_num_batched_tokens"] = max(mnbt, k + 1)
+        case["num_blocks"] += 2 * -(-k // bs)  # each group's blocks for the drafts past the longest request
     return case
 
 

@@ -100,6 +100,20 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "closed_loop_priority": ("closed_loop_priority", 5, 0.8),
     # a trace's own prefix hashes (no lookahead hashes with ngram)
     "hash_units": ("hash_units", 3, 0.7),
+    # a sliding-window model (vLLM's hybrid manager: a window group of 128 tokens beside the full one): each group
+    # holds blocks for the drafts; a verification frees what the tokens before it leave out of the window
+    "hybrid_contended": ("hybrid_contended", 3, 0.6),
+    "hybrid_shared_prefix": ("hybrid_shared_prefix", 3, 0.5),
+    "hybrid_sessions": ("hybrid_sessions", 2, 0.7),
+    "hybrid_long_prefill_threshold": ("hybrid_long_prefill_threshold", 3, 0.5),
+    "hybrid_retention_interval_256": ("hybrid_retention_interval_256", 3, 0.7),
+    "hybrid_parallel_sampling": ("hybrid_parallel_sampling", 2, 0.6),
+    # 20 drafts: a victim's accepted drafts fill a block vLLM caches after the step (``update_from_output``) and
+    # free no window block (only an ``allocate_slots`` does), so its window tail is evicted first
+    "hybrid_contended_20_drafts": ("hybrid_contended", 20, 0.95),
+    "hybrid_drafts_preempted": ("hybrid_drafts_preempted", 20, 0.95),
+    # found by `fuzz.py` (seed 71, draw 2639): that rule on a trace's own prefix hashes, dense window retention
+    "hybrid_accepted_drafts_fuzz71_2639": ("fuzz71_2639", 5, 0.95),
 }
 
 # the `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
@@ -123,6 +137,16 @@ cases.CASES.setdefault("fuzz53_0100", dict(
     trace=dict(n=36, prompt=(428, 708), output=(37, 264), gap=0.3), block_size=32, max_num_batched_tokens=2048,
     max_num_seqs=32, long_prefill_token_threshold=64, num_blocks=172, cpu_offload_blocks=75,
     offload_eviction_policy="lru", offload_prompt_only=False))
+
+cases.CASES.setdefault("fuzz71_2639", dict(
+    trace=dict(n=29, prompt=(4, 691), output=(95, 358), gap=0.3, hash_units=16), max_num_batched_tokens=8192,
+    scheduler_reserve_full_isl=False, sliding_window=128, prefix_cache_retention_interval=None, num_blocks=192))
+
+# a sliding-window case of this script's own: shared prefixes under 20 drafts in a pool of 120 blocks, a 64-token
+# prefill threshold and sparse window retention every 64 tokens (victims preempted with accepted drafts)
+cases.CASES.setdefault("hybrid_drafts_preempted", dict(
+    trace=dict(n=40, prompt=(300, 700), output=(20, 300), gap=0.1, groups=2), num_blocks=120, sliding_window=128,
+    prefix_cache_retention_interval=64, long_prefill_token_threshold=64))
 
 # a base case of this script's own, beside ``cases.py``'s: whole prompts repeated (a group's members all send its
 # prompt, a whole number of blocks long), so the block ending a shared prompt is followed by each request's own
@@ -245,6 +269,10 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "mtp_offload_finished_drafts_k2": ("fuzz41_1126", "mtp", 2, 0.95),
     # found by `fuzz.py` (seed 62, draw 134): 20 drafts in flight leave more than the last block unhashed
     "ngram_offload_generated_fuzz62_0134_k20": ("fuzz62_0134", "ngram", 20, 0.95),
+    # ngram drafts on a sliding-window model: windows freed by the tokens processed, drafts in flight
+    "ngram_hybrid_contended_k3": ("hybrid_contended", "ngram", 3, 0.6),
+    "ngram_hybrid_sessions_k2": ("hybrid_sessions", "ngram", 2, 0.7),
+    "ngram_hybrid_drafts_preempted_k20": ("hybrid_drafts_preempted", "ngram", 20, 0.95),
     # a trace's own prefix hashes
     "eagle_hash_units_k3": ("hash_units", "eagle", 3, 0.6),
     "mtp_offload_hash_units_k2": ("offload_hash_units", "mtp", 2, 0.7),
