@@ -84,12 +84,20 @@ def pool_bytes_per_token(model: ModelSpec, tensor_parallel: int = 1, drafter_lay
     `check_decode_context_parallel`) each token is stored on one GPU of every N instead of on all of them: a
     rank's pages hold its own share of every request's tokens (`allocators.decode_context_parallel`). A hybrid
     Mamba model's drafter layers are attention layers (Qwen3-Next's MTP layer: `allocators.mamba_layout.model_pool`)."""
-    if drafter_layers and model.attention_layers is not None:
-        model = replace(model, num_layers=model.num_layers + drafter_layers,
-                        attention_layers=model.attention_layers + drafter_layers)
-    elif drafter_layers:
-        model = replace(model, num_layers=model.num_layers + drafter_layers)
+    model = with_drafter_layers(model, drafter_layers)
     return model.kv_bytes_per_token_per_gpu(tensor_parallel) * (tensor_parallel // decode_context_parallel)
+
+
+def with_drafter_layers(model: ModelSpec, drafter_layers: int) -> ModelSpec:
+    """The model's KV layout with a speculative drafter's ``drafter_layers`` layers added: full-attention layers
+    of the target's shape (the module docstring), so on a sliding-window model its full group grows by them
+    (gpt-oss-20b with EAGLE: 12 sliding, 13 full, as vLLM's planner counts them)."""
+    if drafter_layers and model.attention_layers is not None:
+        return replace(model, num_layers=model.num_layers + drafter_layers,
+                       attention_layers=model.attention_layers + drafter_layers)
+    if drafter_layers:
+        return replace(model, num_layers=model.num_layers + drafter_layers)
+    return model
 
 
 def drafter_weight_bytes(model: ModelSpec, drafter_layers: int) -> float:

@@ -55,16 +55,30 @@ def uses_hybrid_manager(allocator: str, kv_groups: Sequence, disabled: bool) -> 
     return allocator == "paged" and needs_hybrid(kv_groups) and not (disabled and disable_unifies(kv_groups))
 
 
+GROUP_SIZE_SLACK = 1.5
+"""``_get_kv_cache_groups_uniform_page_size``: the larger layer count sets the group size when it is under 1.5
+times the smaller (fewer padding layers), else the smaller does."""
+
+
+def kv_cache_group_size(*layer_counts: int) -> int:
+    """Layers per KV cache group, given each attention type's layer count (`GROUP_SIZE_SLACK`)."""
+    low, high = min(layer_counts), max(layer_counts)
+    return high if high < low * GROUP_SIZE_SLACK else low
+
+
 def split_kv_groups(kv_groups: Sequence) -> tuple[int, tuple[CacheGroup, ...]]:
-    """``(unit, cache groups)``: vLLM's grouping by the smallest attention group's layer count. Every layer
-    must cost the same bytes per token (vLLM's one page size); a one-line ValueError otherwise."""
+    """``(unit, cache groups)``: vLLM's grouping by the smallest attention group's layer count, or by the largest
+    where that is under 1.5 times the smallest (``_get_kv_cache_groups_uniform_page_size``: fewer padding layers;
+    gpt-oss-20b with an EAGLE drafter's layer, 12 sliding and 13 full, is two groups of 13, the sliding one
+    padded). Every layer must cost the same bytes per token (vLLM's one page size); a one-line ValueError
+    otherwise."""
     if not kv_groups:
         raise ValueError("a hybrid KV pool needs at least one KV group")
     per_layer = {g.bytes_per_token / g.layers for g in kv_groups}
     if len(per_layer) > 1:
         raise ValueError("KV groups " + ", ".join(g.name for g in kv_groups) + " differ in bytes per layer per "
                          "token; one block pool needs one page size")
-    unit = min(g.layers for g in kv_groups)
+    unit = kv_cache_group_size(*(g.layers for g in kv_groups))
     out: list[CacheGroup] = []
     for g in kv_groups:
         window = int(g.window) if g.attention == SLIDING else None

@@ -45,6 +45,7 @@ from math import lcm
 from typing import ClassVar, Protocol
 
 from allocators.base import cdiv
+from allocators.kv_cache_groups import kv_cache_group_size
 
 MAMBA_DTYPES: dict[str, int | None] = {"auto": None, "float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes of one state element by vLLM's ``--mamba-cache-dtype`` / ``--mamba-ssm-cache-dtype`` name (``auto``:
@@ -54,10 +55,6 @@ KERNEL_BLOCK = 16
 """FlashAttention's kernel block, ``MultipleOf(16)`` (``v1/attention/backends/flash_attn.py``,
 ``get_supported_kernel_block_sizes``), and vLLM's default ``--block-size`` (``CacheConfig.DEFAULT_BLOCK_SIZE``):
 the granularity ``_align_hybrid_block_size`` raises the attention block size in."""
-
-GROUP_SIZE_SLACK = 1.5
-"""``_get_kv_cache_groups_uniform_page_size``: the larger layer count sets the group size when it is under 1.5
-times the smaller (fewer padding layers), else the smaller does."""
 
 
 class MambaStateLayers(Protocol):
@@ -188,12 +185,6 @@ def hybrid_block_size(attention_bytes_per_token: int, mamba_page_bytes: int, blo
     size = align * cdiv(mamba_page_bytes, align * attention_bytes_per_token)
     size = kernel_block * cdiv(size, kernel_block)
     return max(block_size, size)
-
-
-def kv_cache_group_size(attention_layers: int, mamba_layers: int) -> int:
-    """Layers per KV cache group (`GROUP_SIZE_SLACK`)."""
-    low, high = min(attention_layers, mamba_layers), max(attention_layers, mamba_layers)
-    return high if high < low * GROUP_SIZE_SLACK else low
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,13 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     (`sim.kernel.spec_decode`). ``prefix_caching``: vLLM's ``--enable-prefix-caching``, which sizes only a hybrid
     Mamba model's pool (its ``mamba_cache_mode``); the requests sized share no prompt."""
     from allocators import allocator_class, make_allocator
-    from allocators.capacity import fill_to_capacity, final_tokens, kv_capacity, pool_bytes_per_token
+    from allocators.capacity import (
+        fill_to_capacity,
+        final_tokens,
+        kv_capacity,
+        pool_bytes_per_token,
+        with_drafter_layers,
+    )
     from allocators.catalog import get_gpu, get_model
     from allocators.hybrid import HybridPagedAllocator
     from allocators.kv_cache_groups import uses_hybrid_manager
@@ -113,10 +119,11 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
                                      num_speculative_tokens=k, drafter_layers=draft) | _notes(
             config, max_model_len, spec, cap, False, max_num_batched_tokens)
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
-    hybrid = uses_hybrid_manager(allocator, spec.kv_groups(), disable_hybrid_kv_cache_manager)
+    pool_groups = with_drafter_layers(spec, draft).kv_groups()  # a drafter's layers join the full group
+    hybrid = uses_hybrid_manager(allocator, pool_groups, disable_hybrid_kv_cache_manager)
     block_size = scheduler_block_size(config, spec, gpu_spec)  # vLLM's scheduler's (an MLA backend's x DCP)
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
-        alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=spec.kv_groups(), block_size=block_size,
+        alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=pool_groups, block_size=block_size,
                                      max_model_len=max_len, max_num_batched_tokens=max_num_batched_tokens)
     else:
         alloc = make_allocator(allocator, cap.kv_tokens, block_size=block_size, max_model_len=max_len,

@@ -11,7 +11,7 @@ import numpy as np
 
 from allocators import allocator_class, make_allocator
 from allocators.arc_tier import ArcTier
-from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token
+from allocators.capacity import KVCapacity, kv_capacity, pool_bytes_per_token, with_drafter_layers
 from allocators.catalog import GIB, get_gpu
 from allocators.catalog_file import model_with_catalog
 from allocators.host_tier import HostTier
@@ -192,10 +192,12 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
 
 def hybrid_kv_groups(config: SimConfig, model) -> tuple:
     """The model's KV groups when ``paged`` on it is vLLM's hybrid KV cache manager (`allocators.hybrid`): more
-    than one group or a sliding window, unless ``--disable-hybrid-kv-cache-manager``; else ()."""
-    groups = model.kv_groups()
+    than one group or a sliding window, unless ``--disable-hybrid-kv-cache-manager``; else (). A speculative
+    drafter's layers join its full group (`allocators.capacity.with_drafter_layers`)."""
     if model.mamba is not None and config.allocator == "paged":  # its Mamba layers are groups of their own
-        return groups
+        return model.kv_groups()
+    drafters = drafter_layers(speculative_method(config.speculative_config), model)
+    groups = with_drafter_layers(model, drafters).kv_groups()
     return groups if uses_hybrid_manager(config.allocator, groups, config.disable_hybrid_kv_cache_manager) else ()
 
 

@@ -52,8 +52,11 @@ same way and add what kvsim is about, KV memory:
   heads; MTP runs the model's ``num_nextn_predict_layers`` (DeepSeek-V3: 1, an MLA layer like the target's), and
   more than one module with ``num_speculative_tokens > 1`` is multi-module MTP (``use_multi_module_mtp``), whose
   prefill lookahead kvsim does not model: refused, as is ``mtp`` on a catalog entry without the field. A drafter
-  whose layers would form a KV cache group of their own (EAGLE's GQA layer beside an MLA model) or sit beside
-  sliding-window groups is refused (`drafter_layers`). On a hybrid Mamba model, Qwen3-Next's one MTP layer is a
+  whose layers would form a KV cache group of their own (EAGLE's GQA layer beside an MLA model) is refused
+  (`drafter_layers`). On a sliding-window model (gpt-oss) the drafter's full-attention layer joins the full
+  layers, and vLLM's planner groups them by the larger count where it is under 1.5 times the smaller (12
+  sliding and 13 full: two groups of 13, the sliding one padded; `allocators.kv_cache_groups.split_kv_groups`),
+  every group holding the lookahead slots (`allocators.hybrid`). On a hybrid Mamba model, Qwen3-Next's one MTP layer is a
   full-attention layer (``model_executor/models/qwen3_next_mtp.py:89-96``): it joins the attention group of the
   hybrid pool (`allocators.mamba_layout.hybrid_mamba_pool`, groups of 13 layers), modelled with prefix caching
   off and on (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp`` and
@@ -155,13 +158,11 @@ def parse_speculative(text: str) -> tuple[str, int]:
 def drafter_layers(method: str | None, model) -> int:
     """KV layers the drafter adds to every block (the module docstring): 0 for ngram, 1 for EAGLE and EAGLE-3,
     the catalog's ``num_nextn_predict_layers`` for MTP (refused without it, or with several modules). Refused
-    where the drafter's layers would not share the target's one KV cache group: a model with sliding-window
-    layers, and EAGLE on an MLA model (its drafter layer has GQA heads of its own)."""
+    where the drafter's layers would not join a KV cache group of the target's: EAGLE on an MLA model (its drafter
+    layer has GQA heads of its own). On a sliding-window model they join its full layers
+    (`allocators.capacity.with_drafter_layers`)."""
     if method not in DRAFTER_METHODS:
         return 0
-    if model.sliding_window is not None:
-        raise ValueError(f"--speculative-config: method {method!r} on {model.name}, whose sliding-window layers "
-                         "vLLM's hybrid KV cache manager holds: a drafter beside them is not modelled")
     if method != "mtp":
         if model.kv_lora_rank:
             raise ValueError(f"--speculative-config: method {method!r} on {model.name}, an MLA model: its EAGLE "

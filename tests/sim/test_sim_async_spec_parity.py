@@ -68,7 +68,8 @@ def test_the_references_cover_drafters_contention_caching_and_limits():
         "ngram_offload_generated_blocks_k3", "eagle_offload_generated_blocks_k3", "mtp_offload_finished_drafts_k2",
         "ngram_offload_generated_fuzz62_0134_k20", "eagle_hash_units_k3", "mtp_offload_hash_units_k2",
         # ngram drafts on a sliding-window model
-        "ngram_hybrid_contended_k3", "ngram_hybrid_sessions_k2", "ngram_hybrid_drafts_preempted_k20"}
+        "ngram_hybrid_contended_k3", "ngram_hybrid_sessions_k2", "ngram_hybrid_drafts_preempted_k20",
+        "eagle_hybrid_contended_k3", "eagle_hybrid_sessions_k2"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -40,8 +40,18 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
     model = MTP_MODEL if settings.get("method") == "mtp" else SimConfig().model
     kv_tokens = settings["num_blocks"] * settings["block_size"]
     if settings.get("sliding_window"):  # two KV cache groups in one pool of num_blocks blocks
-        model, kv_tokens = HYBRID_MODEL, kv_tokens // 2
-        assert get_model(model).sliding_window == settings["sliding_window"], "the case's window is the model's"
+        from allocators.capacity import with_drafter_layers
+        from allocators.kv_cache_groups import split_kv_groups
+        from sim.kernel.spec_decode import drafter_layers
+
+        model = HYBRID_MODEL
+        spec = get_model(model)
+        assert spec.sliding_window == settings["sliding_window"], "the case's window is the model's"
+        # a block is a token in a group's layers (an EAGLE drafter's layer joins the full ones: 12 and 13 layers,
+        # groups of 13): the fewest full tokens whose slots make num_blocks blocks
+        groups = with_drafter_layers(spec, drafter_layers(settings.get("method"), spec)).kv_groups()
+        unit = split_kv_groups(groups)[0]
+        kv_tokens = -(-kv_tokens * unit // sum(g.layers for g in groups))
     config = SimConfig(
         model=model, trace=str(trace), kv_tokens=kv_tokens,
         block_size=settings["block_size"], max_num_batched_tokens=settings["max_num_batched_tokens"],

@@ -14,8 +14,8 @@ before's finish (`releases.py`); bursts of gap 0 included) and the settings both
 ``scheduler_reserve_full_isl``, FCFS or priority, a capped ``max_model_len``, a ``watermark``, vLLM's offloading
 connector (LRU or ARC, prompt blocks only or not), a sliding-window group beside the full one (window 128, with 0,
 dense or periodic ``prefix_cache_retention_interval``), ngram or EAGLE speculative decoding (`spec_cases.as_eagle`),
-and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (EAGLE
-drafts with a window group) are not drawn; ngram drafts with one are, since 2026-12-07 (drawn last);
+and vLLM's ``AsyncScheduler`` (``async_gap.run_async``, drafts included). Combinations kvsim refuses (a host
+tier with a window group) are not drawn; drafts with one are, ngram and EAGLE, since 2026-12-07 (drawn last);
 drafts are drawn with ``n > 1`` samples, and closed loops and released turns at all, since 2026-12-06, and arrivals
 released by finishes, and sessions or a host tier with drafts, under async scheduling since 2026-12-07, and
 async scheduling with generated blocks offloaded since later that day, and a trace's own prefix hashes
@@ -71,7 +71,9 @@ run); the 65 and 118 draws of seeds 68 and 69 that are async behind a host tier 
 fast-forwarded there since 2026-12-07), all exact but seed 69's draw 1581 (LRU host, sessions), hash-seed dependent
 too (2 gives kvsim's run). With ngram drafts drawn on window draws (2026-12-07, drawn last): seeds 70, 71 and 72's
 63, 392 and 388 such draws, all exact but seed 71's two (``spec_cases.py``'s ``hybrid_accepted_drafts_fuzz71_2639``,
-fixed) and one vLLM run that never ends.
+fixed) and one vLLM run that never ends; with EAGLE drawn there too (later that day), seeds 73 and 74's 207 and 153
+EAGLE draws on a window group, all exact but one vLLM run that never ends (kvsim rejects a request the pool cannot
+hold).
 """
 
 from __future__ import annotations
@@ -179,6 +181,9 @@ def draw(seed: int, i: int) -> dict:
         case["num_speculative_tokens"], case["spec_acceptance_rate"] = k, float(rng.choice([0.3, 0.5, 0.8, 0.95]))
         case["max_num_batched_tokens"] = max(mnbt, k + 1)
         case["num_blocks"] += 2 * -(-k // bs)  # each group's blocks for the drafts past the longest request
+        if coin(0.4):  # an EAGLE drafter: lookahead slots (as many blocks more) and hashes
+            case["method"] = "eagle"
+            case["num_blocks"] += 2 * -(-k // bs)
     return case
 
 

@@ -196,6 +196,12 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     "hash_units": ("hash_units", 3, 0.6),
     "hash_units_40": ("hash_units_40", 2, 0.8),
     "offload_hash_units": ("offload_hash_units", 3, 0.6),
+    # a sliding-window model: the drafter's full-attention layer joins the full group (the block sizes are the
+    # driver's given pool), every group holds the lookahead slots; lookahead hashes, so no block drop
+    "hybrid_contended": ("hybrid_contended", 3, 0.6),
+    "hybrid_shared_prefix": ("hybrid_shared_prefix", 3, 0.5),
+    "hybrid_sessions": ("hybrid_sessions", 2, 0.7),
+    "hybrid_drafts_preempted": ("hybrid_drafts_preempted", 5, 0.95),
 }
 
 # `fuzz.py`'s seed 44, draw 271 and seed 46, draw 8 (their traces seeded by their names): sessions whose next turn
@@ -273,6 +279,8 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "ngram_hybrid_contended_k3": ("hybrid_contended", "ngram", 3, 0.6),
     "ngram_hybrid_sessions_k2": ("hybrid_sessions", "ngram", 2, 0.7),
     "ngram_hybrid_drafts_preempted_k20": ("hybrid_drafts_preempted", "ngram", 20, 0.95),
+    "eagle_hybrid_contended_k3": ("hybrid_contended", "eagle", 3, 0.6),
+    "eagle_hybrid_sessions_k2": ("hybrid_sessions", "eagle", 2, 0.7),
     # a trace's own prefix hashes
     "eagle_hash_units_k3": ("hash_units", "eagle", 3, 0.6),
     "mtp_offload_hash_units_k2": ("offload_hash_units", "mtp", 2, 0.7),
@@ -328,17 +336,22 @@ def write_async(name: str, out: Path) -> dict:
     return totals
 
 
-def pool_blocks(available_bytes: int, layers: int, drafter_layers: int) -> dict:
+def pool_blocks(available_bytes: int, layers: int, drafter_layers: int, window: int = 0) -> dict:
     """vLLM's ``get_global_kv_cache_groups`` and ``get_kv_cache_configs`` (as ``EngineCore`` calls them) for
     ``layers`` target layers and ``drafter_layers`` drafter layers (``is_draft``) of Llama-2-7B's layout (32 KV
-    heads x 128, fp16, 16-token blocks) in ``available_bytes``: the pool's blocks and its groups' layer counts."""
+    heads x 128, fp16, 16-token blocks) in ``available_bytes``: the pool's blocks and its groups' layer counts.
+    With a ``window``, gpt-oss-20b's layout instead: 8 KV heads x 64, bf16, every other layer (the first
+    included) sliding over ``window`` tokens, the drafter's layers full attention."""
     import torch
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=32, head_size=128, dtype=torch.float16)
-    specs = {f"model.layers.{i}.self_attn.attn": spec for i in range(layers)}
-    draft = FullAttentionSpec(block_size=16, num_kv_heads=32, head_size=128, dtype=torch.float16, is_draft=True)
+    heads, size, dtype = (8, 64, torch.bfloat16) if window else (32, 128, torch.float16)
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=size, dtype=dtype)
+    sliding = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=size, dtype=dtype,
+                                sliding_window=window) if window else spec
+    specs = {f"model.layers.{i}.self_attn.attn": sliding if i % 2 == 0 else spec for i in range(layers)}
+    draft = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=size, dtype=dtype, is_draft=True)
     specs |= {f"draft_model.layers.{i}.self_attn.attn": draft for i in range(drafter_layers)}
     config = _pool_config()
     groups = get_global_kv_cache_groups(config, [specs])
@@ -364,14 +377,18 @@ def _pool_config():
         speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=3))
     object.__setattr__(config.speculative_config, "method", "eagle")
     config.cache_config.kv_cache_layout = "NHD"  # FlashAttention's (layer-outermost): each layer's page a block
+    config.scheduler_config.disable_hybrid_kv_cache_manager = False  # as on a GPU (a CPU platform turns it off)
     return config
 
 
-POOL = {  # name -> (available bytes, target layers, drafter layers): kvsim's Llama-2-7B on an H100, and 10 GiB
+POOL = {  # name -> (available bytes, target layers, drafter layers[, window]): kvsim's Llama-2-7B on an H100, and
+    # 10 GiB; gpt-oss-20b's 12 sliding and 12 full layers in 10 GiB (with a drafter layer: 12 sliding, 13 full)
     "llama2_7b_h100": (62_599_159_050, 32, 0),
     "llama2_7b_h100_eagle": (62_194_293_050, 32, 1),
     "llama2_7b_10gib": (10 * 2**30, 32, 0),
     "llama2_7b_10gib_eagle": (10 * 2**30, 32, 1),
+    "gpt_oss_20b_10gib": (10 * 2**30, 24, 0, 128),
+    "gpt_oss_20b_10gib_eagle": (10 * 2**30, 24, 1, 128),
 }
 
 
@@ -400,8 +417,8 @@ def main() -> None:
             print(name, {k: v for k, v in totals.items()}, flush=True)
         return
     if a.pool:
-        pool = {name: {"available_bytes": m, "layers": n, "drafter_layers": d, **pool_blocks(m, n, d)}
-                for name, (m, n, d) in POOL.items()}
+        pool = {name: {"available_bytes": m, "layers": n, "drafter_layers": d, **({"window": w[0]} if w else {}),
+                       **pool_blocks(m, n, d, *w)} for name, (m, n, d, *w) in POOL.items()}
         (Path(a.out) / "eagle").mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "eagle" / "pool.json").write_text(json.dumps(pool, indent=1) + "\n")
         return
