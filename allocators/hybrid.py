@@ -255,8 +255,8 @@ class HybridPagedAllocator(HybridQueries):
         """Free what ``computed`` tokens leave out of each window, then give the new tokens their blocks. A
         refused call still frees those (vLLM's ``allocate_slots`` removes the skipped blocks before it checks
         for room): they join the free queue ahead of whatever the preemption that follows frees, which
-        decides what later allocations evict. ``drafts``: slots held after them (align mode, `grow_with_drafts`),
-        all or nothing, but not counted as tokens; ``mamba_drafts`` of them (default all: without a drafter's
+        decides what later allocations evict. ``drafts``: slots held after them (align mode and window groups,
+        `grow_with_drafts`), all or nothing, but not counted as tokens; ``mamba_drafts`` of them (default all: without a drafter's
         lookahead, `_main_model_drafts`) take state columns too."""
         if num_tokens == 0 and not drafts:
             return NO_COPIES

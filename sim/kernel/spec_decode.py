@@ -56,10 +56,10 @@ same way and add what kvsim is about, KV memory:
   (`drafter_layers`). On a sliding-window model (gpt-oss) the drafter's full-attention layer joins the full
   layers, and vLLM's planner groups them by the larger count where it is under 1.5 times the smaller (12
   sliding and 13 full: two groups of 13, the sliding one padded; `allocators.kv_cache_groups.split_kv_groups`),
-  every group holding the lookahead slots (`allocators.hybrid`). On a hybrid Mamba model, Qwen3-Next's one MTP layer is a
-  full-attention layer (``model_executor/models/qwen3_next_mtp.py:89-96``): it joins the attention group of the
-  hybrid pool (`allocators.mamba_layout.hybrid_mamba_pool`, groups of 13 layers), modelled with prefix caching
-  off and on (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp`` and
+  every group holding the lookahead slots (`allocators.hybrid`). On a hybrid Mamba model, Qwen3-Next's one MTP
+  layer is a full-attention layer (``model_executor/models/qwen3_next_mtp.py:89-96``): it joins the attention
+  group of the hybrid pool (`allocators.mamba_layout.hybrid_mamba_pool`, groups of 13 layers), modelled with
+  prefix caching off and on (`allocators.mamba_layout.check_mamba_speculation`; ``tools/vllm_oracle/gdn_driver.py --mtp`` and
   ``--mtp-align``, ``tests/sim/test_sim_gdn_mtp_parity.py`` and ``test_sim_gdn_mtp_align_parity.py``): on, its
   lookahead slots take no Mamba state column (`allocators.hybrid_queries.HybridQueries._main_model_drafts`).
   `allocators.capacity.kv_capacity` sizes the pool with the drafter layers (``drafter_layers``), and counts the
