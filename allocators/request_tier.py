@@ -88,7 +88,8 @@ class RequestTier(HostTier):
 
     __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
                  "_writing", "_step", "_changes", "_behind", "_last_offers", "_finishing", "_parked_copies", "_sharing",
-                 "write_lag", "_late", "volatile_tail", "_prompt_blocks", "_final", "_latest",
+                 "write_lag", "_late", "volatile_tail", "_prompt_blocks", "_prompt_tokens", "_decoding", "_final",
+                 "_latest",
                  "hashed_blocks")
 
     write_through = True
@@ -131,6 +132,10 @@ class RequestTier(HostTier):
         # block is not offered (the drafter may rewrite it after a rejection), unless the request has finished
         self.volatile_tail = False
         self._prompt_blocks: dict[object, int] = {}  # request -> its prompt's full blocks (`bind`)
+        self._prompt_tokens: dict[object, int] = {}  # request -> its prompt's tokens (`bind`)
+        # request -> whether its latest offer's tokens passed its prompt (`computed` given ``tokens``: vLLM's
+        # ``storable_chunks`` holds the volatile tail back once its offloadable tokens do)
+        self._decoding: dict[object, bool] = {}
         self._final = False  # a finished request's last offer is being made (`flush_stores`)
         self._latest: dict[int, tuple[Sequence[int], int]] = {}  # with a volatile tail: a sequence's latest offer
         # vLLM's async scheduling: sequence -> its full blocks hashed by now, for the sequences with outputs in
@@ -266,20 +271,25 @@ class RequestTier(HostTier):
         """The finished request's record: read by the policy (`_finish`), then ended."""
         self._limits.pop(request, None)
         self._prompt_blocks.pop(request, None)
+        self._prompt_tokens.pop(request, None)
+        self._decoding.pop(request, None)
         a = self._requests.pop(request, None)
         if a is not None:
             self._finish(a)
             self._forget(a)
 
-    def bind(self, seq_id: int, request: object, prompt_blocks: int) -> None:
+    def bind(self, seq_id: int, request: object, prompt_blocks: int, prompt_tokens: int | None = None) -> None:
         """Sequence ``seq_id`` (about to be placed) is ``request``'s: it carries on the request's record if a
         preemption left one, offering again from the first block (vLLM restarts its offers); with
-        ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt."""
+        ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt
+        (``prompt_tokens`` tokens: with a `volatile_tail`, offers of more tokens hold the last full block back)."""
         self._bound[seq_id] = request
         a = self._requests.get(request)
         if a is not None:
             a.next_stored = 0
         self._prompt_blocks[request] = prompt_blocks
+        if prompt_tokens is not None:
+            self._prompt_tokens[request] = prompt_tokens
         if self.prompt_only:
             self._limits[request] = prompt_blocks
     def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
@@ -295,10 +305,13 @@ class RequestTier(HostTier):
         self.reloaded_blocks += count
         return count
 
-    def computed(self, seq_id: int, block_hashes: Sequence[int], full: int) -> int:
-        """The sequence has computed its first ``full`` blocks: offer those after its last store (the tier
-        stores the new ones, evicting as its policy says outside the offer, or none if too few are left).
-        Returns the blocks stored (0 while stores are held back, `hold_stores`)."""
+    def computed(self, seq_id: int, block_hashes: Sequence[int], full: int, tokens: int | None = None) -> int:
+        """The sequence has computed its first ``full`` blocks (``tokens`` tokens, where the caller knows them):
+        offer those after its last store (the tier stores the new ones, evicting as its policy says outside the
+        offer, or none if too few are left). Returns the blocks stored (0 while stores are held back,
+        `hold_stores`)."""
+        if tokens is not None:
+            self.note_tokens(seq_id, tokens)
         if self._queued is not None:
             self._queued.append((seq_id, block_hashes, full))
             return 0
@@ -361,6 +374,13 @@ class RequestTier(HostTier):
         a.next_stored = stop
         return len(new)
 
+    def note_tokens(self, seq_id: int, tokens: int) -> None:
+        """The sequence now holds ``tokens`` tokens: with a `volatile_tail`, whether its offers (this one, or one
+        made again later) count it as decoding (`_stop`)."""
+        if self.volatile_tail:
+            request = self._request_of(seq_id)
+            self._decoding[request] = tokens > self._prompt_tokens.get(request, tokens)
+
     def offers(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
         """Whether `computed` with ``full`` blocks computed would offer the tier anything: blocks past the
         request's last store (a block just filled, or blocks a failed store or a fork left unoffered). A
@@ -395,11 +415,17 @@ class RequestTier(HostTier):
     def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
         """Where an offer of the request's first ``full`` blocks ends: at its known blocks, with ``prompt_only`` at
         its prompt's, and with a `volatile_tail` a block short while it decodes and has not finished (vLLM's
-        ``storable_chunks``: decoding once its offloadable tokens pass its prompt; here once its full blocks do,
-        which differs only for a prompt block whose failed store is offered again while it decodes)."""
+        ``storable_chunks``: decoding once its offloadable tokens pass its prompt, as the latest offer's tokens
+        said; without them, once its full blocks do). The tokens matter where a chunk that passes the prompt
+        ends inside the block after it, as a preempted request's recompute does: vLLM holds the prompt's last
+        full block back then, and stores it once a later block fills."""
         stop = min(full, len(block_hashes), self._limits.get(request, full))
-        if self.volatile_tail and not self._final and full > self._prompt_blocks.get(request, full):
-            stop = min(stop, full - 1)
+        if self.volatile_tail and not self._final:
+            decoding = self._decoding.get(request)
+            if decoding is None:
+                decoding = full > self._prompt_blocks.get(request, full)
+            if decoding:
+                stop = min(stop, full - 1)
         return stop
 
     def finishing(self, seq_id: int) -> None:

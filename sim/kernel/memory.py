@@ -226,7 +226,8 @@ class KVMemory:
         self.owner[seq_id] = group
         group.seq_ids.append(seq_id)
         if self.host_tier is not None and self.host_tier.write_through:  # its record is the request's
-            self.host_tier.bind(seq_id, (group.index, len(group.seq_ids) - 1), group.prompt // self.block_size)
+            self.host_tier.bind(seq_id, (group.index, len(group.seq_ids) - 1), group.prompt // self.block_size,
+                                group.prompt)
         return seq_id
 
     def fork(self, group: SequenceGroup, parent: int) -> tuple[Copy, ...] | None:

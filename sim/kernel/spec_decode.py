@@ -114,6 +114,7 @@ METHODS = ("ngram", *DRAFTER_METHODS)
 models (``draft_model``), DFlash, DSpark and the rest are not modelled."""
 KEYS = ("method", "num_speculative_tokens", "model", "prompt_lookup_min", "prompt_lookup_max")
 STREAM = 0x5EC  # the acceptance Generators' stream key, apart from every other draw kvsim makes
+VERIFICATIONS_AHEAD = 64  # a request's verifications whose acceptance uniforms are drawn in one call (`accept`)
 
 
 def parse_speculative_config(text: str) -> int:
@@ -220,7 +221,8 @@ class SpecDecode:
         self.seed = seed
         self.max_model_len = max_model_len
         self.drafts: dict[int, int] = {}  # group index -> drafts its next decode step feeds
-        self.rngs: dict[int, np.random.Generator] = {}
+        # group index -> [its acceptance Generator, uniforms drawn ahead, the next one's position] (`accept`)
+        self.draws: dict[int, list] = {}
         self.scheduled: list[tuple[SequenceGroup, int, bool]] = []  # this step's decoders (group, drafts, padded)
         self.tokens = self.pairs = 0  # this step's drafts, and the attention pairs of their queries
         self.context = 0  # this step's verifying requests' context, which the drafter's later passes read
@@ -366,13 +368,23 @@ class SpecDecode:
         return figures
 
     def accept(self, group: SequenceGroup, drafts: int) -> int:
-        """Drafts accepted of the ``drafts`` a verification of ``group`` feeds: ``k`` uniforms, a prefix of
-        those below the acceptance rate."""
-        rng = self.rngs.get(group.index)
-        if rng is None:
-            rng = self.rngs[group.index] = np.random.default_rng([self.seed, STREAM, group.index])
-        below = rng.random(self.k)[:drafts] < self.p
-        return int(drafts if below.all() else below.argmin())
+        """Drafts accepted of the ``drafts`` a verification of ``group`` feeds: its stream's next ``k`` uniforms,
+        a prefix of those below the acceptance rate. They are drawn `VERIFICATIONS_AHEAD` verifications at a time
+        (a numpy Generator's uniforms are the same drawn in one call or in many: one call costs what a
+        verification's own bookkeeping does)."""
+        entry = self.draws.get(group.index)
+        if entry is None:
+            entry = self.draws[group.index] = [np.random.default_rng([self.seed, STREAM, group.index]), [], 0]
+        _, uniforms, at = entry
+        if at == len(uniforms):
+            uniforms, at = entry[0].random(self.k * VERIFICATIONS_AHEAD).tolist(), 0
+            entry[1] = uniforms
+        entry[2] = at + self.k
+        p = self.p
+        for i in range(min(drafts, self.k)):
+            if uniforms[at + i] >= p:
+                return i
+        return min(drafts, self.k)
 
     def step_done(self, sched, joiners: list[SequenceGroup]) -> None:
         """The step has run: each verification accepts its drafts (the group gains them: its decode clock moves

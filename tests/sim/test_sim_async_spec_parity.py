@@ -15,6 +15,7 @@ import json
 
 import pytest
 
+from allocators.request_tier import RequestTier
 from sim.kernel import async_outputs, memory, scheduler, spec_decode
 from sim.kernel.runner import run_config
 from tests.sim.mamba_oracle import mamba
@@ -69,7 +70,7 @@ def test_the_references_cover_drafters_contention_caching_and_limits():
         "ngram_offload_generated_fuzz62_0134_k20", "eagle_hash_units_k3", "mtp_offload_hash_units_k2",
         # ngram drafts on a sliding-window model
         "ngram_hybrid_contended_k3", "ngram_hybrid_sessions_k2", "ngram_hybrid_drafts_preempted_k20",
-        "eagle_hybrid_contended_k3", "eagle_hybrid_sessions_k2"}
+        "eagle_hybrid_contended_k3", "eagle_hybrid_sessions_k2", "eagle_offload_recompute_tail_fuzz75_0116_k20"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -117,6 +118,8 @@ RULES = [  # (what is dropped, the function replaced, the case that then differs
      (async_outputs.InFlight, "hashed_blocks", lambda self: {}), "eagle_offload_generated_blocks_k3"),
     ("and the drafts its verification in flight accepted are not hashed either",
      (spec_decode.SpecDecode, "in_flight_accepted", lambda self, group: 0), "ngram_offload_generated_fuzz62_0134_k20"),
+    ("a drafter's volatile tail is held back once the tokens offered pass the prompt, not its full blocks",
+     (RequestTier, "note_tokens", lambda self, seq_id, tokens: None), "eagle_offload_recompute_tail_fuzz75_0116_k20"),
 ]
 
 

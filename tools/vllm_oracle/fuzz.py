@@ -73,7 +73,9 @@ too (2 gives kvsim's run). With ngram drafts drawn on window draws (2026-12-07, 
 63, 392 and 388 such draws, all exact but seed 71's two (``spec_cases.py``'s ``hybrid_accepted_drafts_fuzz71_2639``,
 fixed) and one vLLM run that never ends; with EAGLE drawn there too (later that day), seeds 73 and 74's 207 and 153
 EAGLE draws on a window group, all exact but one vLLM run that never ends (kvsim rejects a request the pool cannot
-hold).
+hold). Seed 75 (400 draws of every kind) all exact but one draw vLLM cannot run (its long-prefill threshold
+assertion) and draw 116 (EAGLE, an ARC host storing generated blocks, async, whole prompts: ``spec_cases.py``'s
+``eagle_offload_recompute_tail_fuzz75_0116_k20``, fixed).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ with drafts under async scheduling (2026-12-06), seed 13's 152 such draws of its
 first 1,000 (246: 122 Mamba-2, 124 gated DeltaNet; 149 with prefix caching on, 64 MTP, 52 priority, 56 with
 fanned-out samples, 33 with a capped max_model_len, 40 with a watermark), all exact once the
 rules of ``tests/sim/test_sim_hybrid_async_spec_parity.py`` were ported (found on its references, before the fuzz);
-seed 15 (150), all exact.
+seed 15 (150), all exact; seed 20 (120, 2026-12-07, after window groups took drafts), all exact.
 Bugs found and fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
 kvsim's waiting count for a step (seed 1, draw 82; ``gdn_driver.py``'s
 ``gdn_nockpt_align_long_prefix_preempt_finished``); a padded admission with drafts and prefix caching on raised in

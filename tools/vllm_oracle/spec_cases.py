@@ -138,6 +138,10 @@ cases.CASES.setdefault("fuzz53_0100", dict(
     max_num_seqs=32, long_prefill_token_threshold=64, num_blocks=172, cpu_offload_blocks=75,
     offload_eviction_policy="lru", offload_prompt_only=False))
 
+cases.CASES.setdefault("fuzz75_0116", dict(
+    trace=dict(n=18, prompt=(268, 983), output=(16, 135), groups=4, whole_prompts=True, gap=10.0), block_size=32,
+    max_num_batched_tokens=2048, max_num_seqs=32, max_model_len=989, num_blocks=43, cpu_offload_blocks=37,
+    offload_eviction_policy="arc", offload_prompt_only=False))
 cases.CASES.setdefault("fuzz71_2639", dict(
     trace=dict(n=29, prompt=(4, 691), output=(95, 358), gap=0.3, hash_units=16), max_num_batched_tokens=8192,
     scheduler_reserve_full_isl=False, sliding_window=128, prefix_cache_retention_interval=None, num_blocks=192))
@@ -166,6 +170,9 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     # generated blocks offloaded too: the drafter group's last full block held back while a request decodes
     "offload_generated_blocks": ("offload_generated_blocks", 3, 0.6),
     "offload_finished_drafts": ("fuzz41_1126", 2, 0.95),
+    # found by `fuzz.py` (seed 75, draw 116): a preempted request's recompute chunk ends past its prompt, inside
+    # the block after it: vLLM counts it decoding by tokens and holds the prompt's last full block back
+    "offload_recompute_tail_fuzz75_0116": ("fuzz75_0116", 20, 0.3),
     "shared_prefix_cached": ("shared_prefix_cached", 3, 0.3),
     "whole_prompts_cached": ("whole_prompts_cached", 3, 0.5),
     "contended": ("contended", 2, 0.5),
@@ -275,6 +282,7 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     "mtp_offload_finished_drafts_k2": ("fuzz41_1126", "mtp", 2, 0.95),
     # found by `fuzz.py` (seed 62, draw 134): 20 drafts in flight leave more than the last block unhashed
     "ngram_offload_generated_fuzz62_0134_k20": ("fuzz62_0134", "ngram", 20, 0.95),
+    "eagle_offload_recompute_tail_fuzz75_0116_k20": ("fuzz75_0116", "eagle", 20, 0.3),
     # ngram drafts on a sliding-window model: windows freed by the tokens processed, drafts in flight
     "ngram_hybrid_contended_k3": ("hybrid_contended", "ngram", 3, 0.6),
     "ngram_hybrid_sessions_k2": ("hybrid_sessions", "ngram", 2, 0.7),
