@@ -45,10 +45,11 @@ request::
 
     n = tier.lookup(hashes, start, stop)      # as `HostTier`
     tier.load(seq, hashes, start, n)          # host hits hashes[start:start + n] loaded
-    tier.computed(seq, hashes, full)          # the sequence has hashes[:full] computed: store what is due
+    tier.computed(seq, hashes, full, tokens)  # the sequence has hashes[:full] computed: store what is due
+    tier.note_tokens(seq, tokens)             # it holds that many tokens (a growth that filled no block)
     tier.release(seq, finished)               # the sequence is freed (finished: for good)
 
-and `KVMemory`'s, as it places a sequence: ``tier.bind(seq, request, prompt_blocks)``.
+and `KVMemory`'s, as it places a sequence: ``tier.bind(seq, request, prompt_blocks, prompt_tokens)``.
 
 A policy implements `_recording`, `_reuse` (via `_reused`), `_missed`, `_evict`, `_store`, `_finish`,
 `_forget` and `_check_order`.
@@ -88,8 +89,7 @@ class RequestTier(HostTier):
 
     __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
                  "_writing", "_step", "_changes", "_behind", "_last_offers", "_finishing", "_parked_copies", "_sharing",
-                 "write_lag", "_late", "volatile_tail", "_prompt_blocks", "_prompt_tokens", "_decoding", "_final",
-                 "_latest",
+                 "write_lag", "_late", "volatile_tail", "_prompt_tokens", "_decoding", "_final", "_latest",
                  "hashed_blocks")
 
     write_through = True
@@ -131,10 +131,9 @@ class RequestTier(HostTier):
         # a model-based drafter's KV group (vLLM's ``is_eagle_group``): while a request decodes, its last full
         # block is not offered (the drafter may rewrite it after a rejection), unless the request has finished
         self.volatile_tail = False
-        self._prompt_blocks: dict[object, int] = {}  # request -> its prompt's full blocks (`bind`)
         self._prompt_tokens: dict[object, int] = {}  # request -> its prompt's tokens (`bind`)
-        # request -> whether its latest offer's tokens passed its prompt (`computed` given ``tokens``: vLLM's
-        # ``storable_chunks`` holds the volatile tail back once its offloadable tokens do)
+        # request -> whether the tokens it holds passed its prompt (`note_tokens`: vLLM's ``storable_chunks``
+        # holds the volatile tail back once its offloadable tokens do)
         self._decoding: dict[object, bool] = {}
         self._final = False  # a finished request's last offer is being made (`flush_stores`)
         self._latest: dict[int, tuple[Sequence[int], int]] = {}  # with a volatile tail: a sequence's latest offer
@@ -270,7 +269,6 @@ class RequestTier(HostTier):
     def _close(self, request: object) -> None:
         """The finished request's record: read by the policy (`_finish`), then ended."""
         self._limits.pop(request, None)
-        self._prompt_blocks.pop(request, None)
         self._prompt_tokens.pop(request, None)
         self._decoding.pop(request, None)
         a = self._requests.pop(request, None)
@@ -278,7 +276,7 @@ class RequestTier(HostTier):
             self._finish(a)
             self._forget(a)
 
-    def bind(self, seq_id: int, request: object, prompt_blocks: int, prompt_tokens: int | None = None) -> None:
+    def bind(self, seq_id: int, request: object, prompt_blocks: int, prompt_tokens: int) -> None:
         """Sequence ``seq_id`` (about to be placed) is ``request``'s: it carries on the request's record if a
         preemption left one, offering again from the first block (vLLM restarts its offers); with
         ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt
@@ -287,9 +285,7 @@ class RequestTier(HostTier):
         a = self._requests.get(request)
         if a is not None:
             a.next_stored = 0
-        self._prompt_blocks[request] = prompt_blocks
-        if prompt_tokens is not None:
-            self._prompt_tokens[request] = prompt_tokens
+        self._prompt_tokens[request] = prompt_tokens
         if self.prompt_only:
             self._limits[request] = prompt_blocks
     def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
@@ -415,17 +411,13 @@ class RequestTier(HostTier):
     def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
         """Where an offer of the request's first ``full`` blocks ends: at its known blocks, with ``prompt_only`` at
         its prompt's, and with a `volatile_tail` a block short while it decodes and has not finished (vLLM's
-        ``storable_chunks``: decoding once its offloadable tokens pass its prompt, as the latest offer's tokens
-        said; without them, once its full blocks do). The tokens matter where a chunk that passes the prompt
-        ends inside the block after it, as a preempted request's recompute does: vLLM holds the prompt's last
-        full block back then, and stores it once a later block fills."""
+        ``storable_chunks``: decoding once its offloadable tokens pass its prompt, `note_tokens`). Tokens, not full
+        blocks: a chunk that passes the prompt may end inside the block after it, as a preempted request's
+        recompute does; vLLM holds the prompt's last full block back then, and stores it once a later block
+        fills."""
         stop = min(full, len(block_hashes), self._limits.get(request, full))
-        if self.volatile_tail and not self._final:
-            decoding = self._decoding.get(request)
-            if decoding is None:
-                decoding = full > self._prompt_blocks.get(request, full)
-            if decoding:
-                stop = min(stop, full - 1)
+        if self.volatile_tail and not self._final and self._decoding.get(request, False):
+            stop = min(stop, full - 1)
         return stop
 
     def finishing(self, seq_id: int) -> None:

@@ -380,11 +380,11 @@ class SpecDecode:
             uniforms, at = entry[0].random(self.k * VERIFICATIONS_AHEAD).tolist(), 0
             entry[1] = uniforms
         entry[2] = at + self.k
-        p = self.p
-        for i in range(min(drafts, self.k)):
+        p, verified = self.p, min(drafts, self.k)
+        for i in range(verified):
             if uniforms[at + i] >= p:
                 return i
-        return min(drafts, self.k)
+        return verified
 
     def step_done(self, sched, joiners: list[SequenceGroup]) -> None:
         """The step has run: each verification accepts its drafts (the group gains them: its decode clock moves

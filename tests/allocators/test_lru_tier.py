@@ -73,10 +73,10 @@ def test_a_drafters_volatile_tail_is_held_back_while_decoding_and_stored_once_fi
     t.volatile_tail = True
     t.hold_stores(0)
     t.flush_stores()  # steps are planned: a finished request's last offer waits for the next flush
-    t.bind(0, "r", prompt_blocks=2)
-    assert t.computed(0, [A, B, C, D], 2) == 2  # the prompt: A, B
-    assert t.computed(0, [A, B, C, D], 3) == 0  # decoding: C held back
-    assert t.computed(0, [A, B, C, D], 4) == 1 and C in t and D not in t
+    t.bind(0, "r", prompt_blocks=2, prompt_tokens=32)  # 16-token blocks
+    assert t.computed(0, [A, B, C, D], 2, 32) == 2  # the prompt: A, B
+    assert t.computed(0, [A, B, C, D], 3, 48) == 0  # decoding: C held back
+    assert t.computed(0, [A, B, C, D], 4, 64) == 1 and C in t and D not in t
     t.release(0, finished=True)
     t.hold_stores(1)
     t.flush_stores()
@@ -92,7 +92,7 @@ def test_blocks_past_the_tokens_hashed_are_stored_once_they_are_hashed():
     t = tier(8)
     t.hold_stores(0)
     t.flush_stores()
-    t.bind(0, "r", prompt_blocks=1)
+    t.bind(0, "r", prompt_blocks=1, prompt_tokens=16)
     t.hashed_blocks = {0: 1}
     t.hold_stores(1)
     assert t.computed(0, [A, B, C], 3) == 0  # held until the step is planned
@@ -106,7 +106,7 @@ def test_blocks_past_the_tokens_hashed_are_stored_once_they_are_hashed():
     t.hold_stores(3)
     t.flush_stores()
     assert C in t and t.offloaded_blocks == 3 and not t.behind
-    t.bind(1, "s", prompt_blocks=0)
+    t.bind(1, "s", prompt_blocks=0, prompt_tokens=10)
     t.hashed_blocks = {1: 0}
     t.hold_stores(4)
     t.computed(1, [D, E], 1)

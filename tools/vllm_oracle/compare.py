@@ -34,24 +34,15 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
     import dataclasses
 
     from allocators.catalog import get_model
+    from allocators.kv_cache_groups import split_kv_groups
     from sim.kernel.config import SimConfig
-    from sim.kernel.replica import host_slot_bytes
+    from sim.kernel.replica import host_slot_bytes, hybrid_kv_groups
 
     model = MTP_MODEL if settings.get("method") == "mtp" else SimConfig().model
-    kv_tokens = settings["num_blocks"] * settings["block_size"]
     if settings.get("sliding_window"):  # two KV cache groups in one pool of num_blocks blocks
-        from allocators.capacity import with_drafter_layers
-        from allocators.kv_cache_groups import split_kv_groups
-        from sim.kernel.spec_decode import drafter_layers
-
         model = HYBRID_MODEL
-        spec = get_model(model)
-        assert spec.sliding_window == settings["sliding_window"], "the case's window is the model's"
-        # a block is a token in a group's layers (an EAGLE drafter's layer joins the full ones: 12 and 13 layers,
-        # groups of 13): the fewest full tokens whose slots make num_blocks blocks
-        groups = with_drafter_layers(spec, drafter_layers(settings.get("method"), spec)).kv_groups()
-        unit = split_kv_groups(groups)[0]
-        kv_tokens = -(-kv_tokens * unit // sum(g.layers for g in groups))
+        assert get_model(model).sliding_window == settings["sliding_window"], "the case's window is the model's"
+    kv_tokens = settings["num_blocks"] * settings["block_size"]
     config = SimConfig(
         model=model, trace=str(trace), kv_tokens=kv_tokens,
         block_size=settings["block_size"], max_num_batched_tokens=settings["max_num_batched_tokens"],
@@ -65,6 +56,11 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         watermark=settings.get("watermark", 0.0), memory_snapshots=0, async_scheduling=settings.get("async_scheduling",
                                                                                                   False),
         **spec_options(settings))
+    if groups := hybrid_kv_groups(config, get_model(model)):
+        # a block is a token in a group's layers (an EAGLE drafter's layer joins the full ones: 12 and 13 layers,
+        # groups of 13): the fewest full tokens whose slots make num_blocks blocks
+        unit = split_kv_groups(groups)[0]
+        config = dataclasses.replace(config, kv_tokens=-(-kv_tokens * unit // sum(g.layers for g in groups)))
     if not settings.get("cpu_offload_blocks"):
         return config
     # that many host blocks of kvsim's model (a drafter's KV layers included), vLLM's connector as it runs
