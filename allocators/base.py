@@ -145,6 +145,10 @@ class Allocator(ABC):
     """Whether the pool frees window blocks by the tokens whose output is processed, a step late (vLLM's async
     scheduling on a hybrid pool): it then implements ``begin_step``, which `sim.kernel.memory.KVMemory` calls as
     each step is planned (the caller reads the attribute, it never probes for the method)."""
+    step_basis: bool = False
+    """With ``processed_basis``: whether the steps are told instead of snapshots taken at each planned one (its
+    ``clock``, ``idle``; `allocators.hybrid.HybridPagedAllocator._processed`), so that decoders may grow lazily,
+    several steps at once (set by `sim.kernel.replica.build_replica` where the scheduler is lazy)."""
     align: bool = False
     """Whether the pool holds Mamba states in vLLM's ``mamba_cache_mode="align"`` (`allocators.mamba_align`: a
     hybrid pool with Mamba groups and prefix caching on), whose prefill chunks the scheduler cuts at block

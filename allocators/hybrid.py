@@ -152,6 +152,7 @@ class HybridPagedAllocator(HybridQueries):
         s.skipped = [sum(1 for b in t[:num_hit] if b == 0) for t in tables]
         s.num_hashed = num_hit
         s.before = s.at_start = num_hit * bs  # computed before the step that admits it
+        s.sched_at, s.sched_tokens = self.clock, num_tokens - num_hit * bs
         s.reach = reach
         if self.align:
             s.last_state = -1 if last is None else last
@@ -184,7 +185,7 @@ class HybridPagedAllocator(HybridQueries):
             cache.insert(b, block_hashes[i] * n + g)
         self._tok[g] += len(at) * self.block_size
 
-    def begin_step(self, landed: Mapping[int, int] | None = None) -> None:
+    def begin_step(self, landed: Mapping[int, int] | None = None, step: int | None = None) -> None:
         """A step is being planned (with ``processed_basis``, vLLM's async scheduling): remember every sequence's
         tokens as the previous step and this one began. vLLM frees window blocks and Mamba states by the tokens
         whose output is processed (``allocate_slots``: ``num_computed_tokens - num_in_flight_tokens``,
@@ -192,7 +193,12 @@ class HybridPagedAllocator(HybridQueries):
         flight while a step is scheduled: the tokens as that step began, plus ``landed``, sequence -> the drafts
         accepted by the verification of the step before that one (its output was processed after the step before
         was scheduled, ``update_from_output``: they count as computed then; this allocator is told them with the
-        sequence's next token, `sim.kernel.spec_decode.SpecDecode.landed`)."""
+        sequence's next token, `sim.kernel.spec_decode.SpecDecode.landed`). With `step_basis` the planned
+        ``step`` is told instead (`_processed`)."""
+        if step is not None:
+            self.clock = step
+        if self.step_basis:
+            return
         landed = landed or {}
         for seq_id, s in self._seqs.items():
             s.before, s.at_start = s.at_start + landed.get(seq_id, 0), s.tokens
@@ -234,7 +240,35 @@ class HybridPagedAllocator(HybridQueries):
         """Append decode tokens (the last computed now): the window groups free what the last one no longer
         needs."""
         s = self._seqs[seq_id]
-        return self._extend(s, num_tokens, s.tokens + num_tokens - 1)
+        computed = s.tokens + num_tokens - 1
+        if self.step_basis:
+            return self._told(s, self._extend(s, num_tokens, self._processed(s, computed, num_tokens)), 1)
+        return self._extend(s, num_tokens, computed)
+
+    def idle(self, seq_id: int) -> None:
+        """With `step_basis`: the sequence computes nothing in the step being planned (a deferred decoder)."""
+        self._seqs[seq_id].idle_at = self.clock
+
+    def _processed(self, s: HybridSeq, computed: int, steps: int) -> int:
+        """With `step_basis`, the tokens whose output is processed as the current step (``clock``) is scheduled, of
+        a sequence that had ``computed`` before it and grows by the tokens of ``steps`` steps ending at it (a lazily
+        grown decoder's): those computed before the step before it began (vLLM's ``num_computed_tokens -
+        num_in_flight``), so less what that step scheduled of it: one token if the growth spans it, else what the
+        sequence's last growth (or its admission) scheduled if that was at it, and nothing if it was deferred then.
+        Where every step is planned this is `begin_step`'s snapshot; a lazily grown decoder has none."""
+        before = self.clock - 1
+        if s.idle_at == before:
+            return computed
+        if steps > 1:
+            return computed - 1
+        return computed - s.sched_tokens if s.sched_at == before else computed
+
+    def _told(self, s: HybridSeq, grown, tokens: int):
+        """After a growth at ``clock`` that scheduled ``tokens`` of the sequence (a decoder's 1, a chunk's all):
+        remembered for `_processed` unless refused; returns ``grown``."""
+        if grown is not None:
+            s.sched_at, s.sched_tokens = self.clock, tokens
+        return grown
 
     def cache_held(self, seq_id: int, num_tokens: int) -> tuple[Copy, ...] | None:
         """Append tokens computed in slots the sequence holds, told as it is freed (a verification's accepted
@@ -248,6 +282,8 @@ class HybridPagedAllocator(HybridQueries):
         """Append a prefill chunk computed in one step: the window groups free only what its first token no
         longer needs (vLLM frees by the tokens computed before the step)."""
         s = self._seqs[seq_id]
+        if self.step_basis:
+            return self._told(s, self._extend(s, num_tokens, self._processed(s, s.tokens, 1)), num_tokens)
         return self._extend(s, num_tokens, s.tokens)
 
     def _extend(self, s: HybridSeq, num_tokens: int, computed: int, drafts: int = 0,
@@ -262,7 +298,7 @@ class HybridPagedAllocator(HybridQueries):
             return NO_COPIES
         if num_tokens < 0:
             raise ValueError(f"cannot grow by {num_tokens} tokens")
-        if self.processed_basis and s.before < computed:
+        if self.processed_basis and not self.step_basis and s.before < computed:
             computed = s.before
         bs = self.block_size
         old_len, new_len = len(s.tables[0]), cdiv(s.tokens + num_tokens + drafts, bs)
@@ -446,6 +482,7 @@ class HybridPagedAllocator(HybridQueries):
         child = HybridSeq(tables, p.tokens, final_tokens)
         # where the parent stood as the steps in flight began (`begin_step`): its processed tokens are the child's
         child.skipped, child.computed, child.before, child.at_start = list(p.skipped), p.computed, p.before, p.at_start
+        child.sched_at, child.sched_tokens, child.idle_at = p.sched_at, p.sched_tokens, p.idle_at
         child.last_state, child.placed, child.prefill_end, child.junction = \
             p.last_state, p.placed, p.prefill_end, p.junction
         self._seqs[child_id] = child
@@ -509,7 +546,8 @@ class HybridPagedAllocator(HybridQueries):
             room = 0  # the next allocation frees a state block (`_free_states`): step by step from here
         if room and self.prefix_caching and s.tokens // self.block_size < len(s.hashes):
             room -= 1  # stop in the step that fills a hashed block: it is cached then (`_cache_full_blocks`)
+        lag = self.step_basis  # the processed tokens reach the next free a step later (`_processed`)
         for g, w in enumerate(self.windows):
             if w is not None:
-                room = min(room, max(0, (s.skipped[g] + 1) * self.block_size + w - 1 - s.tokens))
+                room = min(room, max(0, (s.skipped[g] + 1) * self.block_size + w - 1 + lag - s.tokens))
         s.room = room

@@ -42,7 +42,7 @@ class HybridSeq:
     ``reach``: the token positions whose window tails it caches under sparse retention (`window_retention`)."""
 
     __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed", "computed",
-                 "before", "at_start", "reach", "last_state", "placed", "prefill_end", "junction")
+                 "before", "at_start", "sched_at", "sched_tokens", "idle_at", "reach", "last_state", "placed", "prefill_end", "junction")
 
     def __init__(self, tables: list[list[int]], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
         self.tables, self.tokens, self.final, self.hashes = tables, tokens, final, hashes
@@ -51,6 +51,10 @@ class HybridSeq:
         # with windows freed on the processed-token basis (async scheduling): its tokens as the previous step
         # and the current one began (`HybridPagedAllocator.begin_step`)
         self.before = self.at_start = 0
+        # the same, where steps are told (`HybridPagedAllocator.step_basis`: lazily grown decoders): the last step
+        # that scheduled tokens of it and how many, and the last step that scheduled none (a decoder deferred)
+        self.sched_at = self.idle_at = -2
+        self.sched_tokens = 0
         self.reach: tuple[int, ...] = ()
         # Mamba groups in align mode (`mamba_align`; every such group's table has the same nulls): the column of
         # the state block copied from (freed at a later allocation; -1 none), whether blocks were placed since
@@ -214,6 +218,9 @@ class HybridQueries(Allocator):
         self._reserved = 0  # reserved slots of one group (every group's last blocks are alike)
         self._shared_saved = 0
         self.processed_basis = False  # windows free by the tokens processed (async scheduling): `begin_step`
+        # with ``processed_basis``: whether the steps are told (`step_basis`) instead of snapshots taken
+        self.step_basis = False
+        self.clock = 0  # the step being planned or run (told with ``step_basis``)
 
     # -- queries ---------------------------------------------------------------------------------------
     def block_tables(self, seq_id: int) -> tuple[tuple[int, ...], ...]:

@@ -167,14 +167,16 @@ class DecodeSet:
         """Tokens one tracked sequence holds at the start of ``step``."""
         return self.tokens[seq_id] + step - self.g0[seq_id]
 
-    def defer(self, seq_id: int) -> None:
+    def defer(self, seq_id: int, due_by: int | None = None) -> None:
         """The sequence computes nothing this step (the token budget ran out before it): its sync step and
-        deadline move one step later."""
+        deadline move one step later, its deadline no later than ``due_by`` if given."""
         if self.windows is not None:
             self.windows.defer(seq_id, self.tokens[seq_id] - self.g0[seq_id])
         self.g0[seq_id] += 1
         self.sum_g0 += 1
         due = self.deadline[seq_id] + 1
+        if due_by is not None and due_by < due:
+            due = due_by
         self.deadline[seq_id] = due
         heapq.heappush(self.heap, (due, seq_id))
 

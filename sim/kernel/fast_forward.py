@@ -326,6 +326,7 @@ def _run_by_sub_events(sched, cost: StepCostModel, integral: MemoryIntegral, wai
         synced = StepPlan()  # what the step's syncs copied and mapped
         stopped = False
         openings = memory.growth_openings
+        memory.at_step(step)
         if begin_step is not None:
             begin_step(step)
         # a group's due decoders grow together, and only if they fit whole (`sim.kernel.group_growth`); with

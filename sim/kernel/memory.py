@@ -243,12 +243,31 @@ class KVMemory:
         a pool reads `begin_step`'s ``landed``."""
         return self._alloc.processed_basis
 
-    def begin_step(self, landed: Mapping[int, int] | None = None) -> None:
-        """A step is being planned under async scheduling: a pool that frees window blocks (and Mamba states) by
-        the tokens processed remembers where each sequence stood (`HybridPagedAllocator.begin_step`; ``landed``:
-        sequence -> drafts accepted by the verification whose output this step's planning sees processed)."""
+    @property
+    def step_basis(self) -> bool:
+        """Whether the pool is told the steps (`Allocator.step_basis`): `at_step` and `idle` then matter."""
+        return self._alloc.step_basis
+
+    def begin_step(self, landed: Mapping[int, int] | None = None, step: int | None = None) -> None:
+        """Step ``step`` is being planned under async scheduling: a pool that frees window blocks (and Mamba states)
+        by the tokens processed remembers where each sequence stood, or the step (`HybridPagedAllocator.begin_step`;
+        ``landed``: sequence -> drafts accepted by the verification whose output this step's planning sees
+        processed)."""
         if self._alloc.processed_basis:
-            self._alloc.begin_step(landed)
+            self._alloc.begin_step(landed, step)
+
+    def at_step(self, step: int) -> None:
+        """A decode run grows its due decoders at step ``step``: a pool told the steps (`HybridPagedAllocator.
+        step_basis`) frees by the tokens processed as of it."""
+        if self._alloc.step_basis:
+            self._alloc.clock = step
+
+    def idle(self, seq_ids: Sequence[int]) -> None:
+        """These sequences compute nothing in the step being planned (deferred decoders): a pool told the steps
+        frees by their tokens processed accordingly at the next (`HybridPagedAllocator.idle`)."""
+        if self._alloc.step_basis:
+            for seq_id in seq_ids:
+                self._alloc.idle(seq_id)
 
     def hide_shared_tails(self, tails: Mapping[int, int]) -> list[int]:
         """Under async scheduling, uncache the shared-hash blocks of each sequence of ``tails`` that its last tokens

@@ -251,8 +251,10 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
             tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, block_size)
     # loads beside the steps are vLLM's connector's, which looks the host up to the end of a request's tokens
     memory = KVMemory(alloc, tier, host_hits_to_end=config.offload_loads == "async")
+    lazy = not config.step_by_step and not steps_singly(config, model, groups) and config.speculative_config is None
     if config.async_scheduling and groups:  # vLLM frees window blocks by the tokens whose output is processed
         alloc.processed_basis = True
+        alloc.step_basis = lazy  # told the steps, as lazily grown decoders take no snapshot
     if config.offload_loads == "async" and groups:
         raise ValueError("--offload-loads async needs a model without sliding-window layers (vLLM's hybrid KV cache "
                          f"manager is not modelled with it), got {model.name}")
@@ -272,7 +274,7 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
                       max_model_len=max_model_len,
-                      lazy=not config.step_by_step and not steps_singly(config, groups) and spec is None,
+                      lazy=lazy,
                       rng=np.random.default_rng(config.seed), beam_keep_prob=config.beam_keep_prob,
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
@@ -282,11 +284,12 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     return memory, cost, sched
 
 
-def steps_singly(config: SimConfig, groups: tuple) -> bool:
-    """Whether decoders grow one token a step (as ``--step-by-step``): with async scheduling on a hybrid pool,
-    whose window groups free blocks by the tokens processed as the step before began (`HybridPagedAllocator.
-    begin_step`), which a lazily grown decoder's growth over several steps at once would not see."""
-    return config.async_scheduling and bool(groups)
+def steps_singly(config: SimConfig, model, groups: tuple) -> bool:
+    """Whether decoders grow one token a step (as ``--step-by-step``): with async scheduling on a hybrid Mamba
+    pool, whose Mamba groups free states by the tokens processed as the step before began (`HybridPagedAllocator.
+    begin_step`), which a lazily grown decoder's growth over several steps at once would not see. A pool of window
+    groups is told the steps instead (`HybridPagedAllocator.step_basis`)."""
+    return config.async_scheduling and bool(groups) and model.mamba is not None
 
 
 def load_seconds(config: SimConfig, memory: KVMemory, cost) -> Callable[[int], float] | None:

@@ -223,7 +223,8 @@ class Scheduler:
         self.carry = None
         if self.in_flight is not None:
             memory = self.memory
-            memory.begin_step(self.spec.landed(self) if self.spec is not None and memory.processed_basis else None)
+            memory.begin_step(self.spec.landed(self) if self.spec is not None and memory.processed_basis else None,
+                              self.step)
             self.in_flight.planned(now)
         stores = self.memory.held_stores  # a write-through tier stores the step's blocks once it is planned
         looped = None
@@ -494,9 +495,13 @@ class Scheduler:
         """A decoding group the step's budget did not reach computes nothing this step: its decode clock
         and its completion move one step later."""
         decode, step = self.decode, self.step
+        # a pool told the steps frees by the tokens processed, which the step after this one sees one more of than
+        # a lazily grown decoder's deadline counts (`HybridPagedAllocator._processed`): due then
+        due_by = step + 1 if self.memory.step_basis else None
+        self.memory.idle(group.seq_ids)
         for seq_id in group.seq_ids:
             self.deferred_context += decode.context_of(seq_id, step)
-            decode.defer(seq_id)
+            decode.defer(seq_id, due_by)
             if decode.windows is not None:
                 self.deferred_window += decode.window_of(seq_id, step)
             due.discard(seq_id)
