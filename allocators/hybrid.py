@@ -546,7 +546,7 @@ class HybridPagedAllocator(HybridQueries):
             room = 0  # the next allocation frees a state block (`_free_states`): step by step from here
         if room and self.prefix_caching and s.tokens // self.block_size < len(s.hashes):
             room -= 1  # stop in the step that fills a hashed block: it is cached then (`_cache_full_blocks`)
-        lag = self.step_basis  # the processed tokens reach the next free a step later (`_processed`)
+        lag = 1 if self.step_basis else 0  # the processed tokens reach the next free a step later (`_processed`)
         for g, w in enumerate(self.windows):
             if w is not None:
                 room = min(room, max(0, (s.skipped[g] + 1) * self.block_size + w - 1 + lag - s.tokens))

@@ -42,7 +42,8 @@ class HybridSeq:
     ``reach``: the token positions whose window tails it caches under sparse retention (`window_retention`)."""
 
     __slots__ = ("tables", "tokens", "final", "skipped", "room", "res", "hashes", "num_hashed", "computed",
-                 "before", "at_start", "sched_at", "sched_tokens", "idle_at", "reach", "last_state", "placed", "prefill_end", "junction")
+                 "before", "at_start", "sched_at", "sched_tokens", "idle_at", "reach", "last_state", "placed",
+                 "prefill_end", "junction")
 
     def __init__(self, tables: list[list[int]], tokens: int, final: int, hashes: tuple[int, ...] = ()) -> None:
         self.tables, self.tokens, self.final, self.hashes = tables, tokens, final, hashes
