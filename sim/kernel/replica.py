@@ -251,7 +251,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
             tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, block_size)
     # loads beside the steps are vLLM's connector's, which looks the host up to the end of a request's tokens
     memory = KVMemory(alloc, tier, host_hits_to_end=config.offload_loads == "async")
-    lazy = not config.step_by_step and not steps_singly(config, model, groups) and config.speculative_config is None
+    # decoders grow lazily, several steps at once, unless stepped (`--step-by-step`) or verifying drafts; a pool
+    # that frees by the tokens processed (async scheduling) is then told the steps
+    lazy = not config.step_by_step and config.speculative_config is None
     if config.async_scheduling and groups:  # vLLM frees window blocks by the tokens whose output is processed
         alloc.processed_basis = True
         alloc.step_basis = lazy  # told the steps, as lazily grown decoders take no snapshot
@@ -282,14 +284,6 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost),
                       attention_topk=model.index_topk, async_scheduling=config.async_scheduling, spec=spec)
     return memory, cost, sched
-
-
-def steps_singly(config: SimConfig, model, groups: tuple) -> bool:
-    """Whether decoders grow one token a step (as ``--step-by-step``): with async scheduling on a hybrid Mamba
-    pool, whose Mamba groups free states by the tokens processed as the step before began (`HybridPagedAllocator.
-    begin_step`), which a lazily grown decoder's growth over several steps at once would not see. A pool of window
-    groups is told the steps instead (`HybridPagedAllocator.step_basis`)."""
-    return config.async_scheduling and bool(groups) and model.mamba is not None
 
 
 def load_seconds(config: SimConfig, memory: KVMemory, cost) -> Callable[[int], float] | None:

@@ -127,9 +127,11 @@ def draw(seed: int, i: int) -> dict:
             case["parallel_sampling"] = "fan-out"
         trace["gap"] = 0.0 if coin(0.25) else float(rng.choice([0.3, 1.0, 3.0, 10.0]))
         case["trace"] = trace
-        longest = trace["prompt"][1] + trace["output"][1]
+        # a whole prompt is its group's prefix, up to 464 tokens (`cases.write_trace`), which may pass the range
+        top = max(trace["prompt"][1], 480) if trace.get("whole_prompts") else trace["prompt"][1]
+        longest = top + trace["output"][1]
         if coin(0.2):  # outputs that run past max_model_len are cut there
-            case["max_model_len"] = trace["prompt"][1] + int(rng.integers(1, trace["output"][1] + 1))
+            case["max_model_len"] = top + int(rng.integers(1, trace["output"][1] + 1))
             longest = case["max_model_len"]
     max_model_len = case.get("max_model_len", 16384)
     mnbt = int(rng.choice([128, 256, 512, 1024, 2048, 8192]))
