@@ -315,9 +315,13 @@ class HybridPagedAllocator(HybridQueries):
             if self.mamba[g]:  # its one state block covers any length (align mode: above)
                 continue
             need += max(0, new_len - max(old_len, target, s.skipped[g]))  # draft blocks may hold it already
-            table = s.tables[g]
-            released += sum(1 for i in range(s.skipped[g], min(target, old_len)) if ref[table[i]] == 1)
-        if need > self._free.num_free + released:
+        free = self._free.num_free
+        if need > free:  # what the windows release counts too (only then: a long chunk's window is many blocks)
+            for g, target in enumerate(targets):
+                if not self.mamba[g]:
+                    table = s.tables[g]
+                    released += sum(1 for i in range(s.skipped[g], min(target, old_len)) if ref[table[i]] == 1)
+        if need > free + released:
             self._skip(s, min(computed, old_len * bs))  # vLLM never computed more tokens than it has slots for
             self._settle(s)
             return None
@@ -451,12 +455,15 @@ class HybridPagedAllocator(HybridQueries):
         cache, n, start = self._cache, len(self.groups), s.num_hashed
         for g, table in enumerate(s.tables):
             need = self._needs[g]
+            fresh = self._fresh if self.align and self.mamba[g] else None
+            if need is None and fresh is None and 0 not in (run := table[start:full]):  # a full group: in bulk
+                cache.insert_run(run, [h * n + g for h in s.hashes[start:full]])
+                continue
             mask = None if need is None else retained_blocks(start, full, need=need, interval=self.retention_interval,
                                                              boundaries=s.reach, block_size=self.block_size)
-            fresh = self._fresh if self.align and self.mamba[g] else None
-            for i in range(start, full):
+            for i in range(start, full) if mask is None else [start + k for k, kept in enumerate(mask) if kept]:
                 b = table[i]
-                if b and cache.block_hash[b] is None and (mask is None or mask[i - start]):
+                if b and cache.block_hash[b] is None:
                     cache.insert(b, s.hashes[i] * n + g)
                     if fresh is not None:
                         fresh.add(s.hashes[i] * n + g)
@@ -518,16 +525,23 @@ class HybridPagedAllocator(HybridQueries):
         tail first, so a freed chain's end is evicted first), and release those nobody else holds."""
         bs, ref, table = self.block_size, self._ref, s.tables[g]
         released = []
+        shared = slots = 0
+        # the slots a released block held, counted in the one pass (a freed long prompt is thousands of blocks): a
+        # Mamba state block is whole, an attention block full below the last token's block, partly filled there
+        full = len(table) if self.mamba[g] else s.tokens // bs
+        last = 0 if self.mamba[g] else s.tokens - full * bs
         for i in range(stop - 1, start - 1, -1):
             b = table[i]
             if not b:  # a Mamba group's column without a state (align mode)
                 continue
             ref[b] -= 1
             if ref[b]:
-                self._shared_saved -= bs
+                shared += 1
             else:
                 released.append(b)
-                self._tok[g] -= self._fill(s, g, i)
+                slots += bs if i < full else last if i == full else 0
+        self._shared_saved -= shared * bs
+        self._tok[g] -= slots
         self._release(g, released)
 
     def _release(self, g: int, blocks: list[int]) -> None:

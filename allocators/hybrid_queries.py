@@ -389,11 +389,6 @@ class HybridQueries(Allocator):
         return [self.mamba_state_blocks if m else length if cap is None or not capped else min(length, cap)
                 for m, cap in zip(self.mamba, self.admission_caps, strict=True)]
 
-    def _fill(self, s: HybridSeq, g: int, i: int) -> int:
-        """The slots ``s`` fills of block ``i`` in group ``g``: a Mamba state block is whole, a block held for
-        speculative drafts only (`HybridPagedAllocator.grow_with_drafts`) empty."""
-        return self.block_size if self.mamba[g] else max(0, min(self.block_size, s.tokens - i * self.block_size))
-
     def group_fits(self, num_tokens: int, count: int, *, final_tokens: int, max_total_tokens: int | None = None,
                    block_hashes: Sequence[int] = (), then_tokens: int = 1,
                    forks: Sequence[tuple[int, int]] = ()) -> bool:

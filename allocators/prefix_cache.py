@@ -80,6 +80,11 @@ class PrefixCache:
                     parked += 1
             self.parked += parked
 
+    def insert_run(self, blocks: list[int], hs: Sequence[int]) -> None:
+        """`insert` each of ``blocks`` without a hash yet under its hash of ``hs``, in order (a hybrid pool's
+        group keys), in bulk where none has one."""
+        self._index_new(blocks, hs)
+
     def _index_new(self, blocks: list[int], hs: Sequence[int]) -> None:
         """`insert` each block without a hash yet under its hash, in order. When none has one (the rule), the
         first-block dict is filled by one ``map(setdefault)``: where it hands back another block, the hash was
