@@ -512,11 +512,16 @@ class HybridPagedAllocator(HybridQueries):
             return []
         pool = self._pool
         cached = pool.num_cached
-        blocks = pool.pop_many(count)
+        if count == 1:  # a decoder's next block, the usual case
+            block = pool.pop()
+            self._group_of[block] = g
+            blocks = [block]
+        else:
+            blocks = pool.pop_many(count)
+            group_of = self._group_of
+            for b in blocks:
+                group_of[b] = g
         self.hit_changes += cached - pool.num_cached  # `Allocator.hit_changes` (admissions count too: harmless)
-        group_of = self._group_of
-        for b in blocks:
-            group_of[b] = g
         self._used[g] += count
         return blocks
 
