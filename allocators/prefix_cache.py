@@ -68,7 +68,7 @@ class PrefixCache:
         fills: a run of blocks none of which carries a hash (a new prompt's) goes in bulk."""
         mid = stop if stop < own_from else own_from
         if start < mid:
-            self._index_new(table[start:mid], hashes[start:mid])
+            self.insert_run(table[start:mid], hashes[start:mid])
         start = own_from if own_from > start else start
         if start < stop:
             hashed = self.block_hash
@@ -81,14 +81,10 @@ class PrefixCache:
             self.parked += parked
 
     def insert_run(self, blocks: list[int], hs: Sequence[int]) -> None:
-        """`insert` each of ``blocks`` without a hash yet under its hash of ``hs``, in order (a hybrid pool's
-        group keys), in bulk where none has one."""
-        self._index_new(blocks, hs)
-
-    def _index_new(self, blocks: list[int], hs: Sequence[int]) -> None:
-        """`insert` each block without a hash yet under its hash, in order. When none has one (the rule), the
-        first-block dict is filled by one ``map(setdefault)``: where it hands back another block, the hash was
-        cached already (or repeats in the run) and the block joins that hash's later blocks, as `insert`."""
+        """`insert` each block without a hash yet under its hash (a paged pool's, a hybrid pool's group key), in
+        order. When none has one (the rule), the first-block dict is filled by one ``map(setdefault)``: where it
+        hands back another block, the hash was cached already (or repeats in the run) and the block joins that
+        hash's later blocks, as `insert`."""
         hashed, n = self.block_hash, len(blocks)
         if n < 2 or getter(*blocks)(hashed).count(None) < n:
             for b, h in zip(blocks, hs, strict=True):
