@@ -55,7 +55,9 @@ class ModelSpec:
     """A decoder-only transformer, described by the fields that size its weights and KV cache.
 
     The KV layout (`kv_groups`) comes from the config's ``sliding_window`` (with ``sliding_window_layers``, how
-    many layers use it: all when not given) or, for MLA, ``kv_lora_rank`` and ``qk_rope_head_dim``; a model
+    many layers use it: all when not given), or ``attention_chunk_size`` (Llama 4's chunked-local attention,
+    with ``chunked_attention_layers``, how many layers use it: config.json's ``no_rope_layers`` entries that are
+    1; all when not given), or, for MLA, ``kv_lora_rank`` and ``qk_rope_head_dim``; a model
     with none of them is one ``full`` group. ``kv_cache_dtype`` is vLLM's ``--kv-cache-dtype`` (``auto``: the
     model's ``dtype_bytes``); `with_kv_cache_dtype` returns the spec a run with that flag uses, so every
     consumer of `kv_bytes_per_token` (capacity, cost model, swap space) sees the stored size.
@@ -123,6 +125,8 @@ class ModelSpec:
     num_nextn_predict_layers: int = 0
     attention_layers: int | None = None
     mamba: Mamba2Layers | GatedDeltaNetLayers | Mamba1Layers | None = None
+    attention_chunk_size: int | None = None
+    chunked_attention_layers: int | None = None
 
     def __post_init__(self) -> None:
         entry = f"model {self.name!r}"
@@ -134,7 +138,7 @@ class ModelSpec:
                   "intermediate_size", "vocab_size", "dtype_bytes"):
             check_positive(entry, f, getattr(self, f), integer=True)
         check_positive(entry, "num_params", self.num_params)
-        for f in ("sliding_window", "sliding_window_layers"):
+        for f in ("sliding_window", "sliding_window_layers", "attention_chunk_size", "chunked_attention_layers"):
             if getattr(self, f) is not None:
                 check_positive(entry, f, getattr(self, f), integer=True)
         for f in ("weights_gib", "active_params"):
@@ -154,6 +158,14 @@ class ModelSpec:
                                                        or self.sliding_window_layers > self.num_layers):
             raise ValueError(f"{entry}: sliding_window_layers needs sliding_window and at most num_layers "
                              f"({self.num_layers}) layers, got {self.sliding_window_layers}")
+        if self.chunked_attention_layers is not None and (self.attention_chunk_size is None
+                                                          or self.chunked_attention_layers > self.num_layers):
+            raise ValueError(f"{entry}: chunked_attention_layers needs attention_chunk_size and at most num_layers "
+                             f"({self.num_layers}) layers, got {self.chunked_attention_layers}")
+        if self.attention_chunk_size is not None and (self.sliding_window is not None or self.kv_lora_rank):
+            raise ValueError(f"{entry}: give attention_chunk_size, sliding_window or the MLA dimensions "
+                             "(kv_lora_rank), one of them: kvsim models one kind of local attention beside full "
+                             "attention")
         if self.qk_rope_head_dim and not self.kv_lora_rank:
             raise ValueError(f"{entry}: qk_rope_head_dim is an MLA dimension and needs kv_lora_rank")
         if self.kv_lora_rank and self.sliding_window is not None:
@@ -166,7 +178,7 @@ class ModelSpec:
             raise ValueError(f"{entry}: kv_cache_dtype: {exc}") from None
         object.__setattr__(self, "kv_cache_dtype", self.kv_cache_dtype.lower())  # as the flag's value is stored
         if refusal := model_kind_refusal(self.kv_cache_dtype, mla=bool(self.kv_lora_rank),
-                                         sparse=self.sparse_attention, sliding_window=self.sliding_window is not None):
+                                         sparse=self.sparse_attention, sliding_window=self.local_attention):
             raise ValueError(f"{entry}: --kv-cache-dtype {self.kv_cache_dtype}: {refusal}")
 
     def _check_mamba(self, entry: str) -> None:
@@ -184,8 +196,9 @@ class ModelSpec:
         if self.attention_layers + self.mamba.layers > self.num_layers:
             raise ValueError(f"{entry}: attention_layers ({self.attention_layers}) + mamba layers "
                              f"({self.mamba.layers}) exceed num_layers ({self.num_layers})")
-        if self.sliding_window is not None or self.kv_lora_rank:
-            raise ValueError(f"{entry}: sliding windows or MLA beside Mamba layers are not modelled")
+        if self.local_attention or self.kv_lora_rank:
+            raise ValueError(f"{entry}: sliding windows, chunked-local attention or MLA beside Mamba layers are not "
+                             "modelled")
 
     def _check_indexer(self, entry: str) -> None:
         """The sparse-attention fields come together (one is no indexer), and only on an MLA model: vLLM serves
@@ -263,10 +276,17 @@ class ModelSpec:
         kv_layers = self.num_layers if self.attention_layers is None else self.attention_layers
         return layout_groups(num_layers=kv_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                              sliding_window=self.sliding_window, sliding_window_layers=self.sliding_window_layers,
+                             attention_chunk_size=self.attention_chunk_size,
+                             chunked_attention_layers=self.chunked_attention_layers,
                              kv_lora_rank=self.kv_lora_rank, qk_rope_head_dim=self.qk_rope_head_dim,
                              element_bytes=element_bytes, index_head_dim=self.index_head_dim,
                              fp8_ds_mla=self.fp8_ds_mla, kv_cache_dtype=kv_cache_dtype,
                              model_dtype_bytes=self.dtype_bytes)
+
+    @property
+    def local_attention(self) -> bool:
+        """Whether some layers attend locally: a sliding window or Llama 4's chunks (a hybrid KV cache)."""
+        return self.sliding_window is not None or self.attention_chunk_size is not None
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> ModelSpec:
         """This model with its KV stored as ``kv_cache_dtype`` (``auto``: unchanged). Weights keep their dtype."""
@@ -447,6 +467,16 @@ MODELS: dict[str, ModelSpec] = {
                   "num_experts_per_tok 4; expert_weight_bits: MXFP4, 4-bit values plus one 8-bit scale per 32",
                   sliding_window=128, sliding_window_layers=12, weights_gib=12.8, active_params=3.61e9,
                   num_experts=32, num_experts_per_tok=4, expert_weight_bits=4.25),
+        ModelSpec("llama-4-scout-17b-16e", 48, 5120, 40, 8, 128, 109e9, 10485760, 8192, 202048, 2,
+                  _HF + "meta-llama/Llama-4-Scout-17B-16E, text_config: attention_chunk_size 8192 on the layers "
+                  "whose no_rope_layers entry is 1 (every layer but each fourth: 36 of 48; vLLM's Llama4Attention "
+                  "builds ChunkedLocalAttention there, Attention on the NoPE layers), max_position_embeddings "
+                  "10485760, num_local_experts 16, num_experts_per_tok 1 (a shared expert beside them), "
+                  "interleave_moe_layer_step 1; num_params and active_params from Meta's Llama 4 model card: 109B "
+                  "total, 17B active ((109e9 - 17e9) / 15 = 6.13e9 per expert against 48 x 3 x 5120 x 8192 = "
+                  "6.04e9)",
+                  attention_chunk_size=8192, chunked_attention_layers=36, active_params=17e9,
+                  num_experts=16, num_experts_per_tok=1),
         ModelSpec("deepseek-v3", 61, 7168, 128, 128, 192, 671e9, 163840, 18432, 129280, 2,
                   _HF + "deepseek-ai/DeepSeek-V3: MLA with kv_lora_rank 512 and qk_rope_head_dim 64 (head_dim: "
                   "qk_nope_head_dim 128 + 64); 671B parameters, 37B active (DeepSeek-V3 technical report, "

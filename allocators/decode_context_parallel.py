@@ -53,8 +53,9 @@ def check_decode_context_parallel(model: ModelSpec, tensor_parallel: int, dcp: i
                          f"divisible by dcp_size={dcp} (DCP shards KV over the tensor-parallel GPUs)")
     groups = model.kv_groups()
     if any(g.window is not None for g in groups):
-        raise ValueError(f"--decode-context-parallel-size {dcp}: {model.name} has sliding-window layers, and vLLM's "
-                         "KV cache managers do not support DCP there ('DCP not support sliding window attn now')")
+        raise ValueError(f"--decode-context-parallel-size {dcp}: {model.name} has sliding-window or chunked-local "
+                         "layers, and vLLM's KV cache managers do not support DCP there ('DCP not support sliding "
+                         "window attn now', 'DCP not support chunked local attn now')")
     if model.sparse_attention:
         raise ValueError(f"--decode-context-parallel-size {dcp} on {model.name} (sparse attention) is not modelled: "
                          "vLLM's first sparse MLA backend on Hopper refuses DCP and another, with its own block "

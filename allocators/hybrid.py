@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 
 from allocators.base import NO_COPIES, Admission, Copy, cdiv
 from allocators.hybrid_queries import HOST, HybridQueries, HybridSeq
-from allocators.kv_cache_groups import skipped_blocks
+from allocators.kv_cache_groups import next_skip, skipped_blocks
 from allocators.mamba_align import blocks_to_allocate, freed_columns, needs_checkpoint, place_blocks
 from allocators.window_retention import retained_blocks
 
@@ -371,15 +371,16 @@ class HybridPagedAllocator(HybridQueries):
         drafts = max(0, min(drafts, self.max_model_len - s.tokens - num_tokens))
         main = min(main, drafts)
         computed = s.tokens if chunk else s.tokens + num_tokens - 1
+        local = any(w is not None for w in self.windows)
+        if (self.align or local) and not chunk and num_tokens > 1 and s.num_hashed < len(s.hashes):
+            # the last verification's accepted drafts, in slots it held: vLLM cached the blocks they filled right
+            # after that step (``update_from_output``'s ``cache_blocks``), before this allocation frees a state no
+            # step reads (the running block of a column they crossed) or a block a chunk boundary they crossed skips
+            held = min(len(t) for g, t in enumerate(s.tables) if not self.mamba[g]) * bs
+            self._cache_full_blocks(s, min(s.tokens + num_tokens - 1, held))
         if self.align:
-            if not chunk and num_tokens > 1 and s.num_hashed < len(s.hashes):
-                # the last verification's accepted drafts, in slots it held: vLLM cached the blocks they filled
-                # right after that step (``update_from_output``'s ``cache_blocks``), before this allocation frees a
-                # state no step reads (the running block of a column they crossed)
-                held = min(len(t) for g, t in enumerate(s.tables) if not self.mamba[g]) * bs
-                self._cache_full_blocks(s, min(s.tokens + num_tokens - 1, held))
             return self._extend(s, num_tokens, computed, drafts, main)
-        if any(w is not None for w in self.windows):  # the windows free what ``computed`` leaves out first
+        if local:  # the windows free what ``computed`` leaves out first
             self.draft_slots = max(self.draft_slots, drafts)
             return self._extend(s, num_tokens, computed, drafts)
         if (cdiv(s.tokens + num_tokens + drafts, bs) - len(s.tables[0])) * self.slots_per_token > self._free.num_free:
@@ -423,8 +424,8 @@ class HybridPagedAllocator(HybridQueries):
 
     def _targets(self, s: HybridSeq, computed: int) -> list[int]:
         """Leading blocks each group may drop once ``computed`` tokens are computed (full groups: none)."""
-        bs = self.block_size
-        return [s.skipped[g] if w is None else max(s.skipped[g], skipped_blocks(computed, w, bs))
+        bs, chunked = self.block_size, self.chunked
+        return [s.skipped[g] if w is None else max(s.skipped[g], skipped_blocks(computed, w, bs, chunked[g]))
                 for g, w in enumerate(self.windows)]
 
     def _skip(self, s: HybridSeq, computed: int, targets: list[int] | None = None) -> None:
@@ -485,7 +486,7 @@ class HybridPagedAllocator(HybridQueries):
             new = iter(self._pop(g, len(held)))
             tables.append([0] * k + [next(new) if b else 0 for b in table[k:]])
             copies += [Copy(src, dst, bs) for src, dst in zip(table[k:], tables[-1][k:], strict=True) if src]
-            self._tok[g] += bs * len(held) if self.mamba[g] else p.tokens - k * bs
+            self._tok[g] += bs * len(held) if self.mamba[g] else max(0, p.tokens - k * bs)
         child = HybridSeq(tables, p.tokens, final_tokens)
         # where the parent stood as the steps in flight began (`begin_step`): its processed tokens are the child's
         child.skipped, child.computed, child.before, child.at_start = list(p.skipped), p.computed, p.before, p.at_start
@@ -554,11 +555,17 @@ class HybridPagedAllocator(HybridQueries):
             self._used[g] -= len(blocks)
             self._pool.release(blocks, self.prefix_caching)
 
+    def _holds_tail(self, s: HybridSeq) -> bool:
+        """Whether every attention group holds the block of the sequence's last slot: a growth refused at a
+        chunk start frees a chunked group's whole table first (vLLM's ``remove_skipped_blocks`` runs before the
+        allocation fails), leaving no slot there to reserve until the sequence grows again or is preempted."""
+        return all(m or k < len(t) for t, k, m in zip(s.tables, s.skipped, self.mamba, strict=True))
+
     def _settle(self, s: HybridSeq) -> None:
         """Recompute the last block's room (up to the next window free) and reservation."""
         self._reserved -= s.res
         held = len(s.tables[0]) * self.block_size
-        s.res = max(0, min(s.final, held) - s.tokens)
+        s.res = max(0, min(s.final, held) - s.tokens) if self._holds_tail(s) else 0
         self._reserved += s.res
         room = held - s.tokens
         if self.align and sum(1 for b in s.tables[-1][s.skipped[-1]:] if b) > 1:
@@ -568,5 +575,5 @@ class HybridPagedAllocator(HybridQueries):
         lag = 1 if self.step_basis else 0  # the processed tokens reach the next free a step later (`_processed`)
         for g, w in enumerate(self.windows):
             if w is not None:
-                room = min(room, max(0, (s.skipped[g] + 1) * self.block_size + w - 1 + lag - s.tokens))
+                room = min(room, max(0, next_skip(s.skipped[g], w, self.block_size, self.chunked[g]) + lag - s.tokens))
         s.room = room

@@ -13,7 +13,7 @@ blocks that keep a hash.
 from __future__ import annotations
 
 from allocators.base import cdiv
-from allocators.kv_cache_groups import skipped_blocks
+from allocators.kv_cache_groups import next_skip, skipped_blocks
 
 
 def audit_hybrid(a) -> None:
@@ -74,7 +74,7 @@ def audit_hybrid(a) -> None:
                 f"sequence {seq_id} group {g}: nulls are not exactly the leading {k} entries"
             assert w is not None or k == 0, f"sequence {seq_id} group {g}: a full-attention group freed blocks"
             if w is not None:
-                assert k <= skipped_blocks(max(s.tokens - 1, s.computed), w, bs), \
+                assert k <= skipped_blocks(max(s.tokens - 1, s.computed), w, bs, a.chunked[g]), \
                     f"sequence {seq_id} group {g}: freed {k} blocks, but the last token still needs some"
             for i in range(k, held_len):
                 b = table[i]
@@ -88,15 +88,17 @@ def audit_hybrid(a) -> None:
         last_shared = refs[s.tables[0][-1]] > 1
         assert not last_shared, f"sequence {seq_id}: its last block is shared"
         held = held_len * bs
-        assert s.res == max(0, min(s.final, held) - s.tokens), f"sequence {seq_id}: reservation drifted"
+        assert s.res == (max(0, min(s.final, held) - s.tokens) if a._holds_tail(s) else 0), \
+            f"sequence {seq_id}: reservation drifted"
         room = held - s.tokens
         if a.align and sum(1 for b in s.tables[-1] if b) > 1:
             room = 0
         if room and a.prefix_caching and s.tokens // bs < len(s.hashes):
             room -= 1  # the step filling a hashed block caches it
+        lag = 1 if a.step_basis else 0
         for g, w in enumerate(a.windows):
             if w is not None:
-                room = min(room, max(0, (s.skipped[g] + 1) * bs + w - 1 - s.tokens))
+                room = min(room, max(0, next_skip(s.skipped[g], w, bs, a.chunked[g]) + lag - s.tokens))
         assert s.room == room, f"sequence {seq_id}: room {s.room} != {room}"
         reserved += s.res
     queued = a._pool.audit(refs)

@@ -63,6 +63,13 @@ class HybridSeq:
         self.last_state, self.placed, self.prefill_end, self.junction = -1, False, 0, 0
 
 
+def _chunk_start(length: int, chunk: int, block_size: int) -> int:
+    """The first block a chunked-local group's hit of ``length`` blocks needs: the one holding the start of the
+    chunk its next token is in (the blocks before it are nulls: ``ChunkedLocalAttentionManager``'s
+    ``local_attention_start_block_idx``)."""
+    return length * block_size // chunk * chunk // block_size
+
+
 def _window_hit(get: Callable[[int], int | None], block_hashes: Sequence[int], n: int, g: int, length: int,
                 need: int) -> int:
     """The longest prefix of at most ``length`` blocks a window group accepts: the largest ``e <= length``
@@ -179,6 +186,11 @@ class HybridQueries(Allocator):
         self.free_order = sorted(range(len(self.groups)), key=lambda g: not self.mamba[g]) if mamba_groups_first \
             else list(range(len(self.groups)))
         self.windows = [g.window for g in self.groups]
+        self.chunked = [g.chunked for g in self.groups]  # a window that is Llama 4's attention chunk
+        for g in self.groups:
+            if g.chunked and g.window % block_size:
+                raise ValueError(f"KV group {g.group}: kvsim models an attention chunk of whole blocks, got "
+                                 f"{g.window} tokens with --block-size {block_size}")
         # vLLM validates the interval on any model with a window or Mamba group, against its scheduler block size:
         # a Mamba group without prefix caching (mamba_cache_mode 'none') has blocks of max_model_len tokens
         # (``MambaModelConfig.verify_and_update_config``), and a multiple of their lcm with the attention block
@@ -186,16 +198,21 @@ class HybridQueries(Allocator):
         none_mode = bool(mamba_groups and not prefix_caching)
         check_retention_interval(prefix_cache_retention_interval,
                                  math.lcm(block_size, self.max_model_len) if none_mode else block_size,
-                                 any(w is not None for w in self.windows) or bool(mamba_groups),
+                                 any(w is not None and not c for w, c in zip(self.windows, self.chunked,
+                                                                              strict=True)) or bool(mamba_groups),
                                  f": {block_size} and, prefix caching off, the Mamba groups' max_model_len "
                                  f"{self.max_model_len}" if none_mode else "")
         self.retention_interval = prefix_cache_retention_interval
-        # a hit's tail blocks: a window's, a Mamba state's one block (align mode: cached where reachable)
-        self._needs = [(1 if self.align and g.mamba else None) if w is None else cdiv(w - 1, block_size)
+        # a hit's tail blocks: a window's, a Mamba state's one block (align mode: cached where reachable); a
+        # chunked-local group caches every full block, as full attention does (vLLM's retention leaves it dense)
+        self._needs = [(1 if self.align and g.mamba else None) if w is None or g.chunked else cdiv(w - 1, block_size)
                        for g, w in zip(self.groups, self.windows, strict=True)]
+        # the blocks a local group holds per request at most (``max_admission_blocks_per_request``): a window's
+        # last ``w - 1`` tokens, or a chunk, plus the tokens in flight
         self.admission_caps = [None if w is None or max_num_batched_tokens is None
+                               else cdiv(min(w + max_num_batched_tokens, self.max_model_len), block_size) if c
                                else cdiv(min(w - 1 + max_num_batched_tokens, self.max_model_len), block_size) + 1
-                               for w in self.windows]
+                               for w, c in zip(self.windows, self.chunked, strict=True)]
         # `_hit_blocks` asks full-attention groups first (a miss is settled at its first uncached block)
         self._lookup_order = sorted(enumerate(self.windows), key=lambda gw: (self.mamba[gw[0]], gw[1] is not None))
         self.group_names = tuple(dict.fromkeys([*(g.name for g in kv_groups), *(g.group for g in self.groups)]))
@@ -271,7 +288,8 @@ class HybridQueries(Allocator):
         n, bs = len(self.groups), self.block_size
         out = []
         for g, w in enumerate(self.windows):
-            first = length - 1 if self.mamba[g] else 0 if w is None else max(0, length - cdiv(w - 1, bs))
+            first = (length - 1 if self.mamba[g] else 0 if w is None else _chunk_start(length, w, bs)
+                     if self.chunked[g] else max(0, length - cdiv(w - 1, bs)))
             out.append([0] * first + [get(block_hashes[i] * n + g) for i in range(first, length)])
         return out
 
@@ -308,8 +326,8 @@ class HybridQueries(Allocator):
             for g, w in self._lookup_order:
                 if self.mamba[g]:
                     hit = _state_hit(get, block_hashes, n, g, length)
-                elif w is None:
-                    hit = 0
+                elif w is None or self.chunked[g]:  # a chunked group needs its chunk's blocks, full ones all
+                    hit = 0 if w is None else _chunk_start(length, w, bs)
                     while hit < length and get(block_hashes[hit] * n + g) is not None:
                         hit += 1
                 else:
@@ -422,7 +440,7 @@ class HybridQueries(Allocator):
         final = cdiv(max(num_tokens, final_tokens), bs)
         need = sum((1 if self.align else 0) + self.mamba_state_blocks if m
                    else final if w is None else min(final, cdiv(w, bs) + 1)
-                   for m, w in zip(self.mamba, self.windows, strict=True))
+                   for m, w in zip(self.mamba, self.windows, strict=True))  # a chunk's blocks, or a window's
         if need > usable:
             return (f"{self.name}: needs {need} blocks of {bs} in {len(self.groups)} KV cache groups at its final "
                     f"length {max(num_tokens, final_tokens)} but the pool has only {usable} usable")

@@ -7,6 +7,7 @@ attention group's; the last cut of a larger group is padded), each with its own 
 
     gemma-3-12b: local 40 layers (window 1024), global 8   ->  unit 8: local.0 .. local.4, global  (6 groups)
     gpt-oss-20b: sliding 12 (window 128), full 12          ->  unit 12: sliding, full              (2 groups)
+    llama-4-scout: chunked_local 36 (chunk 8192), full 12  ->  unit 12: chunked_local.0 .. .2, full (4 groups)
 
 A block then holds ``block_size`` tokens of ``unit`` layers, whichever group holds it, so a pool of
 ``kv_tokens`` full tokens (every layer) has ``kv_tokens x layers / unit`` *group slots*: the unit in which the
@@ -21,31 +22,39 @@ from dataclasses import dataclass
 from allocators.base import cdiv
 
 SLIDING = "sliding_window"
+CHUNKED = "chunked_local"
+LOCAL = (SLIDING, CHUNKED)
+"""The attention types whose groups free what their tokens no longer attend to: vLLM's ``SlidingWindowManager``
+and ``ChunkedLocalAttentionManager``, which its hybrid KV cache manager runs beside full attention."""
 
 
 @dataclass(frozen=True, slots=True)
 class CacheGroup:
     """One KV cache group (``name``): ``unit`` layers (``layers`` of them real, the rest padding) of one
-    attention group (``group``); ``window`` is the sliding window in tokens, None for full attention (and MLA)."""
+    attention group (``group``); ``window`` is the sliding window in tokens, or with ``chunked`` the attention
+    chunk (Llama 4's chunked-local attention), None for full attention (and MLA)."""
 
     name: str
     group: str
     window: int | None
     layers: int
     mamba: bool = False  # a group of Mamba layers: one state block per sequence (`mamba_cache_groups`)
+    chunked: bool = False  # ``window`` is an attention chunk: a token attends within its own chunk only
 
 
 def needs_hybrid(kv_groups: Sequence) -> bool:
     """Whether vLLM would use its hybrid manager for this layout: more than one attention group, or any
-    sliding-window group (a pure sliding-window model, as Mistral-7B v0.1, frees out-of-window blocks too)."""
-    return len(kv_groups) > 1 or any(g.attention == SLIDING for g in kv_groups)
+    sliding-window (or chunked-local) group (a pure sliding-window model, as Mistral-7B v0.1, frees
+    out-of-window blocks too)."""
+    return len(kv_groups) > 1 or any(g.attention in LOCAL for g in kv_groups)
 
 
 def disable_unifies(kv_groups: Sequence) -> bool:
-    """Whether vLLM's ``--disable-hybrid-kv-cache-manager`` turns this layout's window layers into full attention
-    (``unify_hybrid_kv_cache_specs``): only where window and full-attention layers meet. A model of window
-    layers alone, as Mistral-7B v0.1, is one uniform spec, which vLLM leaves as it is: its windows still free."""
-    windows = [g.attention == SLIDING for g in kv_groups]
+    """Whether vLLM's ``--disable-hybrid-kv-cache-manager`` turns this layout's window (or chunked-local) layers
+    into full attention (``unify_hybrid_kv_cache_specs``): only where they meet full-attention layers. A model of
+    window layers alone, as Mistral-7B v0.1, is one uniform spec, which vLLM leaves as it is: its windows still
+    free."""
+    windows = [g.attention in LOCAL for g in kv_groups]
     return any(windows) and not all(windows)
 
 
@@ -53,6 +62,14 @@ def uses_hybrid_manager(allocator: str, kv_groups: Sequence, disabled: bool) -> 
     """Whether ``allocator`` on this layout is vLLM's hybrid KV cache manager (`needs_hybrid`, and only
     ``paged`` models it), given ``--disable-hybrid-kv-cache-manager`` (``disabled``; `disable_unifies`)."""
     return allocator == "paged" and needs_hybrid(kv_groups) and not (disabled and disable_unifies(kv_groups))
+
+
+def hybrid_disabled(disabled: bool, kv_groups: Sequence, drafter: bool) -> bool:
+    """Whether vLLM runs without its hybrid manager: ``--disable-hybrid-kv-cache-manager`` (``disabled``), or a
+    chunked-local model with a drafter that reads the target's hidden states (``drafter``: EAGLE, EAGLE-3, MTP),
+    for which vLLM 0.33 disables it itself (``VllmConfig.__post_init__``: "Hybrid KV cache manager is not yet
+    supported with chunked local attention + eagle"), turning the chunked layers into full attention."""
+    return disabled or (drafter and any(g.attention == CHUNKED for g in kv_groups))
 
 
 GROUP_SIZE_SLACK = 1.5
@@ -81,13 +98,15 @@ def split_kv_groups(kv_groups: Sequence) -> tuple[int, tuple[CacheGroup, ...]]:
     unit = kv_cache_group_size(*(g.layers for g in kv_groups))
     out: list[CacheGroup] = []
     for g in kv_groups:
-        window = int(g.window) if g.attention == SLIDING else None
+        window = int(g.window) if g.attention in LOCAL else None
         if window is not None and window <= 0:
-            raise ValueError(f"KV group {g.name}: a sliding window must be positive, got {g.window!r}")
+            raise ValueError(f"KV group {g.name}: a sliding window or attention chunk must be positive, got "
+                             f"{g.window!r}")
         count = cdiv(g.layers, unit)
         for i in range(count):
             name = g.name if count == 1 else f"{g.name}.{i}"
-            out.append(CacheGroup(name, g.name, window, min(unit, g.layers - i * unit)))
+            out.append(CacheGroup(name, g.name, window, min(unit, g.layers - i * unit),
+                                  chunked=g.attention == CHUNKED))
     return unit, tuple(out)
 
 
@@ -113,8 +132,18 @@ def group_slots(kv_tokens: int, kv_groups: Sequence, unit: int) -> int:
     return kv_tokens * sum(g.layers for g in kv_groups) // unit
 
 
-def skipped_blocks(computed: int, window: int, block_size: int) -> int:
+def skipped_blocks(computed: int, window: int, block_size: int, chunked: bool = False) -> int:
     """Leading blocks a sliding-window group no longer needs once ``computed`` tokens are computed: the next
-    token attends to the last ``window`` tokens, itself included (vLLM's ``remove_skipped_blocks``)."""
-    first_needed = computed - window + 1
+    token attends to the last ``window`` tokens, itself included (vLLM's ``remove_skipped_blocks`` with
+    ``SlidingWindowManager.get_num_skipped_tokens``); ``chunked``: a chunked-local group's, whose next token
+    attends to its own ``window``-token chunk only, so every block of an earlier chunk is skipped
+    (``ChunkedLocalAttentionManager.get_num_skipped_tokens``: ``computed // chunk x chunk``)."""
+    first_needed = computed // window * window if chunked else computed - window + 1
     return first_needed // block_size if first_needed > 0 else 0
+
+
+def next_skip(skipped: int, window: int, block_size: int, chunked: bool = False) -> int:
+    """The fewest computed tokens at which a group that skips ``skipped`` blocks (`skipped_blocks`) skips more:
+    a window's first token past the next block, a chunked group's next chunk boundary past it."""
+    end = (skipped + 1) * block_size
+    return cdiv(end, window) * window if chunked else end + window - 1

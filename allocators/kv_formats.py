@@ -101,7 +101,7 @@ def turboquant_block_size(model_page_per_token: int, packed_page_per_token: int,
 def model_kind_refusal(kv_cache_dtype: str, *, mla: bool, sparse: bool, sliding_window: bool) -> str | None:
     """Why vLLM (or kvsim) stores no KV of a model of this kind at ``kv_cache_dtype`` on an NVIDIA GPU; None
     where it does. ``mla``: latent attention; ``sparse``: with a lightning indexer; ``sliding_window``: some
-    layers windowed."""
+    layers windowed (or chunked-local)."""
     if kv_cache_dtype in NOT_ON_CUDA:
         return NOT_ON_CUDA[kv_cache_dtype]
     if kv_cache_dtype in DS_MLA and not sparse:
@@ -110,8 +110,8 @@ def model_kind_refusal(kv_cache_dtype: str, *, mla: bool, sparse: bool, sliding_
                 "(index_topk, e.g. deepseek-v3.2)")
     if not mla:
         if kv_cache_dtype in TURBOQUANT and sliding_window:
-            return (f"kvsim does not place {kv_cache_dtype} on a model with sliding-window layers: vLLM gives "
-                    "those layers a block size of their own and pads the boundary layers' pages to a shared one "
+            return (f"kvsim does not place {kv_cache_dtype} on a model with sliding-window or chunked-local "
+                    "layers: vLLM gives those layers a block size of their own and pads the boundary layers' pages to a shared one "
                     "(Attention.get_kv_cache_spec), which kvsim does not model")
         return None
     if kv_cache_dtype in NVFP4:

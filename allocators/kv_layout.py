@@ -2,6 +2,8 @@
 
 A model's layers fall into KV groups: ``full`` attention layers keep K and V of every token; ``sliding_window``
 layers attend to the last ``window`` tokens only, so an allocator may free what falls out of the window;
+``chunked_local`` layers (Llama 4's) attend only within the ``window``-token chunk the token is in
+(``attention_chunk_size``), so an allocator may free every earlier chunk;
 ``mla`` layers (DeepSeek's multi-head latent attention) keep one compressed latent plus one rope key per token
 instead of K and V per head; a sparse MLA model (DeepSeek-V3.2's lightning indexer, config ``index_head_dim``)
 also keeps one indexer key per token and layer, in the same group (`layout_groups`). vLLM v1's hybrid
@@ -27,7 +29,7 @@ from allocators.kv_formats import (
     turboquant_boundary_layers,
 )
 
-ATTENTION_TYPES = ("full", "sliding_window", "mla")
+ATTENTION_TYPES = ("full", "sliding_window", "chunked_local", "mla")
 
 KV_CACHE_DTYPES: dict[str, int | None] = {
     "auto": None, "fp16": 2, "bf16": 2, "fp8": 1,
@@ -56,7 +58,8 @@ class KVGroup:
     """Layers of one attention type and what one token costs in all of them together.
 
     ``bytes_per_token``: one token in every layer of the group, at the KV dtype the group was built for.
-    ``window``: tokens a ``sliding_window`` layer attends to (None for the others).
+    ``window``: tokens a ``sliding_window`` layer attends to, or a ``chunked_local`` layer's chunk (its
+    ``attention_chunk_size``: it attends to at most that many, those of its own chunk); None for the others.
     ``indexer_bytes_per_token``: the part of ``bytes_per_token`` that is a sparse MLA model's indexer key cache
     (0 for every other group): the clock reads it for every context token, the latent only for the top-k.
     """
@@ -146,8 +149,10 @@ def indexer_key_bytes(index_head_dim: int) -> int:
 def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
                   sliding_window_layers: int | None, kv_lora_rank: int, qk_rope_head_dim: int,
                   element_bytes: int, index_head_dim: int = 0, fp8_ds_mla: bool | None = None,
-                  kv_cache_dtype: str = "", model_dtype_bytes: int = 2) -> tuple[KVGroup, ...]:
-    """The KV groups of a model from its config values (HF ``config.json`` names), sliding-window group first.
+                  kv_cache_dtype: str = "", model_dtype_bytes: int = 2, attention_chunk_size: int | None = None,
+                  chunked_attention_layers: int | None = None) -> tuple[KVGroup, ...]:
+    """The KV groups of a model from its config values (HF ``config.json`` names), the local group (sliding-window
+    or chunked-local) first.
 
     MLA (``kv_lora_rank`` > 0): every layer keeps ``kv_lora_rank + qk_rope_head_dim`` elements per token.
     Sparse MLA (``index_head_dim`` > 0, DeepSeek-V3.2): every layer keeps its latent as vLLM's sparse backend
@@ -158,13 +163,14 @@ def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_
     theirs (``v1/core/kv_cache_planning.py``, ``get_kv_cache_groups``), so one block table covers both caches
     and a block holds both for its tokens.
     Otherwise ``sliding_window_layers`` of the layers (all of them when not given) use ``sliding_window`` and
-    the rest attend to everything; K and V are ``num_kv_heads x head_dim`` elements each per layer, or what a
-    packed ``kv_cache_dtype`` (vLLM's name) packs them in (`allocators.kv_formats.gqa_layer_bytes`; TurboQuant's
-    boundary layers at ``model_dtype_bytes``, in the same group: vLLM's ``UniformTypeKVCacheSpecs`` puts layers
+    the rest attend to everything; likewise ``chunked_attention_layers`` with ``attention_chunk_size`` (Llama 4:
+    the layers whose ``no_rope_layers`` entry is 1, 36 of 48, attend within their 8192-token chunk); K and V are
+    ``num_kv_heads x head_dim`` elements each per layer, or what a packed ``kv_cache_dtype`` (vLLM's name) packs
+    them in (`allocators.kv_formats.gqa_layer_bytes`; TurboQuant's boundary layers at ``model_dtype_bytes``, in the same group: vLLM's ``UniformTypeKVCacheSpecs`` puts layers
     of one attention type with unequal pages in one KV cache group whose page is the sum of theirs).
     """
     if refusal := model_kind_refusal(kv_cache_dtype, mla=bool(kv_lora_rank), sparse=bool(index_head_dim),
-                                     sliding_window=sliding_window is not None):
+                                     sliding_window=sliding_window is not None or attention_chunk_size is not None):
         raise ValueError(f"--kv-cache-dtype {kv_cache_dtype}: {refusal}")
     if kv_lora_rank and index_head_dim:
         latent = num_layers * sparse_mla_latent_bytes(kv_lora_rank, qk_rope_head_dim, element_bytes, fp8_ds_mla,
@@ -179,12 +185,18 @@ def layout_groups(*, num_layers: int, num_kv_heads: int, head_dim: int, sliding_
         boundary = turboquant_boundary_layers(num_layers)
         whole = boundary * 2 * num_kv_heads * head_dim * model_dtype_bytes + (num_layers - boundary) * per_layer
         return (KVGroup("full", "full", num_layers, None, whole),)
-    windowed = 0
+    if sliding_window is not None and attention_chunk_size is not None:
+        raise ValueError("a model has sliding_window or attention_chunk_size layers, not both: kvsim models one "
+                         "kind of local attention beside full attention")
+    windowed, local = 0, "sliding_window"
     if sliding_window is not None:
         windowed = num_layers if sliding_window_layers is None else sliding_window_layers
+    elif attention_chunk_size is not None:
+        windowed = num_layers if chunked_attention_layers is None else chunked_attention_layers
+        sliding_window, local = attention_chunk_size, "chunked_local"
     groups = []
     if windowed:
-        groups.append(KVGroup("sliding_window", "sliding_window", windowed, sliding_window, windowed * per_layer))
+        groups.append(KVGroup(local, local, windowed, sliding_window, windowed * per_layer))
     if num_layers - windowed:
         groups.append(KVGroup("full", "full", num_layers - windowed, None, (num_layers - windowed) * per_layer))
     return tuple(groups)

@@ -9,7 +9,9 @@ included, so the buffer holds the token being computed and the ``W - 1`` before 
 that reserves ``L`` tokens (Orca's max, pow2 or oracle length) therefore needs ``L`` positions in each
 full-attention layer and ``min(L, W)`` in each window layer, and holds live KV in ``min(t, W)`` of them after
 ``t`` tokens (a prefill longer than the window writes only its last ``W`` tokens' KV there, as
-`RotatingBufferCache` does; the activations of the chunk are not KV memory).
+`RotatingBufferCache` does; the activations of the chunk are not KV memory). A chunked-local layer (Llama 4's
+``attention_chunk_size``) attends to at most its chunk's tokens, which a ring of the chunk's size holds: kvsim
+gives it one as it does a window.
 
 A request's slab is a slab per unit of layers (below), placed in the pool apart (`SlabLayout.pieces`), as
 preallocated caches of hybrid models hold them: HF transformers' `StaticCache` (5.20,
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import gcd
 
-from allocators.kv_cache_groups import SLIDING
+from allocators.kv_cache_groups import LOCAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +78,17 @@ class SlabLayout:
 
 def slab_layout(kv_groups: Sequence) -> SlabLayout | None:
     """The layout of a model's KV groups (catalog `KVGroup` objects), or None where no group has a window."""
-    windows = [g for g in kv_groups if g.attention == SLIDING]
+    windows = [g for g in kv_groups if g.attention in LOCAL]
     if not windows:
         return None
     unit = gcd(*(int(g.bytes_per_token) for g in kv_groups))
     rings: dict[int, int] = {}
     for g in windows:
         if g.window is None or int(g.window) <= 0:
-            raise ValueError(f"KV group {g.name}: a sliding window must be positive, got {g.window!r}")
+            raise ValueError(f"KV group {g.name}: a sliding window or attention chunk must be positive, got "
+                             f"{g.window!r}")
         rings[int(g.window)] = rings.get(int(g.window), 0) + int(g.bytes_per_token) // unit
-    full = sum(int(g.bytes_per_token) for g in kv_groups if g.attention != SLIDING) // unit
+    full = sum(int(g.bytes_per_token) for g in kv_groups if g.attention not in LOCAL) // unit
     return SlabLayout(full, tuple(sorted(rings.items())))
 
 

@@ -51,7 +51,7 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
     )
     from allocators.catalog import get_gpu, get_model
     from allocators.hybrid import HybridPagedAllocator
-    from allocators.kv_cache_groups import uses_hybrid_manager
+    from allocators.kv_cache_groups import hybrid_disabled, uses_hybrid_manager
     from allocators.slab_layout import ring_options
     from allocators.vattention import page_options
     from sim.kernel.block_size import scheduler_block_size
@@ -120,7 +120,8 @@ def capacity_report(*, model: str, gpu: str, kv_gib: float | None, kv_tokens: in
             config, max_model_len, spec, cap, False, max_num_batched_tokens)
     pages = page_options(allocator_class(allocator), spec, page_size_kib, cap.kv_tokens, tensor_parallel)
     pool_groups = with_drafter_layers(spec, draft).kv_groups()  # a drafter's layers join the full group
-    hybrid = uses_hybrid_manager(allocator, pool_groups, disable_hybrid_kv_cache_manager)
+    hybrid = uses_hybrid_manager(allocator, pool_groups, hybrid_disabled(disable_hybrid_kv_cache_manager, pool_groups,
+                                                                         drafter=bool(draft)))
     block_size = scheduler_block_size(config, spec, gpu_spec)  # vLLM's scheduler's (an MLA backend's x DCP)
     if hybrid:  # as `kvsim run` does: vLLM's hybrid KV cache manager, windows freeing as requests decode
         alloc = HybridPagedAllocator(cap.kv_tokens, kv_groups=pool_groups, block_size=block_size,
@@ -251,7 +252,8 @@ def _print_text(r: dict) -> None:
     click.echo(f"KV bytes per token: {r['kv_bytes_per_token']:,} ({r['kv_bytes_per_token'] / 1024:.1f} KiB), "
                + _dtype_text(r))
     for g in r["kv_groups"]:
-        window = f", window {g['window']:,} tokens" if g["window"] is not None else ""
+        span = "chunk" if g["attention"] == "chunked_local" else "window"
+        window = f", {span} {g['window']:,} tokens" if g["window"] is not None else ""
         indexer = (f" ({g['indexer_bytes_per_token']:,} of them the sparse-attention indexer's keys)"
                    if g.get("indexer_bytes_per_token") else "")
         click.echo(f"  group {g['name']}: {g['layers']} {g['attention']} layers{window}, "
@@ -329,7 +331,8 @@ def _print_text(r: dict) -> None:
                    "the chunks a prompt is prefilled in (a sliding-window layer holds the window and one chunk).")
 @prefix_caching_option
 @click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
-              help="Treat sliding-window layers as full attention (vLLM's flag; paged on a hybrid model).")
+              help="Treat sliding-window (and chunked-local) layers as full attention (vLLM's flag; paged on a "
+                   "hybrid model).")
 @click.option("--speculative-config", type=str, default=None, metavar="JSON",
               help="vLLM's speculative decoding (as `kvsim run`'s): a drafter of method eagle, eagle3 or mtp adds "
                    "its KV layers to every block (1 for eagle/eagle3, the model's num_nextn_predict_layers for "

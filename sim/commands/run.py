@@ -91,8 +91,9 @@ def simulation_options(func):
                            "memory unless --kv-gib or --kv-tokens is given."),
         kv_cache_dtype_option,
         click.option("--disable-hybrid-kv-cache-manager", is_flag=True,
-                     help="Treat sliding-window layers as full attention in the KV cache (vLLM's flag): one "
-                          "block table for all layers, nothing freed out of the window (paged on a hybrid model)."),
+                     help="Treat sliding-window (and chunked-local) layers as full attention in the KV cache (vLLM's "
+                          "flag): one block table for all layers, nothing freed out of the window (paged on a hybrid "
+                          "model)."),
         enforce_eager_option,
         _field_option("--block-size", type=int, help=BLOCK_SIZE_HELP),
         _field_option("--page-size-kib", type=int,

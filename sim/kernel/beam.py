@@ -18,6 +18,7 @@ import numpy as np
 from sim.kernel.memory import KVMemory
 from sim.kernel.preemption import Preemption
 from sim.kernel.sequence_group import SequenceGroup
+from sim.kernel.window_context import attended
 
 
 def choose_parents(rng: np.random.Generator, k: int, keep_prob: float) -> np.ndarray:
@@ -51,11 +52,12 @@ class BeamSearch:
         return seqs, context
 
     def window_context(self, running: list[SequenceGroup], joiners: list[SequenceGroup], step: int,
-                       window: int) -> int:
-        """`decoders`' context with each sequence's clipped to a sliding window of ``window`` tokens."""
+                       window: int, chunked: bool = False) -> int:
+        """`decoders`' context with each sequence's clipped to a sliding window of ``window`` tokens (or to its
+        own chunk of ``window`` tokens: ``chunked``, `sim.kernel.window_context.attended`)."""
         if not self.groups:
             return 0
-        return sum(g.num_seqs * min(g.prompt + step - g.base, window) for g in running
+        return sum(g.num_seqs * attended(g.prompt + step - g.base, window, chunked) for g in running
                    if g.beam and g.decoding and g not in joiners)
 
     def step(self, group: SequenceGroup, memory: KVMemory, plan, groups: Preemption) -> None:

@@ -94,6 +94,8 @@ last tokens, so a step's attention pairs and KV bytes are ``(1 - w) x full + w x
 of layers that have a window and ``clipped`` the same count with each sequence's keys capped at the window
 (`sim.kernel.window_context`). This is the attention kernel's work, whatever the memory manager keeps
 (``--disable-hybrid-kv-cache-manager`` keeps every token's KV, and the kernel still reads only the window).
+Chunked-local attention (Llama 4, catalog ``attention_chunk_size``) is the same with ``clipped`` each token's
+keys in its own chunk so far: ``(c - 1) mod C + 1`` for a token at position ``c`` (`ChunkContext`).
 
 Sparse MLA (DeepSeek-V3.2, catalog ``index_topk``): every layer's attention pairs a query with, and reads the
 latent of, at most ``index_topk`` keys (the same clipped figures, with the top-k as the window, over all layers:
@@ -107,7 +109,8 @@ run ends before one passes it, so it stays in closed form.
 A run of ``k`` pure decode steps of ``n`` sequences has durations linear in the step index on each side of
 the roofline's crossover (the per-sequence term is a constant ``n x seq_overhead`` per step), so `decode_run`
 sums them, and their index-weighted sum, in closed form (O(1) per run). With windows the clipped count grows
-by the sequences still inside the window; a run ends before one leaves it, so it stays linear.
+by the sequences still inside the window; a run ends before one leaves it, so it stays linear. With chunks it
+grows by every sequence, and a run ends before one starts a chunk (its count drops back to one key).
 
 This module is the cost models' one import path and holds the constant model; the roofline model is
 ``roofline_cost.py`` (its closed-form sums ``decode_sums.py``), the calibrated one ``calibrated_cost.py``.

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 
 from sim.kernel.lazy_heap import earliest
-from sim.kernel.window_context import WindowContext
+from sim.kernel.window_context import ChunkContext, WindowContext, attended
 
 
 class DecodeSet:
@@ -34,10 +34,11 @@ class DecodeSet:
 
     __slots__ = ("lazy", "g0", "tokens", "deadline", "heap", "n", "sum_g0", "sum_tokens", "windows")
 
-    def __init__(self, lazy: bool = True, window: int = 0) -> None:
-        """``window``: the model's sliding window in tokens (0: none), for `window_context`."""
+    def __init__(self, lazy: bool = True, window: int = 0, chunked: bool = False) -> None:
+        """``window``: the model's sliding window in tokens (0: none), or with ``chunked`` its attention chunk,
+        for `window_context`."""
         self.lazy = lazy
-        self.windows = WindowContext(window) if window else None
+        self.windows = (ChunkContext if chunked else WindowContext)(window) if window else None
         self.g0: dict[int, int] = {}
         self.tokens: dict[int, int] = {}
         self.deadline: dict[int, int] = {}
@@ -182,14 +183,20 @@ class DecodeSet:
 
     def window_context(self, step: int) -> int:
         """``sum min(c, W)`` over the tracked sequences' attended contexts ``c`` at ``step`` (the fed token
-        included, as `context` + ``n``), with the model's window ``W`` (`sim.kernel.window_context`)."""
+        included, as `context` + ``n``), with the model's window ``W``, or with chunks of ``W`` tokens ``sum (c - 1)
+        mod W + 1`` (`sim.kernel.window_context`)."""
         windows = self.windows
         windows.clip(step, self._offset)
         return windows.total(step, self.n)
 
     def window_of(self, seq_id: int, step: int) -> int:
-        """One tracked sequence's attended context at ``step``, clipped to the window."""
-        return min(self.tokens[seq_id] - self.g0[seq_id] + step + 1, self.windows.window)
+        """One tracked sequence's attended context at ``step``, clipped to the window (or its chunk's)."""
+        return attended(self.tokens[seq_id] - self.g0[seq_id] + step + 1, self.windows.window, self.chunked)
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the clipped context is a chunked-local model's (`ChunkContext`)."""
+        return type(self.windows) is ChunkContext
 
     def window_run(self, step: int) -> tuple[tuple[int, int], int | None]:
         """For a decode run from ``step``: ((clipped context, sequences inside the window), the step at which

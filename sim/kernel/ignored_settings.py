@@ -16,7 +16,7 @@ warning each and `sim.kernel.runner.run_simulation` warns them in Python, both i
 
 from __future__ import annotations
 
-from allocators.kv_cache_groups import SLIDING, disable_unifies
+from allocators.kv_cache_groups import LOCAL, disable_unifies
 from allocators.option_use import (
     allocates_per_chunk,
     hands_out_blocks,
@@ -157,8 +157,8 @@ def _deployment_settings(config: SimConfig, defaults: SimConfig, model) -> dict[
         if config.allocator != "paged":
             ignored[flag] = (f"only paged is vLLM's hybrid KV cache manager; {config.allocator} keeps every token "
                              "in every layer either way")
-        elif model is not None and not any(g.attention == SLIDING for g in groups):
-            ignored[flag] = f"{model.name} has no sliding-window layers"
+        elif model is not None and not any(g.attention in LOCAL for g in groups):
+            ignored[flag] = f"{model.name} has no sliding-window or chunked-local layers"
         elif model is not None and not disable_unifies(groups):
             ignored[flag] = (f"every layer of {model.name} has a sliding window, which vLLM keeps: its flag makes "
                              "window layers full attention only beside full-attention layers")

@@ -11,7 +11,7 @@ than the model needs; a comparison table would otherwise read that as the alloca
 
 from __future__ import annotations
 
-from allocators.kv_cache_groups import SLIDING
+from allocators.kv_cache_groups import LOCAL
 from sim.kernel.config import SimConfig
 
 
@@ -21,9 +21,14 @@ def memory_omits(config: SimConfig, model, *, window_rings: bool) -> tuple[str, 
     ``--disable-hybrid-kv-cache-manager`` asked for them: either way nothing is left out that vLLM would keep.
     ``window_rings``: the allocator's slabs hold a window layer's ring buffer (a contiguous allocator's
     `allocators.contiguous.ring_options`; the caller, which builds allocators, asks it)."""
-    windows = sorted({g.window for g in model.kv_groups() if g.attention == SLIDING})
-    if not windows or config.allocator == "paged" or window_rings:
+    local = [g for g in model.kv_groups() if g.attention in LOCAL]
+    if not local or config.allocator == "paged" or window_rings:
         return ()
+    windows = sorted({g.window for g in local})
+    if local[0].attention != "sliding_window":
+        return (f"chunked-local attention: {config.allocator} keeps every token's KV in {model.name}'s chunked "
+                f"layers (chunk {', '.join(f'{w:,}' for w in windows)} tokens), where only paged, vLLM's hybrid KV "
+                "cache manager, frees the blocks of the chunks before a token's",)
     return (f"sliding windows: {config.allocator} keeps every token's KV in {model.name}'s window layers "
             f"(window {', '.join(f'{w:,}' for w in windows)} tokens), where only paged, vLLM's hybrid KV cache "
             "manager, frees the blocks that leave the window",)

@@ -16,7 +16,7 @@ from allocators.catalog import GIB, get_gpu
 from allocators.catalog_file import model_with_catalog
 from allocators.host_tier import HostTier
 from allocators.hybrid import HybridPagedAllocator
-from allocators.kv_cache_groups import group_slots, split_kv_groups, uses_hybrid_manager
+from allocators.kv_cache_groups import group_slots, hybrid_disabled, split_kv_groups, uses_hybrid_manager
 from allocators.lru_tier import LruTier
 from allocators.option_use import hands_out_blocks
 from allocators.slab_layout import SlabLayout, ring_options, slab_layout
@@ -192,13 +192,15 @@ def summary_extra(config: SimConfig, workload, cap: KVCapacity, cost, memory: KV
 
 def hybrid_kv_groups(config: SimConfig, model) -> tuple:
     """The model's KV groups when ``paged`` on it is vLLM's hybrid KV cache manager (`allocators.hybrid`): more
-    than one group or a sliding window, unless ``--disable-hybrid-kv-cache-manager``; else (). A speculative
+    than one group or a local one, unless ``--disable-hybrid-kv-cache-manager`` (or vLLM's own for chunked-local
+    attention with EAGLE or MTP, `hybrid_disabled`); else (). A speculative
     drafter's layers join its full group (`allocators.capacity.with_drafter_layers`)."""
     if model.mamba is not None and config.allocator == "paged":  # its Mamba layers are groups of their own
         return model.kv_groups()
     drafters = drafter_layers(speculative_method(config.speculative_config), model)
     groups = with_drafter_layers(model, drafters).kv_groups()
-    return groups if uses_hybrid_manager(config.allocator, groups, config.disable_hybrid_kv_cache_manager) else ()
+    disabled = hybrid_disabled(config.disable_hybrid_kv_cache_manager, groups, drafter=bool(drafters))
+    return groups if uses_hybrid_manager(config.allocator, groups, disabled) else ()
 
 
 def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recorder,
@@ -282,7 +284,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy, lpm_max_queue=config.lpm_max_queue,
                       sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost),
-                      attention_topk=model.index_topk, async_scheduling=config.async_scheduling, spec=spec)
+                      attention_topk=model.index_topk, async_scheduling=config.async_scheduling, spec=spec,
+                      attention_chunk_size=model.attention_chunk_size or 0)
     return memory, cost, sched
 
 

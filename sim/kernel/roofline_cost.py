@@ -116,9 +116,11 @@ class StepCostModel:
         self._t_comm_step = calls * self.allreduce_latency_s
         self._t_comm_token = (calls * m.hidden_size * 2 * 2 * (tp - 1) / tp / (self.allreduce_bus_gb_s * 1e9)
                               if calls and self.allreduce_bus_gb_s else 0.0)
-        # sliding-window layers attend to (and read the KV of) at most the window's last tokens
-        self.window_frac = ((m.sliding_window_layers or m.num_layers) / m.num_layers
-                            if m.sliding_window is not None else 0.0)
+        # sliding-window layers attend to (and read the KV of) at most the window's last tokens, chunked-local
+        # layers (Llama 4's) those of the token's own chunk
+        self.window_frac = ((m.sliding_window_layers or m.num_layers) / m.num_layers if m.sliding_window is not None
+                            else (m.chunked_attention_layers or m.num_layers) / m.num_layers
+                            if m.attention_chunk_size is not None else 0.0)
         # sparse MLA: attention pairs a query with (and reads the latent of) at most index_topk keys, the
         # clipped figures; the indexer scores and reads every key's indexer key. vLLM replicates the indexer on
         # every GPU (`ReplicatedLinear`, and the key cache's ``max_tp_shards=1``): its terms are not divided

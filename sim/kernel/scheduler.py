@@ -34,7 +34,7 @@ from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
 from sim.kernel.spec_decode import SpecDecode
 from sim.kernel.step_plan import StepPlan
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT, WaitingQueue
-from sim.kernel.window_context import clipped_sum
+from sim.kernel.window_context import chunked_sum, clipped_sum
 
 
 class Scheduler:
@@ -47,7 +47,8 @@ class Scheduler:
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
                  scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT,
                  sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None,
-                 attention_topk: int = 0, async_scheduling: bool = False, spec: SpecDecode | None = None) -> None:
+                 attention_topk: int = 0, async_scheduling: bool = False, spec: SpecDecode | None = None,
+                 attention_chunk_size: int = 0) -> None:
         self.memory = memory
         self.continuous = continuous
         self.max_num_seqs = max_num_seqs
@@ -72,9 +73,10 @@ class Scheduler:
         self.running_seqs = 0
         self.live: dict[int, SequenceGroup] = {}
         # the clock's clipped figures: a sliding window's, or a sparse model's top-k keys a query (each bounds
-        # the keys a query attends to in the same way: `min(c, W)`)
+        # the keys a query attends to in the same way: `min(c, W)`), or a chunked-local model's chunk
         self.attention_topk = attention_topk
-        self.decode = DecodeSet(lazy, sliding_window or attention_topk)
+        self.decode = DecodeSet(lazy, sliding_window or attention_topk or attention_chunk_size,
+                                chunked=bool(attention_chunk_size))
         self.completions = Completions()
         self.joiners: list[SequenceGroup] = []
         # sequences whose just-filled last block admissions this step must miss (`plan_step`, `hide_admitted_tail`)
@@ -558,17 +560,24 @@ class Scheduler:
         """The step's context and attention pairs with every sequence's keys clipped to the model's sliding
         window (what its window layers read), each decoder counted exactly as `finish_plan` counts it; for a
         sparse model, to its top-k keys a query. A prefill chunk's queries then read any of their keys (each
-        picks its own top k from its whole prefix), so the chunk reads each key once, at most k a query."""
+        picks its own top k from its whole prefix), so the chunk reads each key once, at most k a query. On a
+        chunked-local model each query reads its own attention chunk's keys so far: the prefill chunk reads
+        those from the attention chunk its first query is in."""
         step, decode = self.step, self.decode
         window = decode.windows.window
+        chunked = decode.chunked
         context = decode.window_context(step) - self.deferred_window
         for group in joining:
             if not group.beam:
                 context -= sum(decode.window_of(seq_id, step) for seq_id in group.seq_ids)
-        context += self.beams.window_context(self.running, self.joiners, step, window)
+        context += self.beams.window_context(self.running, self.joiners, step, window, chunked)
         pairs = context
         for group, chunk in plan.chunks:
             done = group.prefill_done
+            if chunked:
+                context += done + chunk - done // window * window
+                pairs += chunked_sum(done + 1, done + chunk, window)
+                continue
             context += (min(done + chunk, chunk * window) if self.attention_topk
                         else min(done + chunk, window + chunk - 1))
             pairs += clipped_sum(done + 1, done + chunk, window)

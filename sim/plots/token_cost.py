@@ -10,8 +10,9 @@ from matplotlib.figure import Figure
 from sim.plots.data import require_columns, require_frame
 from sim.plots.style import SERIES_COLORS, new_figure
 
-ATTENTION_COLORS = {"full": "#4c72b0", "sliding_window": "#55a868", "mla": "#c44e52"}
-ATTENTION_LABELS = {"full": "full attention", "sliding_window": "sliding window", "mla": "MLA latent + rope"}
+ATTENTION_COLORS = {"full": "#4c72b0", "sliding_window": "#55a868", "chunked_local": "#8172b3", "mla": "#c44e52"}
+ATTENTION_LABELS = {"full": "full attention", "sliding_window": "sliding window", "chunked_local": "chunked-local",
+                    "mla": "MLA latent + rope"}
 DTYPE_HATCH = {0: "", 1: "//", 2: "..", 3: "xx"}
 
 

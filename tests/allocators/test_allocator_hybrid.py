@@ -233,27 +233,19 @@ def test_a_request_whose_window_holds_a_prompts_share_only_while_prefilling_fits
     a.check_invariants()
 
 
-def reference_hit_blocks(cached: list[set[int]], windows: list[int | None], need_of, limit: int) -> int:
-    """The longest prefix of at most ``limit`` blocks every group accepts, by trying every length from the
-    longest: a full group needs all its blocks cached, a window group the ``need`` blocks before the end (or
-    all of them, when there are fewer)."""
-    for length in range(limit, 0, -1):
-        if all(all(i in hit for i in range(max(0, length - need_of(w)) if w else 0, length))
-               for hit, w in zip(cached, windows, strict=True)):
-            return length
-    return 0
-
-
 @settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_prefix_hit_is_the_longest_prefix_every_group_accepts(data):
     """`_lookup`'s hit (full groups asked first, window groups skipping a window's length past an uncached
-    block) equals a brute-force reading of vLLM's rule on random caches: per group a random set of cached
-    blocks of one prompt, with windows of 1-5 blocks and a full group or none."""
+    block, chunked groups reading from the start of the hit's last chunk) equals a brute-force reading of
+    vLLM's rule on random caches: per group a random set of cached blocks of one prompt, with windows of 1-5
+    blocks, chunks of 2 or 3 blocks (Llama 4's chunked-local attention: the blocks from the chunk the hit's next
+    token is in), and a full group or none."""
     bs = 4
-    windows = data.draw(st.lists(st.sampled_from([None, 5, 8, 13, 20]), min_size=1, max_size=3))
-    groups = tuple(KVGroupFixture(f"g{i}", "full" if w is None else "sliding_window", 1, w, 1)
-                   for i, w in enumerate(windows))
+    kinds = data.draw(st.lists(st.sampled_from([None, 5, 8, 13, 20, "chunk8", "chunk12"]), min_size=1, max_size=3))
+    groups = tuple(KVGroupFixture(f"g{i}", "full" if k is None else "sliding_window" if isinstance(k, int)
+                                  else "chunked_local", 1, k if k is None or isinstance(k, int) else int(k[5:]), 1)
+                   for i, k in enumerate(kinds))
     a = HybridPagedAllocator(4096, block_size=bs, kv_groups=groups, prefix_caching=True)
     num_blocks = data.draw(st.integers(1, 40))
     hashes = [1000 + i for i in range(num_blocks)]
@@ -266,12 +258,19 @@ def test_prefix_hit_is_the_longest_prefix_every_group_accepts(data):
             block += 1
     num_tokens = data.draw(st.integers(1, num_blocks * bs + bs))
     limit = min((num_tokens - 1) // bs, num_blocks)
-    want = reference_hit_blocks(cached, a.windows, lambda w: cdiv(w - 1, bs), limit)
+
+    def first_needed(g: int, length: int) -> int:
+        w = a.windows[g]
+        return 0 if w is None else length * bs // w * w // bs if a.chunked[g] else max(0, length - cdiv(w - 1, bs))
+
+    want = next((length for length in range(limit, 0, -1)
+                 if all(all(i in hit for i in range(first_needed(g, length), length))
+                        for g, hit in enumerate(cached))), 0)
     hits = a._lookup(hashes, num_tokens)
     assert a.num_cached_tokens(hashes, num_tokens) == want * bs
     assert (len(hits[0]) if hits else 0) == want
-    for g, (hit, w) in enumerate(zip(hits, a.windows, strict=True) if hits else ()):
-        first = 0 if w is None else max(0, want - cdiv(w - 1, bs))
+    for g, hit in enumerate(hits):
+        first = first_needed(g, want)
         assert hit[:first] == [0] * first and all(b != 0 for b in hit[first:]), f"group {g}: {hit}"
 
 

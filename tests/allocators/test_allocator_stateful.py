@@ -318,18 +318,22 @@ class HybridMachine(AllocatorMachine):
             return
         assert self.alloc.num_tokens(seq) == self.tokens[seq]
         computed = min(computed, len(tables[0]) * BLOCK)
-        for table, was, w in zip(self.alloc.block_tables(seq), tables, self.alloc.windows, strict=True):
-            skipped = 0 if w is None else skipped_blocks(computed, w, BLOCK)
+        for table, was, w, c in zip(self.alloc.block_tables(seq), tables, self.alloc.windows, self.alloc.chunked,
+                                    strict=True):
+            skipped = 0 if w is None else skipped_blocks(computed, w, BLOCK, c)
             assert table == (0,) * skipped + was[skipped:]
         before = self.snapshot()
         assert call(seq, n) is None and self.snapshot() == before
 
 
-HYBRID_LAYOUTS = {  # KVGroup-like fixtures: window 8 and 6 (a multiple of the block and not), pure sliding
+HYBRID_LAYOUTS = {  # KVGroup-like fixtures: window 8 and 6 (a multiple of the block and not), pure sliding, and
+    # Llama 4's chunked-local attention (chunks of 8 tokens, two KV cache groups of them beside the full one)
     "gemma_like": (KVGroupFixture("local", "sliding_window", 2, 8, 200),
                    KVGroupFixture("global", "full", 1, None, 100)),
     "odd_window": (KVGroupFixture("sw", "sliding_window", 1, 6, 100), KVGroupFixture("full", "full", 1, None, 100)),
     "mistral_like": (KVGroupFixture("sliding", "sliding_window", 2, 8, 200),),
+    "llama4_like": (KVGroupFixture("chunked", "chunked_local", 2, 8, 200),
+                    KVGroupFixture("global", "full", 1, None, 100)),
 }
 for _layout, _groups in HYBRID_LAYOUTS.items():
     for _pc in (False, True):

@@ -138,8 +138,8 @@ BAD = [
                                              "num_layers (52)"),
     (dict(model={"attention_layers": None}), "model 'm': attention_layers and mamba come together (a hybrid "
                                              "Mamba model)"),
-    (dict(model={"sliding_window": "4096"}), "model 'm': sliding windows or MLA beside Mamba layers are not "
-                                             "modelled"),
+    (dict(model={"sliding_window": "4096"}), "model 'm': sliding windows, chunked-local attention or MLA beside "
+                                             "Mamba layers are not modelled"),
     (dict(model={"mamba": "24"}), f"{ENTRY}: mamba must be a table [models.m.mamba] of the Mamba-2 layers' "
                                   "fields (layers, mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, "
                                   "conv_kernel, mamba_ssm_cache_dtype), got 24"),

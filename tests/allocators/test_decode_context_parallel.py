@@ -58,7 +58,7 @@ def test_sharding_undoes_the_copies_tensor_parallelism_makes():
     ("llama-3-70b", 16, 4, "--decode-context-parallel-size (4) exceeds the maximum vLLM supports (2) for "
                            "--tensor-parallel-size (16) and llama-3-70b's 8 KV heads"),
     ("qwen2.5-7b", 28, 2, "query heads per KV head (7) must be divisible by it"),
-    ("mistral-7b", 16, 2, "sliding-window layers"),
+    ("mistral-7b", 16, 2, "sliding-window or chunked-local layers"),
     ("deepseek-v3.2", 8, 8, "is not modelled"),
 ])
 def test_what_vllm_refuses_is_a_one_line_error(model, tp, dcp, message):

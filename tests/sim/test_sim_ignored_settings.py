@@ -164,7 +164,7 @@ def test_a_max_model_len_beyond_the_models_context_is_noted():
     ("gemma-3-12b", "paged", None),  # window and full layers: vLLM makes the windows full attention
     ("gpt-oss-20b", "paged", None),
     ("mistral-7b", "paged", "every layer of mistral-7b has a sliding window"),  # one uniform spec: kept
-    ("llama-3-8b", "paged", "llama-3-8b has no sliding-window layers"),
+    ("llama-3-8b", "paged", "llama-3-8b has no sliding-window or chunked-local layers"),
     ("gemma-3-12b", "radix", "only paged is vLLM's hybrid KV cache manager"),
 ])
 def test_disabling_the_hybrid_manager_is_reported_where_vllm_would_change_nothing(model, allocator, reported):

@@ -38,6 +38,9 @@ def test_the_harness_covers_the_required_cases():
                           # vLLM 0.33's default sparse window retention above; dense and periodic here
                           "hybrid_contended_dense", "hybrid_shared_prefix_dense", "hybrid_sessions_dense",
                           "hybrid_retention_interval_256",
+                          # vLLM's hybrid manager on chunked-local attention (Llama 4's)
+                          "chunked_long_prompts", "chunked_contended", "chunked_shared_prefix", "chunked_sessions",
+                          "chunked_priority_contended",
                           # found by tools/vllm_oracle/fuzz.py
                           "offload_long_prefill_threshold", "offload_whole_prompts_few", "threshold_16_contended",
                           "offload_parallel_sampling_threshold", "offload_sessions_watermark",

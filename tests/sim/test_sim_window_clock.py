@@ -1,5 +1,6 @@
 """The clock of a model with sliding windows: its window layers read (and attend to) at most the window's last
-tokens, so a long-context step costs less than full attention over every layer. Checked: the clipped sums
+tokens, so a long-context step costs less than full attention over every layer (chunked-local layers: the keys
+of a token's own chunk, `tests/sim/test_sim_chunked_attention.py`). Checked: the clipped sums
 against brute force, the decode set's clipped context through joins, syncs, deferrals and departures, the
 step time term by term, and the fast-forward (which ends a run where a sequence leaves the window) equal to
 stepping one step at a time."""
@@ -16,7 +17,7 @@ from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import StepCostModel
 from sim.kernel.decode_set import DecodeSet
 from sim.kernel.runner import run_simulation
-from sim.kernel.window_context import clipped_sum
+from sim.kernel.window_context import attended, clipped_sum
 from tests.sim.summaries import assert_fast_forward_equals_stepping, mixed_prompts
 from tests.soak import examples
 from workloads import Workload
@@ -28,15 +29,22 @@ def test_clipped_sum_is_the_sum_of_the_clipped_terms(first, span, window):
     assert clipped_sum(first, last, window) == sum(min(q, window) for q in range(first, last + 1))
 
 
+@pytest.mark.parametrize("chunked", [False, True])
 @settings(max_examples=examples(200), deadline=None)
 @given(st.integers(1, 64), st.lists(st.tuples(st.sampled_from("jlrdsa"), st.integers(0, 7), st.integers(1, 90)),
                                     max_size=60))
-def test_the_clipped_context_follows_every_change(window, ops):
+def test_the_clipped_context_follows_every_change(chunked, window, ops):
     """Against a model that keeps every sequence's synced tokens and sync step: ``sum min(c + 1, W)`` with
     ``c = tokens + step - g0`` (the fed token included), after joins, syncs, deferrals, departures, steps and
-    accepted speculative drafts (`DecodeSet.advance`: pending tokens as if appended in earlier steps)."""
-    decode = DecodeSet(lazy=True, window=window)
+    accepted speculative drafts (`DecodeSet.advance`: pending tokens as if appended in earlier steps); with
+    ``chunked`` (Llama 4's chunked-local attention, chunks of ``W``) ``sum (c mod W) + 1``, every sequence growing
+    until the next step at which one starts a chunk."""
+    decode = DecodeSet(lazy=True, window=window, chunked=chunked)
     truth: dict[int, list[int]] = {}  # seq id -> [tokens, g0]
+
+    def at(s: int) -> int:
+        return sum(attended(t + s - g0 + 1, window, chunked) for t, g0 in truth.values())
+
     step = 0
     for op, seq, value in ops:
         if op == "j" and seq not in truth:
@@ -57,16 +65,15 @@ def test_the_clipped_context_follows_every_change(window, ops):
             truth[seq][1] -= value % 21
         elif op == "s":
             step += value % 5
-        expected = sum(min(t + step - g0 + 1, window) for t, g0 in truth.values())
-        assert decode.window_context(step) == expected
+        assert decode.window_context(step) == at(step)
+        assert all(decode.window_of(seq, step) == attended(t + step - g0 + 1, window, chunked)
+                   for seq, (t, g0) in truth.items())
         (clipped, inside), exit_step = decode.window_run(step)
-        assert clipped == expected
-        assert inside == sum(1 for t, g0 in truth.values() if t - g0 + step < window)  # still growing
+        assert clipped == at(step)
+        assert inside == sum(1 for t, g0 in truth.values() if chunked or t - g0 + step < window)  # still growing
         if exit_step is not None:  # linear up to the next exit
             assert exit_step > step
-            later = exit_step - 1
-            assert sum(min(t + later - g0 + 1, window) for t, g0 in truth.values()) == \
-                clipped + inside * (later - step)
+            assert at(exit_step - 1) == clipped + inside * (exit_step - 1 - step)
 
 
 def window_model(window: int | None, layers: int | None = None):

@@ -220,6 +220,23 @@ CASES: dict[str, dict] = {
     # verification's 1 + 20 tokens caps it, drafts included
     "threshold_16_contended": dict(trace=dict(n=16, prompt=(141, 716), output=(104, 162), gap=0.0), num_blocks=72,
                                    max_num_batched_tokens=1024, max_num_seqs=8, long_prefill_token_threshold=16),
+    # vLLM's hybrid KV cache manager on Llama 4's chunked-local attention (kvsim: llama-4-scout-17b-16e, its chunk
+    # set to the case's): three chunked groups beside the full one. A chunked group frees every block of the
+    # chunks before a token's own at once, admission caps its share at cdiv(chunk + budget, block) blocks, and a
+    # hit needs only the blocks of the chunk its next token is in (the ones before are nulls)
+    "chunked_long_prompts": dict(trace=dict(n=60, prompt=(200, 3000), output=(10, 200), gap=2.0),
+                                 trace_of="hybrid_long_prompts", num_blocks=900, max_num_batched_tokens=512,
+                                 attention_chunk_size=128),
+    "chunked_contended": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5),
+                              trace_of="hybrid_contended", num_blocks=300, attention_chunk_size=128),
+    "chunked_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                  trace_of="hybrid_shared_prefix", num_blocks=480, attention_chunk_size=128),
+    "chunked_sessions": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                        turn_gap=(5, 60)), trace_of="sessions_open_loop", num_blocks=1000,
+                             attention_chunk_size=256),
+    "chunked_priority_contended": dict(trace=dict(n=150, prompt=(20, 800), output=(100, 500), gap=3, priorities=2),
+                                       trace_of="priority_contended", num_blocks=300, scheduling_policy="priority",
+                                       attention_chunk_size=64, long_prefill_token_threshold=128),
 }
 # vLLM's dense sliding-window retention (``--prefix-cache-retention-interval None``: a window group caches every
 # full block, as before vLLM 0.33 made 0 the default) on the hybrid cases whose outputs it changes
@@ -256,6 +273,7 @@ def driver_args(name: str, trace: Path, out: Path | None = None) -> SimpleNamesp
                            offload_prompt_only=s.get("offload_prompt_only", True),
                            offload_eviction_policy=s.get("offload_eviction_policy", "lru"),
                            sliding_window=s.get("sliding_window", 0),
+                           attention_chunk_size=s.get("attention_chunk_size", 0),
                            prefix_cache_retention_interval=s.get("prefix_cache_retention_interval", 0))
 
 

@@ -27,6 +27,20 @@ lookahead it gives, EAGLE's (the pool is ``num_blocks`` blocks, whatever the mod
 HYBRID_MODEL = "gpt-oss-20b"
 """kvsim's model for the cases with a sliding window: 12 window layers (128 tokens) and 12 full ones, two KV cache
 groups of one page size, as the driver's two groups."""
+CHUNKED_MODEL = "llama-4-scout-17b-16e"
+"""kvsim's model for the cases with chunked-local attention, its chunk set to the case's: 36 chunked layers and 12
+full ones, three chunked KV cache groups and a full one, as the driver's four groups."""
+
+
+def chunked_model(chunk: int) -> str:
+    """The name of `CHUNKED_MODEL` with an attention chunk of ``chunk`` tokens, added to the catalog."""
+    import dataclasses
+
+    from allocators.catalog import MODELS, get_model
+
+    name = f"{CHUNKED_MODEL}-chunk{chunk}"
+    MODELS.setdefault(name, dataclasses.replace(get_model(CHUNKED_MODEL), name=name, attention_chunk_size=chunk))
+    return name
 
 
 def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
@@ -42,6 +56,8 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
     if settings.get("sliding_window"):  # two KV cache groups in one pool of num_blocks blocks
         model = HYBRID_MODEL
         assert get_model(model).sliding_window == settings["sliding_window"], "the case's window is the model's"
+    if settings.get("attention_chunk_size"):  # four KV cache groups in one pool
+        model = chunked_model(settings["attention_chunk_size"])
     kv_tokens = settings["num_blocks"] * settings["block_size"]
     config = SimConfig(
         model=model, trace=str(trace), kv_tokens=kv_tokens,

@@ -72,6 +72,7 @@ def build_scheduler(args):
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
@@ -119,6 +120,11 @@ def build_scheduler(args):
         sliding = SlidingWindowSpec(block_size=args.block_size, num_kv_heads=4, head_size=32, dtype=torch.float16,
                                     sliding_window=window)
         groups = [KVCacheGroupSpec(["layer.1"], sliding), KVCacheGroupSpec(["layer.0"], spec)]
+    chunk = getattr(args, "attention_chunk_size", 0)
+    if chunk:  # Llama 4's layout: three chunked-local groups (36 layers in groups of 12), then the full one
+        chunked = ChunkedLocalAttentionSpec(block_size=args.block_size, num_kv_heads=4, head_size=32,
+                                            dtype=torch.float16, attention_chunk_size=chunk)
+        groups = [*(KVCacheGroupSpec([f"layer.{i}"], chunked) for i in (1, 2, 3)), KVCacheGroupSpec(["layer.0"], spec)]
     kv_cache_config = KVCacheConfig(
         num_blocks=args.num_blocks,
         kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * args.num_blocks,
@@ -394,6 +400,8 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=200_000)
     p.add_argument("--sliding-window", type=int, default=0,
                    help="a sliding-window KV cache group of this window beside the full one (vLLM's hybrid manager)")
+    p.add_argument("--attention-chunk-size", type=int, default=0,
+                   help="three chunked-local KV cache groups with this chunk beside the full one (Llama 4's)")
     p.add_argument("--prefix-cache-retention-interval", default="0",
                    help="vLLM's engine argument (0: a window group caches its reachable blocks only; None: all)")
     p.add_argument("--cpu-offload-blocks", type=int, default=0, help="vLLM's OffloadingConnector with N host blocks")

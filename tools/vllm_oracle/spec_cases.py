@@ -114,6 +114,12 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "hybrid_drafts_preempted": ("hybrid_drafts_preempted", 20, 0.95),
     # found by `fuzz.py` (seed 71, draw 2639): that rule on a trace's own prefix hashes, dense window retention
     "hybrid_accepted_drafts_fuzz71_2639": ("fuzz71_2639", 5, 0.95),
+    # chunked-local attention (Llama 4's): each group holds blocks for the drafts; a block that accepted drafts
+    # filled is cached after the step (``update_from_output``), before the next allocation's chunk boundary skips
+    # it (found by `chunk_fuzz.py`: seed 2, draw 142)
+    "chunked_contended": ("chunked_contended", 3, 0.6),
+    "chunked_shared_prefix_20_drafts": ("chunked_shared_prefix", 20, 0.95),
+    "chunked_accepted_drafts_chunk2_0142": ("chunk2_0142", 5, 0.95),
 }
 
 # the `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
@@ -145,6 +151,10 @@ cases.CASES.setdefault("fuzz75_0116", dict(
 cases.CASES.setdefault("fuzz71_2639", dict(
     trace=dict(n=29, prompt=(4, 691), output=(95, 358), gap=0.3, hash_units=16), max_num_batched_tokens=8192,
     scheduler_reserve_full_isl=False, sliding_window=128, prefix_cache_retention_interval=None, num_blocks=192))
+
+cases.CASES.setdefault("chunk2_0142", dict(
+    trace=dict(n=27, prompt=(312, 434), output=(61, 166), gap=0.0, hash_units=100), max_num_batched_tokens=1024,
+    max_num_seqs=1, max_model_len=561, num_blocks=188, attention_chunk_size=64))
 
 # a sliding-window case of this script's own: shared prefixes under 20 drafts in a pool of 120 blocks, a 64-token
 # prefill threshold and sparse window retention every 64 tokens (victims preempted with accepted drafts)
