@@ -559,7 +559,8 @@ class HybridPagedAllocator(HybridQueries):
         """Whether every attention group holds the block of the sequence's last slot: a growth refused at a
         chunk start frees a chunked group's whole table first (vLLM's ``remove_skipped_blocks`` runs before the
         allocation fails), leaving no slot there to reserve until the sequence grows again or is preempted."""
-        return all(m or k < len(t) for t, k, m in zip(s.tables, s.skipped, self.mamba, strict=True))
+        return not self.tails_may_empty or all(m or k < len(t) for t, k, m in zip(s.tables, s.skipped, self.mamba,
+                                                                                 strict=True))
 
     def _settle(self, s: HybridSeq) -> None:
         """Recompute the last block's room (up to the next window free) and reservation."""

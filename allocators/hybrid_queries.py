@@ -138,8 +138,8 @@ class HybridQueries(Allocator):
         answer another question than the one asked."""
         if tier.write_through and self.prefix_caching:
             raise ValueError("--offload-write-policy write_through is not modelled for vLLM's hybrid KV cache "
-                             "manager (this model's sliding-window groups): use write_back, or "
-                             "--disable-hybrid-kv-cache-manager")
+                             "manager (this model's sliding-window, chunked-local or Mamba groups): use "
+                             "write_back, or --disable-hybrid-kv-cache-manager")
         return super().attach_host_tier(tier, to_end=to_end)
 
     def __init__(self, capacity_slots: int, *, block_size: int = 16, max_model_len: int = 2048,
@@ -187,6 +187,9 @@ class HybridQueries(Allocator):
             else list(range(len(self.groups)))
         self.windows = [g.window for g in self.groups]
         self.chunked = [g.chunked for g in self.groups]  # a window that is Llama 4's attention chunk
+        # whether a growth refused at a skip can leave a group without the block of a sequence's last slot: a
+        # chunk start skips every block before it, a one-token window the last one (`HybridPagedAllocator._settle`)
+        self.tails_may_empty = any(g.chunked or g.window == 1 for g in self.groups)
         for g in self.groups:
             if g.chunked and g.window % block_size:
                 raise ValueError(f"KV group {g.group}: kvsim models an attention chunk of whole blocks, got "
