@@ -260,8 +260,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
         alloc.processed_basis = True
         alloc.step_basis = lazy  # told the steps, as lazily grown decoders take no snapshot
     if config.offload_loads == "async" and groups:
+        kind = "Mamba" if model.mamba is not None else "chunked-local" if model.attention_chunk_size else "sliding-window"
         raise ValueError("--offload-loads async needs a model vLLM serves without its hybrid KV cache manager, which "
-                         f"is not modelled with it: {model.name} has sliding-window, chunked-local or Mamba layers")
+                         f"is not modelled with it: {model.name} has {kind} layers")
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
     spec = None
     if config.speculative_config is not None:

@@ -124,10 +124,11 @@ class ChunkContext:
         while heap and heap[0][0] <= step:
             start, seq_id = heapq.heappop(heap)
             if exit_at.get(seq_id) == start:
-                base[seq_id] += chunk
-                self.sum_off -= chunk
-                exit_at[seq_id] = start + chunk
-                heapq.heappush(heap, (start + chunk, seq_id))
+                passed = ((step - start) // chunk + 1) * chunk  # the chunk starts reached by ``step``, at once
+                base[seq_id] += passed
+                self.sum_off -= passed
+                exit_at[seq_id] = start + passed
+                heapq.heappush(heap, (start + passed, seq_id))
 
     def total(self, step: int, n: int) -> int:
         """``sum_i (off_i + step) mod C + 1`` over the ``n`` tracked sequences, after `clip` to ``step``."""
@@ -140,7 +141,10 @@ class ChunkContext:
 
 def attended(context: int, window: int, chunked: bool) -> int:
     """Keys a token at 1-based position ``context`` reads in a local layer: the window's last ``window`` tokens,
-    or (``chunked``) those of its own chunk of ``window`` tokens so far."""
+    or (``chunked``) those of its own chunk of ``window`` tokens so far; ``context`` itself where it is not
+    positive (a decoder deferred before its first step counts that way in the decode set's sums)."""
+    if context <= 0:
+        return context
     return (context - 1) % window + 1 if chunked else min(context, window)
 
 

@@ -248,7 +248,7 @@ def test_a_fleet_loading_beside_its_steps_writes_the_same_files_from_worker_proc
     (["--allocator", "radix", "--cpu-offload-gib", "1"], "--offload-loads async is vLLM's offloading connector"),
     (["--no-chunked-prefill", "--cpu-offload-gib", "1"], "chunked prefill off"),
     (["--cpu-offload-gib", "0"], "--offload-loads async loads host-tier hits: it needs --cpu-offload-gib > 0"),
-    (["--cpu-offload-gib", "1", "--model", "mistral-7b"], "a model without sliding-window layers"),
+    (["--cpu-offload-gib", "1", "--model", "mistral-7b"], "a model vLLM serves without its hybrid KV cache manager"),
 ])
 def test_async_loads_outside_vllms_setting_are_refused_in_one_line(args, message):
     """(The model's layers are known once the pool is being built, after the run's description line.)"""
