@@ -11,7 +11,7 @@ than the model needs; a comparison table would otherwise read that as the alloca
 
 from __future__ import annotations
 
-from allocators.kv_cache_groups import LOCAL
+from allocators.kv_cache_groups import CHUNKED, LOCAL
 from sim.kernel.config import SimConfig
 
 
@@ -25,7 +25,7 @@ def memory_omits(config: SimConfig, model, *, window_rings: bool) -> tuple[str, 
     if not local or config.allocator == "paged" or window_rings:
         return ()
     windows = sorted({g.window for g in local})
-    if local[0].attention != "sliding_window":
+    if local[0].attention == CHUNKED:
         return (f"chunked-local attention: {config.allocator} keeps every token's KV in {model.name}'s chunked "
                 f"layers (chunk {', '.join(f'{w:,}' for w in windows)} tokens), where only paged, vLLM's hybrid KV "
                 "cache manager, frees the blocks of the chunks before a token's",)

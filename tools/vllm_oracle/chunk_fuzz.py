@@ -29,7 +29,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import cases  # noqa: E402
 import fuzz  # noqa: E402
 
 DROPPED = ("sliding_window", "cpu_offload_blocks", "offload_eviction_policy", "offload_prompt_only", "method")
@@ -49,13 +48,8 @@ def draw(seed: int, i: int) -> dict:
 
 
 def register(seed: int, indices: list[int]) -> list[str]:
-    """Add the draws to `cases.CASES`; their names."""
-    names = []
-    for i in indices:
-        name = f"chunk{seed}_{i:04d}"
-        cases.CASES[name] = draw(seed, i)
-        names.append(name)
-    return names
+    """This fuzzer's draws in `cases.CASES` (`fuzz.register_draws`); their names."""
+    return fuzz.register_draws("chunk", draw, seed, indices)
 
 
 def main() -> None:

@@ -189,14 +189,20 @@ def draw(seed: int, i: int) -> dict:
     return case
 
 
-def register(seed: int, indices: list[int]) -> list[str]:
-    """Add the draws to `cases.CASES` (so that `cases.write_trace` and `cases.settings` take them); their names."""
+def register_draws(prefix: str, draw_case, seed: int, indices: list[int]) -> list[str]:
+    """Add ``draw_case(seed, i)`` for each index to `cases.CASES` as ``{prefix}{seed}_{i:04d}`` (so that
+    `cases.write_trace` and `cases.settings` take them, the name seeding the trace); their names. Every fuzzer's."""
     names = []
     for i in indices:
-        name = f"fuzz{seed}_{i:04d}"
-        cases.CASES[name] = draw(seed, i)
+        name = f"{prefix}{seed}_{i:04d}"
+        cases.CASES[name] = draw_case(seed, i)
         names.append(name)
     return names
+
+
+def register(seed: int, indices: list[int]) -> list[str]:
+    """This fuzzer's draws in `cases.CASES` (`register_draws`); their names."""
+    return register_draws("fuzz", draw, seed, indices)
 
 
 def oracle(names: list[str], out: Path) -> None:

@@ -168,13 +168,8 @@ def draw(seed: int, i: int) -> dict:
 
 
 def register(seed: int, indices: list[int]) -> list[str]:
-    """Add the draws to `cases.CASES` (so that `cases.write_trace` and `cases.settings` take them); their names."""
-    names = []
-    for i in indices:
-        name = f"mfuzz{seed}_{i:04d}"
-        cases.CASES[name] = draw(seed, i)
-        names.append(name)
-    return names
+    """This fuzzer's draws in `cases.CASES` (`fuzz.register_draws`); their names."""
+    return fuzz.register_draws("mfuzz", draw, seed, indices)
 
 
 def patch(flavor: str, originals: tuple) -> None:
