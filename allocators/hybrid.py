@@ -311,10 +311,9 @@ class HybridPagedAllocator(HybridQueries):
             checkpoint = self._free_states(s, computed, mamba_end)
             need += self.mamba.count(True) * max(0, blocks_to_allocate(len(s.tables[-1]), mamba_end, checkpoint, bs,
                                                                           self.mamba_state_blocks - 1))
-        for g, target in enumerate(targets):
-            if self.mamba[g]:  # its one state block covers any length (align mode: above)
-                continue
-            need += max(0, new_len - max(old_len, target, s.skipped[g]))  # draft blocks may hold it already
+        if new_len > old_len:  # (a Mamba group's one state block covers any length; align mode: above)
+            for g in self.attention_groups:  # a window may skip a block before it is written: it needs none
+                need += max(0, new_len - max(old_len, targets[g]))
         free = self._free.num_free
         if need > free:  # what the windows release counts too (only then: a long chunk's window is many blocks)
             for g, target in enumerate(targets):
@@ -328,27 +327,36 @@ class HybridPagedAllocator(HybridQueries):
         self._skip(s, computed, targets)
         t = s.tokens
         end = t + num_tokens
-        for g, table in enumerate(s.tables):
-            if self.mamba[g]:
-                if self.align:
-                    before = self._used[g]
-                    last = place_blocks(table, mamba_end, checkpoint, s.placed, bs, lambda k, g=g: self._pop(g, k),
-                                        self.mamba_state_blocks - 1)
-                    self._tok[g] += (self._used[g] - before) * bs
-                    if last is not None:
-                        s.last_state = last
-                continue
-            start = max(old_len, targets[g])
-            if start > old_len:  # blocks the window skips before they are ever written
-                table += [0] * (start - old_len)
-                s.skipped[g] = start
-            table += self._pop(g, max(0, new_len - start))
+        tok = self._tok
+        groups = self.attention_groups
+        # as a rule every group takes the same blocks (none skipped unwritten): popped at once, in group order
+        fresh = (self._pop_each(new_len - old_len) if new_len > old_len and all(targets[g] <= old_len for g in groups)
+                 else None)
+        for i, g in enumerate(groups):  # in group order, the Mamba groups (after them) last
+            table = s.tables[g]
+            if fresh is not None:
+                table += fresh[i]
+            else:
+                start = max(old_len, targets[g])
+                if start > old_len:  # blocks the window skips before they are ever written
+                    table += [0] * (start - old_len)
+                    s.skipped[g] = start
+                if new_len > start:
+                    table += self._pop(g, new_len - start)
             first = max(t, s.skipped[g] * bs)
             if end > first:
-                self._tok[g] += end - first
+                tok[g] += end - first
+        if self.align:
+            for g in self.state_groups:
+                before = self._used[g]
+                last = place_blocks(s.tables[g], mamba_end, checkpoint, s.placed, bs, lambda k, g=g: self._pop(g, k),
+                                    self.mamba_state_blocks - 1)
+                tok[g] += (self._used[g] - before) * bs
+                if last is not None:
+                    s.last_state = last
         s.tokens = end
         self._settle(s)
-        if s.num_hashed < len(s.hashes):
+        if s.num_hashed < min(len(s.hashes), end // bs):
             self._cache_full_blocks(s)
         return NO_COPIES
 
@@ -424,26 +432,31 @@ class HybridPagedAllocator(HybridQueries):
 
     def _targets(self, s: HybridSeq, computed: int) -> list[int]:
         """Leading blocks each group may drop once ``computed`` tokens are computed (full groups: none)."""
-        bs, chunked = self.block_size, self.chunked
-        return [s.skipped[g] if w is None else max(s.skipped[g], skipped_blocks(computed, w, bs, chunked[g]))
-                for g, w in enumerate(self.windows)]
+        targets = list(s.skipped)
+        for w, chunked, groups in self.local_kinds:
+            skipped = skipped_blocks(computed, w, self.block_size, chunked)
+            for g in groups:
+                if skipped > targets[g]:
+                    targets[g] = skipped
+        return targets
 
     def _skip(self, s: HybridSeq, computed: int, targets: list[int] | None = None) -> None:
         """vLLM's ``remove_skipped_blocks``: replace each window group's blocks that ``computed`` tokens left
         out of the window by the null block, and release them (a block a prefix hit shares stays held)."""
         targets = targets or self._targets(s, computed)
         s.computed = max(s.computed, computed)
-        used = sum(self._used)
-        for g, target in enumerate(targets):
+        used = self._used
+        for g in self.local_groups:  # only a local group's target passes what it skipped
             table = s.tables[g]
-            stop = min(target, len(table))
+            stop = min(targets[g], len(table))
             start = s.skipped[g]
             if stop <= start:
                 continue
+            before = used[g]
             self._drop(s, g, start, stop)
+            self.window_released += before - used[g]
             table[start:stop] = [0] * (stop - start)
             s.skipped[g] = stop
-        self.window_released += used - sum(self._used)
 
     def _cache_full_blocks(self, s: HybridSeq, tokens: int | None = None) -> None:
         """Cache every live block full by now under its hash and group (vLLM caches a block when the step that
@@ -454,15 +467,21 @@ class HybridPagedAllocator(HybridQueries):
         if s.num_hashed >= full:
             return
         cache, n, start = self._cache, len(self.groups), s.num_hashed
+        kept: dict[int, Sequence[int]] = {}  # the blocks each tail length keeps: groups of one window keep alike
         for g, table in enumerate(s.tables):
             need = self._needs[g]
             fresh = self._fresh if self.align and self.mamba[g] else None
             if need is None and fresh is None and 0 not in (run := table[start:full]):  # a full group: in bulk
                 cache.insert_run(run, [h * n + g for h in s.hashes[start:full]])
                 continue
-            mask = None if need is None else retained_blocks(start, full, need=need, interval=self.retention_interval,
-                                                             boundaries=s.reach, block_size=self.block_size)
-            for i in range(start, full) if mask is None else [start + k for k, kept in enumerate(mask) if kept]:
+            if need is None:
+                indices = range(start, full)
+            elif (indices := kept.get(need)) is None:
+                mask = retained_blocks(start, full, need=need, interval=self.retention_interval, boundaries=s.reach,
+                                       block_size=self.block_size)
+                indices = kept[need] = range(start, full) if mask is None else [start + k for k, m in enumerate(mask)
+                                                                                  if m]
+            for i in indices:
                 b = table[i]
                 if b and cache.block_hash[b] is None:
                     cache.insert(b, s.hashes[i] * n + g)
@@ -526,6 +545,22 @@ class HybridPagedAllocator(HybridQueries):
         self._used[g] += count
         return blocks
 
+    def _pop_each(self, count: int) -> list[list[int]]:
+        """``count`` blocks for each attention group, as `_pop` one group after another would hand them out."""
+        pool = self._pool
+        cached = pool.num_cached
+        groups = self.attention_groups
+        blocks = [pool.pop()] if len(groups) * count == 1 else pool.pop_many(len(groups) * count)
+        group_of, used, out = self._group_of, self._used, []
+        for i, g in enumerate(groups):
+            mine = blocks[i * count:(i + 1) * count]
+            for b in mine:
+                group_of[b] = g
+            used[g] += count
+            out.append(mine)
+        self.hit_changes += cached - pool.num_cached
+        return out
+
     def _drop(self, s: HybridSeq, g: int, start: int, stop: int) -> None:
         """Drop ``s``'s references to its group-``g`` blocks ``start:stop``, the latest first (vLLM frees a run
         tail first, so a freed chain's end is evicted first), and release those nobody else holds."""
@@ -574,7 +609,8 @@ class HybridPagedAllocator(HybridQueries):
         if room and self.prefix_caching and s.tokens // self.block_size < len(s.hashes):
             room -= 1  # stop in the step that fills a hashed block: it is cached then (`_cache_full_blocks`)
         lag = 1 if self.step_basis else 0  # the processed tokens reach the next free a step later (`_processed`)
-        for g, w in enumerate(self.windows):
-            if w is not None:
-                room = min(room, max(0, next_skip(s.skipped[g], w, self.block_size, self.chunked[g]) + lag - s.tokens))
+        skipped = s.skipped
+        for w, chunked, groups in self.local_kinds:  # a kind's next free is its least-skipped group's (monotone)
+            first = min([skipped[g] for g in groups])
+            room = min(room, max(0, next_skip(first, w, self.block_size, chunked) + lag - s.tokens))
         s.room = room

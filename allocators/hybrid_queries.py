@@ -187,6 +187,15 @@ class HybridQueries(Allocator):
             else list(range(len(self.groups)))
         self.windows = [g.window for g in self.groups]
         self.chunked = [g.chunked for g in self.groups]  # a window that is Llama 4's attention chunk
+        # the hot paths' loops (`HybridPagedAllocator._extend`), each in group order: the attention groups (the
+        # Mamba groups come after them), the local ones, and the local ones by kind, (window, chunked, groups):
+        # groups of one kind skip alike
+        self.attention_groups = [g for g, m in enumerate(self.mamba) if not m]
+        self.state_groups = [g for g, m in enumerate(self.mamba) if m]
+        self.local_groups = [g for g, w in enumerate(self.windows) if w is not None]
+        kinds = list(zip(self.windows, self.chunked, strict=True))
+        self.local_kinds = [(w, c, [g for g, kind in enumerate(kinds) if kind == (w, c)])
+                            for w, c in dict.fromkeys(kinds) if w is not None]
         # whether a growth refused at a skip can leave a group without the block of a sequence's last slot: a
         # chunk start skips every block before it, a one-token window the last one (`HybridPagedAllocator._settle`)
         self.tails_may_empty = any(g.chunked or g.window == 1 for g in self.groups)
