@@ -477,6 +477,18 @@ MODELS: dict[str, ModelSpec] = {
                   "6.04e9)",
                   attention_chunk_size=8192, chunked_attention_layers=36, active_params=17e9,
                   num_experts=16, num_experts_per_tok=1),
+        ModelSpec("llama-4-maverick-17b-128e", 48, 5120, 40, 8, 128, 400e9, 1048576, 16384, 202048, 2,
+                  "meta-llama/Llama-4-Maverick-17B-128E's text_config as NVIDIA/TensorRT-LLM's Llama 4 tests copy "
+                  "it (tests/unittest/_torch/modeling/test_modeling_llama_min_latency.py, num_hidden_layers cut "
+                  "from 48): attention_chunk_size 8192, max_position_embeddings 1048576, num_local_experts 128, "
+                  "num_experts_per_tok 1 (a shared expert beside them), interleave_moe_layer_step 2 (24 MoE "
+                  "layers, 24 dense), intermediate_size 8192 (an expert's), intermediate_size_mlp 16384 (a dense "
+                  "layer's: intermediate_size here, the larger activation); no no_rope_layers list, so the "
+                  "default interval of 4 (36 chunked-local layers, 12 NoPE full attention, as Scout); "
+                  "num_params and active_params from Meta's Llama 4 model card: 400B total, 17B active "
+                  "((400e9 - 17e9) / 127 = 3.016e9 per expert against 24 x 3 x 5120 x 8192 = 3.020e9)",
+                  attention_chunk_size=8192, chunked_attention_layers=36, active_params=17e9,
+                  num_experts=128, num_experts_per_tok=1),
         ModelSpec("deepseek-v3", 61, 7168, 128, 128, 192, 671e9, 163840, 18432, 129280, 2,
                   _HF + "deepseek-ai/DeepSeek-V3: MLA with kv_lora_rank 512 and qk_rope_head_dim 64 (head_dim: "
                   "qk_nope_head_dim 128 + 64); 671B parameters, 37B active (DeepSeek-V3 technical report, "

@@ -116,13 +116,15 @@ def test_a_chunk_must_be_a_whole_number_of_blocks():
         HybridPagedAllocator(4000, block_size=16, kv_groups=LLAMA4_LIKE)
 
 
-def test_llama_4_scouts_layers_make_three_chunked_kv_cache_groups_and_a_full_one():
-    """Scout's config: 36 of 48 layers attend within 8,192-token chunks (those whose ``no_rope_layers`` entry is
-    1), 12 are NoPE full attention; 8 KV heads of 128 dims at 2 bytes: 4,096 bytes per token per layer."""
-    scout = get_model("llama-4-scout-17b-16e")
-    groups = scout.kv_groups()
+@pytest.mark.parametrize("name", ["llama-4-scout-17b-16e", "llama-4-maverick-17b-128e"])
+def test_llama_4s_layers_make_three_chunked_kv_cache_groups_and_a_full_one(name):
+    """Scout's and Maverick's configs: 36 of 48 layers attend within 8,192-token chunks (those whose
+    ``no_rope_layers`` entry is 1), 12 are NoPE full attention; 8 KV heads of 128 dims at 2 bytes: 4,096 bytes per
+    token per layer."""
+    model = get_model(name)
+    groups = model.kv_groups()
     assert [(g.attention, g.layers, g.window) for g in groups] == [("chunked_local", 36, 8192), ("full", 12, None)]
-    assert scout.kv_bytes_per_token == 48 * 4096
+    assert model.kv_bytes_per_token == 48 * 4096
     unit, cache_groups = split_kv_groups(groups)
     assert unit == 12 and [(g.name, g.chunked) for g in cache_groups] == [
         ("chunked_local.0", True), ("chunked_local.1", True), ("chunked_local.2", True), ("full", False)]
