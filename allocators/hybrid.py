@@ -479,8 +479,8 @@ class HybridPagedAllocator(HybridQueries):
             elif (indices := kept.get(need)) is None:
                 mask = retained_blocks(start, full, need=need, interval=self.retention_interval, boundaries=s.reach,
                                        block_size=self.block_size)
-                indices = kept[need] = range(start, full) if mask is None else [start + k for k, m in enumerate(mask)
-                                                                                  if m]
+                indices = range(start, full) if mask is None else [start + k for k, m in enumerate(mask) if m]
+                kept[need] = indices
             for i in indices:
                 b = table[i]
                 if b and cache.block_hash[b] is None:
