@@ -467,6 +467,15 @@ MODELS: dict[str, ModelSpec] = {
                   "num_experts_per_tok 4; expert_weight_bits: MXFP4, 4-bit values plus one 8-bit scale per 32",
                   sliding_window=128, sliding_window_layers=12, weights_gib=12.8, active_params=3.61e9,
                   num_experts=32, num_experts_per_tok=4, expert_weight_bits=4.25),
+        ModelSpec("gpt-oss-120b", 36, 2880, 64, 8, 64, 116.83e9, 131072, 2880, 201088, 2,
+                  _HF + "openai/gpt-oss-120b (as public copies of it give it): gpt-oss-20b's layers, 36 of them, "
+                  "layer_types alternating sliding_attention (sliding_window 128) and full_attention, 18 each; "
+                  "num_local_experts 128, num_experts_per_tok 4. num_params, active_params and weights_gib (the "
+                  "MXFP4 checkpoint: experts at 4.25 bits, the rest BF16) from the gpt-oss model card "
+                  "(arXiv:2508.10925), Table 1: 116.83B total, 5.13B active, 60.8 GiB ((116.83e9 - 5.13e9) / 124 "
+                  "= 0.901e9 per expert against 36 x (3 x 2880 x 2880 + 3 x 2880) = 0.896e9)",
+                  sliding_window=128, sliding_window_layers=18, weights_gib=60.8, active_params=5.13e9,
+                  num_experts=128, num_experts_per_tok=4, expert_weight_bits=4.25),
         ModelSpec("llama-4-scout-17b-16e", 48, 5120, 40, 8, 128, 109e9, 10485760, 8192, 202048, 2,
                   _HF + "meta-llama/Llama-4-Scout-17B-16E, text_config: attention_chunk_size 8192 on the layers "
                   "whose no_rope_layers entry is 1 (every layer but each fourth: 36 of 48; vLLM's Llama4Attention "

@@ -26,11 +26,12 @@ EXPECTED_KV_BYTES_PER_TOKEN = {
     "llama-3.1-8b": 128 * KIB,  # 32 x 8 x 128
     "gemma-3-12b": 384 * KIB,  # 48 x 8 x 256 (40 sliding-window + 8 full layers)
     "gpt-oss-20b": 48 * KIB,  # 24 x 8 x 64 (12 sliding-window + 12 full layers)
+    "gpt-oss-120b": 72 * KIB,  # 36 x 8 x 64 (18 sliding-window + 18 full layers)
     "deepseek-v3": 61 * (512 + 64) * 2,  # MLA: one latent of 512 + one rope key of 64 per layer, no K/V pair
     "deepseek-v3.2": 61 * ((512 + 64) * 2 + 128 + 4),  # sparse MLA: the same latent + the indexer's fp8 key + scale
     "qwen3-next-80b-a3b": 24 * KIB,  # 12 full-attention layers of 48 x 2 KV heads x 256 (gated DeltaNet: no KV)
 }
-CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "deepseek-v3", "deepseek-v3.2", "qwen3-next-80b-a3b"}
+CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "deepseek-v3.2", "qwen3-next-80b-a3b"}
 """Models whose config.json gives head_dim itself, not hidden_size / num_heads."""
 
 
@@ -127,6 +128,13 @@ def test_kv_groups_from_config_values(name):
     fp8 = get_model(name).kv_groups("fp8")
     assert [g.bytes_per_token for g in fp8] == [b // 2 for *_, b in groups]
     assert get_model(name).kv_bytes_per_token == sum(b for *_, b in groups)
+
+
+def test_gpt_oss_120b_has_20bs_layers_half_again():
+    """gpt-oss-120b: 36 layers alternating a 128-token window and full attention (20b: 24), 8 KV heads of 64."""
+    groups = get_model("gpt-oss-120b").kv_groups("auto")
+    assert [(g.attention, g.layers, g.window, g.bytes_per_token) for g in groups] == [
+        ("sliding_window", 18, 128, 2 * 18 * 8 * 64 * 2), ("full", 18, None, 2 * 18 * 8 * 64 * 2)]
 
 
 @pytest.mark.parametrize("name", sorted(NEW_MODELS))

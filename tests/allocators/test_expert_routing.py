@@ -45,6 +45,7 @@ def test_the_share_grows_with_the_tokens_to_all_experts():
     # gate_up_proj 2880 x 2 x 2880 and down_proj 2880 x 2880 with their biases; the card's active count leaves
     # the 0.58e9-parameter input embedding out, which the derivation spreads over the 28 inactive experts
     ("gpt-oss-20b", 3 * 2880 * 2880 + 3 * 2880, 24, 0.035),
+    ("gpt-oss-120b", 3 * 2880 * 2880 + 3 * 2880, 36, 0.006),
     # an expert's SwiGLU of intermediate_size 8192: Scout routes in every layer, Maverick in every second
     # (interleave_moe_layer_step 2); Scout's card rounds its counts to 109B and 17B
     ("llama-4-scout-17b-16e", 3 * 5120 * 8192, 48, 0.02),
