@@ -330,8 +330,8 @@ class HybridPagedAllocator(HybridQueries):
         tok = self._tok
         groups = self.attention_groups
         # as a rule every group takes the same blocks (none skipped unwritten): popped at once, in group order
-        fresh = (self._pop_each(new_len - old_len) if new_len > old_len and all(targets[g] <= old_len for g in groups)
-                 else None)
+        whole = new_len > old_len and all(targets[g] <= old_len for g in groups)
+        fresh = self._pop_groups(groups, new_len - old_len) if whole else None
         for i, g in enumerate(groups):  # in group order, the Mamba groups (after them) last
             table = s.tables[g]
             if fresh is not None:
@@ -528,29 +528,16 @@ class HybridPagedAllocator(HybridQueries):
 
     # -- pool helpers ----------------------------------------------------------------------------------
     def _pop(self, g: int, count: int) -> list[int]:
-        if count <= 0:
-            return []
-        pool = self._pool
-        cached = pool.num_cached
-        if count == 1:  # a decoder's next block, the usual case
-            block = pool.pop()
-            self._group_of[block] = g
-            blocks = [block]
-        else:
-            blocks = pool.pop_many(count)
-            group_of = self._group_of
-            for b in blocks:
-                group_of[b] = g
-        self.hit_changes += cached - pool.num_cached  # `Allocator.hit_changes` (admissions count too: harmless)
-        self._used[g] += count
-        return blocks
+        """``count`` blocks for group ``g`` off the head of the free queue."""
+        return self._pop_groups((g,), count)[0] if count > 0 else []
 
-    def _pop_each(self, count: int) -> list[list[int]]:
-        """``count`` blocks for each attention group, as `_pop` one group after another would hand them out."""
+    def _pop_groups(self, groups: Sequence[int], count: int) -> list[list[int]]:
+        """``count`` blocks for each of ``groups``, one group after another, in one pass over the free queue (a
+        decoder's new block in every attention group at once, `_extend`)."""
         pool = self._pool
         cached = pool.num_cached
-        groups = self.attention_groups
-        blocks = [pool.pop()] if len(groups) * count == 1 else pool.pop_many(len(groups) * count)
+        total = len(groups) * count
+        blocks = [pool.pop()] if total == 1 else pool.pop_many(total)
         group_of, used, out = self._group_of, self._used, []
         for i, g in enumerate(groups):
             mine = blocks[i * count:(i + 1) * count]
@@ -558,7 +545,7 @@ class HybridPagedAllocator(HybridQueries):
                 group_of[b] = g
             used[g] += count
             out.append(mine)
-        self.hit_changes += cached - pool.num_cached
+        self.hit_changes += cached - pool.num_cached  # `Allocator.hit_changes` (admissions count too: harmless)
         return out
 
     def _drop(self, s: HybridSeq, g: int, start: int, stop: int) -> None:
