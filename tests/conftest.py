@@ -4,7 +4,6 @@ import atexit
 import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -21,11 +20,8 @@ if not os.path.exists("/dev/nvidiactl"):
 os.environ["KVSIM_HOME"] = tempfile.mkdtemp(prefix="kvsim-home-")
 atexit.register(shutil.rmtree, os.environ["KVSIM_HOME"], ignore_errors=True)
 
-# The full public traces: kvsim reads them only from the folder $KVSIM_TRACES names. Beside a checkout of the
-# development machine they sit in ../shared/traces; tests that need them skip when neither is there.
-_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-if "KVSIM_TRACES" not in os.environ and "KVSIM_SHARED_TRACES" not in os.environ and _SHARED.is_dir():
-    os.environ["KVSIM_TRACES"] = str(_SHARED)
+# The full public traces are read only from the folder $KVSIM_TRACES names (`workloads.presets`); the tests
+# that need them skip where it is unset. Nothing here looks outside the checkout on its own.
 
 # Hypothesis tests that set no example count of their own run 100 examples, scaled like the rest by KVSIM_SOAK.
 if SOAK > 1:

@@ -1,7 +1,7 @@
 """kvsim against real vLLM 0.11 runs on an H100 (`docs/validation.md`): the default clock and the KV pool size.
 
-The runs are shipped as fixtures (Apache-2.0, `tests/sim/fixtures/real_vllm/README.md`); the full files (``$KVSIM_REAL_VLLM``, else
-``../shared/real-vllm`` beside the checkout) are only cross-checked when present.
+The runs are shipped as fixtures (Apache-2.0, `tests/sim/fixtures/real_vllm/README.md`); the full files are
+cross-checked only where ``$KVSIM_REAL_VLLM`` names their folder.
 """
 
 import json
@@ -18,7 +18,7 @@ from sim.measured import read_measured
 from sim.replay import overall, replay, score
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_vllm"
-SHARED = Path(os.environ.get("KVSIM_REAL_VLLM", Path(__file__).resolve().parents[2].parent / "shared" / "real-vllm"))
+SHARED = Path(os.environ["KVSIM_REAL_VLLM"]) if os.environ.get("KVSIM_REAL_VLLM") else None
 SETTINGS = {
     "jan21-llama7b-train-1": dict(model="llama-2-7b", max_num_seqs=256, max_num_batched_tokens=4096,
                                   max_model_len=4096, blocks=7438),
@@ -60,7 +60,8 @@ def test_kv_pool_is_sized_as_vllm_0_11_logged_it(name, tmp_path):
     assert blocks == pytest.approx(s["blocks"], rel=0.02)
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason=f"the full real-vllm files are not at {SHARED} (set KVSIM_REAL_VLLM)")
+@pytest.mark.skipif(SHARED is None or not SHARED.is_dir(),
+                    reason=f"the full real-vllm files are not at {SHARED} (set KVSIM_REAL_VLLM to their folder)")
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_fixtures_match_the_published_runs(name):
     """The shipped fixtures are the measured runs, columns selected and nothing else changed."""
