@@ -546,6 +546,34 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 7.6156e9, 131072, 18944, 152064, 2,
                   _HF + "Qwen/Qwen2.5-7B (num_params: every tensor incl. QKV biases and the untied lm_head)"),
         ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 8.19e9, 40960, 12288, 151936, 2, _HF + "Qwen/Qwen3-8B"),
+        ModelSpec("qwen3-32b", 64, 5120, 64, 8, 128, 32_762_123_264, 40960, 25600, 151936, 2,
+                  _HF + "Qwen/Qwen3-32B (as public copies of it give it; layers and heads as the Qwen3 technical "
+                  "report's Table 1, arXiv:2505.09388): head_dim 128 (64 x 128 is not hidden_size 5120), untied "
+                  "lm_head. num_params summed as vLLM's Qwen3ForCausalLM builds it: embedding and lm_head 2 x 151936 "
+                  "x 5120, 64 layers of 487,598,336 (q_proj 5120 x 8192, k and v 5120 x 1024, o_proj 8192 x 5120, "
+                  "q/k norms 128, MLP 3 x 5120 x 25600, two norms), final norm: 32.76e9 (the card's 32.8B)"),
+        ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 30_532_122_624, 40960, 6144, 151936, 2,
+                  _HF + "Qwen/Qwen3-30B-A3B (as public copies of it give it; layers, heads and experts as the "
+                  "Qwen3 technical report's Table 2, arXiv:2505.09388): head_dim 128, num_experts 128, "
+                  "num_experts_per_tok 8, moe_intermediate_size 768, every layer MoE (decoder_sparse_step 1, "
+                  "mlp_only_layers []), untied lm_head; intermediate_size 6144, which vLLM builds no dense MLP "
+                  "of, is 8 x 768, the expert width a token is routed through (what the activation reserve "
+                  "reads). num_params summed as vLLM's Qwen3MoeForCausalLM builds it: embedding and lm_head 2 x "
+                  "151936 x 2048, 48 layers of 18,874,880 attention (q_proj 2048 x 4096, k and v 2048 x 512, "
+                  "o_proj 4096 x 2048, q/k norms), 128 experts of 3 x 2048 x 768, the 2048 x 128 router and two "
+                  "norms, final norm: 30.53e9 (the card's 30.5B); active_params the same with 8 experts a layer: "
+                  "3.35e9 (the card's 3.3B)",
+                  active_params=3_353_032_704, num_experts=128, num_experts_per_tok=8),
+        ModelSpec("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 235_093_634_560, 40960, 12288, 151936, 2,
+                  _HF + "Qwen/Qwen3-235B-A22B (as public copies of it give it; layers, heads and experts as the "
+                  "Qwen3 technical report's Table 2, arXiv:2505.09388): head_dim 128, num_experts 128, "
+                  "num_experts_per_tok 8, moe_intermediate_size 1536, every layer MoE, untied lm_head; "
+                  "intermediate_size 12288 = 8 x 1536 (as qwen3-30b-a3b's). num_params summed as vLLM builds it: "
+                  "embedding and lm_head 2 x 151936 x 4096, 94 layers of 71,303,424 attention (q_proj 4096 x "
+                  "8192, k and v 4096 x 512, o_proj 8192 x 4096, q/k norms), 128 experts of 3 x 4096 x 1536, the "
+                  "4096 x 128 router and two norms, final norm: 235.09e9 (the card's 235B); active_params with 8 "
+                  "experts a layer: 22.19e9 (the card's 22B)",
+                  active_params=22_190_763_520, num_experts=128, num_experts_per_tok=8),
         ModelSpec("nemotron-h-8b", 52, 4096, 32, 8, 128, 8_100_852_736, 8192, 21504, 131072, 2,
                   _HF + f"nvidia/Nemotron-H-8B-Base-8K: hybrid_override_pattern {_NEMOTRON_H_8B_PATTERN} "
                   "(52 layers: 24 Mamba-2 'M', 4 attention '*', 24 MLP-only '-'); attention 32 "
@@ -628,6 +656,13 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("a100-80gb", 81920 * _MIB, 2039, 312, 25, "NVIDIA A100 data sheet (SXM4 80GB)", 8.0),
         GpuSpec("h100-80gb", 81559 * _MIB, 3350, 989, 50, "NVIDIA H100 data sheet (SXM5), dense BF16", 9.0),
         GpuSpec("h200", 143771 * _MIB, 4800, 989, 50, "NVIDIA H200 data sheet (SXM), dense BF16", 9.0),
+        GpuSpec("b200", 183359 * _MIB, 8000, 2250, 50,
+                "NVIDIA HGX B200 (1,000 W): HBM3e 8 TB/s and dense BF16 2.25 PFLOP/s (half the sparse 4.5) as "
+                "NVIDIA publishes them; memory as nvidia-smi reports a B200 (183,359 MiB, e.g. the log in "
+                "NVIDIA/TensorRT-LLM issue 10278); the host link PCIe Gen5 x16 as the H100's (the board's host "
+                "CPUs are Gen5). pytorch/ao PR 4002 reads a 7,680-bit bus from the driver, 7.67 TB/s, 4% under "
+                "the published peak, which the cost profiles' bandwidth efficiency absorbs as it does every GPU's",
+                10.0),
         GpuSpec("l4", 23034 * _MIB, 300, 121, 25, "NVIDIA L4 data sheet, dense BF16", 8.9),
         GpuSpec("a10g", 23028 * _MIB, 600, 70, 25, "AWS G5 / NVIDIA A10G, dense BF16", 8.6),
         GpuSpec("cpu", 64 * GIB, 22.2, 0.0864, 22.2,

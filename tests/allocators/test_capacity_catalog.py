@@ -6,6 +6,7 @@ from allocators import catalog
 from allocators.capacity import kv_capacity
 from allocators.catalog import GIB, get_gpu, get_model
 from allocators.catalog_file import register_catalog_file
+from allocators.mla_backends import mla_backend
 from tests.allocators.test_replicated_weights import V3_REPLICATED
 
 KIB = 1024
@@ -21,6 +22,9 @@ EXPECTED_KV_BYTES_PER_TOKEN = {
     "llama-3-70b": 320 * KIB,  # 80 x 8 x 128
     "mistral-7b": 128 * KIB,  # 32 x 8 x 128
     "qwen3-8b": 144 * KIB,  # 36 x 8 x 128
+    "qwen3-32b": 256 * KIB,  # 64 x 8 x 128
+    "qwen3-30b-a3b": 96 * KIB,  # 48 x 4 x 128
+    "qwen3-235b-a22b": 188 * KIB,  # 94 x 4 x 128
     "codellama-34b": 192 * KIB,  # 48 x 8 x 128
     "qwen2.5-7b": 56 * KIB,  # 28 x 4 x 128
     "llama-3.1-8b": 128 * KIB,  # 32 x 8 x 128
@@ -31,7 +35,8 @@ EXPECTED_KV_BYTES_PER_TOKEN = {
     "deepseek-v3.2": 61 * ((512 + 64) * 2 + 128 + 4),  # sparse MLA: the same latent + the indexer's fp8 key + scale
     "qwen3-next-80b-a3b": 24 * KIB,  # 12 full-attention layers of 48 x 2 KV heads x 256 (gated DeltaNet: no KV)
 }
-CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "deepseek-v3.2", "qwen3-next-80b-a3b"}
+CONFIG_HEAD_DIM = {"gemma-3-12b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "deepseek-v3.2", "qwen3-next-80b-a3b",
+                   "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b"}
 """Models whose config.json gives head_dim itself, not hidden_size / num_heads."""
 
 
@@ -51,6 +56,43 @@ def test_every_catalog_model_is_checked_and_consistent():
     for m in catalog.MODELS.values():
         assert m.name in CONFIG_HEAD_DIM or m.num_heads * m.head_dim == m.hidden_size, m.name
         assert m.source, f"{m.name}: no source"
+
+
+def qwen3_parameters(layers, hidden, heads, kv_heads, mlp_width, experts=0, routed=0, vocab=151936, head_dim=128):
+    """Qwen3's parameters as vLLM builds them from config.json: untied embedding and lm_head, per layer the
+    attention projections with their q/k norms, a SwiGLU MLP (dense) or ``experts`` of ``mlp_width`` with
+    their router (MoE; ``routed`` of them counted for the active parameters), two norms; the final norm."""
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2 + 2 * head_dim
+    mlp = 3 * hidden * mlp_width
+    layer = attention + 2 * hidden + (experts * mlp + hidden * experts if experts else mlp)
+    active = layer - (experts - routed) * mlp if experts else layer
+    return (layers * layer + 2 * vocab * hidden + hidden, layers * active + 2 * vocab * hidden + hidden)
+
+
+@pytest.mark.parametrize("name,config,card_total,card_active", [
+    ("qwen3-8b", dict(layers=36, hidden=4096, heads=32, kv_heads=8, mlp_width=12288), 8.2e9, 8.2e9),
+    ("qwen3-32b", dict(layers=64, hidden=5120, heads=64, kv_heads=8, mlp_width=25600), 32.8e9, 32.8e9),
+    ("qwen3-30b-a3b", dict(layers=48, hidden=2048, heads=32, kv_heads=4, mlp_width=768, experts=128, routed=8),
+     30.5e9, 3.3e9),
+    ("qwen3-235b-a22b", dict(layers=94, hidden=4096, heads=64, kv_heads=4, mlp_width=1536, experts=128, routed=8),
+     235e9, 22e9),
+])
+def test_qwen3_parameters_are_the_configs_and_match_the_cards(name, config, card_total, card_active):
+    """The catalog's counts are the config's sums (exact; qwen3-8b's is rounded to 8.19e9), which the model
+    cards round (total and activated)."""
+    m = get_model(name)
+    total, active = qwen3_parameters(**config)
+    assert m.num_params == pytest.approx(total, rel=1e-3 if name == "qwen3-8b" else 1e-12)
+    assert (m.active_params or m.num_params) == pytest.approx(active, rel=1e-3 if name == "qwen3-8b" else 1e-12)
+    assert total == pytest.approx(card_total, rel=0.02) and active == pytest.approx(card_active, rel=0.02)
+
+
+def test_b200_is_what_its_driver_reports_and_a_blackwell():
+    """183,359 MiB as nvidia-smi reports it, 8 TB/s and 2.25 dense BF16 PFLOP/s; compute capability 10.0, which
+    serves DeepSeek's MLA on FlashInfer in blocks of 32 (`allocators.mla_backends`)."""
+    b200 = get_gpu("b200")
+    assert (b200.memory_bytes, b200.hbm_bandwidth_gb_s, b200.bf16_tflops) == (183359 * 1024**2, 8000, 2250)
+    assert mla_backend(get_model("deepseek-v3"), b200, None).preferred_block_size() == 32
 
 
 def test_paper_capacity_opt13b_12_gib():

@@ -50,6 +50,9 @@ def test_the_share_grows_with_the_tokens_to_all_experts():
     # (interleave_moe_layer_step 2); Scout's card rounds its counts to 109B and 17B
     ("llama-4-scout-17b-16e", 3 * 5120 * 8192, 48, 0.02),
     ("llama-4-maverick-17b-128e", 3 * 5120 * 8192, 24, 0.002),
+    # Qwen3's MoE: every layer routes, an expert a SwiGLU of moe_intermediate_size; the counts are the config's sums
+    ("qwen3-30b-a3b", 3 * 2048 * 768, 48, 1e-12),
+    ("qwen3-235b-a22b", 3 * 4096 * 1536, 94, 1e-12),
 ])
 def test_expert_size_from_the_parameter_counts_matches_the_config(name, per_expert_per_layer, moe_layers, rel):
     assert get_model(name).expert_params == pytest.approx(moe_layers * per_expert_per_layer, rel=rel)

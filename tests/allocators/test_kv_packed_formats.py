@@ -2,7 +2,6 @@
 against vLLM's own pool sizing, `tools/vllm_oracle/kv_dtype_pool.py`), the block size TurboQuant raises, and a
 one-line refusal, with vLLM's reason, wherever vLLM stores no KV at that dtype."""
 
-import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +16,7 @@ from sim.kernel.block_size import run_block_size
 ORACLE = json.loads((Path(__file__).parent / "data" / "kv_dtype_pool.json").read_text())
 LLAMA = get_model("llama-3-8b")  # 32 layers, 8 KV heads of 128, bf16
 H100 = get_gpu("h100-80gb")
-B200 = dataclasses.replace(get_gpu("h200"), name="b200", compute_capability=10.0)
+B200 = get_gpu("b200")
 PAGED = SimpleNamespace(allocator="paged", block_size=None)
 
 

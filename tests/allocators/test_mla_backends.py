@@ -8,7 +8,7 @@ from allocators.catalog import get_gpu, get_model
 from allocators.mla_backends import mla_backend
 
 DEEPSEEK = get_model("deepseek-v3")
-B200 = dataclasses.replace(get_gpu("h200"), name="b200", compute_capability=10.0)
+B200 = get_gpu("b200")
 
 
 @pytest.mark.parametrize(("gpu", "dtype", "backend", "block_size"), [

@@ -1,7 +1,6 @@
 """Sparse MLA (DeepSeek-V3.2): the indexer key cache in a token's KV bytes, the fp8 latent record vLLM 0.33's
 FlashMLA sparse backend stores, the sparse attention backends and the block size they and the indexer take."""
 
-import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +14,7 @@ from sim.kernel.block_size import block_size_refusal, run_block_size
 
 V32 = get_model("deepseek-v3.2")
 V3 = get_model("deepseek-v3")
-B200 = dataclasses.replace(get_gpu("h200"), name="b200", compute_capability=10.0)
+B200 = get_gpu("b200")
 INDEXER = 128 + 128 // 128 * 4  # DeepseekV32IndexerCache head_dim: fp8 key + one float32 scale per 128
 
 

@@ -298,7 +298,7 @@ def test_a_catalog_gpus_compute_capability_picks_the_backend(tmp_path, restore_c
     no compute capability keeps --block-size."""
     gpu = "memory_gib = 180\nhbm_bandwidth_gb_s = 8000\nbf16_tflops = 2250\npcie_gb_s = 50\n"
     catalog = tmp_path / "gpus.toml"
-    catalog.write_text(f"[gpus.b200]\n{gpu}compute_capability = 10.0\n[gpus.unknown]\n{gpu}")
+    catalog.write_text(f"[gpus.blackwell]\n{gpu}compute_capability = 10.0\n[gpus.unknown]\n{gpu}")
     flags = ("--catalog", str(catalog), "--model", "deepseek-v3", "--tensor-parallel", "8", "--max-model-len", "8192")
-    assert run_json(*flags, "--gpu", "b200")["block_size"] == 32
+    assert run_json(*flags, "--gpu", "blackwell")["block_size"] == 32
     assert run_json(*flags, "--gpu", "unknown")["block_size"] == 16
