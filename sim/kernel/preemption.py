@@ -69,14 +69,15 @@ class Preemption:
         victim.preemptions += 1
         self.num_preemptions += 1
         s.plan.preempted += 1
-        if not (s.in_flight and s.in_flight.comes_back(victim)):
-            if not s.stepping and not self.held_off_running():
-                self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
-                return
-            livelock = s.stall.stuck(s.live.values())
-            if livelock is not None:  # vLLM would preempt and readmit it without end (`sim.kernel.livelock`)
-                self.reject(victim, livelock, s.now)
-                return
+        if not (s.in_flight and s.in_flight.comes_back(victim)) and not s.stepping and not self.held_off_running():
+            self.reject(victim, "needs more KV memory than the whole pool while running alone", s.now)
+            return
+        # whether or not it comes back with more cached, a victim of a loop that produces no token is the loop's: a
+        # Mamba-1 prefill hits none of the blocks it cached (no state inside a prefill), so it may come back to cycle
+        livelock = s.stall.stuck(s.live.values())
+        if livelock is not None:  # vLLM would preempt and readmit it without end (`sim.kernel.livelock`)
+            self.reject(victim, livelock, s.now)
+            return
         on_host = None if swap is None else \
             self._swap_room(victim, swap.slots, frozenset(parked or ()), swap.resident_slots)
         if on_host is not None:  # blocks the host tier held already are not copied out (swapped in, they are)

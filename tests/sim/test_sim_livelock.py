@@ -72,3 +72,31 @@ def test_a_token_resets_the_watch_and_the_floor_holds_with_no_prefill_left():
     assert watch.silent == 0
     watch.stepped(SILENT_FLOOR, produced=False)
     assert watch.stuck([]) is None
+
+
+def mamba1_cycle() -> Workload:
+    """mamba_fuzz.py seed 26, draw 65, shrunk to ten rows (vLLM 0.33 still cycling after 100,000 steps): Jamba
+    with prefix caching on, 64-token chunks below its 80-token block, 42 blocks, the priority policy, fanned-out
+    children and shared system prompts. Preempted before its prefill ends, a Mamba-1 request has cached blocks
+    past those it hit, but hits none of them again: its layers export no state from inside a prefill."""
+    arrival, prompt, output, group, prefix, priority, n = np.array([
+        (0, 416, 65, 0, 416, 2, 2), (0, 416, 25, 0, 416, 2, 5), (1, 403, 115, -1, 0, 2, 5),
+        (1, 432, 220, -1, 0, 2, 5), (1, 416, 144, 0, 416, 1, 5), (2, 384, 144, 1, 384, 1, 2),
+        (2, 416, 66, 0, 416, 1, 5), (3, 416, 62, 0, 416, 0, 5), (3, 416, 183, 0, 416, 0, 5),
+        (3, 384, 201, 1, 384, 0, 2)]).T
+    return Workload(arrival_time_s=arrival.astype(float), prompt_tokens=prompt, output_tokens=output,
+                    prefix_group=group, prefix_len=prefix, priority=priority, n=n, name="mamba1 cycle")
+
+
+@pytest.mark.parametrize("async_scheduling,step_by_step", [(True, False), (True, True), (False, False)])
+def test_a_victim_that_caches_more_than_it_will_hit_is_still_caught(async_scheduling, step_by_step):
+    """Under async scheduling a prefill preempted with more blocks cached than it hit when admitted is requeued,
+    not refused as too large (`InFlight.comes_back`); that must not keep the livelock watch from it: kvsim ran
+    this case without end (as vLLM does) until the watch looked at every victim."""
+    cfg = SimConfig(model="jamba-1.5-mini", kv_tokens=42 * 80, max_num_batched_tokens=1024,
+                    long_prefill_token_threshold=64, scheduler_reserve_full_isl=False, scheduling_policy="priority",
+                    parallel_sampling="fan-out", prefix_cache_retention_interval=80, step_time=1.0,
+                    memory_snapshots=0, async_scheduling=async_scheduling, step_by_step=step_by_step)
+    req = run_simulation(cfg, mamba1_cycle()).requests
+    assert req["rejected"].tolist() == [False, False, False, True] + [False] * 6
+    assert req.loc[3, "reject_reason"].startswith("preemption livelock: no request produced a token in ")

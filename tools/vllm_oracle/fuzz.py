@@ -75,7 +75,10 @@ fixed) and one vLLM run that never ends; with EAGLE drawn there too (later that 
 EAGLE draws on a window group, all exact but one vLLM run that never ends (kvsim rejects a request the pool cannot
 hold). Seed 75 (400 draws of every kind) all exact but one draw vLLM cannot run (its long-prefill threshold
 assertion) and draw 116 (EAGLE, an ARC host storing generated blocks, async, whole prompts: ``spec_cases.py``'s
-``eagle_offload_recompute_tail_fuzz75_0116_k20``, fixed).
+``eagle_offload_recompute_tail_fuzz75_0116_k20``, fixed). Seeds 87 (200) and 88 (1,000), 2026-12-07: all exact but
+seed 88's draw 873, a vLLM run that never ends (EAGLE on a window group, async, sessions: kvsim rejects three turns
+of 1,557 to 1,611 tokens needing 171 to 174 of the 168 usable blocks, the window group's counted at vLLM's own
+admission cap, ``SlidingWindowSpec.max_admission_blocks_per_request``: 73 blocks for two batches in flight).
 """
 
 from __future__ import annotations
