@@ -79,6 +79,14 @@ assertion) and draw 116 (EAGLE, an ARC host storing generated blocks, async, who
 seed 88's draw 873, a vLLM run that never ends (EAGLE on a window group, async, sessions: kvsim rejects three turns
 of 1,557 to 1,611 tokens needing 171 to 174 of the 168 usable blocks, the window group's counted at vLLM's own
 admission cap, ``SlidingWindowSpec.max_admission_blocks_per_request``: 73 blocks for two batches in flight).
+Seed 89 (1,500): all exact but one vLLM run that never ends (draw 797: a window group, ``max_num_seqs`` 1 and a
+capped ``max_model_len``) and two mismatches, not fixed: draws 146 and 1035, EAGLE with a host tier and fanned-out
+samples (async; draw 1035 mismatches synchronously too, and is exact with ngram drafts, without the host tier or
+without the samples): after a preemption a child's admission hits one 32-token block fewer than vLLM's (448
+tokens against 480 at its load in draw 1035, step 1314 synchronously): kvsim's host then holds the child's
+blocks 0-14 but not block 15 (tokens 480-511, before its 525th), which vLLM's lookup (one chunk more queried, then
+popped: ``is_eagle_unverified``) must have found stored; where the two part on storing it (``storable_chunks``'
+EAGLE tail exclusion, `RequestTier._stop`) is not yet found.
 """
 
 from __future__ import annotations
