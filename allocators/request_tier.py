@@ -279,8 +279,8 @@ class RequestTier(HostTier):
     def bind(self, seq_id: int, request: object, prompt_blocks: int, prompt_tokens: int) -> None:
         """Sequence ``seq_id`` (about to be placed) is ``request``'s: it carries on the request's record if a
         preemption left one, offering again from the first block (vLLM restarts its offers); with
-        ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt
-        (``prompt_tokens`` tokens: with a `volatile_tail`, offers of more tokens hold the last full block back)."""
+        ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt. Without it, a
+        `volatile_tail`'s offers of more than ``prompt_tokens`` tokens hold the last full block back."""
         self._bound[seq_id] = request
         a = self._requests.get(request)
         if a is not None:
@@ -373,7 +373,7 @@ class RequestTier(HostTier):
     def note_tokens(self, seq_id: int, tokens: int) -> None:
         """The sequence now holds ``tokens`` tokens: with a `volatile_tail`, whether its offers (this one, or one
         made again later) count it as decoding (`_stop`)."""
-        if self.volatile_tail:
+        if self.volatile_tail and not self.prompt_only:  # prompt only: the offloadable tokens stop at the prompt
             request = self._request_of(seq_id)
             self._decoding[request] = tokens > self._prompt_tokens.get(request, tokens)
 
@@ -411,7 +411,8 @@ class RequestTier(HostTier):
     def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
         """Where an offer of the request's first ``full`` blocks ends: at its known blocks, with ``prompt_only`` at
         its prompt's, and with a `volatile_tail` a block short while it decodes and has not finished (vLLM's
-        ``storable_chunks``: decoding once its offloadable tokens pass its prompt, `note_tokens`). Tokens, not full
+        ``storable_chunks``: decoding once its offloadable tokens pass its prompt, `note_tokens`; never with
+        ``prompt_only``, where ``_calc_num_offloadable_tokens`` caps them at the prompt). Tokens, not full
         blocks: a chunk that passes the prompt may end inside the block after it, as a preempted request's
         recompute does; vLLM holds the prompt's last full block back then, and stores it once a later block
         fills."""

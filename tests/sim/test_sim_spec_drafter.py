@@ -154,7 +154,7 @@ def test_the_eagle_references_cover_contention_and_limits():
                                  # vLLM's offloading connector: legacy hashes, every hit's last block dropped
                                  "offload_shared_prefix", "offload_whole_prompts", "offload_sessions",
                                  "offload_sessions_fuzz58_0027", "offload_generated_blocks", "offload_finished_drafts",
-                                 "offload_recompute_tail_fuzz75_0116",
+                                 "offload_recompute_tail_fuzz75_0116", "offload_prompt_only_fuzz89_1035",
                                  # a trace's own prefix hashes, hashed with the token after each block
                                  "hash_units", "hash_units_40", "offload_hash_units",
                                  # a sliding-window model: the drafter's layer in the full group

@@ -80,13 +80,13 @@ seed 88's draw 873, a vLLM run that never ends (EAGLE on a window group, async, 
 of 1,557 to 1,611 tokens needing 171 to 174 of the 168 usable blocks, the window group's counted at vLLM's own
 admission cap, ``SlidingWindowSpec.max_admission_blocks_per_request``: 73 blocks for two batches in flight).
 Seed 89 (1,500): all exact but one vLLM run that never ends (draw 797: a window group, ``max_num_seqs`` 1 and a
-capped ``max_model_len``) and two mismatches, not fixed: draws 146 and 1035, EAGLE with a host tier and fanned-out
-samples (async; draw 1035 mismatches synchronously too, and is exact with ngram drafts, without the host tier or
-without the samples): after a preemption a child's admission hits one 32-token block fewer than vLLM's (448
-tokens against 480 at its load in draw 1035, step 1314 synchronously): kvsim's host then holds the child's
-blocks 0-14 but not block 15 (tokens 480-511, before its 525th), which vLLM's lookup (one chunk more queried, then
-popped: ``is_eagle_unverified``) must have found stored; where the two part on storing it (``storable_chunks``'
-EAGLE tail exclusion, `RequestTier._stop`) is not yet found.
+capped ``max_model_len``) and two mismatches, draws 146 and 1035 (EAGLE, an ARC host of prompt blocks only,
+fanned-out samples): kvsim held a drafter group's last full block back from the host while a request decoded, as
+vLLM's ``storable_chunks`` does, but with prompt blocks only vLLM caps the offloadable tokens at the prompt
+(``_calc_num_offloadable_tokens``), so a request never counts as decoding there and a preempted one re-offers its
+prompt's last block; fixed (``spec_cases.py``'s ``offload_prompt_only_fuzz89_1035``), and seed 89 rerun: all exact
+but draws 797 and 960, whose vLLM run depends on Python's hash seed (a trace's own prefix hashes, an ARC host: 2,
+4 and 5 give kvsim's run, 0, 1 and 3 another).
 """
 
 from __future__ import annotations

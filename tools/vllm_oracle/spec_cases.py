@@ -144,6 +144,11 @@ cases.CASES.setdefault("fuzz53_0100", dict(
     max_num_seqs=32, long_prefill_token_threshold=64, num_blocks=172, cpu_offload_blocks=75,
     offload_eviction_policy="lru", offload_prompt_only=False))
 
+cases.CASES.setdefault("fuzz89_1035", dict(
+    trace=dict(n=22, prompt=(467, 532), output=(18, 276), groups=3, samples=(1, 2, 4), gap=10.0),
+    parallel_sampling="fan-out", block_size=32, max_num_batched_tokens=128, max_num_seqs=8,
+    long_prefill_token_threshold=64, num_blocks=40, cpu_offload_blocks=21, offload_eviction_policy="arc",
+    offload_prompt_only=True))
 cases.CASES.setdefault("fuzz75_0116", dict(
     trace=dict(n=18, prompt=(268, 983), output=(16, 135), groups=4, whole_prompts=True, gap=10.0), block_size=32,
     max_num_batched_tokens=2048, max_num_seqs=32, max_model_len=989, num_blocks=43, cpu_offload_blocks=37,
@@ -183,6 +188,9 @@ EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptan
     # found by `fuzz.py` (seed 75, draw 116): a preempted request's recompute chunk ends past its prompt, inside
     # the block after it: vLLM counts it decoding by tokens and holds the prompt's last full block back
     "offload_recompute_tail_fuzz75_0116": ("fuzz75_0116", 20, 0.3),
+    # found by `fuzz.py` (seed 89, draw 1035): with prompt blocks only, the offloadable tokens stop at the prompt,
+    # so a request is never decoding to the store and its prompt's last full block is never held back
+    "offload_prompt_only_fuzz89_1035": ("fuzz89_1035", 20, 0.5),
     "shared_prefix_cached": ("shared_prefix_cached", 3, 0.3),
     "whole_prompts_cached": ("whole_prompts_cached", 3, 0.5),
     "contended": ("contended", 2, 0.5),
