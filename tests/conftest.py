@@ -20,8 +20,7 @@ if not os.path.exists("/dev/nvidiactl"):
 os.environ["KVSIM_HOME"] = tempfile.mkdtemp(prefix="kvsim-home-")
 atexit.register(shutil.rmtree, os.environ["KVSIM_HOME"], ignore_errors=True)
 
-# The full public traces are read only from the folder $KVSIM_TRACES names (`workloads.presets`); the tests
-# that need them skip where it is unset. Nothing here looks outside the checkout on its own.
+# The full public traces come only from the folder $KVSIM_TRACES names; the tests that need them skip without it.
 
 # Hypothesis tests that set no example count of their own run 100 examples, scaled like the rest by KVSIM_SOAK.
 if SOAK > 1:

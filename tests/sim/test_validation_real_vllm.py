@@ -61,7 +61,7 @@ def test_kv_pool_is_sized_as_vllm_0_11_logged_it(name, tmp_path):
 
 
 @pytest.mark.skipif(SHARED is None or not SHARED.is_dir(),
-                    reason=f"the full real-vllm files are not at {SHARED} (set KVSIM_REAL_VLLM to their folder)")
+                    reason="set KVSIM_REAL_VLLM to the folder of the full real-vllm runs to cross-check them")
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_fixtures_match_the_published_runs(name):
     """The shipped fixtures are the measured runs, columns selected and nothing else changed."""
