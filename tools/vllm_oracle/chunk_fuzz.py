@@ -17,7 +17,8 @@ Covered (2026-12-07, vLLM 0.33): seed 1 (10 draws), all exact; seed 2 (150), all
 drafts, where kvsim skipped a block that a verification's accepted drafts had filled at a chunk start before
 caching it, which vLLM caches after the step (``update_from_output``'s ``cache_blocks``): fixed
 (``spec_cases.py``'s ``chunked_accepted_drafts_chunk2_0142``), and seed 2 rerun, 150 exact; seeds 3 (200) and 4
-(300), all exact; seed 7 (300, later that day, after the hybrid pool's hot paths were reworked), all exact.
+(300), all exact; seeds 7 and 8 (300 each, later that day,
+after the hybrid pool's hot paths were reworked), all exact.
 """
 
 from __future__ import annotations

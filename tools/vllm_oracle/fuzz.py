@@ -87,6 +87,8 @@ vLLM's ``storable_chunks`` does, but with prompt blocks only vLLM caps the offlo
 prompt's last block; fixed (``spec_cases.py``'s ``offload_prompt_only_fuzz89_1035``), and seed 89 rerun: all exact
 but draws 797 and 960, whose vLLM run depends on Python's hash seed (a trace's own prefix hashes, an ARC host: 2,
 4 and 5 give kvsim's run, 0, 1 and 3 another).
+Seed 90 (1,500), all exact but draw 1134 (ngram, an LRU host, a trace's own prefix hashes), hash-seed dependent
+too (0, 2 and 5 give kvsim's run).
 """
 
 from __future__ import annotations
