@@ -88,7 +88,8 @@ prompt's last block; fixed (``spec_cases.py``'s ``offload_prompt_only_fuzz89_103
 but draws 797 and 960, whose vLLM run depends on Python's hash seed (a trace's own prefix hashes, an ARC host: 2,
 4 and 5 give kvsim's run, 0, 1 and 3 another).
 Seed 90 (1,500), all exact but draw 1134 (ngram, an LRU host, a trace's own prefix hashes), hash-seed dependent
-too (0, 2 and 5 give kvsim's run).
+too (0, 2 and 5 give kvsim's run). Seed 91 (1,500), all exact but draw 1071, which vLLM cannot run (20 ngram
+drafts, a 16-token long-prefill threshold, an ARC host: vLLM's own assertion, as seed 55's draw 74).
 """
 
 from __future__ import annotations
