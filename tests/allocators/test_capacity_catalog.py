@@ -82,8 +82,9 @@ def test_qwen3_parameters_are_the_configs_and_match_the_cards(name, config, card
     cards round (total and activated)."""
     m = get_model(name)
     total, active = qwen3_parameters(**config)
-    assert m.num_params == pytest.approx(total, rel=1e-3 if name == "qwen3-8b" else 1e-12)
-    assert (m.active_params or m.num_params) == pytest.approx(active, rel=1e-3 if name == "qwen3-8b" else 1e-12)
+    rel = 1e-3 if name == "qwen3-8b" else 1e-12
+    assert m.num_params == pytest.approx(total, rel=rel)
+    assert (m.active_params or m.num_params) == pytest.approx(active, rel=rel)
     assert total == pytest.approx(card_total, rel=0.02) and active == pytest.approx(card_active, rel=0.02)
 
 

@@ -19,9 +19,9 @@ from workloads import Workload
 
 
 def config(**options) -> SimConfig:
-    return SimConfig(model="jamba-1.5-mini", kv_tokens=43 * 80, max_num_batched_tokens=256,
-                     long_prefill_token_threshold=16, parallel_sampling="fan-out", memory_snapshots=0,
-                     **({"scheduling_policy": "priority"} | options))
+    return SimConfig(**(dict(model="jamba-1.5-mini", kv_tokens=43 * 80, max_num_batched_tokens=256,
+                             long_prefill_token_threshold=16, parallel_sampling="fan-out", memory_snapshots=0,
+                             scheduling_policy="priority") | options))
 
 
 def workload() -> Workload:
@@ -93,10 +93,9 @@ def test_a_victim_that_caches_more_than_it_will_hit_is_still_caught(async_schedu
     """Under async scheduling a prefill preempted with more blocks cached than it hit when admitted is requeued,
     not refused as too large (`InFlight.comes_back`); that must not keep the livelock watch from it: kvsim ran
     this case without end (as vLLM does) until the watch looked at every victim."""
-    cfg = SimConfig(model="jamba-1.5-mini", kv_tokens=42 * 80, max_num_batched_tokens=1024,
-                    long_prefill_token_threshold=64, scheduler_reserve_full_isl=False, scheduling_policy="priority",
-                    parallel_sampling="fan-out", prefix_cache_retention_interval=80, step_time=1.0,
-                    memory_snapshots=0, async_scheduling=async_scheduling, step_by_step=step_by_step)
+    cfg = config(kv_tokens=42 * 80, max_num_batched_tokens=1024, long_prefill_token_threshold=64,
+                 scheduler_reserve_full_isl=False, prefix_cache_retention_interval=80, step_time=1.0,
+                 async_scheduling=async_scheduling, step_by_step=step_by_step)
     req = run_simulation(cfg, mamba1_cycle()).requests
     assert req["rejected"].tolist() == [False, False, False, True] + [False] * 6
     assert req.loc[3, "reject_reason"].startswith("preemption livelock: no request produced a token in ")
