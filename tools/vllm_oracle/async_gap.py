@@ -61,7 +61,6 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
     then process step t - 1's output. Returns the totals, each request's finish step (the step whose output
     finished it), the step rows and the request rows (``driver.run``'s columns)."""
     import numpy as np
-    from vllm.v1.outputs import ModelRunnerOutput
 
     args.async_scheduling = True
     scheduler, hasher = driver.build_scheduler(args)
@@ -140,8 +139,7 @@ def run_async(args) -> tuple[dict, dict[int, int], list[dict], list[dict]]:
                           - len(scheduler.deferred_waiting), "prefill_tokens": step_prefill,
                           "decode_tokens": step_decode, "used_blocks": pool.num_gpu_blocks - 1
                           - pool.get_num_free_blocks(), "preemptions": preempted})
-        output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                   sampled_token_ids=sampled)
+        output = driver.model_output(req_ids, sampled)
         if out.kv_connector_metadata is not None:  # the step's transfers, done within it, reported with its output
             output.kv_connector_output = driver._transfers_done(out.kv_connector_metadata)
         if pending is not None:
@@ -168,7 +166,7 @@ def count_verifications(scheduler, out, output, totals: dict[str, int]) -> None:
         request = scheduler.requests.get(req_id)
         if request is None or request.is_finished():
             continue
-        tokens = output.sampled_token_ids[output.req_id_to_index[req_id]]
+        tokens = output.sampled_token_ids[output.req_ids.index(req_id)]
         if tokens:
             totals["num_drafts"] += 1
             totals["num_draft_tokens"] += len(drafts)

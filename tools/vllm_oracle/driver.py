@@ -91,6 +91,9 @@ def build_scheduler(args):
                         is_encoder_decoder=False)
     if args.watermark:
         sched_kwargs["watermark"] = args.watermark
+    if getattr(args, "cache_aware_admission_window", 0):  # vLLM 0.34's, so passed only where set
+        sched_kwargs["cache_aware_admission_window"] = args.cache_aware_admission_window
+        sched_kwargs["cache_aware_admission_threshold"] = args.cache_aware_admission_threshold
     scheduler_config = SchedulerConfig(**sched_kwargs)
     retention = getattr(args, "prefix_cache_retention_interval", 0)  # vLLM's default; "None": dense
     retention = None if retention in (None, "None") else int(retention)
@@ -267,7 +270,8 @@ def note_schedule(out, scheduler, stats: dict[str, dict], in_prefill: set[str], 
         if s["first_scheduled_step"] < 0:
             s["first_scheduled_step"] = step
         s["cached_tokens"] += req.num_computed_tokens
-    for req_id in out.scheduled_cached_reqs.resumed_req_ids:
+    # vLLM 0.33's V1 model runner sends a resumed request apart; 0.34 (and 0.33's V2 runner) as a new one
+    for req_id in getattr(out.scheduled_cached_reqs, "resumed_req_ids", ()):
         in_prefill.add(req_id)
         req = scheduler.requests[req_id]
         stats[req_id]["cached_tokens"] += req.num_computed_tokens - out.num_scheduled_tokens[req_id]
@@ -276,6 +280,31 @@ def note_schedule(out, scheduler, stats: dict[str, dict], in_prefill: set[str], 
         stats[req_id]["preemptions"] += 1
         in_prefill.discard(req_id)
     return len(preempted)
+
+
+def model_output(req_ids: list[str], sampled: list[list[int]]):
+    """The model's output for a step that ran ``req_ids`` and sampled ``sampled``, as vLLM's
+    ``ModelRunnerOutput``: vLLM 0.33's also maps each request to its row (``req_id_to_index``), 0.34's reads the
+    rows' order from ``req_ids`` alone."""
+    import dataclasses
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    extra = {}
+    if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        extra["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+    return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **extra)
+
+
+def switch_drafter(vllm_config, method: str) -> None:
+    """Make ``vllm_config``'s ngram drafter a ``method`` one (``"eagle"``, ``"mtp"``) after the config is built, as
+    this offline harness has no drafter checkpoint to build one from: everything vLLM derives from the method then
+    follows it. vLLM 0.33 derives the hash lookahead (``num_hash_lookahead_tokens``) on each read; 0.34 resolves it
+    once, at the config's construction, so it is resolved again here."""
+    object.__setattr__(vllm_config.speculative_config, "method", method)
+    resolve = getattr(vllm_config, "_resolve_num_hash_lookahead_tokens", None)
+    if resolve is not None:
+        object.__setattr__(vllm_config, "num_hash_lookahead_tokens", resolve())
 
 
 def gzip_steps(out: Path) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import driver  # noqa: E402
 import mamba1_driver  # noqa: E402
 import mamba_driver  # noqa: E402
 
@@ -145,7 +146,7 @@ def as_mtp() -> None:
     def switched(base: type) -> type:
         class MTPScheduler(base):
             def __init__(self, *, vllm_config, kv_cache_config, **kwargs) -> None:
-                object.__setattr__(vllm_config.speculative_config, "method", "mtp")
+                driver.switch_drafter(vllm_config, "mtp")
                 assert vllm_config.speculative_config.use_eagle()
                 assert not vllm_config.speculative_config.use_multi_module_mtp()
                 assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens

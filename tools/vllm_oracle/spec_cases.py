@@ -328,7 +328,7 @@ def as_drafter(method: str) -> None:
     def switched(base):
         class DrafterScheduler(base):
             def __init__(self, *, vllm_config, kv_cache_config, **kwargs) -> None:
-                object.__setattr__(vllm_config.speculative_config, "method", method)
+                driver.switch_drafter(vllm_config, method)
                 assert vllm_config.num_lookahead_tokens == vllm_config.num_speculative_tokens
                 assert vllm_config.num_prefill_lookahead_tokens == 1
                 # the drafter's layers join the target's one attention group, which vLLM's planner then marks
@@ -401,7 +401,7 @@ def _pool_config():
         max_num_batched_tokens=2048, max_model_len=4096, is_encoder_decoder=False),
         cache_config=CacheConfig(block_size=16), device_config=DeviceConfig(device="cpu"),
         speculative_config=SpeculativeConfig(method="ngram", num_speculative_tokens=3))
-    object.__setattr__(config.speculative_config, "method", "eagle")
+    driver.switch_drafter(config, "eagle")
     config.cache_config.kv_cache_layout = "NHD"  # FlashAttention's (layer-outermost): each layer's page a block
     config.scheduler_config.disable_hybrid_kv_cache_manager = False  # as on a GPU (a CPU platform turns it off)
     return config
