@@ -21,8 +21,8 @@ rank blocks on those events. What they share, here:
   final stores); kvsim does the same (`behind`, ``scheduled`` in `flush_stores`), skipping only the offers
   again that nothing since could let through or make record anything new.
 - **Store threshold.** With ``store_threshold`` (``--offload-store-threshold``) a block is stored only once it
-  has been offered that many times (`store_filter.StoreFilter`); a skipped block is not offered again by the
-  same request.
+  has been offered that many times (`store_filter.StoreFilter`), each request counting a block once; a skipped
+  block is not offered again by the same request.
 - **A request's record**: the blocks it has stored or reused (with their positions), which of them it
   inserted and which it reused, and the store misses it has reported; the policy reads it when the request
   finishes (`release`).
@@ -73,7 +73,7 @@ short of blocks not hashed yet (`RequestTier.hashed_blocks`), or a finished requ
 class Access:
     """A request's record: its rank (LRU: 0 until it first records a block), the blocks it has stored or
     reused (hash -> position, first seen first), where its next offer starts, the blocks it inserted and
-    those it reused, and the store misses it has reported."""
+    those it reused, the store misses it has reported and the blocks it has counted towards a store threshold."""
 
     rank: int = 0
     seen: dict[int, int] = field(default_factory=dict)
@@ -81,6 +81,7 @@ class Access:
     inserted: set[int] = field(default_factory=set)
     reused: set[int] = field(default_factory=set)
     misses: set[int] = field(default_factory=set)
+    counted: set[int] = field(default_factory=set)  # the hashes its offers counted towards a store threshold
 
 
 class RequestTier(HostTier):
@@ -199,7 +200,7 @@ class RequestTier(HostTier):
     def _worth_offering_again(self, stamp: tuple[int, bool]) -> bool:
         """Whether an offer that failed with this stamp may now do otherwise: something was stored, written or
         swapped since, loads pinned blocks then or do now (a load landing unpins its blocks), or a store
-        threshold counts every offer."""
+        threshold records every offer (another request's offers may have raised a count since)."""
         return stamp[0] != self._changes or stamp[1] or bool(self.pinned) or self.store_filter is not None
 
     def not_ready(self, block_hashes: Sequence[int]) -> bool:
@@ -330,7 +331,7 @@ class RequestTier(HostTier):
         start = a.next_stored
         offered = block_hashes[start:stop]
         lru, writing = self._lru, self._writing
-        passing = None if self.store_filter is None else set(self.store_filter.offer(offered, lru))
+        passing = None if self.store_filter is None else set(self.store_filter.offer(offered, lru, a.counted))
         new: dict[int, int] = {}  # hash -> position, first occurrence (a hash twice in one offer is stored once)
         held: list[tuple[int, int]] = []
         for pos, h in enumerate(offered, start):

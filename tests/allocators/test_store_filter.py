@@ -1,6 +1,7 @@
 """The store threshold of a write-through host tier by hand: a block is stored once it has been offered often
-enough, a block the tier holds always passes, the count table is bounded and forgets the least recently
-offered hash that the current batch does not offer, and a write-through tier stores only what passes."""
+enough, a block the tier holds always passes, a request counts a block once however often it offers it, the
+count table is bounded and forgets the least recently offered hash that the current batch does not offer, and
+a write-through tier stores only what passes."""
 
 import pytest
 
@@ -23,6 +24,34 @@ def test_a_hash_twice_in_one_batch_counts_twice_only_once_tracked():
     f = StoreFilter(3)
     assert f.offer([7, 7], held=()) == [] and f.count(7) == 1
     assert f.offer([7, 7], held=()) == [7, 7] and f.count(7) == 3
+
+
+def test_a_request_counts_a_block_once():
+    """vLLM 0.34's ``counted_keys``: one request's offers again (a failed store retried, its offers restarted
+    after a preemption) neither count its blocks again nor skip them again; another request's offer counts."""
+    f = StoreFilter(2)
+    mine: set[int] = set()
+    assert f.offer([1, 2], held=(), counted=mine) == [] and mine == {1, 2} and f.skipped_blocks == 2
+    assert f.offer([1, 2, 3], held=(), counted=mine) == [] and f.skipped_blocks == 3  # only 3 is new to it
+    assert [f.count(h) for h in (1, 2, 3)] == [1, 1, 1]
+    assert f.offer([2, 3], held=(), counted=set()) == [2, 3]  # a second request: each now offered twice
+    f.check_invariants()
+
+
+def test_a_preempted_request_offering_again_does_not_reach_the_threshold_alone():
+    """A request preempted after its blocks were skipped offers them again from the first (`RequestTier.bind`):
+    under vLLM 0.33 that counted as a second use and stored them; 0.34 (and kvsim) store nothing until another
+    request offers them."""
+    tier = LruTier(8, block_bytes=10, store_threshold=2)
+    tier.bind(0, "r", prompt_blocks=3, prompt_tokens=48)
+    assert tier.computed(0, [1, 2, 3], 3) == 0
+    tier.release(0, finished=False)
+    tier.bind(1, "r", prompt_blocks=3, prompt_tokens=48)  # "r" placed again
+    assert tier.computed(1, [1, 2, 3], 3) == 0 and tier.cached_blocks == 0 and tier.skipped_blocks == 3
+    tier.release(1, finished=True)
+    tier.bind(2, "s", prompt_blocks=3, prompt_tokens=48)
+    assert tier.computed(2, [1, 2, 3], 3) == 3 and tier.cached_blocks == 3
+    tier.check_invariants()
 
 
 def test_the_table_forgets_the_least_recently_offered_hash_not_in_the_batch():

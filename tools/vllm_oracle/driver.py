@@ -319,7 +319,7 @@ def gzip_steps(out: Path) -> None:
 
 def run(args) -> None:
     import numpy as np
-    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds
 
     scheduler, hasher = build_scheduler(args)
     rows = read_trace(args.trace)
@@ -379,8 +379,7 @@ def run(args) -> None:
         waiting = len(scheduler.waiting) + len(scheduler.kv_holding_waiting) - len(scheduler.deferred_waiting)
         used = scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1 - \
             scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
-        output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                   sampled_token_ids=sampled)
+        output = model_output(req_ids, sampled)
         if out.kv_connector_metadata is not None:
             output.kv_connector_output = _transfers_done(out.kv_connector_metadata)
         engine_outputs = scheduler.update_from_output(out, output)
@@ -425,6 +424,8 @@ def main() -> None:
     p.add_argument("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs")
     p.add_argument("--watermark", type=float, default=0.0)
+    p.add_argument("--cache-aware-admission-window", type=int, default=0, help="vLLM 0.34's (0: arrival order)")
+    p.add_argument("--cache-aware-admission-threshold", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=200_000)
     p.add_argument("--sliding-window", type=int, default=0,
