@@ -271,6 +271,10 @@ class Allocator(ABC):
         """Prompt tokens a new sequence would find cached (no side effects). Default: no cache."""
         return 0
 
+    def num_gpu_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        """`num_cached_tokens` without the host tier's hits. Default: the same (no host tier to leave out)."""
+        return self.num_cached_tokens(block_hashes, num_tokens)
+
     @abstractmethod
     def admit(
         self,

@@ -371,6 +371,9 @@ class HybridQueries(Allocator):
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
         return self._hit_blocks(block_hashes, num_tokens) * self.block_size
 
+    def num_gpu_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        return self._hit_blocks(block_hashes, num_tokens, self._cache.getter) * self.block_size
+
     def _checkpoint_end(self, prefill_end: int) -> int:
         """The prefill end a Mamba group's checkpoint rule reads (`mamba_align.needs_checkpoint`): the request's
         under vLLM's default retention 0, which keeps only the prefill-end chunk's checkpoint; 0 under a positive

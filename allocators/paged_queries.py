@@ -229,6 +229,9 @@ class PagedQueries(Allocator):
         gpu = len(self._lookup(block_hashes, num_tokens))
         return (gpu + self._host_hits(block_hashes, gpu, num_tokens)) * self.block_size
 
+    def num_gpu_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
+        return len(self._lookup(block_hashes, num_tokens)) * self.block_size
+
     def _host_hits(self, block_hashes: Sequence[int], start: int, num_tokens: int) -> int:
         """Blocks the host tier holds in a row after ``start`` GPU hits, never covering the last of
         ``num_tokens`` unless ``host_hits_to_end`` (0 without a tier; the last dropped with ``drop_last_hit``)."""

@@ -179,6 +179,14 @@ def simulation_options(func):
         _field_option("--lpm-max-queue", type=int,
                       help="The most queued requests lpm sorts; past it the queue keeps its order (the "
                            "default is SGLang's; 0 = no bound, what the policy would do if the sort were free)."),
+        _field_option("--cache-aware-admission-window", type=int,
+                      help="vLLM 0.34's cache-aware admission under fcfs: before each admission round, the "
+                           "requests among the first N queued that have never run are reordered by the tokens "
+                           "they find cached in GPU memory, most first (ties in arrival order); preempted ones "
+                           "keep their places. 0 (default): strict arrival order. Needs prefix caching."),
+        _field_option("--cache-aware-admission-threshold", type=float,
+                      help="KV cache usage below which --cache-aware-admission-window does not reorder "
+                           "(vLLM's; default 0.5)."),
         _field_option("--preemption", type=click.Choice(PREEMPTION_MODES),
                       help="What happens to a preempted request: recompute its KV later, or swap it to host "
                            "memory."),

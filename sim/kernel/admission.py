@@ -359,6 +359,9 @@ class GroupMechanics(Preemption):
             return False
         if s.waiting.lpm:
             s.waiting.order_by_prefix(s.memory.cached_split, s.memory.block_size, s.memory.touch_prefixes)
+        elif s.waiting.cache_aware_window:
+            gpu_cached = s.memory.gpu_cached_tokens
+            s.waiting.order_cache_aware(s.memory.usage(), lambda g: gpu_cached(g.hashes, g.prefill_target))
         if s.loads is None:
             return self._admit_in_order(budget, None)
         self._admitted_from = len(s.running)  # the running groups admitted this step follow

@@ -41,7 +41,7 @@ _POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "
                   "decode_context_parallel_size")
 _OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
-                      "lpm_max_queue", "prefill_replicas", "decode_replicas")
+                      "lpm_max_queue", "prefill_replicas", "decode_replicas", "cache_aware_admission_window")
 _NUMBERS = {  # field -> (None allowed, in range, what the range is)
     "kv_gib": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
     # at least a microsecond: the clock ties arrivals to a step start within a nanosecond (`ARRIVAL_TIE_S`), so
@@ -53,6 +53,7 @@ _NUMBERS = {  # field -> (None allowed, in range, what the range is)
     "cpu_offload_gib": (False, lambda v: 0 <= v < math.inf, "a finite number of GiB >= 0"),
     "watermark": (False, lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
     "beam_keep_prob": (False, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "cache_aware_admission_threshold": (False, lambda v: 0 <= v <= 1, "a fraction in [0, 1]"),
     "router_load_weight": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
     "router_kv_overlap_score_weight": (False, lambda v: 0 <= v < math.inf, "a finite number >= 0"),
     "kv_transfer_gb_s": (False, lambda v: 0 < v < math.inf, "a finite number > 0"),
@@ -172,6 +173,8 @@ class SimConfig:
     speculative_config: str | None = None  # vLLM's engine argument (JSON); methods ngram, eagle, eagle3, mtp
     spec_acceptance_rate: float | None = None  # kvsim's: each draft token's acceptance probability
     lpm_max_queue: int = LPM_SORT_LIMIT
+    cache_aware_admission_window: int = 0  # vLLM 0.34's engine arguments (`sim.kernel.waiting_queue`)
+    cache_aware_admission_threshold: float = 0.5
     step_time: float | None = None
     calibration: str | None = None
     cost_profile: str | None = None

@@ -41,6 +41,19 @@ def has_host_tier(config: SimConfig) -> bool:
     return config.cpu_offload_gib > 0 and config.prefix_caching and config.allocator in host_tier_allocators()
 
 
+def cache_aware_ignored(config: SimConfig, hybrid: bool) -> str | None:
+    """Why ``--cache-aware-admission-window`` does nothing in this run (None: it applies). vLLM 0.34 reorders
+    only under ``fcfs`` with prefix caching on, and kvsim models it for vLLM's own pools (``paged``, or the
+    hybrid pool) under continuous batching."""
+    if config.scheduling_policy != "fcfs":
+        return f"vLLM reorders by cached prefix under fcfs only, and this run's policy is {config.scheduling_policy}"
+    if not config.prefix_caching:
+        return "it reorders by cached prefix, and prefix caching is off"
+    if config.scheduler != "continuous" or not (hybrid or config.allocator == "paged"):
+        return "it is vLLM v1's scheduler's, modelled with --allocator paged and continuous batching"
+    return None
+
+
 def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, model=None,
                      priorities: bool = False, sampled: bool = True, host_tier=None, beams: bool = True,
                      forks: bool = True) -> dict[str, str]:
@@ -104,6 +117,12 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
     if config.scheduling_policy == "lpm" and not (hybrid and config.prefix_caching
                                                   or keeps_prefix_cache(name, config.prefix_caching)):
         ignored["--scheduling-policy lpm"] = "it orders by cached prefix, and this run keeps no prefix cache: FCFS"
+    if config.cache_aware_admission_window and (why := cache_aware_ignored(config, hybrid)) is not None:
+        ignored[f"--cache-aware-admission-window {config.cache_aware_admission_window}"] = why
+    if (config.cache_aware_admission_threshold != defaults.cache_aware_admission_threshold
+            and not config.cache_aware_admission_window):
+        ignored[f"--cache-aware-admission-threshold {config.cache_aware_admission_threshold:g}"] = (
+            "it gates --cache-aware-admission-window, which is 0")
     if config.lpm_max_queue != defaults.lpm_max_queue and config.scheduling_policy != "lpm":
         ignored[f"--lpm-max-queue {config.lpm_max_queue}"] = (
             f"it bounds lpm's sort, and this run's policy is {config.scheduling_policy}")

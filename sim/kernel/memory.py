@@ -129,6 +129,17 @@ class KVMemory:
         """Prompt tokens a new sequence would find cached (no side effects)."""
         return self._alloc.num_cached_tokens(hashes, num_tokens) if hashes else 0
 
+    def gpu_cached_tokens(self, hashes: Sequence[int], num_tokens: int) -> int:
+        """Prompt tokens a new sequence would find cached in GPU memory, its host-tier hits left out (no side
+        effects): vLLM's ``KVCacheManager.get_num_cached_tokens``."""
+        return self._alloc.num_gpu_cached_tokens(hashes, num_tokens) if hashes else 0
+
+    def usage(self) -> float:
+        """vLLM's KV cache usage (``BlockPool.get_usage``): the share of the usable blocks that are not free, a
+        free block that still holds a cached prefix counting as free."""
+        alloc = self._alloc
+        return 1.0 - alloc.num_free_blocks / alloc.num_usable_blocks
+
     def mamba_align(self) -> bool:
         """Whether the pool holds Mamba states in vLLM's ``mamba_cache_mode="align"`` (`allocators.mamba_align`)."""
         return self._alloc.align

@@ -27,7 +27,7 @@ from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.kernel.cost_profiles import make_step_cost
-from sim.kernel.ignored_settings import has_host_tier, ignored_settings
+from sim.kernel.ignored_settings import cache_aware_ignored, has_host_tier, ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.memory_omits import memory_omits
 from sim.kernel.metrics import Recorder
@@ -284,6 +284,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       long_prefill_token_threshold=config.long_prefill_token_threshold,
                       scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
                       scheduling_policy=config.scheduling_policy, lpm_max_queue=config.lpm_max_queue,
+                      cache_aware_admission_window=config.cache_aware_admission_window
+                      if cache_aware_ignored(config, bool(groups)) is None else 0,
+                      cache_aware_admission_threshold=config.cache_aware_admission_threshold,
                       sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost),
                       attention_topk=model.index_topk, async_scheduling=config.async_scheduling, spec=spec,
                       attention_chunk_size=model.attention_chunk_size or 0)

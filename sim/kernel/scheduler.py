@@ -46,6 +46,7 @@ class Scheduler:
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
                  long_prefill_token_threshold: int = 0, scheduler_reserve_full_isl: bool = True,
                  scheduling_policy: str = "fcfs", lpm_max_queue: int = LPM_SORT_LIMIT,
+                 cache_aware_admission_window: int = 0, cache_aware_admission_threshold: float = 0.5,
                  sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None,
                  attention_topk: int = 0, async_scheduling: bool = False, spec: SpecDecode | None = None,
                  attention_chunk_size: int = 0) -> None:
@@ -68,7 +69,8 @@ class Scheduler:
         self.lazy = lazy
         self.beams = BeamSearch(rng if rng is not None else np.random.default_rng(0), beam_keep_prob)
         self.waiting = WaitingQueue(scheduling_policy == "priority", lpm=scheduling_policy == "lpm",
-                                    lpm_max_queue=lpm_max_queue)
+                                    lpm_max_queue=lpm_max_queue, cache_aware_window=cache_aware_admission_window,
+                                    cache_aware_threshold=cache_aware_admission_threshold)
         self.running: list[SequenceGroup] = []
         self.running_seqs = 0
         self.live: dict[int, SequenceGroup] = {}
@@ -553,6 +555,7 @@ class Scheduler:
         plan.can_run = (self.lazy and (in_flight is None or not (in_flight.holds_blocks or in_flight.halted)) and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
                         and not self.beams.groups and not self.skipped_for_loads
+                        and not self.waiting.may_reorder_by_cache
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
 

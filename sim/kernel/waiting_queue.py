@@ -19,6 +19,11 @@ queue's order, which earlier sorts made). Two more of SGLang's rules:
 
 A swapped-out group (its KV waits in host memory; SGLang has no swap) goes first, as under FCFS.
 
+``fcfs`` with vLLM 0.34's cache-aware admission (``--cache-aware-admission-window N``, `order_cache_aware`):
+before each admission round, once the KV cache is at least ``--cache-aware-admission-threshold`` used, the
+requests among the first ``N`` queued that have never run are reordered by the tokens they find cached in GPU
+memory, most first, ties in queue order; every other group in the window (preempted, swapped) keeps its place.
+
 Groups whose host-tier hits are loaded (``--offload-loads async``) hold KV blocks: they are the queue's head
 (``held`` of them, in the order their loads ended), ahead of every other group under every policy, as vLLM drains
 its ``kv_holding_waiting`` queue before its waiting one.
@@ -31,7 +36,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from sim.kernel.sequence_group import LOADED, SWAPPED, SequenceGroup
+from sim.kernel.sequence_group import LOADED, SWAPPED, WAITING, SequenceGroup
 
 LPM_SORT_LIMIT = 128
 """The most queued groups ``lpm`` sorts; past it the queue keeps its order (SGLang's
@@ -53,12 +58,16 @@ def _priority_key(group: SequenceGroup) -> tuple[int, float, int, str]:
 class WaitingQueue(deque):
     """A `deque` of `SequenceGroup` (the scheduler pops its head) that knows where a group goes in."""
 
-    def __init__(self, priority: bool = False, *, lpm: bool = False, lpm_max_queue: int = LPM_SORT_LIMIT) -> None:
+    def __init__(self, priority: bool = False, *, lpm: bool = False, lpm_max_queue: int = LPM_SORT_LIMIT,
+                 cache_aware_window: int = 0, cache_aware_threshold: float = 0.5) -> None:
         super().__init__()
         self.priority = priority
         self.lpm = lpm
         self.lpm_max_queue = lpm_max_queue or 1 << 62  # 0: no bound
         self.held = 0  # the groups at the head that hold KV blocks (loaded host hits): the others queue behind
+        # vLLM 0.34's cache-aware admission (FCFS only: its scheduler turns it off under priority)
+        self.cache_aware_window = 0 if priority or lpm else cache_aware_window
+        self.cache_aware_threshold = cache_aware_threshold
 
     def popleft(self) -> SequenceGroup:
         group = super().popleft()
@@ -77,7 +86,38 @@ class WaitingQueue(deque):
         """Whether an arrival can go ahead of a head refused memory (and may fit): the decode fast-forward then
         ends a run at every arrival, not only while the queue is empty. A run adds no group to the queue but
         arrivals, which end it here, so what this says at a run's start holds to its end."""
-        return self.priority or self.sorts_by_prefix
+        return self.priority or self.sorts_by_prefix or self.cache_aware_window > 0
+
+    def _cache_aware_slots(self) -> list[int]:
+        """The places in the cache-aware window (the first ``cache_aware_window`` groups after those holding
+        blocks, vLLM's ``waiting`` queue) of the groups that have never run: vLLM reorders requests in status
+        ``WAITING`` that have computed nothing, and a preempted one is ``PREEMPTED``."""
+        held = self.held
+        return [i for i in range(held, min(len(self), held + self.cache_aware_window))
+                if self[i].state == WAITING and not self[i].preemptions]
+
+    @property
+    def may_reorder_by_cache(self) -> bool:
+        """Whether a later step's cache-aware admission may reorder the queue (two groups in the window that
+        have never run): the decode fast-forward then steps, as the KV cache's use and hits change within a run."""
+        return self.cache_aware_window > 0 and len(self._cache_aware_slots()) >= 2
+
+    def order_cache_aware(self, usage: float, gpu_cached: Callable[[SequenceGroup], int]) -> None:
+        """vLLM 0.34's ``Scheduler._reorder_waiting_by_cached_prefix``, before an admission round: with the KV
+        cache at least ``cache_aware_threshold`` used (``usage``), the window's groups that have never run
+        (`_cache_aware_slots`) take their places again in order of the tokens they find cached in GPU memory
+        (``gpu_cached``: vLLM's ``get_num_cached_tokens``, no side effects), most first, ties in queue order."""
+        if not self.cache_aware_window or len(self) - self.held < 2 or usage < self.cache_aware_threshold:
+            return
+        slots = self._cache_aware_slots()
+        if len(slots) < 2:
+            return
+        cached = {i: gpu_cached(self[i]) for i in slots}
+        order = sorted(slots, key=lambda i: (-cached[i], i))
+        if order != slots:
+            groups = [self[i] for i in order]
+            for i, group in zip(slots, groups, strict=True):
+                self[i] = group
 
     def enqueue(self, group: SequenceGroup) -> None:
         """Queue a group: at the back (FCFS), or before the first of lower priority.

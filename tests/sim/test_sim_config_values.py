@@ -87,6 +87,9 @@ def test_page_size_follows_the_integer_rule(value):
     ("kv_gib", np.bool_(True), "--kv-gib must be a positive finite number, got np.True_"),
     ("block_size", np.float64(16), "--block-size must be a positive integer, got np.float64(16.0)"),
     ("seed", True, "--seed must be a non-negative integer, got True"),
+    ("cache_aware_admission_window", -1, "--cache-aware-admission-window must be a non-negative integer, got -1"),
+    ("cache_aware_admission_threshold", 1.5, "--cache-aware-admission-threshold must be a fraction in [0, 1], "
+                                             "got 1.5"),
 ])
 def test_wrong_types_are_one_line_value_errors(field, value, message):
     with pytest.raises(ValueError) as info:

@@ -1,13 +1,14 @@
 """The waiting queue's order: under ``priority`` lower value first, then earlier arrival, then workload row (a
 fanned-out row's children as vLLM's child request ids sort), whatever order groups come in (arrivals, and preempted groups going back); under ``lpm`` SGLang's sort (most
 cached first, ties in queue order, groups sharing a prefix with a group before them last, nothing sorted past
-128 queued)."""
+128 queued); under ``fcfs`` with vLLM 0.34's cache-aware window, the never-run groups in the window by cached
+prefix once the pool is used past the threshold, every other group in its place."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim.kernel.sequence_group import SequenceGroup
+from sim.kernel.sequence_group import SWAPPED, SequenceGroup
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT, WaitingQueue
 
 
@@ -103,3 +104,39 @@ def test_lpm_leaves_a_queue_of_more_than_128_as_it_is():
     queue.pop()
     assert queue.sorts_by_prefix and queue.reorders
     assert order(queue, {LPM_SORT_LIMIT - 1: 64})[0] == LPM_SORT_LIMIT - 1
+
+
+def cache_aware_queue(window: int, threshold: float = 0.5) -> WaitingQueue:
+    """Groups 0-7 queued in order, each with one hash: its index."""
+    queue = WaitingQueue(cache_aware_window=window, cache_aware_threshold=threshold)
+    for i in range(8):
+        queue.enqueue(SequenceGroup(i, i, float(i), 100, 5, hashes=(i,)))
+    return queue
+
+
+def test_the_cache_aware_window_reorders_never_run_groups_by_their_gpu_hit():
+    """The first 5 groups: 1 and 3 (64 and 32 tokens cached) go first, then 0, 2, 4 (none) in queue order; the
+    preempted group 2 keeps its place, and 5-7, past the window, theirs (7 caches the most)."""
+    queue = cache_aware_queue(5)
+    queue[2].preemptions = 1
+    cached = {1: 64, 3: 32, 7: 200}
+    queue.order_cache_aware(0.5, lambda g: cached.get(g.index, 0))
+    assert [g.index for g in queue] == [1, 3, 2, 0, 4, 5, 6, 7]
+    assert queue.may_reorder_by_cache and queue.reorders
+
+
+def test_the_cache_aware_window_waits_for_the_threshold_and_skips_what_holds_blocks():
+    queue = cache_aware_queue(4, threshold=0.6)
+    queue.order_cache_aware(0.59, lambda g: g.index)  # under the threshold: arrival order
+    assert [g.index for g in queue] == list(range(8))
+    queue.held = 1  # group 0 holds blocks (its host hits loaded): ahead of the window, which is groups 1-4
+    queue[4].state = SWAPPED
+    queue.order_cache_aware(0.6, lambda g: g.index)
+    assert [g.index for g in queue] == [0, 3, 2, 1, 4, 5, 6, 7]
+
+
+def test_the_cache_aware_window_is_fcfs_only():
+    assert not WaitingQueue(priority=True, cache_aware_window=8).cache_aware_window
+    queue = cache_aware_queue(2)
+    queue[1].preemptions = 1  # one never-run group left in the window: nothing to reorder, a run may go on
+    assert not queue.may_reorder_by_cache

@@ -237,6 +237,25 @@ CASES: dict[str, dict] = {
     "chunked_priority_contended": dict(trace=dict(n=150, prompt=(20, 800), output=(100, 500), gap=3, priorities=2),
                                        trace_of="priority_contended", num_blocks=300, scheduling_policy="priority",
                                        attention_chunk_size=64, long_prefill_token_threshold=128),
+    # vLLM 0.34's cache-aware admission (``cache_aware_admission_window``): once the pool is used past the
+    # threshold, the never-run requests among the first N waiting are admitted deepest cached prefix first
+    "cache_aware_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                      trace_of="shared_prefix_cached", num_blocks=150,
+                                      cache_aware_admission_window=16),
+    "cache_aware_hash_units": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, hash_units=64),
+                                   trace_of="hash_units", num_blocks=140, cache_aware_admission_window=8,
+                                   cache_aware_admission_threshold=0.0),
+    "cache_aware_sessions": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                            turn_gap=(5, 60)), trace_of="sessions_open_loop", num_blocks=100,
+                                 cache_aware_admission_window=4, cache_aware_admission_threshold=0.3),
+    # host hits do not count: vLLM consults its GPU prefix cache only
+    "cache_aware_offload": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, hash_units=64),
+                                trace_of="hash_units", num_blocks=120, cpu_offload_blocks=150,
+                                cache_aware_admission_window=32, cache_aware_admission_threshold=0.2),
+    "hybrid_cache_aware_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5,
+                                                        groups=3),
+                                             trace_of="hybrid_shared_prefix", num_blocks=200, sliding_window=128,
+                                             cache_aware_admission_window=16),
 }
 # vLLM's dense sliding-window retention (``--prefix-cache-retention-interval None``: a window group caches every
 # full block, as before vLLM 0.33 made 0 the default) on the hybrid cases whose outputs it changes
@@ -274,7 +293,9 @@ def driver_args(name: str, trace: Path, out: Path | None = None) -> SimpleNamesp
                            offload_eviction_policy=s.get("offload_eviction_policy", "lru"),
                            sliding_window=s.get("sliding_window", 0),
                            attention_chunk_size=s.get("attention_chunk_size", 0),
-                           prefix_cache_retention_interval=s.get("prefix_cache_retention_interval", 0))
+                           prefix_cache_retention_interval=s.get("prefix_cache_retention_interval", 0),
+                           cache_aware_admission_window=s.get("cache_aware_admission_window", 0),
+                           cache_aware_admission_threshold=s.get("cache_aware_admission_threshold", 0.5))
 
 
 def write_trace(name: str, path: Path, seed: int = 0) -> None:

@@ -69,7 +69,9 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         scheduling_policy=settings["scheduling_policy"], step_time=1.0, step_by_step=step_by_step,
         parallel_sampling=settings.get("parallel_sampling", "auto"),
         prefix_cache_retention_interval=settings.get("prefix_cache_retention_interval", 0),
-        watermark=settings.get("watermark", 0.0), memory_snapshots=0, async_scheduling=settings.get("async_scheduling",
+        watermark=settings.get("watermark", 0.0), memory_snapshots=0,
+        cache_aware_admission_window=settings.get("cache_aware_admission_window", 0),
+        cache_aware_admission_threshold=settings.get("cache_aware_admission_threshold", 0.5), async_scheduling=settings.get("async_scheduling",
                                                                                                   False),
         **spec_options(settings))
     if groups := hybrid_kv_groups(config, get_model(model)):

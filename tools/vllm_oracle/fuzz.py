@@ -200,6 +200,9 @@ def draw(seed: int, i: int) -> dict:
         if coin(0.4):  # an EAGLE drafter: lookahead slots (as many blocks more) and hashes
             case["method"] = "eagle"
             case["num_blocks"] += 2 * -(-k // bs)
+    if not priority and case["enable_prefix_caching"] and coin(0.3):  # vLLM 0.34's cache-aware admission (last)
+        case["cache_aware_admission_window"] = int(rng.choice([2, 4, 16, 64]))
+        case["cache_aware_admission_threshold"] = float(rng.choice([0.0, 0.3, 0.5, 0.8]))
     return case
 
 
