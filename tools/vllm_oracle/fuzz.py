@@ -90,6 +90,16 @@ but draws 797 and 960, whose vLLM run depends on Python's hash seed (a trace's o
 Seed 90 (1,500), all exact but draw 1134 (ngram, an LRU host, a trace's own prefix hashes), hash-seed dependent
 too (0, 2 and 5 give kvsim's run). Seed 91 (1,500), all exact but draw 1071, which vLLM cannot run (20 ngram
 drafts, a 16-token long-prefill threshold, an ARC host: vLLM's own assertion, as seed 55's draw 74).
+Seed 92 (1,500, vLLM 0.33): all exact but draw 848, which vLLM cannot run (20 ngram drafts under a 16-token
+threshold, async: its assertion again), and draw 293 (20 ngram drafts, an ARC host, sessions), whose vLLM run
+depends on where Python places its objects: allocating one more object before the run (or 7) changes its outcome,
+and kvsim's is one of them (checked by reruns with ``_junk = [object() for _ in range(n)]`` before the driver runs).
+Since seed 93 the draws are vLLM 0.34's (``--venv`` with vllm 0.34.0) and draw its cache-aware admission window
+last (``cache_aware_admission_window``, ``cache_aware_admission_threshold``; a 0.33 venv refuses those draws).
+Seed 93 (400, vLLM 0.34): all exact but draw 266 (20 ngram drafts, an LRU host, sessions), object-placement
+dependent as 92's draw 293 (kvsim's run exactly one of vLLM's, fast-forwarded and stepped), and 14 draws with an
+EAGLE drafter beside a host tier, where 0.34 hashes blocks with their lookahead token and kvsim keeps 0.33's
+legacy hashes (``docs/vllm-v1.md``, "vLLM 0.34").
 """
 
 from __future__ import annotations
@@ -361,7 +371,7 @@ def drive(description: str, *, register, oracle, check, describe, draws: int, ou
     p.add_argument("--out", default=out)
     p.add_argument("--case", help="run this case instead of draws (a `cases.CASES` entry as JSON; to shrink one)")
     p.add_argument("--name", default=name, help="the --case's name (which seeds its trace, as in cases.py)")
-    p.add_argument("--venv", default="~/vllm-venv", help="a venv with vLLM 0.33 (docs/vllm-v1.md, Re-running)")
+    p.add_argument("--venv", default="~/vllm-venv", help="a venv with vLLM 0.34 (docs/vllm-v1.md, Re-running)")
     p.add_argument("--oracle", action="store_true", help="internal: the vLLM side, run in --venv")
     a = p.parse_args()
     out_dir = Path(a.out)
