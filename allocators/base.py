@@ -133,14 +133,6 @@ class Allocator(ABC):
     offloading connector looks the host up to the end of the request's tokens and loads beside the steps
     (``--offload-loads async``), so a request whose whole block-aligned prompt is cached loads its last block
     (GPU lookups stop a block short of it) and, once loaded, recomputes only its last token."""
-    drop_last_hit = False
-    """Whether every prefix hit drops its last block, GPU and host alike: vLLM's EAGLE block drop, which a
-    model-based drafter needs where blocks are hashed on their own tokens (with a KV connector, whose legacy hashes
-    cannot say which token follows a block: ``VllmConfig.num_hash_lookahead_tokens`` is 0 then, so
-    ``use_eagle_block_drop`` stays on). The GPU lookup pops its last hit block (``find_longest_cache_hit``'s
-    ``use_eagle``); the offloading connector's looks one chunk further and pops the last chunk it hits
-    (``is_eagle_group``, ``OffloadingConnectorScheduler``'s ``is_eagle_unverified``). Set by
-    `sim.kernel.replica.build_replica` (`sim.kernel.spec_decode.SpecDecode.block_drop`)."""
     processed_basis: bool = False
     """Whether the pool frees window blocks by the tokens whose output is processed, a step late (vLLM's async
     scheduling on a hybrid pool): it then implements ``begin_step``, which `sim.kernel.memory.KVMemory` calls as

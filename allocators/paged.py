@@ -165,7 +165,7 @@ class PagedAllocator(PagedQueries):
             if not delay_cache_blocks:
                 self._cache_full_blocks(s)
             if tier is not None and tier.write_through:  # the blocks computed so far (`RequestTier`)
-                tier.computed(seq_id, hashes, num_tokens // bs, num_tokens)
+                tier.computed(seq_id, hashes, num_tokens // bs)
         if loaded:
             return Admission(cached_tokens=(len(hits) + loaded) * bs, host_tokens=loaded * bs, host_blocks=loaded)
         return Admission(cached_tokens=len(hits) * bs) if hits else _NO_HITS
@@ -235,9 +235,7 @@ class PagedAllocator(PagedQueries):
         tier = self.host_tier
         if tier is not None and tier.write_through:  # the blocks this growth fills, as they are computed
             if (tokens - num_tokens) // bs < tokens // bs and s.hashes:
-                tier.computed(seq_id, s.hashes, tokens // bs, tokens)
-            elif tier.volatile_tail:  # a store made again later holds the tail back once these pass the prompt
-                tier.note_tokens(seq_id, tokens)
+                tier.computed(seq_id, s.hashes, tokens // bs)
         done, hashes = s.num_hashed, s.hashes
         if done < len(hashes):  # `_cache_full_blocks`, with the usual case inlined: one own block filled
             full = tokens // bs

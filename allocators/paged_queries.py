@@ -217,13 +217,11 @@ class PagedQueries(Allocator):
         return frozenset(h for b in self._seqs[seq_id].table if (h := hashed[b]) is not None)
 
     def _lookup(self, block_hashes: Sequence[int], num_tokens: int) -> list[int]:
-        """Blocks holding the longest known prefix, never covering the last of ``num_tokens`` (the last dropped
-        with ``drop_last_hit``)."""
+        """Blocks holding the longest known prefix, never covering the last of ``num_tokens``."""
         limit = (num_tokens - 1) // self.block_size
         if not self.prefix_caching or limit <= 0:
             return []
-        hits = self._pool.lookup(block_hashes, limit)
-        return hits[:-1] if self.drop_last_hit else hits
+        return self._pool.lookup(block_hashes, limit)
 
     def num_cached_tokens(self, block_hashes: Sequence[int], num_tokens: int) -> int:
         gpu = len(self._lookup(block_hashes, num_tokens))
@@ -234,12 +232,11 @@ class PagedQueries(Allocator):
 
     def _host_hits(self, block_hashes: Sequence[int], start: int, num_tokens: int) -> int:
         """Blocks the host tier holds in a row after ``start`` GPU hits, never covering the last of
-        ``num_tokens`` unless ``host_hits_to_end`` (0 without a tier; the last dropped with ``drop_last_hit``)."""
+        ``num_tokens`` unless ``host_hits_to_end`` (0 without a tier)."""
         tier = self.host_tier
         if tier is None:
             return 0
-        found = tier.lookup(block_hashes, start, (num_tokens - (not self.host_hits_to_end)) // self.block_size)
-        return max(0, found - 1) if self.drop_last_hit else found
+        return tier.lookup(block_hashes, start, (num_tokens - (not self.host_hits_to_end)) // self.block_size)
 
     def never_fits(self, num_tokens: int, *, final_tokens: int, max_total_tokens: int | None = None) -> str | None:
         """An empty pool admits without the watermark (vLLM applies it only while others run), so only the

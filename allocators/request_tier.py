@@ -45,11 +45,10 @@ request::
 
     n = tier.lookup(hashes, start, stop)      # as `HostTier`
     tier.load(seq, hashes, start, n)          # host hits hashes[start:start + n] loaded
-    tier.computed(seq, hashes, full, tokens)  # the sequence has hashes[:full] computed: store what is due
-    tier.note_tokens(seq, tokens)             # it holds that many tokens (a growth that filled no block)
+    tier.computed(seq, hashes, full)          # the sequence has hashes[:full] computed: store what is due
     tier.release(seq, finished)               # the sequence is freed (finished: for good)
 
-and `KVMemory`'s, as it places a sequence: ``tier.bind(seq, request, prompt_blocks, prompt_tokens)``.
+and `KVMemory`'s, as it places a sequence: ``tier.bind(seq, request, prompt_blocks)``.
 
 A policy implements `_recording`, `_reuse` (via `_reused`), `_missed`, `_evict`, `_store`, `_finish`,
 `_forget` and `_check_order`.
@@ -90,7 +89,7 @@ class RequestTier(HostTier):
 
     __slots__ = ("store_filter", "prompt_only", "_requests", "_bound", "_limits", "_queued", "_finished",
                  "_writing", "_step", "_changes", "_behind", "_last_offers", "_finishing", "_parked_copies", "_sharing",
-                 "write_lag", "_late", "volatile_tail", "_prompt_tokens", "_decoding", "_final", "_latest",
+                 "write_lag", "_late", "_final",
                  "hashed_blocks")
 
     write_through = True
@@ -129,15 +128,7 @@ class RequestTier(HostTier):
         # the hashes of ``_writing`` stored by the step before, written at the next `begin_step`
         self.write_lag = 0
         self._late: set[int] = set()
-        # a model-based drafter's KV group (vLLM's ``is_eagle_group``): while a request decodes, its last full
-        # block is not offered (the drafter may rewrite it after a rejection), unless the request has finished
-        self.volatile_tail = False
-        self._prompt_tokens: dict[object, int] = {}  # request -> its prompt's tokens (`bind`)
-        # request -> whether the tokens it holds passed its prompt (`note_tokens`: vLLM's ``storable_chunks``
-        # holds the volatile tail back once its offloadable tokens do)
-        self._decoding: dict[object, bool] = {}
         self._final = False  # a finished request's last offer is being made (`flush_stores`)
-        self._latest: dict[int, tuple[Sequence[int], int]] = {}  # with a volatile tail: a sequence's latest offer
         # vLLM's async scheduling: sequence -> its full blocks hashed by now, for the sequences with outputs in
         # flight (vLLM keys a request's stores by its block hashes, which grow only as its outputs are processed):
         # an offer stops there, and the rest is offered at the next step that schedules the request
@@ -270,23 +261,19 @@ class RequestTier(HostTier):
     def _close(self, request: object) -> None:
         """The finished request's record: read by the policy (`_finish`), then ended."""
         self._limits.pop(request, None)
-        self._prompt_tokens.pop(request, None)
-        self._decoding.pop(request, None)
         a = self._requests.pop(request, None)
         if a is not None:
             self._finish(a)
             self._forget(a)
 
-    def bind(self, seq_id: int, request: object, prompt_blocks: int, prompt_tokens: int) -> None:
+    def bind(self, seq_id: int, request: object, prompt_blocks: int) -> None:
         """Sequence ``seq_id`` (about to be placed) is ``request``'s: it carries on the request's record if a
         preemption left one, offering again from the first block (vLLM restarts its offers); with
-        ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt. Without it, a
-        `volatile_tail`'s offers of more than ``prompt_tokens`` tokens hold the last full block back."""
+        ``prompt_only`` it offers at most the ``prompt_blocks`` full blocks of the request's prompt."""
         self._bound[seq_id] = request
         a = self._requests.get(request)
         if a is not None:
             a.next_stored = 0
-        self._prompt_tokens[request] = prompt_tokens
         if self.prompt_only:
             self._limits[request] = prompt_blocks
     def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
@@ -302,13 +289,10 @@ class RequestTier(HostTier):
         self.reloaded_blocks += count
         return count
 
-    def computed(self, seq_id: int, block_hashes: Sequence[int], full: int, tokens: int | None = None) -> int:
-        """The sequence has computed its first ``full`` blocks (``tokens`` tokens, where the caller knows them):
-        offer those after its last store (the tier stores the new ones, evicting as its policy says outside the
+    def computed(self, seq_id: int, block_hashes: Sequence[int], full: int) -> int:
+        """The sequence has computed its first ``full`` blocks: offer those after its last store (the tier stores the new ones, evicting as its policy says outside the
         offer, or none if too few are left). Returns the blocks stored (0 while stores are held back,
         `hold_stores`)."""
-        if tokens is not None:
-            self.note_tokens(seq_id, tokens)
         if self._queued is not None:
             self._queued.append((seq_id, block_hashes, full))
             return 0
@@ -317,8 +301,6 @@ class RequestTier(HostTier):
             return 0
         a = self._access(seq_id)
         self._behind.pop(seq_id, None)
-        if self.volatile_tail:  # its finish offers the tail it held back (`release`)
-            self._latest[seq_id] = (block_hashes, full)
         request = self._request_of(seq_id)
         stop = self._stop(request, block_hashes, full)
         hashed, due = self.hashed_blocks.get(seq_id, full), False
@@ -371,13 +353,6 @@ class RequestTier(HostTier):
         a.next_stored = stop
         return len(new)
 
-    def note_tokens(self, seq_id: int, tokens: int) -> None:
-        """The sequence now holds ``tokens`` tokens: with a `volatile_tail`, whether its offers (this one, or one
-        made again later) count it as decoding (`_stop`)."""
-        if self.volatile_tail and not self.prompt_only:  # prompt only: the offloadable tokens stop at the prompt
-            request = self._request_of(seq_id)
-            self._decoding[request] = tokens > self._prompt_tokens.get(request, tokens)
-
     def offers(self, seq_id: int, block_hashes: Sequence[int], full: int) -> bool:
         """Whether `computed` with ``full`` blocks computed would offer the tier anything: blocks past the
         request's last store (a block just filled, or blocks a failed store or a fork left unoffered). A
@@ -411,16 +386,8 @@ class RequestTier(HostTier):
 
     def _stop(self, request: object, block_hashes: Sequence[int], full: int) -> int:
         """Where an offer of the request's first ``full`` blocks ends: at its known blocks, with ``prompt_only`` at
-        its prompt's, and with a `volatile_tail` a block short while it decodes and has not finished (vLLM's
-        ``storable_chunks``: decoding once its offloadable tokens pass its prompt, `note_tokens`; never with
-        ``prompt_only``, where ``_calc_num_offloadable_tokens`` caps them at the prompt). Tokens, not full
-        blocks: a chunk that passes the prompt may end inside the block after it, as a preempted request's
-        recompute does; vLLM holds the prompt's last full block back then, and stores it once a later block
-        fills."""
-        stop = min(full, len(block_hashes), self._limits.get(request, full))
-        if self.volatile_tail and not self._final and self._decoding.get(request, False):
-            stop = min(stop, full - 1)
-        return stop
+        its prompt's."""
+        return min(full, len(block_hashes), self._limits.get(request, full))
 
     def finishing(self, seq_id: int) -> None:
         """The finishing sequence is told its last tokens (speculative drafts its last step accepted) before it
@@ -437,9 +404,6 @@ class RequestTier(HostTier):
         request = self._bound.pop(seq_id, seq_id)
         behind = self._behind.pop(seq_id, None)
         final = self._finishing.pop(seq_id, None)
-        latest = self._latest.pop(seq_id, None)
-        if final is None and finished and latest is not None:  # a volatile tail held back, stored once finished
-            final = latest
         if final is not None:  # offered whatever changed since: the offer covers any failed one
             behind = (*final, _DUE)
         if finished and behind is not None and self._finished is not None:

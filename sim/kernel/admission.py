@@ -257,13 +257,11 @@ class GroupMechanics(Preemption):
         if not s.loads.being_loaded and (stores is None or not stores.write_lag):
             return False
         start, stop = self._host_span(group)
-        # a lookup that drops its last hit (`Allocator.drop_last_hit`) looked at that block too: vLLM defers the
-        # request if any block it looked up is not written yet (``HIT_PENDING``), the dropped one included
-        looked = stop + int(s.memory.drops_last_hit and s.memory.host_tier.lookup(group.hashes, stop, stop + 1) > 0)
-        if looked <= start:
+        if stop <= start:
             return False
+        # vLLM defers the request if any block it looked up is not written yet (``HIT_PENDING``)
         return (bool(s.loads.being_loaded) and s.loads.overlaps(group.hashes[start:stop])) or \
-            (stores is not None and stores.not_ready(group.hashes[start:looked]))
+            (stores is not None and stores.not_ready(group.hashes[start:stop]))
 
     def _start_loading(self, group: SequenceGroup, hashes, blocks: int | None = None) -> None:
         """The group holds its hits' blocks and waits, off the queue, for the blocks hashed ``hashes`` (or

@@ -216,7 +216,8 @@ class InFlight:
     def hashed_blocks(self) -> dict[int, int]:
         """As a step is planned, the full blocks vLLM has hashed of each sequence the step before sampled a token
         for: those of its tokens known, every one but that token and the drafts its verification accepted (both
-        in the output in flight). A host tier that stores generated blocks stores the rest once they are hashed,
+        in the output in flight), and with a drafter's lookahead hashes one token fewer (a block is hashed with the
+        token after it). A host tier that stores generated blocks stores the rest once they are hashed,
         a step late or more (`RequestTier.hashed_blocks`; vLLM keys a request's stores by its block hashes,
         ``OffloadingConnectorScheduler._build_store_jobs``, which grow as its outputs are processed)."""
         s = self.s
@@ -227,6 +228,8 @@ class InFlight:
             if group is None:
                 continue
             known = group.prompt + step - group.base - 1 - (spec.in_flight_accepted(group) if spec else 0)
+            if spec is not None:  # a drafter's lookahead hashes: a block is hashed once the token after it is known
+                known -= spec.hash_lookahead()
             for seq_id in group.seq_ids:
                 hashed[seq_id] = known // size
         return hashed
@@ -237,8 +240,9 @@ class InFlight:
         self.last_plan_s, self.this_plan_s = self.this_plan_s, now
         self.halted = False
         self.tell_clients()
-        tier = self.s.memory.held_stores
-        if tier is not None and not tier.prompt_only:  # it stores generated blocks: as they are hashed
+        tier, spec = self.s.memory.held_stores, self.s.spec
+        # it stores generated blocks, or (a drafter's lookahead hashes) any block, as they are hashed
+        if tier is not None and (not tier.prompt_only or (spec is not None and spec.hash_lookahead())):
             tier.hashed_blocks = self.hashed_blocks()
 
     def tell_clients(self) -> None:

@@ -237,8 +237,7 @@ class KVMemory:
         self.owner[seq_id] = group
         group.seq_ids.append(seq_id)
         if self.host_tier is not None and self.host_tier.write_through:  # its record is the request's
-            self.host_tier.bind(seq_id, (group.index, len(group.seq_ids) - 1), group.prompt // self.block_size,
-                                group.prompt)
+            self.host_tier.bind(seq_id, (group.index, len(group.seq_ids) - 1), group.prompt // self.block_size)
         return seq_id
 
     def fork(self, group: SequenceGroup, parent: int) -> tuple[Copy, ...] | None:
@@ -418,8 +417,6 @@ class KVMemory:
         chunk = chunk_of(target - cached)
         options = self._own(group) if chunk and not remote else {**self._own(group), "lookup_tokens": target,
                                                    "delay_cache_blocks": True, "reserved_blocks": reserved_blocks}
-        if chunk and self.drops_last_hit:  # the dropped block is the last of a lookup over its whole prompt, as
-            options["lookup_tokens"] = target  # vLLM looks it up, not of one bounded by the first chunk
         if lookahead_slots:  # a padded verification's placeholder drafts, a drafter's lookahead (`spec_decode`)
             options["lookahead_slots"] = lookahead_slots
         admission = self._alloc.admit(first, cached + chunk, final_tokens=group.final_tokens,
@@ -445,11 +442,6 @@ class KVMemory:
     def held_blocks(self, seq_id: int) -> int:
         """Blocks sequence ``seq_id`` holds (its block table's length)."""
         return len(self._alloc.block_table(seq_id))
-
-    @property
-    def drops_last_hit(self) -> bool:
-        """Whether every prefix hit drops its last block (`allocators.base.Allocator.drop_last_hit`)."""
-        return self._alloc.drop_last_hit
 
     @property
     def held_stores(self):

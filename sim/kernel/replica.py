@@ -268,13 +268,11 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     if config.speculative_config is not None:
         method, k = parse_speculative(config.speculative_config)
         spec = SpecDecode(k, config.spec_acceptance_rate, config.seed, max_model_len, method=method,
-                          drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling,
-                          kv_connector=memory.host_tier is not None)
-        alloc.drop_last_hit = spec.block_drop
+                          drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling)
+        if spec.hash_lookahead():  # the connector's lookup stops at the blocks hashed, each needing the token after it
+            alloc.host_hits_to_end = False
         if groups and model.mamba is None:  # window groups: accepted drafts told at a free free no window block
             memory.tell_lag = alloc.cache_held
-        if spec.block_drop and memory.held_stores is not None:  # the drafter's group: vLLM's ``is_eagle_group``
-            memory.held_stores.volatile_tail = True
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
                       max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,

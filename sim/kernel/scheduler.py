@@ -284,9 +284,28 @@ class Scheduler:
         if self.hidden:
             self.memory.show_tails(self.hidden)
         if stores is not None:
+            if self.spec is not None and self.spec.hash_lookahead():
+                stores.hashed_blocks = self.hashed_for_stores(plan, stores.hashed_blocks)
             stores.flush_stores(() if looped is None else self.scheduled_seqs(looped, decoders_only))
         self.finish_plan(plan, admitted)
         return plan
+
+    def hashed_for_stores(self, plan: StepPlan, hashed: dict[int, int]) -> dict[int, int]:
+        """With a drafter's lookahead block hashes, the full blocks of each sequence this step offers a host tier
+        that have a hash by its stores (vLLM 0.34 keys them by ``block_hashes``, `_calc_num_offloadable_tokens`):
+        a block is hashed once the token after it is known, so a prefill chunk reaching the last token its
+        request knows, or a decoder's allocation reaching its last sampled token (`SpecDecode.unhashed_tails`),
+        leaves its last block for a later offer. Under async scheduling ``hashed`` (`InFlight.hashed_blocks`,
+        the decoders' tokens in flight left out) is the start."""
+        bs = self.memory.block_size
+        if self.in_flight is None:
+            hashed = {q: (self.memory.num_tokens(q) - 1) // bs for q in self.spec.unhashed_tails(self)}
+        else:
+            hashed = dict(hashed)
+        for group, _ in plan.chunks:  # the tokens a prefill knows are those it computes: the last one's block waits
+            for seq_id in group.seq_ids:
+                hashed[seq_id] = min(hashed.get(seq_id, 1 << 62), (group.prefill_target - 1) // bs)
+        return hashed
 
     def hide_admitted_tail(self, group: SequenceGroup) -> None:
         """Hide from the admissions after it the block an admitted ``group`` just filled that has no hash yet (a

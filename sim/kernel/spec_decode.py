@@ -71,11 +71,12 @@ same way and add what kvsim is about, KV memory:
   a preemption, hit as before (the hit stops a token short of its tokens). A trace's prefix hashes
   (``hash_ids``) hash each block with the token after it (`workloads.request.Request.block_hashes`'s
   ``lookahead``): a block ending at a unit's end is shared only by requests whose next units are too (the trace
-  cannot say whether two different units start with the same token: kvsim takes them to differ). With a KV
-  connector (a host tier: vLLM's offloading connector) vLLM keeps the legacy hashes instead
-  (``num_hash_lookahead_tokens`` 0) and every prefix hit drops its last block, GPU and host (`SpecDecode.block_drop`,
-  `allocators.base.Allocator.drop_last_hit`); a host block holds the drafter's layers too
-  (`sim.kernel.replica.host_slot_bytes`).
+  cannot say whether two different units start with the same token: kvsim takes them to differ). vLLM 0.34 does
+  the same beside its offloading connector (a host tier), whose keys are these hashes
+  (``supports_lookahead_block_hashes``, ``VllmConfig._resolve_num_hash_lookahead_tokens``): the host is looked up
+  no further than the blocks hashed, a block is offered to it once hashed (`Scheduler.hashed_for_stores`), and a
+  host block holds the drafter's layers too (`sim.kernel.replica.host_slot_bytes`). (vLLM 0.33 kept the legacy
+  hashes beside a connector and dropped every prefix hit's last block instead.)
 - Drafter GPU time (`sim.kernel.roofline_cost.StepCostModel.drafter_time`): the proposer
   (``v1/spec_decode/llm_base_proposer.py``, ``propose``) runs its layers once over all the step's scheduled
   tokens, then ``num_speculative_tokens - 1`` times over one token of each request it drafts for. kvsim prices
@@ -208,14 +209,10 @@ class SpecDecode:
     """The drafts each running request holds, the acceptance draws and vLLM's spec decoding counters."""
 
     def __init__(self, num_speculative_tokens: int, acceptance_rate: float, seed: int, max_model_len: int,
-                 method: str = "ngram", drafter_layers: int = 0, asynchronous: bool = False,
-                 kv_connector: bool = False) -> None:
+                 method: str = "ngram", drafter_layers: int = 0, asynchronous: bool = False) -> None:
         self.k = num_speculative_tokens
         self.method = method
         self.lookahead = num_lookahead_tokens(method, num_speculative_tokens)
-        # a model-based drafter's prefix hits (`hash_lookahead`): with a KV connector (``kv_connector``, the
-        # offloading one: a host tier) vLLM keeps the legacy hashes and drops every hit's last block instead
-        self.block_drop = bool(self.lookahead) and kv_connector
         self.drafter_layers = drafter_layers
         self.p = acceptance_rate
         self.seed = seed
@@ -264,11 +261,10 @@ class SpecDecode:
 
     def hash_lookahead(self) -> int:
         """Tokens after a block that its hash covers, vLLM's ``num_hash_lookahead_tokens``
-        (``vllm/config/vllm.py:678-692``): one for a model-based drafter (the drafter's KV at a block's last
-        position reads the token after it; kvsim's prefix hashes drop such a block, `sim.kernel.arrivals`), none
-        for ngram, nor with a KV connector, which keeps the legacy hashes: every prefix hit then drops its last
-        block (`block_drop`, `allocators.base.Allocator.drop_last_hit`)."""
-        return 1 if self.lookahead and not self.block_drop else 0
+        (``VllmConfig._resolve_num_hash_lookahead_tokens``, vLLM 0.34): one for a model-based drafter (the
+        drafter's KV at a block's last position reads the token after it; kvsim's prefix hashes drop such a block,
+        `sim.kernel.arrivals`), with or without the offloading connector, none for ngram."""
+        return 1 if self.lookahead else 0
 
     def unhashed_tails(self, sched) -> list[int]:
         """Synchronously, with a drafter's lookahead block hashes: the sequences whose allocation this step reached

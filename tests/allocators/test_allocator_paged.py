@@ -113,23 +113,18 @@ def test_own_blocks_are_indexed_only_when_their_request_will_come_back():
         a.check_invariants()
 
 
-def test_a_drafters_block_drop_pops_the_last_gpu_and_host_hit():
-    """vLLM's EAGLE block drop (`Allocator.drop_last_hit`, a drafter with a KV connector): a request whose 6 full
-    blocks are all cached hits 5 on the GPU (4 after the drop); the host tier, which holds the 6, gives the blocks
-    after them but the last it finds (a host lookup may reach the request's last token, as vLLM's connector's)."""
+def test_a_host_lookup_to_the_end_finds_the_block_a_gpu_lookup_stops_short_of():
+    """vLLM's offloading connector looks the host up to a request's last token (``to_end``): a request whose 6 full
+    blocks are all cached hits 5 on the GPU (a GPU hit leaves the last token to compute) and the 6th on the host."""
     from allocators.lru_tier import LruTier
 
     hashes = list(range(1, 7))
-    counts = {}
-    for drop in (False, True):
-        a = make_allocator("paged", 40 * 16, prefix_caching=True)
-        tier = LruTier(20, block_bytes=1)
-        assert a.attach_host_tier(tier, to_end=True)
-        a.drop_last_hit = drop
-        assert a.admit(1, 96, final_tokens=97, block_hashes=hashes).cached_tokens == 0
-        a.free(1)
-        tier.flush_stores()
-        hit = a.admit(2, 96, final_tokens=97, block_hashes=hashes)
-        counts[drop] = (hit.cached_tokens - hit.host_tokens) // 16, hit.host_tokens // 16
-        a.check_invariants()
-    assert counts == {False: (5, 1), True: (4, 1)}
+    a = make_allocator("paged", 40 * 16, prefix_caching=True)
+    tier = LruTier(20, block_bytes=1)
+    assert a.attach_host_tier(tier, to_end=True)
+    assert a.admit(1, 96, final_tokens=97, block_hashes=hashes).cached_tokens == 0
+    a.free(1)
+    tier.flush_stores()
+    hit = a.admit(2, 96, final_tokens=97, block_hashes=hashes)
+    assert ((hit.cached_tokens - hit.host_tokens) // 16, hit.host_tokens // 16) == (5, 1)
+    a.check_invariants()

@@ -65,25 +65,6 @@ def test_a_store_offers_only_the_blocks_since_the_last_one():
     assert not t.offers(0, [A, B, C, D], 5) and t.offers(1, [A], 1)  # all offered; a new request has offered none
 
 
-def test_a_drafters_volatile_tail_is_held_back_while_decoding_and_stored_once_finished():
-    """vLLM's connector with a model-based drafter (``is_eagle_group``, `RequestTier.volatile_tail`): a request with
-    a two-block prompt stores it whole; once it decodes, its last full block is held back (the drafter may rewrite
-    it after a rejection) until a later block fills, and its finish offers the held one."""
-    t = tier(8)
-    t.volatile_tail = True
-    t.hold_stores(0)
-    t.flush_stores()  # steps are planned: a finished request's last offer waits for the next flush
-    t.bind(0, "r", prompt_blocks=2, prompt_tokens=32)  # 16-token blocks
-    assert t.computed(0, [A, B, C, D], 2, 32) == 2  # the prompt: A, B
-    assert t.computed(0, [A, B, C, D], 3, 48) == 0  # decoding: C held back
-    assert t.computed(0, [A, B, C, D], 4, 64) == 1 and C in t and D not in t
-    t.release(0, finished=True)
-    t.hold_stores(1)
-    t.flush_stores()
-    assert D in t and t.offloaded_blocks == 4
-    t.check_invariants()
-
-
 def test_blocks_past_the_tokens_hashed_are_stored_once_they_are_hashed():
     """vLLM's async scheduling keys a request's stores by its block hashes, which grow only as its outputs are
     processed (`RequestTier.hashed_blocks`): an offer stops at the blocks hashed, and the next step that schedules
@@ -92,7 +73,7 @@ def test_blocks_past_the_tokens_hashed_are_stored_once_they_are_hashed():
     t = tier(8)
     t.hold_stores(0)
     t.flush_stores()
-    t.bind(0, "r", prompt_blocks=1, prompt_tokens=16)
+    t.bind(0, "r", prompt_blocks=1)
     t.hashed_blocks = {0: 1}
     t.hold_stores(1)
     assert t.computed(0, [A, B, C], 3) == 0  # held until the step is planned
@@ -106,7 +87,7 @@ def test_blocks_past_the_tokens_hashed_are_stored_once_they_are_hashed():
     t.hold_stores(3)
     t.flush_stores()
     assert C in t and t.offloaded_blocks == 3 and not t.behind
-    t.bind(1, "s", prompt_blocks=0, prompt_tokens=10)
+    t.bind(1, "s", prompt_blocks=0)
     t.hashed_blocks = {1: 0}
     t.hold_stores(4)
     t.computed(1, [D, E], 1)

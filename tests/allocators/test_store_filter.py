@@ -43,13 +43,13 @@ def test_a_preempted_request_offering_again_does_not_reach_the_threshold_alone()
     under vLLM 0.33 that counted as a second use and stored them; 0.34 (and kvsim) store nothing until another
     request offers them."""
     tier = LruTier(8, block_bytes=10, store_threshold=2)
-    tier.bind(0, "r", prompt_blocks=3, prompt_tokens=48)
+    tier.bind(0, "r", prompt_blocks=3)
     assert tier.computed(0, [1, 2, 3], 3) == 0
     tier.release(0, finished=False)
-    tier.bind(1, "r", prompt_blocks=3, prompt_tokens=48)  # "r" placed again
+    tier.bind(1, "r", prompt_blocks=3)  # "r" placed again
     assert tier.computed(1, [1, 2, 3], 3) == 0 and tier.cached_blocks == 0 and tier.skipped_blocks == 3
     tier.release(1, finished=True)
-    tier.bind(2, "s", prompt_blocks=3, prompt_tokens=48)
+    tier.bind(2, "s", prompt_blocks=3)
     assert tier.computed(2, [1, 2, 3], 3) == 3 and tier.cached_blocks == 3
     tier.check_invariants()
 

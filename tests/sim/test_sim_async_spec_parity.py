@@ -15,7 +15,6 @@ import json
 
 import pytest
 
-from allocators.request_tier import RequestTier
 from sim.kernel import async_outputs, memory, scheduler, spec_decode
 from sim.kernel.runner import run_config
 from tests.sim.mamba_oracle import mamba
@@ -118,8 +117,9 @@ RULES = [  # (what is dropped, the function replaced, the case that then differs
      (async_outputs.InFlight, "hashed_blocks", lambda self: {}), "eagle_offload_generated_blocks_k3"),
     ("and the drafts its verification in flight accepted are not hashed either",
      (spec_decode.SpecDecode, "in_flight_accepted", lambda self, group: 0), "ngram_offload_generated_fuzz62_0134_k20"),
-    ("a drafter's volatile tail is held back once the tokens offered pass the prompt, not its full blocks",
-     (RequestTier, "note_tokens", lambda self, seq_id, tokens: None), "eagle_offload_recompute_tail_fuzz75_0116_k20"),
+    ("with a drafter's lookahead hashes, a block reaching a prefill's last known token is offered once hashed",
+     (scheduler.Scheduler, "hashed_for_stores", lambda self, plan, hashed: hashed),
+     "eagle_offload_shared_prefix_k3"),
 ]
 
 

@@ -151,7 +151,7 @@ def test_the_eagle_references_cover_contention_and_limits():
     assert set(ORACLE_CASES) >= {"ample", "contended", "small_budget_threshold", "max_model_len_capped",
                                  "offline_burst", "reserve_full_isl_off", "shared_prefix_uncached", "block_size_32",
                                  "contended_20_drafts", "shared_prefix_cached", "whole_prompts_cached",
-                                 # vLLM's offloading connector: legacy hashes, every hit's last block dropped
+                                 # vLLM's offloading connector: lookahead hashes, a block offered once hashed
                                  "offload_shared_prefix", "offload_whole_prompts", "offload_sessions",
                                  "offload_sessions_fuzz58_0027", "offload_generated_blocks", "offload_finished_drafts",
                                  "offload_recompute_tail_fuzz75_0116", "offload_prompt_only_fuzz89_1035",

@@ -98,8 +98,10 @@ Since seed 93 the draws are vLLM 0.34's (``--venv`` with vllm 0.34.0) and draw i
 last (``cache_aware_admission_window``, ``cache_aware_admission_threshold``; a 0.33 venv refuses those draws).
 Seed 93 (400, vLLM 0.34): all exact but draw 266 (20 ngram drafts, an LRU host, sessions), object-placement
 dependent as 92's draw 293 (kvsim's run exactly one of vLLM's, fast-forwarded and stepped), and 14 draws with an
-EAGLE drafter beside a host tier, where 0.34 hashes blocks with their lookahead token and kvsim keeps 0.33's
-legacy hashes (``docs/vllm-v1.md``, "vLLM 0.34").
+EAGLE drafter beside a host tier, where 0.34 hashes blocks with their lookahead token; once kvsim followed
+(``docs/vllm-v1.md``, "vLLM 0.34"), 13 of the 14 exact and draw 369 (EAGLE, async, fanned-out samples, an ARC
+host storing generated blocks) not: from step 3622 kvsim's running loop stops at a victim it may not preempt a
+step before vLLM's does (open).
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ def draw(seed: int, i: int) -> dict:
         case["spec_acceptance_rate"] = float(rng.choice([0.3, 0.5, 0.8, 0.95]))
         case["max_num_batched_tokens"] = max(mnbt, case["num_speculative_tokens"] + 1)
         longest += case["num_speculative_tokens"]
-        if coin(0.4):  # an EAGLE drafter (`spec_cases.as_eagle`): lookahead slots and hashes (a host tier: legacy ones)
+        if coin(0.4):  # an EAGLE drafter (`spec_cases.as_eagle`): lookahead slots and hashes
             case["method"] = "eagle"
             longest += case["num_speculative_tokens"]
     need = -(-longest // bs) + 1

@@ -33,11 +33,13 @@ read from it (``VllmConfig.num_lookahead_tokens``, ``num_prefill_lookahead_token
 (built after, from ``num_hash_lookahead_tokens``). The drafter's KV layer is not in the driver's one-layer pool:
 the scheduler counts blocks, not bytes, and ``num_blocks`` is given (the pool's size in blocks, which the drafter
 layer changes, is checked apart, `pool_blocks`). The pool's one group is marked as holding the drafter's layers
-(``is_eagle_group``), as vLLM's planner marks it: only vLLM's offloading connector reads the mark (it keeps a drafter
-group's volatile trailing chunk out of its stores and drops the last chunk a lookup hits), so every reference
-without a host tier is the same with or without it. With a host tier (the ``offload_*`` EAGLE cases, prompt blocks
-only) the driver's KV connector also keeps vLLM's legacy block hashes and the GPU lookup's last-block drop
-(``num_hash_lookahead_tokens`` is 0 with a ``kv_transfer_config``), which kvsim models (`Allocator.drop_last_hit`).
+(``is_eagle_group``), as vLLM's planner marks it: only vLLM's offloading connector reads the mark, and only with
+legacy block hashes (vLLM 0.33's with a ``kv_transfer_config``: it kept a drafter group's volatile trailing chunk
+out of its stores and dropped the last chunk a lookup hit). vLLM 0.34's connector keys the host by the lookahead
+hashes (``supports_lookahead_block_hashes``), which `driver.switch_drafter` resolves again once the method is
+switched, so with a host tier (the ``offload_*`` EAGLE cases) the references are 0.34's. One of them,
+``offload_hash_units``, depends on where Python places its objects in vLLM's process: a rerun may give its other
+outcome, which parts from the committed one at step 667 (a host hit of 64 tokens against 80).
 """
 
 from __future__ import annotations
@@ -175,14 +177,15 @@ cases.CASES.setdefault("whole_prompts_cached", dict(trace=dict(n=150, prompt=(30
 
 EAGLE_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptance rate)
     "ample": ("ample", 3, 0.6),
-    # vLLM's offloading connector, prompt blocks only: legacy block hashes, every hit's last block dropped
+    # vLLM's offloading connector, prompt blocks only: lookahead block hashes (vLLM 0.34; 0.33 kept the legacy
+    # ones and dropped every hit's last block)
     "offload_shared_prefix": ("offload_shared_prefix", 3, 0.6),
     "offload_whole_prompts": ("offload_whole_prompts", 2, 0.5),
     "offload_sessions": ("offload_sessions", 3, 0.7),
-    # found by `fuzz.py` (seed 58, draw 27): without scheduler_reserve_full_isl a waiting request is still looked
-    # up over its whole prompt, its hit's last block dropped, not over its hit and first chunk
+    # found by `fuzz.py` (seed 58, draw 27, under vLLM 0.33's block drop): a waiting request without
+    # scheduler_reserve_full_isl
     "offload_sessions_fuzz58_0027": ("fuzz58_0027", 5, 0.95),
-    # generated blocks offloaded too: the drafter group's last full block held back while a request decodes
+    # generated blocks offloaded too
     "offload_generated_blocks": ("offload_generated_blocks", 3, 0.6),
     "offload_finished_drafts": ("fuzz41_1126", 2, 0.95),
     # found by `fuzz.py` (seed 75, draw 116): a preempted request's recompute chunk ends past its prompt, inside
