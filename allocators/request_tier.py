@@ -276,6 +276,7 @@ class RequestTier(HostTier):
             a.next_stored = 0
         if self.prompt_only:
             self._limits[request] = prompt_blocks
+
     def load(self, seq_id: int, block_hashes: Sequence[int], start: int, count: int) -> int:
         """Load the host hits ``block_hashes[start:start + count]`` (after ``start`` GPU hits) into the GPU: the
         request reuses them, and its stores skip every hit block. Returns the blocks loaded."""
@@ -290,9 +291,9 @@ class RequestTier(HostTier):
         return count
 
     def computed(self, seq_id: int, block_hashes: Sequence[int], full: int) -> int:
-        """The sequence has computed its first ``full`` blocks: offer those after its last store (the tier stores the new ones, evicting as its policy says outside the
-        offer, or none if too few are left). Returns the blocks stored (0 while stores are held back,
-        `hold_stores`)."""
+        """The sequence has computed its first ``full`` blocks: offer those after its last store (the tier stores
+        the new ones, evicting as its policy says outside the offer, or none if too few are left). Returns the
+        blocks stored (0 while stores are held back, `hold_stores`)."""
         if self._queued is not None:
             self._queued.append((seq_id, block_hashes, full))
             return 0

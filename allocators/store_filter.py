@@ -2,7 +2,7 @@
 
 Why: a write-through tier (``--offload-write-policy write_through``) stores every block a request computes,
 so blocks used once (most of a chat trace's turns end their conversation) take host memory from blocks
-used again, and each costs a PCIe write. vLLM's CPU offloading manager (0.33) can store a block only once it
+used again, and each costs a PCIe write. vLLM's CPU offloading manager (0.33 and 0.34) can store a block only once it
 has been offered ``store_threshold`` times (``kv_connector_extra_config={"store_threshold": N}``; below 2:
 every block). An offer is one request handing the tier its blocks (`HostTier.offload_many`): the first
 request to compute a block offers it once, and each later request that hits it (on the GPU or the host)
