@@ -300,8 +300,12 @@ class Scheduler:
         bs = self.memory.block_size
         if self.in_flight is None:
             hashed = {q: (self.memory.num_tokens(q) - 1) // bs for q in self.spec.unhashed_tails(self)}
-        else:
+        else:  # a decoder the step before did not schedule has no output in flight: it knows every token it feeds
             hashed = dict(hashed)
+            for group in self.running:
+                if group.index in self.step_tokens and group.decoding:
+                    for seq_id in group.seq_ids:
+                        hashed.setdefault(seq_id, (self.memory.num_tokens(seq_id) - 1) // bs)
         for group, _ in plan.chunks:  # the tokens a prefill knows are those it computes: the last one's block waits
             for seq_id in group.seq_ids:
                 hashed[seq_id] = min(hashed.get(seq_id, 1 << 62), (group.prefill_target - 1) // bs)
