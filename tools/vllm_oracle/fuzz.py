@@ -100,8 +100,8 @@ Seed 93 (400, vLLM 0.34): all exact but draw 266 (20 ngram drafts, an LRU host, 
 dependent as 92's draw 293 (kvsim's run exactly one of vLLM's, fast-forwarded and stepped), and 14 draws with an
 EAGLE drafter beside a host tier, where 0.34 hashes blocks with their lookahead token; once kvsim followed
 (``docs/vllm-v1.md``, "vLLM 0.34"), 13 of the 14 exact and draw 369 (EAGLE, async, fanned-out samples, an ARC
-host storing generated blocks) not: from step 3622 kvsim's running loop stops at a victim it may not preempt a
-step before vLLM's does (open).
+host storing generated blocks) not: a decoder the step before left out offered the host a block its known tokens
+did not hash yet; fixed (``spec_cases.py``'s ``eagle_offload_decoder_fuzz93_0369_k3``).
 """
 
 from __future__ import annotations

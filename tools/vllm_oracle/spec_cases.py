@@ -155,6 +155,11 @@ cases.CASES.setdefault("fuzz75_0116", dict(
     trace=dict(n=18, prompt=(268, 983), output=(16, 135), groups=4, whole_prompts=True, gap=10.0), block_size=32,
     max_num_batched_tokens=2048, max_num_seqs=32, max_model_len=989, num_blocks=43, cpu_offload_blocks=37,
     offload_eviction_policy="arc", offload_prompt_only=False))
+cases.CASES.setdefault("fuzz93_0369", dict(
+    trace=dict(n=40, prompt=(453, 1503), output=(130, 282), samples=(2, 5), gap=0.0, hash_units=64),
+    parallel_sampling="fan-out", max_num_batched_tokens=128, max_num_seqs=128, scheduler_reserve_full_isl=False,
+    long_prefill_token_threshold=64, num_blocks=132, cpu_offload_blocks=56, offload_eviction_policy="arc",
+    offload_prompt_only=False))
 cases.CASES.setdefault("fuzz71_2639", dict(
     trace=dict(n=29, prompt=(4, 691), output=(95, 358), gap=0.3, hash_units=16), max_num_batched_tokens=8192,
     scheduler_reserve_full_isl=False, sliding_window=128, prefix_cache_retention_interval=None, num_blocks=192))
@@ -304,6 +309,9 @@ ASYNC_CASES = {  # name -> (the case it reruns, method, num_speculative_tokens, 
     # found by `fuzz.py` (seed 62, draw 134): 20 drafts in flight leave more than the last block unhashed
     "ngram_offload_generated_fuzz62_0134_k20": ("fuzz62_0134", "ngram", 20, 0.95),
     "eagle_offload_recompute_tail_fuzz75_0116_k20": ("fuzz75_0116", "eagle", 20, 0.3),
+    # found by `fuzz.py` (seed 93, draw 369, vLLM 0.34): a decoder the step before left out (no output in flight)
+    # offers the host only the blocks its known tokens hash, with a drafter's lookahead hashes
+    "eagle_offload_decoder_fuzz93_0369_k3": ("fuzz93_0369", "eagle", 3, 0.3),
     # ngram drafts on a sliding-window model: windows freed by the tokens processed, drafts in flight
     "ngram_hybrid_contended_k3": ("hybrid_contended", "ngram", 3, 0.6),
     "ngram_hybrid_sessions_k2": ("hybrid_sessions", "ngram", 2, 0.7),
