@@ -39,6 +39,7 @@ from sim.kernel.scheduler import Scheduler
 from sim.kernel.spec_decode import (
     SpecDecode,
     drafter_layers,
+    num_lookahead_tokens,
     parse_speculative,
     speculative_method,
 )
@@ -251,8 +252,11 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                                    prompt_only=config.offload_prompt_only)
         else:
             tier = HostTier.from_gib(config.cpu_offload_gib, slot_bytes, block_size)
-    # loads beside the steps are vLLM's connector's, which looks the host up to the end of a request's tokens
-    memory = KVMemory(alloc, tier, host_hits_to_end=config.offload_loads == "async")
+    # loads beside the steps are vLLM's connector's, which looks the host up to the end of a request's tokens, or
+    # with a model-based drafter's lookahead hashes (`SpecDecode.hash_lookahead`) to its last block hashed
+    drafter = parse_speculative(config.speculative_config) if config.speculative_config is not None else None
+    memory = KVMemory(alloc, tier, host_hits_to_end=config.offload_loads == "async"
+                      and not (drafter is not None and num_lookahead_tokens(*drafter)))
     # decoders grow lazily, several steps at once, unless stepped (`--step-by-step`) or verifying drafts; a pool
     # that frees by the tokens processed (async scheduling) is then told the steps
     lazy = not config.step_by_step and config.speculative_config is None
@@ -266,11 +270,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
     recorder.describe_pool(memory.slots_per_token, memory.group_names)
     spec = None
     if config.speculative_config is not None:
-        method, k = parse_speculative(config.speculative_config)
+        method, k = drafter
         spec = SpecDecode(k, config.spec_acceptance_rate, config.seed, max_model_len, method=method,
                           drafter_layers=drafter_layers(method, model), asynchronous=config.async_scheduling)
-        if spec.hash_lookahead():  # the connector's lookup stops at the blocks hashed, each needing the token after it
-            alloc.host_hits_to_end = False
         if groups and model.mamba is None:  # window groups: accepted drafts told at a free free no window block
             memory.tell_lag = alloc.cache_held
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
