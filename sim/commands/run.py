@@ -117,6 +117,10 @@ def simulation_options(func):
                       help="continuous: iteration-level batching (vLLM); static: whole batches "
                            "(FasterTransformer)."),
         _field_option("--max-num-seqs", type=int, help="Most sequences running at once."),
+        _field_option("--max-num-active-seqs", type=int,
+                      help="Most sequences admitted to run at once, at most --max-num-seqs (vLLM's; there "
+                           "--max-num-seqs also sizes the model runner and its CUDA graphs, which kvsim's clock "
+                           "does not model, so here this acts as a lower --max-num-seqs). Default: --max-num-seqs."),
         _field_option("--max-num-batched-tokens", type=int,
                       help="Most tokens (prefill + decode) one step computes."),
         _field_option("--chunked-prefill/--no-chunked-prefill",
@@ -126,6 +130,14 @@ def simulation_options(func):
                            "summary reports prefix_hit_frac."),
         _field_option("--long-prefill-token-threshold", type=int,
                       help="Most prefill tokens one request computes in a step (vLLM's; 0 = no cap)."),
+        _field_option("--long-prefill-token-threshold-adaptive/--no-long-prefill-token-threshold-adaptive",
+                      "long_prefill_token_threshold_adaptive",
+                      help="Floor --long-prefill-token-threshold at a fair share of the token budget: "
+                           "--max-num-batched-tokens divided by the requests running and queued (vLLM's)."),
+        _field_option("--prefill-schedule-interval", type=int,
+                      help="Admit prefill only once every N engine steps, the steps between decoding alone, "
+                           "unless the last admission round left requests waiting (vLLM's; 1 = every step). "
+                           "Steadier inter-token gaps for later first tokens."),
         _field_option("--scheduler-reserve-full-isl/--no-scheduler-reserve-full-isl", "scheduler_reserve_full_isl",
                       help="Admit a request only if its whole sequence fits (vLLM's default), not just its "
                            "first chunk."),

@@ -71,7 +71,7 @@ class GroupMechanics(Preemption):
         if group.total_tokens > self.max_model_len:  # only under --over-length reject (cap cuts the output)
             return f"prompt + output = {group.total_tokens} tokens exceeds max_model_len {self.max_model_len}"
         if group.num_seqs > s.max_num_seqs:
-            return f"needs {group.num_seqs} sequences but max_num_seqs is {s.max_num_seqs}"
+            return f"needs {group.num_seqs} sequences but {s.seat_limit} is {s.max_num_seqs}"
         if not s.chunked and s.continuous and group.prompt > s.max_num_batched_tokens:
             return (f"prompt of {group.prompt} tokens exceeds max_num_batched_tokens {s.max_num_batched_tokens} "
                     "with chunked prefill off")
@@ -357,7 +357,7 @@ class GroupMechanics(Preemption):
             return False
         if s.waiting.lpm:
             s.waiting.order_by_prefix(s.memory.cached_split, s.memory.block_size, s.memory.touch_prefixes)
-        elif s.waiting.cache_aware_window:
+        elif s.waiting.cache_aware_window and not (s.cadence is not None and s.cadence.deferring):
             gpu_cached = s.memory.gpu_cached_tokens
             s.waiting.order_cache_aware(s.memory.usage(), lambda g: gpu_cached(g.hashes, g.prefill_target))
         if s.loads is None:
@@ -382,6 +382,9 @@ class GroupMechanics(Preemption):
                 s.memory_blocked = False
                 return admitted
             if group.state == LOADED:  # its host hits are in: its first chunk, into the blocks it holds
+                if self._held_by_cadence(group):  # vLLM caches the loaded blocks as its loop reaches them
+                    s.memory.cache_loaded(group)
+                    return admitted
                 scheduled = self._admit_loaded(group, budget)
                 if scheduled is None:
                     if s.stepping or s.loads:  # memory frees as they finish, or their loads land
@@ -392,6 +395,7 @@ class GroupMechanics(Preemption):
                                        "loaded requests hold, with nothing running", s.now)
                     continue
                 admitted = True
+                self._note_prefill(group)
                 chunk, padded = scheduled
                 budget -= chunk + padded
                 if padded:
@@ -405,6 +409,8 @@ class GroupMechanics(Preemption):
                     skipped.append(s.waiting.popleft())
                     s.deferred.add(group)
                     continue
+            if self._held_by_cadence(group):
+                return admitted
             if not s.chunked and self.prefill_need(group) > budget:
                 s.memory_blocked = False
                 return admitted
@@ -429,6 +435,7 @@ class GroupMechanics(Preemption):
             if group.state == LOADING:  # placed; scheduled once its host hits are loaded
                 continue
             admitted = True
+            self._note_prefill(group)
             chunk = s.first_chunk(group, group.prefill_remaining, budget)  # placing it may have found prefix hits
             budget -= chunk + padded
             if padded:
@@ -443,6 +450,31 @@ class GroupMechanics(Preemption):
                 return admitted
         s.memory_blocked = False
         return admitted
+
+    def _held_by_cadence(self, group: SequenceGroup) -> bool:
+        """Whether the prefill cadence holds ``group`` back this step (`sim.kernel.prefill_cadence`), stopping
+        admission: a deferring step admits only requests with at most their last token to compute after their
+        hits, and starts host-tier loads (vLLM tests ``num_computed_tokens < num_tokens - 1`` after the lookup,
+        past the async-load branch)."""
+        s = self.s
+        if s.cadence is None or not s.cadence.deferring:
+            return False
+        if group.state in (LOADED, SWAPPED):
+            computed = group.prefill_done
+        elif group.index in self.remote or (self._loads_apply(group) and len(range(*self._host_span(group)))):
+            return False
+        else:
+            computed = s.memory.cached_tokens(group.hashes, group.prefill_target)
+        if computed < group.prefill_target - 1:
+            s.cadence.held = True
+            return True
+        return False
+
+    def _note_prefill(self, group: SequenceGroup) -> None:
+        """An admitted ``group`` with prompt to compute restarts the prefill cadence's interval (vLLM's
+        ``prefill_admitted``: more than its last token left after its hits)."""
+        if self.s.cadence is not None and group.prefill_done < group.prefill_target - 1:
+            self.s.cadence.prefilled = True
 
     # -- running -------------------------------------------------------------------------------------------
     def schedule_chunk(self, group: SequenceGroup, chunk: int) -> None:

@@ -38,8 +38,8 @@ MAX_REPLICAS = 10_000
 way there) ran out of memory instead of running."""
 
 _POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "replicas", "data_parallel_size",
-                  "decode_context_parallel_size")
-_OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests")
+                  "decode_context_parallel_size", "prefill_schedule_interval")
+_OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests", "max_num_active_seqs")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
                       "lpm_max_queue", "prefill_replicas", "decode_replicas", "cache_aware_admission_window")
 _NUMBERS = {  # field -> (None allowed, in range, what the range is)
@@ -154,6 +154,7 @@ class SimConfig:
     over_length: str = "cap"
     scheduler: str = "continuous"
     max_num_seqs: int = 256
+    max_num_active_seqs: int | None = None  # vLLM's admission cap below max_num_seqs (None: max_num_seqs)
     max_num_batched_tokens: int = 2048
     chunked_prefill: bool = True
     prefix_caching: bool = True
@@ -167,6 +168,8 @@ class SimConfig:
     offload_loads: str = "sync"
     watermark: float = 0.0
     long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False  # vLLM's: the threshold floored at a fair share
+    prefill_schedule_interval: int = 1  # vLLM's prefill cadence (`sim.kernel.prefill_cadence`)
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
     async_scheduling: bool = False  # vLLM's engine argument; vLLM 0.33 turns it on by default (kvsim: off)
@@ -351,6 +354,9 @@ class SimConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
                              f"({self.max_num_seqs}), as vLLM requires, so every running sequence can decode")
+        if self.max_num_active_seqs is not None and self.max_num_active_seqs > self.max_num_seqs:
+            raise ValueError(f"--max-num-active-seqs ({self.max_num_active_seqs}) cannot be greater than "
+                             f"--max-num-seqs ({self.max_num_seqs}), as vLLM requires")
         if self.offload_write_policy not in OFFLOAD_WRITE_POLICIES:
             raise ValueError(f"--offload-write-policy must be one of {', '.join(OFFLOAD_WRITE_POLICIES)}, "
                              f"got {self.offload_write_policy!r}")

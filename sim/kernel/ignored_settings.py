@@ -3,10 +3,11 @@
 Why: several flags only act on some allocators or modes (a host tier behind a prefix cache, pages on
 vAttention, slab placement on contiguous allocators, block size and watermark on block pools, swap space on
 swap preemption without a host tier, swap preemption where something can be preempted, a calibration or cost
-profile without a fixed step time, a long-prefill threshold on chunked prefill, the whole-prompt admission check
+profile without a fixed step time, a long-prefill threshold (and its adaptive floor) on chunked prefill, an
+admission cap below --max-num-seqs, the prefill cadence on continuous batching, the whole-prompt admission check
 on chunked prefill by an allocator that allocates chunk by chunk, the beam choice on beam searches, a cache-aware
-order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one silently would
-let a user read a run as the answer to the question the flag asked. The summary carries them
+order on a prefix cache, a router on a fleet, a router's weight on that router). Accepting one silently would let
+a user read a run as the answer to the question the flag asked. The summary carries them
 as ``ignored_settings`` (flag -> why; the key only when there are any); ``kvsim run``/``compare`` print one
 warning each and `sim.kernel.runner.run_simulation` warns them in Python, both in the words of `ignored_lines`
 (``kvsim sweep`` counts the points of each). Only values that differ from the default can be told apart from
@@ -114,6 +115,20 @@ def ignored_settings(config: SimConfig, hybrid: bool, sessions: bool = True, mod
     if config.long_prefill_token_threshold > 0 and not (config.chunked_prefill and config.scheduler == "continuous"):
         ignored[f"--long-prefill-token-threshold {config.long_prefill_token_threshold}"] = (
             "it caps prefill chunks, and this run has no chunked prefill")
+    if config.long_prefill_token_threshold_adaptive:
+        if not config.long_prefill_token_threshold:
+            ignored["--long-prefill-token-threshold-adaptive"] = (
+                "it floors --long-prefill-token-threshold, which is 0 (no cap)")
+        elif not (config.chunked_prefill and config.scheduler == "continuous"):
+            ignored["--long-prefill-token-threshold-adaptive"] = (
+                "it floors the long-prefill threshold, which caps prefill chunks, and this run has no chunked prefill")
+    if config.max_num_active_seqs == config.max_num_seqs:
+        ignored[f"--max-num-active-seqs {config.max_num_active_seqs}"] = (
+            "it lowers the admission cap below --max-num-seqs, and equals it")
+    if config.prefill_schedule_interval > 1 and config.scheduler != "continuous":
+        ignored[f"--prefill-schedule-interval {config.prefill_schedule_interval}"] = (
+            "it holds prefill to one engine step in N, and static batching prefills a batch only when the last "
+            "has finished")
     if config.scheduling_policy == "lpm" and not (hybrid and config.prefix_caching
                                                   or keeps_prefix_cache(name, config.prefix_caching)):
         ignored["--scheduling-policy lpm"] = "it orders by cached prefix, and this run keeps no prefix cache: FCFS"

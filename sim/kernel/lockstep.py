@@ -128,6 +128,9 @@ def lockstep(fleet):
                 now = t
                 continue
         wave.running = True
+        for r in replicas:  # vLLM's DP engine core paces prefill by the wave's step counter (`PrefillCadence`)
+            if r.sched.cadence is not None:
+                r.sched.cadence.engine_step = wave.counter
         plans, quiet = _plan(replicas, now, ranks, snaps)
         shared = shared_expert_tokens([r.sched for r in replicas], plans)
         dummy_s = dummies.get(shared)

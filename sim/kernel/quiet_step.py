@@ -72,6 +72,8 @@ class QuietRank:
         plan.context_tokens = plan.attention_pairs = decode.context(step) + n
         sched.now = now
         sched.memory_blocked = False
+        if sched.cadence is not None:
+            sched.cadence.quiet_step()
         return plan
 
     def breakdown(self, replica):

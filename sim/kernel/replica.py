@@ -27,6 +27,7 @@ from sim.kernel.calibration_store import peaks_of, picked_table
 from sim.kernel.config import SimConfig
 from sim.kernel.cost_model import CalibratedStepCost, ConstantStepCost, StepCostModel
 from sim.kernel.cost_profiles import make_step_cost
+from sim.kernel.data_parallel import steps_in_lockstep
 from sim.kernel.ignored_settings import cache_aware_ignored, has_host_tier, ignored_settings
 from sim.kernel.memory import KVMemory
 from sim.kernel.memory_omits import memory_omits
@@ -276,7 +277,8 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
         if groups and model.mamba is None:  # window groups: accepted drafts told at a free free no window block
             memory.tell_lag = alloc.cache_held
     sched = Scheduler(memory, recorder, continuous=config.scheduler == "continuous",
-                      max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                      max_num_seqs=config.max_num_seqs, max_num_active_seqs=config.max_num_active_seqs,
+                      max_num_batched_tokens=config.max_num_batched_tokens,
                       chunked_prefill=config.chunked_prefill, preemption=config.preemption, swap_slots=swap_slots,
                       max_model_len=max_model_len,
                       lazy=lazy,
@@ -289,7 +291,10 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       cache_aware_admission_threshold=config.cache_aware_admission_threshold,
                       sliding_window=model.sliding_window or 0, load_seconds=load_seconds(config, memory, cost),
                       attention_topk=model.index_topk, async_scheduling=config.async_scheduling, spec=spec,
-                      attention_chunk_size=model.attention_chunk_size or 0)
+                      attention_chunk_size=model.attention_chunk_size or 0,
+                      long_prefill_token_threshold_adaptive=config.long_prefill_token_threshold_adaptive,
+                      prefill_schedule_interval=config.prefill_schedule_interval,
+                      engine_paced_prefill=steps_in_lockstep(config, model))
     return memory, cost, sched
 
 

@@ -3,7 +3,8 @@
 ``continuous`` is iteration-level batching as in vLLM v1 (``anchors.md`` section 5): running requests first
 (each decoding sequence needs a slot; one that cannot get it preempts the latest admitted group, possibly
 itself), then, only if nothing was preempted, admissions in FCFS order while ``max_num_seqs`` sequences and
-``max_num_batched_tokens`` last; the first request that cannot be admitted stops admission (head of line).
+``max_num_batched_tokens`` last; the first request that cannot be admitted stops admission (head of line). With
+``prefill_schedule_interval`` a step may hold every prefill back (`sim.kernel.prefill_cadence`).
 ``static`` is request-level batching as in FasterTransformer: a batch is admitted only when the previous one
 has finished, and its prompts are prefilled in one step.
 
@@ -30,6 +31,7 @@ from sim.kernel.host_loads import HostLoads
 from sim.kernel.livelock import StallWatch
 from sim.kernel.mamba_split import MambaSplit
 from sim.kernel.memory import KVMemory
+from sim.kernel.prefill_cadence import PrefillCadence
 from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
 from sim.kernel.spec_decode import SpecDecode
 from sim.kernel.step_plan import StepPlan
@@ -41,6 +43,7 @@ class Scheduler:
     """Queues, the step counter and the step plan; ``groups`` admits, places, preempts and finishes groups."""
 
     def __init__(self, memory: KVMemory, sink, *, continuous: bool = True, max_num_seqs: int = 256,
+                 max_num_active_seqs: int | None = None,
                  max_num_batched_tokens: int = 2048, chunked_prefill: bool = True, preemption: str = "recompute",
                  swap_slots: int = 0, max_model_len: int = 2048, lazy: bool = True,
                  rng: np.random.Generator | None = None, beam_keep_prob: float = 0.8,
@@ -49,15 +52,23 @@ class Scheduler:
                  cache_aware_admission_window: int = 0, cache_aware_admission_threshold: float = 0.5,
                  sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None,
                  attention_topk: int = 0, async_scheduling: bool = False, spec: SpecDecode | None = None,
-                 attention_chunk_size: int = 0) -> None:
+                 attention_chunk_size: int = 0, long_prefill_token_threshold_adaptive: bool = False,
+                 prefill_schedule_interval: int = 1, engine_paced_prefill: bool = False) -> None:
         self.memory = memory
         self.continuous = continuous
-        self.max_num_seqs = max_num_seqs
+        # the sequences admitted to run at once: vLLM's max_num_active_seqs where given (the runner's max_num_seqs
+        # sizes buffers and CUDA graphs, which the clock does not model), named so in a request's rejection
+        self.max_num_seqs = max_num_active_seqs or max_num_seqs
+        self.seat_limit = "max_num_active_seqs" if max_num_active_seqs else "max_num_seqs"
         self.budget = max_num_batched_tokens if continuous else 1 << 62
         self.chunked = chunked_prefill and continuous
         self.max_num_batched_tokens = max_num_batched_tokens
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.threshold = 0  # the threshold in force this step (vLLM lifts it when only one request is in)
+        self.adaptive_threshold = long_prefill_token_threshold_adaptive  # floored at a fair share of the budget
+        # vLLM's --prefill-schedule-interval (`sim.kernel.prefill_cadence`): prefill held to one step in N
+        self.cadence = (PrefillCadence(prefill_schedule_interval, engine_paced=engine_paced_prefill)
+                        if prefill_schedule_interval > 1 and continuous else None)
         self.priority = scheduling_policy == "priority"
         self.per_chunk = self.chunked and memory.per_chunk_capable
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
@@ -246,12 +257,17 @@ class Scheduler:
         self.now = now
         # vLLM lifts the threshold when one request is in, counting those holding KV for a host load
         # (``get_request_counts``: ``len(self.waiting) + len(self.kv_holding_waiting)``)
-        self.threshold = self.long_prefill_token_threshold if self.load > 1 else 0
+        load = self.load
+        self.threshold = self.long_prefill_token_threshold if load > 1 else 0
+        if self.threshold and self.adaptive_threshold:  # never below max_num_batched_tokens / requests in
+            self.threshold = max(self.threshold, self.max_num_batched_tokens // load)
         self.step_tokens.clear()
         self.returned = 0
         self.deferred_decoders.clear()
         self.deferred_context = self.deferred_window = 0
         self.prefilling = []
+        if self.cadence is not None:
+            self.cadence.begin(self.running)
         # beam groups re-pick parents and append a token, every step
         beams = self.beams
         if beams.groups:
@@ -280,7 +296,11 @@ class Scheduler:
         self.hidden = self.memory.hide_shared_tails(
             self.in_flight.unknown_tails() if self.in_flight else
             dict.fromkeys(self.spec.unhashed_tails(self), 1) if self.spec is not None else {})
-        admitted = self.groups.admit_waiting(budget) if not plan.preempted else False
+        admitted = False
+        if not plan.preempted:
+            admitted = self.groups.admit_waiting(budget)
+            if self.cadence is not None:
+                self.cadence.admitted(self.queued)
         if self.hidden:
             self.memory.show_tails(self.hidden)
         if stores is not None:
@@ -434,6 +454,9 @@ class Scheduler:
                 self.prefilling.append(group)
                 if budget <= 0:
                     continue
+                if self.cadence is not None and self.cadence.deferring:  # held to a step the cadence allows
+                    self.cadence.held = True
+                    continue
                 chunk = self.chunk(group.prefill_target - group.prefill_done, budget)
                 if self.mamba is not None:
                     chunk = self.mamba.split(group, group.prefill_done, chunk)
@@ -448,6 +471,8 @@ class Scheduler:
                 budget -= chunk
                 step_tokens[group.index] = chunk
                 self.groups.schedule_chunk(group, chunk)
+                if self.cadence is not None:
+                    self.cadence.prefilled = True
                 continue
             num_seqs = group.num_seqs
             if budget < num_seqs:
@@ -574,11 +599,15 @@ class Scheduler:
                 plan.draft_seqs, plan.draft_context = self.spec.drafter_figures()
         if decode.windows is not None:
             self.window_figures(plan, joining)
+        cadence = self.cadence
+        if cadence is not None:
+            cadence.planned(bool(plan.prefill_tokens or plan.decode_seqs))
         in_flight = self.in_flight  # a running loop that stopped at a pinned victim tries again next step
         plan.can_run = (self.lazy and (in_flight is None or not (in_flight.holds_blocks or in_flight.halted)) and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps
                         and not self.beams.groups and not self.skipped_for_loads
                         and not self.waiting.may_reorder_by_cache
+                        and not (cadence is not None and cadence.deferring)  # a step that may prefill follows
                         and decode.n > 0 and (not self.waiting or self.memory_blocked
                                               or self.running_seqs >= self.max_num_seqs))
 
@@ -641,6 +670,8 @@ class Scheduler:
         self.stall.stepped(num_steps, bool(plan.decode_seqs or self.joiners))
         self.joiners = []
         self.step += num_steps
+        if self.cadence is not None and num_steps > 1:
+            self.cadence.ran_on(num_steps - 1)
         finish = self.groups.finish if in_flight is None else in_flight.hold
         for group in self.completions.pop_before(self.step, self.live, self.running, self.step - num_steps):
             finish(group, end_s)

@@ -25,8 +25,8 @@ SHARE_KEYS = ("token_states_frac", "reservation_frac", "internal_frag_frac", "ex
 _NUMBER = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?![\w.])")
 
 
-_LIMIT_PREFIXES = ("max_model_len ", "max_num_seqs is ", "max_num_batched_tokens ", "only ", "slab is ",
-                   "at most ", "watermark ", "blocks of ", "pool of ")
+_LIMIT_PREFIXES = ("max_model_len ", "max_num_seqs is ", "max_num_active_seqs is ", "max_num_batched_tokens ",
+                   "only ", "slab is ", "at most ", "watermark ", "blocks of ", "pool of ")
 """Words after which a number is the configuration's limit, not the request's size: kept in the category."""
 
 

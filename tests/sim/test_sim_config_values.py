@@ -90,6 +90,8 @@ def test_page_size_follows_the_integer_rule(value):
     ("cache_aware_admission_window", -1, "--cache-aware-admission-window must be a non-negative integer, got -1"),
     ("cache_aware_admission_threshold", 1.5, "--cache-aware-admission-threshold must be a fraction in [0, 1], "
                                              "got 1.5"),
+    ("prefill_schedule_interval", 0, "--prefill-schedule-interval must be a positive integer, got 0"),
+    ("max_num_active_seqs", 0, "--max-num-active-seqs must be a positive integer, got 0"),
 ])
 def test_wrong_types_are_one_line_value_errors(field, value, message):
     with pytest.raises(ValueError) as info:

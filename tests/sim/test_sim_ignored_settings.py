@@ -89,6 +89,13 @@ def test_defaults_are_never_reported():
      "it is vLLM v1's scheduler's, modelled with --allocator paged"),
     (["--cache-aware-admission-threshold", "0.2"], "--cache-aware-admission-threshold 0.2",
      "it gates --cache-aware-admission-window, which is 0"),
+    (["--long-prefill-token-threshold-adaptive"], "--long-prefill-token-threshold-adaptive",
+     "it floors --long-prefill-token-threshold, which is 0"),
+    (["--max-num-active-seqs", "256"], "--max-num-active-seqs 256",
+     "it lowers the admission cap below --max-num-seqs, and equals it"),
+    (["--prefill-schedule-interval", "4", "--scheduler", "static"], "--prefill-schedule-interval 4",
+     "it holds prefill to one engine step in N, and static batching prefills a batch only when the last has "
+     "finished"),
     (["--swap-space-gib", "8"], "--swap-space-gib 8", "nothing is swapped: preemption is recompute"),
     (["--preemption", "swap", "--swap-space-gib", "8", "--cpu-offload-gib", "2"], "--swap-space-gib 8",
      "swapped KV goes to the host tier (--cpu-offload-gib), not to the swap space"),
@@ -268,3 +275,12 @@ def test_beams_and_forks_keep_the_settings_they_act_on():
     assert list(ignored_settings(config, False, beams=False, forks=True)) == ["--beam-keep-prob 0.5"]
     assert list(ignored_settings(dataclasses.replace(config, allocator="vattention"), False, beams=True,
                                  forks=False)) == []
+
+
+def test_the_adaptive_floor_goes_with_the_threshold_it_floors():
+    """Without chunked prefill the threshold caps nothing, so its floor changes nothing either: both reported."""
+    config = SimConfig(long_prefill_token_threshold=64, long_prefill_token_threshold_adaptive=True,
+                       chunked_prefill=False)
+    ignored = ignored_settings(config, False)
+    assert list(ignored) == ["--long-prefill-token-threshold 64", "--long-prefill-token-threshold-adaptive"]
+    assert ignored["--long-prefill-token-threshold-adaptive"].endswith("this run has no chunked prefill")

@@ -256,6 +256,37 @@ CASES: dict[str, dict] = {
                                                         groups=3),
                                              trace_of="hybrid_shared_prefix", num_blocks=200, sliding_window=128,
                                              cache_aware_admission_window=16),
+    # the prefill cadence (``prefill_schedule_interval``): prefill held to one step in N while something decodes,
+    # unless the last admission round left requests waiting; running chunks held too (`sim.kernel.prefill_cadence`)
+    "cadence_ample": dict(trace=dict(n=150, prompt=(50, 600), output=(20, 300), gap=0.5), trace_of="ample",
+                          num_blocks=4000, prefill_schedule_interval=4),
+    "cadence_long_prompts": dict(trace=dict(n=60, prompt=(200, 3000), output=(10, 200), gap=12.0),
+                                 trace_of="hybrid_long_prompts", num_blocks=500, max_num_batched_tokens=512,
+                                 prefill_schedule_interval=3),
+    "cadence_contended": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5), trace_of="contended",
+                              num_blocks=120, prefill_schedule_interval=4),
+    "cadence_shared_prefix": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, groups=3),
+                                  trace_of="shared_prefix_cached", num_blocks=300, prefill_schedule_interval=8,
+                                  long_prefill_token_threshold=64, long_prefill_token_threshold_adaptive=True),
+    "cadence_offload": dict(trace=dict(n=150, prompt=(300, 700), output=(10, 150), gap=0.5, hash_units=64),
+                            trace_of="hash_units", num_blocks=120, cpu_offload_blocks=150, prefill_schedule_interval=4),
+    "cadence_priority": dict(trace=dict(n=150, prompt=(20, 800), output=(100, 500), gap=12, priorities=2),
+                             trace_of="priority_contended", num_blocks=150, scheduling_policy="priority",
+                             prefill_schedule_interval=3),
+    "cadence_sessions": dict(trace=dict(n=40, prompt=(50, 300), output=(20, 150), gap=3.0, turns=3,
+                                        turn_gap=(5, 60)), trace_of="sessions_open_loop", num_blocks=150,
+                             prefill_schedule_interval=5),
+    "hybrid_cadence_long_prompts": dict(trace=dict(n=60, prompt=(200, 3000), output=(10, 200), gap=12.0),
+                                        trace_of="hybrid_long_prompts", num_blocks=500, max_num_batched_tokens=512,
+                                        sliding_window=128, prefill_schedule_interval=3),
+    # admissions capped below max_num_seqs (``max_num_active_seqs``), under the priority policy's preemptions
+    "active_seqs_priority": dict(trace=dict(n=150, prompt=(20, 800), output=(100, 500), gap=3, priorities=2),
+                                 trace_of="priority_contended", num_blocks=100, scheduling_policy="priority",
+                                 max_num_active_seqs=4),
+    # the long-prefill threshold floored at a fair share of the budget (``long_prefill_token_threshold_adaptive``)
+    "adaptive_threshold_contended": dict(trace=dict(n=200, prompt=(50, 600), output=(20, 300), gap=0.5),
+                                         trace_of="contended", num_blocks=120, long_prefill_token_threshold=32,
+                                         long_prefill_token_threshold_adaptive=True),
 }
 # vLLM's dense sliding-window retention (``--prefix-cache-retention-interval None``: a window group caches every
 # full block, as before vLLM 0.33 made 0 the default) on the hybrid cases whose outputs it changes
@@ -295,7 +326,10 @@ def driver_args(name: str, trace: Path, out: Path | None = None) -> SimpleNamesp
                            attention_chunk_size=s.get("attention_chunk_size", 0),
                            prefix_cache_retention_interval=s.get("prefix_cache_retention_interval", 0),
                            cache_aware_admission_window=s.get("cache_aware_admission_window", 0),
-                           cache_aware_admission_threshold=s.get("cache_aware_admission_threshold", 0.5))
+                           cache_aware_admission_threshold=s.get("cache_aware_admission_threshold", 0.5),
+                           prefill_schedule_interval=s.get("prefill_schedule_interval", 1),
+                           max_num_active_seqs=s.get("max_num_active_seqs"),
+                           long_prefill_token_threshold_adaptive=s.get("long_prefill_token_threshold_adaptive", False))
 
 
 def write_trace(name: str, path: Path, seed: int = 0) -> None:

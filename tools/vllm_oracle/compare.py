@@ -71,8 +71,11 @@ def kvsim_config(settings: dict, trace: Path, *, step_by_step: bool = False):
         prefix_cache_retention_interval=settings.get("prefix_cache_retention_interval", 0),
         watermark=settings.get("watermark", 0.0), memory_snapshots=0,
         cache_aware_admission_window=settings.get("cache_aware_admission_window", 0),
-        cache_aware_admission_threshold=settings.get("cache_aware_admission_threshold", 0.5), async_scheduling=settings.get("async_scheduling",
-                                                                                                  False),
+        cache_aware_admission_threshold=settings.get("cache_aware_admission_threshold", 0.5),
+        prefill_schedule_interval=settings.get("prefill_schedule_interval", 1),
+        max_num_active_seqs=settings.get("max_num_active_seqs"),
+        long_prefill_token_threshold_adaptive=settings.get("long_prefill_token_threshold_adaptive", False),
+        async_scheduling=settings.get("async_scheduling", False),
         **spec_options(settings))
     if groups := hybrid_kv_groups(config, get_model(model)):
         # a block is a token in a group's layers (an EAGLE drafter's layer joins the full ones: 12 and 13 layers,

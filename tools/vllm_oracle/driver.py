@@ -94,6 +94,12 @@ def build_scheduler(args):
     if getattr(args, "cache_aware_admission_window", 0):  # vLLM 0.34's, so passed only where set
         sched_kwargs["cache_aware_admission_window"] = args.cache_aware_admission_window
         sched_kwargs["cache_aware_admission_threshold"] = args.cache_aware_admission_threshold
+    if getattr(args, "max_num_active_seqs", None):  # the admission cap below max_num_seqs
+        sched_kwargs["max_num_active_seqs"] = args.max_num_active_seqs
+    if getattr(args, "prefill_schedule_interval", 1) > 1:  # the prefill cadence (`sim.kernel.prefill_cadence`)
+        sched_kwargs["prefill_schedule_interval"] = args.prefill_schedule_interval
+    if getattr(args, "long_prefill_token_threshold_adaptive", False):
+        sched_kwargs["long_prefill_token_threshold_adaptive"] = True
     scheduler_config = SchedulerConfig(**sched_kwargs)
     retention = getattr(args, "prefix_cache_retention_interval", 0)  # vLLM's default; "None": dense
     retention = None if retention in (None, "None") else int(retention)
@@ -426,6 +432,9 @@ def main() -> None:
     p.add_argument("--watermark", type=float, default=0.0)
     p.add_argument("--cache-aware-admission-window", type=int, default=0, help="vLLM 0.34's (0: arrival order)")
     p.add_argument("--cache-aware-admission-threshold", type=float, default=0.5)
+    p.add_argument("--max-num-active-seqs", type=int, default=None, help="admission cap (default: max_num_seqs)")
+    p.add_argument("--prefill-schedule-interval", type=int, default=1, help="prefill every N steps (1: every step)")
+    p.add_argument("--long-prefill-token-threshold-adaptive", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=200_000)
     p.add_argument("--sliding-window", type=int, default=0,

@@ -103,6 +103,9 @@ EAGLE drafter beside a host tier, where 0.34 hashes blocks with their lookahead 
 host storing generated blocks) not: a decoder the step before left out offered the host a block its known tokens
 did not hash yet; fixed (``spec_cases.py``'s ``eagle_offload_decoder_fuzz93_0369_k3``), and seed 93 rerun:
 400 exact (draw 266 giving kvsim's outcome that time).
+Since seed 94 the draws also draw the prefill cadence (``prefill_schedule_interval``) and the long-prefill
+threshold's adaptive floor (``long_prefill_token_threshold_adaptive``), last; since seed 95 an admission cap
+below ``max_num_seqs`` (``max_num_active_seqs``) after them.
 """
 
 from __future__ import annotations
@@ -216,6 +219,12 @@ def draw(seed: int, i: int) -> dict:
     if not priority and case["enable_prefix_caching"] and coin(0.3):  # vLLM 0.34's cache-aware admission (last)
         case["cache_aware_admission_window"] = int(rng.choice([2, 4, 16, 64]))
         case["cache_aware_admission_threshold"] = float(rng.choice([0.0, 0.3, 0.5, 0.8]))
+    if coin(0.35):  # the prefill cadence (drawn last, as the window before it)
+        case["prefill_schedule_interval"] = int(rng.choice([2, 3, 4, 8]))
+    if case.get("long_prefill_token_threshold") and coin(0.4):  # the threshold floored at a fair share
+        case["long_prefill_token_threshold_adaptive"] = True
+    if case["max_num_seqs"] > 1 and coin(0.15):  # admissions capped below max_num_seqs
+        case["max_num_active_seqs"] = int(rng.integers(1, case["max_num_seqs"]))
     return case
 
 

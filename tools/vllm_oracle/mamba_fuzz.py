@@ -170,6 +170,10 @@ def draw(seed: int, i: int) -> dict:
         case["watermark"] = float(rng.choice([0.01, 0.05, 0.1]))
     if k and coin(0.4):  # drafts under async scheduling too (drawn last: every earlier field as before)
         case["async_scheduling"] = True
+    if coin(0.35):  # the prefill cadence (drawn after: the draws before keep their cases)
+        case["prefill_schedule_interval"] = int(rng.choice([2, 3, 4, 8]))
+    if case.get("long_prefill_token_threshold") and coin(0.4):  # the threshold floored at a fair share
+        case["long_prefill_token_threshold_adaptive"] = True
     return case
 
 
