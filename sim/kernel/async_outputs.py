@@ -102,6 +102,8 @@ class InFlight:
         group.state = FINISHED
         self.started.pop(group.index, None)
         del s.live[group.index]
+        if s.queue_limits is not None:
+            s.queue_limits.left(group, end_s)
         s.groups.sink.finish(group, end_s, notify=False)
         self.untold.append((end_s, group.index))
         self.releasing[group.index] = group
@@ -181,10 +183,13 @@ class InFlight:
     def unknown_tails(self) -> dict[int, int]:
         """The sequences whose last blocks the synchronous scheduler has cached by now but vLLM's async scheduling
         has not, each with the tokens it has not hashed yet (`tail_unknown`: its last token in flight, with drafts
-        the accepted ones too): the running decoders, scheduled this step (a due decoder is synced by now; one not
-        due is not at a block's end), and the finished groups still held."""
+        the accepted ones too): the running decoders (a due decoder is synced by now; one not due is not at a
+        block's end), as scheduled this step or not (the budget or a halted loop left it out: `deferred`, then it
+        holds no slot of this step's and its last block is the one its last decode filled), and the finished groups
+        still held."""
+        deferred = self.deferred
         tails = {seq_id: unknown for g in self.s.running if g.state == RUNNING and g.decoding
-                 and (unknown := self.tail_unknown(g, True)) for seq_id in g.seq_ids}
+                 and (unknown := self.tail_unknown(g, g.index not in deferred)) for seq_id in g.seq_ids}
         tails.update((seq_id, unknown) for g in self.releasing.values() if (unknown := self.tail_unknown(g, False))
                      for seq_id in g.seq_ids)
         return tails

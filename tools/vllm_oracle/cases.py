@@ -216,6 +216,17 @@ CASES: dict[str, dict] = {
                                                     offload_eviction_policy="arc", scheduling_policy="priority",
                                                     max_num_seqs=2, scheduler_reserve_full_isl=False,
                                                     max_model_len=857, long_prefill_token_threshold=16),
+    # found by ``fuzz.py`` (seed 95, draw 448), for its async reference: fanned-out samples whose prefill ended a
+    # step before a running loop that stopped at a victim it may not preempt (its blocks wait for a store): a decoder
+    # that step left out holds no slot of its own, so the last block it holds, all prompt, is hashed (kvsim hid it
+    # from the cache while admissions looked it up, and cached it again behind a later twin: a later lookup took
+    # the twin a running request holds instead of the free first one, and admitted where vLLM had no room)
+    "offload_fanout_halted_decoders": dict(trace=dict(n=34, prompt=(320, 587), output=(37, 257), samples=(2, 5),
+                                                      gap=0.1),
+                                           trace_of="fuzz95_0448", parallel_sampling="fan-out", num_blocks=56,
+                                           cpu_offload_blocks=118, offload_eviction_policy="arc",
+                                           offload_prompt_only=False, long_prefill_token_threshold=128,
+                                           max_num_batched_tokens=256),
     # found by ``fuzz.py``, for its speculative reference (``spec_cases.py``, 20 drafts): a threshold below a
     # verification's 1 + 20 tokens caps it, drafts included
     "threshold_16_contended": dict(trace=dict(n=16, prompt=(141, 716), output=(104, 162), gap=0.0), num_blocks=72,

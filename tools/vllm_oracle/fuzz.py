@@ -106,6 +106,13 @@ did not hash yet; fixed (``spec_cases.py``'s ``eagle_offload_decoder_fuzz93_0369
 Since seed 94 the draws also draw the prefill cadence (``prefill_schedule_interval``) and the long-prefill
 threshold's adaptive floor (``long_prefill_token_threshold_adaptive``), last; since seed 95 an admission cap
 below ``max_num_seqs`` (``max_num_active_seqs``) after them.
+Seed 94 (400, vLLM 0.34; 134 draws with a cadence, 66 with the adaptive threshold): all exact. Seed 95 (1,000):
+all exact but draws 29 (a vLLM run that never ends: the priority policy and fanned-out children) and 553 (vLLM's
+own assertion: 20 ngram drafts under a 16-token threshold), draw 512 (EAGLE, async, an ARC host), whose vLLM run
+depends on object placement (one extra object before the run gives kvsim's outcome, byte for byte), and draw 448
+(fanned-out samples, async, an ARC host storing generated blocks): a decoder a halted running loop left out had
+its last block, all prompt, hidden from admissions' lookups as if its last token were in flight, and cached again
+behind a later twin; fixed (``cases.py``'s ``offload_fanout_halted_decoders``, async reference), exact after it.
 """
 
 from __future__ import annotations
