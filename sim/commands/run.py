@@ -134,6 +134,14 @@ def simulation_options(func):
                       "long_prefill_token_threshold_adaptive",
                       help="Floor --long-prefill-token-threshold at a fair share of the token budget: "
                            "--max-num-batched-tokens divided by the requests running and queued (vLLM's)."),
+        _field_option("--max-num-queued-reqs", type=int,
+                      help="Turn a request away (HTTP 503, reported rejected) when the requests in flight (queued "
+                           "or running; n samples count n) and it would exceed N (vLLM's API-server limit; "
+                           "default: none)."),
+        _field_option("--max-num-queued-tokens", type=int,
+                      help="Turn a request away (HTTP 503, reported rejected) when the prompt tokens of the "
+                           "requests in flight still waiting for their first token are already N or more (vLLM's "
+                           "TTFT guard; default: none)."),
         _field_option("--prefill-schedule-interval", type=int,
                       help="Admit prefill only once every N engine steps, the steps between decoding alone, "
                            "unless the last admission round left requests waiting (vLLM's; 1 = every step). "

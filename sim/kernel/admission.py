@@ -548,6 +548,8 @@ class GroupMechanics(Preemption):
         group.state = REJECTED
         s.deferred.discard(group)
         s.live.pop(group.index, None)
+        if s.queue_limits is not None:
+            s.queue_limits.left(group, now)
         self.sink.reject(group, reason, now)
 
     def finish(self, group: SequenceGroup, end_s: float) -> None:
@@ -556,4 +558,6 @@ class GroupMechanics(Preemption):
         self.stop_running(group, charge=False, finished=True)
         group.state = FINISHED
         del self.s.live[group.index]
+        if self.s.queue_limits is not None:
+            self.s.queue_limits.left(group, end_s)
         self.sink.finish(group, end_s)

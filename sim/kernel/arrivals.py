@@ -88,6 +88,7 @@ class ArrivalSource:
         self.fanned = np.bincount(self.rows)[self.rows] > 1 if self.rows is not None and self.want_hashes else None
         # each request's number among its row's children (rows are sorted: a row's children are consecutive)
         self.child = None if self.rows is None else np.arange(len(self.rows)) - np.searchsorted(self.rows, self.rows)
+        self.samples = None if self.rows is None else np.bincount(self.rows)[self.rows]  # its row's children
         self.ready: list[float] = []  # closed loop: heap of the times users send their next requests
         if self.closed is not None:
             self.ready = [start_s] * min(self.closed.users, self.size)
@@ -217,7 +218,12 @@ class ArrivalSource:
         """Hand every request due at or before ``now`` to the scheduler, in order."""
         while (due := self.pop_due(now)) is not None:
             t, i = due
-            sched.add(self.make_group(i, t), t)
+            sched.add(self.make_group(i, t), t, self.samples_of(i))
+
+    def samples_of(self, i: int) -> int | None:
+        """The sequences request ``i``'s row occupies in a fanned-out workload (its children; None: its group's
+        own), which an API server counts at once (`sim.kernel.queue_limits`)."""
+        return None if self.samples is None else int(self.samples[i])
 
     def _known_hashes(self, request, i: int) -> tuple[int, ...]:
         """Row ``i``'s (``request``'s) block ids from its prefix identity (`Request.block_hashes`), numbered by the

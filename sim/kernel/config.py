@@ -17,6 +17,7 @@ from allocators.kv_layout import kv_element_bytes
 from sim.kernel.kv_transfer import parse_kv_transfer_config
 from sim.kernel.over_length import OVER_LENGTH
 from sim.kernel.parallel_sampling import PARALLEL_SAMPLING
+from sim.kernel.queue_limits import check_scope
 from sim.kernel.routers import ROUTERS
 from sim.kernel.vllm_names import VLLM_ALIASES, VLLM_SHORT_FLAGS
 from sim.kernel.waiting_queue import LPM_SORT_LIMIT
@@ -42,6 +43,7 @@ _POSITIVE_INTS = ("tensor_parallel", "max_num_seqs", "max_num_batched_tokens", "
 _OPTIONAL_POSITIVE_INTS = ("kv_tokens", "block_size", "max_model_len", "num_requests", "max_num_active_seqs")
 _NON_NEGATIVE_INTS = ("seed", "memory_snapshots", "debug_invariants", "long_prefill_token_threshold",
                       "lpm_max_queue", "prefill_replicas", "decode_replicas", "cache_aware_admission_window")
+_OPTIONAL_NON_NEGATIVE_INTS = ("max_num_queued_reqs", "max_num_queued_tokens")
 _NUMBERS = {  # field -> (None allowed, in range, what the range is)
     "kv_gib": (True, lambda v: 0 < v < math.inf, "a positive finite number"),
     # at least a microsecond: the clock ties arrivals to a step start within a nanosecond (`ARRIVAL_TIE_S`), so
@@ -170,6 +172,8 @@ class SimConfig:
     long_prefill_token_threshold: int = 0
     long_prefill_token_threshold_adaptive: bool = False  # vLLM's: the threshold floored at a fair share
     prefill_schedule_interval: int = 1  # vLLM's prefill cadence (`sim.kernel.prefill_cadence`)
+    max_num_queued_reqs: int | None = None  # vLLM's API-server admission control (`sim.kernel.queue_limits`)
+    max_num_queued_tokens: int | None = None
     scheduler_reserve_full_isl: bool = True
     scheduling_policy: str = "fcfs"
     async_scheduling: bool = False  # vLLM's engine argument; vLLM 0.33 turns it on by default (kvsim: off)
@@ -334,6 +338,7 @@ class SimConfig:
         self._check_data_parallel()
         self._check_api_server_count()
         self._check_decode_context_parallel()
+        check_scope(self)
         from allocators.vattention_pages import PAGE_SIZES_KIB
 
         page_size = plain_int(self.page_size_kib)  # 2048.0 is refused as any other integer field refuses it
@@ -469,10 +474,10 @@ class SimConfig:
                     raise ValueError(f"{flag(f.name)} must be True or False, got {value!r}")
                 setattr(self, f.name, bool(value))
         for names, low, kind in ((_POSITIVE_INTS + _OPTIONAL_POSITIVE_INTS, 1, "a positive"),
-                                 (_NON_NEGATIVE_INTS, 0, "a non-negative")):
+                                 (_NON_NEGATIVE_INTS + _OPTIONAL_NON_NEGATIVE_INTS, 0, "a non-negative")):
             for name in names:
                 value = getattr(self, name)
-                if value is None and name in _OPTIONAL_POSITIVE_INTS:
+                if value is None and name in _OPTIONAL_POSITIVE_INTS + _OPTIONAL_NON_NEGATIVE_INTS:
                     continue
                 whole = plain_int(value)
                 if whole is None or whole < low:

@@ -236,7 +236,7 @@ class Fleet:
             t = float(arrival_s[i])
             group = replica.groups.pop(i, None) or self.source.make_group(i, t)
             replica.delivered += 1
-            sched.add(group, t)
+            sched.add(group, t, self.source.samples_of(i))
 
     # -- one replica's engine loop (`sim.kernel.engine.Engine._engine`) ----------------------------------------
     def _engine(self, replica: Replica):

@@ -35,6 +35,7 @@ from sim.kernel.metrics import Recorder
 from sim.kernel.over_length import beyond_model_context, vllm_refusals
 from sim.kernel.parallel_sampling import aggregate, sampling_mode
 from sim.kernel.prefix_cache_stats import PrefixCacheStats
+from sim.kernel.queue_limits import QueueLimits
 from sim.kernel.request_hashes import hash_columns
 from sim.kernel.scheduler import Scheduler
 from sim.kernel.spec_decode import (
@@ -294,7 +295,9 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       attention_chunk_size=model.attention_chunk_size or 0,
                       long_prefill_token_threshold_adaptive=config.long_prefill_token_threshold_adaptive,
                       prefill_schedule_interval=config.prefill_schedule_interval,
-                      engine_paced_prefill=steps_in_lockstep(config, model))
+                      engine_paced_prefill=steps_in_lockstep(config, model),
+                      queue_limits=None if config.max_num_queued_reqs is None and config.max_num_queued_tokens is None
+                      else QueueLimits(config.max_num_queued_reqs, config.max_num_queued_tokens))
     return memory, cost, sched
 
 

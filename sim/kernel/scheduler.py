@@ -32,6 +32,7 @@ from sim.kernel.livelock import StallWatch
 from sim.kernel.mamba_split import MambaSplit
 from sim.kernel.memory import KVMemory
 from sim.kernel.prefill_cadence import PrefillCadence
+from sim.kernel.queue_limits import QueueLimits
 from sim.kernel.sequence_group import LOADED, RUNNING, SequenceGroup
 from sim.kernel.spec_decode import SpecDecode
 from sim.kernel.step_plan import StepPlan
@@ -53,7 +54,8 @@ class Scheduler:
                  sliding_window: int = 0, load_seconds: Callable[[int], float] | None = None,
                  attention_topk: int = 0, async_scheduling: bool = False, spec: SpecDecode | None = None,
                  attention_chunk_size: int = 0, long_prefill_token_threshold_adaptive: bool = False,
-                 prefill_schedule_interval: int = 1, engine_paced_prefill: bool = False) -> None:
+                 prefill_schedule_interval: int = 1, engine_paced_prefill: bool = False,
+                 queue_limits: QueueLimits | None = None) -> None:
         self.memory = memory
         self.continuous = continuous
         # the sequences admitted to run at once: vLLM's max_num_active_seqs where given (the runner's max_num_seqs
@@ -69,6 +71,7 @@ class Scheduler:
         # vLLM's --prefill-schedule-interval (`sim.kernel.prefill_cadence`): prefill held to one step in N
         self.cadence = (PrefillCadence(prefill_schedule_interval, engine_paced=engine_paced_prefill)
                         if prefill_schedule_interval > 1 and continuous else None)
+        self.queue_limits = queue_limits  # vLLM's API server in front (`sim.kernel.queue_limits`)
         self.priority = scheduling_policy == "priority"
         self.per_chunk = self.chunked and memory.per_chunk_capable
         self.step_tokens: dict[int, int] = {}  # group index -> tokens it was scheduled this step
@@ -121,9 +124,12 @@ class Scheduler:
                                      max_model_len=max_model_len,
                                      scheduler_reserve_full_isl=scheduler_reserve_full_isl)
 
-    def add(self, group: SequenceGroup, now: float) -> None:
-        """A request arrives: rejected at once if it can never run, else queued."""
+    def add(self, group: SequenceGroup, now: float, samples: int | None = None) -> None:
+        """A request arrives: rejected at once if it can never run or its API server turns it away (``samples``:
+        the sequences its request occupies, its fanned-out children's too; `QueueLimits.refuses`), else queued."""
         reason = self.groups.never_runs(group)
+        if reason is None and self.queue_limits is not None:
+            reason = self.queue_limits.refuses(group, now, samples or group.num_seqs)
         if reason is not None:
             self.groups.reject(group, reason, now)
             return
@@ -665,6 +671,8 @@ class Scheduler:
         for group in self.joiners:
             if group.first_token_s < 0:
                 group.first_token_s = end_s
+                if self.queue_limits is not None:
+                    self.queue_limits.first_token(group, end_s)
         if self.spec is not None:  # drafts accepted (groups move ahead), and the next drafts proposed
             self.spec.step_done(self, self.joiners)
         self.stall.stepped(num_steps, bool(plan.decode_seqs or self.joiners))

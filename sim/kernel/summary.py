@@ -26,7 +26,8 @@ _NUMBER = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?![\w.])")
 
 
 _LIMIT_PREFIXES = ("max_model_len ", "max_num_seqs is ", "max_num_active_seqs is ", "max_num_batched_tokens ",
-                   "only ", "slab is ", "at most ", "watermark ", "blocks of ", "pool of ")
+                   "only ", "slab is ", "at most ", "watermark ", "blocks of ", "pool of ", "HTTP ",
+                   "max_num_queued_reqs ", "max_num_queued_tokens ")
 """Words after which a number is the configuration's limit, not the request's size: kept in the category."""
 
 

@@ -92,6 +92,8 @@ def test_page_size_follows_the_integer_rule(value):
                                              "got 1.5"),
     ("prefill_schedule_interval", 0, "--prefill-schedule-interval must be a positive integer, got 0"),
     ("max_num_active_seqs", 0, "--max-num-active-seqs must be a positive integer, got 0"),
+    ("max_num_queued_reqs", -1, "--max-num-queued-reqs must be a non-negative integer, got -1"),
+    ("max_num_queued_tokens", 1.5, "--max-num-queued-tokens must be a non-negative integer, got 1.5"),
 ])
 def test_wrong_types_are_one_line_value_errors(field, value, message):
     with pytest.raises(ValueError) as info:
