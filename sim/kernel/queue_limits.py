@@ -60,6 +60,13 @@ class QueueLimits:
         self.held: dict[int, list[int]] = {}  # a sent group's index -> [its sequences, its prompt tokens not freed]
         self.verdicts: dict[int, list] = {}  # a fanned-out request's row -> [its verdict, children still to come]
 
+    @classmethod
+    def of(cls, config) -> QueueLimits | None:
+        """The server of a run configured with either limit (None: neither given)."""
+        if config.max_num_queued_reqs is None and config.max_num_queued_tokens is None:
+            return None
+        return cls(config.max_num_queued_reqs, config.max_num_queued_tokens)
+
     def refuses(self, group, t: float, samples: int) -> str | None:
         """Why the server turns ``group`` away at ``t`` (None: it is sent on, and counted). ``samples``: the
         sequences its request occupies (its fanned-out children, or a forked group's sequences); a fanned-out

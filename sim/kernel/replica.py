@@ -296,8 +296,7 @@ def build_replica(config: SimConfig, model, gpu, kv_tokens: int, recorder: Recor
                       long_prefill_token_threshold_adaptive=config.long_prefill_token_threshold_adaptive,
                       prefill_schedule_interval=config.prefill_schedule_interval,
                       engine_paced_prefill=steps_in_lockstep(config, model),
-                      queue_limits=None if config.max_num_queued_reqs is None and config.max_num_queued_tokens is None
-                      else QueueLimits(config.max_num_queued_reqs, config.max_num_queued_tokens))
+                      queue_limits=QueueLimits.of(config))
     return memory, cost, sched
 
 
