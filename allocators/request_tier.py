@@ -239,6 +239,15 @@ class RequestTier(HostTier):
         for request in finished:
             self._close(request)
 
+    def settle(self) -> None:
+        """The engine goes idle with requests finished in its last step: vLLM still schedules once more (its
+        scheduler has finished requests to report, ``has_finished_requests``), an empty step whose connector pass
+        makes their last offers and ranks their blocks anew; kvsim plans no step while idle, so that pass is made
+        now, before any later arrival is looked up (a request arriving later finds them ranked already)."""
+        if self._finished or self._last_offers:
+            self.hold_stores()
+            self.flush_stores()
+
     def _with_retries(self, queued: list[tuple[int, Sequence[int], int]],
                       scheduled: Sequence[int]) -> list[tuple[int, Sequence[int], int]]:
         """``queued`` with an offer again for each scheduled sequence that is behind and has none queued, all in

@@ -140,13 +140,19 @@ class Scheduler:
     def idle(self) -> bool:
         """Nothing to run, load, or (a P/D prefill replica, `sim.kernel.disaggregation`) hold for a pull. Under async
         scheduling, finished requests' blocks that wait for the step in flight (`InFlight.freeing_late`) are freed
-        then: with nothing to schedule vLLM's engine processes that step's output at once."""
+        then: with nothing to schedule vLLM's engine processes that step's output at once. A write-through host
+        tier then makes the pass of the step vLLM still schedules to report the requests just finished
+        (`RequestTier.settle`)."""
         if self.running or self.waiting or self.loads:
             return False
         if self.in_flight is not None:
             self.in_flight.free_late()
         frees_at = self.groups.frees_at
-        return frees_at is None or frees_at(self.now) is None
+        if frees_at is not None and frees_at(self.now) is not None:
+            return False
+        if (stores := self.memory.held_stores) is not None:  # the step vLLM still schedules to report them
+            stores.settle()
+        return True
 
     @property
     def stepping(self) -> bool:

@@ -113,6 +113,10 @@ depends on object placement (one extra object before the run gives kvsim's outco
 (fanned-out samples, async, an ARC host storing generated blocks): a decoder a halted running loop left out had
 its last block, all prompt, hidden from admissions' lookups as if its last token were in flight, and cached again
 behind a later twin; fixed (``cases.py``'s ``offload_fanout_halted_decoders``, async reference), exact after it.
+Seed 96 (600): all exact but draw 296 (a vLLM run that never ends) and draw 370 (3 ngram drafts, sessions, a
+16-block LRU host): a turn finished and the engine idled, and kvsim ranked the turn's host blocks anew only at its
+next planned step, after that step's lookups, where vLLM schedules once more at once (its finished request to
+report); fixed (``spec_cases.py``'s ``offload_lru_idle_finish_fuzz96_0370``), exact after it.
 """
 
 from __future__ import annotations

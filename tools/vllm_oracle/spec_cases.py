@@ -122,6 +122,11 @@ SPEC_CASES = {  # name -> (the case it reruns, num_speculative_tokens, acceptanc
     "chunked_contended": ("chunked_contended", 3, 0.6),
     "chunked_shared_prefix_20_drafts": ("chunked_shared_prefix", 20, 0.95),
     "chunked_accepted_drafts_chunk2_0142": ("chunk2_0142", 5, 0.95),
+    # found by `fuzz.py` (seed 96, draw 370): a session's turn finishes and the engine idles; vLLM schedules once
+    # more (its finished request to report), which ranks the turn's host blocks anew (LRU), before the next
+    # request's lookup, where kvsim ranked them only at its next planned step, after that lookup, so a later
+    # store evicted other blocks than vLLM's and the next turn found host hits vLLM did not
+    "offload_lru_idle_finish_fuzz96_0370": ("fuzz96_0370", 3, 0.8),
 }
 
 # the `fuzz.py` draws above, their traces seeded by their names (``trace_of``)
@@ -160,6 +165,10 @@ cases.CASES.setdefault("fuzz93_0369", dict(
     parallel_sampling="fan-out", max_num_batched_tokens=128, max_num_seqs=128, scheduler_reserve_full_isl=False,
     long_prefill_token_threshold=64, num_blocks=132, cpu_offload_blocks=56, offload_eviction_policy="arc",
     offload_prompt_only=False))
+cases.CASES.setdefault("fuzz96_0370", dict(
+    trace=dict(n=8, prompt=(44, 125), output=(37, 66), turns=3, turn_gap=(19, 96), gap=10.0),
+    max_num_batched_tokens=256, max_num_seqs=8, num_blocks=44, cpu_offload_blocks=16, offload_eviction_policy="lru",
+    offload_prompt_only=True))
 cases.CASES.setdefault("fuzz71_2639", dict(
     trace=dict(n=29, prompt=(4, 691), output=(95, 358), gap=0.3, hash_units=16), max_num_batched_tokens=8192,
     scheduler_reserve_full_isl=False, sliding_window=128, prefix_cache_retention_interval=None, num_blocks=192))
