@@ -116,7 +116,8 @@ behind a later twin; fixed (``cases.py``'s ``offload_fanout_halted_decoders``, a
 Seed 96 (600): all exact but draw 296 (a vLLM run that never ends) and draw 370 (3 ngram drafts, sessions, a
 16-block LRU host): a turn finished and the engine idled, and kvsim ranked the turn's host blocks anew only at its
 next planned step, after that step's lookups, where vLLM schedules once more at once (its finished request to
-report); fixed (``spec_cases.py``'s ``offload_lru_idle_finish_fuzz96_0370``), exact after it.
+report); fixed (``spec_cases.py``'s ``offload_lru_idle_finish_fuzz96_0370``), exact after it. Seed 97 (400), all
+exact but draw 191 (a vLLM run that never ends: the priority policy and fanned-out children).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ for a request that comes back further along, though a Mamba-1 prefill hits none 
 rows in ``tests/sim/test_sim_livelock.py``); seeds 27, 28 and 29 (300 each), all exact;
 seed 30 (300), all exact; seed 31 (150) against vLLM 0.34, all exact. Since seed 32 the draws also draw the
 prefill cadence (``prefill_schedule_interval``) and the long-prefill threshold's adaptive floor, last: seed 32 (150,
-vLLM 0.34; 50 draws with a cadence, 21 with the floor), all exact.
+vLLM 0.34; 50 draws with a cadence, 21 with the floor), all exact; seed 33 (150), all exact.
 Bugs found and fixed: under async scheduling a finished request preempted while its last output was in flight was left out of
 kvsim's waiting count for a step (seed 1, draw 82; ``gdn_driver.py``'s
 ``gdn_nockpt_align_long_prefix_preempt_finished``); a padded admission with drafts and prefix caching on raised in
