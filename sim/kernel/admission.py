@@ -106,7 +106,7 @@ class GroupMechanics(Preemption):
                 return 0
         elif min(s.memory.cached_tokens(group.hashes, group.prefill_target), computed) != computed:
             return 0
-        elif self._loads_apply(group) and len(range(*self._host_span(group))):
+        elif self._loads_first(group):
             return 0  # its hits load first: vLLM's async-load branch schedules no token, so pads none
         if any(g.index in s.step_tokens for g in s.prefilling) or not (s.step_tokens or computed > 0):
             return 0
@@ -206,6 +206,11 @@ class GroupMechanics(Preemption):
         a time (`place_group`), with ``--offload-loads async``."""
         s = self.s
         return s.loads is not None and s.per_chunk and group.num_seqs == 1 and group.state != SWAPPED
+
+    def _loads_first(self, group: SequenceGroup) -> bool:
+        """Whether a fresh group would load host hits beside the steps before computing anything (vLLM's async
+        load branch: admitted with no token scheduled)."""
+        return self._loads_apply(group) and len(range(*self._host_span(group))) > 0
 
     def _load_reserve(self) -> int:
         """The blocks a request that loads its hits must leave free: those the prefills in flight (loading,
@@ -461,7 +466,7 @@ class GroupMechanics(Preemption):
             return False
         if group.state in (LOADED, SWAPPED):
             computed = group.prefill_done
-        elif group.index in self.remote or (self._loads_apply(group) and len(range(*self._host_span(group)))):
+        elif group.index in self.remote or self._loads_first(group):
             return False
         else:
             computed = s.memory.cached_tokens(group.hashes, group.prefill_target)

@@ -65,7 +65,7 @@ def shared_expert_tokens(scheds, plans) -> int:
     scheduled tokens (prefill, verified drafts, decode: what `sim.kernel.engine.step_seconds` prices), one where
     it runs a dummy batch instead (`_own_seconds`)."""
     return sum(plan.prefill_tokens + plan.spec_tokens + plan.decode_seqs
-               if plan is not None and sched.running and _computes(plan) else 1
+               if plan is not None and sched.running and plan.computes else 1
                for sched, plan in zip(scheds, plans, strict=True))
 
 
@@ -146,7 +146,7 @@ def lockstep(fleet):
                 else:
                     take_step(sched, cost, r.rec, plan, now, None, snap, duration)
                 watch.after_step(r.delivered - len(sched.live))
-                wave.dummies += not _computes(plan)
+                wave.dummies += not plan.computes
                 continue
             wave.dummies += 1
             if snap:
@@ -182,11 +182,6 @@ def _plan(replicas, now: float, ranks: list[QuietRank], snaps: list[bool]):
     return plans, quiet
 
 
-def _computes(plan) -> bool:
-    """Whether the step ``plan`` runs the model (vLLM's ``executed``: it schedules tokens)."""
-    return bool(plan.prefill_tokens or plan.decode_seqs)
-
-
 def _own_seconds(sched, cost, plan, now: float, dummy_s: float, expert_tokens: int) -> float:
     """What a rank's part of the common step costs: its step (`step_seconds`, its routed experts running the
     common step's ``expert_tokens``); where it runs no forward pass (no requests, nothing it could run, or an
@@ -197,7 +192,7 @@ def _own_seconds(sched, cost, plan, now: float, dummy_s: float, expert_tokens: i
         return dummy_s
     if not sched.stepping:
         return dummy_s + transfer_time_of(cost, plan)
-    if not _computes(plan):  # its own step's transfers, then the dummy batch's forward pass
+    if not plan.computes:  # its own step's transfers, then the dummy batch's forward pass
         return step_seconds(sched, cost, plan, now) + dummy_s
     return step_seconds(sched, cost, plan, now, expert_tokens)
 

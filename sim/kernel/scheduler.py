@@ -613,7 +613,7 @@ class Scheduler:
             self.window_figures(plan, joining)
         cadence = self.cadence
         if cadence is not None:
-            cadence.planned(bool(plan.prefill_tokens or plan.decode_seqs))
+            cadence.planned(plan.computes)
         in_flight = self.in_flight  # a running loop that stopped at a pinned victim tries again next step
         plan.can_run = (self.lazy and (in_flight is None or not (in_flight.holds_blocks or in_flight.halted)) and not plan.chunks and not joining and not plan.preempted and not admitted
                         and not plan.swap_blocks and not plan.copies and not plan.copy_slots and not plan.page_maps

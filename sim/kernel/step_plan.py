@@ -38,6 +38,11 @@ class StepPlan:
     can_run: bool = False
     chunks: list[tuple[SequenceGroup, int]] = field(default_factory=list)
 
+    @property
+    def computes(self) -> bool:
+        """Whether the step runs the model: it schedules tokens (vLLM's ``executed``, ``num_executed_steps``)."""
+        return bool(self.prefill_tokens or self.decode_seqs)
+
     def add_copies(self, copies: tuple[Copy | PageMap, ...]) -> None:
         """Charge the copies an allocator call returned (count and the slots they move) and the page sets
         it mapped (`PageMap`)."""
